@@ -1,0 +1,41 @@
+# kruntimes — the two commands are `make demo` and `make test`; both set everything up.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: all venv test lint typecheck pytest proto demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy kruntimes runtime workers workflows activities gateway
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+proto: $(STAMP)
+	$(PY) proto/generate.py
+
+demo: $(STAMP)
+	$(PY) -m workers.demo
+
+bench: $(STAMP)
+	$(PY) bench/runtime_server.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,101 @@
+"""Validators for names and identifiers: each returns its value or raises ValueError naming the rule."""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+from kruntimes.api._text import has_control_chars, utf8_len
+from kruntimes.api.limits import MAX_FILE_NAME_BYTES, MAX_HANDLER_BYTES, MAX_INVOCATION_ID_BYTES
+
+DNS1123_LABEL_MAX = 63
+RESERVED_ENV_PREFIX = "KRT_"
+HANDLER_ADAPTERS = frozenset({"python", "bash"})
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def validate_dns1123_label(value: str, *, field: str) -> str:
+    if not 1 <= len(value) <= DNS1123_LABEL_MAX:
+        raise ValueError(
+            f"{field}: a DNS-1123 label must be 1..{DNS1123_LABEL_MAX} characters: {value!r:.80}"
+        )
+    if not _DNS1123_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{field}: a DNS-1123 label is lowercase letters, digits and '-', "
+            f"starting and ending with a letter or digit: {value!r}"
+        )
+    return value
+
+
+def validate_env_name(name: str) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError(f"env name {name!r:.80} must match [A-Za-z_][A-Za-z0-9_]*")
+    if name.startswith(RESERVED_ENV_PREFIX):
+        raise ValueError(f"env name {name!r} uses the reserved prefix {RESERVED_ENV_PREFIX!r}")
+    return name
+
+
+def validate_relative_file_name(name: str) -> str:
+    """A normalised relative path that stays inside the directory it is joined to."""
+    if not name:
+        raise ValueError("file name must not be empty")
+    utf8_len(name, field="file name")
+    if has_control_chars(name):
+        raise ValueError(f"file name {name!r:.80} must not contain NUL or control characters")
+    if "\\" in name:
+        raise ValueError(f"file name {name!r:.80} must use '/' separators, not backslash")
+    if name.startswith("/"):
+        raise ValueError(f"file name {name!r:.80} must be relative, not absolute")
+    for part in name.split("/"):
+        if part == "..":
+            raise ValueError(f"file name {name!r:.80} must not contain a '..' component")
+        if part in ("", "."):
+            raise ValueError(f"file name {name!r:.80} must be normalised (no '//', './' or trailing '/')")
+        if utf8_len(part, field="file name") > MAX_FILE_NAME_BYTES:
+            raise ValueError(f"file name component exceeds {MAX_FILE_NAME_BYTES} bytes: {part!r:.80}")
+    return name
+
+
+def _is_python_identifier(part: str) -> bool:
+    return part.isidentifier() and not keyword.iskeyword(part)
+
+
+def _validate_python_handler(handler: str) -> None:
+    module, sep, function = handler.partition(":")
+    if not sep or ":" in function:
+        raise ValueError(f"python handler {handler!r:.80} must be 'module.path:function' with one ':'")
+    if not all(_is_python_identifier(part) for part in module.split(".")):
+        raise ValueError(
+            f"python handler {handler!r:.80}: module {module!r} is not a dotted Python identifier"
+        )
+    if not _is_python_identifier(function):
+        raise ValueError(f"python handler {handler!r:.80}: function {function!r} is not a Python identifier")
+
+
+def validate_handler(adapter: str, handler: str) -> str:
+    """python: ``module.path:function``; bash: a script path relative to the source directory."""
+    if adapter not in HANDLER_ADAPTERS:
+        raise ValueError(
+            f"unknown handler adapter {adapter!r:.80}; known: {', '.join(sorted(HANDLER_ADAPTERS))}"
+        )
+    if utf8_len(handler, field="handler") > MAX_HANDLER_BYTES:
+        raise ValueError(f"handler exceeds {MAX_HANDLER_BYTES} bytes")
+    if adapter == "python":
+        _validate_python_handler(handler)
+    else:
+        try:
+            validate_relative_file_name(handler)
+        except ValueError as e:
+            raise ValueError(f"bash handler: {e}") from e
+    return handler
+
+
+def validate_invocation_id(value: str) -> str:
+    size = utf8_len(value, field="invocation id")
+    if not 1 <= size <= MAX_INVOCATION_ID_BYTES:
+        raise ValueError(f"invocation id must be 1..{MAX_INVOCATION_ID_BYTES} bytes of UTF-8, got {size}")
+    if has_control_chars(value):
+        raise ValueError("invocation id must not contain control characters")
+    return value

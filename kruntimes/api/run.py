@@ -1,0 +1,65 @@
+"""The Run manifest, and parsing it from YAML or a plain mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+import yaml
+from pydantic import ValidationError
+
+from kruntimes.api._base import ApiModel
+from kruntimes.api.spec import Metadata, RunSpec
+from kruntimes.api.status import RunStatus
+
+API_VERSION = "kruntimes.io/v1alpha1"
+KIND = "Run"
+
+
+class ManifestError(ValueError):
+    """A manifest could not be parsed. ``problems`` holds one ``"<field path>: <what is wrong>"`` each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid Run manifest:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = tuple(problems)
+
+
+def _problems(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors(include_url=False):
+        path = ".".join(str(part) for part in item["loc"]) or "<manifest>"
+        message = item["msg"].removeprefix("Value error, ")
+        prefix, sep, rest = message.partition(": ")
+        if sep and (path == prefix or path.endswith(f".{prefix}")):
+            message = rest
+        elif sep and prefix.startswith(f"{path}."):
+            path, message = prefix, rest
+        problems.append(f"{path}: {message}")
+    return problems
+
+
+class Run(ApiModel):
+    apiVersion: Literal["kruntimes.io/v1alpha1"]
+    kind: Literal["Run"]
+    metadata: Metadata
+    spec: RunSpec
+    status: RunStatus | None = None
+
+    @classmethod
+    def from_dict(cls, data: object) -> Run:
+        """Validate a decoded manifest; raises ManifestError listing every problem by field path."""
+        if not isinstance(data, Mapping):
+            raise ManifestError([f"<manifest>: expected a mapping, got {type(data).__name__}"])
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ManifestError(_problems(e)) from e
+
+    @classmethod
+    def from_yaml(cls, text: str) -> Run:
+        """Parse one YAML document holding a Run manifest."""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ManifestError([f"<manifest>: not valid YAML: {e}"]) from e
+        return cls.from_dict(data)

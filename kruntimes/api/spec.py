@@ -1,0 +1,189 @@
+"""The Run manifest's metadata and spec: everything a Run is created with, immutable afterwards."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt
+from kruntimes.api._text import has_control_chars, utf8_len
+from kruntimes.api.limits import (
+    MAX_BACKOFF_MULTIPLIER,
+    MAX_BACKOFF_SECONDS,
+    MAX_ENV_VALUE_BYTES,
+    MAX_ENV_VARS,
+    MAX_HANDLER_BYTES,
+    MAX_INLINE_FILES,
+    MAX_INLINE_SOURCE_BYTES,
+    MAX_RETRY_LIMIT,
+    MAX_TIMEOUT_SECONDS,
+    MAX_TTL_SECONDS_AFTER_FINISHED,
+)
+from kruntimes.api.names import (
+    HANDLER_ADAPTERS,
+    validate_dns1123_label,
+    validate_env_name,
+    validate_handler,
+    validate_relative_file_name,
+)
+
+
+def _label(field: str) -> AfterValidator:
+    return AfterValidator(lambda value: validate_dns1123_label(value, field=field))
+
+
+def _canonical_uuid(value: str) -> str:
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or str(parsed) != value:
+        raise ValueError(f"metadata.uid: must be a lowercase hyphenated UUID: {value!r:.80}")
+    return value
+
+
+class Metadata(ApiModel):
+    name: Annotated[str, _label("metadata.name")]
+    namespace: Annotated[str, _label("metadata.namespace")] = "default"
+    # Fixed at creation; the only identity the dataplane uses.
+    uid: Annotated[str, AfterValidator(_canonical_uuid)] | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class FunctionMode(ApiModel):
+    idleTimeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+
+
+class TaskMode(ApiModel):
+    pass
+
+
+class ModeSpec(ApiModel):
+    """Exactly one of ``function`` (keep registered, invoke many times) or ``task`` (run once)."""
+
+    function: FunctionMode | None = None
+    task: TaskMode | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.function is None) == (self.task is None):
+            raise ValueError("mode: exactly one of 'function' or 'task' must be set")
+        return self
+
+    @property
+    def kind(self) -> Literal["function", "task"]:
+        return "function" if self.function is not None else "task"
+
+
+class InlineFile(ApiModel):
+    name: Annotated[str, AfterValidator(validate_relative_file_name)]
+    content: str
+    executable: StrictBool = False
+
+
+class SourceSpec(ApiModel):
+    """Exactly one of ``path`` (a directory, resolved to absolute by the caller) or ``inline`` files."""
+
+    path: str | None = None
+    inline: list[InlineFile] | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path_is_usable(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "\x00" in value):
+            raise ValueError("source.path must be non-empty and must not contain NUL")
+        return value
+
+    @field_validator("inline")
+    @classmethod
+    def _inline_is_bounded(cls, files: list[InlineFile] | None) -> list[InlineFile] | None:
+        if files is None:
+            return None
+        if not 1 <= len(files) <= MAX_INLINE_FILES:
+            raise ValueError(f"source.inline must hold 1..{MAX_INLINE_FILES} files, got {len(files)}")
+        names = {f.name for f in files}
+        if len(names) != len(files):
+            raise ValueError("source.inline file names must be unique")
+        for name in names:
+            parts = name.split("/")
+            for depth in range(1, len(parts)):
+                if "/".join(parts[:depth]) in names:
+                    raise ValueError(f"source.inline file {name!r} lies under another file, not a directory")
+        total = sum(utf8_len(f.content, field="source.inline content") for f in files)
+        if total > MAX_INLINE_SOURCE_BYTES:
+            raise ValueError(f"source.inline contents total {total} bytes, at most {MAX_INLINE_SOURCE_BYTES}")
+        return files
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.path is None) == (self.inline is None):
+            raise ValueError("source: exactly one of 'path' or 'inline' must be set")
+        return self
+
+
+class RetryPolicy(ApiModel):
+    """Registration attempts (function mode) or executions (task mode) before the Run ends Failed."""
+
+    limit: StrictInt = Field(default=3, ge=1, le=MAX_RETRY_LIMIT)
+    backoffSeconds: StrictFloat = Field(default=1.0, ge=0, le=MAX_BACKOFF_SECONDS, allow_inf_nan=False)
+    backoffMultiplier: StrictFloat = Field(default=2.0, ge=1, le=MAX_BACKOFF_MULTIPLIER, allow_inf_nan=False)
+    maxBackoffSeconds: StrictFloat = Field(default=60.0, ge=0, le=MAX_BACKOFF_SECONDS, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _max_covers_initial(self) -> Self:
+        if self.maxBackoffSeconds < self.backoffSeconds:
+            raise ValueError("retryPolicy.maxBackoffSeconds must be >= retryPolicy.backoffSeconds")
+        return self
+
+
+class RunSpec(ApiModel):
+    """The workflow input; never changes after creation."""
+
+    runtime: Annotated[str, _label("spec.runtime")]
+    mode: ModeSpec
+    source: SourceSpec
+    handler: str
+    env: dict[str, str] = Field(default_factory=dict)
+    timeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    retryPolicy: RetryPolicy = Field(default_factory=RetryPolicy)
+    ttlSecondsAfterFinished: StrictInt | None = Field(default=None, ge=0, le=MAX_TTL_SECONDS_AFTER_FINISHED)
+    tenant: Annotated[str, _label("spec.tenant")] | None = None
+
+    @field_validator("handler")
+    @classmethod
+    def _handler_is_bounded(cls, handler: str) -> str:
+        if not 1 <= utf8_len(handler, field="spec.handler") <= MAX_HANDLER_BYTES:
+            raise ValueError(f"spec.handler must be 1..{MAX_HANDLER_BYTES} bytes")
+        if has_control_chars(handler):
+            raise ValueError("spec.handler must not contain control characters")
+        return handler
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_valid(cls, env: dict[str, str]) -> dict[str, str]:
+        if len(env) > MAX_ENV_VARS:
+            raise ValueError(f"env holds {len(env)} variables, at most {MAX_ENV_VARS}")
+        for name, value in env.items():
+            validate_env_name(name)
+            if utf8_len(value, field=f"env.{name}") > MAX_ENV_VALUE_BYTES:
+                raise ValueError(f"env.{name}: value exceeds {MAX_ENV_VALUE_BYTES} bytes")
+            if "\x00" in value:
+                raise ValueError(f"env.{name}: value must not contain NUL")
+        return env
+
+    @model_validator(mode="after")
+    def _handler_fits_builtin_runtime(self) -> Self:
+        # Other runtimes name their adapter in the runtime config; the caller checks them there.
+        if self.runtime in HANDLER_ADAPTERS:
+            self.validate_handler_for(self.runtime)
+        return self
+
+    def validate_handler_for(self, adapter: str) -> Self:
+        """Check ``handler`` against the adapter that will run it; returns self, raises ValueError."""
+        try:
+            validate_handler(adapter, self.handler)
+        except ValueError as e:
+            raise ValueError(f"spec.handler: {e}") from e
+        return self

@@ -1,0 +1,290 @@
+"""Function registrations keyed by Run UID: generations, fencing, one invocation at a time, idle clock."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
+from runtime import workspace
+from runtime.config import FunctionConfig, RunRef, spawn_spec
+from runtime.errors import (
+    ConcurrencyLimit,
+    FenceMismatch,
+    HandlerLoadFailed,
+    HostUnavailable,
+    NotReady,
+    RegistrationConflict,
+    SourceInvalid,
+    StaleAttempt,
+    UnknownRegistration,
+)
+from runtime.limits import ProcessLimits
+from runtime.process import LoadFailed, Outcome, Status, WarmProcess, run_once
+from runtime.results import check_outputs, parse_script_outputs
+from runtime.spawner import Spawner, SpawnError
+
+log = logging.getLogger(__name__)
+
+MAX_CONSECUTIVE_DEATHS = 5  # warm-process deaths without a completed invocation before it is fatal
+
+
+class State:
+    READY = "Ready"
+    NOT_READY = "NotReady"
+    UNREGISTERING = "Unregistering"
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    run_uid: str = ""
+    attempt: int = 0
+    host_uid: str = ""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(eq=False)
+class Registration:
+    id: str
+    run: RunRef
+    config: FunctionConfig
+    digest: str
+    workdir: Path
+    state: str = State.READY
+    process: WarmProcess | None = None
+    fatal_error: str = ""
+    in_flight: int = 0
+    deaths: int = 0
+    last_activity: datetime = field(default_factory=_now)
+    busy: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Registry:
+    def __init__(
+        self,
+        *,
+        spawner: Spawner,
+        work_root: Path,
+        limits: ProcessLimits,
+        host_uid: str,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.spawner = spawner
+        self.work_root = work_root
+        self.limits = limits
+        self.host_uid = host_uid
+        self.on_change = on_change or (lambda: None)
+        self._lock = threading.Lock()
+        self._by_id: dict[str, Registration] = {}
+        self._by_uid: dict[str, Registration] = {}
+        self._uid_locks: dict[str, threading.Lock] = {}
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _uid_lock(self, uid: str) -> threading.Lock:
+        with self._lock:
+            return self._uid_locks.setdefault(uid, threading.Lock())
+
+    def register(self, run: RunRef, config: FunctionConfig) -> tuple[Registration, bool]:
+        config.validate()
+        digest = config.digest()
+        with self._uid_lock(run.run_uid):
+            current = self._by_uid.get(run.run_uid)
+            if current is not None:
+                if run.attempt < current.run.attempt:
+                    raise StaleAttempt(
+                        f"run {run.run_uid} is registered at attempt {current.run.attempt}; "
+                        f"attempt {run.attempt} is stale"
+                    )
+                if run.attempt == current.run.attempt:
+                    if current.digest == digest and current.run == run:
+                        return current, False
+                    raise RegistrationConflict(
+                        f"run {run.run_uid} attempt {run.attempt} is already registered "
+                        "with a different config"
+                    )
+                self._teardown(current, grace_s=0.0)  # a newer generation replaces it
+            reg = self._create(run, config, digest)
+            with self._lock:
+                if self._closed:
+                    self._close_registration(reg)
+                    raise HostUnavailable("the runtime host is shutting down")
+                self._by_id[reg.id] = reg
+                self._by_uid[run.run_uid] = reg
+        log.info(
+            "function registered",
+            extra={"run_uid": run.run_uid, "attempt": run.attempt, "runtime": run.runtime},
+        )
+        self.on_change()
+        return reg, True
+
+    def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
+        workdir = self.work_root / f"{run.run_uid}.{run.attempt}"
+        try:
+            workspace.prepare(
+                workdir, source_path=config.source_path, inline=list(config.inline) if config.inline else None
+            )
+        except workspace.SourceError as exc:
+            raise SourceInvalid(str(exc)) from exc
+        reg = Registration(
+            id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir
+        )
+        try:
+            spec = spawn_spec(run, config, workdir, self.limits, once=False)
+            if config.adapter == "python":
+                reg.process = WarmProcess.start(self.spawner, spec)
+        except LoadFailed as exc:
+            workspace.remove(workdir)
+            raise HandlerLoadFailed(exc.kind, str(exc)) from exc
+        except SpawnError as exc:
+            workspace.remove(workdir)
+            raise HostUnavailable(str(exc)) from exc
+        except Exception:
+            workspace.remove(workdir)
+            raise
+        return reg
+
+    def unregister(self, registration_id: str, *, grace_s: float = 5.0) -> bool:
+        with self._lock:
+            reg = self._by_id.get(registration_id)
+        if reg is None:
+            return False
+        with self._uid_lock(reg.run.run_uid):
+            if self._by_id.get(registration_id) is not reg:
+                return False
+            self._teardown(reg, grace_s=grace_s)
+        self.on_change()
+        return True
+
+    def _teardown(self, reg: Registration, *, grace_s: float) -> None:
+        """Stop new invokes, let the in-flight one finish within the grace, then kill and clean up."""
+        reg.state = State.UNREGISTERING
+        with self._lock:
+            self._by_id.pop(reg.id, None)
+            if self._by_uid.get(reg.run.run_uid) is reg:
+                del self._by_uid[reg.run.run_uid]
+        if not reg.busy.acquire(timeout=grace_s):
+            if reg.process is not None:
+                reg.process.kill()
+            reg.busy.acquire()
+        try:
+            self._close_registration(reg)
+        finally:
+            reg.busy.release()
+        log.info("function unregistered", extra={"run_uid": reg.run.run_uid, "attempt": reg.run.attempt})
+
+    def _close_registration(self, reg: Registration) -> None:
+        if reg.process is not None:
+            reg.process.close()
+            reg.process = None
+        workspace.remove(reg.workdir)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def get(self, registration_id: str) -> Registration | None:
+        with self._lock:
+            return self._by_id.get(registration_id)
+
+    def snapshot(self) -> list[Registration]:
+        with self._lock:
+            return list(self._by_id.values())
+
+    # -- invocation --------------------------------------------------------------------------
+
+    def invoke(
+        self, registration_id: str, *, invocation_id: str, payload: bytes, timeout_s: float, fence: Fence
+    ) -> Outcome:
+        reg = self.get(registration_id)
+        if reg is None:
+            raise UnknownRegistration(f"no registration {registration_id!r} on this host")
+        self._check_fence(reg, fence)
+        if not reg.busy.acquire(blocking=False):
+            raise ConcurrencyLimit("the function is already running an invocation")
+        if reg.state != State.READY:
+            reg.busy.release()
+            raise NotReady(reg.fatal_error or f"registration is {reg.state}")
+        try:
+            reg.in_flight = 1
+            reg.last_activity = _now()
+            if reg.config.adapter == "python":
+                outcome = self._invoke_warm(reg, invocation_id, payload, timeout_s)
+            else:
+                outcome = self._invoke_exec(reg, payload, timeout_s)
+            return outcome
+        finally:
+            reg.in_flight = 0
+            reg.last_activity = _now()
+            reg.busy.release()
+
+    def _check_fence(self, reg: Registration, fence: Fence) -> None:
+        if fence.run_uid and fence.run_uid != reg.run.run_uid:
+            raise FenceMismatch("registration belongs to another run")
+        if fence.attempt and fence.attempt != reg.run.attempt:
+            raise FenceMismatch(f"registration is attempt {reg.run.attempt}, not {fence.attempt}")
+        if fence.host_uid and fence.host_uid != self.host_uid:
+            raise FenceMismatch("this host is not the expected host incarnation")
+
+    def _warm(self, reg: Registration) -> WarmProcess:
+        if reg.process is not None and reg.process.alive:
+            return reg.process
+        if reg.process is not None:
+            reg.process.close()
+            reg.process = None
+        spec = spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=False)
+        try:
+            reg.process = WarmProcess.start(self.spawner, spec)
+        except (LoadFailed, SpawnError) as exc:
+            self._mark_fatal(reg, f"the function process cannot be restarted: {exc}")
+            raise NotReady(reg.fatal_error) from exc
+        return reg.process
+
+    def _mark_fatal(self, reg: Registration, message: str) -> None:
+        reg.fatal_error = message
+        reg.state = State.NOT_READY
+        log.error("registration not ready", extra={"run_uid": reg.run.run_uid, "error": message})
+        self.on_change()
+
+    def _invoke_warm(
+        self, reg: Registration, invocation_id: str, payload: bytes, timeout_s: float
+    ) -> Outcome:
+        process = self._warm(reg)
+        outcome = process.invoke(invocation_id, payload, timeout_s)
+        if outcome.status is Status.SUCCEEDED:
+            check_outputs(outcome)
+        if process.alive:
+            reg.deaths = 0
+            return outcome
+        reg.deaths += 1
+        if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
+            self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")
+            return outcome
+        with contextlib.suppress(NotReady):  # warm a fresh process now, not in the next invocation
+            self._warm(reg)
+        return outcome
+
+    def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
+        spec = spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=True)
+        try:
+            outcome = run_once(self.spawner, spec, payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES)
+        except SpawnError as exc:
+            raise HostUnavailable(str(exc)) from exc
+        if outcome.status is Status.SUCCEEDED:
+            parse_script_outputs(outcome)
+        return outcome
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            regs = list(self._by_id.values())
+        for reg in regs:
+            self._teardown(reg, grace_s=0.0)

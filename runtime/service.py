@@ -1,0 +1,261 @@
+"""The gRPC FunctionRuntime servicer: proto in, domain calls, proto out; errors mapped in one place."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from kruntimes.api.limits import (
+    DEFAULT_INVOKE_TIMEOUT_SECONDS,
+    MAX_INVOKE_TIMEOUT_SECONDS,
+    MAX_LOG_BYTES,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIMEOUT_SECONDS,
+)
+from kruntimes.api.names import validate_invocation_id
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime import errors
+from runtime.capture import Capture
+from runtime.config import FunctionConfig, RunRef
+from runtime.process import Outcome, Status
+from runtime.registry import Fence, Registration, Registry, State
+from runtime.tasks import Tasks
+
+log = logging.getLogger(__name__)
+
+MAX_RUN_UID_BYTES = 64
+T = TypeVar("T")
+
+_CODES: dict[type[errors.RuntimeError_], grpc.StatusCode] = {
+    errors.RegistrationConflict: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.StaleAttempt: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.FenceMismatch: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.HandlerLoadFailed: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NotReady: grpc.StatusCode.UNAVAILABLE,
+    errors.HostUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.UnknownRegistration: grpc.StatusCode.NOT_FOUND,
+    errors.ConcurrencyLimit: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.SourceInvalid: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+_INVOCATION_STATUS = {
+    Status.SUCCEEDED: pb.INVOCATION_STATUS_SUCCEEDED,
+    Status.HANDLER_ERROR: pb.INVOCATION_STATUS_HANDLER_ERROR,
+    Status.TIMED_OUT: pb.INVOCATION_STATUS_TIMED_OUT,
+    Status.PROCESS_EXITED: pb.INVOCATION_STATUS_PROCESS_EXITED,
+    Status.INVALID_OUTPUT: pb.INVOCATION_STATUS_INVALID_OUTPUT,
+    Status.CANCELLED: pb.INVOCATION_STATUS_PROCESS_EXITED,
+}
+
+_TASK_STATUS = {
+    Status.SUCCEEDED: pb.TASK_STATUS_SUCCEEDED,
+    Status.TIMED_OUT: pb.TASK_STATUS_TIMED_OUT,
+    Status.CANCELLED: pb.TASK_STATUS_CANCELLED,
+}
+
+_PHASES = {
+    State.READY: pb.REGISTRATION_PHASE_READY,
+    State.NOT_READY: pb.REGISTRATION_PHASE_NOT_READY,
+    State.UNREGISTERING: pb.REGISTRATION_PHASE_UNREGISTERING,
+}
+
+
+def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except errors.RuntimeError_ as exc:
+        context.set_trailing_metadata((("krt-reason", exc.reason),))
+        context.abort(_CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc))
+        raise  # unreachable: abort raises
+
+
+def _timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def _run_ref(msg: pb.RunRef) -> RunRef:
+    if not msg.run_uid or len(msg.run_uid.encode()) > MAX_RUN_UID_BYTES:
+        raise errors.InvalidRequest(f"run.run_uid must be 1..{MAX_RUN_UID_BYTES} bytes")
+    if msg.attempt < 1:
+        raise errors.InvalidRequest("run.attempt must be >= 1")
+    return RunRef(msg.run_uid, msg.attempt, msg.namespace, msg.name, msg.runtime)
+
+
+def _config(msg: pb.FunctionConfig) -> FunctionConfig:
+    which = msg.WhichOneof("source")
+    if which is None:
+        raise errors.InvalidRequest("config.source: set source_path or inline")
+    return FunctionConfig(
+        adapter=msg.adapter,
+        handler=msg.handler,
+        env=tuple(sorted(msg.env.items())),
+        source_path=msg.source_path if which == "source_path" else None,
+        inline=tuple((f.name, f.content, f.executable) for f in msg.inline.files)
+        if which == "inline"
+        else None,
+    )
+
+
+def captured(capture: Capture) -> pb.CapturedOutput:
+    data = capture.data[:MAX_LOG_BYTES]
+    return pb.CapturedOutput(data=data, truncated=capture.total > len(data), total_bytes=capture.total)
+
+
+def _error(outcome: Outcome) -> pb.InvocationError | None:
+    if not outcome.error_type:
+        return None
+    return pb.InvocationError(type=outcome.error_type, message=outcome.error_message[:4096])
+
+
+def _timeout_s(timeout_ms: int, *, default: float, maximum: float) -> float:
+    if timeout_ms == 0:
+        return default
+    return min(timeout_ms / 1000.0, maximum)
+
+
+class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
+    def __init__(self, *, registry: Registry, tasks: Tasks, host_id: str, runtime: str) -> None:
+        self.registry = registry
+        self.tasks = tasks
+        self.host_id = host_id
+        self.runtime = runtime
+
+    def RegisterFunction(
+        self, request: pb.RegisterFunctionRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterFunctionResponse:
+        def register() -> pb.RegisterFunctionResponse:
+            reg, created = self.registry.register(_run_ref(request.run), _config(request.config))
+            return pb.RegisterFunctionResponse(
+                registration_id=reg.id,
+                created=created,
+                host_uid=self.registry.host_uid,
+                last_activity=_timestamp(reg.last_activity),
+            )
+
+        return _call(context, register)
+
+    def FunctionStatus(
+        self, request: pb.FunctionStatusRequest, context: grpc.ServicerContext
+    ) -> pb.FunctionStatusResponse:
+        reg = self.registry.get(request.registration_id)
+        if reg is None:
+            return pb.FunctionStatusResponse(registered=False, host_uid=self.registry.host_uid)
+        return pb.FunctionStatusResponse(
+            registered=True,
+            ready=reg.state == State.READY,
+            fatal_error=reg.fatal_error,
+            in_flight=reg.in_flight,
+            last_activity=_timestamp(reg.last_activity),
+            run=pb.RunRef(
+                run_uid=reg.run.run_uid,
+                attempt=reg.run.attempt,
+                namespace=reg.run.namespace,
+                name=reg.run.name,
+                runtime=reg.run.runtime,
+            ),
+            host_uid=self.registry.host_uid,
+        )
+
+    def InvokeFunction(
+        self, request: pb.InvokeFunctionRequest, context: grpc.ServicerContext
+    ) -> pb.InvokeFunctionResponse:
+        def invoke() -> pb.InvokeFunctionResponse:
+            invocation_id = request.invocation_id or str(uuid.uuid4())
+            try:
+                validate_invocation_id(invocation_id)
+            except ValueError as exc:
+                raise errors.InvalidRequest(str(exc)) from exc
+            if len(request.payload) > MAX_PAYLOAD_BYTES:
+                raise errors.InvalidRequest(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
+            fence = Fence(request.fence.run_uid, request.fence.attempt, request.fence.host_uid)
+            outcome = self.registry.invoke(
+                request.registration_id,
+                invocation_id=invocation_id,
+                payload=request.payload,
+                timeout_s=_timeout_s(
+                    request.timeout_ms,
+                    default=DEFAULT_INVOKE_TIMEOUT_SECONDS,
+                    maximum=MAX_INVOKE_TIMEOUT_SECONDS,
+                ),
+                fence=fence,
+            )
+            return pb.InvokeFunctionResponse(
+                invocation_id=invocation_id,
+                status=_INVOCATION_STATUS[outcome.status],
+                outputs_json=outcome.outputs_json,
+                stdout=captured(outcome.stdout),
+                stderr=captured(outcome.stderr),
+                error=_error(outcome),
+                duration_us=outcome.duration_us,
+                exit_code=outcome.exit_code,
+            )
+
+        return _call(context, invoke)
+
+    def UnregisterFunction(
+        self, request: pb.UnregisterFunctionRequest, context: grpc.ServicerContext
+    ) -> pb.UnregisterFunctionResponse:
+        grace_s = min(request.grace_ms / 1000.0, MAX_INVOKE_TIMEOUT_SECONDS) if request.grace_ms else 5.0
+        existed = self.registry.unregister(request.registration_id, grace_s=grace_s)
+        return pb.UnregisterFunctionResponse(existed=existed)
+
+    def ExecuteTask(
+        self, request: pb.ExecuteTaskRequest, context: grpc.ServicerContext
+    ) -> pb.ExecuteTaskResponse:
+        def execute() -> pb.ExecuteTaskResponse:
+            if len(request.input) > MAX_PAYLOAD_BYTES:
+                raise errors.InvalidRequest(f"input is larger than {MAX_PAYLOAD_BYTES} bytes")
+            timeout_s = _timeout_s(
+                request.timeout_ms, default=MAX_TIMEOUT_SECONDS, maximum=MAX_TIMEOUT_SECONDS
+            )
+            outcome = self.tasks.execute(
+                _run_ref(request.run), _config(request.config), request.input, timeout_s
+            )
+            return pb.ExecuteTaskResponse(
+                status=_TASK_STATUS.get(outcome.status, pb.TASK_STATUS_FAILED),
+                exit_code=outcome.exit_code,
+                outputs_json=outcome.outputs_json,
+                stdout=captured(outcome.stdout),
+                stderr=captured(outcome.stderr),
+                error=_error(outcome),
+                duration_us=outcome.duration_us,
+            )
+
+        return _call(context, execute)
+
+    def CancelTask(
+        self, request: pb.CancelTaskRequest, context: grpc.ServicerContext
+    ) -> pb.CancelTaskResponse:
+        return pb.CancelTaskResponse(existed=self.tasks.cancel(request.run_uid, request.attempt))
+
+    def HostInfo(self, request: pb.HostInfoRequest, context: grpc.ServicerContext) -> pb.HostInfoResponse:
+        return pb.HostInfoResponse(
+            host_id=self.host_id,
+            host_uid=self.registry.host_uid,
+            runtime=self.runtime,
+            registrations=[registration_state(r) for r in self.registry.snapshot()],
+        )
+
+
+def registration_state(reg: Registration) -> pb.RegistrationState:
+    return pb.RegistrationState(
+        run_uid=reg.run.run_uid,
+        attempt=reg.run.attempt,
+        namespace=reg.run.namespace,
+        name=reg.run.name,
+        runtime=reg.run.runtime,
+        registration_id=reg.id,
+        phase=_PHASES[reg.state],
+        in_flight=reg.in_flight,
+        last_activity=_timestamp(reg.last_activity),
+    )

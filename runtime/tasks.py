@@ -1,0 +1,138 @@
+"""Task-mode executions: run once, idempotent per (run uid, attempt), results kept for a while."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
+from runtime import workspace
+from runtime.config import FunctionConfig, RunRef, spawn_spec
+from runtime.errors import HostUnavailable, RegistrationConflict, SourceInvalid
+from runtime.limits import ProcessLimits
+from runtime.process import Outcome, Status, run_once
+from runtime.results import check_outputs, parse_script_outputs
+from runtime.spawner import Spawner, SpawnError
+
+RETAIN_RESULTS = 1000  # finished executions remembered for callers that retry
+RETAIN_SECONDS = 3600.0
+
+
+@dataclass(eq=False)
+class Execution:
+    digest: str
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: Outcome | None = None
+    pid: int | None = None
+    cancelled: bool = False
+    finished_at: float = 0.0
+
+
+class Tasks:
+    def __init__(self, *, spawner: Spawner, work_root: Path, limits: ProcessLimits) -> None:
+        self.spawner = spawner
+        self.work_root = work_root
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._runs: OrderedDict[tuple[str, int], Execution] = OrderedDict()
+
+    def execute(self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float) -> Outcome:
+        """Run the task, or wait for the same (run uid, attempt) already running, or return its result."""
+        config.validate()
+        digest = config.digest()
+        key = (run.run_uid, run.attempt)
+        with self._lock:
+            self._evict()
+            execution = self._runs.get(key)
+            owner = execution is None
+            if execution is None:
+                execution = self._runs[key] = Execution(digest)
+        if execution.digest != digest:
+            raise RegistrationConflict(
+                f"task {run.run_uid} attempt {run.attempt} was started with another config"
+            )
+        if not owner:
+            execution.done.wait()
+            assert execution.outcome is not None
+            return execution.outcome
+        try:
+            execution.outcome = self._run(run, config, data, timeout_s, execution)
+        except BaseException:
+            with self._lock:
+                self._runs.pop(key, None)  # nothing ran to completion: a retry may start afresh
+            execution.done.set()
+            raise
+        execution.finished_at = time.monotonic()
+        execution.done.set()
+        return execution.outcome
+
+    def _run(
+        self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float, execution: Execution
+    ) -> Outcome:
+        workdir = self.work_root / f"task-{run.run_uid}.{run.attempt}"
+        try:
+            workspace.prepare(
+                workdir, source_path=config.source_path, inline=list(config.inline) if config.inline else None
+            )
+        except workspace.SourceError as exc:
+            raise SourceInvalid(str(exc)) from exc
+        try:
+            spec = spawn_spec(run, config, workdir, self.limits, once=True)
+
+            def started(pid: int) -> None:
+                execution.pid = pid
+                if execution.cancelled:
+                    self.spawner.kill(pid)
+
+            outcome = run_once(
+                self.spawner, spec, data, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started
+            )
+        except SpawnError as exc:
+            raise HostUnavailable(str(exc)) from exc
+        finally:
+            workspace.remove(workdir)
+        if execution.cancelled:
+            outcome.status, outcome.error_type, outcome.error_message = (
+                Status.CANCELLED,
+                "Cancelled",
+                "cancelled",
+            )
+        elif outcome.status is Status.SUCCEEDED:
+            if config.adapter == "bash":
+                parse_script_outputs(outcome)
+            else:
+                check_outputs(outcome)
+        return outcome
+
+    def cancel(self, run_uid: str, attempt: int) -> bool:
+        with self._lock:
+            execution = self._runs.get((run_uid, attempt))
+        if execution is None:
+            return False
+        if not execution.done.is_set():
+            execution.cancelled = True
+            if execution.pid is not None:
+                self.spawner.kill(execution.pid)
+        return True
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(1 for e in self._runs.values() if not e.done.is_set())
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        for key, execution in list(self._runs.items()):
+            finished = execution.done.is_set()
+            if finished and (
+                len(self._runs) > RETAIN_RESULTS or now - execution.finished_at > RETAIN_SECONDS
+            ):
+                del self._runs[key]
+
+    def close(self) -> None:
+        with self._lock:
+            running = [(k, e) for k, e in self._runs.items() if not e.done.is_set()]
+        for (uid, attempt), _ in running:
+            self.cancel(uid, attempt)

@@ -1,0 +1,165 @@
+"""The zygote: a single-threaded process, started once per Runtime Server, that forks function processes.
+
+Starting a function process by forking this already-initialised interpreter costs about a
+millisecond instead of the ~14 ms of a fresh interpreter, and forking from a process with no
+threads is safe (the gRPC server itself must never fork).
+
+Protocol on the SOCK_SEQPACKET socket inherited as --fd (one JSON message per packet):
+  server -> zygote  {"op": "spawn", "id", "spec"} with file descriptors [stdin, stdout, stderr, ctl?]
+                    {"op": "kill", "pid"}            kill the process group of a child not yet reaped
+  zygote -> server  {"op": "spawned", "id", "pid"} | {"op": "spawn_failed", "id", "error"}
+                    {"op": "exited", "pid", "code"}  (code < 0: killed by that signal)
+The zygote reaps its children, so a pid it has not reported as exited cannot be reused: killing
+through the zygote never hits an unrelated process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+from runtime import limits
+from runtime.adapters import python_worker
+
+MAX_MESSAGE = 256 * 1024
+CTL_FD = 3
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child(spec: dict[str, Any], fds: list[int], server: socket.socket) -> None:
+    """Runs in the forked child; never returns."""
+    code = 127
+    try:
+        os.setsid()
+        _die_with_parent()
+        server.close()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target, inheritable=True)
+        os.closerange(len(fds), os.sysconf("SC_OPEN_MAX"))
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.chdir(spec["cwd"])
+        env = spec["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
+        if spec["kind"] == "exec":
+            os.execve(spec["argv"][0], spec["argv"], env)
+        code = python_worker.main(
+            ctl_fd=CTL_FD,
+            workdir=spec["cwd"],
+            handler=spec["handler"],
+            once=spec["kind"] == "python-once",
+            context=spec.get("context", {}),
+        )
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"kruntimes: function process failed to start: {exc!r}\n".encode())
+    os._exit(code)
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.children: set[int] = set()
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.send(json.dumps(message).encode())
+
+    def serve(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ, "sock")
+        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        while True:
+            for key, _ in sel.select():
+                if key.data == "wake":
+                    try:
+                        while os.read(self.wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                elif not self.handle_message():
+                    return
+            self.reap()
+
+    def handle_message(self) -> bool:
+        msg, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+        if not msg:
+            return False  # the server went away
+        try:
+            request = json.loads(msg)
+            if request["op"] == "spawn":
+                self.spawn(request, fds)
+            elif request["op"] == "kill":
+                self.kill(int(request["pid"]))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self.send({"op": "spawn_failed", "id": request["id"], "error": str(exc)})
+            return
+        if pid == 0:
+            _child(request["spec"], fds, self.sock)
+        self.children.add(pid)
+        self.send({"op": "spawned", "id": request["id"], "pid": pid})
+
+    def kill(self, pid: int) -> None:
+        if pid not in self.children:
+            return  # already reaped (and reported): the pid may belong to someone else now
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the child leads its own process group
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.send({"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    ns = parser.parse_args()
+    _die_with_parent()
+    sock = socket.socket(fileno=ns.fd)
+    try:
+        Zygote(sock).serve()
+    finally:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
