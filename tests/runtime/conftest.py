@@ -1,0 +1,105 @@
+"""A real Runtime Server on loopback (gRPC, zygote, function processes) for the runtime tests."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.limits import ProcessLimits
+from runtime.server import HostOptions, RuntimeHost
+
+
+def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.InlineSource:
+    return pb.InlineSource(
+        files=[
+            pb.InlineFile(name=name, content=textwrap.dedent(text).encode(), executable=name in executable)
+            for name, text in files.items()
+        ]
+    )
+
+
+@dataclass
+class Host:
+    runtime: RuntimeHost
+    stub: pb_grpc.FunctionRuntimeStub
+    channel: grpc.Channel
+
+    @property
+    def work_root(self) -> Path:
+        return self.runtime.work_root
+
+    def register(
+        self,
+        source: str | dict[str, str],
+        *,
+        handler: str = "main:handle",
+        adapter: str = "python",
+        uid: str | None = None,
+        attempt: int = 1,
+        env: dict[str, str] | None = None,
+    ) -> pb.RegisterFunctionResponse:
+        files = {"main.py": source} if isinstance(source, str) else source
+        return self.stub.RegisterFunction(
+            pb.RegisterFunctionRequest(
+                run=pb.RunRef(
+                    run_uid=uid or str(uuid.uuid4()),
+                    attempt=attempt,
+                    namespace="default",
+                    name="fn",
+                    runtime=adapter,
+                ),
+                config=pb.FunctionConfig(
+                    adapter=adapter, handler=handler, env=env or {}, inline=inline(files)
+                ),
+            )
+        )
+
+    def invoke(
+        self, registration_id: str, payload: bytes = b"{}", *, timeout_ms: int = 0, invocation_id: str = ""
+    ) -> pb.InvokeFunctionResponse:
+        return self.stub.InvokeFunction(
+            pb.InvokeFunctionRequest(
+                registration_id=registration_id,
+                payload=payload,
+                timeout_ms=timeout_ms,
+                invocation_id=invocation_id,
+            )
+        )
+
+    def status(self, registration_id: str) -> pb.FunctionStatusResponse:
+        return self.stub.FunctionStatus(pb.FunctionStatusRequest(registration_id=registration_id))
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    runtime = RuntimeHost(
+        HostOptions(
+            host_id="test-0",
+            runtime="python",
+            listen="127.0.0.1:0",
+            state_dir=tmp_path_factory.mktemp("host"),
+            limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+        )
+    )
+    address = runtime.start()
+    channel = grpc.insecure_channel(address)
+    try:
+        yield Host(runtime, pb_grpc.FunctionRuntimeStub(channel), channel)
+    finally:
+        channel.close()
+        runtime.stop(grace_s=1)
+
+
+def reason(err: grpc.RpcError) -> str:
+    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == "krt-reason":
+            return str(value)
+    return ""
