@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             print("demo finished: both functions answered")
             return 0
         except (DemoFailed, grpc.RpcError, OSError) as exc:
-            detail = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)  # type: ignore[attr-defined]
+            detail = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)
             print(f"demo failed: {detail}", file=sys.stderr)
             return 1
         finally:
