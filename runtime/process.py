@@ -87,18 +87,7 @@ class _Pump:
         )
 
     def next_frame(self) -> tuple[int, bytes] | None:
-        """Pop one complete frame; raises FrameTooLarge before buffering an oversized one."""
-        if len(self.frame) < framing.HEADER.size:
-            return None
-        size, kind = framing.HEADER.unpack_from(self.frame)
-        if size > MAX_FRAME:
-            raise FrameTooLarge
-        end = framing.HEADER.size + size
-        if len(self.frame) < end:
-            return None
-        body = bytes(self.frame[framing.HEADER.size : end])
-        del self.frame[:end]
-        return kind, body
+        return _pop_frame(self.frame)
 
     def step(self, timeout_s: float) -> None:
         for fd, events in self.poller.poll(max(timeout_s, 0.0) * 1000):
@@ -180,6 +169,21 @@ class FrameTooLarge(Exception):
     pass
 
 
+def _pop_frame(buffer: bytearray) -> tuple[int, bytes] | None:
+    """Pop one complete frame; raises FrameTooLarge before buffering an oversized one."""
+    if len(buffer) < framing.HEADER.size:
+        return None
+    size, kind = framing.HEADER.unpack_from(buffer)
+    if size > MAX_FRAME:
+        raise FrameTooLarge
+    end = framing.HEADER.size + size
+    if len(buffer) < end:
+        return None
+    body = bytes(buffer[framing.HEADER.size : end])
+    del buffer[:end]
+    return kind, body
+
+
 def _error_fields(body: bytes) -> tuple[str, str]:
     try:
         raw = json.loads(body)
@@ -231,6 +235,9 @@ class WarmProcess:
         self.ctl = ctl
         self.out = out
         self.err = err
+        self._poll: select.poll | None = None
+        self._pipes: set[int] = set()
+        self._buffer = bytearray()
 
     @classmethod
     def start(cls, spawner: Spawner, spec: SpawnSpec) -> WarmProcess:
@@ -283,25 +290,94 @@ class WarmProcess:
     def alive(self) -> bool:
         return not self.exit.done
 
+    def _poller(self) -> select.poll:
+        """One poll set per process, reused by every invocation (the hot path allocates little)."""
+        if self._poll is None:
+            self._poll = select.poll()
+            for fd in (self.ctl.fileno(), self.out, self.err):
+                self._poll.register(fd, select.POLLIN)
+            self._pipes = {self.out, self.err}
+        return self._poll
+
+    def _read_pipe(self, fd: int, capture: Capture | None) -> None:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not chunk:
+            self._pipes.discard(fd)
+            self._poller().unregister(fd)
+        elif capture is not None:
+            capture.feed(chunk)
+
+    def _drain(self, captures: dict[int, Capture] | None) -> None:
+        """Read the output pipes until they are empty, without waiting."""
+        poller = self._poller()
+        while self._pipes:
+            ready = [fd for fd, _ in poller.poll(0) if fd in self._pipes]
+            if not ready:
+                return
+            for fd in ready:
+                self._read_pipe(fd, captures[fd] if captures else None)
+
     def invoke(self, invocation_id: str, payload: bytes, timeout_s: float) -> Outcome:
         started = time.monotonic()
         deadline = started + timeout_s
         outcome = Outcome(Status.SUCCEEDED)
-        pump = _Pump(out_fd=self.out, err_fd=self.err, stdout=Capture(), stderr=Capture())
-        pump.drain()  # output written between invocations belongs to none of them
-        pump.readers = {self.out: outcome.stdout, self.err: outcome.stderr}
-        pump.want_frame(self.ctl)
-        pump.want_write(self.ctl.fileno(), framing.encode_invoke(invocation_id, payload))
+        poller = self._poller()
+        ctl = self.ctl.fileno()
+        self._drain(None)  # output written between invocations belongs to none of them
+        captures = {self.out: outcome.stdout, self.err: outcome.stderr}
+        request = memoryview(framing.encode_invoke(invocation_id, payload))
+        try:
+            request = request[os.write(ctl, request) :]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            request = memoryview(b"")  # the process is gone: the read below sees EOF
+        if request:
+            poller.modify(ctl, select.POLLIN | select.POLLOUT)
+        eof = False
         try:
             while True:
-                frame = pump.next_frame()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self.kill()
+                    self.exit.wait(EXIT_GRACE_S)
+                    self._drain(captures)
+                    message = f"the invocation did not finish within {timeout_s:g}s"
+                    _set_error(outcome, Status.TIMED_OUT, "Timeout", message)
+                    break
+                output_seen = False
+                for fd, events in poller.poll(min(remaining, POLL_TICK_S) * 1000):
+                    if fd != ctl:
+                        output_seen = True
+                        self._read_pipe(fd, captures[fd])
+                        continue
+                    if request and events & select.POLLOUT:
+                        try:
+                            request = request[os.write(ctl, request[:READ_CHUNK]) :]
+                        except (BlockingIOError, InterruptedError):
+                            pass
+                        except OSError:
+                            request = memoryview(b"")
+                        if not request:
+                            poller.modify(ctl, select.POLLIN)
+                    if events & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                        chunk = os.read(ctl, READ_CHUNK)
+                        if chunk:
+                            self._buffer += chunk
+                        else:
+                            eof = True
+                frame = _pop_frame(self._buffer)
                 if frame is not None:
-                    pump.drain()
+                    if output_seen:
+                        self._drain(captures)
                     _apply_frame(outcome, *frame)
                     break
-                if pump.ctl_eof:
+                if eof:
                     outcome.exit_code = self.exit.wait(EXIT_GRACE_S) or 0
-                    pump.drain()
+                    self._drain(captures)
                     _set_error(
                         outcome,
                         Status.PROCESS_EXITED,
@@ -309,22 +385,12 @@ class WarmProcess:
                         f"the function process exited (code {outcome.exit_code})",
                     )
                     break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self.kill()
-                    self.exit.wait(EXIT_GRACE_S)
-                    pump.drain()
-                    _set_error(
-                        outcome,
-                        Status.TIMED_OUT,
-                        "Timeout",
-                        f"the invocation did not finish within {timeout_s:g}s",
-                    )
-                    break
-                pump.step(min(remaining, POLL_TICK_S))
         except FrameTooLarge:
             self.kill()
             _too_large(outcome)
+        finally:
+            if request and not eof and self.alive:
+                poller.modify(ctl, select.POLLIN)
         outcome.duration_us = int((time.monotonic() - started) * 1e6)
         return outcome
 

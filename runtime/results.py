@@ -12,8 +12,8 @@ from runtime.process import Outcome, Status
 def check_outputs(outcome: Outcome) -> None:
     """The server does not trust the function process to have bounded its outputs."""
     try:
-        api_outputs.validate_outputs(json.loads(outcome.outputs_json))
-    except (ValueError, api_outputs.OutputsError) as exc:
+        api_outputs.check_encoded(outcome.outputs_json)
+    except api_outputs.OutputsError as exc:
         outcome.status, outcome.error_type, outcome.error_message = (
             Status.INVALID_OUTPUT,
             "InvalidOutput",

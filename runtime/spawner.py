@@ -79,10 +79,14 @@ class Spawner:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
+        self._ready = threading.Event()
 
     def start(self) -> None:
+        """Start the zygote and wait until it has imported the adapters (so the first spawn is fast)."""
         with self._lock:
             self._start_locked()
+        if not self._ready.wait(SPAWN_TIMEOUT_S):
+            raise SpawnError("the zygote did not start")
 
     def _start_locked(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -149,6 +153,9 @@ class Spawner:
                 break
             msg = json.loads(data)
             op = msg["op"]
+            if op == "ready":
+                self._ready.set()
+                continue
             with self._lock:
                 if op == "spawned":
                     pending = self._pending.get(msg["id"])

@@ -7,7 +7,8 @@ threads is safe (the gRPC server itself must never fork).
 Protocol on the SOCK_SEQPACKET socket inherited as --fd (one JSON message per packet):
   server -> zygote  {"op": "spawn", "id", "spec"} with file descriptors [stdin, stdout, stderr, ctl?]
                     {"op": "kill", "pid"}            kill the process group of a child not yet reaped
-  zygote -> server  {"op": "spawned", "id", "pid"} | {"op": "spawn_failed", "id", "error"}
+  zygote -> server  {"op": "ready"}                 once, when its imports are done
+                    {"op": "spawned", "id", "pid"} | {"op": "spawn_failed", "id", "error"}
                     {"op": "exited", "pid", "code"}  (code < 0: killed by that signal)
 The zygote reaps its children, so a pid it has not reported as exited cannot be reused: killing
 through the zygote never hits an unrelated process.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import selectors
@@ -87,6 +89,8 @@ class Zygote:
         self.sock.send(json.dumps(message).encode())
 
     def serve(self) -> None:
+        gc.freeze()  # forked children share these pages instead of touching them in a collection
+        self.send({"op": "ready"})
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ, "sock")
         sel.register(self.wake_r, selectors.EVENT_READ, "wake")

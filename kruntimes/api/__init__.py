@@ -7,35 +7,77 @@ Errors (all ValueError, so pydantic validators report them as field errors)::
      └── ManifestError  a Run manifest did not parse; .problems by field path
 """
 
-from kruntimes.api.names import (
-    validate_dns1123_label,
-    validate_env_name,
-    validate_handler,
-    validate_invocation_id,
-    validate_relative_file_name,
-)
-from kruntimes.api.outputs import OutputsError, encode_outputs, outputs_from_result, validate_outputs
-from kruntimes.api.phases import TERMINAL_PHASES, RunPhase, can_transition, is_active, is_terminal
-from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run
-from kruntimes.api.spec import (
-    FunctionMode,
-    InlineFile,
-    Metadata,
-    ModeSpec,
-    RetryPolicy,
-    RunSpec,
-    SourceSpec,
-    TaskMode,
-)
-from kruntimes.api.status import (
-    Condition,
-    ConditionReason,
-    ConditionStatus,
-    ConditionType,
-    Endpoint,
-    EndpointProtocol,
-    RunStatus,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kruntimes.api.names import (
+        validate_dns1123_label,
+        validate_env_name,
+        validate_handler,
+        validate_invocation_id,
+        validate_relative_file_name,
+    )
+    from kruntimes.api.outputs import OutputsError, encode_outputs, outputs_from_result, validate_outputs
+    from kruntimes.api.phases import TERMINAL_PHASES, RunPhase, can_transition, is_active, is_terminal
+    from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run
+    from kruntimes.api.spec import (
+        FunctionMode,
+        InlineFile,
+        Metadata,
+        ModeSpec,
+        RetryPolicy,
+        RunSpec,
+        SourceSpec,
+        TaskMode,
+    )
+    from kruntimes.api.status import (
+        Condition,
+        ConditionReason,
+        ConditionStatus,
+        ConditionType,
+        Endpoint,
+        EndpointProtocol,
+        RunStatus,
+    )
+
+_LAZY: dict[str, str] = {
+    "validate_dns1123_label": "kruntimes.api.names",
+    "validate_env_name": "kruntimes.api.names",
+    "validate_handler": "kruntimes.api.names",
+    "validate_invocation_id": "kruntimes.api.names",
+    "validate_relative_file_name": "kruntimes.api.names",
+    "OutputsError": "kruntimes.api.outputs",
+    "encode_outputs": "kruntimes.api.outputs",
+    "outputs_from_result": "kruntimes.api.outputs",
+    "validate_outputs": "kruntimes.api.outputs",
+    "TERMINAL_PHASES": "kruntimes.api.phases",
+    "RunPhase": "kruntimes.api.phases",
+    "can_transition": "kruntimes.api.phases",
+    "is_active": "kruntimes.api.phases",
+    "is_terminal": "kruntimes.api.phases",
+    "API_VERSION": "kruntimes.api.run",
+    "KIND": "kruntimes.api.run",
+    "ManifestError": "kruntimes.api.run",
+    "Run": "kruntimes.api.run",
+    "FunctionMode": "kruntimes.api.spec",
+    "InlineFile": "kruntimes.api.spec",
+    "Metadata": "kruntimes.api.spec",
+    "ModeSpec": "kruntimes.api.spec",
+    "RetryPolicy": "kruntimes.api.spec",
+    "RunSpec": "kruntimes.api.spec",
+    "SourceSpec": "kruntimes.api.spec",
+    "TaskMode": "kruntimes.api.spec",
+    "Condition": "kruntimes.api.status",
+    "ConditionReason": "kruntimes.api.status",
+    "ConditionStatus": "kruntimes.api.status",
+    "ConditionType": "kruntimes.api.status",
+    "Endpoint": "kruntimes.api.status",
+    "EndpointProtocol": "kruntimes.api.status",
+    "RunStatus": "kruntimes.api.status",
+}
 
 __all__ = [
     "API_VERSION",
@@ -72,3 +114,13 @@ __all__ = [
     "validate_outputs",
     "validate_relative_file_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on first use (a function process needs only outputs and limits)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -70,6 +70,14 @@ def _checked_json(outputs: object) -> bytes:
         raise OutputsError(
             field="outputs", reason="TooManyKeys", detail=f"{len(outputs)} keys, at most {MAX_OUTPUT_KEYS}"
         )
+    try:
+        data = _encode(outputs, field="outputs")
+    except OutputsError:
+        data = None  # find the value at fault below, for an error that names it
+    if data is not None and len(data) <= MAX_OUTPUT_VALUE_BYTES:
+        for key in outputs:  # no single value can be over its bound: check the keys only
+            _check_key(key)
+        return data
     for key, value in outputs.items():
         field = f"outputs.{_check_key(key)}"
         size = len(_encode(value, field=field))
@@ -77,7 +85,8 @@ def _checked_json(outputs: object) -> bytes:
             raise OutputsError(
                 field=field, reason="ValueTooLarge", detail=f"{size} bytes, at most {MAX_OUTPUT_VALUE_BYTES}"
             )
-    data = _encode(outputs, field="outputs")
+    if data is None:
+        data = _encode(outputs, field="outputs")
     if len(data) > MAX_OUTPUTS_TOTAL_BYTES:
         raise OutputsError(
             field="outputs", reason="TooLarge", detail=f"{len(data)} bytes, at most {MAX_OUTPUTS_TOTAL_BYTES}"
@@ -98,3 +107,32 @@ def validate_outputs(outputs: object) -> dict[str, object]:
 def encode_outputs(outputs: object) -> bytes:
     """Compact UTF-8 JSON of outputs, after every check of ``validate_outputs``."""
     return _checked_json(outputs)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_encoded(data: bytes) -> None:
+    """Check outputs that arrive already encoded from an untrusted producer (a function process).
+
+    Cheap when the document is small: no value can then exceed the per-value bound, so only the
+    shape and the keys are checked.
+    """
+    if len(data) > MAX_OUTPUTS_TOTAL_BYTES:
+        raise OutputsError(
+            field="outputs", reason="TooLarge", detail=f"{len(data)} bytes, at most {MAX_OUTPUTS_TOTAL_BYTES}"
+        )
+    try:
+        outputs = json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        raise OutputsError(field="outputs", reason="NotJSONSerializable", detail=str(e)[:200]) from e
+    if len(data) > MAX_OUTPUT_VALUE_BYTES or not isinstance(outputs, dict):
+        _checked_json(outputs)
+        return
+    if len(outputs) > MAX_OUTPUT_KEYS:
+        raise OutputsError(
+            field="outputs", reason="TooManyKeys", detail=f"{len(outputs)} keys, at most {MAX_OUTPUT_KEYS}"
+        )
+    for key in outputs:
+        _check_key(key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import inspect
 import json
@@ -95,8 +96,7 @@ class Worker:
         finally:
             _flush()
         try:
-            outputs = api_outputs.validate_outputs(api_outputs.outputs_from_result(result))
-            return framing.RESULT, api_outputs.encode_outputs(outputs)
+            return framing.RESULT, api_outputs.encode_outputs(api_outputs.outputs_from_result(result))
         except (api_outputs.OutputsError, TypeError, ValueError) as exc:
             return framing.ERROR, _error("InvalidOutput", str(exc))
 
@@ -111,14 +111,26 @@ def _flush() -> None:
             stream.flush()
 
 
-def _read_exact(sock: socket.socket, size: int) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            return None
-        chunks += chunk
-    return bytes(chunks)
+class _Reader:
+    """Frames from the control socket, usually one recv per request."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+
+    def frame(self) -> tuple[int, bytes] | None:
+        while True:
+            if len(self.buffer) >= framing.HEADER.size:
+                size, kind = framing.HEADER.unpack_from(self.buffer)
+                end = framing.HEADER.size + size
+                if len(self.buffer) >= end:
+                    body = bytes(self.buffer[framing.HEADER.size : end])
+                    del self.buffer[:end]
+                    return kind, body
+            chunk = self.sock.recv(max(65536, len(self.buffer)))
+            if not chunk:
+                return None
+            self.buffer += chunk
 
 
 def main(*, ctl_fd: int, workdir: str, handler: str, once: bool, context: dict[str, Any]) -> int:
@@ -128,15 +140,14 @@ def main(*, ctl_fd: int, workdir: str, handler: str, once: bool, context: dict[s
     except LoadError as exc:
         sock.sendall(framing.encode(framing.LOAD_ERROR, _error(exc.kind, str(exc))))
         return 3
+    gc.freeze()  # what the zygote and the handler module allocated is never collected again
     sock.sendall(framing.encode(framing.READY, b""))
+    reader = _Reader(sock)
     while True:
-        header = _read_exact(sock, framing.HEADER.size)
-        if header is None:
+        got = reader.frame()
+        if got is None or got[0] != framing.INVOKE:
             return 0
-        size, kind = framing.HEADER.unpack(header)
-        body = _read_exact(sock, size)
-        if body is None or kind != framing.INVOKE:
-            return 0
+        body = got[1]
         invocation_id, payload = framing.decode_invoke(body)
         result_kind, result = worker.call(invocation_id, payload)
         sock.sendall(framing.encode(result_kind, result))

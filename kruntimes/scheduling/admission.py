@@ -1,0 +1,445 @@
+"""Admission: which host takes a Run, or whether it queues, scales out or is rejected.
+
+Plain, deterministic functions over the pool's state; RuntimePoolWorkflow calls them and applies the
+result. Admission decides *who* or *whether to scale out*; providers decide *how* (seed 003, 77-86,
+1132-1146). ``(n)`` cites seed 003 lines.
+
+Invariants the pool keeps by applying decisions only through ``reserve``/``release``:
+no host holds more reservations than its capacity, and a run UID holds at most one reservation.
+
+Errors::
+
+    ValueError
+     └── ReservationConflict   reserve() refused; .reason is a stable string
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from kruntimes.scheduling.model import (
+    COUNTED_STATES,
+    PROVISIONING_STATES,
+    AdmissionRequest,
+    AssignToInstance,
+    Decision,
+    Host,
+    HostState,
+    QueueGlobally,
+    Reject,
+    RejectReason,
+    RequestScaleOut,
+    Reservation,
+    ScaleOutReason,
+    ScaleOutRequest,
+    TenancyMode,
+    TenantPolicy,
+)
+
+# Last step of provider resolution: hint -> runtime default -> this (seed 473-476; "local" there).
+DEFAULT_PROVIDER = "process"
+
+_HostKey = tuple[str, str]
+
+
+class ReservationConflict(ValueError):
+    """``reason`` is one of AlreadyReserved, HostNotReady, HostFull, HostNotVisible, RuntimeMismatch."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+class Placement(NamedTuple):
+    """A queued request that can take a slot now."""
+
+    request: AdmissionRequest
+    assignment: AssignToInstance
+
+
+# --- visibility -------------------------------------------------------------------------------
+
+
+def _owns(*, owner: str | None, owner_group: str | None, tenant: str | None, policy: TenantPolicy) -> bool:
+    return (owner is not None and owner == tenant) or (
+        owner_group is not None and owner_group == policy.group
+    )
+
+
+def is_visible(
+    *,
+    tenancy: TenancyMode,
+    owner: str | None,
+    owner_group: str | None,
+    tenant: str | None,
+    policy: TenantPolicy,
+) -> bool:
+    """May ``tenant`` (with ``policy``) see capacity of this scope? Seed 157-169, verbatim:
+
+    - Shared runtime instance: visible to Shared tenants; visible to Hybrid/Dedicated tenants only if
+      tenant settings allow shared fallback (158-160). TenantPolicy forbids fallback for Dedicated,
+      so a Dedicated tenant never sees shared capacity (968).
+    - Dedicated runtime instance: visible only if TenantId or TenantGroupId matches (161-162).
+    - Hybrid runtime instance: visible only if TenantId or TenantGroupId matches; AllowSharedFallback
+      does not make an unowned Hybrid runtime visible (163-169).
+
+    The rules look at the instance's mode and owner, not the tenant's mode: a tenant sees hosts it
+    owns whatever its own mode. Identity is the strong tenant/group fields, never labels (92-99, 120).
+    """
+    if tenancy is TenancyMode.Shared:
+        return policy.mode is TenancyMode.Shared or policy.allowSharedFallback
+    return _owns(owner=owner, owner_group=owner_group, tenant=tenant, policy=policy)
+
+
+def _host_visible(host: Host, request: AdmissionRequest, policy: TenantPolicy) -> bool:
+    return is_visible(
+        tenancy=host.tenancy,
+        owner=host.tenant,
+        owner_group=host.tenantGroup,
+        tenant=request.tenant,
+        policy=policy,
+    )
+
+
+def visible_hosts(*, hosts: Iterable[Host], request: AdmissionRequest) -> tuple[Host, ...]:
+    """The hosts ``request``'s tenant may see, in input order; none when it has no policy."""
+    policy = request.policy
+    if policy is None:
+        return ()
+    return tuple(h for h in hosts if _host_visible(h, request, policy))
+
+
+# --- capacity ---------------------------------------------------------------------------------
+
+
+def _key(host: Host) -> _HostKey:
+    return (host.hostId, host.hostUid)
+
+
+def _load(reservations: Iterable[Reservation]) -> Counter[_HostKey]:
+    return Counter((r.hostId, r.hostUid) for r in reservations)
+
+
+def free_slots(*, host: Host, reservations: Iterable[Reservation]) -> int:
+    """Slots of ``host`` not reserved. Reservations of an older host with the same id do not count."""
+    return max(0, host.capacity - _load(reservations)[_key(host)])
+
+
+def _candidates(
+    hosts: Iterable[Host], load: Counter[_HostKey], request: AdmissionRequest, policy: TenantPolicy
+) -> list[Host]:
+    # Eligibility (1150-1160), mapped: role is runtime -> same runtime; status ready, not draining,
+    # heartbeat not stale -> state Ready (a stale host is Lost); tenant visible; can accept run,
+    # available run slots > 0, available workers > 0 -> free slots > 0 (one worker per slot here).
+    eligible = [
+        h
+        for h in hosts
+        if h.runtime == request.runtime
+        and h.state is HostState.Ready
+        and h.capacity - load[_key(h)] > 0
+        and _host_visible(h, request, policy)
+    ]
+
+    # Ordering (1161-1167): most available run slots first, then fewest running runs, then
+    # RuntimeInstanceId ordinal. Before all of them, PreferDedicatedCapacity puts the tenant's own
+    # hosts ahead of shared ones (131, 141). Worker count, queued count and last heartbeat have no
+    # counterpart here (one worker per slot, no per-host queue, heartbeats go to gateways).
+    def order(h: Host) -> tuple[bool, int, int, str, str]:
+        shared_first_penalty = policy.preferDedicatedCapacity and h.tenancy is TenancyMode.Shared
+        used = load[_key(h)]
+        return (shared_first_penalty, -(h.capacity - used), used, h.hostId, h.hostUid)
+
+    return sorted(eligible, key=order)
+
+
+def candidates(
+    *, hosts: Iterable[Host], reservations: Iterable[Reservation], request: AdmissionRequest
+) -> tuple[Host, ...]:
+    """Hosts that could take ``request`` now, best first."""
+    policy = request.policy
+    if policy is None:
+        return ()
+    return tuple(_candidates(hosts, _load(reservations), request, policy))
+
+
+# --- providers --------------------------------------------------------------------------------
+
+
+def provider_name(*, hint: str | None, runtime_default: str | None) -> str:
+    """Seed 473-476: request hint, then the runtime's provider, then the default."""
+    return hint or runtime_default or DEFAULT_PROVIDER
+
+
+def select_provider(
+    *, hint: str | None, runtime_default: str | None, known: Collection[str] | None
+) -> str | None:
+    """The provider to scale out with, or None when it is not one of ``known`` (None: any name).
+
+    An unknown hint is an error, not a reason to fall back (526: "structured failure when provider
+    is missing")."""
+    name = provider_name(hint=hint, runtime_default=runtime_default)
+    return name if known is None or name in known else None
+
+
+# --- admission --------------------------------------------------------------------------------
+
+
+def _scope_owner(request: AdmissionRequest, policy: TenantPolicy) -> str | None:
+    # The host a scale-out creates for this tenant: shared for Shared tenants, owned otherwise
+    # (503-520: dedicated -> tenant-a-runtime-*, hybrid -> tenant-b-runtime-*, shared -> runtime-instance-*).
+    return None if policy.mode is TenancyMode.Shared else request.tenant
+
+
+def _in_scope(tenancy: TenancyMode, owner: str | None, *, scope_owner: str | None) -> bool:
+    # 502: count the hosts of the requested tenant scope, not the global host count. By owner,
+    # the strong field, rather than by id prefix (94-99).
+    if scope_owner is None:
+        return tenancy is TenancyMode.Shared
+    return tenancy is not TenancyMode.Shared and owner == scope_owner
+
+
+class _Source(NamedTuple):
+    """Capacity on its way: a provisioning host or a scale-out without a host yet."""
+
+    tenancy: TenancyMode
+    owner: str | None
+    owner_group: str | None
+    slots: int
+
+    def visible_to(self, request: AdmissionRequest) -> bool:
+        policy = request.policy
+        return policy is not None and is_visible(
+            tenancy=self.tenancy,
+            owner=self.owner,
+            owner_group=self.owner_group,
+            tenant=request.tenant,
+            policy=policy,
+        )
+
+
+def _unmaterialized(pending: Iterable[ScaleOutRequest], hosts: Sequence[Host]) -> list[ScaleOutRequest]:
+    # A scale-out whose host is already in the pool is counted as that host (whatever its state).
+    known = {h.hostId for h in hosts}
+    return [s for s in pending if s.hostId is None or s.hostId not in known]
+
+
+def admit(
+    *,
+    request: AdmissionRequest,
+    hosts: Sequence[Host],
+    reservations: Sequence[Reservation],
+    queue: Sequence[AdmissionRequest],
+    pending_scale_outs: Sequence[ScaleOutRequest],
+    runtime: str,
+    max_queue: int,
+    max_hosts: int,
+    default_provider: str | None = None,
+    providers: Collection[str] | None = None,
+) -> Decision:
+    """Decide for one request (1133-1137: AssignToInstance, QueueGlobally, RequestScaleOut, Reject).
+
+    1. Not this pool's runtime: Reject(RuntimeUnknown). A named tenant without a policy:
+       Reject(TenantNotAllowed).
+    2. Idempotent: a run that holds a reservation gets that host again; a queued run keeps its place.
+    3. A candidate host: AssignToInstance(best candidate).
+    4. Otherwise the run must wait in the bounded FIFO; no room: Reject(QueueFull).
+    5. Capacity already on its way that this run can see (provisioning hosts, pending scale-outs)
+       covers it and the queued runs that compete for it: QueueGlobally.
+    6. Room under the runtime's and the tenant scope's maxHosts: RequestScaleOut for the tenant's
+       scope (788-790), the run queued behind it; an unknown provider: Reject(NoProvider).
+    7. A visible host will free a slot or become ready: QueueGlobally. Nothing ever will:
+       Reject(MaxHostsReached).
+    """
+    if request.runtime != runtime:
+        return Reject(
+            reason=RejectReason.RuntimeUnknown,
+            message=f"runtime {request.runtime!r} is not served by the {runtime!r} pool",
+        )
+    policy = request.policy
+    if policy is None:
+        return Reject(
+            reason=RejectReason.TenantNotAllowed,
+            message=f"tenant {request.tenant!r} is not configured on this platform",
+        )
+
+    for held in reservations:
+        if held.runUid == request.runUid:
+            return AssignToInstance(hostId=held.hostId, hostUid=held.hostUid)
+    for position, queued in enumerate(queue):
+        if queued.runUid == request.runUid:
+            return QueueGlobally(position=position)
+
+    pool = [h for h in hosts if h.runtime == runtime]
+    load = _load(reservations)
+    found = _candidates(pool, load, request, policy)
+    if found:
+        return AssignToInstance(hostId=found[0].hostId, hostUid=found[0].hostUid)
+
+    if len(queue) >= max_queue:
+        return Reject(
+            reason=RejectReason.QueueFull,
+            message=f"no free slot and the {runtime!r} queue holds its limit of {max_queue} runs",
+        )
+    position = len(queue)
+
+    pending = _unmaterialized((s for s in pending_scale_outs if s.pending and s.runtime == runtime), pool)
+    sources = [
+        _Source(h.tenancy, h.tenant, h.tenantGroup, max(0, h.capacity - load[_key(h)]))
+        for h in pool
+        if h.state in PROVISIONING_STATES
+    ] + [_Source(s.tenancy, s.tenant, s.tenantGroup, s.slots) for s in pending]
+    mine = [s for s in sources if s.visible_to(request)]
+    supply = sum(s.slots for s in mine)
+    if supply > 0:
+        competing = sum(1 for q in queue if q.runtime == runtime and any(s.visible_to(q) for s in mine))
+        if competing + 1 <= supply:
+            return QueueGlobally(position=position)
+
+    scope_owner = _scope_owner(request, policy)
+    counted = [h for h in pool if h.state in COUNTED_STATES]
+    blocker: str | None = None
+    if len(counted) + len(pending) >= max_hosts:
+        blocker = f"runtime {runtime!r} has reached maxHosts={max_hosts}"
+    elif policy.maxHosts is not None:
+        in_scope = sum(1 for h in counted if _in_scope(h.tenancy, h.tenant, scope_owner=scope_owner))
+        in_scope += sum(1 for s in pending if _in_scope(s.tenancy, s.tenant, scope_owner=scope_owner))
+        if in_scope >= policy.maxHosts:
+            scope = "the shared pool" if scope_owner is None else f"tenant {scope_owner!r}"
+            blocker = f"{scope} has reached its maxHosts={policy.maxHosts} on runtime {runtime!r}"
+
+    if blocker is None:
+        provider = select_provider(
+            hint=request.providerHint, runtime_default=default_provider, known=providers
+        )
+        if provider is None:
+            name = provider_name(hint=request.providerHint, runtime_default=default_provider)
+            return Reject(reason=RejectReason.NoProvider, message=f"no host provider named {name!r}")
+        return RequestScaleOut(
+            reason=ScaleOutReason.NoVisibleCapacity,
+            provider=provider,
+            tenant=scope_owner,
+            policy=policy,
+            position=position,
+        )
+
+    will_free = any(h.state is HostState.Ready and _host_visible(h, request, policy) for h in pool)
+    if mine or will_free:
+        return QueueGlobally(position=position)
+    return Reject(reason=RejectReason.MaxHostsReached, message=f"no capacity can appear: {blocker}")
+
+
+def next_from_queue(
+    *, queue: Sequence[AdmissionRequest], hosts: Sequence[Host], reservations: Sequence[Reservation]
+) -> tuple[Placement, ...]:
+    """The queued requests that can take a slot now, in FIFO order, each with its host.
+
+    Slots are handed out in queue order, so an earlier request always wins a slot a later one
+    could also use. A request that cannot be placed does not block later ones (no head-of-line
+    blocking): tenants' capacity is disjoint, and the seed's pump re-evaluates admission per item
+    (1107-1118). A run that already holds a reservation, or repeats an earlier entry, is skipped.
+    """
+    load = _load(reservations)
+    placed = {r.runUid for r in reservations}
+    out: list[Placement] = []
+    for request in queue:
+        policy = request.policy
+        if policy is None or request.runUid in placed:
+            continue
+        found = _candidates(hosts, load, request, policy)
+        if not found:
+            continue
+        host = found[0]
+        load[_key(host)] += 1
+        placed.add(request.runUid)
+        out.append(Placement(request, AssignToInstance(hostId=host.hostId, hostUid=host.hostUid)))
+    return tuple(out)
+
+
+# --- applying decisions -----------------------------------------------------------------------
+
+
+def reserve(
+    *, reservations: Sequence[Reservation], request: AdmissionRequest, host: Host, at: datetime
+) -> tuple[Reservation, ...]:
+    """Take one slot of ``host`` for ``request`` (1173-1186: admission selects, then reserves).
+
+    Reserving the slot the run already holds is a no-op; every other way of breaking an invariant
+    or the tenant boundary (242: never dispatch to a host that is not tenant-visible) raises.
+    """
+    for held in reservations:
+        if held.runUid == request.runUid:
+            if (held.hostId, held.hostUid) == _key(host):
+                return tuple(reservations)
+            raise ReservationConflict(
+                "AlreadyReserved", f"run {request.runUid} already holds a slot on {held.hostId}"
+            )
+    if host.runtime != request.runtime:
+        raise ReservationConflict(
+            "RuntimeMismatch", f"host {host.hostId} runs {host.runtime!r}, not {request.runtime!r}"
+        )
+    if host.state is not HostState.Ready:
+        raise ReservationConflict("HostNotReady", f"host {host.hostId} is {host.state}")
+    policy = request.policy
+    if policy is None or not _host_visible(host, request, policy):
+        raise ReservationConflict(
+            "HostNotVisible", f"host {host.hostId} is not visible to {request.tenant!r}"
+        )
+    if free_slots(host=host, reservations=reservations) <= 0:
+        raise ReservationConflict("HostFull", f"host {host.hostId} has no free slot of {host.capacity}")
+    reservation = Reservation(
+        runUid=request.runUid, hostId=host.hostId, hostUid=host.hostUid, tenant=request.tenant, reservedAt=at
+    )
+    return (*reservations, reservation)
+
+
+def release(*, reservations: Sequence[Reservation], run_uid: str) -> tuple[Reservation, ...]:
+    """Give back the run's slot; releasing a run that holds none is a no-op."""
+    return tuple(r for r in reservations if r.runUid != run_uid)
+
+
+def release_host(
+    *, reservations: Sequence[Reservation], host_id: str
+) -> tuple[tuple[Reservation, ...], tuple[str, ...]]:
+    """Drop every reservation on a host leaving the pool; returns (kept, run UIDs released)."""
+    kept = tuple(r for r in reservations if r.hostId != host_id)
+    released = tuple(r.runUid for r in reservations if r.hostId == host_id)
+    return kept, released
+
+
+def withdraw(*, queue: Sequence[AdmissionRequest], run_uid: str) -> tuple[AdmissionRequest, ...]:
+    """Take a run out of the queue (cancelled, deleted, timed out); absent is a no-op."""
+    return tuple(q for q in queue if q.runUid != run_uid)
+
+
+# --- host supervision -------------------------------------------------------------------------
+
+
+def hosts_to_warm(
+    *,
+    hosts: Sequence[Host],
+    pending_scale_outs: Sequence[ScaleOutRequest],
+    runtime: str,
+    min_hosts: int,
+    max_hosts: int,
+) -> int:
+    """Shared hosts to request so the runtime keeps its warm minimum, within maxHosts.
+
+    Warm hosts are shared capacity, so only shared hosts that are or will be Ready count.
+    """
+    pool = [h for h in hosts if h.runtime == runtime]
+    pending = _unmaterialized((s for s in pending_scale_outs if s.pending and s.runtime == runtime), pool)
+    warm_states = PROVISIONING_STATES | {HostState.Ready}
+    warm = sum(1 for h in pool if h.state in warm_states and h.tenancy is TenancyMode.Shared)
+    warm += sum(1 for s in pending if s.tenancy is TenancyMode.Shared)
+    room = max_hosts - sum(1 for h in pool if h.state in COUNTED_STATES) - len(pending)
+    return max(0, min(min_hosts - warm, room))
+
+
+def assignment_overdue(*, host: Host, now: datetime, assignment_timeout_seconds: float) -> bool:
+    """An Assigned host that has not become Ready within 2x the assignment timeout (seed 002)."""
+    if host.state is not HostState.Assigned or host.assignedAt is None:
+        return False
+    return now - host.assignedAt > timedelta(seconds=2 * assignment_timeout_seconds)
