@@ -1,0 +1,80 @@
+"""The gRPC seam of the host providers: is this endpoint a serving Runtime Server, and which one.
+
+Errors::
+
+    Exception
+     └── HostRpcError   .reason: EndpointInvalid | ProviderUnavailable | InvalidResponse
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from activities.hosts.model import CreatedHost
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.scheduling.failures import FailureReason
+
+# The stubs of grpc_health type HealthStub without its methods; call the method by name instead.
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+# Status codes that mean "this endpoint is not a Runtime Server", not "try again later".
+_NOT_A_HOST = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND})
+
+
+class HostRpcError(Exception):
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    host_id: str
+    host_uid: str
+    runtime: str
+
+
+def check_address(address: str) -> str:
+    """``host:port`` with a non-empty host and a port in 1..65535, or HostRpcError(EndpointInvalid)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise HostRpcError(FailureReason.EndpointInvalid, f"address {address!r:.80} is not host:port")
+    return address
+
+
+async def identify(address: str, *, timeout_s: float) -> HostIdentity:
+    """Health SERVING, then HostInfo: the identity of the Runtime Server at ``address``."""
+    check_address(address)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            answer = await channel.unary_unary(
+                _HEALTH_CHECK,
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
+            if answer.status != health_pb2.HealthCheckResponse.SERVING:
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+                raise HostRpcError(FailureReason.ProviderUnavailable, f"{address} is {status}")
+            info = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(
+                pb.HostInfoRequest(), timeout=timeout_s
+            )
+    except grpc.aio.AioRpcError as e:
+        reason = (
+            FailureReason.InvalidResponse if e.code() in _NOT_A_HOST else FailureReason.ProviderUnavailable
+        )
+        raise HostRpcError(reason, f"{address}: {e.code().name}: {e.details()}") from e
+    if not info.host_uid:
+        raise HostRpcError(FailureReason.InvalidResponse, f"{address} reported no host uid")
+    return HostIdentity(host_id=info.host_id, host_uid=info.host_uid, runtime=info.runtime)
+
+
+async def serves(host: CreatedHost, *, timeout_s: float) -> bool:
+    """The probe every provider shares: serving, and still the incarnation ``host`` names."""
+    try:
+        identity = await identify(host.address, timeout_s=timeout_s)
+    except HostRpcError:
+        return False
+    return identity.host_uid == host.hostUid

@@ -1,0 +1,57 @@
+"""The attach provider: adopt a Runtime Server that something else runs (and keeps running)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from activities.hosts._rpc import HostRpcError, identify, serves
+from activities.hosts.base import provider_error
+from activities.hosts.model import CreatedHost, HostSpec
+from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+
+
+class AttachProvider:
+    """Hosts at known addresses (``spec.attachAddress``); delete forgets them, never stops them."""
+
+    def __init__(self, *, name: str = "attach", rpc_timeout_s: float = 5.0) -> None:
+        self.name = name
+        self.rpc_timeout_s = rpc_timeout_s
+
+    async def create(self, spec: HostSpec) -> CreatedHost:
+        if spec.attachAddress is None:
+            raise self._error(FailureReason.EndpointMissing, spec, "attach needs spec.attachAddress")
+        try:
+            identity = await identify(spec.attachAddress, timeout_s=self.rpc_timeout_s)
+        except HostRpcError as e:
+            raise self._error(e.reason, spec, str(e)) from e
+        if identity.runtime != spec.runtime:
+            raise self._error(
+                FailureReason.OperationRejected,
+                spec,
+                f"{spec.attachAddress} serves runtime {identity.runtime!r}, not {spec.runtime!r}",
+            )
+        return CreatedHost(
+            provider=self.name,
+            runtime=spec.runtime,
+            hostId=spec.hostId,
+            hostUid=identity.host_uid,
+            address=spec.attachAddress,
+            pid=None,
+            createdAt=datetime.now(UTC),
+        )
+
+    async def delete(self, *, runtime: str, host_id: str, host_uid: str) -> bool:
+        return False
+
+    async def probe(self, host: CreatedHost) -> bool:
+        return await serves(host, timeout_s=self.rpc_timeout_s)
+
+    def _error(self, reason: FailureReason, spec: HostSpec, message: str) -> ProviderError:
+        return provider_error(
+            reason,
+            provider=self.name,
+            operation=ProviderOperation.Attach,
+            host=spec.hostId,
+            tenant=spec.tenant,
+            message=message,
+        )

@@ -1,0 +1,145 @@
+"""The host-provider interface and the manager that dispatches to providers by name.
+
+Every failure leaving the manager is a ``ProviderError`` carrying a structured ``ProviderFailure``
+(provider, host, operation, reason, retryable, message); library errors are wrapped at the
+provider boundary and anything that slips through becomes ``UnexpectedError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from typing import Protocol, TypeVar
+
+from activities.hosts.model import CreatedHost, HostSpec
+from kruntimes.api.names import validate_dns1123_label
+from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
+
+T = TypeVar("T")
+
+# ProviderFailure.provider must be a valid name; a lookup of a malformed one reports this instead.
+_INVALID_PROVIDER = "invalid"
+
+
+class HostProvider(Protocol):
+    """One way of creating hosts (process, attach, kubernetes ...)."""
+
+    name: str
+
+    async def create(self, spec: HostSpec) -> CreatedHost:
+        """Start (or adopt) the host, return once it serves. Idempotent per (runtime, hostId)."""
+        ...
+
+    async def delete(self, *, runtime: str, host_id: str, host_uid: str) -> bool:
+        """Stop that incarnation of the host; True if something was stopped, False if absent."""
+        ...
+
+    async def probe(self, host: CreatedHost) -> bool:
+        """Whether the host serves (gRPC health SERVING) and is still the same incarnation."""
+        ...
+
+
+def provider_error(
+    reason: FailureReason,
+    *,
+    provider: str,
+    operation: ProviderOperation,
+    host: str | None = None,
+    tenant: str | None = None,
+    message: str = "",
+    retryable: bool | None = None,
+) -> ProviderError:
+    """A ProviderError whose ``retryable`` defaults to the catalogue's answer for ``reason``."""
+    failure = ProviderFailure.of(
+        reason,
+        retryable=retryable,
+        provider=provider,
+        operation=operation,
+        host=host or None,
+        tenant=tenant,
+        message=message,
+    )
+    return ProviderError(failure)
+
+
+class HostManager:
+    """The providers of one worker, looked up by their stable lowercase names."""
+
+    def __init__(self, providers: Iterable[HostProvider]) -> None:
+        self._providers: dict[str, HostProvider] = {}
+        for provider in providers:
+            validate_dns1123_label(provider.name, field="provider")
+            if provider.name in self._providers:
+                raise ValueError(f"duplicate host provider name: {provider.name}")
+            self._providers[provider.name] = provider
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._providers)
+
+    def provider(self, name: str) -> HostProvider:
+        found = self._providers.get(name)
+        if found is not None:
+            return found
+        try:
+            validate_dns1123_label(name, field="provider")
+        except ValueError:
+            reported = _INVALID_PROVIDER
+        else:
+            reported = name
+        raise provider_error(
+            FailureReason.ProviderNotFound,
+            provider=reported,
+            operation=ProviderOperation.Select,
+            message=f"no host provider named {name!r:.80}; known: {', '.join(self._providers) or 'none'}",
+        )
+
+    async def create(self, spec: HostSpec) -> CreatedHost:
+        provider = self.provider(spec.provider)
+        return await _guarded(
+            provider.create(spec),
+            provider=provider.name,
+            operation=ProviderOperation.Create,
+            host=spec.hostId,
+            tenant=spec.tenant,
+        )
+
+    async def delete(self, *, provider: str, runtime: str, host_id: str, host_uid: str) -> bool:
+        found = self.provider(provider)
+        return await _guarded(
+            found.delete(runtime=runtime, host_id=host_id, host_uid=host_uid),
+            provider=found.name,
+            operation=ProviderOperation.Delete,
+            host=host_id,
+        )
+
+    async def probe(self, host: CreatedHost) -> bool:
+        provider = self.provider(host.provider)
+        return await _guarded(
+            provider.probe(host),
+            provider=provider.name,
+            operation=ProviderOperation.Status,
+            host=host.hostId,
+        )
+
+
+async def _guarded(
+    call: Awaitable[T],
+    *,
+    provider: str,
+    operation: ProviderOperation,
+    host: str | None,
+    tenant: str | None = None,
+) -> T:
+    try:
+        return await call
+    except ProviderError:
+        raise
+    except Exception as e:
+        raise provider_error(
+            FailureReason.UnexpectedError,
+            provider=provider,
+            operation=operation,
+            host=host,
+            tenant=tenant,
+            message=f"{type(e).__name__}: {e}",
+        ) from e

@@ -1,0 +1,186 @@
+"""Activities that call a runtime host's Runtime Server over gRPC.
+
+Failures become ApplicationErrors whose type is the host's stable reason: transport trouble
+(UNAVAILABLE, DEADLINE_EXCEEDED) is retryable, everything the host decided is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC
+
+import grpc
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from kruntimes.api.run import Run
+from kruntimes.lifecycle import (
+    CancelTaskInput,
+    FunctionState,
+    RegisterInput,
+    RegisterResult,
+    StatusInput,
+    TaskInput,
+    TaskResult,
+    UnregisterInput,
+)
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+
+RPC_TIMEOUT_S = 30.0
+REGISTER_TIMEOUT_S = 90.0  # includes loading the handler module
+TASK_HEARTBEAT_S = 5.0
+_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+
+_TASK_STATUS = {
+    pb.TASK_STATUS_SUCCEEDED: "Succeeded",
+    pb.TASK_STATUS_FAILED: "Failed",
+    pb.TASK_STATUS_TIMED_OUT: "Timeout",
+    pb.TASK_STATUS_CANCELLED: "Cancelled",
+}
+
+
+def _reason(err: grpc.aio.AioRpcError) -> str:
+    for key, value in err.trailing_metadata() or ():
+        if key == "krt-reason":
+            return str(value)
+    return "HostUnavailable" if err.code() in _RETRYABLE else err.code().name
+
+
+def host_error(err: grpc.aio.AioRpcError, *, address: str) -> ApplicationError:
+    reason = _reason(err)
+    return ApplicationError(
+        f"runtime host {address}: {err.details() or err.code().name}",
+        type=reason,
+        non_retryable=err.code() not in _RETRYABLE,
+    )
+
+
+def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
+    spec = run.spec
+    config = pb.FunctionConfig(adapter=adapter, handler=spec.handler, env=dict(spec.env))
+    if spec.source.path is not None:
+        config.source_path = spec.source.path
+    else:
+        files = spec.source.inline or []
+        config.inline.CopyFrom(
+            pb.InlineSource(
+                files=[pb.InlineFile(name=f.name, content=f.content.encode(), executable=f.executable) for f in files]
+            )
+        )
+    return config
+
+
+class RuntimeHostActivities:
+    """One gRPC channel per host address, kept for the worker's lifetime."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, address: str) -> pb_grpc.FunctionRuntimeAsyncStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+        return pb_grpc.FunctionRuntimeStub(channel)
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+    @activity.defn(name="register_function")
+    async def register_function(self, input: RegisterInput) -> RegisterResult:
+        request = pb.RegisterFunctionRequest(
+            run=pb.RunRef(
+                run_uid=input.runUid,
+                attempt=input.attempt,
+                namespace=input.namespace,
+                name=input.name,
+                runtime=input.runtime,
+            ),
+            config=function_config(input.run, input.adapter),
+        )
+        try:
+            answer = await self._stub(input.address).RegisterFunction(request, timeout=REGISTER_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise host_error(err, address=input.address) from err
+        return RegisterResult(registrationId=answer.registration_id, hostUid=answer.host_uid, created=answer.created)
+
+    @activity.defn(name="function_status")
+    async def function_status(self, input: StatusInput) -> FunctionState:
+        request = pb.FunctionStatusRequest(registration_id=input.registrationId)
+        try:
+            answer = await self._stub(input.address).FunctionStatus(request, timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise host_error(err, address=input.address) from err
+        return FunctionState(
+            registered=answer.registered,
+            ready=answer.ready,
+            fatalError=answer.fatal_error,
+            inFlight=answer.in_flight,
+            lastActivity=answer.last_activity.ToDatetime(tzinfo=UTC) if answer.registered else None,
+            hostUid=answer.host_uid,
+        )
+
+    @activity.defn(name="unregister_function")
+    async def unregister_function(self, input: UnregisterInput) -> bool:
+        request = pb.UnregisterFunctionRequest(
+            registration_id=input.registrationId, grace_ms=int(input.graceSeconds * 1000)
+        )
+        try:
+            answer = await self._stub(input.address).UnregisterFunction(
+                request, timeout=RPC_TIMEOUT_S + input.graceSeconds
+            )
+        except grpc.aio.AioRpcError as err:
+            raise host_error(err, address=input.address) from err
+        return bool(answer.existed)
+
+    @activity.defn(name="execute_task")
+    async def execute_task(self, input: TaskInput) -> TaskResult:
+        """Runs the task on the host, heartbeating; cancelling the activity cancels the task."""
+        request = pb.ExecuteTaskRequest(
+            run=pb.RunRef(
+                run_uid=input.runUid,
+                attempt=input.attempt,
+                namespace=input.namespace,
+                name=input.name,
+                runtime=input.runtime,
+            ),
+            config=function_config(input.run, input.adapter),
+            input=b"null",
+            timeout_ms=max(1, int(input.timeoutSeconds * 1000)),
+        )
+        call = self._stub(input.address).ExecuteTask(request, timeout=input.timeoutSeconds + RPC_TIMEOUT_S)
+        try:
+            while True:
+                done, _ = await asyncio.wait({asyncio.ensure_future(_result(call))}, timeout=TASK_HEARTBEAT_S)
+                if done:
+                    answer = done.pop().result()
+                    break
+                activity.heartbeat()
+        except asyncio.CancelledError:
+            call.cancel()
+            await self.cancel_task(CancelTaskInput(address=input.address, runUid=input.runUid, attempt=input.attempt))
+            raise
+        except grpc.aio.AioRpcError as err:
+            raise host_error(err, address=input.address) from err
+        return TaskResult(
+            status=_TASK_STATUS.get(answer.status, "Failed"),
+            exitCode=answer.exit_code,
+            outputs=json.loads(answer.outputs_json) if answer.outputs_json else None,
+            message=answer.error.message if answer.HasField("error") else "",
+        )
+
+    @activity.defn(name="cancel_task")
+    async def cancel_task(self, input: CancelTaskInput) -> bool:
+        request = pb.CancelTaskRequest(run_uid=input.runUid, attempt=input.attempt)
+        try:
+            answer = await self._stub(input.address).CancelTask(request, timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise host_error(err, address=input.address) from err
+        return bool(answer.existed)
+
+
+async def _result(call: grpc.aio.UnaryUnaryCall[pb.ExecuteTaskRequest, pb.ExecuteTaskResponse]) -> pb.ExecuteTaskResponse:
+    return await call

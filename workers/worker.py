@@ -1,0 +1,157 @@
+"""The Temporal worker: `krt worker` or `python -m workers.worker`.
+
+Registers every workflow and activity, reads the platform config once, makes sure each runtime's
+pool workflow runs with the current config, and exposes the SDK's metrics for Prometheus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.worker import Worker
+
+from activities.host_manager import HostActivities
+from activities.hosts import default_manager
+from activities.runtime_host import RuntimeHostActivities
+from kruntimes import logs
+from kruntimes.config import PlatformConfig, load_config
+from kruntimes.lifecycle import (
+    POOL_TASK_QUEUE,
+    SIGNAL_CONFIGURE,
+    TASK_QUEUE,
+    PlatformInfo,
+    PoolConfig,
+    PoolInput,
+    pool_workflow_id,
+)
+from workflows.cleanup import CleanupWorkflow
+from workflows.pool import RuntimePoolWorkflow
+from workflows.run import RunWorkflow
+from workflows.scaleout import ScaleOutWorkflow
+
+log = logging.getLogger(__name__)
+
+RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow]
+POOL_WORKFLOWS = [RuntimePoolWorkflow]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    temporal_address: str
+    namespace: str
+    config: PlatformConfig
+    platform: PlatformInfo
+    metrics_address: str | None = None
+
+
+async def connect(address: str, namespace: str, *, runtime: Runtime | None = None) -> Client:
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime
+    )
+
+
+async def ensure_pools(client: Client, settings: WorkerSettings) -> None:
+    """Start each runtime's pool, or give a running one the current config (signal-with-start)."""
+    for runtime in settings.config.runtimes:
+        config = PoolConfig(
+            runtime=runtime,
+            tenants=settings.config.tenants,
+            queueLimit=settings.config.queueLimit,
+            platform=settings.platform,
+        )
+        await client.start_workflow(
+            RuntimePoolWorkflow.run,
+            PoolInput(config=config),
+            id=pool_workflow_id(runtime.name),
+            task_queue=POOL_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal=SIGNAL_CONFIGURE,
+            start_signal_args=[config],
+        )
+
+
+@contextlib.asynccontextmanager
+async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
+    hosts = RuntimeHostActivities()
+    manager = HostActivities(default_manager())
+    activities = [
+        hosts.register_function,
+        hosts.function_status,
+        hosts.unregister_function,
+        hosts.execute_task,
+        hosts.cancel_task,
+        manager.create_host,
+        manager.delete_host,
+    ]
+    workers = [
+        Worker(client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=activities),
+        Worker(client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS),
+    ]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        await ensure_pools(client, settings)
+        yield workers
+    finally:
+        for w in workers:
+            await w.shutdown()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await hosts.close()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="krt worker", description="Run the kruntimes Temporal worker.")
+    parser.add_argument("--temporal-address", default="127.0.0.1:7233")
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--config", type=Path, help="platform config YAML (default: python and bash runtimes)")
+    parser.add_argument("--state-dir", type=Path, required=True, help="where process hosts live")
+    parser.add_argument("--gateway-url", default="https://127.0.0.1:8443")
+    parser.add_argument("--ca-file", type=Path, help="the gateway CA (PEM) put into Run endpoints")
+    parser.add_argument("--metrics-address", help="host:port for Prometheus metrics, e.g. 127.0.0.1:9464")
+    parser.add_argument("--log-level", default="info")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> WorkerSettings:
+    ca = args.ca_file.read_text() if args.ca_file else None
+    return WorkerSettings(
+        temporal_address=args.temporal_address,
+        namespace=args.namespace,
+        config=load_config(args.config),
+        platform=PlatformInfo(gatewayUrl=args.gateway_url, caBundle=ca, stateDir=str(args.state_dir.resolve())),
+        metrics_address=args.metrics_address,
+    )
+
+
+async def serve(settings: WorkerSettings) -> None:
+    runtime = None
+    if settings.metrics_address:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address)))
+    client = await connect(settings.temporal_address, settings.namespace, runtime=runtime)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_workers(client, settings):
+        log.info("worker running", extra={"temporal": settings.temporal_address, "namespace": settings.namespace})
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.setup(args.log_level)
+    asyncio.run(serve(settings_from(args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Helpers shared by the workflows: search attributes, retry policies, error text."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+
+KRT_PHASE = SearchAttributeKey.for_keyword("KrtPhase")
+KRT_RUNTIME = SearchAttributeKey.for_keyword("KrtRuntime")
+KRT_NAMESPACE = SearchAttributeKey.for_keyword("KrtNamespace")
+KRT_MODE = SearchAttributeKey.for_keyword("KrtMode")
+KRT_TENANT = SearchAttributeKey.for_keyword("KrtTenant")
+KRT_RUN_UID = SearchAttributeKey.for_keyword("KrtRunUid")
+
+# Transport trouble with a host is retried inside one lifecycle attempt, a bounded number of times.
+HOST_CALL_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=6,
+)
+# Cleanup must finish: it retries longer.
+CLEANUP_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=20,
+)
+
+
+def failure_text(err: BaseException) -> str:
+    """The innermost message of an activity or child failure, for status.message."""
+    while isinstance(err, ActivityError | ChildWorkflowError) and err.cause is not None:
+        err = err.cause
+    if isinstance(err, FailureError):
+        return err.message
+    return str(err)
+
+
+def failure_type(err: BaseException) -> str:
+    while isinstance(err, ActivityError | ChildWorkflowError) and err.cause is not None:
+        err = err.cause
+    if isinstance(err, ApplicationError) and err.type:
+        return err.type
+    return type(err).__name__

@@ -1,0 +1,402 @@
+"""RunWorkflow: the lifecycle of one Run (workflow id run/{namespace}/{name}).
+
+    Pending ─▶ Scheduled ─▶ Running ─▶ Ready                      (function mode)
+    Pending ─▶ Scheduled ─▶ Running ─▶ Succeeded | Failed | Timeout (task mode)
+    any non-terminal ─▶ Cancelled | Failed | Timeout
+
+Capacity comes from the runtime's pool workflow (admission by signal, the answer by signal).
+Registration failures retry per spec.retryPolicy, each retry a new `attempt`; transport retries of
+one RegisterFunction stay within the attempt. The idle clock lives in the Runtime Server: the
+workflow reads FunctionStatus.lastActivity only when its idle timer fires, then re-arms.
+Every terminal path runs the cleanup finalizer (CleanupWorkflow), which releases the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from kruntimes.api.phases import RunPhase, is_terminal
+    from kruntimes.api.run import Run
+    from kruntimes.api.status import (
+        Condition,
+        ConditionReason,
+        ConditionStatus,
+        ConditionType,
+        Endpoint,
+        EndpointProtocol,
+        RunStatus,
+    )
+    from kruntimes.lifecycle import (
+        DEFAULT_RETENTION_SECONDS,
+        QUERY_STATUS,
+        SIGNAL_ADMIT,
+        SIGNAL_ASSIGNED,
+        SIGNAL_CANCEL,
+        SIGNAL_REJECTED,
+        TASK_QUEUE,
+        UPDATE_DELETE,
+        AdmitSignal,
+        Assignment,
+        CleanupInput,
+        CleanupResult,
+        FunctionState,
+        RegisterInput,
+        RegisterResult,
+        Rejection,
+        RunInput,
+        StatusInput,
+        TaskInput,
+        TaskResult,
+        cleanup_workflow_id,
+        invoke_url,
+        pool_workflow_id,
+    )
+    from kruntimes.scheduling.model import AdmissionRequest
+    from workflows.common import (
+        HOST_CALL_RETRY,
+        KRT_MODE,
+        KRT_NAMESPACE,
+        KRT_PHASE,
+        KRT_RUN_UID,
+        KRT_RUNTIME,
+        KRT_TENANT,
+        failure_text,
+        failure_type,
+    )
+
+REGISTER_TIMEOUT = timedelta(seconds=120)
+STATUS_TIMEOUT = timedelta(seconds=30)
+TASK_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+NO_TASK_LIMIT_S = 7 * 24 * 3600.0
+# Errors of the function itself: another attempt may help only through the retry policy.
+REGISTRATION_ERRORS = ["HandlerLoadFailed", "SourceInvalid", "InvalidRequest", "RegistrationConflict", "StaleAttempt"]
+
+
+@dataclass
+class _End:
+    phase: RunPhase
+    reason: str
+    message: str = ""
+    outputs: dict[str, object] | None = None
+
+
+@workflow.defn(name="RunWorkflow")
+class RunWorkflow:
+    def __init__(self) -> None:
+        self._status = RunStatus()
+        self._cancel = False
+        self._delete = False
+        self._finalized = False
+        self._assignment: Assignment | None = None
+        self._rejection: Rejection | None = None
+        self._registration: RegisterResult | None = None
+
+    # -- the API ---------------------------------------------------------------------------------
+
+    @workflow.query(name=QUERY_STATUS)
+    def status(self) -> RunStatus:
+        return self._status
+
+    @workflow.signal(name=SIGNAL_CANCEL)
+    def cancel(self) -> None:
+        self._cancel = True  # false → true only; repeating it changes nothing
+
+    @workflow.update(name=UPDATE_DELETE)
+    async def delete(self) -> RunStatus:
+        """Cancel if needed, run the cleanup finalizer, then end the workflow."""
+        self._cancel = True
+        self._delete = True
+        await workflow.wait_condition(lambda: self._finalized)
+        return self._status
+
+    @workflow.signal(name=SIGNAL_ASSIGNED)
+    def assigned(self, assignment: Assignment) -> None:
+        if self._assignment is None and self._rejection is None:
+            self._assignment = assignment
+
+    @workflow.signal(name=SIGNAL_REJECTED)
+    def rejected(self, rejection: Rejection) -> None:
+        if self._assignment is None and self._rejection is None:
+            self._rejection = rejection
+
+    # -- the lifecycle -----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: RunInput) -> RunStatus:
+        run = input.run
+        if run.metadata.uid is None:
+            raise ApplicationError("metadata.uid must be set when a Run is started", type="InvalidRun", non_retryable=True)
+        self.run_ = run
+        self.uid: str = run.metadata.uid
+        workflow.upsert_search_attributes(
+            [
+                KRT_RUNTIME.value_set(run.spec.runtime),
+                KRT_NAMESPACE.value_set(run.metadata.namespace),
+                KRT_MODE.value_set(run.spec.mode.kind),
+                KRT_TENANT.value_set(run.spec.tenant or ""),
+                KRT_RUN_UID.value_set(self.uid),
+            ]
+        )
+        self._phase(RunPhase.Pending, ConditionReason.Scheduled, "waiting for capacity", ready=False)
+        end = await self._admit()
+        if end is None:
+            end = await (self._task() if run.spec.mode.kind == "task" else self._function())
+        await self._finalize(end)
+        retention = run.spec.ttlSecondsAfterFinished
+        try:
+            await workflow.wait_condition(
+                lambda: self._delete, timeout=retention if retention is not None else DEFAULT_RETENTION_SECONDS
+            )
+        except TimeoutError:
+            pass
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._status
+
+    async def _admit(self) -> _End | None:
+        spec = self.run_.spec
+        request = AdmissionRequest(
+            runUid=self.uid,
+            namespace=self.run_.metadata.namespace,
+            name=self.run_.metadata.name,
+            runtime=spec.runtime,
+            tenant=spec.tenant,
+            requestedAt=workflow.now(),
+        )
+        pool = workflow.get_external_workflow_handle(pool_workflow_id(spec.runtime))
+        try:
+            await pool.signal(SIGNAL_ADMIT, AdmitSignal(request=request, workflowId=workflow.info().workflow_id))
+        except Exception:  # noqa: BLE001 - the pool does not exist: nobody serves this runtime
+            return _End(RunPhase.Failed, "RuntimeUnknown", f"no runtime {spec.runtime!r} is configured")
+        await workflow.wait_condition(lambda: self._assignment is not None or self._rejection is not None or self._cancel)
+        if self._assignment is not None and not self._cancel:
+            return None
+        if self._rejection is not None:
+            return _End(RunPhase.Failed, self._rejection.reason, self._rejection.message)
+        return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled before a host was assigned")
+
+    def _deadline(self, start: datetime) -> datetime | None:
+        seconds = self.run_.spec.timeoutSeconds
+        return start + timedelta(seconds=seconds) if seconds is not None else None
+
+    def _register_input(self, attempt: int) -> RegisterInput:
+        assert self._assignment is not None
+        return RegisterInput(
+            address=self._assignment.address,
+            runUid=self.uid,
+            attempt=attempt,
+            namespace=self.run_.metadata.namespace,
+            name=self.run_.metadata.name,
+            runtime=self.run_.spec.runtime,
+            adapter=self._assignment.adapter,
+            run=self.run_,
+        )
+
+    def _start_running(self) -> datetime:
+        assert self._assignment is not None
+        a = self._assignment
+        self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
+        self._phase(RunPhase.Scheduled, ConditionReason.Scheduled, f"assigned to host {a.hostId}", ready=False)
+        start = workflow.now()
+        self._update(startTime=start)
+        self._phase(RunPhase.Running, ConditionReason.Registering, "preparing", ready=False)
+        return start
+
+    async def _sleep_unless_cancelled(self, seconds: float, deadline: datetime | None) -> bool:
+        """Sleep, waking early on cancel; False when the total timeout came first."""
+        if deadline is not None:
+            seconds = min(seconds, (deadline - workflow.now()).total_seconds())
+        if seconds > 0:
+            try:
+                await workflow.wait_condition(lambda: self._cancel, timeout=seconds)
+            except TimeoutError:
+                pass
+        return deadline is None or workflow.now() < deadline
+
+    async def _function(self) -> _End:
+        spec = self.run_.spec
+        deadline = self._deadline(self._start_running())
+        policy = spec.retryPolicy
+        attempt = 0
+        while True:
+            attempt += 1
+            self._update(attempt=attempt)
+            try:
+                self._registration = await workflow.execute_activity(
+                    "register_function",
+                    self._register_input(attempt),
+                    result_type=RegisterResult,
+                    start_to_close_timeout=REGISTER_TIMEOUT,
+                    retry_policy=_no_retry_for(REGISTRATION_ERRORS),
+                )
+                break
+            except ActivityError as err:
+                message = f"attempt {attempt}: {failure_text(err)}"
+                self._phase(RunPhase.Running, ConditionReason.RegistrationFailed, message, ready=False)
+                if self._cancel:
+                    return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+                if attempt >= policy.limit:
+                    return _End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
+                backoff = min(policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1), policy.maxBackoffSeconds)
+                if not await self._sleep_unless_cancelled(backoff, deadline):
+                    return _End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
+                if self._cancel:
+                    return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+        assert self._assignment is not None
+        platform = self._assignment.platform
+        url = invoke_url(
+            platform.gatewayUrl, namespace=self.run_.metadata.namespace, runtime=spec.runtime, run_uid=self.uid
+        )
+        self._update(endpoint=Endpoint(protocol=EndpointProtocol.HTTPS, url=url, caBundle=platform.caBundle))
+        self._phase(RunPhase.Ready, ConditionReason.FunctionRegistered, "function registered", ready=True)
+        return await self._serve(deadline)
+
+    async def _serve(self, deadline: datetime | None) -> _End:
+        """Ready: wait for cancel, the total timeout or the idle timeout."""
+        assert self._registration is not None and self._assignment is not None
+        idle = self.run_.spec.mode.function.idleTimeoutSeconds if self.run_.spec.mode.function else None
+        idle_at = workflow.now() + timedelta(seconds=idle) if idle is not None else None
+        while True:
+            wake = min((t for t in (deadline, idle_at) if t is not None), default=None)
+            timeout = max((wake - workflow.now()).total_seconds(), 0.001) if wake is not None else None
+            try:
+                await workflow.wait_condition(lambda: self._cancel, timeout=timeout)
+            except TimeoutError:
+                pass
+            if self._cancel:
+                return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
+            now = workflow.now()
+            if deadline is not None and now >= deadline:
+                return _End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout reached")
+            if idle is None or idle_at is None or now < idle_at:
+                continue
+            try:
+                state = await workflow.execute_activity(
+                    "function_status",
+                    StatusInput(address=self._assignment.address, registrationId=self._registration.registrationId),
+                    result_type=FunctionState,
+                    start_to_close_timeout=STATUS_TIMEOUT,
+                    retry_policy=HOST_CALL_RETRY,
+                )
+            except ActivityError as err:
+                return _End(RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}")
+            if not state.registered:
+                return _End(RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration")
+            if state.inFlight > 0 or state.lastActivity is None:
+                idle_at = now + timedelta(seconds=idle)
+                continue
+            idle_at = state.lastActivity + timedelta(seconds=idle)
+            if idle_at <= now:
+                return _End(RunPhase.Timeout, ConditionReason.IdleTimeout, f"no invocation for {idle} s")
+
+    async def _task(self) -> _End:
+        assert self._assignment is not None
+        deadline = self._deadline(self._start_running())
+        self._update(attempt=1)
+        limit = (deadline - workflow.now()).total_seconds() if deadline is not None else NO_TASK_LIMIT_S
+        task = TaskInput(
+            address=self._assignment.address,
+            runUid=self.uid,
+            attempt=1,
+            namespace=self.run_.metadata.namespace,
+            name=self.run_.metadata.name,
+            runtime=self.run_.spec.runtime,
+            adapter=self._assignment.adapter,
+            run=self.run_,
+            timeoutSeconds=limit,
+        )
+        handle = workflow.start_activity(
+            "execute_task",
+            task,
+            result_type=TaskResult,
+            start_to_close_timeout=timedelta(seconds=limit + 60),
+            heartbeat_timeout=TASK_HEARTBEAT_TIMEOUT,
+            retry_policy=HOST_CALL_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        await workflow.wait_condition(lambda: handle.done() or self._cancel)
+        if not handle.done():
+            handle.cancel()
+            try:
+                await handle
+            except (ActivityError, asyncio.CancelledError):
+                pass
+            return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
+        try:
+            result = handle.result()
+        except ActivityError as err:
+            return _End(RunPhase.Failed, ConditionReason.TaskFailed, failure_text(err))
+        if result.status == "Succeeded":
+            return _End(RunPhase.Succeeded, ConditionReason.TaskSucceeded, "", result.outputs)
+        if result.status == "Timeout":
+            return _End(RunPhase.Timeout, ConditionReason.Timeout, result.message or "total timeout reached")
+        if result.status == "Cancelled":
+            return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
+        message = result.message or f"exited with code {result.exitCode}"
+        return _End(RunPhase.Failed, ConditionReason.TaskFailed, message)
+
+    async def _finalize(self, end: _End) -> None:
+        """The cleanup finalizer, then the terminal phase (seed 000, Cleanup and Finalization)."""
+        a = self._assignment
+        if end.phase is RunPhase.Cancelled or self._delete:
+            self._phase(self._status.phase, ConditionReason.Deleting if self._delete else ConditionReason.Cancelled,
+                        "cleaning up", ready=False)
+        try:
+            await workflow.execute_child_workflow(
+                "CleanupWorkflow",
+                CleanupInput(
+                    runUid=self.uid,
+                    attempt=self._status.attempt,
+                    runtime=self.run_.spec.runtime,
+                    address=a.address if a is not None else None,
+                    registrationId=self._registration.registrationId if self._registration is not None else None,
+                    task=self.run_.spec.mode.kind == "task",
+                ),
+                id=cleanup_workflow_id(self.uid),
+                task_queue=TASK_QUEUE,
+                result_type=CleanupResult,
+            )
+        except ChildWorkflowError as err:
+            end = _End(end.phase, end.reason, f"{end.message}; cleanup failed: {failure_text(err)}".lstrip("; "))
+        self._update(endpoint=None, completionTime=workflow.now(), outputs=end.outputs)
+        self._phase(end.phase, end.reason, end.message, ready=False)
+        self._finalized = True
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def _update(self, **changes: object) -> None:
+        self._status = self._status._replace(**changes)
+
+    def _phase(self, phase: RunPhase, reason: str, message: str, *, ready: bool) -> None:
+        condition = Condition(
+            type=ConditionType.Ready,
+            status=ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
+            reason=reason,
+            message=message,
+            lastTransitionTime=workflow.now(),
+        )
+        changed = phase != self._status.phase or not self._status.conditions
+        self._status = self._status._replace(phase=phase, message=message).with_condition(condition)
+        if changed:
+            workflow.upsert_search_attributes([KRT_PHASE.value_set(phase.value)])
+        terminal = " (terminal)" if is_terminal(phase) else ""
+        workflow.set_current_details(f"**{phase.value}**{terminal} — {reason}: {message}")
+
+
+def _no_retry_for(errors: list[str]) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=HOST_CALL_RETRY.initial_interval,
+        backoff_coefficient=HOST_CALL_RETRY.backoff_coefficient,
+        maximum_interval=HOST_CALL_RETRY.maximum_interval,
+        maximum_attempts=HOST_CALL_RETRY.maximum_attempts,
+        non_retryable_error_types=errors,
+    )
+
+

@@ -1,0 +1,86 @@
+"""ScaleOutWorkflow (scaleout/{runtime}/{request}): create one host and report it to the pool.
+
+It never dispatches Runs: the pool re-admits its queue when the host is reported (seed 003).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.hosts.model import CreatedHost, HostSpec
+    from kruntimes.lifecycle import (
+        SIGNAL_HOST_READY,
+        SIGNAL_SCALE_OUT_FAILED,
+        HostReadySignal,
+        ScaleOutFailedSignal,
+        ScaleOutInput,
+    )
+    from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
+    from kruntimes.scheduling.model import Host, HostState, ScaleOutRequest, ScaleOutStatus
+    from workflows.common import failure_text
+
+CREATE_TIMEOUT = timedelta(seconds=90)
+CREATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10), maximum_attempts=3
+)
+
+
+def _failure(err: ActivityError, input: ScaleOutInput) -> ProviderFailure:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.details:
+        try:
+            return ProviderFailure.model_validate(cause.details[0])
+        except ValueError:
+            pass
+    return ProviderFailure.of(
+        FailureReason.UnexpectedError,
+        provider=input.request.provider,
+        operation=ProviderOperation.Create,
+        host=input.hostId,
+        message=failure_text(err),
+    )
+
+
+@workflow.defn(name="ScaleOutWorkflow")
+class ScaleOutWorkflow:
+    @workflow.run
+    async def run(self, input: ScaleOutInput) -> ScaleOutRequest:
+        request = input.request
+        pool = workflow.get_external_workflow_handle(input.poolWorkflowId)
+        spec = HostSpec(
+            runtime=request.runtime,
+            hostId=input.hostId,
+            adapter=input.adapter,
+            provider=request.provider,
+            tenant=request.tenant,
+            stateDir=input.stateDir,
+        )
+        try:
+            created = await workflow.execute_activity(
+                "create_host", spec, result_type=CreatedHost, start_to_close_timeout=CREATE_TIMEOUT, retry_policy=CREATE_RETRY
+            )
+        except ActivityError as err:
+            failure = _failure(err, input)
+            await pool.signal(SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure))
+            return request._replace(status=ScaleOutStatus.Failed, failure=failure)
+        now = workflow.now()
+        host = Host(
+            hostId=created.hostId,
+            hostUid=created.hostUid,
+            runtime=request.runtime,
+            address=created.address,
+            state=HostState.Ready,
+            capacity=input.capacity,
+            tenant=request.tenant,
+            tenancy=request.policy.mode,
+            createdAt=created.createdAt,
+            assignedAt=now,
+            readyAt=now,
+        )
+        await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))
+        return request._replace(status=ScaleOutStatus.Fulfilled, hostId=host.hostId, hostUid=host.hostUid)
