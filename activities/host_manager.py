@@ -5,6 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.hosts.base import HostManager
 from activities.hosts.model import CreatedHost, HostSpec
 from kruntimes.api._base import ApiModel
@@ -35,7 +36,7 @@ class HostActivities:
     @activity.defn(name="create_host")
     async def create_host(self, spec: HostSpec) -> CreatedHost:
         try:
-            return await self.manager.create(spec)
+            return await heartbeating(self.manager.create(spec))
         except ProviderError as err:
             raise _application_error(err) from err
 

@@ -14,6 +14,7 @@ import grpc
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from kruntimes.api.run import Run
 from kruntimes.lifecycle import (
     CancelTaskInput,
@@ -30,7 +31,6 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 90.0  # includes loading the handler module
-TASK_HEARTBEAT_S = 5.0
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
 _TASK_STATUS = {
@@ -66,7 +66,10 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
         files = spec.source.inline or []
         config.inline.CopyFrom(
             pb.InlineSource(
-                files=[pb.InlineFile(name=f.name, content=f.content.encode(), executable=f.executable) for f in files]
+                files=[
+                    pb.InlineFile(name=f.name, content=f.content.encode(), executable=f.executable)
+                    for f in files
+                ]
             )
         )
     return config
@@ -102,10 +105,14 @@ class RuntimeHostActivities:
             config=function_config(input.run, input.adapter),
         )
         try:
-            answer = await self._stub(input.address).RegisterFunction(request, timeout=REGISTER_TIMEOUT_S)
+            answer = await heartbeating(
+                self._stub(input.address).RegisterFunction(request, timeout=REGISTER_TIMEOUT_S)
+            )
         except grpc.aio.AioRpcError as err:
             raise host_error(err, address=input.address) from err
-        return RegisterResult(registrationId=answer.registration_id, hostUid=answer.host_uid, created=answer.created)
+        return RegisterResult(
+            registrationId=answer.registration_id, hostUid=answer.host_uid, created=answer.created
+        )
 
     @activity.defn(name="function_status")
     async def function_status(self, input: StatusInput) -> FunctionState:
@@ -153,15 +160,12 @@ class RuntimeHostActivities:
         )
         call = self._stub(input.address).ExecuteTask(request, timeout=input.timeoutSeconds + RPC_TIMEOUT_S)
         try:
-            while True:
-                done, _ = await asyncio.wait({asyncio.ensure_future(_result(call))}, timeout=TASK_HEARTBEAT_S)
-                if done:
-                    answer = done.pop().result()
-                    break
-                activity.heartbeat()
+            answer = await heartbeating(call)
         except asyncio.CancelledError:
             call.cancel()
-            await self.cancel_task(CancelTaskInput(address=input.address, runUid=input.runUid, attempt=input.attempt))
+            await self.cancel_task(
+                CancelTaskInput(address=input.address, runUid=input.runUid, attempt=input.attempt)
+            )
             raise
         except grpc.aio.AioRpcError as err:
             raise host_error(err, address=input.address) from err
@@ -180,7 +184,3 @@ class RuntimeHostActivities:
         except grpc.aio.AioRpcError as err:
             raise host_error(err, address=input.address) from err
         return bool(answer.existed)
-
-
-async def _result(call: grpc.aio.UnaryUnaryCall[pb.ExecuteTaskRequest, pb.ExecuteTaskResponse]) -> pb.ExecuteTaskResponse:
-    return await call

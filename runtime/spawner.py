@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -188,6 +189,9 @@ class Spawner:
             self._closed = True
             proc, sock = self._proc, self._sock
         if sock is not None:
+            # shutdown, not just close: the reader thread's blocked recv keeps a closed socket open
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()  # the zygote exits on EOF; its children get SIGKILL by parent death
         if proc is not None:
             try:

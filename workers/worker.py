@@ -11,9 +11,10 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -84,8 +85,8 @@ async def ensure_pools(client: Client, settings: WorkerSettings) -> None:
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
     hosts = RuntimeHostActivities()
-    manager = HostActivities(default_manager())
-    activities = [
+    manager = HostActivities(default_manager(state_dir=settings.platform.stateDir or None))
+    activities: list[Callable[..., Any]] = [
         hosts.register_function,
         hosts.function_status,
         hosts.unregister_function,
@@ -113,7 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="krt worker", description="Run the kruntimes Temporal worker.")
     parser.add_argument("--temporal-address", default="127.0.0.1:7233")
     parser.add_argument("--namespace", default="default")
-    parser.add_argument("--config", type=Path, help="platform config YAML (default: python and bash runtimes)")
+    parser.add_argument(
+        "--config", type=Path, help="platform config YAML (default: python and bash runtimes)"
+    )
     parser.add_argument("--state-dir", type=Path, required=True, help="where process hosts live")
     parser.add_argument("--gateway-url", default="https://127.0.0.1:8443")
     parser.add_argument("--ca-file", type=Path, help="the gateway CA (PEM) put into Run endpoints")
@@ -128,7 +131,9 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         temporal_address=args.temporal_address,
         namespace=args.namespace,
         config=load_config(args.config),
-        platform=PlatformInfo(gatewayUrl=args.gateway_url, caBundle=ca, stateDir=str(args.state_dir.resolve())),
+        platform=PlatformInfo(
+            gatewayUrl=args.gateway_url, caBundle=ca, stateDir=str(args.state_dir.resolve())
+        ),
         metrics_address=args.metrics_address,
     )
 
@@ -136,14 +141,18 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
 async def serve(settings: WorkerSettings) -> None:
     runtime = None
     if settings.metrics_address:
-        runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address)))
+        runtime = Runtime(
+            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address))
+        )
     client = await connect(settings.temporal_address, settings.namespace, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running_workers(client, settings):
-        log.info("worker running", extra={"temporal": settings.temporal_address, "namespace": settings.namespace})
+        log.info(
+            "worker running", extra={"temporal": settings.temporal_address, "namespace": settings.namespace}
+        )
         await stop.wait()
 
 

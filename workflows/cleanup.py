@@ -45,7 +45,9 @@ class CleanupWorkflow:
                     await workflow.execute_activity(
                         "unregister_function",
                         UnregisterInput(
-                            address=input.address, registrationId=input.registrationId, graceSeconds=input.graceSeconds
+                            address=input.address,
+                            registrationId=input.registrationId,
+                            graceSeconds=input.graceSeconds,
                         ),
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60 + input.graceSeconds),
@@ -61,6 +63,6 @@ class CleanupWorkflow:
             await workflow.get_external_workflow_handle(pool_workflow_id(input.runtime)).signal(
                 SIGNAL_RELEASE, ReleaseSignal(runUid=input.runUid)
             )
-        except Exception:  # noqa: BLE001 - no pool: nothing is reserved anywhere
+        except Exception:
             released = False
         return CleanupResult(unregistered=unregistered, released=released)

@@ -42,14 +42,12 @@ with workflow.unsafe.imports_passed_through():
         SHARED_POLICY,
         AdmissionRequest,
         AssignToInstance,
-        Host,
         QueueGlobally,
         Reject,
         RequestScaleOut,
         ScaleOutReason,
         ScaleOutRequest,
         ScaleOutStatus,
-        TenancyMode,
         TenantPolicy,
     )
 
@@ -158,10 +156,16 @@ class RuntimePoolWorkflow:
                 self._update(queue=[*self.state.queue, msg])
         elif isinstance(decision, RequestScaleOut):
             self._update(queue=[*self.state.queue, msg])
-            self._scale_out(decision.reason, decision.provider, decision.tenant, decision.policy, outbox, request)
+            self._scale_out(
+                decision.reason, decision.provider, decision.tenant, decision.policy, outbox, request
+            )
         elif isinstance(decision, Reject):
             outbox.signals.append(
-                (msg.workflowId, SIGNAL_REJECTED, Rejection(runUid=request.runUid, reason=decision.reason, message=decision.message))
+                (
+                    msg.workflowId,
+                    SIGNAL_REJECTED,
+                    Rejection(runUid=request.runUid, reason=decision.reason, message=decision.message),
+                )
             )
 
     def _assign(self, msg: AdmitSignal, decision: AssignToInstance, outbox: _Outbox) -> None:
@@ -183,7 +187,9 @@ class RuntimePoolWorkflow:
 
     def _place_queued(self, outbox: _Outbox) -> None:
         placements = admission.next_from_queue(
-            queue=[q.request for q in self.state.queue], hosts=self.state.hosts, reservations=self.state.reservations
+            queue=[q.request for q in self.state.queue],
+            hosts=self.state.hosts,
+            reservations=self.state.reservations,
         )
         if not placements:
             return
@@ -294,10 +300,8 @@ class RuntimePoolWorkflow:
     async def _send(self, workflow_id: str, name: str, arg: Assignment | Rejection) -> None:
         try:
             await workflow.get_external_workflow_handle(workflow_id).signal(name, arg)
-        except Exception:  # noqa: BLE001 - the Run is gone: whatever it held is free again
+        except Exception:
             self._release(arg.runUid)
 
     def _update(self, **changes: object) -> None:
         self.state = self.state._replace(**changes)
-
-

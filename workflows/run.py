@@ -14,6 +14,7 @@ Every terminal path runs the cleanup finalizer (CleanupWorkflow), which releases
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,7 +25,6 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.phases import RunPhase, is_terminal
-    from kruntimes.api.run import Run
     from kruntimes.api.status import (
         Condition,
         ConditionReason,
@@ -69,15 +69,20 @@ with workflow.unsafe.imports_passed_through():
         KRT_RUNTIME,
         KRT_TENANT,
         failure_text,
-        failure_type,
     )
 
 REGISTER_TIMEOUT = timedelta(seconds=120)
 STATUS_TIMEOUT = timedelta(seconds=30)
-TASK_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # a dead worker's activity is retried this soon
 NO_TASK_LIMIT_S = 7 * 24 * 3600.0
 # Errors of the function itself: another attempt may help only through the retry policy.
-REGISTRATION_ERRORS = ["HandlerLoadFailed", "SourceInvalid", "InvalidRequest", "RegistrationConflict", "StaleAttempt"]
+REGISTRATION_ERRORS = [
+    "HandlerLoadFailed",
+    "SourceInvalid",
+    "InvalidRequest",
+    "RegistrationConflict",
+    "StaleAttempt",
+]
 
 
 @dataclass
@@ -133,7 +138,9 @@ class RunWorkflow:
     async def run(self, input: RunInput) -> RunStatus:
         run = input.run
         if run.metadata.uid is None:
-            raise ApplicationError("metadata.uid must be set when a Run is started", type="InvalidRun", non_retryable=True)
+            raise ApplicationError(
+                "metadata.uid must be set when a Run is started", type="InvalidRun", non_retryable=True
+            )
         self.run_ = run
         self.uid: str = run.metadata.uid
         workflow.upsert_search_attributes(
@@ -151,12 +158,11 @@ class RunWorkflow:
             end = await (self._task() if run.spec.mode.kind == "task" else self._function())
         await self._finalize(end)
         retention = run.spec.ttlSecondsAfterFinished
-        try:
+        with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: self._delete, timeout=retention if retention is not None else DEFAULT_RETENTION_SECONDS
+                lambda: self._delete,
+                timeout=retention if retention is not None else DEFAULT_RETENTION_SECONDS,
             )
-        except TimeoutError:
-            pass
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._status
 
@@ -172,10 +178,14 @@ class RunWorkflow:
         )
         pool = workflow.get_external_workflow_handle(pool_workflow_id(spec.runtime))
         try:
-            await pool.signal(SIGNAL_ADMIT, AdmitSignal(request=request, workflowId=workflow.info().workflow_id))
-        except Exception:  # noqa: BLE001 - the pool does not exist: nobody serves this runtime
+            await pool.signal(
+                SIGNAL_ADMIT, AdmitSignal(request=request, workflowId=workflow.info().workflow_id)
+            )
+        except Exception:
             return _End(RunPhase.Failed, "RuntimeUnknown", f"no runtime {spec.runtime!r} is configured")
-        await workflow.wait_condition(lambda: self._assignment is not None or self._rejection is not None or self._cancel)
+        await workflow.wait_condition(
+            lambda: self._assignment is not None or self._rejection is not None or self._cancel
+        )
         if self._assignment is not None and not self._cancel:
             return None
         if self._rejection is not None:
@@ -203,7 +213,9 @@ class RunWorkflow:
         assert self._assignment is not None
         a = self._assignment
         self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
-        self._phase(RunPhase.Scheduled, ConditionReason.Scheduled, f"assigned to host {a.hostId}", ready=False)
+        self._phase(
+            RunPhase.Scheduled, ConditionReason.Scheduled, f"assigned to host {a.hostId}", ready=False
+        )
         start = workflow.now()
         self._update(startTime=start)
         self._phase(RunPhase.Running, ConditionReason.Registering, "preparing", ready=False)
@@ -214,10 +226,8 @@ class RunWorkflow:
         if deadline is not None:
             seconds = min(seconds, (deadline - workflow.now()).total_seconds())
         if seconds > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._cancel, timeout=seconds)
-            except TimeoutError:
-                pass
         return deadline is None or workflow.now() < deadline
 
     async def _function(self) -> _End:
@@ -234,6 +244,7 @@ class RunWorkflow:
                     self._register_input(attempt),
                     result_type=RegisterResult,
                     start_to_close_timeout=REGISTER_TIMEOUT,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=_no_retry_for(REGISTRATION_ERRORS),
                 )
                 break
@@ -244,7 +255,10 @@ class RunWorkflow:
                     return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
                 if attempt >= policy.limit:
                     return _End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
-                backoff = min(policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1), policy.maxBackoffSeconds)
+                backoff = min(
+                    policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1),
+                    policy.maxBackoffSeconds,
+                )
                 if not await self._sleep_unless_cancelled(backoff, deadline):
                     return _End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
                 if self._cancel:
@@ -252,7 +266,10 @@ class RunWorkflow:
         assert self._assignment is not None
         platform = self._assignment.platform
         url = invoke_url(
-            platform.gatewayUrl, namespace=self.run_.metadata.namespace, runtime=spec.runtime, run_uid=self.uid
+            platform.gatewayUrl,
+            namespace=self.run_.metadata.namespace,
+            runtime=spec.runtime,
+            run_uid=self.uid,
         )
         self._update(endpoint=Endpoint(protocol=EndpointProtocol.HTTPS, url=url, caBundle=platform.caBundle))
         self._phase(RunPhase.Ready, ConditionReason.FunctionRegistered, "function registered", ready=True)
@@ -266,10 +283,8 @@ class RunWorkflow:
         while True:
             wake = min((t for t in (deadline, idle_at) if t is not None), default=None)
             timeout = max((wake - workflow.now()).total_seconds(), 0.001) if wake is not None else None
-            try:
+            with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._cancel, timeout=timeout)
-            except TimeoutError:
-                pass
             if self._cancel:
                 return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
             now = workflow.now()
@@ -280,15 +295,21 @@ class RunWorkflow:
             try:
                 state = await workflow.execute_activity(
                     "function_status",
-                    StatusInput(address=self._assignment.address, registrationId=self._registration.registrationId),
+                    StatusInput(
+                        address=self._assignment.address, registrationId=self._registration.registrationId
+                    ),
                     result_type=FunctionState,
                     start_to_close_timeout=STATUS_TIMEOUT,
                     retry_policy=HOST_CALL_RETRY,
                 )
             except ActivityError as err:
-                return _End(RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}")
+                return _End(
+                    RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}"
+                )
             if not state.registered:
-                return _End(RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration")
+                return _End(
+                    RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration"
+                )
             if state.inFlight > 0 or state.lastActivity is None:
                 idle_at = now + timedelta(seconds=idle)
                 continue
@@ -317,17 +338,15 @@ class RunWorkflow:
             task,
             result_type=TaskResult,
             start_to_close_timeout=timedelta(seconds=limit + 60),
-            heartbeat_timeout=TASK_HEARTBEAT_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=HOST_CALL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         await workflow.wait_condition(lambda: handle.done() or self._cancel)
         if not handle.done():
             handle.cancel()
-            try:
+            with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await handle
-            except (ActivityError, asyncio.CancelledError):
-                pass
             return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
         try:
             result = handle.result()
@@ -346,8 +365,12 @@ class RunWorkflow:
         """The cleanup finalizer, then the terminal phase (seed 000, Cleanup and Finalization)."""
         a = self._assignment
         if end.phase is RunPhase.Cancelled or self._delete:
-            self._phase(self._status.phase, ConditionReason.Deleting if self._delete else ConditionReason.Cancelled,
-                        "cleaning up", ready=False)
+            self._phase(
+                self._status.phase,
+                ConditionReason.Deleting if self._delete else ConditionReason.Cancelled,
+                "cleaning up",
+                ready=False,
+            )
         try:
             await workflow.execute_child_workflow(
                 "CleanupWorkflow",
@@ -356,7 +379,9 @@ class RunWorkflow:
                     attempt=self._status.attempt,
                     runtime=self.run_.spec.runtime,
                     address=a.address if a is not None else None,
-                    registrationId=self._registration.registrationId if self._registration is not None else None,
+                    registrationId=self._registration.registrationId
+                    if self._registration is not None
+                    else None,
                     task=self.run_.spec.mode.kind == "task",
                 ),
                 id=cleanup_workflow_id(self.uid),
@@ -364,7 +389,9 @@ class RunWorkflow:
                 result_type=CleanupResult,
             )
         except ChildWorkflowError as err:
-            end = _End(end.phase, end.reason, f"{end.message}; cleanup failed: {failure_text(err)}".lstrip("; "))
+            end = _End(
+                end.phase, end.reason, f"{end.message}; cleanup failed: {failure_text(err)}".lstrip("; ")
+            )
         self._update(endpoint=None, completionTime=workflow.now(), outputs=end.outputs)
         self._phase(end.phase, end.reason, end.message, ready=False)
         self._finalized = True
@@ -398,5 +425,3 @@ def _no_retry_for(errors: list[str]) -> RetryPolicy:
         maximum_attempts=HOST_CALL_RETRY.maximum_attempts,
         non_retryable_error_types=errors,
     )
-
-

@@ -26,7 +26,10 @@ with workflow.unsafe.imports_passed_through():
 
 CREATE_TIMEOUT = timedelta(seconds=90)
 CREATE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10), maximum_attempts=3
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
 )
 
 
@@ -52,21 +55,41 @@ class ScaleOutWorkflow:
     async def run(self, input: ScaleOutInput) -> ScaleOutRequest:
         request = input.request
         pool = workflow.get_external_workflow_handle(input.poolWorkflowId)
-        spec = HostSpec(
-            runtime=request.runtime,
-            hostId=input.hostId,
-            adapter=input.adapter,
-            provider=request.provider,
-            tenant=request.tenant,
-            stateDir=input.stateDir,
-        )
+        try:
+            spec = HostSpec(
+                runtime=request.runtime,
+                hostId=input.hostId,
+                adapter=input.adapter,
+                provider=request.provider,
+                tenant=request.tenant,
+                stateDir=input.stateDir,
+            )
+        except ValueError as exc:  # a configuration error: report it, never retry the task forever
+            failure = ProviderFailure.of(
+                FailureReason.OperationRejected,
+                provider=request.provider,
+                operation=ProviderOperation.Create,
+                host=input.hostId,
+                message=str(exc),
+            )
+            await pool.signal(
+                SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure)
+            )
+            return request._replace(status=ScaleOutStatus.Failed, failure=failure)
         try:
             created = await workflow.execute_activity(
-                "create_host", spec, result_type=CreatedHost, start_to_close_timeout=CREATE_TIMEOUT, retry_policy=CREATE_RETRY
+                "create_host",
+                spec,
+                result_type=CreatedHost,
+                start_to_close_timeout=CREATE_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=CREATE_RETRY,
             )
         except ActivityError as err:
             failure = _failure(err, input)
-            await pool.signal(SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure))
+            await pool.signal(
+                SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure)
+            )
             return request._replace(status=ScaleOutStatus.Failed, failure=failure)
         now = workflow.now()
         host = Host(

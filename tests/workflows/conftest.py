@@ -9,7 +9,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,16 @@ from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import QUERY_POOL, QUERY_STATUS, TASK_QUEUE, PlatformInfo, PoolState, RunInput, pool_workflow_id, run_workflow_id
+from kruntimes.lifecycle import (
+    QUERY_POOL,
+    QUERY_STATUS,
+    TASK_QUEUE,
+    PlatformInfo,
+    PoolState,
+    RunInput,
+    pool_workflow_id,
+    run_workflow_id,
+)
 from workers.worker import WorkerSettings, connect, running_workers
 from workflows.run import RunWorkflow
 
@@ -54,13 +63,23 @@ def run_manifest(
     mode: dict[str, Any] | None = None,
     **spec: Any,
 ) -> Run:
-    files = [{"name": "main.py", "content": source}] if handler.startswith("main:") else [{"name": handler, "content": source}]
+    files = (
+        [{"name": "main.py", "content": source}]
+        if handler.startswith("main:")
+        else [{"name": handler, "content": source}]
+    )
     return Run.model_validate(
         {
             "apiVersion": "kruntimes.io/v1alpha1",
             "kind": "Run",
             "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
-            "spec": {"runtime": runtime, "mode": mode or {"function": {}}, "source": {"inline": files}, "handler": handler, **spec},
+            "spec": {
+                "runtime": runtime,
+                "mode": mode or {"function": {}},
+                "source": {"inline": files},
+                "handler": handler,
+                **spec,
+            },
         }
     )
 
@@ -105,7 +124,9 @@ class Platform:
         handle = self.client.get_workflow_handle(pool_workflow_id(self.runtime(logical)))
         return await handle.query(QUERY_POOL, result_type=PoolState)
 
-    async def eventually(self, check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = "") -> None:
+    async def eventually(
+        self, check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = ""
+    ) -> None:
         deadline = time.monotonic() + timeout
         while not await check():
             if time.monotonic() > deadline:
@@ -117,7 +138,14 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
     adapter = {"python": "python", "bash": "bash"}
     return {
         "runtimes": [
-            {"name": unique, "adapter": adapter[logical], "runs": 10, "minHosts": 0, "maxHosts": 2, **overrides.get(logical, {})}
+            {
+                "name": unique,
+                "adapter": adapter[logical],
+                "runs": 10,
+                "minHosts": 0,
+                "maxHosts": 2,
+                **overrides.get(logical, {}),
+            }
             for logical, unique in runtimes.items()
         ]
     }
@@ -126,7 +154,6 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
 @pytest.fixture
 def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Build a platform with runtime settings of the test's choosing; everything stops at teardown."""
-    contexts: list[Any] = []
 
     @asynccontextmanager
     async def make(**overrides: Any) -> AsyncIterator[Platform]:
@@ -145,34 +172,42 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
                 yield platform
         finally:
             for handle in platform.started:
-                try:
+                with suppress(Exception):
                     await handle.terminate("test finished")
-                except Exception:  # noqa: BLE001 - already closed
-                    pass
             for runtime in runtimes.values():
-                try:
+                with suppress(Exception):
                     await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
-                except Exception:  # noqa: BLE001
-                    pass
             await stop_all(tmp_path / "state")
 
     yield make
 
 
-
 def host_pids(state_dir: Path) -> list[int]:
-    return [json.loads(p.read_text())["pid"] for p in (state_dir / "hosts").rglob("*.json") if not p.name.endswith(".ready.json")]
+    return [
+        json.loads(p.read_text())["pid"]
+        for p in (state_dir / "hosts").rglob("*.json")
+        if not p.name.endswith(".ready.json")
+    ]
 
 
 def temporal_list(dev_server: DevServer, query: str) -> list[str]:
     from kruntimes.devserver import temporal_binary
 
     done = subprocess.run(
-        [temporal_binary(), "workflow", "list", "--address", dev_server.address, "--query", query, "-o", "json"],
+        [
+            temporal_binary(),
+            "workflow",
+            "list",
+            "--address",
+            dev_server.address,
+            "--query",
+            query,
+            "-o",
+            "json",
+        ],
         capture_output=True,
         text=True,
         timeout=30,
         check=True,
     )
     return [w["execution"]["workflowId"] for w in json.loads(done.stdout or "[]")]
-

@@ -41,7 +41,9 @@ async def _address(platform: Platform, host_id: str) -> str:
     return next(h.address for h in pool.hosts if h.hostId == host_id)  # type: ignore[return-value]
 
 
-async def test_a_function_run_becomes_ready_and_answers_on_its_host(platform_factory, dev_server: DevServer) -> None:  # type: ignore[no-untyped-def]
+async def test_a_function_run_becomes_ready_and_answers_on_its_host(
+    platform_factory, dev_server: DevServer
+) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest("hello", runtime=platform.runtime())
         handle = await platform.start(run)
@@ -124,7 +126,9 @@ async def test_delete_when_ready_runs_cleanup_and_closes_the_workflow(platform_f
 async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reason(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest(
-            "bad", runtime=platform.runtime(), source="import nowhere_to_be_found\n",
+            "bad",
+            runtime=platform.runtime(),
+            source="import nowhere_to_be_found\n",
             retryPolicy={"limit": 3, "backoffSeconds": 0.1, "maxBackoffSeconds": 0.2},
         )
         handle = await platform.start(run)
@@ -158,10 +162,14 @@ async def test_with_one_slot_a_second_run_waits_pending_until_the_first_ends(pla
         ("import time\ndef run(p):\n    time.sleep(60)\n", 2, RunPhase.Timeout, None),
     ],
 )
-async def test_task_mode_outcomes(platform_factory, source: str, timeout: int | None, phase: RunPhase, check: Any) -> None:  # type: ignore[no-untyped-def]
+async def test_task_mode_outcomes(
+    platform_factory, source: str, timeout: int | None, phase: RunPhase, check: Any
+) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         extra = {"timeoutSeconds": timeout} if timeout else {}
-        run = run_manifest("task", runtime=platform.runtime(), source=source, handler="main:run", mode={"task": {}}, **extra)
+        run = run_manifest(
+            "task", runtime=platform.runtime(), source=source, handler="main:run", mode={"task": {}}, **extra
+        )
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, phase)
         if isinstance(check, dict):
@@ -174,8 +182,11 @@ async def test_task_mode_outcomes(platform_factory, source: str, timeout: int | 
 async def test_task_outputs_are_bounded(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest(
-            "big-task", runtime=platform.runtime(), source="def run(p):\n    return {'k': 'x' * 100000}\n",
-            handler="main:run", mode={"task": {}},
+            "big-task",
+            runtime=platform.runtime(),
+            source="def run(p):\n    return {'k': 'x' * 100000}\n",
+            handler="main:run",
+            mode={"task": {}},
         )
         status = await platform.wait_phase(await platform.start(run), RunPhase.Failed)
         assert "ValueTooLarge" in status.message
@@ -187,7 +198,9 @@ async def test_fifty_runs_on_five_hosts_are_all_ready_and_no_slot_is_double_book
         handles = await asyncio.gather(
             *(platform.start(run_manifest(f"burst-{i}", runtime=platform.runtime())) for i in range(50))
         )
-        statuses = await asyncio.gather(*(platform.wait_phase(h, RunPhase.Ready, timeout=120) for h in handles))
+        statuses = await asyncio.gather(
+            *(platform.wait_phase(h, RunPhase.Ready, timeout=120) for h in handles)
+        )
         per_host: dict[str, int] = {}
         for status in statuses:
             per_host[status.assignedHost] = per_host.get(status.assignedHost, 0) + 1  # type: ignore[index]

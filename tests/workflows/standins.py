@@ -1,0 +1,80 @@
+"""Activity stand-ins registered under the real names, for time-skipping tests of the workflows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from activities.host_manager import DeleteHostInput
+from activities.hosts.model import CreatedHost, HostSpec
+from kruntimes.lifecycle import (
+    CancelTaskInput,
+    FunctionState,
+    RegisterInput,
+    RegisterResult,
+    StatusInput,
+    TaskInput,
+    TaskResult,
+    UnregisterInput,
+)
+
+
+@dataclass
+class FakeHosts:
+    """What the stand-ins did, and the idle clock the test controls."""
+
+    last_activity: datetime | None = None
+    registered: dict[str, int] = field(default_factory=dict)  # run uid → attempt
+    unregistered: list[str] = field(default_factory=list)
+    status_calls: int = 0
+
+    def activities(self) -> list[object]:
+        @activity.defn(name="create_host")
+        async def create_host(spec: HostSpec) -> CreatedHost:
+            return CreatedHost(
+                provider=spec.provider,
+                runtime=spec.runtime,
+                hostId=spec.hostId,
+                hostUid=f"uid-{spec.hostId}",
+                address="127.0.0.1:1",
+                createdAt=datetime.now(UTC),
+            )
+
+        @activity.defn(name="delete_host")
+        async def delete_host(input: DeleteHostInput) -> bool:
+            return True
+
+        @activity.defn(name="register_function")
+        async def register_function(input: RegisterInput) -> RegisterResult:
+            self.registered[input.runUid] = input.attempt
+            return RegisterResult(registrationId=f"reg-{input.runUid}", hostUid="uid", created=True)
+
+        @activity.defn(name="function_status")
+        async def function_status(input: StatusInput) -> FunctionState:
+            self.status_calls += 1
+            return FunctionState(registered=True, ready=True, lastActivity=self.last_activity)
+
+        @activity.defn(name="unregister_function")
+        async def unregister_function(input: UnregisterInput) -> bool:
+            self.unregistered.append(input.registrationId)
+            return True
+
+        @activity.defn(name="execute_task")
+        async def execute_task(input: TaskInput) -> TaskResult:
+            return TaskResult(status="Succeeded", outputs={})
+
+        @activity.defn(name="cancel_task")
+        async def cancel_task(input: CancelTaskInput) -> bool:
+            return True
+
+        return [
+            create_host,
+            delete_host,
+            register_function,
+            function_status,
+            unregister_function,
+            execute_task,
+            cancel_task,
+        ]

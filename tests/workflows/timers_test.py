@@ -1,0 +1,131 @@
+"""Hour-long timers on the time-skipping test server, with activities replaced by stand-ins."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.status import ConditionType, RunStatus
+from kruntimes.config import RuntimeConfig
+from kruntimes.devserver import SEARCH_ATTRIBUTES
+from kruntimes.lifecycle import (
+    POOL_TASK_QUEUE,
+    QUERY_STATUS,
+    TASK_QUEUE,
+    PlatformInfo,
+    PoolConfig,
+    PoolInput,
+    RunInput,
+    pool_workflow_id,
+    run_workflow_id,
+)
+from tests.workflows.conftest import run_manifest
+from tests.workflows.standins import FakeHosts
+from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
+from workflows.pool import RuntimePoolWorkflow
+from workflows.run import RunWorkflow
+
+HOUR = 3600
+
+
+@pytest.fixture(scope="module")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    server = Path(sys.executable).with_name("temporal-test-server")
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=str(server)
+    )
+    await env.client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace="default",
+            search_attributes={
+                name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES
+            },
+        )
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+async def _start(client: Client, runtime: str, **spec: object) -> object:
+    await client.start_workflow(
+        RuntimePoolWorkflow.run,
+        PoolInput(
+            config=PoolConfig(
+                runtime=RuntimeConfig(name=runtime, adapter="python", runs=5, maxHosts=1),
+                platform=PlatformInfo(stateDir="/nonexistent-stand-ins-create-no-hosts"),
+            )
+        ),
+        id=pool_workflow_id(runtime),
+        task_queue=POOL_TASK_QUEUE,
+    )
+    run = run_manifest(f"idle-{uuid.uuid4().hex[:6]}", runtime=runtime, **spec)  # type: ignore[arg-type]
+    return await client.start_workflow(
+        RunWorkflow.run,
+        RunInput(run=run),
+        id=run_workflow_id("default", run.metadata.name),
+        task_queue=TASK_QUEUE,
+    )
+
+
+async def _until_ready(env: WorkflowEnvironment, handle: object) -> None:
+    for _ in range(300):
+        if (await _phase(handle)).phase is RunPhase.Ready:
+            return
+        await env.sleep(1)
+    raise AssertionError(f"never Ready: {await _phase(handle)}")
+
+
+async def _phase(handle: object) -> RunStatus:
+    return await handle.query(QUERY_STATUS, result_type=RunStatus)  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEnvironment) -> None:
+    fake = FakeHosts()
+    async with (
+        Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
+        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS),
+    ):
+        handle = await _start(env.client, "py-idle", mode={"function": {"idleTimeoutSeconds": HOUR}})
+        await _until_ready(env, handle)
+        fake.last_activity = await env.get_current_time()  # registered now
+        await env.sleep(HOUR / 2)
+        fake.last_activity = await env.get_current_time()  # an invocation half-way through
+        await env.sleep(HOUR * 0.75)  # the first timer fired at 1 h and re-armed for 1.5 h
+        assert (await _phase(handle)).phase is RunPhase.Ready
+        assert fake.status_calls >= 1
+        await env.sleep(HOUR)
+        status = await _phase(handle)
+        assert status.phase is RunPhase.Timeout
+        ready = status.condition(ConditionType.Ready)
+        assert ready is not None and ready.reason == "IdleTimeout"
+        assert fake.unregistered, "expiry unregisters the function"
+
+
+async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvironment) -> None:
+    fake = FakeHosts()
+    async with (
+        Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
+        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS),
+    ):
+        handle = await _start(env.client, "py-total", timeoutSeconds=3 * HOUR)
+        await _until_ready(env, handle)
+        await env.sleep(2 * HOUR)
+        assert (await _phase(handle)).phase is RunPhase.Ready
+        await env.sleep(HOUR + 60)
+        status = await _phase(handle)
+        assert status.phase is RunPhase.Timeout
+        assert status.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
+        assert fake.unregistered
