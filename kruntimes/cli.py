@@ -13,6 +13,7 @@ USAGE = """usage: krt <command> [options]
 
 commands:
   host      run a runtime host (the Runtime Server)   krt host --help
+  worker    run the Temporal worker                   krt worker --help
   demo      run the end-to-end demo                   krt demo
 """
 
@@ -24,13 +25,20 @@ def _host(argv: list[str]) -> int:
     return 0
 
 
+def _worker(argv: list[str]) -> int:
+    from workers import worker
+
+    worker.main(argv)
+    return 0
+
+
 def _demo(argv: list[str]) -> int:
     from workers import demo
 
     return demo.main(argv)
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"host": _host, "demo": _demo}
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"host": _host, "worker": _worker, "demo": _demo}
 
 
 def main(argv: list[str] | None = None) -> None:

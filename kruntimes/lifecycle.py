@@ -116,6 +116,7 @@ class PoolConfig(ApiModel):
     tenants: list[TenantConfig] = Field(default_factory=list)
     queueLimit: int = Field(default=1000, ge=0)
     platform: PlatformInfo = Field(default_factory=PlatformInfo)
+    providers: list[str] | None = None  # the host providers the workers have; None: not checked
 
 
 class PoolState(ApiModel):

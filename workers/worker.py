@@ -62,7 +62,7 @@ async def connect(address: str, namespace: str, *, runtime: Runtime | None = Non
     )
 
 
-async def ensure_pools(client: Client, settings: WorkerSettings) -> None:
+async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
     """Start each runtime's pool, or give a running one the current config (signal-with-start)."""
     for runtime in settings.config.runtimes:
         config = PoolConfig(
@@ -70,6 +70,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings) -> None:
             tenants=settings.config.tenants,
             queueLimit=settings.config.queueLimit,
             platform=settings.platform,
+            providers=providers,
         )
         await client.start_workflow(
             RuntimePoolWorkflow.run,
@@ -85,7 +86,8 @@ async def ensure_pools(client: Client, settings: WorkerSettings) -> None:
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
     hosts = RuntimeHostActivities()
-    manager = HostActivities(default_manager(state_dir=settings.platform.stateDir or None))
+    host_manager = default_manager(state_dir=settings.platform.stateDir or None)
+    manager = HostActivities(host_manager)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
         hosts.function_status,
@@ -101,7 +103,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
-        await ensure_pools(client, settings)
+        await ensure_pools(client, settings, providers=list(host_manager.names))
         yield workers
     finally:
         for w in workers:

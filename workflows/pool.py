@@ -148,6 +148,7 @@ class RuntimePoolWorkflow:
             max_queue=self.config.queueLimit,
             max_hosts=rt.maxHosts,
             default_provider=rt.provider,
+            providers=self.config.providers,
         )
         if isinstance(decision, AssignToInstance):
             self._assign(msg, decision, outbox)

@@ -215,3 +215,54 @@ async def test_fifty_runs_on_five_hosts_are_all_ready_and_no_slot_is_double_book
 
 async def _hosts(platform: Platform, n: int) -> bool:
     return len((await platform.pool()).hosts) == n
+
+
+async def test_an_idle_function_times_out_and_frees_its_slot(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest("idle", runtime=platform.runtime(), mode={"function": {"idleTimeoutSeconds": 1}})
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
+        assert final.condition(ConditionType.Ready).reason == "IdleTimeout"  # type: ignore[union-attr]
+        assert run.metadata.uid not in _registrations(address)
+        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+
+
+async def test_the_total_timeout_ends_a_ready_function_and_frees_its_slot(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest("total", runtime=platform.runtime(), timeoutSeconds=2)
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
+        assert final.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
+        assert run.metadata.uid not in _registrations(address)
+        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+
+
+async def test_a_scale_out_that_cannot_succeed_fails_the_run_with_a_structured_reason(
+    platform_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(python={"provider": "attach"}) as platform:  # attach with no address
+        handle = await platform.start(run_manifest("no-capacity", runtime=platform.runtime()))
+        status = await platform.wait_phase(handle, RunPhase.Failed, timeout=60)
+        assert status.condition(ConditionType.Ready).reason == "ScaleOutFailed"  # type: ignore[union-attr]
+        assert "EndpointMissing" in status.message
+        assert (await platform.pool()).hosts == []
+
+
+async def test_an_unknown_provider_is_rejected_at_admission(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(python={"provider": "nosuchprovider"}) as platform:
+        status = await platform.wait_phase(
+            await platform.start(run_manifest("np", runtime=platform.runtime())), RunPhase.Failed
+        )
+        assert status.condition(ConditionType.Ready).reason == "NoProvider"  # type: ignore[union-attr]
+
+
+async def test_a_run_for_a_runtime_nobody_serves_fails_at_once(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        status = await platform.wait_phase(
+            await platform.start(run_manifest("nort", runtime="no-such-runtime")), RunPhase.Failed
+        )
+        assert status.condition(ConditionType.Ready).reason == "RuntimeUnknown"  # type: ignore[union-attr]

@@ -1,0 +1,80 @@
+"""The pool continues as new when Temporal suggests it, and keeps every reservation and host."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.hosts.process import stop_all
+from kruntimes.api.phases import RunPhase
+from kruntimes.config import parse_config
+from kruntimes.devserver import DevServer
+from kruntimes.lifecycle import SIGNAL_CANCEL, PlatformInfo, pool_workflow_id
+from tests.workflows.conftest import Platform, run_manifest
+from workers.worker import WorkerSettings, connect, running_workers
+
+
+@pytest.fixture
+async def small_history_server(tmp_path: Path) -> AsyncIterator[Client]:
+    server = DevServer(
+        state_dir=tmp_path / "temporal",
+        persistent=False,
+        extra_dynamic_config=("limit.historyCount.suggestContinueAsNew=40",),
+    )
+    server.start()
+    try:
+        yield await connect(server.address, "default")
+    finally:
+        server.stop()
+
+
+async def test_the_pool_continues_as_new_and_keeps_its_state(
+    small_history_server: Client, tmp_path: Path
+) -> None:
+    client = small_history_server
+    runtime = "py-can"
+    settings = WorkerSettings(
+        temporal_address="",
+        namespace="default",
+        config=parse_config(
+            {"runtimes": [{"name": runtime, "adapter": "python", "runs": 20, "maxHosts": 1}]}
+        ),
+        platform=PlatformInfo(stateDir=str(tmp_path / "state")),
+    )
+    platform = Platform(client, tmp_path / "state", {"python": runtime}, settings)
+    pool = client.get_workflow_handle(pool_workflow_id(runtime))
+    try:
+        async with running_workers(client, settings):
+            first_run_id = (await pool.describe()).run_id
+            handles = [await platform.start(run_manifest(f"can-{i}", runtime=runtime)) for i in range(12)]
+            await asyncio.gather(*(platform.wait_phase(h, RunPhase.Ready) for h in handles))
+            for h in handles[:6]:
+                await h.signal(SIGNAL_CANCEL)
+            await asyncio.gather(*(platform.wait_phase(h, RunPhase.Cancelled) for h in handles[:6]))
+
+            async def continued() -> bool:
+                return (await pool.describe()).run_id != first_run_id
+
+            await platform.eventually(continued, what="the pool to continue as new")
+            state = await platform.pool()
+            assert len(state.hosts) == 1
+            kept = {r.runUid for r in state.reservations}
+            assert kept == {h_run for h_run in [await _uid(h) for h in handles[6:]]}
+            late = await platform.start(run_manifest("can-late", runtime=runtime))
+            status = await platform.wait_phase(late, RunPhase.Ready)
+            assert status.assignedHost == state.hosts[0].hostId
+    finally:
+        for h in platform.started:
+            with contextlib.suppress(Exception):
+                await h.terminate("test finished")
+        await stop_all(tmp_path / "state")
+
+
+async def _uid(handle) -> str:  # type: ignore[no-untyped-def]
+    description = await handle.describe()
+    return str(description.search_attributes["KrtRunUid"][0])

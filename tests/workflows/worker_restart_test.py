@@ -1,0 +1,129 @@
+"""The worker is a real process here: SIGKILLed mid-lifecycle and restarted, nothing leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from temporalio.client import Client
+
+from activities.hosts.process import list_records, stop_all
+from kruntimes.api.phases import RunPhase
+from kruntimes.devserver import DevServer, free_port
+from kruntimes.lifecycle import QUERY_POOL, TASK_QUEUE, PoolState, RunInput, pool_workflow_id, run_workflow_id
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from tests.workflows.conftest import Platform, run_manifest
+from workflows.run import RunWorkflow
+
+SLOW_IMPORT = "import time\ntime.sleep(4)\ndef handle(p):\n    return p\n"
+
+
+class WorkerProcess:
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.argv = argv
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def worker_process(dev_server: DevServer, tmp_path: Path) -> Iterator[tuple[WorkerProcess, str, Path, str]]:
+    runtime = f"py-{uuid.uuid4().hex[:6]}"
+    config = tmp_path / "platform.yaml"
+    config.write_text(
+        json.dumps({"runtimes": [{"name": runtime, "adapter": "python", "runs": 2, "maxHosts": 1}]})
+    )
+    state = tmp_path / "state"
+    metrics = f"127.0.0.1:{free_port()}"
+    worker = WorkerProcess(
+        [sys.executable, "-m", "workers.worker", "--temporal-address", dev_server.address]
+        + [
+            "--state-dir",
+            str(state),
+            "--config",
+            str(config),
+            "--metrics-address",
+            metrics,
+            "--log-level",
+            "warning",
+        ],
+        tmp_path / "worker.log",
+    )
+    try:
+        yield worker, runtime, state, metrics
+    finally:
+        worker.stop()
+        asyncio.run(stop_all(state))
+
+
+async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready_exactly_once(
+    client: Client, worker_process: tuple[WorkerProcess, str, Path, str]
+) -> None:
+    worker, runtime, state, metrics = worker_process
+    worker.start()
+    platform = Platform(client, state, {"python": runtime}, None)  # type: ignore[arg-type]
+    run = run_manifest("survivor", runtime=runtime, source=SLOW_IMPORT)
+    handle = await client.start_workflow(
+        RunWorkflow.run,
+        RunInput(run=run),
+        id=run_workflow_id("default", run.metadata.name),
+        task_queue=TASK_QUEUE,
+    )
+    try:
+        await platform.wait_phase(handle, RunPhase.Running, timeout=60)  # registering: the import sleeps
+        body = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
+        assert "temporal_" in body, "the worker exposes the SDK's metrics for Prometheus"
+        worker.kill()
+        worker.start()
+        status = await platform.wait_phase(handle, RunPhase.Ready, timeout=90)
+        assert status.attempt == 1, "a retried RegisterFunction of the same attempt does not count again"
+        records = list_records(state)
+        assert len(records) == 1, "exactly one host was created"
+        with grpc.insecure_channel(records[0].address) as channel:
+            info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
+        assert [r.run_uid for r in info.registrations] == [run.metadata.uid]
+        pool = await client.get_workflow_handle(pool_workflow_id(runtime)).query(
+            QUERY_POOL, result_type=PoolState
+        )
+        assert [r.runUid for r in pool.reservations] == [run.metadata.uid]
+        history = await handle.fetch_history()
+        scheduled = [
+            e
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "register_function"
+        ]
+        assert len(scheduled) == 1
+    finally:
+        with contextlib.suppress(Exception):
+            await handle.terminate("test finished")
+        with contextlib.suppress(Exception):
+            await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
