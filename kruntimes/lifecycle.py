@@ -125,6 +125,7 @@ class PoolState(ApiModel):
     queue: list[AdmitSignal] = Field(default_factory=list)
     scaleOuts: list[ScaleOutRequest] = Field(default_factory=list)
     nextHost: int = 0
+    failedScaleOuts: int = 0  # consecutive; reset when a host becomes ready
 
 
 class PoolInput(ApiModel):

@@ -20,9 +20,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.heartbeat import HeartbeatSender
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
-from runtime.service import FunctionRuntimeService
+from runtime.service import FunctionRuntimeService, registration_state
 from runtime.spawner import Spawner
 from runtime.tasks import Tasks
 
@@ -40,6 +41,8 @@ class HostOptions:
     state_dir: Path
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     max_workers: int = 64
+    gateways: tuple[str, ...] = ()  # where heartbeats go (the gateways' heartbeat addresses)
+    heartbeat_interval_s: float = 5.0
 
 
 class RuntimeHost:
@@ -49,12 +52,17 @@ class RuntimeHost:
         self.work_root = options.state_dir / "work" / self.host_uid
         self.spawner = Spawner()
         self.registry = Registry(
-            spawner=self.spawner, work_root=self.work_root, limits=options.limits, host_uid=self.host_uid
+            spawner=self.spawner,
+            work_root=self.work_root,
+            limits=options.limits,
+            host_uid=self.host_uid,
+            on_change=self._registrations_changed,
         )
         self.tasks = Tasks(spawner=self.spawner, work_root=self.work_root, limits=options.limits)
         self.health = health.HealthServicer()
         self.server: grpc.Server | None = None
         self.address = ""
+        self.heartbeats: HeartbeatSender | None = None
 
     def start(self) -> str:
         self.work_root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -84,12 +92,29 @@ class RuntimeHost:
         self.server = server
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.options.gateways:
+            self.heartbeats = HeartbeatSender(
+                gateways=list(self.options.gateways),
+                host_id=self.options.host_id,
+                host_uid=self.host_uid,
+                runtime=self.options.runtime,
+                address=self.address,
+                interval_s=self.options.heartbeat_interval_s,
+                snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
+            )
+            self.heartbeats.start()
         gc.freeze()  # start-up objects never need collecting; keeps full collections short
         log.info("runtime host serving", extra={"address": self.address, "host_uid": self.host_uid})
         return self.address
 
+    def _registrations_changed(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.changed()
+
     def stop(self, grace_s: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
+        if self.heartbeats is not None:
+            self.heartbeats.stop()  # gateways drop this host's routes at once
         if self.server is not None:
             self.server.stop(grace_s).wait()
         self.tasks.close()

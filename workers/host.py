@@ -27,6 +27,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
     parser.add_argument("--max-workers", type=int, default=64)
     parser.add_argument("--address-space-mib", type=int, default=ProcessLimits().address_space_bytes // 2**20)
+    parser.add_argument(
+        "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
+    )
+    parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between heartbeats")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -42,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
             state_dir=args.state_dir,
             limits=ProcessLimits(address_space_bytes=args.address_space_mib * 2**20),
             max_workers=args.max_workers,
+            gateways=tuple(args.gateway),
+            heartbeat_interval_s=args.heartbeat_interval,
         )
     )
     address = host.start()

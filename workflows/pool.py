@@ -64,7 +64,6 @@ class _Outbox:
 class RuntimePoolWorkflow:
     def __init__(self) -> None:
         self._inbox: list[object] = []
-        self._failures = 0
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -258,7 +257,6 @@ class RuntimePoolWorkflow:
         )
 
     def _host_ready(self, msg: HostReadySignal) -> None:
-        self._failures = 0
         hosts = [h for h in self.state.hosts if h.hostId != msg.host.hostId] + [msg.host]
         scale_outs = [
             s._replace(status=ScaleOutStatus.Fulfilled, hostId=msg.host.hostId, hostUid=msg.host.hostUid)
@@ -266,21 +264,26 @@ class RuntimePoolWorkflow:
             else s
             for s in self.state.scaleOuts
         ]
-        self._update(hosts=hosts, scaleOuts=[s for s in scale_outs if s.pending])
+        self._update(hosts=hosts, scaleOuts=[s for s in scale_outs if s.pending], failedScaleOuts=0)
 
     def _scale_out_failed(self, msg: ScaleOutFailedSignal, outbox: _Outbox) -> None:
-        self._failures += 1
-        self._update(scaleOuts=[s for s in self.state.scaleOuts if s.requestId != msg.requestId])
+        failures = self.state.failedScaleOuts + 1
+        self._update(
+            scaleOuts=[s for s in self.state.scaleOuts if s.requestId != msg.requestId],
+            failedScaleOuts=failures,
+        )
         waiting, self.state = self.state.queue, self.state._replace(queue=[])
-        if self._failures >= MAX_CONSECUTIVE_SCALE_OUT_FAILURES:
-            text = f"scale-out failed {self._failures} times: {msg.failure.reason}: {msg.failure.message}"
+        if failures >= MAX_CONSECUTIVE_SCALE_OUT_FAILURES:
+            # Stop trying until a host appears or the config changes: report it to who waits.
+            text = f"scale-out failed {failures} times: {msg.failure.reason}: {msg.failure.message}"
             for queued in waiting:
                 rejection = Rejection(runUid=queued.request.runUid, reason="ScaleOutFailed", message=text)
                 outbox.signals.append((queued.workflowId, SIGNAL_REJECTED, rejection))
-            self._failures = 0
+            self._update(failedScaleOuts=0)
             return
         for queued in waiting:  # decide again: another scale-out, a wait, or a rejection
             self._admit(queued, outbox)
+        self._warm(outbox)  # a failed warm-up host is requested again, within the same bound
 
     # -- effects -----------------------------------------------------------------------------------
 

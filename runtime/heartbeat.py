@@ -1,0 +1,109 @@
+"""Host → gateway heartbeats: a full snapshot of this host's registrations, sent at once on any
+change and otherwise every interval, on one long-lived client stream per gateway.
+
+Each gateway gets its own thread that reconnects with backoff; a host with no reachable gateway
+keeps serving (invokes simply cannot reach it until a gateway hears from it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
+from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 5.0
+
+
+class HeartbeatSender:
+    def __init__(
+        self,
+        *,
+        gateways: list[str],
+        host_id: str,
+        host_uid: str,
+        runtime: str,
+        address: str,
+        interval_s: float,
+        snapshot: Callable[[], list[pb.RegistrationState]],
+    ) -> None:
+        self.gateways = gateways
+        self.identity = {"host_id": host_id, "host_uid": host_uid, "runtime": runtime, "address": address}
+        self.interval_s = interval_s
+        self.snapshot = snapshot
+        self._changed = threading.Condition()
+        self._generation = 0
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for gateway in self.gateways:
+            thread = threading.Thread(
+                target=self._run, args=(gateway,), name=f"heartbeat-{gateway}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def changed(self) -> None:
+        """Registrations changed: every stream sends a snapshot now."""
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Send a last `leaving` heartbeat on each stream, then end them."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    def _message(self, sequence: int, *, leaving: bool = False) -> hb.HostHeartbeat:
+        sent_at = Timestamp()
+        sent_at.FromDatetime(datetime.now(UTC))
+        return hb.HostHeartbeat(
+            **self.identity,
+            sequence=sequence,
+            interval_ms=int(self.interval_s * 1000),
+            sent_at=sent_at,
+            registrations=[] if leaving else self.snapshot(),
+            leaving=leaving,
+        )
+
+    def _messages(self) -> Iterator[hb.HostHeartbeat]:
+        sequence = 0
+        seen = -1
+        while True:
+            with self._changed:
+                if not self._stopping and seen == self._generation:
+                    self._changed.wait(self.interval_s)
+                stopping, seen = self._stopping, self._generation
+            sequence += 1
+            if stopping:
+                yield self._message(sequence, leaving=True)
+                return
+            yield self._message(sequence)
+
+    def _run(self, gateway: str) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                with grpc.insecure_channel(gateway) as channel:
+                    hb_grpc.RouteHeartbeatStub(channel).Heartbeats(self._messages())
+                backoff = 0.1
+            except grpc.RpcError as err:
+                log.warning("heartbeat stream to %s failed: %s", gateway, err.code().name)
+            with self._changed:
+                if self._stopping:
+                    return
+                self._changed.wait(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
