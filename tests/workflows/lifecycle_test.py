@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
@@ -64,6 +65,8 @@ async def test_a_function_run_becomes_ready_and_answers_on_its_host(
             return found == [handle.id]
 
         await platform.eventually(listed, what="the Run in `temporal workflow list --query KrtPhase='Ready'`")
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert metadata.current_details.startswith("**Ready**"), "the UI shows the phase in words"
         description = await handle.describe()
         attrs = description.search_attributes
         assert attrs["KrtRuntime"] == [platform.runtime()] and attrs["KrtMode"] == ["function"]
