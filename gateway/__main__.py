@@ -1,0 +1,101 @@
+"""`krt gateway` / `python -m gateway`: the HTTPS invoke gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+from gateway.auth import (
+    Authorizer,
+    CachingAuthorizer,
+    EmbeddedAuthorizer,
+    KubernetesAuthorizer,
+    RoleBindings,
+    TokenFile,
+)
+from gateway.server import Gateway, GatewayOptions
+from kruntimes import logs
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="krt gateway", description="Run the kruntimes HTTPS invoke gateway.")
+    p.add_argument("--listen", default="127.0.0.1:8443", help="HTTPS address (port 0: pick one)")
+    p.add_argument("--heartbeat-listen", default="127.0.0.1:0", help="gRPC address hosts send heartbeats to")
+    p.add_argument("--cert", type=Path, required=True, help="serving certificate (PEM)")
+    p.add_argument("--key", type=Path, required=True, help="serving key (PEM)")
+    p.add_argument("--auth", choices=["embedded", "kubernetes"], default="embedded")
+    p.add_argument("--token-file", type=Path, help='embedded: token,user,uid,"groups" CSV (mode 0600)')
+    p.add_argument("--role-bindings", type=Path, help="embedded: namespace role bindings YAML")
+    p.add_argument("--kubernetes-api", help="kubernetes: API server URL for SelfSubjectAccessReviews")
+    p.add_argument("--kubernetes-ca", type=Path, help="kubernetes: CA bundle of the API server")
+    p.add_argument("--temporal-address", help="for the known-Runs view (503 rather than 404 on a miss)")
+    p.add_argument("--namespace", default="default", help="Temporal namespace")
+    p.add_argument("--ready-file", type=Path, help="write {url, heartbeatAddress, pid} here once serving")
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def authorizer_from(args: argparse.Namespace) -> Authorizer:
+    inner: Authorizer
+    if args.auth == "kubernetes":
+        if not args.kubernetes_api:
+            raise SystemExit("krt gateway: --auth kubernetes needs --kubernetes-api")
+        ca = str(args.kubernetes_ca) if args.kubernetes_ca else None
+        inner = KubernetesAuthorizer(args.kubernetes_api, ca_file=ca)
+    else:
+        if not args.token_file or not args.role_bindings:
+            raise SystemExit("krt gateway: --auth embedded needs --token-file and --role-bindings")
+        inner = EmbeddedAuthorizer(TokenFile(args.token_file), RoleBindings.load(args.role_bindings))
+    return CachingAuthorizer(inner)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    temporal = None
+    if args.temporal_address:
+        from workers.worker import connect
+
+        temporal = await connect(args.temporal_address, args.namespace)
+    host, _, port = args.listen.rpartition(":")
+    gateway = Gateway(
+        GatewayOptions(
+            listen_host=host,
+            listen_port=int(port),
+            heartbeat_listen=args.heartbeat_listen,
+            cert_file=args.cert,
+            key_file=args.key,
+            authorizer=authorizer_from(args),
+            temporal=temporal,
+        )
+    )
+    url = await gateway.start()
+    if args.ready_file:
+        tmp = args.ready_file.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"url": url, "heartbeatAddress": gateway.heartbeat_address, "pid": os.getpid()})
+        )
+        tmp.replace(args.ready_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await gateway.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.setup(args.log_level)
+    try:
+        import uvloop  # the leaner event loop: 15-30% less CPU per invoke here (TOOLING.md)
+    except ImportError:
+        asyncio.run(serve(args))
+    else:
+        uvloop.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

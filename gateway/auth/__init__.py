@@ -1,0 +1,48 @@
+"""Authentication and authorization of invocations: one Authorizer interface, two implementations.
+
+- embedded: `EmbeddedAuthorizer(TokenFile(path), RoleBindings.load(path))`
+- Kubernetes: `KubernetesAuthorizer(host)` (a SelfSubjectAccessReview with the caller's token)
+
+Either goes behind `CachingAuthorizer`. See `gateway.auth.base` for the error tree.
+"""
+
+from gateway.auth.base import (
+    AuthError,
+    Authorizer,
+    AuthUnavailable,
+    Decision,
+    Forbidden,
+    Principal,
+    Resource,
+    Unauthenticated,
+    bearer_token,
+    check_token,
+)
+from gateway.auth.bindings import Binding, EmbeddedAuthorizer, RoleBindings
+from gateway.auth.cache import CacheStats, CachingAuthorizer, cache_key
+from gateway.auth.jwt import token_expiry
+from gateway.auth.kubernetes import KubernetesAuthorizer
+from gateway.auth.tokens import TokenFile, TokenFileError
+
+__all__ = [
+    "AuthError",
+    "AuthUnavailable",
+    "Authorizer",
+    "Binding",
+    "CacheStats",
+    "CachingAuthorizer",
+    "Decision",
+    "EmbeddedAuthorizer",
+    "Forbidden",
+    "KubernetesAuthorizer",
+    "Principal",
+    "Resource",
+    "RoleBindings",
+    "TokenFile",
+    "TokenFileError",
+    "Unauthenticated",
+    "bearer_token",
+    "cache_key",
+    "check_token",
+    "token_expiry",
+]

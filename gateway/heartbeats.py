@@ -1,0 +1,78 @@
+"""The gateway's heartbeat endpoint (gRPC RouteHeartbeat), feeding the route cache.
+
+It runs on the gateway's event loop (grpc.aio), so applying a heartbeat needs no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from gateway.routes import RouteCache
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
+from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
+
+log = logging.getLogger(__name__)
+
+MAX_HEARTBEAT_BYTES = 64 * 1024 * 1024  # a snapshot of a very full host
+SWEEP_INTERVAL_S = 1.0
+
+
+class HeartbeatService(hb_grpc.RouteHeartbeatServicer):
+    def __init__(self, routes: RouteCache) -> None:
+        self.routes = routes
+        self.received = 0
+
+    async def Heartbeats(
+        self,
+        request_iterator: AsyncIterator[hb.HostHeartbeat],
+        context: grpc.aio.ServicerContext[hb.HostHeartbeat, hb.HeartbeatAck],
+    ) -> hb.HeartbeatAck:
+        last = 0
+        async for beat in request_iterator:
+            self.routes.apply(beat)
+            self.received += 1
+            last = beat.sequence
+        return hb.HeartbeatAck(last_sequence=last)
+
+
+class HeartbeatServer:
+    def __init__(self, routes: RouteCache, listen: str) -> None:
+        self.routes = routes
+        self.listen = listen
+        self.service = HeartbeatService(routes)
+        self.server: grpc.aio.Server | None = None
+        self.address = ""
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_HEARTBEAT_BYTES)])
+        hb_grpc.add_RouteHeartbeatServicer_to_server(self.service, server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        port = server.add_insecure_port(self.listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {self.listen}")
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.server = server
+        self.address = f"{self.listen.rsplit(':', 1)[0]}:{port}"
+        self._sweeper = asyncio.create_task(self._sweep())
+        return self.address
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            forgotten = self.routes.sweep()
+            if forgotten:
+                log.warning("forgot %d silent host(s)", forgotten)
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self.server is not None:
+            await self.server.stop(1.0)

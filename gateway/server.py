@@ -1,0 +1,95 @@
+"""One gateway process: the HTTPS invoke API and the heartbeat endpoint on one event loop.
+
+HTTPS only: the listener is TLS, so a plain-HTTP request never gets an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from temporalio.client import Client
+
+from gateway.app import GatewayState, build_app
+from gateway.auth import Authorizer
+from gateway.heartbeats import HeartbeatServer
+from gateway.invoke import Upstreams
+from gateway.known import KnownRuns
+from gateway.metrics import GatewayMetrics
+from gateway.routes import RouteCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GatewayOptions:
+    listen_host: str
+    listen_port: int  # 0: pick one
+    heartbeat_listen: str  # e.g. 127.0.0.1:0
+    cert_file: Path
+    key_file: Path
+    authorizer: Authorizer
+    temporal: Client | None = None  # for the known-Runs view only
+    known_refresh_s: float = 2.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def server_ssl_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+class Gateway:
+    def __init__(self, options: GatewayOptions) -> None:
+        self.options = options
+        self.routes = RouteCache()
+        self.known = KnownRuns(options.temporal, refresh_s=options.known_refresh_s)
+        self.upstreams = Upstreams()
+        self.heartbeats = HeartbeatServer(self.routes, options.heartbeat_listen)
+        self.metrics = GatewayMetrics()
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        heartbeat_address = await self.heartbeats.start()
+        self.known.start()
+        state = GatewayState(
+            routes=self.routes,
+            known=self.known,
+            authorizer=self.options.authorizer,
+            upstreams=self.upstreams,
+            metrics=self.metrics,
+            ready=lambda: self.heartbeats.server is not None,
+        )
+        self.runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(
+            self.runner,
+            self.options.listen_host,
+            self.options.listen_port,
+            ssl_context=server_ssl_context(self.options.cert_file, self.options.key_file),
+            backlog=1024,
+        )
+        await site.start()
+        addresses = self.runner.addresses
+        port = int(addresses[0][1]) if addresses else self.options.listen_port
+        self.url = f"https://{self.options.listen_host}:{port}"
+        log.info("gateway serving", extra={"url": self.url, "heartbeats": heartbeat_address})
+        return self.url
+
+    @property
+    def heartbeat_address(self) -> str:
+        return self.heartbeats.address
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.known.stop()
+        await self.heartbeats.stop()
+        await self.upstreams.close()
+        await self.options.authorizer.close()
