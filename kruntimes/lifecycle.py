@@ -65,6 +65,8 @@ class PlatformInfo(ApiModel):
     gatewayUrl: str = "https://127.0.0.1:8443"
     caBundle: str | None = None  # PEM, when the gateway's CA is the platform's own
     stateDir: str = ""  # where process hosts keep their records and workspaces
+    gatewayHeartbeats: list[str] = Field(default_factory=list)  # heartbeat addresses hosts report to
+    heartbeatIntervalSeconds: float = 5.0
 
 
 # --- RunWorkflow --------------------------------------------------------------------------------
@@ -143,6 +145,8 @@ class ScaleOutInput(ApiModel):
     capacity: int
     stateDir: str
     poolWorkflowId: str
+    gateways: list[str] = Field(default_factory=list)
+    heartbeatIntervalSeconds: float = 5.0
 
 
 # --- CleanupWorkflow ----------------------------------------------------------------------------

@@ -122,6 +122,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--state-dir", type=Path, required=True, help="where process hosts live")
     parser.add_argument("--gateway-url", default="https://127.0.0.1:8443")
     parser.add_argument("--ca-file", type=Path, help="the gateway CA (PEM) put into Run endpoints")
+    parser.add_argument(
+        "--gateway-heartbeat",
+        action="append",
+        default=[],
+        help="a gateway's heartbeat address hosts report to",
+    )
+    parser.add_argument("--heartbeat-interval", type=float, default=5.0)
     parser.add_argument("--metrics-address", help="host:port for Prometheus metrics, e.g. 127.0.0.1:9464")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)

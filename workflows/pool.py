@@ -253,6 +253,8 @@ class RuntimePoolWorkflow:
                 capacity=rt.runs,
                 stateDir=self.config.platform.stateDir,
                 poolWorkflowId=workflow.info().workflow_id,
+                gateways=self.config.platform.gatewayHeartbeats,
+                heartbeatIntervalSeconds=self.config.platform.heartbeatIntervalSeconds,
             )
         )
 

@@ -63,6 +63,8 @@ class ScaleOutWorkflow:
                 provider=request.provider,
                 tenant=request.tenant,
                 stateDir=input.stateDir,
+                gateways=input.gateways,
+                heartbeatIntervalSeconds=input.heartbeatIntervalSeconds,
             )
         except ValueError as exc:  # a configuration error: report it, never retry the task forever
             failure = ProviderFailure.of(

@@ -36,6 +36,9 @@ class HostSpec(ApiModel):
     addressSpaceMiB: StrictInt | None = Field(default=None, ge=16)
     # The endpoint the attach provider adopts.
     attachAddress: Address | None = None
+    # Where the host sends route heartbeats (the gateways' heartbeat addresses), and how often.
+    gateways: list[Address] = Field(default_factory=list, max_length=16)
+    heartbeatIntervalSeconds: float = Field(default=5.0, gt=0, le=300)
 
 
 class CreatedHost(ApiModel):

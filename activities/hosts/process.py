@@ -215,6 +215,9 @@ class ProcessProvider:
         argv += ["--listen", "127.0.0.1:0", "--state-dir", str(state_dir), "--ready-file", str(slot.ready)]
         if spec.addressSpaceMiB is not None:
             argv += ["--address-space-mib", str(spec.addressSpaceMiB)]
+        for gateway in spec.gateways:
+            argv += ["--gateway", gateway]
+        argv += ["--heartbeat-interval", str(spec.heartbeatIntervalSeconds)]
         log_offset = slot.log.stat().st_size if slot.log.exists() else 0
         with open(slot.log, "ab") as log_file:
             try:
