@@ -1,0 +1,74 @@
+"""Where clients (the `krt` CLI, the SDK) find the platform.
+
+`krt up` writes `client.json` into the state directory (mode 0600: it holds the token). Values
+come from, in order: the environment (KRT_TEMPORAL_ADDRESS, KRT_TEMPORAL_NAMESPACE,
+KRT_GATEWAY_URL, KRT_TOKEN, KRT_CA_FILE), then that file, then defaults. The state directory is
+KRT_STATE_DIR, by default ~/.kruntimes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import Field
+
+from kruntimes.api._base import ApiModel
+
+CLIENT_FILE = "client.json"
+ENV = {
+    "temporalAddress": "KRT_TEMPORAL_ADDRESS",
+    "temporalNamespace": "KRT_TEMPORAL_NAMESPACE",
+    "gatewayUrl": "KRT_GATEWAY_URL",
+    "token": "KRT_TOKEN",
+    "caFile": "KRT_CA_FILE",
+}
+
+
+class ClientConfig(ApiModel):
+    temporalAddress: str = "127.0.0.1:7233"
+    temporalNamespace: str = "default"
+    gatewayUrl: str = "https://127.0.0.1:8443"
+    caFile: str | None = None
+    token: str | None = Field(default=None, repr=False)
+    uiUrl: str | None = None
+    stateDir: str = ""
+
+    def redacted(self) -> dict[str, object]:
+        """For printing: the token is never shown in full."""
+        data = self.model_dump(mode="json")
+        if self.token:
+            data["token"] = self.token[:4] + "…(redacted)"
+        return data
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    raw = env.get("KRT_STATE_DIR")
+    return Path(raw).expanduser() if raw else Path.home() / ".kruntimes"
+
+
+def load(env: Mapping[str, str] | None = None) -> ClientConfig:
+    env = os.environ if env is None else env
+    directory = state_dir(env)
+    data: dict[str, object] = {"stateDir": str(directory)}
+    path = directory / CLIENT_FILE
+    if path.is_file():
+        data.update(json.loads(path.read_text()))
+        data["stateDir"] = str(directory)
+    for field, var in ENV.items():
+        if env.get(var):
+            data[field] = env[var]
+    return ClientConfig.model_validate(data)
+
+
+def write(directory: Path, config: ClientConfig) -> Path:
+    path = directory / CLIENT_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(config.model_dump(mode="json", exclude={"stateDir"}), f, indent=2)
+    tmp.replace(path)
+    return path
