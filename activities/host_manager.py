@@ -6,10 +6,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.hosts._rpc import HostRpcError, identify
 from activities.hosts.base import HostManager
 from activities.hosts.model import CreatedHost, HostSpec
+from activities.hosts.process import _alive, list_records
 from kruntimes.api._base import ApiModel
+from kruntimes.lifecycle import ProbeInput, ProbeResult
 from kruntimes.scheduling.failures import ProviderError
+from kruntimes.scheduling.model import Host
 
 
 class DeleteHostInput(ApiModel):
@@ -48,3 +52,30 @@ class HostActivities:
             )
         except ProviderError as err:
             raise _application_error(err) from err
+
+
+PROBE_TIMEOUT_S = 3.0
+PROVIDER_LABEL = "kruntimes.io/provider"
+
+
+async def _proven_gone(host: Host, state_dir: str) -> bool:
+    """Fencing (seed 000): a host is gone only when its uid is gone — another incarnation answers
+    at its address, or (process hosts) its recorded process no longer exists. An unreachable host
+    that may still run is not gone."""
+    try:
+        identity = await identify(host.address or "", timeout_s=PROBE_TIMEOUT_S)
+    except HostRpcError:
+        identity = None
+    if identity is not None:
+        return identity.host_uid != host.hostUid
+    if host.labels.get(PROVIDER_LABEL, "process") != "process" or not state_dir:
+        return False
+    record = next((r for r in list_records(state_dir) if r.hostId == host.hostId), None)
+    return record is None or record.hostUid != host.hostUid or record.pid is None or not _alive(record.pid)
+
+
+class ProbeActivities:
+    @activity.defn(name="probe_hosts")
+    async def probe_hosts(self, input: ProbeInput) -> ProbeResult:
+        lost = [h.hostUid for h in input.hosts if await _proven_gone(h, input.stateDir)]
+        return ProbeResult(lost=lost)

@@ -23,6 +23,7 @@ POOL_TASK_QUEUE = "kruntimes-pool"
 SIGNAL_CANCEL = "cancel"
 SIGNAL_ASSIGNED = "assigned"
 SIGNAL_REJECTED = "rejected"
+SIGNAL_HOST_LOST = "host_lost"
 QUERY_STATUS = "status"
 UPDATE_DELETE = "delete"
 SIGNAL_ADMIT = "admit"
@@ -85,6 +86,21 @@ class Assignment(ApiModel):
     platform: PlatformInfo
 
 
+class HostLostSignal(ApiModel):
+    hostId: str
+    hostUid: str
+    reason: StatusMessage = ""
+
+
+class ProbeInput(ApiModel):
+    hosts: list[Host]
+    stateDir: str
+
+
+class ProbeResult(ApiModel):
+    lost: list[str] = Field(default_factory=list)  # host uids proven gone
+
+
 class Rejection(ApiModel):
     runUid: str
     reason: str
@@ -119,6 +135,8 @@ class PoolConfig(ApiModel):
     queueLimit: int = Field(default=1000, ge=0)
     platform: PlatformInfo = Field(default_factory=PlatformInfo)
     providers: list[str] | None = None  # the host providers the workers have; None: not checked
+    # How often hosts are checked for death (also on every worker start); None: only then.
+    probeIntervalSeconds: float | None = Field(default=60.0, gt=0)
 
 
 class PoolState(ApiModel):
@@ -128,6 +146,7 @@ class PoolState(ApiModel):
     scaleOuts: list[ScaleOutRequest] = Field(default_factory=list)
     nextHost: int = 0
     failedScaleOuts: int = 0  # consecutive; reset when a host becomes ready
+    owners: dict[str, str] = Field(default_factory=dict)  # run uid → the Run's workflow id
 
 
 class PoolInput(ApiModel):

@@ -22,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from activities.host_manager import HostActivities
+from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
 from kruntimes import logs
@@ -54,6 +54,7 @@ class WorkerSettings:
     config: PlatformConfig
     platform: PlatformInfo
     metrics_address: str | None = None
+    probe_interval_s: float | None = 60.0
 
 
 async def connect(address: str, namespace: str, *, runtime: Runtime | None = None) -> Client:
@@ -71,6 +72,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             queueLimit=settings.config.queueLimit,
             platform=settings.platform,
             providers=providers,
+            probeIntervalSeconds=settings.probe_interval_s,
         )
         await client.start_workflow(
             RuntimePoolWorkflow.run,
@@ -99,7 +101,12 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
     ]
     workers = [
         Worker(client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=activities),
-        Worker(client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS),
+        Worker(
+            client,
+            task_queue=POOL_TASK_QUEUE,
+            workflows=POOL_WORKFLOWS,
+            activities=[ProbeActivities().probe_hosts],
+        ),
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:

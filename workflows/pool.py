@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -20,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_ADMIT,
         SIGNAL_ASSIGNED,
         SIGNAL_CONFIGURE,
+        SIGNAL_HOST_LOST,
         SIGNAL_HOST_READY,
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
@@ -27,10 +30,13 @@ with workflow.unsafe.imports_passed_through():
         TASK_QUEUE,
         AdmitSignal,
         Assignment,
+        HostLostSignal,
         HostReadySignal,
         PoolConfig,
         PoolInput,
         PoolState,
+        ProbeInput,
+        ProbeResult,
         Rejection,
         ReleaseSignal,
         ScaleOutFailedSignal,
@@ -52,11 +58,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 MAX_CONSECUTIVE_SCALE_OUT_FAILURES = 3
+PROBE_TIMEOUT = timedelta(seconds=20)
 
 
 @dataclass
 class _Outbox:
-    signals: list[tuple[str, str, Assignment | Rejection]]
+    signals: list[tuple[str, str, Assignment | Rejection | HostLostSignal]]
     scale_outs: list[ScaleOutInput]
 
 
@@ -101,11 +108,20 @@ class RuntimePoolWorkflow:
         self._warm(outbox)
         await self._flush(outbox)
         while True:
-            await workflow.wait_condition(lambda: bool(self._inbox))
+            probe = False
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self._inbox), timeout=self.config.probeIntervalSeconds
+                )
+            except TimeoutError:
+                probe = True
             batch, self._inbox = self._inbox, []
             outbox = _Outbox([], [])
             for msg in batch:
                 self._handle(msg, outbox)
+                probe = probe or isinstance(msg, PoolConfig)  # a (re)started worker: look at every host
+            if probe and self.state.hosts:
+                await self._probe(outbox)
             self._place_queued(outbox)
             await self._flush(outbox)
             if workflow.info().is_continue_as_new_suggested() and not self._inbox:
@@ -173,7 +189,9 @@ class RuntimePoolWorkflow:
         reservations = admission.reserve(
             reservations=self.state.reservations, request=msg.request, host=host, at=workflow.now()
         )
-        self._update(reservations=list(reservations))
+        self._update(
+            reservations=list(reservations), owners={**self.state.owners, msg.request.runUid: msg.workflowId}
+        )
         assert host.address is not None
         assignment = Assignment(
             runUid=msg.request.runUid,
@@ -205,6 +223,7 @@ class RuntimePoolWorkflow:
         self._update(
             reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid)),
             queue=[q for q in self.state.queue if q.request.runUid != run_uid],
+            owners={k: v for k, v in self.state.owners.items() if k != run_uid},
         )
 
     # -- hosts -------------------------------------------------------------------------------------
@@ -287,6 +306,40 @@ class RuntimePoolWorkflow:
             self._admit(queued, outbox)
         self._warm(outbox)  # a failed warm-up host is requested again, within the same bound
 
+    async def _probe(self, outbox: _Outbox) -> None:
+        """Find hosts proven gone; their Runs recover elsewhere, their slots are free again."""
+        try:
+            result = await workflow.execute_local_activity(
+                "probe_hosts",
+                ProbeInput(hosts=self.state.hosts, stateDir=self.config.platform.stateDir),
+                result_type=ProbeResult,
+                start_to_close_timeout=PROBE_TIMEOUT,
+            )
+        except ActivityError:
+            return  # no verdict is not a verdict of death: look again next time
+        for host_uid in result.lost:
+            host = next((h for h in self.state.hosts if h.hostUid == host_uid), None)
+            if host is None:
+                continue
+            kept, released = admission.release_host(reservations=self.state.reservations, host_id=host.hostId)
+            owners = dict(self.state.owners)
+            for run_uid in released:
+                workflow_id = owners.pop(run_uid, None)
+                if workflow_id is not None:
+                    outbox.signals.append(
+                        (workflow_id, SIGNAL_HOST_LOST, HostLostSignal(hostId=host.hostId, hostUid=host_uid))
+                    )
+            self._update(
+                hosts=[h for h in self.state.hosts if h.hostUid != host_uid],
+                reservations=list(kept),
+                owners=owners,
+            )
+            workflow.logger.warning(
+                "host %s is gone; %d Run(s) recover elsewhere", host.hostId, len(released)
+            )
+        if result.lost:
+            self._warm(outbox)
+
     # -- effects -----------------------------------------------------------------------------------
 
     async def _flush(self, outbox: _Outbox) -> None:
@@ -303,11 +356,12 @@ class RuntimePoolWorkflow:
         sends = [self._send(*signal) for signal in outbox.signals]
         await asyncio.gather(*starts, *sends)
 
-    async def _send(self, workflow_id: str, name: str, arg: Assignment | Rejection) -> None:
+    async def _send(self, workflow_id: str, name: str, arg: Assignment | Rejection | HostLostSignal) -> None:
         try:
             await workflow.get_external_workflow_handle(workflow_id).signal(name, arg)
-        except Exception:
-            self._release(arg.runUid)
+        except Exception:  # the Run is gone: whatever it held is free again
+            if isinstance(arg, Assignment | Rejection):
+                self._release(arg.runUid)
 
     def _update(self, **changes: object) -> None:
         self.state = self.state._replace(**changes)

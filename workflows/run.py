@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_ADMIT,
         SIGNAL_ASSIGNED,
         SIGNAL_CANCEL,
+        SIGNAL_HOST_LOST,
         SIGNAL_REJECTED,
         TASK_QUEUE,
         UPDATE_DELETE,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         CleanupResult,
         FunctionState,
+        HostLostSignal,
         RegisterInput,
         RegisterResult,
         Rejection,
@@ -86,6 +88,11 @@ REGISTRATION_ERRORS = [
 
 
 @dataclass
+class _Recover:
+    message: str
+
+
+@dataclass
 class _End:
     phase: RunPhase
     reason: str
@@ -103,6 +110,8 @@ class RunWorkflow:
         self._assignment: Assignment | None = None
         self._rejection: Rejection | None = None
         self._registration: RegisterResult | None = None
+        self._host_lost = False
+        self._attempt = 0
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -126,6 +135,11 @@ class RunWorkflow:
     def assigned(self, assignment: Assignment) -> None:
         if self._assignment is None and self._rejection is None:
             self._assignment = assignment
+
+    @workflow.signal(name=SIGNAL_HOST_LOST)
+    def host_lost(self, lost: HostLostSignal) -> None:
+        if self._assignment is not None and self._assignment.hostUid == lost.hostUid:
+            self._host_lost = True
 
     @workflow.signal(name=SIGNAL_REJECTED)
     def rejected(self, rejection: Rejection) -> None:
@@ -231,12 +245,41 @@ class RunWorkflow:
         return deadline is None or workflow.now() < deadline
 
     async def _function(self) -> _End:
-        spec = self.run_.spec
+        """Register (retrying per policy), serve; after a host loss re-admit and register anew."""
         deadline = self._deadline(self._start_running())
-        policy = spec.retryPolicy
-        attempt = 0
         while True:
-            attempt += 1
+            end = await self._register(deadline)
+            if end is None:
+                end = await self._serve(deadline)
+            if not isinstance(end, _Recover):
+                return end
+            # Fenced recovery: the pool proved the old host dead (its uid is gone), so a new
+            # attempt may register elsewhere. Each recovery spends one attempt of the policy.
+            if self._attempt >= self.run_.spec.retryPolicy.limit:
+                return _End(RunPhase.Failed, ConditionReason.RetriesExhausted, f"host lost: {end.message}")
+            self._assignment = self._registration = self._rejection = None
+            self._host_lost = False
+            self._update(endpoint=None, assignedHost=None, assignedHostUID=None)
+            self._phase(
+                RunPhase.Pending, ConditionReason.Recovering, f"host lost: {end.message}", ready=False
+            )
+            admitted = await self._admit()
+            if admitted is not None:
+                return admitted
+            a = self._assignment
+            assert a is not None
+            self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
+            self._phase(
+                RunPhase.Scheduled, ConditionReason.Scheduled, f"assigned to host {a.hostId}", ready=False
+            )
+            self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
+
+    async def _register(self, deadline: datetime | None) -> _End | _Recover | None:
+        spec = self.run_.spec
+        policy = spec.retryPolicy
+        while True:
+            self._attempt += 1
+            attempt = self._attempt
             self._update(attempt=attempt)
             try:
                 self._registration = await workflow.execute_activity(
@@ -253,6 +296,9 @@ class RunWorkflow:
                 self._phase(RunPhase.Running, ConditionReason.RegistrationFailed, message, ready=False)
                 if self._cancel:
                     return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+                if self._host_lost:
+                    self._attempt -= 1  # the recovery spends the attempt
+                    return _Recover(message)
                 if attempt >= policy.limit:
                     return _End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
                 backoff = min(
@@ -273,10 +319,10 @@ class RunWorkflow:
         )
         self._update(endpoint=Endpoint(protocol=EndpointProtocol.HTTPS, url=url, caBundle=platform.caBundle))
         self._phase(RunPhase.Ready, ConditionReason.FunctionRegistered, "function registered", ready=True)
-        return await self._serve(deadline)
+        return None
 
-    async def _serve(self, deadline: datetime | None) -> _End:
-        """Ready: wait for cancel, the total timeout or the idle timeout."""
+    async def _serve(self, deadline: datetime | None) -> _End | _Recover:
+        """Ready: wait for cancel, a host loss, the total timeout or the idle timeout."""
         assert self._registration is not None and self._assignment is not None
         idle = self.run_.spec.mode.function.idleTimeoutSeconds if self.run_.spec.mode.function else None
         idle_at = workflow.now() + timedelta(seconds=idle) if idle is not None else None
@@ -284,9 +330,11 @@ class RunWorkflow:
             wake = min((t for t in (deadline, idle_at) if t is not None), default=None)
             timeout = max((wake - workflow.now()).total_seconds(), 0.001) if wake is not None else None
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._cancel, timeout=timeout)
+                await workflow.wait_condition(lambda: self._cancel or self._host_lost, timeout=timeout)
             if self._cancel:
                 return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
+            if self._host_lost:
+                return _Recover(f"host {self._assignment.hostId} is gone")
             now = workflow.now()
             if deadline is not None and now >= deadline:
                 return _End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout reached")
@@ -342,7 +390,12 @@ class RunWorkflow:
             retry_policy=HOST_CALL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
-        await workflow.wait_condition(lambda: handle.done() or self._cancel)
+        await workflow.wait_condition(lambda: handle.done() or self._cancel or self._host_lost)
+        if not handle.done() and self._host_lost:
+            handle.cancel()
+            with contextlib.suppress(ActivityError, asyncio.CancelledError):
+                await handle
+            return _End(RunPhase.Failed, ConditionReason.HostLost, "the host running the task is gone")
         if not handle.done():
             handle.cancel()
             with contextlib.suppress(ActivityError, asyncio.CancelledError):

@@ -104,6 +104,7 @@ class ScaleOutWorkflow:
             tenant=request.tenant,
             tenancy=request.policy.mode,
             createdAt=created.createdAt,
+            labels={"kruntimes.io/provider": created.provider},
             assignedAt=now,
             readyAt=now,
         )

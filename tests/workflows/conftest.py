@@ -165,6 +165,7 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
             namespace="default",
             config=config,
             platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
+            probe_interval_s=1.0,
         )
         platform = Platform(client, tmp_path / "state", runtimes, settings)
         try:

@@ -269,3 +269,31 @@ async def test_a_run_for_a_runtime_nobody_serves_fails_at_once(platform_factory)
             await platform.start(run_manifest("nort", runtime="no-such-runtime")), RunPhase.Failed
         )
         assert status.condition(ConditionType.Ready).reason == "RuntimeUnknown"  # type: ignore[union-attr]
+
+
+async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_attempt(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+
+    from activities.hosts.process import list_records
+
+    async with platform_factory(python={"maxHosts": 2}) as platform:
+        run = run_manifest("phoenix", runtime=platform.runtime())
+        handle = await platform.start(run)
+        before = await platform.wait_phase(handle, RunPhase.Ready)
+        record = next(r for r in list_records(platform.state_dir) if r.hostId == before.assignedHost)
+        assert record.pid is not None
+        os.kill(record.pid, signal.SIGKILL)  # our own host process
+
+        async def recovered() -> bool:
+            status = await platform.status(handle)
+            return status.phase is RunPhase.Ready and status.assignedHostUID != before.assignedHostUID
+
+        await platform.eventually(recovered, timeout=60, what="the Run Ready again on a new host")
+        after = await platform.status(handle)
+        assert after.attempt == before.attempt + 1
+        pool = await platform.pool()
+        assert before.assignedHostUID not in {h.hostUid for h in pool.hosts}
+        assert [r.hostUid for r in pool.reservations] == [after.assignedHostUID]
+        address = await _address(platform, after.assignedHost)  # type: ignore[arg-type]
+        assert _invoke(address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]

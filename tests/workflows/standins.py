@@ -12,6 +12,8 @@ from activities.hosts.model import CreatedHost, HostSpec
 from kruntimes.lifecycle import (
     CancelTaskInput,
     FunctionState,
+    ProbeInput,
+    ProbeResult,
     RegisterInput,
     RegisterResult,
     StatusInput,
@@ -29,6 +31,7 @@ class FakeHosts:
     registered: dict[str, int] = field(default_factory=dict)  # run uid → attempt
     unregistered: list[str] = field(default_factory=list)
     status_calls: int = 0
+    probe: object = None
 
     def activities(self) -> list[object]:
         @activity.defn(name="create_host")
@@ -65,10 +68,15 @@ class FakeHosts:
         async def execute_task(input: TaskInput) -> TaskResult:
             return TaskResult(status="Succeeded", outputs={})
 
+        @activity.defn(name="probe_hosts")
+        async def probe_hosts(input: ProbeInput) -> ProbeResult:
+            return ProbeResult(lost=[])
+
         @activity.defn(name="cancel_task")
         async def cancel_task(input: CancelTaskInput) -> bool:
             return True
 
+        self.probe = probe_hosts
         return [
             create_host,
             delete_host,

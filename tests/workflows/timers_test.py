@@ -66,6 +66,7 @@ async def _start(client: Client, runtime: str, **spec: object) -> object:
             config=PoolConfig(
                 runtime=RuntimeConfig(name=runtime, adapter="python", runs=5, maxHosts=1),
                 platform=PlatformInfo(stateDir="/nonexistent-stand-ins-create-no-hosts"),
+                probeIntervalSeconds=None,  # hours are skipped here: no periodic probes
             )
         ),
         id=pool_workflow_id(runtime),
@@ -96,7 +97,7 @@ async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEn
     fake = FakeHosts()
     async with (
         Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
-        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS),
+        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS, activities=[fake.probe]),
     ):
         handle = await _start(env.client, "py-idle", mode={"function": {"idleTimeoutSeconds": HOUR}})
         await _until_ready(env, handle)
@@ -118,7 +119,7 @@ async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvir
     fake = FakeHosts()
     async with (
         Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
-        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS),
+        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS, activities=[fake.probe]),
     ):
         handle = await _start(env.client, "py-total", timeoutSeconds=3 * HOUR)
         await _until_ready(env, handle)
