@@ -148,7 +148,11 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         namespace=args.namespace,
         config=load_config(args.config),
         platform=PlatformInfo(
-            gatewayUrl=args.gateway_url, caBundle=ca, stateDir=str(args.state_dir.resolve())
+            gatewayUrl=args.gateway_url,
+            caBundle=ca,
+            stateDir=str(args.state_dir.resolve()),
+            gatewayHeartbeats=args.gateway_heartbeat,
+            heartbeatIntervalSeconds=args.heartbeat_interval,
         ),
         metrics_address=args.metrics_address,
     )
