@@ -36,6 +36,8 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/runtime_server.py
+	$(PY) bench/invoke.py
+	$(PY) bench/lifecycle.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
