@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway import openapi
 from gateway.auth import AuthError, Authorizer
 from gateway.errors import GatewayError
-from gateway.invoke import INVOCATION_HEADER, InvokeHandler, Upstreams
+from gateway.invoke import INVOCATION_HEADER, INVOCATION_ID, InvokeHandler, Upstreams
 from gateway.known import KnownRuns
 from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
@@ -65,20 +65,20 @@ def build_app(state: GatewayState) -> web.Application:
                 response = await handler(request)
             except (GatewayError, AuthError) as err:
                 reason = err.reason
-                response = _error_response(err, request.get("invocation_id", ""))
+                response = _error_response(err, request.get(INVOCATION_ID, ""))
             except web.HTTPException as exc:  # aiohttp's own (404 for unknown paths, 405, ...)
                 reason = exc.reason.replace(" ", "")
                 response = web.json_response(
                     {"reason": reason, "message": exc.reason, "invocationId": ""}, status=exc.status
                 )
             except Exception:
-                log.exception("unexpected error", extra={"invocation_id": request.get("invocation_id", "")})
+                log.exception("unexpected error", extra={"invocation_id": request.get(INVOCATION_ID, "")})
                 reason = "InternalError"
                 response = web.json_response(
                     {
                         "reason": reason,
                         "message": "internal error",
-                        "invocationId": request.get("invocation_id", ""),
+                        "invocationId": request.get(INVOCATION_ID, ""),
                     },
                     status=502,
                 )
@@ -99,7 +99,7 @@ def build_app(state: GatewayState) -> web.Application:
                         "reason": reason,
                         "runtime": request.match_info.get("runtime", ""),
                         "run_uid": request.match_info.get("uid", ""),
-                        "invocation_id": request.get("invocation_id", ""),
+                        "invocation_id": request.get(INVOCATION_ID, ""),
                         "ms": round((time.perf_counter() - started) * 1000, 3),
                     },
                 )
@@ -135,7 +135,8 @@ def build_app(state: GatewayState) -> web.Application:
         routes=state.routes, known=state.known, authorizer=state.authorizer, upstreams=state.upstreams
     )
     app = web.Application(middlewares=[observe], client_max_size=1024 * 1024 + 1)
-    app.router.add_post(INVOKE_PATH, invoke, name="invoke")
+    # the bound coroutine method: aiohttp deprecates handlers that are not coroutine functions
+    app.router.add_post(INVOKE_PATH, invoke.__call__, name="invoke")
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")
     app.router.add_get("/metrics", prometheus, name="metrics")

@@ -7,6 +7,7 @@ retried after dispatch: a failure after the request left may have run the functi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -14,7 +15,7 @@ import uuid
 import grpc
 from aiohttp import web
 
-from gateway.auth import AuthError, Authorizer, Resource, bearer_token
+from gateway.auth import AuthError, Authorizer, Forbidden, Resource, bearer_token
 from gateway.errors import (
     BadRequest,
     Busy,
@@ -36,6 +37,8 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 log = logging.getLogger("gateway.invoke")
 
 INVOCATION_HEADER = "X-Kruntime-Invocation-ID"
+# where the middleware finds the invocation id of a request (a typed key: plain strings warn)
+INVOCATION_ID = web.RequestKey("invocation_id", str)
 TIMEOUT_HEADER = "X-Kruntime-Timeout"
 RPC_MARGIN_S = 5.0
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
@@ -65,6 +68,14 @@ class Upstreams:
     async def close(self) -> None:
         for channel in self._channels:
             await channel.close()
+
+
+def _reason(err: grpc.aio.AioRpcError) -> str:
+    """The host's stable reason (trailing metadata `krt-reason`)."""
+    for key, value in err.trailing_metadata() or ():
+        if key == "krt-reason":
+            return str(value)
+    return ""
 
 
 def invocation_id(request: web.Request) -> str:
@@ -160,7 +171,7 @@ class InvokeHandler:
 
     async def __call__(self, request: web.Request) -> web.Response:
         inv = invocation_id(request)
-        request["invocation_id"] = inv
+        request[INVOCATION_ID] = inv
         namespace = request.match_info["namespace"]
         runtime = request.match_info["runtime"]
         run_uid = request.match_info["uid"]
@@ -169,7 +180,6 @@ class InvokeHandler:
         if route is None or route.namespace != namespace or route.runtime != runtime:
             await self._miss(token, namespace, runtime, run_uid)
         assert route is not None
-        request["run_uid"], request["runtime"] = run_uid, runtime
         await self.authorizer.authorize(
             token, Resource(namespace=namespace, name=route.name, run_uid=run_uid)
         )
@@ -189,6 +199,12 @@ class InvokeHandler:
             or known.runtime != runtime
             or known.phase in _TERMINAL
         ):
+            # Authenticate first: a caller without a valid token learns nothing about which uids
+            # exist (401 either way). A valid token that may not see this namespace gets the 404.
+            with contextlib.suppress(Forbidden):
+                await self.authorizer.authorize(
+                    token, Resource(namespace=namespace, name="", run_uid=run_uid)
+                )
             raise NotFound("no such function in this namespace and runtime")
         await self.authorizer.authorize(
             token, Resource(namespace=namespace, name=known.name, run_uid=run_uid)
@@ -202,7 +218,7 @@ class InvokeHandler:
             registration_id=route.registration_id,
             invocation_id=inv,
             payload=payload,
-            timeout_ms=int(timeout_s * 1000),
+            timeout_ms=max(1, round(timeout_s * 1000)),
             fence=pb.Fence(run_uid=route.run_uid, attempt=route.attempt, host_uid=route.host_uid),
         )
         try:
@@ -219,7 +235,7 @@ class InvokeHandler:
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
             self.routes.drop(route.run_uid, route.host_uid)  # stale: the host holds another generation
             return NotReady("the Run's registration moved; retry shortly", reason="RouteStale")
-        if code == grpc.StatusCode.UNAVAILABLE and "NotReady" in (err.details() or ""):
+        if code == grpc.StatusCode.UNAVAILABLE and _reason(err) == "NotReady":
             return NotReady("the function cannot serve right now", reason="RunNotReady", retry_after=5)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return UpstreamTimeout(
@@ -248,4 +264,4 @@ class InvokeHandler:
         )
 
 
-__all__ = ["AuthError", "InvokeHandler", "Upstreams", "INVOCATION_HEADER"]
+__all__ = ["AuthError", "InvokeHandler", "Upstreams", "INVOCATION_HEADER", "INVOCATION_ID"]

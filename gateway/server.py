@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from temporalio.client import Client
 
 from gateway.app import GatewayState, build_app
@@ -22,6 +23,24 @@ from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
 
 log = logging.getLogger(__name__)
+
+
+class _NoRequestBytes(logging.Filter):
+    """aiohttp logs a malformed request with the bytes it choked on (e.g. the first 100 bytes of an
+    oversized `Authorization` header: a token); keep only the kind of error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"malformed HTTP request ({type(exc).__name__}, status {exc.code})"
+            record.args = ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
+# aiohttp's server errors go here instead of `aiohttp.server`, through the filter above
+http_log = logging.getLogger("gateway.http")
+http_log.addFilter(_NoRequestBytes())
 
 
 @dataclass
@@ -66,7 +85,7 @@ class Gateway:
             metrics=self.metrics,
             ready=lambda: self.heartbeats.server is not None,
         )
-        self.runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False, logger=http_log)
         await self.runner.setup()
         site = web.TCPSite(
             self.runner,

@@ -7,6 +7,8 @@ answer for the gateway, not the caller. Library errors are wrapped here and neve
 
 from __future__ import annotations
 
+import ssl
+
 import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -46,6 +48,8 @@ class KubernetesAuthorizer:
         verify_ssl: bool = True,
         timeout_s: float = 5.0,
     ) -> None:
+        if ca_file is not None:
+            ssl.create_default_context(cafile=ca_file)  # an unreadable CA fails here, at start
         self._configuration = k8s.Configuration(host=host.rstrip("/"))
         self._configuration.ssl_ca_cert = ca_file
         self._configuration.verify_ssl = verify_ssl

@@ -1,0 +1,563 @@
+"""Every row of the gateway's answers table, end to end: real HTTPS, real host processes.
+
+Functions that must run at most once per invocation append a line to a record file (passed in
+their environment), so "ran exactly once, never retried" is checked by counting lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.invoke import INVOCATION_HEADER, TIMEOUT_HEADER
+from gateway.known import KnownRun
+from gateway.server import Gateway
+from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from tests.gateway.conftest import (
+    ALICE,
+    BOB,
+    BOGUS,
+    REGISTERED,
+    SECRETS,
+    Answer,
+    Function,
+    HostProcess,
+    Hosts,
+    LogCapture,
+    alive,
+    descendants,
+    invoke,
+    invoke_url,
+    leaked_tokens,
+    lines,
+    wait_for,
+    wait_route,
+)
+
+# Appends its tag to the record file, then sleeps as asked.
+RECORDED = """
+import os
+import time
+
+def handle(payload):
+    with open(os.environ["TEST_RECORD"], "a") as f:
+        f.write(payload.get("tag", "run") + "\\n")
+    time.sleep(payload.get("sleep", 0))
+    return {"slept": payload.get("sleep", 0)}
+"""
+
+# Appends to the record file, then ends its process in the middle of the invocation.
+EXITS = """
+import os
+
+def handle(payload):
+    with open(os.environ["TEST_RECORD"], "a") as f:
+        f.write("run\\n")
+    os._exit(3)
+"""
+
+# Loads once; any later load (a restart of its warm process) fails; its invocation ends the process.
+LOADS_ONCE = """
+import os
+from pathlib import Path
+
+marker = Path(os.environ["TEST_RECORD"] + ".loaded")
+if marker.exists():
+    raise RuntimeError("this module refuses to load twice")
+marker.write_text("loaded")
+
+def handle(payload):
+    with open(os.environ["TEST_RECORD"], "a") as f:
+        f.write("run\\n")
+    os._exit(3)
+"""
+
+NOISY = """
+import sys
+
+def handle(payload):
+    sys.stdout.write("o" * 100_000)
+    sys.stderr.write("e" * 70_000)
+    return {"n": 1}
+"""
+
+SIZE = """
+import json
+
+def handle(payload):
+    return {"length": len(json.dumps(payload))}
+"""
+
+
+def record(records_dir: Path) -> tuple[Path, dict[str, str]]:
+    path = records_dir / f"{uuid.uuid4().hex}.txt"
+    return path, {"TEST_RECORD": str(path)}
+
+
+def check_error(answer: Answer, status: int, reason: str) -> dict[str, object]:
+    """An error answer: JSON with a stable reason and the (echoed or generated) invocation id."""
+    answer.expect(status, reason)
+    doc: dict[str, object] = answer.json
+    assert set(doc) == {"reason", "message", "invocationId"}
+    return doc
+
+
+def retry_after(answer: Answer) -> int:
+    value = answer.headers.get("Retry-After")
+    assert value is not None and value.isdigit() and int(value) >= 1, answer.headers
+    return int(value)
+
+
+# -- 200 --------------------------------------------------------------------------------------
+
+
+async def test_success_returns_outputs_logs_and_the_echoed_invocation_id(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function
+) -> None:
+    answer = await invoke(client, gateway, echo.uid, {"a": 1}, headers={INVOCATION_HEADER: "inv-fixed-1"})
+    doc = answer.expect(200).json
+    assert doc["invocationId"] == "inv-fixed-1"
+    assert doc["status"] == "Succeeded"
+    assert doc["outputs"] == {"a": 1}
+    assert doc["stdout"] == {"data": "", "truncated": False, "totalBytes": 0}
+    assert doc["stderr"] == {"data": "echo\n", "truncated": False, "totalBytes": 5}
+    assert doc["durationMs"] >= 0
+
+    # generated when absent: a fresh one every time, in the header and the body alike
+    first = (await invoke(client, gateway, echo.uid, [1, 2])).expect(200).json
+    second = (await invoke(client, gateway, echo.uid, [1, 2])).expect(200).json
+    assert first["outputs"] == {"result": [1, 2]}
+    assert str(uuid.UUID(first["invocationId"])) == first["invocationId"]
+    assert first["invocationId"] != second["invocationId"]
+
+    # the largest invocation id, and a non-ASCII one, are echoed as they are
+    longest = "i" * MAX_INVOCATION_ID_BYTES
+    answer = await invoke(client, gateway, echo.uid, headers={INVOCATION_HEADER: longest})
+    assert answer.expect(200).json["invocationId"] == longest
+    answer = await invoke(client, gateway, echo.uid, headers={INVOCATION_HEADER: "ünïcode-✓"})
+    assert answer.expect(200).json["invocationId"] == "ünïcode-✓"
+
+    # an empty body is no payload, not malformed JSON
+    assert (await invoke(client, gateway, echo.uid, b"")).expect(200).json["status"] == "Succeeded"
+
+
+async def test_stdout_and_stderr_are_bounded_with_truncation_flags(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess
+) -> None:
+    noisy = await main_host.register(gateway, NOISY)
+    doc = (await invoke(client, gateway, noisy.uid)).expect(200).json
+    assert doc["outputs"] == {"n": 1}
+    assert doc["stdout"]["truncated"] is True
+    assert doc["stdout"]["totalBytes"] == 100_000
+    assert doc["stdout"]["data"] == "o" * MAX_LOG_BYTES
+    assert doc["stderr"]["truncated"] is True
+    assert doc["stderr"]["totalBytes"] == 70_000
+    assert doc["stderr"]["data"] == "e" * MAX_LOG_BYTES
+
+
+# -- 401 / 403 / 404 ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer ",
+        f"Bearer {BOGUS}",
+        f"Basic {ALICE}",
+        f"Bearer {ALICE} extra",
+        f"Bearer\t{ALICE}",
+        "Bearer " + "t" * 8180,  # just under the HTTP parser's 8190-byte header limit
+    ],
+    ids=["missing", "empty", "no-token", "blank-token", "unknown", "basic", "two-words", "tab", "long"],
+)
+async def test_401_without_a_valid_token(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function, authorization: str | None
+) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    answer = await invoke(client, gateway, echo.uid, token=None, headers=headers)
+    check_error(answer, 401, "Unauthenticated")
+
+
+async def test_an_unknown_uid_reveals_nothing_without_a_valid_token(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function
+) -> None:
+    check_error(await invoke(client, gateway, str(uuid.uuid4()), token=BOGUS), 401, "Unauthenticated")
+    check_error(await invoke(client, gateway, echo.uid, token=BOGUS), 401, "Unauthenticated")
+
+
+async def test_403_when_the_caller_may_not_get_the_run(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function
+) -> None:
+    answer = await invoke(client, gateway, echo.uid, token=BOB, headers={INVOCATION_HEADER: "inv-403"})
+    doc = check_error(answer, 403, "Forbidden")
+    assert doc["invocationId"] == "inv-403"
+    assert BOB not in json.dumps(doc)
+
+
+async def test_404_for_unknown_uids_and_uids_of_another_namespace_or_runtime(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function
+) -> None:
+    check_error(await invoke(client, gateway, str(uuid.uuid4())), 404, "RunNotFound")
+    # bob may invoke in "other", but this Run is not there: not found, not forbidden
+    check_error(await invoke(client, gateway, echo.uid, token=BOB, namespace="other"), 404, "RunNotFound")
+    check_error(await invoke(client, gateway, echo.uid, runtime="bash"), 404, "RunNotFound")
+    # known Runs that cannot be this one: finished, or of another namespace or runtime
+    finished, elsewhere = str(uuid.uuid4()), str(uuid.uuid4())
+    gateway.known.runs[finished] = KnownRun(
+        namespace="default", name="done", runtime="python", phase="Succeeded"
+    )
+    gateway.known.runs[elsewhere] = KnownRun(namespace="other", name="far", runtime="python", phase="Pending")
+    try:
+        check_error(await invoke(client, gateway, finished), 404, "RunNotFound")
+        check_error(await invoke(client, gateway, elsewhere), 404, "RunNotFound")
+        check_error(
+            await invoke(client, gateway, elsewhere, runtime="bash", token=BOB, namespace="other"),
+            404,
+            "RunNotFound",
+        )
+    finally:
+        del gateway.known.runs[finished], gateway.known.runs[elsewhere]
+
+
+# -- 503 ------------------------------------------------------------------------------------------
+
+
+async def test_503_for_a_known_run_without_a_route(gateway: Gateway, client: aiohttp.ClientSession) -> None:
+    uid = str(uuid.uuid4())
+    gateway.known.runs[uid] = KnownRun(
+        namespace="default", name="starting", runtime="python", phase="Pending"
+    )
+    try:
+        answer = await invoke(client, gateway, uid)
+        check_error(answer, 503, "RunNotReady")
+        assert retry_after(answer) >= 1
+        # existence is revealed only to callers who may get the Run
+        check_error(await invoke(client, gateway, uid, token=BOB), 403, "Forbidden")
+        check_error(await invoke(client, gateway, uid, token=BOGUS), 401, "Unauthenticated")
+    finally:
+        del gateway.known.runs[uid]
+    check_error(await invoke(client, gateway, uid), 404, "RunNotFound")
+
+
+async def test_503_when_the_warm_process_cannot_restart(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
+) -> None:
+    path, env = record(records_dir)
+    fn = await main_host.register(gateway, LOADS_ONCE, env=env)
+    # the invocation ends the process (502); restarting it fails, so the registration is NotReady
+    check_error(await invoke(client, gateway, fn.uid), 502, "FunctionProcessExited")
+    route = await wait_route(gateway, fn.uid, ready=False)
+    assert route.host_uid == main_host.host_uid
+    answer = await invoke(client, gateway, fn.uid)
+    check_error(answer, 503, "RunNotReady")
+    retry_after(answer)
+    assert lines(path) == ["run"]  # the refused invocation never reached the function
+
+
+async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_dropped(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
+) -> None:
+    path, env = record(records_dir)
+    fn = await main_host.register(gateway, RECORDED, env=env)
+    real = await wait_route(gateway, fn.uid)
+    # A heartbeat from a host incarnation that does not exist claims a newer attempt of this Run,
+    # reachable at the real host's port (spelled differently, so it is not taken as that host).
+    ghost_uid = f"ghost-{uuid.uuid4()}"
+    gateway.routes.apply(
+        hb.HostHeartbeat(
+            host_id="ghost",
+            host_uid=ghost_uid,
+            runtime="python",
+            address=f"ipv4:{main_host.address}",
+            sequence=1,
+            interval_ms=60_000,
+            registrations=[
+                pb.RegistrationState(
+                    run_uid=fn.uid,
+                    attempt=2,
+                    namespace="default",
+                    name="fn",
+                    runtime="python",
+                    registration_id=fn.registration_id,
+                    phase=pb.REGISTRATION_PHASE_READY,
+                )
+            ],
+        )
+    )
+    try:
+        stale = gateway.routes.route(fn.uid)
+        assert stale is not None and stale.host_uid == ghost_uid and stale.attempt == 2
+        answer = await invoke(client, gateway, fn.uid, {"tag": "stale"})
+        check_error(answer, 503, "RouteStale")
+        retry_after(answer)
+        # dropped: the real route serves the next invocation
+        assert gateway.routes.route(fn.uid) == real
+        assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
+            "slept": 0
+        }
+        assert lines(path) == ["real"]
+    finally:
+        gateway.routes.forget(ghost_uid)
+
+
+# -- 429 ------------------------------------------------------------------------------------------
+
+
+async def test_429_while_the_one_invocation_runs(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
+) -> None:
+    path, env = record(records_dir)
+    fn = await main_host.register(gateway, RECORDED, env=env)
+    first = asyncio.create_task(invoke(client, gateway, fn.uid, {"tag": "first", "sleep": 1.0}))
+    await wait_for(lambda: lines(path) == ["first"], "the first invocation to start")
+    answer = await invoke(client, gateway, fn.uid, {"tag": "second"})
+    check_error(answer, 429, "FunctionBusy")
+    retry_after(answer)
+    (await first).expect(200)
+    # free again once it is done; the refused one never ran
+    (await invoke(client, gateway, fn.uid, {"tag": "third"})).expect(200)
+    assert lines(path) == ["first", "third"]
+
+
+# -- 413 ------------------------------------------------------------------------------------------
+
+
+async def test_413_for_a_body_over_1_mib_with_content_length(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess
+) -> None:
+    fn = await main_host.register(gateway, SIZE)
+    exactly = b'"' + b"x" * (MAX_PAYLOAD_BYTES - 2) + b'"'
+    answer = await invoke(client, gateway, fn.uid, io.BytesIO(exactly))
+    assert answer.sent["Content-Length"] == str(MAX_PAYLOAD_BYTES)
+    assert answer.expect(200).json["outputs"] == {"length": MAX_PAYLOAD_BYTES}
+
+    over = b'"' + b"x" * (MAX_PAYLOAD_BYTES - 1) + b'"'
+    answer = await invoke(client, gateway, fn.uid, io.BytesIO(over))
+    assert answer.sent["Content-Length"] == str(MAX_PAYLOAD_BYTES + 1)
+    check_error(answer, 413, "PayloadTooLarge")
+
+
+async def _refused_early(
+    client: aiohttp.ClientSession, url: str, *, declared: int | None
+) -> tuple[Answer, bool, int]:
+    """Send a bit over 1 MiB, then hold the rest of the body back until the gateway has answered
+    (at most 10 s). Returns the answer, whether it came before the rest, and the bytes sent."""
+    answered = asyncio.Event()
+    sent = 0
+    early = True
+    chunk = b"x" * 65536
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent, early
+        while sent <= MAX_PAYLOAD_BYTES + len(chunk):
+            sent += len(chunk)
+            yield chunk
+        try:
+            await asyncio.wait_for(answered.wait(), 10)
+        except TimeoutError:
+            early = False  # the gateway was waiting for the rest: it would read the body whole
+
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    if declared is not None:
+        headers["Content-Length"] = str(declared)
+    async with client.post(url, data=body(), headers=headers) as response:
+        answered.set()
+        answer = Answer(
+            response.status,
+            dict(response.headers),
+            await response.read(),
+            dict(response.request_info.headers),
+        )
+    return answer, early, sent
+
+
+async def test_413_is_answered_before_the_body_is_read_whole(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function
+) -> None:
+    url = invoke_url(gateway, echo.uid)
+    # chunked: refused once more than 1 MiB has streamed in
+    answer, early, sent = await _refused_early(client, url, declared=None)
+    assert answer.sent.get("Transfer-Encoding") == "chunked"
+    check_error(answer, 413, "PayloadTooLarge")
+    assert early and sent < 2 * MAX_PAYLOAD_BYTES
+    # a declared Content-Length of 64 MiB: refused from the headers alone
+    answer, early, sent = await _refused_early(client, url, declared=64 * MAX_PAYLOAD_BYTES)
+    assert answer.sent.get("Content-Length") == str(64 * MAX_PAYLOAD_BYTES)
+    check_error(answer, 413, "PayloadTooLarge")
+    assert early
+
+
+# -- 400 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "invocation_id",
+    ["i" * (MAX_INVOCATION_ID_BYTES + 1), "é" * 65, "tab\there"],
+    ids=["129-bytes", "130-utf8-bytes", "tab"],
+)
+async def test_400_for_a_bad_invocation_id(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function, invocation_id: str
+) -> None:
+    answer = await invoke(client, gateway, echo.uid, headers={INVOCATION_HEADER: invocation_id})
+    assert answer.status == 400
+    doc = answer.json
+    assert doc["reason"] == "InvalidInvocationId"
+    # a bad id is never echoed; the answer still names the field (empty: there is no valid id)
+    assert "invocationId" in doc and doc["invocationId"] != invocation_id
+    assert answer.headers.get(INVOCATION_HEADER) in (None, doc["invocationId"])
+
+
+@pytest.mark.parametrize("body", [b"{", b"not json", b'{"a": 1', b"\xff\xfe", b"[" * 100_000], ids=repr)
+async def test_400_for_malformed_json(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function, body: bytes
+) -> None:
+    answer = await invoke(client, gateway, echo.uid, body, headers={INVOCATION_HEADER: "inv-bad-json"})
+    assert check_error(answer, 400, "MalformedJSON")["invocationId"] == "inv-bad-json"
+
+
+@pytest.mark.parametrize("timeout", ["abc", "0", "-1", "nan", "inf", "1e9", ""])
+async def test_400_for_a_bad_timeout(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function, timeout: str
+) -> None:
+    answer = await invoke(client, gateway, echo.uid, headers={TIMEOUT_HEADER: timeout})
+    check_error(answer, 400, "InvalidTimeout")
+
+
+# -- 502 / 504: after dispatch, never retried ----------------------------------------------------
+
+
+async def test_502_when_the_handler_ends_its_process(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
+) -> None:
+    path, env = record(records_dir)
+    fn = await main_host.register(gateway, EXITS, env=env)
+    answer = await invoke(client, gateway, fn.uid, headers={INVOCATION_HEADER: "inv-exit"})
+    assert check_error(answer, 502, "FunctionProcessExited")["invocationId"] == "inv-exit"
+    assert lines(path) == ["run"]
+
+
+async def test_502_when_the_host_dies_during_the_invocation(
+    gateway: Gateway, client: aiohttp.ClientSession, hosts: Hosts, records_dir: Path
+) -> None:
+    doomed = await hosts.start("gw-doomed")
+    path, env = record(records_dir)
+    fn = await doomed.register(gateway, RECORDED, env=env)
+    children = descendants(doomed.pid)
+    assert children
+    call = asyncio.create_task(invoke(client, gateway, fn.uid, {"sleep": 30}))
+    await wait_for(lambda: lines(path) == ["run"], "the invocation to start")
+    doomed.signal(signal.SIGKILL)
+    started = time.monotonic()
+    answer = await call
+    check_error(answer, 502, "OwnerUnreachable")
+    assert time.monotonic() - started < 10
+    assert lines(path) == ["run"]
+    assert await doomed.exited(5)
+    # its zygote and function process die with it
+    await wait_for(lambda: not any(alive(pid) for pid in children), "the host's children to die", 5)
+
+
+async def test_504_when_the_invocation_times_out(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
+) -> None:
+    path, env = record(records_dir)
+    fn = await main_host.register(gateway, RECORDED, env=env)
+    started = time.monotonic()
+    answer = await invoke(
+        client, gateway, fn.uid, {"tag": "slow", "sleep": 10}, headers={TIMEOUT_HEADER: "0.5"}
+    )
+    check_error(answer, 504, "InvocationTimeout")
+    assert time.monotonic() - started < 5
+    assert lines(path) == ["slow"]
+    # the killed warm process is replaced; the function serves again
+    (await invoke(client, gateway, fn.uid, {"tag": "next"})).expect(200)
+    assert lines(path) == ["slow", "next"]
+
+
+# -- the rest of the HTTP surface -----------------------------------------------------------------
+
+
+async def test_plain_http_to_the_https_port_gets_no_http_answer(gateway: Gateway) -> None:
+    host, port = gateway.url.removeprefix("https://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        received = b""
+        with contextlib.suppress(ConnectionError):
+            received = await asyncio.wait_for(reader.read(65536), 10)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    assert not received.startswith(b"HTTP/")
+    assert b"ok" not in received
+    # and through an HTTP client: the connection fails, no status at all
+    async with aiohttp.ClientSession() as plain:
+        with pytest.raises(aiohttp.ClientError):
+            async with plain.get(f"http://{host}:{port}/healthz") as response:
+                await response.read()
+
+
+async def test_health_readiness_metrics_and_openapi(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function
+) -> None:
+    (await invoke(client, gateway, echo.uid)).expect(200)
+    check_error(await invoke(client, gateway, echo.uid, token=BOGUS), 401, "Unauthenticated")
+
+    async with client.get(f"{gateway.url}/healthz") as response:
+        assert response.status == 200 and await response.json() == {"status": "ok"}
+    async with client.get(f"{gateway.url}/readyz") as response:
+        doc = await response.json()
+        assert response.status == 200 and doc["status"] == "ready"
+        assert doc["routes"] >= 1 and doc["hosts"] >= 1
+    async with client.get(f"{gateway.url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    samples = [line for line in text.splitlines() if line.startswith("krt_gateway_requests_total{")]
+    assert any('route="invoke"' in s and 'status="200"' in s for s in samples), samples
+    assert any('route="invoke"' in s and 'reason="Unauthenticated"' in s for s in samples), samples
+    assert not [uid for uid in REGISTERED if uid in text]
+    assert not leaked_tokens([text])
+    async with client.get(f"{gateway.url}/openapi.json") as response:
+        assert response.status == 200
+        spec = json.loads(await response.read())
+    assert spec["openapi"].startswith("3.")
+    assert "post" in spec["paths"]["/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid}:invoke"]
+
+
+async def test_unknown_paths_and_methods_get_json_answers(
+    gateway: Gateway, client: aiohttp.ClientSession
+) -> None:
+    async with client.get(f"{gateway.url}/nowhere") as response:
+        assert response.status == 404
+        assert (await response.json())["reason"] == "NotFound"
+    async with client.get(invoke_url(gateway, str(uuid.uuid4()))) as response:
+        assert response.status == 405
+        assert (await response.json())["reason"] == "MethodNotAllowed"
+
+
+async def test_an_oversized_authorization_header_is_refused_without_logging_it(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function, log_capture: LogCapture
+) -> None:
+    seen = len(log_capture.lines)
+    for token in SECRETS:
+        answer = await invoke(client, gateway, echo.uid, token=token + "x" * 9000)
+        assert answer.status == 400  # aiohttp's own answer: the header line is too long
+    assert not leaked_tokens(log_capture.lines[seen:])
+    (await invoke(client, gateway, echo.uid)).expect(200)
