@@ -1,0 +1,230 @@
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+
+import pytest
+
+from gateway.auth import (
+    AuthUnavailable,
+    CachingAuthorizer,
+    Forbidden,
+    Resource,
+    Unauthenticated,
+    cache_key,
+)
+from tests.gateway_auth.helpers import ALICE, RUN, FakeClock, ScriptedAuthorizer, issue, jwt
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def test_an_allow_is_remembered_for_30_seconds(clock: FakeClock) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    assert await cache.authorize(token, RUN) == ALICE
+    clock.advance(29.9)
+    assert await cache.authorize(token, RUN) == ALICE
+    assert len(inner.calls) == 1
+    assert (cache.stats.hits, cache.stats.misses) == (1, 1)
+
+    clock.advance(0.1)
+    assert await cache.authorize(token, RUN) == ALICE
+    assert len(inner.calls) == 2
+    assert (cache.stats.hits, cache.stats.misses) == (1, 2)
+
+
+async def test_a_forbidden_is_remembered_too(clock: FakeClock) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer()
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    for _ in range(3):
+        with pytest.raises(Forbidden, match="team-a/hello"):
+            await cache.authorize(token, RUN)
+    assert len(inner.calls) == 1
+
+    clock.advance(30)
+    with pytest.raises(Forbidden):
+        await cache.authorize(token, RUN)
+    assert len(inner.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [Unauthenticated("unknown token"), AuthUnavailable("API down")],
+    ids=["unauthenticated", "unavailable"],
+)
+async def test_errors_are_never_remembered(clock: FakeClock, error: Exception) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(allowed={token}, error=error)
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    for _ in range(2):
+        with pytest.raises(type(error)):
+            await cache.authorize(token, RUN)
+    assert len(inner.calls) == 2
+
+    inner.error = None
+    assert await cache.authorize(token, RUN) == ALICE, "recovered without waiting out a cached error"
+
+
+async def test_a_token_expiring_sooner_than_30_seconds_bounds_the_memory(clock: FakeClock) -> None:
+    token = jwt(sub="alice", exp=int(clock.now) + 10)
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    await cache.authorize(token, RUN)
+    clock.advance(9.9)
+    await cache.authorize(token, RUN)
+    assert len(inner.calls) == 1
+    clock.advance(0.1)
+    await cache.authorize(token, RUN)
+    assert len(inner.calls) == 2
+
+
+async def test_a_token_expiring_later_than_30_seconds_is_still_remembered_for_30(clock: FakeClock) -> None:
+    token = jwt(sub="alice", exp=int(clock.now) + 3600)
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    await cache.authorize(token, RUN)
+    clock.advance(29)
+    await cache.authorize(token, RUN)
+    clock.advance(1)
+    await cache.authorize(token, RUN)
+    assert len(inner.calls) == 2
+
+
+async def test_an_expired_token_is_never_remembered_and_the_inner_authorizer_decides(
+    clock: FakeClock,
+) -> None:
+    token = jwt(sub="alice", exp=int(clock.now) - 1)
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    for _ in range(3):
+        await cache.authorize(token, RUN)
+    assert len(inner.calls) == 3
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        dataclasses.replace(RUN, run_uid="3f1c0f0e-0000-4000-8000-000000000002"),
+        dataclasses.replace(RUN, name="other"),
+        dataclasses.replace(RUN, namespace="team-b"),
+    ],
+    ids=["another-uid", "another-name", "another-namespace"],
+)
+async def test_a_decision_is_about_one_token_namespace_name_and_uid(
+    clock: FakeClock, other: Resource
+) -> None:
+    token, another_token = issue(), issue()
+    inner = ScriptedAuthorizer(allowed={token, another_token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    await cache.authorize(token, RUN)
+    await cache.authorize(token, other)
+    await cache.authorize(another_token, RUN)
+    assert inner.calls == [RUN, other, RUN]
+    assert cache.stats.hits == 0
+
+
+def test_the_key_is_a_sha256_digest_without_the_token() -> None:
+    token = issue()
+    key = cache_key(token, RUN)
+    expected = hashlib.sha256(f"{token}\0team-a\0hello\0{RUN.run_uid}".encode()).hexdigest()
+    assert key == expected
+    assert token not in key
+
+
+async def test_parts_holding_nul_are_never_remembered_so_they_cannot_collide(clock: FakeClock) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    await cache.authorize(token, Resource("a", "b\0c", "d"))
+    await cache.authorize(token, Resource("a\0b", "c", "d"))
+    assert len(inner.calls) == 2
+    assert len(cache) == 0
+
+
+async def test_concurrent_misses_share_one_inner_call(clock: FakeClock) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(allowed={token})
+    inner.gate = asyncio.Event()
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    waiting = [asyncio.create_task(cache.authorize(token, RUN)) for _ in range(5)]
+    await asyncio.sleep(0)
+    inner.gate.set()
+    assert await asyncio.gather(*waiting) == [ALICE] * 5
+    assert len(inner.calls) == 1
+    assert (cache.stats.misses, cache.stats.coalesced) == (5, 4)
+
+
+async def test_concurrent_misses_share_one_failure_and_do_not_remember_it(clock: FakeClock) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(error=AuthUnavailable("API down"))
+    inner.gate = asyncio.Event()
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    waiting = [asyncio.create_task(cache.authorize(token, RUN)) for _ in range(3)]
+    await asyncio.sleep(0)
+    inner.gate.set()
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    assert all(isinstance(result, AuthUnavailable) for result in results)
+    assert len(inner.calls) == 1
+
+    inner.error = None
+    with pytest.raises(Forbidden):
+        await cache.authorize(token, RUN)
+    assert len(inner.calls) == 2
+
+
+async def test_a_caller_giving_up_does_not_cancel_the_shared_decision(clock: FakeClock) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(allowed={token})
+    inner.gate = asyncio.Event()
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    impatient = asyncio.create_task(cache.authorize(token, RUN))
+    patient = asyncio.create_task(cache.authorize(token, RUN))
+    await asyncio.sleep(0)
+    impatient.cancel()
+    await asyncio.sleep(0)
+    inner.gate.set()
+    assert await patient == ALICE
+    assert impatient.cancelled()
+    assert len(inner.calls) == 1
+    assert await cache.authorize(token, RUN) == ALICE
+    assert cache.stats.hits == 1
+
+
+async def test_the_memory_is_bounded_and_forgets_the_oldest_first(clock: FakeClock) -> None:
+    tokens = [issue() for _ in range(3)]
+    inner = ScriptedAuthorizer(allowed=tokens)
+    cache = CachingAuthorizer(inner, clock=clock, max_entries=2)
+
+    for token in tokens:
+        await cache.authorize(token, RUN)
+    assert len(cache) == 2
+    await cache.authorize(tokens[2], RUN)
+    await cache.authorize(tokens[1], RUN)
+    assert len(inner.calls) == 3
+    await cache.authorize(tokens[0], RUN)
+    assert len(inner.calls) == 4
+
+
+async def test_closing_closes_the_inner_authorizer(clock: FakeClock) -> None:
+    inner = ScriptedAuthorizer()
+    cache = CachingAuthorizer(inner, clock=clock)
+    await cache.close()
+    assert inner.closed
