@@ -86,8 +86,7 @@ def build_app(state: GatewayState) -> web.Application:
             metrics.in_flight.dec()
         route = _route_label(request)
         status = str(response.status)
-        metrics.duration.labels(route, status).observe(time.perf_counter() - started)
-        metrics.requests.labels(route, status, reason).inc()
+        metrics.observe(route, status, reason, time.perf_counter() - started)
         if route == "invoke":
             level = logging.INFO if response.status < 500 else logging.WARNING
             if log.isEnabledFor(level):

@@ -124,7 +124,12 @@ def _timeout_s(request: web.Request) -> float:
     return value
 
 
+_NOTHING_CAPTURED = b'{"data":"","truncated":false,"totalBytes":0}'
+
+
 def _captured(out: pb.CapturedOutput) -> bytes:
+    if not out.total_bytes:
+        return _NOTHING_CAPTURED  # the common case costs no encoding
     return json.dumps(
         {
             "data": out.data.decode("utf-8", "replace"),

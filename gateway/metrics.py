@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -26,3 +28,16 @@ class GatewayMetrics:
         )
         self.routes = Gauge("krt_gateway_routes", "Runs the route cache can reach", registry=self.registry)
         self.hosts = Gauge("krt_gateway_hosts", "Hosts heard from recently", registry=self.registry)
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def observe(self, route: str, status: str, reason: str, seconds: float) -> None:
+        """Record one answer; labelled children are looked up once per label set."""
+        key = (route, status, reason)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.duration.labels(route, status),
+                self.requests.labels(route, status, reason),
+            )
+        children[0].observe(seconds)
+        children[1].inc()
