@@ -271,7 +271,9 @@ async def test_a_run_for_a_runtime_nobody_serves_fails_at_once(platform_factory)
         assert status.condition(ConditionType.Ready).reason == "RuntimeUnknown"  # type: ignore[union-attr]
 
 
-async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_attempt(platform_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_attempt(
+    platform_factory,
+) -> None:  # type: ignore[no-untyped-def]
     import os
     import signal
 
