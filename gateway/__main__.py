@@ -56,7 +56,7 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
 async def serve(args: argparse.Namespace) -> None:
     temporal = None
     if args.temporal_address:
-        from workers.worker import connect
+        from kruntimes.temporal import connect
 
         temporal = await connect(args.temporal_address, args.namespace)
     host, _, port = args.listen.rpartition(":")

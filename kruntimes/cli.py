@@ -1,21 +1,28 @@
-"""`krt`: the kruntimes command line.
+"""`krt`: the kruntimes command line, in the conventions of kubectl, kn and fission.
 
-Subcommands grow with the platform; each delegates to an entry point in workers/ or to the SDK.
-Errors are one clear line on stderr and a non-zero exit code, never a traceback.
+    krt apply -f run.yaml                 krt run create NAME --runtime R --source DIR --handler H
+    krt run get|list|wait|cancel|delete   krt invoke NAME --data JSON|@file
+    krt hosts list                        krt config view -o json
+    krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
+
+Exit codes: 0 ok, 1 the operation failed (a Run failed, an invocation was refused or failed),
+2 usage error, 3 not found, 4 the platform is not reachable or not configured. Errors are one
+line on stderr starting "krt: " and saying what to do; never a traceback (KRT_DEBUG=1 adds one).
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import os
 import sys
+import traceback
 from collections.abc import Callable
 
-USAGE = """usage: krt <command> [options]
+from kruntimes.cli_parser import PASSTHROUGH, UsageError
 
-commands:
-  host      run a runtime host (the Runtime Server)   krt host --help
-  worker    run the Temporal worker                   krt worker --help
-  demo      run the end-to-end demo                   krt demo
-"""
+OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4
+INTERRUPTED = 130
 
 
 def _host(argv: list[str]) -> int:
@@ -38,19 +45,146 @@ def _demo(argv: list[str]) -> int:
     return demo.main(argv)
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"host": _host, "worker": _worker, "demo": _demo}
+def _platform(entry: str) -> Callable[[list[str]], int]:
+    def call(argv: list[str]) -> int:
+        try:
+            platform = importlib.import_module("workers.platform")
+        except ModuleNotFoundError as e:
+            if e.name != "workers.platform":
+                raise
+            raise UsageError(
+                f"`krt {entry}` is not available in this installation (no workers.platform)"
+            ) from e
+        code = getattr(platform, f"main_{entry}")(argv)
+        return int(code or 0)
+
+    return call
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "host": _host,
+    "worker": _worker,
+    "demo": _demo,
+    "up": _platform("up"),
+    "down": _platform("down"),
+    "status": _platform("status"),
+}
+assert set(COMMANDS) == set(PASSTHROUGH)
+
+
+def _where(namespace: str, name: str) -> str:
+    return name if namespace == "default" else f"{name} -n {namespace}"
+
+
+def explain(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the one-line message (without "krt: ") for an error."""
+    from kruntimes import client as c
+    from kruntimes.api.run import ManifestError
+
+    match exc:
+        case UsageError():
+            return USAGE, str(exc)
+        case ManifestError():
+            return USAGE, "invalid Run manifest: " + "; ".join(exc.problems)
+        case c.RunNotFound():
+            listing = "" if exc.namespace == "default" else f" -n {exc.namespace}"
+            return NOT_FOUND, f"{exc}; `krt run list{listing}` lists the Runs"
+        case c.ConfigError():
+            return UNREACHABLE, str(exc)
+        case c.RunAlreadyExists():
+            return (
+                FAILED,
+                f"{exc}; delete it first (`krt run delete {_where(exc.namespace, exc.name)}`) "
+                "or pick another name",
+            )
+        case c.SpecConflict():
+            return (
+                FAILED,
+                f"{exc}; delete it first (`krt run delete {_where(exc.namespace, exc.name)}`) to change it",
+            )
+        case c.RunFailed():
+            run = exc.run
+            return (
+                FAILED,
+                f"{exc}; `krt run get {_where(run.metadata.namespace, run.metadata.name)} -o yaml` shows why",
+            )
+        case c.WaitTimeout():
+            return FAILED, f"{exc}; wait longer or see `krt run get NAME -o yaml`"
+        case c.InvokeError():
+            return FAILED, _invoke_message(exc)
+        case c.KruntimesError():
+            return FAILED, str(exc)
+        case KeyboardInterrupt():
+            return INTERRUPTED, "interrupted"
+    return FAILED, f"unexpected error: {type(exc).__name__}: {exc}; set KRT_DEBUG=1 for details"
+
+
+def _invoke_message(exc: BaseException) -> str:
+    from kruntimes import client as c
+
+    assert isinstance(exc, c.InvokeError)
+    where = f"invocation {exc.invocation_id}: " if exc.invocation_id else ""
+    text = f"{where}{exc}"
+    match exc:
+        case c.Busy() | c.NotReady():
+            return f"{text}; retry in {exc.retry_after:g} s"
+        case c.Unauthorized():
+            return f"{text}; check the token (KRT_TOKEN, or client.json written by `krt up`)"
+        case c.OutcomeUnknown():
+            return f"{text}; the function may have run: check before retrying"
+        case c.FunctionNotFound():
+            return f"{text}; `krt run list` shows the Runs"
+        case c.InvocationFailed():
+            tail = exc.result.stderr.data.strip().splitlines()[-1:] if exc.result.stderr.data else []
+            return f"{where}the function failed: {exc}" + (f" (stderr: {tail[0]})" if tail else "")
+    return text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) or "error"
+
+
+def run(argv: list[str]) -> int:
+    """Run one command line and return its exit code."""
+    if argv and argv[0] in COMMANDS:
+        try:
+            return COMMANDS[argv[0]](argv[1:])
+        except KeyboardInterrupt:
+            return INTERRUPTED
+        except UsageError as e:
+            print(f"krt: {e}", file=sys.stderr)
+            return FAILED
+    from kruntimes import cli_parser
+
+    if not argv:
+        cli_parser.build().print_help(sys.stderr)
+        return USAGE
+    try:
+        args = cli_parser.parse(argv)
+        from kruntimes import cli_commands
+
+        return asyncio.run(cli_commands.dispatch(args))
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else OK
+    except BaseException as e:
+        code, message = explain(e)
+        if os.environ.get("KRT_DEBUG") and code not in (USAGE, INTERRUPTED):
+            traceback.print_exc()
+        print(f"krt: {_one_line(message)}", file=sys.stderr)
+        return code
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE, end="")
-        sys.exit(0 if args else 2)
-    command = COMMANDS.get(args[0])
-    if command is None:
-        print(f"krt: unknown command {args[0]!r}; run `krt --help` for the list", file=sys.stderr)
-        sys.exit(2)
-    try:
-        sys.exit(command(args[1:]))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    code = run(args)
+    if "temporalio.bridge" in sys.modules and not (args and args[0] in COMMANDS):
+        # The Temporal client's Rust threads can abort interpreter teardown (SIGABRT, "PyGILState_Release
+        # ... finalizing"; temporalio/sdk-python#300): a finished command leaves without one.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

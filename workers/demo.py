@@ -1,15 +1,17 @@
-"""`make demo` / `krt demo`: the end-to-end demo.
+"""`make demo` / `krt demo`: the embedded platform end to end, on a fresh state dir.
 
-Until the embedded platform (Temporal, worker, gateway) lands, the demo drives the part that
-exists: it starts a real runtime host process, registers examples/hello (python) and
-examples/bash-hello (bash) with it over gRPC, invokes both, prints the answers and stops
-everything. Any failing step exits non-zero with the reason.
+Starts the platform (Temporal dev server, worker, gateway, warm hosts), deploys examples/hello
+(python) and examples/bash-hello (bash) as function Runs with the SDK, waits until they are
+Ready, invokes both over HTTPS through the gateway, prints the answers and the Temporal UI URL,
+then deletes the Runs and stops everything. A failing step exits non-zero with the reason.
 """
 
 from __future__ import annotations
 
-import json
-import signal
+import argparse
+import asyncio
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,87 +19,113 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
-
-from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes import clientconfig
+from kruntimes.api.run import Run
+from kruntimes.client import Client, KruntimesError
+from kruntimes.devserver import temporal_binary
+from workers.platform import Layout, PlatformError, down, up
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-START_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 90.0
+
+FUNCTIONS = [
+    ("hello", "python", "main:handle", {"name": "kruntimes"}),
+    ("bash-hello", "bash", "hello.sh", {"from": "demo"}),
+]
 
 
-class DemoFailed(Exception):
-    pass
-
-
-def _start_host(state: Path) -> tuple[subprocess.Popen[bytes], str]:
-    ready = state / "ready.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.host", "--host-id", "demo-0", "--runtime", "python"]
-        + ["--state-dir", str(state), "--ready-file", str(ready), "--log-level", "warning"],
+def _run(name: str, runtime: str, handler: str) -> Run:
+    return Run.model_validate(
+        {
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
+            "spec": {
+                "runtime": runtime,
+                "mode": {"function": {"idleTimeoutSeconds": 600}},
+                "source": {"path": str(EXAMPLES / name)},
+                "handler": handler,
+            },
+        }
     )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not ready.exists():
-        if proc.poll() is not None:
-            raise DemoFailed(f"the runtime host exited with code {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise DemoFailed("the runtime host did not start within 30 s")
-        time.sleep(0.05)
-    return proc, str(json.loads(ready.read_text())["address"])
 
 
-def _deploy_and_invoke(
-    stub: pb_grpc.FunctionRuntimeStub, *, name: str, adapter: str, handler: str, payload: dict[str, str]
-) -> None:
-    source = EXAMPLES / name
-    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1, namespace="default", name=name, runtime=adapter)
-    config = pb.FunctionConfig(adapter=adapter, handler=handler, source_path=str(source))
-    reg = stub.RegisterFunction(pb.RegisterFunctionRequest(run=run, config=config), timeout=30)
-    print(f"registered {name} ({adapter}) as run {run.run_uid}")
-    answer = stub.InvokeFunction(
-        pb.InvokeFunctionRequest(
-            registration_id=reg.registration_id,
-            invocation_id=f"demo-{name}",
-            payload=json.dumps(payload).encode(),
-        ),
-        timeout=30,
-    )
-    if answer.status != pb.INVOCATION_STATUS_SUCCEEDED:
-        raise DemoFailed(f"{name}: {answer.error.type}: {answer.error.message}")
-    took_ms = answer.duration_us / 1000
-    print(f"  invoke {answer.invocation_id}: {answer.outputs_json.decode()}  ({took_ms:.1f} ms)")
-    stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg.registration_id), timeout=30)
+def step(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+async def _exercise(config: clientconfig.ClientConfig) -> None:
+    async with Client(config) as krt:
+        for name, runtime, handler, _ in FUNCTIONS:
+            await krt.create(_run(name, runtime, handler))
+            step(f"created Run {name} ({runtime})")
+        for name, _, _, _ in FUNCTIONS:
+            started = time.monotonic()
+            ready = await krt.wait(name, timeout=READY_TIMEOUT_S)
+            took = time.monotonic() - started
+            print(f"    {name}: {ready.status.phase.value} on {ready.status.assignedHost} ({took:.1f}s)")
+            print(f"    endpoint {ready.status.endpoint.url if ready.status.endpoint else '-'}")
+        for name, _, _, payload in FUNCTIONS:
+            answer = await krt.invoke(name, payload, invocation_id=f"demo-{name}-1")
+            step(f"invoked {name} over HTTPS: {answer.status} in {answer.durationMs:.1f} ms")
+            print(f"    outputs {answer.outputs}")
+            if answer.stderr.data:
+                print(f"    stderr  {answer.stderr.data.strip()}")
+            if not answer.ok:
+                raise PlatformError(f"{name} answered {answer.status}: {answer.error}")
+        step("Runs seen by Temporal (temporal workflow list --query \"KrtPhase='Ready'\"):")
+        listed = subprocess.run(
+            [
+                temporal_binary(),
+                "workflow",
+                "list",
+                "--address",
+                config.temporalAddress,
+                "--query",
+                "KrtPhase='Ready'",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        print("    " + (listed.stdout.strip() or listed.stderr.strip()).replace("\n", "\n    "))
+        print(f"    watch them in the Temporal UI: {config.uiUrl}")
+        for name, _, _, _ in FUNCTIONS:
+            final = await krt.delete(name)
+            step(f"deleted Run {name} ({final.phase.value if final else 'gone'})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    with tempfile.TemporaryDirectory(prefix="krt-demo-") as tmp:
-        proc: subprocess.Popen[bytes] | None = None
-        try:
-            proc, address = _start_host(Path(tmp))
-            print(f"runtime host serving on {address}")
-            with grpc.insecure_channel(address) as channel:
-                stub = pb_grpc.FunctionRuntimeStub(channel)
-                _deploy_and_invoke(
-                    stub, name="hello", adapter="python", handler="main:handle", payload={"name": "demo"}
-                )
-                _deploy_and_invoke(
-                    stub, name="bash-hello", adapter="bash", handler="hello.sh", payload={"x": "y"}
-                )
-            print("demo finished: both functions answered")
-            return 0
-        except (DemoFailed, grpc.RpcError, OSError) as exc:
-            detail = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)
-            print(f"demo failed: {detail}", file=sys.stderr)
-            return 1
-        finally:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+    parser = argparse.ArgumentParser(
+        prog="krt demo", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the platform running afterwards")
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="krt-demo-"))
+    layout = Layout(root)
+    started = False
+    try:
+        step(f"starting the embedded platform (state in {root})")
+        up(layout, detach=True)
+        started = True
+        config = clientconfig.load({"KRT_STATE_DIR": str(root)})
+        asyncio.run(_exercise(config))
+        step("demo finished: both functions answered over HTTPS")
+        if args.keep:
+            print(f"the platform keeps running: export KRT_STATE_DIR={root}; stop it with `krt down`")
+            started = False
+        return 0
+    except (PlatformError, KruntimesError, OSError) as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if started:
+            step("stopping the platform")
+            down(layout)
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

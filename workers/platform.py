@@ -184,7 +184,7 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) 
 async def _wait_min_hosts(address: str, runtimes: Path, deadline: float) -> None:
     from kruntimes.config import load_config
     from kruntimes.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
-    from workers.worker import connect
+    from kruntimes.temporal import connect
 
     client = await connect(address, "default")
     for runtime in load_config(runtimes).runtimes:

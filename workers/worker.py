@@ -18,7 +18,6 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
@@ -36,6 +35,7 @@ from kruntimes.lifecycle import (
     PoolInput,
     pool_workflow_id,
 )
+from kruntimes.temporal import connect
 from workflows.cleanup import CleanupWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.run import RunWorkflow
@@ -55,12 +55,6 @@ class WorkerSettings:
     platform: PlatformInfo
     metrics_address: str | None = None
     probe_interval_s: float | None = 60.0
-
-
-async def connect(address: str, namespace: str, *, runtime: Runtime | None = None) -> Client:
-    return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime
-    )
 
 
 async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:

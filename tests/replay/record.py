@@ -37,8 +37,9 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.temporal import connect
 from tests.workflows.conftest import Platform, run_manifest
-from workers.worker import WorkerSettings, connect, running_workers
+from workers.worker import WorkerSettings, running_workers
 
 HISTORIES = Path(__file__).parent / "histories"
 TTL = {"ttlSecondsAfterFinished": 1}  # finished Runs close a second later: complete histories

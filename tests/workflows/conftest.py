@@ -33,7 +33,8 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
-from workers.worker import WorkerSettings, connect, running_workers
+from kruntimes.temporal import connect
+from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
 
 ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"

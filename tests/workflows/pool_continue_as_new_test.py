@@ -15,8 +15,9 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import SIGNAL_CANCEL, PlatformInfo, pool_workflow_id
+from kruntimes.temporal import connect
 from tests.workflows.conftest import Platform, run_manifest
-from workers.worker import WorkerSettings, connect, running_workers
+from workers.worker import WorkerSettings, running_workers
 
 
 @pytest.fixture

@@ -1,0 +1,324 @@
+"""The `krt` commands that talk to the platform, each a thin layer over the SDK (kruntimes.client).
+
+Every command returns its exit code; errors are raised and mapped to one line by kruntimes.cli.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from kruntimes import clientconfig
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run
+from kruntimes.cli_output import (
+    Progress,
+    host_document,
+    hosts_table,
+    render,
+    run_list_document,
+    runs_table,
+)
+from kruntimes.cli_parser import UsageError
+from kruntimes.client import Client, ConfigError, InvocationFailed, RunFailed, RunObject
+from kruntimes.clientconfig import ClientConfig
+
+GROUP = "run.kruntimes.io"
+
+
+class Io:
+    """Where a command writes (swapped in tests)."""
+
+    def __init__(
+        self, out: TextIO | None = None, err: TextIO | None = None, stdin: TextIO | None = None
+    ) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.stdin = stdin or sys.stdin
+
+    def print(self, text: str) -> None:
+        self.out.write(text if text.endswith("\n") else text + "\n")
+        self.out.flush()
+
+    def note(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+
+def load_config() -> ClientConfig:
+    try:
+        return clientconfig.load()
+    except (OSError, ValueError) as e:
+        where = clientconfig.state_dir() / clientconfig.CLIENT_FILE
+        raise ConfigError(
+            f"cannot read the client config {where}: {type(e).__name__}; run `krt up` again"
+        ) from e
+
+
+def _ns(args: argparse.Namespace) -> str:
+    return str(args.namespace or "default")
+
+
+# --- manifests ------------------------------------------------------------------------------------
+
+
+def read_manifests(filename: str, *, namespace: str | None, stdin: TextIO) -> list[Run]:
+    """The Runs of a YAML file (one or more documents); a relative source.path is taken from the
+    file's directory, and ``namespace`` (-n) fills in or must match the manifest's."""
+    if filename == "-":
+        text, base = stdin.read(), Path.cwd()
+    else:
+        path = Path(filename)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read {filename}: {e.strerror or e}") from e
+        base = path.resolve().parent
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise ManifestError([f"<manifest>: not valid YAML: {str(e).splitlines()[0]}"]) from e
+    if not documents:
+        raise UsageError(f"{filename} holds no manifest")
+    runs = []
+    for document in documents:
+        if isinstance(document, dict) and isinstance(document.get("metadata"), dict):
+            metadata = dict(document["metadata"])
+            given = metadata.get("namespace")
+            if namespace is not None and given is not None and given != namespace:
+                raise UsageError(
+                    f"the manifest's namespace {given!r} does not match -n {namespace!r}; drop one of them"
+                )
+            if namespace is not None:
+                metadata["namespace"] = namespace
+            document = {**document, "metadata": metadata}
+        if isinstance(document, dict) and isinstance(document.get("spec"), dict):
+            source = document["spec"].get("source")
+            if isinstance(source, dict) and isinstance(source.get("path"), str) and source["path"]:
+                resolved = (base / source["path"]).resolve()
+                document = {
+                    **document,
+                    "spec": {**document["spec"], "source": {**source, "path": str(resolved)}},
+                }
+        runs.append(Run.from_dict(document))
+    return runs
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env {pair!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def manifest_from_flags(args: argparse.Namespace) -> Run:
+    source = Path(args.source)
+    if not source.is_dir():
+        raise UsageError(f"--source {args.source}: not a directory")
+    if args.mode == "task" and args.idle_timeout is not None:
+        raise UsageError("--idle-timeout applies to --mode function only")
+    mode: dict[str, Any] = {"task": {}}
+    if args.mode == "function":
+        mode = {"function": {} if args.idle_timeout is None else {"idleTimeoutSeconds": args.idle_timeout}}
+    spec: dict[str, Any] = {
+        "runtime": args.runtime,
+        "mode": mode,
+        "source": {"path": str(source.resolve())},
+        "handler": args.handler,
+        "env": parse_env(args.env),
+    }
+    if args.timeout is not None:
+        spec["timeoutSeconds"] = args.timeout
+    if args.tenant:
+        spec["tenant"] = args.tenant
+    return Run.from_dict(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": args.name, "namespace": _ns(args)},
+            "spec": spec,
+        }
+    )
+
+
+def read_data(value: str | None, *, stdin: TextIO) -> bytes | None:
+    """--data: JSON text, @file, or @- (stdin); checked to be JSON before it is sent."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        name = value[1:]
+        try:
+            text = stdin.read() if name == "-" else Path(name).read_text()
+        except OSError as e:
+            raise UsageError(f"--data {value}: cannot read {name}: {e.strerror or e}") from e
+    try:
+        json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"--data is not JSON: {e}") from e
+    return text.encode()
+
+
+# --- output ---------------------------------------------------------------------------------------
+
+
+def print_runs(io: Io, runs: list[RunObject], output: str, *, single: bool) -> None:
+    if output == "table":
+        io.print(runs_table(runs))
+    elif single and len(runs) == 1:
+        io.print(render(runs[0].manifest(), output))
+    else:
+        io.print(render(run_list_document(runs), output))
+
+
+async def wait_for(
+    client: Client, run: Run, io: Io, *, timeout: float, until: RunPhase | None = None, output: str | None
+) -> RunObject:
+    name, namespace = run.metadata.name, run.metadata.namespace
+    progress = Progress(io.err, label=f"run/{name}")
+    try:
+        return await client.wait(name, namespace, until=until, timeout=timeout, on_status=progress)
+    except RunFailed as e:
+        if output in ("json", "yaml"):
+            io.print(render(e.run.manifest(), output))
+        raise
+    finally:
+        progress.done()
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+async def apply(args: argparse.Namespace, client: Client, io: Io) -> int:
+    runs = read_manifests(args.filename, namespace=args.namespace, stdin=io.stdin)
+    results = []
+    for run in runs:
+        applied = await client.apply(run)
+        if args.output is None:
+            io.print(f"{GROUP}/{run.metadata.name} {'created' if applied.created else 'unchanged'}")
+        results.append(applied.run)
+    if args.wait:
+        results = [
+            await wait_for(client, r, io, timeout=args.wait_timeout, output=args.output) for r in results
+        ]
+    if args.output is not None:
+        print_runs(io, results, args.output, single=len(runs) == 1)
+    return 0
+
+
+async def run_create(args: argparse.Namespace, client: Client, io: Io) -> int:
+    run = await client.create(manifest_from_flags(args))
+    if args.output is None:
+        io.print(f"{GROUP}/{run.metadata.name} created")
+    if args.wait:
+        run = await wait_for(client, run, io, timeout=args.wait_timeout, output=args.output)
+        if args.output is None:
+            io.print(runs_table([run]))
+    if args.output is not None:
+        print_runs(io, [run], args.output, single=True)
+    return 0
+
+
+async def run_get(args: argparse.Namespace, client: Client, io: Io) -> int:
+    print_runs(io, [await client.get(args.name, _ns(args))], args.output, single=True)
+    return 0
+
+
+async def run_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    namespace = None if args.all_namespaces else _ns(args)
+    runs = await client.list(namespace=namespace, phase=args.phase)
+    if not runs and args.output == "table":
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        io.note(f"No runs found in {where}.")
+        return 0
+    print_runs(io, runs, args.output, single=False)
+    return 0
+
+
+async def run_wait(args: argparse.Namespace, client: Client, io: Io) -> int:
+    run = await client.get(args.name, _ns(args))
+    until = RunPhase(args.phase) if args.phase else None
+    run = await wait_for(client, run, io, timeout=args.timeout, until=until, output=args.output)
+    if args.output is None:
+        io.print(f"{GROUP}/{run.metadata.name} {run.status.phase.value}")
+    else:
+        print_runs(io, [run], args.output, single=True)
+    return 0
+
+
+async def run_cancel(args: argparse.Namespace, client: Client, io: Io) -> int:
+    await client.cancel(args.name, _ns(args))
+    io.print(f"{GROUP}/{args.name} cancel requested")
+    return 0
+
+
+async def run_delete(args: argparse.Namespace, client: Client, io: Io) -> int:
+    await client.delete(args.name, _ns(args), timeout=args.timeout)
+    io.print(f"{GROUP}/{args.name} deleted")
+    return 0
+
+
+async def invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
+    data = read_data(args.data, stdin=io.stdin)
+    try:
+        result = await client.invoke(
+            args.target, data, namespace=_ns(args), invocation_id=args.invocation_id, timeout=args.timeout
+        )
+    except InvocationFailed as e:
+        if args.output is not None:
+            io.print(render(e.result.model_dump(mode="json"), args.output))
+        raise
+    if args.output is None:
+        io.print(json.dumps(result.outputs, ensure_ascii=False))
+    else:
+        io.print(render(result.model_dump(mode="json"), args.output))
+    return 0
+
+
+async def hosts_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    views = await client.hosts()
+    if args.output == "table":
+        if not views:
+            io.note("No hosts found.")
+        else:
+            io.print(hosts_table(views))
+    else:
+        io.print(render({"kind": "HostList", "items": [host_document(v) for v in views]}, args.output))
+    return 0
+
+
+def config_view(args: argparse.Namespace, io: Io) -> int:
+    io.print(render(load_config().model_dump(mode="json"), args.output))
+    return 0
+
+
+Command = Callable[[argparse.Namespace, Client, Io], Awaitable[int]]
+COMMANDS: dict[tuple[str, str | None], Command] = {
+    ("apply", None): apply,
+    ("run", "create"): run_create,
+    ("run", "get"): run_get,
+    ("run", "list"): run_list,
+    ("run", "wait"): run_wait,
+    ("run", "cancel"): run_cancel,
+    ("run", "delete"): run_delete,
+    ("invoke", None): invoke,
+    ("hosts", "list"): hosts_list,
+}
+
+
+async def dispatch(args: argparse.Namespace, io: Io | None = None) -> int:
+    io = io or Io()
+    if args.command == "config":
+        return config_view(args, io)
+    command = COMMANDS[(args.command, getattr(args, "verb", None))]
+    async with Client.from_config(load_config()) as client:
+        return await command(args, client, io)

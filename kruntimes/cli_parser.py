@@ -1,0 +1,138 @@
+"""The `krt` argument grammar (argparse), kubectl-style: `krt <noun> <verb> NAME [-n NS] [-o FORMAT]`.
+
+A usage error raises UsageError with one line (argparse's own would print the whole usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from kruntimes.api.phases import RunPhase
+
+OUTPUTS = ("table", "json", "yaml")
+# Commands handed their arguments as they are: entry points of workers/.
+PASSTHROUGH = {
+    "up": "start the embedded platform (Temporal, worker, gateway, hosts)",
+    "down": "stop the embedded platform",
+    "status": "show what the embedded platform runs",
+    "host": "run a runtime host (the Runtime Server)",
+    "worker": "run the Temporal worker",
+    "demo": "run the end-to-end demo",
+}
+
+
+class UsageError(Exception):
+    """The command line is wrong; the message says how, in one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; see `{self.prog} --help`")
+
+
+def _namespace(parser: argparse.ArgumentParser) -> None:
+    # None: not given (apply then keeps the manifest's namespace); commands default to "default".
+    parser.add_argument("-n", "--namespace", help="the Run's namespace (default: default)")
+
+
+def _output(
+    parser: argparse.ArgumentParser, *, default: str | None = "table", choices: tuple[str, ...] = OUTPUTS
+) -> None:
+    parser.add_argument("-o", "--output", choices=choices, default=default, help="output format")
+
+
+def _wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait", action="store_true", help="wait until the Run is Ready (function) or Succeeded (task)"
+    )
+    parser.add_argument(
+        "--wait-timeout", type=float, default=120.0, metavar="S", help="give up waiting after S seconds"
+    )
+
+
+def build() -> Parser:
+    parser = Parser(
+        prog="krt",
+        description="kruntimes: run functions on a pool of runtime hosts.",
+        epilog="Exit codes: 0 ok, 1 operation failed, 2 usage error, 3 not found, 4 platform not reachable.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+
+    apply = commands.add_parser("apply", help="create Runs from manifests (unchanged ones are left alone)")
+    apply.add_argument("-f", "--filename", required=True, help="a YAML manifest file, or - for stdin")
+    _namespace(apply)
+    _output(apply, default=None)
+    _wait(apply)
+
+    run = commands.add_parser("run", help="create, get, list, wait for, cancel and delete Runs")
+    verbs = run.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    create = verbs.add_parser("create", help="create a Run from a source directory")
+    create.add_argument("name")
+    create.add_argument("--runtime", required=True, help="the runtime, e.g. python or bash")
+    create.add_argument("--source", required=True, metavar="DIR", help="the directory holding the code")
+    create.add_argument("--handler", required=True, help="module:function (python) or a script (bash)")
+    create.add_argument("--mode", choices=("function", "task"), default="function")
+    create.add_argument(
+        "--idle-timeout", type=int, metavar="S", help="function mode: end after S idle seconds"
+    )
+    create.add_argument("--timeout", type=int, metavar="S", help="end the Run S seconds after it started")
+    create.add_argument("--env", action="append", default=[], metavar="K=V", help="an environment variable")
+    create.add_argument("--tenant", help="the tenant whose capacity the Run uses")
+    _namespace(create)
+    _output(create, default=None)
+    _wait(create)
+
+    get = verbs.add_parser("get", help="show one Run")
+    get.add_argument("name")
+    _namespace(get)
+    _output(get)
+
+    listing = verbs.add_parser("list", help="list the Runs of a namespace")
+    _namespace(listing)
+    listing.add_argument("-A", "--all-namespaces", action="store_true", help="list every namespace")
+    listing.add_argument("--phase", choices=[p.value for p in RunPhase], help="only Runs in this phase")
+    _output(listing)
+
+    wait = verbs.add_parser("wait", help="wait until a Run reaches a phase")
+    wait.add_argument("name")
+    wait.add_argument(
+        "--for", dest="phase", choices=[p.value for p in RunPhase], help="default: Ready/Succeeded"
+    )
+    wait.add_argument("--timeout", type=float, default=120.0, metavar="S")
+    _namespace(wait)
+    _output(wait, default=None)
+
+    cancel = verbs.add_parser("cancel", help="stop a Run (it stays listed until deleted)")
+    cancel.add_argument("name")
+    _namespace(cancel)
+
+    delete = verbs.add_parser("delete", help="cancel a Run if needed, clean it up and remove it")
+    delete.add_argument("name")
+    delete.add_argument("--timeout", type=float, default=120.0, metavar="S")
+    _namespace(delete)
+
+    invoke = commands.add_parser("invoke", help="invoke a Ready function Run once through the gateway")
+    invoke.add_argument("target", metavar="NAME", help="the Run's name, or its invoke URL")
+    invoke.add_argument("--data", "-d", metavar="JSON|@FILE", help="the JSON payload, @file, or @- for stdin")
+    invoke.add_argument("--invocation-id", metavar="ID", help="the id echoed back (default: a new uuid)")
+    invoke.add_argument("--timeout", type=float, metavar="S", help="the invocation timeout in seconds")
+    _namespace(invoke)
+    _output(invoke, default=None, choices=("json", "yaml"))
+
+    hosts = commands.add_parser("hosts", help="the runtime hosts of the pools")
+    host_verbs = hosts.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    _output(host_verbs.add_parser("list", help="list the runtime hosts"))
+
+    config = commands.add_parser("config", help="the client configuration")
+    config_verbs = config.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    view = config_verbs.add_parser("view", help="print the effective configuration (it holds the token)")
+    _output(view, default="yaml", choices=("json", "yaml"))
+
+    for name, text in PASSTHROUGH.items():
+        commands.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return build().parse_args(argv)

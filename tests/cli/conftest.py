@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.sdk.stack import Platform, delete_runs, shared_platform
+
+
+@pytest.fixture(scope="session")
+async def session_platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
+    async with shared_platform(tmp_path_factory) as started:
+        yield started
+
+
+@pytest.fixture
+async def platform(session_platform: Platform) -> AsyncIterator[Platform]:
+    """The shared platform; the Runs a test leaves are deleted after it."""
+    yield session_platform
+    await delete_runs(session_platform)
+
+
+@dataclass(frozen=True)
+class Done:
+    code: int
+    out: str
+    err: str
+
+
+async def krt(platform: Platform, *args: str, stdin: str | None = None, cwd: Path | None = None) -> Done:
+    """`krt ...` as a subprocess (without blocking the loop the platform runs on)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kruntimes.cli",
+        *args,
+        env=platform.env(),
+        cwd=cwd,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), 90)
+    assert proc.returncode is not None
+    return Done(proc.returncode, out.decode(), err.decode())
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("krt: "), f"not one `krt: ` line: {err!r}"
+    assert "Traceback" not in err
+    return lines[0]

@@ -1,0 +1,155 @@
+"""Errors become one `krt: ` line and an exit code: 1 failed, 2 usage, 3 not found, 4 unreachable."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from kruntimes import cli, cli_commands, clientconfig
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import ManifestError, Run
+from kruntimes.api.status import RunStatus
+from kruntimes.cli_parser import UsageError
+from kruntimes.client import (
+    Busy,
+    ConfigError,
+    FunctionNotFound,
+    InvocationFailed,
+    InvokeResult,
+    KruntimesError,
+    NotReady,
+    OutcomeUnknown,
+    PayloadRejected,
+    RunAlreadyExists,
+    RunFailed,
+    RunNotFound,
+    RunObject,
+    SpecConflict,
+    Unauthorized,
+    WaitTimeout,
+    prepare,
+)
+from kruntimes.clientconfig import ClientConfig
+from kruntimes.devserver import free_port
+from tests.cli.conftest import one_error_line
+from tests.sdk.stack import manifest
+
+
+def _failed() -> RunFailed:
+    run = prepare(Run.from_dict(manifest("a", namespace="team")))
+    status = RunStatus(phase=RunPhase.Failed, message="no runtime 'x'")
+    return RunFailed(
+        RunObject(
+            apiVersion=run.apiVersion, kind=run.kind, metadata=run.metadata, spec=run.spec, status=status
+        )
+    )
+
+
+ERRORS: list[tuple[BaseException, int, str]] = [
+    (UsageError("bad flag"), 2, "bad flag"),
+    (
+        ManifestError(["spec.handler: wrong", "metadata.name: bad"]),
+        2,
+        "spec.handler: wrong; metadata.name: bad",
+    ),
+    (RunNotFound("team", "a"), 3, "`krt run list -n team`"),
+    (ConfigError("cannot reach Temporal at x: is `krt up` running?"), 4, "krt up"),
+    (RunAlreadyExists("default", "a"), 1, "`krt run delete a`"),
+    (SpecConflict("team", "a", ["spec.env"]), 1, "`krt run delete a -n team`"),
+    (_failed(), 1, "`krt run get a -n team -o yaml`"),
+    (WaitTimeout("still Pending"), 1, "still Pending"),
+    (Busy(429, "FunctionBusy", "busy", invocation_id="i", retry_after=2), 1, "retry in 2 s"),
+    (NotReady(503, "RunNotReady", "wait", invocation_id="i", retry_after=1), 1, "retry in 1 s"),
+    (Unauthorized(401, "Unauthenticated", "no", invocation_id="i"), 1, "KRT_TOKEN"),
+    (OutcomeUnknown(504, "InvocationTimeout", "late", invocation_id="i"), 1, "may have run"),
+    (FunctionNotFound(404, "RunNotFound", "gone", invocation_id="i"), 1, "RunNotFound"),
+    (PayloadRejected(413, "PayloadTooLarge", "big", invocation_id="i"), 1, "PayloadTooLarge"),
+    (
+        InvocationFailed(
+            InvokeResult(
+                invocationId="i",
+                status="HandlerError",
+                error={"type": "ValueError", "message": "boom"},
+                stderr={"data": "Traceback...\nValueError: boom\n"},
+            )
+        ),
+        1,
+        "the function failed: HandlerError: ValueError: boom (stderr: ValueError: boom)",
+    ),  # fmt: skip
+    (KruntimesError("odd"), 1, "odd"),
+    (KeyboardInterrupt(), 130, "interrupted"),
+    (RuntimeError("bug\nsecond line"), 1, "unexpected error: RuntimeError"),
+]
+
+
+@pytest.mark.parametrize(("error", "code", "says"), ERRORS, ids=[type(e[0]).__name__ for e in ERRORS])
+def test_each_error_maps_to_its_exit_code_and_a_hint(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: BaseException,
+    code: int,
+    says: str,
+) -> None:
+    async def fail(args: object) -> int:
+        raise error
+
+    monkeypatch.setattr(cli_commands, "dispatch", fail)
+    assert cli.run(["run", "get", "a"]) == code
+    captured = capsys.readouterr()
+    assert says in one_error_line(captured.err) and captured.out == ""
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in clientconfig.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KRT_STATE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_config_view_prints_the_effective_values_with_the_token(
+    state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clientconfig.write(state, ClientConfig(gatewayUrl="https://gw:1", token="tok-123", caFile="/ca.crt"))
+    monkeypatch.setenv("KRT_TEMPORAL_ADDRESS", "temporal:7233")
+    assert cli.run(["config", "view", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "temporalAddress": "temporal:7233",
+        "temporalNamespace": "default",
+        "gatewayUrl": "https://gw:1",
+        "caFile": "/ca.crt",
+        "token": "tok-123",
+        "uiUrl": None,
+        "stateDir": str(state),
+    }
+
+
+def test_an_unreadable_client_config_exits_4(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (state / clientconfig.CLIENT_FILE).write_text("{not json")
+    assert cli.run(["config", "view"]) == 4
+    assert "run `krt up` again" in one_error_line(capsys.readouterr().err)
+
+
+def test_an_unreachable_platform_exits_4(
+    state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KRT_TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+    assert cli.run(["run", "list"]) == 4
+    assert "is `krt up` running?" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", ["up", "down", "status"])
+def test_up_down_status_hand_their_arguments_to_workers_platform(
+    monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    calls: list[tuple[str, list[str]]] = []
+    fake = types.ModuleType("workers.platform")
+    for name in ("up", "down", "status"):
+        setattr(fake, f"main_{name}", lambda argv, name=name: calls.append((name, argv)) or 7)
+    monkeypatch.setitem(sys.modules, "workers.platform", fake)
+    assert cli.run([command, "--state-dir", "/x", "--help"]) == 7
+    assert calls == [(command, ["--state-dir", "/x", "--help"])]

@@ -1,0 +1,127 @@
+"""A user's path through the CLI: real `krt up --detach` on a fresh state dir, real HTTPS, and a
+restart of the platform on the same state dir that keeps a Ready Run invokable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Krt:
+    def __init__(self, state: Path) -> None:
+        self.env = {**os.environ, "KRT_STATE_DIR": str(state)}
+        for var in ("KRT_TEMPORAL_ADDRESS", "KRT_GATEWAY_URL", "KRT_TOKEN", "KRT_CA_FILE"):
+            self.env.pop(var, None)
+
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "kruntimes.cli", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=ROOT,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"krt {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args).stdout)
+
+
+@pytest.fixture
+def krt(tmp_path: Path) -> Iterator[Krt]:
+    cli = Krt(tmp_path / "state")
+    try:
+        yield cli
+    finally:
+        cli("down", check=False)
+
+
+def _wait_ready(krt: Krt, name: str, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = krt.json("run", "get", name, "-o", "json")
+        if run["status"]["phase"] == "Ready":
+            return run  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, (
+            f"{name} stayed {run['status']['phase']}: {run['status'].get('message')}"
+        )
+        time.sleep(0.2)
+
+
+def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> None:
+    up = krt("up", "--detach")
+    assert "Temporal UI" in up.stdout
+    status = json.loads(krt("status", "-o", "json").stdout)
+    assert {c["component"] for c in status["components"]} >= {"platform", "gateway", "worker", "temporal"}
+    config = krt.json("config", "view", "-o", "json")
+    assert config["gatewayUrl"].startswith("https://127.0.0.1:") and config["token"]
+
+    created = krt.json(
+        "run",
+        "create",
+        "hello",
+        "--runtime",
+        "python",
+        "--source",
+        "examples/hello",
+        "--handler",
+        "main:handle",
+        "--wait",
+        "-o",
+        "json",
+    )
+    assert created["apiVersion"] == "kruntimes.io/v1alpha1" and created["kind"] == "Run"
+    assert created["metadata"]["name"] == "hello" and created["metadata"]["uid"]
+    assert created["status"]["phase"] == "Ready"
+    assert created["status"]["endpoint"]["url"].startswith(config["gatewayUrl"])
+
+    answer = krt.json(
+        "invoke", "hello", "--data", '{"name": "e2e"}', "--invocation-id", "e2e-1", "-o", "json"
+    )
+    assert answer["outputs"]["greeting"] == "hello, e2e"
+    assert answer["invocationId"] == "e2e-1"
+
+    listed = krt("run", "list")
+    assert "hello" in listed.stdout and "Ready" in listed.stdout
+
+    # a restart on the same state dir keeps the Run: its host went away, it recovers onto a new one
+    krt("down")
+    krt("up", "--detach")
+    again = _wait_ready(krt, "hello")
+    assert again["metadata"]["uid"] == created["metadata"]["uid"]
+    assert again["status"]["endpoint"]["url"] == created["status"]["endpoint"]["url"]
+    deadline = time.monotonic() + 30
+    while True:  # the new host's first heartbeat reaches the gateway within moments
+        done = krt("invoke", "hello", "--data", '{"name": "again"}', check=False)
+        if done.returncode == 0:
+            break
+        assert time.monotonic() < deadline, done.stderr
+        time.sleep(0.2)
+    assert json.loads(done.stdout)["greeting"] == "hello, again"  # without -o: the outputs alone
+
+    krt("run", "cancel", "hello")
+    deadline = time.monotonic() + 60
+    while krt.json("run", "get", "hello", "-o", "json")["status"]["phase"] != "Cancelled":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    refused = krt("invoke", "hello", "--data", "{}", check=False)
+    assert refused.returncode != 0 and refused.stderr.startswith("krt: ")
+    krt("run", "delete", "hello")
+    missing = krt("run", "get", "nope", check=False)
+    assert missing.returncode == 3 and "Traceback" not in missing.stderr

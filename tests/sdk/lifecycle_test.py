@@ -1,0 +1,149 @@
+"""The SDK's Run lifecycle against the whole platform: create, wait, get, list, cancel, delete."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+from kruntimes.client import (
+    Client,
+    RunAlreadyExists,
+    RunFailed,
+    RunNotFound,
+    SpecConflict,
+    WaitTimeout,
+)
+from kruntimes.lifecycle import TASK_QUEUE, RunInput, run_workflow_id
+from tests.sdk.stack import TASK, Platform, manifest, unique
+
+
+async def test_a_created_function_run_becomes_ready_and_answers(krt: Client) -> None:
+    name = unique("hello")
+    created = await krt.create(Run.from_dict(manifest(name)))
+    assert created.status.phase is RunPhase.Pending and created.uid
+    seen: list[RunPhase] = []
+    ready = await krt.wait(name, timeout=60, on_status=lambda s: seen.append(s.phase))
+    assert ready.status.phase is RunPhase.Ready and seen[-1] is RunPhase.Ready
+    assert ready.uid == created.uid
+    assert ready.status.endpoint is not None and created.uid in ready.status.endpoint.url
+    answer = await krt.invoke(name, {"hi": 1})
+    assert answer.ok and answer.outputs["echo"] == {"hi": 1}
+    assert (await krt.status(name)).phase is RunPhase.Ready
+
+
+async def test_get_returns_the_manifest_it_was_created_with_and_its_status(krt: Client) -> None:
+    name = unique("get")
+    created = await krt.create(Run.from_dict(manifest(name, env={"GREETING": "hi"})))
+    await krt.wait(name)
+    got = await krt.get(name)
+    assert got.spec == created.spec and got.metadata == created.metadata
+    assert got.status.attempt == 1 and got.status.assignedHost
+    assert got.created is not None and not got.closed
+
+
+async def test_list_finds_runs_by_namespace_and_phase(krt: Client) -> None:
+    namespace = unique("ns")
+    name = unique("listed")
+    await krt.create(Run.from_dict(manifest(name, namespace=namespace)))
+    await krt.wait(name, namespace)
+    assert [r.metadata.name for r in await krt.list(namespace=namespace)] == [name]
+    assert [r.metadata.name for r in await krt.list(namespace=namespace, phase=RunPhase.Ready)] == [name]
+    assert await krt.list(namespace=namespace, phase=RunPhase.Pending) == []
+    assert name in [r.metadata.name for r in await krt.list()]
+
+
+async def test_creating_a_running_name_again_fails_with_already_exists(krt: Client) -> None:
+    name = unique("twice")
+    await krt.create(Run.from_dict(manifest(name)))
+    with pytest.raises(RunAlreadyExists, match="already exists"):
+        await krt.create(Run.from_dict(manifest(name)))
+
+
+async def test_apply_is_a_no_op_for_the_same_spec_and_refuses_another(krt: Client) -> None:
+    name = unique("applied")
+    first = await krt.apply(Run.from_dict(manifest(name)))
+    assert first.created
+    again = await krt.apply(Run.from_dict(manifest(name)))
+    assert not again.created and again.run.uid == first.run.uid
+    with pytest.raises(SpecConflict, match="spec.env") as conflict:
+        await krt.apply(Run.from_dict(manifest(name, env={"A": "1"})))
+    assert conflict.value.fields == ("spec.env",)
+
+
+async def test_a_task_run_waits_until_succeeded_with_its_outputs(krt: Client) -> None:
+    name = unique("task")
+    await krt.create(Run.from_dict(manifest(name, source=TASK, mode={"task": {}})))
+    done = await krt.wait(name, timeout=60)
+    assert done.status.phase is RunPhase.Succeeded and done.status.outputs == {"answer": 42}
+
+
+async def test_wait_raises_run_failed_when_the_run_ends_otherwise(krt: Client) -> None:
+    name = unique("nowhere")
+    await krt.create(
+        Run.from_dict({**manifest(name), "spec": {**manifest(name)["spec"], "runtime": "no-such"}})
+    )
+    with pytest.raises(RunFailed) as failed:
+        await krt.wait(name, timeout=30)
+    assert failed.value.phase is RunPhase.Failed and "no-such" in failed.value.message
+
+
+async def test_wait_gives_up_with_a_typed_timeout(krt: Client) -> None:
+    name = unique("slow")
+    await krt.create(Run.from_dict(manifest(name)))
+    with pytest.raises(WaitTimeout, match="waiting for Succeeded") as timed_out:
+        await krt.wait(name, until=RunPhase.Succeeded, timeout=0.3)
+    assert timed_out.value.phase is not None
+
+
+async def test_cancel_ends_the_run_and_delete_removes_it(krt: Client) -> None:
+    name = unique("bye")
+    await krt.create(Run.from_dict(manifest(name)))
+    await krt.wait(name)
+    await krt.cancel(name)
+    await krt.cancel(name)  # idempotent
+    cancelled = await krt.wait(name, until=RunPhase.Cancelled, timeout=30)
+    assert cancelled.status.phase is RunPhase.Cancelled and cancelled.status.endpoint is None
+    final = await krt.delete(name)
+    assert final.phase is RunPhase.Cancelled
+    assert (await krt.delete(name)).phase is RunPhase.Cancelled, "deleting a closed Run is a no-op"
+    await krt.cancel(name)  # so is cancelling it
+    assert name not in [r.metadata.name for r in await krt.list()]
+    gone = await krt.get(name)
+    assert gone.closed and gone.status.phase is RunPhase.Cancelled
+    await krt.create(Run.from_dict(manifest(name)))  # the name is free again
+
+
+async def test_an_unknown_run_is_not_found_everywhere(krt: Client) -> None:
+    name = unique("ghost")
+    for call in (krt.get(name), krt.status(name), krt.cancel(name), krt.delete(name), krt.wait(name)):
+        with pytest.raises(RunNotFound, match=f"run '{name}' not found in namespace 'default'"):
+            await call
+
+
+async def test_a_run_started_with_the_plain_temporal_sdk_is_a_run_too(
+    krt: Client, platform: Platform
+) -> None:
+    name = unique("plain")
+    data = manifest(name)
+    data["metadata"]["uid"] = str(uuid.uuid4())
+    await platform.temporal.start_workflow(
+        "RunWorkflow",
+        RunInput(run=Run.from_dict(data)),
+        id=run_workflow_id("default", name),
+        task_queue=TASK_QUEUE,
+    )
+    ready = await krt.wait(name)
+    assert ready.uid == data["metadata"]["uid"]
+    assert (await krt.invoke(ready, [1, 2])).outputs["echo"] == [1, 2]
+
+
+async def test_hosts_lists_the_pool_hosts_with_their_used_slots(krt: Client) -> None:
+    name = unique("hosted")
+    await krt.create(Run.from_dict(manifest(name)))
+    ready = await krt.wait(name)
+    hosts = {v.host.hostId: v for v in await krt.hosts()}
+    view = hosts[ready.status.assignedHost or ""]
+    assert view.host.runtime == "python" and view.host.address and 1 <= view.used <= view.host.capacity
