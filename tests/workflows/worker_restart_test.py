@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,17 @@ from tests.workflows.conftest import Platform, run_manifest
 from workflows.run import RunWorkflow
 
 SLOW_IMPORT = "import time\ntime.sleep(4)\ndef handle(p):\n    return p\n"
+
+
+async def _metrics(address: str) -> str:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return str(urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 class WorkerProcess:
@@ -99,8 +111,7 @@ async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready
     )
     try:
         await platform.wait_phase(handle, RunPhase.Running, timeout=60)  # registering: the import sleeps
-        body = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
-        assert "temporal_" in body, "the worker exposes the SDK's metrics for Prometheus"
+        assert "temporal_" in await _metrics(metrics), "the worker exposes the SDK's metrics for Prometheus"
         worker.kill()
         worker.start()
         status = await platform.wait_phase(handle, RunPhase.Ready, timeout=90)
@@ -122,6 +133,9 @@ async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready
             and e.activity_task_scheduled_event_attributes.activity_type.name == "register_function"
         ]
         assert len(scheduled) == 1
+    except BaseException:
+        print(worker.log.read_text(errors="replace")[-4000:])  # shown by pytest on failure
+        raise
     finally:
         with contextlib.suppress(Exception):
             await handle.terminate("test finished")
