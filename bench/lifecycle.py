@@ -24,6 +24,9 @@ Measured, in this order:
      (polling 300 Runs every 5 ms would load the 2-core machine more than the Runs themselves);
      Runs/s = 300 / (first start → last Ready).
 
+Also printed: the CPU seconds the worker process (with the bench client), the dev server and the
+hosts used during each burst (/proc), to show which one limits the rate.
+
 Prints a table (figure, floor, ratio, target) and a final JSON line {"bench": "lifecycle", ...}.
 With --profile it also prints where create→Ready goes, from the workflow histories (Run, pool,
 scale-out): the timeline of one warm Run and one from-zero Run, and the median of every step over
@@ -616,6 +619,10 @@ def pool_stats(pool: list[HistoryEvent], lo: float, hi: float) -> dict[str, Any]
     continued = sum(
         1 for ev in window if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
     )
+    timed_out = sum(1 for ev in window if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT)
+    external = sum(
+        1 for ev in window if ev.event_type == EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED
+    )
     with_admits = [n for _, _, n in tasks if n]
     return {
         "events": len(window),
@@ -624,6 +631,9 @@ def pool_stats(pool: list[HistoryEvent], lo: float, hi: float) -> dict[str, Any]
         "admits_per_task_p50": percentile(with_admits, 50) if with_admits else 0,
         "admits_per_task_max": max(with_admits, default=0),
         "task_wait_p50_ms": ms(percentile([w for w, _, _ in tasks], 50)),
+        "task_wait_max_ms": ms(max((w for w, _, _ in tasks if not math.isnan(w)), default=0.0)),
+        "task_timeouts": timed_out,
+        "signals_sent_completed": external,
         "task_processing_p50_ms": ms(percentile([p for _, p, _ in tasks], 50)),
         "task_processing_p90_ms": ms(percentile([p for _, p, _ in tasks], 90)),
         "task_processing_max_ms": ms(max((p for _, p, _ in tasks), default=0.0)),

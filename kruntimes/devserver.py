@@ -86,7 +86,9 @@ class DevServer:
         cmd += ["--ui-port", str(self.ui_port), "--http-port", str(self.http_port)]
         cmd += ["--metrics-port", str(self.metrics_port), "--log-level", "error", "--ui-disable-news-fetch"]
         if self.persistent:
+            # WAL: commits stop waiting on every fsync (a dev server; an OS crash may lose the last ones)
             cmd += ["--db-filename", str(self.state_dir / "temporal.db")]
+            cmd += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
         if self.headless:
             cmd.append("--headless")
         for key, kind in SEARCH_ATTRIBUTES.items():

@@ -107,6 +107,23 @@ class Rejection(ApiModel):
     message: StatusMessage = ""
 
 
+class OutgoingSignal(ApiModel):
+    """One answer of the pool to one Run (exactly one payload set)."""
+
+    workflowId: str
+    assigned: Assignment | None = None
+    rejected: Rejection | None = None
+    hostLost: HostLostSignal | None = None
+
+
+class SignalBatch(ApiModel):
+    signals: list[OutgoingSignal]
+
+
+class SignalResult(ApiModel):
+    unreachable: list[str] = Field(default_factory=list)  # workflow ids that are gone
+
+
 # --- RuntimePoolWorkflow ------------------------------------------------------------------------
 
 

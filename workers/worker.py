@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
+from activities.signals import SignalActivities
 from kruntimes import logs
 from kruntimes.config import PlatformConfig, load_config
 from kruntimes.lifecycle import (
@@ -99,7 +100,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
             client,
             task_queue=POOL_TASK_QUEUE,
             workflows=POOL_WORKFLOWS,
-            activities=[ProbeActivities().probe_hosts],
+            activities=[ProbeActivities().probe_hosts, SignalActivities(client).signal_runs],
         ),
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]

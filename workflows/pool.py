@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
@@ -32,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         Assignment,
         HostLostSignal,
         HostReadySignal,
+        OutgoingSignal,
         PoolConfig,
         PoolInput,
         PoolState,
@@ -41,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         ReleaseSignal,
         ScaleOutFailedSignal,
         ScaleOutInput,
+        SignalBatch,
+        SignalResult,
         scale_out_workflow_id,
     )
     from kruntimes.scheduling import admission
@@ -59,6 +63,11 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_CONSECUTIVE_SCALE_OUT_FAILURES = 3
 PROBE_TIMEOUT = timedelta(seconds=20)
+SIGNAL_TIMEOUT = timedelta(seconds=60)
+# Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
+SIGNAL_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
+)
 
 
 @dataclass
@@ -353,14 +362,33 @@ class RuntimePoolWorkflow:
             )
             for scale_out in outbox.scale_outs
         ]
-        sends = [self._send(*signal) for signal in outbox.signals]
-        await asyncio.gather(*starts, *sends)
+        await asyncio.gather(*starts)
+        if outbox.signals:
+            await self._send(outbox.signals)
 
-    async def _send(self, workflow_id: str, name: str, arg: Assignment | Rejection | HostLostSignal) -> None:
-        try:
-            await workflow.get_external_workflow_handle(workflow_id).signal(name, arg)
-        except Exception:  # the Run is gone: whatever it held is free again
-            if isinstance(arg, Assignment | Rejection):
+    async def _send(self, signals: list[tuple[str, str, Assignment | Rejection | HostLostSignal]]) -> None:
+        """All answers of one batch in one local activity; a Run that is gone frees what it held."""
+        batch = SignalBatch(
+            signals=[
+                OutgoingSignal(
+                    workflowId=workflow_id,
+                    assigned=arg if isinstance(arg, Assignment) else None,
+                    rejected=arg if isinstance(arg, Rejection) else None,
+                    hostLost=arg if isinstance(arg, HostLostSignal) else None,
+                )
+                for workflow_id, _name, arg in signals
+            ]
+        )
+        result = await workflow.execute_local_activity(
+            "signal_runs",
+            batch,
+            result_type=SignalResult,
+            start_to_close_timeout=SIGNAL_TIMEOUT,
+            retry_policy=SIGNAL_RETRY,
+        )
+        gone = set(result.unreachable)
+        for workflow_id, _name, arg in signals:
+            if workflow_id in gone and isinstance(arg, Assignment | Rejection):
                 self._release(arg.runUid)
 
     def _update(self, **changes: object) -> None:

@@ -157,15 +157,17 @@ class RunWorkflow:
             )
         self.run_ = run
         self.uid: str = run.metadata.uid
-        workflow.upsert_search_attributes(
-            [
-                KRT_RUNTIME.value_set(run.spec.runtime),
-                KRT_NAMESPACE.value_set(run.metadata.namespace),
-                KRT_MODE.value_set(run.spec.mode.kind),
-                KRT_TENANT.value_set(run.spec.tenant or ""),
-                KRT_RUN_UID.value_set(self.uid),
-            ]
-        )
+        wanted = [
+            (KRT_RUNTIME, run.spec.runtime),
+            (KRT_NAMESPACE, run.metadata.namespace),
+            (KRT_MODE, run.spec.mode.kind),
+            (KRT_TENANT, run.spec.tenant or ""),
+            (KRT_RUN_UID, self.uid),
+        ]
+        present = workflow.info().typed_search_attributes
+        missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
+        if missing:  # starters that set them at start save a visibility write here
+            workflow.upsert_search_attributes(missing)
         self._phase(RunPhase.Pending, ConditionReason.Scheduled, "waiting for capacity", ready=False)
         end = await self._admit()
         if end is None:
@@ -228,7 +230,11 @@ class RunWorkflow:
         a = self._assignment
         self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
         self._phase(
-            RunPhase.Scheduled, ConditionReason.Scheduled, f"assigned to host {a.hostId}", ready=False
+            RunPhase.Scheduled,
+            ConditionReason.Scheduled,
+            f"assigned to host {a.hostId}",
+            ready=False,
+            index=False,
         )
         start = workflow.now()
         self._update(startTime=start)
@@ -270,7 +276,11 @@ class RunWorkflow:
             assert a is not None
             self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
             self._phase(
-                RunPhase.Scheduled, ConditionReason.Scheduled, f"assigned to host {a.hostId}", ready=False
+                RunPhase.Scheduled,
+                ConditionReason.Scheduled,
+                f"assigned to host {a.hostId}",
+                ready=False,
+                index=False,
             )
             self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
 
@@ -454,7 +464,7 @@ class RunWorkflow:
     def _update(self, **changes: object) -> None:
         self._status = self._status._replace(**changes)
 
-    def _phase(self, phase: RunPhase, reason: str, message: str, *, ready: bool) -> None:
+    def _phase(self, phase: RunPhase, reason: str, message: str, *, ready: bool, index: bool = True) -> None:
         condition = Condition(
             type=ConditionType.Ready,
             status=ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
@@ -464,7 +474,7 @@ class RunWorkflow:
         )
         changed = phase != self._status.phase or not self._status.conditions
         self._status = self._status._replace(phase=phase, message=message).with_condition(condition)
-        if changed:
+        if changed and index:  # a phase that lasts only within this task is not indexed
             workflow.upsert_search_attributes([KRT_PHASE.value_set(phase.value)])
         terminal = " (terminal)" if is_terminal(phase) else ""
         workflow.set_current_details(f"**{phase.value}**{terminal} — {reason}: {message}")

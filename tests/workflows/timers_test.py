@@ -15,6 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.signals import SignalActivities
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
 from kruntimes.config import RuntimeConfig
@@ -97,7 +98,12 @@ async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEn
     fake = FakeHosts()
     async with (
         Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
-        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS, activities=[fake.probe]),
+        Worker(
+            env.client,
+            task_queue=POOL_TASK_QUEUE,
+            workflows=POOL_WORKFLOWS,
+            activities=[fake.probe, SignalActivities(env.client).signal_runs],
+        ),
     ):
         handle = await _start(env.client, "py-idle", mode={"function": {"idleTimeoutSeconds": HOUR}})
         await _until_ready(env, handle)
@@ -119,7 +125,12 @@ async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvir
     fake = FakeHosts()
     async with (
         Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
-        Worker(env.client, task_queue=POOL_TASK_QUEUE, workflows=POOL_WORKFLOWS, activities=[fake.probe]),
+        Worker(
+            env.client,
+            task_queue=POOL_TASK_QUEUE,
+            workflows=POOL_WORKFLOWS,
+            activities=[fake.probe, SignalActivities(env.client).signal_runs],
+        ),
     ):
         handle = await _start(env.client, "py-total", timeoutSeconds=3 * HOUR)
         await _until_ready(env, handle)

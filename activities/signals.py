@@ -1,0 +1,54 @@
+"""The pool's answers to Runs, sent in batches by one local activity.
+
+Sending them from the workflow (one SignalExternal command each) costs two history events and a
+wake-up of the pool per Run, and managed 11-13 signals/s on SQLite; sent concurrently from one
+activity they cost nothing in the pool's history (measured 3-4x faster for a burst).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from kruntimes.lifecycle import (
+    SIGNAL_ASSIGNED,
+    SIGNAL_HOST_LOST,
+    SIGNAL_REJECTED,
+    OutgoingSignal,
+    SignalBatch,
+    SignalResult,
+)
+
+CONCURRENCY = 32
+
+
+class SignalActivities:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def _send(self, out: OutgoingSignal, gate: asyncio.Semaphore) -> str | None:
+        if out.assigned is not None:
+            name, arg = SIGNAL_ASSIGNED, out.assigned
+        elif out.rejected is not None:
+            name, arg = SIGNAL_REJECTED, out.rejected  # type: ignore[assignment]
+        elif out.hostLost is not None:
+            name, arg = SIGNAL_HOST_LOST, out.hostLost  # type: ignore[assignment]
+        else:
+            return None
+        async with gate:
+            try:
+                await self.client.get_workflow_handle(out.workflowId).signal(name, arg)
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return out.workflowId  # the Run is gone
+                raise
+        return None
+
+    @activity.defn(name="signal_runs")
+    async def signal_runs(self, batch: SignalBatch) -> SignalResult:
+        gate = asyncio.Semaphore(CONCURRENCY)
+        gone = await asyncio.gather(*(self._send(out, gate) for out in batch.signals))
+        return SignalResult(unreachable=[g for g in gone if g is not None])
