@@ -27,6 +27,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.known import KnownRuns
+from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
 from kruntimes.api.names import validate_invocation_id
@@ -51,11 +52,13 @@ _STATUS = {
 
 
 class Upstreams:
-    """One gRPC channel per host address, kept open (no per-request client or TLS setup)."""
+    """One gRPC channel per host address, kept open (no per-request client or TLS setup), and
+    one raw connection per host invoke address (gateway/raw.py) for hosts that advertise one."""
 
     def __init__(self) -> None:
         self._stubs: dict[str, pb_grpc.FunctionRuntimeAsyncStub] = {}
         self._channels: list[grpc.aio.Channel] = []
+        self.raw = RawUpstreams()
 
     def stub(self, address: str) -> pb_grpc.FunctionRuntimeAsyncStub:
         stub = self._stubs.get(address)
@@ -66,6 +69,7 @@ class Upstreams:
         return stub
 
     async def close(self) -> None:
+        self.raw.close()
         for channel in self._channels:
             await channel.close()
 
@@ -226,28 +230,34 @@ class InvokeHandler:
             timeout_ms=max(1, round(timeout_s * 1000)),
             fence=pb.Fence(run_uid=route.run_uid, attempt=route.attempt, host_uid=route.host_uid),
         )
-        try:
+        if route.invoke_address:
+            try:
+                return await self.upstreams.raw.client(route.invoke_address).invoke(
+                    request, timeout=timeout_s + RPC_MARGIN_S
+                )
+            except RawError as raw:
+                raise self._error(raw.code, raw.reason, raw.message, route) from None
+        try:  # a host without an invoke port
             return await self.upstreams.stub(route.address).InvokeFunction(
                 request, timeout=timeout_s + RPC_MARGIN_S
             )
         except grpc.aio.AioRpcError as err:
-            raise self._rpc_error(err, route) from None
+            raise self._error(err.code(), _reason(err), err.details() or "", route) from None
 
-    def _rpc_error(self, err: grpc.aio.AioRpcError, route: Route) -> GatewayError:
-        code = err.code()
+    def _error(self, code: grpc.StatusCode, reason: str, details: str, route: Route) -> GatewayError:
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return Busy("the function is running another invocation; retry later")
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
             self.routes.drop(route.run_uid, route.host_uid)  # stale: the host holds another generation
             return NotReady("the Run's registration moved; retry shortly", reason="RouteStale")
-        if code == grpc.StatusCode.UNAVAILABLE and _reason(err) == "NotReady":
+        if code == grpc.StatusCode.UNAVAILABLE and reason == "NotReady":
             return NotReady("the function cannot serve right now", reason="RunNotReady", retry_after=5)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return UpstreamTimeout(
                 "the owner did not answer in time; the function may have run", reason="OwnerTimeout"
             )
         if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return BadRequest(err.details() or "invalid request", reason="InvalidRequest")
+            return BadRequest(details or "invalid request", reason="InvalidRequest")
         return UpstreamFailed(
             "the owner failed after dispatch; the function may have run", reason="OwnerUnreachable"
         )

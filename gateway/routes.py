@@ -32,6 +32,7 @@ class Route:
     host_id: str
     host_uid: str
     address: str
+    invoke_address: str = ""  # the host's raw invoke port; empty: InvokeFunction over gRPC
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ class RouteCache:
                 host_id=beat.host_id,
                 host_uid=beat.host_uid,
                 address=beat.address,
+                invoke_address=beat.invoke_address,
             )
             for r in beat.registrations[:MAX_REGISTRATIONS_PER_HOST]
         }

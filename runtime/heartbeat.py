@@ -34,10 +34,17 @@ class HeartbeatSender:
         runtime: str,
         address: str,
         interval_s: float,
+        invoke_address: str = "",
         snapshot: Callable[[], list[pb.RegistrationState]],
     ) -> None:
         self.gateways = gateways
-        self.identity = {"host_id": host_id, "host_uid": host_uid, "runtime": runtime, "address": address}
+        self.identity = {
+            "host_id": host_id,
+            "host_uid": host_uid,
+            "runtime": runtime,
+            "address": address,
+            "invoke_address": invoke_address,
+        }
         self.interval_s = interval_s
         self.snapshot = snapshot
         self._changed = threading.Condition()

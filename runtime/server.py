@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.heartbeat import HeartbeatSender
+from runtime.invoke import InvokeListener, handle_invoke
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
 from runtime.service import FunctionRuntimeService, registration_state
@@ -43,6 +44,8 @@ class HostOptions:
     max_workers: int = 64
     gateways: tuple[str, ...] = ()  # where heartbeats go (the gateways' heartbeat addresses)
     heartbeat_interval_s: float = 5.0
+    # the raw invoke port (runtime/invoke.py); None: the host of `listen`, port 0; "" disables it
+    invoke_listen: str | None = None
 
 
 class RuntimeHost:
@@ -62,6 +65,8 @@ class RuntimeHost:
         self.health = health.HealthServicer()
         self.server: grpc.Server | None = None
         self.address = ""
+        self.invoke_address = ""
+        self.invoke_listener: InvokeListener | None = None
         self.heartbeats: HeartbeatSender | None = None
 
     def start(self) -> str:
@@ -90,6 +95,17 @@ class RuntimeHost:
         self.address = f"{host}:{port}"
         server.start()
         self.server = server
+        invoke_listen = self.options.invoke_listen
+        if invoke_listen is None:  # beside the gRPC port; a unix socket host gets none
+            invoke_listen = "" if self.options.listen.startswith("unix:") else f"{host}:0"
+        if invoke_listen:
+            registry = self.registry
+            self.invoke_listener = InvokeListener(
+                lambda body: handle_invoke(registry, body),
+                max_workers=self.options.max_workers,
+                max_frame_bytes=MAX_MESSAGE_BYTES,
+            )
+            self.invoke_address = self.invoke_listener.start(invoke_listen)
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.options.gateways:
@@ -99,12 +115,16 @@ class RuntimeHost:
                 host_uid=self.host_uid,
                 runtime=self.options.runtime,
                 address=self.address,
+                invoke_address=self.invoke_address,
                 interval_s=self.options.heartbeat_interval_s,
                 snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
             )
             self.heartbeats.start()
         gc.freeze()  # start-up objects never need collecting; keeps full collections short
-        log.info("runtime host serving", extra={"address": self.address, "host_uid": self.host_uid})
+        log.info(
+            "runtime host serving",
+            extra={"address": self.address, "invoke_address": self.invoke_address, "host_uid": self.host_uid},
+        )
         return self.address
 
     def _registrations_changed(self) -> None:
@@ -115,8 +135,11 @@ class RuntimeHost:
         self.health.enter_graceful_shutdown()
         if self.heartbeats is not None:
             self.heartbeats.stop()  # gateways drop this host's routes at once
-        if self.server is not None:
-            self.server.stop(grace_s).wait()
+        stopping = self.server.stop(grace_s) if self.server is not None else None
+        if self.invoke_listener is not None:
+            self.invoke_listener.stop(grace_s)
+        if stopping is not None:
+            stopping.wait()
         self.tasks.close()
         self.registry.close()
         self.spawner.close()

@@ -73,7 +73,7 @@ def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
         return fn()
     except errors.RuntimeError_ as exc:
         context.set_trailing_metadata((("krt-reason", exc.reason),))
-        context.abort(_CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc))
+        context.abort(status_code(exc), str(exc))
         raise  # unreachable: abort raises
 
 
@@ -123,6 +123,44 @@ def _timeout_s(timeout_ms: int, *, default: float, maximum: float) -> float:
     return min(timeout_ms / 1000.0, maximum)
 
 
+def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
+    """InvokeFunction, shared by the gRPC servicer and the raw invoke listener (runtime/invoke.py):
+    the same validation, fence and registry semantics; errors are `errors.RuntimeError_`."""
+    invocation_id = request.invocation_id or str(uuid.uuid4())
+    try:
+        validate_invocation_id(invocation_id)
+    except ValueError as exc:
+        raise errors.InvalidRequest(str(exc)) from exc
+    if len(request.payload) > MAX_PAYLOAD_BYTES:
+        raise errors.InvalidRequest(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
+    fence = Fence(request.fence.run_uid, request.fence.attempt, request.fence.host_uid)
+    outcome = registry.invoke(
+        request.registration_id,
+        invocation_id=invocation_id,
+        payload=request.payload,
+        timeout_s=_timeout_s(
+            request.timeout_ms,
+            default=DEFAULT_INVOKE_TIMEOUT_SECONDS,
+            maximum=MAX_INVOKE_TIMEOUT_SECONDS,
+        ),
+        fence=fence,
+    )
+    return pb.InvokeFunctionResponse(
+        invocation_id=invocation_id,
+        status=_INVOCATION_STATUS[outcome.status],
+        outputs_json=outcome.outputs_json,
+        stdout=captured(outcome.stdout),
+        stderr=captured(outcome.stderr),
+        error=_error(outcome),
+        duration_us=outcome.duration_us,
+        exit_code=outcome.exit_code,
+    )
+
+
+def status_code(exc: errors.RuntimeError_) -> grpc.StatusCode:
+    return _CODES.get(type(exc), grpc.StatusCode.INTERNAL)
+
+
 class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
     def __init__(self, *, registry: Registry, tasks: Tasks, host_id: str, runtime: str) -> None:
         self.registry = registry
@@ -169,38 +207,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
     def InvokeFunction(
         self, request: pb.InvokeFunctionRequest, context: grpc.ServicerContext
     ) -> pb.InvokeFunctionResponse:
-        def invoke() -> pb.InvokeFunctionResponse:
-            invocation_id = request.invocation_id or str(uuid.uuid4())
-            try:
-                validate_invocation_id(invocation_id)
-            except ValueError as exc:
-                raise errors.InvalidRequest(str(exc)) from exc
-            if len(request.payload) > MAX_PAYLOAD_BYTES:
-                raise errors.InvalidRequest(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
-            fence = Fence(request.fence.run_uid, request.fence.attempt, request.fence.host_uid)
-            outcome = self.registry.invoke(
-                request.registration_id,
-                invocation_id=invocation_id,
-                payload=request.payload,
-                timeout_s=_timeout_s(
-                    request.timeout_ms,
-                    default=DEFAULT_INVOKE_TIMEOUT_SECONDS,
-                    maximum=MAX_INVOKE_TIMEOUT_SECONDS,
-                ),
-                fence=fence,
-            )
-            return pb.InvokeFunctionResponse(
-                invocation_id=invocation_id,
-                status=_INVOCATION_STATUS[outcome.status],
-                outputs_json=outcome.outputs_json,
-                stdout=captured(outcome.stdout),
-                stderr=captured(outcome.stderr),
-                error=_error(outcome),
-                duration_us=outcome.duration_us,
-                exit_code=outcome.exit_code,
-            )
-
-        return _call(context, invoke)
+        return _call(context, lambda: invoke_function(self.registry, request))
 
     def UnregisterFunction(
         self, request: pb.UnregisterFunctionRequest, context: grpc.ServicerContext

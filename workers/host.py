@@ -23,6 +23,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host-id", required=True, help="stable host name, e.g. python-0")
     parser.add_argument("--runtime", required=True, help="the runtime this host serves, e.g. python")
     parser.add_argument("--listen", default="127.0.0.1:0", help="gRPC listen address (port 0: pick one)")
+    parser.add_argument(
+        "--invoke-listen",
+        default=None,
+        help="the raw invoke port's address (default: the --listen host, port 0; empty: none)",
+    )
     parser.add_argument("--state-dir", type=Path, required=True, help="where workspaces live")
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
     parser.add_argument("--max-workers", type=int, default=64)
@@ -43,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
             host_id=args.host_id,
             runtime=args.runtime,
             listen=args.listen,
+            invoke_listen=args.invoke_listen,
             state_dir=args.state_dir,
             limits=ProcessLimits(address_space_bytes=args.address_space_mib * 2**20),
             max_workers=args.max_workers,

@@ -39,6 +39,7 @@ class HostHeartbeat(_message.Message):
     SENT_AT_FIELD_NUMBER: _builtins.int
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
     LEAVING_FIELD_NUMBER: _builtins.int
+    INVOKE_ADDRESS_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """stable name, e.g. python-0"""
     host_uid: _builtins.str
@@ -51,6 +52,10 @@ class HostHeartbeat(_message.Message):
     interval_ms: _builtins.int
     leaving: _builtins.bool
     """the host is shutting down: drop its routes now"""
+    invoke_address: _builtins.str
+    """where the gateway sends invocations over the raw framed invoke protocol (host:port);
+    empty from hosts without one: the gateway then calls InvokeFunction at `address`
+    """
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -67,10 +72,11 @@ class HostHeartbeat(_message.Message):
         sent_at: _timestamp_pb2.Timestamp | None = ...,
         registrations: _abc.Iterable[_runtime_pb2.RegistrationState] | None = ...,
         leaving: _builtins.bool = ...,
+        invoke_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "host_id", b"host_id", "host_uid", b"host_uid", "interval_ms", b"interval_ms", "leaving", b"leaving", "registrations", b"registrations", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "host_id", b"host_id", "host_uid", b"host_uid", "interval_ms", b"interval_ms", "invoke_address", b"invoke_address", "leaving", b"leaving", "registrations", b"registrations", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,433 @@
+"""The invoke port (runtime/invoke.py): framing, bounds, errors as gRPC answers them, multiplexing,
+and the gateway's client of it (gateway/raw.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+import uuid
+
+import grpc
+import pytest
+
+from gateway.raw import RawClient, RawError
+from gateway.routes import RouteCache
+from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from runtime.server import MAX_MESSAGE_BYTES
+from tests.runtime.conftest import Host, reason
+
+HEADER = struct.Struct(">II")
+
+ECHO = """
+def handle(payload):
+    return payload
+"""
+
+SLOW = """
+import time
+def handle(payload):
+    time.sleep(payload.get("sleep", 0))
+    return {"slept": payload.get("sleep", 0)}
+"""
+
+
+class Conn:
+    """A blocking client of the invoke port."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+
+    def send_frame(self, request_id: int, body: bytes) -> None:
+        self.sock.sendall(HEADER.pack(4 + len(body), request_id) + body)
+
+    def send(self, request_id: int, request: pb.InvokeFunctionRequest) -> None:
+        self.send_frame(request_id, request.SerializeToString())
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    def recv(self) -> tuple[int, bytes]:
+        size, request_id = HEADER.unpack(self._exactly(8))
+        return request_id, self._exactly(size - 4)
+
+    def closed_by_peer(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def decode(payload: bytes) -> pb.InvokeFunctionResponse | dict[str, str]:
+    if payload[0] == 0:
+        return pb.InvokeFunctionResponse.FromString(payload[1:])
+    assert payload[0] == 1
+    error = json.loads(payload[1:])
+    assert set(error) == {"code", "reason", "message"}
+    return dict(error)
+
+
+@pytest.fixture
+def conn(host: Host) -> Conn:
+    assert host.runtime.invoke_address
+    c = Conn(host.runtime.invoke_address)
+    yield c  # type: ignore[misc]
+    c.close()
+
+
+def test_a_raw_invoke_answers_like_grpc(host: Host, conn: Conn) -> None:
+    reg = host.register(ECHO)
+    request = pb.InvokeFunctionRequest(
+        registration_id=reg.registration_id, payload=b'{"a": 1}', invocation_id="inv-raw-1"
+    )
+    conn.send(7, request)
+    request_id, payload = conn.recv()
+    assert request_id == 7
+    answer = decode(payload)
+    assert isinstance(answer, pb.InvokeFunctionResponse)
+    via_grpc = host.stub.InvokeFunction(request)
+    assert answer.status == via_grpc.status == pb.INVOCATION_STATUS_SUCCEEDED
+    assert answer.invocation_id == "inv-raw-1"
+    assert json.loads(answer.outputs_json) == json.loads(via_grpc.outputs_json) == {"a": 1}
+
+
+def test_errors_carry_the_grpc_code_reason_and_details(host: Host, conn: Conn) -> None:
+    reg = host.register(ECHO)
+    uid = host.status(reg.registration_id).run.run_uid
+    requests = [
+        pb.InvokeFunctionRequest(registration_id="reg-nope"),
+        pb.InvokeFunctionRequest(registration_id=reg.registration_id, fence=pb.Fence(run_uid="other")),
+        pb.InvokeFunctionRequest(registration_id=reg.registration_id, fence=pb.Fence(run_uid=uid, attempt=2)),
+        pb.InvokeFunctionRequest(registration_id=reg.registration_id, invocation_id="x" * 200),
+        pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b"x" * (MAX_PAYLOAD_BYTES + 1)),
+    ]
+    for i, request in enumerate(requests):
+        conn.send(i, request)
+        request_id, payload = conn.recv()
+        assert request_id == i
+        error = decode(payload)
+        assert isinstance(error, dict), error
+        with pytest.raises(grpc.RpcError) as err:
+            host.stub.InvokeFunction(request)
+        assert error["code"] == err.value.code().name  # type: ignore[attr-defined]
+        assert error["reason"] == reason(err.value)
+        assert error["message"] == err.value.details()  # type: ignore[attr-defined]
+    # the connection still serves after all those errors
+    conn.send(99, pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b"{}"))
+    assert isinstance(decode(conn.recv()[1]), pb.InvokeFunctionResponse)
+
+
+def test_an_undecodable_request_is_invalid_argument_and_keeps_the_connection(host: Host, conn: Conn) -> None:
+    conn.send_frame(3, b"\xff\xff\xff")
+    request_id, payload = conn.recv()
+    error = decode(payload)
+    assert request_id == 3
+    assert isinstance(error, dict) and error["code"] == "INVALID_ARGUMENT"
+    assert error["reason"] == "InvalidRequest"
+    conn.send(4, pb.InvokeFunctionRequest(registration_id="reg-nope"))
+    assert decode(conn.recv()[1])["code"] == "NOT_FOUND"  # type: ignore[index]
+
+
+def test_many_requests_in_flight_on_one_connection_one_per_function(host: Host, conn: Conn) -> None:
+    regs = [host.register(SLOW) for _ in range(4)]
+    started = time.monotonic()
+    for i, reg in enumerate(regs):
+        conn.send(i, pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"sleep": 0.5}'))
+    # a second request for a busy function is refused at once, not queued
+    conn.send(10, pb.InvokeFunctionRequest(registration_id=regs[0].registration_id, payload=b"{}"))
+    answers = dict(conn.recv() for _ in range(5))
+    elapsed = time.monotonic() - started
+    busy = decode(answers.pop(10))
+    assert isinstance(busy, dict)
+    assert (busy["code"], busy["reason"]) == ("RESOURCE_EXHAUSTED", "ConcurrencyLimit")
+    assert sorted(answers) == [0, 1, 2, 3]
+    for payload in answers.values():
+        answer = decode(payload)
+        assert isinstance(answer, pb.InvokeFunctionResponse)
+        assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
+    assert elapsed < 1.8, f"the four invocations ran one after another ({elapsed:.2f}s)"
+
+
+def test_a_frame_split_into_single_bytes_is_reassembled(host: Host, conn: Conn) -> None:
+    reg = host.register(ECHO)
+    body = pb.InvokeFunctionRequest(
+        registration_id=reg.registration_id, payload=b'{"b": 2}'
+    ).SerializeToString()
+    frame = HEADER.pack(4 + len(body), 5) + body
+    for byte in frame:
+        conn.sock.sendall(bytes((byte,)))
+    request_id, payload = conn.recv()
+    answer = decode(payload)
+    assert request_id == 5 and isinstance(answer, pb.InvokeFunctionResponse)
+    assert json.loads(answer.outputs_json) == {"b": 2}
+
+
+@pytest.mark.parametrize("length", [MAX_MESSAGE_BYTES + 1, 2**32 - 1, 3, 0])
+def test_a_bad_frame_length_closes_only_that_connection(host: Host, conn: Conn, length: int) -> None:
+    other = Conn(host.runtime.invoke_address)
+    try:
+        conn.sock.sendall(struct.pack(">II", length, 1))
+        assert conn.closed_by_peer()
+        other.send(2, pb.InvokeFunctionRequest(registration_id="reg-nope"))
+        request_id, payload = other.recv()
+        assert request_id == 2 and decode(payload)["code"] == "NOT_FOUND"  # type: ignore[index]
+    finally:
+        other.close()
+
+
+def test_a_frame_exactly_at_the_bound_is_read_and_answered(conn: Conn) -> None:
+    size = MAX_MESSAGE_BYTES - 4 - 16
+    while True:  # the request whose frame length is exactly MAX_MESSAGE_BYTES
+        body = pb.InvokeFunctionRequest(registration_id="reg-x", payload=b"x" * size).SerializeToString()
+        if 4 + len(body) == MAX_MESSAGE_BYTES:
+            break
+        size += MAX_MESSAGE_BYTES - 4 - len(body)
+    conn.send_frame(1, body)
+    request_id, payload = conn.recv()
+    error = decode(payload)
+    assert request_id == 1 and isinstance(error, dict)
+    assert (error["code"], error["reason"]) == ("INVALID_ARGUMENT", "InvalidRequest")  # payload too large
+    conn.send(2, pb.InvokeFunctionRequest(registration_id="reg-nope"))
+    assert decode(conn.recv()[1])["code"] == "NOT_FOUND"  # type: ignore[index]
+
+
+def test_the_route_cache_keeps_the_advertised_invoke_address() -> None:
+    routes = RouteCache()
+    beat = hb.HostHeartbeat(
+        host_id="h-0",
+        host_uid="u-1",
+        runtime="python",
+        address="127.0.0.1:1",
+        invoke_address="127.0.0.1:2",
+        interval_ms=1000,
+        registrations=[
+            pb.RegistrationState(
+                run_uid="r", attempt=1, registration_id="reg-1", phase=pb.REGISTRATION_PHASE_READY
+            )
+        ],
+    )
+    routes.apply(beat)
+    route = routes.route("r")
+    assert route is not None and route.invoke_address == "127.0.0.1:2"
+    beat.host_uid, beat.invoke_address = "u-2", ""  # an older host: no invoke port
+    routes.apply(beat)
+    route = routes.route("r")
+    assert route is not None and route.invoke_address == ""
+
+
+# the gateway's client
+
+
+def test_the_client_maps_answers_and_errors(host: Host) -> None:
+    reg = host.register(ECHO)
+
+    async def run() -> None:
+        client = RawClient(host.runtime.invoke_address)
+        try:
+            answer = await client.invoke(
+                pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"c": 3}'), 5
+            )
+            assert json.loads(answer.outputs_json) == {"c": 3}
+            with pytest.raises(RawError) as err:
+                await client.invoke(pb.InvokeFunctionRequest(registration_id="reg-nope"), 5)
+            assert err.value.code == grpc.StatusCode.NOT_FOUND
+            assert err.value.reason == "UnknownRegistration"
+            many = await asyncio.gather(
+                *(
+                    client.invoke(
+                        pb.InvokeFunctionRequest(registration_id="reg-nope", invocation_id=f"i{i}"), 5
+                    )
+                    for i in range(50)
+                ),
+                return_exceptions=True,
+            )
+            assert all(isinstance(e, RawError) and e.code == grpc.StatusCode.NOT_FOUND for e in many)
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
+async def _fake_host(on_frame: str) -> tuple[asyncio.Server, str, list[int]]:
+    """A host that, per request, closes the connection or never answers."""
+    accepted: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        try:
+            await reader.readexactly(8)
+            if on_frame == "hang":
+                await reader.read()  # until the client goes away
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted
+
+
+def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnects() -> None:
+    async def run() -> None:
+        server, address, accepted = await _fake_host("close")
+        client = RawClient(address)
+        try:
+            results = await asyncio.gather(
+                *(client.invoke(pb.InvokeFunctionRequest(registration_id=f"r{i}"), 5) for i in range(3)),
+                return_exceptions=True,
+            )
+            assert all(isinstance(e, RawError) and e.code == grpc.StatusCode.UNAVAILABLE for e in results)
+            with pytest.raises(RawError) as err:
+                await client.invoke(pb.InvokeFunctionRequest(registration_id="again"), 5)
+            assert err.value.code == grpc.StatusCode.UNAVAILABLE
+            assert len(accepted) == 2, "one connection, then one reconnect"
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_no_answer_in_time_is_deadline_exceeded_and_cannot_connect_is_unavailable() -> None:
+    async def run() -> None:
+        server, address, _ = await _fake_host("hang")
+        client = RawClient(address)
+        try:
+            started = time.monotonic()
+            with pytest.raises(RawError) as err:
+                await client.invoke(pb.InvokeFunctionRequest(registration_id="r"), 0.3)
+            assert err.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert time.monotonic() - started < 2
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # bound, not listening: connection refused
+            nowhere = RawClient(f"127.0.0.1:{port}")
+            with pytest.raises(RawError) as err:
+                await nowhere.invoke(pb.InvokeFunctionRequest(registration_id=str(uuid.uuid4())), 5)
+            assert err.value.code == grpc.StatusCode.UNAVAILABLE
+
+    asyncio.run(run())
+
+
+# the gateway's dispatch: the raw path and the gRPC fallback answer alike
+
+
+class _FakeRpcError(grpc.aio.AioRpcError):
+    def __init__(self, code: grpc.StatusCode, reason: str, details: str) -> None:
+        trailing = grpc.aio.Metadata(("krt-reason", reason)) if reason else grpc.aio.Metadata()
+        super().__init__(code, grpc.aio.Metadata(), trailing, details)
+
+
+class _FakeUpstreams:
+    """Records which path a dispatch took; both fail with the same (code, reason, details)."""
+
+    def __init__(self, failure: tuple[grpc.StatusCode, str, str] | None) -> None:
+        self.failure = failure
+        self.calls: list[str] = []
+        outer = self
+
+        class Raw:
+            def client(self, address: str) -> Raw:
+                outer.calls.append(f"raw {address}")
+                return self
+
+            async def invoke(
+                self, request: pb.InvokeFunctionRequest, timeout: float
+            ) -> pb.InvokeFunctionResponse:
+                if outer.failure is not None:
+                    raise RawError(*outer.failure)
+                return pb.InvokeFunctionResponse(invocation_id=request.invocation_id)
+
+        class Stub:
+            async def InvokeFunction(
+                self, request: pb.InvokeFunctionRequest, timeout: float
+            ) -> pb.InvokeFunctionResponse:
+                if outer.failure is not None:
+                    raise _FakeRpcError(*outer.failure)
+                return pb.InvokeFunctionResponse(invocation_id=request.invocation_id)
+
+        self.raw = Raw()
+        self._stub = Stub()
+
+    def stub(self, address: str) -> object:
+        self.calls.append(f"grpc {address}")
+        return self._stub
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        None,
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "ConcurrencyLimit", "ConcurrencyLimit: busy"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "FenceMismatch", "FenceMismatch: other run"),
+        (grpc.StatusCode.NOT_FOUND, "UnknownRegistration", "UnknownRegistration: none"),
+        (grpc.StatusCode.UNAVAILABLE, "NotReady", "NotReady: broken"),
+        (grpc.StatusCode.UNAVAILABLE, "", "connection broke"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "", "late"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "InvalidRequest", "InvalidRequest: payload is larger"),
+        (grpc.StatusCode.INTERNAL, "Internal", "internal error"),
+    ],
+)
+def test_the_raw_path_and_the_grpc_fallback_answer_alike(
+    failure: tuple[grpc.StatusCode, str, str] | None,
+) -> None:
+    from gateway.errors import GatewayError
+    from gateway.invoke import InvokeHandler
+    from gateway.routes import Route
+
+    def route(invoke_address: str) -> Route:
+        return Route(
+            "r", "default", "fn", "python", "reg-1", 1, True, "h-0", "u-1", "10.0.0.1:1", invoke_address
+        )
+
+    async def dispatch(invoke_address: str) -> tuple[list[str], object, bool]:
+        routes = RouteCache()
+        routes.apply(
+            hb.HostHeartbeat(
+                host_id="h-0",
+                host_uid="u-1",
+                address="10.0.0.1:1",
+                invoke_address=invoke_address,
+                interval_ms=1000,
+                registrations=[
+                    pb.RegistrationState(
+                        run_uid="r", attempt=1, registration_id="reg-1", phase=pb.REGISTRATION_PHASE_READY
+                    )
+                ],
+            )
+        )
+        upstreams = _FakeUpstreams(failure)
+        handler = InvokeHandler(routes=routes, known=None, authorizer=None, upstreams=upstreams)  # type: ignore[arg-type]
+        try:
+            answer: object = await handler._dispatch(route(invoke_address), "inv-1", b"{}", 1.0)
+        except GatewayError as exc:
+            answer = (type(exc).__name__, exc.status, exc.reason, str(exc), exc.retry_after)
+        return upstreams.calls, answer, routes.route("r") is None
+
+    raw_calls, raw_answer, raw_dropped = asyncio.run(dispatch("10.0.0.1:2"))
+    grpc_calls, grpc_answer, grpc_dropped = asyncio.run(dispatch(""))
+    assert raw_calls == ["raw 10.0.0.1:2"]
+    assert grpc_calls == ["grpc 10.0.0.1:1"]
+    assert raw_answer == grpc_answer
+    assert raw_dropped == grpc_dropped
+    if failure is not None and failure[0] in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+        assert raw_dropped, "a stale route is dropped"
