@@ -292,16 +292,18 @@ class RunWorkflow:
             attempt = self._attempt
             self._update(attempt=attempt)
             try:
-                self._registration = await workflow.execute_activity(
+                # A local activity: registration is short and on the critical path to Ready. If the
+                # worker dies meanwhile, the task is retried elsewhere and re-registers the same
+                # attempt, which the host answers with the same registration.
+                self._registration = await workflow.execute_local_activity(
                     "register_function",
                     self._register_input(attempt),
                     result_type=RegisterResult,
                     start_to_close_timeout=REGISTER_TIMEOUT,
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=_no_retry_for(REGISTRATION_ERRORS),
                 )
                 break
-            except ActivityError as err:
+            except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
                 message = f"attempt {attempt}: {failure_text(err)}"
                 self._phase(RunPhase.Running, ConditionReason.RegistrationFailed, message, ready=False)
                 if self._cancel:
