@@ -75,6 +75,16 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
     return config
 
 
+def _run_ref(input: RegisterInput | TaskInput) -> pb.RunRef:
+    return pb.RunRef(
+        run_uid=input.runUid,
+        attempt=input.attempt,
+        namespace=input.namespace,
+        name=input.name,
+        runtime=input.runtime,
+    )
+
+
 class RuntimeHostActivities:
     """One gRPC channel per host address, kept for the worker's lifetime."""
 
@@ -95,13 +105,7 @@ class RuntimeHostActivities:
     @activity.defn(name="register_function")
     async def register_function(self, input: RegisterInput) -> RegisterResult:
         request = pb.RegisterFunctionRequest(
-            run=pb.RunRef(
-                run_uid=input.runUid,
-                attempt=input.attempt,
-                namespace=input.namespace,
-                name=input.name,
-                runtime=input.runtime,
-            ),
+            run=_run_ref(input),
             config=function_config(input.run, input.adapter),
         )
         try:
@@ -147,13 +151,7 @@ class RuntimeHostActivities:
     async def execute_task(self, input: TaskInput) -> TaskResult:
         """Runs the task on the host, heartbeating; cancelling the activity cancels the task."""
         request = pb.ExecuteTaskRequest(
-            run=pb.RunRef(
-                run_uid=input.runUid,
-                attempt=input.attempt,
-                namespace=input.namespace,
-                name=input.name,
-                runtime=input.runtime,
-            ),
+            run=_run_ref(input),
             config=function_config(input.run, input.adapter),
             input=b"null",
             timeout_ms=max(1, int(input.timeoutSeconds * 1000)),

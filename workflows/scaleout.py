@@ -49,6 +49,16 @@ def _failure(err: ActivityError, input: ScaleOutInput) -> ProviderFailure:
     )
 
 
+async def _failed(
+    pool: workflow.ExternalWorkflowHandle[object], request: ScaleOutRequest, failure: ProviderFailure
+) -> ScaleOutRequest:
+    """Tell the pool (it re-decides for the Runs that waited) and end with the structured reason."""
+    await pool.signal(
+        SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure)
+    )
+    return request._replace(status=ScaleOutStatus.Failed, failure=failure)
+
+
 @workflow.defn(name="ScaleOutWorkflow")
 class ScaleOutWorkflow:
     @workflow.run
@@ -74,10 +84,7 @@ class ScaleOutWorkflow:
                 host=input.hostId,
                 message=str(exc),
             )
-            await pool.signal(
-                SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure)
-            )
-            return request._replace(status=ScaleOutStatus.Failed, failure=failure)
+            return await _failed(pool, request, failure)
         try:
             created = await workflow.execute_activity(
                 "create_host",
@@ -88,11 +95,7 @@ class ScaleOutWorkflow:
                 retry_policy=CREATE_RETRY,
             )
         except ActivityError as err:
-            failure = _failure(err, input)
-            await pool.signal(
-                SIGNAL_SCALE_OUT_FAILED, ScaleOutFailedSignal(requestId=request.requestId, failure=failure)
-            )
-            return request._replace(status=ScaleOutStatus.Failed, failure=failure)
+            return await _failed(pool, request, _failure(err, input))
         now = workflow.now()
         host = Host(
             hostId=created.hostId,
