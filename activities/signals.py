@@ -14,12 +14,15 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.lifecycle import (
+    SIGNAL_ADMIT,
     SIGNAL_ASSIGNED,
     SIGNAL_HOST_LOST,
     SIGNAL_REJECTED,
+    AdmitSignal,
     OutgoingSignal,
     SignalBatch,
     SignalResult,
+    pool_workflow_id,
 )
 
 CONCURRENCY = 32
@@ -46,6 +49,19 @@ class SignalActivities:
                     return out.workflowId  # the Run is gone
                 raise
         return None
+
+    @activity.defn(name="admit_run")
+    async def admit_run(self, admit: AdmitSignal) -> bool:
+        """A Run's admission request to its runtime's pool; False when no such pool runs."""
+        try:
+            await self.client.get_workflow_handle(pool_workflow_id(admit.request.runtime)).signal(
+                SIGNAL_ADMIT, admit
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
 
     @activity.defn(name="signal_runs")
     async def signal_runs(self, batch: SignalBatch) -> SignalResult:

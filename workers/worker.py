@@ -83,6 +83,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
     hosts = RuntimeHostActivities()
+    signals = SignalActivities(client)
     host_manager = default_manager(state_dir=settings.platform.stateDir or None)
     manager = HostActivities(host_manager)
     activities: list[Callable[..., Any]] = [
@@ -93,6 +94,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         hosts.cancel_task,
         manager.create_host,
         manager.delete_host,
+        signals.admit_run,
     ]
     workers = [
         Worker(client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=activities),
@@ -100,7 +102,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
             client,
             task_queue=POOL_TASK_QUEUE,
             workflows=POOL_WORKFLOWS,
-            activities=[ProbeActivities().probe_hosts, SignalActivities(client).signal_runs],
+            activities=[ProbeActivities().probe_hosts, signals.signal_runs],
         ),
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]

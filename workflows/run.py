@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.lifecycle import (
         DEFAULT_RETENTION_SECONDS,
         QUERY_STATUS,
-        SIGNAL_ADMIT,
         SIGNAL_ASSIGNED,
         SIGNAL_CANCEL,
         SIGNAL_HOST_LOST,
@@ -59,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         cleanup_workflow_id,
         invoke_url,
-        pool_workflow_id,
     )
     from kruntimes.scheduling.model import AdmissionRequest
     from workflows.common import (
@@ -74,6 +72,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 REGISTER_TIMEOUT = timedelta(seconds=120)
+ADMIT_TIMEOUT = timedelta(seconds=30)
+# Admission must reach the pool: retried until it does (or the pool is proven absent).
+ADMIT_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
+)
 STATUS_TIMEOUT = timedelta(seconds=30)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # a dead worker's activity is retried this soon
 NO_TASK_LIMIT_S = 7 * 24 * 3600.0
@@ -192,12 +195,16 @@ class RunWorkflow:
             tenant=spec.tenant,
             requestedAt=workflow.now(),
         )
-        pool = workflow.get_external_workflow_handle(pool_workflow_id(spec.runtime))
-        try:
-            await pool.signal(
-                SIGNAL_ADMIT, AdmitSignal(request=request, workflowId=workflow.info().workflow_id)
-            )
-        except Exception:
+        # From a local activity rather than a SignalExternal command: the command's completion
+        # would wake this workflow for a task that does nothing, on the critical path to Ready.
+        delivered = await workflow.execute_local_activity(
+            "admit_run",
+            AdmitSignal(request=request, workflowId=workflow.info().workflow_id),
+            result_type=bool,
+            start_to_close_timeout=ADMIT_TIMEOUT,
+            retry_policy=ADMIT_RETRY,
+        )
+        if not delivered:
             return _End(RunPhase.Failed, "RuntimeUnknown", f"no runtime {spec.runtime!r} is configured")
         await workflow.wait_condition(
             lambda: self._assignment is not None or self._rejection is not None or self._cancel

@@ -97,7 +97,12 @@ async def _phase(handle: object) -> RunStatus:
 async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEnvironment) -> None:
     fake = FakeHosts()
     async with (
-        Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
+        Worker(
+            env.client,
+            task_queue=TASK_QUEUE,
+            workflows=RUN_WORKFLOWS,
+            activities=[*fake.activities(), SignalActivities(env.client).admit_run],
+        ),
         Worker(
             env.client,
             task_queue=POOL_TASK_QUEUE,
@@ -124,7 +129,12 @@ async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEn
 async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvironment) -> None:
     fake = FakeHosts()
     async with (
-        Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=fake.activities()),
+        Worker(
+            env.client,
+            task_queue=TASK_QUEUE,
+            workflows=RUN_WORKFLOWS,
+            activities=[*fake.activities(), SignalActivities(env.client).admit_run],
+        ),
         Worker(
             env.client,
             task_queue=POOL_TASK_QUEUE,
