@@ -57,7 +57,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ for _p in (str(ROOT), str(BENCH)):
     if _p not in sys.path:  # runnable from any directory, also without the editable install
         sys.path.insert(0, _p)
 
+from _benchlib import children, cmdline, context_switches, cpu_seconds, percentile, ratio, table  # noqa: E402 - bench/ is the script's own directory
 from _invoke_profile import Target, profile_processes  # noqa: E402
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402
@@ -103,7 +104,6 @@ BENCH_DEADLINE_S = 115.0
 TARGET_P50_RATIO = 1.2
 TARGET_P99_MS = 2.0
 TARGET_RPS_RATIO = 1.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 Call = Callable[[int], Awaitable[None]]
 
@@ -119,53 +119,6 @@ class HttpStatusError(Exception):
 
 
 # -- /proc helpers ---------------------------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str]:
-    """Fields of /proc/<pid>/stat from field 3 (state) on; field n is at index n - 3."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    return raw.rsplit(")", 1)[1].split()
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads; reaped children not included)."""
-    try:
-        fields = _stat_fields(pid)
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def context_switches(pid: int) -> int:
-    """Voluntary + involuntary context switches of all threads of a process."""
-    total = 0
-    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-        for task in os.scandir(f"/proc/{pid}/task"):
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                for line in Path(task.path, "status").read_text().splitlines():
-                    if "ctxt_switches:" in line:
-                        total += int(line.split()[1])
-    return total
-
-
-def children(ppid: int) -> list[int]:
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if int(_stat_fields(int(entry.name))[1]) == ppid:
-                pids.append(int(entry.name))
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-    return sorted(pids)
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
 
 
 def function_pids(host_pid: int) -> list[int]:
@@ -235,18 +188,6 @@ def stop_server(server: Server) -> None:
 
 
 # -- measurement -----------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of unsorted values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
 def _error_name(exc: BaseException) -> str:
@@ -632,15 +573,6 @@ def _span(values: list[float]) -> str:
     if not finite:
         return "-"
     return f"{min(finite):.2f}–{max(finite):.2f} (median {percentile(finite, 50):.2f})"
-
-
-def table(rows: list[list[str]]) -> Iterator[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        pairs = enumerate(zip(row, widths, strict=True))
-        yield "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
-        if n == 0:
-            yield "  ".join("-" * w for w in widths)
 
 
 def _finite(value: Any) -> Any:
