@@ -2,13 +2,90 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Server:
+    """A server process of a bench; `ready` is the JSON it wrote to its --ready-file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    ready: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def address(self) -> str:
+        return str(self.ready["address"])
+
+    def log_lines(self) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+
+
+async def start_server(name: str, argv: list[str], tmp: Path, servers: list[Server]) -> Server:
+    """Start a server that writes a JSON object to the --ready-file appended to `argv`."""
+    ready = tmp / f"{name}.ready.json"
+    log_path = tmp / f"{name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*argv, "--ready-file", str(ready)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(name, proc, log_path)
+    servers.append(server)  # from here on the caller's finally stops it
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ready.exists():
+        if proc.poll() is not None:
+            tail = "\n".join(server.log_lines()[-20:])
+            raise BenchError(f"{name} exited with {proc.returncode} before serving:\n{tail}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"{name} did not write {ready} within {START_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.02)
+    server.ready = json.loads(ready.read_text())
+    return server
+
+
+def stop_server(server: Server) -> None:
+    proc = server.proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"warning: {server.name} (pid {proc.pid}) ignored SIGTERM; killing it", file=sys.stderr)
+            proc.kill()
+            proc.wait()
 
 
 def _stat_fields(pid: int) -> list[str]:

@@ -49,9 +49,7 @@ import contextlib
 import json
 import math
 import os
-import signal
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +70,20 @@ for _p in (str(ROOT), str(BENCH)):
     if _p not in sys.path:  # runnable from any directory, also without the editable install
         sys.path.insert(0, _p)
 
-from _benchlib import children, cmdline, context_switches, cpu_seconds, percentile, ratio, table  # noqa: E402 - bench/ is the script's own directory
+from _benchlib import (  # noqa: E402 - bench/ is the script's own directory
+    START_TIMEOUT_S,
+    BenchError,
+    Server,
+    children,
+    cmdline,
+    context_switches,
+    cpu_seconds,
+    percentile,
+    ratio,
+    start_server,
+    stop_server,
+    table,
+)
 from _invoke_profile import Target, profile_processes  # noqa: E402
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402
@@ -96,9 +107,7 @@ ROUNDS = 5  # SEQ_CALLS and LOAD_SECONDS are split over the rounds
 SEQ_CHUNK_MAX_SECONDS = 6.0
 LOAD_MAX_CALLS_PER_CALLER = 100_000
 CALL_TIMEOUT_S = 10.0
-START_TIMEOUT_S = 30.0
 ROUTE_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 10.0
 ROUNDS_BUDGET_S = 80.0  # no new round starts after this many seconds of the bench
 BENCH_DEADLINE_S = 115.0
 TARGET_P50_RATIO = 1.2
@@ -106,10 +115,6 @@ TARGET_P99_MS = 2.0
 TARGET_RPS_RATIO = 1.0
 
 Call = Callable[[int], Awaitable[None]]
-
-
-class BenchError(Exception):
-    pass
 
 
 class HttpStatusError(Exception):
@@ -129,62 +134,6 @@ def function_pids(host_pid: int) -> list[int]:
 
 
 # -- server processes ------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    ready: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log_lines(self) -> list[str]:
-        try:
-            return self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-
-
-async def start_server(name: str, argv: list[str], tmp: Path, servers: list[Server]) -> Server:
-    """Start a server that writes a JSON object to the --ready-file given as the last argument."""
-    ready = tmp / f"{name}.ready.json"
-    log_path = tmp / f"{name}.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [*argv, "--ready-file", str(ready)],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(name, proc, log_path)
-    servers.append(server)  # from here on the caller's finally stops it
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not ready.exists():
-        if proc.poll() is not None:
-            tail = "\n".join(server.log_lines()[-20:])
-            raise BenchError(f"{name} exited with {proc.returncode} before serving:\n{tail}")
-        if time.monotonic() > deadline:
-            raise BenchError(f"{name} did not write {ready} within {START_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(0.02)
-    server.ready = json.loads(ready.read_text())
-    return server
-
-
-def stop_server(server: Server) -> None:
-    proc = server.proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"warning: {server.name} (pid {proc.pid}) ignored SIGTERM; killing it", file=sys.stderr)
-            proc.kill()
-            proc.wait()
 
 
 # -- measurement -----------------------------------------------------------------------------
