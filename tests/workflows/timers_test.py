@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -90,26 +91,30 @@ async def _until_ready(env: WorkflowEnvironment, handle: object) -> None:
     raise AssertionError(f"never Ready: {await _phase(handle)}")
 
 
+@asynccontextmanager
+async def _workers(env: WorkflowEnvironment, fake: FakeHosts) -> AsyncIterator[None]:
+    """The real workflows with stand-in host activities and the real signalling activities."""
+    signals = SignalActivities(env.client)
+    run_activities = [*fake.activities(), signals.admit_run]
+    async with (
+        Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=run_activities),
+        Worker(
+            env.client,
+            task_queue=POOL_TASK_QUEUE,
+            workflows=POOL_WORKFLOWS,
+            activities=[fake.probe, signals.signal_runs],
+        ),
+    ):
+        yield
+
+
 async def _phase(handle: object) -> RunStatus:
     return await handle.query(QUERY_STATUS, result_type=RunStatus)  # type: ignore[attr-defined, no-any-return]
 
 
 async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEnvironment) -> None:
     fake = FakeHosts()
-    async with (
-        Worker(
-            env.client,
-            task_queue=TASK_QUEUE,
-            workflows=RUN_WORKFLOWS,
-            activities=[*fake.activities(), SignalActivities(env.client).admit_run],
-        ),
-        Worker(
-            env.client,
-            task_queue=POOL_TASK_QUEUE,
-            workflows=POOL_WORKFLOWS,
-            activities=[fake.probe, SignalActivities(env.client).signal_runs],
-        ),
-    ):
+    async with _workers(env, fake):
         handle = await _start(env.client, "py-idle", mode={"function": {"idleTimeoutSeconds": HOUR}})
         await _until_ready(env, handle)
         fake.last_activity = await env.get_current_time()  # registered now
@@ -128,20 +133,7 @@ async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEn
 
 async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvironment) -> None:
     fake = FakeHosts()
-    async with (
-        Worker(
-            env.client,
-            task_queue=TASK_QUEUE,
-            workflows=RUN_WORKFLOWS,
-            activities=[*fake.activities(), SignalActivities(env.client).admit_run],
-        ),
-        Worker(
-            env.client,
-            task_queue=POOL_TASK_QUEUE,
-            workflows=POOL_WORKFLOWS,
-            activities=[fake.probe, SignalActivities(env.client).signal_runs],
-        ),
-    ):
+    async with _workers(env, fake):
         handle = await _start(env.client, "py-total", timeoutSeconds=3 * HOUR)
         await _until_ready(env, handle)
         await env.sleep(2 * HOUR)
