@@ -61,7 +61,6 @@ from kruntimes.lifecycle import (
     QUERY_POOL,
     QUERY_STATUS,
     SIGNAL_CANCEL,
-    TASK_QUEUE,
     UPDATE_DELETE,
     PoolState,
     RunInput,
@@ -363,25 +362,16 @@ class Client:
 
     async def create(self, run: Run) -> RunObject:
         """Start a Run; raises RunAlreadyExists while a Run of that name is running."""
-        from temporalio.common import TypedSearchAttributes
         from temporalio.exceptions import WorkflowAlreadyStartedError
+
+        from kruntimes.starting import start_run
 
         run = prepare(run)
         name, namespace = run.metadata.name, run.metadata.namespace
         _check_name(name, namespace)
         client = await self.temporal()
         try:
-            await self._rpc(
-                client.start_workflow(
-                    "RunWorkflow",
-                    RunInput(run=run),
-                    id=run_workflow_id(namespace, name),
-                    task_queue=TASK_QUEUE,
-                    search_attributes=TypedSearchAttributes(_search_attributes(run)),
-                ),
-                namespace=namespace,
-                name=name,
-            )
+            await self._rpc(start_run(client, run), namespace=namespace, name=name)
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(namespace, name) from e
         return RunObject(
@@ -804,20 +794,6 @@ def _check_name(name: str, namespace: str) -> None:
         validate_dns1123_label(namespace, field="namespace")
     except ValueError as e:
         raise RunNotFound(namespace, name) from e
-
-
-def _search_attributes(run: Run) -> list[Any]:
-    from temporalio.common import SearchAttributeKey, SearchAttributePair
-
-    values = {
-        "KrtNamespace": run.metadata.namespace,
-        "KrtRuntime": run.spec.runtime,
-        "KrtMode": run.spec.mode.kind,
-        "KrtTenant": run.spec.tenant or "",
-        "KrtRunUid": run.metadata.uid or "",
-        "KrtPhase": RunPhase.Pending.value,
-    }
-    return [SearchAttributePair(SearchAttributeKey.for_keyword(k), v) for k, v in values.items()]
 
 
 def _first_attr(description: Any, key: str) -> str:

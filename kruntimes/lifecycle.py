@@ -75,6 +75,10 @@ class PlatformInfo(ApiModel):
 
 class RunInput(ApiModel):
     run: Run  # metadata.uid is set by whoever starts the workflow (the SDK, the CLI)
+    # True when the starter hands the Run's admission to its pool itself, right after the start
+    # (kruntimes.starting.start_run): the pool then decides while the Run's first task runs, and
+    # the Run asks the pool itself only if no answer came within its admission grace period.
+    starterAdmits: bool = False
 
 
 class Assignment(ApiModel):
@@ -130,6 +134,35 @@ class SignalResult(ApiModel):
 class AdmitSignal(ApiModel):
     request: AdmissionRequest
     workflowId: str  # where the answer goes
+
+
+def admit_signal(run: Run, *, workflow_id: str, at: datetime) -> AdmitSignal:
+    """A Run's admission request, the same from the Run itself and from its starter."""
+    assert run.metadata.uid is not None, "a started Run has a uid"
+    return AdmitSignal(
+        request=AdmissionRequest(
+            runUid=run.metadata.uid,
+            namespace=run.metadata.namespace,
+            name=run.metadata.name,
+            runtime=run.spec.runtime,
+            tenant=run.spec.tenant,
+            requestedAt=at,
+        ),
+        workflowId=workflow_id,
+    )
+
+
+RUNTIME_UNKNOWN = "RuntimeUnknown"
+
+
+def runtime_unknown(run: Run) -> Rejection:
+    """The answer for a Run whose runtime has no pool."""
+    assert run.metadata.uid is not None, "a started Run has a uid"
+    return Rejection(
+        runUid=run.metadata.uid,
+        reason=RUNTIME_UNKNOWN,
+        message=f"no runtime {run.spec.runtime!r} is configured",
+    )
 
 
 class ReleaseSignal(ApiModel):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+
+from kruntimes.api.phases import RunPhase
 
 KRT_PHASE = SearchAttributeKey.for_keyword("KrtPhase")
 KRT_RUNTIME = SearchAttributeKey.for_keyword("KrtRuntime")
@@ -13,6 +16,25 @@ KRT_NAMESPACE = SearchAttributeKey.for_keyword("KrtNamespace")
 KRT_MODE = SearchAttributeKey.for_keyword("KrtMode")
 KRT_TENANT = SearchAttributeKey.for_keyword("KrtTenant")
 KRT_RUN_UID = SearchAttributeKey.for_keyword("KrtRunUid")
+
+
+@dataclass
+class Recover:
+    """RunWorkflow: the host was lost; register elsewhere (a new attempt)."""
+
+    message: str
+
+
+@dataclass
+class End:
+    """RunWorkflow: how the Run ends (here rather than in the workflow module, which the sandbox
+    loads anew for every Run)."""
+
+    phase: RunPhase
+    reason: str
+    message: str = ""
+    outputs: dict[str, object] | None = None
+
 
 # Transport trouble with a host is retried inside one lifecycle attempt, a bounded number of times.
 HOST_CALL_RETRY = RetryPolicy(

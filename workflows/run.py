@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -43,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECTED,
         TASK_QUEUE,
         UPDATE_DELETE,
-        AdmitSignal,
         Assignment,
         CleanupInput,
         CleanupResult,
@@ -56,10 +54,11 @@ with workflow.unsafe.imports_passed_through():
         StatusInput,
         TaskInput,
         TaskResult,
+        admit_signal,
         cleanup_workflow_id,
         invoke_url,
+        runtime_unknown,
     )
-    from kruntimes.scheduling.model import AdmissionRequest
     from workflows.common import (
         HOST_CALL_RETRY,
         KRT_MODE,
@@ -68,11 +67,16 @@ with workflow.unsafe.imports_passed_through():
         KRT_RUN_UID,
         KRT_RUNTIME,
         KRT_TENANT,
+        End,
+        Recover,
         failure_text,
     )
 
 REGISTER_TIMEOUT = timedelta(seconds=120)
 ADMIT_TIMEOUT = timedelta(seconds=30)
+# A Run whose starter sends its admission (RunInput.starterAdmits) asks the pool itself only when
+# no answer came within this long: the starter failed between the start and the admission.
+ADMIT_GRACE = timedelta(seconds=10)
 # Admission must reach the pool: retried until it does (or the pool is proven absent).
 ADMIT_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
@@ -88,19 +92,6 @@ REGISTRATION_ERRORS = [
     "RegistrationConflict",
     "StaleAttempt",
 ]
-
-
-@dataclass
-class _Recover:
-    message: str
-
-
-@dataclass
-class _End:
-    phase: RunPhase
-    reason: str
-    message: str = ""
-    outputs: dict[str, object] | None = None
 
 
 @workflow.defn(name="RunWorkflow")
@@ -161,6 +152,7 @@ class RunWorkflow:
         self.run_ = run
         self.uid: str = run.metadata.uid
         wanted = [
+            (KRT_PHASE, RunPhase.Pending.value),
             (KRT_RUNTIME, run.spec.runtime),
             (KRT_NAMESPACE, run.metadata.namespace),
             (KRT_MODE, run.spec.mode.kind),
@@ -171,8 +163,10 @@ class RunWorkflow:
         missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
         if missing:  # starters that set them at start save a visibility write here
             workflow.upsert_search_attributes(missing)
-        self._phase(RunPhase.Pending, ConditionReason.Scheduled, "waiting for capacity", ready=False)
-        end = await self._admit()
+        self._phase(
+            RunPhase.Pending, ConditionReason.Scheduled, "waiting for capacity", ready=False, index=False
+        )
+        end = await self._admit(starter_admits=input.starterAdmits)
         if end is None:
             end = await (self._task() if run.spec.mode.kind == "task" else self._function())
         await self._finalize(end)
@@ -185,35 +179,39 @@ class RunWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._status
 
-    async def _admit(self) -> _End | None:
-        spec = self.run_.spec
-        request = AdmissionRequest(
-            runUid=self.uid,
-            namespace=self.run_.metadata.namespace,
-            name=self.run_.metadata.name,
-            runtime=spec.runtime,
-            tenant=spec.tenant,
-            requestedAt=workflow.now(),
-        )
+    async def _admit(self, *, starter_admits: bool = False) -> End | None:
+        """Wait for the pool's answer; ask for it unless the starter already did."""
+        if starter_admits:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(self._answered, timeout=ADMIT_GRACE)
+        if not self._answered():
+            end = await self._ask_pool()
+            if end is not None:
+                return end
+            await workflow.wait_condition(self._answered)
+        if self._assignment is not None and not self._cancel:
+            return None
+        if self._rejection is not None:
+            return End(RunPhase.Failed, self._rejection.reason, self._rejection.message)
+        return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled before a host was assigned")
+
+    def _answered(self) -> bool:
+        return self._assignment is not None or self._rejection is not None or self._cancel
+
+    async def _ask_pool(self) -> End | None:
         # From a local activity rather than a SignalExternal command: the command's completion
         # would wake this workflow for a task that does nothing, on the critical path to Ready.
         delivered = await workflow.execute_local_activity(
             "admit_run",
-            AdmitSignal(request=request, workflowId=workflow.info().workflow_id),
+            admit_signal(self.run_, workflow_id=workflow.info().workflow_id, at=workflow.now()),
             result_type=bool,
             start_to_close_timeout=ADMIT_TIMEOUT,
             retry_policy=ADMIT_RETRY,
         )
-        if not delivered:
-            return _End(RunPhase.Failed, "RuntimeUnknown", f"no runtime {spec.runtime!r} is configured")
-        await workflow.wait_condition(
-            lambda: self._assignment is not None or self._rejection is not None or self._cancel
-        )
-        if self._assignment is not None and not self._cancel:
+        if delivered:
             return None
-        if self._rejection is not None:
-            return _End(RunPhase.Failed, self._rejection.reason, self._rejection.message)
-        return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled before a host was assigned")
+        unknown = runtime_unknown(self.run_)
+        return End(RunPhase.Failed, unknown.reason, unknown.message)
 
     def _deadline(self, start: datetime) -> datetime | None:
         seconds = self.run_.spec.timeoutSeconds
@@ -232,7 +230,7 @@ class RunWorkflow:
             run=self.run_,
         )
 
-    def _start_running(self) -> datetime:
+    def _start_running(self, *, index: bool) -> datetime:
         assert self._assignment is not None
         a = self._assignment
         self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
@@ -245,7 +243,7 @@ class RunWorkflow:
         )
         start = workflow.now()
         self._update(startTime=start)
-        self._phase(RunPhase.Running, ConditionReason.Registering, "preparing", ready=False)
+        self._phase(RunPhase.Running, ConditionReason.Registering, "preparing", ready=False, index=index)
         return start
 
     async def _sleep_unless_cancelled(self, seconds: float, deadline: datetime | None) -> bool:
@@ -257,19 +255,21 @@ class RunWorkflow:
                 await workflow.wait_condition(lambda: self._cancel, timeout=seconds)
         return deadline is None or workflow.now() < deadline
 
-    async def _function(self) -> _End:
+    async def _function(self) -> End:
         """Register (retrying per policy), serve; after a host loss re-admit and register anew."""
-        deadline = self._deadline(self._start_running())
+        # Registration runs in this same task (a local activity): Running would be indexed only to
+        # be replaced by Ready or RegistrationFailed when the task completes.
+        deadline = self._deadline(self._start_running(index=False))
         while True:
             end = await self._register(deadline)
             if end is None:
                 end = await self._serve(deadline)
-            if not isinstance(end, _Recover):
+            if not isinstance(end, Recover):
                 return end
             # Fenced recovery: the pool proved the old host dead (its uid is gone), so a new
             # attempt may register elsewhere. Each recovery spends one attempt of the policy.
             if self._attempt >= self.run_.spec.retryPolicy.limit:
-                return _End(RunPhase.Failed, ConditionReason.RetriesExhausted, f"host lost: {end.message}")
+                return End(RunPhase.Failed, ConditionReason.RetriesExhausted, f"host lost: {end.message}")
             self._assignment = self._registration = self._rejection = None
             self._host_lost = False
             self._update(endpoint=None, assignedHost=None, assignedHostUID=None)
@@ -291,7 +291,7 @@ class RunWorkflow:
             )
             self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
 
-    async def _register(self, deadline: datetime | None) -> _End | _Recover | None:
+    async def _register(self, deadline: datetime | None) -> End | Recover | None:
         spec = self.run_.spec
         policy = spec.retryPolicy
         while True:
@@ -314,20 +314,20 @@ class RunWorkflow:
                 message = f"attempt {attempt}: {failure_text(err)}"
                 self._phase(RunPhase.Running, ConditionReason.RegistrationFailed, message, ready=False)
                 if self._cancel:
-                    return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+                    return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
                 if self._host_lost:
                     self._attempt -= 1  # the recovery spends the attempt
-                    return _Recover(message)
+                    return Recover(message)
                 if attempt >= policy.limit:
-                    return _End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
+                    return End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
                 backoff = min(
                     policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1),
                     policy.maxBackoffSeconds,
                 )
                 if not await self._sleep_unless_cancelled(backoff, deadline):
-                    return _End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
+                    return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
                 if self._cancel:
-                    return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+                    return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
         assert self._assignment is not None
         platform = self._assignment.platform
         url = invoke_url(
@@ -340,7 +340,7 @@ class RunWorkflow:
         self._phase(RunPhase.Ready, ConditionReason.FunctionRegistered, "function registered", ready=True)
         return None
 
-    async def _serve(self, deadline: datetime | None) -> _End | _Recover:
+    async def _serve(self, deadline: datetime | None) -> End | Recover:
         """Ready: wait for cancel, a host loss, the total timeout or the idle timeout."""
         assert self._registration is not None and self._assignment is not None
         idle = self.run_.spec.mode.function.idleTimeoutSeconds if self.run_.spec.mode.function else None
@@ -351,12 +351,12 @@ class RunWorkflow:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._cancel or self._host_lost, timeout=timeout)
             if self._cancel:
-                return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
+                return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
             if self._host_lost:
-                return _Recover(f"host {self._assignment.hostId} is gone")
+                return Recover(f"host {self._assignment.hostId} is gone")
             now = workflow.now()
             if deadline is not None and now >= deadline:
-                return _End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout reached")
+                return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout reached")
             if idle is None or idle_at is None or now < idle_at:
                 continue
             try:
@@ -370,11 +370,11 @@ class RunWorkflow:
                     retry_policy=HOST_CALL_RETRY,
                 )
             except ActivityError as err:
-                return _End(
+                return End(
                     RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}"
                 )
             if not state.registered:
-                return _End(
+                return End(
                     RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration"
                 )
             if state.inFlight > 0 or state.lastActivity is None:
@@ -382,11 +382,11 @@ class RunWorkflow:
                 continue
             idle_at = state.lastActivity + timedelta(seconds=idle)
             if idle_at <= now:
-                return _End(RunPhase.Timeout, ConditionReason.IdleTimeout, f"no invocation for {idle} s")
+                return End(RunPhase.Timeout, ConditionReason.IdleTimeout, f"no invocation for {idle} s")
 
-    async def _task(self) -> _End:
+    async def _task(self) -> End:
         assert self._assignment is not None
-        deadline = self._deadline(self._start_running())
+        deadline = self._deadline(self._start_running(index=True))
         self._update(attempt=1)
         limit = (deadline - workflow.now()).total_seconds() if deadline is not None else NO_TASK_LIMIT_S
         task = TaskInput(
@@ -414,26 +414,26 @@ class RunWorkflow:
             handle.cancel()
             with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await handle
-            return _End(RunPhase.Failed, ConditionReason.HostLost, "the host running the task is gone")
+            return End(RunPhase.Failed, ConditionReason.HostLost, "the host running the task is gone")
         if not handle.done():
             handle.cancel()
             with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await handle
-            return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
+            return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
         try:
             result = handle.result()
         except ActivityError as err:
-            return _End(RunPhase.Failed, ConditionReason.TaskFailed, failure_text(err))
+            return End(RunPhase.Failed, ConditionReason.TaskFailed, failure_text(err))
         if result.status == "Succeeded":
-            return _End(RunPhase.Succeeded, ConditionReason.TaskSucceeded, "", result.outputs)
+            return End(RunPhase.Succeeded, ConditionReason.TaskSucceeded, "", result.outputs)
         if result.status == "Timeout":
-            return _End(RunPhase.Timeout, ConditionReason.Timeout, result.message or "total timeout reached")
+            return End(RunPhase.Timeout, ConditionReason.Timeout, result.message or "total timeout reached")
         if result.status == "Cancelled":
-            return _End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
+            return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while running")
         message = result.message or f"exited with code {result.exitCode}"
-        return _End(RunPhase.Failed, ConditionReason.TaskFailed, message)
+        return End(RunPhase.Failed, ConditionReason.TaskFailed, message)
 
-    async def _finalize(self, end: _End) -> None:
+    async def _finalize(self, end: End) -> None:
         """The cleanup finalizer, then the terminal phase (seed 000, Cleanup and Finalization)."""
         a = self._assignment
         if end.phase is RunPhase.Cancelled or self._delete:
@@ -461,7 +461,7 @@ class RunWorkflow:
                 result_type=CleanupResult,
             )
         except ChildWorkflowError as err:
-            end = _End(
+            end = End(
                 end.phase, end.reason, f"{end.message}; cleanup failed: {failure_text(err)}".lstrip("; ")
             )
         self._update(endpoint=None, completionTime=workflow.now(), outputs=end.outputs)

@@ -30,16 +30,20 @@ from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import (
     SIGNAL_CANCEL,
+    TASK_QUEUE,
     UPDATE_DELETE,
     PlatformInfo,
+    RunInput,
     cleanup_workflow_id,
     pool_workflow_id,
+    run_workflow_id,
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import connect
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
+from workflows.run import ADMIT_GRACE
 
 HISTORIES = Path(__file__).parent / "histories"
 TTL = {"ttlSecondsAfterFinished": 1}  # finished Runs close a second later: complete histories
@@ -111,6 +115,27 @@ async def scenarios(p: Platform) -> None:
     await write(h, "run_function_cancelled")
     assert run.metadata.uid is not None
     await write(p.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid)), "cleanup")
+
+    # Started as the SDK starts it (the starter sends the admission): Ready, then cancelled.
+    h = await p.start(run_manifest("starter-admits", runtime=py, **TTL), by_sdk=True)
+    await p.wait_phase(h, RunPhase.Ready)
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    await write(h, "run_starter_admits")
+
+    # A starter that never sent the admission: the Run asks the pool itself after its grace period.
+    run = run_manifest("starter-lost", runtime=py, **TTL)
+    h = await p.client.start_workflow(
+        "RunWorkflow",
+        RunInput(run=run, starterAdmits=True),
+        id=run_workflow_id(run.metadata.namespace, run.metadata.name),
+        task_queue=TASK_QUEUE,
+    )
+    p.started.append(h)
+    await p.wait_phase(h, RunPhase.Ready, timeout=ADMIT_GRACE.total_seconds() + 30)
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    await write(h, "run_starter_lost")
 
     # Ready, then the delete update (cancel, cleanup, close without waiting out the retention).
     h = await p.start(run_manifest("deleted", runtime=py))

@@ -33,6 +33,7 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.starting import start_run
 from kruntimes.temporal import connect
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
@@ -96,13 +97,18 @@ class Platform:
     def runtime(self, name: str = "python") -> str:
         return self.runtimes[name]
 
-    async def start(self, run: Run) -> WorkflowHandle[Any, RunStatus]:
-        handle = await self.client.start_workflow(
-            RunWorkflow.run,
-            RunInput(run=run),
-            id=run_workflow_id(run.metadata.namespace, run.metadata.name),
-            task_queue=TASK_QUEUE,
-        )
+    async def start(self, run: Run, *, by_sdk: bool = False) -> WorkflowHandle[Any, RunStatus]:
+        """Start a Run as plain Temporal does (the Run asks its pool for admission), or with
+        `by_sdk` as the SDK does (kruntimes.starting: the starter sends the admission)."""
+        if by_sdk:
+            handle = await start_run(self.client, run)
+        else:
+            handle = await self.client.start_workflow(
+                RunWorkflow.run,
+                RunInput(run=run),
+                id=run_workflow_id(run.metadata.namespace, run.metadata.name),
+                task_queue=TASK_QUEUE,
+            )
         self.started.append(handle)
         return handle
 

@@ -8,12 +8,13 @@ from typing import Any
 
 import grpc
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
 from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import SIGNAL_CANCEL, UPDATE_DELETE
+from kruntimes.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.workflows.conftest import Platform, run_manifest, temporal_list
@@ -42,12 +43,13 @@ async def _address(platform: Platform, host_id: str) -> str:
     return next(h.address for h in pool.hosts if h.hostId == host_id)  # type: ignore[return-value]
 
 
+@pytest.mark.parametrize("by_sdk", [False, True], ids=["run-admits", "starter-admits"])
 async def test_a_function_run_becomes_ready_and_answers_on_its_host(
-    platform_factory, dev_server: DevServer
+    platform_factory, dev_server: DevServer, by_sdk: bool
 ) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest("hello", runtime=platform.runtime())
-        handle = await platform.start(run)
+        handle = await platform.start(run, by_sdk=by_sdk)
         status = await platform.wait_phase(handle, RunPhase.Ready)
         assert status.attempt == 1
         assert status.assignedHost and status.assignedHostUID and status.startTime
@@ -199,7 +201,10 @@ async def test_fifty_runs_on_five_hosts_are_all_ready_and_no_slot_is_double_book
     async with platform_factory(python={"runs": 10, "minHosts": 5, "maxHosts": 5}) as platform:
         await platform.eventually(lambda: _hosts(platform, 5), timeout=60, what="five warm hosts")
         handles = await asyncio.gather(
-            *(platform.start(run_manifest(f"burst-{i}", runtime=platform.runtime())) for i in range(50))
+            *(  # half as plain Temporal starts them, half as the SDK does (the starter admits)
+                platform.start(run_manifest(f"burst-{i}", runtime=platform.runtime()), by_sdk=i % 2 == 0)
+                for i in range(50)
+            )
         )
         statuses = await asyncio.gather(
             *(platform.wait_phase(h, RunPhase.Ready, timeout=120) for h in handles)
@@ -263,12 +268,25 @@ async def test_an_unknown_provider_is_rejected_at_admission(platform_factory) ->
         assert status.condition(ConditionType.Ready).reason == "NoProvider"  # type: ignore[union-attr]
 
 
-async def test_a_run_for_a_runtime_nobody_serves_fails_at_once(platform_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("by_sdk", [False, True], ids=["run-admits", "starter-admits"])
+async def test_a_run_for_a_runtime_nobody_serves_fails_at_once(platform_factory, by_sdk: bool) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
-        status = await platform.wait_phase(
-            await platform.start(run_manifest("nort", runtime="no-such-runtime")), RunPhase.Failed
-        )
-        assert status.condition(ConditionType.Ready).reason == "RuntimeUnknown"  # type: ignore[union-attr]
+        run = run_manifest("nort", runtime="no-such-runtime")
+        handle = await platform.start(run, by_sdk=by_sdk)
+        status = await platform.wait_phase(handle, RunPhase.Failed)
+        ready = status.condition(ConditionType.Ready)
+        assert ready is not None and ready.reason == "RuntimeUnknown"
+        assert ready.message == "no runtime 'no-such-runtime' is configured"
+        events = [e async for e in handle.fetch_history_events()]
+        told = [
+            e
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and e.workflow_execution_signaled_event_attributes.signal_name == SIGNAL_REJECTED
+        ]
+        # The SDK's starter tells the Run itself; a plain start finds out from its own admission.
+        assert len(told) == (1 if by_sdk else 0)
+        assert not any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED for e in events)
 
 
 async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_attempt(

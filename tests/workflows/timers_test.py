@@ -6,6 +6,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,20 +24,25 @@ from kruntimes.config import RuntimeConfig
 from kruntimes.devserver import SEARCH_ATTRIBUTES
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
+    QUERY_POOL,
     QUERY_STATUS,
+    SIGNAL_ADMIT,
     TASK_QUEUE,
     PlatformInfo,
     PoolConfig,
     PoolInput,
+    PoolState,
     RunInput,
+    admit_signal,
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.starting import admit, start_run
 from tests.workflows.conftest import run_manifest
 from tests.workflows.standins import FakeHosts
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.pool import RuntimePoolWorkflow
-from workflows.run import RunWorkflow
+from workflows.run import ADMIT_GRACE, RunWorkflow
 
 HOUR = 3600
 
@@ -61,7 +67,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
-async def _start(client: Client, runtime: str, **spec: object) -> object:
+async def _start_pool(client: Client, runtime: str) -> None:
     await client.start_workflow(
         RuntimePoolWorkflow.run,
         PoolInput(
@@ -74,6 +80,10 @@ async def _start(client: Client, runtime: str, **spec: object) -> object:
         id=pool_workflow_id(runtime),
         task_queue=POOL_TASK_QUEUE,
     )
+
+
+async def _start(client: Client, runtime: str, **spec: object) -> object:
+    await _start_pool(client, runtime)
     run = run_manifest(f"idle-{uuid.uuid4().hex[:6]}", runtime=runtime, **spec)  # type: ignore[arg-type]
     return await client.start_workflow(
         RunWorkflow.run,
@@ -143,3 +153,49 @@ async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvir
         assert status.phase is RunPhase.Timeout
         assert status.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
         assert fake.unregistered
+
+
+async def _pool(client: Client, runtime: str) -> PoolState:
+    handle = client.get_workflow_handle(pool_workflow_id(runtime))
+    return await handle.query(QUERY_POOL, result_type=PoolState)  # type: ignore[no-any-return]
+
+
+async def test_a_run_whose_starter_never_admitted_it_asks_the_pool_after_the_grace(
+    env: WorkflowEnvironment,
+) -> None:
+    """The starter died between starting the Run and sending its admission: nothing reached the
+    pool, and the Run asks for itself once ADMIT_GRACE is over."""
+    fake = FakeHosts()
+    async with _workers(env, fake):
+        await _start_pool(env.client, "py-grace")
+        run = run_manifest(f"grace-{uuid.uuid4().hex[:6]}", runtime="py-grace")
+        handle = await env.client.start_workflow(
+            RunWorkflow.run,
+            RunInput(run=run, starterAdmits=True),  # ... and no admission follows
+            id=run_workflow_id("default", run.metadata.name),
+            task_queue=TASK_QUEUE,
+        )
+        await env.sleep(ADMIT_GRACE.total_seconds() / 2)
+        assert (await _phase(handle)).phase is RunPhase.Pending
+        assert not (await _pool(env.client, "py-grace")).reservations, "nobody asked yet"
+        await _until_ready(env, handle)
+        assert fake.registered == {run.metadata.uid: 1}
+
+
+async def test_an_admission_sent_twice_takes_one_slot(env: WorkflowEnvironment) -> None:
+    """A starter that sent the admission, and the Run asking again after its grace period (the
+    starter's signal was slow, not lost): the pool admits the Run once."""
+    fake = FakeHosts()
+    async with _workers(env, fake):
+        await _start_pool(env.client, "py-twice")
+        run = run_manifest(f"twice-{uuid.uuid4().hex[:6]}", runtime="py-twice")
+        handle = await start_run(env.client, run)
+        await admit(env.client, run, handle)  # a second copy of the starter's admission
+        await _until_ready(env, handle)
+        await env.client.get_workflow_handle(pool_workflow_id("py-twice")).signal(
+            SIGNAL_ADMIT, admit_signal(run, workflow_id=handle.id, at=datetime.now(UTC))
+        )  # and a third, after the Run is Ready
+        await env.sleep(1)
+        pool = await _pool(env.client, "py-twice")
+        assert [r.runUid for r in pool.reservations] == [run.metadata.uid]
+        assert fake.registered == {run.metadata.uid: 1}
