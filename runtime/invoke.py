@@ -11,10 +11,10 @@ kind byte, then `KIND_RESPONSE` + `InvokeFunctionResponse` bytes, or `KIND_ERROR
 `{"code": "<grpc status name>", "reason": "<krt reason>", "message": "<gRPC details>"}`: the
 status and reason the gRPC InvokeFunction would have answered, so callers map both alike.
 
-The request goes through `runtime.service.invoke_function`, exactly what the gRPC servicer
-runs (validation, payload bound, fence, registry one-in-flight rule, timeouts), in a thread
-pool: it blocks on the function process's pipe. The connections are served by an asyncio event
-loop (uvloop when importable) in a dedicated thread. A frame whose length is below 4 or above
+The request goes through `runtime.service.begin_invoke`, exactly what the gRPC servicer runs
+(validation, payload bound, fence, registry one-in-flight rule, timeouts), on the host's event
+loop, the one that serves gRPC too: the exchange with the function process runs on that loop,
+so a request costs no thread hop. A frame whose length is below 4 or above
 `MAX_MESSAGE_BYTES` closes that connection (the framing can no longer be trusted); other
 connections are unaffected. A connection with `MAX_IN_FLIGHT` requests running stops reading
 until some finish.
@@ -27,18 +27,16 @@ import functools
 import json
 import logging
 import struct
-import threading
 import time
-from collections.abc import Callable
-from concurrent import futures
 from typing import cast
 
 from google.protobuf.message import DecodeError
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from runtime import errors
+from runtime.process import Outcome
 from runtime.registry import Registry
-from runtime.service import invoke_function, status_code
+from runtime.service import begin_invoke, invoke_response, status_code
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +44,7 @@ HEADER = struct.Struct(">II")
 KIND_RESPONSE = 0
 KIND_ERROR = 1
 MAX_IN_FLIGHT = 1024  # per connection; beyond it the connection stops reading
+RESPONSE_KIND = bytes((KIND_RESPONSE,))
 
 
 def error_payload(code: str, reason: str, message: str) -> bytes:
@@ -53,28 +52,17 @@ def error_payload(code: str, reason: str, message: str) -> bytes:
     return bytes((KIND_ERROR,)) + body.encode()
 
 
-def handle_invoke(registry: Registry, body: bytes) -> bytes:
-    """One request payload → one response payload (never raises)."""
-    try:
-        request = pb.InvokeFunctionRequest.FromString(body)
-    except DecodeError:
-        return error_payload(
-            "INVALID_ARGUMENT", errors.InvalidRequest.reason, "malformed InvokeFunctionRequest"
-        )
-    try:
-        response = invoke_function(registry, request)
-    except errors.RuntimeError_ as exc:
+def _error_of(exc: BaseException) -> bytes:
+    if isinstance(exc, errors.RuntimeError_):
         return error_payload(status_code(exc).name, exc.reason, str(exc))
-    except Exception:
-        log.exception("raw invoke failed")
-        return error_payload("INTERNAL", "Internal", "internal error")
-    return bytes((KIND_RESPONSE,)) + response.SerializeToString()
+    log.error("raw invoke failed", exc_info=exc)
+    return error_payload("INTERNAL", "Internal", "internal error")
 
 
 class _Connection(asyncio.Protocol):
     def __init__(self, listener: InvokeListener) -> None:
         self.listener = listener
-        self.loop = asyncio.get_running_loop()
+        self.registry = listener.registry
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
@@ -106,90 +94,78 @@ class _Connection(asyncio.Protocol):
             _, request_id = HEADER.unpack_from(buffer)
             body = bytes(buffer[8 : 4 + size])
             del buffer[: 4 + size]
-            self.in_flight += 1
-            future = self.loop.run_in_executor(self.listener.executor, self.listener.handle, body)
-            future.add_done_callback(functools.partial(self._done, request_id))
+            self._request(request_id, body)
         if self.in_flight >= MAX_IN_FLIGHT and not self.paused:
             self.paused = True
             transport.pause_reading()
 
-    def _done(self, request_id: int, future: asyncio.Future[bytes]) -> None:
+    def _request(self, request_id: int, body: bytes) -> None:
+        try:
+            request = pb.InvokeFunctionRequest.FromString(body)
+        except DecodeError:
+            reason = errors.InvalidRequest.reason
+            self._write(
+                request_id, error_payload("INVALID_ARGUMENT", reason, "malformed InvokeFunctionRequest")
+            )
+            return
+        try:
+            invocation_id, pending = begin_invoke(self.registry, request)
+        except Exception as exc:
+            self._write(request_id, _error_of(exc))
+            return
+        self.in_flight += 1
+        pending.add_done_callback(functools.partial(self._done, request_id, invocation_id))
+
+    def _done(self, request_id: int, invocation_id: str, pending: asyncio.Future[Outcome]) -> None:
         self.in_flight -= 1
         transport = self.transport
         assert transport is not None
         if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and not transport.is_closing():
             self.paused = False
             transport.resume_reading()
-        if future.cancelled():
+        if pending.cancelled():
             payload = error_payload("UNAVAILABLE", errors.HostUnavailable.reason, "the host is stopping")
-        elif future.exception() is not None:
-            payload = error_payload("INTERNAL", "Internal", "internal error")
+        elif (exc := pending.exception()) is not None:
+            payload = _error_of(exc)
         else:
-            payload = future.result()
-        if not transport.is_closing():
+            response = invoke_response(invocation_id, pending.result())
+            payload = RESPONSE_KIND + response.SerializeToString()
+        self._write(request_id, payload)
+
+    def _write(self, request_id: int, payload: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
             transport.write(HEADER.pack(4 + len(payload), request_id) + payload)
 
 
 class InvokeListener:
-    """The invoke port of one host: its own event loop thread plus a pool for the invocations."""
+    """The invoke port of one host, served on the host's event loop (the same as its gRPC server)."""
 
-    def __init__(self, handle: Callable[[bytes], bytes], *, max_workers: int, max_frame_bytes: int) -> None:
-        self.handle = handle
+    def __init__(self, registry: Registry, *, max_frame_bytes: int) -> None:
+        self.registry = registry
         self.max_frame_bytes = max_frame_bytes
-        self.executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="invoke")
         self.connections: set[_Connection] = set()
         self.address = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
-        self._thread: threading.Thread | None = None
 
-    def start(self, listen: str) -> str:
-        """Bind `host:port` (port 0 picks one), serve in a thread; returns the bound address."""
+    async def start(self, listen: str) -> str:
+        """Bind `host:port` (port 0 picks one) on the running loop; returns the bound address."""
         host, _, port = listen.rpartition(":")
-        loop: asyncio.AbstractEventLoop
-        try:
-            import uvloop  # the leaner event loop, as in the gateway
-
-            loop = uvloop.new_event_loop()
-        except ImportError:
-            loop = asyncio.new_event_loop()
-        try:
-            server = loop.run_until_complete(
-                loop.create_server(
-                    lambda: _Connection(self), host.strip("[]") or None, int(port), reuse_address=True
-                )
-            )
-        except BaseException:
-            loop.close()
-            raise
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _Connection(self), host.strip("[]") or None, int(port), reuse_address=True
+        )
         self._server = server
         bound = server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="invoke-loop", daemon=True)
-        self._thread.start()
         return self.address
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let running invocations answer for up to `grace_s`, then close."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        server, self._server = self._server, None
+        if server is None:
             return
-        self._loop = None
-        future = asyncio.run_coroutine_threadsafe(self._shutdown(grace_s), loop)
-        try:
-            future.result(timeout=grace_s + 5.0)
-        except (futures.TimeoutError, RuntimeError):
-            log.warning("invoke listener did not stop cleanly")
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5.0)
-        if not thread.is_alive():
-            loop.close()
-        self.executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _shutdown(self, grace_s: float) -> None:
-        if self._server is not None:
-            self._server.close()
+        server.close()
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -199,4 +175,4 @@ class InvokeListener:
         await asyncio.sleep(0)
 
 
-__all__ = ["HEADER", "KIND_ERROR", "KIND_RESPONSE", "InvokeListener", "error_payload", "handle_invoke"]
+__all__ = ["HEADER", "KIND_ERROR", "KIND_RESPONSE", "InvokeListener", "error_payload"]

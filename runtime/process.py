@@ -1,21 +1,26 @@
 """Function processes and one exchange with them.
 
-`WarmProcess` is a python registration's long-lived process: loaded once, then one framed
-request/response per invocation over its control socket, with stdout/stderr drained from pipes
-during the call. `run_once` starts a process for one execution (a bash invocation, or any task)
-and waits for it to end. Both bound what they read and kill the process group on timeout.
+`WarmProcess` is a python registration's long-lived process: loaded once (blocking, in a
+worker thread), then one framed request/response per invocation over its control socket, with
+stdout/stderr drained from pipes during the call, all driven by the host's event loop.
+`run_once` starts a process for one execution (a bash invocation, or any task) and waits for it
+to end (blocking). Both bound what they read and kill the process group on timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 import json
 import os
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kruntimes.api.limits import MAX_LOG_BYTES, MAX_OUTPUTS_TOTAL_BYTES
 from runtime import framing
@@ -27,6 +32,8 @@ LOAD_TIMEOUT_S = 60.0
 EXIT_GRACE_S = 2.0  # how long to wait for the zygote's exit report after a kill or EOF
 POLL_TICK_S = 0.1  # how often an exchange re-checks that its process is still alive
 READ_CHUNK = 65536
+MAX_DRAIN_READS = 256  # one drain of the output pipes reads at most this many chunks
+CLOSE_WAIT_S = 2.0  # how long a close from another thread waits for the loop to unwatch
 
 
 class Status(enum.Enum):
@@ -223,8 +230,41 @@ def _child_pipes() -> tuple[int, int, int, int]:
     return out_r, out_w, err_r, err_w
 
 
+class _Exchange:
+    """One invocation in progress on a warm process."""
+
+    __slots__ = ("future", "outcome", "over", "pending", "started", "timeout_s", "timer")
+
+    def __init__(self, future: asyncio.Future[Outcome], started: float, timeout_s: float) -> None:
+        self.future = future
+        self.outcome = Outcome(Status.SUCCEEDED)
+        self.started = started
+        self.timeout_s = timeout_s
+        self.timer: asyncio.TimerHandle | None = None
+        self.pending: memoryview | None = None  # request bytes the socket has not taken yet
+        self.over = False  # the answer is settled; only the clean-up remains
+
+
+def _resolve(future: asyncio.Future[Any], value: Any = None) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class WarmProcess:
-    """One warm python process serving a registration's invocations, one at a time."""
+    """One warm python process serving a registration's invocations, one at a time.
+
+    Loading (`start`) blocks and runs in a worker thread. Invocations (`exchange`) run on the
+    event loop that serves the host: the control socket and the output pipes are watched with
+    `loop.add_reader`, so a call costs one write, one read and one poll of the pipes, with no
+    thread in between. Closing from another thread hands the unwatching to the loop.
+    """
 
     def __init__(
         self, spawner: Spawner, pid: int, exit: Exit, ctl: socket.socket, out: int, err: int
@@ -235,9 +275,17 @@ class WarmProcess:
         self.ctl = ctl
         self.out = out
         self.err = err
-        self._poll: select.poll | None = None
-        self._pipes: set[int] = set()
+        self._ctl_fd = ctl.fileno()
         self._buffer = bytearray()
+        self._pipes = {out, err}  # output pipes not at EOF
+        self._pipe_poll = select.poll()  # drains the pipes without waiting
+        for fd in self._pipes:
+            self._pipe_poll.register(fd, select.POLLIN)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched: set[int] = set()  # descriptors with a reader on the loop
+        self._call: _Exchange | None = None
+        self._ending: asyncio.Task[None] | None = None
+        self._closed = False
 
     @classmethod
     def start(cls, spawner: Spawner, spec: SpawnSpec) -> WarmProcess:
@@ -270,6 +318,11 @@ class WarmProcess:
                 frame = pump.next_frame()
                 if frame is not None:
                     if frame[0] == framing.READY:
+                        self._buffer += pump.frame  # whatever followed the ready frame
+                        self._pipes &= pump.open_readers
+                        for fd in (self.out, self.err):
+                            if fd not in self._pipes:
+                                self._pipe_poll.unregister(fd)
                         return
                     raise LoadFailed(*_error_fields(frame[1]))
                 remaining = deadline - time.monotonic()
@@ -290,116 +343,240 @@ class WarmProcess:
     def alive(self) -> bool:
         return not self.exit.done
 
-    def _poller(self) -> select.poll:
-        """One poll set per process, reused by every invocation (the hot path allocates little)."""
-        if self._poll is None:
-            self._poll = select.poll()
-            for fd in (self.ctl.fileno(), self.out, self.err):
-                self._poll.register(fd, select.POLLIN)
-            self._pipes = {self.out, self.err}
-        return self._poll
+    # -- one invocation, on the event loop ---------------------------------------------------
 
-    def _read_pipe(self, fd: int, capture: Capture | None) -> None:
+    def exchange(self, invocation_id: str, payload: bytes, timeout_s: float) -> asyncio.Future[Outcome]:
+        """Send one invocation; the future gets its Outcome once the exchange is over (never an error).
+
+        Must run on the event loop thread, one exchange at a time. The exchange goes on to its end
+        even if the caller stops waiting: cancelling the returned future changes nothing.
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        if self._call is not None:
+            raise RuntimeError("an exchange is already in progress")
+        self._drain(None)  # output written between invocations belongs to none of them
+        call = self._call = _Exchange(loop.create_future(), time.monotonic(), timeout_s)
+        watched = self._watched
+        if self._ctl_fd not in watched:
+            loop.add_reader(self._ctl_fd, self._on_ctl)
+            watched.add(self._ctl_fd)
+        for fd in self._pipes:
+            if fd not in watched:
+                loop.add_reader(fd, self._on_output, fd)
+                watched.add(fd)
+        request = framing.encode_invoke(invocation_id, payload)
+        try:
+            written = os.write(self._ctl_fd, request)
+        except (BlockingIOError, InterruptedError):
+            written = 0
+        except OSError:  # the process is gone: the read sees EOF
+            written = len(request)
+        if written < len(request):
+            call.pending = memoryview(request)[written:]
+            loop.add_writer(self._ctl_fd, self._on_writable)
+        call.timer = loop.call_later(timeout_s, self._on_timeout, call)
+        return call.future
+
+    def _unwatch(self, fd: int) -> None:
+        if fd in self._watched:
+            self._watched.discard(fd)
+            assert self._loop is not None
+            self._loop.remove_reader(fd)
+
+    def _on_writable(self) -> None:
+        call = self._call
+        if call is None or call.pending is None:
+            return
+        try:
+            call.pending = call.pending[os.write(self._ctl_fd, call.pending[:READ_CHUNK]) :]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            call.pending = call.pending[:0]
+        if not call.pending:
+            call.pending = None
+            assert self._loop is not None
+            self._loop.remove_writer(self._ctl_fd)
+
+    def _on_ctl(self) -> None:
+        call = self._call
+        if call is None or call.over:  # not ours to read: it waits for the next exchange
+            self._unwatch(self._ctl_fd)
+            return
+        try:
+            chunk = os.read(self._ctl_fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._unwatch(self._ctl_fd)
+            self._end(call, ended_by="eof")
+            return
+        self._buffer += chunk
+        try:
+            frame = _pop_frame(self._buffer)
+        except FrameTooLarge:
+            self._end(call, ended_by="too-large")
+            return
+        if frame is not None:
+            self._drain(call)  # what the handler wrote before it answered
+            _apply_frame(call.outcome, *frame)
+            self._finish(call)
+
+    def _on_output(self, fd: int) -> None:
+        call = self._call
+        if call is None:  # between invocations: left in the pipe for the next one to discard
+            self._unwatch(fd)
+            return
         try:
             chunk = os.read(fd, READ_CHUNK)
         except (BlockingIOError, InterruptedError):
             return
-        if not chunk:
-            self._pipes.discard(fd)
-            self._poller().unregister(fd)
-        elif capture is not None:
-            capture.feed(chunk)
+        except OSError:
+            chunk = b""
+        if chunk:
+            (call.outcome.stdout if fd == self.out else call.outcome.stderr).feed(chunk)
+        else:
+            self._pipe_closed(fd)
 
-    def _drain(self, captures: dict[int, Capture] | None) -> None:
-        """Read the output pipes until they are empty, without waiting."""
-        poller = self._poller()
-        while self._pipes:
-            ready = [fd for fd, _ in poller.poll(0) if fd in self._pipes]
+    def _pipe_closed(self, fd: int) -> None:
+        if fd in self._pipes:
+            self._pipes.discard(fd)
+            self._pipe_poll.unregister(fd)
+        self._unwatch(fd)
+
+    def _drain(self, call: _Exchange | None) -> None:
+        """Read what the output pipes hold now, without waiting (into the call's captures, or away)."""
+        poll = self._pipe_poll
+        for _ in range(MAX_DRAIN_READS):
+            if not self._pipes:
+                return
+            ready = poll.poll(0)
             if not ready:
                 return
-            for fd in ready:
-                self._read_pipe(fd, captures[fd] if captures else None)
+            for fd, _ in ready:
+                try:
+                    chunk = os.read(fd, READ_CHUNK)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self._pipe_closed(fd)
+                elif call is not None:
+                    (call.outcome.stdout if fd == self.out else call.outcome.stderr).feed(chunk)
 
-    def invoke(self, invocation_id: str, payload: bytes, timeout_s: float) -> Outcome:
-        started = time.monotonic()
-        deadline = started + timeout_s
-        outcome = Outcome(Status.SUCCEEDED)
-        poller = self._poller()
-        ctl = self.ctl.fileno()
-        self._drain(None)  # output written between invocations belongs to none of them
-        captures = {self.out: outcome.stdout, self.err: outcome.stderr}
-        request = memoryview(framing.encode_invoke(invocation_id, payload))
-        try:
-            request = request[os.write(ctl, request) :]
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            request = memoryview(b"")  # the process is gone: the read below sees EOF
-        if request:
-            poller.modify(ctl, select.POLLIN | select.POLLOUT)
-        eof = False
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self.kill()
-                    self.exit.wait(EXIT_GRACE_S)
-                    self._drain(captures)
-                    message = f"the invocation did not finish within {timeout_s:g}s"
-                    _set_error(outcome, Status.TIMED_OUT, "Timeout", message)
-                    break
-                output_seen = False
-                for fd, events in poller.poll(min(remaining, POLL_TICK_S) * 1000):
-                    if fd != ctl:
-                        output_seen = True
-                        self._read_pipe(fd, captures[fd])
-                        continue
-                    if request and events & select.POLLOUT:
-                        try:
-                            request = request[os.write(ctl, request[:READ_CHUNK]) :]
-                        except (BlockingIOError, InterruptedError):
-                            pass
-                        except OSError:
-                            request = memoryview(b"")
-                        if not request:
-                            poller.modify(ctl, select.POLLIN)
-                    if events & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                        chunk = os.read(ctl, READ_CHUNK)
-                        if chunk:
-                            self._buffer += chunk
-                        else:
-                            eof = True
-                frame = _pop_frame(self._buffer)
-                if frame is not None:
-                    if output_seen:
-                        self._drain(captures)
-                    _apply_frame(outcome, *frame)
-                    break
-                if eof:
-                    outcome.exit_code = self.exit.wait(EXIT_GRACE_S) or 0
-                    self._drain(captures)
-                    _set_error(
-                        outcome,
-                        Status.PROCESS_EXITED,
-                        "ProcessExited",
-                        f"the function process exited (code {outcome.exit_code})",
-                    )
-                    break
-        except FrameTooLarge:
+    def _on_timeout(self, call: _Exchange) -> None:
+        if call is self._call and not call.over:
+            self._end(call, ended_by="timeout")
+
+    def _end(self, call: _Exchange, *, ended_by: str) -> None:
+        """The exchange cannot end with a frame: settle it (waiting for the process off the hot path)."""
+        call.over = True
+        if call.timer is not None:
+            call.timer.cancel()
+        if ended_by == "too-large":
             self.kill()
-            _too_large(outcome)
+            _too_large(call.outcome)
+            self._finish(call)
+            return
+        assert self._loop is not None
+        self._ending = self._loop.create_task(self._end_slowly(call, ended_by))
+
+    async def _end_slowly(self, call: _Exchange, ended_by: str) -> None:
+        outcome = call.outcome
+        try:
+            if ended_by == "timeout":
+                self.kill()
+                await self._exited(EXIT_GRACE_S)
+                self._drain(call)
+                message = f"the invocation did not finish within {call.timeout_s:g}s"
+                _set_error(outcome, Status.TIMED_OUT, "Timeout", message)
+            else:
+                outcome.exit_code = await self._exited(EXIT_GRACE_S) or 0
+                self._drain(call)
+                _set_error(
+                    outcome,
+                    Status.PROCESS_EXITED,
+                    "ProcessExited",
+                    f"the function process exited (code {outcome.exit_code})",
+                )
         finally:
-            if request and not eof and self.alive:
-                poller.modify(ctl, select.POLLIN)
-        outcome.duration_us = int((time.monotonic() - started) * 1e6)
-        return outcome
+            self._finish(call)
+
+    async def _exited(self, timeout_s: float) -> int | None:
+        """The exit code once the zygote has reported the exit, or None after `timeout_s`."""
+        if not self.exit.done:
+            loop = asyncio.get_running_loop()
+            waiter: asyncio.Future[None] = loop.create_future()
+
+            def wake() -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(_resolve, waiter)
+
+            self.exit.on_exit(wake)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, timeout_s)
+        return self.exit.code
+
+    def _finish(self, call: _Exchange) -> None:
+        call.over = True
+        if call.timer is not None:
+            call.timer.cancel()
+        if call.pending is not None:
+            call.pending = None
+            assert self._loop is not None
+            self._loop.remove_writer(self._ctl_fd)
+        if self._call is call:
+            self._call = None
+        call.outcome.duration_us = int((time.monotonic() - call.started) * 1e6)
+        _resolve(call.future, call.outcome)
+
+    # -- end of life -------------------------------------------------------------------------
 
     def kill(self) -> None:
         if self.alive:
             self.spawner.kill(self.pid)
 
+    def _unwatch_all(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        for fd in list(self._watched):
+            self._unwatch(fd)
+        call = self._call
+        if call is not None and call.pending is not None:
+            call.pending = None
+            loop.remove_writer(self._ctl_fd)
+
     def close(self) -> None:
+        """Kill the process and release its descriptors (from any thread)."""
+        if self._closed:
+            return
+        self._closed = True
         self.kill()
+        loop = self._loop
+        if loop is not None and (self._watched or self._call is not None):
+            if _running_loop() is loop:
+                self._unwatch_all()
+            elif not loop.is_closed():
+                unwatched = threading.Event()
+
+                def unwatch() -> None:
+                    try:
+                        self._unwatch_all()
+                    finally:
+                        unwatched.set()
+
+                try:
+                    loop.call_soon_threadsafe(unwatch)
+                except RuntimeError:  # closed meanwhile: its watchers are gone with it
+                    pass
+                else:
+                    unwatched.wait(CLOSE_WAIT_S)
         self.ctl.close()
         for fd in (self.out, self.err):
             os.close(fd)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
@@ -52,6 +55,20 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _resolve(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
+    if not future.done():  # the caller may have stopped waiting
+        future.set_result(outcome)
+
+
+def _fail(future: asyncio.Future[Outcome], exc: BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        future.cancel()
+    else:
+        future.set_exception(exc)
+
+
 @dataclass(eq=False)
 class Registration:
     id: str
@@ -87,6 +104,7 @@ class Registry:
         self._by_id: dict[str, Registration] = {}
         self._by_uid: dict[str, Registration] = {}
         self._uid_locks: dict[str, threading.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # invocations that left the hot path
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -203,7 +221,14 @@ class Registry:
 
     def invoke(
         self, registration_id: str, *, invocation_id: str, payload: bytes, timeout_s: float, fence: Fence
-    ) -> Outcome:
+    ) -> asyncio.Future[Outcome]:
+        """Start an invocation; runs on the host's event loop.
+
+        Refusals (unknown, fence, busy, not ready) raise at once. The returned future gets the
+        Outcome, or a `RuntimeError_` when the function process could not be (re)started. The
+        invocation runs to its end even if nobody waits for the future any more: the registration
+        stays busy until its process has answered, timed out or died.
+        """
         reg = self.get(registration_id)
         if reg is None:
             raise UnknownRegistration(f"no registration {registration_id!r} on this host")
@@ -213,18 +238,99 @@ class Registry:
         if reg.state != State.READY:
             reg.busy.release()
             raise NotReady(reg.fatal_error or f"registration is {reg.state}")
+        reg.in_flight = 1
+        reg.last_activity = _now()
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[Outcome] = loop.create_future()
+        process = reg.process
         try:
-            reg.in_flight = 1
-            reg.last_activity = _now()
-            if reg.config.adapter == "python":
-                outcome = self._invoke_warm(reg, invocation_id, payload, timeout_s)
+            if reg.config.adapter == "python" and process is not None and process.alive:
+                exchange = process.exchange(invocation_id, payload, timeout_s)  # the hot path: no task
+                exchange.add_done_callback(functools.partial(self._exchanged, reg, process, result))
             else:
-                outcome = self._invoke_exec(reg, payload, timeout_s)
-            return outcome
+                self._background(self._invoke_slowly(reg, invocation_id, payload, timeout_s, result))
+        except BaseException:
+            self._release(reg)
+            raise
+        return result
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _release(self, reg: Registration) -> None:
+        reg.in_flight = 0
+        reg.last_activity = _now()
+        reg.busy.release()
+
+    def _exchanged(
+        self,
+        reg: Registration,
+        process: WarmProcess,
+        result: asyncio.Future[Outcome],
+        exchange: asyncio.Future[Outcome],
+    ) -> None:
+        try:
+            outcome = exchange.result()
+            if outcome.status is Status.SUCCEEDED:
+                check_outputs(outcome)
+            if not process.alive:  # replace the process before answering: the next call finds it warm
+                self._background(self._after_death(reg, outcome, result))
+                return
+            reg.deaths = 0
+        except BaseException as exc:
+            self._release(reg)
+            _fail(result, exc)
+            return
+        self._release(reg)
+        _resolve(result, outcome)
+
+    async def _after_death(
+        self, reg: Registration, outcome: Outcome, result: asyncio.Future[Outcome]
+    ) -> None:
+        try:
+            await self._replace_dead(reg)
         finally:
-            reg.in_flight = 0
-            reg.last_activity = _now()
-            reg.busy.release()
+            self._release(reg)
+            _resolve(result, outcome)
+
+    async def _replace_dead(self, reg: Registration) -> None:
+        reg.deaths += 1
+        if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
+            self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")
+            return
+        with contextlib.suppress(NotReady):  # warm a fresh process now, not in the next invocation
+            await asyncio.get_running_loop().run_in_executor(None, self._warm, reg)
+
+    async def _invoke_slowly(
+        self,
+        reg: Registration,
+        invocation_id: str,
+        payload: bytes,
+        timeout_s: float,
+        result: asyncio.Future[Outcome],
+    ) -> None:
+        """An invocation that must start or run a process first (blocking work in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        try:
+            if reg.config.adapter == "python":
+                process = await loop.run_in_executor(None, self._warm, reg)
+                outcome = await process.exchange(invocation_id, payload, timeout_s)
+                if outcome.status is Status.SUCCEEDED:
+                    check_outputs(outcome)
+                if process.alive:
+                    reg.deaths = 0
+                else:
+                    await self._replace_dead(reg)
+            else:
+                outcome = await loop.run_in_executor(None, self._invoke_exec, reg, payload, timeout_s)
+        except BaseException as exc:
+            self._release(reg)
+            _fail(result, exc)
+            return
+        self._release(reg)
+        _resolve(result, outcome)
 
     def _check_fence(self, reg: Registration, fence: Fence) -> None:
         if fence.run_uid and fence.run_uid != reg.run.run_uid:
@@ -254,24 +360,6 @@ class Registry:
         log.error("registration not ready", extra={"run_uid": reg.run.run_uid, "error": message})
         self.on_change()
 
-    def _invoke_warm(
-        self, reg: Registration, invocation_id: str, payload: bytes, timeout_s: float
-    ) -> Outcome:
-        process = self._warm(reg)
-        outcome = process.invoke(invocation_id, payload, timeout_s)
-        if outcome.status is Status.SUCCEEDED:
-            check_outputs(outcome)
-        if process.alive:
-            reg.deaths = 0
-            return outcome
-        reg.deaths += 1
-        if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
-            self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")
-            return outcome
-        with contextlib.suppress(NotReady):  # warm a fresh process now, not in the next invocation
-            self._warm(reg)
-        return outcome
-
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
         spec = spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=True)
         try:
@@ -281,6 +369,11 @@ class Registry:
         if outcome.status is Status.SUCCEEDED:
             parse_script_outputs(outcome)
         return outcome
+
+    async def drain(self) -> None:
+        """Wait for invocations that left the hot path (restarts, bash runs) to finish."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def close(self) -> None:
         with self._lock:

@@ -1,19 +1,24 @@
 """Assembly of one runtime host: zygote, registry, tasks, gRPC server with the health service.
 
-A synchronous gRPC server is used on purpose: each invocation blocks a worker thread on a pipe
-to its function process, and the sync server costs ~35% less CPU per call than grpc.aio here
-(bench/runtime_server.py measures both against an echo baseline).
+One event loop (uvloop) serves everything on the invoke path: the grpc.aio server, the raw invoke
+port and the exchange with each warm function process (readers on its socket and pipes), so an
+invocation never hops threads; bench/runtime_server.py measures it against grpc echo servers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import shutil
+import threading
 import uuid
+from collections.abc import Coroutine
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,7 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.heartbeat import HeartbeatSender
-from runtime.invoke import InvokeListener, handle_invoke
+from runtime.invoke import InvokeListener
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
 from runtime.service import FunctionRuntimeService, registration_state
@@ -32,6 +37,9 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "kruntimes.rpc.v1.FunctionRuntime"
 MAX_MESSAGE_BYTES = MAX_PAYLOAD_BYTES + 512 * 1024  # payload or inline source plus envelope
+START_TIMEOUT_S = 30.0
+STOP_STEP_TIMEOUT_S = 10.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,21 @@ class HostOptions:
     invoke_listen: str | None = None
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when importable (it is a dependency on POSIX), else the standard loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
 class RuntimeHost:
+    """A runtime host. `start`/`stop` block the caller; the serving happens on one event loop in a
+    thread of its own: the grpc.aio server, the invoke port and every exchange with a warm function
+    process. Blocking work (spawning, workspaces, tasks, teardown) goes to the loop's executor."""
+
     def __init__(self, options: HostOptions) -> None:
         self.options = options
         self.host_uid = str(uuid.uuid4())
@@ -62,52 +84,36 @@ class RuntimeHost:
             on_change=self._registrations_changed,
         )
         self.tasks = Tasks(spawner=self.spawner, work_root=self.work_root, limits=options.limits)
-        self.health = health.HealthServicer()
-        self.server: grpc.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
         self.address = ""
         self.invoke_address = ""
         self.invoke_listener: InvokeListener | None = None
         self.heartbeats: HeartbeatSender | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+
+    def _run(self, work: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout_s)
 
     def start(self) -> str:
         self.work_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.spawner.start()
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.options.max_workers, thread_name_prefix="rpc"),
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
+        loop = new_event_loop()
+        self._executor = futures.ThreadPoolExecutor(
+            max_workers=self.options.max_workers, thread_name_prefix="rpc"
         )
-        service = FunctionRuntimeService(
-            registry=self.registry,
-            tasks=self.tasks,
-            host_id=self.options.host_id,
-            runtime=self.options.runtime,
-        )
-        pb_grpc.add_FunctionRuntimeServicer_to_server(service, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        port = server.add_insecure_port(self.options.listen)
-        if port == 0:
-            raise OSError(f"cannot listen on {self.options.listen}")
-        host = self.options.listen.rsplit(":", 1)[0]
-        self.address = f"{host}:{port}"
-        server.start()
-        self.server = server
-        invoke_listen = self.options.invoke_listen
-        if invoke_listen is None:  # beside the gRPC port; a unix socket host gets none
-            invoke_listen = "" if self.options.listen.startswith("unix:") else f"{host}:0"
-        if invoke_listen:
-            registry = self.registry
-            self.invoke_listener = InvokeListener(
-                lambda body: handle_invoke(registry, body),
-                max_workers=self.options.max_workers,
-                max_frame_bytes=MAX_MESSAGE_BYTES,
-            )
-            self.invoke_address = self.invoke_listener.start(invoke_listen)
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        loop.set_default_executor(self._executor)
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="runtime-loop", daemon=True)
+        self._thread.start()
+        try:
+            self._run(self._serve(), START_TIMEOUT_S)
+        except BaseException:
+            self._stop_loop()
+            raise
         if self.options.gateways:
             self.heartbeats = HeartbeatSender(
                 gateways=list(self.options.gateways),
@@ -127,24 +133,84 @@ class RuntimeHost:
         )
         return self.address
 
+    async def _serve(self) -> None:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        service = FunctionRuntimeService(
+            registry=self.registry,
+            tasks=self.tasks,
+            host_id=self.options.host_id,
+            runtime=self.options.runtime,
+        )
+        pb_grpc.add_FunctionRuntimeServicer_to_server(service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        port = server.add_insecure_port(self.options.listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {self.options.listen}")
+        host = self.options.listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{port}"
+        await server.start()
+        self.server = server
+        invoke_listen = self.options.invoke_listen
+        if invoke_listen is None:  # beside the gRPC port; a unix socket host gets none
+            invoke_listen = "" if self.options.listen.startswith("unix:") else f"{host}:0"
+        if invoke_listen:
+            self.invoke_listener = InvokeListener(self.registry, max_frame_bytes=MAX_MESSAGE_BYTES)
+            self.invoke_address = await self.invoke_listener.start(invoke_listen)
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
     def _registrations_changed(self) -> None:
         if self.heartbeats is not None:
             self.heartbeats.changed()
 
     def stop(self, grace_s: float = 5.0) -> None:
-        self.health.enter_graceful_shutdown()
+        if self._loop is not None:
+            try:
+                self._run(self.health.enter_graceful_shutdown(), STOP_STEP_TIMEOUT_S)
+            except Exception:
+                log.warning("health service did not enter graceful shutdown", exc_info=True)
         if self.heartbeats is not None:
             self.heartbeats.stop()  # gateways drop this host's routes at once
-        stopping = self.server.stop(grace_s) if self.server is not None else None
-        if self.invoke_listener is not None:
-            self.invoke_listener.stop(grace_s)
-        if stopping is not None:
-            stopping.wait()
+        if self._loop is not None:
+            try:
+                self._run(self._stop_serving(grace_s), grace_s + STOP_STEP_TIMEOUT_S)
+            except Exception:
+                log.warning("the servers did not stop cleanly", exc_info=True)
+        # the loop still runs: in-flight exchanges end when their processes are killed
         self.tasks.close()
         self.registry.close()
+        self._stop_loop()
         self.spawner.close()
         shutil.rmtree(self.work_root, ignore_errors=True)
 
-    def wait(self) -> None:
+    async def _stop_serving(self, grace_s: float) -> None:
+        stopping = []
         if self.server is not None:
-            self.server.wait_for_termination()
+            stopping.append(self.server.stop(grace_s))
+        if self.invoke_listener is not None:
+            stopping.append(self.invoke_listener.stop(grace_s))
+        await asyncio.gather(*stopping)
+
+    def _stop_loop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(Exception):
+            self._run(self.registry.drain(), STOP_STEP_TIMEOUT_S)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(STOP_STEP_TIMEOUT_S)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_RUN_UID_BYTES = 64
 T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
 
 _CODES: dict[type[errors.RuntimeError_], grpc.StatusCode] = {
     errors.RegistrationConflict: grpc.StatusCode.FAILED_PRECONDITION,
@@ -68,13 +70,17 @@ _PHASES = {
 }
 
 
-def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+async def _abort(context: Context, exc: errors.RuntimeError_) -> NoReturn:
+    await context.abort(status_code(exc), str(exc), (("krt-reason", exc.reason),))
+    raise AssertionError("unreachable: abort raises")
+
+
+async def _blocking(context: Context, fn: Callable[[], T]) -> T:
+    """Run blocking work in the loop's executor; its `RuntimeError_` aborts the call."""
     try:
-        return fn()
+        return await asyncio.get_running_loop().run_in_executor(None, fn)
     except errors.RuntimeError_ as exc:
-        context.set_trailing_metadata((("krt-reason", exc.reason),))
-        context.abort(status_code(exc), str(exc))
-        raise  # unreachable: abort raises
+        await _abort(context, exc)
 
 
 def _timestamp(value: datetime) -> Timestamp:
@@ -123,9 +129,12 @@ def _timeout_s(timeout_ms: int, *, default: float, maximum: float) -> float:
     return min(timeout_ms / 1000.0, maximum)
 
 
-def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
-    """InvokeFunction, shared by the gRPC servicer and the raw invoke listener (runtime/invoke.py):
-    the same validation, fence and registry semantics; errors are `errors.RuntimeError_`."""
+def begin_invoke(
+    registry: Registry, request: pb.InvokeFunctionRequest
+) -> tuple[str, asyncio.Future[Outcome]]:
+    """InvokeFunction up to the running invocation, shared by the gRPC servicer and the raw invoke
+    port (runtime/invoke.py): the same validation, fence and registry semantics. Refusals raise
+    `errors.RuntimeError_` at once; the future gets the Outcome (see `Registry.invoke`)."""
     invocation_id = request.invocation_id or str(uuid.uuid4())
     try:
         validate_invocation_id(invocation_id)
@@ -133,8 +142,8 @@ def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb
         raise errors.InvalidRequest(str(exc)) from exc
     if len(request.payload) > MAX_PAYLOAD_BYTES:
         raise errors.InvalidRequest(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
-    fence = Fence(request.fence.run_uid, request.fence.attempt, request.fence.host_uid)
-    outcome = registry.invoke(
+    fence = request.fence
+    pending = registry.invoke(
         request.registration_id,
         invocation_id=invocation_id,
         payload=request.payload,
@@ -143,8 +152,12 @@ def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb
             default=DEFAULT_INVOKE_TIMEOUT_SECONDS,
             maximum=MAX_INVOKE_TIMEOUT_SECONDS,
         ),
-        fence=fence,
+        fence=Fence(fence.run_uid, fence.attempt, fence.host_uid),
     )
+    return invocation_id, pending
+
+
+def invoke_response(invocation_id: str, outcome: Outcome) -> pb.InvokeFunctionResponse:
     return pb.InvokeFunctionResponse(
         invocation_id=invocation_id,
         status=_INVOCATION_STATUS[outcome.status],
@@ -157,19 +170,27 @@ def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb
     )
 
 
+async def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
+    invocation_id, pending = begin_invoke(registry, request)
+    return invoke_response(invocation_id, await pending)
+
+
 def status_code(exc: errors.RuntimeError_) -> grpc.StatusCode:
     return _CODES.get(type(exc), grpc.StatusCode.INTERNAL)
 
 
 class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
+    """Served by grpc.aio on the host's event loop. InvokeFunction, FunctionStatus and HostInfo run
+    on the loop; what blocks (spawning, workspaces, tasks, teardown) runs in the loop's executor."""
+
     def __init__(self, *, registry: Registry, tasks: Tasks, host_id: str, runtime: str) -> None:
         self.registry = registry
         self.tasks = tasks
         self.host_id = host_id
         self.runtime = runtime
 
-    def RegisterFunction(
-        self, request: pb.RegisterFunctionRequest, context: grpc.ServicerContext
+    async def RegisterFunction(
+        self, request: pb.RegisterFunctionRequest, context: Context
     ) -> pb.RegisterFunctionResponse:
         def register() -> pb.RegisterFunctionResponse:
             reg, created = self.registry.register(_run_ref(request.run), _config(request.config))
@@ -180,10 +201,10 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
                 last_activity=_timestamp(reg.last_activity),
             )
 
-        return _call(context, register)
+        return await _blocking(context, register)
 
-    def FunctionStatus(
-        self, request: pb.FunctionStatusRequest, context: grpc.ServicerContext
+    async def FunctionStatus(
+        self, request: pb.FunctionStatusRequest, context: Context
     ) -> pb.FunctionStatusResponse:
         reg = self.registry.get(request.registration_id)
         if reg is None:
@@ -204,21 +225,26 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             host_uid=self.registry.host_uid,
         )
 
-    def InvokeFunction(
-        self, request: pb.InvokeFunctionRequest, context: grpc.ServicerContext
+    async def InvokeFunction(
+        self, request: pb.InvokeFunctionRequest, context: Context
     ) -> pb.InvokeFunctionResponse:
-        return _call(context, lambda: invoke_function(self.registry, request))
+        try:
+            invocation_id, pending = begin_invoke(self.registry, request)
+            outcome = await pending
+        except errors.RuntimeError_ as exc:
+            await _abort(context, exc)
+        return invoke_response(invocation_id, outcome)
 
-    def UnregisterFunction(
-        self, request: pb.UnregisterFunctionRequest, context: grpc.ServicerContext
+    async def UnregisterFunction(
+        self, request: pb.UnregisterFunctionRequest, context: Context
     ) -> pb.UnregisterFunctionResponse:
         grace_s = min(request.grace_ms / 1000.0, MAX_INVOKE_TIMEOUT_SECONDS) if request.grace_ms else 5.0
-        existed = self.registry.unregister(request.registration_id, grace_s=grace_s)
+        existed = await _blocking(
+            context, lambda: self.registry.unregister(request.registration_id, grace_s=grace_s)
+        )
         return pb.UnregisterFunctionResponse(existed=existed)
 
-    def ExecuteTask(
-        self, request: pb.ExecuteTaskRequest, context: grpc.ServicerContext
-    ) -> pb.ExecuteTaskResponse:
+    async def ExecuteTask(self, request: pb.ExecuteTaskRequest, context: Context) -> pb.ExecuteTaskResponse:
         def execute() -> pb.ExecuteTaskResponse:
             if len(request.input) > MAX_PAYLOAD_BYTES:
                 raise errors.InvalidRequest(f"input is larger than {MAX_PAYLOAD_BYTES} bytes")
@@ -238,14 +264,13 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
                 duration_us=outcome.duration_us,
             )
 
-        return _call(context, execute)
+        return await _blocking(context, execute)
 
-    def CancelTask(
-        self, request: pb.CancelTaskRequest, context: grpc.ServicerContext
-    ) -> pb.CancelTaskResponse:
-        return pb.CancelTaskResponse(existed=self.tasks.cancel(request.run_uid, request.attempt))
+    async def CancelTask(self, request: pb.CancelTaskRequest, context: Context) -> pb.CancelTaskResponse:
+        existed = await _blocking(context, lambda: self.tasks.cancel(request.run_uid, request.attempt))
+        return pb.CancelTaskResponse(existed=existed)
 
-    def HostInfo(self, request: pb.HostInfoRequest, context: grpc.ServicerContext) -> pb.HostInfoResponse:
+    async def HostInfo(self, request: pb.HostInfoRequest, context: Context) -> pb.HostInfoResponse:
         return pb.HostInfoResponse(
             host_id=self.host_id,
             host_uid=self.registry.host_uid,

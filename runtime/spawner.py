@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,15 +50,32 @@ class SpawnSpec:
 
 
 class Exit:
-    """How one child ended; `wait` blocks until the zygote reports it."""
+    """How one child ended; `wait` blocks until the zygote reports it, `on_exit` calls back then."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
         self.code: int | None = None
 
     def set(self, code: int) -> None:
-        self.code = code
-        self._event.set()
+        with self._lock:
+            self.code = code
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("exit callback failed")
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (in the zygote reader thread, or here if already exited) once it ended."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def wait(self, timeout: float | None) -> int | None:
         self._event.wait(timeout)

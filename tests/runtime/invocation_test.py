@@ -218,3 +218,34 @@ def test_the_fence_rejects_a_mismatched_run_attempt_or_host(host: Host) -> None:
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, fence=ok, payload=b"{}")
     )
     assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
+
+
+def test_a_caller_that_gives_up_does_not_free_the_function_early(host: Host, tmp_path: Path) -> None:
+    """The server goes on with an invocation whose caller went away (deadline): the registration
+    stays busy until the handler has answered, and the next call gets its own answer."""
+    release = tmp_path / "release"
+    reg = host.register(
+        f"""
+import os, time
+def handle(p):
+    if p.get("wait"):
+        while not os.path.exists({str(release)!r}):
+            time.sleep(0.01)
+    return {{"call": p.get("n")}}
+"""
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        host.stub.InvokeFunction(
+            pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"wait": true, "n": 1}'),
+            timeout=0.2,
+        )
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert host.status(reg.registration_id).in_flight == 1
+    with pytest.raises(grpc.RpcError) as busy:
+        host.invoke(reg.registration_id, b'{"n": 2}')
+    assert busy.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    release.touch()
+    assert _wait_until(lambda: host.status(reg.registration_id).in_flight == 0)
+    answer = host.invoke(reg.registration_id, b'{"n": 3}')
+    assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
+    assert json.loads(answer.outputs_json) == {"call": 3}
