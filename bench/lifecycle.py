@@ -29,8 +29,8 @@ Measured, in this order:
   each workflow's history gives the server's time of its completion (floor) or of the task that
   made it Ready (Run), from which the span and the per-item latencies are computed.
 
-The worker writes the workflow modules' bytecode before it starts (workers.worker.precompile),
-and the bench does the same for the floor's module.
+The floor's worker runs workflow code the way the platform's worker does (without the SDK's
+sandbox, workers.worker.workflow_runner; `--sandbox` runs both inside it).
 
 Also printed: the CPU seconds the worker process (with the bench client), the dev server and the
 hosts used during each burst (/proc), to show which one limits the rate.
@@ -90,7 +90,7 @@ from kruntimes.lifecycle import (  # noqa: E402
 from kruntimes.scheduling.model import HostState  # noqa: E402
 from kruntimes.starting import start_run  # noqa: E402
 from kruntimes.temporal import connect  # noqa: E402
-from workers.worker import WorkerSettings, precompile, running_workers  # noqa: E402
+from workers.worker import WorkerSettings, running_workers, workflow_runner  # noqa: E402
 
 FLOOR_SEQ, FLOOR_WARMUP = 100, 10
 WARM_RUNS, WARM_WARMUP = 60, 5
@@ -780,7 +780,7 @@ async def phase(name: str, work: Callable[[], Awaitable[Any]]) -> Any:
     return result
 
 
-async def bench(state: Path, server: DevServer, profile: bool) -> dict[str, Any]:
+async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) -> dict[str, Any]:
     client = await connect(server.address, "default")
     tag = uuid.uuid4().hex[:6]
     warm_rt, burst_rt = f"warm-{tag}", f"burst-{tag}"
@@ -808,9 +808,15 @@ async def bench(state: Path, server: DevServer, profile: bool) -> dict[str, Any]
         namespace="default",
         config=config,
         platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state)),
+        sandboxed=sandboxed,
     )
-    precompile(sys.modules[Floor3LA.__module__].__file__)  # as the worker does for the Run's modules
-    floor_worker = Worker(client, task_queue=FLOOR_TASK_QUEUE, workflows=[Floor3LA], activities=[floor_step])
+    floor_worker = Worker(  # run as the platform's worker runs workflows (workers.worker.workflow_runner)
+        client,
+        task_queue=FLOOR_TASK_QUEUE,
+        workflows=[Floor3LA],
+        activities=[floor_step],
+        workflow_runner=workflow_runner(settings.sandboxed),
+    )
     async with running_workers(client, settings), floor_worker:
         await phase(
             f"warm hosts: 1 + {BURST_HOSTS}",
@@ -926,6 +932,7 @@ async def bench(state: Path, server: DevServer, profile: bool) -> dict[str, Any]
     print(f"floor burst {cpu_text(fburst.notes['cpu'])}")
     print(f"Run burst   {cpu_text(rburst.notes['cpu'])}")
     print(f"server: temporal dev server, SQLite file, {', '.join(THROUGHPUT_SETTINGS)}")
+    print(f"workflow code: {'in' if sandboxed else 'without'} the SDK's sandbox (Runs and floor alike)")
     return {
         "bench": "lifecycle",
         "server": "sqlite",
@@ -964,14 +971,14 @@ def _median_one(created: list[Created], timelines: list[list[Step]]) -> list[Ste
     return timelines[order[len(order) // 2]]
 
 
-async def main_async(profile: bool) -> dict[str, Any]:
+async def main_async(profile: bool, sandboxed: bool) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="krt-bench-lifecycle-"))
     state = tmp / "state"
     server = DevServer(state_dir=tmp / "temporal", persistent=True)
     try:
         server.start()
         try:
-            return await asyncio.wait_for(bench(state, server, profile), BENCH_TIMEOUT_S)
+            return await asyncio.wait_for(bench(state, server, profile, sandboxed), BENCH_TIMEOUT_S)
         finally:
             await stop_all(state)
     finally:
@@ -982,9 +989,13 @@ async def main_async(profile: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="also print where create→Ready goes")
+    parser.add_argument(
+        "--sandbox", action="store_true", help="run the workflows (Runs and floor alike) in the SDK's sandbox"
+    )
     args = parser.parse_args()
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
-    result = asyncio.run(main_async(args.profile))
+    result = asyncio.run(main_async(args.profile, args.sandbox))
+    result["sandboxed"] = args.sandbox
     load1 = os.getloadavg()[0]
     print(f"load average (1 min) at start {load0:.2f}, at end {load1:.2f} on {os.cpu_count()} CPUs")
     result["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import compileall
 import contextlib
 import logging
 import signal
-import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
@@ -58,6 +57,20 @@ class WorkerSettings:
     platform: PlatformInfo
     metrics_address: str | None = None
     probe_interval_s: float | None = 60.0
+    sandboxed: bool = False  # see workflow_runner
+
+
+def workflow_runner(sandboxed: bool) -> WorkflowRunner:
+    """How the worker runs workflow code: without the SDK's sandbox unless asked (`--sandbox`).
+
+    The sandbox re-imports a workflow's module for every workflow run and enters itself again for
+    every payload it serializes; measured here that was about a third of the worker's CPU and
+    30% of a warm Run's create→Ready. Its protection is kept where it catches mistakes before they
+    ship: the replay tests run every recorded history of every workflow type through the SDK's
+    sandboxed runner (with its default restrictions), so a non-deterministic call in workflow code
+    fails CI. `krt worker --sandbox` runs the sandbox in production too, for development.
+    """
+    return SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
 
 
 async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
@@ -82,21 +95,8 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
         )
 
 
-def precompile(*module_files: str | None) -> None:
-    """Write the bytecode of the workflow modules (and whatever else is given) if it is missing.
-
-    The workflow sandbox loads each workflow module anew for every workflow run; without a .pyc
-    (PYTHONDONTWRITEBYTECODE, a fresh checkout) that means compiling the source every time, which
-    was a tenth of the worker's CPU in a burst of Runs. A read-only install just stays slower.
-    """
-    for path in {str(Path(f).parent) for f in module_files if f}:
-        if not compileall.compile_dir(path, maxlevels=0, quiet=2):
-            log.debug("could not write bytecode", extra={"path": path})
-
-
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
-    precompile(*(sys.modules[w.__module__].__file__ for w in RUN_WORKFLOWS + POOL_WORKFLOWS))
     hosts = RuntimeHostActivities()
     signals = SignalActivities(client)
     host_manager = default_manager(state_dir=settings.platform.stateDir or None)
@@ -111,11 +111,19 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         manager.delete_host,
         signals.admit_run,
     ]
+    runner = workflow_runner(settings.sandboxed)
     workers = [
-        Worker(client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=activities),
+        Worker(
+            client,
+            task_queue=TASK_QUEUE,
+            workflows=RUN_WORKFLOWS,
+            activities=activities,
+            workflow_runner=runner,
+        ),
         Worker(
             client,
             task_queue=POOL_TASK_QUEUE,
+            workflow_runner=runner,
             workflows=POOL_WORKFLOWS,
             activities=[ProbeActivities().probe_hosts, signals.signal_runs],
         ),
@@ -150,6 +158,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
     parser.add_argument("--metrics-address", help="host:port for Prometheus metrics, e.g. 127.0.0.1:9464")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
+    )
     return parser.parse_args(argv)
 
 
@@ -167,6 +180,7 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
             heartbeatIntervalSeconds=args.heartbeat_interval,
         ),
         metrics_address=args.metrics_address,
+        sandboxed=args.sandbox,
     )
 
 

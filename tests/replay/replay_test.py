@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from kruntimes.temporal import DATA_CONVERTER
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.cleanup import CleanupWorkflow
@@ -47,7 +47,7 @@ def test_every_workflow_type_has_a_recorded_history() -> None:
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_a_recorded_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
     result = await replayer.replay_workflow(load(path))
     assert result.replay_failure is None
 
@@ -56,12 +56,12 @@ RUN_HISTORY = HISTORIES / "run_function_cancelled.json"
 
 
 async def test_an_incompatible_change_is_caught_as_nondeterminism() -> None:
-    replayer = Replayer(workflows=[ChangedRunWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[ChangedRunWorkflow], data_converter=DATA_CONVERTER)
     with pytest.raises(NondeterminismError, match="Nondeterminism error"):
         await replayer.replay_workflow(load(RUN_HISTORY))
 
 
 async def test_the_same_workflow_through_a_subclass_still_replays() -> None:
     """The control of the test above: the subclassing alone is not what fails the replay."""
-    replayer = Replayer(workflows=[UnchangedRunWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[UnchangedRunWorkflow], data_converter=DATA_CONVERTER)
     await replayer.replay_workflow(load(RUN_HISTORY))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -50,7 +51,12 @@ async def test_list_finds_runs_by_namespace_and_phase(krt: Client) -> None:
     await krt.create(Run.from_dict(manifest(name, namespace=namespace)))
     await krt.wait(name, namespace)
     assert [r.metadata.name for r in await krt.list(namespace=namespace)] == [name]
-    assert [r.metadata.name for r in await krt.list(namespace=namespace, phase=RunPhase.Ready)] == [name]
+    for _ in range(100):  # the phase index (visibility) follows the status a moment later
+        ready = [r.metadata.name for r in await krt.list(namespace=namespace, phase=RunPhase.Ready)]
+        if ready:
+            break
+        await asyncio.sleep(0.05)
+    assert ready == [name]
     assert await krt.list(namespace=namespace, phase=RunPhase.Pending) == []
     assert name in [r.metadata.name for r in await krt.list()]
 

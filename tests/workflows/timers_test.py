@@ -13,7 +13,6 @@ import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -38,6 +37,7 @@ from kruntimes.lifecycle import (
     run_workflow_id,
 )
 from kruntimes.starting import admit, start_run
+from kruntimes.temporal import DATA_CONVERTER
 from tests.workflows.conftest import run_manifest
 from tests.workflows.standins import FakeHosts
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
@@ -51,7 +51,7 @@ HOUR = 3600
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     server = Path(sys.executable).with_name("temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(server)
+        data_converter=DATA_CONVERTER, test_server_existing_path=str(server)
     )
     await env.client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
