@@ -10,12 +10,12 @@ process stays warm for the next.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import importlib
 import inspect
 import json
 import os
+import re
 import socket
 import sys
 import traceback
@@ -24,9 +24,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from kruntimes.api import outputs as api_outputs
+from kruntimes.api.limits import MAX_OUTPUT_KEY_BYTES, MAX_OUTPUT_KEYS, MAX_OUTPUT_VALUE_BYTES
 from runtime import framing
 
 MAX_ERROR_MESSAGE = 4096
+RECV_SIZE = 65536
+HEADER_SIZE = framing.HEADER.size
+_unpack_header = framing.HEADER.unpack_from
 
 
 class LoadError(Exception):
@@ -70,6 +74,35 @@ def _takes_context(func: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+# What `api_outputs.encode_outputs` produces (json.dumps with these options), built once: the
+# function process encodes every result with it and only falls back to the full checks when a
+# result is not a small object with plain keys (the fallback also words the errors).
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+_PLAIN_KEY = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_OUTPUT_KEY_BYTES}}}")  # within the API's key rule
+_PLAIN_RESULTS = (dict, list, str, int, float, bool, type(None))  # never awaitable
+
+
+def encode_result(result: Any) -> tuple[int, bytes]:
+    """A handler's return value as a RESULT frame body, or an ERROR one (InvalidOutput)."""
+    if type(result) is dict:
+        outputs: dict[Any, Any] | None = result if all(type(key) is str for key in result) else None
+    else:  # a dict subclass is taken as outputs by the API too, but on the checked path below
+        outputs = None if isinstance(result, dict) else {api_outputs.RESULT_KEY: result}
+    if outputs is not None and len(outputs) <= MAX_OUTPUT_KEYS:
+        try:
+            data = _ENCODER.encode(outputs).encode()
+        except (TypeError, ValueError, RecursionError):
+            data = None
+        if data is not None and len(data) <= MAX_OUTPUT_VALUE_BYTES:
+            fullmatch = _PLAIN_KEY.fullmatch
+            if all(fullmatch(key) for key in outputs):
+                return framing.RESULT, data
+    try:
+        return framing.RESULT, api_outputs.encode_outputs(api_outputs.outputs_from_result(result))
+    except (api_outputs.OutputsError, TypeError, ValueError) as exc:
+        return framing.ERROR, _error("InvalidOutput", str(exc))
+
+
 class Worker:
     def __init__(self, func: Callable[..., Any], context: dict[str, Any]) -> None:
         self.func = func
@@ -82,12 +115,12 @@ class Worker:
             arg = json.loads(payload) if payload else None
         except ValueError as exc:
             return framing.ERROR, _error("InvalidPayload", f"payload is not JSON: {exc}")
-        args: list[Any] = [arg]
-        if self.with_context:
-            args.append(SimpleNamespace(invocation_id=invocation_id, **self.context))
         try:
-            result = self.func(*args)
-            if inspect.isawaitable(result):
+            if self.with_context:
+                result = self.func(arg, SimpleNamespace(invocation_id=invocation_id, **self.context))
+            else:
+                result = self.func(arg)
+            if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
                 if self.loop is None:
                     self.loop = asyncio.new_event_loop()
                 result = self.loop.run_until_complete(result)
@@ -95,10 +128,7 @@ class Worker:
             return framing.ERROR, _error("HandlerError", _describe(exc))
         finally:
             _flush()
-        try:
-            return framing.RESULT, api_outputs.encode_outputs(api_outputs.outputs_from_result(result))
-        except (api_outputs.OutputsError, TypeError, ValueError) as exc:
-            return framing.ERROR, _error("InvalidOutput", str(exc))
+        return encode_result(result)
 
 
 def _error(kind: str, message: str) -> bytes:
@@ -106,9 +136,12 @@ def _error(kind: str, message: str) -> bytes:
 
 
 def _flush() -> None:
+    """What the handler printed reaches the pipes before its answer reaches the socket."""
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
+        try:
             stream.flush()
+        except (OSError, ValueError):  # closed by the handler
+            continue
 
 
 class _Reader:
@@ -119,6 +152,15 @@ class _Reader:
         self.buffer = bytearray()
 
     def frame(self) -> tuple[int, bytes] | None:
+        if not self.buffer:  # the usual case: one recv holds exactly one frame
+            chunk = self.sock.recv(RECV_SIZE)
+            if not chunk:
+                return None
+            if len(chunk) >= HEADER_SIZE:
+                size, kind = _unpack_header(chunk)
+                if len(chunk) == HEADER_SIZE + size:
+                    return kind, chunk[HEADER_SIZE:]
+            self.buffer += chunk
         while True:
             if len(self.buffer) >= framing.HEADER.size:
                 size, kind = framing.HEADER.unpack_from(self.buffer)
@@ -127,7 +169,7 @@ class _Reader:
                     body = bytes(self.buffer[framing.HEADER.size : end])
                     del self.buffer[:end]
                     return kind, body
-            chunk = self.sock.recv(max(65536, len(self.buffer)))
+            chunk = self.sock.recv(max(RECV_SIZE, len(self.buffer)))
             if not chunk:
                 return None
             self.buffer += chunk
@@ -142,14 +184,13 @@ def main(*, ctl_fd: int, workdir: str, handler: str, once: bool, context: dict[s
         return 3
     gc.freeze()  # what the zygote and the handler module allocated is never collected again
     sock.sendall(framing.encode(framing.READY, b""))
-    reader = _Reader(sock)
+    frame, call, send, encode = _Reader(sock).frame, worker.call, sock.sendall, framing.encode
     while True:
-        got = reader.frame()
+        got = frame()
         if got is None or got[0] != framing.INVOKE:
             return 0
-        body = got[1]
-        invocation_id, payload = framing.decode_invoke(body)
-        result_kind, result = worker.call(invocation_id, payload)
-        sock.sendall(framing.encode(result_kind, result))
+        invocation_id, payload = framing.decode_invoke(got[1])
+        result_kind, result = call(invocation_id, payload)
+        send(encode(result_kind, result))
         if once:
             return 0 if result_kind == framing.RESULT else 1
