@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import json
 import os
 import select
@@ -233,10 +234,10 @@ def _child_pipes() -> tuple[int, int, int, int]:
 class _Exchange:
     """One invocation in progress on a warm process."""
 
-    __slots__ = ("future", "outcome", "over", "pending", "started", "timeout_s", "timer")
+    __slots__ = ("done", "outcome", "over", "pending", "started", "timeout_s", "timer")
 
-    def __init__(self, future: asyncio.Future[Outcome], started: float, timeout_s: float) -> None:
-        self.future = future
+    def __init__(self, done: Callable[[Outcome], None], started: float, timeout_s: float) -> None:
+        self.done = done
         self.outcome = Outcome(Status.SUCCEEDED)
         self.started = started
         self.timeout_s = timeout_s
@@ -345,11 +346,13 @@ class WarmProcess:
 
     # -- one invocation, on the event loop ---------------------------------------------------
 
-    def exchange(self, invocation_id: str, payload: bytes, timeout_s: float) -> asyncio.Future[Outcome]:
-        """Send one invocation; the future gets its Outcome once the exchange is over (never an error).
+    def exchange(
+        self, invocation_id: str, payload: bytes, timeout_s: float, done: Callable[[Outcome], None]
+    ) -> None:
+        """Send one invocation; `done` gets its Outcome (on the loop) once the exchange is over.
 
-        Must run on the event loop thread, one exchange at a time. The exchange goes on to its end
-        even if the caller stops waiting: cancelling the returned future changes nothing.
+        Must run on the event loop thread, one exchange at a time. Every way an exchange can end
+        (an answer, a timeout, the process exiting, an oversized answer) ends in `done`.
         """
         loop = self._loop
         if loop is None:
@@ -357,7 +360,7 @@ class WarmProcess:
         if self._call is not None:
             raise RuntimeError("an exchange is already in progress")
         self._drain(None)  # output written between invocations belongs to none of them
-        call = self._call = _Exchange(loop.create_future(), time.monotonic(), timeout_s)
+        call = self._call = _Exchange(done, time.monotonic(), timeout_s)
         watched = self._watched
         if self._ctl_fd not in watched:
             loop.add_reader(self._ctl_fd, self._on_ctl)
@@ -377,7 +380,12 @@ class WarmProcess:
             call.pending = memoryview(request)[written:]
             loop.add_writer(self._ctl_fd, self._on_writable)
         call.timer = loop.call_later(timeout_s, self._on_timeout, call)
-        return call.future
+
+    async def exchange_async(self, invocation_id: str, payload: bytes, timeout_s: float) -> Outcome:
+        """`exchange` for a coroutine (the slow paths); the exchange ends even if this is cancelled."""
+        answered: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self.exchange(invocation_id, payload, timeout_s, functools.partial(_resolve, answered))
+        return await answered
 
     def _unwatch(self, fd: int) -> None:
         if fd in self._watched:
@@ -533,7 +541,7 @@ class WarmProcess:
         if self._call is call:
             self._call = None
         call.outcome.duration_us = int((time.monotonic() - call.started) * 1e6)
-        _resolve(call.future, call.outcome)
+        call.done(call.outcome)
 
     # -- end of life -------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
@@ -49,6 +49,19 @@ class Fence:
     run_uid: str = ""
     attempt: int = 0
     host_uid: str = ""
+
+
+class FenceLike(Protocol):
+    """What a caller expects of the registration (empty / 0: anything); a `Fence` or a pb.Fence."""
+
+    @property
+    def run_uid(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def host_uid(self) -> str: ...
 
 
 def _now() -> datetime:
@@ -220,7 +233,13 @@ class Registry:
     # -- invocation --------------------------------------------------------------------------
 
     def invoke(
-        self, registration_id: str, *, invocation_id: str, payload: bytes, timeout_s: float, fence: Fence
+        self,
+        registration_id: str,
+        *,
+        invocation_id: str,
+        payload: bytes,
+        timeout_s: float,
+        fence: FenceLike,
     ) -> asyncio.Future[Outcome]:
         """Start an invocation; runs on the host's event loop.
 
@@ -245,8 +264,8 @@ class Registry:
         process = reg.process
         try:
             if reg.config.adapter == "python" and process is not None and process.alive:
-                exchange = process.exchange(invocation_id, payload, timeout_s)  # the hot path: no task
-                exchange.add_done_callback(functools.partial(self._exchanged, reg, process, result))
+                done = functools.partial(self._exchanged, reg, process, result)
+                process.exchange(invocation_id, payload, timeout_s, done)  # the hot path: callbacks only
             else:
                 self._background(self._invoke_slowly(reg, invocation_id, payload, timeout_s, result))
         except BaseException:
@@ -265,14 +284,9 @@ class Registry:
         reg.busy.release()
 
     def _exchanged(
-        self,
-        reg: Registration,
-        process: WarmProcess,
-        result: asyncio.Future[Outcome],
-        exchange: asyncio.Future[Outcome],
+        self, reg: Registration, process: WarmProcess, result: asyncio.Future[Outcome], outcome: Outcome
     ) -> None:
         try:
-            outcome = exchange.result()
             if outcome.status is Status.SUCCEEDED:
                 check_outputs(outcome)
             if not process.alive:  # replace the process before answering: the next call finds it warm
@@ -316,7 +330,7 @@ class Registry:
         try:
             if reg.config.adapter == "python":
                 process = await loop.run_in_executor(None, self._warm, reg)
-                outcome = await process.exchange(invocation_id, payload, timeout_s)
+                outcome = await process.exchange_async(invocation_id, payload, timeout_s)
                 if outcome.status is Status.SUCCEEDED:
                     check_outputs(outcome)
                 if process.alive:
@@ -332,7 +346,7 @@ class Registry:
         self._release(reg)
         _resolve(result, outcome)
 
-    def _check_fence(self, reg: Registration, fence: Fence) -> None:
+    def _check_fence(self, reg: Registration, fence: FenceLike) -> None:
         if fence.run_uid and fence.run_uid != reg.run.run_uid:
             raise FenceMismatch("registration belongs to another run")
         if fence.attempt and fence.attempt != reg.run.attempt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from runtime import errors
 from runtime.capture import Capture
 from runtime.config import FunctionConfig, RunRef
 from runtime.process import Outcome, Status
-from runtime.registry import Fence, Registration, Registry, State
+from runtime.registry import Registration, Registry, State
 from runtime.tasks import Tasks
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,16 @@ def _config(msg: pb.FunctionConfig) -> FunctionConfig:
     )
 
 
+_NO_OUTPUT = pb.CapturedOutput()  # copied into a response, never changed
+# Generated invocation ids: UUID-shaped, a random prefix per process and a counter (no syscall).
+_ID_PREFIX = str(uuid.uuid4())[:24]
+_ID_COUNTER = itertools.count()
+
+
+def _new_invocation_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFF_FFFF_FFFF:012x}"
+
+
 def captured(capture: Capture) -> pb.CapturedOutput:
     data = capture.data[:MAX_LOG_BYTES]
     return pb.CapturedOutput(data=data, truncated=capture.total > len(data), total_bytes=capture.total)
@@ -135,14 +146,13 @@ def begin_invoke(
     """InvokeFunction up to the running invocation, shared by the gRPC servicer and the raw invoke
     port (runtime/invoke.py): the same validation, fence and registry semantics. Refusals raise
     `errors.RuntimeError_` at once; the future gets the Outcome (see `Registry.invoke`)."""
-    invocation_id = request.invocation_id or str(uuid.uuid4())
+    invocation_id = request.invocation_id or _new_invocation_id()
     try:
         validate_invocation_id(invocation_id)
     except ValueError as exc:
         raise errors.InvalidRequest(str(exc)) from exc
     if len(request.payload) > MAX_PAYLOAD_BYTES:
         raise errors.InvalidRequest(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
-    fence = request.fence
     pending = registry.invoke(
         request.registration_id,
         invocation_id=invocation_id,
@@ -152,19 +162,20 @@ def begin_invoke(
             default=DEFAULT_INVOKE_TIMEOUT_SECONDS,
             maximum=MAX_INVOKE_TIMEOUT_SECONDS,
         ),
-        fence=Fence(fence.run_uid, fence.attempt, fence.host_uid),
+        fence=request.fence,
     )
     return invocation_id, pending
 
 
 def invoke_response(invocation_id: str, outcome: Outcome) -> pb.InvokeFunctionResponse:
+    stdout, stderr = outcome.stdout, outcome.stderr
     return pb.InvokeFunctionResponse(
         invocation_id=invocation_id,
         status=_INVOCATION_STATUS[outcome.status],
         outputs_json=outcome.outputs_json,
-        stdout=captured(outcome.stdout),
-        stderr=captured(outcome.stderr),
-        error=_error(outcome),
+        stdout=captured(stdout) if stdout.total else _NO_OUTPUT,
+        stderr=captured(stderr) if stderr.total else _NO_OUTPUT,
+        error=_error(outcome) if outcome.error_type else None,
         duration_us=outcome.duration_us,
         exit_code=outcome.exit_code,
     )
