@@ -14,11 +14,13 @@ import contextlib
 import enum
 import functools
 import json
+import math
 import os
 import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,16 +236,60 @@ def _child_pipes() -> tuple[int, int, int, int]:
 class _Exchange:
     """One invocation in progress on a warm process."""
 
-    __slots__ = ("done", "outcome", "over", "pending", "started", "timeout_s", "timer")
+    __slots__ = ("deadline", "done", "outcome", "over", "pending", "started", "timeout_s")
 
     def __init__(self, done: Callable[[Outcome], None], started: float, timeout_s: float) -> None:
         self.done = done
         self.outcome = Outcome(Status.SUCCEEDED)
         self.started = started
         self.timeout_s = timeout_s
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = started + timeout_s
         self.pending: memoryview | None = None  # request bytes the socket has not taken yet
         self.over = False  # the answer is settled; only the clean-up remains
+
+
+class _Deadlines:
+    """The deadlines of the exchanges in flight on one event loop, watched by one loop timer armed
+    for the earliest (a timer per exchange costs more than the rest of its bookkeeping). Calls
+    usually share a timeout, so a new one rarely moves the timer."""
+
+    def __init__(self) -> None:
+        self.calls: dict[_Exchange, WarmProcess] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.armed_for = math.inf
+
+    def add(self, call: _Exchange, process: WarmProcess) -> None:
+        self.calls[call] = process
+        if call.deadline < self.armed_for:
+            self._arm(call.deadline)
+
+    def _arm(self, deadline: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.armed_for = deadline
+        delay = max(deadline - time.monotonic(), 0.0)
+        self.timer = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self.timer, self.armed_for = None, math.inf
+        now = time.monotonic()
+        expired = [(c, p) for c, p in self.calls.items() if c.deadline <= now]
+        for call, _ in expired:
+            del self.calls[call]
+        if self.calls:
+            self._arm(min(c.deadline for c in self.calls))
+        for call, process in expired:
+            process._on_timeout(call)
+
+
+_DEADLINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
+
+
+def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    deadlines = _DEADLINES.get(loop)
+    if deadlines is None:
+        deadlines = _DEADLINES[loop] = _Deadlines()
+    return deadlines
 
 
 def _resolve(future: asyncio.Future[Any], value: Any = None) -> None:
@@ -283,6 +329,7 @@ class WarmProcess:
         for fd in self._pipes:
             self._pipe_poll.register(fd, select.POLLIN)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: _Deadlines | None = None
         self._watched: set[int] = set()  # descriptors with a reader on the loop
         self._call: _Exchange | None = None
         self._ending: asyncio.Task[None] | None = None
@@ -357,6 +404,7 @@ class WarmProcess:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
+            self._deadlines = _deadlines(loop)
         if self._call is not None:
             raise RuntimeError("an exchange is already in progress")
         self._drain(None)  # output written between invocations belongs to none of them
@@ -379,7 +427,8 @@ class WarmProcess:
         if written < len(request):
             call.pending = memoryview(request)[written:]
             loop.add_writer(self._ctl_fd, self._on_writable)
-        call.timer = loop.call_later(timeout_s, self._on_timeout, call)
+        assert self._deadlines is not None
+        self._deadlines.add(call, self)
 
     async def exchange_async(self, invocation_id: str, payload: bytes, timeout_s: float) -> Outcome:
         """`exchange` for a coroutine (the slow paths); the exchange ends even if this is cancelled."""
@@ -484,8 +533,7 @@ class WarmProcess:
     def _end(self, call: _Exchange, *, ended_by: str) -> None:
         """The exchange cannot end with a frame: settle it (waiting for the process off the hot path)."""
         call.over = True
-        if call.timer is not None:
-            call.timer.cancel()
+        self._forget_deadline(call)
         if ended_by == "too-large":
             self.kill()
             _too_large(call.outcome)
@@ -530,10 +578,13 @@ class WarmProcess:
                 await asyncio.wait_for(waiter, timeout_s)
         return self.exit.code
 
+    def _forget_deadline(self, call: _Exchange) -> None:
+        if self._deadlines is not None:
+            self._deadlines.calls.pop(call, None)
+
     def _finish(self, call: _Exchange) -> None:
         call.over = True
-        if call.timer is not None:
-            call.timer.cancel()
+        self._forget_deadline(call)
         if call.pending is not None:
             call.pending = None
             assert self._loop is not None

@@ -248,7 +248,7 @@ class Registry:
         invocation runs to its end even if nobody waits for the future any more: the registration
         stays busy until its process has answered, timed out or died.
         """
-        reg = self.get(registration_id)
+        reg = self._by_id.get(registration_id)  # one dict read: atomic, no lock needed
         if reg is None:
             raise UnknownRegistration(f"no registration {registration_id!r} on this host")
         self._check_fence(reg, fence)

@@ -146,11 +146,14 @@ def begin_invoke(
     """InvokeFunction up to the running invocation, shared by the gRPC servicer and the raw invoke
     port (runtime/invoke.py): the same validation, fence and registry semantics. Refusals raise
     `errors.RuntimeError_` at once; the future gets the Outcome (see `Registry.invoke`)."""
-    invocation_id = request.invocation_id or _new_invocation_id()
-    try:
-        validate_invocation_id(invocation_id)
-    except ValueError as exc:
-        raise errors.InvalidRequest(str(exc)) from exc
+    invocation_id = request.invocation_id
+    if invocation_id:
+        try:
+            validate_invocation_id(invocation_id)
+        except ValueError as exc:
+            raise errors.InvalidRequest(str(exc)) from exc
+    else:
+        invocation_id = _new_invocation_id()
     if len(request.payload) > MAX_PAYLOAD_BYTES:
         raise errors.InvalidRequest(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
     pending = registry.invoke(
