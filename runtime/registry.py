@@ -310,6 +310,8 @@ class Registry:
             _resolve(result, outcome)
 
     async def _replace_dead(self, reg: Registration) -> None:
+        if reg.state != State.READY:  # being unregistered (or the host stops): nothing to warm
+            return
         reg.deaths += 1
         if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
             self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import grpc
@@ -142,3 +143,17 @@ def test_status_reports_registration_readiness_and_activity(host: Host) -> None:
     assert host.status(reg.registration_id).last_activity.ToDatetime() > registered_at
     info = host.stub.HostInfo(pb.HostInfoRequest())
     assert reg.registration_id in {r.registration_id for r in info.registrations}
+
+
+def test_unregistering_a_running_function_kills_it_without_warming_another(host: Host) -> None:
+    reg = host.register("import time\ndef handle(p):\n    time.sleep(30)\n")
+    running = host.stub.InvokeFunction.future(pb.InvokeFunctionRequest(registration_id=reg.registration_id))
+    deadline = time.monotonic() + 10
+    while host.status(reg.registration_id).in_flight != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    spawned = host.runtime.spawner._next_id
+    assert host.stub.UnregisterFunction(
+        pb.UnregisterFunctionRequest(registration_id=reg.registration_id, grace_ms=1)
+    ).existed
+    assert running.result().status == pb.INVOCATION_STATUS_PROCESS_EXITED
+    assert host.runtime.spawner._next_id == spawned, "a process was started for a registration being removed"
