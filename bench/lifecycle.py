@@ -10,14 +10,15 @@ workflow running 3 trivial local activities (bench/_lifecycle_floor.py), on its 
 served by a worker in this same process through the same client.
 
 Measured, in this order:
-  1. floor, sequential: start→complete (execute_workflow) of Floor3LA, 100 runs after 10 warm-up;
-  2. warm host: create→Ready of a Run on a runtime with one warm host, 60 Runs one after another
-     after 5 warm-up. Runs are started as the SDK starts them (kruntimes.starting.start_run:
-     search attributes at start, the admission sent by the starter). create→Ready is from the
-     start call until the Run's history, long-polled, records the task that made it Ready (the
-     Run indexes KrtPhase=Ready in that task), as execute_workflow long-polls for the floor's
-     completion; a status query afterwards (not timed) must agree. Each Run is cancelled once
-     Ready and waited on until Cancelled (not timed) so the next one finds the platform idle;
+  1+2. alternating, 80 of each after 8 warm-up, so background load on a shared machine hits
+     both alike: the floor, start→complete (execute_workflow) of Floor3LA; and warm host,
+     create→Ready of a Run on a runtime with one warm host. Runs are started as the SDK starts
+     them (kruntimes.starting.start_run: search attributes at start, the admission sent by the
+     starter). create→Ready is from the start call until the Run's history, long-polled,
+     records the task that made it Ready (the Run indexes KrtPhase=Ready in that task), as
+     execute_workflow long-polls for the floor's completion; a status query afterwards (not
+     timed) must agree. Each Run is cancelled once Ready and waited on until Cancelled (not
+     timed) so the next one finds the platform idle;
   3. from zero hosts: one Run on each of 3 fresh runtimes with minHosts=0 (each scales out from
      zero through the process provider), same measurement;
   4. floor, burst: 300 Floor3LA started at once (64 starts in flight); workflows/s = 300 /
@@ -92,8 +93,7 @@ from kruntimes.starting import start_run  # noqa: E402
 from kruntimes.temporal import connect  # noqa: E402
 from workers.worker import WorkerSettings, running_workers, workflow_runner  # noqa: E402
 
-FLOOR_SEQ, FLOOR_WARMUP = 100, 10
-WARM_RUNS, WARM_WARMUP = 60, 5
+SEQ_RUNS, SEQ_WARMUP = 80, 8  # floor workflows and warm Runs, one of each per round
 ZERO_REPEATS = 3
 BURST = 300
 BURST_HOSTS, BURST_RUNS_PER_HOST = 5, 60
@@ -294,12 +294,6 @@ async def floor_once(client: Client) -> FloorRun:
     return FloorRun(workflow_id, t0_wall, time.perf_counter() - t0)
 
 
-async def floor_sequential(client: Client) -> list[FloorRun]:
-    for _ in range(FLOOR_WARMUP):
-        await floor_once(client)
-    return [await floor_once(client) for _ in range(FLOOR_SEQ)]
-
-
 @dataclass
 class Burst:
     rate: float  # items/s over first start → last done
@@ -362,15 +356,20 @@ async def floor_burst(client: Client, tag: str) -> Burst:
 # --- the Runs -------------------------------------------------------------------------------------
 
 
-async def warm_latency(client: Client, runtime: str, tag: str) -> list[Created]:
+async def sequential(client: Client, runtime: str, tag: str) -> tuple[list[FloorRun], list[Created]]:
+    """Floor workflows and warm-host Runs one after another, alternating, so that background load
+    on a shared machine hits both alike (the ratio is what the target is about)."""
+    floors: list[FloorRun] = []
     created: list[Created] = []
-    for i in range(WARM_WARMUP + WARM_RUNS):
+    for i in range(SEQ_WARMUP + SEQ_RUNS):
+        floor = await floor_once(client)
         c = await create_until_ready(client, run_manifest(f"warm-{tag}-{i}", runtime))
         await c.handle.signal(SIGNAL_CANCEL)
         await wait_terminal(c.handle)
-        if i >= WARM_WARMUP:
+        if i >= SEQ_WARMUP:
+            floors.append(floor)
             created.append(c)
-    return created
+    return floors, created
 
 
 def phase_upserted(event: HistoryEvent) -> str | None:
@@ -822,12 +821,10 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
             f"warm hosts: 1 + {BURST_HOSTS}",
             lambda: asyncio.gather(wait_hosts(client, warm_rt, 1), wait_hosts(client, burst_rt, BURST_HOSTS)),
         )
-        floor_runs: list[FloorRun] = await phase(
-            f"floor sequential: {FLOOR_SEQ} after {FLOOR_WARMUP} warm-up", lambda: floor_sequential(client)
-        )
-        warm: list[Created] = await phase(
-            f"warm-host create→Ready: {WARM_RUNS} after {WARM_WARMUP} warm-up",
-            lambda: warm_latency(client, warm_rt, tag),
+        floor_runs, warm = await phase(
+            f"floor start→complete and warm-host create→Ready, alternating: {SEQ_RUNS} each after "
+            f"{SEQ_WARMUP} warm-up",
+            lambda: sequential(client, warm_rt, tag),
         )
 
         async def from_zero() -> list[Created]:
@@ -915,13 +912,13 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
     ]
     print_table(rows)
     print(
-        f"\nfloor: Floor3LA (3 local activities) start→complete, sequential n={FLOOR_SEQ}; burst n={BURST} "
+        f"\nfloor: Floor3LA (3 local activities) start→complete, sequential n={SEQ_RUNS}; burst n={BURST} "
         f"({fburst.done} completed in {fburst.span_s:.2f} s, per-workflow p50 "
         f"{ms(percentile(fburst.latencies, 50))} ms, p99 {ms(percentile(fburst.latencies, 99))} ms)"
     )
     print(
-        f"warm: n={WARM_RUNS}, Ready seen by long-polling the Run's history (a status query after "
-        f"it, not timed, agreed every time; median {query_ms:.1f} ms)"
+        f"warm: n={SEQ_RUNS} (alternating with the floor's), Ready seen by long-polling the Run's "
+        f"history (a status query after it, not timed, agreed every time; median {query_ms:.1f} ms)"
     )
     print(
         f"burst: {rburst.done} Ready in {rburst.span_s:.2f} s, per-Run create→Ready p50 "

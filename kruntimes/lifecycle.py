@@ -122,6 +122,18 @@ class OutgoingSignal(ApiModel):
 
 class SignalBatch(ApiModel):
     signals: list[OutgoingSignal]
+    runtime: str = ""  # the pool that answers (its Runs may be waiting in the same process)
+
+
+class AwaitAssignmentInput(ApiModel):
+    """A Run waiting, within its first workflow task, for its pool's answer in this process;
+    with `run`, the activity also registers attempt 1 on the assigned host."""
+
+    workflowId: str
+    runUid: str
+    runtime: str
+    timeoutSeconds: float
+    run: Run | None = None
 
 
 class SignalResult(ApiModel):
@@ -254,6 +266,16 @@ class RegisterResult(ApiModel):
     registrationId: str
     hostUid: str
     created: bool
+
+
+class Handoff(ApiModel):
+    """What the Run got from its pool in-process: nothing, an assignment, or an assignment and
+    the registration of attempt 1 on it (`registerError` when that failed: the Run registers
+    again the usual way, where failures count)."""
+
+    assignment: Assignment | None = None
+    registration: RegisterResult | None = None
+    registerError: str = ""
 
 
 class StatusInput(ApiModel):

@@ -22,6 +22,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.handoff import HandoffActivities, Mailbox
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
@@ -98,7 +99,9 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
     hosts = RuntimeHostActivities()
-    signals = SignalActivities(client)
+    mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
+    signals = SignalActivities(client, mailbox)
+    handoff = HandoffActivities(mailbox, register=hosts.register_function)
     host_manager = default_manager(state_dir=settings.platform.stateDir or None)
     manager = HostActivities(host_manager)
     activities: list[Callable[..., Any]] = [
@@ -110,6 +113,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         manager.create_host,
         manager.delete_host,
         signals.admit_run,
+        handoff.await_assignment,
     ]
     runner = workflow_runner(settings.sandboxed)
     workers = [

@@ -369,6 +369,7 @@ class RuntimePoolWorkflow:
     async def _send(self, signals: list[tuple[str, str, Assignment | Rejection | HostLostSignal]]) -> None:
         """All answers of one batch in one local activity; a Run that is gone frees what it held."""
         batch = SignalBatch(
+            runtime=self.config.runtime.name,
             signals=[
                 OutgoingSignal(
                     workflowId=workflow_id,
@@ -377,7 +378,7 @@ class RuntimePoolWorkflow:
                     hostLost=arg if isinstance(arg, HostLostSignal) else None,
                 )
                 for workflow_id, _name, arg in signals
-            ]
+            ],
         )
         result = await workflow.execute_local_activity(
             "signal_runs",

@@ -43,9 +43,11 @@ with workflow.unsafe.imports_passed_through():
         TASK_QUEUE,
         UPDATE_DELETE,
         Assignment,
+        AwaitAssignmentInput,
         CleanupInput,
         CleanupResult,
         FunctionState,
+        Handoff,
         HostLostSignal,
         RegisterInput,
         RegisterResult,
@@ -77,6 +79,10 @@ ADMIT_TIMEOUT = timedelta(seconds=30)
 # A Run whose starter sends its admission (RunInput.starterAdmits) asks the pool itself only when
 # no answer came within this long: the starter failed between the start and the admission.
 ADMIT_GRACE = timedelta(seconds=10)
+# How long the first task waits for the pool's answer in-process (activities.signals.Mailbox)
+# before it completes and leaves the answer to the signal.
+HANDOFF_WAIT = timedelta(milliseconds=150)
+HANDOFF_RETRY = RetryPolicy(maximum_attempts=1)
 # Admission must reach the pool: retried until it does (or the pool is proven absent).
 ADMIT_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
@@ -104,6 +110,7 @@ class RunWorkflow:
         self._assignment: Assignment | None = None
         self._rejection: Rejection | None = None
         self._registration: RegisterResult | None = None
+        self._prepared: RegisterResult | None = None  # attempt 1, registered by the handoff
         self._host_lost = False
         self._attempt = 0
 
@@ -181,6 +188,8 @@ class RunWorkflow:
 
     async def _admit(self, *, starter_admits: bool = False) -> End | None:
         """Wait for the pool's answer; ask for it unless the starter already did."""
+        if starter_admits and not self._answered():
+            await self._handoff()
         if starter_admits:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(self._answered, timeout=ADMIT_GRACE)
@@ -194,6 +203,32 @@ class RunWorkflow:
         if self._rejection is not None:
             return End(RunPhase.Failed, self._rejection.reason, self._rejection.message)
         return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled before a host was assigned")
+
+    async def _handoff(self) -> None:
+        """The pool's answer, and attempt 1 registered on it, within this task when the pool
+        decides in this worker process (activities.handoff); the signal still comes (and is
+        ignored). A pool elsewhere answers nothing at once and the signal brings the answer."""
+        try:
+            handoff = await workflow.execute_local_activity(
+                "await_assignment",
+                AwaitAssignmentInput(
+                    workflowId=workflow.info().workflow_id,
+                    runUid=self.uid,
+                    runtime=self.run_.spec.runtime,
+                    timeoutSeconds=HANDOFF_WAIT.total_seconds(),
+                    run=self.run_ if self.run_.spec.mode.kind == "function" else None,
+                ),
+                result_type=Handoff,
+                start_to_close_timeout=HANDOFF_WAIT + REGISTER_TIMEOUT,
+                retry_policy=HANDOFF_RETRY,
+            )
+        except (ActivityError, ApplicationError):
+            return  # a shortcut only
+        if handoff.assignment is None or handoff.assignment.runUid != self.uid:
+            return
+        self.assigned(handoff.assignment)
+        if self._assignment is handoff.assignment:
+            self._prepared = handoff.registration
 
     def _answered(self) -> bool:
         return self._assignment is not None or self._rejection is not None or self._cancel
@@ -298,6 +333,9 @@ class RunWorkflow:
             self._attempt += 1
             attempt = self._attempt
             self._update(attempt=attempt)
+            if attempt == 1 and self._prepared is not None:
+                self._registration, self._prepared = self._prepared, None
+                break
             try:
                 # A local activity: registration is short and on the critical path to Ready. If the
                 # worker dies meanwhile, the task is retried elsewhere and re-registers the same

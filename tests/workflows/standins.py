@@ -33,6 +33,10 @@ class FakeHosts:
     status_calls: int = 0
     probe: object = None
 
+    async def register(self, input: RegisterInput) -> RegisterResult:
+        self.registered[input.runUid] = input.attempt
+        return RegisterResult(registrationId=f"reg-{input.runUid}", hostUid="uid", created=True)
+
     def activities(self) -> list[object]:
         @activity.defn(name="create_host")
         async def create_host(spec: HostSpec) -> CreatedHost:
@@ -51,8 +55,7 @@ class FakeHosts:
 
         @activity.defn(name="register_function")
         async def register_function(input: RegisterInput) -> RegisterResult:
-            self.registered[input.runUid] = input.attempt
-            return RegisterResult(registrationId=f"reg-{input.runUid}", hostUid="uid", created=True)
+            return await self.register(input)
 
         @activity.defn(name="function_status")
         async def function_status(input: StatusInput) -> FunctionState:

@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.handoff import HandoffActivities, Mailbox
 from activities.signals import SignalActivities
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
@@ -104,8 +105,10 @@ async def _until_ready(env: WorkflowEnvironment, handle: object) -> None:
 @asynccontextmanager
 async def _workers(env: WorkflowEnvironment, fake: FakeHosts) -> AsyncIterator[None]:
     """The real workflows with stand-in host activities and the real signalling activities."""
-    signals = SignalActivities(env.client)
-    run_activities = [*fake.activities(), signals.admit_run]
+    mailbox = Mailbox()
+    signals = SignalActivities(env.client, mailbox)
+    handoff = HandoffActivities(mailbox, register=fake.register)
+    run_activities = [*fake.activities(), signals.admit_run, handoff.await_assignment]
     async with (
         Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=run_activities),
         Worker(

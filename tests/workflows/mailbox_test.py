@@ -1,0 +1,76 @@
+"""activities.handoff.Mailbox: the pool's answers handed to Runs waiting in the same process."""
+
+from __future__ import annotations
+
+import asyncio
+
+from activities.handoff import Mailbox
+from kruntimes.lifecycle import Assignment, AwaitAssignmentInput, PlatformInfo
+
+
+def _assignment(run_uid: str = "uid-1") -> Assignment:
+    return Assignment(
+        runUid=run_uid,
+        hostId="h-0",
+        hostUid="host-uid",
+        address="127.0.0.1:1",
+        adapter="python",
+        platform=PlatformInfo(),
+    )
+
+
+def _request(run_uid: str = "uid-1", timeout: float = 5.0) -> AwaitAssignmentInput:
+    return AwaitAssignmentInput(
+        workflowId="run/default/a", runUid=run_uid, runtime="py", timeoutSeconds=timeout
+    )
+
+
+async def test_a_waiting_run_gets_the_answer_the_moment_its_pool_sends_it() -> None:
+    mailbox = Mailbox()
+    mailbox.pool_answered("py")
+    waiting = asyncio.ensure_future(mailbox.wait(_request()))
+    await asyncio.sleep(0)
+    assert mailbox.deliver("run/default/a", _assignment())
+    assert await waiting == _assignment()
+
+
+async def test_an_answer_sent_before_the_run_asks_is_kept_for_it_once() -> None:
+    mailbox = Mailbox()
+    mailbox.pool_answered("py")
+    assert not mailbox.deliver("run/default/a", _assignment())  # nobody waits yet
+    assert await mailbox.wait(_request(timeout=0.01)) == _assignment()
+    assert await mailbox.wait(_request(timeout=0.01)) is None  # handed over once
+
+
+async def test_a_run_does_not_wait_for_a_pool_that_answers_from_elsewhere() -> None:
+    mailbox = Mailbox()  # no pool answered from this process
+    assert await mailbox.wait(_request(timeout=60)) is None  # returns at once, or the test hangs
+
+
+async def test_another_runs_answer_is_not_handed_over() -> None:
+    mailbox = Mailbox()
+    mailbox.pool_answered("py")
+    waiting = asyncio.ensure_future(mailbox.wait(_request(timeout=0.05)))
+    await asyncio.sleep(0)
+    assert not mailbox.deliver("run/default/a", _assignment("uid-2"))
+    assert await waiting is None
+
+
+async def test_after_a_timeout_the_answer_is_kept_not_lost_in_a_dead_waiter() -> None:
+    mailbox = Mailbox()
+    mailbox.pool_answered("py")
+    assert await mailbox.wait(_request(timeout=0.01)) is None
+    assert not mailbox.deliver("run/default/a", _assignment())
+    assert await mailbox.wait(_request(timeout=0.01)) == _assignment()
+
+
+async def test_only_a_few_runs_wait_at_once() -> None:
+    mailbox = Mailbox(max_waiters=2)
+    mailbox.pool_answered("py")
+    first = asyncio.ensure_future(mailbox.wait(_request("a", timeout=5)))
+    second = asyncio.ensure_future(mailbox.wait(_request("b", timeout=5)))
+    await asyncio.sleep(0)
+    assert await mailbox.wait(_request("c", timeout=60)) is None  # at once: two already wait
+    assert mailbox.deliver("run/default/a", _assignment("a"))
+    assert mailbox.deliver("run/default/a", _assignment("b"))
+    assert (await first).runUid == "a" and (await second).runUid == "b"
