@@ -37,6 +37,8 @@ POLL_TICK_S = 0.1  # how often an exchange re-checks that its process is still a
 READ_CHUNK = 65536
 MAX_DRAIN_READS = 256  # one drain of the output pipes reads at most this many chunks
 CLOSE_WAIT_S = 2.0  # how long a close from another thread waits for the loop to unwatch
+HEADER_SIZE = framing.HEADER.size
+_unpack_header = framing.HEADER.unpack_from
 
 
 class Status(enum.Enum):
@@ -233,6 +235,18 @@ def _child_pipes() -> tuple[int, int, int, int]:
     return out_r, out_w, err_r, err_w
 
 
+class _NoOutput(Capture):
+    """The captured output of a call that printed nothing, shared; never fed."""
+
+    __slots__ = ()
+
+    def feed(self, chunk: bytes) -> None:
+        raise RuntimeError("the shared empty capture is read-only")
+
+
+_NO_OUTPUT = _NoOutput()
+
+
 class _Exchange:
     """One invocation in progress on a warm process."""
 
@@ -240,7 +254,7 @@ class _Exchange:
 
     def __init__(self, done: Callable[[Outcome], None], started: float, timeout_s: float) -> None:
         self.done = done
-        self.outcome = Outcome(Status.SUCCEEDED)
+        self.outcome = Outcome(Status.SUCCEEDED, stdout=_NO_OUTPUT, stderr=_NO_OUTPUT)
         self.started = started
         self.timeout_s = timeout_s
         self.deadline = started + timeout_s
@@ -472,12 +486,18 @@ class WarmProcess:
             self._unwatch(self._ctl_fd)
             self._end(call, ended_by="eof")
             return
-        self._buffer += chunk
-        try:
-            frame = _pop_frame(self._buffer)
-        except FrameTooLarge:
-            self._end(call, ended_by="too-large")
-            return
+        frame: tuple[int, bytes] | None = None
+        if not self._buffer and len(chunk) >= HEADER_SIZE:  # usually the whole answer in one read
+            size, kind = _unpack_header(chunk)
+            if len(chunk) == HEADER_SIZE + size and size <= MAX_FRAME:
+                frame = kind, chunk[HEADER_SIZE:]
+        if frame is None:
+            self._buffer += chunk
+            try:
+                frame = _pop_frame(self._buffer)
+            except FrameTooLarge:
+                self._end(call, ended_by="too-large")
+                return
         if frame is not None:
             self._drain(call)  # what the handler wrote before it answered
             _apply_frame(call.outcome, *frame)
@@ -495,9 +515,20 @@ class WarmProcess:
         except OSError:
             chunk = b""
         if chunk:
-            (call.outcome.stdout if fd == self.out else call.outcome.stderr).feed(chunk)
+            self._capture(call, fd).feed(chunk)
         else:
             self._pipe_closed(fd)
+
+    def _capture(self, call: _Exchange, fd: int) -> Capture:
+        """The call's capture of `fd`, made at its first output (most calls print nothing)."""
+        outcome = call.outcome
+        if fd == self.out:
+            if outcome.stdout is _NO_OUTPUT:
+                outcome.stdout = Capture()
+            return outcome.stdout
+        if outcome.stderr is _NO_OUTPUT:
+            outcome.stderr = Capture()
+        return outcome.stderr
 
     def _pipe_closed(self, fd: int) -> None:
         if fd in self._pipes:
@@ -524,7 +555,7 @@ class WarmProcess:
                 if not chunk:
                     self._pipe_closed(fd)
                 elif call is not None:
-                    (call.outcome.stdout if fd == self.out else call.outcome.stderr).feed(chunk)
+                    self._capture(call, fd).feed(chunk)
 
     def _on_timeout(self, call: _Exchange) -> None:
         if call is self._call and not call.over:
