@@ -44,6 +44,9 @@ class State:
     UNREGISTERING = "Unregistering"
 
 
+READY = State.READY
+
+
 @dataclass(frozen=True, slots=True)
 class Fence:
     run_uid: str = ""
@@ -251,10 +254,11 @@ class Registry:
         reg = self._by_id.get(registration_id)  # one dict read: atomic, no lock needed
         if reg is None:
             raise UnknownRegistration(f"no registration {registration_id!r} on this host")
-        self._check_fence(reg, fence)
-        if not reg.busy.acquire(blocking=False):
+        if fence.run_uid or fence.attempt or fence.host_uid:
+            self._check_fence(reg, fence)
+        if not reg.busy.acquire(False):
             raise ConcurrencyLimit("the function is already running an invocation")
-        if reg.state != State.READY:
+        if reg.state != READY:
             reg.busy.release()
             raise NotReady(reg.fatal_error or f"registration is {reg.state}")
         reg.in_flight = 1

@@ -29,10 +29,11 @@ def _plainly_valid(data: bytes) -> bool:
     if len(data) > MAX_OUTPUT_VALUE_BYTES:
         return False
     try:
-        outputs = _DECODER.decode(data.decode())
+        text = data.decode()
+        outputs, end = _DECODER.raw_decode(text)  # a compact document: no whitespace around it
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return False
-    if type(outputs) is not dict or len(outputs) > MAX_OUTPUT_KEYS:
+    if end != len(text) or type(outputs) is not dict or len(outputs) > MAX_OUTPUT_KEYS:
         return False
     fullmatch = _PLAIN_KEY.fullmatch
     return all(fullmatch(key) for key in outputs)
