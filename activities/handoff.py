@@ -7,11 +7,14 @@ the answer over in memory before it sends the signal. The same activity then reg
 on the assigned host, so the Run is Ready at the end of its first task instead of after a second
 task woken by the signal: one workflow task and one local activity fewer on the path to Ready.
 
-It is a latency shortcut only: the assigned signal is sent all the same and stays the durable
-record (the Run ignores the copy); a Run whose pool answers from another process gets nothing at
-once, and so does a Run beyond the few allowed to wait at a time; a Run the pool answers too late
-waits for the signal as before. A registration that failed here is done again by the Run the
-usual way, where failures count against its retry policy.
+A Run that got its answer this way gets no signal (the pool's activity skips it): the Run records
+the answer in the task it is in. If that task is lost (the worker dies before completing it),
+the retried task finds nothing here, waits out the Run's grace period (ADMIT_GRACE) and asks the
+pool again; the pool still holds the reservation and answers with the same assignment. A Run
+whose pool answers from another process gets nothing at once, and so does a Run beyond the few
+allowed to wait at a time; a Run the pool answers too late gets the signal as before. A
+registration that failed here is done again by the Run the usual way, where failures count
+against its retry policy.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ Sending them from the workflow (one SignalExternal command each) costs two histo
 wake-up of the pool per Run, and managed 11-13 signals/s on SQLite; sent concurrently from one
 activity they cost nothing in the pool's history (measured 3-4x faster for a burst).
 
-A Run whose pool lives in the same worker process may also receive its assignment directly
-(activities.handoff): a latency shortcut only. The signal is sent all the same and stays the
-durable record; the Run ignores the second copy.
+A Run whose pool lives in the same worker process and that waits for the answer in its first
+workflow task gets its assignment handed over in memory instead (activities.handoff).
 """
 
 from __future__ import annotations
@@ -73,9 +72,15 @@ class SignalActivities:
     async def signal_runs(self, batch: SignalBatch) -> SignalResult:
         if batch.runtime:
             self.mailbox.pool_answered(batch.runtime)
-        for out in batch.signals:
-            if out.assigned is not None:
-                self.mailbox.deliver(out.workflowId, out.assigned)
+        # An assignment handed to its Run waiting in this process needs no signal: the Run records
+        # it in the task it is in. Should that task be lost (the worker dies), the retried task
+        # finds no answer, waits out its grace period and asks again, and the pool, which holds
+        # the reservation, answers with the same assignment.
+        signals = [
+            out
+            for out in batch.signals
+            if out.assigned is None or not self.mailbox.deliver(out.workflowId, out.assigned)
+        ]
         gate = asyncio.Semaphore(CONCURRENCY)
-        gone = await asyncio.gather(*(self._send(out, gate) for out in batch.signals))
+        gone = await asyncio.gather(*(self._send(out, gate) for out in signals))
         return SignalResult(unreachable=[g for g in gone if g is not None])

@@ -91,7 +91,7 @@ from kruntimes.lifecycle import (  # noqa: E402
 from kruntimes.scheduling.model import HostState  # noqa: E402
 from kruntimes.starting import start_run  # noqa: E402
 from kruntimes.temporal import connect  # noqa: E402
-from workers.worker import WorkerSettings, running_workers, workflow_runner  # noqa: E402
+from workers.worker import WorkerSettings, running_workers, worker_tuning  # noqa: E402
 
 SEQ_RUNS, SEQ_WARMUP = 80, 8  # floor workflows and warm Runs, one of each per round
 ZERO_REPEATS = 3
@@ -814,7 +814,7 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
         task_queue=FLOOR_TASK_QUEUE,
         workflows=[Floor3LA],
         activities=[floor_step],
-        workflow_runner=workflow_runner(settings.sandboxed),
+        **worker_tuning(settings.sandboxed),
     )
     async with running_workers(client, settings), floor_worker:
         await phase(

@@ -59,6 +59,9 @@ class WorkerSettings:
     metrics_address: str | None = None
     probe_interval_s: float | None = 60.0
     sandboxed: bool = False  # see workflow_runner
+    # The task queues this process serves: the Runs' (RunWorkflow, ScaleOut, Cleanup and their
+    # activities) and/or the pools'.
+    queues: frozenset[str] = frozenset({"runs", "pools"})
 
 
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
@@ -72,6 +75,13 @@ def workflow_runner(sandboxed: bool) -> WorkflowRunner:
     fails CI. `krt worker --sandbox` runs the sandbox in production too, for development.
     """
     return SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
+
+
+def worker_tuning(sandboxed: bool) -> dict[str, Any]:
+    """The Worker options every kruntimes worker uses (the lifecycle bench's floor too)."""
+    return {
+        "workflow_runner": workflow_runner(sandboxed),
+    }
 
 
 async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
@@ -115,26 +125,26 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         signals.admit_run,
         handoff.await_assignment,
     ]
-    runner = workflow_runner(settings.sandboxed)
-    workers = [
-        Worker(
-            client,
-            task_queue=TASK_QUEUE,
-            workflows=RUN_WORKFLOWS,
-            activities=activities,
-            workflow_runner=runner,
-        ),
-        Worker(
-            client,
-            task_queue=POOL_TASK_QUEUE,
-            workflow_runner=runner,
-            workflows=POOL_WORKFLOWS,
-            activities=[ProbeActivities().probe_hosts, signals.signal_runs],
-        ),
-    ]
+    tuning = worker_tuning(settings.sandboxed)
+    workers = []
+    if "runs" in settings.queues:
+        workers.append(
+            Worker(client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=activities, **tuning)
+        )
+    if "pools" in settings.queues:
+        workers.append(
+            Worker(
+                client,
+                task_queue=POOL_TASK_QUEUE,
+                workflows=POOL_WORKFLOWS,
+                activities=[ProbeActivities().probe_hosts, signals.signal_runs],
+                **tuning,
+            )
+        )
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
-        await ensure_pools(client, settings, providers=list(host_manager.names))
+        if "pools" in settings.queues:
+            await ensure_pools(client, settings, providers=list(host_manager.names))
         yield workers
     finally:
         for w in workers:
@@ -163,6 +173,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metrics-address", help="host:port for Prometheus metrics, e.g. 127.0.0.1:9464")
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
+        "--queues",
+        default="runs,pools",
+        help="the task queues to serve: runs, pools or both (default runs,pools)",
+    )
+    parser.add_argument(
         "--sandbox",
         action="store_true",
         help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
@@ -185,7 +200,16 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         ),
         metrics_address=args.metrics_address,
         sandboxed=args.sandbox,
+        queues=_queues(args.queues),
     )
+
+
+def _queues(text: str) -> frozenset[str]:
+    queues = frozenset(q.strip() for q in text.split(",") if q.strip())
+    unknown = queues - {"runs", "pools"}
+    if not queues or unknown:
+        raise SystemExit(f"krt worker: --queues takes runs, pools or both, not {text!r}")
+    return queues
 
 
 async def serve(settings: WorkerSettings) -> None:

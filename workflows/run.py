@@ -206,8 +206,8 @@ class RunWorkflow:
 
     async def _handoff(self) -> None:
         """The pool's answer, and attempt 1 registered on it, within this task when the pool
-        decides in this worker process (activities.handoff); the signal still comes (and is
-        ignored). A pool elsewhere answers nothing at once and the signal brings the answer."""
+        decides in this worker process (activities.handoff; the pool then sends no signal). A
+        pool elsewhere answers nothing at once and the signal brings the answer."""
         try:
             handoff = await workflow.execute_local_activity(
                 "await_assignment",

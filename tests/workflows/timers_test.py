@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.handoff import HandoffActivities, Mailbox
@@ -28,11 +29,15 @@ from kruntimes.lifecycle import (
     QUERY_STATUS,
     SIGNAL_ADMIT,
     TASK_QUEUE,
+    Assignment,
+    AwaitAssignmentInput,
+    OutgoingSignal,
     PlatformInfo,
     PoolConfig,
     PoolInput,
     PoolState,
     RunInput,
+    SignalBatch,
     admit_signal,
     pool_workflow_id,
     run_workflow_id,
@@ -202,3 +207,41 @@ async def test_an_admission_sent_twice_takes_one_slot(env: WorkflowEnvironment) 
         pool = await _pool(env.client, "py-twice")
         assert [r.runUid for r in pool.reservations] == [run.metadata.uid]
         assert fake.registered == {run.metadata.uid: 1}
+
+
+async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: WorkflowEnvironment) -> None:
+    """signal_runs skips the signal for a Run that took its answer from the mailbox; the others
+    are signalled (here: to workflows that do not exist, which the result reports)."""
+    mailbox = Mailbox()
+    signals = SignalActivities(env.client, mailbox)
+    handed = _assignment_for("uid-handed")
+    mailbox.pool_answered("rt")
+    waiting = asyncio.ensure_future(
+        mailbox.wait(
+            AwaitAssignmentInput(
+                workflowId="run/default/handed", runUid="uid-handed", runtime="rt", timeoutSeconds=30
+            )
+        )
+    )
+    await asyncio.sleep(0)
+    batch = SignalBatch(
+        runtime="rt",
+        signals=[
+            OutgoingSignal(workflowId="run/default/handed", assigned=handed),
+            OutgoingSignal(workflowId="run/default/absent", assigned=_assignment_for("uid-absent")),
+        ],
+    )
+    result = await ActivityEnvironment().run(signals.signal_runs, batch)
+    assert await waiting == handed
+    assert result.unreachable == ["run/default/absent"]
+
+
+def _assignment_for(run_uid: str) -> Assignment:
+    return Assignment(
+        runUid=run_uid,
+        hostId="h",
+        hostUid="hu",
+        address="127.0.0.1:1",
+        adapter="python",
+        platform=PlatformInfo(),
+    )
