@@ -41,6 +41,16 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _never_preempt_the_host() -> None:
+    """Run function code as SCHED_BATCH: the same CPU share as before (nice 0), but a function
+    process woken by its request does not preempt the host's event loop; it runs when the loop
+    blocks, on a free CPU, or at the next tick. The loop then answers a burst of requests in one
+    go instead of being switched out at every write to a function's socket (bench/runtime_server.py,
+    32-way load, 6 paired runs: host CPU per call -8%, function processes -16%)."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux: keep the default policy
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+
+
 def _child(spec: dict[str, Any], fds: list[int], server: socket.socket) -> None:
     """Runs in the forked child; never returns."""
     code = 127
@@ -58,6 +68,7 @@ def _child(spec: dict[str, Any], fds: list[int], server: socket.socket) -> None:
         os.environ.clear()
         os.environ.update(env)
         limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
+        _never_preempt_the_host()
         if spec["kind"] == "exec":
             os.execve(spec["argv"][0], spec["argv"], env)
         code = python_worker.main(

@@ -167,3 +167,8 @@ def test_a_file_size_limit_stops_a_runaway_writer_without_harming_the_host(host:
     answer = host.invoke(reg.registration_id, timeout_ms=20_000)
     assert answer.status in (pb.INVOCATION_STATUS_HANDLER_ERROR, pb.INVOCATION_STATUS_PROCESS_EXITED)
     assert host.stub.HostInfo(pb.HostInfoRequest()).host_uid == host.runtime.host_uid
+
+
+def test_function_code_runs_as_a_batch_task_so_it_never_preempts_the_host(host: Host) -> None:
+    reg = host.register("import os\ndef handle(p):\n    return os.sched_getscheduler(0) == os.SCHED_BATCH\n")
+    assert _outputs(host.invoke(reg.registration_id)) == {"result": True}
