@@ -473,17 +473,21 @@ class Client:
         interval: float = POLL_INTERVAL_S,
         on_status: StatusCallback | None = None,
     ) -> RunObject:
-        """Poll the status until the Run reaches a phase of ``until``.
+        """Wait until the Run reaches a phase of ``until``.
 
         ``until`` defaults to Ready for a function Run and Succeeded for a task Run. Any other
         terminal phase raises RunFailed (a Succeeded Run is returned even when not asked for);
-        ``timeout`` seconds without it raise WaitTimeout. ``on_status`` sees every polled status.
+        ``timeout`` seconds without it raise WaitTimeout. The status changes only when one of the
+        Run's workflow tasks completes: the Run's history is long-polled and the status queried
+        after each completed task (``on_status`` sees each of those statuses); ``interval`` is
+        the pause before polling again should the long poll fail.
         """
         run = await self.get(name, namespace=namespace)
         wanted = _wanted(run, until)
         handle = await self._handle(name, namespace)
         deadline = None if timeout is None else time.monotonic() + timeout
         status = run.status
+        tasks: _TaskWatch | None = None
         while True:
             if on_status is not None:
                 on_status(status)
@@ -491,14 +495,26 @@ class Client:
                 return run._replace(status=status)
             if is_terminal(status.phase):
                 raise RunFailed(run._replace(status=status))
-            if deadline is not None and time.monotonic() >= deadline:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 names = " or ".join(sorted(p.value for p in wanted))
                 raise WaitTimeout(
                     f"run {name!r} in namespace {namespace!r} is still {status.phase.value} after "
                     f"{timeout:g} s (waiting for {names})",
                     phase=status.phase,
                 )
-            await asyncio.sleep(interval)
+            if tasks is None:
+                description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+                tasks = _TaskWatch(
+                    handle, after=description.raw_description.workflow_execution_info.history_length
+                )
+            try:
+                await asyncio.wait_for(tasks.next(), remaining)
+            except TimeoutError:
+                pass  # the deadline check above raises
+            except Exception:  # the long poll failed (a transient RPC error): poll again shortly
+                tasks = None
+                await asyncio.sleep(interval)
             status = await self._status(handle, namespace=namespace, name=name)
 
     async def cancel(self, name: str, namespace: str = "default") -> None:
@@ -786,6 +802,29 @@ def prepare(run: Run) -> Run:
     if metadata is run.metadata and spec is run.spec and run.status is None:
         return run
     return Run(apiVersion=run.apiVersion, kind=run.kind, metadata=metadata, spec=spec)
+
+
+class _TaskWatch:
+    """The next completed workflow task (or the close) of a Run, by long-polling its history."""
+
+    def __init__(self, handle: Any, *, after: int) -> None:
+        self.after = after  # events up to this id were there already
+        self.events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+
+    async def next(self) -> None:
+        from temporalio.api.enums.v1 import EventType
+
+        while True:
+            try:
+                event = await self.events.__anext__()
+            except StopAsyncIteration:  # the workflow closed
+                await asyncio.sleep(POLL_INTERVAL_S)
+                return
+            if event.event_id <= self.after:
+                continue
+            self.after = event.event_id
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                return
 
 
 def _check_name(name: str, namespace: str) -> None:
