@@ -112,7 +112,10 @@ class RuntimeHost:
         try:
             self._run(self._serve(), START_TIMEOUT_S)
         except BaseException:
+            with contextlib.suppress(Exception):  # whatever started before the failure
+                self._run(self._stop_serving(0.0), STOP_STEP_TIMEOUT_S)
             self._stop_loop()
+            self.spawner.close()
             raise
         if self.options.gateways:
             self.heartbeats = HeartbeatSender(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,10 +13,12 @@ import uuid
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.server import HostOptions, RuntimeHost
 from tests.runtime.conftest import inline
 from tests.runtime.invocation_test import _alive, _wait_until
 
@@ -103,3 +106,22 @@ def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        host = RuntimeHost(
+            HostOptions(
+                host_id="t-0",
+                runtime="python",
+                listen="127.0.0.1:0",
+                invoke_listen=f"127.0.0.1:{busy.getsockname()[1]}",
+                state_dir=tmp_path,
+            )
+        )
+        with pytest.raises(OSError):
+            host.start()
+    zygote = host.spawner.zygote_pid
+    assert zygote is not None and not _alive(zygote), "the zygote must not outlive a failed start"
