@@ -49,7 +49,7 @@ class HostOptions:
     listen: str  # "127.0.0.1:0" picks a free port
     state_dir: Path
     limits: ProcessLimits = field(default_factory=ProcessLimits)
-    max_workers: int = 64
+    max_workers: int = 64  # threads for blocking work (spawning, workspaces, tasks, teardown)
     gateways: tuple[str, ...] = ()  # where heartbeats go (the gateways' heartbeat addresses)
     heartbeat_interval_s: float = 5.0
     # the raw invoke port (runtime/invoke.py); None: the host of `listen`, port 0; "" disables it

@@ -30,7 +30,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--state-dir", type=Path, required=True, help="where workspaces live")
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
-    parser.add_argument("--max-workers", type=int, default=64)
+    parser.add_argument(
+        "--max-workers",
+        type=int,
+        default=64,
+        help="threads for blocking work (registering, tasks, unregistering); invokes run on the event loop",
+    )
     parser.add_argument("--address-space-mib", type=int, default=ProcessLimits().address_space_bytes // 2**20)
     parser.add_argument(
         "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
