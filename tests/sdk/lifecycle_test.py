@@ -50,12 +50,16 @@ async def test_list_finds_runs_by_namespace_and_phase(krt: Client) -> None:
     name = unique("listed")
     await krt.create(Run.from_dict(manifest(name, namespace=namespace)))
     await krt.wait(name, namespace)
-    assert [r.metadata.name for r in await krt.list(namespace=namespace)] == [name]
-    for _ in range(100):  # the phase index (visibility) follows the status a moment later
+    # list reads the visibility index, which follows the Run's start and its phase a moment later
+    listed: list[str] = []
+    ready: list[str] = []
+    for _ in range(100):
+        listed = [r.metadata.name for r in await krt.list(namespace=namespace)]
         ready = [r.metadata.name for r in await krt.list(namespace=namespace, phase=RunPhase.Ready)]
-        if ready:
+        if listed and ready:
             break
         await asyncio.sleep(0.05)
+    assert listed == [name]
     assert ready == [name]
     assert await krt.list(namespace=namespace, phase=RunPhase.Pending) == []
     assert name in [r.metadata.name for r in await krt.list()]
