@@ -24,17 +24,32 @@ import time
 from collections.abc import Awaitable, Callable
 
 from temporalio import activity
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
-from kruntimes.lifecycle import Assignment, AwaitAssignmentInput, Handoff, RegisterInput, RegisterResult
+from kruntimes.lifecycle import (
+    POOL_TASK_QUEUE,
+    Assignment,
+    AwaitAssignmentInput,
+    Handoff,
+    RegisterInput,
+    RegisterResult,
+)
 
 Register = Callable[[RegisterInput], Awaitable[RegisterResult]]
 
-# A Run waits in the mailbox only while its pool answered from this process this recently...
+# A Run waits in the mailbox only while its pool's tasks run in this process: this process is the
+# only one polling the pools' task queue (watch_pool_pollers), or its pool answered from here
+# this recently...
 POOL_RECENT_S = 60.0
-# ... and only this many Runs wait at once: each holds a workflow task slot while it waits, and
-# in a burst the pool's answers are in the Runs' histories before their first task anyway.
-MAX_WAITERS = 4
+POLLERS_EVERY_S = 30.0
+# ... and only this many Runs wait at once, each holding one of the worker's 100 workflow task
+# slots (the rest stay free for other Runs, scale-outs and cleanups).
+MAX_WAITERS = 64
 # An answer that found no Run waiting is kept this long for one that is about to ask (the pool
 # can answer before the Run's first task gets to ask), at most KEPT of them.
 KEEP_S = 2.0
@@ -50,11 +65,14 @@ class Mailbox:
         self._pools: dict[str, float] = {}  # runtime → when its pool last answered from here
         self._waiters: dict[tuple[str, str], asyncio.Future[Assignment]] = {}
         self._kept: dict[tuple[str, str], tuple[float, Assignment]] = {}  # insertion = age order
+        self.pools_local = False  # every pool's tasks run in this process (watch_pool_pollers)
 
     def pool_answered(self, runtime: str) -> None:
         self._pools[runtime] = time.monotonic()
 
     def _pool_here(self, runtime: str) -> bool:
+        if self.pools_local:
+            return True
         seen = self._pools.get(runtime)
         return seen is not None and time.monotonic() - seen < self.pool_recent_s
 
@@ -96,6 +114,32 @@ class Mailbox:
         finally:
             del self._waiters[key]  # no await between this and the check below: nothing slips in
         return waiter.result() if waiter.done() and not waiter.cancelled() else None
+
+
+async def pools_polled_only_by(client: Client, identity: str, task_queue: str = POOL_TASK_QUEUE) -> bool:
+    """Whether the pools' task queue has pollers and all of them are `identity` (this process).
+    The server lists a poller for some minutes after it stopped: a restarted worker process
+    waits for the old one to drop out before Runs wait for in-process answers again."""
+    answer = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(answer.pollers) and all(p.identity == identity for p in answer.pollers)
+
+
+async def watch_pool_pollers(client: Client, mailbox: Mailbox, identity: str) -> None:
+    """Keep Mailbox.pools_local current (a worker serving the pools' queue runs this)."""
+    delay = 0.5  # the first look once the pool worker has polled
+    while True:
+        await asyncio.sleep(delay)
+        delay = POLLERS_EVERY_S
+        try:
+            mailbox.pools_local = await pools_polled_only_by(client, identity)
+        except RPCError:
+            mailbox.pools_local = False
 
 
 class HandoffActivities:

@@ -22,7 +22,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.handoff import HandoffActivities, Mailbox
+from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
@@ -142,6 +142,8 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
             )
         )
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    if "pools" in settings.queues:
+        tasks.append(asyncio.create_task(watch_pool_pollers(client, mailbox, client.identity)))
     try:
         if "pools" in settings.queues:
             await ensure_pools(client, settings, providers=list(host_manager.names))
@@ -149,6 +151,8 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
     finally:
         for w in workers:
             await w.shutdown()
+        for t in tasks[len(workers) :]:
+            t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await hosts.close()
 

@@ -81,7 +81,7 @@ ADMIT_TIMEOUT = timedelta(seconds=30)
 ADMIT_GRACE = timedelta(seconds=10)
 # How long the first task waits for the pool's answer in-process (activities.signals.Mailbox)
 # before it completes and leaves the answer to the signal.
-HANDOFF_WAIT = timedelta(milliseconds=150)
+HANDOFF_WAIT = timedelta(seconds=2)
 HANDOFF_RETRY = RetryPolicy(maximum_attempts=1)
 # Admission must reach the pool: retried until it does (or the pool is proven absent).
 ADMIT_RETRY = RetryPolicy(

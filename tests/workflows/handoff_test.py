@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
 
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Worker
 
-from activities.handoff import HandoffActivities, Mailbox
-from kruntimes.lifecycle import AwaitAssignmentInput, RegisterInput, RegisterResult
+from activities.handoff import HandoffActivities, Mailbox, pools_polled_only_by
+from kruntimes.devserver import DevServer
+from kruntimes.lifecycle import POOL_TASK_QUEUE, AwaitAssignmentInput, RegisterInput, RegisterResult
+from kruntimes.temporal import connect
 from tests.workflows.conftest import run_manifest
 from tests.workflows.mailbox_test import _assignment
+from workers.worker import POOL_WORKFLOWS
 
 
 class Registrations:
@@ -69,3 +76,25 @@ async def test_a_task_run_gets_the_assignment_only() -> None:
     handoff = await _handed(registrations, with_run=False)
     assert handoff.assignment == _assignment() and handoff.registration is None  # type: ignore[attr-defined]
     assert registrations.calls == []
+
+
+async def test_pools_count_as_local_only_while_this_process_alone_polls_their_queue(
+    dev_server: DevServer,
+) -> None:
+    """A Run waits for an in-process answer only when no other worker can run its pool's tasks."""
+    ours = await connect(dev_server.address)
+    other = await Client.connect(dev_server.address, identity="another-worker@elsewhere")
+    queue = f"{POOL_TASK_QUEUE}-{uuid.uuid4().hex[:8]}"  # no other test's pollers on it
+    assert not await pools_polled_only_by(ours, ours.identity, queue)  # nobody polls yet
+    async with Worker(ours, task_queue=queue, workflows=POOL_WORKFLOWS):
+        await _eventually(lambda: pools_polled_only_by(ours, ours.identity, queue), True)
+        async with Worker(other, task_queue=queue, workflows=POOL_WORKFLOWS):
+            await _eventually(lambda: pools_polled_only_by(ours, ours.identity, queue), False)
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], want: bool) -> None:
+    for _ in range(100):  # pollers show up in DescribeTaskQueue once they have polled
+        if await check() is want:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never {want}")

@@ -74,3 +74,12 @@ async def test_only_a_few_runs_wait_at_once() -> None:
     assert mailbox.deliver("run/default/a", _assignment("a"))
     assert mailbox.deliver("run/default/a", _assignment("b"))
     assert (await first).runUid == "a" and (await second).runUid == "b"
+
+
+async def test_a_run_waits_when_every_pool_runs_in_this_process_even_before_its_first_answer() -> None:
+    mailbox = Mailbox()
+    mailbox.pools_local = True  # watch_pool_pollers: only this process polls the pools' queue
+    waiting = asyncio.ensure_future(mailbox.wait(_request()))
+    await asyncio.sleep(0)
+    assert mailbox.deliver("run/default/a", _assignment())
+    assert await waiting == _assignment()
