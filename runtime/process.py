@@ -177,6 +177,16 @@ class _Pump:
                     self.readers[fd].feed(chunk)
 
 
+def _read_chunk(fd: int) -> bytes | None:
+    """One read of an output pipe: None when nothing is there yet, b"" when it is closed (or broken)."""
+    try:
+        return os.read(fd, READ_CHUNK)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+
+
 class FrameTooLarge(Exception):
     pass
 
@@ -508,12 +518,9 @@ class WarmProcess:
         if call is None:  # between invocations: left in the pipe for the next one to discard
             self._unwatch(fd)
             return
-        try:
-            chunk = os.read(fd, READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
+        chunk = _read_chunk(fd)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if chunk:
             self._capture(call, fd).feed(chunk)
         else:
@@ -546,12 +553,9 @@ class WarmProcess:
             if not ready:
                 return
             for fd, _ in ready:
-                try:
-                    chunk = os.read(fd, READ_CHUNK)
-                except (BlockingIOError, InterruptedError):
+                chunk = _read_chunk(fd)
+                if chunk is None:
                     continue
-                except OSError:
-                    chunk = b""
                 if not chunk:
                     self._pipe_closed(fd)
                 elif call is not None:

@@ -287,6 +287,16 @@ class Registry:
         reg.last_activity = _now()
         reg.busy.release()
 
+    def _settle(
+        self, reg: Registration, result: asyncio.Future[Outcome], end: Outcome | BaseException
+    ) -> None:
+        """The invocation is over: free the registration, then answer the caller."""
+        self._release(reg)
+        if isinstance(end, BaseException):
+            _fail(result, end)
+        else:
+            _resolve(result, end)
+
     def _exchanged(
         self, reg: Registration, process: WarmProcess, result: asyncio.Future[Outcome], outcome: Outcome
     ) -> None:
@@ -298,11 +308,9 @@ class Registry:
                 return
             reg.deaths = 0
         except BaseException as exc:
-            self._release(reg)
-            _fail(result, exc)
+            self._settle(reg, result, exc)
             return
-        self._release(reg)
-        _resolve(result, outcome)
+        self._settle(reg, result, outcome)
 
     async def _after_death(
         self, reg: Registration, outcome: Outcome, result: asyncio.Future[Outcome]
@@ -346,11 +354,9 @@ class Registry:
             else:
                 outcome = await loop.run_in_executor(None, self._invoke_exec, reg, payload, timeout_s)
         except BaseException as exc:
-            self._release(reg)
-            _fail(result, exc)
+            self._settle(reg, result, exc)
             return
-        self._release(reg)
-        _resolve(result, outcome)
+        self._settle(reg, result, outcome)
 
     def _check_fence(self, reg: Registration, fence: FenceLike) -> None:
         if fence.run_uid and fence.run_uid != reg.run.run_uid:

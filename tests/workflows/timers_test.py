@@ -29,7 +29,6 @@ from kruntimes.lifecycle import (
     QUERY_STATUS,
     SIGNAL_ADMIT,
     TASK_QUEUE,
-    Assignment,
     AwaitAssignmentInput,
     OutgoingSignal,
     PlatformInfo,
@@ -45,6 +44,7 @@ from kruntimes.lifecycle import (
 from kruntimes.starting import admit, start_run
 from kruntimes.temporal import DATA_CONVERTER
 from tests.workflows.conftest import run_manifest
+from tests.workflows.mailbox_test import _assignment
 from tests.workflows.standins import FakeHosts
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.pool import RuntimePoolWorkflow
@@ -214,7 +214,7 @@ async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: W
     are signalled (here: to workflows that do not exist, which the result reports)."""
     mailbox = Mailbox()
     signals = SignalActivities(env.client, mailbox)
-    handed = _assignment_for("uid-handed")
+    handed = _assignment("uid-handed")
     mailbox.pool_answered("rt")
     waiting = asyncio.ensure_future(
         mailbox.wait(
@@ -228,20 +228,9 @@ async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: W
         runtime="rt",
         signals=[
             OutgoingSignal(workflowId="run/default/handed", assigned=handed),
-            OutgoingSignal(workflowId="run/default/absent", assigned=_assignment_for("uid-absent")),
+            OutgoingSignal(workflowId="run/default/absent", assigned=_assignment("uid-absent")),
         ],
     )
     result = await ActivityEnvironment().run(signals.signal_runs, batch)
     assert await waiting == handed
     assert result.unreachable == ["run/default/absent"]
-
-
-def _assignment_for(run_uid: str) -> Assignment:
-    return Assignment(
-        runUid=run_uid,
-        hostId="h",
-        hostUid="hu",
-        address="127.0.0.1:1",
-        adapter="python",
-        platform=PlatformInfo(),
-    )
