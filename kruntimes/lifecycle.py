@@ -27,6 +27,7 @@ SIGNAL_HOST_LOST = "host_lost"
 QUERY_STATUS = "status"
 UPDATE_DELETE = "delete"
 SIGNAL_ADMIT = "admit"
+SIGNAL_ADMIT_MANY = "admit_many"
 SIGNAL_RELEASE = "release"
 SIGNAL_HOST_READY = "host_ready"
 SIGNAL_SCALE_OUT_FAILED = "scale_out_failed"
@@ -34,6 +35,7 @@ SIGNAL_CONFIGURE = "configure"
 QUERY_POOL = "pool"
 
 DEFAULT_RETENTION_SECONDS = 24 * 3600  # how long a finished Run stays queryable without a ttl
+MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal (each is ~0.5 KiB)
 
 
 def run_workflow_id(namespace: str, name: str) -> str:
@@ -146,6 +148,12 @@ class SignalResult(ApiModel):
 class AdmitSignal(ApiModel):
     request: AdmissionRequest
     workflowId: str  # where the answer goes
+
+
+class AdmitMany(ApiModel):
+    """Admissions sent together by one starter (Runs it created at the same time)."""
+
+    admissions: list[AdmitSignal] = Field(max_length=MAX_ADMISSIONS_PER_SIGNAL)
 
 
 def admit_signal(run: Run, *, workflow_id: str, at: datetime) -> AdmitSignal:

@@ -14,7 +14,9 @@ then asks the pool from its first task.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,9 +27,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.lifecycle import (
+    MAX_ADMISSIONS_PER_SIGNAL,
     SIGNAL_ADMIT,
+    SIGNAL_ADMIT_MANY,
     SIGNAL_REJECTED,
     TASK_QUEUE,
+    AdmitMany,
+    AdmitSignal,
     RunInput,
     admit_signal,
     pool_workflow_id,
@@ -72,19 +78,70 @@ async def start_run(client: Client, run: Run) -> WorkflowHandle[Any, Any]:
     return handle
 
 
+class _Admissions:
+    """A process's admissions to one pool, sent as they come: alone when nothing else is being
+    sent, else all that queued up meanwhile in one admit_many signal (a burst of creates from one
+    process costs the pool a few signals, not one each; a lone create waits for nothing)."""
+
+    def __init__(self, client: Client, runtime: str) -> None:
+        self.pool = client.get_workflow_handle(pool_workflow_id(runtime))
+        self.pending: list[tuple[AdmitSignal, asyncio.Future[RPCError | None]]] = []
+        self.sender: asyncio.Task[None] | None = None
+
+    async def send(self, signal: AdmitSignal) -> RPCError | None:
+        """The signal's fate: None when the pool has it, else the error that kept it out."""
+        sent: asyncio.Future[RPCError | None] = asyncio.get_running_loop().create_future()
+        self.pending.append((signal, sent))
+        if self.sender is None or self.sender.done():
+            self.sender = asyncio.create_task(self._send_pending())  # not the caller's: a cancelled
+        return await asyncio.shield(sent)  # caller must not strand the others' admissions
+
+    async def _send_pending(self) -> None:
+        while self.pending:
+            batch = self.pending[:MAX_ADMISSIONS_PER_SIGNAL]
+            del self.pending[: len(batch)]
+            error: RPCError | None = None
+            try:
+                if len(batch) == 1:
+                    await self.pool.signal(SIGNAL_ADMIT, batch[0][0])
+                else:
+                    await self.pool.signal(SIGNAL_ADMIT_MANY, AdmitMany(admissions=[a for a, _ in batch]))
+            except RPCError as err:
+                error = err
+            except BaseException as exc:  # no caller may wait forever for its admission's fate
+                for _, sent in [*batch, *self.pending]:
+                    if sent.done():
+                        continue
+                    if isinstance(exc, asyncio.CancelledError):
+                        sent.cancel()
+                    else:
+                        sent.set_exception(exc)
+                self.pending.clear()
+                raise
+            for _, sent in batch:
+                if not sent.done():
+                    sent.set_result(error)
+
+
+_admissions: weakref.WeakKeyDictionary[Client, dict[str, _Admissions]] = weakref.WeakKeyDictionary()
+
+
 async def admit(client: Client, run: Run, handle: WorkflowHandle[Any, Any]) -> None:
     """Hand a started Run's admission to its pool; a runtime without a pool rejects it at once."""
     signal = admit_signal(run, workflow_id=handle.id, at=datetime.now(UTC))
-    try:
-        await client.get_workflow_handle(pool_workflow_id(run.spec.runtime)).signal(SIGNAL_ADMIT, signal)
+    pools = _admissions.setdefault(client, {})
+    sender = pools.get(run.spec.runtime)
+    if sender is None:
+        sender = pools[run.spec.runtime] = _Admissions(client, run.spec.runtime)
+    err = await sender.send(signal)
+    if err is None:
         return
-    except RPCError as err:
-        if err.status != RPCStatusCode.NOT_FOUND:
-            log.warning(
-                "could not hand the Run's admission to its pool; the Run asks the pool itself",
-                extra={"run": handle.id, "status": err.status.name},
-            )
-            return
+    if err.status != RPCStatusCode.NOT_FOUND:
+        log.warning(
+            "could not hand the Run's admission to its pool; the Run asks the pool itself",
+            extra={"run": handle.id, "status": err.status.name},
+        )
+        return
     try:  # to this execution only: a later Run of the same name is not ours to fail
         await client.get_workflow_handle(handle.id, run_id=handle.result_run_id).signal(
             SIGNAL_REJECTED, runtime_unknown(run)

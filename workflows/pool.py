@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.lifecycle import (
         QUERY_POOL,
         SIGNAL_ADMIT,
+        SIGNAL_ADMIT_MANY,
         SIGNAL_ASSIGNED,
         SIGNAL_CONFIGURE,
         SIGNAL_HOST_LOST,
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_RELEASE,
         SIGNAL_SCALE_OUT_FAILED,
         TASK_QUEUE,
+        AdmitMany,
         AdmitSignal,
         Assignment,
         HostLostSignal,
@@ -86,6 +88,10 @@ class RuntimePoolWorkflow:
     @workflow.signal(name=SIGNAL_ADMIT)
     def admit(self, msg: AdmitSignal) -> None:
         self._inbox.append(msg)
+
+    @workflow.signal(name=SIGNAL_ADMIT_MANY)
+    def admit_many(self, msg: AdmitMany) -> None:
+        self._inbox.extend(msg.admissions)
 
     @workflow.signal(name=SIGNAL_RELEASE)
     def release(self, msg: ReleaseSignal) -> None:

@@ -123,6 +123,15 @@ async def scenarios(p: Platform) -> None:
     await closed(h)
     await write(h, "run_starter_admits")
 
+    # Three Runs created together by one process: their admissions reach the pool batched.
+    together = await asyncio.gather(
+        *(p.start(run_manifest(f"together-{i}", runtime=py, **TTL), by_sdk=True) for i in range(3))
+    )
+    for h in together:
+        await p.wait_phase(h, RunPhase.Ready)
+        await h.signal(SIGNAL_CANCEL)
+        await closed(h)
+
     # A starter that never sent the admission: the Run asks the pool itself after its grace period.
     run = run_manifest("starter-lost", runtime=py, **TTL)
     h = await p.client.start_workflow(

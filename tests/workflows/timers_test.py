@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
@@ -28,6 +28,7 @@ from kruntimes.lifecycle import (
     QUERY_POOL,
     QUERY_STATUS,
     SIGNAL_ADMIT,
+    SIGNAL_ADMIT_MANY,
     TASK_QUEUE,
     AwaitAssignmentInput,
     OutgoingSignal,
@@ -234,3 +235,28 @@ async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: W
     result = await ActivityEnvironment().run(signals.signal_runs, batch)
     assert await waiting == handed
     assert result.unreachable == ["run/default/absent"]
+
+
+async def test_admissions_created_together_reach_the_pool_in_few_signals_and_all_get_slots(
+    env: WorkflowEnvironment,
+) -> None:
+    """Five Runs (the pool's five slots) created at once by one process: one admission alone,
+    the rest batched in an admit_many signal while it is in flight; each Run admitted once."""
+    fake = FakeHosts()
+    async with _workers(env, fake):
+        await _start_pool(env.client, "py-many")
+        runs = [run_manifest(f"many-{i}-{uuid.uuid4().hex[:4]}", runtime="py-many") for i in range(5)]
+        handles = await asyncio.gather(*(start_run(env.client, r) for r in runs))
+        for handle in handles:
+            await _until_ready(env, handle)
+        pool_events = [
+            e
+            async for e in env.client.get_workflow_handle(pool_workflow_id("py-many")).fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and e.workflow_execution_signaled_event_attributes.signal_name
+            in (SIGNAL_ADMIT, SIGNAL_ADMIT_MANY)
+        ]
+        assert 2 <= len(pool_events) < 5  # batched, yet the first one went alone at once
+        assert sorted(r.runUid for r in (await _pool(env.client, "py-many")).reservations) == sorted(
+            r.metadata.uid for r in runs
+        )
