@@ -110,7 +110,6 @@ class RunWorkflow:
         self._assignment: Assignment | None = None
         self._rejection: Rejection | None = None
         self._registration: RegisterResult | None = None
-        self._prepared: RegisterResult | None = None  # attempt 1, registered by the handoff
         self._host_lost = False
         self._attempt = 0
 
@@ -228,7 +227,9 @@ class RunWorkflow:
             return
         self.assigned(handoff.assignment)
         if self._assignment is handoff.assignment:
-            self._prepared = handoff.registration
+            # Attempt 1 is registered: recorded at once, so that whatever ends the Run next (a
+            # cancel seen in this same task, say) has the cleanup unregister it.
+            self._registration = handoff.registration
 
     def _answered(self) -> bool:
         return self._assignment is not None or self._rejection is not None or self._cancel
@@ -333,9 +334,8 @@ class RunWorkflow:
             self._attempt += 1
             attempt = self._attempt
             self._update(attempt=attempt)
-            if attempt == 1 and self._prepared is not None:
-                self._registration, self._prepared = self._prepared, None
-                break
+            if attempt == 1 and self._registration is not None:
+                break  # registered by the handoff (activities.handoff)
             try:
                 # A local activity: registration is short and on the critical path to Ready. If the
                 # worker dies meanwhile, the task is retried elsewhere and re-registers the same

@@ -7,7 +7,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.handoff import HandoffActivities, Mailbox
+from activities.handoff import HandoffActivities, Mailbox, Register
 from activities.signals import SignalActivities
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
@@ -29,6 +29,7 @@ from kruntimes.lifecycle import (
     QUERY_STATUS,
     SIGNAL_ADMIT,
     SIGNAL_ADMIT_MANY,
+    SIGNAL_CANCEL,
     TASK_QUEUE,
     AwaitAssignmentInput,
     OutgoingSignal,
@@ -36,6 +37,8 @@ from kruntimes.lifecycle import (
     PoolConfig,
     PoolInput,
     PoolState,
+    RegisterInput,
+    RegisterResult,
     RunInput,
     SignalBatch,
     admit_signal,
@@ -109,11 +112,16 @@ async def _until_ready(env: WorkflowEnvironment, handle: object) -> None:
 
 
 @asynccontextmanager
-async def _workers(env: WorkflowEnvironment, fake: FakeHosts) -> AsyncIterator[None]:
+async def _workers(
+    env: WorkflowEnvironment,
+    fake: FakeHosts,
+    mailbox: Mailbox | None = None,
+    register: Register | None = None,
+) -> AsyncIterator[None]:
     """The real workflows with stand-in host activities and the real signalling activities."""
-    mailbox = Mailbox()
+    mailbox = mailbox or Mailbox()
     signals = SignalActivities(env.client, mailbox)
-    handoff = HandoffActivities(mailbox, register=fake.register)
+    handoff = HandoffActivities(mailbox, register=register or fake.register)
     run_activities = [*fake.activities(), signals.admit_run, handoff.await_assignment]
     async with (
         Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=run_activities),
@@ -261,3 +269,42 @@ async def test_admissions_created_together_reach_the_pool_in_few_signals_and_all
         assert sorted(r.runUid for r in (await _pool(env.client, "py-many")).reservations) == sorted(
             r.metadata.uid for r in runs
         )
+
+
+async def test_a_cancel_seen_with_the_handoff_registration_still_unregisters_it(
+    env: WorkflowEnvironment,
+) -> None:
+    """The handoff registered attempt 1 while a cancel arrived (delivered in the same task by the
+    task's heartbeat while the registration ran): the Run ends Cancelled and its cleanup
+    unregisters what the handoff registered, leaving nothing on the host."""
+    fake = FakeHosts()
+    mailbox = Mailbox()
+    mailbox.pools_local = True
+    registering, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_register(request: RegisterInput) -> RegisterResult:
+        registering.set()
+        await release.wait()
+        return await fake.register(request)
+
+    async with _workers(env, fake, mailbox=mailbox, register=slow_register):
+        await _start_pool(env.client, "py-race")
+        run = run_manifest(f"race-{uuid.uuid4().hex[:6]}", runtime="py-race")
+        handle = await env.client.start_workflow(
+            RunWorkflow.run,
+            RunInput(run=run, starterAdmits=True),
+            id=run_workflow_id("default", run.metadata.name),
+            task_queue=TASK_QUEUE,
+            task_timeout=timedelta(seconds=1),  # heartbeats the first task after 0.8 s
+        )
+        await admit(env.client, run, handle)
+        await asyncio.wait_for(registering.wait(), 30)
+        await handle.signal(SIGNAL_CANCEL)
+        await asyncio.sleep(2)  # real time: the task heartbeats and the workflow sees the cancel
+        release.set()
+        for _ in range(300):
+            if (await _phase(handle)).phase is RunPhase.Cancelled:
+                break
+            await env.sleep(1)
+        assert (await _phase(handle)).phase is RunPhase.Cancelled
+        assert fake.unregistered == [f"reg-{run.metadata.uid}"]
