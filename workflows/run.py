@@ -226,7 +226,7 @@ class RunWorkflow:
         if handoff.assignment is None or handoff.assignment.runUid != self.uid:
             return
         self.assigned(handoff.assignment)
-        if self._assignment is handoff.assignment:
+        if self._assignment == handoff.assignment:  # (the signal may have brought the same one)
             # Attempt 1 is registered: recorded at once, so that whatever ends the Run next (a
             # cancel seen in this same task, say) has the cleanup unregister it.
             self._registration = handoff.registration
