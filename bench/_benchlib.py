@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,3 +154,67 @@ def table(rows: list[list[str]]) -> Iterator[str]:
         yield "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
         if n == 0:
             yield "  ".join("-" * w for w in widths)
+
+
+# --- driving calls ----------------------------------------------------------------------------
+# A "call" is `call(i)`: one request on behalf of caller i (caller i always uses function i).
+
+Call = Callable[[int], Awaitable[object]]
+OnError = Callable[[BaseException], None]
+
+
+async def warm_up(call: Call, *, calls: int, callers: int, concurrent: bool) -> None:
+    """`calls` untimed calls, one after another or spread over `callers` concurrent callers."""
+    if not concurrent:
+        for _ in range(calls):
+            await call(0)
+        return
+    per_caller = math.ceil(calls / callers)
+
+    async def warm(i: int) -> None:
+        for _ in range(per_caller):
+            await call(i)
+
+    await asyncio.gather(*(warm(i) for i in range(callers)))
+
+
+async def timed_sequential(call: Call, *, calls: int, max_seconds: float, on_error: OnError) -> list[float]:
+    """Up to `calls` calls one after another (stopping after `max_seconds`): latencies in ms."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + max_seconds
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        if t0 > deadline:
+            break
+        try:
+            await call(0)
+        except Exception as exc:
+            on_error(exc)
+            continue
+        latencies.append((time.perf_counter() - t0) * 1000)
+    return latencies
+
+
+async def timed_concurrent(
+    call: Call, *, callers: int, seconds: float, max_calls_per_caller: int, on_error: OnError
+) -> tuple[list[float], float]:
+    """`callers` callers calling back to back for `seconds`: (latencies in ms, elapsed s)."""
+    latencies: list[list[float]] = [[] for _ in range(callers)]
+    stop_at = time.perf_counter() + seconds
+
+    async def caller(i: int) -> None:
+        out = latencies[i]
+        for _ in range(max_calls_per_caller):
+            t0 = time.perf_counter()
+            if t0 >= stop_at:
+                return
+            try:
+                await call(i)
+            except Exception as exc:
+                on_error(exc)
+                continue
+            out.append((time.perf_counter() - t0) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(i) for i in range(callers)))
+    return [x for lat in latencies for x in lat], time.perf_counter() - started

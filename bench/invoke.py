@@ -83,7 +83,10 @@ from _benchlib import (  # noqa: E402 - bench/ is the script's own directory
     start_server,
     stop_server,
     table,
+    timed_concurrent,
+    timed_sequential,
 )
+from _benchlib import warm_up as bench_warm_up  # noqa: E402
 from _invoke_profile import Target, profile_processes  # noqa: E402
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402
@@ -227,34 +230,15 @@ class Subject:
 
 
 async def warm_up(subject: Subject, concurrent: bool) -> None:
-    if not concurrent:
-        for _ in range(WARMUP_CALLS):
-            await subject.call(0)
-        return
-    per_caller = math.ceil(WARMUP_CALLS / CONCURRENCY)
-
-    async def warm(i: int) -> None:
-        for _ in range(per_caller):
-            await subject.call(i)
-
-    await asyncio.gather(*(warm(i) for i in range(CONCURRENCY)))
+    await bench_warm_up(subject.call, calls=WARMUP_CALLS, callers=CONCURRENCY, concurrent=concurrent)
 
 
 async def sequential(subject: Subject, calls: int) -> None:
     await warm_up(subject, concurrent=False)
-    latencies: list[float] = []
     cpu0 = subject.cpu()
-    deadline = time.perf_counter() + SEQ_CHUNK_MAX_SECONDS
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        if t0 > deadline:
-            break
-        try:
-            await subject.call(0)
-        except Exception as exc:
-            subject.record_error(exc)
-            continue
-        latencies.append((time.perf_counter() - t0) * 1000)
+    latencies = await timed_sequential(
+        subject.call, calls=calls, max_seconds=SEQ_CHUNK_MAX_SECONDS, on_error=subject.record_error
+    )
     subject.seq_cpu_s.update({k: v - cpu0[k] for k, v in subject.cpu().items()})
     subject.seq_ms.extend(latencies)
     subject.round_p50.append(percentile(latencies, 50))
@@ -263,27 +247,15 @@ async def sequential(subject: Subject, calls: int) -> None:
 
 async def load(subject: Subject, seconds: float) -> tuple[int, float]:
     """CONCURRENCY callers, each calling back to back (caller i always uses function i)."""
-    latencies: list[list[float]] = [[] for _ in range(CONCURRENCY)]
-    stop_at = time.perf_counter() + seconds
-
-    async def caller(i: int) -> None:
-        out = latencies[i]
-        for _ in range(LOAD_MAX_CALLS_PER_CALLER):
-            t0 = time.perf_counter()
-            if t0 >= stop_at:
-                return
-            try:
-                await subject.call(i)
-            except Exception as exc:
-                subject.record_error(exc)
-                continue
-            out.append((time.perf_counter() - t0) * 1000)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(caller(i) for i in range(CONCURRENCY)))
-    elapsed = time.perf_counter() - started
-    subject.load_ms.extend(x for lat in latencies for x in lat)
-    return sum(len(x) for x in latencies), elapsed
+    latencies, elapsed = await timed_concurrent(
+        subject.call,
+        callers=CONCURRENCY,
+        seconds=seconds,
+        max_calls_per_caller=LOAD_MAX_CALLS_PER_CALLER,
+        on_error=subject.record_error,
+    )
+    subject.load_ms.extend(latencies)
+    return len(latencies), elapsed
 
 
 async def concurrent(subject: Subject, seconds: float) -> None:

@@ -59,7 +59,10 @@ from _benchlib import (  # noqa: E402 - bench/ is the script's own directory
     start_server,
     stop_server,
     table,
+    timed_concurrent,
+    timed_sequential,
 )
+from _benchlib import warm_up as bench_warm_up  # noqa: E402
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc  # noqa: E402
@@ -198,34 +201,22 @@ class Subject:
 
 
 async def warm_up(subject: Subject, concurrent: bool) -> None:
-    if not concurrent:
-        for _ in range(WARMUP_CALLS):
-            await subject.call(0)
-        return
-    per_caller = math.ceil(WARMUP_CALLS / CONCURRENCY)
+    await bench_warm_up(subject.call, calls=WARMUP_CALLS, callers=CONCURRENCY, concurrent=concurrent)
 
-    async def warm(i: int) -> None:
-        for _ in range(per_caller):
-            await subject.call(i)
 
-    await asyncio.gather(*(warm(i) for i in range(CONCURRENCY)))
+def _record_error(subject: Subject) -> Callable[[BaseException], None]:
+    def record(exc: BaseException) -> None:
+        subject.errors[_error_name(exc)] += 1
+
+    return record
 
 
 async def sequential(subject: Subject, calls: int) -> None:
     await warm_up(subject, concurrent=False)
-    latencies: list[float] = []
     cpu0 = cpu_seconds(subject.server.pid)
-    deadline = time.perf_counter() + SEQ_CHUNK_MAX_SECONDS
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        if t0 > deadline:
-            break
-        try:
-            await subject.call(0)
-        except Exception as exc:
-            subject.errors[_error_name(exc)] += 1
-            continue
-        latencies.append((time.perf_counter() - t0) * 1000)
+    latencies = await timed_sequential(
+        subject.call, calls=calls, max_seconds=SEQ_CHUNK_MAX_SECONDS, on_error=_record_error(subject)
+    )
     subject.seq_cpu_s += cpu_seconds(subject.server.pid) - cpu0
     subject.seq_ms.extend(latencies)
     subject.round_p50.append(percentile(latencies, 50))
@@ -235,37 +226,23 @@ async def sequential(subject: Subject, calls: int) -> None:
 async def concurrent(subject: Subject, seconds: float) -> None:
     """CONCURRENCY callers, each calling back to back (caller i always uses function i)."""
     await warm_up(subject, concurrent=True)
-    latencies: list[list[float]] = [[] for _ in range(CONCURRENCY)]
-    stop_at = 0.0
-
-    async def caller(i: int) -> None:
-        out = latencies[i]
-        for _ in range(LOAD_MAX_CALLS_PER_CALLER):
-            t0 = time.perf_counter()
-            if t0 >= stop_at:
-                return
-            try:
-                await subject.call(i)
-            except Exception as exc:
-                subject.errors[_error_name(exc)] += 1
-                continue
-            out.append((time.perf_counter() - t0) * 1000)
-
     pid = subject.server.pid
     cpu0, fn0, client0 = cpu_seconds(pid), sum(map(cpu_seconds, subject.function_pids)), time.process_time()
     switches0 = context_switches(pid)
-    started = time.perf_counter()
-    stop_at = started + seconds
-    await asyncio.gather(*(caller(i) for i in range(CONCURRENCY)))
-    elapsed = time.perf_counter() - started
+    latencies, elapsed = await timed_concurrent(
+        subject.call,
+        callers=CONCURRENCY,
+        seconds=seconds,
+        max_calls_per_caller=LOAD_MAX_CALLS_PER_CALLER,
+        on_error=_record_error(subject),
+    )
     subject.client_cpu_s += time.process_time() - client0
     subject.load_cpu_s += cpu_seconds(pid) - cpu0
     subject.load_switches += context_switches(pid) - switches0
     subject.function_cpu_s += sum(map(cpu_seconds, subject.function_pids)) - fn0
-    calls = sum(len(x) for x in latencies)
     subject.load_s += elapsed
-    subject.load_ms.extend(x for lat in latencies for x in lat)
-    subject.round_rps.append(calls / elapsed)
+    subject.load_ms.extend(latencies)
+    subject.round_rps.append(len(latencies) / elapsed)
 
 
 # -- the runtime host ------------------------------------------------------------------------
