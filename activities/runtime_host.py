@@ -21,6 +21,7 @@ from kruntimes.lifecycle import (
     FunctionState,
     RegisterInput,
     RegisterResult,
+    RunOnHost,
     StatusInput,
     TaskInput,
     TaskResult,
@@ -75,7 +76,7 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
     return config
 
 
-def _run_ref(input: RegisterInput | TaskInput) -> pb.RunRef:
+def _run_ref(input: RunOnHost) -> pb.RunRef:
     return pb.RunRef(
         run_uid=input.runUid,
         attempt=input.attempt,

@@ -133,18 +133,8 @@ def ms(seconds: float) -> float:
 
 
 def run_manifest(name: str, runtime: str) -> Run:
-    return Run.model_validate(
-        {
-            "apiVersion": "kruntimes.io/v1alpha1",
-            "kind": "Run",
-            "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
-            "spec": {
-                "runtime": runtime,
-                "mode": {"function": {}},
-                "source": {"inline": [{"name": "main.py", "content": ECHO}]},
-                "handler": "main:handle",
-            },
-        }
+    return Run.new(
+        name, runtime=runtime, handler="main:handle", inline={"main.py": ECHO}, uid=str(uuid.uuid4())
     )
 
 

@@ -259,7 +259,9 @@ class CleanupResult(ApiModel):
 # --- activities -------------------------------------------------------------------------------
 
 
-class RegisterInput(ApiModel):
+class RunOnHost(ApiModel):
+    """A Run's attempt on one host: what registering a function and executing a task both send."""
+
     address: str
     runUid: str
     attempt: int
@@ -268,6 +270,10 @@ class RegisterInput(ApiModel):
     runtime: str
     adapter: str
     run: Run
+
+
+class RegisterInput(RunOnHost):
+    pass
 
 
 class RegisterResult(ApiModel):
@@ -306,15 +312,7 @@ class UnregisterInput(ApiModel):
     graceSeconds: float = 10.0
 
 
-class TaskInput(ApiModel):
-    address: str
-    runUid: str
-    attempt: int
-    namespace: str
-    name: str
-    runtime: str
-    adapter: str
-    run: Run
+class TaskInput(RunOnHost):
     timeoutSeconds: float
 
 

@@ -35,18 +35,13 @@ FUNCTIONS = [
 
 
 def _run(name: str, runtime: str, handler: str) -> Run:
-    return Run.model_validate(
-        {
-            "apiVersion": "kruntimes.io/v1alpha1",
-            "kind": "Run",
-            "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
-            "spec": {
-                "runtime": runtime,
-                "mode": {"function": {"idleTimeoutSeconds": 600}},
-                "source": {"path": str(EXAMPLES / name)},
-                "handler": handler,
-            },
-        }
+    return Run.new(
+        name,
+        runtime=runtime,
+        handler=handler,
+        path=str(EXAMPLES / name),
+        uid=str(uuid.uuid4()),
+        mode={"function": {"idleTimeoutSeconds": 600}},
     )
 
 

@@ -266,7 +266,8 @@ class RunWorkflow:
             run=self.run_,
         )
 
-    def _start_running(self, *, index: bool) -> datetime:
+    def _scheduled(self) -> None:
+        """Record the assignment (Scheduled lasts only within this task: not indexed)."""
         assert self._assignment is not None
         a = self._assignment
         self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
@@ -277,6 +278,9 @@ class RunWorkflow:
             ready=False,
             index=False,
         )
+
+    def _start_running(self, *, index: bool) -> datetime:
+        self._scheduled()
         start = workflow.now()
         self._update(startTime=start)
         self._phase(RunPhase.Running, ConditionReason.Registering, "preparing", ready=False, index=index)
@@ -315,16 +319,7 @@ class RunWorkflow:
             admitted = await self._admit()
             if admitted is not None:
                 return admitted
-            a = self._assignment
-            assert a is not None
-            self._update(assignedHost=a.hostId, assignedHostUID=a.hostUid)
-            self._phase(
-                RunPhase.Scheduled,
-                ConditionReason.Scheduled,
-                f"assigned to host {a.hostId}",
-                ready=False,
-                index=False,
-            )
+            self._scheduled()
             self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
 
     async def _register(self, deadline: datetime | None) -> End | Recover | None:

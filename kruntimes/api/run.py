@@ -56,6 +56,45 @@ class Run(ApiModel):
             raise ManifestError(_problems(e)) from e
 
     @classmethod
+    def new(
+        cls,
+        name: str,
+        *,
+        runtime: str,
+        handler: str,
+        inline: Mapping[str, str] | None = None,
+        path: str | None = None,
+        namespace: str = "default",
+        uid: str | None = None,
+        **spec: object,
+    ) -> Run:
+        """A Run manifest built in code: the source inline (file name → content) or a directory
+        `path`; any other spec field (mode, env, timeoutSeconds, ...) as a keyword. A function
+        Run unless `mode` says otherwise; validated like a manifest (ManifestError)."""
+        source: dict[str, object] = (
+            {"path": path}
+            if path is not None
+            else {"inline": [{"name": n, "content": c} for n, c in (inline or {}).items()]}
+        )
+        metadata: dict[str, object] = {"name": name, "namespace": namespace}
+        if uid is not None:
+            metadata["uid"] = uid
+        return cls.from_dict(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Run",
+                "metadata": metadata,
+                "spec": {
+                    "mode": {"function": {}},
+                    **spec,
+                    "runtime": runtime,
+                    "handler": handler,
+                    "source": source,
+                },
+            }
+        )
+
+    @classmethod
     def from_yaml(cls, text: str) -> Run:
         """Parse one YAML document holding a Run manifest."""
         try:

@@ -179,3 +179,25 @@ def test_spec_payloads_use_the_manifest_field_names():
     assert b'"timeoutSeconds":5' in payload.data
     assert b'"retryPolicy":{"limit":3' in payload.data
     assert isinstance(roundtrip_converter(make_spec()), RunSpec)
+
+
+def test_run_new_builds_a_validated_function_run_from_inline_files_or_a_path() -> None:
+    from kruntimes.api.run import ManifestError
+
+    UID = "2b0f6d1c-2f0e-4c55-9a3e-5d0c2b8a7f10"
+    inline = Run.new("hello", runtime="python", handler="main:handle", inline={"main.py": "x = 1\n"})
+    assert inline.spec.mode.kind == "function" and inline.metadata.namespace == "default"
+    assert [f.name for f in inline.spec.source.inline or []] == ["main.py"]
+    on_disk = Run.new(
+        "task",
+        runtime="bash",
+        handler="run.sh",
+        path="/srv/fn",
+        uid=UID,
+        mode={"task": {}},
+        timeoutSeconds=5,
+    )
+    assert on_disk.spec.source.path == "/srv/fn" and on_disk.metadata.uid == UID
+    assert on_disk.spec.mode.kind == "task" and on_disk.spec.timeoutSeconds == 5
+    with pytest.raises(ManifestError, match="metadata.name"):
+        Run.new("Not_A_Label", runtime="python", handler="main:handle", inline={"main.py": ""})

@@ -65,24 +65,14 @@ def run_manifest(
     mode: dict[str, Any] | None = None,
     **spec: Any,
 ) -> Run:
-    files = (
-        [{"name": "main.py", "content": source}]
-        if handler.startswith("main:")
-        else [{"name": handler, "content": source}]
-    )
-    return Run.model_validate(
-        {
-            "apiVersion": "kruntimes.io/v1alpha1",
-            "kind": "Run",
-            "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
-            "spec": {
-                "runtime": runtime,
-                "mode": mode or {"function": {}},
-                "source": {"inline": files},
-                "handler": handler,
-                **spec,
-            },
-        }
+    return Run.new(
+        name,
+        runtime=runtime,
+        handler=handler,
+        inline={"main.py" if handler.startswith("main:") else handler: source},
+        uid=str(uuid.uuid4()),
+        mode=mode or {"function": {}},
+        **spec,
     )
 
 
