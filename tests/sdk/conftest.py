@@ -5,20 +5,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from kruntimes.client import Client
-from tests.sdk.stack import Platform, delete_runs, shared_platform
-
-
-@pytest.fixture(scope="session")
-async def session_platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
-    async with shared_platform(tmp_path_factory) as started:
-        yield started
-
-
-@pytest.fixture
-async def platform(session_platform: Platform) -> AsyncIterator[Platform]:
-    """The shared platform; the Runs a test leaves are deleted after it."""
-    yield session_platform
-    await delete_runs(session_platform)
+from tests.sdk.stack import Platform
 
 
 @pytest.fixture

@@ -1,0 +1,23 @@
+"""Fixtures shared by the test folders that use them (pytest creates them only when asked)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.sdk.stack import Platform, delete_runs, shared_platform
+
+
+@pytest.fixture(scope="session")
+async def session_platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
+    """One embedded platform (`krt up --detach`) for the SDK and CLI suites."""
+    async with shared_platform(tmp_path_factory) as started:
+        yield started
+
+
+@pytest.fixture
+async def platform(session_platform: Platform) -> AsyncIterator[Platform]:
+    """The shared platform; the Runs a test leaves are deleted after it."""
+    yield session_platform
+    await delete_runs(session_platform)
