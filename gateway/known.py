@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from kruntimes.wire import search
+
 log = logging.getLogger(__name__)
 
 REFRESH_S = 2.0
@@ -48,14 +50,14 @@ class KnownRuns:
         runs: dict[str, KnownRun] = {}
         async for execution in self.client.list_workflows(QUERY, limit=MAX_KNOWN):
             attrs = execution.search_attributes
-            uid = _first(attrs, "KrtRunUid")  # type: ignore[arg-type]
+            uid = _first(attrs, search.RUN_UID)  # type: ignore[arg-type]
             if uid:
                 name = execution.id.rsplit("/", 1)[-1]
                 runs[uid] = KnownRun(
-                    namespace=_first(attrs, "KrtNamespace"),  # type: ignore[arg-type]
+                    namespace=_first(attrs, search.NAMESPACE),  # type: ignore[arg-type]
                     name=name,
-                    runtime=_first(attrs, "KrtRuntime"),  # type: ignore[arg-type]
-                    phase=_first(attrs, "KrtPhase"),  # type: ignore[arg-type]
+                    runtime=_first(attrs, search.RUNTIME),  # type: ignore[arg-type]
+                    phase=_first(attrs, search.PHASE),  # type: ignore[arg-type]
                 )
         self.runs = runs
         self.refreshed = True

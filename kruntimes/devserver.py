@@ -17,14 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SEARCH_ATTRIBUTES: dict[str, str] = {
-    "KrtPhase": "Keyword",
-    "KrtRuntime": "Keyword",
-    "KrtNamespace": "Keyword",
-    "KrtMode": "Keyword",
-    "KrtTenant": "Keyword",
-    "KrtRunUid": "Keyword",
-}
+from kruntimes.wire import search
+
+SEARCH_ATTRIBUTES = search.DEFINITIONS
 
 THROUGHPUT_SETTINGS = (
     "history.transferProcessorMaxPollRPS=1000",

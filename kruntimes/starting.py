@@ -21,10 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.lifecycle import (
     MAX_ADMISSIONS_PER_SIGNAL,
@@ -40,23 +38,9 @@ from kruntimes.lifecycle import (
     run_workflow_id,
     runtime_unknown,
 )
+from kruntimes.wire import search
 
 log = logging.getLogger(__name__)
-
-
-def search_attributes(run: Run) -> TypedSearchAttributes:
-    """The Run's search attributes as of its start (the Run upserts only what is missing)."""
-    values = {
-        "KrtNamespace": run.metadata.namespace,
-        "KrtRuntime": run.spec.runtime,
-        "KrtMode": run.spec.mode.kind,
-        "KrtTenant": run.spec.tenant or "",
-        "KrtRunUid": run.metadata.uid or "",
-        "KrtPhase": RunPhase.Pending.value,
-    }
-    return TypedSearchAttributes(
-        [SearchAttributePair(SearchAttributeKey.for_keyword(k), v) for k, v in values.items()]
-    )
 
 
 async def start_run(client: Client, run: Run) -> WorkflowHandle[Any, Any]:
@@ -72,7 +56,7 @@ async def start_run(client: Client, run: Run) -> WorkflowHandle[Any, Any]:
         RunInput(run=run, starterAdmits=True),
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
         task_queue=TASK_QUEUE,
-        search_attributes=search_attributes(run),
+        search_attributes=search.at_start(run),
     )
     await admit(client, run, handle)
     return handle

@@ -1,21 +1,14 @@
-"""Helpers shared by the workflows: search attributes, retry policies, error text."""
+"""Helpers shared by the workflows: retry policies, error text."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
 
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
 from kruntimes.api.phases import RunPhase
-
-KRT_PHASE = SearchAttributeKey.for_keyword("KrtPhase")
-KRT_RUNTIME = SearchAttributeKey.for_keyword("KrtRuntime")
-KRT_NAMESPACE = SearchAttributeKey.for_keyword("KrtNamespace")
-KRT_MODE = SearchAttributeKey.for_keyword("KrtMode")
-KRT_TENANT = SearchAttributeKey.for_keyword("KrtTenant")
-KRT_RUN_UID = SearchAttributeKey.for_keyword("KrtRunUid")
 
 
 @dataclass

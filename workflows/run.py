@@ -61,14 +61,9 @@ with workflow.unsafe.imports_passed_through():
         invoke_url,
         runtime_unknown,
     )
+    from kruntimes.wire import search
     from workflows.common import (
         HOST_CALL_RETRY,
-        KRT_MODE,
-        KRT_NAMESPACE,
-        KRT_PHASE,
-        KRT_RUN_UID,
-        KRT_RUNTIME,
-        KRT_TENANT,
         End,
         Recover,
         failure_text,
@@ -157,14 +152,7 @@ class RunWorkflow:
             )
         self.run_ = run
         self.uid: str = run.metadata.uid
-        wanted = [
-            (KRT_PHASE, RunPhase.Pending.value),
-            (KRT_RUNTIME, run.spec.runtime),
-            (KRT_NAMESPACE, run.metadata.namespace),
-            (KRT_MODE, run.spec.mode.kind),
-            (KRT_TENANT, run.spec.tenant or ""),
-            (KRT_RUN_UID, self.uid),
-        ]
+        wanted = search.run_values(run)
         present = workflow.info().typed_search_attributes
         missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
         if missing:  # starters that set them at start save a visibility write here
@@ -517,7 +505,7 @@ class RunWorkflow:
         changed = phase != self._status.phase or not self._status.conditions
         self._status = self._status._replace(phase=phase, message=message).with_condition(condition)
         if changed and index:  # a phase that lasts only within this task is not indexed
-            workflow.upsert_search_attributes([KRT_PHASE.value_set(phase.value)])
+            workflow.upsert_search_attributes([search.KRT_PHASE.value_set(phase.value)])
         terminal = " (terminal)" if is_terminal(phase) else ""
         workflow.set_current_details(f"**{phase.value}**{terminal} — {reason}: {message}")
 

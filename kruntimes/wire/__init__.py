@@ -1,0 +1,8 @@
+"""Names that several components must agree on, each spelled once.
+
+    headers   the invoke API's HTTP headers (gateway and SDK)
+    search    the Run workflow's custom search attributes (dev server, workflows, starter, SDK,
+              gateway's known-Runs view)
+
+Nothing here does I/O.
+"""

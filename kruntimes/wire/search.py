@@ -1,0 +1,48 @@
+"""The custom search attributes of RunWorkflow: one definition for everything that reads or
+writes them (the dev server registers them, the starter sets them at the start, the workflow
+upserts them, the SDK and the gateway's known-Runs view read them).
+
+SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace. Search
+attributes are indexes in plain text: never put a secret in one.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+
+PHASE = "KrtPhase"
+RUNTIME = "KrtRuntime"
+NAMESPACE = "KrtNamespace"
+MODE = "KrtMode"
+TENANT = "KrtTenant"
+RUN_UID = "KrtRunUid"
+
+# name → Temporal indexed value type, as `temporal operator search-attribute create` takes it
+DEFINITIONS: dict[str, str] = {name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID)}
+
+KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
+KRT_RUNTIME = SearchAttributeKey.for_keyword(RUNTIME)
+KRT_NAMESPACE = SearchAttributeKey.for_keyword(NAMESPACE)
+KRT_MODE = SearchAttributeKey.for_keyword(MODE)
+KRT_TENANT = SearchAttributeKey.for_keyword(TENANT)
+KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
+
+
+def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:
+    """A Run's search attributes (its uid must be set) with the given phase."""
+    return [
+        (KRT_PHASE, phase.value),
+        (KRT_RUNTIME, run.spec.runtime),
+        (KRT_NAMESPACE, run.metadata.namespace),
+        (KRT_MODE, run.spec.mode.kind),
+        (KRT_TENANT, run.spec.tenant or ""),
+        (KRT_RUN_UID, run.metadata.uid or ""),
+    ]
+
+
+def at_start(run: Run) -> TypedSearchAttributes:
+    """What a starter sets when it starts the Run's workflow (the workflow upserts only what is missing)."""
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in run_values(run)])
