@@ -8,9 +8,9 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.hosts._rpc import HostRpcError, identify
 from activities.hosts.base import HostManager
-from activities.hosts.model import CreatedHost, HostSpec
 from activities.hosts.process import _alive, list_records
 from kruntimes.api._base import ApiModel
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import ProbeInput, ProbeResult
 from kruntimes.scheduling.failures import ProviderError
 from kruntimes.scheduling.model import Host

@@ -12,7 +12,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.hosts.model import CreatedHost, HostSpec
+    from kruntimes.hosts import CreatedHost, HostSpec
     from kruntimes.lifecycle import (
         SIGNAL_HOST_READY,
         SIGNAL_SCALE_OUT_FAILED,

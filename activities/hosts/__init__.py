@@ -10,8 +10,8 @@ import os
 
 from activities.hosts.attach import AttachProvider
 from activities.hosts.base import HostManager, HostProvider, provider_error
-from activities.hosts.model import CreatedHost, HostSpec
 from activities.hosts.process import ProcessProvider, list_records, stop_all
+from kruntimes.hosts import CreatedHost, HostSpec
 
 __all__ = [
     "AttachProvider",

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from activities.hosts._rpc import HostRpcError, identify, serves
 from activities.hosts.base import provider_error
-from activities.hosts.model import CreatedHost, HostSpec
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 

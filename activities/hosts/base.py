@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import Protocol, TypeVar
 
-from activities.hosts.model import CreatedHost, HostSpec
 from kruntimes.api.names import validate_dns1123_label
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
 
 T = TypeVar("T")

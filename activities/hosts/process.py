@@ -29,9 +29,9 @@ from pydantic import ValidationError
 
 from activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
 from activities.hosts.base import provider_error
-from activities.hosts.model import CreatedHost, HostSpec
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.host_manager import DeleteHostInput
-from activities.hosts.model import CreatedHost, HostSpec
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import (
     CancelTaskInput,
     FunctionState,

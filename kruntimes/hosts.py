@@ -1,4 +1,5 @@
-"""What the host manager is asked to create, and what it reports back."""
+"""The host provider contract: what a provider is asked to create (HostSpec), and what it reports
+back (CreatedHost). Activities, the scale-out workflow and the worker share it."""
 
 from __future__ import annotations
 
