@@ -31,10 +31,10 @@ from kruntimes.client import (
     SpecConflict,
     Unauthorized,
     WaitTimeout,
-    prepare,
 )
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.devserver import free_port
+from kruntimes.sdk.runs import prepare
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import manifest
 
