@@ -112,7 +112,7 @@ class Runs:
     # -- Runs ----------------------------------------------------------------------------------------
 
     async def create(self, run: Run) -> RunObject:
-        """Start the Run; RunAlreadyExists while one of that name runs."""
+        """Start the Run on the configured task queue; RunAlreadyExists while one of that name runs."""
         from temporalio.exceptions import WorkflowAlreadyStartedError
 
         from kruntimes.starting import start_run
@@ -122,7 +122,9 @@ class Runs:
         _check_name(name, namespace)
         client = await self.temporal()
         try:
-            await self._rpc(start_run(client, run), namespace=namespace, name=name)
+            await self._rpc(
+                start_run(client, run, task_queue=self.config.taskQueue), namespace=namespace, name=name
+            )
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(namespace, name) from e
         return _object(run, RunStatus(), datetime.now(UTC), closed=False)

@@ -120,6 +120,7 @@ def test_config_view_prints_the_effective_values_with_the_token(
     assert json.loads(capsys.readouterr().out) == {
         "temporalAddress": "temporal:7233",
         "temporalNamespace": "default",
+        "taskQueue": "kruntimes",
         "gatewayUrl": "https://gw:1",
         "caFile": "/ca.crt",
         "token": "tok-123",

@@ -1,4 +1,4 @@
-"""The SDK without a platform: answers mapped to typed errors, what create sends."""
+"""The SDK without a platform: answers mapped to typed errors, what create sends, the task queue."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
@@ -26,6 +27,7 @@ from kruntimes.client import (
 )
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.devserver import free_port
+from kruntimes.lifecycle import TASK_QUEUE
 from kruntimes.sdk.invoke import parse_answer
 from kruntimes.sdk.runs import differences, prepare
 from tests.sdk.stack import manifest
@@ -141,3 +143,13 @@ async def test_an_unreachable_temporal_is_a_config_error_naming_krt_up() -> None
     async with Client(config) as client:
         with pytest.raises(ConfigError, match=r"cannot reach Temporal at .*is `krt up` running\?"):
             await client.get("anything")
+
+
+def test_the_task_queue_comes_from_client_json_then_krt_task_queue(tmp_path: Path) -> None:
+    env = {"KRT_STATE_DIR": str(tmp_path)}
+    assert clientconfig.load(env).taskQueue == TASK_QUEUE
+    clientconfig.write(tmp_path, ClientConfig(taskQueue="from-file"))
+    assert clientconfig.load(env).taskQueue == "from-file"
+    assert clientconfig.load({**env, "KRT_TASK_QUEUE": "from-env"}).taskQueue == "from-env"
+    with pytest.raises(ValueError, match="taskQueue"):
+        ClientConfig(taskQueue="")
