@@ -8,7 +8,8 @@
     invoke    the HTTPS invoke client: a target to its endpoint, one POST, the answer to a result
               or a typed error
 
-Apps import the SDK's names from `kruntimes` (or `kruntimes.client`); code in this repository
-imports each from the module that defines it. `import kruntimes` loads none of these modules
-until a name is used, and they import temporalio and aiohttp only when a call needs them.
+Apps (and the SDK's tests) import the SDK's names from `kruntimes` or `kruntimes.client`; these
+modules and the CLI import each from the module that defines it. `import kruntimes` loads none
+of these modules until a name is used, and they import temporalio and aiohttp only when a call
+needs them.
 """
