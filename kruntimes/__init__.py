@@ -1,7 +1,8 @@
 """kruntimes: run user functions on a pool of runtime hosts, orchestrated by Temporal.
 
-`kruntimes.Client` is the Python SDK (see kruntimes.client for its errors); `kruntimes.api` holds
-the Run model. Names load on first use, so `import kruntimes` stays cheap for function processes.
+`kruntimes.Client` is the Python SDK, exported here with its errors (kruntimes.sdk.errors draws
+their tree) and results, all from kruntimes.client; `Run` is the Run model (kruntimes.api holds
+the rest). Names load on first use, so `import kruntimes` stays cheap for function processes.
 """
 
 from __future__ import annotations
@@ -12,21 +13,54 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kruntimes.api.run import Run
     from kruntimes.client import (
+        Applied,
+        Busy,
         Client,
+        ConfigError,
+        FunctionNotFound,
+        HostView,
+        InvocationFailed,
+        InvokeError,
         InvokeResult,
         KruntimesError,
+        NotReady,
+        OutcomeUnknown,
+        PayloadRejected,
+        RunAlreadyExists,
+        RunFailed,
+        RunNotFound,
         RunObject,
+        SpecConflict,
+        Unauthorized,
+        WaitTimeout,
     )
 
-_LAZY: dict[str, str] = {
-    "Client": "kruntimes.client",
-    "InvokeResult": "kruntimes.client",
-    "KruntimesError": "kruntimes.client",
-    "RunObject": "kruntimes.client",
-    "Run": "kruntimes.api.run",
-}
+__all__ = [
+    "Applied",
+    "Busy",
+    "Client",
+    "ConfigError",
+    "FunctionNotFound",
+    "HostView",
+    "InvocationFailed",
+    "InvokeError",
+    "InvokeResult",
+    "KruntimesError",
+    "NotReady",
+    "OutcomeUnknown",
+    "PayloadRejected",
+    "Run",
+    "RunAlreadyExists",
+    "RunFailed",
+    "RunNotFound",
+    "RunObject",
+    "SpecConflict",
+    "Unauthorized",
+    "WaitTimeout",
+]
 
-__all__ = ["Client", "InvokeResult", "KruntimesError", "Run", "RunObject"]
+# Each name → the module it is imported from: the Run model, else the SDK's facade.
+_LAZY: dict[str, str] = {name: "kruntimes.client" for name in __all__} | {"Run": "kruntimes.api.run"}
 
 
 def __getattr__(name: str) -> Any:
@@ -36,3 +70,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -78,8 +78,8 @@ def _where(namespace: str, name: str) -> str:
 
 def explain(exc: BaseException) -> tuple[int, str]:
     """The exit code and the one-line message (without "krt: ") for an error."""
-    from kruntimes import client as c
     from kruntimes.api.run import ManifestError
+    from kruntimes.sdk import errors as c
 
     match exc:
         case UsageError():
@@ -120,7 +120,7 @@ def explain(exc: BaseException) -> tuple[int, str]:
 
 
 def _invoke_message(exc: BaseException) -> str:
-    from kruntimes import client as c
+    from kruntimes.sdk import errors as c
 
     assert isinstance(exc, c.InvokeError)
     where = f"invocation {exc.invocation_id}: " if exc.invocation_id else ""

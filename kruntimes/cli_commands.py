@@ -26,8 +26,10 @@ from kruntimes.cli_output import (
     runs_table,
 )
 from kruntimes.cli_parser import UsageError
-from kruntimes.client import Client, ConfigError, InvocationFailed, RunFailed, RunObject
+from kruntimes.client import Client
 from kruntimes.clientconfig import ClientConfig
+from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed
+from kruntimes.sdk.results import RunObject
 
 GROUP = "run.kruntimes.io"
 

@@ -15,7 +15,7 @@ from kruntimes.api.run import API_VERSION
 from kruntimes.api.status import RunStatus
 
 if TYPE_CHECKING:
-    from kruntimes.client import HostView, RunObject
+    from kruntimes.sdk.results import HostView, RunObject
 
 RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "ATTEMPT", "HOST", "AGE")
 HOST_COLUMNS = ("HOST", "RUNTIME", "STATE", "SLOTS", "ADDRESS")

@@ -2,8 +2,8 @@
 
 `krt up` writes `client.json` into the state directory (mode 0600: it holds the token). Values
 come from, in order: the environment (KRT_TEMPORAL_ADDRESS, KRT_TEMPORAL_NAMESPACE,
-KRT_GATEWAY_URL, KRT_TOKEN, KRT_CA_FILE), then that file, then defaults. The state directory is
-KRT_STATE_DIR, by default ~/.kruntimes.
+KRT_TASK_QUEUE, KRT_GATEWAY_URL, KRT_TOKEN, KRT_CA_FILE), then that file, then defaults. The
+state directory is KRT_STATE_DIR, by default ~/.kruntimes.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from pathlib import Path
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel
+from kruntimes.lifecycle import TASK_QUEUE
 
 CLIENT_FILE = "client.json"
 ENV = {
     "temporalAddress": "KRT_TEMPORAL_ADDRESS",
     "temporalNamespace": "KRT_TEMPORAL_NAMESPACE",
+    "taskQueue": "KRT_TASK_QUEUE",
     "gatewayUrl": "KRT_GATEWAY_URL",
     "token": "KRT_TOKEN",
     "caFile": "KRT_CA_FILE",
@@ -30,6 +32,8 @@ ENV = {
 class ClientConfig(ApiModel):
     temporalAddress: str = "127.0.0.1:7233"
     temporalNamespace: str = "default"
+    # The task queue Runs are started on: the one the platform's worker polls for RunWorkflow.
+    taskQueue: str = Field(default=TASK_QUEUE, min_length=1)
     gatewayUrl: str = "https://127.0.0.1:8443"
     caFile: str | None = None
     token: str | None = Field(default=None, repr=False)

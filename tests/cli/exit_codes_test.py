@@ -31,10 +31,10 @@ from kruntimes.client import (
     SpecConflict,
     Unauthorized,
     WaitTimeout,
-    prepare,
 )
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.devserver import free_port
+from kruntimes.sdk.runs import prepare
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import manifest
 
@@ -120,6 +120,7 @@ def test_config_view_prints_the_effective_values_with_the_token(
     assert json.loads(capsys.readouterr().out) == {
         "temporalAddress": "temporal:7233",
         "temporalNamespace": "default",
+        "taskQueue": "kruntimes",
         "gatewayUrl": "https://gw:1",
         "caFile": "/ca.crt",
         "token": "tok-123",

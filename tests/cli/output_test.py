@@ -12,8 +12,9 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.cli_output import Progress, age, hosts_table, render, run_list_document, runs_table
-from kruntimes.client import HostView, RunObject, prepare
+from kruntimes.client import HostView, RunObject
 from kruntimes.scheduling.model import Host, HostState
+from kruntimes.sdk.runs import prepare
 from tests.sdk.stack import manifest
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

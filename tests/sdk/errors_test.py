@@ -1,15 +1,14 @@
-"""The SDK without a platform: answers mapped to typed errors, what create sends, cheap imports."""
+"""The SDK without a platform: answers mapped to typed errors, what create sends, the task queue."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
+from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
@@ -25,12 +24,12 @@ from kruntimes.client import (
     PayloadRejected,
     RunObject,
     Unauthorized,
-    _answer,
-    _differences,
-    prepare,
 )
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.devserver import free_port
+from kruntimes.lifecycle import TASK_QUEUE
+from kruntimes.sdk.invoke import parse_answer
+from kruntimes.sdk.runs import differences, prepare
 from tests.sdk.stack import manifest
 
 
@@ -55,17 +54,17 @@ def _error_body(reason: str) -> bytes:
 )
 def test_each_error_answer_raises_its_typed_error(status: int, kind: type[InvokeError]) -> None:
     with pytest.raises(kind) as caught:
-        _answer(status, {"Retry-After": "3"}, _error_body("Why"), "ours")
+        parse_answer(status, {"Retry-After": "3"}, _error_body("Why"), "ours")
     assert type(caught.value) is kind
     assert (caught.value.status, caught.value.reason, caught.value.invocation_id) == (status, "Why", "inv-1")
 
 
 def test_busy_and_not_ready_carry_retry_after() -> None:
     with pytest.raises(Busy) as busy:
-        _answer(429, {"Retry-After": "2"}, _error_body("FunctionBusy"), "x")
+        parse_answer(429, {"Retry-After": "2"}, _error_body("FunctionBusy"), "x")
     assert busy.value.retry_after == 2.0
     with pytest.raises(NotReady) as not_ready:
-        _answer(503, {}, b"not json", "x")
+        parse_answer(503, {}, b"not json", "x")
     assert not_ready.value.retry_after == 1.0 and not_ready.value.reason == "HTTP503"
     assert not_ready.value.invocation_id == "x", "our id when the answer has none"
 
@@ -80,14 +79,14 @@ def test_a_handler_error_answer_is_invocation_failed_with_the_answer() -> None:
         "error": {"type": "ValueError", "message": "boom"},
     }
     with pytest.raises(InvocationFailed) as caught:
-        _answer(200, {}, json.dumps(body).encode(), "i")
+        parse_answer(200, {}, json.dumps(body).encode(), "i")
     assert caught.value.result.stderr.data == "trace"
     assert str(caught.value) == "HandlerError: ValueError: boom"
 
 
 def test_a_success_answer_parses_and_ignores_unknown_fields() -> None:
     body = {"invocationId": "i", "status": "Succeeded", "outputs": {"a": 1}, "durationMs": 2, "new": True}
-    result = _answer(200, {}, json.dumps(body).encode(), "i")
+    result = parse_answer(200, {}, json.dumps(body).encode(), "i")
     assert result.ok and result.outputs == {"a": 1} and result.durationMs == 2.0
 
 
@@ -105,11 +104,11 @@ def test_create_sets_a_uid_and_makes_source_path_absolute(
 
 def test_apply_compares_spec_labels_and_uid() -> None:
     base = prepare(Run.from_dict(manifest("x")))
-    assert _differences(base, base, uid=None) == []
-    assert _differences(base, base, uid=base.metadata.uid) == []
+    assert differences(base, base, uid=None) == []
+    assert differences(base, base, uid=base.metadata.uid) == []
     other = Run.from_dict({**manifest("x", env={"A": "1"}), "metadata": {"name": "x", "labels": {"k": "v"}}})
-    assert _differences(base, other, uid=None) == ["metadata.labels", "spec.env"]
-    assert _differences(base, base, uid=str(uuid.uuid4())) == ["metadata.uid"]
+    assert differences(base, other, uid=None) == ["metadata.labels", "spec.env"]
+    assert differences(base, base, uid=str(uuid.uuid4())) == ["metadata.uid"]
 
 
 def test_a_run_object_prints_as_a_manifest_that_parses_back() -> None:
@@ -146,10 +145,11 @@ async def test_an_unreachable_temporal_is_a_config_error_naming_krt_up() -> None
             await client.get("anything")
 
 
-def test_importing_kruntimes_stays_cheap_and_exports_client_lazily() -> None:
-    code = (
-        "import sys, kruntimes; print('temporalio' in sys.modules, 'kruntimes.client' in sys.modules);"
-        "print(kruntimes.Client.__module__)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["False", "False", "kruntimes.client"]
+def test_the_task_queue_comes_from_client_json_then_krt_task_queue(tmp_path: Path) -> None:
+    env = {"KRT_STATE_DIR": str(tmp_path)}
+    assert clientconfig.load(env).taskQueue == TASK_QUEUE
+    clientconfig.write(tmp_path, ClientConfig(taskQueue="from-file"))
+    assert clientconfig.load(env).taskQueue == "from-file"
+    assert clientconfig.load({**env, "KRT_TASK_QUEUE": "from-env"}).taskQueue == "from-env"
+    with pytest.raises(ValueError, match="taskQueue"):
+        ClientConfig(taskQueue="")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,19 @@ from kruntimes.client import (
     Unauthorized,
 )
 from kruntimes.lifecycle import invoke_url
-from tests.sdk.stack import FAILING, OTHER_TOKEN, RUNTIME, SLEEPY, TASK, Platform, manifest, unique
+from tests.sdk.stack import FAILING, OTHER_TOKEN, RUNTIME, SLEEPY, TASK, Platform, manifest, unique, until
+
+# Touches p['started'], then runs until p['release'] exists (at most 60 s): the test decides when
+# the invocation ends, and knows when it has begun.
+GATED = (
+    "import pathlib, time\n"
+    "def handle(p):\n"
+    "    pathlib.Path(p['started']).touch()\n"
+    "    release, deadline = pathlib.Path(p['release']), time.monotonic() + 60\n"
+    "    while not release.exists() and time.monotonic() < deadline:\n"
+    "        time.sleep(0.01)\n"
+    "    return {'released': release.exists()}\n"
+)
 
 
 async def _ready(krt: Client, source: str) -> RunObject:
@@ -37,14 +50,19 @@ async def test_invoke_takes_a_name_a_run_or_its_url_and_echoes_the_invocation_id
     assert (await krt.invoke(run, b'{"sleep": 0}')).ok, "bytes go as they are"
 
 
-async def test_a_second_concurrent_invocation_is_busy_with_retry_after(krt: Client) -> None:
-    run = await _ready(krt, SLEEPY)
-    first = asyncio.create_task(krt.invoke(run, {"sleep": 1.0}))
-    await asyncio.sleep(0.3)
-    with pytest.raises(Busy) as busy:
-        await krt.invoke(run, {"sleep": 0})
+async def test_a_second_concurrent_invocation_is_busy_with_retry_after(krt: Client, tmp_path: Path) -> None:
+    run = await _ready(krt, GATED)
+    started, release = tmp_path / "started", tmp_path / "release"
+    first = asyncio.create_task(krt.invoke(run, {"started": str(started), "release": str(release)}))
+    try:
+        await until(lambda: started.exists() or first.done(), within=30, what="the first invocation to run")
+        assert not first.done(), f"the first invocation ended before the second was sent: {first}"
+        with pytest.raises(Busy) as busy:
+            await krt.invoke(run, {})
+    finally:
+        release.touch()
     assert busy.value.status == 429 and busy.value.retry_after > 0 and busy.value.invocation_id
-    assert (await first).outputs == {"slept": 1.0}
+    assert (await first).outputs == {"released": True}
 
 
 async def test_an_unknown_function_is_not_found(krt: Client, platform: Platform) -> None:

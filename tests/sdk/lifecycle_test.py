@@ -157,3 +157,18 @@ async def test_hosts_lists_the_pool_hosts_with_their_used_slots(krt: Client) -> 
     hosts = {v.host.hostId: v for v in await krt.hosts()}
     view = hosts[ready.status.assignedHost or ""]
     assert view.host.runtime == "python" and view.host.address and 1 <= view.used <= view.host.capacity
+
+
+async def test_create_starts_the_run_on_the_configured_task_queue(platform: Platform) -> None:
+    # No worker polls this queue, and no pool serves the runtime: nothing runs or holds a slot.
+    name = unique("queued")
+    queue = unique("krt-test-queue")
+    data = manifest(name)
+    data["spec"]["runtime"] = "no-such"
+    async with Client(platform.config.model_copy(update={"taskQueue": queue})) as krt:
+        await krt.create(Run.from_dict(data))
+    handle = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
+    try:
+        assert (await handle.describe()).task_queue == queue
+    finally:
+        await handle.terminate("test done")

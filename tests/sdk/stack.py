@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,15 @@ def manifest(
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
+    """Wait until ``check()`` holds, for at most ``within`` seconds; else fail saying ``what``."""
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {within:g} s for {what}")
+        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,15 @@
+"""The SDK's parts, behind the one public facade `kruntimes.Client` (kruntimes.client):
+
+    errors    the error tree every SDK call raises from
+    results   what the calls return: RunObject, Applied, HostView, InvokeResult
+    runs      the Run operations over Temporal: create, apply, get, status, list, wait, cancel,
+              delete, hosts
+    watch     the history watcher `wait` sleeps on between status queries
+    invoke    the HTTPS invoke client: a target to its endpoint, one POST, the answer to a result
+              or a typed error
+
+Apps (and the SDK's tests) import the SDK's names from `kruntimes` or `kruntimes.client`; these
+modules and the CLI import each from the module that defines it. `import kruntimes` loads none
+of these modules until a name is used, and they import temporalio and aiohttp only when a call
+needs them.
+"""

@@ -1,0 +1,129 @@
+"""Every error the SDK raises::
+
+    KruntimesError
+     ├── ConfigError        Temporal or the gateway cannot be reached, or the config is unusable
+     ├── RunNotFound        no Run of that name in that namespace
+     ├── RunAlreadyExists   create: a Run of that name is running
+     ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
+     ├── WaitTimeout        wait/delete: the wanted phase did not come in time
+     ├── RunFailed          wait: the Run ended (Failed, Timeout, Cancelled) instead; .phase .message
+     └── InvokeError        an invocation was refused or failed; .status .reason .invocation_id
+          ├── Busy               429: the function runs another invocation; .retry_after
+          ├── FunctionNotFound   404: no such function (unknown, finished, or not a function Run)
+          ├── NotReady           503: known but not ready now; .retry_after
+          ├── Unauthorized       401/403: the token is missing, unknown, or not allowed here
+          ├── PayloadRejected    400/413: bad invocation id, timeout, JSON, or a body over 1 MiB
+          ├── OutcomeUnknown     502/504, or the connection broke after sending: the function
+          │                      may have run; the SDK never retries it
+          └── InvocationFailed   200 with HandlerError/InvalidOutput; .result holds the answer
+
+Library errors (temporalio, aiohttp) are wrapped with ``raise ... from e`` and never leak.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kruntimes.api.phases import RunPhase
+    from kruntimes.sdk.results import InvokeResult, RunObject
+
+
+class KruntimesError(Exception):
+    """Every error the SDK raises."""
+
+
+class ConfigError(KruntimesError):
+    pass
+
+
+class RunNotFound(KruntimesError):
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"run {name!r} not found in namespace {namespace!r}")
+        self.namespace = namespace
+        self.name = name
+
+
+class RunAlreadyExists(KruntimesError):
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"run {name!r} already exists in namespace {namespace!r}")
+        self.namespace = namespace
+        self.name = name
+
+
+class SpecConflict(KruntimesError):
+    def __init__(self, namespace: str, name: str, fields: list[str]) -> None:
+        super().__init__(
+            f"run {name!r} in namespace {namespace!r} exists with another {', '.join(fields)}; "
+            "a Run's spec is immutable"
+        )
+        self.namespace = namespace
+        self.name = name
+        self.fields = tuple(fields)
+
+
+class WaitTimeout(KruntimesError):
+    def __init__(self, message: str, *, phase: RunPhase | None = None) -> None:
+        super().__init__(message)
+        self.phase = phase
+
+
+class RunFailed(KruntimesError):
+    def __init__(self, run: RunObject) -> None:
+        status = run.status
+        detail = f": {status.message}" if status.message else ""
+        super().__init__(f"run {run.metadata.name!r} ended {status.phase.value}{detail}")
+        self.run = run
+        self.phase = status.phase
+        self.message = status.message
+
+
+class InvokeError(KruntimesError):
+    def __init__(self, status: int, reason: str, message: str, *, invocation_id: str) -> None:
+        super().__init__(f"{reason}: {message}" if message else reason)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.invocation_id = invocation_id
+
+
+class _RetryLater(InvokeError):
+    """A refusal that names when to try again (Retry-After, in seconds)."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, *, invocation_id: str, retry_after: float
+    ) -> None:
+        super().__init__(status, reason, message, invocation_id=invocation_id)
+        self.retry_after = retry_after
+
+
+class Busy(_RetryLater):
+    pass
+
+
+class FunctionNotFound(InvokeError):
+    pass
+
+
+class NotReady(_RetryLater):
+    pass
+
+
+class Unauthorized(InvokeError):
+    pass
+
+
+class PayloadRejected(InvokeError):
+    pass
+
+
+class OutcomeUnknown(InvokeError):
+    pass
+
+
+class InvocationFailed(InvokeError):
+    def __init__(self, result: InvokeResult) -> None:
+        error = result.error or {}
+        message = ": ".join(str(error[k]) for k in ("type", "message") if error.get(k))
+        super().__init__(200, result.status, message, invocation_id=result.invocationId)
+        self.result = result

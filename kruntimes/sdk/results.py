@@ -1,0 +1,77 @@
+"""What the SDK's calls return: a Run as the platform holds it, apply's outcome, a pool host's
+view, and the answer of an invocation that ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
+from kruntimes.scheduling.model import Host
+
+
+class RunObject(Run):
+    """A Run as the platform holds it: the manifest it was created with, and its current status."""
+
+    status: RunStatus = Field(default_factory=RunStatus)
+    # When its workflow started, and whether it has ended (deleted or expired): not manifest fields.
+    created: datetime | None = Field(default=None, exclude=True)
+    closed: bool = Field(default=False, exclude=True)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.metadata.uid or ""
+
+    def manifest(self) -> dict[str, Any]:
+        """The Run object as `krt ... -o json` prints it: apiVersion, kind, metadata, spec, status."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass(frozen=True)
+class Applied:
+    run: RunObject
+    created: bool  # False: an identical Run was already there
+
+
+class Captured(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    data: str = ""
+    truncated: bool = False
+    totalBytes: int = 0
+
+
+class InvokeResult(BaseModel):
+    """The gateway's answer to one invocation that ran (HTTP 200)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    invocationId: str
+    status: str  # Succeeded | HandlerError | InvalidOutput
+    outputs: Any = None
+    stdout: Captured = Field(default_factory=Captured)
+    stderr: Captured = Field(default_factory=Captured)
+    durationMs: float = 0.0
+    error: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "Succeeded"
+
+
+@dataclass(frozen=True)
+class HostView:
+    host: Host
+    used: int  # run slots reserved on it

@@ -1,0 +1,449 @@
+"""The Run operations over Temporal: create, apply, get, status, list, wait, cancel, delete, and
+the pools' hosts. A Run is the RunWorkflow `run/{namespace}/{name}`; its status is the workflow's
+`status` query while it runs and its result once it has closed.
+
+Temporal's errors are mapped onto the SDK's (kruntimes.sdk.errors) in `Runs._rpc`. temporalio is
+imported on first use, so importing the SDK stays cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kruntimes.api.names import validate_dns1123_label
+from kruntimes.api.phases import RunPhase, is_terminal
+from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
+from kruntimes.clientconfig import ClientConfig
+from kruntimes.lifecycle import (
+    QUERY_POOL,
+    QUERY_STATUS,
+    SIGNAL_CANCEL,
+    UPDATE_DELETE,
+    PoolState,
+    RunInput,
+    run_workflow_id,
+)
+from kruntimes.sdk.errors import (
+    ConfigError,
+    KruntimesError,
+    RunAlreadyExists,
+    RunFailed,
+    RunNotFound,
+    SpecConflict,
+    WaitTimeout,
+)
+from kruntimes.sdk.results import Applied, HostView, RunObject
+from kruntimes.sdk.watch import TaskWatch
+
+if TYPE_CHECKING:
+    import temporalio.client
+
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+_LIST_CONCURRENCY = 16
+
+StatusCallback = Callable[[RunStatus], None]
+
+
+class Runs:
+    """The Run operations of one platform over one Temporal connection (made on first use).
+
+    Every argument is explicit here; the public defaults are the facade's (kruntimes.Client).
+    """
+
+    def __init__(self, config: ClientConfig, *, temporal: temporalio.client.Client | None = None) -> None:
+        self.config = config
+        self._temporal = temporal
+        self._connecting = asyncio.Lock()
+
+    async def temporal(self) -> temporalio.client.Client:
+        """The Temporal client (pydantic data converter), connected on first use."""
+        async with self._connecting:
+            if self._temporal is None:
+                from kruntimes.temporal import connect
+
+                try:
+                    self._temporal = await connect(self.config.temporalAddress, self.config.temporalNamespace)
+                except Exception as e:
+                    raise self._unavailable() from e
+            return self._temporal
+
+    def _unavailable(self) -> ConfigError:
+        return ConfigError(f"cannot reach Temporal at {self.config.temporalAddress}: is `krt up` running?")
+
+    async def _handle(self, name: str, namespace: str) -> temporalio.client.WorkflowHandle[Any, Any]:
+        _check_name(name, namespace)
+        client = await self.temporal()
+        return client.get_workflow_handle(run_workflow_id(namespace, name), result_type=RunStatus)
+
+    async def _rpc(self, call: Any, *, namespace: str, name: str) -> Any:
+        """Await a Temporal call, mapping its errors onto ours."""
+        from temporalio.client import RPCError, RPCTimeoutOrCancelledError
+        from temporalio.service import RPCStatusCode
+
+        try:
+            return await call
+        except RPCTimeoutOrCancelledError as e:
+            raise ConfigError(
+                f"Temporal at {self.config.temporalAddress} did not answer for run {namespace}/{name}: "
+                "is the kruntimes worker running (`krt status`)?"
+            ) from e
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise RunNotFound(namespace, name) from e
+            if e.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise self._unavailable() from e
+            if e.status == RPCStatusCode.FAILED_PRECONDITION and "poller" in str(e):
+                raise ConfigError(
+                    f"no kruntimes worker serves Temporal at {self.config.temporalAddress}: "
+                    "is `krt up` running?"
+                ) from e
+            raise KruntimesError(f"Temporal refused the request for run {namespace}/{name}: {e}") from e
+
+    # -- Runs ----------------------------------------------------------------------------------------
+
+    async def create(self, run: Run) -> RunObject:
+        """Start the Run on the configured task queue; RunAlreadyExists while one of that name runs."""
+        from temporalio.exceptions import WorkflowAlreadyStartedError
+
+        from kruntimes.starting import start_run
+
+        run = prepare(run)
+        name, namespace = run.metadata.name, run.metadata.namespace
+        _check_name(name, namespace)
+        client = await self.temporal()
+        try:
+            await self._rpc(
+                start_run(client, run, task_queue=self.config.taskQueue), namespace=namespace, name=name
+            )
+        except WorkflowAlreadyStartedError as e:
+            raise RunAlreadyExists(namespace, name) from e
+        return _object(run, RunStatus(), datetime.now(UTC), closed=False)
+
+    async def apply(self, run: Run) -> Applied:
+        """Create the Run unless a running one of that name has the same spec (then: a no-op)."""
+        given_uid = run.metadata.uid
+        run = prepare(run)
+        name, namespace = run.metadata.name, run.metadata.namespace
+        for _ in range(2):  # a create racing ours: compare with what it created
+            try:
+                existing = await self.get(name, namespace)
+            except RunNotFound:
+                existing = None
+            if existing is not None and not existing.closed:
+                conflicts = differences(existing, run, uid=given_uid)
+                if conflicts:
+                    raise SpecConflict(namespace, name, conflicts)
+                return Applied(existing, created=False)
+            try:
+                return Applied(await self.create(run), created=True)
+            except RunAlreadyExists:
+                continue
+        raise RunAlreadyExists(namespace, name)
+
+    async def get(self, name: str, namespace: str) -> RunObject:
+        """The Run's manifest (its workflow's input) and status."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        handle = await self._handle(name, namespace)
+        description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+        run = await self._manifest(handle, namespace=namespace, name=name)
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            status = await self._query(handle, namespace=namespace, name=name)
+        else:
+            status = await self._final(handle, description, namespace=namespace, name=name)
+        return _object(
+            run, status, description.start_time, closed=description.status != WorkflowExecutionStatus.RUNNING
+        )
+
+    async def status(self, name: str, namespace: str) -> RunStatus:
+        """The Run's status only (one query; a closed Run's final result)."""
+        handle = await self._handle(name, namespace)
+        return await self._status(handle, namespace=namespace, name=name)
+
+    async def list(self, namespace: str | None, phase: RunPhase | str | None) -> builtins.list[RunObject]:
+        """The running Runs found in the visibility index, each read with `get`, by name."""
+        from kruntimes.wire import search
+
+        query = "WorkflowType='RunWorkflow' AND ExecutionStatus='Running'"
+        if namespace is not None:
+            try:
+                validate_dns1123_label(namespace, field="namespace")
+            except ValueError:
+                return []  # no Run can live there
+            query += f" AND {search.NAMESPACE}='{namespace}'"
+        if phase is not None:
+            query += f" AND {search.PHASE}='{RunPhase(phase).value}'"
+        client = await self.temporal()
+        ids: builtins.list[str] = []
+
+        async def collect() -> None:
+            async for execution in client.list_workflows(query):
+                ids.append(execution.id)
+
+        await self._rpc(collect(), namespace=namespace or "*", name="*")
+        limit = asyncio.Semaphore(_LIST_CONCURRENCY)
+
+        async def one(workflow_id: str) -> RunObject | None:
+            _, ns, name = workflow_id.split("/", 2)
+            async with limit:
+                try:
+                    return await self.get(name, ns)
+                except RunNotFound:
+                    return None
+
+        found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
+        runs = [r for r in found if r is not None and not r.closed]
+        if phase is not None:  # visibility lags the query a little
+            runs = [r for r in runs if r.status.phase == RunPhase(phase)]
+        return sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+
+    async def wait(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        until: RunPhase | Iterable[RunPhase] | None,
+        timeout: float | None,
+        interval: float,
+        on_status: StatusCallback | None,
+    ) -> RunObject:
+        """Query the status after each completed workflow task (TaskWatch) until it is wanted."""
+        run = await self.get(name, namespace)
+        wanted = _wanted(run, until)
+        handle = await self._handle(name, namespace)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        status = run.status
+        tasks: TaskWatch | None = None
+        while True:
+            if on_status is not None:
+                on_status(status)
+            if status.phase in wanted or status.phase is RunPhase.Succeeded:
+                return run._replace(status=status)
+            if is_terminal(status.phase):
+                raise RunFailed(run._replace(status=status))
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                names = " or ".join(sorted(p.value for p in wanted))
+                raise WaitTimeout(
+                    f"run {name!r} in namespace {namespace!r} is still {status.phase.value} after "
+                    f"{timeout:g} s (waiting for {names})",
+                    phase=status.phase,
+                )
+            if tasks is None:
+                description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+                tasks = TaskWatch(
+                    handle, after=description.raw_description.workflow_execution_info.history_length
+                )
+            try:
+                await asyncio.wait_for(tasks.next(), remaining)
+            except TimeoutError:
+                pass  # the deadline check above raises
+            except Exception:  # the long poll failed (a transient RPC error): poll again shortly
+                tasks = None
+                await asyncio.sleep(interval)
+            status = await self._status(handle, namespace=namespace, name=name)
+
+    async def cancel(self, name: str, namespace: str) -> None:
+        """Signal cancel; a closed Run is left as it is."""
+        handle = await self._handle(name, namespace)
+        try:
+            await self._rpc(handle.signal(SIGNAL_CANCEL), namespace=namespace, name=name)
+        except RunNotFound:
+            await self._rpc(handle.describe(), namespace=namespace, name=name)  # closed: a no-op
+
+    async def delete(self, name: str, namespace: str, *, timeout: float | None) -> RunStatus:
+        """The delete update (cancel if needed, clean up, end); a closed Run's last status."""
+        from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+
+        handle = await self._handle(name, namespace)
+        description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return await self._final(handle, description, namespace=namespace, name=name)
+        try:
+            async with asyncio.timeout(timeout):
+                result: RunStatus = await self._rpc(
+                    handle.execute_update(UPDATE_DELETE, result_type=RunStatus),
+                    namespace=namespace,
+                    name=name,
+                )
+                return result
+        except TimeoutError as e:
+            raise WaitTimeout(
+                f"run {name!r} in namespace {namespace!r} was not deleted within {timeout:g} s: "
+                "is the kruntimes worker running (`krt status`)?"
+            ) from e
+        except (RunNotFound, WorkflowUpdateFailedError):
+            # It ended while the update was on its way.
+            description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+            return await self._final(handle, description, namespace=namespace, name=name)
+
+    async def hosts(self) -> builtins.list[HostView]:
+        """Every runtime host the pools hold (each pool's `pool` query), with the run slots used."""
+        client = await self.temporal()
+        pools: builtins.list[str] = []
+
+        async def collect() -> None:
+            query = "WorkflowType='RuntimePoolWorkflow' AND ExecutionStatus='Running'"
+            async for execution in client.list_workflows(query):
+                pools.append(execution.id)
+
+        await self._rpc(collect(), namespace="*", name="*")
+
+        async def pool(workflow_id: str) -> PoolState | None:
+            handle = client.get_workflow_handle(workflow_id)
+            try:
+                state: PoolState = await self._rpc(
+                    handle.query(QUERY_POOL, result_type=PoolState, rpc_timeout=QUERY_TIMEOUT),
+                    namespace="*",
+                    name=workflow_id,
+                )
+            except RunNotFound:
+                return None
+            return state
+
+        views: builtins.list[HostView] = []
+        for state in await asyncio.gather(*(pool(p) for p in pools)):
+            if state is None:
+                continue
+            for host in state.hosts:
+                used = sum(1 for r in state.reservations if r.hostUid == host.hostUid)
+                views.append(HostView(host=host, used=used))
+        return sorted(views, key=lambda v: (v.host.runtime, v.host.hostId))
+
+    # -- workflow reads ------------------------------------------------------------------------------
+
+    async def _manifest(self, handle: Any, *, namespace: str, name: str) -> Run:
+        """The Run the workflow was started with (its first history event's input)."""
+
+        async def first() -> Any:
+            async for event in handle.fetch_history_events(page_size=1):
+                return event
+            return None
+
+        event = await self._rpc(first(), namespace=namespace, name=name)
+        if event is None or not event.HasField("workflow_execution_started_event_attributes"):
+            raise RunNotFound(namespace, name)
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        client = await self.temporal()
+        try:
+            [run_input] = await client.data_converter.decode(payloads, [RunInput])
+        except Exception as e:
+            raise KruntimesError(f"workflow {handle.id} does not hold a Run: {type(e).__name__}") from e
+        run: Run = run_input.run
+        return run
+
+    async def _query(self, handle: Any, *, namespace: str, name: str) -> RunStatus:
+        status: RunStatus = await self._rpc(
+            handle.query(QUERY_STATUS, result_type=RunStatus, rpc_timeout=QUERY_TIMEOUT),
+            namespace=namespace,
+            name=name,
+        )
+        return status
+
+    async def _status(self, handle: Any, *, namespace: str, name: str) -> RunStatus:
+        from temporalio.client import WorkflowQueryFailedError
+
+        try:
+            return await self._query(handle, namespace=namespace, name=name)
+        except (RunNotFound, WorkflowQueryFailedError):
+            description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+            return await self._final(handle, description, namespace=namespace, name=name)
+
+    async def _final(self, handle: Any, description: Any, *, namespace: str, name: str) -> RunStatus:
+        """The status of a closed Run: its result, or a Failed status saying how it ended."""
+        from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+        from kruntimes.wire import search
+
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            return await self._query(handle, namespace=namespace, name=name)
+        if description.status == WorkflowExecutionStatus.COMPLETED:
+            with contextlib.suppress(WorkflowFailureError):
+                result: RunStatus = await self._rpc(handle.result(), namespace=namespace, name=name)
+                return result
+        how = description.status.name.lower().replace("_", " ") if description.status else "closed"
+        last = _first_attr(description, search.PHASE)
+        phase = (
+            RunPhase(last)
+            if last in RunPhase.__members__ and is_terminal(RunPhase(last))
+            else RunPhase.Failed
+        )
+        return RunStatus(phase=phase, message=f"the Run's workflow was {how}")
+
+
+# --- what create sends and apply compares -------------------------------------------------------
+
+
+def prepare(run: Run) -> Run:
+    """What create sends: a uid (uuid4) when missing and an absolute source.path."""
+    metadata, spec = run.metadata, run.spec
+    if metadata.uid is None:
+        metadata = metadata._replace(uid=str(uuid.uuid4()))
+    path = spec.source.path
+    if path is not None and not Path(path).is_absolute():
+        spec = spec._replace(source=spec.source._replace(path=str(Path(path).resolve())))
+    if metadata is run.metadata and spec is run.spec and run.status is None:
+        return run
+    return Run(apiVersion=run.apiVersion, kind=run.kind, metadata=metadata, spec=spec)
+
+
+def differences(existing: Run, wanted: Run, *, uid: str | None) -> list[str]:
+    """What ``wanted`` would change on ``existing``; ``uid``: the one the caller gave, if any."""
+    fields = []
+    if uid is not None and uid != existing.metadata.uid:
+        fields.append("metadata.uid")
+    if wanted.metadata.labels != existing.metadata.labels:
+        fields.append("metadata.labels")
+    if wanted.spec != existing.spec:
+        fields.extend(
+            f"spec.{key}"
+            for key in type(wanted.spec).model_fields
+            if getattr(wanted.spec, key) != getattr(existing.spec, key)
+        )
+    return fields
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _check_name(name: str, namespace: str) -> None:
+    try:
+        validate_dns1123_label(name, field="name")
+        validate_dns1123_label(namespace, field="namespace")
+    except ValueError as e:
+        raise RunNotFound(namespace, name) from e
+
+
+def _first_attr(description: Any, key: str) -> str:
+    values = (description.search_attributes or {}).get(key) or [""]
+    return str(values[0])
+
+
+def _object(run: Run, status: RunStatus, created: datetime | None, *, closed: bool) -> RunObject:
+    return RunObject(
+        apiVersion=run.apiVersion,
+        kind=run.kind,
+        metadata=run.metadata,
+        spec=run.spec,
+        status=status,
+        created=created,
+        closed=closed,
+    )
+
+
+def _wanted(run: Run, until: RunPhase | Iterable[RunPhase] | None) -> frozenset[RunPhase]:
+    if until is None:
+        return frozenset({RunPhase.Succeeded if run.spec.mode.kind == "task" else RunPhase.Ready})
+    if isinstance(until, RunPhase | str):
+        return frozenset({RunPhase(until)})
+    return frozenset(RunPhase(p) for p in until)

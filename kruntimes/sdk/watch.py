@@ -1,0 +1,33 @@
+"""The history watcher `wait` sleeps on: a Run's status changes only when one of its workflow
+tasks completes, so `wait` long-polls the Run's history and queries the status after each."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+# The pause before polling again once the history has ended (or the long poll failed).
+POLL_INTERVAL_S = 0.1
+
+
+class TaskWatch:
+    """The next completed workflow task (or the close) of a Run, by long-polling its history."""
+
+    def __init__(self, handle: Any, *, after: int) -> None:
+        self.after = after  # events up to this id were there already
+        self.events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+
+    async def next(self) -> None:
+        from temporalio.api.enums.v1 import EventType
+
+        while True:
+            try:
+                event = await self.events.__anext__()
+            except StopAsyncIteration:  # the workflow closed
+                await asyncio.sleep(POLL_INTERVAL_S)
+                return
+            if event.event_id <= self.after:
+                continue
+            self.after = event.event_id
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                return

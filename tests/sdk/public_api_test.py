@@ -1,0 +1,87 @@
+"""The SDK's public names: exactly these, each resolving to its one definition (no platform)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import kruntimes
+import kruntimes.client
+from kruntimes.api.run import Run
+
+ERRORS = {
+    "Busy",
+    "ConfigError",
+    "FunctionNotFound",
+    "InvocationFailed",
+    "InvokeError",
+    "KruntimesError",
+    "NotReady",
+    "OutcomeUnknown",
+    "PayloadRejected",
+    "RunAlreadyExists",
+    "RunFailed",
+    "RunNotFound",
+    "SpecConflict",
+    "Unauthorized",
+    "WaitTimeout",
+}
+RESULTS = {"Applied", "HostView", "InvokeResult", "RunObject"}
+
+
+def test_kruntimes_exports_the_client_its_errors_and_results_and_run() -> None:
+    assert kruntimes.__all__ == sorted(kruntimes.__all__)
+    assert set(kruntimes.__all__) == {"Client", "Run", *ERRORS, *RESULTS}
+    assert len(kruntimes.__all__) == len(set(kruntimes.__all__))
+
+
+def test_kruntimes_client_exports_the_client_its_errors_and_results() -> None:
+    assert kruntimes.client.__all__ == sorted(kruntimes.client.__all__)
+    assert set(kruntimes.client.__all__) == {"Client", *ERRORS, *RESULTS}
+
+
+def test_each_exported_name_resolves_to_its_one_definition() -> None:
+    for name in kruntimes.client.__all__:
+        value = getattr(kruntimes, name)
+        assert value is getattr(kruntimes.client, name), name
+        assert value.__name__ == name
+        assert (
+            value.__module__
+            == {
+                "Client": "kruntimes.client",
+                **dict.fromkeys(ERRORS, "kruntimes.sdk.errors"),
+                **dict.fromkeys(RESULTS, "kruntimes.sdk.results"),
+            }[name]
+        )
+    assert kruntimes.Run is Run
+    assert set(kruntimes.__all__) <= set(dir(kruntimes))
+
+
+def test_every_error_is_a_kruntimes_error() -> None:
+    for name in ERRORS:
+        assert issubclass(getattr(kruntimes, name), kruntimes.KruntimesError), name
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    assert not hasattr(kruntimes, "NoSuchName")
+
+
+def _printed(code: str) -> list[str]:
+    """What ``code`` prints in a fresh interpreter, split into words."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def test_importing_kruntimes_stays_cheap_and_exports_client_lazily() -> None:
+    code = (
+        "import sys, kruntimes; print('temporalio' in sys.modules, 'kruntimes.client' in sys.modules);"
+        "print(kruntimes.Client.__module__)"
+    )
+    assert _printed(code) == ["False", "False", "kruntimes.client"]
+
+
+def test_importing_the_client_module_loads_no_client_library() -> None:
+    code = (
+        "import sys, kruntimes.client; print(*(m in sys.modules for m in ('temporalio', 'aiohttp', 'grpc')))"
+    )
+    assert _printed(code) == ["False", "False", "False"]
