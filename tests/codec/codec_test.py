@@ -1,0 +1,98 @@
+"""The payload codec: encrypted at rest, every key decrypts, the newest encrypts."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import pytest
+from temporalio.api.common.v1 import Payload
+
+from kruntimes.codec import ENCODING, KEY_ID, CodecError, EncryptionCodec, Keyring, add_key, ensure_key
+
+
+def _payload(text: bytes) -> Payload:
+    return Payload(metadata={"encoding": b"json/plain"}, data=text)
+
+
+async def test_a_payload_round_trips_and_is_ciphertext_in_between(tmp_path):
+    codec = EncryptionCodec(Keyring.load(ensure_key(tmp_path / "keys")))
+    secret = b'{"env": {"DB_PASSWORD": "hunter2"}}'
+    (sealed,) = await codec.encode([_payload(secret)])
+    assert sealed.metadata["encoding"] == ENCODING
+    assert b"hunter2" not in sealed.SerializeToString()
+    (opened,) = await codec.decode([sealed])
+    assert opened == _payload(secret)
+
+
+async def test_rotation_the_newest_key_encrypts_and_old_payloads_still_decrypt(tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    add_key(keys, key_id="20260101T000000Z")
+    old = EncryptionCodec(Keyring.load(keys))
+    (sealed_old,) = await old.encode([_payload(b'"a"')])
+    add_key(keys, key_id="20261201T000000Z")
+    new = EncryptionCodec(Keyring.load(keys))
+    (sealed_new,) = await new.encode([_payload(b'"b"')])
+    assert sealed_new.metadata[KEY_ID] == b"20261201T000000Z"
+    assert [p.data for p in await new.decode([sealed_old, sealed_new])] == [b'"a"', b'"b"']
+
+
+async def test_a_payload_of_a_dropped_key_is_an_error_naming_the_key_not_the_key_material(tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    add_key(keys, key_id="k1")
+    (sealed,) = await EncryptionCodec(Keyring.load(keys)).encode([_payload(b"1")])
+    (keys / "k1").unlink()
+    add_key(keys, key_id="k2")
+    with pytest.raises(CodecError, match="'k1'"):
+        await EncryptionCodec(Keyring.load(keys)).decode([sealed])
+
+
+async def test_tampered_ciphertext_does_not_decrypt(tmp_path):
+    codec = EncryptionCodec(Keyring.load(ensure_key(tmp_path / "keys")))
+    (sealed,) = await codec.encode([_payload(b"1")])
+    sealed.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
+    with pytest.raises(CodecError):
+        await codec.decode([sealed])
+
+
+async def test_plain_payloads_written_before_the_codec_stay_readable(tmp_path):
+    codec = EncryptionCodec(Keyring.load(ensure_key(tmp_path / "keys")))
+    assert await codec.decode([_payload(b"1")]) == [_payload(b"1")]
+
+
+def test_a_key_readable_by_others_is_refused(tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "k1").write_bytes(base64.b64encode(os.urandom(32)))
+    (keys / "k1").chmod(0o644)
+    with pytest.raises(CodecError, match="0600"):
+        Keyring.load(keys)
+
+
+@pytest.mark.parametrize(
+    ("content", "why"), [(b"not base64!", "base64"), (base64.b64encode(b"short"), "bytes")]
+)
+def test_malformed_keys_are_refused(tmp_path, content, why):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    fd = os.open(keys / "k1", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, content)
+    os.close(fd)
+    with pytest.raises(CodecError, match=why):
+        Keyring.load(keys)
+
+
+def test_an_empty_key_directory_is_refused(tmp_path):
+    (tmp_path / "keys").mkdir()
+    with pytest.raises(CodecError, match="no key"):
+        Keyring.load(tmp_path / "keys")
+
+
+def test_ensure_key_keeps_existing_keys(tmp_path):
+    keys = ensure_key(tmp_path / "keys")
+    before = sorted(p.name for p in keys.iterdir())
+    ensure_key(keys)
+    assert sorted(p.name for p in keys.iterdir()) == before
+    assert oct((keys / before[0]).stat().st_mode & 0o777) == "0o600"
