@@ -48,12 +48,12 @@ def _demo(argv: list[str]) -> int:
 def _platform(entry: str) -> Callable[[list[str]], int]:
     def call(argv: list[str]) -> int:
         try:
-            platform = importlib.import_module("workers.platform")
+            platform = importlib.import_module("workers.embedded.commands")
         except ModuleNotFoundError as e:
-            if e.name != "workers.platform":
+            if e.name not in ("workers.embedded", "workers.embedded.commands"):
                 raise
             raise UsageError(
-                f"`krt {entry}` is not available in this installation (no workers.platform)"
+                f"`krt {entry}` is not available in this installation (no workers.embedded)"
             ) from e
         code = getattr(platform, f"main_{entry}")(argv)
         return int(code or 0)

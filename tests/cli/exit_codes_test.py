@@ -143,13 +143,13 @@ def test_an_unreachable_platform_exits_4(
 
 
 @pytest.mark.parametrize("command", ["up", "down", "status"])
-def test_up_down_status_hand_their_arguments_to_workers_platform(
+def test_up_down_status_hand_their_arguments_to_the_embedded_platform(
     monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
     calls: list[tuple[str, list[str]]] = []
-    fake = types.ModuleType("workers.platform")
+    fake = types.ModuleType("workers.embedded.commands")
     for name in ("up", "down", "status"):
         setattr(fake, f"main_{name}", lambda argv, name=name: calls.append((name, argv)) or 7)
-    monkeypatch.setitem(sys.modules, "workers.platform", fake)
+    monkeypatch.setitem(sys.modules, "workers.embedded.commands", fake)
     assert cli.run([command, "--state-dir", "/x", "--help"]) == 7
     assert calls == [(command, ["--state-dir", "/x", "--help"])]
