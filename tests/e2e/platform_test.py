@@ -27,7 +27,7 @@ class Krt:
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "kruntimes.cli", *args],
+            [sys.executable, "-m", "workers.krt", *args],
             capture_output=True,
             text=True,
             env=self.env,
