@@ -5,6 +5,9 @@
     krt hosts list                        krt config view -o json
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 
+This module is the SDK's side: the process entry points live above it, in workers/, and the `krt`
+console script (workers.krt) dispatches them before handing every other command line to `run`.
+
 Exit codes: 0 ok, 1 the operation failed (a Run failed, an invocation was refused or failed),
 2 usage error, 3 not found, 4 the platform is not reachable or not configured. Errors are one
 line on stderr starting "krt: " and saying what to do; never a traceback (KRT_DEBUG=1 adds one).
@@ -13,63 +16,14 @@ line on stderr starting "krt: " and saying what to do; never a traceback (KRT_DE
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import sys
 import traceback
-from collections.abc import Callable
 
 from kruntimes.cli_parser import PASSTHROUGH, UsageError
 
 OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4
 INTERRUPTED = 130
-
-
-def _host(argv: list[str]) -> int:
-    from workers import host
-
-    host.main(argv)
-    return 0
-
-
-def _worker(argv: list[str]) -> int:
-    from workers import worker
-
-    worker.main(argv)
-    return 0
-
-
-def _demo(argv: list[str]) -> int:
-    from workers import demo
-
-    return demo.main(argv)
-
-
-def _platform(entry: str) -> Callable[[list[str]], int]:
-    def call(argv: list[str]) -> int:
-        try:
-            platform = importlib.import_module("workers.platform")
-        except ModuleNotFoundError as e:
-            if e.name != "workers.platform":
-                raise
-            raise UsageError(
-                f"`krt {entry}` is not available in this installation (no workers.platform)"
-            ) from e
-        code = getattr(platform, f"main_{entry}")(argv)
-        return int(code or 0)
-
-    return call
-
-
-COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "host": _host,
-    "worker": _worker,
-    "demo": _demo,
-    "up": _platform("up"),
-    "down": _platform("down"),
-    "status": _platform("status"),
-}
-assert set(COMMANDS) == set(PASSTHROUGH)
 
 
 def _where(namespace: str, name: str) -> str:
@@ -146,14 +100,13 @@ def _one_line(text: str) -> str:
 
 def run(argv: list[str]) -> int:
     """Run one command line and return its exit code."""
-    if argv and argv[0] in COMMANDS:
-        try:
-            return COMMANDS[argv[0]](argv[1:])
-        except KeyboardInterrupt:
-            return INTERRUPTED
-        except UsageError as e:
-            print(f"krt: {e}", file=sys.stderr)
-            return FAILED
+    if argv and argv[0] in PASSTHROUGH:
+        print(
+            f"krt: `krt {argv[0]}` is run by the `krt` command (or `python -m workers.krt {argv[0]}`), "
+            "not by kruntimes.cli",
+            file=sys.stderr,
+        )
+        return FAILED
     from kruntimes import cli_parser
 
     if not argv:
@@ -177,7 +130,7 @@ def run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     code = run(args)
-    if "temporalio.bridge" in sys.modules and not (args and args[0] in COMMANDS):
+    if "temporalio.bridge" in sys.modules:
         # The Temporal client's Rust threads can abort interpreter teardown (SIGABRT, "PyGILState_Release
         # ... finalizing"; temporalio/sdk-python#300): a finished command leaves without one.
         sys.stdout.flush()

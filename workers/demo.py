@@ -23,7 +23,9 @@ from kruntimes import clientconfig
 from kruntimes.api.run import Run
 from kruntimes.client import Client, KruntimesError
 from kruntimes.devserver import temporal_binary
-from workers.platform import Layout, PlatformError, down, up
+from workers.embedded.commands import down, up
+from workers.embedded.errors import PlatformError
+from workers.embedded.layout import Layout
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 READY_TIMEOUT_S = 90.0

@@ -9,6 +9,9 @@ The files of one host, under ``{stateDir}/hosts/{runtime}/``::
 
 A pid is signalled only while /proc/<pid>/cmdline names that host's --host-id and --ready-file,
 so a recycled pid is never killed. Linux only.
+
+Outside this module: ``ProcessProvider``, and over a state directory ``list_records``,
+``stop_all`` and ``host_running(record)``; everything with a leading underscore is its own.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+
+__all__ = ["ProcessProvider", "host_running", "list_records", "stop_all"]
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +336,11 @@ def list_records(state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
         else:
             hosts.append(record)
     return hosts
+
+
+def host_running(record: CreatedHost) -> bool:
+    """Whether the process of a recorded host still runs (a zombie does not); False without a pid."""
+    return record.pid is not None and _alive(record.pid)
 
 
 async def stop_all(state_dir: str | os.PathLike[str], *, grace_s: float = 10.0) -> int:

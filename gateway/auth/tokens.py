@@ -1,4 +1,5 @@
-"""The embedded mode's static token file, one caller per line: `token,user,uid,"group1,group2"`.
+"""The embedded mode's static token file, one caller per line: `token,user,uid,"group1,group2"`
+(the format is kruntimes.wire.tokens).
 
 The file must be readable by its owner only (0600 or 0400); it is checked for changes at most once
 a second on lookup and reloaded, and a reload that fails keeps the table loaded before. No message
@@ -7,22 +8,23 @@ or log line ever contains a token: problems are reported by file, mode and line 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import hmac
 import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.auth.base import Principal, Unauthenticated, check_token
+from kruntimes.wire import tokens as token_format
+from kruntimes.wire.tokens import TokenEntry, TokenFormatError
 
 log = logging.getLogger(__name__)
 
-MAX_FILE_BYTES = 1024 * 1024
+MAX_FILE_BYTES = token_format.MAX_FILE_BYTES
 MAX_ENTRIES = 10_000
 RECHECK_INTERVAL_S = 1.0
 
@@ -72,43 +74,34 @@ def _read(path: Path, *, max_bytes: int) -> tuple[_Signature, bytes]:
     return _signature(st), data
 
 
-def _parse(path: Path, data: bytes, *, max_entries: int) -> list[tuple[bytes, Principal]]:
+def _entries(path: Path, data: bytes) -> Iterator[tuple[int, TokenEntry]]:
+    """The file's entries with their line numbers; a malformed line is a TokenFileError."""
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        bad_line = data[: e.start].count(b"\n") + 1
-        raise TokenFileError(f"token file {path}: line {bad_line} is not UTF-8") from None
+        yield from token_format.entries(token_format.decode(data))
+    except TokenFormatError as e:
+        raise TokenFileError(f"token file {path}: {e}") from None
+
+
+def _parse(path: Path, data: bytes, *, max_entries: int) -> list[tuple[bytes, Principal]]:
     entries: list[tuple[bytes, Principal]] = []
     first_line: dict[bytes, int] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for lineno, entry in _entries(path, data):
         try:
-            row = next(csv.reader([line.rstrip("\r")], strict=True))
-        except csv.Error:
-            raise TokenFileError(f"token file {path}: line {lineno} is not valid CSV") from None
-        if len(row) not in (3, 4):
-            raise TokenFileError(
-                f"token file {path}: line {lineno} has {len(row)} columns, expected token,user,uid[,groups]"
-            )
-        token, user, uid = row[0].strip(), row[1].strip(), row[2].strip()
-        groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) == 4 else ()
-        try:
-            check_token(token)
+            check_token(entry.token)
         except Unauthenticated:
             raise TokenFileError(
                 f"token file {path}: line {lineno} has an empty token, or one longer than 8 KiB "
                 "or with whitespace, control or non-ASCII characters"
             ) from None
-        if not user:
+        if not entry.user:
             raise TokenFileError(f"token file {path}: line {lineno} has an empty user")
-        digest = _digest(token)
+        digest = _digest(entry.token)
         if digest in first_line:
             raise TokenFileError(
                 f"token file {path}: lines {first_line[digest]} and {lineno} have the same token"
             )
         first_line[digest] = lineno
-        entries.append((digest, Principal(user=user, uid=uid, groups=groups)))
+        entries.append((digest, Principal(user=entry.user, uid=entry.uid, groups=entry.groups)))
         if len(entries) > max_entries:
             raise TokenFileError(f"token file {path} has more than {max_entries} tokens")
     return entries

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from kruntimes import cli, cli_commands, clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import ManifestError, Run
 from kruntimes.api.status import RunStatus
-from kruntimes.cli_parser import UsageError
+from kruntimes.cli_parser import PASSTHROUGH, UsageError
 from kruntimes.client import (
     Busy,
     ConfigError,
@@ -37,6 +36,8 @@ from kruntimes.devserver import free_port
 from kruntimes.sdk.runs import prepare
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import manifest
+from workers import krt
+from workers.embedded import commands
 
 
 def _failed() -> RunFailed:
@@ -144,13 +145,40 @@ def test_an_unreachable_platform_exits_4(
 
 
 @pytest.mark.parametrize("command", ["up", "down", "status"])
-def test_up_down_status_hand_their_arguments_to_workers_platform(
+def test_up_down_status_hand_their_arguments_to_the_embedded_platform(
     monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
     calls: list[tuple[str, list[str]]] = []
-    fake = types.ModuleType("workers.platform")
     for name in ("up", "down", "status"):
-        setattr(fake, f"main_{name}", lambda argv, name=name: calls.append((name, argv)) or 7)
-    monkeypatch.setitem(sys.modules, "workers.platform", fake)
-    assert cli.run([command, "--state-dir", "/x", "--help"]) == 7
+        monkeypatch.setitem(commands.MAIN, name, lambda argv, name=name: calls.append((name, argv)) or 7)
+    assert krt.run([command, "--state-dir", "/x", "--help"]) == 7
     assert calls == [(command, ["--state-dir", "/x", "--help"])]
+
+
+def test_the_console_script_hands_every_other_command_to_the_sdk_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def fail(args: object) -> int:
+        raise RunNotFound("team", "a")
+
+    monkeypatch.setattr(cli_commands, "dispatch", fail)
+    assert krt.run(["run", "get", "a", "-n", "team"]) == 3
+    assert "`krt run list -n team`" in one_error_line(capsys.readouterr().err)
+    assert krt.run([]) == 2
+
+
+@pytest.mark.parametrize("command", sorted(PASSTHROUGH))
+def test_the_sdk_cli_alone_points_process_commands_at_the_console_script(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    assert cli.run([command, "--help"]) == 1
+    captured = capsys.readouterr()
+    assert f"python -m workers.krt {command}" in one_error_line(captured.err) and captured.out == ""
+
+
+def test_the_krt_script_is_the_console_script_module() -> None:
+    scripts = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
+        "scripts"
+    ]
+    assert scripts == {"krt": "workers.krt:main"}
+    assert set(krt.COMMANDS) == set(PASSTHROUGH)

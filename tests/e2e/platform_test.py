@@ -27,7 +27,7 @@ class Krt:
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "kruntimes.cli", *args],
+            [sys.executable, "-m", "workers.krt", *args],
             capture_output=True,
             text=True,
             env=self.env,
@@ -69,6 +69,11 @@ def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> 
     assert "Temporal UI" in up.stdout
     status = json.loads(krt("status", "-o", "json").stdout)
     assert {c["component"] for c in status["components"]} >= {"platform", "gateway", "worker", "temporal"}
+    assert all(c["state"] == "up" for c in status["components"]), status
+    table = krt("status").stdout.splitlines()
+    assert table[0].split() == ["COMPONENT", "STATE", "PID"]
+    assert table[1].split()[:2] == ["platform", "up"]
+    assert any(line.startswith("host python-") for line in table), table
     config = krt.json("config", "view", "-o", "json")
     assert config["gatewayUrl"].startswith("https://127.0.0.1:") and config["token"]
 

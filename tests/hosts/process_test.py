@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_all
+from activities.hosts.process import host_running
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import alive, gone, host_pids, spec
 
@@ -306,7 +307,10 @@ async def test_list_records_and_stop_all_cover_every_runtime(
     bash = await process.create(spec(state_dir, "bash-0", runtime="bash", adapter="bash"))
 
     assert list_records(state_dir) == [bash, python]
+    assert host_running(bash) and host_running(python)
     assert await stop_all(state_dir) == 2
+    assert not host_running(bash) and not host_running(python)
+    assert not host_running(python.model_copy(update={"pid": None}))
     assert list_records(state_dir) == []
     assert host_pids(state_dir) == []
     assert await stop_all(state_dir) == 0

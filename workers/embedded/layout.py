@@ -1,0 +1,211 @@
+"""The embedded platform's state directory: which file holds what, and the files `krt up` prepares.
+
+    platform.json       the ports, chosen once and kept, so URLs (and Run endpoints) stay valid
+    up.json             {"pid", "components"} of the running platform: who to signal, what to show
+    up.ready            written once everything serves; `krt up --detach` waits for it
+    tokens.csv          the gateway's token file (0600) with the generated admin token
+    rolebindings.yaml   who may invoke which namespace's Runs
+    runtimes.yaml       the runtimes and their pools
+    client.json         where the CLI and SDK find the platform (kruntimes.clientconfig)
+    gateway.ready.json  the gateway's URL and heartbeat address, written once it serves
+    logs/  tls/  temporal/  hosts/
+                        the components' logs, the CA and certificates, the dev server's SQLite,
+                        the process hosts' records (activities.hosts.process)
+
+Everything kept here survives a restart on the same state dir, so the Runs do too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from kruntimes import clientconfig
+from kruntimes.devserver import free_port
+from kruntimes.tls import ensure_tls
+from kruntimes.wire import tokens as token_format
+from kruntimes.wire.tokens import TokenEntry, TokenFormatError
+from workers.embedded.errors import PlatformError
+
+PORT_NAMES = (
+    "temporal",
+    "temporalUi",
+    "temporalHttp",
+    "temporalMetrics",
+    "gateway",
+    "heartbeat",
+    "workerMetrics",
+)
+ADMIN_USER = "admin"
+ADMIN_GROUP = "admins"
+
+DEFAULT_RUNTIMES = """\
+# Runtimes of the embedded platform. Edit and restart `krt up` to change them.
+runtimes:
+  - name: python
+    adapter: python
+    runs: 10        # Runs per host
+    minHosts: 1     # warm hosts kept running
+    maxHosts: 4
+  - name: bash
+    adapter: bash
+    runs: 10
+    minHosts: 1
+    maxHosts: 2
+"""
+DEFAULT_BINDINGS = f"""\
+# Who may invoke which namespace's Runs: users or groups from tokens.csv, namespace or "*".
+bindings:
+  - namespace: "*"
+    groups: [{ADMIN_GROUP}]
+"""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one state directory."""
+
+    root: Path
+
+    @property
+    def ports(self) -> Path:
+        return self.root / "platform.json"
+
+    @property
+    def up(self) -> Path:
+        return self.root / "up.json"
+
+    @property
+    def ready(self) -> Path:
+        return self.root / "up.ready"
+
+    @property
+    def tokens(self) -> Path:
+        return self.root / "tokens.csv"
+
+    @property
+    def bindings(self) -> Path:
+        return self.root / "rolebindings.yaml"
+
+    @property
+    def runtimes(self) -> Path:
+        return self.root / "runtimes.yaml"
+
+    @property
+    def client(self) -> Path:
+        return self.root / clientconfig.CLIENT_FILE
+
+    @property
+    def gateway_ready(self) -> Path:
+        return self.root / "gateway.ready.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def tls(self) -> Path:
+        return self.root / "tls"
+
+    @property
+    def temporal(self) -> Path:
+        return self.root / "temporal"
+
+    @property
+    def hosts(self) -> Path:
+        return self.root / "hosts"
+
+    def log(self, component: str) -> Path:
+        """The log of one component ("temporal", "gateway", "worker", "platform")."""
+        return self.logs / f"{component}.log"
+
+
+def prepare(layout: Layout) -> tuple[dict[str, int], str]:
+    """Create what is missing (directories, certificates, token file, default configs).
+
+    Returns the ports and the admin token.
+    """
+    layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    layout.logs.mkdir(exist_ok=True)
+    ensure_tls(layout.tls)
+    token = admin_token(layout)
+    if not layout.bindings.exists():
+        layout.bindings.write_text(DEFAULT_BINDINGS)
+    if not layout.runtimes.exists():
+        layout.runtimes.write_text(DEFAULT_RUNTIMES)
+    return ports(layout), token
+
+
+def ports(layout: Layout) -> dict[str, int]:
+    """The ports of this state dir: the saved ones while free, a new one for any taken; saved."""
+    saved: dict[str, int] = json.loads(layout.ports.read_text()) if layout.ports.exists() else {}
+    chosen: dict[str, int] = {}
+    for name in PORT_NAMES:
+        port = saved.get(name)
+        if port is None or not _port_free(port):
+            port = free_port()
+        chosen[name] = port
+    layout.ports.write_text(json.dumps(chosen, indent=2))
+    return chosen
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def admin_token(layout: Layout) -> str:
+    """The token of the token file's first admin entry; without one, a new file with a new token.
+
+    A token file that cannot be read as the format is refused (PlatformError) rather than replaced.
+    """
+    if layout.tokens.exists():
+        data = _read_bounded(layout.tokens, max_bytes=token_format.MAX_FILE_BYTES)
+        try:
+            for _, entry in token_format.entries(token_format.decode(data)):
+                if entry.user == ADMIN_USER:
+                    return entry.token
+        except TokenFormatError as e:
+            raise PlatformError(f"token file {layout.tokens}: {e}") from e
+    token = "krt_" + secrets.token_urlsafe(32)
+    line = token_format.format_line(TokenEntry(token=token, user=ADMIN_USER, uid="0", groups=(ADMIN_GROUP,)))
+    fd = os.open(layout.tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(line)
+    return token
+
+
+def _read_bounded(path: Path, *, max_bytes: int) -> bytes:
+    with path.open("rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise PlatformError(f"token file {path} is larger than {max_bytes} bytes")
+    return data
+
+
+def write_up(layout: Layout, *, pid: int, components: dict[str, int]) -> None:
+    """Record the running platform's pid and its components' pids."""
+    layout.up.write_text(json.dumps({"pid": pid, "components": components}))
+
+
+def recorded_pid(layout: Layout) -> int:
+    """The pid of the platform recorded as running, 0 when none is."""
+    if not layout.up.exists():
+        return 0
+    return int(json.loads(layout.up.read_text()).get("pid", 0))
+
+
+def recorded_components(layout: Layout) -> dict[str, int]:
+    """The components' pids recorded by the running platform (name → pid)."""
+    if not layout.up.exists():
+        return {}
+    components: dict[str, int] = json.loads(layout.up.read_text()).get("components", {})
+    return components

@@ -1,0 +1,287 @@
+"""Starting, watching and stopping the embedded platform's processes.
+
+`run_foreground` is the platform process itself: it starts the Temporal dev server (SQLite in the
+state dir, search attributes registered, UI on), the gateway (HTTPS with the platform's own CA, the
+token file) and the worker (whose pools start each runtime's minimum hosts) as children, waits
+until every runtime has its warm hosts, records what runs in the state dir and watches the
+children until SIGINT/SIGTERM or one of them dies; then it stops them all, the hosts included.
+`start_detached` runs it in the background and returns once it is ready; `stop` ends it by the
+pid it recorded. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from activities.hosts.process import stop_all
+from kruntimes import clientconfig
+from kruntimes.devserver import DevServer
+from kruntimes.tls import TlsFiles, ensure_tls
+from workers.embedded.errors import PlatformError
+from workers.embedded.layout import Layout, prepare, recorded_pid, write_up
+
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+HEARTBEAT_INTERVAL_S = 2.0
+# `krt up --detach` waits this much longer than the platform itself takes to give up starting.
+DETACH_EXTRA_S = 30.0
+# What `krt up --detach` runs in the background: this package's `up`, in the foreground.
+DETACHED_MODULE = "workers.embedded"
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not); one of another user's processes counts as running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
+
+
+def running(layout: Layout) -> int | None:
+    """The pid of the platform running from this state dir, or None."""
+    pid = recorded_pid(layout)
+    return pid if pid and alive(pid) else None
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
+
+
+def _stop_child(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) -> dict[str, Any]:
+    """The JSON a child writes to `path` once it serves; fails if it exits or times out first."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not path.exists():
+        if proc.poll() is not None:
+            raise PlatformError(f"the {what} exited with code {proc.returncode}; see {log}")
+        if time.monotonic() > deadline:
+            raise PlatformError(f"the {what} did not start within {START_TIMEOUT_S:g}s; see {log}")
+        time.sleep(0.05)
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+async def _wait_min_hosts(address: str, runtimes: Path, deadline: float) -> None:
+    from kruntimes.config import load_config
+    from kruntimes.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
+    from kruntimes.temporal import connect
+
+    client = await connect(address, "default")
+    for runtime in load_config(runtimes).runtimes:
+        handle = client.get_workflow_handle(pool_workflow_id(runtime.name))
+        while True:
+            with contextlib.suppress(Exception):
+                state = await handle.query(QUERY_POOL, result_type=PoolState)
+                if len(state.hosts) >= runtime.minHosts:
+                    break
+            if time.monotonic() > deadline:
+                raise PlatformError(
+                    f"runtime {runtime.name!r} did not get its {runtime.minHosts} warm host(s)"
+                )
+            await asyncio.sleep(0.1)
+
+
+def _gateway_argv(layout: Layout, *, ports: dict[str, int], tls: TlsFiles, temporal: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "gateway",
+        "--listen",
+        f"127.0.0.1:{ports['gateway']}",
+        "--heartbeat-listen",
+        f"127.0.0.1:{ports['heartbeat']}",
+        "--cert",
+        str(tls.cert),
+        "--key",
+        str(tls.key),
+        "--token-file",
+        str(layout.tokens),
+        "--role-bindings",
+        str(layout.bindings),
+        "--temporal-address",
+        temporal,
+        "--ready-file",
+        str(layout.gateway_ready),
+    ]
+
+
+def _worker_argv(
+    layout: Layout, *, ports: dict[str, int], tls: TlsFiles, temporal: str, gateway: dict[str, Any]
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "workers.worker",
+        "--temporal-address",
+        temporal,
+        "--state-dir",
+        str(layout.root),
+        "--config",
+        str(layout.runtimes),
+        "--gateway-url",
+        gateway["url"],
+        "--ca-file",
+        str(tls.ca_cert),
+        "--gateway-heartbeat",
+        gateway["heartbeatAddress"],
+        "--heartbeat-interval",
+        str(HEARTBEAT_INTERVAL_S),
+        "--metrics-address",
+        f"127.0.0.1:{ports['workerMetrics']}",
+    ]
+
+
+def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig], None]) -> int:
+    """Start everything, call `on_ready`, wait for SIGINT/SIGTERM or a child's death, stop everything."""
+    pid = running(layout)
+    if pid is not None:
+        raise PlatformError(f"the platform already runs from {layout.root} (pid {pid}); `krt down` first")
+    ports, token = prepare(layout)
+    tls = ensure_tls(layout.tls)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    temporal = DevServer(
+        state_dir=layout.temporal,
+        port=ports["temporal"],
+        ui_port=ports["temporalUi"],
+        http_port=ports["temporalHttp"],
+        metrics_port=ports["temporalMetrics"],
+        headless=False,
+        persistent=True,
+        log_file=layout.log("temporal"),
+    )
+    stop = {"requested": False}
+
+    def request_stop(*_: object) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        temporal.start()
+        layout.gateway_ready.unlink(missing_ok=True)
+        procs["gateway"] = _spawn(
+            _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address), layout.log("gateway")
+        )
+        gateway = _wait_file(layout.gateway_ready, procs["gateway"], "gateway", layout.log("gateway"))
+        procs["worker"] = _spawn(
+            _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway),
+            layout.log("worker"),
+        )
+        asyncio.run(_wait_min_hosts(temporal.address, layout.runtimes, time.monotonic() + START_TIMEOUT_S))
+        config = clientconfig.ClientConfig(
+            temporalAddress=temporal.address,
+            gatewayUrl=gateway["url"],
+            caFile=str(tls.ca_cert),
+            token=token,
+            uiUrl=temporal.ui_url,
+        )
+        clientconfig.write(layout.root, config)
+        pids = {name: p.pid for name, p in procs.items()}
+        pids["temporal"] = temporal.process.pid if temporal.process else 0
+        write_up(layout, pid=os.getpid(), components=pids)
+        layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
+        on_ready(config)
+        while not stop["requested"]:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise PlatformError(f"the {name} exited with code {proc.returncode}; see {layout.logs}")
+            if temporal.process is not None and temporal.process.poll() is not None:
+                raise PlatformError(f"the Temporal dev server exited; see {layout.log('temporal')}")
+            time.sleep(0.2)
+        return 0
+    finally:
+        layout.ready.unlink(missing_ok=True)
+        _stop_child(procs.get("worker"))
+        _stop_child(procs.get("gateway"))
+        asyncio.run(stop_all(layout.root))
+        temporal.stop()
+        layout.up.unlink(missing_ok=True)
+
+
+def start_detached(layout: Layout) -> None:
+    """Run the platform in the background (a new session, its output in logs/platform.log) and
+    return once it is ready."""
+    if running(layout) is not None:
+        raise PlatformError(f"the platform already runs from {layout.root}; `krt down` first")
+    layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    layout.logs.mkdir(exist_ok=True)
+    layout.ready.unlink(missing_ok=True)
+    log = layout.log("platform")
+    env = {**os.environ, "KRT_STATE_DIR": str(layout.root)}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", DETACHED_MODULE, "up"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=env,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S + DETACH_EXTRA_S
+    while not layout.ready.exists():
+        if proc.poll() is not None:
+            raise PlatformError(f"`krt up` failed: {_last_line(log)} (log: {log})")
+        if time.monotonic() > deadline:
+            proc.terminate()
+            raise PlatformError(f"`krt up` did not become ready; see {log}")
+        time.sleep(0.1)
+
+
+def _last_line(log: Path, *, max_bytes: int = 4096) -> str:
+    """The last line of a log (appended across runs, so only its end is read)."""
+    with log.open("rb") as f:
+        f.seek(max(f.seek(0, os.SEEK_END) - max_bytes, 0))
+        tail = f.read().decode(errors="replace").strip().splitlines()[-1:]
+    return tail[0] if tail else "(no output)"
+
+
+def stop(layout: Layout) -> bool:
+    """SIGTERM the running platform (it stops its children), SIGKILL if it outlives the wait.
+
+    Returns False when none runs from this state dir.
+    """
+    pid = running(layout)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S * 3
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def stop_leftover_hosts(layout: Layout) -> int:
+    """Stop the hosts a platform that died without cleaning up left running; returns how many."""
+    return asyncio.run(stop_all(layout.root)) if layout.hosts.exists() else 0

@@ -1,0 +1,75 @@
+"""The `krt` console script: the process entry points of workers/ and the SDK's command line.
+
+`krt host|worker|demo|up|down|status` hand their arguments, as they are, to the entry points in
+this package; every other command line goes to `kruntimes.cli` (the SDK's commands, the help and
+the usage errors). The exit codes are kruntimes.cli's; ^C is 130.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from kruntimes import cli
+from kruntimes.cli_parser import PASSTHROUGH
+
+
+def _host(argv: list[str]) -> int:
+    from workers import host
+
+    host.main(argv)
+    return cli.OK
+
+
+def _worker(argv: list[str]) -> int:
+    from workers import worker
+
+    worker.main(argv)
+    return cli.OK
+
+
+def _demo(argv: list[str]) -> int:
+    from workers import demo
+
+    return demo.main(argv)
+
+
+def _embedded(entry: str) -> Callable[[list[str]], int]:
+    def call(argv: list[str]) -> int:
+        from workers.embedded import commands
+
+        return int(commands.MAIN[entry](argv) or cli.OK)
+
+    return call
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "host": _host,
+    "worker": _worker,
+    "demo": _demo,
+    "up": _embedded("up"),
+    "down": _embedded("down"),
+    "status": _embedded("status"),
+}
+assert set(COMMANDS) == set(PASSTHROUGH)
+
+
+def run(argv: list[str]) -> int:
+    """Run one command line and return its exit code."""
+    if argv and argv[0] in COMMANDS:
+        try:
+            return COMMANDS[argv[0]](argv[1:])
+        except KeyboardInterrupt:
+            return cli.INTERRUPTED
+    return cli.run(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in COMMANDS:
+        sys.exit(run(args))
+    cli.main(args)
+
+
+if __name__ == "__main__":
+    main()
