@@ -8,7 +8,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.hosts._rpc import HostRpcError, identify
 from activities.hosts.base import HostManager
-from activities.hosts.process import _alive, list_records
+from activities.hosts.process import host_running, list_records
 from kruntimes.api._base import ApiModel
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import ProbeInput, ProbeResult
@@ -71,7 +71,7 @@ async def _proven_gone(host: Host, state_dir: str) -> bool:
     if host.labels.get(PROVIDER_LABEL, "process") != "process" or not state_dir:
         return False
     record = next((r for r in list_records(state_dir) if r.hostId == host.hostId), None)
-    return record is None or record.hostUid != host.hostUid or record.pid is None or not _alive(record.pid)
+    return record is None or record.hostUid != host.hostUid or not host_running(record)
 
 
 class ProbeActivities:
