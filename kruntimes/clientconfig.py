@@ -1,9 +1,10 @@
 """Where clients (the `krt` CLI, the SDK) find the platform.
 
 `krt up` writes `client.json` into the state directory (mode 0600: it holds the token). Values
-come from, in order: the environment (KRT_TEMPORAL_ADDRESS, KRT_TEMPORAL_NAMESPACE,
-KRT_TASK_QUEUE, KRT_GATEWAY_URL, KRT_TOKEN, KRT_CA_FILE), then that file, then defaults. The
-state directory is KRT_STATE_DIR, by default ~/.kruntimes.
+come from, in order: the environment (the KRT_* variables of `ENV`), then that file, then
+defaults. The state directory is KRT_STATE_DIR, by default ~/.kruntimes. The Temporal
+connection takes TLS (mTLS) files, an API key (or its file) and the payload codec's key
+directory, as `kruntimes.temporal.TemporalSettings` does.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel
 from kruntimes.lifecycle import TASK_QUEUE
+
+if TYPE_CHECKING:
+    from kruntimes.temporal import TemporalSettings
 
 CLIENT_FILE = "client.json"
 ENV = {
@@ -26,6 +31,13 @@ ENV = {
     "gatewayUrl": "KRT_GATEWAY_URL",
     "token": "KRT_TOKEN",
     "caFile": "KRT_CA_FILE",
+    "temporalTlsCert": "KRT_TEMPORAL_TLS_CERT",
+    "temporalTlsKey": "KRT_TEMPORAL_TLS_KEY",
+    "temporalTlsCa": "KRT_TEMPORAL_TLS_CA",
+    "temporalTlsServerName": "KRT_TEMPORAL_TLS_SERVER_NAME",
+    "temporalApiKey": "KRT_TEMPORAL_API_KEY",
+    "temporalApiKeyFile": "KRT_TEMPORAL_API_KEY_FILE",
+    "codecKeys": "KRT_CODEC_KEYS",
 }
 
 
@@ -38,14 +50,38 @@ class ClientConfig(ApiModel):
     caFile: str | None = None
     token: str | None = Field(default=None, repr=False)
     uiUrl: str | None = None
+    temporalTlsCert: str | None = None
+    temporalTlsKey: str | None = None
+    temporalTlsCa: str | None = None
+    temporalTlsServerName: str | None = None
+    temporalApiKey: str | None = Field(default=None, repr=False)
+    temporalApiKeyFile: str | None = None
+    codecKeys: str | None = None  # the payload codec's key directory
     stateDir: str = ""
 
     def redacted(self) -> dict[str, object]:
-        """For printing: the token is never shown in full."""
+        """For printing: the token and the API key are never shown in full."""
         data = self.model_dump(mode="json")
-        if self.token:
-            data["token"] = self.token[:4] + "…(redacted)"
+        for secret in ("token", "temporalApiKey"):
+            value = getattr(self, secret)
+            if value:
+                data[secret] = value[:4] + "…(redacted)"
         return data
+
+    def temporal_settings(self) -> TemporalSettings:
+        from kruntimes.temporal import TemporalSettings
+
+        return TemporalSettings(
+            address=self.temporalAddress,
+            namespace=self.temporalNamespace,
+            tlsCert=self.temporalTlsCert,
+            tlsKey=self.temporalTlsKey,
+            tlsCa=self.temporalTlsCa,
+            tlsServerName=self.temporalTlsServerName,
+            apiKey=self.temporalApiKey,
+            apiKeyFile=self.temporalApiKeyFile,
+            codecKeys=self.codecKeys,
+        )
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -72,7 +72,9 @@ class Runs:
                 from kruntimes.temporal import connect
 
                 try:
-                    self._temporal = await connect(self.config.temporalAddress, self.config.temporalNamespace)
+                    self._temporal = await connect(self.config.temporal_settings())
+                except (ValueError, OSError) as e:  # a TLS, API key or codec key file
+                    raise ConfigError(f"the Temporal connection settings cannot be used: {e}") from e
                 except Exception as e:
                     raise self._unavailable() from e
             return self._temporal

@@ -126,6 +126,13 @@ def test_config_view_prints_the_effective_values_with_the_token(
         "caFile": "/ca.crt",
         "token": "tok-123",
         "uiUrl": None,
+        "temporalTlsCert": None,
+        "temporalTlsKey": None,
+        "temporalTlsCa": None,
+        "temporalTlsServerName": None,
+        "temporalApiKey": None,
+        "temporalApiKeyFile": None,
+        "codecKeys": None,
         "stateDir": str(state),
     }
 
