@@ -130,14 +130,16 @@ async def pools_polled_only_by(client: Client, identity: str, task_queue: str = 
     return bool(answer.pollers) and all(p.identity == identity for p in answer.pollers)
 
 
-async def watch_pool_pollers(client: Client, mailbox: Mailbox, identity: str) -> None:
+async def watch_pool_pollers(
+    client: Client, mailbox: Mailbox, identity: str, *, task_queue: str = POOL_TASK_QUEUE
+) -> None:
     """Keep Mailbox.pools_local current (a worker serving the pools' queue runs this)."""
     delay = 0.5  # the first look once the pool worker has polled
     while True:
         await asyncio.sleep(delay)
         delay = POLLERS_EVERY_S
         try:
-            mailbox.pools_local = await pools_polled_only_by(client, identity)
+            mailbox.pools_local = await pools_polled_only_by(client, identity, task_queue)
         except RPCError:
             mailbox.pools_local = False
 

@@ -43,8 +43,9 @@ from kruntimes.wire import search
 log = logging.getLogger(__name__)
 
 
-async def start_run(client: Client, run: Run) -> WorkflowHandle[Any, Any]:
-    """Start the Run's workflow, then send its admission to the pool.
+async def start_run(client: Client, run: Run, *, task_queue: str = TASK_QUEUE) -> WorkflowHandle[Any, Any]:
+    """Start the Run's workflow on `task_queue` (where the Runs' workers poll), then send its
+    admission to the pool.
 
     Raises what `Client.start_workflow` raises (WorkflowAlreadyStartedError for a running Run
     of that name); nothing is admitted then. Trouble reaching the pool never fails the start.
@@ -55,7 +56,7 @@ async def start_run(client: Client, run: Run) -> WorkflowHandle[Any, Any]:
         "RunWorkflow",
         RunInput(run=run, starterAdmits=True),
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
-        task_queue=TASK_QUEUE,
+        task_queue=task_queue,
         search_attributes=search.at_start(run),
     )
     await admit(client, run, handle)

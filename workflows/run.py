@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_CANCEL,
         SIGNAL_HOST_LOST,
         SIGNAL_REJECTED,
-        TASK_QUEUE,
         UPDATE_DELETE,
         Assignment,
         AwaitAssignmentInput,
@@ -476,7 +475,7 @@ class RunWorkflow:
                     task=self.run_.spec.mode.kind == "task",
                 ),
                 id=cleanup_workflow_id(self.uid),
-                task_queue=TASK_QUEUE,
+                task_queue=workflow.info().task_queue,  # the Run's own queue: its workers run it
                 result_type=CleanupResult,
             )
         except ChildWorkflowError as err:

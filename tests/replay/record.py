@@ -30,7 +30,6 @@ from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import (
     SIGNAL_CANCEL,
-    TASK_QUEUE,
     UPDATE_DELETE,
     PlatformInfo,
     RunInput,
@@ -138,7 +137,7 @@ async def scenarios(p: Platform) -> None:
         "RunWorkflow",
         RunInput(run=run, starterAdmits=True),
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
-        task_queue=TASK_QUEUE,
+        task_queue=p.settings.run_task_queue,
     )
     p.started.append(h)
     await p.wait_phase(h, RunPhase.Ready, timeout=ADMIT_GRACE.total_seconds() + 30)
