@@ -76,6 +76,11 @@ class Mailbox:
         seen = self._pools.get(runtime)
         return seen is not None and time.monotonic() - seen < self.pool_recent_s
 
+    def waiting(self, workflow_id: str, run_uid: str) -> bool:
+        """Whether that Run waits here for its answer now."""
+        waiter = self._waiters.get((workflow_id, run_uid))
+        return waiter is not None and not waiter.done()
+
     def deliver(self, workflow_id: str, assignment: Assignment) -> bool:
         """Hand the assignment to its Run if it waits here; True when it was handed over."""
         key = (workflow_id, assignment.runUid)
