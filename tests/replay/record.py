@@ -179,13 +179,16 @@ async def scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid)), "cleanup_task")
 
     # A task cancelled while it runs: the activity is cancelled and waited for.
-    h = await p.start(
-        run_manifest(
-            "task-cancelled", runtime=py, source=TASK_SLOW, handler="main:run", mode={"task": {}}, **TTL
-        )
+    run = run_manifest(
+        "task-cancelled", runtime=py, source=TASK_SLOW, handler="main:run", mode={"task": {}}, **TTL
     )
+    h = await p.start(run)
     await p.wait_phase(h, RunPhase.Running)
-    await asyncio.sleep(1.0)  # the execute_task activity has started
+
+    async def task_on_host() -> bool:  # the execute_task activity reached the host
+        return any((p.state_dir / "work").glob(f"*/task-{run.metadata.uid}.1"))
+
+    await eventually(task_on_host, "the task running on its host")
     await h.signal(SIGNAL_CANCEL)
     await p.wait_phase(h, RunPhase.Cancelled)
     await closed(h)
