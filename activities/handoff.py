@@ -76,6 +76,11 @@ class Mailbox:
         seen = self._pools.get(runtime)
         return seen is not None and time.monotonic() - seen < self.pool_recent_s
 
+    def waiting(self, workflow_id: str, run_uid: str) -> bool:
+        """Whether that Run waits here for its answer now."""
+        waiter = self._waiters.get((workflow_id, run_uid))
+        return waiter is not None and not waiter.done()
+
     def deliver(self, workflow_id: str, assignment: Assignment) -> bool:
         """Hand the assignment to its Run if it waits here; True when it was handed over."""
         key = (workflow_id, assignment.runUid)
@@ -130,14 +135,16 @@ async def pools_polled_only_by(client: Client, identity: str, task_queue: str = 
     return bool(answer.pollers) and all(p.identity == identity for p in answer.pollers)
 
 
-async def watch_pool_pollers(client: Client, mailbox: Mailbox, identity: str) -> None:
+async def watch_pool_pollers(
+    client: Client, mailbox: Mailbox, identity: str, *, task_queue: str = POOL_TASK_QUEUE
+) -> None:
     """Keep Mailbox.pools_local current (a worker serving the pools' queue runs this)."""
     delay = 0.5  # the first look once the pool worker has polled
     while True:
         await asyncio.sleep(delay)
         delay = POLLERS_EVERY_S
         try:
-            mailbox.pools_local = await pools_polled_only_by(client, identity)
+            mailbox.pools_local = await pools_polled_only_by(client, identity, task_queue)
         except RPCError:
             mailbox.pools_local = False
 

@@ -59,9 +59,10 @@ PROVIDER_LABEL = "kruntimes.io/provider"
 
 
 async def _proven_gone(host: Host, state_dir: str) -> bool:
-    """Fencing (seed 000): a host is gone only when its uid is gone — another incarnation answers
-    at its address, or (process hosts) its recorded process no longer exists. An unreachable host
-    that may still run is not gone."""
+    """Fencing: a host is gone only when its uid is gone — another incarnation answers at its
+    address, or (process hosts) its recorded process no longer exists. An unreachable host that
+    may still run is not gone: its Runs move elsewhere only once it is proven gone, so a Run never
+    runs on two hosts at once."""
     try:
         identity = await identify(host.address or "", timeout_s=PROBE_TIMEOUT_S)
     except HostRpcError:

@@ -1,7 +1,7 @@
 """Activities that call a runtime host's Runtime Server over gRPC.
 
 Failures become ApplicationErrors whose type is the host's stable reason: transport trouble
-(UNAVAILABLE, DEADLINE_EXCEEDED) is retryable, everything the host decided is not.
+(UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED) is retryable, everything the host decided is not.
 """
 
 from __future__ import annotations

@@ -207,6 +207,8 @@ class PoolConfig(ApiModel):
     providers: list[str] | None = None  # the host providers the workers have; None: not checked
     # How often hosts are checked for death (also on every worker start); None: only then.
     probeIntervalSeconds: float | None = Field(default=60.0, gt=0)
+    # The task queue of the Runs' workers, where the pool starts its ScaleOutWorkflows.
+    runTaskQueue: str = Field(default=TASK_QUEUE, min_length=1)
 
 
 class PoolState(ApiModel):

@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 
 async def start_run(client: Client, run: Run, *, task_queue: str = TASK_QUEUE) -> WorkflowHandle[Any, Any]:
-    """Start the Run's workflow on ``task_queue``, then send its admission to the pool.
+    """Start the Run's workflow on `task_queue` (where the Runs' workers poll), then send its
+    admission to the pool.
 
     Raises what `Client.start_workflow` raises (WorkflowAlreadyStartedError for a running Run
     of that name); nothing is admitted then. Trouble reaching the pool never fails the start.

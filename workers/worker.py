@@ -46,6 +46,7 @@ from workflows.scaleout import ScaleOutWorkflow
 
 log = logging.getLogger(__name__)
 
+MAX_TASK_QUEUE_LENGTH = 200
 RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
@@ -62,6 +63,9 @@ class WorkerSettings:
     # The task queues this process serves: the Runs' (RunWorkflow, ScaleOut, Cleanup and their
     # activities) and/or the pools'.
     queues: frozenset[str] = frozenset({"runs", "pools"})
+    # Their names: a test or a second platform on the same Temporal namespace picks its own.
+    run_task_queue: str = TASK_QUEUE
+    pool_task_queue: str = POOL_TASK_QUEUE
 
 
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
@@ -94,12 +98,13 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             platform=settings.platform,
             providers=providers,
             probeIntervalSeconds=settings.probe_interval_s,
+            runTaskQueue=settings.run_task_queue,
         )
         await client.start_workflow(
             RuntimePoolWorkflow.run,
             PoolInput(config=config),
             id=pool_workflow_id(runtime.name),
-            task_queue=POOL_TASK_QUEUE,
+            task_queue=settings.pool_task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
@@ -129,13 +134,19 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
     workers = []
     if "runs" in settings.queues:
         workers.append(
-            Worker(client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=activities, **tuning)
+            Worker(
+                client,
+                task_queue=settings.run_task_queue,
+                workflows=RUN_WORKFLOWS,
+                activities=activities,
+                **tuning,
+            )
         )
     if "pools" in settings.queues:
         workers.append(
             Worker(
                 client,
-                task_queue=POOL_TASK_QUEUE,
+                task_queue=settings.pool_task_queue,
                 workflows=POOL_WORKFLOWS,
                 activities=[ProbeActivities().probe_hosts, signals.signal_runs],
                 **tuning,
@@ -143,7 +154,11 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         )
     tasks = [asyncio.create_task(w.run()) for w in workers]
     if "pools" in settings.queues:
-        tasks.append(asyncio.create_task(watch_pool_pollers(client, mailbox, client.identity)))
+        tasks.append(
+            asyncio.create_task(
+                watch_pool_pollers(client, mailbox, client.identity, task_queue=settings.pool_task_queue)
+            )
+        )
     try:
         if "pools" in settings.queues:
             await ensure_pools(client, settings, providers=list(host_manager.names))
@@ -182,6 +197,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the task queues to serve: runs, pools or both (default runs,pools)",
     )
     parser.add_argument(
+        "--task-queue",
+        default=TASK_QUEUE,
+        help=f"the Runs' task queue (default {TASK_QUEUE}); starters must use the same",
+    )
+    parser.add_argument(
+        "--pool-task-queue",
+        default=POOL_TASK_QUEUE,
+        help=f"the pools' task queue (default {POOL_TASK_QUEUE})",
+    )
+    parser.add_argument(
         "--sandbox",
         action="store_true",
         help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
@@ -191,7 +216,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
     ca = args.ca_file.read_text() if args.ca_file else None
-    return WorkerSettings(
+    settings = WorkerSettings(
         temporal_address=args.temporal_address,
         namespace=args.namespace,
         config=load_config(args.config),
@@ -205,7 +230,14 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         metrics_address=args.metrics_address,
         sandboxed=args.sandbox,
         queues=_queues(args.queues),
+        run_task_queue=_task_queue(args.task_queue, flag="--task-queue"),
+        pool_task_queue=_task_queue(args.pool_task_queue, flag="--pool-task-queue"),
     )
+    if settings.run_task_queue == settings.pool_task_queue:
+        # Each queue's worker registers only its own workflows: a shared queue would hand pool
+        # tasks to the Runs' worker and the other way round.
+        raise SystemExit("krt worker: --task-queue and --pool-task-queue must differ")
+    return settings
 
 
 def _queues(text: str) -> frozenset[str]:
@@ -214,6 +246,13 @@ def _queues(text: str) -> frozenset[str]:
     if not queues or unknown:
         raise SystemExit(f"krt worker: --queues takes runs, pools or both, not {text!r}")
     return queues
+
+
+def _task_queue(text: str, *, flag: str) -> str:
+    name = text.strip()
+    if not name or len(name) > MAX_TASK_QUEUE_LENGTH:
+        raise SystemExit(f"krt worker: {flag} takes a name of 1 to {MAX_TASK_QUEUE_LENGTH} characters")
+    return name
 
 
 async def serve(settings: WorkerSettings) -> None:

@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
         SIGNAL_SCALE_OUT_FAILED,
-        TASK_QUEUE,
         AdmitMany,
         AdmitSignal,
         Assignment,
@@ -363,7 +362,7 @@ class RuntimePoolWorkflow:
                 "ScaleOutWorkflow",
                 scale_out,
                 id=scale_out_workflow_id(scale_out.request.runtime, scale_out.request.requestId),
-                task_queue=TASK_QUEUE,
+                task_queue=self.config.runTaskQueue,
                 parent_close_policy=ParentClosePolicy.ABANDON,
             )
             for scale_out in outbox.scale_outs

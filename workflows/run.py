@@ -7,7 +7,8 @@
 Capacity comes from the runtime's pool workflow (admission by signal, the answer by signal).
 Registration failures retry per spec.retryPolicy, each retry a new `attempt`; transport retries of
 one RegisterFunction stay within the attempt. The idle clock lives in the Runtime Server: the
-workflow reads FunctionStatus.lastActivity only when its idle timer fires, then re-arms.
+workflow reads FunctionStatus.lastActivity only when its idle timer fires, then re-arms or ends
+the Run (kruntimes.lifecycle_rules decides, as it decides the registration backoff).
 Every terminal path runs the cleanup finalizer (CleanupWorkflow), which releases the slot.
 """
 
@@ -40,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_CANCEL,
         SIGNAL_HOST_LOST,
         SIGNAL_REJECTED,
-        TASK_QUEUE,
         UPDATE_DELETE,
         Assignment,
         AwaitAssignmentInput,
@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         invoke_url,
         runtime_unknown,
     )
+    from kruntimes.lifecycle_rules import IdleExpired, RegistrationGone, idle_verdict, registration_backoff
     from kruntimes.wire import search
     from workflows.common import (
         HOST_CALL_RETRY,
@@ -341,10 +342,7 @@ class RunWorkflow:
                     return Recover(message)
                 if attempt >= policy.limit:
                     return End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
-                backoff = min(
-                    policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1),
-                    policy.maxBackoffSeconds,
-                )
+                backoff = registration_backoff(policy, attempt=attempt)
                 if not await self._sleep_unless_cancelled(backoff, deadline):
                     return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
                 if self._cancel:
@@ -394,16 +392,14 @@ class RunWorkflow:
                 return End(
                     RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}"
                 )
-            if not state.registered:
+            verdict = idle_verdict(idle_seconds=idle, now=now, state=state)
+            if isinstance(verdict, RegistrationGone):
                 return End(
                     RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration"
                 )
-            if state.inFlight > 0 or state.lastActivity is None:
-                idle_at = now + timedelta(seconds=idle)
-                continue
-            idle_at = state.lastActivity + timedelta(seconds=idle)
-            if idle_at <= now:
+            if isinstance(verdict, IdleExpired):
                 return End(RunPhase.Timeout, ConditionReason.IdleTimeout, f"no invocation for {idle} s")
+            idle_at = verdict.at
 
     async def _task(self) -> End:
         assert self._assignment is not None
@@ -455,7 +451,8 @@ class RunWorkflow:
         return End(RunPhase.Failed, ConditionReason.TaskFailed, message)
 
     async def _finalize(self, end: End) -> None:
-        """The cleanup finalizer, then the terminal phase (seed 000, Cleanup and Finalization)."""
+        """The cleanup finalizer, then the terminal phase: a Run shows its terminal phase only
+        once its cleanup has unregistered it from its host and released its slot (or tried to)."""
         a = self._assignment
         if end.phase is RunPhase.Cancelled or self._delete:
             self._phase(
@@ -478,7 +475,7 @@ class RunWorkflow:
                     task=self.run_.spec.mode.kind == "task",
                 ),
                 id=cleanup_workflow_id(self.uid),
-                task_queue=TASK_QUEUE,
+                task_queue=workflow.info().task_queue,  # the Run's own queue: its workers run it
                 result_type=CleanupResult,
             )
         except ChildWorkflowError as err:

@@ -1,6 +1,7 @@
 """ScaleOutWorkflow (scaleout/{runtime}/{request}): create one host and report it to the pool.
 
-It never dispatches Runs: the pool re-admits its queue when the host is reported (seed 003).
+It never dispatches Runs: a new host belongs to no Run until the pool, told the host is ready,
+decides again for the Runs waiting in its queue.
 """
 
 from __future__ import annotations

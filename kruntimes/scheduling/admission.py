@@ -1,8 +1,7 @@
 """Admission: which host takes a Run, or whether it queues, scales out or is rejected.
 
 Plain, deterministic functions over the pool's state; RuntimePoolWorkflow calls them and applies the
-result. Admission decides *who* or *whether to scale out*; providers decide *how* (seed 003, 77-86,
-1132-1146). ``(n)`` cites seed 003 lines.
+result. Admission decides *who* or *whether to scale out*; providers decide *how*.
 
 Invariants the pool keeps by applying decisions only through ``reserve``/``release``:
 no host holds more reservations than its capacity, and a run UID holds at most one reservation.
@@ -39,7 +38,7 @@ from kruntimes.scheduling.model import (
     TenantPolicy,
 )
 
-# Last step of provider resolution: hint -> runtime default -> this (seed 473-476; "local" there).
+# Last step of provider resolution: hint -> runtime default -> this.
 DEFAULT_PROVIDER = "process"
 
 _HostKey = tuple[str, str]
@@ -77,17 +76,18 @@ def is_visible(
     tenant: str | None,
     policy: TenantPolicy,
 ) -> bool:
-    """May ``tenant`` (with ``policy``) see capacity of this scope? Seed 157-169, verbatim:
+    """May ``tenant`` (with ``policy``) see capacity of this scope?
 
-    - Shared runtime instance: visible to Shared tenants; visible to Hybrid/Dedicated tenants only if
-      tenant settings allow shared fallback (158-160). TenantPolicy forbids fallback for Dedicated,
-      so a Dedicated tenant never sees shared capacity (968).
-    - Dedicated runtime instance: visible only if TenantId or TenantGroupId matches (161-162).
-    - Hybrid runtime instance: visible only if TenantId or TenantGroupId matches; AllowSharedFallback
-      does not make an unowned Hybrid runtime visible (163-169).
+    - Shared host: visible to Shared tenants; visible to Hybrid/Dedicated tenants only if the
+      tenant's settings allow shared fallback. TenantPolicy forbids fallback for Dedicated, so a
+      Dedicated tenant never sees shared capacity.
+    - Dedicated host: visible only if its owning tenant or tenant group matches.
+    - Hybrid host: visible only if its owning tenant or tenant group matches; allowSharedFallback
+      does not make an unowned Hybrid host visible.
 
-    The rules look at the instance's mode and owner, not the tenant's mode: a tenant sees hosts it
-    owns whatever its own mode. Identity is the strong tenant/group fields, never labels (92-99, 120).
+    The rules look at the host's mode and owner, not the tenant's mode: a tenant sees hosts it
+    owns whatever its own mode. Identity is the strong tenant/group fields, never labels (labels
+    are free-form metadata anyone may set, not a tenant boundary).
     """
     if tenancy is TenancyMode.Shared:
         return policy.mode is TenancyMode.Shared or policy.allowSharedFallback
@@ -131,9 +131,8 @@ def free_slots(*, host: Host, reservations: Iterable[Reservation]) -> int:
 def _candidates(
     hosts: Iterable[Host], load: Counter[_HostKey], request: AdmissionRequest, policy: TenantPolicy
 ) -> list[Host]:
-    # Eligibility (1150-1160), mapped: role is runtime -> same runtime; status ready, not draining,
-    # heartbeat not stale -> state Ready (a stale host is Lost); tenant visible; can accept run,
-    # available run slots > 0, available workers > 0 -> free slots > 0 (one worker per slot here).
+    # Eligible: the same runtime; state Ready (not draining, not stale: a stale host is Lost);
+    # visible to the tenant; at least one free slot (one function process per slot here).
     eligible = [
         h
         for h in hosts
@@ -143,10 +142,9 @@ def _candidates(
         and _host_visible(h, request, policy)
     ]
 
-    # Ordering (1161-1167): most available run slots first, then fewest running runs, then
-    # RuntimeInstanceId ordinal. Before all of them, PreferDedicatedCapacity puts the tenant's own
-    # hosts ahead of shared ones (131, 141). Worker count, queued count and last heartbeat have no
-    # counterpart here (one worker per slot, no per-host queue, heartbeats go to gateways).
+    # Ordering: most free slots first, then fewest running runs, then host id (a stable tie
+    # break). Before all of them, preferDedicatedCapacity puts the tenant's own hosts ahead of
+    # shared ones.
     def order(h: Host) -> tuple[bool, int, int, str, str]:
         shared_first_penalty = policy.preferDedicatedCapacity and h.tenancy is TenancyMode.Shared
         used = load[_key(h)]
@@ -169,7 +167,7 @@ def candidates(
 
 
 def provider_name(*, hint: str | None, runtime_default: str | None) -> str:
-    """Seed 473-476: request hint, then the runtime's provider, then the default."""
+    """The request's hint, then the runtime's provider, then the default."""
     return hint or runtime_default or DEFAULT_PROVIDER
 
 
@@ -178,8 +176,8 @@ def select_provider(
 ) -> str | None:
     """The provider to scale out with, or None when it is not one of ``known`` (None: any name).
 
-    An unknown hint is an error, not a reason to fall back (526: "structured failure when provider
-    is missing")."""
+    An unknown hint is an error, not a reason to fall back: the caller reports the missing
+    provider rather than create a host somewhere else."""
     name = provider_name(hint=hint, runtime_default=runtime_default)
     return name if known is None or name in known else None
 
@@ -188,14 +186,14 @@ def select_provider(
 
 
 def _scope_owner(request: AdmissionRequest, policy: TenantPolicy) -> str | None:
-    # The host a scale-out creates for this tenant: shared for Shared tenants, owned otherwise
-    # (503-520: dedicated -> tenant-a-runtime-*, hybrid -> tenant-b-runtime-*, shared -> runtime-instance-*).
+    # The host a scale-out creates for this tenant: shared for Shared tenants, owned by the tenant
+    # for Dedicated and Hybrid ones.
     return None if policy.mode is TenancyMode.Shared else request.tenant
 
 
 def _in_scope(tenancy: TenancyMode, owner: str | None, *, scope_owner: str | None) -> bool:
-    # 502: count the hosts of the requested tenant scope, not the global host count. By owner,
-    # the strong field, rather than by id prefix (94-99).
+    # A tenant scope's maxHosts counts the hosts of that scope, not every host of the runtime.
+    # By owner, the strong field, rather than by id prefix.
     if scope_owner is None:
         return tenancy is TenancyMode.Shared
     return tenancy is not TenancyMode.Shared and owner == scope_owner
@@ -239,7 +237,7 @@ def admit(
     default_provider: str | None = None,
     providers: Collection[str] | None = None,
 ) -> Decision:
-    """Decide for one request (1133-1137: AssignToInstance, QueueGlobally, RequestScaleOut, Reject).
+    """Decide for one request: AssignToInstance, QueueGlobally, RequestScaleOut or Reject.
 
     1. Not this pool's runtime: Reject(RuntimeUnknown). A named tenant without a policy:
        Reject(TenantNotAllowed).
@@ -249,7 +247,7 @@ def admit(
     5. Capacity already on its way that this run can see (provisioning hosts, pending scale-outs)
        covers it and the queued runs that compete for it: QueueGlobally.
     6. Room under the runtime's and the tenant scope's maxHosts: RequestScaleOut for the tenant's
-       scope (788-790), the run queued behind it; an unknown provider: Reject(NoProvider).
+       scope, the run queued behind it; an unknown provider: Reject(NoProvider).
     7. A visible host will free a slot or become ready: QueueGlobally. Nothing ever will:
        Reject(MaxHostsReached).
     """
@@ -338,8 +336,8 @@ def next_from_queue(
 
     Slots are handed out in queue order, so an earlier request always wins a slot a later one
     could also use. A request that cannot be placed does not block later ones (no head-of-line
-    blocking): tenants' capacity is disjoint, and the seed's pump re-evaluates admission per item
-    (1107-1118). A run that already holds a reservation, or repeats an earlier entry, is skipped.
+    blocking): tenants' capacity is disjoint, so each queued request is decided on its own. A run
+    that already holds a reservation, or repeats an earlier entry, is skipped.
     """
     load = _load(reservations)
     placed = {r.runUid for r in reservations}
@@ -364,10 +362,10 @@ def next_from_queue(
 def reserve(
     *, reservations: Sequence[Reservation], request: AdmissionRequest, host: Host, at: datetime
 ) -> tuple[Reservation, ...]:
-    """Take one slot of ``host`` for ``request`` (1173-1186: admission selects, then reserves).
+    """Take one slot of ``host`` for ``request`` (admission selects the host, then reserves).
 
     Reserving the slot the run already holds is a no-op; every other way of breaking an invariant
-    or the tenant boundary (242: never dispatch to a host that is not tenant-visible) raises.
+    or the tenant boundary (a run never goes to a host its tenant may not see) raises.
     """
     for held in reservations:
         if held.runUid == request.runUid:
@@ -439,7 +437,7 @@ def hosts_to_warm(
 
 
 def assignment_overdue(*, host: Host, now: datetime, assignment_timeout_seconds: float) -> bool:
-    """An Assigned host that has not become Ready within 2x the assignment timeout (seed 002)."""
+    """An Assigned host that has not become Ready within twice the assignment timeout."""
     if host.state is not HostState.Assigned or host.assignedAt is None:
         return False
     return now - host.assignedAt > timedelta(seconds=2 * assignment_timeout_seconds)

@@ -1,9 +1,9 @@
-"""Structured results of host-provider operations (seed 003, "Provider operations should return
-structured results", lines 1260-1269; HTTP failure reasons, lines 886-896).
+"""Structured results of host-provider operations: every failed operation reports which provider,
+host and operation, a reason from one catalogue, whether a retry may help, and a message.
 
-The seed's transport-specific reasons (``http-dispatch-timeout`` ...) become transport-neutral,
-CamelCase reason strings: the same string is the ApplicationError type, the metrics label and the
-text a caller sees. Errors::
+Reasons are transport-neutral CamelCase strings (a provider speaking HTTP, gRPC or the Kubernetes
+API maps its own failures onto them): the same string is the ApplicationError type, the metrics
+label and the text a caller sees. Errors::
 
     Exception
      └── ProviderError   a provider operation failed; .failure is the ProviderFailure
@@ -22,7 +22,7 @@ from kruntimes.api.names import validate_dns1123_label
 
 
 def _provider_name(value: str) -> str:
-    # Seed line 366: "The provider name should be stable and lowercase."
+    # A provider name is stable and lowercase (a DNS-1123 label): it is a metrics label and a key.
     return validate_dns1123_label(value, field="provider")
 
 
@@ -41,23 +41,23 @@ class ProviderOperation(StrEnum):
 
 
 class FailureReason(StrEnum):
-    """The reason catalogue. Each line names the seed reason or rule it stands for."""
+    """The reason catalogue: each line says when a provider reports it."""
 
-    ProviderNotFound = "ProviderNotFound"  # "structured failure when provider is missing" (526)
-    CapabilityUnsupported = "CapabilityUnsupported"  # capability check (525); "no scaler registered" (777)
-    EndpointMissing = "EndpointMissing"  # http-endpoint-missing
-    EndpointInvalid = "EndpointInvalid"  # http-endpoint-invalid
-    ProviderUnavailable = "ProviderUnavailable"  # http-provider-unavailable
-    OperationTimeout = "OperationTimeout"  # http-dispatch-timeout
-    OperationFailed = "OperationFailed"  # http-command-failed
-    OperationRejected = "OperationRejected"  # http-command-non-retryable
-    InvalidResponse = "InvalidResponse"  # http-command-invalid-response
-    CircuitOpen = "CircuitOpen"  # http-circuit-open
-    OperationCancelled = "OperationCancelled"  # http-command-cancelled
-    UnexpectedError = "UnexpectedError"  # http-command-exception
-    RetriesExhausted = "RetriesExhausted"  # "retry exhaustion classification" (879)
-    ReadinessTimeout = "ReadinessTimeout"  # "readiness confirms usable capacity" never happened (658)
-    HostLost = "HostLost"  # the host process died or stopped heartbeating mid-operation (1058)
+    ProviderNotFound = "ProviderNotFound"  # no provider of that name is configured
+    CapabilityUnsupported = "CapabilityUnsupported"  # the provider cannot do what was asked
+    EndpointMissing = "EndpointMissing"  # the operation needs an endpoint and none was given
+    EndpointInvalid = "EndpointInvalid"  # the endpoint given is malformed
+    ProviderUnavailable = "ProviderUnavailable"  # the provider's backend cannot be reached
+    OperationTimeout = "OperationTimeout"  # no answer within the operation's time limit
+    OperationFailed = "OperationFailed"  # the operation failed in a way another try may fix
+    OperationRejected = "OperationRejected"  # the backend refused the request as it is
+    InvalidResponse = "InvalidResponse"  # the backend answered something that makes no sense
+    CircuitOpen = "CircuitOpen"  # recent failures keep calls from the backend for a while
+    OperationCancelled = "OperationCancelled"  # the operation was cancelled before it finished
+    UnexpectedError = "UnexpectedError"  # an error no other reason describes (a bug, until known)
+    RetriesExhausted = "RetriesExhausted"  # every retry failed; the last failure is in the message
+    ReadinessTimeout = "ReadinessTimeout"  # the host started but never served within the limit
+    HostLost = "HostLost"  # the host process died or stopped heartbeating mid-operation
 
 
 # Whether a failure is worth retrying when the provider does not say. Unknown errors are not:
@@ -86,7 +86,7 @@ DEFAULT_RETRYABLE: MappingProxyType[FailureReason, bool] = MappingProxyType(
 class ProviderFailure(ApiModel):
     """One failed provider operation: provider, host, operation, reason, retryable, message.
 
-    ``tenant`` and ``requestId`` are the seed's "tenant id / correlation id when available".
+    ``tenant`` and ``requestId`` (the scale-out's id, to correlate) are set when known.
     """
 
     provider: ProviderName

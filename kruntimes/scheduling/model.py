@@ -2,10 +2,10 @@
 
 Everything here is pure data that travels through Temporal (pool state, signals, continue-as-new
 input), so it is pydantic ``ApiModel``: frozen, camelCase, round-trips through the pydantic data
-converter. Seed 003 ("runtime instance provider model") is the reference; ``(n)`` cites its lines.
+converter.
 
-Tenancy (seed 121-128): a host is Shared (the shared pool, no owner), Dedicated or Hybrid (owned by a
-tenant or a tenant group). A tenant's ``TenantPolicy`` says which of those it may see; the rules are
+Tenancy: a host is Shared (the shared pool, no owner), Dedicated or Hybrid (owned by a tenant or a
+tenant group). A tenant's ``TenantPolicy`` says which of those it may see; the rules are
 ``kruntimes.scheduling.admission.is_visible``.
 """
 
@@ -33,7 +33,7 @@ RuntimeName = Annotated[str, _label("runtime")]
 
 
 class HostState(StrEnum):
-    """Host lifecycle (seed 002 "Pod lifecycle states", plus Draining and Lost).
+    """Host lifecycle.
 
     Unassigned ─▶ Assigned ─▶ Ready ─▶ Draining ─▶ Terminating;  any ─▶ Lost
     """
@@ -92,7 +92,7 @@ class Host(ApiModel):
 
 
 class Reservation(ApiModel):
-    """One run slot taken by one Run (seed 1173-1186, "Expected reservation flow")."""
+    """One run slot taken by one Run: admission picks the host, then the slot is reserved."""
 
     runUid: Identity
     hostId: Identity
@@ -102,29 +102,28 @@ class Reservation(ApiModel):
 
 
 class TenantPolicy(ApiModel):
-    """A tenant's runtime settings that admission and scale-out honour (seed 129-155, 489-500)."""
+    """A tenant's runtime settings that admission and scale-out honour."""
 
     mode: TenancyMode = TenancyMode.Shared
     # Hybrid only: may this tenant use Shared hosts when its own are full?
     allowSharedFallback: StrictBool = False
     # Own hosts are tried before shared ones (ordering only; visibility is unchanged).
     preferDedicatedCapacity: StrictBool = True
-    # Hosts owned by this group are the tenant's own too (seed 162, 164: "TenantId or TenantGroupId").
+    # Hosts owned by this group are the tenant's own too (a host matches by tenant or by group).
     group: Annotated[str, _label("group")] | None = None
-    # Hosts this tenant's scope may hold (seed MaxRuntimeInstances); None: only the runtime's maxHosts.
+    # Hosts this tenant's scope may hold at most; None: only the runtime's maxHosts.
     maxHosts: StrictInt | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _dedicated_never_falls_back(self) -> Self:
-        # Seed 160 makes shared hosts visible to a Dedicated tenant "if tenant settings allow shared
-        # fallback"; seed 968 and ARCHITECTURE say a Dedicated tenant never lands on shared capacity.
-        # Forbidding the combination makes both statements true at once.
+        # Shared hosts are visible to a tenant whose settings allow shared fallback, and a
+        # Dedicated tenant never lands on shared capacity: forbidding the combination keeps both.
         if self.mode is TenancyMode.Dedicated and self.allowSharedFallback:
             raise ValueError("allowSharedFallback: a Dedicated tenant never falls back to shared capacity")
         return self
 
 
-# The policy of a run that names no tenant: the shared pool (seed 148-155, "default / test-tenant").
+# The policy of a run that names no tenant: the shared pool.
 SHARED_POLICY = TenantPolicy()
 
 
@@ -164,7 +163,7 @@ class RejectReason(StrEnum):
 
 
 class ScaleOutReason(StrEnum):
-    NoVisibleCapacity = "NoVisibleCapacity"  # seed 788: "Admission sees no tenant-visible runtime capacity"
+    NoVisibleCapacity = "NoVisibleCapacity"  # admission found no capacity the run's tenant may see
     BelowMinHosts = "BelowMinHosts"  # the runtime's warm minimum
 
 
@@ -204,13 +203,13 @@ class QueueGlobally(ApiModel):
 
 
 class RequestScaleOut(_HostScope):
-    """Ask for one more host. The run waits in the queue at ``position`` until it is re-admitted
-    (seed 779-826: the scale-out lifecycle never dispatches; the pool re-admits queued runs).
-    ``policy`` is the requesting tenant's settings, carried to the provider (seed 489-500, 589)."""
+    """Ask for one more host. The run waits in the queue at ``position`` until it is re-admitted:
+    a scale-out never dispatches a run, the pool re-admits its queued runs once the host is ready.
+    ``policy`` is the requesting tenant's settings, carried to the provider."""
 
     kind: Literal["RequestScaleOut"] = "RequestScaleOut"
     reason: ScaleOutReason
-    # Resolved from: the request's hint, then the runtime's provider, then "process" (seed 473-476).
+    # Resolved from: the request's hint, then the runtime's provider, then "process".
     provider: ProviderName
     position: StrictInt = Field(ge=0)
 
@@ -228,7 +227,7 @@ Decision = Annotated[
 
 
 class ScaleOutStatus(StrEnum):
-    """Requested ─▶ Provisioning ─▶ Fulfilled;  Requested | Provisioning ─▶ Failed (seed 779-826)."""
+    """Requested ─▶ Provisioning ─▶ Fulfilled;  Requested | Provisioning ─▶ Failed."""
 
     Requested = "Requested"  # recorded; no host yet
     Provisioning = "Provisioning"  # the provider created the host; waiting until it serves
@@ -261,7 +260,7 @@ class ScaleOutRequest(_HostScope):
     reason: ScaleOutReason
     # Slots the new host will bring (the runtime's ``runs``).
     slots: StrictInt = Field(ge=1)
-    # The run that asked for it, if any (seed metadata key scaleout.sharedRunId).
+    # The run whose admission asked for it, if any (None: the runtime's warm minimum).
     runUid: Identity | None = None
     requestedAt: AwareDatetime
     status: ScaleOutStatus = ScaleOutStatus.Requested

@@ -30,7 +30,6 @@ from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import (
     SIGNAL_CANCEL,
-    TASK_QUEUE,
     UPDATE_DELETE,
     PlatformInfo,
     RunInput,
@@ -138,7 +137,7 @@ async def scenarios(p: Platform) -> None:
         "RunWorkflow",
         RunInput(run=run, starterAdmits=True),
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
-        task_queue=TASK_QUEUE,
+        task_queue=p.settings.run_task_queue,
     )
     p.started.append(h)
     await p.wait_phase(h, RunPhase.Ready, timeout=ADMIT_GRACE.total_seconds() + 30)
@@ -180,13 +179,16 @@ async def scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid)), "cleanup_task")
 
     # A task cancelled while it runs: the activity is cancelled and waited for.
-    h = await p.start(
-        run_manifest(
-            "task-cancelled", runtime=py, source=TASK_SLOW, handler="main:run", mode={"task": {}}, **TTL
-        )
+    run = run_manifest(
+        "task-cancelled", runtime=py, source=TASK_SLOW, handler="main:run", mode={"task": {}}, **TTL
     )
+    h = await p.start(run)
     await p.wait_phase(h, RunPhase.Running)
-    await asyncio.sleep(1.0)  # the execute_task activity has started
+
+    async def task_on_host() -> bool:  # the execute_task activity reached the host
+        return any((p.state_dir / "work").glob(f"*/task-{run.metadata.uid}.1"))
+
+    await eventually(task_on_host, "the task running on its host")
     await h.signal(SIGNAL_CANCEL)
     await p.wait_phase(h, RunPhase.Cancelled)
     await closed(h)

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
-from temporalio.workflow import NondeterminismError
+from temporalio.worker import (
+    Interceptor,
+    Replayer,
+    StartChildWorkflowInput,
+    UnsandboxedWorkflowRunner,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+from temporalio.workflow import ChildWorkflowHandle, NondeterminismError
 
 from kruntimes.temporal import DATA_CONVERTER
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
@@ -65,3 +75,65 @@ async def test_the_same_workflow_through_a_subclass_still_replays() -> None:
     """The control of the test above: the subclassing alone is not what fails the replay."""
     replayer = Replayer(workflows=[UnchangedRunWorkflow], data_converter=DATA_CONVERTER)
     await replayer.replay_workflow(load(RUN_HISTORY))
+
+
+# The replayer compares a child workflow's command by type and id, not by its task queue, so that
+# each child still starts on the queue its history recorded is checked here by watching them. The
+# replayer runs workflows on a task queue of its own: a child recorded on its parent's queue must
+# start on the parent's queue, any other by its recorded name.
+CHILD_QUEUES: list[tuple[str, str]] = []  # (the child's queue, its parent's), as replayed
+
+
+class _ChildQueueOutbound(WorkflowOutboundInterceptor):
+    async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle[Any, Any]:
+        parent = workflow.info().task_queue
+        CHILD_QUEUES.append((input.task_queue or parent, parent))
+        return await super().start_child_workflow(input)
+
+
+class _ChildQueueInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_ChildQueueOutbound(outbound))
+
+
+class _WatchChildQueues(Interceptor):
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _ChildQueueInbound
+
+
+def _as_placed(child: str, parent: str) -> str:
+    return "the parent's queue" if child == parent else child
+
+
+def recorded_child_queues(path: Path) -> list[str]:
+    events = json.loads(path.read_text())["events"]
+    parent = events[0]["workflowExecutionStartedEventAttributes"]["taskQueue"]["name"]
+    key = "startChildWorkflowExecutionInitiatedEventAttributes"
+    return [_as_placed(str(e[key]["taskQueue"]["name"]), parent) for e in events if key in e]
+
+
+WITH_CHILDREN = [p for p in FILES if recorded_child_queues(p)]
+
+
+def test_the_histories_record_child_workflows_of_runs_and_pools() -> None:
+    assert {workflow_type(p) for p in WITH_CHILDREN} == {"RunWorkflow", "RuntimePoolWorkflow"}
+
+
+@pytest.mark.parametrize("path", WITH_CHILDREN, ids=[p.stem for p in WITH_CHILDREN])
+async def test_child_workflows_start_on_the_task_queue_their_history_recorded(path: Path) -> None:
+    """Cleanup runs on its Run's own queue, scale-outs on the queue the pool's config names (its
+    default for configs recorded without one)."""
+    CHILD_QUEUES.clear()
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=DATA_CONVERTER,
+        interceptors=[_WatchChildQueues()],
+        workflow_runner=UnsandboxedWorkflowRunner(),  # the interceptor writes to this module
+    )
+    result = await replayer.replay_workflow(load(path))
+    assert result.replay_failure is None
+    recorded = recorded_child_queues(path)
+    replayed = [_as_placed(child, parent) for child, parent in CHILD_QUEUES]
+    assert replayed[: len(recorded)] == recorded

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +98,26 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     finally:
         channel.close()
         runtime.stop(grace_s=1)
+
+
+def wait_until(predicate: Callable[[], bool], *, seconds: float = 10.0) -> bool:
+    """Whether `predicate` became true within `seconds` (polled; for blocking tests)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def reason(err: grpc.RpcError) -> str:

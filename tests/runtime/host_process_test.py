@@ -19,8 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.server import HostOptions, RuntimeHost
-from tests.runtime.conftest import inline
-from tests.runtime.invocation_test import _alive, _wait_until
+from tests.runtime.conftest import alive, inline, wait_until
 
 
 def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigterm(tmp_path: Path) -> None:
@@ -31,7 +30,7 @@ def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigte
         stderr=subprocess.PIPE,
     )
     try:
-        assert _wait_until(ready.exists, seconds=30), "host never wrote its ready file"
+        assert wait_until(ready.exists, seconds=30), "host never wrote its ready file"
         info = json.loads(ready.read_text())
         assert info["pid"] == proc.pid
         with grpc.insecure_channel(info["address"]) as channel:
@@ -56,10 +55,10 @@ def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigte
                 pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
             )
             function_pid = json.loads(answer.outputs_json)["result"]
-        assert _alive(function_pid)
+        assert alive(function_pid)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        assert _wait_until(lambda: not _alive(function_pid)), "function processes must not outlive the host"
+        assert wait_until(lambda: not alive(function_pid)), "function processes must not outlive the host"
         assert not any((tmp_path / "state" / "work").iterdir()), "workspaces must be removed"
     finally:
         if proc.poll() is None:
@@ -77,7 +76,7 @@ def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert _wait_until(ready.exists, seconds=30)
+        assert wait_until(ready.exists, seconds=30)
         address = json.loads(ready.read_text())["address"]
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.FunctionRuntimeStub(channel)
@@ -99,9 +98,9 @@ def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while _alive(function_pid) and time.monotonic() < deadline:
+        while alive(function_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(function_pid), "a parent-death signal must take the function processes down"
+        assert not alive(function_pid), "a parent-death signal must take the function processes down"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -124,4 +123,4 @@ def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(tmp
         with pytest.raises(OSError):
             host.start()
     zygote = host.spawner.zygote_pid
-    assert zygote is not None and not _alive(zygote), "the zygote must not outlive a failed start"
+    assert zygote is not None and not alive(zygote), "the zygote must not outlive a failed start"

@@ -1,4 +1,5 @@
-"""Each branch of admit(): assign, queue, scale out, reject (seed 003 lines 1133-1137, 779-826)."""
+"""Each branch of admit(): assign, queue, scale out, reject (a scale-out never dispatches: the
+queued run is re-admitted once the host is ready)."""
 
 from __future__ import annotations
 
@@ -325,7 +326,7 @@ def test_a_tenant_allowed_no_hosts_of_its_own_is_rejected_as_max_hosts_reached()
 
 
 def test_a_tenants_max_hosts_counts_only_hosts_of_its_own_scope():
-    # Seed 502-520: a shared host must not be counted as tenant-a's capacity.
+    # A shared host (or another tenant's) must not be counted as tenant-a's capacity.
     policy = TenantPolicy(mode=TenancyMode.Dedicated, maxHosts=1)
     shared, other = host("shared"), dedicated("x-1", "tenant-x")
     decision = decide(request("r1", tenant="tenant-a", tenancy=policy), hosts=[shared, other], max_hosts=10)

@@ -24,7 +24,8 @@ from kruntimes.scheduling import (
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 RUNTIME = "python"
 
-# The seed's validated tenants (003, 129-155), plus a Hybrid tenant without fallback.
+# One tenant of each mode (Dedicated, Hybrid with fallback, Shared), plus a Hybrid tenant without
+# fallback.
 DEDICATED_A = TenantPolicy(mode=TenancyMode.Dedicated)
 HYBRID_B = TenantPolicy(mode=TenancyMode.Hybrid, allowSharedFallback=True)
 HYBRID_C_NO_FALLBACK = TenantPolicy(mode=TenancyMode.Hybrid)

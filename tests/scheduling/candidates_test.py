@@ -1,4 +1,5 @@
-"""Candidate filter and ordering, seed 003 lines 1150-1167."""
+"""Candidate filter (same runtime, Ready, visible, a free slot) and ordering (own hosts first when
+preferred, most free slots, fewest runs, host id)."""
 
 from __future__ import annotations
 

@@ -157,7 +157,7 @@ def test_tenant_names_are_dns_labels():
 
 
 def test_an_unowned_hybrid_host_is_a_valid_host():
-    # Representable on purpose: seed 165 says it must never be visible, so it can exist.
+    # Representable on purpose: an unowned Hybrid host is never visible to anyone, so it may exist.
     assert host("h1", tenancy=TenancyMode.Hybrid).tenant is None
 
 

@@ -1,4 +1,5 @@
-"""Tenant visibility, seed 003 lines 157-169 (and 968: Dedicated never falls back)."""
+"""Tenant visibility: which hosts a tenant may see (and a Dedicated tenant never falls back to
+shared capacity)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def ids(hosts):
         ("tenant-unknown", []),
     ],
 )
-def test_each_tenant_sees_exactly_the_hosts_the_seed_allows(tenant, expected):
+def test_each_tenant_sees_exactly_the_hosts_its_policy_allows(tenant, expected):
     assert ids(visible_hosts(hosts=ALL, request=request(tenant=tenant))) == expected
 
 
@@ -60,7 +61,7 @@ def test_a_shared_mode_tenant_sees_shared_hosts_and_no_other_tenants_hosts():
 
 
 def test_a_shared_mode_tenant_sees_a_dedicated_host_it_owns_because_ownership_decides():
-    # Seed 161-162: a Dedicated instance is visible if TenantId matches, whatever the tenant's mode.
+    # A Dedicated host is visible to its owning tenant, whatever the tenant's own mode.
     owned = dedicated("s-1", "tenant-s")
     assert visible_hosts(hosts=[owned, SHARED], request=request(tenant="tenant-s")) == (owned, SHARED)
 
@@ -88,7 +89,7 @@ def test_an_unowned_dedicated_host_is_never_visible():
 
 
 def test_another_tenants_hybrid_host_stays_invisible_to_a_hybrid_tenant_with_fallback():
-    # Seed 166-169: fallback is to Shared capacity, never to every Hybrid instance.
+    # Fallback is to Shared capacity, never to every Hybrid host.
     assert visible_hosts(hosts=[OTHER_HYBRID], request=request(tenant="tenant-b")) == ()
 
 
@@ -109,7 +110,7 @@ def test_a_group_less_tenant_does_not_match_a_group_less_host_by_absence():
 
 
 def test_tenant_labels_never_make_a_host_visible():
-    # Seed 94-99, 120: metadata is not the tenant boundary.
+    # Labels are metadata anyone may set, not the tenant boundary.
     labelled = hybrid("orphan-4", None, labels={"tenant.id": "tenant-b", "isolation.mode": "Hybrid"})
     assert visible_hosts(hosts=[labelled], request=request(tenant="tenant-b")) == ()
 

@@ -24,6 +24,7 @@ from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import (
+    POOL_TASK_QUEUE,
     QUERY_POOL,
     QUERY_STATUS,
     TASK_QUEUE,
@@ -90,14 +91,15 @@ class Platform:
     async def start(self, run: Run, *, by_sdk: bool = False) -> WorkflowHandle[Any, RunStatus]:
         """Start a Run as plain Temporal does (the Run asks its pool for admission), or with
         `by_sdk` as the SDK does (kruntimes.starting: the starter sends the admission)."""
+        queue = self.settings.run_task_queue
         if by_sdk:
-            handle = await start_run(self.client, run)
+            handle = await start_run(self.client, run, task_queue=queue)
         else:
             handle = await self.client.start_workflow(
                 RunWorkflow.run,
                 RunInput(run=run),
                 id=run_workflow_id(run.metadata.namespace, run.metadata.name),
-                task_queue=TASK_QUEUE,
+                task_queue=queue,
             )
         self.started.append(handle)
         return handle
@@ -150,7 +152,8 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
 
 @pytest.fixture
 def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """Build a platform with runtime settings of the test's choosing; everything stops at teardown."""
+    """Build a platform with runtime settings of the test's choosing, on task queues of its own
+    (no other test's workers or workflows on them); everything stops at teardown."""
 
     @asynccontextmanager
     async def make(**overrides: Any) -> AsyncIterator[Platform]:
@@ -163,6 +166,8 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
             config=config,
             platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
             probe_interval_s=1.0,
+            run_task_queue=f"{TASK_QUEUE}-{suffix}",
+            pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
         )
         platform = Platform(client, tmp_path / "state", runtimes, settings)
         try:

@@ -16,7 +16,7 @@ from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import POOL_TASK_QUEUE, AwaitAssignmentInput, RegisterInput, RegisterResult
 from kruntimes.temporal import connect
 from tests.workflows.conftest import run_manifest
-from tests.workflows.mailbox_test import _assignment
+from tests.workflows.handoffs import assignment, until_waiting
 from workers.worker import POOL_WORKFLOWS
 
 
@@ -50,15 +50,15 @@ async def _handed(registrations: Registrations, *, with_run: bool = True) -> obj
     waiting = asyncio.ensure_future(
         ActivityEnvironment().run(activities.await_assignment, _request(with_run))
     )
-    await asyncio.sleep(0.01)
-    assert mailbox.deliver("run/default/a", _assignment())
+    await until_waiting(mailbox, "run/default/a")
+    assert mailbox.deliver("run/default/a", assignment())
     return await waiting
 
 
 async def test_the_handed_over_assignment_comes_with_attempt_one_registered_on_its_host() -> None:
     registrations = Registrations()
     handoff = await _handed(registrations)
-    assert handoff.assignment == _assignment()  # type: ignore[attr-defined]
+    assert handoff.assignment == assignment()  # type: ignore[attr-defined]
     assert handoff.registration == RegisterResult(registrationId="reg-1", hostUid="host-uid", created=True)  # type: ignore[attr-defined]
     [call] = registrations.calls
     assert (call.address, call.attempt, call.runUid, call.adapter) == ("127.0.0.1:1", 1, "uid-1", "python")
@@ -66,7 +66,7 @@ async def test_the_handed_over_assignment_comes_with_attempt_one_registered_on_i
 
 async def test_a_failed_registration_is_reported_not_raised_so_the_run_registers_again() -> None:
     handoff = await _handed(Registrations(fail="HandlerLoadFailed"))
-    assert handoff.assignment == _assignment()  # type: ignore[attr-defined]
+    assert handoff.assignment == assignment()  # type: ignore[attr-defined]
     assert handoff.registration is None  # type: ignore[attr-defined]
     assert handoff.registerError.startswith("HandlerLoadFailed")  # type: ignore[attr-defined]
 
@@ -74,7 +74,7 @@ async def test_a_failed_registration_is_reported_not_raised_so_the_run_registers
 async def test_a_task_run_gets_the_assignment_only() -> None:
     registrations = Registrations()
     handoff = await _handed(registrations, with_run=False)
-    assert handoff.assignment == _assignment() and handoff.registration is None  # type: ignore[attr-defined]
+    assert handoff.assignment == assignment() and handoff.registration is None  # type: ignore[attr-defined]
     assert registrations.calls == []
 
 

@@ -5,18 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from activities.handoff import Mailbox
-from kruntimes.lifecycle import Assignment, AwaitAssignmentInput, PlatformInfo
-
-
-def _assignment(run_uid: str = "uid-1") -> Assignment:
-    return Assignment(
-        runUid=run_uid,
-        hostId="h-0",
-        hostUid="host-uid",
-        address="127.0.0.1:1",
-        adapter="python",
-        platform=PlatformInfo(),
-    )
+from kruntimes.lifecycle import AwaitAssignmentInput
+from tests.workflows.handoffs import assignment, until_waiting
 
 
 def _request(run_uid: str = "uid-1", timeout: float = 5.0) -> AwaitAssignmentInput:
@@ -29,16 +19,16 @@ async def test_a_waiting_run_gets_the_answer_the_moment_its_pool_sends_it() -> N
     mailbox = Mailbox()
     mailbox.pool_answered("py")
     waiting = asyncio.ensure_future(mailbox.wait(_request()))
-    await asyncio.sleep(0)
-    assert mailbox.deliver("run/default/a", _assignment())
-    assert await waiting == _assignment()
+    await until_waiting(mailbox, "run/default/a")
+    assert mailbox.deliver("run/default/a", assignment())
+    assert await waiting == assignment()
 
 
 async def test_an_answer_sent_before_the_run_asks_is_kept_for_it_once() -> None:
     mailbox = Mailbox()
     mailbox.pool_answered("py")
-    assert not mailbox.deliver("run/default/a", _assignment())  # nobody waits yet
-    assert await mailbox.wait(_request(timeout=0.01)) == _assignment()
+    assert not mailbox.deliver("run/default/a", assignment())  # nobody waits yet
+    assert await mailbox.wait(_request(timeout=0.01)) == assignment()
     assert await mailbox.wait(_request(timeout=0.01)) is None  # handed over once
 
 
@@ -50,18 +40,20 @@ async def test_a_run_does_not_wait_for_a_pool_that_answers_from_elsewhere() -> N
 async def test_another_runs_answer_is_not_handed_over() -> None:
     mailbox = Mailbox()
     mailbox.pool_answered("py")
-    waiting = asyncio.ensure_future(mailbox.wait(_request(timeout=0.05)))
-    await asyncio.sleep(0)
-    assert not mailbox.deliver("run/default/a", _assignment("uid-2"))
-    assert await waiting is None
+    waiting = asyncio.ensure_future(mailbox.wait(_request(timeout=5)))
+    await until_waiting(mailbox, "run/default/a")
+    assert not mailbox.deliver("run/default/a", assignment("uid-2"))
+    assert mailbox.waiting("run/default/a", "uid-1"), "still waiting for its own answer"
+    assert mailbox.deliver("run/default/a", assignment())
+    assert await waiting == assignment()
 
 
 async def test_after_a_timeout_the_answer_is_kept_not_lost_in_a_dead_waiter() -> None:
     mailbox = Mailbox()
     mailbox.pool_answered("py")
     assert await mailbox.wait(_request(timeout=0.01)) is None
-    assert not mailbox.deliver("run/default/a", _assignment())
-    assert await mailbox.wait(_request(timeout=0.01)) == _assignment()
+    assert not mailbox.deliver("run/default/a", assignment())
+    assert await mailbox.wait(_request(timeout=0.01)) == assignment()
 
 
 async def test_only_a_few_runs_wait_at_once() -> None:
@@ -69,10 +61,11 @@ async def test_only_a_few_runs_wait_at_once() -> None:
     mailbox.pool_answered("py")
     first = asyncio.ensure_future(mailbox.wait(_request("a", timeout=5)))
     second = asyncio.ensure_future(mailbox.wait(_request("b", timeout=5)))
-    await asyncio.sleep(0)
+    await until_waiting(mailbox, "run/default/a", "a")
+    await until_waiting(mailbox, "run/default/a", "b")
     assert await mailbox.wait(_request("c", timeout=60)) is None  # at once: two already wait
-    assert mailbox.deliver("run/default/a", _assignment("a"))
-    assert mailbox.deliver("run/default/a", _assignment("b"))
+    assert mailbox.deliver("run/default/a", assignment("a"))
+    assert mailbox.deliver("run/default/a", assignment("b"))
     assert (await first).runUid == "a" and (await second).runUid == "b"
 
 
@@ -80,6 +73,6 @@ async def test_a_run_waits_when_every_pool_runs_in_this_process_even_before_its_
     mailbox = Mailbox()
     mailbox.pools_local = True  # watch_pool_pollers: only this process polls the pools' queue
     waiting = asyncio.ensure_future(mailbox.wait(_request()))
-    await asyncio.sleep(0)
-    assert mailbox.deliver("run/default/a", _assignment())
-    assert await waiting == _assignment()
+    await until_waiting(mailbox, "run/default/a")
+    assert mailbox.deliver("run/default/a", assignment())
+    assert await waiting == assignment()

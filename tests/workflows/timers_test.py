@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -48,7 +51,7 @@ from kruntimes.lifecycle import (
 from kruntimes.starting import admit, start_run
 from kruntimes.temporal import DATA_CONVERTER
 from tests.workflows.conftest import run_manifest
-from tests.workflows.mailbox_test import _assignment
+from tests.workflows.handoffs import assignment, until_waiting
 from tests.workflows.standins import FakeHosts
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.pool import RuntimePoolWorkflow
@@ -77,7 +80,15 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
-async def _start_pool(client: Client, runtime: str) -> None:
+@dataclass(frozen=True)
+class Queues:
+    """The task queues of one test's workers: no other test's workflows or pollers on them."""
+
+    run: str
+    pool: str
+
+
+async def _start_pool(client: Client, runtime: str, queues: Queues) -> None:
     await client.start_workflow(
         RuntimePoolWorkflow.run,
         PoolInput(
@@ -85,21 +96,22 @@ async def _start_pool(client: Client, runtime: str) -> None:
                 runtime=RuntimeConfig(name=runtime, adapter="python", runs=5, maxHosts=1),
                 platform=PlatformInfo(stateDir="/nonexistent-stand-ins-create-no-hosts"),
                 probeIntervalSeconds=None,  # hours are skipped here: no periodic probes
+                runTaskQueue=queues.run,
             )
         ),
         id=pool_workflow_id(runtime),
-        task_queue=POOL_TASK_QUEUE,
+        task_queue=queues.pool,
     )
 
 
-async def _start(client: Client, runtime: str, **spec: object) -> object:
-    await _start_pool(client, runtime)
+async def _start(client: Client, runtime: str, queues: Queues, **spec: object) -> object:
+    await _start_pool(client, runtime, queues)
     run = run_manifest(f"idle-{uuid.uuid4().hex[:6]}", runtime=runtime, **spec)  # type: ignore[arg-type]
     return await client.start_workflow(
         RunWorkflow.run,
         RunInput(run=run),
         id=run_workflow_id("default", run.metadata.name),
-        task_queue=TASK_QUEUE,
+        task_queue=queues.run,
     )
 
 
@@ -117,22 +129,25 @@ async def _workers(
     fake: FakeHosts,
     mailbox: Mailbox | None = None,
     register: Register | None = None,
-) -> AsyncIterator[None]:
-    """The real workflows with stand-in host activities and the real signalling activities."""
+) -> AsyncIterator[Queues]:
+    """The real workflows with stand-in host activities and the real signalling activities, on
+    task queues of their own."""
+    suffix = uuid.uuid4().hex[:8]
+    queues = Queues(run=f"{TASK_QUEUE}-{suffix}", pool=f"{POOL_TASK_QUEUE}-{suffix}")
     mailbox = mailbox or Mailbox()
     signals = SignalActivities(env.client, mailbox)
     handoff = HandoffActivities(mailbox, register=register or fake.register)
     run_activities = [*fake.activities(), signals.admit_run, handoff.await_assignment]
     async with (
-        Worker(env.client, task_queue=TASK_QUEUE, workflows=RUN_WORKFLOWS, activities=run_activities),
+        Worker(env.client, task_queue=queues.run, workflows=RUN_WORKFLOWS, activities=run_activities),
         Worker(
             env.client,
-            task_queue=POOL_TASK_QUEUE,
+            task_queue=queues.pool,
             workflows=POOL_WORKFLOWS,
             activities=[fake.probe, signals.signal_runs],
         ),
     ):
-        yield
+        yield queues
 
 
 async def _phase(handle: object) -> RunStatus:
@@ -141,8 +156,8 @@ async def _phase(handle: object) -> RunStatus:
 
 async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEnvironment) -> None:
     fake = FakeHosts()
-    async with _workers(env, fake):
-        handle = await _start(env.client, "py-idle", mode={"function": {"idleTimeoutSeconds": HOUR}})
+    async with _workers(env, fake) as queues:
+        handle = await _start(env.client, "py-idle", queues, mode={"function": {"idleTimeoutSeconds": HOUR}})
         await _until_ready(env, handle)
         fake.last_activity = await env.get_current_time()  # registered now
         await env.sleep(HOUR / 2)
@@ -160,8 +175,8 @@ async def test_an_invocation_in_the_idle_window_postpones_expiry(env: WorkflowEn
 
 async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvironment) -> None:
     fake = FakeHosts()
-    async with _workers(env, fake):
-        handle = await _start(env.client, "py-total", timeoutSeconds=3 * HOUR)
+    async with _workers(env, fake) as queues:
+        handle = await _start(env.client, "py-total", queues, timeoutSeconds=3 * HOUR)
         await _until_ready(env, handle)
         await env.sleep(2 * HOUR)
         assert (await _phase(handle)).phase is RunPhase.Ready
@@ -170,6 +185,21 @@ async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvir
         assert status.phase is RunPhase.Timeout
         assert status.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
         assert fake.unregistered
+
+
+async def _until_signals_handled(handle: WorkflowHandle[Any, Any], *, timeout: float = 30.0) -> None:
+    """Return once a workflow task has completed after the workflow's last signal: the workflow
+    code has seen every signal sent so far (polled in real time; nothing is skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = [e.event_type async for e in handle.fetch_history_events()]
+        signalled = [i for i, t in enumerate(events) if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+        completed = [i for i, t in enumerate(events) if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+        if signalled and completed and completed[-1] > signalled[-1]:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{handle.id} never handled its signals: {events}")
+        await asyncio.sleep(0.05)
 
 
 async def _pool(client: Client, runtime: str) -> PoolState:
@@ -183,14 +213,14 @@ async def test_a_run_whose_starter_never_admitted_it_asks_the_pool_after_the_gra
     """The starter died between starting the Run and sending its admission: nothing reached the
     pool, and the Run asks for itself once ADMIT_GRACE is over."""
     fake = FakeHosts()
-    async with _workers(env, fake):
-        await _start_pool(env.client, "py-grace")
+    async with _workers(env, fake) as queues:
+        await _start_pool(env.client, "py-grace", queues)
         run = run_manifest(f"grace-{uuid.uuid4().hex[:6]}", runtime="py-grace")
         handle = await env.client.start_workflow(
             RunWorkflow.run,
             RunInput(run=run, starterAdmits=True),  # ... and no admission follows
             id=run_workflow_id("default", run.metadata.name),
-            task_queue=TASK_QUEUE,
+            task_queue=queues.run,
         )
         await env.sleep(ADMIT_GRACE.total_seconds() / 2)
         assert (await _phase(handle)).phase is RunPhase.Pending
@@ -203,16 +233,17 @@ async def test_an_admission_sent_twice_takes_one_slot(env: WorkflowEnvironment) 
     """A starter that sent the admission, and the Run asking again after its grace period (the
     starter's signal was slow, not lost): the pool admits the Run once."""
     fake = FakeHosts()
-    async with _workers(env, fake):
-        await _start_pool(env.client, "py-twice")
+    async with _workers(env, fake) as queues:
+        await _start_pool(env.client, "py-twice", queues)
         run = run_manifest(f"twice-{uuid.uuid4().hex[:6]}", runtime="py-twice")
-        handle = await start_run(env.client, run)
+        handle = await start_run(env.client, run, task_queue=queues.run)
         await admit(env.client, run, handle)  # a second copy of the starter's admission
         await _until_ready(env, handle)
-        await env.client.get_workflow_handle(pool_workflow_id("py-twice")).signal(
+        pool_handle = env.client.get_workflow_handle(pool_workflow_id("py-twice"))
+        await pool_handle.signal(
             SIGNAL_ADMIT, admit_signal(run, workflow_id=handle.id, at=datetime.now(UTC))
         )  # and a third, after the Run is Ready
-        await env.sleep(1)
+        await _until_signals_handled(pool_handle)
         pool = await _pool(env.client, "py-twice")
         assert [r.runUid for r in pool.reservations] == [run.metadata.uid]
         assert fake.registered == {run.metadata.uid: 1}
@@ -223,7 +254,7 @@ async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: W
     are signalled (here: to workflows that do not exist, which the result reports)."""
     mailbox = Mailbox()
     signals = SignalActivities(env.client, mailbox)
-    handed = _assignment("uid-handed")
+    handed = assignment("uid-handed")
     mailbox.pool_answered("rt")
     waiting = asyncio.ensure_future(
         mailbox.wait(
@@ -232,12 +263,12 @@ async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: W
             )
         )
     )
-    await asyncio.sleep(0)
+    await until_waiting(mailbox, "run/default/handed", "uid-handed")
     batch = SignalBatch(
         runtime="rt",
         signals=[
             OutgoingSignal(workflowId="run/default/handed", assigned=handed),
-            OutgoingSignal(workflowId="run/default/absent", assigned=_assignment("uid-absent")),
+            OutgoingSignal(workflowId="run/default/absent", assigned=assignment("uid-absent")),
         ],
     )
     result = await ActivityEnvironment().run(signals.signal_runs, batch)
@@ -252,10 +283,10 @@ async def test_admissions_created_together_reach_the_pool_in_few_signals_and_all
     the pool in fewer signals than Runs (those queued while one is in flight go together), and
     each Run is admitted once."""
     fake = FakeHosts()
-    async with _workers(env, fake):
-        await _start_pool(env.client, "py-many")
+    async with _workers(env, fake) as queues:
+        await _start_pool(env.client, "py-many", queues)
         runs = [run_manifest(f"many-{i}-{uuid.uuid4().hex[:4]}", runtime="py-many") for i in range(5)]
-        handles = await asyncio.gather(*(start_run(env.client, r) for r in runs))
+        handles = await asyncio.gather(*(start_run(env.client, r, task_queue=queues.run) for r in runs))
         for handle in handles:
             await _until_ready(env, handle)
         pool_events = [
@@ -287,20 +318,22 @@ async def test_a_cancel_seen_with_the_handoff_registration_still_unregisters_it(
         await release.wait()
         return await fake.register(request)
 
-    async with _workers(env, fake, mailbox=mailbox, register=slow_register):
-        await _start_pool(env.client, "py-race")
+    async with _workers(env, fake, mailbox=mailbox, register=slow_register) as queues:
+        await _start_pool(env.client, "py-race", queues)
         run = run_manifest(f"race-{uuid.uuid4().hex[:6]}", runtime="py-race")
         handle = await env.client.start_workflow(
             RunWorkflow.run,
             RunInput(run=run, starterAdmits=True),
             id=run_workflow_id("default", run.metadata.name),
-            task_queue=TASK_QUEUE,
+            task_queue=queues.run,
             task_timeout=timedelta(seconds=1),  # heartbeats the first task after 0.8 s
         )
         await admit(env.client, run, handle)
         await asyncio.wait_for(registering.wait(), 30)
         await handle.signal(SIGNAL_CANCEL)
-        await asyncio.sleep(2)  # real time: the task heartbeats and the workflow sees the cancel
+        # The first task is still held by the registration: its heartbeat (a task completed and a
+        # new one started) hands the cancel to the workflow before the registration returns.
+        await _until_signals_handled(handle)
         release.set()
         for _ in range(300):
             if (await _phase(handle)).phase is RunPhase.Cancelled:

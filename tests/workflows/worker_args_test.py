@@ -1,4 +1,4 @@
-"""`krt worker` options: which task queues a process serves, and the sandbox switch."""
+"""`krt worker` options: which task queues a process serves and their names, and the sandbox switch."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from kruntimes.config import RuntimeConfig
+from kruntimes.lifecycle import POOL_TASK_QUEUE, TASK_QUEUE, PoolConfig
 from workers.worker import parse_args, settings_from, worker_tuning
 
 
@@ -32,3 +34,34 @@ def test_queues_and_sandbox_are_chosen_on_the_command_line(tmp_path: Path) -> No
 def test_an_unknown_queue_is_refused_with_a_clear_message(tmp_path: Path, bad: str) -> None:
     with pytest.raises(SystemExit, match="--queues takes runs, pools or both"):
         _settings(tmp_path, "--queues", bad)
+
+
+def test_the_task_queue_names_default_to_the_platforms_own(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    assert (settings.run_task_queue, settings.pool_task_queue) == (TASK_QUEUE, POOL_TASK_QUEUE)  # type: ignore[attr-defined]
+
+
+def test_the_task_queue_names_are_chosen_on_the_command_line(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "--task-queue", "runs-b", "--pool-task-queue", "pools-b")
+    assert (settings.run_task_queue, settings.pool_task_queue) == ("runs-b", "pools-b")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("flag", ["--task-queue", "--pool-task-queue"])
+@pytest.mark.parametrize("bad", ["", "  ", "q" * 201])
+def test_an_empty_or_overlong_task_queue_name_is_refused(tmp_path: Path, flag: str, bad: str) -> None:
+    with pytest.raises(SystemExit, match=f"{flag} takes a name of 1 to 200 characters"):
+        _settings(tmp_path, flag, bad)
+
+
+def test_the_runs_and_the_pools_never_share_a_task_queue(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--task-queue and --pool-task-queue must differ"):
+        _settings(tmp_path, "--task-queue", "same", "--pool-task-queue", "same")
+    with pytest.raises(SystemExit, match="must differ"):
+        _settings(tmp_path, "--task-queue", POOL_TASK_QUEUE)
+
+
+def test_a_pool_config_recorded_before_the_runs_queue_was_configurable_still_decodes() -> None:
+    runtime = RuntimeConfig(name="py", adapter="python")
+    recorded = PoolConfig(runtime=runtime).model_dump(mode="json", by_alias=True)
+    del recorded["runTaskQueue"]
+    assert PoolConfig.model_validate(recorded).runTaskQueue == TASK_QUEUE

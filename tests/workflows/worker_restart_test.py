@@ -22,7 +22,15 @@ from temporalio.client import Client
 from activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.devserver import DevServer, free_port
-from kruntimes.lifecycle import QUERY_POOL, TASK_QUEUE, PoolState, RunInput, pool_workflow_id, run_workflow_id
+from kruntimes.lifecycle import (
+    POOL_TASK_QUEUE,
+    QUERY_POOL,
+    TASK_QUEUE,
+    PoolState,
+    RunInput,
+    pool_workflow_id,
+    run_workflow_id,
+)
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.workflows.conftest import Platform, run_manifest
@@ -71,8 +79,11 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def worker_process(dev_server: DevServer, tmp_path: Path) -> Iterator[tuple[WorkerProcess, str, Path, str]]:
-    runtime = f"py-{uuid.uuid4().hex[:6]}"
+def worker_process(
+    dev_server: DevServer, tmp_path: Path
+) -> Iterator[tuple[WorkerProcess, str, Path, str, str]]:
+    suffix = uuid.uuid4().hex[:6]
+    runtime, queue = f"py-{suffix}", f"{TASK_QUEUE}-{suffix}"
     config = tmp_path / "platform.yaml"
     config.write_text(
         json.dumps({"runtimes": [{"name": runtime, "adapter": "python", "runs": 2, "maxHosts": 1}]})
@@ -90,20 +101,24 @@ def worker_process(dev_server: DevServer, tmp_path: Path) -> Iterator[tuple[Work
             metrics,
             "--log-level",
             "warning",
+            "--task-queue",
+            queue,
+            "--pool-task-queue",
+            f"{POOL_TASK_QUEUE}-{suffix}",
         ],
         tmp_path / "worker.log",
     )
     try:
-        yield worker, runtime, state, metrics
+        yield worker, runtime, state, metrics, queue
     finally:
         worker.stop()
         asyncio.run(stop_all(state))
 
 
 async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready_exactly_once(
-    client: Client, worker_process: tuple[WorkerProcess, str, Path, str]
+    client: Client, worker_process: tuple[WorkerProcess, str, Path, str, str]
 ) -> None:
-    worker, runtime, state, metrics = worker_process
+    worker, runtime, state, metrics, queue = worker_process
     worker.start()
     platform = Platform(client, state, {"python": runtime}, None)  # type: ignore[arg-type]
     run = run_manifest("survivor", runtime=runtime, source=SLOW_IMPORT)
@@ -111,7 +126,7 @@ async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready
         RunWorkflow.run,
         RunInput(run=run),
         id=run_workflow_id("default", run.metadata.name),
-        task_queue=TASK_QUEUE,
+        task_queue=queue,  # the worker process serves this one (--task-queue)
     )
     try:
         # registering: the host made the workspace and the handler's import sleeps

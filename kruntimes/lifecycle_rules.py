@@ -1,0 +1,67 @@
+"""The timing decisions of a Run's lifecycle, as pure functions (RunWorkflow calls them).
+
+- how long a Run waits before the next registration attempt (`registration_backoff`);
+- what a Ready function's idle timer concludes from the host's FunctionStatus (`idle_verdict`).
+
+Nothing here reads a clock or does I/O: the workflow passes `workflow.now()` in, so the same
+inputs give the same answer on every replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from kruntimes.api.spec import RetryPolicy
+from kruntimes.lifecycle import FunctionState
+
+
+def registration_backoff(policy: RetryPolicy, *, attempt: int) -> float:
+    """Seconds to wait after failed registration `attempt` (1-based) before the next one:
+    backoffSeconds × backoffMultiplier^(attempt − 1), never more than maxBackoffSeconds."""
+    if attempt < 1:
+        raise ValueError(f"attempt counts from 1, not {attempt}")
+    return min(
+        policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1),
+        policy.maxBackoffSeconds,
+    )
+
+
+@dataclass(frozen=True)
+class IdleExpired:
+    """No invocation ran and none is running for the whole idle timeout: the Run ends."""
+
+
+@dataclass(frozen=True)
+class IdleRearm:
+    """Not idle long enough yet: look again at `at`."""
+
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RegistrationGone:
+    """The host answers but no longer holds the registration (it was restarted or lost it)."""
+
+
+IdleVerdict = IdleExpired | IdleRearm | RegistrationGone
+
+
+def idle_verdict(*, idle_seconds: float, now: datetime, state: FunctionState) -> IdleVerdict:
+    """What the idle timer, fired at `now`, concludes from the host's view of the function.
+
+    The idle clock is the host's: `state.lastActivity` is when the last invocation ended. A
+    function with an invocation in flight, or whose host reports no last activity, is not idle:
+    the timer is re-armed a whole idle timeout from now. Otherwise the function expires once
+    lastActivity + idle has passed, and never earlier.
+    """
+    if idle_seconds <= 0:
+        raise ValueError(f"the idle timeout is positive, not {idle_seconds}")
+    if not state.registered:
+        return RegistrationGone()
+    if state.inFlight > 0 or state.lastActivity is None:
+        return IdleRearm(now + timedelta(seconds=idle_seconds))
+    due = state.lastActivity + timedelta(seconds=idle_seconds)
+    if due <= now:
+        return IdleExpired()
+    return IdleRearm(due)
