@@ -27,7 +27,7 @@ from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
-from kruntimes import logs
+from kruntimes import logs, temporal
 from kruntimes.config import PlatformConfig, load_config
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
@@ -38,7 +38,7 @@ from kruntimes.lifecycle import (
     PoolInput,
     pool_workflow_id,
 )
-from kruntimes.temporal import connect
+from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.run import RunWorkflow
@@ -53,8 +53,7 @@ POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    temporal_address: str
-    namespace: str
+    temporal: TemporalSettings
     config: PlatformConfig
     platform: PlatformInfo
     metrics_address: str | None = None
@@ -174,8 +173,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="krt worker", description="Run the kruntimes Temporal worker.")
-    parser.add_argument("--temporal-address", default="127.0.0.1:7233")
-    parser.add_argument("--namespace", default="default")
+    temporal.add_arguments(parser)
     parser.add_argument(
         "--config", type=Path, help="platform config YAML (default: python and bash runtimes)"
     )
@@ -217,8 +215,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
     ca = args.ca_file.read_text() if args.ca_file else None
     settings = WorkerSettings(
-        temporal_address=args.temporal_address,
-        namespace=args.namespace,
+        temporal=temporal.settings_from(args),
         config=load_config(args.config),
         platform=PlatformInfo(
             gatewayUrl=args.gateway_url,
@@ -261,14 +258,15 @@ async def serve(settings: WorkerSettings) -> None:
         runtime = Runtime(
             telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address))
         )
-    client = await connect(settings.temporal_address, settings.namespace, runtime=runtime)
+    client = await temporal.connect(settings.temporal, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running_workers(client, settings):
         log.info(
-            "worker running", extra={"temporal": settings.temporal_address, "namespace": settings.namespace}
+            "worker running",
+            extra={"temporal": settings.temporal.address, "namespace": settings.temporal.namespace},
         )
         await stop.wait()
 

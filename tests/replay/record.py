@@ -39,7 +39,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.temporal import connect
+from kruntimes.temporal import TemporalSettings, connect
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
@@ -271,8 +271,7 @@ async def main() -> None:
                 }
             )
             settings = WorkerSettings(
-                temporal_address=server.address,
-                namespace="default",
+                temporal=TemporalSettings(address=server.address, namespace="default"),
                 config=config,
                 platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state_dir)),
             )

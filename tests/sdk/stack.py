@@ -26,10 +26,11 @@ from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, To
 from gateway.server import Gateway, GatewayOptions
 from kruntimes import clientconfig
 from kruntimes.clientconfig import ClientConfig
+from kruntimes.codec import ensure_key
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import PlatformInfo
-from kruntimes.temporal import connect
+from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.tls import ensure_tls
 from workers.worker import WorkerSettings, running_workers
 
@@ -101,7 +102,8 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
     await asyncio.to_thread(server.start)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(server.stop)
-        temporal = await connect(server.address, "default")
+        codec_keys = ensure_key(root / "codec-keys")
+        temporal = await connect(TemporalSettings(address=server.address, codecKeys=str(codec_keys)))
         tls = ensure_tls(root / "tls")
         tokens = root / "tokens.csv"
         tokens.write_text(f'{TOKEN},alice,1000,"devs"\n{OTHER_TOKEN},bob,1001,"others"\n')
@@ -122,8 +124,7 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
         url = await gateway.start()
         stack.push_async_callback(gateway.stop)
         settings = WorkerSettings(
-            temporal_address=server.address,
-            namespace="default",
+            temporal=TemporalSettings(address=server.address, namespace="default"),
             config=parse_config(
                 {"runtimes": [{"name": RUNTIME, "adapter": "python", "runs": 8, "maxHosts": 2}]}
             ),
@@ -145,6 +146,7 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
             caFile=str(tls.ca_cert),
             token=TOKEN,
             uiUrl=server.ui_url,
+            codecKeys=str(codec_keys),
             stateDir=str(state),
         )
         clientconfig.write(state, config)

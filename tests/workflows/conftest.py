@@ -35,7 +35,7 @@ from kruntimes.lifecycle import (
     run_workflow_id,
 )
 from kruntimes.starting import start_run
-from kruntimes.temporal import connect
+from kruntimes.temporal import TemporalSettings, connect
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
 
@@ -161,8 +161,7 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
         runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
         config = parse_config(platform_config(runtimes, **overrides))
         settings = WorkerSettings(
-            temporal_address="",
-            namespace="default",
+            temporal=TemporalSettings(),
             config=config,
             platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
             probe_interval_s=1.0,

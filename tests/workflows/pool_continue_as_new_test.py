@@ -15,7 +15,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import SIGNAL_CANCEL, PlatformInfo, pool_workflow_id
-from kruntimes.temporal import connect
+from kruntimes.temporal import TemporalSettings, connect
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
 
@@ -40,8 +40,7 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
     client = small_history_server
     runtime = "py-can"
     settings = WorkerSettings(
-        temporal_address="",
-        namespace="default",
+        temporal=TemporalSettings(),
         config=parse_config(
             {"runtimes": [{"name": runtime, "adapter": "python", "runs": 20, "maxHosts": 1}]}
         ),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kruntimes import clientconfig
+from kruntimes.codec import ensure_key
 from kruntimes.devserver import free_port
 from kruntimes.tls import ensure_tls
 from kruntimes.wire import tokens as token_format
@@ -119,6 +120,11 @@ class Layout:
     def hosts(self) -> Path:
         return self.root / "hosts"
 
+    @property
+    def codec_keys(self) -> Path:
+        """The payload codec's keys: Run specs, env and outputs are encrypted in Temporal."""
+        return self.root / "codec-keys"
+
     def log(self, component: str) -> Path:
         """The log of one component ("temporal", "gateway", "worker", "platform")."""
         return self.logs / f"{component}.log"
@@ -132,6 +138,7 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     layout.logs.mkdir(exist_ok=True)
     ensure_tls(layout.tls)
+    ensure_key(layout.codec_keys)
     token = admin_token(layout)
     if not layout.bindings.exists():
         layout.bindings.write_text(DEFAULT_BINDINGS)

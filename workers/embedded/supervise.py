@@ -91,12 +91,13 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) 
     return data
 
 
-async def _wait_min_hosts(address: str, runtimes: Path, deadline: float) -> None:
+async def _wait_min_hosts(address: str, layout: Layout, deadline: float) -> None:
     from kruntimes.config import load_config
     from kruntimes.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
-    from kruntimes.temporal import connect
+    from kruntimes.temporal import TemporalSettings, connect
 
-    client = await connect(address, "default")
+    client = await connect(TemporalSettings(address=address, codecKeys=str(layout.codec_keys)))
+    runtimes = layout.runtimes
     for runtime in load_config(runtimes).runtimes:
         handle = client.get_workflow_handle(pool_workflow_id(runtime.name))
         while True:
@@ -158,6 +159,8 @@ def _worker_argv(
         str(HEARTBEAT_INTERVAL_S),
         "--metrics-address",
         f"127.0.0.1:{ports['workerMetrics']}",
+        "--codec-keys",
+        str(layout.codec_keys),
     ]
 
 
@@ -197,13 +200,14 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
             _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway),
             layout.log("worker"),
         )
-        asyncio.run(_wait_min_hosts(temporal.address, layout.runtimes, time.monotonic() + START_TIMEOUT_S))
+        asyncio.run(_wait_min_hosts(temporal.address, layout, time.monotonic() + START_TIMEOUT_S))
         config = clientconfig.ClientConfig(
             temporalAddress=temporal.address,
             gatewayUrl=gateway["url"],
             caFile=str(tls.ca_cert),
             token=token,
             uiUrl=temporal.ui_url,
+            codecKeys=str(layout.codec_keys),
         )
         clientconfig.write(layout.root, config)
         pids = {name: p.pid for name, p in procs.items()}

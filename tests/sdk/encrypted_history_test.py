@@ -1,0 +1,59 @@
+"""Run specs, env and outputs are ciphertext in Temporal history; the SDK reads them as usual."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+from kruntimes.client import Client
+from kruntimes.devserver import temporal_binary
+from kruntimes.lifecycle import run_workflow_id
+from tests.sdk.stack import Platform, manifest, unique
+
+SECRET = "hunter2-db-password-7f3a"
+OUTPUT = "the-output-marker-91c2"
+ENV_ECHO = "import os\ndef handle(p):\n    return {'password': os.environ['DB_PASSWORD']}\n"
+TASK = f"def handle(p):\n    return {{'marker': '{OUTPUT}'}}\n"
+
+
+async def _history_json(platform: Platform, name: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        temporal_binary(),
+        "workflow",
+        "show",
+        "--address",
+        platform.config.temporalAddress,
+        "--workflow-id",
+        run_workflow_id("default", name),
+        "--output",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_the_env_of_a_run_never_appears_in_its_history(platform: Platform, krt: Client) -> None:
+    name = unique("secret")
+    await krt.create(Run.from_dict(manifest(name, source=ENV_ECHO, env={"DB_PASSWORD": SECRET})))
+    await krt.wait(name)
+    assert (await krt.invoke(name, {})).outputs == {"password": SECRET}, "the function got its env"
+    got = await krt.get(name)
+    assert got.spec.env == {"DB_PASSWORD": SECRET}, "the SDK decodes what it reads"
+    history = await _history_json(platform, name)
+    assert SECRET not in history
+    encrypted = base64.b64encode(b"binary/encrypted").decode()  # metadata values are base64 there
+    assert encrypted in history and json.loads(history)["events"]
+
+
+async def test_the_outputs_of_a_task_never_appear_in_its_history(platform: Platform, krt: Client) -> None:
+    name = unique("task-secret")
+    await krt.create(Run.from_dict(manifest(name, source=TASK, mode={"task": {}})))
+    done = await krt.wait(name)
+    assert done.status.phase is RunPhase.Succeeded and done.status.outputs == {"marker": OUTPUT}
+    assert OUTPUT not in await _history_json(platform, name)
