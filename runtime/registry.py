@@ -29,9 +29,11 @@ from runtime.errors import (
     UnknownRegistration,
 )
 from runtime.limits import ProcessLimits
-from runtime.process import LoadFailed, Outcome, Status, WarmProcess, run_once
+from runtime.once import run_once
+from runtime.outcome import LoadFailed, Outcome, Status
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.spawner import Spawner, SpawnError
+from runtime.warm import WarmProcess
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from runtime import workspace
 from runtime.config import FunctionConfig, RunRef, spawn_spec
 from runtime.errors import HostUnavailable, RegistrationConflict, SourceInvalid
 from runtime.limits import ProcessLimits
-from runtime.process import Outcome, Status, run_once
+from runtime.once import run_once
+from runtime.outcome import Outcome, Status
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.spawner import Spawner, SpawnError
 
