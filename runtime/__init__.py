@@ -8,13 +8,13 @@ Layers (each module imports only those above it):
   zygote         a pre-started, single-threaded process that forks function processes
   spawner        the server's side of the zygote: spawn, kill, exit statuses
   capture        bounded stdout/stderr capture
+  workspace      per-registration working directories
   config         a function's immutable config, its run identity, how to start its process
   outcome        how one execution ended, and how the process's answer frame settles it
   pipes          the server's ends of a function process's pipes, and a blocking pump over them
   warm           a python registration's warm process and one exchange with it, on the event loop
   once           a one-shot execution: start a process, give it its input, wait for its end
   results        outputs of a finished execution, checked against the bounds
-  workspace      per-registration working directories
   registry       registrations keyed by Run UID: generations, fencing, idle clock
   tasks          task-mode executions, idempotent per (run uid, attempt)
   service        the gRPC servicer
