@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,3 +105,23 @@ def reason(err: grpc.RpcError) -> str:
         if key == "krt-reason":
             return str(value)
     return ""
+
+
+def wait_until(predicate: Callable[[], bool], *, seconds: float = 10.0) -> bool:
+    """Whether `predicate` holds within `seconds` (checked every 20 ms)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -13,7 +11,7 @@ import pytest
 
 from kruntimes.api.limits import MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.runtime.conftest import Host, reason
+from tests.runtime.conftest import Host, alive, reason, wait_until
 
 SLOW = """
 import time
@@ -21,24 +19,6 @@ def handle(payload):
     time.sleep(payload.get("sleep", 0))
     return {"slept": payload.get("sleep", 0)}
 """
-
-
-def _wait_until(predicate, *, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_the_invocation_id_is_echoed_and_the_payload_reaches_the_handler(host: Host) -> None:
@@ -77,7 +57,7 @@ def test_an_overlapping_invocation_is_refused_at_once_while_the_first_runs(host:
     first = host.stub.InvokeFunction.future(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"sleep": 3}')
     )
-    assert _wait_until(lambda: host.status(reg.registration_id).in_flight == 1)
+    assert wait_until(lambda: host.status(reg.registration_id).in_flight == 1)
     with pytest.raises(grpc.RpcError) as err:
         host.invoke(reg.registration_id, b'{"sleep": 0}')
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -136,8 +116,8 @@ def handle(p):
     assert answer.status == pb.INVOCATION_STATUS_TIMED_OUT
     assert answer.error.type == "Timeout"
     grandchild = int(pidfile.read_text())
-    assert _wait_until(lambda: not _alive(grandchild)), "the handler's child must die with its group"
-    assert not _alive(before)
+    assert wait_until(lambda: not alive(grandchild)), "the handler's child must die with its group"
+    assert not alive(before)
     status = host.status(reg.registration_id)
     assert status.registered and status.ready
     after = host.invoke(reg.registration_id)
@@ -151,7 +131,7 @@ def test_in_flight_and_last_activity_follow_an_invocation(host: Host) -> None:
     running = host.stub.InvokeFunction.future(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"sleep": 0.5}')
     )
-    assert _wait_until(lambda: host.status(reg.registration_id).in_flight == 1)
+    assert wait_until(lambda: host.status(reg.registration_id).in_flight == 1)
     started = host.status(reg.registration_id).last_activity.ToDatetime()
     assert started > registered
     running.result()
@@ -194,7 +174,7 @@ def handle(p):
 """
     )
     assert host.invoke(reg.registration_id, b'{"late": true}').stdout.data == b"mine\n"
-    assert _wait_until(marker.exists)  # the stray line is in the pipe between the two calls
+    assert wait_until(marker.exists)  # the stray line is in the pipe between the two calls
     assert host.invoke(reg.registration_id).stdout.data == b"mine\n"
 
 
@@ -245,7 +225,7 @@ def handle(p):
         host.invoke(reg.registration_id, b'{"n": 2}')
     assert busy.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     release.touch()
-    assert _wait_until(lambda: host.status(reg.registration_id).in_flight == 0)
+    assert wait_until(lambda: host.status(reg.registration_id).in_flight == 0)
     answer = host.invoke(reg.registration_id, b'{"n": 3}')
     assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
     assert json.loads(answer.outputs_json) == {"call": 3}

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.runtime.conftest import Host, inline
+from tests.runtime.conftest import Host, inline, wait_until
 
 
 def _task(
@@ -94,9 +94,7 @@ def test_cancel_task_kills_a_running_task(host: Host, tmp_path: Path) -> None:
     result: list[pb.ExecuteTaskResponse] = []
     runner = threading.Thread(target=lambda: result.append(_task(host, files, uid=uid)))
     runner.start()
-    from tests.runtime.invocation_test import _wait_until
-
-    assert _wait_until(started.exists)
+    assert wait_until(started.exists)
     assert host.stub.CancelTask(pb.CancelTaskRequest(run_uid=uid, attempt=1)).existed
     runner.join(timeout=30)
     assert result and result[0].status == pb.TASK_STATUS_CANCELLED
