@@ -1,4 +1,9 @@
-"""Helpers the benchmarks share: /proc accounting, percentiles, ratios, tables."""
+"""Helpers the benchmarks share: server processes, /proc accounting, the measured paths and how
+they are driven, the runtime host's requests, percentiles, ratios, tables and report formatting.
+
+Importing it puts the repository root on sys.path, so a bench runs from any directory, also
+without the editable install: import it before any module of the repository.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +16,41 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+import grpc
+
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402 - needs the root on sys.path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = 10.0  # the bound on one measured call
 STOP_TIMEOUT_S = 10.0
+PROBLEM_WORDS = ("ERROR", "Traceback", "error")  # a server log line with one of these is a problem
 
 
 class BenchError(Exception):
     pass
+
+
+class HttpStatusError(Exception):
+    """An HTTP answer other than 200."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}: {body[:300]!r}")
+        self.status = status
+
+
+# --- server processes -------------------------------------------------------------------------
 
 
 @dataclass
@@ -48,6 +75,10 @@ class Server:
             return self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return []
+
+    def problems(self) -> list[str]:
+        """The lines of its log that report an error."""
+        return [line for line in self.log_lines() if any(w in line for w in PROBLEM_WORDS)]
 
 
 async def start_server(name: str, argv: list[str], tmp: Path, servers: list[Server]) -> Server:
@@ -88,10 +119,46 @@ def stop_server(server: Server) -> None:
             proc.wait()
 
 
+def write_ready(path: Path, **fields: str) -> None:
+    """A bench server's side of `start_server`: {"pid", **fields} written to its ready file at once."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), **fields}))
+    tmp.replace(path)
+
+
+async def wait_for_signal() -> None:
+    """Until SIGTERM or SIGINT (a bench server's way to stop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def note(message: str) -> None:
+    """Progress and warnings, on stderr (stdout holds the report)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- /proc accounting -------------------------------------------------------------------------
+
+
 def _stat_fields(pid: int) -> list[str]:
     """Fields of /proc/<pid>/stat from field 3 (state) on; field n is at index n - 3."""
     raw = Path(f"/proc/{pid}/stat").read_text()
     return raw.rsplit(")", 1)[1].split()
+
+
+def _live_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, stat fields) of every process alive while /proc is read."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat_fields(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        yield int(entry.name), fields
 
 
 def cpu_seconds(pid: int) -> float:
@@ -101,6 +168,18 @@ def cpu_seconds(pid: int) -> float:
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def session_cpu_seconds(session: int) -> float:
+    """utime + stime of every live process in a session, plus the reaped children of its leader."""
+    ticks = 0
+    for pid, fields in _live_stats():
+        if int(fields[3]) != session:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+        if pid == session:
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
 
 
 def context_switches(pid: int) -> int:
@@ -117,14 +196,10 @@ def context_switches(pid: int) -> int:
 
 def children(ppid: int) -> list[int]:
     pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if int(_stat_fields(int(entry.name))[1]) == ppid:
-                pids.append(int(entry.name))
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
+    for pid, fields in _live_stats():
+        with contextlib.suppress(IndexError, ValueError):
+            if int(fields[1]) == ppid:
+                pids.append(pid)
     return sorted(pids)
 
 
@@ -135,11 +210,61 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def percentile(values: list[float], q: float) -> float:
+def zygote_of(host_pid: int) -> int | None:
+    """The runtime host's zygote (the parent of its function processes)."""
+    kids = children(host_pid)
+    for pid in kids:
+        if "runtime.zygote" in cmdline(pid):
+            return pid
+    return kids[0] if len(kids) == 1 else None
+
+
+def function_pids(host_pid: int) -> list[int]:
+    """The runtime host's function processes: the children of its zygote."""
+    zygote = zygote_of(host_pid)
+    return children(zygote) if zygote is not None else []
+
+
+# --- the runtime host -------------------------------------------------------------------------
+
+INVOKE_METHOD = "/kruntimes.rpc.v1.FunctionRuntime/InvokeFunction"
+PAYLOAD = b'{"n": 1}'
+HANDLER_SOURCE = b"def handle(payload):\n    return payload\n"
+
+
+def register_request(index: int, *, namespace: str, run_uid: str = "") -> pb.RegisterFunctionRequest:
+    """Function `fn-<index>`: the echo handler, inline (a fresh run uid unless given)."""
+    return pb.RegisterFunctionRequest(
+        run=pb.RunRef(
+            run_uid=run_uid or str(uuid.uuid4()),
+            attempt=1,
+            namespace=namespace,
+            name=f"fn-{index}",
+            runtime="python",
+        ),
+        config=pb.FunctionConfig(
+            adapter="python",
+            handler="main:handle",
+            inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=HANDLER_SOURCE)]),
+        ),
+    )
+
+
+def check_invoke(raw: bytes) -> None:
+    """A serialized InvokeFunctionResponse must say Succeeded."""
+    response = pb.InvokeFunctionResponse.FromString(raw)
+    if response.status != pb.INVOCATION_STATUS_SUCCEEDED:
+        raise BenchError(f"invoke: {pb.InvocationStatus.Name(response.status)} {response.error}")
+
+
+# --- numbers ----------------------------------------------------------------------------------
+
+
+def percentile(values: Iterable[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of unsorted values."""
-    if not values:
-        return math.nan
     ordered = sorted(values)
+    if not ordered:
+        return math.nan
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
@@ -147,13 +272,54 @@ def ratio(a: float, b: float) -> float:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
-def table(rows: list[list[str]]) -> Iterator[str]:
+def round_ratios(a: list[float], b: list[float]) -> list[float]:
+    """a / b round by round (as many rounds as both have)."""
+    return [ratio(x, y) for x, y in zip(a, b, strict=False)]
+
+
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds, to 0.1 ms."""
+    return round(seconds * 1000, 1)
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def span(values: list[float], *, median: bool = False) -> str:
+    """min–max of per-round values (with their median if asked)."""
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return "-"
+    text = f"{min(finite):.2f}–{max(finite):.2f}"
+    return f"{text} (median {percentile(finite, 50):.2f})" if median else text
+
+
+def table(rows: list[list[str]], *, align_right: bool = True) -> Iterator[str]:
+    """The rows under their header (rows[0]) and a rule; columns after the first right-aligned
+    unless `align_right` is False."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
         pairs = enumerate(zip(row, widths, strict=True))
-        yield "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
+        yield "  ".join(c.ljust(w) if i == 0 or not align_right else c.rjust(w) for i, (c, w) in pairs)
         if n == 0:
             yield "  ".join("-" * w for w in widths)
+
+
+def _finite(value: Any) -> Any:
+    """NaN (something that could not be measured) becomes null, so the line stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def print_json_line(result: dict[str, Any]) -> None:
+    """The bench's final line: its results as compact JSON (what could not be measured is null)."""
+    print(json.dumps(_finite(result), separators=(",", ":"), allow_nan=False))
 
 
 # --- driving calls ----------------------------------------------------------------------------
@@ -218,3 +384,227 @@ async def timed_concurrent(
     started = time.perf_counter()
     await asyncio.gather(*(caller(i) for i in range(callers)))
     return [x for lat in latencies for x in lat], time.perf_counter() - started
+
+
+def error_name(exc: BaseException) -> str:
+    """How a failed call is counted: its gRPC status code, its HTTP status, else its type."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code().name
+    if isinstance(exc, HttpStatusError):
+        return f"HTTP{exc.status}"
+    return type(exc).__name__
+
+
+@dataclass
+class Subject:
+    """One measured path and everything measured on it, summed over the rounds.
+
+    `procs` names the server processes of the path (label -> pids); their CPU and context
+    switches are summed per label.
+    """
+
+    key: str
+    name: str
+    call: Call
+    procs: dict[str, list[int]]
+    seq_ms: list[float] = field(default_factory=list)
+    seq_cpu_s: Counter[str] = field(default_factory=Counter)
+    load_ms: list[float] = field(default_factory=list)
+    load_s: float = 0.0
+    load_cpu_s: Counter[str] = field(default_factory=Counter)
+    load_switches: Counter[str] = field(default_factory=Counter)
+    client_cpu_s: float = 0.0
+    round_p50: list[float] = field(default_factory=list)
+    round_p99: list[float] = field(default_factory=list)
+    round_rps: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    first_error: str = ""
+
+    def cpu(self) -> dict[str, float]:
+        return {label: sum(map(cpu_seconds, pids)) for label, pids in self.procs.items()}
+
+    def switches(self) -> dict[str, int]:
+        return {label: sum(map(context_switches, pids)) for label, pids in self.procs.items()}
+
+    def switches_per_call(self, label: str) -> float:
+        return self.load_switches[label] / len(self.load_ms) if self.load_ms else math.nan
+
+    def seq(self, q: float) -> float:
+        return percentile(self.seq_ms, q)
+
+    @property
+    def rps(self) -> float:
+        return len(self.load_ms) / self.load_s if self.load_s > 0 else math.nan
+
+    def load_cpu_us(self, label: str | None = None) -> float:
+        """Server CPU per call in the concurrent phase: of one label, or of all of them."""
+        seconds = sum(self.load_cpu_s.values()) if label is None else self.load_cpu_s[label]
+        return seconds / len(self.load_ms) * 1e6 if self.load_ms else math.nan
+
+    def seq_cpu_us(self, label: str | None = None) -> float:
+        seconds = sum(self.seq_cpu_s.values()) if label is None else self.seq_cpu_s[label]
+        return seconds / len(self.seq_ms) * 1e6 if self.seq_ms else math.nan
+
+    @property
+    def client_cpu_us(self) -> float:
+        return self.client_cpu_s / len(self.load_ms) * 1e6 if self.load_ms else math.nan
+
+    def record_error(self, exc: BaseException) -> None:
+        self.errors[error_name(exc)] += 1
+        if not self.first_error:
+            self.first_error = f"{type(exc).__name__}: {exc}"[:300]
+
+    def latency_cells(self) -> list[str]:
+        """The row of LATENCY_HEADER."""
+        return [
+            self.name,
+            fmt(self.seq(50)),
+            fmt(self.seq(99)),
+            fmt(max(self.seq_ms, default=math.nan), 2),
+            fmt(self.rps, 0),
+            fmt(percentile(self.load_ms, 50), 2),
+            fmt(percentile(self.load_ms, 99), 2),
+        ]
+
+    def errors_cell(self) -> str:
+        return ",".join(f"{k}:{v}" for k, v in self.errors.items()) or "0"
+
+    def latency_summary(self) -> dict[str, Any]:
+        return {
+            "seq_calls": len(self.seq_ms),
+            "seq_p50_ms": round(self.seq(50), 4),
+            "seq_p99_ms": round(self.seq(99), 4),
+            "seq_max_ms": round(max(self.seq_ms, default=math.nan), 3),
+            "load_calls": len(self.load_ms),
+            "rps": round(self.rps, 1),
+            "load_p50_ms": round(percentile(self.load_ms, 50), 3),
+            "load_p99_ms": round(percentile(self.load_ms, 99), 3),
+        }
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """Path a against path b: sequential p50 and p99 and the rps, overall and round by round."""
+
+    p50: float
+    p99: float
+    rps: float
+    round_p50: list[float]
+    round_p99: list[float]
+    round_rps: list[float]
+
+
+def ratios(a: Subject, b: Subject) -> Ratios:
+    return Ratios(
+        p50=ratio(a.seq(50), b.seq(50)),
+        p99=ratio(a.seq(99), b.seq(99)),
+        rps=ratio(a.rps, b.rps),
+        round_p50=round_ratios(a.round_p50, b.round_p50),
+        round_p99=round_ratios(a.round_p99, b.round_p99),
+        round_rps=round_ratios(a.round_rps, b.round_rps),
+    )
+
+
+LATENCY_HEADER = [
+    "path",
+    "seq p50 ms",
+    "seq p99 ms",
+    "seq max ms",
+    "32-way rps",
+    "load p50 ms",
+    "load p99 ms",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a bench measures its paths: in interleaved rounds, each round 1/`rounds` of every
+    phase of every path (warm-up calls before each piece), so background load on a shared
+    machine hits all paths alike."""
+
+    rounds: int
+    seq_chunk_max_s: float  # one round's sequential piece stops after this long
+    load_max_calls_per_caller: int
+    rounds_budget_s: float  # no new round starts after this many seconds of the bench
+    warmup_calls: int = 200
+    seq_calls: int = 2000  # over all rounds
+    callers: int = 32
+    load_seconds: float = 3.0  # over all rounds
+
+    def describe(self, rounds_done: int) -> str:
+        return (
+            f"{self.seq_calls} sequential calls and {self.callers} callers x {self.load_seconds:g} s per "
+            f"path, interleaved in {rounds_done} rounds"
+        )
+
+    async def warm_up(self, subject: Subject, *, concurrent: bool) -> None:
+        await warm_up(subject.call, calls=self.warmup_calls, callers=self.callers, concurrent=concurrent)
+
+    async def sequential(self, subject: Subject, calls: int) -> None:
+        await self.warm_up(subject, concurrent=False)
+        cpu0 = subject.cpu()
+        latencies = await timed_sequential(
+            subject.call, calls=calls, max_seconds=self.seq_chunk_max_s, on_error=subject.record_error
+        )
+        subject.seq_cpu_s.update({k: v - cpu0[k] for k, v in subject.cpu().items()})
+        subject.seq_ms.extend(latencies)
+        subject.round_p50.append(percentile(latencies, 50))
+        subject.round_p99.append(percentile(latencies, 99))
+
+    async def load(self, subject: Subject, seconds: float) -> tuple[int, float]:
+        """`callers` callers, each calling back to back (caller i always uses function i)."""
+        latencies, elapsed = await timed_concurrent(
+            subject.call,
+            callers=self.callers,
+            seconds=seconds,
+            max_calls_per_caller=self.load_max_calls_per_caller,
+            on_error=subject.record_error,
+        )
+        subject.load_ms.extend(latencies)
+        return len(latencies), elapsed
+
+    async def concurrent(self, subject: Subject, seconds: float) -> None:
+        await self.warm_up(subject, concurrent=True)
+        cpu0, switches0, client0 = subject.cpu(), subject.switches(), time.process_time()
+        calls, elapsed = await self.load(subject, seconds)
+        subject.client_cpu_s += time.process_time() - client0
+        subject.load_cpu_s.update({k: v - cpu0[k] for k, v in subject.cpu().items()})
+        subject.load_switches.update({k: v - switches0[k] for k, v in subject.switches().items()})
+        subject.load_s += elapsed
+        subject.round_rps.append(calls / elapsed)
+
+    async def run(self, subjects: dict[str, Subject], started: float) -> int:
+        """Every round that starts within the budget; returns how many ran."""
+        rounds = 0
+        order = list(subjects.values())
+        for r in range(self.rounds):
+            if time.perf_counter() - started > self.rounds_budget_s:
+                note(f"warning: time budget spent; stopping after {rounds} rounds")
+                break
+            note(f"round {r + 1}/{self.rounds} ...")
+            rotated = order[r % len(order) :] + order[: r % len(order)]
+            for subject in rotated:
+                await self.sequential(subject, self.seq_calls // self.rounds)
+            for subject in rotated:
+                await self.concurrent(subject, self.load_seconds / self.rounds)
+            rounds += 1
+        return rounds
+
+
+def run_bench(bench: Callable[[str], Awaitable[None]], *, deadline_s: float) -> None:
+    """Run `bench(client_loop)` on uvloop when importable (else asyncio) within `deadline_s`;
+    a BenchError or the deadline exits with the reason."""
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None
+    try:
+        import uvloop
+
+        loop_factory, client_loop = uvloop.new_event_loop, "uvloop"
+    except ImportError:
+        loop_factory, client_loop = None, "asyncio"
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        try:
+            runner.run(asyncio.wait_for(bench(client_loop), deadline_s))
+        except BenchError as exc:
+            sys.exit(f"bench failed: {exc}")
+        except TimeoutError:
+            sys.exit(f"bench failed: did not finish within {deadline_s:.0f} s")

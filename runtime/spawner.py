@@ -21,6 +21,7 @@ from runtime.zygote import MAX_MESSAGE
 log = logging.getLogger(__name__)
 
 SPAWN_TIMEOUT_S = 10.0
+EXIT_GRACE_S = 2.0  # how long to wait for the zygote's exit report after a kill or EOF
 
 
 class SpawnError(Exception):

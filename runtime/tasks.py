@@ -10,10 +10,11 @@ from pathlib import Path
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
-from runtime.config import FunctionConfig, RunRef, spawn_spec
-from runtime.errors import HostUnavailable, RegistrationConflict, SourceInvalid
+from runtime.config import FunctionConfig, RunRef, prepare_workdir, spawn_spec
+from runtime.errors import HostUnavailable, RegistrationConflict
 from runtime.limits import ProcessLimits
-from runtime.process import Outcome, Status, run_once
+from runtime.once import run_once
+from runtime.outcome import Outcome, Status, set_error
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.spawner import Spawner, SpawnError
 
@@ -73,12 +74,7 @@ class Tasks:
         self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float, execution: Execution
     ) -> Outcome:
         workdir = self.work_root / f"task-{run.run_uid}.{run.attempt}"
-        try:
-            workspace.prepare(
-                workdir, source_path=config.source_path, inline=list(config.inline) if config.inline else None
-            )
-        except workspace.SourceError as exc:
-            raise SourceInvalid(str(exc)) from exc
+        prepare_workdir(config, workdir)
         try:
             spec = spawn_spec(run, config, workdir, self.limits, once=True)
 
@@ -95,11 +91,7 @@ class Tasks:
         finally:
             workspace.remove(workdir)
         if execution.cancelled:
-            outcome.status, outcome.error_type, outcome.error_message = (
-                Status.CANCELLED,
-                "Cancelled",
-                "cancelled",
-            )
+            set_error(outcome, Status.CANCELLED, "Cancelled", "cancelled")
         elif outcome.status is Status.SUCCEEDED:
             if config.adapter == "bash":
                 parse_script_outputs(outcome)

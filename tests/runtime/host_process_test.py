@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -22,16 +24,44 @@ from runtime.server import HostOptions, RuntimeHost
 from tests.runtime.conftest import alive, inline, wait_until
 
 
-def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigterm(tmp_path: Path) -> None:
+def register_pid_function(stub: pb_grpc.FunctionRuntimeStub) -> tuple[pb.RegisterFunctionResponse, int]:
+    """Register a function that answers with its process id; invoke it once for that pid."""
+    reg = stub.RegisterFunction(
+        pb.RegisterFunctionRequest(
+            run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
+            config=pb.FunctionConfig(
+                adapter="python",
+                handler="main:handle",
+                inline=inline({"main.py": "import os\ndef handle(p):\n    return os.getpid()\n"}),
+            ),
+        ),
+        timeout=30,
+    )
+    answer = stub.InvokeFunction(pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30)
+    return reg, json.loads(answer.outputs_json)["result"]
+
+
+@contextlib.contextmanager
+def host_process(tmp_path: Path, host_id: str) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
+    """`python -m workers.host` (its ports picked at run time) and what it wrote to its ready file;
+    killed at the end if it still runs."""
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.host", "--host-id", "p-0", "--runtime", "python"]
+        [sys.executable, "-m", "workers.host", "--host-id", host_id, "--runtime", "python"]
         + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready)],
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     try:
         assert wait_until(ready.exists, seconds=30), "host never wrote its ready file"
-        info = json.loads(ready.read_text())
+        yield proc, json.loads(ready.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigterm(tmp_path: Path) -> None:
+    with host_process(tmp_path, "p-0") as (proc, info):
         assert info["pid"] == proc.pid
         with grpc.insecure_channel(info["address"]) as channel:
             health = health_pb2_grpc.HealthStub(channel)
@@ -39,72 +69,24 @@ def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigte
                 answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
                 assert answer.status == health_pb2.HealthCheckResponse.SERVING
             stub = pb_grpc.FunctionRuntimeStub(channel)
-            reg = stub.RegisterFunction(
-                pb.RegisterFunctionRequest(
-                    run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
-                    config=pb.FunctionConfig(
-                        adapter="python",
-                        handler="main:handle",
-                        inline=inline({"main.py": "import os\ndef handle(p):\n    return os.getpid()\n"}),
-                    ),
-                ),
-                timeout=30,
-            )
+            reg, function_pid = register_pid_function(stub)
             assert reg.host_uid == info["hostUid"]
-            answer = stub.InvokeFunction(
-                pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
-            )
-            function_pid = json.loads(answer.outputs_json)["result"]
         assert alive(function_pid)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert wait_until(lambda: not alive(function_pid)), "function processes must not outlive the host"
         assert not any((tmp_path / "state" / "work").iterdir()), "workspaces must be removed"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
-    ready = tmp_path / "ready.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.host", "--host-id", "p-1", "--runtime", "python"]
-        + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready)],
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_until(ready.exists, seconds=30)
-        address = json.loads(ready.read_text())["address"]
-        with grpc.insecure_channel(address) as channel:
-            stub = pb_grpc.FunctionRuntimeStub(channel)
-            reg = stub.RegisterFunction(
-                pb.RegisterFunctionRequest(
-                    run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
-                    config=pb.FunctionConfig(
-                        adapter="python",
-                        handler="main:handle",
-                        inline=inline({"main.py": "import os\ndef handle(p):\n    return os.getpid()\n"}),
-                    ),
-                ),
-                timeout=30,
-            )
-            answer = stub.InvokeFunction(
-                pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
-            )
-            function_pid = json.loads(answer.outputs_json)["result"]
+    with host_process(tmp_path, "p-1") as (proc, info):
+        with grpc.insecure_channel(info["address"]) as channel:
+            _, function_pid = register_pid_function(pb_grpc.FunctionRuntimeStub(channel))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while alive(function_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(function_pid), "a parent-death signal must take the function processes down"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        assert wait_until(lambda: not alive(function_pid)), (
+            "a parent-death signal must take the function processes down"
+        )
 
 
 def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""Registration semantics: generations keyed by Run UID and attempt (seed 000, Runtime Server Boundary)."""
+"""Registration semantics: generations keyed by Run UID and attempt.
+
+The same (uid, attempt, config) is the same registration; the same attempt with another config is
+refused; a higher attempt replaces the registration (the old id stops working); a lower one is stale.
+"""
 
 from __future__ import annotations
 

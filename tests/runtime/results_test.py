@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kruntimes.api import outputs as api_outputs
-from runtime.process import Outcome, Status
+from runtime.outcome import Outcome, Status
 from runtime.results import check_outputs
 
 
