@@ -105,7 +105,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.scheduling.model import HostState
 from kruntimes.starting import start_run
-from kruntimes.temporal import connect
+from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.wire import search
 from workers.worker import WorkerSettings, running_workers, worker_tuning
 
@@ -506,8 +506,7 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
         }
     )
     settings = WorkerSettings(
-        temporal_address=server.address,
-        namespace="default",
+        temporal=TemporalSettings(address=server.address, namespace="default"),
         config=config,
         platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state)),
         sandboxed=sandboxed,
