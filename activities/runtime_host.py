@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.hosts._rpc import host_channel
 from kruntimes.api.run import Run
 from kruntimes.lifecycle import (
     CancelTaskInput,
@@ -95,7 +96,7 @@ class RuntimeHostActivities:
     def _stub(self, address: str) -> pb_grpc.FunctionRuntimeAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = host_channel(address)
         return pb_grpc.FunctionRuntimeStub(channel)
 
     async def close(self) -> None:

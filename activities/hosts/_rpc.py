@@ -37,6 +37,12 @@ class HostIdentity:
     runtime: str
 
 
+def host_channel(address: str) -> grpc.aio.Channel:
+    """A gRPC channel to the Runtime Server at `address`: the one place the control plane makes
+    one, so how it authenticates to hosts is decided here."""
+    return grpc.aio.insecure_channel(address)
+
+
 def check_address(address: str) -> str:
     """``host:port`` with a non-empty host and a port in 1..65535, or HostRpcError(EndpointInvalid)."""
     host, sep, port = address.rpartition(":")
@@ -49,7 +55,7 @@ async def identify(address: str, *, timeout_s: float) -> HostIdentity:
     """Health SERVING, then HostInfo: the identity of the Runtime Server at ``address``."""
     check_address(address)
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with host_channel(address) as channel:
             answer = await channel.unary_unary(
                 _HEALTH_CHECK,
                 request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
