@@ -3,6 +3,9 @@
     headers   the invoke API's HTTP headers (gateway and SDK)
     search    the Run workflow's custom search attributes (dev server, workflows, starter, SDK,
               gateway's known-Runs view)
+    reasons   every stable reason string with its HTTP status or gRPC code, and the `krt-reason`
+              trailer (gateway, runtime host, activities, RunWorkflow)
+    frames    the invoke port's frame codec and its size rules (gateway and runtime host)
 
 Nothing here does I/O.
 """
