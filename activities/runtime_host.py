@@ -30,6 +30,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire.reasons import HostReason, reason_of
 
 RPC_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 90.0  # includes loading the handler module
@@ -44,10 +45,12 @@ _TASK_STATUS = {
 
 
 def _reason(err: grpc.aio.AioRpcError) -> str:
-    for key, value in err.trailing_metadata() or ():
-        if key == "krt-reason":
-            return str(value)
-    return "HostUnavailable" if err.code() in _RETRYABLE else err.code().name
+    """The host's reason; without one (the call failed before the host decided), HostUnavailable
+    for transport trouble, else the gRPC code's name."""
+    reason = reason_of(err.trailing_metadata())
+    if reason:
+        return reason
+    return str(HostReason.HOST_UNAVAILABLE) if err.code() in _RETRYABLE else err.code().name
 
 
 def host_error(err: grpc.aio.AioRpcError, *, address: str) -> ApplicationError:

@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logs.setup(args.log_level)
     try:
-        import uvloop  # the leaner event loop: 15-30% less CPU per invoke here (TOOLING.md)
+        # uvloop when installed: the same servers spend less CPU per request on it than on
+        # asyncio's loop (bench/invoke.py runs its reference chain on both)
+        import uvloop
     except ImportError:
         asyncio.run(serve(args))
     else:

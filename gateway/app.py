@@ -1,5 +1,12 @@
-"""The gateway's aiohttp application: routes, the one place errors become HTTP answers, metrics,
-and JSON access logs (runtime, run uid, invocation id — never tokens)."""
+"""The gateway's aiohttp application: routes, the one place errors become HTTP answers (the
+`observe` middleware), metrics, and JSON access logs (runtime, run uid, invocation id — never
+tokens).
+
+Every error answer is an `ErrorBody` (gateway/bodies.py) with the status of its reason
+(kruntimes.wire.reasons.GatewayReason): a GatewayError as it says; the router's own refusals
+(an unknown path, a method the path does not take) as JSON too; and any other exception, a bug of
+the gateway, is logged and answered 500 InternalError (a 502 would blame the upstream).
+"""
 
 from __future__ import annotations
 
@@ -13,12 +20,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import openapi
-from gateway.auth import AuthError, Authorizer
+from gateway.auth import Authorizer
+from gateway.bodies import ErrorBody
 from gateway.errors import GatewayError
-from gateway.invoke import INVOCATION_HEADER, INVOCATION_ID, InvokeHandler, Upstreams
+from gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams
 from gateway.known import KnownRuns
 from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
+from kruntimes.wire import headers
+from kruntimes.wire.reasons import GatewayReason
 
 log = logging.getLogger("gateway")
 
@@ -36,13 +46,36 @@ class GatewayState:
     ready: Callable[[], bool]
 
 
-def _error_response(err: GatewayError | AuthError, invocation_id: str) -> web.Response:
-    body = {"reason": err.reason, "message": str(err.message), "invocationId": invocation_id}
-    headers = {INVOCATION_HEADER: invocation_id} if invocation_id else {}
-    retry_after = getattr(err, "retry_after", None)
+# the router's refusals by status (kruntimes.wire.reasons: the reasons outside the invoke operation)
+_ROUTER = {r.status: r for r in GatewayReason if not r.invoke}
+
+
+def error_answer(
+    *, status: int, reason: str, message: str, invocation_id: str, retry_after: int | None = None
+) -> web.Response:
+    """An error answer: the ErrorBody, the invocation id header when there is an id, Retry-After."""
+    body = ErrorBody(reason=reason, message=message, invocationId=invocation_id)
+    answer_headers = {headers.INVOCATION_ID: invocation_id} if invocation_id else {}
     if retry_after is not None:
-        headers["Retry-After"] = str(retry_after)
-    return web.json_response(body, status=err.status, headers=headers)
+        answer_headers[headers.RETRY_AFTER] = str(retry_after)
+    return web.json_response(body.model_dump(), status=status, headers=answer_headers)
+
+
+def gateway_error_answer(err: GatewayError, invocation_id: str) -> web.Response:
+    return error_answer(
+        status=err.status,
+        reason=err.reason,
+        message=err.message,
+        invocation_id=invocation_id,
+        retry_after=err.retry_after,
+    )
+
+
+def router_reason(exc: web.HTTPException) -> str:
+    """The reason of aiohttp's own refusal (404 for an unknown path, 405, ...): the catalogue's
+    for the statuses it lists, else the status phrase without spaces."""
+    known = _ROUTER.get(exc.status)
+    return str(known) if known is not None else exc.reason.replace(" ", "")
 
 
 def _route_label(request: web.Request) -> str:
@@ -63,25 +96,19 @@ def build_app(state: GatewayState) -> web.Application:
         try:
             try:
                 response = await handler(request)
-            except (GatewayError, AuthError) as err:
+            except GatewayError as err:
                 reason = err.reason
-                response = _error_response(err, request.get(INVOCATION_ID, ""))
-            except web.HTTPException as exc:  # aiohttp's own (404 for unknown paths, 405, ...)
-                reason = exc.reason.replace(" ", "")
-                response = web.json_response(
-                    {"reason": reason, "message": exc.reason, "invocationId": ""}, status=exc.status
+                response = gateway_error_answer(err, request.get(INVOCATION_ID, ""))
+            except web.HTTPException as exc:
+                reason = router_reason(exc)
+                response = error_answer(
+                    status=exc.status, reason=reason, message=exc.reason, invocation_id=""
                 )
             except Exception:
                 log.exception("unexpected error", extra={"invocation_id": request.get(INVOCATION_ID, "")})
-                reason = "InternalError"
-                response = web.json_response(
-                    {
-                        "reason": reason,
-                        "message": "internal error",
-                        "invocationId": request.get(INVOCATION_ID, ""),
-                    },
-                    status=502,
-                )
+                bug = GatewayError("internal error")
+                reason = bug.reason
+                response = gateway_error_answer(bug, request.get(INVOCATION_ID, ""))
         finally:
             metrics.in_flight.dec()
         route = _route_label(request)

@@ -1,67 +1,115 @@
-"""Caller-facing gateway errors: one stable `reason` each, mapped to an HTTP status in one place.
+"""The gateway's errors: one tree, one stable reason each (kruntimes.wire.reasons.GatewayReason,
+which gives its HTTP status and Retry-After), mapped to an HTTP answer in one place (the
+middleware in gateway/app.py).
 
-GatewayError
- ├── BadRequest            400  InvalidInvocationId | MalformedJSON | ...
- ├── Unauthenticated       401  (gateway.auth)
- ├── Forbidden             403  (gateway.auth)
- ├── NotFound              404  RunNotFound
- ├── PayloadTooLarge       413  PayloadTooLarge
- ├── Busy                  429  FunctionBusy
- ├── UpstreamFailed        502  OwnerUnreachable | FunctionProcessExited
- ├── NotReady              503  RunNotReady | RouteStale | AuthorizationUnavailable  (+ Retry-After)
- └── UpstreamTimeout       504  InvocationTimeout | OwnerTimeout
-Messages are for people and never contain tokens or internal addresses.
+GatewayError                    500  InternalError        (also any exception nobody expected)
+ ├── BadRequest                 400  InvalidInvocationId | MalformedJSON | InvalidTimeout | InvalidRequest
+ ├── AuthError                       the Authorizer's refusals (gateway.auth)
+ │    ├── Unauthenticated       401  Unauthenticated
+ │    ├── Forbidden             403  Forbidden
+ │    └── AuthUnavailable       503  AuthorizationUnavailable  (+ Retry-After)
+ ├── NotFound                   404  RunNotFound
+ ├── PayloadTooLarge            413  PayloadTooLarge
+ ├── Busy                       429  FunctionBusy  (+ Retry-After)
+ ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited
+ ├── NotReady                   503  RunNotReady | RouteStale  (+ Retry-After)
+ └── UpstreamTimeout            504  InvocationTimeout | OwnerTimeout
+
+A class names the reasons it may carry (the first is its default); they all share one status. A
+500 is the gateway's own bug; a 502 means the upstream (the owning host or the function's
+process) failed. Messages are for people and never contain tokens or internal addresses.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from kruntimes.wire.reasons import GatewayReason as R
+
 
 class GatewayError(Exception):
-    status = 500
-    reason = "InternalError"
+    reasons: ClassVar[tuple[R, ...]] = (R.INTERNAL_ERROR,)
+    status: ClassVar[int] = R.INTERNAL_ERROR.status
+    reason: R = R.INTERNAL_ERROR
     retry_after: int | None = None
 
-    def __init__(self, message: str, *, reason: str | None = None, retry_after: int | None = None) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "reasons" in cls.__dict__:
+            statuses = {r.status for r in cls.reasons}
+            if len(statuses) != 1:
+                raise TypeError(f"{cls.__name__}: its reasons are answered with {sorted(statuses)}")
+            cls.status = statuses.pop()
+            cls.reason = cls.reasons[0]
+            cls.retry_after = cls.reason.retry_after
+
+    def __init__(self, message: str, *, reason: R | None = None, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         if reason is not None:
+            if reason not in self.reasons:
+                raise TypeError(f"{type(self).__name__} does not carry {reason}")
             self.reason = reason
+            self.retry_after = reason.retry_after
         if retry_after is not None:
             self.retry_after = retry_after
 
 
 class BadRequest(GatewayError):
-    status = 400
-    reason = "BadRequest"
+    reasons = (R.INVALID_REQUEST, R.INVALID_INVOCATION_ID, R.MALFORMED_JSON, R.INVALID_TIMEOUT)
+
+
+class AuthError(GatewayError):
+    """The Authorizer's refusals: raised by gateway.auth, never an allow."""
+
+
+class Unauthenticated(AuthError):
+    reasons = (R.UNAUTHENTICATED,)
+
+
+class Forbidden(AuthError):
+    reasons = (R.FORBIDDEN,)
+
+
+class AuthUnavailable(AuthError):
+    reasons = (R.AUTHORIZATION_UNAVAILABLE,)
 
 
 class NotFound(GatewayError):
-    status = 404
-    reason = "RunNotFound"
+    reasons = (R.RUN_NOT_FOUND,)
 
 
 class PayloadTooLarge(GatewayError):
-    status = 413
-    reason = "PayloadTooLarge"
+    reasons = (R.PAYLOAD_TOO_LARGE,)
 
 
 class Busy(GatewayError):
-    status = 429
-    reason = "FunctionBusy"
-    retry_after = 1
+    reasons = (R.FUNCTION_BUSY,)
 
 
 class UpstreamFailed(GatewayError):
-    status = 502
-    reason = "OwnerUnreachable"
+    reasons = (R.OWNER_UNREACHABLE, R.FUNCTION_PROCESS_EXITED)
 
 
 class NotReady(GatewayError):
-    status = 503
-    reason = "RunNotReady"
-    retry_after = 1
+    reasons = (R.RUN_NOT_READY, R.ROUTE_STALE)
 
 
 class UpstreamTimeout(GatewayError):
-    status = 504
-    reason = "OwnerTimeout"
+    reasons = (R.OWNER_TIMEOUT, R.INVOCATION_TIMEOUT)
+
+
+__all__ = [
+    "AuthError",
+    "AuthUnavailable",
+    "BadRequest",
+    "Busy",
+    "Forbidden",
+    "GatewayError",
+    "NotFound",
+    "NotReady",
+    "PayloadTooLarge",
+    "Unauthenticated",
+    "UpstreamFailed",
+    "UpstreamTimeout",
+]

@@ -15,10 +15,11 @@ import uuid
 import grpc
 from aiohttp import web
 
-from gateway.auth import AuthError, Authorizer, Forbidden, Resource, bearer_token
+from gateway.auth import Authorizer, Resource, bearer_token
 from gateway.errors import (
     BadRequest,
     Busy,
+    Forbidden,
     GatewayError,
     NotFound,
     NotReady,
@@ -34,17 +35,19 @@ from kruntimes.api.names import validate_invocation_id
 from kruntimes.api.phases import TERMINAL_PHASES
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire import headers
+from kruntimes.wire.reasons import GatewayReason as R
+from kruntimes.wire.reasons import HostReason, reason_of
 
 log = logging.getLogger("gateway.invoke")
 
-INVOCATION_HEADER = "X-Kruntime-Invocation-ID"
 # where the middleware finds the invocation id of a request (a typed key: plain strings warn)
 INVOCATION_ID = web.RequestKey("invocation_id", str)
-TIMEOUT_HEADER = "X-Kruntime-Timeout"
 RPC_MARGIN_S = 5.0
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
 
-_STATUS = {
+# the bodies.InvocationStatus of each outcome answered with 200
+SUCCESS_STATUS = {
     pb.INVOCATION_STATUS_SUCCEEDED: b"Succeeded",
     pb.INVOCATION_STATUS_HANDLER_ERROR: b"HandlerError",
     pb.INVOCATION_STATUS_INVALID_OUTPUT: b"InvalidOutput",
@@ -74,22 +77,14 @@ class Upstreams:
             await channel.close()
 
 
-def _reason(err: grpc.aio.AioRpcError) -> str:
-    """The host's stable reason (trailing metadata `krt-reason`)."""
-    for key, value in err.trailing_metadata() or ():
-        if key == "krt-reason":
-            return str(value)
-    return ""
-
-
 def invocation_id(request: web.Request) -> str:
-    value = request.headers.get(INVOCATION_HEADER)
+    value = request.headers.get(headers.INVOCATION_ID)
     if value is None:
         return str(uuid.uuid4())
     try:
         return validate_invocation_id(value)
     except ValueError as exc:
-        raise BadRequest(str(exc), reason="InvalidInvocationId") from None
+        raise BadRequest(str(exc), reason=R.INVALID_INVOCATION_ID) from None
 
 
 async def read_body(request: web.Request) -> bytes:
@@ -109,21 +104,21 @@ async def read_body(request: web.Request) -> bytes:
         try:
             json.loads(data)
         except (ValueError, RecursionError):
-            raise BadRequest("the body is not a JSON document", reason="MalformedJSON") from None
+            raise BadRequest("the body is not a JSON document", reason=R.MALFORMED_JSON) from None
     return data
 
 
 def _timeout_s(request: web.Request) -> float:
-    raw = request.headers.get(TIMEOUT_HEADER)
+    raw = request.headers.get(headers.TIMEOUT)
     if raw is None:
         return float(DEFAULT_INVOKE_TIMEOUT_SECONDS)
     try:
         value = float(raw)
     except ValueError:
-        raise BadRequest(f"{TIMEOUT_HEADER} must be a number of seconds", reason="InvalidTimeout") from None
+        raise BadRequest(f"{headers.TIMEOUT} must be a number of seconds", reason=R.INVALID_TIMEOUT) from None
     if not 0 < value <= MAX_INVOKE_TIMEOUT_SECONDS:
         raise BadRequest(
-            f"{TIMEOUT_HEADER} must be in (0, {MAX_INVOKE_TIMEOUT_SECONDS}]", reason="InvalidTimeout"
+            f"{headers.TIMEOUT} must be in (0, {MAX_INVOKE_TIMEOUT_SECONDS}]", reason=R.INVALID_TIMEOUT
         )
     return value
 
@@ -144,8 +139,9 @@ def _captured(out: pb.CapturedOutput) -> bytes:
     ).encode()
 
 
-def _success_body(answer: pb.InvokeFunctionResponse, status: bytes) -> bytes:
-    """The response JSON, with the host's (already validated) outputs spliced in as they are."""
+def success_body(answer: pb.InvokeFunctionResponse, status: bytes) -> bytes:
+    """The 200 answer's JSON (bodies.InvokeAnswer), spliced from bytes: the host's (already
+    validated) outputs go in as they are, without decoding them."""
     parts = [
         b'{"invocationId":',
         json.dumps(answer.invocation_id).encode(),
@@ -184,7 +180,7 @@ class InvokeHandler:
         namespace = request.match_info["namespace"]
         runtime = request.match_info["runtime"]
         run_uid = request.match_info["uid"]
-        token = bearer_token(request.headers.get("Authorization"))
+        token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         route = self.routes.route(run_uid)
         if route is None or route.namespace != namespace or route.runtime != runtime:
             await self._miss(token, namespace, runtime, run_uid)
@@ -193,7 +189,7 @@ class InvokeHandler:
             token, Resource(namespace=namespace, name=route.name, run_uid=run_uid)
         )
         if not route.ready:
-            raise NotReady("the Run is registered but not ready", reason="RunNotReady")
+            raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
         timeout_s = _timeout_s(request)
         payload = await read_body(request)
         answer = await self._dispatch(route, inv, payload, timeout_s)
@@ -218,7 +214,7 @@ class InvokeHandler:
         await self.authorizer.authorize(
             token, Resource(namespace=namespace, name=known.name, run_uid=run_uid)
         )
-        raise NotReady(f"the Run is {known.phase or 'starting'}", reason="RunNotReady", retry_after=2)
+        raise NotReady(f"the Run is {known.phase or 'starting'}", reason=R.RUN_NOT_READY, retry_after=2)
 
     async def _dispatch(
         self, route: Route, inv: str, payload: bytes, timeout_s: float
@@ -242,41 +238,43 @@ class InvokeHandler:
                 request, timeout=timeout_s + RPC_MARGIN_S
             )
         except grpc.aio.AioRpcError as err:
-            raise self._error(err.code(), _reason(err), err.details() or "", route) from None
+            raise self._error(
+                err.code(), reason_of(err.trailing_metadata()), err.details() or "", route
+            ) from None
 
     def _error(self, code: grpc.StatusCode, reason: str, details: str, route: Route) -> GatewayError:
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return Busy("the function is running another invocation; retry later")
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
             self.routes.drop(route.run_uid, route.host_uid)  # stale: the host holds another generation
-            return NotReady("the Run's registration moved; retry shortly", reason="RouteStale")
-        if code == grpc.StatusCode.UNAVAILABLE and reason == "NotReady":
-            return NotReady("the function cannot serve right now", reason="RunNotReady", retry_after=5)
+            return NotReady("the Run's registration moved; retry shortly", reason=R.ROUTE_STALE)
+        if code == grpc.StatusCode.UNAVAILABLE and reason == HostReason.NOT_READY:
+            return NotReady("the function cannot serve right now", reason=R.RUN_NOT_READY, retry_after=5)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return UpstreamTimeout(
-                "the owner did not answer in time; the function may have run", reason="OwnerTimeout"
+                "the owner did not answer in time; the function may have run", reason=R.OWNER_TIMEOUT
             )
         if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return BadRequest(details or "invalid request", reason="InvalidRequest")
+            return BadRequest(details or "invalid request", reason=R.INVALID_REQUEST)
         return UpstreamFailed(
-            "the owner failed after dispatch; the function may have run", reason="OwnerUnreachable"
+            "the owner failed after dispatch; the function may have run", reason=R.OWNER_UNREACHABLE
         )
 
     def _answer(self, answer: pb.InvokeFunctionResponse) -> web.Response:
-        status = _STATUS.get(answer.status)
+        status = SUCCESS_STATUS.get(answer.status)
         if status is not None:
             return web.Response(
-                body=_success_body(answer, status),
+                body=success_body(answer, status),
                 content_type="application/json",
-                headers={INVOCATION_HEADER: answer.invocation_id},
+                headers={headers.INVOCATION_ID: answer.invocation_id},
             )
         if answer.status == pb.INVOCATION_STATUS_TIMED_OUT:
             raise UpstreamTimeout(
-                "the function did not finish within its timeout", reason="InvocationTimeout"
+                "the function did not finish within its timeout", reason=R.INVOCATION_TIMEOUT
             )
         raise UpstreamFailed(
-            "the function process exited during the invocation", reason="FunctionProcessExited"
+            "the function process exited during the invocation", reason=R.FUNCTION_PROCESS_EXITED
         )
 
 
-__all__ = ["AuthError", "InvokeHandler", "Upstreams", "INVOCATION_HEADER", "INVOCATION_ID"]
+__all__ = ["INVOCATION_ID", "InvokeHandler", "Upstreams"]

@@ -1,48 +1,81 @@
-"""The OpenAPI document of the gateway's HTTP API (served at /openapi.json)."""
+"""The OpenAPI document of the gateway's HTTP API (served at /openapi.json).
+
+Nothing in it is written twice: the schemas are generated from the bodies' pydantic models
+(gateway/bodies.py), and the invoke operation's error answers from the reasons catalogue
+(kruntimes.wire.reasons.GatewayReason): one response per status, its schema the ErrorBody with
+`reason` narrowed to the reasons answered with that status. OpenAPI 3.1, whose schemas are the
+JSON Schema (2020-12) that pydantic generates.
+"""
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Any
 
+from pydantic.json_schema import models_json_schema
+
+from gateway.bodies import ErrorBody, InvokeAnswer
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
+from kruntimes.wire import headers
+from kruntimes.wire.reasons import GatewayReason
 
-_ERROR = {
-    "type": "object",
-    "required": ["reason", "message", "invocationId"],
-    "properties": {
-        "reason": {"type": "string", "description": "stable machine-readable reason"},
-        "message": {"type": "string"},
-        "invocationId": {"type": "string"},
-    },
+INVOKE_PATH = "/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid}:invoke"
+_SCHEMAS = "#/components/schemas/"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _SCHEMAS + name}
+
+
+def schemas() -> dict[str, Any]:
+    """The components' schemas, generated from the models (nested models get their own)."""
+    _, top = models_json_schema(
+        [(InvokeAnswer, "serialization"), (ErrorBody, "serialization")], ref_template=_SCHEMAS + "{model}"
+    )
+    return dict(top["$defs"])
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+_INVOCATION_HEADER = {
+    headers.INVOCATION_ID: {"description": "the invocation's id", "schema": {"type": "string"}}
 }
-_CAPTURED = {
-    "type": "object",
-    "properties": {
-        "data": {"type": "string"},
-        "truncated": {"type": "boolean"},
-        "totalBytes": {"type": "integer"},
-    },
+_RETRY_AFTER = {
+    headers.RETRY_AFTER: {"description": "seconds to wait before trying again", "schema": {"type": "integer"}}
 }
 
 
-def _error(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-    }
+def error_responses() -> dict[str, Any]:
+    """The invoke operation's error answers, one per status, from the catalogue."""
+    invoke = sorted((r for r in GatewayReason if r.invoke), key=lambda r: r.status)
+    responses: dict[str, Any] = {}
+    for status, group in groupby(invoke, key=lambda r: r.status):
+        reasons = list(group)
+        answer_headers = dict(_INVOCATION_HEADER)
+        if any(r.retry_after is not None for r in reasons):
+            answer_headers.update(_RETRY_AFTER)
+        narrowed = {"properties": {"reason": {"enum": [str(r) for r in reasons]}}}
+        responses[str(status)] = {
+            "description": "; ".join(f"{r}: {r.when}" for r in reasons),
+            "headers": answer_headers,
+            "content": _json({"allOf": [_ref(ErrorBody.__name__), narrowed]}),
+        }
+    return responses
 
 
 def document() -> dict[str, Any]:
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {"title": "kruntimes gateway", "version": "v1"},
         "components": {
-            "schemas": {"Error": _ERROR, "Captured": _CAPTURED},
+            "schemas": schemas(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
         "paths": {
-            "/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid}:invoke": {
+            INVOKE_PATH: {
                 "post": {
                     "summary": "Invoke a Ready function Run once",
                     "parameters": [
@@ -50,53 +83,32 @@ def document() -> dict[str, Any]:
                         {"name": "runtime", "in": "path", "required": True, "schema": {"type": "string"}},
                         {"name": "uid", "in": "path", "required": True, "schema": {"type": "string"}},
                         {
-                            "name": "X-Kruntime-Invocation-ID",
+                            "name": headers.INVOCATION_ID,
                             "in": "header",
                             "schema": {"type": "string", "maxLength": MAX_INVOCATION_ID_BYTES},
                             "description": "echoed in every answer; generated when absent",
                         },
                         {
-                            "name": "X-Kruntime-Timeout",
+                            "name": headers.TIMEOUT,
                             "in": "header",
-                            "schema": {"type": "number", "maximum": MAX_INVOKE_TIMEOUT_SECONDS},
+                            "schema": {
+                                "type": "number",
+                                "exclusiveMinimum": 0,
+                                "maximum": MAX_INVOKE_TIMEOUT_SECONDS,
+                            },
                         },
                     ],
                     "requestBody": {
                         "description": f"a JSON document of at most {MAX_PAYLOAD_BYTES} bytes",
-                        "content": {"application/json": {"schema": {}}},
+                        "content": _json({}),
                     },
                     "responses": {
                         "200": {
                             "description": "the function ran: Succeeded, HandlerError or InvalidOutput",
-                            "content": {
-                                "application/json": {
-                                    "schema": {
-                                        "type": "object",
-                                        "properties": {
-                                            "invocationId": {"type": "string"},
-                                            "status": {
-                                                "type": "string",
-                                                "enum": ["Succeeded", "HandlerError", "InvalidOutput"],
-                                            },
-                                            "outputs": {"type": "object", "nullable": True},
-                                            "stdout": {"$ref": "#/components/schemas/Captured"},
-                                            "stderr": {"$ref": "#/components/schemas/Captured"},
-                                            "durationMs": {"type": "number"},
-                                            "error": {"type": "object"},
-                                        },
-                                    }
-                                }
-                            },
+                            "headers": _INVOCATION_HEADER,
+                            "content": _json(_ref(InvokeAnswer.__name__)),
                         },
-                        "400": _error("bad invocation id, timeout or malformed JSON"),
-                        "401": _error("no or bad token"),
-                        "403": _error("not allowed to get this Run"),
-                        "404": _error("unknown uid, or not of this namespace/runtime"),
-                        "413": _error("body over 1 MiB"),
-                        "429": _error("the function's one in-flight invocation is busy (Retry-After)"),
-                        "502": _error("the owner failed after dispatch; never retried"),
-                        "503": _error("known Run not ready, recovering or terminating (Retry-After)"),
-                        "504": _error("the function or its owner timed out after dispatch; never retried"),
+                        **error_responses(),
                     },
                 }
             },

@@ -1,4 +1,5 @@
-"""The gateway's client of a host's invoke port (runtime/invoke.py describes the protocol).
+"""The gateway's client of a host's invoke port (runtime/invoke.py serves it; kruntimes.wire.frames
+is the protocol).
 
 One multiplexed TCP connection per host invoke address, opened on first use and reopened after
 it breaks. Requests carry an id; answers resolve the waiting future with that id. A connection
@@ -11,23 +12,18 @@ invoke handler maps them exactly as it maps gRPC errors.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import struct
 from typing import cast
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.wire import frames
+from kruntimes.wire.reasons import HostReason
 
 log = logging.getLogger("gateway.raw")
 
-HEADER = struct.Struct(">II")
-KIND_RESPONSE = 0
-KIND_ERROR = 1
-MAX_FRAME_BYTES = MAX_PAYLOAD_BYTES + 512 * 1024  # the host's gRPC max message size, too
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -39,19 +35,22 @@ class RawError(Exception):
         self.message = message
 
 
-def _status(name: object) -> grpc.StatusCode:
-    if isinstance(name, str):
-        try:
-            return grpc.StatusCode[name]
-        except KeyError:
-            pass
-    return grpc.StatusCode.UNKNOWN
+def _status(name: str) -> grpc.StatusCode:
+    try:
+        return grpc.StatusCode[name]
+    except KeyError:
+        return grpc.StatusCode.UNKNOWN
+
+
+def _host_error(body: bytes) -> RawError:
+    code, reason, message = frames.decode_error(body)
+    return RawError(_status(code), reason, message)
 
 
 class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.pending: dict[int, asyncio.Future[bytes]] = {}
-        self.buffer = bytearray()
+        self.decoder = frames.AnswerDecoder(self._answer)
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.next_id = 0
@@ -60,39 +59,37 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
-        while len(buffer) >= 4:
-            size = int.from_bytes(buffer[:4], "big")
-            if size < 5 or size > MAX_FRAME_BYTES:
-                log.warning("invoke connection closed: bad frame length", extra={"length": size})
-                buffer.clear()
-                assert self.transport is not None
-                self.transport.abort()  # connection_lost fails what is in flight
-                return
-            if len(buffer) < 4 + size:
-                break
-            _, request_id = HEADER.unpack_from(buffer)
-            payload = bytes(buffer[8 : 4 + size])
-            del buffer[: 4 + size]
-            future = self.pending.pop(request_id, None)
-            if future is not None and not future.done():
-                future.set_result(payload)
+        try:
+            self.decoder.feed(data)
+        except frames.FrameError as exc:
+            log.warning("invoke connection closed: bad frame length", extra={"length": exc.length})
+            assert self.transport is not None
+            self.transport.abort()  # connection_lost fails what is in flight
+
+    def _answer(self, request_id: int, kind: int, body: bytes) -> None:
+        """The waiting request gets the response's bytes, or the host's error raised."""
+        future = self.pending.pop(request_id, None)
+        if future is not None and not future.done():
+            if kind == frames.KIND_RESPONSE:
+                future.set_result(body)
+            else:
+                future.set_exception(_host_error(body))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.buffer.clear()
+        self.decoder.buffer.clear()
         pending, self.pending = self.pending, {}
         for future in pending.values():
             if not future.done():
                 future.set_exception(ConnectionError(f"the invoke connection broke: {exc or 'closed'}"))
 
     def send(self, body: bytes) -> asyncio.Future[bytes]:
+        """The future of the answer to `body` (at most frames.MAX_REQUEST_BODY bytes)."""
         assert self.transport is not None
         self.next_id = request_id = (self.next_id + 1) & 0xFFFFFFFF
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
-        self.transport.write(HEADER.pack(4 + len(body), request_id) + body)
+        self.transport.write(frames.encode_request(request_id, body))
         future.add_done_callback(lambda _: self.pending.pop(request_id, None))
         return future
 
@@ -122,36 +119,24 @@ class RawClient:
 
     async def invoke(self, request: pb.InvokeFunctionRequest, timeout: float) -> pb.InvokeFunctionResponse:
         body = request.SerializeToString()
-        if len(body) + 4 > MAX_FRAME_BYTES:
-            raise RawError(grpc.StatusCode.INVALID_ARGUMENT, "InvalidRequest", "the request is too large")
+        if len(body) > frames.MAX_REQUEST_BODY:
+            raise RawError(
+                grpc.StatusCode.INVALID_ARGUMENT, HostReason.INVALID_REQUEST, "the request is too large"
+            )
         try:
             async with asyncio.timeout(timeout):
                 connection = self._connection
                 if connection is None or connection.closed:
                     connection = await self._connect()
-                payload = await connection.send(body)  # a timeout cancels it: a late answer is dropped
+                answer = await connection.send(body)  # a timeout cancels it: a late answer is dropped
         except TimeoutError:
             raise RawError(grpc.StatusCode.DEADLINE_EXCEEDED, "", "the host did not answer in time") from None
         except OSError as exc:  # cannot connect, or the connection broke
             raise RawError(grpc.StatusCode.UNAVAILABLE, "", str(exc)) from None
-        if payload[0] == KIND_RESPONSE:
-            try:
-                return pb.InvokeFunctionResponse.FromString(payload[1:])
-            except DecodeError:
-                raise RawError(grpc.StatusCode.INTERNAL, "", "malformed InvokeFunctionResponse") from None
         try:
-            error = json.loads(payload[1:])
-        except ValueError:
-            error = {}
-        if not isinstance(error, dict):
-            error = {}
-        return self._raise(error)
-
-    @staticmethod
-    def _raise(error: dict[str, object]) -> pb.InvokeFunctionResponse:
-        raise RawError(
-            _status(error.get("code")), str(error.get("reason") or ""), str(error.get("message") or "")
-        )
+            return pb.InvokeFunctionResponse.FromString(answer)
+        except DecodeError:
+            raise RawError(grpc.StatusCode.INTERNAL, "", "malformed InvokeFunctionResponse") from None
 
     def close(self) -> None:
         if self._connection is not None and self._connection.transport is not None:

@@ -1,6 +1,7 @@
-"""The Runtime Server's errors. Each has a stable `reason` used in gRPC details and by callers.
+"""The Runtime Server's errors. Each carries one stable reason of the catalogue
+(kruntimes.wire.reasons.HostReason), which also gives its gRPC status code.
 
-RuntimeError_
+RuntimeError_               Internal               INTERNAL
  ├── RegistrationConflict   same attempt, different config            FAILED_PRECONDITION
  ├── StaleAttempt           lower attempt than the current one         FAILED_PRECONDITION
  ├── FenceMismatch          caller expected another run/attempt/host   FAILED_PRECONDITION
@@ -15,9 +16,13 @@ RuntimeError_
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from kruntimes.wire.reasons import HostReason
+
 
 class RuntimeError_(Exception):
-    reason = "RuntimeError"
+    reason: ClassVar[HostReason] = HostReason.INTERNAL
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -28,39 +33,39 @@ class RuntimeError_(Exception):
 
 
 class RegistrationConflict(RuntimeError_):
-    reason = "RegistrationConflict"
+    reason = HostReason.REGISTRATION_CONFLICT
 
 
 class StaleAttempt(RuntimeError_):
-    reason = "StaleAttempt"
+    reason = HostReason.STALE_ATTEMPT
 
 
 class FenceMismatch(RuntimeError_):
-    reason = "FenceMismatch"
+    reason = HostReason.FENCE_MISMATCH
 
 
 class NotReady(RuntimeError_):
-    reason = "NotReady"
+    reason = HostReason.NOT_READY
 
 
 class UnknownRegistration(RuntimeError_):
-    reason = "UnknownRegistration"
+    reason = HostReason.UNKNOWN_REGISTRATION
 
 
 class ConcurrencyLimit(RuntimeError_):
-    reason = "ConcurrencyLimit"
+    reason = HostReason.CONCURRENCY_LIMIT
 
 
 class InvalidRequest(RuntimeError_):
-    reason = "InvalidRequest"
+    reason = HostReason.INVALID_REQUEST
 
 
 class SourceInvalid(RuntimeError_):
-    reason = "SourceInvalid"
+    reason = HostReason.SOURCE_INVALID
 
 
 class HandlerLoadFailed(RuntimeError_):
-    reason = "HandlerLoadFailed"
+    reason = HostReason.HANDLER_LOAD_FAILED
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"{kind}: {message}")
@@ -68,4 +73,4 @@ class HandlerLoadFailed(RuntimeError_):
 
 
 class HostUnavailable(RuntimeError_):
-    reason = "HostUnavailable"
+    reason = HostReason.HOST_UNAVAILABLE

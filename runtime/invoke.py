@@ -2,68 +2,58 @@
 
 gRPC costs the gateway and the host several hundred µs of CPU per call; this listener carries
 the same request and answer with almost none of that. One persistent TCP connection per
-gateway, many requests in flight on it, each frame:
-
-    [u32 length][u32 request id][payload]          big-endian; length counts id + payload
-
-Request payload: a serialized `InvokeFunctionRequest`. Response payload (same request id): one
-kind byte, then `KIND_RESPONSE` + `InvokeFunctionResponse` bytes, or `KIND_ERROR` + UTF-8 JSON
-`{"code": "<grpc status name>", "reason": "<krt reason>", "message": "<gRPC details>"}`: the
-status and reason the gRPC InvokeFunction would have answered, so callers map both alike.
+gateway, many requests in flight on it; the frames, their size rules and the error answer's
+body are kruntimes.wire.frames. An error answer carries the gRPC status name, reason and details
+the gRPC InvokeFunction would have answered, so callers map both alike.
 
 The request goes through `runtime.service.begin_invoke`, exactly what the gRPC servicer runs
 (validation, payload bound, fence, registry one-in-flight rule, timeouts), on the host's event
 loop, the one that serves gRPC too: the exchange with the function process runs on that loop,
-so a request costs no thread hop. A frame whose length is below 4 or above
-`MAX_MESSAGE_BYTES` closes that connection (the framing can no longer be trusted); other
-connections are unaffected. A connection with `MAX_IN_FLIGHT` requests running stops reading
-until some finish.
+so a request costs no thread hop. A frame length outside the request bounds closes that
+connection (the framing can no longer be trusted); other connections are unaffected. A
+connection with `MAX_IN_FLIGHT` requests running stops reading until some finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
-import struct
 import time
 from typing import cast
 
 from google.protobuf.message import DecodeError
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.wire import frames
+from kruntimes.wire.reasons import HostReason
 from runtime import errors
 from runtime.outcome import Outcome
 from runtime.registry import Registry
-from runtime.service import begin_invoke, invoke_response, status_code
+from runtime.service import begin_invoke, invoke_response
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct(">II")
-KIND_RESPONSE = 0
-KIND_ERROR = 1
 MAX_IN_FLIGHT = 1024  # per connection; beyond it the connection stops reading
-RESPONSE_KIND = bytes((KIND_RESPONSE,))
 
 
-def error_payload(code: str, reason: str, message: str) -> bytes:
-    body = json.dumps({"code": code, "reason": reason, "message": message}, separators=(",", ":"))
-    return bytes((KIND_ERROR,)) + body.encode()
+def _error(reason: HostReason, message: str) -> bytes:
+    """An error answer's body: the reason with its gRPC code, as the gRPC servicer answers it."""
+    return frames.encode_error(code=reason.code, reason=reason, message=message)
 
 
 def _error_of(exc: BaseException) -> bytes:
     if isinstance(exc, errors.RuntimeError_):
-        return error_payload(status_code(exc).name, exc.reason, str(exc))
+        return _error(exc.reason, str(exc))
     log.error("raw invoke failed", exc_info=exc)
-    return error_payload("INTERNAL", "Internal", "internal error")
+    return _error(HostReason.INTERNAL, "internal error")
 
 
 class _Connection(asyncio.Protocol):
     def __init__(self, listener: InvokeListener) -> None:
         self.listener = listener
         self.registry = listener.registry
-        self.buffer = bytearray()
+        self.decoder = frames.RequestDecoder(self._request, max_length=listener.max_frame_bytes)
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
         self.paused = False
@@ -74,27 +64,17 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
-        self.buffer.clear()
+        self.decoder.buffer.clear()
 
     def data_received(self, data: bytes) -> None:
         transport = self.transport
         assert transport is not None
-        buffer = self.buffer
-        buffer += data
-        max_frame = self.listener.max_frame_bytes
-        while len(buffer) >= 4:
-            size = int.from_bytes(buffer[:4], "big")
-            if size < 4 or size > max_frame:
-                log.warning("invoke connection closed: bad frame length", extra={"length": size})
-                buffer.clear()
-                transport.abort()
-                return
-            if len(buffer) < 4 + size:
-                break
-            _, request_id = HEADER.unpack_from(buffer)
-            body = bytes(buffer[8 : 4 + size])
-            del buffer[: 4 + size]
-            self._request(request_id, body)
+        try:
+            self.decoder.feed(data)
+        except frames.FrameError as exc:
+            log.warning("invoke connection closed: bad frame length", extra={"length": exc.length})
+            transport.abort()
+            return
         if self.in_flight >= MAX_IN_FLIGHT and not self.paused:
             self.paused = True
             transport.pause_reading()
@@ -103,15 +83,13 @@ class _Connection(asyncio.Protocol):
         try:
             request = pb.InvokeFunctionRequest.FromString(body)
         except DecodeError:
-            reason = errors.InvalidRequest.reason
-            self._write(
-                request_id, error_payload("INVALID_ARGUMENT", reason, "malformed InvokeFunctionRequest")
-            )
+            error = _error(HostReason.INVALID_REQUEST, "malformed InvokeFunctionRequest")
+            self._write(request_id, frames.KIND_ERROR, error)
             return
         try:
             invocation_id, pending = begin_invoke(self.registry, request)
         except Exception as exc:
-            self._write(request_id, _error_of(exc))
+            self._write(request_id, frames.KIND_ERROR, _error_of(exc))
             return
         self.in_flight += 1
         pending.add_done_callback(functools.partial(self._done, request_id, invocation_id))
@@ -124,18 +102,24 @@ class _Connection(asyncio.Protocol):
             self.paused = False
             transport.resume_reading()
         if pending.cancelled():
-            payload = error_payload("UNAVAILABLE", errors.HostUnavailable.reason, "the host is stopping")
+            error = _error(HostReason.HOST_UNAVAILABLE, "the host is stopping")
+            self._write(request_id, frames.KIND_ERROR, error)
         elif (exc := pending.exception()) is not None:
-            payload = _error_of(exc)
+            self._write(request_id, frames.KIND_ERROR, _error_of(exc))
         else:
             response = invoke_response(invocation_id, pending.result())
-            payload = RESPONSE_KIND + response.SerializeToString()
-        self._write(request_id, payload)
+            self._write(request_id, frames.KIND_RESPONSE, response.SerializeToString())
 
-    def _write(self, request_id: int, payload: bytes) -> None:
+    def _write(self, request_id: int, kind: int, body: bytes) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            transport.write(HEADER.pack(4 + len(payload), request_id) + payload)
+            try:
+                frame = frames.encode_answer(request_id, kind, body)
+            except frames.FrameError:  # bounded well below by the outputs and capture limits
+                log.error("raw invoke answer too large", extra={"length": len(body)})
+                error = _error(HostReason.INTERNAL, "the answer is too large")
+                frame = frames.encode_answer(request_id, frames.KIND_ERROR, error)
+            transport.write(frame)
 
 
 class InvokeListener:
@@ -175,4 +159,4 @@ class InvokeListener:
         await asyncio.sleep(0)
 
 
-__all__ = ["HEADER", "KIND_ERROR", "KIND_RESPONSE", "InvokeListener", "error_payload"]
+__all__ = ["InvokeListener"]

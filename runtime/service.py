@@ -23,6 +23,7 @@ from kruntimes.api.limits import (
 from kruntimes.api.names import validate_invocation_id
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire.reasons import HostReason, trailer
 from runtime import errors
 from runtime.capture import Capture
 from runtime.config import FunctionConfig, RunRef
@@ -36,18 +37,8 @@ MAX_RUN_UID_BYTES = 64
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
 
-_CODES: dict[type[errors.RuntimeError_], grpc.StatusCode] = {
-    errors.RegistrationConflict: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.StaleAttempt: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.FenceMismatch: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.HandlerLoadFailed: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.NotReady: grpc.StatusCode.UNAVAILABLE,
-    errors.HostUnavailable: grpc.StatusCode.UNAVAILABLE,
-    errors.UnknownRegistration: grpc.StatusCode.NOT_FOUND,
-    errors.ConcurrencyLimit: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
-    errors.SourceInvalid: grpc.StatusCode.INVALID_ARGUMENT,
-}
+# the catalogue's gRPC code names (kruntimes.wire.reasons) as grpc.StatusCode, resolved once
+_CODES: dict[HostReason, grpc.StatusCode] = {r: grpc.StatusCode[r.code] for r in HostReason}
 
 _INVOCATION_STATUS = {
     Status.SUCCEEDED: pb.INVOCATION_STATUS_SUCCEEDED,
@@ -72,7 +63,7 @@ _PHASES = {
 
 
 async def _abort(context: Context, exc: errors.RuntimeError_) -> NoReturn:
-    await context.abort(status_code(exc), str(exc), (("krt-reason", exc.reason),))
+    await context.abort(status_code(exc), str(exc), trailer(exc.reason))
     raise AssertionError("unreachable: abort raises")
 
 
@@ -190,7 +181,8 @@ async def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest)
 
 
 def status_code(exc: errors.RuntimeError_) -> grpc.StatusCode:
-    return _CODES.get(type(exc), grpc.StatusCode.INTERNAL)
+    """The gRPC status code of `exc`'s reason (kruntimes.wire.reasons.HostReason)."""
+    return _CODES[exc.reason]
 
 
 class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):

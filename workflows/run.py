@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         runtime_unknown,
     )
     from kruntimes.lifecycle_rules import IdleExpired, RegistrationGone, idle_verdict, registration_backoff
-    from kruntimes.wire import search
+    from kruntimes.wire import reasons, search
     from workflows.common import (
         HOST_CALL_RETRY,
         End,
@@ -87,13 +87,7 @@ STATUS_TIMEOUT = timedelta(seconds=30)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # a dead worker's activity is retried this soon
 NO_TASK_LIMIT_S = 7 * 24 * 3600.0
 # Errors of the function itself: another attempt may help only through the retry policy.
-REGISTRATION_ERRORS = [
-    "HandlerLoadFailed",
-    "SourceInvalid",
-    "InvalidRequest",
-    "RegistrationConflict",
-    "StaleAttempt",
-]
+REGISTRATION_ERRORS = reasons.registration_refusals()
 
 
 @workflow.defn(name="RunWorkflow")

@@ -3,7 +3,7 @@
 - embedded: `EmbeddedAuthorizer(TokenFile(path), RoleBindings.load(path))`
 - Kubernetes: `KubernetesAuthorizer(host)` (a SelfSubjectAccessReview with the caller's token)
 
-Either goes behind `CachingAuthorizer`. See `gateway.auth.base` for the error tree.
+Either goes behind `CachingAuthorizer`. Their refusals are gateway errors (gateway/errors.py).
 """
 
 from gateway.auth.base import (

@@ -1,18 +1,17 @@
 """The authorization seam: who is calling, what they want, and why they may not have it.
 
-AuthError
- ├── Unauthenticated    401  Unauthenticated            no, malformed, unknown or rejected token
- ├── Forbidden          403  Forbidden                  caller may not `get` this Run
- └── AuthUnavailable    503  AuthorizationUnavailable   the decision could not be made (never an allow)
-
-Messages are for people and never contain the token.
+The refusals (AuthError: Unauthenticated 401, Forbidden 403, AuthUnavailable 503, never an
+allow) are gateway errors, drawn with the rest of the tree in gateway/errors.py and re-exported
+here. Messages are for people and never contain the token.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
+
+from gateway.errors import AuthError, AuthUnavailable, Forbidden, Unauthenticated
 
 MAX_TOKEN_BYTES = 8 * 1024
 
@@ -36,32 +35,6 @@ class Resource:
 class Decision(enum.Enum):
     ALLOW = "allow"
     DENY = "deny"
-
-
-class AuthError(Exception):
-    status: ClassVar[int] = 500
-    reason: ClassVar[str] = "AuthorizationError"
-    retry_after: ClassVar[int | None] = None
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class Unauthenticated(AuthError):
-    status = 401
-    reason = "Unauthenticated"
-
-
-class Forbidden(AuthError):
-    status = 403
-    reason = "Forbidden"
-
-
-class AuthUnavailable(AuthError):
-    status = 503
-    reason = "AuthorizationUnavailable"
-    retry_after = 1
 
 
 class Authorizer(Protocol):
@@ -93,3 +66,18 @@ def bearer_token(header: str | None) -> str:
     if scheme.lower() != "bearer":
         raise Unauthenticated("Authorization header is not a bearer token")
     return check_token(token)
+
+
+__all__ = [
+    "MAX_TOKEN_BYTES",
+    "AuthError",
+    "AuthUnavailable",
+    "Authorizer",
+    "Decision",
+    "Forbidden",
+    "Principal",
+    "Resource",
+    "Unauthenticated",
+    "bearer_token",
+    "check_token",
+]

@@ -5,6 +5,9 @@
               gateway's known-Runs view)
     tokens    the static token file's line format (the gateway's TokenFile, the embedded
               platform's admin token)
+    reasons   every stable reason string with its HTTP status or gRPC code, and the `krt-reason`
+              trailer (gateway, runtime host, activities, RunWorkflow)
+    frames    the invoke port's frame codec and its size rules (gateway and runtime host)
 
 Nothing here does I/O.
 """

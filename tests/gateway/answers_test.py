@@ -19,12 +19,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.invoke import INVOCATION_HEADER, TIMEOUT_HEADER
+from gateway.auth import Principal, Resource
 from gateway.known import KnownRun
-from gateway.server import Gateway
+from gateway.server import Gateway, GatewayOptions
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.tls import TlsFiles
+from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
+from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
 from tests.gateway.conftest import (
     ALICE,
     BOB,
@@ -436,6 +439,47 @@ async def test_400_for_a_bad_timeout(
 ) -> None:
     answer = await invoke(client, gateway, echo.uid, headers={TIMEOUT_HEADER: timeout})
     check_error(answer, 400, "InvalidTimeout")
+
+
+# -- 500: the gateway's own bug ------------------------------------------------------------------
+
+
+class BuggyAuthorizer:
+    """Fails where nothing expects a failure: stands in for a bug in the gateway's own code."""
+
+    async def authorize(self, token: str, resource: Resource) -> Principal:
+        raise ZeroDivisionError("a bug")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_500_when_the_gateway_itself_fails(
+    tls: TlsFiles, client: aiohttp.ClientSession, log_capture: LogCapture
+) -> None:
+    """A 500 InternalError, logged with its traceback; never a 502, which would blame the owner."""
+    buggy = Gateway(
+        GatewayOptions(
+            listen_host="127.0.0.1",
+            listen_port=0,
+            heartbeat_listen="127.0.0.1:0",
+            cert_file=tls.cert,
+            key_file=tls.key,
+            authorizer=BuggyAuthorizer(),
+        )
+    )
+    seen = len(log_capture.records)
+    await buggy.start()
+    try:
+        answer = await invoke(client, buggy, str(uuid.uuid4()), headers={INVOCATION_HEADER: "inv-bug"})
+        doc = check_error(answer, 500, "InternalError")
+        assert doc["invocationId"] == "inv-bug"
+        assert "a bug" not in doc["message"]  # the exception's text stays in the log
+    finally:
+        await buggy.stop()
+    logged = [r for r in log_capture.records[seen:] if r.getMessage() == "unexpected error"]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+    assert logged[0].exc_info[0] is ZeroDivisionError
 
 
 # -- 502 / 504: after dispatch, never retried ----------------------------------------------------

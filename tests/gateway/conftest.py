@@ -30,13 +30,15 @@ import grpc
 import pytest
 
 from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.invoke import INVOCATION_HEADER
+from gateway.bodies import ErrorBody, InvokeAnswer
 from gateway.routes import Route
 from gateway.server import Gateway, GatewayOptions
 from kruntimes.logs import JsonFormatter
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.tls import TlsFiles, ensure_tls
+from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
+from kruntimes.wire.reasons import gateway_reason
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
 ALICE = f"tok-secret-alice-{uuid.uuid4().hex}"  # bound to namespace "default"
@@ -178,13 +180,21 @@ class Answer:
         return str(self.json["reason"])
 
     def expect(self, status: int, reason: str | None = None) -> Answer:
-        """`status` with a JSON body; errors carry `reason`; the invocation id is in body and header."""
+        """`status` with a JSON body as its model describes it (bodies.InvokeAnswer for a 200,
+        bodies.ErrorBody else); errors carry `reason`, catalogued under `status`; the invocation
+        id is in body and header."""
         assert self.status == status, f"expected {status}, got {self.status}: {self.body[:500]!r}"
         assert self.headers.get("Content-Type", "").startswith("application/json")
+        if status == 200:
+            InvokeAnswer.model_validate_json(self.body)
+        else:
+            ErrorBody.model_validate_json(self.body)
         doc = self.json
         assert isinstance(doc, dict)
         if reason is not None:
             assert doc.get("reason") == reason, doc
+            catalogued = gateway_reason(reason)
+            assert catalogued is not None and catalogued.status == status, (reason, status)
         assert doc.get("invocationId"), doc
         assert self.headers.get(INVOCATION_HEADER) == doc["invocationId"]
         return self

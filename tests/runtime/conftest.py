@@ -15,6 +15,7 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire.reasons import reason_of
 from runtime.limits import ProcessLimits
 from runtime.server import HostOptions, RuntimeHost
 
@@ -121,7 +122,4 @@ def alive(pid: int) -> bool:
 
 
 def reason(err: grpc.RpcError) -> str:
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
-        if key == "krt-reason":
-            return str(value)
-    return ""
+    return reason_of(err.trailing_metadata())  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
-"""The invoke port (runtime/invoke.py): framing, bounds, errors as gRPC answers them, multiplexing,
-and the gateway's client of it (gateway/raw.py)."""
+"""The invoke port (runtime/invoke.py): framing on a real socket, bounds, errors as gRPC answers
+them, multiplexing, and the gateway's client of it (gateway/raw.py). The codec itself is tested in
+tests/wire/frames_test.py."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from gateway.routes import RouteCache
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.wire import frames
+from kruntimes.wire.reasons import HostReason, trailer
 from runtime.server import MAX_MESSAGE_BYTES
 from tests.runtime.conftest import Host, reason
-
-HEADER = struct.Struct(">II")
 
 ECHO = """
 def handle(payload):
@@ -44,7 +45,7 @@ class Conn:
         self.sock = socket.create_connection((host, int(port)), timeout=10)
 
     def send_frame(self, request_id: int, body: bytes) -> None:
-        self.sock.sendall(HEADER.pack(4 + len(body), request_id) + body)
+        self.sock.sendall(frames.encode_request(request_id, body))
 
     def send(self, request_id: int, request: pb.InvokeFunctionRequest) -> None:
         self.send_frame(request_id, request.SerializeToString())
@@ -59,8 +60,15 @@ class Conn:
         return data
 
     def recv(self) -> tuple[int, bytes]:
-        size, request_id = HEADER.unpack(self._exactly(8))
-        return request_id, self._exactly(size - 4)
+        """One answer frame as its (request id, kind byte + body), read and checked by the codec."""
+        header = self._exactly(4)
+        frame = header + self._exactly(int.from_bytes(header, "big"))
+        got: list[tuple[int, bytes]] = []
+        frames.AnswerDecoder(
+            lambda request_id, kind, body: got.append((request_id, bytes((kind,)) + body))
+        ).feed(frame)
+        (answer,) = got
+        return answer
 
     def closed_by_peer(self) -> bool:
         try:
@@ -73,11 +81,12 @@ class Conn:
 
 
 def decode(payload: bytes) -> pb.InvokeFunctionResponse | dict[str, str]:
-    if payload[0] == 0:
+    if payload[0] == frames.KIND_RESPONSE:
         return pb.InvokeFunctionResponse.FromString(payload[1:])
-    assert payload[0] == 1
+    assert payload[0] == frames.KIND_ERROR
     error = json.loads(payload[1:])
     assert set(error) == {"code", "reason", "message"}
+    assert frames.decode_error(payload[1:]) == (error["code"], error["reason"], error["message"])
     return dict(error)
 
 
@@ -167,7 +176,7 @@ def test_a_frame_split_into_single_bytes_is_reassembled(host: Host, conn: Conn) 
     body = pb.InvokeFunctionRequest(
         registration_id=reg.registration_id, payload=b'{"b": 2}'
     ).SerializeToString()
-    frame = HEADER.pack(4 + len(body), 5) + body
+    frame = frames.encode_request(5, body)
     for byte in frame:
         conn.sock.sendall(bytes((byte,)))
     request_id, payload = conn.recv()
@@ -176,7 +185,7 @@ def test_a_frame_split_into_single_bytes_is_reassembled(host: Host, conn: Conn) 
     assert json.loads(answer.outputs_json) == {"b": 2}
 
 
-@pytest.mark.parametrize("length", [MAX_MESSAGE_BYTES + 1, 2**32 - 1, 3, 0])
+@pytest.mark.parametrize("length", [MAX_MESSAGE_BYTES + 1, 2**32 - 1, frames.MIN_REQUEST_LENGTH - 1, 0])
 def test_a_bad_frame_length_closes_only_that_connection(host: Host, conn: Conn, length: int) -> None:
     other = Conn(host.runtime.invoke_address)
     try:
@@ -187,6 +196,18 @@ def test_a_bad_frame_length_closes_only_that_connection(host: Host, conn: Conn, 
         assert request_id == 2 and decode(payload)["code"] == "NOT_FOUND"  # type: ignore[index]
     finally:
         other.close()
+
+
+def test_an_empty_request_is_a_frame_and_is_answered(conn: Conn) -> None:
+    """An all-default InvokeFunctionRequest has no bytes: its frame, length 4, is read (and refused
+    as the gRPC servicer refuses it), and the connection stays open."""
+    conn.send_frame(6, b"")
+    request_id, payload = conn.recv()
+    error = decode(payload)
+    assert request_id == 6 and isinstance(error, dict)
+    assert (error["code"], error["reason"]) == ("NOT_FOUND", "UnknownRegistration")
+    conn.send(7, pb.InvokeFunctionRequest(registration_id="reg-nope"))
+    assert decode(conn.recv()[1])["code"] == "NOT_FOUND"  # type: ignore[index]
 
 
 def test_a_frame_exactly_at_the_bound_is_read_and_answered(conn: Conn) -> None:
@@ -281,6 +302,45 @@ async def _fake_host(on_frame: str) -> tuple[asyncio.Server, str, list[int]]:
     return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted
 
 
+@pytest.mark.parametrize("length", [frames.MIN_ANSWER_LENGTH - 1, 0, frames.MAX_LENGTH + 1])
+def test_an_answer_length_out_of_bounds_closes_the_connection_and_fails_what_is_in_flight(
+    length: int,
+) -> None:
+    """An answer always has its kind byte: a host answering length 4 (or beyond the bound) breaks
+    the framing; the client fails the call as UNAVAILABLE and reconnects for the next one."""
+
+    async def run() -> None:
+        accepted: list[int] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(1)
+            try:
+                header = await reader.readexactly(8)
+                _, request_id = struct.unpack(">II", header)
+                writer.write(struct.pack(">II", length, request_id) + b"\x00" * 8)
+                await writer.drain()
+                await reader.read()  # until the client goes away
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        client = RawClient(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        try:
+            for attempt in (1, 2):
+                with pytest.raises(RawError) as err:
+                    await client.invoke(pb.InvokeFunctionRequest(registration_id="r"), 5)
+                assert err.value.code == grpc.StatusCode.UNAVAILABLE
+                assert len(accepted) == attempt, "each call on a fresh connection"
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
+
+
 def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnects() -> None:
     async def run() -> None:
         server, address, accepted = await _fake_host("close")
@@ -333,7 +393,7 @@ def test_no_answer_in_time_is_deadline_exceeded_and_cannot_connect_is_unavailabl
 
 class _FakeRpcError(grpc.aio.AioRpcError):
     def __init__(self, code: grpc.StatusCode, reason: str, details: str) -> None:
-        trailing = grpc.aio.Metadata(("krt-reason", reason)) if reason else grpc.aio.Metadata()
+        trailing = grpc.aio.Metadata(*trailer(reason)) if reason else grpc.aio.Metadata()
         super().__init__(code, grpc.aio.Metadata(), trailing, details)
 
 
@@ -384,7 +444,7 @@ class _FakeUpstreams:
         (grpc.StatusCode.UNAVAILABLE, "", "connection broke"),
         (grpc.StatusCode.DEADLINE_EXCEEDED, "", "late"),
         (grpc.StatusCode.INVALID_ARGUMENT, "InvalidRequest", "InvalidRequest: payload is larger"),
-        (grpc.StatusCode.INTERNAL, "Internal", "internal error"),
+        (grpc.StatusCode.INTERNAL, HostReason.INTERNAL, "internal error"),
     ],
 )
 def test_the_raw_path_and_the_grpc_fallback_answer_alike(

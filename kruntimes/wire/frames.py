@@ -1,0 +1,159 @@
+"""The invoke port's frames: the one encoder and decoder of both ends (the gateway's client in
+gateway/raw.py, the host's listener in runtime/invoke.py).
+
+One TCP connection carries many requests at once; every frame is
+
+    [u32 length][u32 request id][payload]          big-endian; length counts the id and the payload
+
+Requests (gateway → host): the payload is a serialized `InvokeFunctionRequest`. A message with
+every field at its default serializes to zero bytes, so a request frame's length is at least 4
+(`MIN_REQUEST_LENGTH`: the id alone).
+
+Answers (host → gateway, with the request's id): the payload is one kind byte, then
+    KIND_RESPONSE   a serialized `InvokeFunctionResponse`
+    KIND_ERROR      UTF-8 JSON {"code": "<gRPC status name>", "reason": "<krt reason>",
+                    "message": "<gRPC details>"}: what the gRPC InvokeFunction would have answered
+so an answer frame's length is at least 5 (`MIN_ANSWER_LENGTH`: the id and the kind).
+
+Either way the length is at most `MAX_LENGTH`, the host's gRPC max message size: the port takes
+what gRPC InvokeFunction takes. The encoders refuse to build a frame outside these bounds; a
+decoder that reads a length outside its direction's bounds raises `FrameError`, and its reader
+closes that connection: the stream can no longer be trusted.
+
+Nothing here does I/O: a decoder is fed the bytes its transport received and hands each whole
+frame to the handler it was made with, with no allocation per frame beyond the payload's bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+
+from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+
+# the payload bound plus room for the rest of the message (the same as the host's gRPC bound)
+MAX_LENGTH = MAX_PAYLOAD_BYTES + 512 * 1024
+MIN_REQUEST_LENGTH = 4  # the request id; an all-default InvokeFunctionRequest has no bytes
+MIN_ANSWER_LENGTH = 5  # the request id and the kind byte
+MAX_REQUEST_BODY = MAX_LENGTH - MIN_REQUEST_LENGTH  # the largest serialized request that fits
+
+KIND_RESPONSE = 0
+KIND_ERROR = 1
+
+_REQUEST = struct.Struct(">II")  # length, request id
+_ANSWER = struct.Struct(">IIB")  # length, request id, kind
+_LENGTH_FIELD = 4  # the u32 length, before what it counts
+_ID = 4  # the u32 request id, counted by the length
+
+
+class FrameError(ValueError):
+    """A frame length outside its direction's bounds."""
+
+    def __init__(self, length: int, *, direction: str) -> None:
+        super().__init__(f"{direction} frame length {length} is outside its bounds")
+        self.length = length
+
+
+def encode_request(request_id: int, body: bytes) -> bytes:
+    """A request frame; FrameError if `body` is larger than MAX_REQUEST_BODY."""
+    length = _ID + len(body)
+    if length > MAX_LENGTH:
+        raise FrameError(length, direction="request")
+    return _REQUEST.pack(length, request_id) + body
+
+
+def encode_answer(request_id: int, kind: int, body: bytes) -> bytes:
+    """An answer frame of `kind` (KIND_RESPONSE or KIND_ERROR); FrameError if it is too long."""
+    length = _ID + 1 + len(body)
+    if length > MAX_LENGTH:
+        raise FrameError(length, direction="answer")
+    return _ANSWER.pack(length, request_id, kind) + body
+
+
+def encode_error(*, code: str, reason: str, message: str) -> bytes:
+    """The body of a KIND_ERROR answer."""
+    return json.dumps({"code": code, "reason": reason, "message": message}, separators=(",", ":")).encode()
+
+
+def decode_error(body: bytes) -> tuple[str, str, str]:
+    """(code name, reason, message) of a KIND_ERROR answer's body; "" for what is missing or
+    malformed (the caller maps an unknown code as it would an unknown gRPC status)."""
+    try:
+        error = json.loads(body)
+    except (ValueError, RecursionError):
+        return "", "", ""
+    if not isinstance(error, dict):
+        return "", "", ""
+    code = error.get("code")
+    return (
+        code if isinstance(code, str) else "",
+        str(error.get("reason") or ""),
+        str(error.get("message") or ""),
+    )
+
+
+class RequestDecoder:
+    """The host's side: reassembles request frames, length in [MIN_REQUEST_LENGTH, max_length],
+    from the bytes of one connection, and hands each to `on_request(request_id, body)`.
+
+    The handler is bound once, here, so feeding allocates nothing per frame but the body."""
+
+    __slots__ = ("buffer", "max_length", "on_request")
+
+    def __init__(self, on_request: Callable[[int, bytes], None], *, max_length: int = MAX_LENGTH) -> None:
+        self.buffer = bytearray()
+        self.max_length = max_length
+        self.on_request = on_request
+
+    def feed(self, data: bytes) -> None:
+        """Hands on every frame `data` completes, in order; raises FrameError (the buffer
+        emptied) after the frames before a length out of bounds."""
+        buffer = self.buffer
+        buffer += data
+        max_length = self.max_length
+        while len(buffer) >= _LENGTH_FIELD:
+            length = int.from_bytes(buffer[:_LENGTH_FIELD], "big")
+            if length < MIN_REQUEST_LENGTH or length > max_length:
+                buffer.clear()
+                raise FrameError(length, direction="request")
+            end = _LENGTH_FIELD + length
+            if len(buffer) < end:
+                return
+            _, request_id = _REQUEST.unpack_from(buffer)
+            body = bytes(buffer[8:end])  # after the length and the id
+            del buffer[:end]
+            self.on_request(request_id, body)
+
+
+class AnswerDecoder:
+    """The gateway's side: reassembles answer frames, length in [MIN_ANSWER_LENGTH, max_length],
+    from the bytes of one connection, and hands each to `on_answer(request_id, kind, body)`.
+
+    The handler is bound once, here, so feeding allocates nothing per frame but the body."""
+
+    __slots__ = ("buffer", "max_length", "on_answer")
+
+    def __init__(self, on_answer: Callable[[int, int, bytes], None], *, max_length: int = MAX_LENGTH) -> None:
+        self.buffer = bytearray()
+        self.max_length = max_length
+        self.on_answer = on_answer
+
+    def feed(self, data: bytes) -> None:
+        """Hands on every frame `data` completes, in order; raises FrameError (the buffer
+        emptied) after the frames before a length out of bounds."""
+        buffer = self.buffer
+        buffer += data
+        max_length = self.max_length
+        while len(buffer) >= _LENGTH_FIELD:
+            length = int.from_bytes(buffer[:_LENGTH_FIELD], "big")
+            if length < MIN_ANSWER_LENGTH or length > max_length:
+                buffer.clear()
+                raise FrameError(length, direction="answer")
+            end = _LENGTH_FIELD + length
+            if len(buffer) < end:
+                return
+            _, request_id, kind = _ANSWER.unpack_from(buffer)
+            body = bytes(buffer[9:end])  # after the length, the id and the kind
+            del buffer[:end]
+            self.on_answer(request_id, kind, body)

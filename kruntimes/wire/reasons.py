@@ -1,0 +1,163 @@
+"""Every stable reason string, each with the status it is answered with: one table per side.
+
+A reason is the machine-readable half of an error answer. Callers dispatch on it, so a published
+reason never changes meaning, and each is spelled only here.
+
+    HostReason      the Runtime Server's refusals (gRPC and the invoke port), each with its gRPC
+                    status code; the reason travels in the trailing metadata key `krt-reason`
+                    (`TRAILER_KEY`), written by `trailer` and read by `reason_of`, and in the
+                    invoke port's error frames (kruntimes.wire.frames)
+    GatewayReason   the gateway's HTTPS answers, each with its HTTP status and Retry-After hint;
+                    the `reason` of the JSON error body
+
+gRPC status codes are kept here as their names ("FAILED_PRECONDITION"), not as grpc.StatusCode:
+this module imports only the standard library, so workflow code may import it (RunWorkflow's
+non-retryable registration errors are derived from `HostReason`) and workflows never import grpc.
+The name is also the code's wire form: the invoke port's error frame carries the code by name. The
+runtime host turns the names into grpc.StatusCode once, at import (runtime/service.py), and a test
+checks that every name here is a grpc.StatusCode member.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+# the trailing metadata key of a host's gRPC error answers that carries its HostReason
+TRAILER_KEY = "krt-reason"
+
+
+class HostReason(StrEnum):
+    """The Runtime Server's reasons: (reason, gRPC status code name, when, refuses_registration).
+
+    `refuses_registration`: RegisterFunction refuses the function itself (its source, handler or
+    config, or its attempt): retrying the same call cannot change the answer, so only the Run's
+    own retry policy (a new attempt) may help.
+    """
+
+    code: str
+    when: str
+    refuses_registration: bool
+
+    def __new__(cls, reason: str, code: str, when: str, refuses_registration: bool = False) -> HostReason:
+        member = str.__new__(cls, reason)
+        member._value_ = reason
+        member.code = code
+        member.when = when
+        member.refuses_registration = refuses_registration
+        return member
+
+    HANDLER_LOAD_FAILED = ("HandlerLoadFailed", "FAILED_PRECONDITION", "the handler cannot be loaded", True)
+    SOURCE_INVALID = ("SourceInvalid", "INVALID_ARGUMENT", "the source cannot be prepared", True)
+    INVALID_REQUEST = ("InvalidRequest", "INVALID_ARGUMENT", "a field is missing or out of bounds", True)
+    REGISTRATION_CONFLICT = (
+        "RegistrationConflict",
+        "FAILED_PRECONDITION",
+        "the same attempt is registered with another config",
+        True,
+    )
+    STALE_ATTEMPT = ("StaleAttempt", "FAILED_PRECONDITION", "a lower attempt than the current one", True)
+    FENCE_MISMATCH = (
+        "FenceMismatch",
+        "FAILED_PRECONDITION",
+        "the caller expected another run, attempt or host",
+    )
+    NOT_READY = ("NotReady", "UNAVAILABLE", "the registration cannot serve (a fatal error)")
+    UNKNOWN_REGISTRATION = ("UnknownRegistration", "NOT_FOUND", "no such registration id")
+    CONCURRENCY_LIMIT = ("ConcurrencyLimit", "RESOURCE_EXHAUSTED", "the one in-flight invocation is busy")
+    HOST_UNAVAILABLE = ("HostUnavailable", "UNAVAILABLE", "the host is shutting down or cannot spawn")
+    INTERNAL = ("Internal", "INTERNAL", "the host failed unexpectedly (logged there)")
+
+
+class GatewayReason(StrEnum):
+    """The gateway's reasons: (reason, HTTP status, when, retry_after, invoke).
+
+    `retry_after`: the Retry-After seconds the answer carries unless its call site knows better;
+    None: no Retry-After. `invoke`: an answer of the invoke operation (documented under it in
+    /openapi.json); False: the router's answer to a path or method outside the API.
+    """
+
+    status: int
+    when: str
+    retry_after: int | None
+    invoke: bool
+
+    def __new__(
+        cls, reason: str, status: int, when: str, retry_after: int | None = None, invoke: bool = True
+    ) -> GatewayReason:
+        member = str.__new__(cls, reason)
+        member._value_ = reason
+        member.status = status
+        member.when = when
+        member.retry_after = retry_after
+        member.invoke = invoke
+        return member
+
+    INVALID_INVOCATION_ID = (
+        "InvalidInvocationId",
+        400,
+        "the invocation id is over 128 bytes or has control characters",
+    )
+    MALFORMED_JSON = ("MalformedJSON", 400, "the body is not a JSON document")
+    INVALID_TIMEOUT = ("InvalidTimeout", 400, "the timeout is not a number of seconds in (0, 900]")
+    INVALID_REQUEST = ("InvalidRequest", 400, "the owner refused the request as invalid; it did not run")
+    UNAUTHENTICATED = ("Unauthenticated", 401, "no, malformed, unknown or rejected bearer token")
+    FORBIDDEN = ("Forbidden", 403, "the caller may not `get` this Run")
+    RUN_NOT_FOUND = ("RunNotFound", 404, "unknown uid, or not of this namespace and runtime")
+    PAYLOAD_TOO_LARGE = ("PayloadTooLarge", 413, "the body is over 1 MiB (refused before it is read whole)")
+    FUNCTION_BUSY = ("FunctionBusy", 429, "the function's one in-flight invocation is busy", 1)
+    INTERNAL_ERROR = ("InternalError", 500, "a bug in the gateway (logged); the function may have run")
+    OWNER_UNREACHABLE = ("OwnerUnreachable", 502, "the owner failed after dispatch; never retried")
+    FUNCTION_PROCESS_EXITED = (
+        "FunctionProcessExited",
+        502,
+        "the function's process exited during the invocation; never retried",
+    )
+    RUN_NOT_READY = ("RunNotReady", 503, "the Run is known but not ready, or cannot serve right now", 1)
+    ROUTE_STALE = ("RouteStale", 503, "the Run's registration moved to another generation", 1)
+    AUTHORIZATION_UNAVAILABLE = (
+        "AuthorizationUnavailable",
+        503,
+        "the authorization decision could not be made (never an allow)",
+        1,
+    )
+    INVOCATION_TIMEOUT = ("InvocationTimeout", 504, "the function did not finish within its timeout")
+    OWNER_TIMEOUT = ("OwnerTimeout", 504, "the owner did not answer in time; the function may have run")
+    # the router's answers (aiohttp's, made JSON)
+    NOT_FOUND = ("NotFound", 404, "no such path", None, False)
+    METHOD_NOT_ALLOWED = ("MethodNotAllowed", 405, "the path does not take this method", None, False)
+
+
+_HOST = {str(r): r for r in HostReason}
+_GATEWAY = {str(r): r for r in GatewayReason}
+
+
+def host_reason(reason: str) -> HostReason | None:
+    """The HostReason spelled `reason`, if there is one."""
+    return _HOST.get(reason)
+
+
+def gateway_reason(reason: str) -> GatewayReason | None:
+    """The GatewayReason spelled `reason`, if there is one."""
+    return _GATEWAY.get(reason)
+
+
+def registration_refusals() -> list[str]:
+    """The reasons with which RegisterFunction refuses the function itself, in table order."""
+    return [str(r) for r in HostReason if r.refuses_registration]
+
+
+def trailer(reason: str) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of a host's gRPC error answer with `reason`."""
+    return ((TRAILER_KEY, str(reason)),)
+
+
+def reason_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    """The host's reason in a gRPC answer's trailing metadata (any iterable of key/value pairs, as
+    grpc and grpc.aio give them); "" when there is none."""
+    for key, value in metadata or ():
+        if key == TRAILER_KEY:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return ""

@@ -1,0 +1,258 @@
+"""The gateway's answers agree with the reasons catalogue (kruntimes.wire.reasons.GatewayReason):
+its error tree, the one function that turns errors into HTTP answers, the OpenAPI document, the
+README's status table; and the 200 body it splices from bytes validates against its model."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import auth, errors, openapi
+from gateway.app import error_answer, gateway_error_answer, router_reason
+from gateway.bodies import Captured, ErrorBody, InvocationStatus, InvokeAnswer
+from gateway.invoke import SUCCESS_STATUS, success_body
+from kruntimes.api.limits import MAX_LOG_BYTES
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.wire import headers
+from kruntimes.wire.reasons import GatewayReason
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+INVOKE = [r for r in GatewayReason if r.invoke]
+ROUTER = [r for r in GatewayReason if not r.invoke]
+
+checked = settings(database=None, max_examples=200, deadline=None)
+
+
+def by_status(reasons: list[GatewayReason]) -> dict[int, set[str]]:
+    grouped: dict[int, set[str]] = defaultdict(set)
+    for reason in reasons:
+        grouped[reason.status].add(str(reason))
+    return dict(grouped)
+
+
+def _classes() -> list[type[errors.GatewayError]]:
+    found: list[type[errors.GatewayError]] = []
+    todo: list[type[errors.GatewayError]] = [errors.GatewayError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+# -- the error tree ------------------------------------------------------------------------------
+
+
+def test_every_invoke_reason_is_carried_by_exactly_one_error_class() -> None:
+    carried = [r for cls in _classes() if "reasons" in cls.__dict__ for r in cls.reasons]
+    assert sorted(map(str, carried)) == sorted(map(str, INVOKE))
+
+
+def test_a_class_answers_with_the_status_of_its_reasons() -> None:
+    for cls in _classes():
+        assert {r.status for r in cls.reasons} == {cls.status}, cls
+        assert cls.reason == cls.reasons[0]
+        assert cls.retry_after == cls.reason.retry_after
+        for reason in cls.reasons:
+            err = cls("m", reason=reason)
+            assert (err.status, err.reason, err.retry_after) == (reason.status, reason, reason.retry_after)
+
+
+def test_a_class_refuses_a_reason_it_does_not_carry() -> None:
+    with pytest.raises(TypeError):
+        errors.NotReady("m", reason=GatewayReason.FUNCTION_BUSY)
+    with pytest.raises(TypeError):
+        errors.BadRequest("m", reason=GatewayReason.NOT_FOUND)  # the router's, not an error class's
+
+
+def test_one_root_the_auth_errors_included() -> None:
+    for cls in (auth.AuthError, auth.Unauthenticated, auth.Forbidden, auth.AuthUnavailable):
+        assert issubclass(cls, errors.GatewayError)
+        assert getattr(errors, cls.__name__) is cls
+    bug = errors.GatewayError("internal error")
+    assert (bug.status, bug.reason) == (500, GatewayReason.INTERNAL_ERROR)
+
+
+# -- the answers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", INVOKE, ids=str)
+def test_each_error_answer_is_an_error_body_with_its_status(reason: GatewayReason) -> None:
+    (cls,) = [c for c in _classes() if reason in c.__dict__.get("reasons", ())]
+    answer = gateway_error_answer(cls("for people", reason=reason), "inv-1")
+    assert answer.status == reason.status
+    assert answer.body is not None
+    body = ErrorBody.model_validate_json(bytes(answer.body))  # type: ignore[arg-type]
+    assert body == ErrorBody(reason=str(reason), message="for people", invocationId="inv-1")
+    assert answer.headers[headers.INVOCATION_ID] == "inv-1"
+    if reason.retry_after is None:
+        assert headers.RETRY_AFTER not in answer.headers
+    else:
+        assert answer.headers[headers.RETRY_AFTER] == str(reason.retry_after)
+
+
+def test_a_call_site_may_say_when_to_retry() -> None:
+    answer = gateway_error_answer(errors.NotReady("m", retry_after=5), "")
+    assert answer.headers[headers.RETRY_AFTER] == "5"
+    assert headers.INVOCATION_ID not in answer.headers  # no id: no header
+
+
+@pytest.mark.parametrize("exc", [web.HTTPNotFound(), web.HTTPMethodNotAllowed("POST", ["GET"])])
+def test_the_routers_refusals_are_catalogued(exc: web.HTTPException) -> None:
+    reason = router_reason(exc)
+    catalogued = [r for r in ROUTER if r == reason]
+    assert catalogued and catalogued[0].status == exc.status
+    assert reason == exc.reason.replace(" ", "")  # what the router's phrase says
+
+
+def test_an_uncatalogued_router_refusal_keeps_its_phrase() -> None:
+    assert router_reason(web.HTTPRequestEntityTooLarge(max_size=1, actual_size=2)) == "RequestEntityTooLarge"
+    answer = error_answer(status=418, reason="Teapot", message="short and stout", invocation_id="")
+    assert json.loads(bytes(answer.body)) == {  # type: ignore[arg-type]
+        "reason": "Teapot",
+        "message": "short and stout",
+        "invocationId": "",
+    }
+
+
+# -- the OpenAPI document ------------------------------------------------------------------------
+
+
+def _invoke_responses() -> dict[str, Any]:
+    doc = openapi.document()
+    responses: dict[str, Any] = doc["paths"][openapi.INVOKE_PATH]["post"]["responses"]
+    return responses
+
+
+def test_every_gateway_reason_is_documented_under_its_status_and_no_status_without_one() -> None:
+    documented: dict[int, set[str]] = {}
+    for status, response in _invoke_responses().items():
+        if status == "200":
+            continue
+        schema = response["content"]["application/json"]["schema"]
+        ref, narrowed = schema["allOf"]
+        assert ref == {"$ref": "#/components/schemas/ErrorBody"}
+        documented[int(status)] = set(narrowed["properties"]["reason"]["enum"])
+        has_retry_after = headers.RETRY_AFTER in response["headers"]
+        assert has_retry_after == any(r.retry_after is not None for r in INVOKE if r.status == int(status))
+    assert documented == by_status(INVOKE)
+
+
+def test_only_the_invoke_operation_answers_errors() -> None:
+    for path, operations in openapi.document()["paths"].items():
+        for operation in operations.values():
+            statuses = set(operation["responses"])
+            if path != openapi.INVOKE_PATH:
+                assert statuses == {"200"}, path
+
+
+def test_the_schemas_are_the_models() -> None:
+    schemas = openapi.document()["components"]["schemas"]
+    assert set(schemas) == {"InvokeAnswer", "Captured", "InvocationError", "ErrorBody"}
+    assert schemas["ErrorBody"]["required"] == ["reason", "message", "invocationId"]
+    assert schemas["InvokeAnswer"]["properties"]["status"]["enum"] == list(get_args(InvocationStatus))
+    assert _invoke_responses()["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/InvokeAnswer"
+    }
+    refs = re.findall(r'"\$ref": "#/components/schemas/(\w+)"', json.dumps(openapi.document()))
+    assert set(refs) <= set(schemas)
+
+
+def test_the_readme_status_table_is_the_catalogue() -> None:
+    text = README.read_text()
+    section = text[text.index("## The invoke API") :]
+    section = section[: section.index("\n## ", 1)]
+    table: dict[int, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit() and cells[0] != "200":
+            table[int(cells[0])] = set(re.findall(r"`(\w+)`", cells[1]))
+    assert table == by_status(INVOKE)
+
+
+# -- the 200 body, spliced from bytes ------------------------------------------------------------
+
+texts = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=10,
+)
+captured = st.builds(
+    pb.CapturedOutput,
+    data=st.binary(max_size=64),
+    truncated=st.booleans(),
+    total_bytes=st.integers(0, 2**40),
+)
+
+
+@checked
+@given(
+    invocation_id=texts,
+    status=st.sampled_from(sorted(SUCCESS_STATUS)),
+    outputs=st.none() | st.dictionaries(texts, json_values, max_size=4),
+    stdout=captured,
+    stderr=captured,
+    duration_us=st.integers(0, 2**63),
+    error=st.none() | st.tuples(texts, texts),
+)
+def test_the_spliced_body_is_an_invoke_answer(
+    invocation_id: str,
+    status: int,
+    outputs: dict[str, Any] | None,
+    stdout: pb.CapturedOutput,
+    stderr: pb.CapturedOutput,
+    duration_us: int,
+    error: tuple[str, str] | None,
+) -> None:
+    answer = pb.InvokeFunctionResponse(
+        invocation_id=invocation_id,
+        status=status,
+        outputs_json=b"" if outputs is None else json.dumps(outputs, separators=(",", ":")).encode(),
+        stdout=stdout,
+        stderr=stderr,
+        duration_us=duration_us,
+        error=None if error is None else pb.InvocationError(type=error[0], message=error[1]),
+    )
+    body = success_body(answer, SUCCESS_STATUS[status])
+    parsed = InvokeAnswer.model_validate_json(body)
+    assert parsed.invocationId == invocation_id
+    assert parsed.status == SUCCESS_STATUS[status].decode()
+    assert parsed.outputs == outputs
+    for got, sent in ((parsed.stdout, stdout), (parsed.stderr, stderr)):
+        if sent.total_bytes:
+            assert got == Captured(
+                data=sent.data.decode("utf-8", "replace"),
+                truncated=sent.truncated,
+                totalBytes=sent.total_bytes,
+            )
+        else:  # nothing written: the constant
+            assert got == Captured(data="", truncated=False, totalBytes=0)
+    assert parsed.durationMs == pytest.approx(duration_us / 1000, rel=1e-9, abs=1e-3)
+    if error is None:
+        assert parsed.error is None and b'"error"' not in body
+    else:
+        assert parsed.error is not None and (parsed.error.type, parsed.error.message) == error
+
+
+def test_the_statuses_answered_200_are_the_models() -> None:
+    assert sorted(s.decode() for s in SUCCESS_STATUS.values()) == sorted(get_args(InvocationStatus))
+    assert pb.INVOCATION_STATUS_TIMED_OUT not in SUCCESS_STATUS  # 504
+    assert pb.INVOCATION_STATUS_PROCESS_EXITED not in SUCCESS_STATUS  # 502
+
+
+def test_captured_data_is_bounded_as_documented() -> None:
+    schema = openapi.document()["components"]["schemas"]["Captured"]
+    assert str(MAX_LOG_BYTES) in schema["properties"]["data"]["description"]
