@@ -13,7 +13,7 @@
           ├── NotReady           503: known but not ready now; .retry_after
           ├── Unauthorized       401/403: the token is missing, unknown, or not allowed here
           ├── PayloadRejected    400/413: bad invocation id, timeout, JSON, or a body over 1 MiB
-          ├── OutcomeUnknown     502/504, or the connection broke after sending: the function
+          ├── OutcomeUnknown     500/502/504, or the connection broke after sending: the function
           │                      may have run; the SDK never retries it
           └── InvocationFailed   200 with HandlerError/InvalidOutput; .result holds the answer
 

@@ -214,6 +214,7 @@ def parse_answer(status: int, headers: Any, raw: bytes, inv: str) -> InvokeResul
         403: Unauthorized,
         404: FunctionNotFound,
         413: PayloadRejected,
+        500: OutcomeUnknown,  # the gateway failed; it may have dispatched first
         502: OutcomeUnknown,
         504: OutcomeUnknown,
     }.get(status, InvokeError)

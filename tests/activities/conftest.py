@@ -18,6 +18,7 @@ from kruntimes.api.run import Run
 from kruntimes.lifecycle import RegisterInput, TaskInput
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire import reasons
 from runtime.server import HostOptions, RuntimeHost
 
 HOLD_BOUND_S = 30.0  # the longest a scripted call waits to be released
@@ -68,7 +69,7 @@ class ScriptedRuntime(pb_grpc.FunctionRuntimeServicer):
                 call.cancelled = True
                 raise
         if isinstance(call.answer, Abort):
-            trailer = () if call.answer.reason is None else (("krt-reason", call.answer.reason),)
+            trailer = () if call.answer.reason is None else reasons.trailer(call.answer.reason)
             await context.abort(call.answer.code, call.answer.details, trailer)
         return call.answer
 
