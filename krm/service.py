@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from krm import errors
 from krm.evaluation import Request
 from krm.evaluator import Evaluator
-from krm.limits import DEFAULT_TIMEOUT_SECONDS, MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES
+from krm.limits import DEFAULT_TIMEOUT_SECONDS, MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES, MAX_TIMEOUT_SECONDS
 from krm.protocol import EVALUATION_KEY, REASON_KEY, failure_trailer, to_proto
 from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
@@ -47,6 +47,8 @@ def status_code(exc: errors.KrmError) -> grpc.StatusCode:
 
 def request_of(message: pb.EvaluateFunctionRequest, context: Context) -> Request:
     timeout = message.timeout.ToTimedelta().total_seconds() if message.HasField("timeout") else None
+    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        raise errors.InvalidRequest(f"timeout must be in (0, {MAX_TIMEOUT_SECONDS:g}] seconds")
     remaining = context.time_remaining()
     if remaining is not None:
         timeout = min(timeout if timeout is not None else DEFAULT_TIMEOUT_SECONDS, max(remaining, 1e-3))
