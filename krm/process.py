@@ -173,10 +173,13 @@ async def run(
             raise
         finally:
             _kill_group(process.pid)
-            for task in tasks:
-                task.cancel()
             with contextlib.suppress(TimeoutError, ProcessLookupError):
                 await asyncio.wait_for(asyncio.shield(process.wait()), REAP_SECONDS)
+            # Every writer is dead: the readers reach end of file, which closes the pipes.
+            if tasks:
+                await asyncio.wait(tasks, timeout=REAP_SECONDS)
+            for task in tasks:
+                task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
