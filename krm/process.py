@@ -173,13 +173,15 @@ async def run(
             raise
         finally:
             _kill_group(process.pid)
-            with contextlib.suppress(TimeoutError, ProcessLookupError):
-                await asyncio.wait_for(asyncio.shield(process.wait()), REAP_SECONDS)
-            # Every writer is dead: the readers reach end of file, which closes the pipes.
-            if tasks:
-                await asyncio.wait(tasks, timeout=REAP_SECONDS)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if process.returncode is None:
+                with contextlib.suppress(TimeoutError, ProcessLookupError):
+                    await asyncio.wait_for(asyncio.shield(process.wait()), REAP_SECONDS)
+            pending = [task for task in tasks if not task.done()]
+            if pending:
+                # Every writer is dead: the readers reach end of file, which closes the pipes.
+                await asyncio.wait(pending, timeout=REAP_SECONDS)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
