@@ -185,7 +185,7 @@ async def _evaluate(args: argparse.Namespace, request: Request) -> Evaluation:
 
 
 def _report(
-    err: TextIO, name: str, evaluation: Evaluation | None, error: errors.KrmError | None, seconds: float
+    err: TextIO, *, name: str, evaluation: Evaluation | None, error: errors.KrmError | None, seconds: float
 ) -> None:
     if error is None:
         err.write(f'[PASS] "{name}" in {seconds:.1f}s\n')
@@ -242,7 +242,7 @@ def main(
         failure = e
         evaluation = e.evaluation if isinstance(e, errors.ExecutionError) else None
     exit_code = OK if failure is None else _code(failure)
-    _report(stderr, name, evaluation, failure, time.monotonic() - started)
+    _report(stderr, name=name, evaluation=evaluation, error=failure, seconds=time.monotonic() - started)
     if args.results_dir is not None:
         write_results(
             args.results_dir,

@@ -171,8 +171,3 @@ def describe(error: ValidationError) -> str:
         where = ".".join(str(p) for p in problem["loc"]) or "(document)"
         parts.append(f"{where}: {problem['msg']}")
     return "; ".join(parts)
-
-
-def exit_code_of(results: tuple[Result, ...]) -> int:
-    """1 when any result is an error (a function may exit 0 and still report errors)."""
-    return 1 if any(r.severity == "error" for r in results) else 0
