@@ -92,7 +92,7 @@ class ExecEvaluator:
             )
         self._admitted += 1
         try:
-            async with asyncio.timeout_at(request.deadline) as timer:
+            async with asyncio.timeout(request.remaining()) as timer:
                 await self._slots.acquire()
         except TimeoutError as e:
             self._admitted -= 1

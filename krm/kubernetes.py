@@ -24,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from krm import config as fc
+from krm import errors
 from krm.store import Store
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,6 @@ log = logging.getLogger(__name__)
 SOURCE = "kubernetes"
 MAX_EVENT_BYTES = 2 * 1024 * 1024
 LIST_TIMEOUT_SECONDS = 30.0
-
-
-class KubernetesConfigError(Exception):
-    """No usable Kubernetes client configuration (kubeconfig or in-cluster)."""
 
 
 async def connect(
@@ -50,7 +47,7 @@ async def connect(
         else:
             await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     except (ConfigException, OSError, ValueError) as e:
-        raise KubernetesConfigError(f"cannot load the Kubernetes configuration: {e}") from e
+        raise errors.SystemError_(f"cannot load the Kubernetes configuration: {e}") from e
     return k8s.ApiClient(configuration)
 
 

@@ -23,6 +23,7 @@ import resource
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,7 +157,9 @@ async def run(
             raise errors.SystemError_(f"cannot start {argv[0]}: {e.strerror or e}") from e
         tasks: list[asyncio.Task[object]] = []
         try:
-            async with asyncio.timeout_at(deadline) as timer:
+            # `deadline` is on time.monotonic(); the loop's clock may be another monotonic clock.
+            loop_deadline = asyncio.get_running_loop().time() + (deadline - time.monotonic())
+            async with asyncio.timeout_at(loop_deadline) as timer:
                 feed = asyncio.ensure_future(_feed(process.stdin, stdin))
                 out = asyncio.ensure_future(_read_stdout(process.stdout, limit=max_stdout, pid=process.pid))
                 err = asyncio.ensure_future(_read_stderr(process.stderr, limit=max_stderr))

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from krm import cli as fn_cli
+from krm import errors
 from krm.directory import DirectoryFeed
 from krm.executable import ExecEvaluator
 from krm.multi import MultiEvaluator
@@ -59,7 +60,7 @@ async def serve(args: argparse.Namespace) -> None:
         feed.scan()
         feeds.append(asyncio.create_task(feed.run()))
     if args.kubeconfig or args.in_cluster or args.kubernetes_api:
-        from krm import kubernetes
+        from krm import kubernetes  # the client loads only when a watch is asked for
 
         api_client = await kubernetes.connect(
             host=args.kubernetes_api, kubeconfig=args.kubeconfig, in_cluster=args.in_cluster
@@ -98,7 +99,11 @@ def main(argv: list[str]) -> int:
     """`krt fn-runner`."""
     args = parse_args(argv)
     logs.setup(args.log_level)
-    asyncio.run(serve(args))
+    try:
+        asyncio.run(serve(args))
+    except (errors.KrmError, OSError) as e:
+        print(f"krt: fn-runner cannot start: {e}", file=sys.stderr)
+        return fn_cli.UNAVAILABLE
     return 0
 
 
