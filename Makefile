@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy kruntimes runtime workers workflows activities gateway
+	$(VENV)/bin/mypy kruntimes runtime workers workflows activities gateway krm
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

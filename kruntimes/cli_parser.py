@@ -19,6 +19,8 @@ PASSTHROUGH = {
     "host": "run a runtime host (the Runtime Server)",
     "worker": "run the Temporal worker",
     "demo": "run the end-to-end demo",
+    "fn": "evaluate a KRM function on a package: krt fn eval DIR --image IMG",
+    "fn-runner": "serve the KRM FunctionEvaluator (gRPC)",
 }
 
 

@@ -43,6 +43,18 @@ def _embedded(entry: str) -> Callable[[list[str]], int]:
     return call
 
 
+def _fn(argv: list[str]) -> int:
+    from workers import fn_runner
+
+    return fn_runner.main_fn(argv)
+
+
+def _fn_runner(argv: list[str]) -> int:
+    from workers import fn_runner
+
+    return fn_runner.main(argv)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "host": _host,
     "worker": _worker,
@@ -50,6 +62,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "up": _embedded("up"),
     "down": _embedded("down"),
     "status": _embedded("status"),
+    "fn": _fn,
+    "fn-runner": _fn_runner,
 }
 assert set(COMMANDS) == set(PASSTHROUGH)
 

@@ -1,0 +1,175 @@
+"""The FunctionConfig kind: which binaries and pods serve which function images.
+
+    apiVersion: kruntimes.io/v1alpha1
+    kind: FunctionConfig
+    metadata: {name: set-labels, namespace: kruntimes}
+    spec:
+      prefixes: [ghcr.io/kptdev/krm-functions-catalog/set-labels]   # image names, without tag
+      binaryExecutor:
+        path: set-labels            # absolute, or relative to the runner's --functions directory
+        tags: [">=0.2.0 <0.3.0", v0.1.5]   # semver constraints (a version is one too)
+      podExecutor:                  # read and validated now; evaluated by the pod evaluator (phase 2)
+        tags: [v0.2.1]
+        ttl: 30m                    # seconds, or a duration such as 90s, 30m, 1h30m
+        maxParallel: 2
+        maxWaitlist: 4
+        templateOverrides: {...}    # merged into the pod template
+        source: {path: /fns/set-labels, entrypoint: [python, main.py]}   # embedded mode
+
+An image matches a FunctionConfig when its name (the reference without tag or digest) equals one
+of the prefixes. Validation errors name the field: `spec.binaryExecutor.tags[0]: ...`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from krm import tags
+from krm.evaluation import check_image
+from krm.resources import describe
+
+API_VERSION = "kruntimes.io/v1alpha1"
+KIND = "FunctionConfig"
+GROUP, VERSION, PLURAL = "kruntimes.io", "v1alpha1", "functionconfigs"
+
+MAX_PREFIXES = 32
+MAX_TAGS = 64
+MAX_TTL_SECONDS = 7 * 24 * 3600
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class ConfigError(ValueError):
+    """A FunctionConfig document is invalid; the message names the source and the field."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_tags(values: list[str]) -> list[str]:
+    for index, value in enumerate(values):
+        try:
+            tags.parse_constraint(value)
+        except tags.ConstraintError as e:
+            raise ValueError(f"[{index}] {value!r} is not a semver constraint: {e}") from e
+    return values
+
+
+class BinaryExecutor(_Spec):
+    path: str = Field(min_length=1, max_length=4096)
+    tags: list[str] = Field(min_length=1, max_length=MAX_TAGS)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if "\x00" in value or not value.isprintable():
+            raise ValueError("must be printable, without NUL")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        return _check_tags(value)
+
+
+class InlineFile(_Spec):
+    name: str = Field(min_length=1, max_length=255)
+    content: str
+
+
+class PodSource(_Spec):
+    """Embedded mode: the function's program, registered as a Run's source (phase 2)."""
+
+    path: str | None = None
+    inline: list[InlineFile] | None = None
+    entrypoint: list[str] = Field(min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _one(self) -> PodSource:
+        if (self.path is None) == (self.inline is None):
+            raise ValueError("give exactly one of path and inline")
+        return self
+
+
+class PodExecutor(_Spec):
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    ttl: float = Field(default=1800.0, gt=0, le=MAX_TTL_SECONDS)
+    maxParallel: int = Field(default=1, ge=1, le=64)
+    maxWaitlist: int = Field(default=8, ge=0, le=1024)
+    templateOverrides: dict[str, Any] = Field(default_factory=dict)
+    source: PodSource | None = None
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        return _check_tags(value)
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = _DURATION.match(value.strip())
+            if not value.strip() or match is None:
+                raise ValueError(f"{value!r} is not seconds or a duration such as 90s, 30m, 1h30m")
+            h, m, s = (int(g or 0) for g in match.groups())
+            return h * 3600 + m * 60 + s
+        return value
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+    namespace: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be a DNS subdomain name (lowercase letters, digits, '-', '.')")
+        return value
+
+
+class FunctionConfigSpec(_Spec):
+    prefixes: list[str] = Field(min_length=1, max_length=MAX_PREFIXES)
+    binaryExecutor: BinaryExecutor | None = None
+    podExecutor: PodExecutor | None = None
+
+    @field_validator("prefixes")
+    @classmethod
+    def _prefixes(cls, value: list[str]) -> list[str]:
+        for index, prefix in enumerate(value):
+            try:
+                check_image(prefix)
+            except Exception as e:
+                raise ValueError(f"[{index}] {e}") from e
+            if tags.split_image(prefix) != (prefix, "") or "@" in prefix:
+                raise ValueError(f"[{index}] {prefix!r}: a prefix is an image name without tag or digest")
+        return value
+
+
+class FunctionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    apiVersion: Literal["kruntimes.io/v1alpha1"]
+    kind: Literal["FunctionConfig"]
+    metadata: Metadata
+    spec: FunctionConfigSpec
+    status: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> str:
+        namespace = self.metadata.namespace
+        return f"{namespace}/{self.metadata.name}" if namespace else self.metadata.name
+
+
+def parse(document: Any, *, source: str) -> FunctionConfig:
+    """A FunctionConfig from one parsed YAML/JSON document; ConfigError names `source` and the field."""
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: a FunctionConfig is a mapping, not {type(document).__name__}")
+    try:
+        return FunctionConfig.model_validate(document)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {describe(e)}") from e

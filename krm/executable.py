@@ -1,0 +1,117 @@
+"""The exec evaluator: a function image served by a local binary, run as a direct process.
+
+The FunctionConfig store maps the image (and its tag, by the rules of `krm.tags`) to a binary;
+no mapping is NotFound. The binary is run by `krm.process.run` with the ResourceList on stdin.
+Exit 0 with a ResourceList on stdout is the answer; a non-zero exit is FunctionFailed with the
+results kept; exit 0 with anything else on stdout is InvalidOutput; a binary that cannot start is
+a SystemError. At most `max_parallel` functions run at once and `max_waiting` more wait; past that
+a request is ResourceExhausted at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Sequence
+
+from krm import errors, process
+from krm.evaluation import Evaluation, Request
+from krm.limits import MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES
+from krm.resources import YamlError, parse_resource_list, parse_results
+from krm.store import Store
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + signal number
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def interpret(outcome: process.Outcome) -> Evaluation:
+    """An Evaluation from what a function process did, or the ExecutionError it amounts to."""
+    code = _exit_code(outcome.exit_code)
+    bare = Evaluation(b"", outcome.stderr, outcome.stderr_truncated, (), code)
+    try:
+        document = parse_resource_list(outcome.stdout)
+        results = parse_results(document)
+    except (YamlError, errors.TooManyResults) as e:
+        if outcome.exit_code != 0:
+            raise errors.FunctionFailed(
+                f"the function {_describe_exit(outcome.exit_code)} (its output is not a ResourceList)",
+                evaluation=bare,
+            ) from e
+        if isinstance(e, errors.TooManyResults):
+            e.evaluation = bare
+            raise
+        raise errors.InvalidOutput(
+            f"the function's output is not a ResourceList: {e}", evaluation=bare
+        ) from e
+    evaluation = Evaluation(outcome.stdout, outcome.stderr, outcome.stderr_truncated, results, code)
+    if outcome.exit_code != 0:
+        failed = [r.message for r in results if r.severity == "error"][:3]
+        detail = f": {'; '.join(failed)}" if failed else ""
+        raise errors.FunctionFailed(
+            f"the function {_describe_exit(outcome.exit_code)}{detail}", evaluation=evaluation
+        )
+    return evaluation
+
+
+class ExecEvaluator:
+    name = "exec"
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        limits: process.Limits | None = None,
+        max_parallel: int = 8,
+        max_waiting: int = 64,
+    ) -> None:
+        self.store = store
+        self.limits = limits or process.Limits()
+        self._slots = asyncio.Semaphore(max_parallel)
+        self._admitted = 0
+        self._bound = max_parallel + max_waiting
+
+    async def evaluate(self, request: Request) -> Evaluation:
+        binary = self.store.binary(request.image, request.tag)
+        return await self.run([str(binary.path)], request)
+
+    async def run(self, argv: Sequence[str], request: Request) -> Evaluation:
+        """Run `argv` as the function for `request` (also `krt fn eval --exec`)."""
+        if self._admitted >= self._bound:
+            raise errors.ResourceExhausted(
+                f"{self._bound} evaluations are running or waiting already; retry later"
+            )
+        self._admitted += 1
+        try:
+            async with asyncio.timeout(request.remaining()) as timer:
+                await self._slots.acquire()
+        except TimeoutError as e:
+            self._admitted -= 1
+            if timer.expired():
+                raise errors.DeadlineExceeded("the deadline passed while waiting for a free slot") from e
+            raise
+        except BaseException:
+            self._admitted -= 1
+            raise
+        try:
+            outcome = await process.run(
+                argv,
+                stdin=request.resource_list,
+                deadline=request.deadline,
+                limits=self.limits,
+                max_stdout=MAX_RESOURCE_LIST_BYTES,
+                max_stderr=MAX_LOG_BYTES,
+            )
+        finally:
+            self._slots.release()
+            self._admitted -= 1
+        return interpret(outcome)

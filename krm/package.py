@@ -1,0 +1,150 @@
+"""A KRM package directory as a ResourceList's items, and back.
+
+Reading takes every `*.yaml`/`*.yml` file under the directory (hidden files and directories
+skipped), every document in it that is a KRM resource (has apiVersion and kind), and records where
+it came from in the annotations `config.kubernetes.io/path` and `config.kubernetes.io/index`
+(the file relative to the directory, the document's position in it) and their
+`internal.config.kubernetes.io/` forms. Writing groups items by those annotations (the internal
+form first), orders each file's documents by index, removes the annotations, writes the files
+and deletes the package's YAML files that no longer hold anything. A new resource without a path
+goes to `<kind>_<name>.yaml`. Paths are checked: relative, inside the directory, YAML.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from krm.resources import YamlError, dump_all, load_all
+
+PATH = "config.kubernetes.io/path"
+INDEX = "config.kubernetes.io/index"
+INTERNAL_PATH = "internal.config.kubernetes.io/path"
+INTERNAL_INDEX = "internal.config.kubernetes.io/index"
+ANNOTATIONS = (INTERNAL_PATH, INTERNAL_INDEX, PATH, INDEX)
+MAX_FILES = 5000
+MAX_PACKAGE_BYTES = 4 * 1024 * 1024
+_SAFE = re.compile(r"[^a-z0-9_.-]+")
+
+
+class PackageError(ValueError):
+    """The package cannot be read or written as asked (the message says which file)."""
+
+
+def _files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith(".") and name.endswith((".yaml", ".yml")):
+                found.append(Path(directory) / name)
+                if len(found) > MAX_FILES:
+                    raise PackageError(f"{root}: more than {MAX_FILES} YAML files")
+    return found
+
+
+def read(root: Path) -> list[dict[str, Any]]:
+    """The KRM resources of the package at `root`, annotated with where each came from."""
+    if not root.is_dir():
+        raise PackageError(f"{root} is not a directory")
+    items: list[dict[str, Any]] = []
+    total = 0
+    for path in _files(root):
+        relative = path.relative_to(root).as_posix()
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise PackageError(f"{relative}: cannot read: {e.strerror}") from e
+        total += len(data)
+        if total > MAX_PACKAGE_BYTES:
+            raise PackageError(f"{root}: the package is over {MAX_PACKAGE_BYTES} bytes")
+        try:
+            documents = load_all(data)
+        except YamlError as e:
+            raise PackageError(f"{relative}: {e}") from e
+        index = 0
+        for document in documents:
+            if document is None:
+                continue
+            if not isinstance(document, dict) or not document.get("apiVersion") or not document.get("kind"):
+                raise PackageError(f"{relative}: document {index} is not a KRM resource (apiVersion, kind)")
+            metadata = document.setdefault("metadata", {})
+            if not isinstance(metadata, dict):
+                raise PackageError(f"{relative}: document {index}: metadata is not a mapping")
+            annotations = metadata.get("annotations")
+            if annotations is None:
+                annotations = metadata["annotations"] = {}
+            annotations.update(
+                {PATH: relative, INDEX: str(index), INTERNAL_PATH: relative, INTERNAL_INDEX: str(index)}
+            )
+            items.append(document)
+            index += 1
+    return items
+
+
+def strip(item: dict[str, Any]) -> tuple[str | None, int]:
+    """Remove the location annotations from `item`; the path and index they held."""
+    metadata = item.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict) or not isinstance(annotations, dict):
+        return None, 0
+    path = annotations.get(INTERNAL_PATH) or annotations.get(PATH)
+    index = annotations.get(INTERNAL_INDEX) or annotations.get(INDEX) or 0
+    for key in ANNOTATIONS:
+        annotations.pop(key, None)
+    if not annotations:
+        del metadata["annotations"]
+        if not metadata:
+            del item["metadata"]
+    try:
+        position = int(index)
+    except (TypeError, ValueError):
+        position = 0
+    return (str(path) if path else None), position
+
+
+def _default_path(item: dict[str, Any]) -> str:
+    name = (item.get("metadata") or {}).get("name") or "resource"
+    return _SAFE.sub("-", f"{item.get('kind', 'resource')}_{name}".lower()) + ".yaml"
+
+
+def _check(root: Path, relative: str) -> Path:
+    candidate = Path(relative)
+    if candidate.is_absolute() or ".." in candidate.parts or not relative.endswith((".yaml", ".yml")):
+        raise PackageError(f"{relative!r}: a resource path must be a relative YAML file inside the package")
+    target = (root / candidate).resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise PackageError(f"{relative!r} leaves the package directory")
+    return target
+
+
+def layout(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The items by file (relative path), each file's in index order, annotations removed."""
+    files: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+    for order, item in enumerate(items):
+        path, index = strip(item)
+        files.setdefault(path or _default_path(item), []).append((index, order, item))
+    return {
+        path: [item for _, _, item in sorted(entries, key=lambda e: (e[0], e[1]))]
+        for path, entries in files.items()
+    }
+
+
+def write(root: Path, items: list[dict[str, Any]], *, prune: bool) -> list[str]:
+    """Write `items` into the package at `root`; with `prune`, delete its YAML files that no
+    longer hold a resource. The relative paths written."""
+    files = layout(items)
+    targets = {relative: _check(root, relative) for relative in files}
+    root.mkdir(parents=True, exist_ok=True)
+    for relative, documents in files.items():
+        target = targets[relative]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(dump_all(documents))
+    if prune:
+        kept = set(targets.values())
+        for path in _files(root):
+            if path.resolve() not in kept:
+                path.unlink()
+    return sorted(files)

@@ -1,0 +1,173 @@
+"""ResourceLists: parsing and serialising them as YAML, and the structured `results` a function
+reports in its output.
+
+A ResourceList is `{apiVersion: config.kubernetes.io/v1, kind: ResourceList, items: [...],
+functionConfig: {...}, results: [...]}`. A result:
+
+    severity: error | warning | info       (absent: error)
+    message: text                          (required)
+    resourceRef: {apiVersion, kind, name, namespace}
+    field: {path, currentValue, proposedValue}
+    file: {path, index}
+    tags: {key: value}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from krm import errors
+from krm.limits import MAX_RESULT_VALUE_NODES, MAX_RESULTS
+
+API_VERSION = "config.kubernetes.io/v1"
+KIND = "ResourceList"
+_API_VERSIONS = ("config.kubernetes.io/v1", "config.kubernetes.io/v1alpha1")
+
+# libyaml's safe loader and dumper when PyYAML was built with it (about ten times faster)
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceRef(_Model):
+    apiVersion: str = ""
+    kind: str = ""
+    name: str = ""
+    namespace: str = ""
+
+
+class FieldRef(_Model):
+    path: str
+    currentValue: Any = None
+    proposedValue: Any = None
+
+
+class FileRef(_Model):
+    path: str
+    index: int = Field(default=0, ge=0)
+
+
+class Result(_Model):
+    severity: Literal["error", "warning", "info"] = "error"
+    message: str
+    resourceRef: ResourceRef | None = None
+    field: FieldRef | None = None
+    file: FileRef | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True, exclude_defaults=False)
+
+
+class YamlError(ValueError):
+    """The bytes are not the YAML expected (the message says where)."""
+
+
+def load_all(text: bytes | str) -> list[Any]:
+    """Every YAML document of `text` (an empty document is None)."""
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as e:
+        raise YamlError(f"not valid YAML: {_one_line(str(e))}") from e
+
+
+def load(text: bytes | str) -> Any:
+    documents = load_all(text)
+    if len(documents) != 1:
+        raise YamlError(f"expected one YAML document, found {len(documents)}")
+    return documents[0]
+
+
+def dump(value: Any) -> str:
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def dump_all(values: list[Any]) -> str:
+    return yaml.dump_all(
+        values, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def parse_resource_list(data: bytes) -> dict[str, Any]:
+    """The ResourceList in `data`; YamlError says why it is not one."""
+    value = load(data)
+    if not isinstance(value, dict):
+        raise YamlError(f"a ResourceList is a mapping, not {type(value).__name__}")
+    if value.get("kind") != KIND or value.get("apiVersion") not in _API_VERSIONS:
+        raise YamlError(
+            f"expected apiVersion {API_VERSION} and kind {KIND}, "
+            f"found {value.get('apiVersion')!r} {value.get('kind')!r}"
+        )
+    items = value.get("items")
+    if items is None:
+        value["items"] = []
+    elif not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise YamlError("items must be a list of mappings")
+    config = value.get("functionConfig")
+    if config is not None and not isinstance(config, dict):
+        raise YamlError("functionConfig must be a mapping")
+    return value
+
+
+def resource_list(items: list[dict[str, Any]], *, function_config: dict[str, Any] | None = None) -> bytes:
+    document: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "items": items}
+    if function_config is not None:
+        document["functionConfig"] = function_config
+    return dump(document).encode()
+
+
+def _count_nodes(value: Any, budget: list[int]) -> None:
+    # Shared (aliased) YAML nodes are counted once per reference, so an alias bomb runs out.
+    stack = [value]
+    while stack:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise YamlError(f"result values hold more than {MAX_RESULT_VALUE_NODES} nodes")
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def parse_results(document: dict[str, Any]) -> tuple[Result, ...]:
+    """The `results` of a parsed ResourceList, validated and bounded."""
+    raw = document.get("results")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise YamlError("results must be a list")
+    if len(raw) > MAX_RESULTS:
+        raise errors.TooManyResults(
+            f"the function reported {len(raw)} results, over the bound of {MAX_RESULTS}"
+        )
+    budget = [MAX_RESULT_VALUE_NODES]
+    results = []
+    for index, entry in enumerate(raw):
+        if isinstance(entry, dict) and isinstance(entry.get("field"), dict):
+            _count_nodes([entry["field"].get("currentValue"), entry["field"].get("proposedValue")], budget)
+        try:
+            results.append(Result.model_validate(entry))
+        except ValidationError as e:
+            raise YamlError(f"results[{index}]: {describe(e)}") from e
+    return tuple(results)
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic error as `field.path: what is wrong; ...`."""
+    parts = []
+    for problem in error.errors():
+        where = ".".join(str(p) for p in problem["loc"]) or "(document)"
+        parts.append(f"{where}: {problem['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,116 @@
+"""The in-memory FunctionConfig store: what the evaluators read, what the feeders write.
+
+Feeders (`krm.directory`, `krm.kubernetes`) each own one *source* (a name such as `dir` or
+`kubernetes`) and replace, add or remove that source's FunctionConfigs; every change is seen by
+the next lookup, so nothing restarts. Lookups go over all sources in a fixed order (source,
+then namespace/name), so the same store contents always give the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from krm import errors, tags
+from krm.config import FunctionConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """A binary that serves an image: the file to run and which FunctionConfig said so."""
+
+    path: Path
+    config: str
+    tag: str
+
+
+class Store:
+    def __init__(self, *, functions_dir: Path | None = None) -> None:
+        self.functions_dir = functions_dir.resolve() if functions_dir is not None else None
+        self._configs: dict[str, dict[str, FunctionConfig]] = {}
+        self._errors: dict[str, dict[str, str]] = {}
+        self._generation = 0
+        self._changed = asyncio.Event()
+
+    # --- writing (the feeders) ------------------------------------------------------------------
+
+    def replace(self, source: str, configs: Iterable[FunctionConfig]) -> None:
+        self._configs[source] = {c.key: c for c in configs}
+        self._bump()
+
+    def put(self, source: str, config: FunctionConfig) -> None:
+        self._configs.setdefault(source, {})[config.key] = config
+        self._bump()
+
+    def remove(self, source: str, key: str) -> None:
+        if self._configs.get(source, {}).pop(key, None) is not None:
+            self._bump()
+
+    def set_errors(self, source: str, problems: dict[str, str]) -> None:
+        """The documents of `source` that were refused, by where they came from (kept for
+        `errors()`; a refused document never removes the last valid version of its config)."""
+        if self._errors.get(source, {}) != problems:
+            self._errors[source] = dict(problems)
+            self._bump()
+
+    def _bump(self) -> None:
+        self._generation += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # --- reading --------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    async def changed(self, *, after: int, timeout: float) -> int:
+        """Wait (at most `timeout` seconds) until the store changed past generation `after`."""
+        async with asyncio.timeout(timeout):
+            while self._generation <= after:
+                await self._changed.wait()
+        return self._generation
+
+    def configs(self) -> list[FunctionConfig]:
+        return [self._configs[s][k] for s in sorted(self._configs) for k in sorted(self._configs[s])]
+
+    def errors(self) -> dict[str, str]:
+        return {
+            where: text for source in sorted(self._errors) for where, text in self._errors[source].items()
+        }
+
+    def binary(self, image: str, tag: str) -> Binary:
+        """The binary for `image` at `tag` by the tag rules of `krm.tags`; NotFound otherwise."""
+        name = tags.split_image(image)[0]
+        candidates = []
+        for config in self.configs():
+            executor = config.spec.binaryExecutor
+            if executor is None or name not in config.spec.prefixes:
+                continue
+            constraints = tuple(tags.parse_constraint(t) for t in executor.tags)
+            candidates.append(tags.Candidate(constraints, config))
+        if not candidates:
+            raise errors.NotFound(f"{image}: no FunctionConfig with a binaryExecutor names {name}")
+        config, matched = tags.select(candidates, tag=tag, image=image)
+        assert config.spec.binaryExecutor is not None
+        return Binary(self._path(config, config.spec.binaryExecutor.path), config.key, matched)
+
+    def _path(self, config: FunctionConfig, raw: str) -> Path:
+        path = Path(raw)
+        if path.is_absolute():
+            return path
+        if self.functions_dir is None:
+            raise errors.NotFound(
+                f"FunctionConfig {config.key}: relative binary path {raw!r} but no functions directory is set"
+            )
+        resolved = (self.functions_dir / path).resolve()
+        if not resolved.is_relative_to(self.functions_dir):
+            raise errors.NotFound(
+                f"FunctionConfig {config.key}: binary path {raw!r} leaves the functions directory"
+            )
+        return resolved

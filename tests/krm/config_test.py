@@ -1,0 +1,99 @@
+"""The FunctionConfig kind and the store's binary lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from krm import config as fc
+from krm import errors
+from krm.store import Store
+from tests.krm.conftest import function_config
+
+
+def test_a_valid_function_config_parses_with_its_pod_executor() -> None:
+    document = function_config(
+        "set-labels", prefixes=["ghcr.io/fn/set-labels"], path="set-labels", tags=["^0.2"]
+    )
+    document["spec"]["podExecutor"] = {
+        "tags": ["v0.2.1"],
+        "ttl": "1h30m",
+        "maxParallel": 3,
+        "maxWaitlist": 2,
+        "templateOverrides": {"spec": {"containers": [{"name": "function"}]}},
+        "source": {"path": "/fns/set-labels", "entrypoint": ["python", "main.py"]},
+    }
+    config = fc.parse(document, source="f.yaml")
+    assert config.spec.podExecutor is not None
+    assert config.spec.podExecutor.ttl == 5400
+    assert config.spec.podExecutor.maxParallel == 3
+    assert config.key == "set-labels"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda d: d["spec"]["binaryExecutor"].update(tags=["not a version!"]), "spec.binaryExecutor.tags"),
+        (lambda d: d["spec"]["binaryExecutor"].update(tags=[]), "spec.binaryExecutor.tags"),
+        (lambda d: d["spec"]["binaryExecutor"].pop("path"), "spec.binaryExecutor.path"),
+        (lambda d: d["spec"].update(prefixes=["ghcr.io/fn:v1"]), "spec.prefixes"),
+        (lambda d: d["spec"].update(prefixes=[]), "spec.prefixes"),
+        (lambda d: d["spec"].update(binaryExcutor={}), "spec.binaryExcutor"),
+        (lambda d: d["spec"].update(podExecutor={"ttl": "soon"}), "spec.podExecutor.ttl"),
+        (lambda d: d["spec"].update(podExecutor={"maxParallel": 0}), "spec.podExecutor.maxParallel"),
+        (
+            lambda d: d["spec"].update(podExecutor={"source": {"entrypoint": ["x"]}}),
+            "spec.podExecutor.source",
+        ),
+        (lambda d: d.update(kind="Function"), "kind"),
+        (lambda d: d["metadata"].update(name="Not_A_Name"), "metadata.name"),
+    ],
+)
+def test_an_invalid_function_config_is_refused_naming_the_field(change, named: str) -> None:
+    document = function_config("fn", prefixes=["ghcr.io/fn"], path="fn", tags=["1.x"])
+    change(document)
+    with pytest.raises(fc.ConfigError) as caught:
+        fc.parse(document, source="configs/fn.yaml")
+    assert str(caught.value).startswith("configs/fn.yaml: ")
+    assert named in str(caught.value)
+
+
+def store_of(functions: Path | None, path: str) -> Store:
+    store = Store(functions_dir=functions)
+    store.put(
+        "test", fc.parse(function_config("fn", prefixes=["ghcr.io/fn"], path=path, tags=["1.x"]), source="t")
+    )
+    return store
+
+
+def test_a_relative_binary_path_is_taken_from_the_functions_directory(tmp_path: Path) -> None:
+    binary = store_of(tmp_path, "sub/fn").binary("ghcr.io/fn:1.2.0", "")
+    assert binary.path == tmp_path.resolve() / "sub" / "fn"
+    assert (binary.config, binary.tag) == ("fn", "1.2.0")
+
+
+def test_an_absolute_binary_path_is_used_as_it_is(tmp_path: Path) -> None:
+    assert store_of(None, "/opt/fn").binary("ghcr.io/fn:1.2.0", "").path == Path("/opt/fn")
+
+
+def test_a_relative_path_leaving_the_functions_directory_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(errors.NotFound, match="leaves the functions directory"):
+        store_of(tmp_path, "../elsewhere/fn").binary("ghcr.io/fn:1.2.0", "")
+
+
+def test_a_relative_path_without_a_functions_directory_is_not_found() -> None:
+    with pytest.raises(errors.NotFound, match="no functions directory"):
+        store_of(None, "fn").binary("ghcr.io/fn:1.2.0", "")
+
+
+def test_an_image_no_config_names_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(errors.NotFound, match="no FunctionConfig"):
+        store_of(tmp_path, "fn").binary("ghcr.io/other:1.2.0", "")
+
+
+def test_the_requested_tag_wins_over_the_images_tag(tmp_path: Path) -> None:
+    store = store_of(tmp_path, "fn")
+    with pytest.raises(errors.NotFound):
+        store.binary("ghcr.io/fn:1.2.0", "2.0.0")
+    assert store.binary("ghcr.io/fn:2.0.0", "1.0.0").tag == "1.0.0"

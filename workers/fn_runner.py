@@ -1,0 +1,122 @@
+"""The KRM function runner: `krt fn-runner` (the FunctionEvaluator gRPC service) and `krt fn eval`.
+
+    krt fn-runner [--listen 127.0.0.1:9445] [--functions DIR] [--fn-configs DIR]
+                  [--kubeconfig FILE | --in-cluster | --kubernetes-api URL] [--namespace NS]
+
+FunctionConfigs come from the `--fn-configs` directory (re-read when it changes) and/or a
+Kubernetes watch; evaluation is the multi evaluator (exec, then pod). With --ready-file, the
+serving address is written there as JSON {"pid", "address"} once it serves. Wiring only: the
+logic is in krm/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from krm import cli as fn_cli
+from krm import errors
+from krm.directory import DirectoryFeed
+from krm.executable import ExecEvaluator
+from krm.multi import MultiEvaluator
+from krm.pod import PodEvaluator
+from krm.service import EvaluatorServer
+from krm.store import Store
+from kruntimes import logs
+
+log = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="krt fn-runner", description="Serve the KRM FunctionEvaluator.")
+    parser.add_argument("--listen", default="127.0.0.1:9445", help="gRPC address (port 0: pick one)")
+    parser.add_argument("--functions", type=Path, help="where relative binary paths are found")
+    parser.add_argument("--fn-configs", type=Path, metavar="DIR", help="a directory of FunctionConfig files")
+    parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="re-read --fn-configs every S s")
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument("--kubeconfig", help="watch FunctionConfigs with this kubeconfig")
+    cluster.add_argument("--in-cluster", action="store_true", help="watch with the pod's service account")
+    cluster.add_argument("--kubernetes-api", metavar="URL", help="watch this API server as it is (no auth)")
+    parser.add_argument("--namespace", help="watch one namespace (default: all)")
+    parser.add_argument("--max-parallel", type=int, default=8, help="functions running at once")
+    parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
+    parser.add_argument("--log-level", default="info")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    store = Store(functions_dir=args.functions)
+    feeds: list[asyncio.Task[None]] = []
+    api_client = None
+    if args.fn_configs is not None:
+        feed = DirectoryFeed(store, args.fn_configs, interval=args.poll)
+        feed.scan()
+        feeds.append(asyncio.create_task(feed.run()))
+    if args.kubeconfig or args.in_cluster or args.kubernetes_api:
+        from krm import kubernetes  # the client loads only when a watch is asked for
+
+        api_client = await kubernetes.connect(
+            host=args.kubernetes_api, kubeconfig=args.kubeconfig, in_cluster=args.in_cluster
+        )
+        feeds.append(
+            asyncio.create_task(kubernetes.KubernetesFeed(store, api_client, namespace=args.namespace).run())
+        )
+    evaluator = MultiEvaluator([ExecEvaluator(store, max_parallel=args.max_parallel), PodEvaluator()])
+    server = EvaluatorServer(evaluator, listen=args.listen)
+    await server.start()
+    host = args.listen.rsplit(":", 1)[0]
+    address = f"{host}:{server.port}"
+    log.info("fn-runner serving on %s", address)
+    if args.ready_file:
+        tmp = args.ready_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "address": address}))
+        tmp.replace(args.ready_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+        for task in feeds:
+            task.cancel()
+        for task in feeds:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if api_client is not None:
+            await api_client.close()
+
+
+def main(argv: list[str]) -> int:
+    """`krt fn-runner`."""
+    args = parse_args(argv)
+    logs.setup(args.log_level)
+    try:
+        asyncio.run(serve(args))
+    except (errors.KrmError, OSError) as e:
+        print(f"krt: fn-runner cannot start: {e}", file=sys.stderr)
+        return fn_cli.UNAVAILABLE
+    return 0
+
+
+def main_fn(argv: list[str]) -> int:
+    """`krt fn <verb>`: `eval` only."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: krt fn eval [DIR|-] (--image IMG[:TAG] | --exec CMD) ...", file=sys.stderr)
+        return 0 if argv else fn_cli.USAGE
+    if argv[0] != "eval":
+        print(f"krt: unknown fn command {argv[0]!r}; the one command is `krt fn eval`", file=sys.stderr)
+        return fn_cli.USAGE
+    return fn_cli.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
