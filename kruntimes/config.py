@@ -7,6 +7,10 @@
         minHosts: 0       # warm hosts kept
         maxHosts: 4
         provider: process
+        isolation: uid    # or same-user; unset: the platform's default
+        network: host     # or none: only loopback
+        limits: {processes: 256, memoryBytes: 1073741824, fileSizeBytes: 268435456}
+    allowedSourceRoots: [/srv/functions]   # where source.path may point
     tenants:
       - name: tenant-a
         mode: Dedicated
@@ -60,14 +64,22 @@ class ConfigError(ValueError):
         self.problems = tuple(problems)
 
 
-class ResourceLimits(ApiModel):
-    """Limits applied to each function process on a host; unset ones keep the host's defaults."""
+MiB = 1024 * 1024
 
-    openFiles: StrictInt | None = Field(default=None, ge=16)
-    processes: StrictInt | None = Field(default=None, ge=1)
-    addressSpaceBytes: StrictInt | None = Field(default=None, ge=16 * 1024 * 1024)
-    cpuSeconds: StrictInt | None = Field(default=None, ge=1)
-    fileSizeBytes: StrictInt | None = Field(default=None, ge=0)
+
+class ResourceLimits(ApiModel):
+    """What one function may use, whatever the host's own uid: hitting a limit is a result of
+    that invocation (the process is stopped or refused), never a host crash."""
+
+    openFiles: StrictInt = Field(default=1024, ge=16, le=1 << 20)  # per process
+    # processes and threads of the whole function (its cgroup, and its uid's process limit)
+    processes: StrictInt = Field(default=256, ge=4, le=1 << 16)
+    # memory across all of the function's processes (a cgroup where the host can make one)
+    memoryBytes: StrictInt | None = Field(default=1024 * MiB, ge=16 * MiB)
+    addressSpaceBytes: StrictInt = Field(default=4096 * MiB, ge=64 * MiB)  # per process
+    cpuSeconds: StrictInt = Field(default=3600, ge=1)  # per process
+    fileSizeBytes: StrictInt = Field(default=256 * MiB, ge=0)  # largest file it may write
+    tmpBytes: StrictInt = Field(default=64 * MiB, ge=MiB)  # its private /tmp and /dev/shm
 
 
 class RuntimeConfig(ApiModel):
@@ -90,7 +102,13 @@ class RuntimeConfig(ApiModel):
         le=MAX_INVOKE_TIMEOUT_SECONDS,
         allow_inf_nan=False,
     )
-    limits: ResourceLimits | None = None
+    limits: ResourceLimits | None = None  # None: every default of ResourceLimits
+    # uid: each function its own unprivileged uid (hosts refuse to start where they cannot);
+    # same-user: functions run as the host's user. None: the platform's default (`krt worker
+    # --isolation`, uid unless told otherwise).
+    isolation: Literal["uid", "same-user"] | None = None
+    # none: each function gets a network namespace with only loopback
+    network: Literal["host", "none"] = "host"
 
     @model_validator(mode="after")
     def _max_covers_min(self) -> Self:
@@ -136,6 +154,10 @@ def _unique_names(items: list[RuntimeConfig] | list[TenantConfig], *, what: str)
 
 class PlatformConfig(ApiModel):
     runtimes: list[RuntimeConfig] = Field(default_factory=_default_runtimes, min_length=1)
+    # Directories a Run's `source.path` may name (it and what lies below it). None: the worker's
+    # default (`krt up`: the directory it was started from and the user's home); [] allows none,
+    # only inline sources. A state directory is refused wherever it lies.
+    allowedSourceRoots: list[str] | None = Field(default=None, max_length=64)
     tenants: list[TenantConfig] = Field(default_factory=list)
     # Runs waiting for capacity, per runtime pool; beyond it admission rejects with QueueFull.
     queueLimit: StrictInt = Field(default=DEFAULT_QUEUE_LIMIT, ge=0, le=MAX_QUEUE_LIMIT)

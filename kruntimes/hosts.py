@@ -3,12 +3,13 @@ back (CreatedHost). Activities, the scale-out workflow and the worker share it."
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AwareDatetime, Field
 
 from kruntimes.api._base import ApiModel, StrictInt
 from kruntimes.api.names import validate_dns1123_label
+from kruntimes.config import ResourceLimits, RuntimeConfig
 from kruntimes.scheduling.failures import ProviderName
 from kruntimes.scheduling.model import Identity, RuntimeName, TenantName
 
@@ -23,6 +24,41 @@ HostId = Annotated[str, AfterValidator(_host_id)]
 Address = Annotated[str, Field(min_length=1, max_length=261)]
 
 
+class HostSandbox(ApiModel):
+    """How a host isolates its functions (flags of `krt host`)."""
+
+    isolation: Literal["uid", "same-user"] = "uid"
+    network: Literal["host", "none"] = "host"
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    # `source.path` must lie under one of these; [] allows only inline sources
+    allowedSourceRoots: list[str] = Field(default_factory=list, max_length=64)
+    # directories no function may see, besides the host's own state directory
+    hide: list[str] = Field(default_factory=list, max_length=64)
+    # directories every function sees with their real content (data handed to functions)
+    shared: list[str] = Field(default_factory=list, max_length=64)
+
+
+class HostDefaults(ApiModel):
+    """The platform's side of a host's isolation settings (the worker's flags and config)."""
+
+    isolation: Literal["uid", "same-user"] = "uid"  # for runtimes that name none
+    allowedSourceRoots: list[str] = Field(default_factory=list, max_length=64)
+    hide: list[str] = Field(default_factory=list, max_length=64)  # e.g. the platform's state dir
+    shared: list[str] = Field(default_factory=list, max_length=64)
+
+
+def host_sandbox(runtime: RuntimeConfig, defaults: HostDefaults) -> HostSandbox:
+    """The isolation settings of a host of `runtime`."""
+    return HostSandbox(
+        isolation=runtime.isolation or defaults.isolation,
+        network=runtime.network,
+        limits=runtime.limits or ResourceLimits(),
+        allowedSourceRoots=defaults.allowedSourceRoots,
+        hide=defaults.hide,
+        shared=defaults.shared,
+    )
+
+
 class HostSpec(ApiModel):
     """One host to create: which runtime it serves, its name, and the provider that makes it."""
 
@@ -33,13 +69,12 @@ class HostSpec(ApiModel):
     tenant: TenantName | None = None
     # Where the process provider keeps records, logs and the host's workspaces.
     stateDir: Annotated[str, Field(min_length=1)]
-    # Address-space limit of each function process; None keeps the host's default.
-    addressSpaceMiB: StrictInt | None = Field(default=None, ge=16)
     # The endpoint the attach provider adopts.
     attachAddress: Address | None = None
     # Where the host sends route heartbeats (the gateways' heartbeat addresses), and how often.
     gateways: list[Address] = Field(default_factory=list, max_length=16)
     heartbeatIntervalSeconds: float = Field(default=5.0, gt=0, le=300)
+    sandbox: HostSandbox = Field(default_factory=HostSandbox)
 
 
 class CreatedHost(ApiModel):
@@ -53,3 +88,4 @@ class CreatedHost(ApiModel):
     # The host's process when the provider started it locally; None for attached or remote hosts.
     pid: StrictInt | None = Field(default=None, ge=1)
     createdAt: AwareDatetime
+    isolation: str = ""  # what the host says is in force, in words

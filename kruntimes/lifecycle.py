@@ -12,6 +12,7 @@ from pydantic import Field
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.run import Run
 from kruntimes.config import RuntimeConfig, TenantConfig
+from kruntimes.hosts import HostDefaults, HostSandbox
 from kruntimes.scheduling.failures import ProviderFailure
 from kruntimes.scheduling.model import AdmissionRequest, Host, Reservation, ScaleOutRequest
 
@@ -209,6 +210,8 @@ class PoolConfig(ApiModel):
     probeIntervalSeconds: float | None = Field(default=60.0, gt=0)
     # The task queue of the Runs' workers, where the pool starts its ScaleOutWorkflows.
     runTaskQueue: str = Field(default=TASK_QUEUE, min_length=1)
+    # What the pool's hosts are told about isolation (kruntimes.hosts.host_sandbox).
+    hostDefaults: HostDefaults = Field(default_factory=lambda: HostDefaults())
 
 
 class PoolState(ApiModel):
@@ -238,6 +241,7 @@ class ScaleOutInput(ApiModel):
     poolWorkflowId: str
     gateways: list[str] = Field(default_factory=list)
     heartbeatIntervalSeconds: float = 5.0
+    sandbox: HostSandbox | None = None  # None (inputs from before isolation): the host's defaults
 
 
 # --- CleanupWorkflow ----------------------------------------------------------------------------

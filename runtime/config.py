@@ -12,6 +12,7 @@ from kruntimes.api.names import validate_env_name, validate_handler
 from runtime import workspace
 from runtime.errors import InvalidRequest, SourceInvalid
 from runtime.limits import ProcessLimits
+from runtime.sandbox.child import SandboxSpec
 from runtime.spawner import SpawnSpec
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -58,12 +59,15 @@ class FunctionConfig:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def prepare_workdir(config: FunctionConfig, workdir: Path) -> None:
+def prepare_workdir(config: FunctionConfig, workdir: Path, policy: workspace.SourcePolicy) -> None:
     """Create `workdir` holding the function's source (the caller removes it with
     `workspace.remove`); a source that cannot be used is SourceInvalid."""
     try:
         workspace.prepare(
-            workdir, source_path=config.source_path, inline=list(config.inline) if config.inline else None
+            workdir,
+            source_path=config.source_path,
+            inline=list(config.inline) if config.inline else None,
+            policy=policy,
         )
     except workspace.SourceError as exc:
         raise SourceInvalid(str(exc)) from exc
@@ -85,14 +89,27 @@ def function_env(run: RunRef, config: FunctionConfig, workdir: Path) -> dict[str
 
 
 def spawn_spec(
-    run: RunRef, config: FunctionConfig, workdir: Path, limits: ProcessLimits, *, once: bool
+    run: RunRef,
+    config: FunctionConfig,
+    workdir: Path,
+    limits: ProcessLimits,
+    *,
+    once: bool,
+    sandbox: SandboxSpec | None = None,
 ) -> SpawnSpec:
     env = function_env(run, config, workdir)
     if config.adapter == "bash":
         script = workdir / config.handler
         if not script.is_file():
             raise InvalidRequest(f"bash handler {config.handler!r} is not a file in the source")
-        return SpawnSpec(kind="exec", cwd=str(workdir), env=env, limits=limits, argv=(_bash(), str(script)))
+        return SpawnSpec(
+            kind="exec",
+            cwd=str(workdir),
+            env=env,
+            limits=limits,
+            argv=(_bash(), str(script)),
+            sandbox=sandbox,
+        )
     context = {
         "run_uid": run.run_uid,
         "namespace": run.namespace,
@@ -101,7 +118,13 @@ def spawn_spec(
     }
     kind = "python-once" if once else "python"
     return SpawnSpec(
-        kind=kind, cwd=str(workdir), env=env, limits=limits, handler=config.handler, context=context
+        kind=kind,
+        cwd=str(workdir),
+        env=env,
+        limits=limits,
+        handler=config.handler,
+        context=context,
+        sandbox=sandbox,
     )
 
 

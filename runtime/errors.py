@@ -20,11 +20,17 @@ from typing import ClassVar
 
 from kruntimes.wire.reasons import HostReason
 
+MAX_MESSAGE_CHARS = 1024
+
 
 class RuntimeError_(Exception):
     reason: ClassVar[HostReason] = HostReason.INTERNAL
 
     def __init__(self, message: str) -> None:
+        # Bounded, whatever produced it: the message travels in gRPC metadata (8 KiB limits) and
+        # the invoke port's error frames, and a long one must never break the transport.
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[: MAX_MESSAGE_CHARS - 1] + "…"
         super().__init__(message)
         self.message = message
 

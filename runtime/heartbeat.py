@@ -36,6 +36,7 @@ class HeartbeatSender:
         interval_s: float,
         invoke_address: str = "",
         snapshot: Callable[[], list[pb.RegistrationState]],
+        isolation: pb.HostIsolation | None = None,
     ) -> None:
         self.gateways = gateways
         self.identity = {
@@ -45,6 +46,7 @@ class HeartbeatSender:
             "address": address,
             "invoke_address": invoke_address,
         }
+        self.isolation = isolation
         self.interval_s = interval_s
         self.snapshot = snapshot
         self._changed = threading.Condition()
@@ -78,7 +80,12 @@ class HeartbeatSender:
         sent_at = Timestamp()
         sent_at.FromDatetime(datetime.now(UTC))
         return hb.HostHeartbeat(
-            **self.identity,
+            host_id=self.identity["host_id"],
+            host_uid=self.identity["host_uid"],
+            runtime=self.identity["runtime"],
+            address=self.identity["address"],
+            invoke_address=self.identity["invoke_address"],
+            isolation=self.isolation,
             sequence=sequence,
             interval_ms=int(self.interval_s * 1000),
             sent_at=sent_at,

@@ -27,12 +27,16 @@ from runtime.errors import (
     StaleAttempt,
     UnknownRegistration,
 )
+from runtime.isolation import FunctionIsolation, Lease
 from runtime.limits import ProcessLimits
 from runtime.once import run_once
 from runtime.outcome import LoadFailed, Outcome, Status
 from runtime.results import check_outputs, parse_script_outputs
-from runtime.spawner import Spawner, SpawnError
+from runtime.sandbox.child import SandboxSpec
+from runtime.sandbox.identity import NoFreeUid
+from runtime.spawner import Spawner, SpawnError, SpawnSpec
 from runtime.warm import WarmProcess
+from runtime.workspace import SourcePolicy
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,11 @@ class Registration:
     deaths: int = 0
     last_activity: datetime = field(default_factory=_now)
     busy: threading.Lock = field(default_factory=threading.Lock)
+    lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
+
+    @property
+    def sandbox(self) -> SandboxSpec | None:
+        return self.lease.sandbox(self.workdir) if self.lease is not None else None
 
 
 class Registry:
@@ -111,8 +120,12 @@ class Registry:
         limits: ProcessLimits,
         host_uid: str,
         on_change: Callable[[], None] | None = None,
+        isolation: FunctionIsolation | None = None,
+        sources: SourcePolicy | None = None,
     ) -> None:
         self.spawner = spawner
+        self.isolation = isolation
+        self.sources = sources or SourcePolicy()
         self.work_root = work_root
         self.limits = limits
         self.host_uid = host_uid
@@ -165,24 +178,30 @@ class Registry:
 
     def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
         workdir = self.work_root / f"{run.run_uid}.{run.attempt}"
-        prepare_workdir(config, workdir)
+        prepare_workdir(config, workdir, self.sources)
         reg = Registration(
             id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir
         )
         try:
-            spec = spawn_spec(run, config, workdir, self.limits, once=False)
+            if self.isolation is not None:
+                reg.lease = self.isolation.lease(reg.id)
+                reg.lease.own(workdir)
+            spec = self._spec(reg, once=False)
             if config.adapter == "python":
                 reg.process = WarmProcess.start(self.spawner, spec)
         except LoadFailed as exc:
-            workspace.remove(workdir)
+            self._close_registration(reg)
             raise HandlerLoadFailed(exc.kind, str(exc)) from exc
-        except SpawnError as exc:
-            workspace.remove(workdir)
+        except (SpawnError, NoFreeUid) as exc:
+            self._close_registration(reg)
             raise HostUnavailable(str(exc)) from exc
-        except Exception:
-            workspace.remove(workdir)
+        except BaseException:
+            self._close_registration(reg)
             raise
         return reg
+
+    def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:
+        return spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=once, sandbox=reg.sandbox)
 
     def unregister(self, registration_id: str, *, grace_s: float = 5.0) -> bool:
         with self._lock:
@@ -214,10 +233,17 @@ class Registry:
         log.info("function unregistered", extra={"run_uid": reg.run.run_uid, "attempt": reg.run.attempt})
 
     def _close_registration(self, reg: Registration) -> None:
-        if reg.process is not None:
-            reg.process.close()
-            reg.process = None
-        workspace.remove(reg.workdir)
+        """Kill its processes (all of them: the namespace, the cgroup or the uid), free its
+        identity, remove its workspace."""
+        try:
+            if reg.process is not None:
+                reg.process.close()
+                reg.process = None
+            if reg.lease is not None and self.isolation is not None:
+                lease, reg.lease = reg.lease, None
+                self.isolation.release(lease)
+        finally:
+            workspace.remove(reg.workdir)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -368,7 +394,7 @@ class Registry:
         if reg.process is not None:
             reg.process.close()
             reg.process = None
-        spec = spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=False)
+        spec = self._spec(reg, once=False)
         try:
             reg.process = WarmProcess.start(self.spawner, spec)
         except (LoadFailed, SpawnError) as exc:
@@ -383,7 +409,7 @@ class Registry:
         self.on_change()
 
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
-        spec = spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=True)
+        spec = self._spec(reg, once=True)
         try:
             outcome = run_once(self.spawner, spec, payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES)
         except SpawnError as exc:

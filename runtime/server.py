@@ -27,11 +27,14 @@ from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
+from runtime.isolation import FunctionIsolation
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
-from runtime.service import FunctionRuntimeService, registration_state
+from runtime.sandbox.policy import InForce, SandboxSettings
+from runtime.service import FunctionRuntimeService, isolation_message, registration_state
 from runtime.spawner import Spawner
 from runtime.tasks import Tasks
+from runtime.workspace import SourcePolicy
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,11 @@ class HostOptions:
     heartbeat_interval_s: float = 5.0
     # the raw invoke port (runtime/invoke.py); None: the host of `listen`, port 0; "" disables it
     invoke_listen: str | None = None
+    # how functions are isolated (runtime/sandbox/policy.py); a uid per function by default
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    # where a Run's source.path may point; none: only inline sources (the state directory and
+    # the hidden directories are refused wherever the roots are)
+    allowed_source_roots: tuple[str, ...] = ()
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -76,14 +84,30 @@ class RuntimeHost:
         self.host_uid = str(uuid.uuid4())
         self.work_root = options.state_dir / "work" / self.host_uid
         self.spawner = Spawner()
+        self.isolation = FunctionIsolation(
+            options.sandbox, host_uid=self.host_uid, hide=(str(options.state_dir), str(self.work_root))
+        )
+        self.in_force: InForce | None = None
+        sources = SourcePolicy(
+            allowed_roots=options.allowed_source_roots,
+            forbidden=(str(options.state_dir), *options.sandbox.hide),
+        )
         self.registry = Registry(
             spawner=self.spawner,
             work_root=self.work_root,
             limits=options.limits,
             host_uid=self.host_uid,
             on_change=self._registrations_changed,
+            isolation=self.isolation,
+            sources=sources,
         )
-        self.tasks = Tasks(spawner=self.spawner, work_root=self.work_root, limits=options.limits)
+        self.tasks = Tasks(
+            spawner=self.spawner,
+            work_root=self.work_root,
+            limits=options.limits,
+            isolation=self.isolation,
+            sources=sources,
+        )
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.address = ""
@@ -99,8 +123,20 @@ class RuntimeHost:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout_s)
 
     def start(self) -> str:
-        self.work_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Start serving; IsolationUnavailable when the functions cannot be isolated as asked."""
+        self.isolation.check()
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        self.work_root.chmod(0o711)  # enterable, not listable: each workspace is its function's own
         self.spawner.start()
+        try:
+            self.in_force = self.isolation.start(
+                namespaces=self.spawner.namespaces,
+                network_namespaces=self.spawner.network_namespaces,
+                work_root=self.work_root,
+            )
+        except BaseException:
+            self.spawner.close()
+            raise
         loop = new_event_loop()
         self._executor = futures.ThreadPoolExecutor(
             max_workers=self.options.max_workers, thread_name_prefix="rpc"
@@ -127,6 +163,7 @@ class RuntimeHost:
                 invoke_address=self.invoke_address,
                 interval_s=self.options.heartbeat_interval_s,
                 snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
+                isolation=isolation_message(self.in_force),
             )
             self.heartbeats.start()
         gc.freeze()  # start-up objects never need collecting; keeps full collections short
@@ -149,6 +186,7 @@ class RuntimeHost:
             tasks=self.tasks,
             host_id=self.options.host_id,
             runtime=self.options.runtime,
+            isolation=isolation_message(self.in_force) if self.in_force is not None else None,
         )
         pb_grpc.add_FunctionRuntimeServicer_to_server(service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -190,6 +228,7 @@ class RuntimeHost:
         self.registry.close()
         self._stop_loop()
         self.spawner.close()
+        self.isolation.close()
         shutil.rmtree(self.work_root, ignore_errors=True)
 
     async def _stop_serving(self, grace_s: float) -> None:

@@ -29,6 +29,7 @@ from runtime.capture import Capture
 from runtime.config import FunctionConfig, RunRef
 from runtime.outcome import Outcome, Status
 from runtime.registry import Registration, Registry, State
+from runtime.sandbox.policy import InForce
 from runtime.tasks import Tasks
 
 log = logging.getLogger(__name__)
@@ -189,11 +190,20 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
     """Served by grpc.aio on the host's event loop. InvokeFunction, FunctionStatus and HostInfo run
     on the loop; what blocks (spawning, workspaces, tasks, teardown) runs in the loop's executor."""
 
-    def __init__(self, *, registry: Registry, tasks: Tasks, host_id: str, runtime: str) -> None:
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        tasks: Tasks,
+        host_id: str,
+        runtime: str,
+        isolation: pb.HostIsolation | None = None,
+    ) -> None:
         self.registry = registry
         self.tasks = tasks
         self.host_id = host_id
         self.runtime = runtime
+        self.isolation = isolation
 
     async def RegisterFunction(
         self, request: pb.RegisterFunctionRequest, context: Context
@@ -282,7 +292,19 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             host_uid=self.registry.host_uid,
             runtime=self.runtime,
             registrations=[registration_state(r) for r in self.registry.snapshot()],
+            isolation=self.isolation,
         )
+
+
+def isolation_message(in_force: InForce) -> pb.HostIsolation:
+    return pb.HostIsolation(
+        isolation=in_force.isolation.value,
+        network=in_force.network.value,
+        pid_namespace=in_force.pid_namespace,
+        mount_namespace=in_force.mount_namespace,
+        cgroup=in_force.cgroup,
+        summary=in_force.describe(),
+    )
 
 
 def registration_state(reg: Registration) -> pb.RegistrationState:

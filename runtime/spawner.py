@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.limits import ProcessLimits
+from runtime.sandbox.child import SandboxSpec
 from runtime.zygote import MAX_MESSAGE
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class SpawnSpec:
     handler: str = ""
     argv: tuple[str, ...] = ()
     context: dict[str, str] = field(default_factory=dict)
+    sandbox: SandboxSpec | None = None  # None: no isolation beyond the rlimits
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class SpawnSpec:
             "handler": self.handler,
             "argv": list(self.argv),
             "context": self.context,
+            "sandbox": self.sandbox.to_json() if self.sandbox is not None else None,
         }
 
 
@@ -100,6 +103,9 @@ class Spawner:
         self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
         self._ready = threading.Event()
+        # What the zygote found it can make for a sandboxed child (its "ready" message says).
+        self.namespaces = False
+        self.network_namespaces = False
 
     def start(self) -> None:
         """Start the zygote and wait until it has imported the adapters (so the first spawn is fast)."""
@@ -174,6 +180,8 @@ class Spawner:
             msg = json.loads(data)
             op = msg["op"]
             if op == "ready":
+                self.namespaces = bool(msg.get("namespaces"))
+                self.network_namespaces = bool(msg.get("networkNamespaces"))
                 self._ready.set()
                 continue
             with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -12,11 +13,14 @@ from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
 from runtime.config import FunctionConfig, RunRef, prepare_workdir, spawn_spec
 from runtime.errors import HostUnavailable, RegistrationConflict
+from runtime.isolation import FunctionIsolation
 from runtime.limits import ProcessLimits
 from runtime.once import run_once
 from runtime.outcome import Outcome, Status, set_error
 from runtime.results import check_outputs, parse_script_outputs
+from runtime.sandbox.identity import NoFreeUid
 from runtime.spawner import Spawner, SpawnError
+from runtime.workspace import SourcePolicy
 
 RETAIN_RESULTS = 1000  # finished executions remembered for callers that retry
 RETAIN_SECONDS = 3600.0
@@ -33,8 +37,18 @@ class Execution:
 
 
 class Tasks:
-    def __init__(self, *, spawner: Spawner, work_root: Path, limits: ProcessLimits) -> None:
+    def __init__(
+        self,
+        *,
+        spawner: Spawner,
+        work_root: Path,
+        limits: ProcessLimits,
+        isolation: FunctionIsolation | None = None,
+        sources: SourcePolicy | None = None,
+    ) -> None:
         self.spawner = spawner
+        self.isolation = isolation
+        self.sources = sources or SourcePolicy()
         self.work_root = work_root
         self.limits = limits
         self._lock = threading.Lock()
@@ -74,9 +88,14 @@ class Tasks:
         self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float, execution: Execution
     ) -> Outcome:
         workdir = self.work_root / f"task-{run.run_uid}.{run.attempt}"
-        prepare_workdir(config, workdir)
+        prepare_workdir(config, workdir, self.sources)
+        lease = None
         try:
-            spec = spawn_spec(run, config, workdir, self.limits, once=True)
+            if self.isolation is not None:
+                lease = self.isolation.lease("task-" + secrets.token_hex(12))
+                lease.own(workdir)
+            sandbox = lease.sandbox(workdir) if lease is not None else None
+            spec = spawn_spec(run, config, workdir, self.limits, once=True, sandbox=sandbox)
 
             def started(pid: int) -> None:
                 execution.pid = pid
@@ -86,10 +105,14 @@ class Tasks:
             outcome = run_once(
                 self.spawner, spec, data, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started
             )
-        except SpawnError as exc:
+        except (SpawnError, NoFreeUid) as exc:
             raise HostUnavailable(str(exc)) from exc
         finally:
-            workspace.remove(workdir)
+            try:
+                if lease is not None and self.isolation is not None:
+                    self.isolation.release(lease)
+            finally:
+                workspace.remove(workdir)
         if execution.cancelled:
             set_error(outcome, Status.CANCELLED, "Cancelled", "cancelled")
         elif outcome.status is Status.SUCCEEDED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from kruntimes.api.limits import (
@@ -46,18 +47,60 @@ def _check_tree(root: Path) -> None:
                 raise SourceError(f"source directory is larger than {MAX_SOURCE_DIR_BYTES} bytes")
 
 
-def prepare(workdir: Path, *, source_path: str | None, inline: list[tuple[str, bytes, bool]] | None) -> Path:
-    """Create `workdir` holding the function's files; the caller removes it with `remove`."""
+@dataclass(frozen=True)
+class SourcePolicy:
+    """Where a `source.path` may point. The host copies it as root, so this is what stands
+    between a Run's spec and every file of the machine: only under an allowed root, and never a
+    forbidden directory (a state directory: certificates, keys, tokens), inside one, or above one."""
+
+    allowed_roots: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+
+    def check(self, source_path: str) -> Path:
+        src = Path(source_path)
+        if not src.is_absolute():
+            raise SourceError(f"source path {_short(source_path)} must be absolute")
+        real = Path(os.path.realpath(src))
+        for forbidden in self.forbidden:
+            guarded = Path(os.path.realpath(forbidden))
+            if real == guarded or guarded in real.parents or real in guarded.parents:
+                raise SourceError(
+                    f"source path {_short(source_path)} is or holds a directory of the platform's "
+                    "state; it is never a source"
+                )
+        if not any(real == root or root in real.parents for root in map(_real, self.allowed_roots)):
+            raise SourceError(
+                f"source path {_short(source_path)} is not under an allowed source root "
+                "(allowedSourceRoots of the runtimes file); use an inline source or an allowed path"
+            )
+        return real
+
+
+def _real(path: str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _short(path: str, limit: int = 160) -> str:
+    return repr(path if len(path) <= limit else path[: limit - 1] + "…")
+
+
+def prepare(
+    workdir: Path,
+    *,
+    source_path: str | None,
+    inline: list[tuple[str, bytes, bool]] | None,
+    policy: SourcePolicy | None = None,
+) -> Path:
+    """Create `workdir` holding the function's files; the caller removes it with `remove`.
+    A source path is checked against `policy` (None: none is allowed)."""
     if workdir.exists():
         remove(workdir)
     workdir.parent.mkdir(parents=True, exist_ok=True)
     try:
         if source_path is not None:
-            src = Path(source_path)
-            if not src.is_absolute():
-                raise SourceError(f"source path {source_path!r} must be absolute")
+            src = (policy or SourcePolicy()).check(source_path)
             if not src.is_dir():
-                raise SourceError(f"source path {source_path!r} is not a readable directory")
+                raise SourceError(f"source path {_short(source_path)} is not a readable directory")
             _check_tree(src)
             shutil.copytree(src, workdir, symlinks=True)
         else:

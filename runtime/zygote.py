@@ -7,7 +7,10 @@ threads is safe (the gRPC server itself must never fork).
 Protocol on the SOCK_SEQPACKET socket inherited as --fd (one JSON message per packet):
   server -> zygote  {"op": "spawn", "id", "spec"} with file descriptors [stdin, stdout, stderr, ctl?]
                     {"op": "kill", "pid"}            kill the process group of a child not yet reaped
-  zygote -> server  {"op": "ready"}                 once, when its imports are done
+  zygote -> server  {"op": "ready", "namespaces", "networkNamespaces"}
+                                                    once, when its imports are done; whether it
+                                                    can give a child PID, mount and network
+                                                    namespaces (runtime/sandbox)
                     {"op": "spawned", "id", "pid"} | {"op": "spawn_failed", "id", "error"}
                     {"op": "exited", "pid", "code"}  (code < 0: killed by that signal)
 The zygote reaps its children, so a pid it has not reported as exited cannot be reused: killing
@@ -30,6 +33,7 @@ from typing import Any
 
 from runtime import limits
 from runtime.adapters import python_worker
+from runtime.sandbox import child
 
 MAX_MESSAGE = 256 * 1024
 CTL_FD = 3
@@ -63,12 +67,17 @@ def _child(spec: dict[str, Any], fds: list[int], server: socket.socket) -> None:
         os.closerange(len(fds), os.sysconf("SC_OPEN_MAX"))
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
+        sandbox = child.SandboxSpec.from_json(spec["sandbox"]) if spec.get("sandbox") else None
+        if sandbox is not None:
+            child.enter(sandbox)  # returns in the function process (its namespace's init stays)
         os.chdir(spec["cwd"])
         env = spec["env"]
         os.environ.clear()
         os.environ.update(env)
         limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
         _never_preempt_the_host()
+        if sandbox is not None:
+            child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
         if spec["kind"] == "exec":
             os.execve(spec["argv"][0], spec["argv"], env)
         code = python_worker.main(
@@ -95,13 +104,17 @@ class Zygote:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
+        self.namespaces, self.network_namespaces = child.probe()
+        self.pids = child.PidSpace() if self.namespaces else None
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.send(json.dumps(message).encode())
 
     def serve(self) -> None:
         gc.freeze()  # forked children share these pages instead of touching them in a collection
-        self.send({"op": "ready"})
+        self.send(
+            {"op": "ready", "namespaces": self.namespaces, "networkNamespaces": self.network_namespaces}
+        )
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ, "sock")
         sel.register(self.wake_r, selectors.EVENT_READ, "wake")
@@ -134,6 +147,9 @@ class Zygote:
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
         try:
+            if self.pids is not None:  # a sandboxed child is PID 1 of a namespace of its own
+                sandbox = request["spec"].get("sandbox") or {}
+                self.pids.next_child(new=bool(sandbox.get("pid_namespace")))
             pid = os.fork()
         except OSError as exc:
             self.send({"op": "spawn_failed", "id": request["id"], "error": str(exc)})

@@ -14,7 +14,10 @@ import threading
 from pathlib import Path
 
 from kruntimes import logs
+from kruntimes.config import ResourceLimits
 from runtime.limits import ProcessLimits
+from runtime.sandbox.identity import UidRange
+from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
 
 
@@ -36,18 +39,95 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=64,
         help="threads for blocking work (registering, tasks, unregistering); invokes run on the event loop",
     )
-    parser.add_argument("--address-space-mib", type=int, default=ProcessLimits().address_space_bytes // 2**20)
     parser.add_argument(
         "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
     )
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between heartbeats")
+    isolation = parser.add_argument_group("function isolation")
+    isolation.add_argument(
+        "--isolation",
+        choices=[i.value for i in Isolation],
+        default=Isolation.UID.value,
+        help="uid: every function its own unprivileged uid (needs root or CAP_SETUID/CAP_SETGID); "
+        "same-user: functions run as this host's user (they can read what it can)",
+    )
+    isolation.add_argument(
+        "--network",
+        choices=[n.value for n in Network],
+        default=Network.HOST.value,
+        help="none: each function gets a network namespace with only loopback",
+    )
+    add = isolation.add_argument
+    add("--uid-range", default=None, metavar="FIRST-LAST", help="uids for functions")
+    defaults = ResourceLimits()
+    add("--open-files", type=int, default=defaults.openFiles, help="per function process")
+    add("--processes", type=int, default=defaults.processes, help="processes and threads of one function")
+    memory = (defaults.memoryBytes or 0) // 2**20
+    add("--memory-limit-mib", type=int, default=memory, help="across a function's processes; 0: none")
+    add("--address-space-mib", type=int, default=defaults.addressSpaceBytes // 2**20, help="per process")
+    add("--cpu-seconds", type=int, default=defaults.cpuSeconds, help="CPU time per process")
+    add("--file-size-mib", type=int, default=defaults.fileSizeBytes // 2**20, help="largest file written")
+    add("--tmp-size-mib", type=int, default=defaults.tmpBytes // 2**20, help="private /tmp and /dev/shm")
+    add("--hide", action="append", default=[], metavar="DIR", help="a directory functions never see")
+    add("--share", action="append", default=[], metavar="DIR", help="a directory every function sees")
+    add(
+        "--allowed-source-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory a Run's source.path may point into (repeatable); none: only inline sources",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
+
+
+def limits(args: argparse.Namespace) -> ResourceLimits:
+    """The function limits of the flags, validated as the runtimes file validates them."""
+    try:
+        return ResourceLimits(
+            openFiles=args.open_files,
+            processes=args.processes,
+            memoryBytes=args.memory_limit_mib * 2**20 or None,
+            addressSpaceBytes=args.address_space_mib * 2**20,
+            cpuSeconds=args.cpu_seconds,
+            fileSizeBytes=args.file_size_mib * 2**20,
+            tmpBytes=args.tmp_size_mib * 2**20,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"krt host: a function limit is out of bounds: {exc}") from None
+
+
+def process_limits(given: ResourceLimits) -> ProcessLimits:
+    return ProcessLimits(
+        open_files=given.openFiles,
+        processes=given.processes,
+        address_space_bytes=given.addressSpaceBytes,
+        cpu_seconds=given.cpuSeconds,
+        file_size_bytes=given.fileSizeBytes,
+    )
+
+
+def sandbox_settings(args: argparse.Namespace, given: ResourceLimits) -> SandboxSettings:
+    try:
+        uids = UidRange.parse(args.uid_range) if args.uid_range else UidRange()
+    except ValueError as exc:
+        raise SystemExit(f"krt host: --uid-range: {exc}") from exc
+    return SandboxSettings(
+        isolation=Isolation(args.isolation),
+        network=Network(args.network),
+        uids=uids,
+        memory_bytes=given.memoryBytes,
+        max_processes=given.processes,
+        tmp_bytes=given.tmpBytes,
+        hide=tuple(str(Path(h).resolve()) for h in args.hide),
+        shared=tuple(str(Path(h).resolve()) for h in args.share),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logs.setup(args.log_level)
+    given = limits(args)
     host = RuntimeHost(
         HostOptions(
             host_id=args.host_id,
@@ -55,19 +135,26 @@ def main(argv: list[str] | None = None) -> None:
             listen=args.listen,
             invoke_listen=args.invoke_listen,
             state_dir=args.state_dir,
-            limits=ProcessLimits(address_space_bytes=args.address_space_mib * 2**20),
+            limits=process_limits(given),
             max_workers=args.max_workers,
             gateways=tuple(args.gateway),
             heartbeat_interval_s=args.heartbeat_interval,
+            sandbox=sandbox_settings(args, given),
+            allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
         )
     )
-    address = host.start()
+    try:
+        address = host.start()
+    except IsolationUnavailable as exc:
+        raise SystemExit(f"krt host: {exc}") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "address": address, "hostUid": host.host_uid}))
+        isolation = host.in_force.describe() if host.in_force is not None else ""
+        ready = {"pid": os.getpid(), "address": address, "hostUid": host.host_uid, "isolation": isolation}
+        tmp.write_text(json.dumps(ready))
         tmp.replace(args.ready_file)
     stop.wait()
     host.stop()

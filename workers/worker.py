@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
 from kruntimes.config import PlatformConfig, load_config
+from kruntimes.hosts import HostDefaults
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     SIGNAL_CONFIGURE,
@@ -65,6 +66,21 @@ class WorkerSettings:
     # Their names: a test or a second platform on the same Temporal namespace picks its own.
     run_task_queue: str = TASK_QUEUE
     pool_task_queue: str = POOL_TASK_QUEUE
+    # What hosts are told about isolation: the default for runtimes that name none, where
+    # `source.path` may point, what functions never see (the state directory is always added).
+    host_defaults: HostDefaults = field(default_factory=HostDefaults)
+
+
+def _host_defaults(settings: WorkerSettings) -> HostDefaults:
+    defaults = settings.host_defaults
+    roots = settings.config.allowedSourceRoots
+    hide = sorted({*defaults.hide, *([settings.platform.stateDir] if settings.platform.stateDir else [])})
+    return defaults.model_copy(
+        update={
+            "allowedSourceRoots": defaults.allowedSourceRoots if roots is None else roots,
+            "hide": hide,
+        }
+    )
 
 
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
@@ -98,6 +114,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             providers=providers,
             probeIntervalSeconds=settings.probe_interval_s,
             runTaskQueue=settings.run_task_queue,
+            hostDefaults=_host_defaults(settings),
         )
         await client.start_workflow(
             RuntimePoolWorkflow.run,
@@ -205,6 +222,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"the pools' task queue (default {POOL_TASK_QUEUE})",
     )
     parser.add_argument(
+        "--isolation",
+        choices=["uid", "same-user"],
+        default="uid",
+        help="how hosts isolate functions when a runtime names nothing: uid (each function its own "
+        "unprivileged uid; hosts that cannot switch uids refuse to start) or same-user",
+    )
+    parser.add_argument(
+        "--allowed-source-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory Runs' source.path may point into (repeatable; the runtimes file's "
+        "allowedSourceRoots replaces them); none: only inline sources",
+    )
+    parser.add_argument(
         "--sandbox",
         action="store_true",
         help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
@@ -229,6 +261,10 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         queues=_queues(args.queues),
         run_task_queue=_task_queue(args.task_queue, flag="--task-queue"),
         pool_task_queue=_task_queue(args.pool_task_queue, flag="--pool-task-queue"),
+        host_defaults=HostDefaults(
+            isolation=args.isolation,
+            allowedSourceRoots=[str(Path(r).expanduser().resolve()) for r in args.allowed_source_root],
+        ),
     )
     if settings.run_task_queue == settings.pool_task_queue:
         # Each queue's worker registers only its own workflows: a shared queue would hand pool

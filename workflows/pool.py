@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from kruntimes.hosts import host_sandbox
     from kruntimes.lifecycle import (
         QUERY_POOL,
         SIGNAL_ADMIT,
@@ -288,6 +289,7 @@ class RuntimePoolWorkflow:
                 poolWorkflowId=workflow.info().workflow_id,
                 gateways=self.config.platform.gatewayHeartbeats,
                 heartbeatIntervalSeconds=self.config.platform.heartbeatIntervalSeconds,
+                sandbox=host_sandbox(rt, self.config.hostDefaults),
             )
         )
 

@@ -13,7 +13,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.hosts import CreatedHost, HostSpec
+    from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
     from kruntimes.lifecycle import (
         SIGNAL_HOST_READY,
         SIGNAL_SCALE_OUT_FAILED,
@@ -76,6 +76,7 @@ class ScaleOutWorkflow:
                 stateDir=input.stateDir,
                 gateways=input.gateways,
                 heartbeatIntervalSeconds=input.heartbeatIntervalSeconds,
+                sandbox=input.sandbox or HostSandbox(),
             )
         except ValueError as exc:  # a configuration error: report it, never retry the task forever
             failure = ProviderFailure.of(

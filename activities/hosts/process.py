@@ -34,7 +34,7 @@ from activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
 from activities.hosts.base import provider_error
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 __all__ = ["ProcessProvider", "host_running", "list_records", "stop_all"]
@@ -52,6 +52,37 @@ class _ReadyFile(ApiModel):
     pid: int
     address: str
     hostUid: str
+    isolation: str = ""
+
+
+# What a host process inherits of the worker's environment: nothing that could be a secret (a
+# function that read its host's /proc/<pid>/environ — or a host that leaked it — finds only these).
+_HOST_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+
+
+def host_environment() -> dict[str, str]:
+    env = {name: os.environ[name] for name in _HOST_ENVIRONMENT if name in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    return env
+
+
+def host_flags(sandbox: HostSandbox) -> list[str]:
+    """The `krt host` flags that carry a host's isolation settings and function limits."""
+    limits = sandbox.limits
+    argv = ["--isolation", sandbox.isolation, "--network", sandbox.network]
+    argv += ["--open-files", str(limits.openFiles), "--processes", str(limits.processes)]
+    argv += ["--memory-limit-mib", str((limits.memoryBytes or 0) // 2**20)]
+    argv += ["--address-space-mib", str(limits.addressSpaceBytes // 2**20)]
+    argv += ["--cpu-seconds", str(limits.cpuSeconds), "--file-size-mib", str(limits.fileSizeBytes // 2**20)]
+    argv += ["--tmp-size-mib", str(limits.tmpBytes // 2**20)]
+    for root in sandbox.allowedSourceRoots:
+        argv += ["--allowed-source-root", root]
+    for hidden in sandbox.hide:
+        argv += ["--hide", hidden]
+    for shared in sandbox.shared:
+        argv += ["--share", shared]
+    return argv
 
 
 @dataclass(frozen=True)
@@ -218,8 +249,7 @@ class ProcessProvider:
     async def _start(self, slot: _Slot, spec: HostSpec, state_dir: Path) -> CreatedHost:
         argv = [self.python, "-m", "workers.host", "--host-id", spec.hostId, "--runtime", spec.runtime]
         argv += ["--listen", "127.0.0.1:0", "--state-dir", str(state_dir), "--ready-file", str(slot.ready)]
-        if spec.addressSpaceMiB is not None:
-            argv += ["--address-space-mib", str(spec.addressSpaceMiB)]
+        argv += host_flags(spec.sandbox)
         for gateway in spec.gateways:
             argv += ["--gateway", gateway]
         argv += ["--heartbeat-interval", str(spec.heartbeatIntervalSeconds)]
@@ -232,6 +262,7 @@ class ProcessProvider:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    env=host_environment(),
                 )
             except OSError as e:
                 raise self._error(
@@ -249,6 +280,7 @@ class ProcessProvider:
                 address=ready.address,
                 pid=proc.pid,
                 createdAt=datetime.now(UTC),
+                isolation=ready.isolation,
             )
             _write_atomic(slot.record, host.model_dump_json())
             log.info("host started", extra={"host": spec.hostId, "address": host.address, "pid": proc.pid})

@@ -50,6 +50,9 @@ class SandboxSettings:
     max_processes: int = 256  # processes and threads of one function
     tmp_bytes: int = 64 * MiB  # its private /tmp and /dev/shm
     hide: tuple[str, ...] = ()  # directories a function must never see (state directories)
+    # directories every function sees with their real content and permissions (data the
+    # operator hands to functions; tests use one to exchange files with them)
+    shared: tuple[str, ...] = ()
 
 
 class IsolationUnavailable(Exception):

@@ -386,6 +386,8 @@ class Hosts:
         self.root = root
         self.started: list[HostProcess] = []
         (root / "logs").mkdir(exist_ok=True)
+        (root / "records").mkdir(exist_ok=True)  # shared with the functions: see records_dir
+        (root / "records").chmod(0o1777)
 
     async def start(self, host_id: str, *, interval_s: float = HEARTBEAT_S) -> HostProcess:
         ready = self.root / f"{host_id}.ready.json"
@@ -407,6 +409,8 @@ class Hosts:
                 self.gw.heartbeat_address,
                 "--heartbeat-interval",
                 str(interval_s),
+                "--share",
+                str(self.root / "records"),
                 "--log-level",
                 "debug",
             ],
@@ -474,8 +478,11 @@ async def echo(gateway: Gateway, main_host: HostProcess) -> Function:
 
 @pytest.fixture(scope="session")
 def records_dir(session_dir: Path) -> Path:
+    """Where functions write what they did: shared with every host's functions (they run as
+    their own uid in mount namespaces of their own, which show them nothing else of the tests)."""
     path = session_dir / "records"
     path.mkdir(exist_ok=True)
+    path.chmod(0o1777)
     return path
 
 

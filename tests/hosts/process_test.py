@@ -36,7 +36,13 @@ async def test_create_starts_a_serving_host_on_loopback_and_records_it(
     record = state_dir / "hosts" / "python" / "python-0.json"
     assert CreatedHost.model_validate_json(record.read_text()) == host
     ready = json.loads((state_dir / "hosts" / "python" / "python-0.ready.json").read_text())
-    assert ready == {"pid": host.pid, "address": host.address, "hostUid": host.hostUid}
+    assert ready == {
+        "pid": host.pid,
+        "address": host.address,
+        "hostUid": host.hostUid,
+        "isolation": host.isolation,
+    }
+    assert "own uid per function" in host.isolation, "the host says which isolation is in force"
     assert files_of(state_dir) == [
         "python-0.json",
         "python-0.log",

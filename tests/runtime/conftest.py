@@ -17,6 +17,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire.reasons import reason_of
 from runtime.limits import ProcessLimits
+from runtime.sandbox.identity import processes_of
+from runtime.sandbox.policy import SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
 
 
@@ -82,7 +84,31 @@ class Host:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory every function of the module's host sees (functions run as their own uid in
+    their own mount namespace: the tests' other files are invisible to them)."""
+    path = tmp_path_factory.mktemp("shared")
+    path.chmod(0o1777)
+    return path
+
+
+@pytest.fixture
+def scratch(shared: Path) -> Path:
+    """A fresh directory in `shared` for one test, writable by its functions."""
+    path = shared / uuid.uuid4().hex[:12]
+    path.mkdir()
+    path.chmod(0o1777)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module host's one allowed source root: `source.path` must lie under it."""
+    return tmp_path_factory.mktemp("sources")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory, shared: Path, sources: Path) -> Iterator[Host]:
     runtime = RuntimeHost(
         HostOptions(
             host_id="test-0",
@@ -90,6 +116,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             listen="127.0.0.1:0",
             state_dir=tmp_path_factory.mktemp("host"),
             limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+            sandbox=SandboxSettings(shared=(str(shared),)),
+            allowed_source_roots=(str(sources),),
         )
     )
     address = runtime.start()
@@ -123,3 +151,21 @@ def alive(pid: int) -> bool:
 
 def reason(err: grpc.RpcError) -> str:
     return reason_of(err.trailing_metadata())  # type: ignore[arg-type]
+
+
+def function_processes(uid: int) -> list[int]:
+    """The live processes of a function, found by its uid (every function has its own; inside its
+    PID namespace its own pids are not the host's)."""
+    return processes_of(uid)
+
+
+IDENTITY = "import os\ndef handle(p):\n    return {'uid': os.getuid(), 'pid': os.getpid()}\n"
+
+
+def function_gone(identity: dict[str, int]) -> bool:
+    """Whether nothing of the function that answered `identity` (from IDENTITY) still runs: by its
+    own uid when it has one, else by its pid (a host that does not switch uids has no namespaces
+    of other uids to hide pids in)."""
+    if identity["uid"] != os.geteuid():
+        return function_processes(identity["uid"]) == []
+    return not alive(identity["pid"])

@@ -21,24 +21,26 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.server import HostOptions, RuntimeHost
-from tests.runtime.conftest import alive, inline, wait_until
+from tests.runtime.conftest import IDENTITY, alive, function_gone, inline, wait_until
 
 
-def register_pid_function(stub: pb_grpc.FunctionRuntimeStub) -> tuple[pb.RegisterFunctionResponse, int]:
-    """Register a function that answers with its process id; invoke it once for that pid."""
+def register_identity_function(
+    stub: pb_grpc.FunctionRuntimeStub,
+) -> tuple[pb.RegisterFunctionResponse, dict[str, int]]:
+    """Register a function that answers with its uid and pid; invoke it once for them."""
     reg = stub.RegisterFunction(
         pb.RegisterFunctionRequest(
             run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
             config=pb.FunctionConfig(
                 adapter="python",
                 handler="main:handle",
-                inline=inline({"main.py": "import os\ndef handle(p):\n    return os.getpid()\n"}),
+                inline=inline({"main.py": IDENTITY}),
             ),
         ),
         timeout=30,
     )
     answer = stub.InvokeFunction(pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30)
-    return reg, json.loads(answer.outputs_json)["result"]
+    return reg, json.loads(answer.outputs_json)
 
 
 @contextlib.contextmanager
@@ -69,22 +71,22 @@ def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigte
                 answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
                 assert answer.status == health_pb2.HealthCheckResponse.SERVING
             stub = pb_grpc.FunctionRuntimeStub(channel)
-            reg, function_pid = register_pid_function(stub)
+            reg, function = register_identity_function(stub)
             assert reg.host_uid == info["hostUid"]
-        assert alive(function_pid)
+        assert not function_gone(function)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        assert wait_until(lambda: not alive(function_pid)), "function processes must not outlive the host"
+        assert wait_until(lambda: function_gone(function)), "function processes must not outlive the host"
         assert not any((tmp_path / "state" / "work").iterdir()), "workspaces must be removed"
 
 
 def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
     with host_process(tmp_path, "p-1") as (proc, info):
         with grpc.insecure_channel(info["address"]) as channel:
-            _, function_pid = register_pid_function(pb_grpc.FunctionRuntimeStub(channel))
+            _, function = register_identity_function(pb_grpc.FunctionRuntimeStub(channel))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        assert wait_until(lambda: not alive(function_pid)), (
+        assert wait_until(lambda: function_gone(function)), (
             "a parent-death signal must take the function processes down"
         )
 

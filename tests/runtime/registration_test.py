@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -119,8 +120,14 @@ def test_bad_sources_and_handlers_are_invalid_arguments(
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_a_source_directory_is_copied_and_symlinks_out_of_it_are_refused(host: Host, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    src = tmp_path / "fn"
+def _register_path(host: Host, path: str) -> pb.RegisterFunctionResponse:
+    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1)
+    config = pb.FunctionConfig(adapter="python", handler="main:handle", source_path=path)
+    return host.stub.RegisterFunction(pb.RegisterFunctionRequest(run=run, config=config))
+
+
+def test_a_source_directory_is_copied_and_symlinks_out_of_it_are_refused(host: Host, sources: Path) -> None:
+    src = sources / uuid.uuid4().hex[:8]
     src.mkdir()
     (src / "main.py").write_text("from helper import VALUE\ndef handle(p):\n    return VALUE\n")
     (src / "helper.py").write_text("VALUE = 42\n")
@@ -161,3 +168,44 @@ def test_unregistering_a_running_function_kills_it_without_warming_another(host:
     ).existed
     assert running.result().status == pb.INVOCATION_STATUS_PROCESS_EXITED
     assert host.runtime.spawner._next_id == spawned, "a process was started for a registration being removed"
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["the state directory", "its tls directory", "a directory above it", "outside every root", "relative"],
+)
+def test_a_source_path_outside_the_allowed_roots_or_touching_the_state_dir_is_refused(
+    host: Host, sources: Path, where: str
+) -> None:
+    state = host.runtime.options.state_dir
+    (state / "tls").mkdir(exist_ok=True)
+    (state / "tls" / "tls.key").write_text("-----BEGIN PRIVATE KEY-----\nsecret\n")
+    path = {
+        "the state directory": str(state),
+        "its tls directory": str(state / "tls"),
+        "a directory above it": str(state.parent),
+        "outside every root": "/etc",
+        "relative": "fn",
+    }[where]
+    with pytest.raises(grpc.RpcError) as err:
+        _register_path(host, path)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason(err.value) == "SourceInvalid"
+    assert len(err.value.details() or "") < 1100
+
+
+def test_a_source_path_through_a_symlink_into_the_state_dir_is_refused(host: Host, sources: Path) -> None:
+    link = sources / f"link-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(host.runtime.options.state_dir)
+    with pytest.raises(grpc.RpcError) as err:
+        _register_path(host, str(link))
+    assert reason(err.value) == "SourceInvalid"
+
+
+def test_every_error_a_host_returns_is_bounded(host: Host, sources: Path) -> None:
+    """A huge path (or any long message) is cut, never breaking gRPC's metadata limits."""
+    deep = str(sources) + "/" + "x" * 200_000
+    with pytest.raises(grpc.RpcError) as err:
+        _register_path(host, deep)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(err.value.details() or "") <= 1100

@@ -68,8 +68,8 @@ def test_task_outputs_are_bounded(host: Host) -> None:
     assert answer.error.type == "InvalidOutput"
 
 
-def test_a_repeated_call_for_the_same_attempt_joins_the_running_execution(host: Host, tmp_path: Path) -> None:
-    log = tmp_path / "runs.log"
+def test_a_repeated_call_for_the_same_attempt_joins_the_running_execution(host: Host, scratch: Path) -> None:
+    log = scratch / "runs.log"
     files = {
         "main.py": f"import time\ndef run(p):\n    open({str(log)!r}, 'a').write('ran\\n')\n    time.sleep(1)\n    return {{'ok': True}}\n"
     }
@@ -85,8 +85,8 @@ def test_a_repeated_call_for_the_same_attempt_joins_the_running_execution(host: 
     assert log.read_text() == "ran\n"
 
 
-def test_cancel_task_kills_a_running_task(host: Host, tmp_path: Path) -> None:
-    started = tmp_path / "started"
+def test_cancel_task_kills_a_running_task(host: Host, scratch: Path) -> None:
+    started = scratch / "started"
     uid = str(uuid.uuid4())
     files = {
         "main.py": f"import time\ndef run(p):\n    open({str(started)!r}, 'w').close()\n    time.sleep(300)\n"

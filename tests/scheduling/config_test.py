@@ -90,7 +90,7 @@ def test_a_yaml_file_sets_what_it_names_and_defaults_the_rest(tmp_path):
     assert (rt.name, rt.runs, rt.minHosts, rt.maxHosts, rt.provider) == ("py-big", 1, 2, 8, "kubernetes")
     assert rt.invokeTimeoutSeconds == 120.0
     assert rt.limits is not None
-    assert (rt.limits.openFiles, rt.limits.addressSpaceBytes, rt.limits.cpuSeconds) == (256, 1073741824, None)
+    assert (rt.limits.openFiles, rt.limits.addressSpaceBytes, rt.limits.cpuSeconds) == (256, 1073741824, 3600)
     assert config.queueLimit == 50
     assert config.heartbeatIntervalSeconds == 5.0
     assert config.tenant_policy("tenant-a") == TenantPolicy(mode=TenancyMode.Dedicated, maxHosts=3)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -50,9 +49,14 @@ async def test_invoke_takes_a_name_a_run_or_its_url_and_echoes_the_invocation_id
     assert (await krt.invoke(run, b'{"sleep": 0}')).ok, "bytes go as they are"
 
 
-async def test_a_second_concurrent_invocation_is_busy_with_retry_after(krt: Client, tmp_path: Path) -> None:
+async def test_a_second_concurrent_invocation_is_busy_with_retry_after(
+    krt: Client, platform: Platform
+) -> None:
     run = await _ready(krt, GATED)
-    started, release = tmp_path / "started", tmp_path / "release"
+    exchange = platform.shared / unique("busy")  # a directory the function sees too
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    started, release = exchange / "started", exchange / "release"
     first = asyncio.create_task(krt.invoke(run, {"started": str(started), "release": str(release)}))
     try:
         await until(lambda: started.exists() or first.done(), within=30, what="the first invocation to run")

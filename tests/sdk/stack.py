@@ -29,6 +29,7 @@ from kruntimes.clientconfig import ClientConfig
 from kruntimes.codec import ensure_key
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
+from kruntimes.hosts import HostDefaults
 from kruntimes.lifecycle import PlatformInfo
 from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.tls import ensure_tls
@@ -51,6 +52,7 @@ class Platform:
     temporal: TemporalClient
     gateway: Gateway
     dev_server: DevServer
+    shared: Path  # a directory functions see (they run as their own uid in their own mounts)
 
     def env(self) -> dict[str, str]:
         """The environment of a `krt` subprocess: this platform's state dir, no other KRT_*."""
@@ -98,6 +100,9 @@ async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
 async def _start(root: Path) -> AsyncIterator[Platform]:
     state = root / "state"
     state.mkdir(parents=True)
+    shared = root / "shared"  # every function sees it: the tests exchange files with functions here
+    shared.mkdir()
+    shared.chmod(0o1777)
     server = DevServer(state_dir=root / "temporal", persistent=False)
     await asyncio.to_thread(server.start)
     async with contextlib.AsyncExitStack() as stack:
@@ -128,6 +133,10 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
             config=parse_config(
                 {"runtimes": [{"name": RUNTIME, "adapter": "python", "runs": 8, "maxHosts": 2}]}
             ),
+            host_defaults=HostDefaults(
+                allowedSourceRoots=[str(root.parent)],  # where the tests make their source dirs
+                shared=[str(shared)],
+            ),
             platform=PlatformInfo(
                 gatewayUrl=url,
                 caBundle=tls.ca_cert.read_text(),
@@ -150,7 +159,7 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
             stateDir=str(state),
         )
         clientconfig.write(state, config)
-        yield Platform(state, config, temporal, gateway, server)
+        yield Platform(state, config, temporal, gateway, server, shared)
 
 
 async def _terminate_runs(temporal: TemporalClient) -> None:

@@ -17,7 +17,16 @@ from workers.embedded import supervise
 from workers.embedded.errors import PlatformError
 from workers.embedded.layout import Layout, recorded_components
 
-STATUS_COLUMNS = ("COMPONENT", "STATE", "PID")
+STATUS_COLUMNS = ("COMPONENT", "STATE", "PID", "ISOLATION")
+
+
+def isolation_line() -> str:
+    if supervise.default_isolation() == "uid":
+        return "each function its own unprivileged uid, PID and mount namespace"
+    return (
+        "same-user: not root, so functions run as you and can read what you can "
+        "(run `krt up` as root for a uid per function)"
+    )
 
 
 def summary(layout: Layout, config: clientconfig.ClientConfig) -> str:
@@ -27,6 +36,7 @@ def summary(layout: Layout, config: clientconfig.ClientConfig) -> str:
         f"  Temporal      {config.temporalAddress}\n"
         f"  Gateway       {config.gatewayUrl}  (CA {config.caFile})\n"
         f"  client config {layout.client}  (the CLI and SDK read it)\n"
+        f"  isolation     {isolation_line()}\n"
         f"  try: krt run create hello --runtime python --source examples/hello --handler main:handle --wait"
     )
 
@@ -63,12 +73,20 @@ def status_rows(layout: Layout, *, pid: int | None) -> list[dict[str, str | int]
     {"component", "state" (up|down), "pid"}."""
     components = recorded_components(layout) if pid is not None else {}
     rows: list[dict[str, str | int]] = [
-        {"component": "platform", "state": _state(pid is not None), "pid": pid or 0}
+        {"component": "platform", "state": _state(pid is not None), "pid": pid or 0, "isolation": "-"}
     ]
-    rows += [{"component": n, "state": _state(supervise.alive(p)), "pid": p} for n, p in components.items()]
+    rows += [
+        {"component": n, "state": _state(supervise.alive(p)), "pid": p, "isolation": "-"}
+        for n, p in components.items()
+    ]
     if layout.hosts.exists():
         rows += [
-            {"component": f"host {h.hostId}", "state": _state(host_running(h)), "pid": h.pid or 0}
+            {
+                "component": f"host {h.hostId}",
+                "state": _state(host_running(h)),
+                "pid": h.pid or 0,
+                "isolation": h.isolation or "unknown",
+            }
             for h in list_records(layout.root)
         ]
     return rows

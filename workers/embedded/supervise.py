@@ -27,6 +27,7 @@ from activities.hosts.process import stop_all
 from kruntimes import clientconfig
 from kruntimes.devserver import DevServer
 from kruntimes.tls import TlsFiles, ensure_tls
+from runtime.sandbox.policy import can_switch_uid
 from workers.embedded.errors import PlatformError
 from workers.embedded.layout import Layout, prepare, recorded_pid, write_up
 
@@ -161,7 +162,22 @@ def _worker_argv(
         f"127.0.0.1:{ports['workerMetrics']}",
         "--codec-keys",
         str(layout.codec_keys),
+        "--isolation",
+        default_isolation(),
+        # Runs' source.path may point into the directory `krt up` was started from and the
+        # user's home (the runtimes file's allowedSourceRoots replaces these); the state dir is
+        # refused wherever it lies
+        "--allowed-source-root",
+        os.getcwd(),
+        "--allowed-source-root",
+        str(Path.home()),
     ]
+
+
+def default_isolation() -> str:
+    """uid when this user can give functions their own uid (root), else same-user: said plainly
+    at start (`krt up` prints it), never silently."""
+    return "uid" if can_switch_uid() else "same-user"
 
 
 def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig], None]) -> int:

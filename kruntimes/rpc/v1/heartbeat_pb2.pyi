@@ -40,6 +40,7 @@ class HostHeartbeat(_message.Message):
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
     LEAVING_FIELD_NUMBER: _builtins.int
     INVOKE_ADDRESS_FIELD_NUMBER: _builtins.int
+    ISOLATION_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """stable name, e.g. python-0"""
     host_uid: _builtins.str
@@ -60,6 +61,10 @@ class HostHeartbeat(_message.Message):
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def registrations(self) -> _containers.RepeatedCompositeFieldContainer[_runtime_pb2.RegistrationState]: ...
+    @_builtins.property
+    def isolation(self) -> _runtime_pb2.HostIsolation:
+        """how the host isolates its functions"""
+
     def __init__(
         self,
         *,
@@ -73,10 +78,11 @@ class HostHeartbeat(_message.Message):
         registrations: _abc.Iterable[_runtime_pb2.RegistrationState] | None = ...,
         leaving: _builtins.bool = ...,
         invoke_address: _builtins.str = ...,
+        isolation: _runtime_pb2.HostIsolation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sent_at", b"sent_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["isolation", b"isolation", "sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "host_id", b"host_id", "host_uid", b"host_uid", "interval_ms", b"interval_ms", "invoke_address", b"invoke_address", "leaving", b"leaving", "registrations", b"registrations", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "host_id", b"host_id", "host_uid", b"host_uid", "interval_ms", b"interval_ms", "invoke_address", b"invoke_address", "isolation", b"isolation", "leaving", b"leaving", "registrations", b"registrations", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

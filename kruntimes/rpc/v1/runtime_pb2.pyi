@@ -692,11 +692,14 @@ class HostInfoResponse(_message.Message):
     HOST_UID_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
+    ISOLATION_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     host_uid: _builtins.str
     runtime: _builtins.str
     @_builtins.property
     def registrations(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegistrationState]: ...
+    @_builtins.property
+    def isolation(self) -> Global___HostIsolation: ...
     def __init__(
         self,
         *,
@@ -704,14 +707,57 @@ class HostInfoResponse(_message.Message):
         host_uid: _builtins.str = ...,
         runtime: _builtins.str = ...,
         registrations: _abc.Iterable[Global___RegistrationState] | None = ...,
+        isolation: Global___HostIsolation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["isolation", b"isolation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id", "host_uid", b"host_uid", "registrations", b"registrations", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "registrations", b"registrations", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HostInfoResponse: _TypeAlias = HostInfoResponse  # noqa: Y015
+
+@_typing.final
+class HostIsolation(_message.Message):
+    """How this host isolates its functions: what is actually in force, not what was asked."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ISOLATION_FIELD_NUMBER: _builtins.int
+    NETWORK_FIELD_NUMBER: _builtins.int
+    PID_NAMESPACE_FIELD_NUMBER: _builtins.int
+    MOUNT_NAMESPACE_FIELD_NUMBER: _builtins.int
+    CGROUP_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    isolation: _builtins.str
+    """"uid": an unprivileged uid per function; "same-user": the host's own"""
+    network: _builtins.str
+    """"host" or "none" (a network namespace with only loopback)"""
+    pid_namespace: _builtins.bool
+    """every function in a PID namespace of its own"""
+    mount_namespace: _builtins.bool
+    """private /proc, /tmp, /dev/shm; state directory hidden"""
+    cgroup: _builtins.str
+    """"cgroup v1", "cgroup v2" or "none" (rlimits only)"""
+    summary: _builtins.str
+    """the same in words, for people"""
+    def __init__(
+        self,
+        *,
+        isolation: _builtins.str = ...,
+        network: _builtins.str = ...,
+        pid_namespace: _builtins.bool = ...,
+        mount_namespace: _builtins.bool = ...,
+        cgroup: _builtins.str = ...,
+        summary: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cgroup", b"cgroup", "isolation", b"isolation", "mount_namespace", b"mount_namespace", "network", b"network", "pid_namespace", b"pid_namespace", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostIsolation: _TypeAlias = HostIsolation  # noqa: Y015
 
 @_typing.final
 class RegistrationState(_message.Message):

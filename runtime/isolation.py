@@ -1,0 +1,216 @@
+"""The host's function isolation: what it can do, what it was asked to do, and one Lease per
+function (a registration, or one task execution).
+
+A Lease is a function's identity on this host: its uid and gid (uid isolation), its cgroup
+(where one can be made), and the SandboxSpec the zygote applies to every process started for it
+(runtime/sandbox/child.py). A host asked for uid isolation that cannot switch uids refuses to
+start (IsolationUnavailable); so does one asked for `network: none` that cannot make network
+namespaces. Everything else that is unavailable (namespaces, cgroups) falls back as
+runtime/sandbox/policy.py describes, and `in_force` says what holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.sandbox import cgroups
+from runtime.sandbox.child import SandboxSpec
+from runtime.sandbox.identity import Claim, UidPool
+from runtime.sandbox.policy import (
+    InForce,
+    Isolation,
+    IsolationUnavailable,
+    Network,
+    SandboxSettings,
+    can_switch_uid,
+)
+
+log = logging.getLogger(__name__)
+
+WORKSPACE_MODE = 0o700
+
+
+def python_paths() -> tuple[str, ...]:
+    """What a forked Python function process must reach to import: the interpreter's prefixes,
+    every directory on sys.path, and the directories holding kruntimes' own packages."""
+    found: set[str] = set()
+    for path in [sys.base_prefix, sys.prefix, *sys.path]:
+        if path and os.path.isabs(path) and os.path.isdir(path):
+            found.add(os.path.realpath(path))
+    for package in ("kruntimes", "runtime"):
+        module = sys.modules.get(package)
+        if module is not None and module.__file__:
+            found.add(os.path.dirname(os.path.dirname(os.path.realpath(module.__file__))))
+    return tuple(sorted(found))
+
+
+@dataclass
+class Lease:
+    """One function's identity on the host, until `FunctionIsolation.release`."""
+
+    slot: str
+    claim: Claim | None
+    group: cgroups.FunctionGroup | None
+    base: SandboxSpec
+
+    @property
+    def uid(self) -> int | None:
+        return self.claim.uid if self.claim is not None else None
+
+    def sandbox(self, workdir: Path) -> SandboxSpec:
+        """The spec of a process of this function whose workspace is `workdir`."""
+        return SandboxSpec(
+            uid=self.base.uid,
+            gid=self.base.gid,
+            pid_namespace=self.base.pid_namespace,
+            mount_namespace=self.base.mount_namespace,
+            network_none=self.base.network_none,
+            keep=(*self.base.keep, str(workdir)),
+            hide=self.base.hide,
+            cgroup_procs=self.base.cgroup_procs,
+            tmp_bytes=self.base.tmp_bytes,
+        )
+
+    def own(self, workdir: Path) -> None:
+        """Give the function its workspace: owned by its uid, mode 0700, nobody else's."""
+        if self.claim is None:
+            os.chmod(workdir, WORKSPACE_MODE)
+            return
+        uid, gid = self.claim.uid, self.claim.gid
+        os.lchown(workdir, uid, gid)
+        os.chmod(workdir, WORKSPACE_MODE)
+        for root, dirs, files in os.walk(workdir):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), uid, gid)
+
+
+class FunctionIsolation:
+    """One per host. `start` once the zygote reported which namespaces it can make."""
+
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        *,
+        host_uid: str,
+        hide: tuple[str, ...],
+        keep: tuple[str, ...] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.host_uid = host_uid
+        self.hide = tuple(sorted({os.path.realpath(h) for h in (*settings.hide, *hide)}))
+        self.keep = tuple(
+            sorted({*(keep if keep is not None else python_paths()), *map(os.path.realpath, settings.shared)})
+        )
+        self.pool: UidPool | None = None
+        self.cgroups: cgroups.Cgroups | None = None
+        self.in_force: InForce | None = None
+        self._namespaces = False
+        self._network = False
+
+    def check(self) -> None:
+        """Refuse what cannot be honoured, before anything is started."""
+        if self.settings.isolation is Isolation.UID and not can_switch_uid():
+            raise IsolationUnavailable(
+                "this host cannot give functions their own uid (it is not root and lacks "
+                "CAP_SETUID/CAP_SETGID): run it as root, or pass --isolation same-user to run "
+                "functions as the host's own user"
+            )
+
+    def start(self, *, namespaces: bool, network_namespaces: bool, work_root: Path) -> InForce:
+        self.check()
+        if self.settings.isolation is Isolation.UID and not namespaces:
+            blocked = _untraversable(work_root)
+            if blocked is not None:
+                raise IsolationUnavailable(
+                    f"functions with their own uid must reach their workspaces under {work_root}, "
+                    f"but {blocked} is closed to other users and this host cannot make mount "
+                    "namespaces to show them the way: put the state directory where every "
+                    "ancestor is traversable (mode o+x)"
+                )
+        if self.settings.network is Network.NONE and not network_namespaces:
+            raise IsolationUnavailable(
+                "network: none needs network namespaces, which this host cannot make "
+                "(it needs CAP_SYS_ADMIN); use network: host"
+            )
+        self._namespaces = namespaces
+        self._network = network_namespaces and self.settings.network is Network.NONE
+        if self.settings.isolation is Isolation.UID:
+            self.pool = UidPool(self.settings.uids, lock_dir=self.settings.lock_dir)
+        if os.geteuid() == 0:
+            self.cgroups = cgroups.detect(self.host_uid)
+        self.in_force = InForce(
+            isolation=self.settings.isolation,
+            network=self.settings.network,
+            pid_namespace=namespaces,
+            mount_namespace=namespaces,
+            cgroup=self.cgroups.describe() if self.cgroups is not None else "none",
+        )
+        log.info("function isolation", extra={"isolation": self.in_force.describe()})
+        return self.in_force
+
+    def lease(self, slot: str) -> Lease:
+        """A new function identity: a uid claimed on this machine, a cgroup with the limits."""
+        claim = self.pool.claim() if self.pool is not None else None
+        group = None
+        try:
+            if self.cgroups is not None:
+                group = self.cgroups.group(slot)
+                group.create(
+                    memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes
+                )
+            base = SandboxSpec(
+                uid=claim.uid if claim is not None else None,
+                gid=claim.gid if claim is not None else None,
+                pid_namespace=self._namespaces,
+                mount_namespace=self._namespaces,
+                network_none=self._network,
+                keep=self.keep,
+                hide=self.hide,
+                cgroup_procs=group.procs_files if group is not None else (),
+                tmp_bytes=self.settings.tmp_bytes,
+            )
+        except BaseException:
+            if group is not None:
+                group.remove()
+            if claim is not None and self.pool is not None:
+                self.pool.release(claim, contained=False)
+            raise
+        return Lease(slot=slot, claim=claim, group=group, base=base)
+
+    def release(self, lease: Lease) -> None:
+        """After the function's processes were killed: end whatever is left, free the uid."""
+        contained = lease.base.pid_namespace or lease.group is not None
+        try:
+            if lease.group is not None:
+                lease.group.remove()
+        finally:
+            if lease.claim is not None and self.pool is not None:
+                self.pool.release(lease.claim, contained=contained)
+
+    def memory_exhausted(self, lease: Lease) -> bool:
+        """Whether the kernel killed a process of the function for memory."""
+        return lease.group is not None and lease.group.oom_kills() > 0
+
+    def close(self) -> None:
+        if self.cgroups is not None:
+            self.cgroups.remove()
+
+
+def _untraversable(path: Path) -> Path | None:
+    """The first ancestor of `path` (or itself) that a process of another uid cannot enter."""
+    for ancestor in [*reversed(path.parents), path]:
+        try:
+            mode = ancestor.stat().st_mode
+        except OSError:
+            return ancestor
+        if not mode & 0o001:
+            return ancestor
+    return None
+
+
+def describe(in_force: InForce | None) -> str:
+    return in_force.describe() if in_force is not None else "not started"
