@@ -12,6 +12,7 @@ runtime/sandbox/policy.py describes, and `in_force` says what holds.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 import os
 import sys
 from dataclasses import dataclass
@@ -98,8 +99,10 @@ class FunctionIsolation:
         host_uid: str,
         hide: tuple[str, ...],
         keep: tuple[str, ...] | None = None,
+        switch_uids: Callable[[], bool] = can_switch_uid,
     ) -> None:
         self.settings = settings
+        self._switch_uids = switch_uids
         self.host_uid = host_uid
         self.hide = tuple(sorted({os.path.realpath(h) for h in (*settings.hide, *hide)}))
         self.keep = tuple(
@@ -113,7 +116,7 @@ class FunctionIsolation:
 
     def check(self) -> None:
         """Refuse what cannot be honoured, before anything is started."""
-        if self.settings.isolation is Isolation.UID and not can_switch_uid():
+        if self.settings.isolation is Isolation.UID and not self._switch_uids():
             raise IsolationUnavailable(
                 "this host cannot give functions their own uid (it is not root and lacks "
                 "CAP_SETUID/CAP_SETGID): run it as root, or pass --isolation same-user to run "

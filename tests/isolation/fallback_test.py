@@ -1,0 +1,109 @@
+"""What a host does where a mechanism of isolation is unavailable: it refuses what it cannot
+honour, says what is in force, and falls back as documented (runtime/sandbox/policy.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.isolation import FunctionIsolation
+from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
+from runtime.server import HostOptions, RuntimeHost
+
+
+def _isolation(settings: SandboxSettings, *, switch: bool) -> FunctionIsolation:
+    return FunctionIsolation(settings, host_uid="h", hide=(), keep=(), switch_uids=lambda: switch)
+
+
+def test_a_host_that_cannot_switch_uids_refuses_uid_isolation_and_says_how_to_run() -> None:
+    with pytest.raises(IsolationUnavailable, match="--isolation same-user"):
+        _isolation(SandboxSettings(), switch=False).check()
+
+
+def test_same_user_isolation_starts_where_uids_cannot_be_switched(tmp_path: Path) -> None:
+    isolation = _isolation(SandboxSettings(isolation=Isolation.SAME_USER), switch=False)
+    in_force = isolation.start(namespaces=False, network_namespaces=False, work_root=tmp_path)
+    assert in_force.isolation is Isolation.SAME_USER
+    assert "same user as the host" in in_force.describe()
+    assert isolation.pool is None, "no uid is claimed"
+
+
+def test_without_mount_namespaces_a_uid_needs_a_traversable_way_to_its_workspace(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    work = closed / "work"
+    work.mkdir()
+    with pytest.raises(IsolationUnavailable, match="traversable"):
+        _isolation(SandboxSettings(), switch=True).start(
+            namespaces=False, network_namespaces=False, work_root=work
+        )
+
+
+def test_without_namespaces_the_host_says_so_and_relies_on_the_uid(tmp_path: Path) -> None:
+    work = Path(tempfile.mkdtemp(prefix="krt-open-work-", dir="/tmp"))  # every ancestor o+x
+    work.chmod(0o711)
+    isolation = _isolation(SandboxSettings(lock_dir=str(tmp_path / "uids")), switch=True)
+    try:
+        in_force = isolation.start(namespaces=False, network_namespaces=False, work_root=work)
+    finally:
+        isolation.close()
+        work.rmdir()
+    assert not in_force.pid_namespace and not in_force.mount_namespace
+    assert "no PID namespace" in in_force.describe()
+
+
+def test_network_none_is_refused_where_network_namespaces_cannot_be_made(tmp_path: Path) -> None:
+    with pytest.raises(IsolationUnavailable, match="network: none"):
+        _isolation(SandboxSettings(network=Network.NONE, isolation=Isolation.SAME_USER), switch=False).start(
+            namespaces=False, network_namespaces=False, work_root=tmp_path
+        )
+
+
+def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(tmp_path: Path) -> None:
+    host = RuntimeHost(
+        HostOptions(
+            host_id="same-0",
+            runtime="python",
+            listen="127.0.0.1:0",
+            state_dir=tmp_path / "state",
+            sandbox=SandboxSettings(isolation=Isolation.SAME_USER),
+        )
+    )
+    address = host.start()
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.FunctionRuntimeStub(channel)
+            info = stub.HostInfo(pb.HostInfoRequest(), timeout=10)
+            assert info.isolation.isolation == "same-user" and info.isolation.summary
+            reg = stub.RegisterFunction(
+                pb.RegisterFunctionRequest(
+                    run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
+                    config=pb.FunctionConfig(
+                        adapter="python",
+                        handler="main:handle",
+                        inline=pb.InlineSource(
+                            files=[
+                                pb.InlineFile(
+                                    name="main.py",
+                                    content=b"import os\ndef handle(p):\n    return os.getuid()\n",
+                                )
+                            ]
+                        ),
+                    ),
+                ),
+                timeout=30,
+            )
+            answer = stub.InvokeFunction(
+                pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
+            )
+            assert json.loads(answer.outputs_json)["result"] == os.geteuid(), "it runs as the host's user"
+    finally:
+        host.stop(grace_s=1)

@@ -1,0 +1,275 @@
+"""Hostile functions: each attempt fails, and the host and the other function go on answering
+(the autouse fixture in conftest.py checks that after every test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import grpc
+import pytest
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from runtime.sandbox.identity import processes_of
+from tests.isolation.conftest import (
+    FILE_LIMIT,
+    PROCESS_LIMIT,
+    SECRET,
+    STATE_SECRETS,
+    Function,
+    HostUnderAttack,
+)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: see tests/isolation/fallback_test.py")
+
+READ = """
+import os
+found = {}
+for path in PATHS:
+    try:
+        with open(path, "rb") as f:
+            found[path] = f.read(4096).decode(errors="replace")
+    except OSError as exc:
+        found[path] = type(exc).__name__
+result = found
+"""
+
+
+def _read(attacker: Function, paths: list[str]) -> dict[str, str]:
+    return attacker.run(f"PATHS = {paths!r}\n" + READ)  # type: ignore[no-any-return]
+
+
+def test_a_function_runs_as_its_own_unprivileged_uid_without_capabilities(
+    attacker: Function, victim: Function
+) -> None:
+    seen = attacker.run(
+        """
+import os
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+try:
+    os.setuid(0)
+    regained = True
+except OSError:
+    regained = False
+result = {
+    "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+    "caps": [status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")],
+    "no_new_privs": status["NoNewPrivs"].strip(), "regained": regained,
+}
+"""
+    )
+    assert seen["uid"] == attacker.uid and seen["uid"] != 0 and seen["uid"] != victim.uid
+    assert seen["gid"] == attacker.uid and seen["groups"] == []
+    assert seen["caps"] == ["0000000000000000"] * 4
+    assert seen["no_new_privs"] == "1" and not seen["regained"]
+
+
+def test_the_state_directory_and_its_secrets_are_out_of_reach(
+    attacker: Function, target: HostUnderAttack
+) -> None:
+    paths = [str(target.state_dir / name) for name in STATE_SECRETS]
+    found = _read(attacker, [*paths, str(target.state_dir)])
+    for path in paths:
+        assert found[path] in ("FileNotFoundError", "PermissionError"), path
+    listing = attacker.run(
+        f"import os\ntry:\n    result = os.listdir({str(target.state_dir)!r})\nexcept OSError as e:\n    result = type(e).__name__"
+    )
+    assert listing in ("FileNotFoundError", "PermissionError", [])
+
+
+def test_a_source_path_cannot_name_the_state_directory(target: HostUnderAttack) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        target.stub.RegisterFunction(
+            pb.RegisterFunctionRequest(
+                run=pb.RunRef(run_uid="1b1f1a59-61ed-4d80-8f38-1e79b0d5b9a1", attempt=1),
+                config=pb.FunctionConfig(
+                    adapter="python", handler="main:handle", source_path=str(target.state_dir / "tls")
+                ),
+            )
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_another_functions_workspace_and_memory_are_out_of_reach(
+    attacker: Function, victim: Function
+) -> None:
+    workspace = victim.workdir
+    found = _read(attacker, [str(workspace / "main.py")])
+    assert found[str(workspace / "main.py")] in ("FileNotFoundError", "PermissionError")
+    pids = victim.pids
+    proc_paths = [f"/proc/{pid}/{what}" for pid in pids for what in ("environ", "mem", "cmdline", "maps")]
+    found = _read(attacker, proc_paths)
+    assert all(
+        value in ("FileNotFoundError", "PermissionError", "ProcessLookupError") for value in found.values()
+    ), found
+    assert SECRET not in str(found)
+
+
+def test_the_host_and_the_platform_are_invisible_in_proc(attacker: Function, target: HostUnderAttack) -> None:
+    visible = attacker.run("import os\nresult = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())")
+    assert visible == [visible[0]] and visible[0] < 10, f"only its own process shows: {visible}"
+    found = _read(
+        attacker, [f"/proc/{os.getpid()}/environ", f"/proc/{os.getpid()}/cmdline", "/proc/1/environ"]
+    )
+    assert all(value in ("FileNotFoundError", "PermissionError") for value in found.values()), found
+
+
+def test_signals_to_the_host_the_zygote_and_another_function_fail(
+    attacker: Function, victim: Function, target: HostUnderAttack
+) -> None:
+    zygote = target.runtime.spawner.zygote_pid
+    assert zygote is not None
+    pids = [os.getpid(), zygote, *victim.pids, 1]
+    outcome = attacker.run(
+        f"""
+import os, signal
+outcome = {{}}
+for pid in {pids!r}:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        outcome[str(pid)] = "sent"
+    except OSError as exc:
+        outcome[str(pid)] = type(exc).__name__
+result = outcome
+"""
+    )
+    assert all(value != "sent" for pid, value in outcome.items() if pid != "1"), outcome
+    assert zygote == target.runtime.spawner.zygote_pid and os.path.exists(f"/proc/{zygote}")
+
+
+def test_forking_past_the_limit_is_refused_and_leaves_nothing_behind(attacker: Function) -> None:
+    made = attacker.run(
+        """
+import os, time
+made = 0
+for _ in range(1000):
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        made += 1
+    except OSError:
+        break
+result = made
+""",
+        timeout_ms=30_000,
+    )
+    assert 0 < made < PROCESS_LIMIT
+    uid = attacker.uid
+    assert len(processes_of(uid)) <= PROCESS_LIMIT
+
+
+def test_memory_past_the_limit_across_several_children_ends_that_invocation_only(attacker: Function) -> None:
+    answer = attacker.invoke(
+        {
+            "code": (
+                "import os, time\n"
+                "pids = []\n"
+                "for _ in range(4):\n"
+                "    pid = os.fork()\n"
+                "    if pid == 0:\n"
+                "        block = bytearray(48 * 1024 * 1024)\n"
+                "        for i in range(0, len(block), 4096): block[i] = 1\n"
+                "        time.sleep(30)\n"
+                "        os._exit(0)\n"
+                "    pids.append(pid)\n"
+                "codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]\n"
+                "result = codes\n"
+            )
+        },
+        timeout_ms=40_000,
+    )
+    # 4 × 48 MiB > the 128 MiB limit: the kernel kills a child, or the function process itself
+    if answer.status == pb.INVOCATION_STATUS_SUCCEEDED:
+        codes = json.loads(answer.outputs_json)["result"]
+        assert -9 in codes, f"the kernel killed a child for memory: {codes}"
+    else:
+        assert answer.status == pb.INVOCATION_STATUS_PROCESS_EXITED, answer.error
+    assert attacker.answers(), "the function serves its next invocation"
+
+
+def test_a_process_that_escapes_with_setsid_and_a_double_fork_dies_on_unregister(
+    target: HostUnderAttack,
+) -> None:
+    function = target.register(
+        "import os, time\n"
+        "def handle(p):\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(300)\n"
+        "        os._exit(0)\n"
+        "    return {'uid': os.getuid()}\n"
+    )
+    answer = function.invoke({})
+    assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
+    uid = function.uid
+    deadline = time.monotonic() + 10
+    while len(processes_of(uid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(processes_of(uid)) >= 2, "the escaped grandchild runs"
+    target.stub.UnregisterFunction(
+        pb.UnregisterFunctionRequest(registration_id=function.registration_id, grace_ms=100), timeout=30
+    )
+    assert processes_of(uid) == [], "nothing of the function outlives its unregistration"
+
+
+def test_writing_past_the_file_size_limit_fails_that_write(attacker: Function) -> None:
+    outcome = attacker.run(
+        f"""
+import signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+try:
+    with open("big", "wb") as f:
+        f.write(b"x" * ({FILE_LIMIT} + 1024 * 1024))
+    result = "written"
+except OSError as exc:
+    result = type(exc).__name__
+"""
+    )
+    assert outcome == "OSError", "EFBIG: the write past the limit fails, the host is untouched"
+
+
+def test_in_network_none_no_port_of_the_machine_is_reachable(
+    attacker: Function, target: HostUnderAttack
+) -> None:
+    ports = [int(target.runtime.address.rsplit(":", 1)[1]), target.listener.getsockname()[1]]
+    if target.runtime.invoke_address:
+        ports.append(int(target.runtime.invoke_address.rsplit(":", 1)[1]))
+    outcome = attacker.run(
+        f"""
+import socket
+outcome = {{}}
+for port in {ports!r}:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        outcome[port] = "connected"
+    except OSError as exc:
+        outcome[port] = type(exc).__name__
+result = {{str(k): v for k, v in outcome.items()}}
+"""
+    )
+    assert all(value != "connected" for value in outcome.values()), outcome
+
+
+def test_the_function_sees_only_its_own_env_and_no_inherited_descriptors(attacker: Function) -> None:
+    seen = attacker.run(
+        """
+import os
+result = {"env": sorted(os.environ), "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}
+"""
+    )
+    assert set(seen["env"]) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TMPDIR",
+        "KRT_RUN_UID",
+        "KRT_ATTEMPT",
+        "KRT_NAMESPACE",
+        "KRT_RUN_NAME",
+        "KRT_RUNTIME",
+        "LC_CTYPE",
+    }, seen["env"]
+    assert max(seen["fds"]) <= 4, f"stdin, stdout, stderr, its control socket (+ the listing): {seen['fds']}"
