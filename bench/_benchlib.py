@@ -220,9 +220,15 @@ def zygote_of(host_pid: int) -> int | None:
 
 
 def function_pids(host_pid: int) -> list[int]:
-    """The runtime host's function processes: the children of its zygote."""
+    """The runtime host's function processes: every descendant of its zygote (an isolated
+    function is the child of the init of its own PID namespace, itself the zygote's child)."""
     zygote = zygote_of(host_pid)
-    return children(zygote) if zygote is not None else []
+    found: list[int] = []
+    level = children(zygote) if zygote is not None else []
+    while level:
+        found += level
+        level = [grandchild for pid in level for grandchild in children(pid)]
+    return sorted(found)
 
 
 # --- the runtime host -------------------------------------------------------------------------

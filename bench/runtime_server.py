@@ -53,6 +53,9 @@ REGISTER_MAX_SECONDS = 20.0
 MEMORY_AT = 50
 BENCH_DEADLINE_S = 88.0
 TARGET = 1.5
+ISOLATION_REGISTER_TARGET = 1.2  # registration with isolation on / off
+ISOLATION_INVOKE_TARGET = 1.05  # warm invoke p50 with isolation on / off
+BARE_HOST = Path(__file__).resolve().with_name("_host_unsandboxed.py")
 
 
 # -- /proc helpers ---------------------------------------------------------------------------
@@ -107,7 +110,7 @@ def function_memory(host_pid: int) -> dict[str, Any]:
     zygote = lib.zygote_of(host_pid)
     if zygote is None:
         return {"error": f"no zygote among the children of {host_pid}"}
-    fns = lib.children(zygote)
+    fns = lib.function_pids(host_pid)
     mem = [memory_kib(p) for p in fns]
     pss, rss = sum(m[0] for m in mem), sum(m[1] for m in mem)
     n = max(1, len(fns))
@@ -139,33 +142,42 @@ class Registrations:
         return len(self.total_ms) / self.wall_s if self.wall_s else math.nan
 
 
-async def register_functions(channel: grpc.aio.Channel, host_pid: int) -> Registrations:
-    stub = pb_grpc.FunctionRuntimeStub(channel)
-    invoke = channel.unary_unary(lib.INVOKE_METHOD)
-    regs = Registrations()
-    deadline = time.perf_counter() + REGISTER_MAX_SECONDS
+async def register_functions(hosts: list[tuple[grpc.aio.Channel, int]]) -> list[Registrations]:
+    """REGISTRATIONS functions on each host, one host after the other function by function (so
+    background load hits every host alike)."""
+    calls = [
+        (pb_grpc.FunctionRuntimeStub(channel), channel.unary_unary(lib.INVOKE_METHOD), pid)
+        for channel, pid in hosts
+    ]
+    all_regs = [Registrations() for _ in hosts]
+    deadline = time.perf_counter() + REGISTER_MAX_SECONDS * len(hosts)
     for i in range(REGISTRATIONS):
         if time.perf_counter() > deadline:
             print(f"warning: registration stopped after {i} functions (time bound)", file=sys.stderr)
             break
-        request = lib.register_request(i, namespace="bench")
-        t0 = time.perf_counter()
-        response = await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
-        t1 = time.perf_counter()
-        raw = await invoke(invoke_request(response.registration_id), timeout=CALL_TIMEOUT_S)
-        t2 = time.perf_counter()
-        check_invoke(raw)
-        regs.wall_s += t2 - t0
-        regs.ids.append(response.registration_id)
-        regs.register_ms.append((t1 - t0) * 1000)
-        regs.first_invoke_ms.append((t2 - t1) * 1000)
-        regs.total_ms.append((t2 - t0) * 1000)
-        if len(regs.ids) == MEMORY_AT:  # outside the timed part
-            regs.memory = function_memory(host_pid)
-    return regs
+        for (stub, invoke, host_pid), regs in zip(calls, all_regs, strict=True):
+            request = lib.register_request(i, namespace="bench")
+            t0 = time.perf_counter()
+            response = await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
+            t1 = time.perf_counter()
+            raw = await invoke(invoke_request(response.registration_id), timeout=CALL_TIMEOUT_S)
+            t2 = time.perf_counter()
+            check_invoke(raw)
+            regs.wall_s += t2 - t0
+            regs.ids.append(response.registration_id)
+            regs.register_ms.append((t1 - t0) * 1000)
+            regs.first_invoke_ms.append((t2 - t1) * 1000)
+            regs.total_ms.append((t2 - t0) * 1000)
+            if len(regs.ids) == MEMORY_AT:  # outside the timed part
+                regs.memory = function_memory(host_pid)
+    return all_regs
 
 
 # -- report ----------------------------------------------------------------------------------
+
+
+def _met(value: float, target: float) -> str:
+    return "met" if value <= target else "not met"
 
 
 def _less(value: float) -> str:
@@ -175,7 +187,12 @@ def _less(value: float) -> str:
 
 
 def report(
-    subjects: dict[str, Subject], regs: Registrations, rounds: int, client_loop: str, elapsed: float
+    subjects: dict[str, Subject],
+    regs: Registrations,
+    bare_regs: Registrations,
+    rounds: int,
+    client_loop: str,
+    elapsed: float,
 ) -> None:
     header = [
         *lib.LATENCY_HEADER,
@@ -274,6 +291,25 @@ def report(
             f"  all functions PSS {mem['total_pss_mib']} MiB; zygote PSS {mem['zygote_pss_mib']} / "
             f"RSS {mem['zygote_rss_mib']} MiB; host PSS {mem['host_pss_mib']} / RSS {mem['host_rss_mib']} MiB"
         )
+    bare = subjects["invoke-bare"]
+    reg_cost = ratio(percentile(regs.total_ms[1:], 50), percentile(bare_regs.total_ms[1:], 50))
+    invoke_cost = ratio(inv.seq(50), bare.seq(50))
+    bare_mem = bare_regs.memory
+    print("\nwhat isolation costs (the same host with and without it, in this run):")
+    print(
+        f"  registration p50 {fmt(percentile(regs.total_ms[1:], 50), 2)} ms vs "
+        f"{fmt(percentile(bare_regs.total_ms[1:], 50), 2)} ms = {fmt(reg_cost, 2)}× "
+        f"(target ≤ {ISOLATION_REGISTER_TARGET}×: {_met(reg_cost, ISOLATION_REGISTER_TARGET)})"
+    )
+    print(
+        f"  warm invoke p50 {fmt(inv.seq(50), 3)} ms vs {fmt(bare.seq(50), 3)} ms = {fmt(invoke_cost, 3)}× "
+        f"(target ≤ {ISOLATION_INVOKE_TARGET}×: {_met(invoke_cost, ISOLATION_INVOKE_TARGET)})"
+    )
+    if mem and bare_mem and "error" not in mem and "error" not in bare_mem:
+        print(
+            f"  memory per function PSS {mem['avg_pss_mib']} vs {bare_mem['avg_pss_mib']} MiB "
+            "(isolated: the function and the init of its namespace)"
+        )
     print(f"\nbench took {elapsed:.1f} s")
 
     out = {
@@ -309,6 +345,11 @@ def report(
             "per_second": round(regs.per_second, 1),
         },
         "memory": {"registered": MEMORY_AT, **mem},
+        "isolation": {
+            "registration_ratio": round(reg_cost, 3),
+            "warm_invoke_ratio": round(invoke_cost, 3),
+            "targets": {"registration": ISOLATION_REGISTER_TARGET, "warm_invoke": ISOLATION_INVOKE_TARGET},
+        },
         "seconds": round(elapsed, 1),
     }
     lib.print_json_line(out)
@@ -323,29 +364,37 @@ async def run(client_loop: str) -> None:
     with tempfile.TemporaryDirectory(prefix="krt-bench-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "host-state").mkdir()
+        (tmp / "bare-state").mkdir()
         host_argv = [sys.executable, "-m", "workers.host", "--host-id", "bench-0", "--runtime", "python"]
         host_argv += ["--state-dir", str(tmp / "host-state"), "--log-level", "warning"]
+        bare_argv = [sys.executable, str(BARE_HOST), "--host-id", "bench-1", "--runtime", "python"]
+        bare_argv += ["--state-dir", str(tmp / "bare-state"), "--log-level", "warning"]
         try:
             async with contextlib.AsyncExitStack() as stack:
                 lib.note("starting the servers ...")
-                starts = [lib.start_server("runtime-host", host_argv, tmp, servers)]
+                starts = [
+                    lib.start_server("runtime-host", host_argv, tmp, servers),
+                    lib.start_server("runtime-host-bare", bare_argv, tmp, servers),
+                ]
                 starts += [
                     lib.start_server(
                         f"echo-{k}", [sys.executable, str(ECHO_SCRIPT), "--kind", k], tmp, servers
                     )
                     for k in ECHO_KINDS
                 ]
-                host, *echo_servers = await asyncio.gather(*starts)
+                host, bare, *echo_servers = await asyncio.gather(*starts)
 
                 channels = {}
-                for server in (host, *echo_servers):
+                for server in (host, bare, *echo_servers):
                     channel = await stack.enter_async_context(grpc.aio.insecure_channel(server.address))
                     await asyncio.wait_for(channel.channel_ready(), lib.START_TIMEOUT_S)  # connect untimed
                     channels[server.name] = channel
 
-                lib.note(f"registering {REGISTRATIONS} functions ...")
-                regs = await register_functions(channels[host.name], host.pid)
-                if len(regs.ids) < PLAN.callers:
+                lib.note(f"registering {REGISTRATIONS} functions on each host ...")
+                regs, bare_regs = await register_functions(
+                    [(channels[host.name], host.pid), (channels[bare.name], bare.pid)]
+                )
+                if min(len(regs.ids), len(bare_regs.ids)) < PLAN.callers:
                     raise BenchError(f"only {len(regs.ids)} functions registered; need {PLAN.callers}")
 
                 subjects: dict[str, Subject] = {}
@@ -369,6 +418,16 @@ async def run(client_loop: str) -> None:
                     "functions": lib.function_pids(host.pid),
                 }  # idle ones add nothing
                 subjects["invoke"] = Subject("invoke", "runtime InvokeFunction", invoke_call, procs)
+                bare_invoke = channels[bare.name].unary_unary(lib.INVOKE_METHOD)
+                bare_requests = [invoke_request(rid) for rid in bare_regs.ids[: PLAN.callers]]
+
+                async def bare_call(i: int) -> None:
+                    check_invoke(await bare_invoke(bare_requests[i], timeout=CALL_TIMEOUT_S))
+
+                bare_procs = {"server": [bare.pid], "functions": lib.function_pids(bare.pid)}
+                subjects["invoke-bare"] = Subject(
+                    "invoke-bare", "InvokeFunction, no isolation", bare_call, bare_procs
+                )
                 rounds = await PLAN.run(subjects, started)
         finally:
             for server in servers:
@@ -378,7 +437,7 @@ async def run(client_loop: str) -> None:
             lib.note(
                 f"the runtime host logged {len(problems)} error lines, e.g.:\n" + "\n".join(problems[:10])
             )
-        report(subjects, regs, rounds, client_loop, time.perf_counter() - started)
+        report(subjects, regs, bare_regs, rounds, client_loop, time.perf_counter() - started)
 
 
 def main() -> None:

@@ -57,8 +57,10 @@ class HostOptions:
     heartbeat_interval_s: float = 5.0
     # the raw invoke port (runtime/invoke.py); None: the host of `listen`, port 0; "" disables it
     invoke_listen: str | None = None
-    # how functions are isolated (runtime/sandbox/policy.py); a uid per function by default
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    # how functions are isolated (runtime/sandbox/policy.py); a uid per function by default.
+    # None: no isolation beyond the rlimits, for benchmarks that measure what isolation costs
+    # (no flag of `krt host` gives it)
+    sandbox: SandboxSettings | None = field(default_factory=SandboxSettings)
     # where a Run's source.path may point; none: only inline sources (the state directory and
     # the hidden directories are refused wherever the roots are)
     allowed_source_roots: tuple[str, ...] = ()
@@ -84,13 +86,17 @@ class RuntimeHost:
         self.host_uid = str(uuid.uuid4())
         self.work_root = options.state_dir / "work" / self.host_uid
         self.spawner = Spawner()
-        self.isolation = FunctionIsolation(
-            options.sandbox, host_uid=self.host_uid, hide=(str(options.state_dir), str(self.work_root))
+        self.isolation = (
+            FunctionIsolation(
+                options.sandbox, host_uid=self.host_uid, hide=(str(options.state_dir), str(self.work_root))
+            )
+            if options.sandbox is not None
+            else None
         )
         self.in_force: InForce | None = None
+        hidden = options.sandbox.hide if options.sandbox is not None else ()
         sources = SourcePolicy(
-            allowed_roots=options.allowed_source_roots,
-            forbidden=(str(options.state_dir), *options.sandbox.hide),
+            allowed_roots=options.allowed_source_roots, forbidden=(str(options.state_dir), *hidden)
         )
         self.registry = Registry(
             spawner=self.spawner,
@@ -124,16 +130,18 @@ class RuntimeHost:
 
     def start(self) -> str:
         """Start serving; IsolationUnavailable when the functions cannot be isolated as asked."""
-        self.isolation.check()
+        if self.isolation is not None:
+            self.isolation.check()
         self.work_root.mkdir(parents=True, exist_ok=True)
         self.work_root.chmod(0o711)  # enterable, not listable: each workspace is its function's own
         self.spawner.start()
         try:
-            self.in_force = self.isolation.start(
-                namespaces=self.spawner.namespaces,
-                network_namespaces=self.spawner.network_namespaces,
-                work_root=self.work_root,
-            )
+            if self.isolation is not None:
+                self.in_force = self.isolation.start(
+                    namespaces=self.spawner.namespaces,
+                    network_namespaces=self.spawner.network_namespaces,
+                    work_root=self.work_root,
+                )
         except BaseException:
             self.spawner.close()
             raise
@@ -163,7 +171,7 @@ class RuntimeHost:
                 invoke_address=self.invoke_address,
                 interval_s=self.options.heartbeat_interval_s,
                 snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
-                isolation=isolation_message(self.in_force),
+                isolation=isolation_message(self.in_force) if self.in_force is not None else None,
             )
             self.heartbeats.start()
         gc.freeze()  # start-up objects never need collecting; keeps full collections short
@@ -228,7 +236,8 @@ class RuntimeHost:
         self.registry.close()
         self._stop_loop()
         self.spawner.close()
-        self.isolation.close()
+        if self.isolation is not None:
+            self.isolation.close()
         shutil.rmtree(self.work_root, ignore_errors=True)
 
     async def _stop_serving(self, grace_s: float) -> None:

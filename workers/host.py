@@ -124,25 +124,26 @@ def sandbox_settings(args: argparse.Namespace, given: ResourceLimits) -> Sandbox
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    logs.setup(args.log_level)
+def options_from(args: argparse.Namespace) -> HostOptions:
     given = limits(args)
-    host = RuntimeHost(
-        HostOptions(
-            host_id=args.host_id,
-            runtime=args.runtime,
-            listen=args.listen,
-            invoke_listen=args.invoke_listen,
-            state_dir=args.state_dir,
-            limits=process_limits(given),
-            max_workers=args.max_workers,
-            gateways=tuple(args.gateway),
-            heartbeat_interval_s=args.heartbeat_interval,
-            sandbox=sandbox_settings(args, given),
-            allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
-        )
+    return HostOptions(
+        host_id=args.host_id,
+        runtime=args.runtime,
+        listen=args.listen,
+        invoke_listen=args.invoke_listen,
+        state_dir=args.state_dir,
+        limits=process_limits(given),
+        max_workers=args.max_workers,
+        gateways=tuple(args.gateway),
+        heartbeat_interval_s=args.heartbeat_interval,
+        sandbox=sandbox_settings(args, given),
+        allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
     )
+
+
+def serve(options: HostOptions, *, ready_file: Path | None) -> None:
+    """Run the host until SIGTERM/SIGINT; with `ready_file`, say where it serves once it does."""
+    host = RuntimeHost(options)
     try:
         address = host.start()
     except IsolationUnavailable as exc:
@@ -150,14 +151,20 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    if args.ready_file:
-        tmp = args.ready_file.with_suffix(".tmp")
+    if ready_file:
+        tmp = ready_file.with_suffix(".tmp")
         isolation = host.in_force.describe() if host.in_force is not None else ""
         ready = {"pid": os.getpid(), "address": address, "hostUid": host.host_uid, "isolation": isolation}
         tmp.write_text(json.dumps(ready))
-        tmp.replace(args.ready_file)
+        tmp.replace(ready_file)
     stop.wait()
     host.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.setup(args.log_level)
+    serve(options_from(args), ready_file=args.ready_file)
 
 
 if __name__ == "__main__":
