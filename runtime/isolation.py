@@ -12,9 +12,9 @@ runtime/sandbox/policy.py describes, and `in_force` says what holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
