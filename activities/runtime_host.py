@@ -64,7 +64,12 @@ def host_error(err: grpc.aio.AioRpcError, *, address: str) -> ApplicationError:
 
 def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
     spec = run.spec
-    config = pb.FunctionConfig(adapter=adapter, handler=spec.handler, env=dict(spec.env))
+    config = pb.FunctionConfig(
+        adapter=adapter,
+        handler=spec.handler,
+        env=dict(spec.env),
+        env_from=[pb.EnvFromSecret(secret=e.secretRef.name, prefix=e.prefix) for e in spec.envFrom],
+    )
     if spec.source.path is not None:
         config.source_path = spec.source.path
     else:

@@ -298,6 +298,41 @@ async def hosts_list(args: argparse.Namespace, client: Client, io: Io) -> int:
     return 0
 
 
+def secret_command(args: argparse.Namespace, io: Io) -> int:
+    """`krt secret create|list|delete`: the embedded store in the state directory (no Temporal)."""
+    from kruntimes import secrets
+
+    state = Path(load_config().stateDir)
+    namespace = args.namespace or "default"
+    try:
+        if args.verb == "create":
+            values: dict[str, bytes] = {}
+            for item in args.from_literal:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise UsageError(f"--from-literal takes KEY=VALUE, not {key[:40]!r}")
+                values[key] = value.encode()
+            for item in args.from_file:
+                key, sep, path = item.partition("=")
+                if not sep:
+                    raise UsageError(f"--from-file takes KEY=PATH, not {key[:40]!r}")
+                values[key] = Path(path).expanduser().read_bytes()
+            secrets.create(state, namespace=namespace, name=args.name, values=values)
+            io.note(f"secret {args.name} created in namespace {namespace} ({len(values)} key(s))")
+        elif args.verb == "list":
+            found = secrets.names(state, namespace=namespace)
+            if not found:
+                io.note("No secrets found.")
+            for name, keys in found:
+                io.print(f"{name}\t{','.join(keys)}")
+        elif not secrets.delete(state, namespace=namespace, name=args.name):
+            io.note(f"no secret {args.name} in namespace {namespace}")
+            return 3
+    except (secrets.SecretError, OSError) as exc:
+        raise UsageError(str(exc)) from exc
+    return 0
+
+
 def config_view(args: argparse.Namespace, io: Io) -> int:
     io.print(render(load_config().model_dump(mode="json"), args.output))
     return 0
@@ -321,6 +356,8 @@ async def dispatch(args: argparse.Namespace, io: Io | None = None) -> int:
     io = io or Io()
     if args.command == "config":
         return config_view(args, io)
+    if args.command == "secret":
+        return secret_command(args, io)
     command = COMMANDS[(args.command, getattr(args, "verb", None))]
     async with Client.from_config(load_config()) as client:
         return await command(args, client, io)

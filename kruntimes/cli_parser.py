@@ -126,6 +126,29 @@ def build() -> Parser:
     host_verbs = hosts.add_subparsers(dest="verb", metavar="<verb>", required=True)
     _output(host_verbs.add_parser("list", help="list the runtime hosts"))
 
+    secret = commands.add_parser(
+        "secret", help="secrets a Run's envFrom names (the embedded platform's store)"
+    )
+    secret_verbs = secret.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    create_secret = secret_verbs.add_parser("create", help="create or replace a secret")
+    create_secret.add_argument("name")
+    create_secret.add_argument(
+        "--from-literal", action="append", default=[], metavar="KEY=VALUE", help="a key and its value"
+    )
+    create_secret.add_argument(
+        "--from-file",
+        action="append",
+        default=[],
+        metavar="KEY=PATH",
+        help="a key and a file holding its value",
+    )
+    _namespace(create_secret)
+    list_secrets = secret_verbs.add_parser("list", help="list the secrets (names and keys, never values)")
+    _namespace(list_secrets)
+    delete_secret = secret_verbs.add_parser("delete", help="delete a secret")
+    delete_secret.add_argument("name")
+    _namespace(delete_secret)
+
     config = commands.add_parser("config", help="the client configuration")
     config_verbs = config.add_subparsers(dest="verb", metavar="<verb>", required=True)
     view = config_verbs.add_parser("view", help="print the effective configuration (it holds the token)")

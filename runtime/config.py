@@ -10,9 +10,10 @@ from pathlib import Path
 
 from kruntimes.api.names import validate_env_name, validate_handler
 from runtime import workspace
-from runtime.errors import InvalidRequest, SourceInvalid
+from runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
 from runtime.limits import ProcessLimits
 from runtime.sandbox.child import SandboxSpec
+from runtime.secrets import FileSecrets
 from runtime.spawner import SpawnSpec
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -34,6 +35,7 @@ class FunctionConfig:
     env: tuple[tuple[str, str], ...] = ()
     source_path: str | None = None
     inline: tuple[tuple[str, bytes, bool], ...] | None = None
+    env_from: tuple[tuple[str, str], ...] = ()  # (secret, prefix): resolved at registration
 
     def validate(self) -> None:
         try:
@@ -55,6 +57,7 @@ class FunctionConfig:
             "inline": None
             if self.inline is None
             else sorted((n, hashlib.sha256(c).hexdigest(), x) for n, c, x in self.inline),
+            "env_from": list(self.env_from),
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -73,9 +76,22 @@ def prepare_workdir(config: FunctionConfig, workdir: Path, policy: workspace.Sou
         raise SourceInvalid(str(exc)) from exc
 
 
-def function_env(run: RunRef, config: FunctionConfig, workdir: Path) -> dict[str, str]:
-    env = {"PATH": BASE_PATH, "HOME": str(workdir), "LANG": "C.UTF-8", "TMPDIR": str(workdir)}
+def resolve_env(run: RunRef, config: FunctionConfig, secrets: FileSecrets | None) -> dict[str, str]:
+    """The function's own environment: its secrets' keys (envFrom), then its `env` over them."""
+    env: dict[str, str] = {}
+    if config.env_from:
+        if secrets is None:
+            raise SecretNotFound("this host has no secret store; envFrom cannot be resolved")
+        for name, prefix in config.env_from:
+            for key, value in secrets.read(run.namespace, name).items():
+                env[prefix + key] = value
     env.update(config.env)
+    return env
+
+
+def function_env(run: RunRef, env_of_run: dict[str, str], workdir: Path) -> dict[str, str]:
+    env = {"PATH": BASE_PATH, "HOME": str(workdir), "LANG": "C.UTF-8", "TMPDIR": str(workdir)}
+    env.update(env_of_run)
     env.update(
         {
             "KRT_RUN_UID": run.run_uid,
@@ -96,8 +112,10 @@ def spawn_spec(
     *,
     once: bool,
     sandbox: SandboxSpec | None = None,
+    env: dict[str, str] | None = None,
 ) -> SpawnSpec:
-    env = function_env(run, config, workdir)
+    """`env`: the Run's own environment as `resolve_env` made it (None: just `config.env`)."""
+    env = function_env(run, dict(config.env) if env is None else env, workdir)
     if config.adapter == "bash":
         script = workdir / config.handler
         if not script.is_file():

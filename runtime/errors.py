@@ -10,6 +10,7 @@ RuntimeError_               Internal               INTERNAL
  ├── ConcurrencyLimit       the one in-flight invocation is busy       RESOURCE_EXHAUSTED
  ├── InvalidRequest         a field is missing or out of bounds        INVALID_ARGUMENT
  ├── SourceInvalid          the source cannot be prepared              INVALID_ARGUMENT
+ ├── SecretNotFound         a secret envFrom names is not on the host  FAILED_PRECONDITION
  ├── HandlerLoadFailed      the handler cannot be loaded               FAILED_PRECONDITION
  └── HostUnavailable        the host is shutting down or cannot spawn  UNAVAILABLE
 """
@@ -68,6 +69,10 @@ class InvalidRequest(RuntimeError_):
 
 class SourceInvalid(RuntimeError_):
     reason = HostReason.SOURCE_INVALID
+
+
+class SecretNotFound(RuntimeError_):
+    reason = HostReason.SECRET_NOT_FOUND
 
 
 class HandlerLoadFailed(RuntimeError_):

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
-from runtime.config import FunctionConfig, RunRef, prepare_workdir, spawn_spec
+from runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
 from runtime.errors import (
     ConcurrencyLimit,
     FenceMismatch,
@@ -34,6 +34,7 @@ from runtime.outcome import LoadFailed, Outcome, Status
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import NoFreeUid
+from runtime.secrets import FileSecrets
 from runtime.spawner import Spawner, SpawnError, SpawnSpec
 from runtime.warm import WarmProcess
 from runtime.workspace import SourcePolicy
@@ -105,6 +106,7 @@ class Registration:
     last_activity: datetime = field(default_factory=_now)
     busy: threading.Lock = field(default_factory=threading.Lock)
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
+    env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
 
     @property
     def sandbox(self) -> SandboxSpec | None:
@@ -122,10 +124,12 @@ class Registry:
         on_change: Callable[[], None] | None = None,
         isolation: FunctionIsolation | None = None,
         sources: SourcePolicy | None = None,
+        secrets: FileSecrets | None = None,
     ) -> None:
         self.spawner = spawner
         self.isolation = isolation
         self.sources = sources or SourcePolicy()
+        self.secrets = secrets
         self.work_root = work_root
         self.limits = limits
         self.host_uid = host_uid
@@ -183,6 +187,7 @@ class Registry:
             id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir
         )
         try:
+            reg.env = resolve_env(run, config, self.secrets)
             if self.isolation is not None:
                 reg.lease = self.isolation.lease(reg.id)
                 reg.lease.own(workdir)
@@ -201,7 +206,9 @@ class Registry:
         return reg
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:
-        return spawn_spec(reg.run, reg.config, reg.workdir, self.limits, once=once, sandbox=reg.sandbox)
+        return spawn_spec(
+            reg.run, reg.config, reg.workdir, self.limits, once=once, sandbox=reg.sandbox, env=reg.env
+        )
 
     def unregister(self, registration_id: str, *, grace_s: float = 5.0) -> bool:
         with self._lock:

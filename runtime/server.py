@@ -31,6 +31,7 @@ from runtime.isolation import FunctionIsolation
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
 from runtime.sandbox.policy import InForce, SandboxSettings
+from runtime.secrets import FileSecrets
 from runtime.service import FunctionRuntimeService, isolation_message, registration_state
 from runtime.spawner import Spawner
 from runtime.tasks import Tasks
@@ -64,6 +65,8 @@ class HostOptions:
     # where a Run's source.path may point; none: only inline sources (the state directory and
     # the hidden directories are refused wherever the roots are)
     allowed_source_roots: tuple[str, ...] = ()
+    # the secrets a Run's envFrom names (runtime/secrets.py); None: `{state_dir}/secrets`
+    secrets_dir: Path | None = None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -98,6 +101,7 @@ class RuntimeHost:
         sources = SourcePolicy(
             allowed_roots=options.allowed_source_roots, forbidden=(str(options.state_dir), *hidden)
         )
+        secrets = FileSecrets(options.secrets_dir or options.state_dir / "secrets")
         self.registry = Registry(
             spawner=self.spawner,
             work_root=self.work_root,
@@ -106,6 +110,7 @@ class RuntimeHost:
             on_change=self._registrations_changed,
             isolation=self.isolation,
             sources=sources,
+            secrets=secrets,
         )
         self.tasks = Tasks(
             spawner=self.spawner,
@@ -113,6 +118,7 @@ class RuntimeHost:
             limits=options.limits,
             isolation=self.isolation,
             sources=sources,
+            secrets=secrets,
         )
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None

@@ -102,6 +102,7 @@ def _config(msg: pb.FunctionConfig) -> FunctionConfig:
         inline=tuple((f.name, f.content, f.executable) for f in msg.inline.files)
         if which == "inline"
         else None,
+        env_from=tuple((e.secret, e.prefix) for e in msg.env_from),
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
-from runtime.config import FunctionConfig, RunRef, prepare_workdir, spawn_spec
+from runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
 from runtime.errors import HostUnavailable, RegistrationConflict
 from runtime.isolation import FunctionIsolation
 from runtime.limits import ProcessLimits
@@ -19,6 +19,7 @@ from runtime.once import run_once
 from runtime.outcome import Outcome, Status, set_error
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.sandbox.identity import NoFreeUid
+from runtime.secrets import FileSecrets
 from runtime.spawner import Spawner, SpawnError
 from runtime.workspace import SourcePolicy
 
@@ -45,10 +46,12 @@ class Tasks:
         limits: ProcessLimits,
         isolation: FunctionIsolation | None = None,
         sources: SourcePolicy | None = None,
+        secrets: FileSecrets | None = None,
     ) -> None:
         self.spawner = spawner
         self.isolation = isolation
         self.sources = sources or SourcePolicy()
+        self.secrets = secrets
         self.work_root = work_root
         self.limits = limits
         self._lock = threading.Lock()
@@ -95,7 +98,8 @@ class Tasks:
                 lease = self.isolation.lease("task-" + secrets.token_hex(12))
                 lease.own(workdir)
             sandbox = lease.sandbox(workdir) if lease is not None else None
-            spec = spawn_spec(run, config, workdir, self.limits, once=True, sandbox=sandbox)
+            env = resolve_env(run, config, self.secrets)
+            spec = spawn_spec(run, config, workdir, self.limits, once=True, sandbox=sandbox, env=env)
 
             def started(pid: int) -> None:
                 execution.pid = pid

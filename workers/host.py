@@ -32,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the raw invoke port's address (default: the --listen host, port 0; empty: none)",
     )
     parser.add_argument("--state-dir", type=Path, required=True, help="where workspaces live")
+    parser.add_argument(
+        "--secrets-dir",
+        type=Path,
+        default=None,
+        help="the secrets Runs' envFrom names, {dir}/{namespace}/{secret}/{KEY} (default: STATE/secrets)",
+    )
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
     parser.add_argument(
         "--max-workers",
@@ -138,6 +144,7 @@ def options_from(args: argparse.Namespace) -> HostOptions:
         heartbeat_interval_s=args.heartbeat_interval,
         sandbox=sandbox_settings(args, given),
         allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
+        secrets_dir=args.secrets_dir,
     )
 
 

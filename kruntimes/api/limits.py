@@ -42,6 +42,9 @@ MAX_HANDLER_BYTES = 256
 MAX_ENV_VARS = 128
 # One environment variable value.
 MAX_ENV_VALUE_BYTES = 32 * KIB
+MAX_ENV_FROM = 16  # secrets a Run takes env from
+MAX_SECRET_KEYS = 64  # keys of one secret
+MAX_SECRET_BYTES = 256 * KIB  # all values of one secret
 
 # status.endpoint.url.
 MAX_ENDPOINT_URL_BYTES = 2048

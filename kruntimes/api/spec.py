@@ -12,6 +12,7 @@ from kruntimes.api._text import has_control_chars, utf8_len
 from kruntimes.api.limits import (
     MAX_BACKOFF_MULTIPLIER,
     MAX_BACKOFF_SECONDS,
+    MAX_ENV_FROM,
     MAX_ENV_VALUE_BYTES,
     MAX_ENV_VARS,
     MAX_HANDLER_BYTES,
@@ -138,6 +139,19 @@ class RetryPolicy(ApiModel):
         return self
 
 
+class SecretRef(ApiModel):
+    name: Annotated[str, _label("secretRef.name")]
+
+
+class EnvFromSource(ApiModel):
+    """Every key of a secret of the Run's namespace as an environment variable (named `prefix`
+    + key). The host resolves it when it registers the function: values never enter the Run's
+    spec, its history or its status."""
+
+    secretRef: SecretRef
+    prefix: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$|^$")] = ""
+
+
 class RunSpec(ApiModel):
     """The workflow input; never changes after creation."""
 
@@ -146,6 +160,7 @@ class RunSpec(ApiModel):
     source: SourceSpec
     handler: str
     env: dict[str, str] = Field(default_factory=dict)
+    envFrom: list[EnvFromSource] = Field(default_factory=list, max_length=MAX_ENV_FROM)
     timeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
     retryPolicy: RetryPolicy = Field(default_factory=RetryPolicy)
     ttlSecondsAfterFinished: StrictInt | None = Field(default=None, ge=0, le=MAX_TTL_SECONDS_AFTER_FINISHED)

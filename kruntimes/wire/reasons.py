@@ -52,6 +52,12 @@ class HostReason(StrEnum):
     HANDLER_LOAD_FAILED = ("HandlerLoadFailed", "FAILED_PRECONDITION", "the handler cannot be loaded", True)
     SOURCE_INVALID = ("SourceInvalid", "INVALID_ARGUMENT", "the source cannot be prepared", True)
     INVALID_REQUEST = ("InvalidRequest", "INVALID_ARGUMENT", "a field is missing or out of bounds", True)
+    SECRET_NOT_FOUND = (
+        "SecretNotFound",
+        "FAILED_PRECONDITION",
+        "a secret the Run's envFrom names does not exist on the host",
+        True,
+    )
     REGISTRATION_CONFLICT = (
         "RegistrationConflict",
         "FAILED_PRECONDITION",

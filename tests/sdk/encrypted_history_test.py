@@ -19,7 +19,7 @@ ENV_ECHO = "import os\ndef handle(p):\n    return {'password': os.environ['DB_PA
 TASK = f"def handle(p):\n    return {{'marker': '{OUTPUT}'}}\n"
 
 
-async def _history_json(platform: Platform, name: str) -> str:
+async def history_json(platform: Platform, name: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         temporal_binary(),
         "workflow",
@@ -45,7 +45,7 @@ async def test_the_env_of_a_run_never_appears_in_its_history(platform: Platform,
     assert (await krt.invoke(name, {})).outputs == {"password": SECRET}, "the function got its env"
     got = await krt.get(name)
     assert got.spec.env == {"DB_PASSWORD": SECRET}, "the SDK decodes what it reads"
-    history = await _history_json(platform, name)
+    history = await history_json(platform, name)
     assert SECRET not in history
     encrypted = base64.b64encode(b"binary/encrypted").decode()  # metadata values are base64 there
     assert encrypted in history and json.loads(history)["events"]
@@ -56,4 +56,4 @@ async def test_the_outputs_of_a_task_never_appear_in_its_history(platform: Platf
     await krt.create(Run.from_dict(manifest(name, source=TASK, mode={"task": {}})))
     done = await krt.wait(name)
     assert done.status.phase is RunPhase.Succeeded and done.status.outputs == {"marker": OUTPUT}
-    assert OUTPUT not in await _history_json(platform, name)
+    assert OUTPUT not in await history_json(platform, name)

@@ -214,6 +214,7 @@ class FunctionConfig(_message.Message):
     ENV_FIELD_NUMBER: _builtins.int
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     INLINE_FIELD_NUMBER: _builtins.int
+    ENV_FROM_FIELD_NUMBER: _builtins.int
     adapter: _builtins.str
     """python | bash"""
     handler: _builtins.str
@@ -224,6 +225,12 @@ class FunctionConfig(_message.Message):
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def inline(self) -> Global___InlineSource: ...
+    @_builtins.property
+    def env_from(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvFromSecret]:
+        """Secrets whose keys become environment variables, resolved by the host at registration
+        from its secret store (never sent through Temporal): `env` wins over them.
+        """
+
     def __init__(
         self,
         *,
@@ -232,16 +239,41 @@ class FunctionConfig(_message.Message):
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         source_path: _builtins.str = ...,
         inline: Global___InlineSource | None = ...,
+        env_from: _abc.Iterable[Global___EnvFromSecret] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "env", b"env", "handler", b"handler", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["source_path", "inline"]  # noqa: Y015
     _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
 
 Global___FunctionConfig: _TypeAlias = FunctionConfig  # noqa: Y015
+
+@_typing.final
+class EnvFromSecret(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECRET_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    secret: _builtins.str
+    """a secret of the Run's namespace"""
+    prefix: _builtins.str
+    """put before every key's name"""
+    def __init__(
+        self,
+        *,
+        secret: _builtins.str = ...,
+        prefix: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "secret", b"secret"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnvFromSecret: _TypeAlias = EnvFromSecret  # noqa: Y015
 
 @_typing.final
 class RegisterFunctionRequest(_message.Message):
