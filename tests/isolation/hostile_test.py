@@ -273,3 +273,57 @@ result = {"env": sorted(os.environ), "fds": sorted(int(fd) for fd in os.listdir(
         "LC_CTYPE",
     }, seen["env"]
     assert max(seen["fds"]) <= 4, f"stdin, stdout, stderr, its control socket (+ the listing): {seen['fds']}"
+
+
+def _inline(name: str, content: str, *, executable: bool = False) -> pb.InlineSource:
+    return pb.InlineSource(files=[pb.InlineFile(name=name, content=content.encode(), executable=executable)])
+
+
+def test_a_bash_function_gets_the_same_sandbox(target: HostUnderAttack) -> None:
+    secret_file = target.state_dir / "tokens.csv"
+    script = (
+        "#!/bin/bash\n"
+        f"cat {secret_file} >/dev/null 2>&1 && leaked=yes || leaked=no\n"
+        'echo "{\\"uid\\": $(id -u), \\"leaked\\": \\"$leaked\\", \\"procs\\": $(ls /proc | grep -c \'^[0-9]\')}"\n'
+    )
+    reg = target.stub.RegisterFunction(
+        pb.RegisterFunctionRequest(
+            run=pb.RunRef(run_uid="2c7e9a55-5f0e-4c4a-9d6a-0b1c2d3e4f50", attempt=1),
+            config=pb.FunctionConfig(
+                adapter="bash", handler="run.sh", inline=_inline("run.sh", script, executable=True)
+            ),
+        ),
+        timeout=30,
+    )
+    answer = target.stub.InvokeFunction(
+        pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
+    )
+    assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED, answer.error
+    seen = json.loads(answer.outputs_json)
+    assert seen["uid"] != 0 and seen["leaked"] == "no"
+    assert seen["procs"] <= 4, "bash, its subshells and ls: nothing of the host"
+
+
+def test_a_task_gets_the_same_sandbox(target: HostUnderAttack) -> None:
+    secret_file = target.state_dir / "tls" / "tls.key"
+    code = (
+        "import os\n"
+        "def run(p):\n"
+        "    try:\n"
+        f"        open({str(secret_file)!r}).read()\n"
+        "        leaked = True\n"
+        "    except OSError:\n"
+        "        leaked = False\n"
+        "    return {'uid': os.getuid(), 'leaked': leaked}\n"
+    )
+    answer = target.stub.ExecuteTask(
+        pb.ExecuteTaskRequest(
+            run=pb.RunRef(run_uid="9d8c7b6a-5f4e-4d3c-8b2a-190807060504", attempt=1),
+            config=pb.FunctionConfig(adapter="python", handler="main:run", inline=_inline("main.py", code)),
+            input=b"null",
+        ),
+        timeout=60,
+    )
+    assert answer.status == pb.TASK_STATUS_SUCCEEDED, answer.error
+    seen = json.loads(answer.outputs_json)
+    assert seen["uid"] != 0 and not seen["leaked"]
