@@ -99,6 +99,7 @@ from kruntimes.lifecycle import (
     QUERY_POOL,
     QUERY_STATUS,
     SIGNAL_CANCEL,
+    TASK_QUEUE,
     PlatformInfo,
     PoolState,
     pool_workflow_id,
@@ -160,10 +161,12 @@ class Created:
     query_s: float  # the status query after Ready (not part of latency_s)
 
 
-async def create_until_ready(client: Client, run: Run, *, timeout_s: float = READY_TIMEOUT_S) -> Created:
+async def create_until_ready(
+    client: Client, run: Run, *, timeout_s: float = READY_TIMEOUT_S, task_queue: str = TASK_QUEUE
+) -> Created:
     """Start a Run as the SDK does; create→Ready ends when its history says Ready."""
     t0_wall, t0 = time.time(), time.perf_counter()
-    handle = await start_run(client, run)
+    handle = await start_run(client, run, task_queue=task_queue)
     try:
         ready = await asyncio.wait_for(ready_in_history(handle), timeout_s)
     except TimeoutError:
