@@ -89,9 +89,8 @@ async def bench(server: DevServer, tmp: Path, runs: int) -> dict[str, Any]:
     print(f"\nwarm create→Ready, {runs} Runs each, alternating (codec: AES-256-GCM on every payload)")
     for name in sides:
         print(f"  {name:<6} p50 {p50[name] * 1000:.1f} ms, p99 {p99[name] * 1000:.1f} ms")
-    print(
-        f"  codec p50 / plain p50 = {ratio:.3f}× (target ≤ {TARGET}×: {'met' if ratio <= TARGET else 'not met'})"
-    )
+    verdict = "met" if ratio <= TARGET else "not met"
+    print(f"  codec p50 / plain p50 = {ratio:.3f}× (target ≤ {TARGET}×: {verdict})")
     return {
         "bench": "codec",
         "runs": runs,
