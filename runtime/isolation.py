@@ -74,6 +74,7 @@ class Lease:
             hide=self.base.hide,
             cgroup_procs=self.base.cgroup_procs,
             tmp_bytes=self.base.tmp_bytes,
+            foreign_uid=self.base.foreign_uid,
         )
 
     def own(self, workdir: Path) -> None:
@@ -175,6 +176,7 @@ class FunctionIsolation:
                 hide=self.hide,
                 cgroup_procs=group.procs_files if group is not None else (),
                 tmp_bytes=self.settings.tmp_bytes,
+                foreign_uid=claim is not None,
             )
         except BaseException:
             if group is not None:
@@ -183,6 +185,21 @@ class FunctionIsolation:
                 self.pool.release(claim, contained=False)
             raise
         return Lease(slot=slot, claim=claim, group=group, base=base)
+
+    def seed_base(self) -> SandboxSpec | None:
+        """What every function of this host has in common: the spec the zygote plants seeds
+        with (runtime/sandbox/child.py), or None where there are no namespaces to plant in."""
+        if not self._namespaces:
+            return None
+        return SandboxSpec(
+            pid_namespace=True,
+            mount_namespace=True,
+            network_none=self._network,
+            keep=self.keep,
+            hide=self.hide,
+            tmp_bytes=self.settings.tmp_bytes,
+            foreign_uid=self.pool is not None,
+        )
 
     def release(self, lease: Lease) -> None:
         """After the function's processes were killed: end whatever is left, free the uid."""

@@ -67,6 +67,8 @@ class HostOptions:
     allowed_source_roots: tuple[str, ...] = ()
     # the secrets a Run's envFrom names (runtime/secrets.py); None: `{state_dir}/secrets`
     secrets_dir: Path | None = None
+    # sandboxed children kept planted in the zygote, ready for the next registrations
+    seeds: int = 2
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -148,6 +150,9 @@ class RuntimeHost:
                     network_namespaces=self.spawner.network_namespaces,
                     work_root=self.work_root,
                 )
+                base = self.isolation.seed_base()
+                if base is not None and self.options.seeds > 0:
+                    self.spawner.configure_seeds(base, count=self.options.seeds)
         except BaseException:
             self.spawner.close()
             raise

@@ -158,6 +158,16 @@ class Spawner:
             with self._lock:
                 self._pending.pop(ident, None)
 
+    def configure_seeds(self, base: SandboxSpec, *, count: int) -> None:
+        """Keep `count` children planted with `base` waiting in the zygote, so a sandboxed spawn
+        costs no fork and no namespace setup of its own (runtime/sandbox/child.py)."""
+        sock = self._sock
+        if sock is None:
+            return
+        message = json.dumps({"op": "seeds", "base": base.to_json(), "count": count}).encode()
+        with self._send_lock:
+            sock.send(message)
+
     def kill(self, pid: int) -> None:
         """Kill the process group of a child (no-op once it has been reaped)."""
         sock = self._sock

@@ -29,11 +29,12 @@ import selectors
 import signal
 import socket
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime import limits
 from runtime.adapters import python_worker
-from runtime.sandbox import child
+from runtime.sandbox import child, fsview, syscalls
 
 MAX_MESSAGE = 256 * 1024
 CTL_FD = 3
@@ -70,27 +71,89 @@ def _child(spec: dict[str, Any], fds: list[int], server: socket.socket) -> None:
         sandbox = child.SandboxSpec.from_json(spec["sandbox"]) if spec.get("sandbox") else None
         if sandbox is not None:
             child.enter(sandbox)  # returns in the function process (its namespace's init stays)
-        os.chdir(spec["cwd"])
-        env = spec["env"]
-        os.environ.clear()
-        os.environ.update(env)
-        limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
-        _never_preempt_the_host()
-        if sandbox is not None:
-            child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
-        if spec["kind"] == "exec":
-            os.execve(spec["argv"][0], spec["argv"], env)
-        code = python_worker.main(
-            ctl_fd=CTL_FD,
-            workdir=spec["cwd"],
-            handler=spec["handler"],
-            once=spec["kind"] == "python-once",
-            context=spec.get("context", {}),
-        )
+        code = _become(spec, sandbox)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.write(2, f"kruntimes: function process failed to start: {exc!r}\n".encode())
+        _failed(exc)
     os._exit(code)
+
+
+def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
+    """The function process's last steps: its directory, environment, limits and identity,
+    then its adapter (never returns for `exec`)."""
+    os.chdir(spec["cwd"])
+    env = spec["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
+    _never_preempt_the_host()
+    if sandbox is not None:
+        child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
+    if spec["kind"] == "exec":
+        os.execve(spec["argv"][0], spec["argv"], env)
+    return python_worker.main(
+        ctl_fd=CTL_FD,
+        workdir=spec["cwd"],
+        handler=spec["handler"],
+        once=spec["kind"] == "python-once",
+        context=spec.get("context", {}),
+    )
+
+
+def _failed(exc: BaseException) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"kruntimes: function process failed to start: {exc!r}\n".encode())
+
+
+def _seed(base: child.SandboxSpec, theirs: socket.socket, server: socket.socket) -> None:
+    """Runs in a new seed (the zygote's child, PID 1 of a namespace of its own); never returns.
+    Its function process waits on `theirs` for one assignment: {"spec", "grow": [[kind, path,
+    options], ...]} with the function's descriptors (stdin, stdout, stderr[, control]) and one
+    per bind of `grow`, in order."""
+    code = 127
+    try:
+        os.setsid()
+        _die_with_parent()
+        server.close()
+        keep = theirs.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        child.plant(base)  # returns in the waiting function process
+        msg, fds, _flags, _addr = socket.recv_fds(theirs, MAX_MESSAGE, 16)
+        if not msg:
+            os._exit(0)  # retired before it was given anything
+        theirs.close()
+        assignment = json.loads(msg)
+        spec = assignment["spec"]
+        more = fsview.Plan(
+            tuple(fsview.Op(kind, path, options) for kind, path, options in assignment["grow"])
+        )
+        binds = more.binds
+        stdio, sources = (
+            fds[: len(fds) - len(binds)],
+            dict(zip(binds, fds[len(fds) - len(binds) :], strict=True)),
+        )
+        sandbox = child.SandboxSpec.from_json(spec["sandbox"])
+        child.grow(sandbox, more, sources)
+        for fd in sources.values():
+            os.close(fd)
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target, inheritable=True)
+        os.closerange(len(stdio), os.sysconf("SC_OPEN_MAX"))
+        code = _become(spec, sandbox)
+    except BaseException as exc:
+        _failed(exc)
+    os._exit(code)
+
+
+@dataclass
+class _Seeds:
+    """Planted children waiting for functions, all alike (the base the host configured)."""
+
+    base: child.SandboxSpec
+    count: int
+    waiting: list[tuple[int, socket.socket]] = field(default_factory=list)  # (pid, our end)
 
 
 class Zygote:
@@ -106,6 +169,7 @@ class Zygote:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
         self.namespaces, self.network_namespaces = child.probe()
         self.pids = child.PidSpace() if self.namespaces else None
+        self.seeds: _Seeds | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.send(json.dumps(message).encode())
@@ -140,12 +204,80 @@ class Zygote:
                 self.spawn(request, fds)
             elif request["op"] == "kill":
                 self.kill(int(request["pid"]))
+            elif request["op"] == "seeds":
+                self.configure_seeds(request)
         finally:
             for fd in fds:
                 os.close(fd)
         return True
 
+    def configure_seeds(self, request: dict[str, Any]) -> None:
+        if self.pids is None:
+            return
+        self.seeds = _Seeds(child.SandboxSpec.from_json(request["base"]), max(0, int(request["count"])))
+        self.replant()
+
+    def replant(self) -> None:
+        """Bring the seeds back to their count (after one was given, or died unused)."""
+        seeds = self.seeds
+        if seeds is None or self.pids is None:
+            return
+        while len(seeds.waiting) < seeds.count:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self.pids.next_child(new=True)
+                pid = os.fork()
+            except OSError:
+                ours.close()
+                theirs.close()
+                return  # no seed now: functions are started the direct way meanwhile
+            if pid == 0:
+                ours.close()
+                _seed(seeds.base, theirs, self.sock)
+            theirs.close()
+            self.children.add(pid)
+            seeds.waiting.append((pid, ours))
+
+    def _use_seed(self, request: dict[str, Any], fds: list[int]) -> int | None:
+        """Give the spawn to a waiting seed; its pid, or None to start the function directly."""
+        seeds, raw = self.seeds, request["spec"].get("sandbox")
+        if seeds is None or not raw or not seeds.waiting:
+            return None
+        sandbox = child.SandboxSpec.from_json(raw)
+        if not sandbox.seeded_by(seeds.base):
+            return None
+        more = child.growth(sandbox, seeds.base)
+        opened: list[int] = []
+        try:
+            for path in more.binds:  # a bind cannot cross mount namespaces: detached trees can
+                opened.append(syscalls.open_tree(path))
+        except OSError:
+            for fd in opened:
+                os.close(fd)
+            return None
+        while seeds.waiting:
+            pid, ours = seeds.waiting.pop(0)
+            try:
+                grow = [[op.kind, op.path, op.options] for op in more.ops]
+                message = json.dumps({"spec": request["spec"], "grow": grow}).encode()
+                socket.send_fds(ours, [message], fds + opened)
+            except OSError:
+                continue  # that seed died: try the next
+            finally:
+                ours.close()
+            for fd in opened:
+                os.close(fd)
+            return pid
+        for fd in opened:
+            os.close(fd)
+        return None
+
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
+        pid = self._use_seed(request, fds)
+        if pid is not None:
+            self.send({"op": "spawned", "id": request["id"], "pid": pid})
+            self.replant()
+            return
         try:
             if self.pids is not None:  # a sandboxed child is PID 1 of a namespace of its own
                 sandbox = request["spec"].get("sandbox") or {}
@@ -177,6 +309,11 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
+            if self.seeds is not None:
+                for waiting in list(self.seeds.waiting):
+                    if waiting[0] == pid:  # a seed died before it was given a function
+                        self.seeds.waiting.remove(waiting)
+                        waiting[1].close()
             self.send({"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
 

@@ -8,6 +8,13 @@ It stays behind as the namespace's init: it reaps whatever the function leaves o
 when the function process ends, exits with its status (128 + N when it was killed by signal
 N, as shells report it), which ends every other process of the namespace. `enter` returns in
 the function process, still privileged; the caller sets up the process and calls `drop` last.
+
+Seeds take that work off the path of a registration: the zygote keeps a few children already
+`plant`ed — PID 1 of a namespace of their own with the generic view (Python, shared and hidden
+directories, private /proc, /tmp and /dev/shm, loopback), their function process forked and
+waiting, privileged, for an assignment. Given one (its spec, its descriptors, and descriptors of
+the paths only it may see, opened where they are visible), the waiting process `grow`s the view
+by what is its own (its workspace), joins its cgroup, and goes on as an entered one would.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ class SandboxSpec:
     hide: tuple[str, ...] = ()
     cgroup_procs: tuple[str, ...] = ()
     tmp_bytes: int = 64 * 1024 * 1024
+    # the function runs as another uid than the files' owner: directories closed to others
+    # block it on the way to a kept path and are covered (fsview.plan needs_traversal)
+    foreign_uid: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +59,19 @@ class SandboxSpec:
             hide=tuple(raw.get("hide", ())),
             cgroup_procs=tuple(raw.get("cgroup_procs", ())),
             tmp_bytes=int(raw.get("tmp_bytes", 64 * 1024 * 1024)),
+            foreign_uid=bool(raw.get("foreign_uid", raw.get("uid") is not None)),
+        )
+
+    def seeded_by(self, base: SandboxSpec) -> bool:
+        """Whether a process planted with `base` can become this one (its view only grows)."""
+        return (
+            self.pid_namespace
+            and self.mount_namespace
+            and base.pid_namespace
+            and base.mount_namespace
+            and (self.network_none, self.hide, self.tmp_bytes, self.foreign_uid)
+            == (base.network_none, base.hide, base.tmp_bytes, base.foreign_uid)
+            and set(base.keep) <= set(self.keep)
         )
 
 
@@ -86,26 +109,58 @@ def probe() -> tuple[bool, bool]:
     return results[0], results[1]
 
 
+def view(spec: SandboxSpec) -> fsview.Plan:
+    """The file system view of `spec` as fsview plans it, from the real file system."""
+    scratch = {"/tmp": spec.tmp_bytes, "/dev/shm": spec.tmp_bytes}
+    return fsview.plan(keep=spec.keep, hide=spec.hide, scratch=scratch, needs_traversal=spec.foreign_uid)
+
+
+def _namespaces(spec: SandboxSpec) -> None:
+    """A mount (and network) namespace of this process's own, with the view of `spec`."""
+    syscalls.unshare(syscalls.CLONE_NEWNS | (syscalls.CLONE_NEWNET if spec.network_none else 0))
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    fsview.apply(view(spec))
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+    syscalls.mount("proc", "/proc", "proc", flags, PROC_OPTIONS)
+    if spec.network_none:
+        syscalls.loopback_up()
+
+
 def enter(spec: SandboxSpec) -> None:
     """Runs in the freshly forked child; returns in the function process (see the docstring)."""
     cgroups.join(spec.cgroup_procs)
     if spec.mount_namespace:
-        syscalls.unshare(syscalls.CLONE_NEWNS | (syscalls.CLONE_NEWNET if spec.network_none else 0))
-        syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
-        scratch = {"/tmp": spec.tmp_bytes, "/dev/shm": spec.tmp_bytes}
-        fsview.apply(
-            fsview.plan(keep=spec.keep, hide=spec.hide, scratch=scratch, needs_traversal=spec.uid is not None)
-        )
-        flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
-        syscalls.mount("proc", "/proc", "proc", flags, PROC_OPTIONS)
-        if spec.network_none:
-            syscalls.loopback_up()
+        _namespaces(spec)
     if not spec.pid_namespace:
         return
     function = os.fork()
     if function == 0:
         return
     _init(function)
+
+
+def plant(base: SandboxSpec) -> None:
+    """Runs in a fresh seed (PID 1 of its namespace): the generic view, then the fork; returns
+    in the waiting function process, privileged."""
+    _namespaces(base)
+    function = os.fork()
+    if function == 0:
+        return
+    _init(function)
+
+
+def growth(spec: SandboxSpec, base: SandboxSpec) -> fsview.Plan:
+    """What a process planted with `base` must add to its view to have the view of `spec`
+    (planned where the real file system is visible: in the zygote)."""
+    planted = set(view(base).ops)
+    return fsview.Plan(tuple(op for op in view(spec).ops if op not in planted))
+
+
+def grow(spec: SandboxSpec, more: fsview.Plan, trees: dict[str, int]) -> None:
+    """In a planted process given its assignment: its cgroup, and `more` of the view (its binds
+    as detached mount trees in `trees`: path → syscalls.open_tree made where it is visible)."""
+    cgroups.join(spec.cgroup_procs)
+    fsview.apply(more, trees=trees)
 
 
 def _init(function: int) -> None:

@@ -145,12 +145,16 @@ def _is_dir(st: os.stat_result | None) -> bool:
     return st is not None and stat.S_ISDIR(st.st_mode)
 
 
-def apply(view: Plan) -> None:
-    """Run the plan in this process's (new, private) mount namespace."""
+def apply(view: Plan, *, trees: dict[str, int] | None = None) -> None:
+    """Run the plan in this process's (new, private) mount namespace. `trees`: detached mount
+    trees (syscalls.open_tree) made in another mount namespace, where those paths are visible,
+    attached here instead of a bind; the other bind sources are opened here, before any cover."""
+    trees = trees or {}
     sources: dict[str, int] = {}
     try:
         for path in view.binds:
-            sources[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            if path not in trees:
+                sources[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
         for op in view.ops:
             if op.kind == "tmpfs":
                 syscalls.mount(
@@ -163,14 +167,18 @@ def apply(view: Plan) -> None:
             elif op.kind == "mkdir":
                 os.mkdir(op.path, COVER_MODE)
             else:
-                st = os.fstat(sources[op.path])
-                if stat.S_ISDIR(st.st_mode):
+                source = trees.get(op.path, sources.get(op.path))
+                assert source is not None
+                if stat.S_ISDIR(os.fstat(source).st_mode):
                     os.mkdir(op.path, COVER_MODE)
                 else:
                     os.close(os.open(op.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-                syscalls.mount(
-                    f"/proc/self/fd/{sources[op.path]}", op.path, None, syscalls.MS_BIND | syscalls.MS_REC
-                )
+                if op.path in trees:
+                    syscalls.move_mount(source, op.path)
+                else:
+                    syscalls.mount(
+                        f"/proc/self/fd/{source}", op.path, None, syscalls.MS_BIND | syscalls.MS_REC
+                    )
     finally:
         for fd in sources.values():
             os.close(fd)

@@ -73,6 +73,52 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(result, f"mount {target}")
 
 
+_SYS_OPEN_TREE = 428  # the same number on every architecture (the unified syscall table)
+_SYS_MOVE_MOUNT = 429
+OPEN_TREE_CLONE = 1
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_AT_FDCWD = -100
+
+
+def open_tree(path: str) -> int:
+    """A detached copy of the mount tree at `path` (a bind that can be attached in another
+    mount namespace with `move_mount`); the descriptor is close-on-exec."""
+    lib = _lib()
+    lib.syscall.restype = ctypes.c_long
+    fd = int(
+        lib.syscall(
+            ctypes.c_long(_SYS_OPEN_TREE),
+            ctypes.c_int(_AT_FDCWD),
+            os.fsencode(path),
+            ctypes.c_uint(OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE),
+        )
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"open_tree {path}: {os.strerror(code)}")
+    return fd
+
+
+def move_mount(tree: int, target: str) -> None:
+    """Attach a detached tree (from `open_tree`) at `target` in this mount namespace."""
+    lib = _lib()
+    lib.syscall.restype = ctypes.c_long
+    result = int(
+        lib.syscall(
+            ctypes.c_long(_SYS_MOVE_MOUNT),
+            ctypes.c_int(tree),
+            b"",
+            ctypes.c_int(_AT_FDCWD),
+            os.fsencode(target),
+            ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+        )
+    )
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"move_mount {target}: {os.strerror(code)}")
+
+
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
     lib = _lib()
     lib.prctl.restype = ctypes.c_int

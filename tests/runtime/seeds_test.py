@@ -1,0 +1,62 @@
+"""Seeds: sandboxed children the zygote keeps planted, so a registration costs no fork and no
+namespace setup of its own; a seed becomes exactly the sandbox a directly started one would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.sandbox.child import SandboxSpec, growth
+from runtime.sandbox.fsview import Op
+from tests.runtime.conftest import Host, wait_until
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/ns/pid").exists(), reason="no PID namespaces on this machine"
+)
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def test_a_registration_takes_a_waiting_seed_and_a_new_one_is_planted(host: Host) -> None:
+    zygote = host.runtime.spawner.zygote_pid
+    assert zygote is not None
+    in_force = host.runtime.in_force
+    if in_force is None or not in_force.pid_namespace:
+        pytest.skip("this host makes no namespaces: it starts every function directly")
+    assert wait_until(lambda: len(_children(zygote) - {*_live(host)}) >= host.runtime.options.seeds)
+    seeds_before = _children(zygote) - set(_live(host))
+    reg = host.register("import os\ndef handle(p):\n    return {'uid': os.getuid(), 'cwd': os.getcwd()}\n")
+    registration = host.runtime.registry.get(reg.registration_id)
+    assert registration is not None and registration.process is not None
+    assert registration.process.pid in seeds_before, "the function became a seed planted before"
+    answer = json.loads(host.invoke(reg.registration_id).outputs_json)
+    assert answer["uid"] != 0 and answer["cwd"] == str(registration.workdir)
+    assert wait_until(lambda: len(_children(zygote) - set(_live(host))) >= host.runtime.options.seeds), (
+        "the zygote plants a new seed"
+    )
+
+
+def _live(host: Host) -> list[int]:
+    return [r.process.pid for r in host.runtime.registry.snapshot() if r.process is not None]
+
+
+def test_growth_is_what_the_function_adds_to_the_planted_view() -> None:
+    base = SandboxSpec(
+        pid_namespace=True, mount_namespace=True, keep=("/usr",), hide=("/srv",), foreign_uid=True
+    )
+    spec = SandboxSpec(
+        pid_namespace=True, mount_namespace=True, keep=("/usr", "/tmp"), hide=("/srv",), foreign_uid=True
+    )
+    assert spec.seeded_by(base)
+    planted = {(op.kind, op.path) for op in growth(base, base).ops}
+    assert planted == set()
+    assert all(isinstance(op, Op) for op in growth(spec, base).ops)
+    other = SandboxSpec(pid_namespace=True, mount_namespace=True, keep=("/usr",), hide=(), foreign_uid=True)
+    assert not other.seeded_by(base), "a seed never loses a hidden directory"
