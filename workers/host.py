@@ -1,7 +1,9 @@
 """The runtime host process: `krt host` or `python -m workers.host`.
 
 Starts the Runtime Server and, with --ready-file, writes {"pid", "address", "hostUid"} there
-once it serves (the process host provider waits for that file).
+once it serves (the process host provider waits for that file). --peer-tls and
+--assignment-public-key are required: every port of a host is mutual TLS with its platform
+certificate, and it registers only assignments the control plane signed.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import threading
 from pathlib import Path
 
 from kruntimes import logs
+from kruntimes.assignments import AssignmentError, Verifier
+from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from runtime.limits import ProcessLimits
-from runtime.server import HostOptions, RuntimeHost
+from runtime.server import HostConfigError, HostOptions, RuntimeHost
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,26 +45,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
     )
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between heartbeats")
+    parser.add_argument(
+        "--peer-tls",
+        type=Path,
+        required=True,
+        help="the host's certificate directory: tls.crt, tls.key, ca.crt (a kubernetes.io/tls Secret "
+        "mounted as is), issued for spiffe://kruntimes.io/host/<runtime>/<host-id>; reloaded on change",
+    )
+    parser.add_argument(
+        "--assignment-public-key",
+        type=Path,
+        required=True,
+        help="the control plane's assignment public key(s) (PEM)",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, invoke_tls: bool = True) -> None:
+    """`invoke_tls=False` is the invoke bench's plaintext baseline (bench/invoke.py); no flag."""
     args = parse_args(argv)
     logs.setup(args.log_level)
-    host = RuntimeHost(
-        HostOptions(
-            host_id=args.host_id,
-            runtime=args.runtime,
-            listen=args.listen,
-            invoke_listen=args.invoke_listen,
-            state_dir=args.state_dir,
-            limits=ProcessLimits(address_space_bytes=args.address_space_mib * 2**20),
-            max_workers=args.max_workers,
-            gateways=tuple(args.gateway),
-            heartbeat_interval_s=args.heartbeat_interval,
-        )
+    try:
+        tls = PeerTLS(args.peer_tls, role=Role.HOST)
+        assignments = Verifier.load(args.assignment_public_key)
+    except (PeerTLSError, AssignmentError) as e:
+        raise SystemExit(f"krt host: {e}") from None
+    options = HostOptions(
+        host_id=args.host_id,
+        runtime=args.runtime,
+        listen=args.listen,
+        invoke_listen=args.invoke_listen,
+        state_dir=args.state_dir,
+        limits=ProcessLimits(address_space_bytes=args.address_space_mib * 2**20),
+        max_workers=args.max_workers,
+        gateways=tuple(args.gateway),
+        heartbeat_interval_s=args.heartbeat_interval,
+        tls=tls,
+        assignments=assignments,
+        invoke_tls=invoke_tls,
     )
+    try:
+        host = RuntimeHost(options)
+    except HostConfigError as e:
+        raise SystemExit(f"krt host: {e}") from None
     address = host.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
