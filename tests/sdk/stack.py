@@ -32,6 +32,7 @@ from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import PlatformInfo
 from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.tls import ensure_tls
+from tests.pki import TestPKI
 from workers.worker import WorkerSettings, running_workers
 
 TOKEN = "krt-test-token-alice"
@@ -95,7 +96,7 @@ async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _start(root: Path) -> AsyncIterator[Platform]:
+async def _start(root: Path, pki: TestPKI) -> AsyncIterator[Platform]:
     state = root / "state"
     state.mkdir(parents=True)
     server = DevServer(state_dir=root / "temporal", persistent=False)
@@ -119,6 +120,8 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
                 authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), bindings)),
                 temporal=temporal,
                 known_refresh_s=0.5,
+                peer_tls=pki.gateway,
+                assignments=pki.verifier(),
             )
         )
         url = await gateway.start()
@@ -135,6 +138,7 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
                 gatewayHeartbeats=[gateway.heartbeat_address],
                 heartbeatIntervalSeconds=0.5,
             ),
+            trust=pki.worker_trust(),
         )
         stack.push_async_callback(stop_all, state)
         await stack.enter_async_context(running_workers(temporal, settings))
@@ -176,10 +180,10 @@ class _Shared:
 
 
 @contextlib.asynccontextmanager
-async def shared_platform(factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
+async def shared_platform(factory: pytest.TempPathFactory, pki: TestPKI) -> AsyncIterator[Platform]:
     if _Shared.platform is None:
         stack = contextlib.AsyncExitStack()
-        _Shared.platform = await stack.enter_async_context(_start(factory.mktemp("krt")))
+        _Shared.platform = await stack.enter_async_context(_start(factory.mktemp("krt"), pki))
         _Shared.stack = stack
     _Shared.users += 1
     try:
