@@ -133,6 +133,23 @@ def _as_files(*blobs: bytes) -> Iterator[list[str]]:
         yield paths
 
 
+_heap_ready = False
+
+
+def _keep_tls_reads_on_the_heap() -> None:
+    """uvloop reads each TLS record into a fresh 256 KiB buffer that is shrunk afterwards. glibc
+    serves an allocation that large with mmap until its dynamic mmap threshold has been raised —
+    which happens only when such a block is freed whole — so until then every record costs an
+    mmap, an mremap and an munmap (about twice the CPU of the record itself, for the life of a
+    process whose one TLS connection is its only one). Freeing one 1 MiB block raises the
+    threshold above that size once, for the whole process."""
+    global _heap_ready
+    if not _heap_ready:
+        block = bytearray(1 << 20)
+        del block
+        _heap_ready = True
+
+
 def _load_chain(context: ssl.SSLContext, material: _Material) -> None:
     with _as_files(material.cert_pem, material.key_pem) as (cert, key):
         context.load_cert_chain(cert, key)
@@ -260,6 +277,7 @@ class PeerTLS:
         self.refresh()
         with self._server_lock:
             if self._server is None:
+                _keep_tls_reads_on_the_heap()
                 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                 context.minimum_version = ssl.TLSVersion.TLSv1_2
                 context.verify_mode = ssl.CERT_REQUIRED
@@ -281,6 +299,7 @@ class PeerTLS:
             cached = self._client
             if cached is not None and cached[0] == generation:
                 return cached[1]
+            _keep_tls_reads_on_the_heap()
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             _load_chain(context, material)
