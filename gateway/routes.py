@@ -12,7 +12,9 @@ What a beat may claim (`apply`, with the identity of the certificate the beat ca
 - a registration becomes a route only if its signed assignment verifies (kruntimes.assignments)
   and names that run, attempt, namespace, name and runtime, and the beat's host id and host uid;
   any other registration is skipped (counted in the result);
-- the interval is held to [100 ms, MAX_INTERVAL_MS], so no beat keeps a route alive for long.
+- the interval is held to [100 ms, MAX_INTERVAL_MS], so no beat keeps a route alive for long;
+- after MAX_FAILED_VERIFICATIONS failed checks the rest of the beat's new registrations are
+  skipped unchecked, so forged assignments cannot buy a host the gateway's CPU.
 
 Verification costs one signature check per assignment not seen in the host's previous snapshot
 (an unchanged registration is recognised by its assignment's bytes), done in batches that yield
@@ -40,6 +42,8 @@ MAX_REGISTRATIONS_PER_HOST = 100_000
 MIN_INTERVAL_MS = 100
 MAX_INTERVAL_MS = 60_000
 VERIFY_BATCH = 64  # signature checks between two yields of the event loop
+# A beat whose assignments fail this often is hostile or broken: the rest of it is not checked.
+MAX_FAILED_VERIFICATIONS = 64
 _HOST_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _READY = pb.REGISTRATION_PHASE_READY
 
@@ -134,6 +138,9 @@ class RouteCache:
                 pending.append(r)
         skipped = 0
         for i, r in enumerate(pending):
+            if skipped >= MAX_FAILED_VERIFICATIONS:
+                skipped += len(pending) - i  # the rest, unchecked
+                break
             if i and i % VERIFY_BATCH == 0:
                 await asyncio.sleep(0)  # invokes run between the batches
             route = self._verified(beat, r)

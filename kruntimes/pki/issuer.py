@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kruntimes.pki.authority import DEFAULT_LIFETIME, Authority, AuthorityError, Issued, write_public
@@ -29,6 +30,8 @@ class HostIssuer:
     authority: Authority
     assignment_public_key: bytes  # PEM
     lifetime: dt.timedelta = DEFAULT_LIFETIME
+    # one writer at a time: a renewal and an issue into one directory would mix their key and cert
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def issue(
         self,
@@ -40,14 +43,15 @@ class HostIssuer:
         dns_names: Iterable[str] = ("localhost",),
     ) -> Issued:
         """Write the files of host `runtime/host_id` into `directory` (0700, its key 0600)."""
-        issued = self.authority.write(
-            directory,
-            Identity.host(runtime=runtime, host_id=host_id),
-            lifetime=self.lifetime,
-            dns_names=dns_names,
-            ip_addresses=ip_addresses,
-        )
-        write_public(directory / ASSIGNMENT_PUBLIC_KEY, self.assignment_public_key)
+        with self._lock:
+            issued = self.authority.write(
+                directory,
+                Identity.host(runtime=runtime, host_id=host_id),
+                lifetime=self.lifetime,
+                dns_names=dns_names,
+                ip_addresses=ip_addresses,
+            )
+            write_public(directory / ASSIGNMENT_PUBLIC_KEY, self.assignment_public_key)
         return issued
 
     def renew_due(self, directories: Iterable[Path], *, now: dt.datetime | None = None) -> int:
@@ -55,7 +59,8 @@ class HostIssuer:
         renewed = 0
         for directory in directories:
             try:
-                issued = self.authority.renew_if_due(directory, now=now)
+                with self._lock:
+                    issued = self.authority.renew_if_due(directory, now=now)
             except AuthorityError as e:
                 log.warning("cannot renew a host certificate: %s", e)
                 continue
