@@ -37,7 +37,7 @@ def peer_identity(context: Context) -> Identity | None:
         return None
 
 
-async def authorize(context: Context, roles: frozenset[Role], method: str) -> Identity:
+async def authorize(context: Context, *, roles: frozenset[Role], method: str) -> Identity:
     """The caller's identity if its role is one of `roles`; else the call is aborted."""
     identity = peer_identity(context)
     if identity is None:
@@ -71,7 +71,7 @@ def _guarded(handler: Handler, roles: frozenset[Role], method: str) -> Handler:
         unary: Any = handler.unary_unary
 
         async def unary_unary(request: Any, context: Context) -> Any:
-            await authorize(context, roles, method)
+            await authorize(context, roles=roles, method=method)
             return await unary(request, context)
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
@@ -79,7 +79,7 @@ def _guarded(handler: Handler, roles: frozenset[Role], method: str) -> Handler:
         collect: Any = handler.stream_unary
 
         async def stream_unary(requests: AsyncIterator[Any], context: Context) -> Any:
-            await authorize(context, roles, method)
+            await authorize(context, roles=roles, method=method)
             return await collect(requests, context)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
@@ -88,7 +88,7 @@ def _guarded(handler: Handler, roles: frozenset[Role], method: str) -> Handler:
     if inspect.isasyncgenfunction(streaming):  # answers yielded
 
         async def generate(request: Any, context: Context) -> AsyncIterator[Any]:
-            await authorize(context, roles, method)
+            await authorize(context, roles=roles, method=method)
             async for answer in streaming(request, context):
                 yield answer
 
@@ -96,7 +96,7 @@ def _guarded(handler: Handler, roles: frozenset[Role], method: str) -> Handler:
     else:  # answers written with context.write
 
         async def write(request: Any, context: Context) -> Any:
-            await authorize(context, roles, method)
+            await authorize(context, roles=roles, method=method)
             return await streaming(request, context)
 
         behaviour = write
