@@ -18,7 +18,8 @@ Paths, every server in its own process on 127.0.0.1 with ports picked at run tim
   gateway-plain
             a second gateway → host pair whose invoke hop (the raw invoke port) is plaintext
             (bench/_plaintext.py); `gateway` runs it over mutual TLS, as the platform always does.
-            Every other hop of both pairs — heartbeats, registering — is mutual TLS (bench/_pki.py).
+            Every other hop of both pairs — heartbeats, registering — is mutual TLS (bench/_pki.py),
+            and its host gets the direct path too (direct-plain), so both hosts carry the same load.
 
 The client (this process, uvloop when importable) uses one aiohttp ClientSession (keep-alive,
 TCPConnector(limit=64), an SSL context trusting the bench CA) for the HTTPS paths and one
@@ -342,9 +343,12 @@ async def set_up(
         }.get(suffix, f"{key}: {g} → {h} (A/B)")
         procs = {"gateway": [gw[g].pid], "host": [hs[h].pid], "functions": fns}
         subjects[key] = Subject(key, label, call, procs)
-        if not suffix or suffix == "-alt" and h != "host":
+        if not suffix or h != "host":  # host-plain gets the direct path too: both hosts carry the same load
             key = "direct" + suffix
-            label = "(a) direct gRPC InvokeFunction" if not suffix else f"{key}: {h} (A/B)"
+            label = {
+                "": "(a) direct gRPC InvokeFunction",
+                "-plain": "direct-plain: direct gRPC InvokeFunction on host-plain",
+            }.get(suffix, f"{key}: {h} (A/B)")
             procs = {"host": [hs[h].pid], "functions": fns}
             subjects[key] = Subject(key, label, clients.direct(channel, functions), procs)
     for (key, uv), grpc_server, http_server in zip(chains.items(), chain_grpcs, chain_https, strict=True):
@@ -485,7 +489,16 @@ def tls_report(subjects: dict[str, Subject]) -> dict[str, Any]:
         f"  server CPU per call {fmt(tls.load_cpu_us(), 0)} vs {fmt(plain.load_cpu_us(), 0)} µs "
         f"({_by_process(tls)} vs {_by_process(plain)})"
     )
+    control: dict[str, float] = {}
+    if "direct" in subjects and "direct-plain" in subjects:  # the same code on either host
+        same = lib.ratios(subjects["direct"], subjects["direct-plain"])
+        control = {"p50_ratio": round(same.p50, 3), "rps_ratio": round(same.rps, 3)}
+        print(
+            f"  control, identical paths on the two hosts (direct vs direct-plain): p50 {fmt(same.p50, 2)}×, "
+            f"rps {fmt(same.rps, 2)}× — how far apart this machine puts the same work"
+        )
     return {
+        "control": control,
         "p50_ratio": round(vs.p50, 3),
         "rps_ratio": round(vs.rps, 3),
         "p99_ratio": round(vs.p99, 3),
