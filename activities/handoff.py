@@ -171,6 +171,8 @@ class HandoffActivities:
                     runtime=run.spec.runtime,
                     adapter=assignment.adapter,
                     run=run,
+                    hostId=assignment.hostId,
+                    hostUid=assignment.hostUid,
                 )
             )
         except ApplicationError as err:

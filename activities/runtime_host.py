@@ -2,6 +2,10 @@
 
 Failures become ApplicationErrors whose type is the host's stable reason: transport trouble
 (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED) is retryable, everything the host decided is not.
+
+Registering signs the assignment (kruntimes.assignments) here, in the activity: the signing key
+lives in the worker process and never reaches workflow code or Temporal history. The channel for
+a registration verifies that the server is exactly the assigned host.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.hosts._rpc import host_channel
+from activities.hosts._rpc import credentials_generation, host_channel
 from kruntimes.api.run import Run
+from kruntimes.assignments import Assignment, AssignmentError, Signer
 from kruntimes.lifecycle import (
     CancelTaskInput,
     FunctionState,
@@ -28,6 +33,7 @@ from kruntimes.lifecycle import (
     TaskResult,
     UnregisterInput,
 )
+from kruntimes.pki import Identity, IdentityError
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire.reasons import HostReason, reason_of
@@ -95,32 +101,62 @@ def _run_ref(input: RunOnHost) -> pb.RunRef:
     )
 
 
+def _assignment(signer: Signer, input: RegisterInput) -> tuple[Identity, pb.SignedAssignment]:
+    """The assigned host's identity and the signed assignment of this attempt to it."""
+    try:
+        host = Identity.host(runtime=input.runtime, host_id=input.hostId)
+        signed = signer.sign(
+            Assignment(
+                run_uid=input.runUid,
+                attempt=input.attempt,
+                host_id=input.hostId,
+                host_uid=input.hostUid,
+                namespace=input.namespace,
+                name=input.name,
+                runtime=input.runtime,
+            )
+        )
+    except (AssignmentError, IdentityError) as e:
+        raise ApplicationError(str(e), type=str(HostReason.ASSIGNMENT_INVALID), non_retryable=True) from e
+    return host, signed
+
+
 class RuntimeHostActivities:
-    """One gRPC channel per host address, kept for the worker's lifetime."""
+    """One gRPC channel per host address (and host identity, for registrations), kept for the
+    worker's lifetime; replaced once the control plane's certificate files change (the old ones
+    are closed at the end, so no call on them is cut)."""
 
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+    def __init__(self, *, signer: Signer) -> None:
+        self.signer = signer
+        self._channels: dict[tuple[str, Identity | None], tuple[int, grpc.aio.Channel]] = {}
+        self._retired: list[grpc.aio.Channel] = []
 
-    def _stub(self, address: str) -> pb_grpc.FunctionRuntimeAsyncStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = host_channel(address)
-        return pb_grpc.FunctionRuntimeStub(channel)
+    def _stub(self, address: str, host: Identity | None = None) -> pb_grpc.FunctionRuntimeAsyncStub:
+        generation = credentials_generation()
+        held = self._channels.get((address, host))
+        if held is None or held[0] != generation:
+            if held is not None:
+                self._retired.append(held[1])
+            held = self._channels[(address, host)] = (generation, host_channel(address, host=host))
+        return pb_grpc.FunctionRuntimeStub(held[1])
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
+        channels = [c for _, c in self._channels.values()] + self._retired
+        self._channels, self._retired = {}, []
         for channel in channels:
             await channel.close()
 
     @activity.defn(name="register_function")
     async def register_function(self, input: RegisterInput) -> RegisterResult:
+        host, signed = _assignment(self.signer, input)
         request = pb.RegisterFunctionRequest(
             run=_run_ref(input),
             config=function_config(input.run, input.adapter),
+            assignment=signed,
         )
         try:
             answer = await heartbeating(
-                self._stub(input.address).RegisterFunction(request, timeout=REGISTER_TIMEOUT_S)
+                self._stub(input.address, host).RegisterFunction(request, timeout=REGISTER_TIMEOUT_S)
             )
         except grpc.aio.AioRpcError as err:
             raise host_error(err, address=input.address) from err

@@ -238,9 +238,13 @@ PAYLOAD = b'{"n": 1}'
 HANDLER_SOURCE = b"def handle(payload):\n    return payload\n"
 
 
-def register_request(index: int, *, namespace: str, run_uid: str = "") -> pb.RegisterFunctionRequest:
-    """Function `fn-<index>`: the echo handler, inline (a fresh run uid unless given)."""
+def register_request(
+    index: int, *, namespace: str, run_uid: str = "", assignment: pb.SignedAssignment | None = None
+) -> pb.RegisterFunctionRequest:
+    """Function `fn-<index>`: the echo handler, inline (a fresh run uid unless given), with the
+    control plane's signed assignment of it to the host."""
     return pb.RegisterFunctionRequest(
+        assignment=assignment,
         run=pb.RunRef(
             run_uid=run_uid or str(uuid.uuid4()),
             attempt=1,

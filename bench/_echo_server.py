@@ -1,9 +1,11 @@
 """A raw gRPC echo server, the baseline for bench/runtime_server.py (bytes in, bytes out, no proto).
 
-    python bench/_echo_server.py --kind sync|aio|aio-uvloop --ready-file PATH [--listen 127.0.0.1:0]
+    python bench/_echo_server.py --kind sync|aio|aio-uvloop --ready-file PATH --peer-tls DIR
+        [--listen 127.0.0.1:0]
 
-Serves one unary method, /bench.Echo/Echo, that returns its request. Once serving it writes
-{"pid", "address", "kind"} to the ready file; SIGTERM or SIGINT stops it.
+Serves one unary method, /bench.Echo/Echo, that returns its request, over mutual TLS with the
+certificate directory given (client certificates of its CA required), as the runtime host serves.
+Once serving it writes {"pid", "address", "kind"} to the ready file; SIGTERM or SIGINT stops it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import grpc
 from _benchlib import wait_for_signal, write_ready
+
+from kruntimes.pki import PeerTLS, Role
 
 SERVICE = "bench.Echo"
 METHOD = "Echo"
@@ -46,10 +50,10 @@ def _address(listen: str, port: int) -> str:
     return f"{listen.rsplit(':', 1)[0]}:{port}"
 
 
-def serve_sync(listen: str, ready_file: Path, workers: int) -> None:
+def serve_sync(listen: str, ready_file: Path, workers: int, tls: PeerTLS) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=OPTIONS)
     server.add_generic_rpc_handlers((_handler(_echo),))
-    address = _address(listen, server.add_insecure_port(listen))
+    address = _address(listen, server.add_secure_port(listen, tls.server_credentials()))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -59,10 +63,10 @@ def serve_sync(listen: str, ready_file: Path, workers: int) -> None:
     server.stop(1).wait()
 
 
-async def serve_aio(listen: str, ready_file: Path, kind: str) -> None:
+async def serve_aio(listen: str, ready_file: Path, kind: str, tls: PeerTLS) -> None:
     server = grpc.aio.server(options=OPTIONS)
     server.add_generic_rpc_handlers((_handler(_echo_async),))
-    address = _address(listen, server.add_insecure_port(listen))
+    address = _address(listen, server.add_secure_port(listen, tls.server_credentials()))
     await server.start()
     write_ready(ready_file, address=address, kind=kind)
     await wait_for_signal()
@@ -75,16 +79,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen", default="127.0.0.1:0")
     parser.add_argument("--ready-file", type=Path, required=True)
     parser.add_argument("--workers", type=int, default=64, help="sync: thread pool size")
+    parser.add_argument("--peer-tls", type=Path, required=True, help="a host certificate directory")
     args = parser.parse_args(argv)
+    tls = PeerTLS(args.peer_tls, role=Role.HOST)
     if args.kind == "sync":
-        serve_sync(args.listen, args.ready_file, args.workers)
+        serve_sync(args.listen, args.ready_file, args.workers, tls)
     elif args.kind == "aio":
-        asyncio.run(serve_aio(args.listen, args.ready_file, args.kind))
+        asyncio.run(serve_aio(args.listen, args.ready_file, args.kind, tls))
     else:
         import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve_aio(args.listen, args.ready_file, args.kind))
+            runner.run(serve_aio(args.listen, args.ready_file, args.kind, tls))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark: a warm invoke through the gateway next to a direct gRPC invoke and a raw chain, in one run.
 
     .venv/bin/python bench/invoke.py                      (the bench, < 2 min)
+    .venv/bin/python bench/invoke.py --heartbeats-only    (the heartbeat verification part alone)
     .venv/bin/python bench/invoke.py --profile /tmp/prof  (py-spy the servers under 32-way load)
 
 Paths, every server in its own process on 127.0.0.1 with ports picked at run time:
@@ -14,6 +15,11 @@ Paths, every server in its own process on 127.0.0.1 with ports picked at run tim
             child process over a pipe and reads the echo back (bench/_invoke_child.py); asyncio,
             no auth, no validation. This is the reference the targets are set against.
   chain-uv  the same chain with both servers on uvloop (for scale; the gateway runs on uvloop)
+  gateway-plain
+            a second gateway → host pair whose invoke hop (the raw invoke port) is plaintext
+            (bench/_plaintext.py); `gateway` runs it over mutual TLS, as the platform always does.
+            Every other hop of both pairs — heartbeats, registering — is mutual TLS (bench/_pki.py),
+            and its host gets the direct path too (direct-plain), so both hosts carry the same load.
 
 The client (this process, uvloop when importable) uses one aiohttp ClientSession (keep-alive,
 TCPConnector(limit=64), an SSL context trusting the bench CA) for the HTTPS paths and one
@@ -26,8 +32,14 @@ interleaved rounds (each round 1/ROUNDS of every phase of every path, 200 warm-u
 each piece) so background load hits all paths alike; server CPU per call from /proc/<pid>/stat
 for each server process (gateway, host, function processes; chain: http, grpc, children).
 
-Targets (gateway vs the chain): p50 ≤ 1.2×, p99 ≤ 2 ms (sequential), throughput ≥ 1.0×.
+Targets (gateway vs the chain): p50 ≤ 1.2×, p99 ≤ 2 ms (sequential), throughput ≥ 1.0×; mutual TLS
+on the invoke hop against plaintext (gateway vs gateway-plain): p50 ≤ 1.1×, throughput ≥ 0.9×.
 Prints tables, the ratios with target met / not met and a final JSON line {"bench": "invoke", ...}.
+
+Heartbeat verification (in this process, before the rounds): a RouteCache applying full snapshots
+of one host with 10,000 registrations, each with its signed assignment — the first snapshot (every
+signature checked), unchanged snapshots (target ≤ 100 ms each), and snapshots with 1% of the
+assignments new; each snapshot is parsed from its bytes first, as the gRPC server hands it over.
 On a machine saturated by the 32-way phase, throughput is bounded by CPU per call (servers and
 this client share the cores), so a CPU-based estimate of the throughput ratio is printed too.
 
@@ -47,6 +59,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import os
 import ssl
 import sys
@@ -72,14 +85,21 @@ from _benchlib import (
     span,
 )
 from _invoke_profile import Target, profile_processes
+from _pki import CONTROL_PLANE, GATEWAY, BenchPKI
 from yarl import URL
 
+from gateway.__main__ import GC_THRESHOLDS as GATEWAY_GC_THRESHOLDS
+from gateway.routes import RouteCache
+from kruntimes.assignments import Assignment, Verifier
+from kruntimes.pki import Identity
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.tls import ensure_tls
 
 BENCH = Path(__file__).resolve().parent
 CHAIN_SCRIPT = BENCH / "_invoke_chain.py"
+PLAIN_SCRIPT = BENCH / "_plaintext.py"
 NAMESPACE = "default"
 TOKEN = "bench-token-" + uuid.uuid4().hex
 
@@ -90,6 +110,12 @@ ROUTE_TIMEOUT_S = 20.0
 BENCH_DEADLINE_S = 115.0
 # gateway against the chain: p50 ≤ 1.2×, p99 ≤ 2 ms (sequential), throughput ≥ 1.0×
 TARGETS = {"p50_ratio_max": 1.2, "p99_ms_max": 2.0, "rps_ratio_min": 1.0}
+# the invoke hop over mutual TLS against plaintext: p50 ≤ 1.1×, throughput ≥ 0.9×
+TLS_TARGETS = {"p50_ratio_max": 1.1, "rps_ratio_min": 0.9}
+# heartbeat verification: one host's full snapshot of 10,000 registrations
+HEARTBEAT_ROUTES = 10_000
+HEARTBEAT_REPEATS = 20
+HEARTBEAT_TARGET_MS = 100.0
 
 
 def summary(s: Subject) -> dict[str, Any]:
@@ -118,12 +144,22 @@ class Function:
     host_uid: str
 
 
-async def register_functions(channel: grpc.aio.Channel) -> list[Function]:
+async def register_functions(
+    channel: grpc.aio.Channel, host: lib.Server, pki: BenchPKI, *, host_id: str
+) -> list[Function]:
+    """Register the functions as the control plane does (its certificate, signed assignments)."""
     stub = pb_grpc.FunctionRuntimeStub(channel)
     functions = []
     for i in range(FUNCTIONS):
         run_uid = str(uuid.uuid4())
-        request = lib.register_request(i, namespace=NAMESPACE, run_uid=run_uid)
+        signed = pki.sign(
+            run_uid=run_uid,
+            host_id=host_id,
+            host_uid=host.ready["hostUid"],
+            name=f"fn-{i}",
+            namespace=NAMESPACE,
+        )
+        request = lib.register_request(i, namespace=NAMESPACE, run_uid=run_uid, assignment=signed)
         response = await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
         functions.append(Function(run_uid, response.registration_id, response.host_uid))
     return functions
@@ -225,13 +261,16 @@ async def set_up(
     """
     py = sys.executable
     tls = ensure_tls(tmp / "tls")
+    pki = BenchPKI(tmp / "pki")
     tokens, bindings = write_auth_files(tmp)
     gateway_args = ["--listen", "127.0.0.1:0", "--heartbeat-listen", "127.0.0.1:0"]
     gateway_args += ["--cert", str(tls.cert), "--key", str(tls.key), "--auth", "embedded"]
     gateway_args += ["--token-file", str(tokens), "--role-bindings", str(bindings), "--log-level", "warning"]
-    gateways = {"gateway": [py, "-m", "gateway"]}
-    hosts = {"host": [py, "-m", "workers.host"]}
-    pairs = [("", "gateway", "host")]  # (path suffix, gateway, host)
+    gateway_args += pki.gateway_args()
+    gateways = {"gateway": [py, "-m", "gateway"], "gateway-plain": [py, str(PLAIN_SCRIPT), "gateway"]}
+    hosts = {"host": [py, "-m", "workers.host"], "host-plain": [py, str(PLAIN_SCRIPT), "host"]}
+    # (path suffix, gateway, host)
+    pairs = [("", "gateway", "host"), ("-plain", "gateway-plain", "host-plain")]
     if args.alt_gateway_script or args.alt_host_script:
         gw_name = "gateway-alt" if args.alt_gateway_script else "gateway"
         host_name = "host-alt" if args.alt_host_script else "host"
@@ -255,7 +294,14 @@ async def set_up(
     second = []
     for name, argv in hosts.items():
         (tmp / f"{name}-state").mkdir()
-        host_argv = [*argv, "--host-id", f"bench-{name}", "--runtime", "python"]
+        host_argv = [
+            *argv,
+            "--host-id",
+            f"bench-{name}",
+            "--runtime",
+            "python",
+            *pki.host_args(f"bench-{name}"),
+        ]
         host_argv += ["--state-dir", str(tmp / f"{name}-state"), "--heartbeat-interval", "1"]
         for g in sorted({g for _, g, h in pairs if h == name}):
             host_argv += ["--gateway", gw[g].ready["heartbeatAddress"]]
@@ -274,10 +320,11 @@ async def set_up(
 
     registered: dict[str, tuple[grpc.aio.Channel, list[Function], list[int]]] = {}
     for name, host in hs.items():
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(host.ready["address"]))
+        control = await stack.enter_async_context(pki.aio_channel(host.ready["address"], as_=CONTROL_PLANE))
+        channel = await stack.enter_async_context(pki.aio_channel(host.ready["address"], as_=GATEWAY))
         await asyncio.wait_for(channel.channel_ready(), lib.START_TIMEOUT_S)
         lib.note(f"registering {FUNCTIONS} functions on {name} ...")
-        functions = await register_functions(channel)
+        functions = await register_functions(control, host, pki, host_id=f"bench-{name}")
         fns = lib.function_pids(host.pid)
         if len(fns) < FUNCTIONS:
             lib.note(f"warning: {len(fns)} function processes under {name}'s zygote, not {FUNCTIONS}")
@@ -290,12 +337,18 @@ async def set_up(
         lib.note(f"waiting for {g}'s routes to {h} ...")
         await wait_for_routes(call, FUNCTIONS)
         key = "gateway" + suffix
-        label = "gateway (HTTPS → gRPC → fn)" if not suffix else f"{key}: {g} → {h} (A/B)"
+        label = {
+            "": "gateway (HTTPS → mTLS invoke port → fn)",
+            "-plain": "gateway-plain (HTTPS → plaintext invoke port → fn)",
+        }.get(suffix, f"{key}: {g} → {h} (A/B)")
         procs = {"gateway": [gw[g].pid], "host": [hs[h].pid], "functions": fns}
         subjects[key] = Subject(key, label, call, procs)
-        if not suffix or h != "host":
+        if not suffix or h != "host":  # host-plain gets the direct path too: both hosts carry the same load
             key = "direct" + suffix
-            label = "(a) direct gRPC InvokeFunction" if not suffix else f"{key}: {h} (A/B)"
+            label = {
+                "": "(a) direct gRPC InvokeFunction",
+                "-plain": "direct-plain: direct gRPC InvokeFunction on host-plain",
+            }.get(suffix, f"{key}: {h} (A/B)")
             procs = {"host": [hs[h].pid], "functions": fns}
             subjects[key] = Subject(key, label, clients.direct(channel, functions), procs)
     for (key, uv), grpc_server, http_server in zip(chains.items(), chain_grpcs, chain_https, strict=True):
@@ -306,6 +359,105 @@ async def set_up(
             {"http": [http_server.pid], "grpc": [grpc_server.pid], "child": lib.children(grpc_server.pid)},
         )
     return Setup(subjects, {s.name: s for s in servers})
+
+
+# -- heartbeat verification ------------------------------------------------------------------
+
+
+async def heartbeat_bench(pki: BenchPKI) -> dict[str, Any]:
+    """Full snapshots of one host with HEARTBEAT_ROUTES registrations through a RouteCache: the
+    first (every assignment new), unchanged ones, and ones with 1% of the assignments new (a new
+    attempt each time); every snapshot parsed from its bytes first, timed apart."""
+    host_id, host_uid = "hb-bench-0", str(uuid.uuid4())
+    peer = Identity.host(runtime="python", host_id=host_id)
+    uids = [str(uuid.uuid4()) for _ in range(HEARTBEAT_ROUTES)]
+    changing = uids[: HEARTBEAT_ROUTES // 100]
+    lib.note(f"signing {HEARTBEAT_ROUTES} assignments for the heartbeat part ...")
+    signed = {
+        (uid, 1): pki.sign(run_uid=uid, host_id=host_id, host_uid=host_uid, name="fn", namespace=NAMESPACE)
+        for uid in uids
+    }
+    for repeat in range(HEARTBEAT_REPEATS):
+        for uid in changing:
+            assignment = Assignment(
+                run_uid=uid,
+                attempt=repeat + 2,
+                host_id=host_id,
+                host_uid=host_uid,
+                namespace=NAMESPACE,
+                name="fn",
+                runtime="python",
+            )
+            signed[(uid, repeat + 2)] = pki.signer.sign(assignment)
+
+    def snapshot(attempts: dict[str, int]) -> bytes:
+        beat = hb.HostHeartbeat(
+            host_id=host_id, host_uid=host_uid, runtime="python", address="127.0.0.1:1", interval_ms=5000
+        )
+        for i, uid in enumerate(uids):
+            attempt = attempts.get(uid, 1)
+            beat.registrations.append(
+                pb.RegistrationState(
+                    run_uid=uid,
+                    attempt=attempt,
+                    namespace=NAMESPACE,
+                    name="fn",
+                    runtime="python",
+                    registration_id=f"reg-{i}",
+                    phase=pb.REGISTRATION_PHASE_READY,
+                    assignment=signed[(uid, attempt)],
+                )
+            )
+        return beat.SerializeToString()
+
+    routes = RouteCache(verifier=Verifier([pki.signer.public_key]))
+    # collected as the gateway process collects (gateway/__main__.py): start-up objects frozen
+    gc.collect()
+    gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GATEWAY_GC_THRESHOLDS)
+
+    async def apply(data: bytes) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        beat = hb.HostHeartbeat.FromString(data)
+        t1 = time.perf_counter()
+        skipped = await routes.apply(beat, peer=peer)
+        t2 = time.perf_counter()
+        if skipped or len(routes) != HEARTBEAT_ROUTES:
+            raise BenchError(f"heartbeat bench: {skipped} skipped, {len(routes)} routes")
+        return (t1 - t0) * 1000, (t2 - t1) * 1000
+
+    base = snapshot({})
+    parse_first, first = await apply(base)
+    parses, unchanged, changed = [], [], []
+    for repeat in range(HEARTBEAT_REPEATS):
+        parse, ms_ = await apply(base if repeat % 2 else snapshot({u: repeat + 2 for u in changing}))
+        parses.append(parse)
+        (unchanged if repeat % 2 else changed).append(ms_)
+        if repeat % 2 == 0 and routes.route(changing[0]).attempt != repeat + 2:  # type: ignore[union-attr]
+            raise BenchError("heartbeat bench: the new attempt was not routed")
+    gc.set_threshold(*thresholds)
+    gc.unfreeze()
+    out = {
+        "routes": HEARTBEAT_ROUTES,
+        "first_snapshot_ms": round(first, 1),
+        "unchanged_snapshot_ms_p50": round(lib.percentile(unchanged, 50), 1),
+        "unchanged_snapshot_ms_max": round(max(unchanged), 1),
+        "one_percent_new_snapshot_ms_p50": round(lib.percentile(changed, 50), 1),
+        "one_percent_new_snapshot_ms_max": round(max(changed), 1),
+        "parse_ms_p50": round(lib.percentile([parse_first, *parses], 50), 1),
+        "target_ms": HEARTBEAT_TARGET_MS,
+        "target_met": max(unchanged) <= HEARTBEAT_TARGET_MS and max(changed) <= HEARTBEAT_TARGET_MS,
+    }
+    print(
+        f"\nheartbeat verification, one host's full snapshot of {HEARTBEAT_ROUTES} routes (apply; parse "
+        f"p50 {out['parse_ms_p50']} ms apart): first (all {HEARTBEAT_ROUTES} signatures checked) "
+        f"{out['first_snapshot_ms']} ms; unchanged p50 {out['unchanged_snapshot_ms_p50']} ms, max "
+        f"{out['unchanged_snapshot_ms_max']} ms; 1% new assignments p50 "
+        f"{out['one_percent_new_snapshot_ms_p50']} ms, max {out['one_percent_new_snapshot_ms_max']} ms; "
+        f"target ≤ {HEARTBEAT_TARGET_MS:g} ms per snapshot: {_met(out['target_met'])}"
+    )
+    return out
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -319,7 +471,51 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def report(subjects: dict[str, Subject], rounds: int, client_loop: str, elapsed: float) -> None:
+def tls_report(subjects: dict[str, Subject]) -> dict[str, Any]:
+    """The invoke hop over mutual TLS (gateway) against plaintext (gateway-plain)."""
+    tls, plain = subjects["gateway"], subjects["gateway-plain"]
+    vs = lib.ratios(tls, plain)
+    met = {"p50": vs.p50 <= TLS_TARGETS["p50_ratio_max"], "rps": vs.rps >= TLS_TARGETS["rps_ratio_min"]}
+    print("\nmutual TLS on the gateway → host invoke hop against plaintext (gateway vs gateway-plain)")
+    print(
+        f"  p50 {fmt(tls.seq(50), 3)} vs {fmt(plain.seq(50), 3)} ms: {fmt(vs.p50, 2)}×   per round "
+        f"{span(vs.round_p50, median=True)}   target ≤ {TLS_TARGETS['p50_ratio_max']}×: {_met(met['p50'])}"
+    )
+    print(
+        f"  rps {fmt(tls.rps, 0)} vs {fmt(plain.rps, 0)}: {fmt(vs.rps, 2)}×   per round "
+        f"{span(vs.round_rps, median=True)}   target ≥ {TLS_TARGETS['rps_ratio_min']}×: {_met(met['rps'])}"
+    )
+    print(
+        f"  server CPU per call {fmt(tls.load_cpu_us(), 0)} vs {fmt(plain.load_cpu_us(), 0)} µs "
+        f"({_by_process(tls)} vs {_by_process(plain)})"
+    )
+    control: dict[str, float] = {}
+    if "direct" in subjects and "direct-plain" in subjects:  # the same code on either host
+        same = lib.ratios(subjects["direct"], subjects["direct-plain"])
+        control = {"p50_ratio": round(same.p50, 3), "rps_ratio": round(same.rps, 3)}
+        print(
+            f"  control, identical paths on the two hosts (direct vs direct-plain): p50 {fmt(same.p50, 2)}×, "
+            f"rps {fmt(same.rps, 2)}× — how far apart this machine puts the same work"
+        )
+    return {
+        "control": control,
+        "p50_ratio": round(vs.p50, 3),
+        "rps_ratio": round(vs.rps, 3),
+        "p99_ratio": round(vs.p99, 3),
+        "round_p50_ratio": [round(x, 3) for x in vs.round_p50],
+        "round_rps_ratio": [round(x, 3) for x in vs.round_rps],
+        "targets": TLS_TARGETS,
+        "target_met": met,
+    }
+
+
+def report(
+    subjects: dict[str, Subject],
+    rounds: int,
+    client_loop: str,
+    elapsed: float,
+    heartbeats: dict[str, Any] | None,
+) -> None:
     header = [*lib.LATENCY_HEADER, "server CPU µs/call", "client CPU µs/call", "errors"]
     rows = [header]
     for s in subjects.values():
@@ -386,6 +582,7 @@ def report(subjects: dict[str, Subject], rounds: int, client_loop: str, elapsed:
             f"{fmt(uv.load_cpu_us(), 0)} µs/call; gateway rps / uvloop chain rps "
             f"{fmt(ratio(gw.rps, uv.rps), 2)}×"
         )
+    tls_out = tls_report(subjects)
     ab = ab_report(subjects)
     print(f"\nbench took {elapsed:.1f} s")
 
@@ -402,6 +599,8 @@ def report(subjects: dict[str, Subject], rounds: int, client_loop: str, elapsed:
         "ratio_gateway_rps_vs_chain": round(vs.rps, 3),
         "round_ratio_gateway_p50_vs_chain": [round(x, 3) for x in vs.round_p50],
         "round_ratio_gateway_rps_vs_chain": [round(x, 3) for x in vs.round_rps],
+        "tls": tls_out,
+        "heartbeats": heartbeats,
         "ratio_direct_p50_vs_chain": round(ratio(direct.seq(50), chain.seq(50)), 3),
         "ratio_direct_rps_vs_chain": round(ratio(direct.rps, chain.rps), 3),
         "ratio_gateway_rps_vs_chain_uvloop": round(ratio(gw.rps, uv.rps), 3) if uv else None,
@@ -499,7 +698,13 @@ async def run(args: argparse.Namespace, client_loop: str) -> None:
     servers: list[lib.Server] = []
     subjects: dict[str, Subject] = {}
     rounds = 0
+    heartbeats: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="krt-bench-invoke-") as tmp_name:
+        if not args.profile:
+            heartbeats = await heartbeat_bench(BenchPKI(Path(tmp_name) / "heartbeat-pki"))
+            if args.heartbeats_only:
+                lib.print_json_line({"bench": "invoke-heartbeats", "heartbeats": heartbeats})
+                return
         try:
             async with contextlib.AsyncExitStack() as stack:
                 setup = await set_up(Path(tmp_name), servers, stack, args)
@@ -513,12 +718,15 @@ async def run(args: argparse.Namespace, client_loop: str) -> None:
                 lib.stop_server(server)
             _log_problems(servers)
     if not args.profile:
-        report(subjects, rounds, client_loop, time.perf_counter() - started)
+        report(subjects, rounds, client_loop, time.perf_counter() - started, heartbeats)
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-uvloop-chain", action="store_true", help="skip the chain-on-uvloop path")
+    p.add_argument(
+        "--heartbeats-only", action="store_true", help="only the heartbeat verification part (a few seconds)"
+    )
     p.add_argument(
         "--alt-gateway-script",
         type=Path,

@@ -83,6 +83,7 @@ from _history import (
     timeline,
 )
 from _lifecycle_floor import FLOOR_TASK_QUEUE, Floor3LA, floor_step
+from _pki import BenchPKI
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
@@ -481,7 +482,9 @@ async def phase(name: str, work: Callable[[], Awaitable[Any]]) -> Any:
     return result
 
 
-async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) -> dict[str, Any]:
+async def bench(
+    state: Path, server: DevServer, profile: bool, sandboxed: bool, pki: BenchPKI
+) -> dict[str, Any]:
     client = await connect(server.address, "default")
     tag = uuid.uuid4().hex[:6]
     warm_rt = f"warm-{tag}"
@@ -512,6 +515,7 @@ async def bench(state: Path, server: DevServer, profile: bool, sandboxed: bool) 
         temporal=TemporalSettings(address=server.address, namespace="default"),
         config=config,
         platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state)),
+        trust=pki.worker_trust(),
         sandboxed=sandboxed,
     )
     floor_worker = Worker(  # run as the platform's worker runs workflows (workers.worker.workflow_runner)
@@ -703,7 +707,8 @@ async def main_async(profile: bool, sandboxed: bool) -> dict[str, Any]:
     try:
         server.start()
         try:
-            return await asyncio.wait_for(bench(state, server, profile, sandboxed), BENCH_TIMEOUT_S)
+            pki = BenchPKI(tmp / "pki")
+            return await asyncio.wait_for(bench(state, server, profile, sandboxed, pki), BENCH_TIMEOUT_S)
         finally:
             await stop_all(state)
     finally:

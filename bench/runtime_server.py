@@ -5,7 +5,9 @@
 Every server runs in its own process on 127.0.0.1 with a port picked at run time, so server CPU
 (utime + stime from /proc/<pid>/stat) is not mixed with the client's: a sync gRPC echo, a
 grpc.aio echo, a grpc.aio echo on uvloop (bench/_echo_server.py) and the runtime host
-(`python -m workers.host`). The client is one grpc.aio channel per server (uvloop when
+(`python -m workers.host`). Every one serves mutual TLS with a host certificate of the bench's CA
+(bench/_pki.py), as hosts always do; the client presents a gateway's certificate (invoking, the
+echo) and the control plane's (registering). The client is one grpc.aio channel per server (uvloop when
 importable) sending the same ~10-byte payload on every path; the invoke request is serialized
 once up front and each response parsed and checked, so the client's work is nearly the same.
 
@@ -32,6 +34,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,9 @@ from typing import Any
 import _benchlib as lib
 import grpc
 from _benchlib import CALL_TIMEOUT_S, PAYLOAD, BenchError, Subject, check_invoke, fmt, percentile, ratio, span
+from _pki import CONTROL_PLANE, GATEWAY, BenchPKI
 
+from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 
@@ -142,21 +147,38 @@ class Registrations:
         return len(self.total_ms) / self.wall_s if self.wall_s else math.nan
 
 
-async def register_functions(hosts: list[tuple[grpc.aio.Channel, int]]) -> list[Registrations]:
+@dataclass
+class Target:
+    """A runtime host to register on: its control and gateway channels, its process, its id."""
+
+    control: grpc.aio.Channel
+    channel: grpc.aio.Channel
+    host: lib.Server
+    host_id: str
+
+
+async def register_functions(targets: list[Target], pki: BenchPKI) -> list[Registrations]:
     """REGISTRATIONS functions on each host, one host after the other function by function (so
     background load hits every host alike)."""
     calls = [
-        (pb_grpc.FunctionRuntimeStub(channel), channel.unary_unary(lib.INVOKE_METHOD), pid)
-        for channel, pid in hosts
+        (pb_grpc.FunctionRuntimeStub(t.control), t.channel.unary_unary(lib.INVOKE_METHOD), t) for t in targets
     ]
-    all_regs = [Registrations() for _ in hosts]
-    deadline = time.perf_counter() + REGISTER_MAX_SECONDS * len(hosts)
+    all_regs = [Registrations() for _ in targets]
+    deadline = time.perf_counter() + REGISTER_MAX_SECONDS * len(targets)
     for i in range(REGISTRATIONS):
         if time.perf_counter() > deadline:
             print(f"warning: registration stopped after {i} functions (time bound)", file=sys.stderr)
             break
-        for (stub, invoke, host_pid), regs in zip(calls, all_regs, strict=True):
-            request = lib.register_request(i, namespace="bench")
+        for (stub, invoke, target), regs in zip(calls, all_regs, strict=True):
+            run_uid = str(uuid.uuid4())
+            signed = pki.sign(
+                run_uid=run_uid,
+                host_id=target.host_id,
+                host_uid=target.host.ready["hostUid"],
+                name=f"fn-{i}",
+                namespace="bench",
+            )
+            request = lib.register_request(i, namespace="bench", run_uid=run_uid, assignment=signed)
             t0 = time.perf_counter()
             response = await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
             t1 = time.perf_counter()
@@ -169,7 +191,7 @@ async def register_functions(hosts: list[tuple[grpc.aio.Channel, int]]) -> list[
             regs.first_invoke_ms.append((t2 - t1) * 1000)
             regs.total_ms.append((t2 - t0) * 1000)
             if len(regs.ids) == MEMORY_AT:  # outside the timed part
-                regs.memory = function_memory(host_pid)
+                regs.memory = function_memory(target.host.pid)
     return all_regs
 
 
@@ -358,17 +380,35 @@ def report(
 # -- main ------------------------------------------------------------------------------------
 
 
+def pki_host(host_id: str) -> Identity:
+    return Identity.host(runtime="python", host_id=host_id)
+
+
 async def run(client_loop: str) -> None:
     started = time.perf_counter()
     servers: list[lib.Server] = []
     with tempfile.TemporaryDirectory(prefix="krt-bench-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "host-state").mkdir()
-        (tmp / "bare-state").mkdir()
+        pki = BenchPKI(tmp / "pki")
         host_argv = [sys.executable, "-m", "workers.host", "--host-id", "bench-0", "--runtime", "python"]
-        host_argv += ["--state-dir", str(tmp / "host-state"), "--log-level", "warning"]
+        host_argv += [
+            "--state-dir",
+            str(tmp / "host-state"),
+            "--log-level",
+            "warning",
+            *pki.host_args("bench-0"),
+        ]
+        (tmp / "bare-state").mkdir()
         bare_argv = [sys.executable, str(BARE_HOST), "--host-id", "bench-1", "--runtime", "python"]
-        bare_argv += ["--state-dir", str(tmp / "bare-state"), "--log-level", "warning"]
+        bare_argv += [
+            "--state-dir",
+            str(tmp / "bare-state"),
+            "--log-level",
+            "warning",
+            *pki.host_args("bench-1"),
+        ]
+        echo_tls = ["--peer-tls", str(pki.directory(pki_host("bench-echo")))]
         try:
             async with contextlib.AsyncExitStack() as stack:
                 lib.note("starting the servers ...")
@@ -378,7 +418,7 @@ async def run(client_loop: str) -> None:
                 ]
                 starts += [
                     lib.start_server(
-                        f"echo-{k}", [sys.executable, str(ECHO_SCRIPT), "--kind", k], tmp, servers
+                        f"echo-{k}", [sys.executable, str(ECHO_SCRIPT), "--kind", k, *echo_tls], tmp, servers
                     )
                     for k in ECHO_KINDS
                 ]
@@ -386,13 +426,21 @@ async def run(client_loop: str) -> None:
 
                 channels = {}
                 for server in (host, bare, *echo_servers):
-                    channel = await stack.enter_async_context(grpc.aio.insecure_channel(server.address))
+                    channel = await stack.enter_async_context(pki.aio_channel(server.address, as_=GATEWAY))
                     await asyncio.wait_for(channel.channel_ready(), lib.START_TIMEOUT_S)  # connect untimed
                     channels[server.name] = channel
+                control = await stack.enter_async_context(pki.aio_channel(host.address, as_=CONTROL_PLANE))
+                bare_control = await stack.enter_async_context(
+                    pki.aio_channel(bare.address, as_=CONTROL_PLANE)
+                )
 
                 lib.note(f"registering {REGISTRATIONS} functions on each host ...")
                 regs, bare_regs = await register_functions(
-                    [(channels[host.name], host.pid), (channels[bare.name], bare.pid)]
+                    [
+                        Target(control, channels[host.name], host, "bench-0"),
+                        Target(bare_control, channels[bare.name], bare, "bench-1"),
+                    ],
+                    pki,
                 )
                 if min(len(regs.ids), len(bare_regs.ids)) < PLAN.callers:
                     raise BenchError(f"only {len(regs.ids)} functions registered; need {PLAN.callers}")

@@ -20,6 +20,8 @@ from gateway.auth import (
 )
 from gateway.server import Gateway, GatewayOptions
 from kruntimes import logs
+from kruntimes.assignments import AssignmentError, Verifier
+from kruntimes.pki import PeerTLS, PeerTLSError, Role
 
 GC_THRESHOLDS = (20_000, 50, 100)
 
@@ -30,6 +32,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-listen", default="127.0.0.1:0", help="gRPC address hosts send heartbeats to")
     p.add_argument("--cert", type=Path, required=True, help="serving certificate (PEM)")
     p.add_argument("--key", type=Path, required=True, help="serving key (PEM)")
+    p.add_argument(
+        "--peer-tls",
+        type=Path,
+        required=True,
+        help="the gateway's platform certificate directory (tls.crt, tls.key, ca.crt; a gateway identity "
+        "of the platform CA) for heartbeats from hosts and invokes to them; reloaded on change",
+    )
+    p.add_argument(
+        "--assignment-public-key",
+        type=Path,
+        required=True,
+        help="the control plane's assignment public key(s) (PEM): only routes they verify are served",
+    )
     p.add_argument("--auth", choices=["embedded", "kubernetes"], default="embedded")
     p.add_argument("--token-file", type=Path, help='embedded: token,user,uid,"groups" CSV (mode 0600)')
     p.add_argument("--role-bindings", type=Path, help="embedded: namespace role bindings YAML")
@@ -56,7 +71,12 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
     return CachingAuthorizer(inner)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
+    try:
+        peer_tls = PeerTLS(args.peer_tls, role=Role.GATEWAY)
+        assignments = Verifier.load(args.assignment_public_key)
+    except (PeerTLSError, AssignmentError) as e:
+        raise SystemExit(f"krt gateway: {e}") from None
     temporal = None
     if args.temporal_address:
         from kruntimes.temporal import connect
@@ -72,6 +92,9 @@ async def serve(args: argparse.Namespace) -> None:
             key_file=args.key,
             authorizer=authorizer_from(args),
             temporal=temporal,
+            peer_tls=peer_tls,
+            assignments=assignments,
+            invoke_tls=invoke_tls,
         )
     )
     url = await gateway.start()
@@ -93,7 +116,8 @@ async def serve(args: argparse.Namespace) -> None:
     await gateway.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, invoke_tls: bool = True) -> None:
+    """`invoke_tls=False` is the invoke bench's plaintext baseline (bench/invoke.py); no flag."""
     args = parse_args(argv)
     logs.setup(args.log_level)
     try:
@@ -101,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
         # asyncio's loop (bench/invoke.py runs its reference chain on both)
         import uvloop
     except ImportError:
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, invoke_tls=invoke_tls))
     else:
-        uvloop.run(serve(args))
+        uvloop.run(serve(args, invoke_tls=invoke_tls))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ GatewayError                    500  InternalError        (also any exception no
  ├── Busy                       429  FunctionBusy  (+ Retry-After)
  ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited
  ├── NotReady                   503  RunNotReady | RouteStale  (+ Retry-After)
+ ├── OwnerUnavailable           503  OwnerUnavailable  (+ Retry-After): not delivered, did not run
  └── UpstreamTimeout            504  InvocationTimeout | OwnerTimeout
 
 A class names the reasons it may carry (the first is its default); they all share one status. A
@@ -95,6 +96,12 @@ class NotReady(GatewayError):
     reasons = (R.RUN_NOT_READY, R.ROUTE_STALE)
 
 
+class OwnerUnavailable(GatewayError):
+    """The request never reached the owner (refused, TLS failed, route gone): safe to retry."""
+
+    reasons = (R.OWNER_UNAVAILABLE,)
+
+
 class UpstreamTimeout(GatewayError):
     reasons = (R.OWNER_TIMEOUT, R.INVOCATION_TIMEOUT)
 
@@ -108,6 +115,7 @@ __all__ = [
     "GatewayError",
     "NotFound",
     "NotReady",
+    "OwnerUnavailable",
     "PayloadTooLarge",
     "Unauthenticated",
     "UpstreamFailed",

@@ -1,5 +1,10 @@
 """The gateway's heartbeat endpoint (gRPC RouteHeartbeat), feeding the route cache.
 
+Mutual TLS with the gateway's platform certificate: only hosts of the platform CA may send beats
+(kruntimes.pki.PeerAuthorization), and each beat only about the host its certificate names
+(gateway/routes.py checks that, and the assignment of every registration). A beat that is not
+the sender's to make ends its stream with PERMISSION_DENIED.
+
 It runs on the gateway's event loop (grpc.aio), so applying a heartbeat needs no locks.
 """
 
@@ -12,7 +17,8 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gateway.routes import RouteCache
+from gateway.routes import HeartbeatRefused, RouteCache
+from kruntimes.pki import ANY_ROLE, PeerAuthorization, PeerTLS, Role, peer_identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 
@@ -20,6 +26,12 @@ log = logging.getLogger(__name__)
 
 MAX_HEARTBEAT_BYTES = 64 * 1024 * 1024  # a snapshot of a very full host
 SWEEP_INTERVAL_S = 1.0
+# only hosts send heartbeats; any platform identity may ask for health; nothing else is served
+ALLOWED_ROLES = {
+    "/kruntimes.rpc.v1.RouteHeartbeat/Heartbeats": frozenset({Role.HOST}),
+    "/grpc.health.v1.Health/Check": ANY_ROLE,
+    "/grpc.health.v1.Health/Watch": ANY_ROLE,
+}
 
 
 class HeartbeatService(hb_grpc.RouteHeartbeatServicer):
@@ -32,29 +44,49 @@ class HeartbeatService(hb_grpc.RouteHeartbeatServicer):
         request_iterator: AsyncIterator[hb.HostHeartbeat],
         context: grpc.aio.ServicerContext[hb.HostHeartbeat, hb.HeartbeatAck],
     ) -> hb.HeartbeatAck:
+        peer = peer_identity(context)
+        if peer is None:  # the interceptor let only hosts in; kept for the type
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no platform identity")
+            raise AssertionError("unreachable: abort raises")
         last = 0
+        skipped_before = 0
         async for beat in request_iterator:
-            self.routes.apply(beat)
+            try:
+                skipped = await self.routes.apply(beat, peer=peer)
+            except HeartbeatRefused as e:
+                log.warning("heartbeat refused", extra={"peer": str(peer), "error": str(e)})
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+                raise AssertionError("unreachable: abort raises") from None
+            if skipped != skipped_before:  # logged when it changes, not for every beat
+                log.warning(
+                    "registrations without a valid assignment were not routed",
+                    extra={"peer": str(peer), "skipped": skipped},
+                )
+                skipped_before = skipped
             self.received += 1
             last = beat.sequence
         return hb.HeartbeatAck(last_sequence=last)
 
 
 class HeartbeatServer:
-    def __init__(self, routes: RouteCache, listen: str) -> None:
+    def __init__(self, routes: RouteCache, listen: str, *, tls: PeerTLS) -> None:
         self.routes = routes
         self.listen = listen
+        self.tls = tls
         self.service = HeartbeatService(routes)
         self.server: grpc.aio.Server | None = None
         self.address = ""
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_HEARTBEAT_BYTES)])
+        server = grpc.aio.server(
+            interceptors=[PeerAuthorization(ALLOWED_ROLES, default=frozenset())],
+            options=[("grpc.max_receive_message_length", MAX_HEARTBEAT_BYTES)],
+        )
         hb_grpc.add_RouteHeartbeatServicer_to_server(self.service, server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        port = server.add_insecure_port(self.listen)
+        port = server.add_secure_port(self.listen, self.tls.server_credentials())
         if port == 0:
             raise OSError(f"cannot listen on {self.listen}")
         await server.start()

@@ -3,10 +3,18 @@
 The hot path: route cache → cached authorization → one InvokeFunction on the owning host, with
 the fence (run uid, attempt, host uid). Nothing here calls Temporal or Kubernetes, and nothing is
 retried after dispatch: a failure after the request left may have run the function.
+
+"Not sent" and "sent, then failed" are told apart: a request that never reached the owner (its
+route went away while the body was read, the connection was refused, TLS failed, the host was not
+the one the route names or did not accept the connection) is answered 503 OwnerUnavailable with
+Retry-After — the function did not run; a failure after dispatch is 502 or 504 and never retried.
+Hops to hosts are mutual TLS with the gateway's platform certificate, and the host must present
+exactly the identity of the route (kruntimes.pki).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -23,6 +31,7 @@ from gateway.errors import (
     GatewayError,
     NotFound,
     NotReady,
+    OwnerUnavailable,
     PayloadTooLarge,
     UpstreamFailed,
     UpstreamTimeout,
@@ -31,8 +40,9 @@ from gateway.known import KnownRuns
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
-from kruntimes.api.names import validate_invocation_id
+from kruntimes.api.names import is_run_uid, validate_invocation_id
 from kruntimes.api.phases import TERMINAL_PHASES
+from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import headers
@@ -44,6 +54,10 @@ log = logging.getLogger("gateway.invoke")
 # where the middleware finds the invocation id of a request (a typed key: plain strings warn)
 INVOCATION_ID = web.RequestKey("invocation_id", str)
 RPC_MARGIN_S = 5.0
+CONNECT_TIMEOUT_S = 5.0
+# gRPC channels to hosts without an invoke port: reconnect soon after a failure
+_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 2000)]
+_NOT_DELIVERED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
 
 # the bodies.InvocationStatus of each outcome answered with 200
@@ -54,27 +68,76 @@ SUCCESS_STATUS = {
 }
 
 
+class NotConnected(Exception):
+    """A gRPC channel to a host did not become ready: nothing was sent on it."""
+
+
 class Upstreams:
-    """One gRPC channel per host address, kept open (no per-request client or TLS setup), and
-    one raw connection per host invoke address (gateway/raw.py) for hosts that advertise one."""
+    """One raw connection per host invoke address (gateway/raw.py) for hosts that advertise one,
+    and one gRPC channel per host address and identity for the others, kept open (no per-request
+    client or TLS setup); a channel made before the certificate files changed is replaced (the
+    old one is closed with the rest at the end, so no call on it is cut)."""
 
-    def __init__(self) -> None:
-        self._stubs: dict[str, pb_grpc.FunctionRuntimeAsyncStub] = {}
-        self._channels: list[grpc.aio.Channel] = []
-        self.raw = RawUpstreams()
+    def __init__(self, *, tls: PeerTLS, invoke_tls: bool = True) -> None:
+        """`invoke_tls` False: the raw invoke hop in plaintext, only the invoke bench's baseline."""
+        self.tls = tls
+        self._channels: dict[tuple[str, Identity], tuple[int, grpc.aio.Channel]] = {}
+        self._retired: list[grpc.aio.Channel] = []
+        self.raw = RawUpstreams(tls=tls if invoke_tls else None)
 
-    def stub(self, address: str) -> pb_grpc.FunctionRuntimeAsyncStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(address)
-            self._channels.append(channel)
-            stub = self._stubs[address] = pb_grpc.FunctionRuntimeStub(channel)
-        return stub
+    def channel(self, address: str, host: Identity) -> grpc.aio.Channel:
+        self.tls.refresh()
+        key = (address, host)
+        held = self._channels.get(key)
+        if held is not None and held[0] == self.tls.generation:
+            return held[1]
+        if held is not None:
+            self._retired.append(held[1])
+        generation = self.tls.generation
+        channel = grpc.aio.secure_channel(
+            address,
+            self.tls.channel_credentials(),
+            options=[*self.tls.channel_options(host), *_CHANNEL_OPTIONS],
+        )
+        self._channels[key] = (generation, channel)
+        return channel
+
+    async def invoke_grpc(
+        self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
+    ) -> pb.InvokeFunctionResponse:
+        """InvokeFunction on `host` at `address` over gRPC; NotConnected (nothing sent) when the
+        channel does not connect, grpc.aio.AioRpcError for a failure after it was sent."""
+        channel = self.channel(address, host)
+        await connected(channel)
+        response: pb.InvokeFunctionResponse = await pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
+            request, timeout=timeout
+        )
+        return response
 
     async def close(self) -> None:
         self.raw.close()
-        for channel in self._channels:
+        channels = [c for _, c in self._channels.values()] + self._retired
+        self._channels, self._retired = {}, []
+        for channel in channels:
             await channel.close()
+
+
+async def connected(channel: grpc.aio.Channel, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Until `channel` is READY; NotConnected when it fails to connect (refused, TLS failed) or
+    does not within `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+            raise NotConnected(f"the channel is {state.name}")
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise NotConnected(f"not connected within {timeout_s:g}s")
+        try:
+            await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
+        except TimeoutError:
+            raise NotConnected(f"not connected within {timeout_s:g}s") from None
+        state = channel.get_state(try_to_connect=True)
 
 
 def invocation_id(request: web.Request) -> str:
@@ -181,7 +244,7 @@ class InvokeHandler:
         runtime = request.match_info["runtime"]
         run_uid = request.match_info["uid"]
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
-        route = self.routes.route(run_uid)
+        route = self.routes.route(run_uid)  # routes hold only validated uids
         if route is None or route.namespace != namespace or route.runtime != runtime:
             await self._miss(token, namespace, runtime, run_uid)
         assert route is not None
@@ -192,11 +255,22 @@ class InvokeHandler:
             raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
         timeout_s = _timeout_s(request)
         payload = await read_body(request)
+        current = self.routes.route(run_uid)  # the body took time: is the route still there?
+        if current is not route:
+            if current is None or current.namespace != namespace or current.runtime != runtime:
+                raise OwnerUnavailable("the Run's owner went away before the request was sent")
+            if not current.ready:
+                raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
+            route = current
         answer = await self._dispatch(route, inv, payload, timeout_s)
         return self._answer(answer)
 
     async def _miss(self, token: str, namespace: str, runtime: str, run_uid: str) -> None:
         """No route: 503 for a Run that exists and will (or did) have one, else 404."""
+        if not is_run_uid(run_uid):  # not a Run uid: nothing to look up, never a path or a key
+            with contextlib.suppress(Forbidden):
+                await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=""))
+            raise NotFound("no such function in this namespace and runtime")
         known = self.known.get(run_uid)
         if (
             known is None
@@ -227,22 +301,34 @@ class InvokeHandler:
             fence=pb.Fence(run_uid=route.run_uid, attempt=route.attempt, host_uid=route.host_uid),
         )
         if route.invoke_address:
+            client = self.upstreams.raw.client(
+                route.invoke_address, runtime=route.runtime, host_id=route.host_id
+            )
             try:
-                return await self.upstreams.raw.client(route.invoke_address).invoke(
-                    request, timeout=timeout_s + RPC_MARGIN_S
-                )
+                return await client.invoke(request, timeout=timeout_s + RPC_MARGIN_S)
             except RawError as raw:
+                if not raw.sent:
+                    log.warning(
+                        "invoke not delivered", extra={"run_uid": route.run_uid, "error": raw.message}
+                    )
+                    raise OwnerUnavailable("the Run's owner could not be reached; it did not run") from None
                 raise self._error(raw.code, raw.reason, raw.message, route) from None
         try:  # a host without an invoke port
-            return await self.upstreams.stub(route.address).InvokeFunction(
-                request, timeout=timeout_s + RPC_MARGIN_S
+            return await self.upstreams.invoke_grpc(
+                route.address, route.host, request, timeout=timeout_s + RPC_MARGIN_S
             )
+        except NotConnected as exc:
+            log.warning("invoke not delivered", extra={"run_uid": route.run_uid, "error": str(exc)})
+            raise OwnerUnavailable("the Run's owner could not be reached; it did not run") from None
         except grpc.aio.AioRpcError as err:
             raise self._error(
                 err.code(), reason_of(err.trailing_metadata()), err.details() or "", route
             ) from None
 
     def _error(self, code: grpc.StatusCode, reason: str, details: str, route: Route) -> GatewayError:
+        if code in _NOT_DELIVERED:  # the host refused the gateway itself: nothing ran
+            log.error("the owner refused the gateway", extra={"run_uid": route.run_uid, "reason": reason})
+            return OwnerUnavailable("the Run's owner refused the gateway; it did not run")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return Busy("the function is running another invocation; retry later")
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):

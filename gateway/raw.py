@@ -1,38 +1,52 @@
 """The gateway's client of a host's invoke port (runtime/invoke.py serves it; kruntimes.wire.frames
 is the protocol).
 
-One multiplexed TCP connection per host invoke address, opened on first use and reopened after
-it breaks. Requests carry an id; answers resolve the waiting future with that id. A connection
-that breaks fails every request in flight on it (`UNAVAILABLE`: the function may have run, and
-nothing is retried); a request that gets no answer within its timeout fails with
-`DEADLINE_EXCEEDED`. Errors carry the gRPC status name and krt reason the host answered, so the
-invoke handler maps them exactly as it maps gRPC errors.
+One multiplexed TLS connection per host invoke address, opened on first use and reopened after it
+breaks. The connection presents the gateway's platform certificate and verifies the host's: it
+must name exactly the host the route says (its DNS name and URI SAN, kruntimes.pki). Requests are
+written only once the host sent its accept frame. Requests carry an id; answers resolve the
+waiting future with that id.
+
+Every failure says whether the request was sent (`RawError.sent`):
+- not sent (`sent=False`, safe to retry): the connection could not be made (refused, timed out,
+  TLS failed or the host is not the expected one), the host closed it before accepting it, or it
+  was already closed when the request was to be written. The function did not run.
+- sent: the connection broke after the request was written (`UNAVAILABLE`: the function may have
+  run, and nothing is retried), no answer came within the timeout (`DEADLINE_EXCEEDED`), or the
+  host answered an error (its gRPC status name and krt reason, mapped like gRPC errors).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import cast
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from kruntimes.pki import Identity, PeerTLS, identity_of_peercert
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason
 
 log = logging.getLogger("gateway.raw")
 
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 5.0  # connecting, the TLS handshake and the host's accept frame together
 
 
 class RawError(Exception):
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str, *, sent: bool = True) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
+        self.sent = sent
+
+
+class NotSent(ConnectionError):
+    """The request was not written: the connection is unusable or was never accepted."""
 
 
 def _status(name: str) -> grpc.StatusCode:
@@ -48,15 +62,25 @@ def _host_error(body: bytes) -> RawError:
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, expect: Identity | None) -> None:
+        self.expect = expect
         self.pending: dict[int, asyncio.Future[bytes]] = {}
         self.decoder = frames.AnswerDecoder(self._answer)
         self.transport: asyncio.Transport | None = None
+        self.accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed = False
         self.next_id = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        if self.expect is not None:
+            peer = identity_of_peercert(transport.get_extra_info("peercert"))
+            if peer != self.expect:
+                log.warning(
+                    "invoke connection closed: the host is not the expected one",
+                    extra={"expected": str(self.expect), "peer": str(peer)},
+                )
+                self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -68,6 +92,10 @@ class _Connection(asyncio.Protocol):
 
     def _answer(self, request_id: int, kind: int, body: bytes) -> None:
         """The waiting request gets the response's bytes, or the host's error raised."""
+        if request_id == frames.ACCEPTED_ID:
+            if not self.accepted.done():
+                self.accepted.set_result(None)
+            return
         future = self.pending.pop(request_id, None)
         if future is not None and not future.done():
             if kind == frames.KIND_RESPONSE:
@@ -78,29 +106,38 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.decoder.buffer.clear()
+        if not self.accepted.done():
+            self.accepted.set_exception(NotSent(f"the host closed the connection: {exc or 'closed'}"))
+            self.accepted.exception()  # retrieved: nobody may be waiting any more
         pending, self.pending = self.pending, {}
         for future in pending.values():
             if not future.done():
                 future.set_exception(ConnectionError(f"the invoke connection broke: {exc or 'closed'}"))
 
     def send(self, body: bytes) -> asyncio.Future[bytes]:
-        """The future of the answer to `body` (at most frames.MAX_REQUEST_BODY bytes)."""
-        assert self.transport is not None
-        self.next_id = request_id = (self.next_id + 1) & 0xFFFFFFFF
+        """The future of the answer to `body` (at most frames.MAX_REQUEST_BODY bytes); NotSent if
+        the connection can no longer take a request."""
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing() or not self.accepted.done():
+            raise NotSent("the invoke connection is closed")
+        self.next_id = request_id = self.next_id % frames.MAX_REQUEST_ID + 1  # never ACCEPTED_ID
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
-        self.transport.write(frames.encode_request(request_id, body))
+        transport.write(frames.encode_request(request_id, body))
         future.add_done_callback(lambda _: self.pending.pop(request_id, None))
         return future
 
 
 class RawClient:
-    """One host invoke address."""
+    """One host invoke address, where the host `expect` must answer (`tls` None: plaintext, only
+    for the invoke bench's baseline; no identity is checked then)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, *, tls: PeerTLS | None, expect: Identity) -> None:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
+        self.tls = tls
+        self.expect = expect
         self._connection: _Connection | None = None
         self._lock = asyncio.Lock()
 
@@ -109,11 +146,29 @@ class RawClient:
             connection = self._connection
             if connection is None or connection.closed:
                 loop = asyncio.get_running_loop()
+                context: ssl.SSLContext | None = None
+                expect: Identity | None = None
+                if self.tls is not None:
+                    context, expect = self.tls.client_context(), self.expect
                 try:
                     async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                        _, connection = await loop.create_connection(_Connection, self.host, self.port)
+                        _, connection = await loop.create_connection(
+                            lambda: _Connection(expect),
+                            self.host,
+                            self.port,
+                            ssl=context,
+                            server_hostname=expect.dns_name if expect is not None else None,
+                        )
+                        try:
+                            await connection.accepted
+                        except BaseException:
+                            if connection.transport is not None:
+                                connection.transport.abort()
+                            raise
                 except TimeoutError:  # this one, not the caller's deadline: the host is unreachable
-                    raise ConnectionError(f"cannot connect within {CONNECT_TIMEOUT_S:g}s") from None
+                    raise NotSent(f"cannot connect within {CONNECT_TIMEOUT_S:g}s") from None
+                except OSError as exc:  # refused, reset, TLS failed, or closed before accepting
+                    raise NotSent(f"cannot connect: {exc}") from None
                 self._connection = connection
             return connection
 
@@ -123,15 +178,24 @@ class RawClient:
             raise RawError(
                 grpc.StatusCode.INVALID_ARGUMENT, HostReason.INVALID_REQUEST, "the request is too large"
             )
+        sent = False
         try:
             async with asyncio.timeout(timeout):
                 connection = self._connection
                 if connection is None or connection.closed:
                     connection = await self._connect()
-                answer = await connection.send(body)  # a timeout cancels it: a late answer is dropped
+                pending = connection.send(body)
+                sent = True
+                answer = await pending  # a timeout cancels it: a late answer is dropped
         except TimeoutError:
+            if not sent:
+                raise RawError(
+                    grpc.StatusCode.UNAVAILABLE, "", "no connection before the deadline", sent=False
+                ) from None
             raise RawError(grpc.StatusCode.DEADLINE_EXCEEDED, "", "the host did not answer in time") from None
-        except OSError as exc:  # cannot connect, or the connection broke
+        except NotSent as exc:
+            raise RawError(grpc.StatusCode.UNAVAILABLE, "", str(exc), sent=False) from None
+        except OSError as exc:  # the connection broke after the request was written
             raise RawError(grpc.StatusCode.UNAVAILABLE, "", str(exc)) from None
         try:
             return pb.InvokeFunctionResponse.FromString(answer)
@@ -144,15 +208,18 @@ class RawClient:
 
 
 class RawUpstreams:
-    """One `RawClient` per host invoke address."""
+    """One `RawClient` per host invoke address and the host expected there."""
 
-    def __init__(self) -> None:
-        self._clients: dict[str, RawClient] = {}
+    def __init__(self, *, tls: PeerTLS | None) -> None:
+        self.tls = tls
+        self._clients: dict[tuple[str, str, str], RawClient] = {}
 
-    def client(self, address: str) -> RawClient:
-        client = self._clients.get(address)
+    def client(self, address: str, *, runtime: str, host_id: str) -> RawClient:
+        key = (address, runtime, host_id)
+        client = self._clients.get(key)
         if client is None:
-            client = self._clients[address] = RawClient(address)
+            expect = Identity.host(runtime=runtime, host_id=host_id)
+            client = self._clients[key] = RawClient(address, tls=self.tls, expect=expect)
         return client
 
     def close(self) -> None:

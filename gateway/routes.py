@@ -2,22 +2,54 @@
 
 Each heartbeat is a full snapshot of one host incarnation (host uid), so applying it replaces
 everything that host said before. A host silent for `missed` intervals is forgotten, and a host
-that announces `leaving` at once. A new incarnation (same host id or address, new uid) replaces
-the old one. The invoke path only reads this structure: no Temporal, no Kubernetes.
+that announces `leaving` at once. A new incarnation of the same host identity (same runtime and
+host id, new uid) replaces the old one. The invoke path only reads this structure: no Temporal,
+no Kubernetes.
+
+What a beat may claim (`apply`, with the identity of the certificate the beat came with):
+- the beat is about the sending host itself: its host id and runtime are the certificate's, and
+  its host uid is not another host's (else `HeartbeatRefused`, the whole beat);
+- a registration becomes a route only if its signed assignment verifies (kruntimes.assignments)
+  and names that run, attempt, namespace, name and runtime, and the beat's host id and host uid;
+  any other registration is skipped (counted in the result);
+- the interval is held to [100 ms, MAX_INTERVAL_MS], so no beat keeps a route alive for long;
+- after MAX_FAILED_VERIFICATIONS failed checks the rest of the beat's new registrations are
+  skipped unchecked, so forged assignments cannot buy a host the gateway's CPU.
+
+Verification costs one signature check per assignment not seen in the host's previous snapshot
+(an unchanged registration is recognised by its assignment's bytes), done in batches that yield
+the event loop, so a full snapshot of a big host neither blocks invokes nor costs a signature
+check per registration per beat. `route` answers the highest attempt among live hosts (ready
+first among equals): a newer assignment always wins over an older one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from kruntimes.assignments import AssignmentError, Verifier
+from kruntimes.pki import Identity, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 
 MISSED_INTERVALS = 3
 MAX_HOSTS = 10_000
 MAX_REGISTRATIONS_PER_HOST = 100_000
+MIN_INTERVAL_MS = 100
+MAX_INTERVAL_MS = 60_000
+VERIFY_BATCH = 64  # signature checks between two yields of the event loop
+# A beat whose assignments fail this often is hostile or broken: the rest of it is not checked.
+MAX_FAILED_VERIFICATIONS = 64
+_HOST_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_READY = pb.REGISTRATION_PHASE_READY
+
+
+class HeartbeatRefused(Exception):
+    """The beat is not the sending host's to make (another host's id, runtime or uid)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +65,19 @@ class Route:
     host_uid: str
     address: str
     invoke_address: str = ""  # the host's raw invoke port; empty: InvokeFunction over gRPC
+    # the signed assignment's bytes and signature that verified this route
+    assignment: bytes = b""
+    signature: bytes = b""
+
+    @property
+    def host(self) -> Identity:
+        """The identity the host's certificate must name."""
+        return Identity.host(runtime=self.runtime, host_id=self.host_id)
 
 
 @dataclass(slots=True)
 class _Host:
-    host_id: str
+    identity: Identity
     address: str
     expires: float
     routes: dict[str, Route]
@@ -45,52 +85,133 @@ class _Host:
 
 class RouteCache:
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, missed: int = MISSED_INTERVALS
+        self,
+        *,
+        verifier: Verifier,
+        clock: Callable[[], float] = time.monotonic,
+        missed: int = MISSED_INTERVALS,
     ) -> None:
+        self.verifier = verifier
         self._clock = clock
         self._missed = missed
         self._hosts: dict[str, _Host] = {}  # host uid → host
+        self._incarnations: dict[Identity, str] = {}  # host identity → its current host uid
         self._routes: dict[str, dict[str, Route]] = {}  # run uid → host uid → route
 
-    def apply(self, beat: hb.HostHeartbeat) -> None:
+    def _sender(self, beat: hb.HostHeartbeat, peer: Identity) -> Identity:
+        if peer.role is not Role.HOST or (peer.runtime, peer.host_id) != (beat.runtime, beat.host_id):
+            raise HeartbeatRefused(f"{peer} may send heartbeats only about itself")
+        if not _HOST_UID.fullmatch(beat.host_uid):
+            raise HeartbeatRefused("the heartbeat's host uid is not an identifier")
+        known = self._hosts.get(beat.host_uid)
+        if known is not None and known.identity != peer:
+            raise HeartbeatRefused(f"host uid {beat.host_uid} belongs to another host")
+        return peer
+
+    async def apply(self, beat: hb.HostHeartbeat, *, peer: Identity) -> int:
+        """Apply one snapshot from the host whose certificate names `peer`; returns how many of
+        its registrations were skipped for want of a valid assignment. HeartbeatRefused if the
+        beat is not `peer`'s to send."""
+        identity = self._sender(beat, peer)
         if beat.leaving:
             self.forget(beat.host_uid)
-            return
-        for uid, host in list(self._hosts.items()):
-            if uid != beat.host_uid and (host.host_id == beat.host_id or host.address == beat.address):
-                self.forget(uid)  # a new incarnation of the same host
-        if beat.host_uid not in self._hosts and len(self._hosts) >= MAX_HOSTS:
-            return
-        interval_s = max(beat.interval_ms, 100) / 1000.0
-        routes = {
-            r.run_uid: Route(
-                run_uid=r.run_uid,
-                namespace=r.namespace,
-                name=r.name,
-                runtime=r.runtime,
-                registration_id=r.registration_id,
-                attempt=r.attempt,
-                ready=r.phase == pb.REGISTRATION_PHASE_READY,
-                host_id=beat.host_id,
-                host_uid=beat.host_uid,
-                address=beat.address,
-                invoke_address=beat.invoke_address,
-            )
-            for r in beat.registrations[:MAX_REGISTRATIONS_PER_HOST]
-        }
+            return 0
         old = self._hosts.get(beat.host_uid)
+        previous = old.routes if old is not None else {}
+        routes: dict[str, Route] = {}
+        pending: list[pb.RegistrationState] = []
+        address, invoke_address = beat.address, beat.invoke_address
+        for r in beat.registrations[:MAX_REGISTRATIONS_PER_HOST]:
+            prev = previous.get(r.run_uid)
+            signed = r.assignment
+            if (
+                prev is not None
+                and prev.signature == signed.signature
+                and prev.assignment == signed.assignment
+                and prev.registration_id == r.registration_id
+                and prev.address == address
+                and prev.invoke_address == invoke_address
+            ):
+                ready = r.phase == _READY
+                routes[r.run_uid] = prev if prev.ready is ready else replace(prev, ready=ready)
+            else:
+                pending.append(r)
+        skipped = 0
+        for i, r in enumerate(pending):
+            if skipped >= MAX_FAILED_VERIFICATIONS:
+                skipped += len(pending) - i  # the rest, unchecked
+                break
+            if i and i % VERIFY_BATCH == 0:
+                await asyncio.sleep(0)  # invokes run between the batches
+            route = self._verified(beat, r)
+            if route is None:
+                skipped += 1
+            else:
+                routes[r.run_uid] = route
+        if pending:  # the host may have changed while this snapshot was verified
+            identity = self._sender(beat, peer)
+        self._commit(beat, identity, routes)
+        return skipped
+
+    def _verified(self, beat: hb.HostHeartbeat, r: pb.RegistrationState) -> Route | None:
+        try:
+            a = self.verifier.verify(r.assignment)
+        except AssignmentError:
+            return None
+        if (a.run_uid, a.attempt, a.namespace, a.name, a.runtime, a.host_id, a.host_uid) != (
+            r.run_uid,
+            r.attempt,
+            r.namespace,
+            r.name,
+            beat.runtime,
+            beat.host_id,
+            beat.host_uid,
+        ) or (r.runtime != beat.runtime):
+            return None
+        return Route(
+            run_uid=a.run_uid,
+            namespace=a.namespace,
+            name=a.name,
+            runtime=a.runtime,
+            registration_id=r.registration_id,
+            attempt=a.attempt,
+            ready=r.phase == _READY,
+            host_id=a.host_id,
+            host_uid=a.host_uid,
+            address=beat.address,
+            invoke_address=beat.invoke_address,
+            assignment=r.assignment.assignment,
+            signature=r.assignment.signature,
+        )
+
+    def _commit(self, beat: hb.HostHeartbeat, identity: Identity, routes: dict[str, Route]) -> None:
+        host_uid = beat.host_uid
+        earlier = self._incarnations.get(identity)
+        if earlier is not None and earlier != host_uid:
+            self.forget(earlier)  # a new incarnation of the same host
+        old = self._hosts.get(host_uid)
+        if old is None and len(self._hosts) >= MAX_HOSTS:
+            return
+        interval_s = min(max(beat.interval_ms, MIN_INTERVAL_MS), MAX_INTERVAL_MS) / 1000.0
         if old is not None:
             for run_uid in old.routes.keys() - routes.keys():
-                self._unlink(run_uid, beat.host_uid)
-        self._hosts[beat.host_uid] = _Host(
-            beat.host_id, beat.address, self._clock() + self._missed * interval_s, routes
+                self._unlink(run_uid, host_uid)
+        self._hosts[host_uid] = _Host(
+            identity, beat.address, self._clock() + self._missed * interval_s, routes
         )
+        self._incarnations[identity] = host_uid
         for run_uid, route in routes.items():
-            self._routes.setdefault(run_uid, {})[beat.host_uid] = route
+            held = self._routes.get(run_uid)
+            if held is None:
+                self._routes[run_uid] = {host_uid: route}
+            else:
+                held[host_uid] = route
 
     def forget(self, host_uid: str) -> None:
         host = self._hosts.pop(host_uid, None)
         if host is not None:
+            if self._incarnations.get(host.identity) == host_uid:
+                del self._incarnations[host.identity]
             for run_uid in host.routes:
                 self._unlink(run_uid, host_uid)
 
@@ -102,7 +223,7 @@ class RouteCache:
                 del self._routes[run_uid]
 
     def route(self, run_uid: str) -> Route | None:
-        """The newest attempt among live hosts that hold the run (ready ones first)."""
+        """The highest attempt among live hosts that hold the run (a ready one among equals)."""
         held = self._routes.get(run_uid)
         if not held:
             return None
@@ -115,7 +236,7 @@ class RouteCache:
                 continue
             route = held.get(host_uid)
             if route is not None and (
-                best is None or (route.ready, route.attempt) > (best.ready, best.attempt)
+                best is None or (route.attempt, route.ready) > (best.attempt, best.ready)
             ):
                 best = route
         return best

@@ -1,6 +1,10 @@
 """One gateway process: the HTTPS invoke API and the heartbeat endpoint on one event loop.
 
-HTTPS only: the listener is TLS, so a plain-HTTP request never gets an answer.
+HTTPS only: the listener is TLS, so a plain-HTTP request never gets an answer. Its serving
+certificate is the one clients trust (`cert_file`, `key_file`); the internal hops — heartbeats from
+hosts, invokes to hosts — use the gateway's platform certificate (`peer_tls`, a gateway identity
+of the platform CA), and routes need assignments signed by the control plane (`assignments`, its
+public key). A gateway without them does not start.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from gateway.invoke import Upstreams
 from gateway.known import KnownRuns
 from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
+from kruntimes.assignments import Verifier
+from kruntimes.pki import PeerTLS, Role
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,15 @@ class GatewayOptions:
     temporal: Client | None = None  # for the known-Runs view only
     known_refresh_s: float = 2.0
     extra: dict[str, object] = field(default_factory=dict)
+    # required: the gateway's platform certificate and the assignment public key
+    peer_tls: PeerTLS | None = None
+    assignments: Verifier | None = None
+    # False sends invokes to hosts' invoke ports in plaintext: only the invoke bench's baseline
+    invoke_tls: bool = True
+
+
+class GatewayConfigError(Exception):
+    """The gateway cannot start as configured (e.g. without its platform certificate)."""
 
 
 def server_ssl_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
@@ -65,11 +80,15 @@ def server_ssl_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
 
 class Gateway:
     def __init__(self, options: GatewayOptions) -> None:
+        if options.peer_tls is None or options.assignments is None:
+            raise GatewayConfigError("a gateway needs its platform certificate and the assignment public key")
+        if options.peer_tls.identity.role is not Role.GATEWAY:
+            raise GatewayConfigError(f"the gateway's certificate names {options.peer_tls.identity}")
         self.options = options
-        self.routes = RouteCache()
+        self.routes = RouteCache(verifier=options.assignments)
         self.known = KnownRuns(options.temporal, refresh_s=options.known_refresh_s)
-        self.upstreams = Upstreams()
-        self.heartbeats = HeartbeatServer(self.routes, options.heartbeat_listen)
+        self.upstreams = Upstreams(tls=options.peer_tls, invoke_tls=options.invoke_tls)
+        self.heartbeats = HeartbeatServer(self.routes, options.heartbeat_listen, tls=options.peer_tls)
         self.metrics = GatewayMetrics()
         self.runner: web.AppRunner | None = None
         self.url = ""

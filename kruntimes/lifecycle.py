@@ -279,7 +279,9 @@ class RunOnHost(ApiModel):
 
 
 class RegisterInput(RunOnHost):
-    pass
+    # the assigned host incarnation, named in the signed assignment the host requires
+    hostId: str
+    hostUid: str
 
 
 class RegisterResult(ApiModel):

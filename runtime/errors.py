@@ -12,6 +12,8 @@ RuntimeError_               Internal               INTERNAL
  ├── SourceInvalid          the source cannot be prepared              INVALID_ARGUMENT
  ├── SecretNotFound         a secret envFrom names is not on the host  FAILED_PRECONDITION
  ├── HandlerLoadFailed      the handler cannot be loaded               FAILED_PRECONDITION
+ ├── AssignmentInvalid      no valid signed assignment naming this host PERMISSION_DENIED
+ ├── PermissionDenied       the caller's role may not call the method  PERMISSION_DENIED
  └── HostUnavailable        the host is shutting down or cannot spawn  UNAVAILABLE
 """
 
@@ -81,6 +83,14 @@ class HandlerLoadFailed(RuntimeError_):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
+
+
+class AssignmentInvalid(RuntimeError_):
+    reason = HostReason.ASSIGNMENT_INVALID
+
+
+class PermissionDenied(RuntimeError_):
+    reason = HostReason.PERMISSION_DENIED
 
 
 class HostUnavailable(RuntimeError_):

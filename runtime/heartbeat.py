@@ -2,7 +2,9 @@
 change and otherwise every interval, on one long-lived client stream per gateway.
 
 Each gateway gets its own thread that reconnects with backoff; a host with no reachable gateway
-keeps serving (invokes simply cannot reach it until a gateway hears from it).
+keeps serving (invokes simply cannot reach it until a gateway hears from it). Streams are mutual
+TLS with the host's platform certificate; the gateway must present a gateway certificate of the
+platform CA. Each reconnection uses the certificate files as they are then.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import UTC, datetime
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -34,11 +37,13 @@ class HeartbeatSender:
         runtime: str,
         address: str,
         interval_s: float,
+        tls: PeerTLS,
         invoke_address: str = "",
         snapshot: Callable[[], list[pb.RegistrationState]],
         isolation: pb.HostIsolation | None = None,
     ) -> None:
         self.gateways = gateways
+        self.tls = tls
         self.identity = {
             "host_id": host_id,
             "host_uid": host_uid,
@@ -111,7 +116,10 @@ class HeartbeatSender:
         backoff = 0.1
         while not self._stopping:
             try:
-                with grpc.insecure_channel(gateway) as channel:
+                channel = grpc.secure_channel(
+                    gateway, self.tls.channel_credentials(), options=self.tls.channel_options(Role.GATEWAY)
+                )
+                with channel:
                     hb_grpc.RouteHeartbeatStub(channel).Heartbeats(self._messages())
                 backoff = 0.1
             except grpc.RpcError as err:

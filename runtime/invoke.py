@@ -12,6 +12,11 @@ loop, the one that serves gRPC too: the exchange with the function process runs 
 so a request costs no thread hop. A frame length outside the request bounds closes that
 connection (the framing can no longer be trusted); other connections are unaffected. A
 connection with `MAX_IN_FLIGHT` requests running stops reading until some finish.
+
+The port is TLS with the host's platform certificate and requires a client certificate of the
+platform CA naming a gateway (kruntimes.pki); any other peer is disconnected before it can send a
+request. An accepted connection first gets the accept frame (kruntimes.wire.frames), so the
+gateway knows a request it writes is read by a host that took it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import time
 from typing import cast
 
 from google.protobuf.message import DecodeError
 
+from kruntimes.pki import PeerTLS, Role, identity_of_peercert
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason
@@ -35,6 +42,8 @@ from runtime.service import begin_invoke, invoke_response
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 1024  # per connection; beyond it the connection stops reading
+HANDSHAKE_TIMEOUT_S = 10.0
+_ACCEPTED = frames.encode_accepted()
 
 
 def _error(reason: HostReason, message: str) -> bytes:
@@ -60,7 +69,14 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        if self.listener.tls is not None:
+            peer = identity_of_peercert(transport.get_extra_info("peercert"))
+            if peer is None or peer.role is not Role.GATEWAY:
+                log.warning("invoke connection refused: not a gateway", extra={"peer": str(peer)})
+                self.transport.abort()
+                return
         self.listener.connections.add(self)
+        self.transport.write(_ACCEPTED)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
@@ -125,8 +141,10 @@ class _Connection(asyncio.Protocol):
 class InvokeListener:
     """The invoke port of one host, served on the host's event loop (the same as its gRPC server)."""
 
-    def __init__(self, registry: Registry, *, max_frame_bytes: int) -> None:
+    def __init__(self, registry: Registry, *, tls: PeerTLS | None, max_frame_bytes: int) -> None:
+        """`tls` None serves plaintext: only the invoke bench's baseline does (see HostOptions)."""
         self.registry = registry
+        self.tls = tls
         self.max_frame_bytes = max_frame_bytes
         self.connections: set[_Connection] = set()
         self.address = ""
@@ -136,13 +154,28 @@ class InvokeListener:
         """Bind `host:port` (port 0 picks one) on the running loop; returns the bound address."""
         host, _, port = listen.rpartition(":")
         loop = asyncio.get_running_loop()
+        context: ssl.SSLContext | None = None
+        if self.tls is None:
+            log.warning("the invoke port serves WITHOUT TLS: any local process may invoke functions")
+        else:
+            context = self.tls.server_context()
         server = await loop.create_server(
-            lambda: _Connection(self), host.strip("[]") or None, int(port), reuse_address=True
+            self._accept,
+            host.strip("[]") or None,
+            int(port),
+            reuse_address=True,
+            ssl=context,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if context is not None else None,
         )
         self._server = server
         bound = server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
         return self.address
+
+    def _accept(self) -> _Connection:
+        if self.tls is not None:
+            self.tls.server_context()  # new files, if any, for the handshake that follows
+        return _Connection(self)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let running invocations answer for up to `grace_s`, then close."""

@@ -107,6 +107,7 @@ class Registration:
     busy: threading.Lock = field(default_factory=threading.Lock)
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
     env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
+    assignment: bytes = b""  # the serialized SignedAssignment it was registered with
 
     @property
     def sandbox(self) -> SandboxSpec | None:
@@ -147,7 +148,9 @@ class Registry:
         with self._lock:
             return self._uid_locks.setdefault(uid, threading.Lock())
 
-    def register(self, run: RunRef, config: FunctionConfig) -> tuple[Registration, bool]:
+    def register(
+        self, run: RunRef, config: FunctionConfig, *, assignment: bytes = b""
+    ) -> tuple[Registration, bool]:
         config.validate()
         digest = config.digest()
         with self._uid_lock(run.run_uid):
@@ -167,6 +170,7 @@ class Registry:
                     )
                 self._teardown(current, grace_s=0.0)  # a newer generation replaces it
             reg = self._create(run, config, digest)
+            reg.assignment = assignment
             with self._lock:
                 if self._closed:
                     self._close_registration(reg)
@@ -181,7 +185,7 @@ class Registry:
         return reg, True
 
     def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
-        workdir = self.work_root / f"{run.run_uid}.{run.attempt}"
+        workdir = workspace.workdir(self.work_root, f"{run.run_uid}.{run.attempt}")
         prepare_workdir(config, workdir, self.sources)
         reg = Registration(
             id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir

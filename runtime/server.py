@@ -1,5 +1,12 @@
 """Assembly of one runtime host: zygote, registry, tasks, gRPC server with the health service.
 
+Every port is mutual TLS with the host's platform certificate (`HostOptions.tls`, issued for
+`host/<runtime>/<host-id>`): the gRPC server requires client certificates of the platform CA and
+lets each role call only its methods (runtime.service.ALLOWED_ROLES), the invoke port accepts
+only gateways, heartbeats go to gateways with the same certificate. Registering needs the control
+plane's signed assignment (`HostOptions.assignments` holds its public key). A host without them
+does not start.
+
 One event loop (uvloop) serves everything on the invoke path: the grpc.aio server, the raw invoke
 port and the exchange with each warm function process (readers on its socket and pipes), so an
 invocation never hops threads; bench/runtime_server.py measures it against grpc echo servers.
@@ -24,6 +31,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.assignments import Verifier
+from kruntimes.pki import Identity, IdentityError, PeerAuthorization, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
@@ -32,7 +41,13 @@ from runtime.limits import ProcessLimits
 from runtime.registry import Registry
 from runtime.sandbox.policy import InForce, SandboxSettings
 from runtime.secrets import FileSecrets
-from runtime.service import FunctionRuntimeService, isolation_message, registration_state
+from runtime.service import (
+    ALLOWED_ROLES,
+    DEFAULT_ROLES,
+    FunctionRuntimeService,
+    isolation_message,
+    registration_state,
+)
 from runtime.spawner import Spawner
 from runtime.tasks import Tasks
 from runtime.workspace import SourcePolicy
@@ -69,6 +84,29 @@ class HostOptions:
     secrets_dir: Path | None = None
     # sandboxed children kept planted in the zygote, ready for the next registrations
     seeds: int = 2
+    # the host's platform certificate directory and the control plane's assignment public key:
+    # required, the host serves no port without them
+    tls: PeerTLS | None = None
+    assignments: Verifier | None = None
+    # False serves the invoke port without TLS: only for the invoke bench's plaintext baseline
+    # (bench/invoke.py), never reachable from `krt host`
+    invoke_tls: bool = True
+
+
+class HostConfigError(Exception):
+    """The host cannot start as configured (e.g. without its certificate)."""
+
+
+def _check_trust(options: HostOptions) -> tuple[PeerTLS, Verifier]:
+    if options.tls is None or options.assignments is None:
+        raise HostConfigError("a runtime host needs its platform certificate and the assignment public key")
+    try:
+        expected = Identity.host(runtime=options.runtime, host_id=options.host_id)
+    except IdentityError as e:
+        raise HostConfigError(f"the host id and runtime must be DNS-1123 labels: {e}") from e
+    if options.tls.identity != expected:
+        raise HostConfigError(f"the host's certificate names {options.tls.identity}, not {expected}")
+    return options.tls, options.assignments
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -88,6 +126,7 @@ class RuntimeHost:
 
     def __init__(self, options: HostOptions) -> None:
         self.options = options
+        self.tls, self.assignments = _check_trust(options)
         self.host_uid = str(uuid.uuid4())
         self.work_root = options.state_dir / "work" / self.host_uid
         self.spawner = Spawner()
@@ -181,6 +220,7 @@ class RuntimeHost:
                 address=self.address,
                 invoke_address=self.invoke_address,
                 interval_s=self.options.heartbeat_interval_s,
+                tls=self.tls,
                 snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
                 isolation=isolation_message(self.in_force) if self.in_force is not None else None,
             )
@@ -194,6 +234,7 @@ class RuntimeHost:
 
     async def _serve(self) -> None:
         server = grpc.aio.server(
+            interceptors=[PeerAuthorization(ALLOWED_ROLES, default=DEFAULT_ROLES)],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -206,10 +247,11 @@ class RuntimeHost:
             host_id=self.options.host_id,
             runtime=self.options.runtime,
             isolation=isolation_message(self.in_force) if self.in_force is not None else None,
+            assignments=self.assignments,
         )
         pb_grpc.add_FunctionRuntimeServicer_to_server(service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        port = server.add_insecure_port(self.options.listen)
+        port = server.add_secure_port(self.options.listen, self.tls.server_credentials())
         if port == 0:
             raise OSError(f"cannot listen on {self.options.listen}")
         host = self.options.listen.rsplit(":", 1)[0]
@@ -220,7 +262,11 @@ class RuntimeHost:
         if invoke_listen is None:  # beside the gRPC port; a unix socket host gets none
             invoke_listen = "" if self.options.listen.startswith("unix:") else f"{host}:0"
         if invoke_listen:
-            self.invoke_listener = InvokeListener(self.registry, max_frame_bytes=MAX_MESSAGE_BYTES)
+            self.invoke_listener = InvokeListener(
+                self.registry,
+                tls=self.tls if self.options.invoke_tls else None,
+                max_frame_bytes=MAX_MESSAGE_BYTES,
+            )
             self.invoke_address = await self.invoke_listener.start(invoke_listen)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

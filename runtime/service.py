@@ -1,4 +1,12 @@
-"""The gRPC FunctionRuntime servicer: proto in, domain calls, proto out; errors mapped in one place."""
+"""The gRPC FunctionRuntime servicer: proto in, domain calls, proto out; errors mapped in one place.
+
+Who may call what is decided before a method runs (`ALLOWED_ROLES`, enforced by the server's
+kruntimes.pki.PeerAuthorization from the caller's platform certificate): InvokeFunction only a
+gateway, the health service any platform identity, every other method — those listed here and any
+added later — only the control plane. RegisterFunction then needs the control plane's signed
+assignment naming the run, its attempt and this host (kruntimes.assignments). Every run uid is a
+canonical UUID and every name a DNS-1123 label before anything touches a path or a map.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +28,9 @@ from kruntimes.api.limits import (
     MAX_PAYLOAD_BYTES,
     MAX_TIMEOUT_SECONDS,
 )
-from kruntimes.api.names import validate_invocation_id
+from kruntimes.api.names import validate_dns1123_label, validate_invocation_id, validate_run_uid
+from kruntimes.assignments import AssignmentError, Verifier
+from kruntimes.pki import ANY_ROLE, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire.reasons import HostReason, trailer
@@ -34,9 +44,17 @@ from runtime.tasks import Tasks
 
 log = logging.getLogger(__name__)
 
-MAX_RUN_UID_BYTES = 64
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
+
+SERVICE = "/kruntimes.rpc.v1.FunctionRuntime/"
+# The roles that may call each method; a method not listed (a new one too) is the control plane's.
+ALLOWED_ROLES: dict[str, frozenset[Role]] = {
+    SERVICE + "InvokeFunction": frozenset({Role.GATEWAY}),
+    "/grpc.health.v1.Health/Check": ANY_ROLE,
+    "/grpc.health.v1.Health/Watch": ANY_ROLE,
+}
+DEFAULT_ROLES = frozenset({Role.CONTROL_PLANE})
 
 # the catalogue's gRPC code names (kruntimes.wire.reasons) as grpc.StatusCode, resolved once
 _CODES: dict[HostReason, grpc.StatusCode] = {r: grpc.StatusCode[r.code] for r in HostReason}
@@ -82,11 +100,22 @@ def _timestamp(value: datetime) -> Timestamp:
     return ts
 
 
+def _run_uid(value: str) -> str:
+    try:
+        return validate_run_uid(value, field="run_uid")
+    except ValueError as exc:
+        raise errors.InvalidRequest(str(exc)) from exc
+
+
 def _run_ref(msg: pb.RunRef) -> RunRef:
-    if not msg.run_uid or len(msg.run_uid.encode()) > MAX_RUN_UID_BYTES:
-        raise errors.InvalidRequest(f"run.run_uid must be 1..{MAX_RUN_UID_BYTES} bytes")
+    _run_uid(msg.run_uid)
     if msg.attempt < 1:
         raise errors.InvalidRequest("run.attempt must be >= 1")
+    try:
+        for field in ("namespace", "name", "runtime"):
+            validate_dns1123_label(getattr(msg, field), field=f"run.{field}")
+    except ValueError as exc:
+        raise errors.InvalidRequest(str(exc)) from exc
     return RunRef(msg.run_uid, msg.attempt, msg.namespace, msg.name, msg.runtime)
 
 
@@ -198,6 +227,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         tasks: Tasks,
         host_id: str,
         runtime: str,
+        assignments: Verifier,
         isolation: pb.HostIsolation | None = None,
     ) -> None:
         self.registry = registry
@@ -205,12 +235,36 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         self.host_id = host_id
         self.runtime = runtime
         self.isolation = isolation
+        self.assignments = assignments
+
+    def _assigned(self, run: RunRef, signed: pb.SignedAssignment) -> bytes:
+        """The serialized signed assignment of `run` to this host; AssignmentInvalid unless it
+        verifies and names this run, attempt, runtime and host incarnation."""
+        try:
+            a = self.assignments.verify(signed)
+        except AssignmentError as exc:
+            raise errors.AssignmentInvalid(str(exc)) from exc
+        named = (a.run_uid, a.attempt, a.namespace, a.name, a.runtime, a.host_id, a.host_uid)
+        expected = (
+            run.run_uid,
+            run.attempt,
+            run.namespace,
+            run.name,
+            self.runtime,
+            self.host_id,
+            self.registry.host_uid,
+        )
+        if run.runtime != self.runtime or named != expected:
+            raise errors.AssignmentInvalid("the assignment names another run, attempt, runtime or host")
+        return signed.SerializeToString()
 
     async def RegisterFunction(
         self, request: pb.RegisterFunctionRequest, context: Context
     ) -> pb.RegisterFunctionResponse:
         def register() -> pb.RegisterFunctionResponse:
-            reg, created = self.registry.register(_run_ref(request.run), _config(request.config))
+            run = _run_ref(request.run)
+            assignment = self._assigned(run, request.assignment)
+            reg, created = self.registry.register(run, _config(request.config), assignment=assignment)
             return pb.RegisterFunctionResponse(
                 registration_id=reg.id,
                 created=created,
@@ -284,7 +338,9 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         return await _blocking(context, execute)
 
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Context) -> pb.CancelTaskResponse:
-        existed = await _blocking(context, lambda: self.tasks.cancel(request.run_uid, request.attempt))
+        existed = await _blocking(
+            context, lambda: self.tasks.cancel(_run_uid(request.run_uid), request.attempt)
+        )
         return pb.CancelTaskResponse(existed=existed)
 
     async def HostInfo(self, request: pb.HostInfoRequest, context: Context) -> pb.HostInfoResponse:
@@ -309,7 +365,7 @@ def isolation_message(in_force: InForce) -> pb.HostIsolation:
 
 
 def registration_state(reg: Registration) -> pb.RegistrationState:
-    return pb.RegistrationState(
+    state = pb.RegistrationState(
         run_uid=reg.run.run_uid,
         attempt=reg.run.attempt,
         namespace=reg.run.namespace,
@@ -320,3 +376,6 @@ def registration_state(reg: Registration) -> pb.RegistrationState:
         in_flight=reg.in_flight,
         last_activity=_timestamp(reg.last_activity),
     )
+    if reg.assignment:
+        state.assignment.ParseFromString(reg.assignment)
+    return state

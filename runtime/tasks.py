@@ -90,7 +90,7 @@ class Tasks:
     def _run(
         self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float, execution: Execution
     ) -> Outcome:
-        workdir = self.work_root / f"task-{run.run_uid}.{run.attempt}"
+        workdir = workspace.workdir(self.work_root, f"task-{run.run_uid}.{run.attempt}")
         prepare_workdir(config, workdir, self.sources)
         lease = None
         try:

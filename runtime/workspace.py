@@ -15,6 +15,8 @@ from kruntimes.api.limits import (
     MAX_SOURCE_DIR_FILES,
 )
 from kruntimes.api.names import validate_relative_file_name
+from kruntimes.paths import PathEscape, under
+from runtime.errors import InvalidRequest
 
 
 class SourceError(Exception):
@@ -45,6 +47,15 @@ def _check_tree(root: Path) -> None:
                 raise SourceError(f"source directory has more than {MAX_SOURCE_DIR_FILES} files")
             if size > MAX_SOURCE_DIR_BYTES:
                 raise SourceError(f"source directory is larger than {MAX_SOURCE_DIR_BYTES} bytes")
+
+
+def workdir(root: Path, name: str) -> Path:
+    """The working directory `name` (one plain component, e.g. `<run uid>.<attempt>`) under the
+    work root `root`; InvalidRequest if it would not stay under it."""
+    try:
+        return under(root, name)
+    except PathEscape as exc:
+        raise InvalidRequest(f"workspace {name!r:.80}: {exc}") from exc
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,24 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from activities.hosts._rpc import use_peer_tls
+from tests.pki import TestPKI
 from tests.sdk.stack import Platform, delete_runs, shared_platform
 
 
 @pytest.fixture(scope="session")
-async def session_platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
+    """The session's platform CA and assignment key; channels the control plane makes to hosts
+    (activities.hosts._rpc.host_channel) present its control-plane certificate."""
+    created = TestPKI.create(tmp_path_factory.mktemp("pki"))
+    use_peer_tls(created.control_plane)
+    return created
+
+
+@pytest.fixture(scope="session")
+async def session_platform(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> AsyncIterator[Platform]:
     """One embedded platform (`krt up --detach`) for the SDK and CLI suites."""
-    async with shared_platform(tmp_path_factory) as started:
+    async with shared_platform(tmp_path_factory, pki) as started:
         yield started
 
 

@@ -1,7 +1,9 @@
 """The runtime host process: `krt host` or `python -m workers.host`.
 
 Starts the Runtime Server and, with --ready-file, writes {"pid", "address", "hostUid"} there
-once it serves (the process host provider waits for that file).
+once it serves (the process host provider waits for that file). --peer-tls and
+--assignment-public-key are required: every port of a host is mutual TLS with its platform
+certificate, and it registers only assignments the control plane signed.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import threading
 from pathlib import Path
 
 from kruntimes import logs
+from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.config import ResourceLimits
+from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import UidRange
 from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
+from runtime.server import HostConfigError, HostOptions, RuntimeHost
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +53,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
     )
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between heartbeats")
+    parser.add_argument(
+        "--peer-tls",
+        type=Path,
+        required=True,
+        help="the host's certificate directory: tls.crt, tls.key, ca.crt (a kubernetes.io/tls Secret "
+        "mounted as is), issued for spiffe://kruntimes.io/host/<runtime>/<host-id>; reloaded on change",
+    )
+    parser.add_argument(
+        "--assignment-public-key",
+        type=Path,
+        required=True,
+        help="the control plane's assignment public key(s) (PEM)",
+    )
     isolation = parser.add_argument_group("function isolation")
     isolation.add_argument(
         "--isolation",
@@ -130,8 +147,14 @@ def sandbox_settings(args: argparse.Namespace, given: ResourceLimits) -> Sandbox
     )
 
 
-def options_from(args: argparse.Namespace) -> HostOptions:
+def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOptions:
+    """`invoke_tls=False` is the invoke bench's plaintext baseline (bench/invoke.py); no flag."""
     given = limits(args)
+    try:
+        tls = PeerTLS(args.peer_tls, role=Role.HOST)
+        assignments = Verifier.load(args.assignment_public_key)
+    except (PeerTLSError, AssignmentError) as e:
+        raise SystemExit(f"krt host: {e}") from None
     return HostOptions(
         host_id=args.host_id,
         runtime=args.runtime,
@@ -145,15 +168,18 @@ def options_from(args: argparse.Namespace) -> HostOptions:
         sandbox=sandbox_settings(args, given),
         allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
         secrets_dir=args.secrets_dir,
+        tls=tls,
+        assignments=assignments,
+        invoke_tls=invoke_tls,
     )
 
 
 def serve(options: HostOptions, *, ready_file: Path | None) -> None:
     """Run the host until SIGTERM/SIGINT; with `ready_file`, say where it serves once it does."""
-    host = RuntimeHost(options)
     try:
+        host = RuntimeHost(options)
         address = host.start()
-    except IsolationUnavailable as exc:
+    except (HostConfigError, IsolationUnavailable) as exc:
         raise SystemExit(f"krt host: {exc}") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -168,10 +194,10 @@ def serve(options: HostOptions, *, ready_file: Path | None) -> None:
     host.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, invoke_tls: bool = True) -> None:
     args = parse_args(argv)
     logs.setup(args.log_level)
-    serve(options_from(args), ready_file=args.ready_file)
+    serve(options_from(args, invoke_tls=invoke_tls), ready_file=args.ready_file)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 Registers every workflow and activity, reads the platform config once, makes sure each runtime's
 pool workflow runs with the current config, and exposes the SDK's metrics for Prometheus.
+
+Its platform credentials (`WorkerTrust`): the control-plane certificate every channel to a host
+presents, the key it signs assignments with (only activities hold it), and optionally the platform
+CA, with which the process provider issues the hosts it starts their certificates and renews them.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +29,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
-from activities.hosts import default_manager
+from activities.hosts import ProcessProvider, default_manager
+from activities.hosts._rpc import use_peer_tls
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
+from kruntimes.assignments import AssignmentError, Signer
 from kruntimes.config import PlatformConfig, load_config
 from kruntimes.hosts import HostDefaults
 from kruntimes.lifecycle import (
@@ -39,6 +46,8 @@ from kruntimes.lifecycle import (
     PoolInput,
     pool_workflow_id,
 )
+from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError, HostIssuer, PeerTLS, PeerTLSError, Role
+from kruntimes.pki.authority import check_lifetime
 from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
 from workflows.pool import RuntimePoolWorkflow
@@ -53,10 +62,21 @@ POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 
 @dataclass(frozen=True)
+class WorkerTrust:
+    """The worker's platform credentials (see the module docstring)."""
+
+    peer_tls: Path  # its certificate directory: a control-plane identity of the platform CA
+    assignment_key: Path  # the Ed25519 private key assignments are signed with
+    platform_ca: Path | None = None  # ca.crt and ca.key; None: the process provider starts no host
+    host_certificate_lifetime: timedelta = DEFAULT_LIFETIME
+
+
+@dataclass(frozen=True)
 class WorkerSettings:
     temporal: TemporalSettings
     config: PlatformConfig
     platform: PlatformInfo
+    trust: WorkerTrust
     metrics_address: str | None = None
     probe_interval_s: float | None = 60.0
     sandboxed: bool = False  # see workflow_runner
@@ -127,13 +147,44 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
         )
 
 
+class TrustError(Exception):
+    """The worker's platform credentials cannot be used."""
+
+
+def load_trust(trust: WorkerTrust) -> tuple[PeerTLS, Signer, HostIssuer | None]:
+    try:
+        peer_tls = PeerTLS(trust.peer_tls, role=Role.CONTROL_PLANE)
+        signer = Signer.load(trust.assignment_key)
+        check_lifetime(trust.host_certificate_lifetime)
+        issuer = None
+        if trust.platform_ca is not None:
+            issuer = HostIssuer(
+                Authority.load(trust.platform_ca), signer.public_pem, trust.host_certificate_lifetime
+            )
+    except (PeerTLSError, AssignmentError, AuthorityError, ValueError) as e:
+        raise TrustError(str(e)) from e
+    return peer_tls, signer, issuer
+
+
+async def renew_host_certificates(provider: ProcessProvider, *, every_s: float) -> None:
+    """Re-issue the certificates of the provider's hosts as they come due, until cancelled."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await asyncio.to_thread(provider.renew_certificates)
+        except OSError:
+            log.warning("renewing host certificates failed", exc_info=True)
+
+
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
-    hosts = RuntimeHostActivities()
+    peer_tls, signer, issuer = load_trust(settings.trust)
+    use_peer_tls(peer_tls)
+    hosts = RuntimeHostActivities(signer=signer)
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
     handoff = HandoffActivities(mailbox, register=hosts.register_function)
-    host_manager = default_manager(state_dir=settings.platform.stateDir or None)
+    host_manager = default_manager(state_dir=settings.platform.stateDir or None, issuer=issuer)
     manager = HostActivities(host_manager)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
@@ -169,6 +220,10 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
             )
         )
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    process = host_manager.provider("process")
+    if issuer is not None and isinstance(process, ProcessProvider):
+        every_s = min(60.0, issuer.lifetime.total_seconds() / 30)
+        tasks.append(asyncio.create_task(renew_host_certificates(process, every_s=every_s)))
     if "pools" in settings.queues:
         tasks.append(
             asyncio.create_task(
@@ -204,6 +259,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a gateway's heartbeat address hosts report to",
     )
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+    parser.add_argument(
+        "--peer-tls",
+        type=Path,
+        required=True,
+        help="the worker's platform certificate directory (tls.crt, tls.key, ca.crt; a control-plane "
+        "identity) presented to hosts; reloaded on change",
+    )
+    parser.add_argument(
+        "--assignment-key",
+        type=Path,
+        required=True,
+        help="the Ed25519 private key (PEM, 0600) assignments are signed with",
+    )
+    parser.add_argument(
+        "--platform-ca",
+        type=Path,
+        help="a directory with the platform CA (ca.crt, ca.key): the process provider issues the hosts "
+        "it starts their certificates (without it, it starts none)",
+    )
+    parser.add_argument(
+        "--host-certificate-lifetime",
+        type=float,
+        default=DEFAULT_LIFETIME.total_seconds(),
+        help="seconds a host certificate is valid (renewed after two thirds); default 30 days",
+    )
     parser.add_argument("--metrics-address", help="host:port for Prometheus metrics, e.g. 127.0.0.1:9464")
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
@@ -255,6 +335,12 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
             stateDir=str(args.state_dir.resolve()),
             gatewayHeartbeats=args.gateway_heartbeat,
             heartbeatIntervalSeconds=args.heartbeat_interval,
+        ),
+        trust=WorkerTrust(
+            peer_tls=args.peer_tls,
+            assignment_key=args.assignment_key,
+            platform_ca=args.platform_ca,
+            host_certificate_lifetime=timedelta(seconds=args.host_certificate_lifetime),
         ),
         metrics_address=args.metrics_address,
         sandboxed=args.sandbox,
@@ -310,7 +396,10 @@ async def serve(settings: WorkerSettings) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logs.setup(args.log_level)
-    asyncio.run(serve(settings_from(args)))
+    try:
+        asyncio.run(serve(settings_from(args)))
+    except TrustError as e:
+        raise SystemExit(f"krt worker: {e}") from None
 
 
 if __name__ == "__main__":

@@ -247,6 +247,8 @@ class RunWorkflow:
             runtime=self.run_.spec.runtime,
             adapter=self._assignment.adapter,
             run=self.run_,
+            hostId=self._assignment.hostId,
+            hostUid=self._assignment.hostUid,
         )
 
     def _scheduled(self) -> None:

@@ -12,6 +12,7 @@ from activities.hosts.attach import AttachProvider
 from activities.hosts.base import HostManager, HostProvider, provider_error
 from activities.hosts.process import ProcessProvider, list_records, stop_all
 from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.pki import HostIssuer
 
 __all__ = [
     "AttachProvider",
@@ -27,11 +28,14 @@ __all__ = [
 ]
 
 
-def default_manager(*, state_dir: str | os.PathLike[str] | None = None) -> HostManager:
-    """The providers a worker registers; ``state_dir`` lets the process provider find its records."""
+def default_manager(
+    *, state_dir: str | os.PathLike[str] | None = None, issuer: HostIssuer | None = None
+) -> HostManager:
+    """The providers a worker registers; ``state_dir`` lets the process provider find its records,
+    ``issuer`` gives the hosts it starts their certificates."""
     return HostManager(
         [
-            ProcessProvider(state_dir=state_dir),
+            ProcessProvider(state_dir=state_dir, issuer=issuer),
             AttachProvider(),
             # KubernetesProvider() is registered here once it exists.
         ]

@@ -1,9 +1,15 @@
-"""The gRPC seam of the host providers: is this endpoint a serving Runtime Server, and which one.
+"""The gRPC seam of the control plane to hosts: the one place a channel to a host is made, and
+whether an endpoint is a serving Runtime Server, and which one.
+
+Every channel to a host is mutual TLS with the control plane's platform certificate, set once by
+the worker (`use_peer_tls`); the host must present a host certificate of the platform CA (a
+particular host's when the caller names it). There is no plaintext channel to a host.
 
 Errors::
 
     Exception
-     └── HostRpcError   .reason: EndpointInvalid | ProviderUnavailable | InvalidResponse
+     ├── HostRpcError        .reason: EndpointInvalid | ProviderUnavailable | InvalidResponse
+     └── NoPeerCertificate   host_channel before use_peer_tls (a wiring bug of the process)
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from kruntimes.hosts import CreatedHost
+from kruntimes.pki import Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.failures import FailureReason
@@ -37,10 +44,42 @@ class HostIdentity:
     runtime: str
 
 
-def host_channel(address: str) -> grpc.aio.Channel:
+class NoPeerCertificate(RuntimeError):
+    """No control-plane certificate was set for channels to hosts."""
+
+
+_peer_tls: PeerTLS | None = None
+
+
+def use_peer_tls(tls: PeerTLS) -> None:
+    """The control plane's certificate (a control-plane identity) every channel to a host presents."""
+    global _peer_tls
+    if tls.identity.role is not Role.CONTROL_PLANE:
+        raise ValueError(f"channels to hosts present a control-plane certificate, not {tls.identity}")
+    _peer_tls = tls
+
+
+def _tls() -> PeerTLS:
+    if _peer_tls is None:
+        raise NoPeerCertificate("no control-plane certificate for channels to hosts (use_peer_tls)")
+    return _peer_tls
+
+
+def credentials_generation() -> int:
+    """Changes when the certificate files changed: a channel made before presents the old one."""
+    tls = _tls()
+    tls.refresh()
+    return tls.generation
+
+
+def host_channel(address: str, *, host: Identity | None = None) -> grpc.aio.Channel:
     """A gRPC channel to the Runtime Server at `address`: the one place the control plane makes
-    one, so how it authenticates to hosts is decided here."""
-    return grpc.aio.insecure_channel(address)
+    one. Mutual TLS with the control plane's certificate; the server must be the host `host`, or
+    without it any host of the platform."""
+    tls = _tls()
+    return grpc.aio.secure_channel(
+        address, tls.channel_credentials(), options=tls.channel_options(host or Role.HOST)
+    )
 
 
 def check_address(address: str) -> str:

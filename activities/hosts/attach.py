@@ -30,6 +30,12 @@ class AttachProvider:
                 spec,
                 f"{spec.attachAddress} serves runtime {identity.runtime!r}, not {spec.runtime!r}",
             )
+        if identity.host_id != spec.hostId:  # assignments name the host by the id it was issued
+            raise self._error(
+                FailureReason.OperationRejected,
+                spec,
+                f"{spec.attachAddress} is host {identity.host_id!r}, not {spec.hostId!r}",
+            )
         return CreatedHost(
             provider=self.name,
             runtime=spec.runtime,

@@ -6,6 +6,9 @@ The files of one host, under ``{stateDir}/hosts/{runtime}/``::
     {hostId}.ready.json  {"pid", "address", "hostUid"}, written by the host once it serves
     {hostId}.json        the record (a CreatedHost), written once the host passed its health check
     {hostId}.log         its stdout and stderr, appended across incarnations and kept on delete
+    {hostId}.tls/        its certificate directory (0700; tls.key 0600) and the assignment public
+                         key, issued at create by the provider's HostIssuer, renewed by
+                         ``renew_certificates``, removed with the host
 
 A pid is signalled only while /proc/<pid>/cmdline names that host's --host-id and --ready-file,
 so a recycled pid is never killed. Linux only.
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,9 +39,11 @@ from activities.hosts.base import provider_error
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
+from kruntimes.paths import under
+from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, HostIssuer
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
-__all__ = ["ProcessProvider", "host_running", "list_records", "stop_all"]
+__all__ = ["ProcessProvider", "certificate_dirs", "host_running", "list_records", "stop_all"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +118,10 @@ class _Slot:
     def log(self) -> Path:
         return self.directory / f"{self.host_id}.log"
 
+    @property
+    def tls(self) -> Path:
+        return under(self.directory, f"{self.host_id}.tls")
+
     def owns(self, pid: int) -> bool:
         """Whether ``pid`` is alive and is this slot's host (not a recycled pid)."""
         argv = _cmdline(pid)
@@ -139,6 +149,7 @@ class _Slot:
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # ours, see _write_atomic
         self.ready.with_suffix(".tmp").unlink(missing_ok=True)  # the host's
+        shutil.rmtree(self.tls, ignore_errors=True)
 
 
 class ProcessProvider:
@@ -157,8 +168,11 @@ class ProcessProvider:
         stop_timeout_s: float = 10.0,
         rpc_timeout_s: float = 5.0,
         state_dir: str | os.PathLike[str] | None = None,
+        issuer: HostIssuer | None = None,
     ) -> None:
+        """`issuer` gives every host it starts its certificate; without one, create refuses."""
         self.name = name
+        self.issuer = issuer
         self.python = python
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -246,9 +260,27 @@ class ProcessProvider:
             return None
         return record
 
+    def renew_certificates(self) -> int:
+        """Re-issue the certificates of this provider's hosts that are due; returns how many."""
+        if self.issuer is None:
+            return 0
+        directories = [d for state_dir in list(self._state_dirs) for d in certificate_dirs(state_dir)]
+        return self.issuer.renew_due(directories)
+
     async def _start(self, slot: _Slot, spec: HostSpec, state_dir: Path) -> CreatedHost:
+        if self.issuer is None:
+            raise self._error(
+                FailureReason.OperationRejected, spec, "the process provider has no certificate issuer"
+            )
+        self.issuer.issue(slot.tls, runtime=spec.runtime, host_id=spec.hostId)
         argv = [self.python, "-m", "workers.host", "--host-id", spec.hostId, "--runtime", spec.runtime]
         argv += ["--listen", "127.0.0.1:0", "--state-dir", str(state_dir), "--ready-file", str(slot.ready)]
+        argv += [
+            "--peer-tls",
+            str(slot.tls),
+            "--assignment-public-key",
+            str(slot.tls / ASSIGNMENT_PUBLIC_KEY),
+        ]
         argv += host_flags(spec.sandbox)
         for gateway in spec.gateways:
             argv += ["--gateway", gateway]
@@ -368,6 +400,11 @@ def list_records(state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
         else:
             hosts.append(record)
     return hosts
+
+
+def certificate_dirs(state_dir: str | os.PathLike[str]) -> list[Path]:
+    """The certificate directories of the hosts under ``state_dir``."""
+    return sorted(p for p in _absolute(state_dir).glob("hosts/*/*.tls") if p.is_dir())
 
 
 def host_running(record: CreatedHost) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import uuid
 
 from kruntimes.api._text import has_control_chars, utf8_len
 from kruntimes.api.limits import MAX_FILE_NAME_BYTES, MAX_HANDLER_BYTES, MAX_INVOCATION_ID_BYTES
@@ -27,6 +28,27 @@ def validate_dns1123_label(value: str, *, field: str) -> str:
             f"starting and ending with a letter or digit: {value!r}"
         )
     return value
+
+
+def validate_run_uid(value: str, *, field: str = "run uid") -> str:
+    """A Run uid: a UUID in its canonical form (lowercase, hyphenated), so one Run has one spelling
+    in every map, path and log."""
+    try:
+        parsed = uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        parsed = None
+    if parsed is None or str(parsed) != value:
+        raise ValueError(f"{field}: must be a lowercase hyphenated UUID: {value!r:.80}")
+    return value
+
+
+def is_run_uid(value: str) -> bool:
+    """Whether `value` is a Run uid in its canonical form (see validate_run_uid)."""
+    try:
+        validate_run_uid(value)
+    except ValueError:
+        return False
+    return True
 
 
 def validate_env_name(name: str) -> str:

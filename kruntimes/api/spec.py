@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -28,6 +27,7 @@ from kruntimes.api.names import (
     validate_env_name,
     validate_handler,
     validate_relative_file_name,
+    validate_run_uid,
 )
 
 
@@ -36,13 +36,7 @@ def _label(field: str) -> AfterValidator:
 
 
 def _canonical_uuid(value: str) -> str:
-    try:
-        parsed = uuid.UUID(value)
-    except ValueError:
-        parsed = None
-    if parsed is None or str(parsed) != value:
-        raise ValueError(f"metadata.uid: must be a lowercase hyphenated UUID: {value!r:.80}")
-    return value
+    return validate_run_uid(value, field="metadata.uid")
 
 
 class Metadata(ApiModel):

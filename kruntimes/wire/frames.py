@@ -15,6 +15,11 @@ Answers (host → gateway, with the request's id): the payload is one kind byte,
                     "message": "<gRPC details>"}: what the gRPC InvokeFunction would have answered
 so an answer frame's length is at least 5 (`MIN_ANSWER_LENGTH`: the id and the kind).
 
+The host's first frame on a connection is the accept frame (`encode_accepted`): request id 0
+(`ACCEPTED_ID`), KIND_RESPONSE, no body, sent once the TLS peer was checked. A request written
+before it arrives could be refused unseen, so the gateway writes none until then, and a
+connection that ends before it never carried a request. Requests use ids 1..2^32-1.
+
 Either way the length is at most `MAX_LENGTH`, the host's gRPC max message size: the port takes
 what gRPC InvokeFunction takes. The encoders refuse to build a frame outside these bounds; a
 decoder that reads a length outside its direction's bounds raises `FrameError`, and its reader
@@ -40,6 +45,8 @@ MAX_REQUEST_BODY = MAX_LENGTH - MIN_REQUEST_LENGTH  # the largest serialized req
 
 KIND_RESPONSE = 0
 KIND_ERROR = 1
+ACCEPTED_ID = 0  # the request id of the accept frame; never a request's
+MAX_REQUEST_ID = 0xFFFFFFFF
 
 _REQUEST = struct.Struct(">II")  # length, request id
 _ANSWER = struct.Struct(">IIB")  # length, request id, kind
@@ -69,6 +76,11 @@ def encode_answer(request_id: int, kind: int, body: bytes) -> bytes:
     if length > MAX_LENGTH:
         raise FrameError(length, direction="answer")
     return _ANSWER.pack(length, request_id, kind) + body
+
+
+def encode_accepted() -> bytes:
+    """The host's first frame on a connection: the connection is accepted."""
+    return encode_answer(ACCEPTED_ID, KIND_RESPONSE, b"")
 
 
 def encode_error(*, code: str, reason: str, message: str) -> bytes:

@@ -70,6 +70,17 @@ class HostReason(StrEnum):
         "FAILED_PRECONDITION",
         "the caller expected another run, attempt or host",
     )
+    ASSIGNMENT_INVALID = (
+        "AssignmentInvalid",
+        "PERMISSION_DENIED",
+        "the signed assignment is missing, forged, or names another run, attempt or host",
+        True,
+    )
+    PERMISSION_DENIED = (
+        "PermissionDenied",
+        "PERMISSION_DENIED",
+        "the caller's platform identity (its certificate's role) may not call this method",
+    )
     NOT_READY = ("NotReady", "UNAVAILABLE", "the registration cannot serve (a fatal error)")
     UNKNOWN_REGISTRATION = ("UnknownRegistration", "NOT_FOUND", "no such registration id")
     CONCURRENCY_LIMIT = ("ConcurrencyLimit", "RESOURCE_EXHAUSTED", "the one in-flight invocation is busy")
@@ -123,6 +134,13 @@ class GatewayReason(StrEnum):
     )
     RUN_NOT_READY = ("RunNotReady", 503, "the Run is known but not ready, or cannot serve right now", 1)
     ROUTE_STALE = ("RouteStale", 503, "the Run's registration moved to another generation", 1)
+    OWNER_UNAVAILABLE = (
+        "OwnerUnavailable",
+        503,
+        "the request could not be delivered to the owner (refused, TLS failed, route gone); "
+        "it did not run: safe to retry",
+        1,
+    )
     AUTHORIZATION_UNAVAILABLE = (
         "AuthorizationUnavailable",
         503,

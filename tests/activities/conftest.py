@@ -1,6 +1,7 @@
 """Servers for the activity unit tests: a real Runtime Server, and a FunctionRuntime server on
 loopback that answers each call the way a test chose (a response, or a status with a krt-reason
-trailer), recording what it was sent."""
+trailer), recording what it was sent. Both serve mutual TLS with host certificates of the test CA,
+as every host does."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import reasons
 from runtime.server import HostOptions, RuntimeHost
+from tests.pki import TestPKI
 
 HOLD_BOUND_S = 30.0  # the longest a scripted call waits to be released
+SCRIPTED_HOST = "scripted-0"  # the scripted server's host id (its certificate's)
 
 
 @dataclass(frozen=True)
@@ -96,11 +99,11 @@ class Scripted:
 
 
 @pytest.fixture
-async def scripted() -> AsyncIterator[Scripted]:
+async def scripted(pki: TestPKI) -> AsyncIterator[Scripted]:
     runtime = ScriptedRuntime()
     server = grpc.aio.server()
     pb_grpc.add_FunctionRuntimeServicer_to_server(runtime, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_secure_port("127.0.0.1:0", pki.host_tls(SCRIPTED_HOST).server_credentials())
     await server.start()
     try:
         yield Scripted(f"127.0.0.1:{port}", runtime)
@@ -112,10 +115,11 @@ async def scripted() -> AsyncIterator[Scripted]:
 class RealHost:
     address: str
     host_uid: str
+    host_id: str = "act-0"
 
 
 @pytest.fixture(scope="module")
-def real_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealHost]:
+def real_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterator[RealHost]:
     """A real Runtime Server (its own thread, zygote and function processes) on loopback."""
     host = RuntimeHost(
         HostOptions(
@@ -124,6 +128,8 @@ def real_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealHost]:
             listen="127.0.0.1:0",
             state_dir=tmp_path_factory.mktemp("host"),
             invoke_listen="",
+            tls=pki.host_tls("act-0"),
+            assignments=pki.verifier(),
         )
     )
     address = host.start()
@@ -158,9 +164,13 @@ def task_run(source: str) -> Run:
     )
 
 
-def register_input(address: str, run: Run, *, attempt: int = 1) -> RegisterInput:
+def register_input(
+    address: str, run: Run, *, attempt: int = 1, host_id: str = SCRIPTED_HOST, host_uid: str = "uid-1"
+) -> RegisterInput:
     assert run.metadata.uid is not None
     return RegisterInput(
+        hostId=host_id,
+        hostUid=host_uid,
         address=address,
         runUid=run.metadata.uid,
         attempt=attempt,

@@ -6,6 +6,7 @@ for transport trouble, nothing of the request in the message)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.runtime_host import RuntimeHostActivities
+from kruntimes.assignments import Assignment
 from kruntimes.devserver import free_port
 from kruntimes.lifecycle import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -31,6 +33,7 @@ from tests.activities.conftest import (
     task_input,
     task_run,
 )
+from tests.pki import TestPKI
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 FAILURES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
@@ -38,8 +41,8 @@ SECRET = "s3cr3t-token-value"
 
 
 @pytest.fixture
-async def hosts() -> AsyncIterator[RuntimeHostActivities]:
-    activities = RuntimeHostActivities()
+async def hosts(pki: TestPKI) -> AsyncIterator[RuntimeHostActivities]:
+    activities = RuntimeHostActivities(signer=pki.signer)
     try:
         yield activities
     finally:
@@ -59,7 +62,9 @@ async def test_a_function_registers_reports_its_status_and_unregisters(
     hosts: RuntimeHostActivities, real_host: RealHost
 ) -> None:
     env = ActivityEnvironment()
-    request = register_input(real_host.address, function_run())
+    request = register_input(
+        real_host.address, function_run(), host_id=real_host.host_id, host_uid=real_host.host_uid
+    )
     registered = await env.run(hosts.register_function, request)
     assert registered.created and registered.registrationId
     assert registered.hostUid == real_host.host_uid
@@ -96,14 +101,19 @@ async def test_a_failing_task_reports_failed_with_the_handlers_error(
 async def test_cancelling_a_task_the_host_does_not_run_is_no_error(
     hosts: RuntimeHostActivities, real_host: RealHost
 ) -> None:
-    cancel = CancelTaskInput(address=real_host.address, runUid="no-such-run", attempt=1)
+    cancel = CancelTaskInput(address=real_host.address, runUid=str(uuid.uuid4()), attempt=1)
     assert await ActivityEnvironment().run(hosts.cancel_task, cancel) is False
 
 
 async def test_a_handler_that_cannot_load_is_a_non_retryable_error_typed_by_the_hosts_reason(
     hosts: RuntimeHostActivities, real_host: RealHost
 ) -> None:
-    request = register_input(real_host.address, function_run("import nowhere_to_be_found\n"))
+    request = register_input(
+        real_host.address,
+        function_run("import nowhere_to_be_found\n"),
+        host_id=real_host.host_id,
+        host_uid=real_host.host_uid,
+    )
     err = await _failure(lambda: ActivityEnvironment().run(hosts.register_function, request))
     assert (err.type, err.non_retryable) == ("HandlerLoadFailed", True)
     assert err.message.startswith(f"runtime host {real_host.address}: ")
@@ -117,7 +127,7 @@ async def test_the_runs_environment_never_reaches_the_error_or_its_history_recor
     stack trace) carries none of it."""
     source = "import os\nassert os.environ['API_TOKEN']\nraise RuntimeError('no luck')\n"
     run = function_run(source, env={"API_TOKEN": SECRET})
-    request = register_input(real_host.address, run)
+    request = register_input(real_host.address, run, host_id=real_host.host_id, host_uid=real_host.host_uid)
     err = await _failure(lambda: ActivityEnvironment().run(hosts.register_function, request))
     assert err.type == "HandlerLoadFailed"
     recorded = Failure()
@@ -204,8 +214,8 @@ async def test_a_host_nobody_answers_at_is_a_retryable_host_unavailable(hosts: R
 # --- what is sent and what comes back (a scripted server) -----------------------------------------
 
 
-async def test_registration_sends_the_runs_identity_and_config(
-    hosts: RuntimeHostActivities, scripted: Scripted
+async def test_registration_sends_the_runs_identity_config_and_signed_assignment(
+    hosts: RuntimeHostActivities, scripted: Scripted, pki: TestPKI
 ) -> None:
     run = function_run(env={"GREETING": "hi"})
     request = register_input(scripted.address, run, attempt=3)
@@ -226,6 +236,36 @@ async def test_registration_sends_the_runs_identity_and_config(
     assert [(f.name, f.content) for f in sent.config.inline.files] == [
         ("main.py", b"def handle(p):\n    return p\n")
     ]
+    # with the signed assignment of this attempt to the assigned host
+    assigned = pki.verifier().verify(sent.assignment)
+    assert assigned == Assignment(
+        run_uid=run.metadata.uid,
+        attempt=3,
+        host_id="scripted-0",
+        host_uid="uid-1",
+        namespace="default",
+        name=run.metadata.name,
+        runtime="python",
+    )
+
+
+async def test_a_registration_reaches_only_the_assigned_host(
+    hosts: RuntimeHostActivities, real_host: RealHost
+) -> None:
+    """The channel for a registration verifies the server's certificate names the assigned host:
+    a host at the address that is another one (here: the assignment names another id) gets
+    nothing, and the failure is a retryable transport error, not a decision of a host."""
+    request = register_input(real_host.address, function_run(), host_id="act-9", host_uid=real_host.host_uid)
+    err = await _failure(lambda: ActivityEnvironment().run(hosts.register_function, request))
+    assert (err.type, err.non_retryable) == ("HostUnavailable", False)
+
+
+async def test_an_assignment_that_cannot_be_signed_is_a_permanent_failure(
+    hosts: RuntimeHostActivities, real_host: RealHost
+) -> None:
+    request = register_input(real_host.address, function_run(), host_id="act-0", host_uid="../x")
+    err = await _failure(lambda: ActivityEnvironment().run(hosts.register_function, request))
+    assert (err.type, err.non_retryable) == ("AssignmentInvalid", True)
 
 
 async def test_the_status_of_a_held_registration_carries_its_idle_clock(

@@ -74,3 +74,44 @@ def test_saved_ports_are_kept_while_free_and_a_taken_one_is_replaced(tmp_path: P
         k: v for k, v in first.items() if k != "gateway"
     }
     assert json.loads(layout.ports.read_text()) == again
+
+
+def test_the_platform_pki_is_made_once_private_and_names_each_component(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from kruntimes.pki import PeerTLS, Role, identity_of
+    from workers.embedded.layout import ensure_pki
+
+    layout = Layout(tmp_path)
+    layout.root.mkdir(exist_ok=True)
+    ensure_pki(layout)
+    assert stat.S_IMODE(os.stat(layout.pki).st_mode) == 0o700
+    for private in (
+        layout.pki / "ca.key",
+        layout.assignment_key,
+        layout.gateway_tls / "tls.key",
+        layout.worker_tls / "tls.key",
+    ):
+        assert stat.S_IMODE(os.stat(private).st_mode) == 0o600, private
+    assert (
+        PeerTLS(layout.gateway_tls, role=Role.GATEWAY).identity.uri
+        == "spiffe://kruntimes.io/gateway/gateway-0"
+    )
+    assert PeerTLS(layout.worker_tls, role=Role.CONTROL_PLANE).identity.uri == (
+        "spiffe://kruntimes.io/control-plane/worker-0"
+    )
+    assert layout.assignment_public_key.read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+    kept = {
+        p: p.read_bytes()
+        for p in (layout.pki / "ca.crt", layout.assignment_key, layout.gateway_tls / "tls.crt")
+    }
+    ensure_pki(layout)  # a restart keeps what is not due
+    assert {p: p.read_bytes() for p in kept} == kept
+    # a certificate of another CA (the CA was replaced) is issued anew
+    for name in ("ca.crt", "ca.key"):
+        (layout.pki / name).unlink()
+    ensure_pki(layout)
+    cert = x509.load_pem_x509_certificate((layout.gateway_tls / "tls.crt").read_bytes())
+    assert (layout.gateway_tls / "tls.crt").read_bytes() != kept[layout.gateway_tls / "tls.crt"]
+    assert identity_of(cert).uri == "spiffe://kruntimes.io/gateway/gateway-0"
+    assert (layout.gateway_tls / "ca.crt").read_bytes() == (layout.pki / "ca.crt").read_bytes()

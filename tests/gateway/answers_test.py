@@ -23,6 +23,7 @@ from gateway.auth import Principal, Resource
 from gateway.known import KnownRun
 from gateway.server import Gateway, GatewayOptions
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
+from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.tls import TlsFiles
@@ -48,6 +49,7 @@ from tests.gateway.conftest import (
     wait_for,
     wait_route,
 )
+from tests.pki import TestPKI
 
 # Appends its tag to the record file, then sleeps as asked.
 RECORDED = """
@@ -237,6 +239,21 @@ async def test_404_for_unknown_uids_and_uids_of_another_namespace_or_runtime(
         del gateway.known.runs[finished], gateway.known.runs[elsewhere]
 
 
+@pytest.mark.parametrize("uid", ["..", "not-a-uuid", "..%2F..%2Fx", "UPPER"])
+async def test_a_path_uid_that_is_no_run_uid_is_not_found_and_looked_up_nowhere(
+    gateway: Gateway, client: aiohttp.ClientSession, echo: Function, uid: str
+) -> None:
+    if uid == "UPPER":  # another spelling of a routed Run is not that Run
+        uid = echo.uid.upper()
+    # even a known-Runs entry under that spelling is not consulted
+    gateway.known.runs[uid] = KnownRun(namespace="default", name="odd", runtime="python", phase="Pending")
+    try:
+        check_error(await invoke(client, gateway, uid), 404, "RunNotFound")
+        check_error(await invoke(client, gateway, uid, token=BOGUS), 401, "Unauthenticated")
+    finally:
+        del gateway.known.runs[uid]
+
+
 # -- 503 ------------------------------------------------------------------------------------------
 
 
@@ -272,50 +289,129 @@ async def test_503_when_the_warm_process_cannot_restart(
     assert lines(path) == ["run"]  # the refused invocation never reached the function
 
 
+def _beat(
+    pki: TestPKI, *, host_id: str, host_uid: str, address: str, uid: str, attempt: int, registration_id: str
+) -> hb.HostHeartbeat:
+    """One host's snapshot holding one registration of `uid`, with its signed assignment."""
+    return hb.HostHeartbeat(
+        host_id=host_id,
+        host_uid=host_uid,
+        runtime="python",
+        address=address,
+        sequence=1,
+        interval_ms=60_000,
+        registrations=[
+            pb.RegistrationState(
+                run_uid=uid,
+                attempt=attempt,
+                namespace="default",
+                name="fn",
+                runtime="python",
+                registration_id=registration_id,
+                phase=pb.REGISTRATION_PHASE_READY,
+                assignment=pki.sign(run_uid=uid, attempt=attempt, host_id=host_id, host_uid=host_uid),
+            )
+        ],
+    )
+
+
 async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_dropped(
-    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    main_host: HostProcess,
+    records_dir: Path,
+    pki: TestPKI,
+) -> None:
+    path, env = record(records_dir)
+    fn = await main_host.register(gateway, RECORDED, env=env)
+    await wait_route(gateway, fn.uid)
+    # The gateway believes the host holds a newer attempt than it does (a snapshot claiming
+    # attempt 2, signed for this host): the host's fence refuses the request, which never runs.
+    await gateway.routes.apply(
+        _beat(
+            pki,
+            host_id=main_host.host_id,
+            host_uid=main_host.host_uid,
+            address=main_host.address,
+            uid=fn.uid,
+            attempt=2,
+            registration_id=fn.registration_id,
+        ),
+        peer=Identity.host(runtime="python", host_id=main_host.host_id),
+    )
+    stale = gateway.routes.route(fn.uid)
+    assert stale is not None and stale.attempt == 2
+    answer = await invoke(client, gateway, fn.uid, {"tag": "stale"})
+    check_error(answer, 503, "RouteStale")
+    retry_after(answer)
+    assert gateway.routes.route(fn.uid) is None or gateway.routes.route(fn.uid) != stale  # dropped
+    # the host's next heartbeat routes attempt 1 again
+    real = await wait_route(gateway, fn.uid)
+    assert real.attempt == 1
+    assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
+        "slept": 0
+    }
+    assert lines(path) == ["real"]
+
+
+async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_address(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    main_host: HostProcess,
+    records_dir: Path,
+    pki: TestPKI,
 ) -> None:
     path, env = record(records_dir)
     fn = await main_host.register(gateway, RECORDED, env=env)
     real = await wait_route(gateway, fn.uid)
-    # A heartbeat from a host incarnation that does not exist claims a newer attempt of this Run,
-    # reachable at the real host's port (spelled differently, so it is not taken as that host).
-    ghost_uid = f"ghost-{uuid.uuid4()}"
-    gateway.routes.apply(
-        hb.HostHeartbeat(
-            host_id="ghost",
-            host_uid=ghost_uid,
-            runtime="python",
-            address=f"ipv4:{main_host.address}",
-            sequence=1,
-            interval_ms=60_000,
-            registrations=[
-                pb.RegistrationState(
-                    run_uid=fn.uid,
-                    attempt=2,
-                    namespace="default",
-                    name="fn",
-                    runtime="python",
-                    registration_id=fn.registration_id,
-                    phase=pb.REGISTRATION_PHASE_READY,
-                )
-            ],
-        )
+    # Host "ghost" holds a genuine newer assignment of this Run, but its beat names the real
+    # host's invoke port: the gateway expects the ghost's certificate there, finds the real host's
+    # and sends nothing — 503, safe to retry, and the function never ran.
+    ghost_uid = str(uuid.uuid4())
+    beat = _beat(
+        pki,
+        host_id="ghost",
+        host_uid=ghost_uid,
+        address=main_host.address,
+        uid=fn.uid,
+        attempt=2,
+        registration_id=fn.registration_id,
     )
+    assert real.invoke_address
+    beat.invoke_address = real.invoke_address
+    await gateway.routes.apply(beat, peer=Identity.host(runtime="python", host_id="ghost"))
     try:
         stale = gateway.routes.route(fn.uid)
         assert stale is not None and stale.host_uid == ghost_uid and stale.attempt == 2
-        answer = await invoke(client, gateway, fn.uid, {"tag": "stale"})
-        check_error(answer, 503, "RouteStale")
+        answer = await invoke(client, gateway, fn.uid, {"tag": "ghost"})
+        check_error(answer, 503, "OwnerUnavailable")
         retry_after(answer)
-        # dropped: the real route serves the next invocation
-        assert gateway.routes.route(fn.uid) == real
-        assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
-            "slept": 0
-        }
-        assert lines(path) == ["real"]
+        assert lines(path) == []
     finally:
         gateway.routes.forget(ghost_uid)
+    assert gateway.routes.route(fn.uid) == real
+    assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
+        "slept": 0
+    }
+    assert lines(path) == ["real"]
+
+
+async def test_503_owner_unavailable_when_the_owner_refuses_the_connection(
+    gateway: Gateway, client: aiohttp.ClientSession, hosts: Hosts, records_dir: Path
+) -> None:
+    # a long interval: the route outlives the host long enough to be tried
+    doomed = await hosts.start("gw-refused", interval_s=10.0)
+    path, env = record(records_dir)
+    fn = await doomed.register(gateway, RECORDED, env=env)
+    (await invoke(client, gateway, fn.uid, {"tag": "first"})).expect(200)
+    doomed.signal(signal.SIGKILL)  # no `leaving`: its route stays until it expires
+    assert await doomed.exited(10)
+    route = gateway.routes.route(fn.uid)
+    assert route is not None and route.host_uid == doomed.host_uid
+    answer = await invoke(client, gateway, fn.uid, {"tag": "refused"})
+    check_error(answer, 503, "OwnerUnavailable")
+    assert retry_after(answer) >= 1
+    assert lines(path) == ["first"]
 
 
 # -- 429 ------------------------------------------------------------------------------------------
@@ -455,7 +551,7 @@ class BuggyAuthorizer:
 
 
 async def test_500_when_the_gateway_itself_fails(
-    tls: TlsFiles, client: aiohttp.ClientSession, log_capture: LogCapture
+    tls: TlsFiles, client: aiohttp.ClientSession, log_capture: LogCapture, pki: TestPKI
 ) -> None:
     """A 500 InternalError, logged with its traceback; never a 502, which would blame the owner."""
     buggy = Gateway(
@@ -466,6 +562,8 @@ async def test_500_when_the_gateway_itself_fails(
             cert_file=tls.cert,
             key_file=tls.key,
             authorizer=BuggyAuthorizer(),
+            peer_tls=pki.gateway,
+            assignments=pki.verifier(),
         )
     )
     seen = len(log_capture.records)

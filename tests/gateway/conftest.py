@@ -39,6 +39,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.tls import TlsFiles, ensure_tls
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.reasons import gateway_reason
+from tests.pki import TestPKI
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
 ALICE = f"tok-secret-alice-{uuid.uuid4().hex}"  # bound to namespace "default"
@@ -133,7 +134,7 @@ def auth_files(session_dir: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-async def gateway(tls: TlsFiles, auth_files: tuple[Path, Path]) -> AsyncIterator[Gateway]:
+async def gateway(tls: TlsFiles, auth_files: tuple[Path, Path], pki: TestPKI) -> AsyncIterator[Gateway]:
     tokens, bindings = auth_files
     authorizer = CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), RoleBindings.load(bindings)))
     gw = Gateway(
@@ -144,6 +145,8 @@ async def gateway(tls: TlsFiles, auth_files: tuple[Path, Path]) -> AsyncIterator
             cert_file=tls.cert,
             key_file=tls.key,
             authorizer=authorizer,
+            peer_tls=pki.gateway,
+            assignments=pki.verifier(),
         )
     )
     try:
@@ -293,6 +296,7 @@ class HostProcess:
     host_id: str
     proc: subprocess.Popen[bytes]
     log: IO[bytes]
+    pki: TestPKI
     address: str = ""
     host_uid: str = ""
     channel: grpc.aio.Channel | None = None
@@ -304,9 +308,22 @@ class HostProcess:
 
     @property
     def stub(self) -> pb_grpc.FunctionRuntimeAsyncStub:
+        """The host's FunctionRuntime as the control plane calls it."""
         if self.channel is None:
-            self.channel = grpc.aio.insecure_channel(self.address)
+            self.channel = self.pki.aio_channel(self.address, as_=self.pki.control_plane)
         return pb_grpc.FunctionRuntimeStub(self.channel)
+
+    def signed(
+        self, uid: str, *, attempt: int = 1, namespace: str = "default", name: str = "fn"
+    ) -> pb.SignedAssignment:
+        return self.pki.sign(
+            run_uid=uid,
+            attempt=attempt,
+            host_id=self.host_id,
+            host_uid=self.host_uid,
+            namespace=namespace,
+            name=name,
+        )
 
     async def register(
         self,
@@ -328,6 +345,7 @@ class HostProcess:
         answer = await self.stub.RegisterFunction(
             pb.RegisterFunctionRequest(
                 run=pb.RunRef(run_uid=uid, attempt=attempt, namespace=namespace, name=name, runtime="python"),
+                assignment=self.signed(uid, attempt=attempt, namespace=namespace, name=name),
                 config=pb.FunctionConfig(
                     adapter="python",
                     handler=handler,
@@ -381,9 +399,10 @@ class HostProcess:
 class Hosts:
     """Starts host processes heartbeating to the gateway; stops them all at the end."""
 
-    def __init__(self, gw: Gateway, root: Path) -> None:
+    def __init__(self, gw: Gateway, root: Path, pki: TestPKI) -> None:
         self.gw = gw
         self.root = root
+        self.pki = pki
         self.started: list[HostProcess] = []
         (root / "logs").mkdir(exist_ok=True)
         (root / "records").mkdir(exist_ok=True)  # shared with the functions: see records_dir
@@ -413,13 +432,14 @@ class Hosts:
                 str(self.root / "records"),
                 "--log-level",
                 "debug",
+                *self.pki.host_args(host_id),
             ],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
         )
-        host = HostProcess(host_id, proc, log)
+        host = HostProcess(host_id, proc, log, self.pki)
         self.started.append(host)
         await wait_for(
             lambda: ready.exists() or proc.poll() is not None, f"host {host_id} to start", HOST_START_S
@@ -448,8 +468,8 @@ class Hosts:
 
 
 @pytest.fixture(scope="session")
-async def hosts(gateway: Gateway, session_dir: Path) -> AsyncIterator[Hosts]:
-    started = Hosts(gateway, session_dir)
+async def hosts(gateway: Gateway, session_dir: Path, pki: TestPKI) -> AsyncIterator[Hosts]:
+    started = Hosts(gateway, session_dir, pki)
     try:
         yield started
     finally:

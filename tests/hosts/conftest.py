@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from activities.hosts import HostSpec, ProcessProvider, stop_all
+from kruntimes.pki import HostIssuer
+from tests.pki import TestPKI
 
 
 def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec:
@@ -71,6 +73,13 @@ async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
         assert not leftovers, f"processes {leftovers} of {state} outlived stop_all"
 
 
+@pytest.fixture(autouse=True)
+def issuer(pki: TestPKI) -> HostIssuer:
+    """Gives the hosts a process provider starts their certificates (and channels to hosts the
+    control plane's: `pki` sets that up)."""
+    return pki.issuer()
+
+
 @pytest.fixture
-def process() -> ProcessProvider:
-    return ProcessProvider(start_timeout_s=30)
+def process(issuer: HostIssuer) -> ProcessProvider:
+    return ProcessProvider(start_timeout_s=30, issuer=issuer)

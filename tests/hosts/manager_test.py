@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from activities.hosts import AttachProvider, CreatedHost, HostManager, HostSpec, default_manager
+from kruntimes.pki import HostIssuer
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import spec
 
@@ -54,8 +55,8 @@ def test_provider_names_must_be_stable_lowercase_labels() -> None:
         HostManager([FakeProvider("Fake_Provider")])
 
 
-def test_the_default_manager_has_the_process_and_attach_providers() -> None:
-    manager = default_manager()
+def test_the_default_manager_has_the_process_and_attach_providers(issuer: HostIssuer) -> None:
+    manager = default_manager(issuer=issuer)
 
     assert manager.names == ("process", "attach")
     assert isinstance(manager.provider("attach"), AttachProvider)

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_all
 from activities.hosts.process import host_running
+from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import alive, gone, host_pids, spec
+from tests.pki import TestPKI
 
 
 def files_of(state_dir: Path, runtime: str = "python") -> list[str]:
@@ -48,17 +53,24 @@ async def test_create_starts_a_serving_host_on_loopback_and_records_it(
         "python-0.log",
         "python-0.pid",
         "python-0.ready.json",
+        "python-0.tls",
     ]
+    certificates = state_dir / "hosts" / "python" / "python-0.tls"
+    assert stat.S_IMODE(certificates.stat().st_mode) == 0o700
+    assert stat.S_IMODE((certificates / "tls.key").stat().st_mode) == 0o600
+    assert identity_of(
+        x509.load_pem_x509_certificate((certificates / "tls.crt").read_bytes())
+    ) == Identity.host(runtime="python", host_id="python-0")
     assert await process.probe(host)
     assert list_records(state_dir) == [host]
 
 
 async def test_creating_the_same_host_again_returns_the_running_one(
-    state_dir: Path, process: ProcessProvider
+    issuer: HostIssuer, state_dir: Path, process: ProcessProvider
 ) -> None:
     first = await process.create(spec(state_dir))
     second = await process.create(spec(state_dir))
-    third = await ProcessProvider().create(spec(state_dir))
+    third = await ProcessProvider(issuer=issuer).create(spec(state_dir))
 
     assert first == second == third
     assert host_pids(state_dir) == [first.pid]
@@ -180,10 +192,11 @@ async def test_delete_never_signals_a_recycled_pid(state_dir: Path) -> None:
 
 
 async def test_a_host_that_exits_at_once_fails_retryably_and_leaves_nothing_running(
+    issuer: HostIssuer,
     state_dir: Path,
 ) -> None:
     with pytest.raises(ProviderError) as caught:
-        await ProcessProvider(python="/bin/false").create(spec(state_dir))
+        await ProcessProvider(python="/bin/false", issuer=issuer).create(spec(state_dir))
 
     failure = caught.value.failure
     assert (failure.reason, failure.retryable) == (FailureReason.OperationFailed, True)
@@ -226,9 +239,9 @@ async def test_a_state_directory_that_cannot_be_created_is_rejected(
     assert (caught.value.reason, caught.value.retryable) == (FailureReason.OperationRejected, False)
 
 
-async def test_a_missing_python_is_rejected(state_dir: Path) -> None:
+async def test_a_missing_python_is_rejected(state_dir: Path, issuer: HostIssuer) -> None:
     with pytest.raises(ProviderError) as caught:
-        await ProcessProvider(python=str(state_dir / "no-such-python")).create(spec(state_dir))
+        await ProcessProvider(python=str(state_dir / "no-such-python"), issuer=issuer).create(spec(state_dir))
 
     assert (caught.value.reason, caught.value.retryable) == (FailureReason.OperationRejected, False)
 
@@ -254,12 +267,12 @@ async def wait_for(path: Path) -> int:
 
 
 async def test_a_host_that_is_not_ready_in_time_is_killed_with_its_process_group(
-    state_dir: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path, issuer: HostIssuer
 ) -> None:
     python = stalling_python(tmp_path / "bin")
 
     with pytest.raises(ProviderError) as caught:
-        await ProcessProvider(python=str(python), start_timeout_s=1).create(spec(state_dir))
+        await ProcessProvider(python=str(python), start_timeout_s=1, issuer=issuer).create(spec(state_dir))
 
     failure = caught.value.failure
     assert (failure.reason, failure.retryable) == (FailureReason.ReadinessTimeout, True)
@@ -269,9 +282,11 @@ async def test_a_host_that_is_not_ready_in_time_is_killed_with_its_process_group
     assert files_of(state_dir) == ["python-0.log"]
 
 
-async def test_a_create_cancelled_while_starting_kills_the_process(state_dir: Path, tmp_path: Path) -> None:
+async def test_a_create_cancelled_while_starting_kills_the_process(
+    issuer: HostIssuer, state_dir: Path, tmp_path: Path
+) -> None:
     python = stalling_python(tmp_path / "bin")
-    task = asyncio.create_task(ProcessProvider(python=str(python)).create(spec(state_dir)))
+    task = asyncio.create_task(ProcessProvider(python=str(python), issuer=issuer).create(spec(state_dir)))
     main = await wait_for(tmp_path / "bin" / "main.pid")
 
     task.cancel()
@@ -320,3 +335,29 @@ async def test_list_records_and_stop_all_cover_every_runtime(
     assert list_records(state_dir) == []
     assert host_pids(state_dir) == []
     assert await stop_all(state_dir) == 0
+
+
+async def test_create_refuses_without_a_certificate_issuer(state_dir: Path) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await ProcessProvider().create(spec(state_dir))
+    assert caught.value.failure.reason == FailureReason.OperationRejected
+    assert host_pids(state_dir) == []
+
+
+async def test_host_certificates_are_renewed_once_due(state_dir: Path, pki: TestPKI) -> None:
+    """Issued for 3 s, the host's certificate is due after 2 s: renewing then re-issues it (a new
+    serial, the same identity) and the running host serves with the new one."""
+    provider = ProcessProvider(start_timeout_s=30, issuer=pki.issuer(lifetime=dt.timedelta(seconds=3)))
+    host = await provider.create(spec(state_dir))
+    directory = state_dir / "hosts" / "python" / "python-0.tls"
+    first = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
+    assert provider.renew_certificates() == 0  # not due yet
+    due = renewal_due(first)
+    while dt.datetime.now(dt.UTC) < due:  # bounded by the certificate's own lifetime
+        await asyncio.sleep(0.05)
+    assert provider.renew_certificates() == 1
+    second = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
+    assert second.serial_number != first.serial_number
+    assert identity_of(second) == identity_of(first)
+    assert second.not_valid_after_utc > first.not_valid_after_utc
+    assert await provider.probe(host)

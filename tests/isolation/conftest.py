@@ -25,6 +25,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import Network, SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
+from tests.pki import TestPKI
 
 MiB = 1024 * 1024
 SECRET = "victim-secret-4f2a9c"
@@ -61,7 +62,7 @@ class Function:
     run_uid: str
 
     def invoke(self, payload: dict[str, Any], *, timeout_ms: int = 20_000) -> pb.InvokeFunctionResponse:
-        return self.host.stub.InvokeFunction(
+        return self.host.gateway.InvokeFunction(
             pb.InvokeFunctionRequest(
                 registration_id=self.registration_id,
                 payload=json.dumps(payload).encode(),
@@ -119,32 +120,44 @@ def _descendants(pid: int) -> list[int]:
 @dataclass
 class HostUnderAttack:
     runtime: RuntimeHost
-    stub: pb_grpc.FunctionRuntimeStub
+    stub: pb_grpc.FunctionRuntimeStub  # as the control plane
+    gateway: pb_grpc.FunctionRuntimeStub  # as a gateway (invokes)
+    pki: TestPKI
     state_dir: Path
     listener: socket.socket  # something on the host's loopback a function must not reach
 
-    def register(self, source: str, *, env: dict[str, str] | None = None) -> Function:
-        run_uid = str(uuid.uuid4())
-        answer = self.stub.RegisterFunction(
-            pb.RegisterFunctionRequest(
-                run=pb.RunRef(run_uid=run_uid, attempt=1, namespace="default", name="fn", runtime="python"),
-                config=pb.FunctionConfig(
-                    adapter="python",
-                    handler="main:handle",
-                    env=env or {},
-                    inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=source.encode())]),
-                ),
-            ),
-            timeout=60,
+    def registration(
+        self, config: pb.FunctionConfig, *, run_uid: str | None = None
+    ) -> pb.RegisterFunctionRequest:
+        """A RegisterFunction request with the control plane's signed assignment of a new Run."""
+        run = pb.RunRef(
+            run_uid=run_uid or str(uuid.uuid4()), attempt=1, namespace="default", name="fn", runtime="python"
         )
-        return Function(self, answer.registration_id, run_uid)
+        signed = self.pki.sign(
+            run_uid=run.run_uid,
+            attempt=1,
+            host_id=self.runtime.options.host_id,
+            host_uid=self.runtime.host_uid,
+        )
+        return pb.RegisterFunctionRequest(run=run, config=config, assignment=signed)
+
+    def register(self, source: str, *, env: dict[str, str] | None = None) -> Function:
+        config = pb.FunctionConfig(
+            adapter="python",
+            handler="main:handle",
+            env=env or {},
+            inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=source.encode())]),
+        )
+        request = self.registration(config)
+        answer = self.stub.RegisterFunction(request, timeout=60)
+        return Function(self, answer.registration_id, request.run.run_uid)
 
     def answers(self) -> bool:
         return self.stub.HostInfo(pb.HostInfoRequest(), timeout=10).host_uid == self.runtime.host_uid
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostUnderAttack]:
+def target(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterator[HostUnderAttack]:
     state = tmp_path_factory.mktemp("state")
     for name, content in STATE_SECRETS.items():
         path = state / name
@@ -165,14 +178,25 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostUnderAttack
                 max_processes=PROCESS_LIMIT,
                 tmp_bytes=16 * MiB,
             ),
+            tls=pki.host_tls("attacked-0"),
+            assignments=pki.verifier(),
         )
     )
     address = runtime.start()
-    channel = grpc.insecure_channel(address)
+    control = pki.channel(address, as_=pki.control_plane)
+    gateway = pki.channel(address, as_=pki.gateway)
     try:
-        yield HostUnderAttack(runtime, pb_grpc.FunctionRuntimeStub(channel), state, listener)
+        yield HostUnderAttack(
+            runtime,
+            pb_grpc.FunctionRuntimeStub(control),
+            pb_grpc.FunctionRuntimeStub(gateway),
+            pki,
+            state,
+            listener,
+        )
     finally:
-        channel.close()
+        control.close()
+        gateway.close()
         runtime.stop(grace_s=1)
         listener.close()
 

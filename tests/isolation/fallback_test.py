@@ -9,7 +9,6 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import grpc
 import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -17,6 +16,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.isolation import FunctionIsolation
 from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
+from tests.pki import TestPKI
 
 
 def _isolation(settings: SandboxSettings, *, switch: bool) -> FunctionIsolation:
@@ -67,7 +67,9 @@ def test_network_none_is_refused_where_network_namespaces_cannot_be_made(tmp_pat
         )
 
 
-def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(tmp_path: Path) -> None:
+def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(
+    tmp_path: Path, pki: TestPKI
+) -> None:
     host = RuntimeHost(
         HostOptions(
             host_id="same-0",
@@ -75,33 +77,38 @@ def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(tmp_
             listen="127.0.0.1:0",
             state_dir=tmp_path / "state",
             sandbox=SandboxSettings(isolation=Isolation.SAME_USER),
+            tls=pki.host_tls("same-0"),
+            assignments=pki.verifier(),
         )
     )
     address = host.start()
     try:
-        with grpc.insecure_channel(address) as channel:
-            stub = pb_grpc.FunctionRuntimeStub(channel)
+        with (
+            pki.channel(address, as_=pki.control_plane) as control,
+            pki.channel(address, as_=pki.gateway) as gw,
+        ):
+            stub = pb_grpc.FunctionRuntimeStub(control)
             info = stub.HostInfo(pb.HostInfoRequest(), timeout=10)
             assert info.isolation.isolation == "same-user" and info.isolation.summary
+            run = pb.RunRef(
+                run_uid=str(uuid.uuid4()), attempt=1, namespace="default", name="fn", runtime="python"
+            )
+            source = pb.InlineFile(
+                name="main.py", content=b"import os\ndef handle(p):\n    return os.getuid()\n"
+            )
             reg = stub.RegisterFunction(
                 pb.RegisterFunctionRequest(
-                    run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
+                    run=run,
                     config=pb.FunctionConfig(
-                        adapter="python",
-                        handler="main:handle",
-                        inline=pb.InlineSource(
-                            files=[
-                                pb.InlineFile(
-                                    name="main.py",
-                                    content=b"import os\ndef handle(p):\n    return os.getuid()\n",
-                                )
-                            ]
-                        ),
+                        adapter="python", handler="main:handle", inline=pb.InlineSource(files=[source])
+                    ),
+                    assignment=pki.sign(
+                        run_uid=run.run_uid, attempt=1, host_id="same-0", host_uid=host.host_uid
                     ),
                 ),
                 timeout=30,
             )
-            answer = stub.InvokeFunction(
+            answer = pb_grpc.FunctionRuntimeStub(gw).InvokeFunction(
                 pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
             )
             assert json.loads(answer.outputs_json)["result"] == os.geteuid(), "it runs as the host's user"

@@ -79,15 +79,11 @@ def test_the_state_directory_and_its_secrets_are_out_of_reach(
 
 
 def test_a_source_path_cannot_name_the_state_directory(target: HostUnderAttack) -> None:
+    config = pb.FunctionConfig(
+        adapter="python", handler="main:handle", source_path=str(target.state_dir / "tls")
+    )
     with pytest.raises(grpc.RpcError) as err:
-        target.stub.RegisterFunction(
-            pb.RegisterFunctionRequest(
-                run=pb.RunRef(run_uid="1b1f1a59-61ed-4d80-8f38-1e79b0d5b9a1", attempt=1),
-                config=pb.FunctionConfig(
-                    adapter="python", handler="main:handle", source_path=str(target.state_dir / "tls")
-                ),
-            )
-        )
+        target.stub.RegisterFunction(target.registration(config))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -286,16 +282,11 @@ def test_a_bash_function_gets_the_same_sandbox(target: HostUnderAttack) -> None:
         f"cat {secret_file} >/dev/null 2>&1 && leaked=yes || leaked=no\n"
         'echo "{\\"uid\\": $(id -u), \\"leaked\\": \\"$leaked\\", \\"procs\\": $(ls /proc | grep -c \'^[0-9]\')}"\n'
     )
-    reg = target.stub.RegisterFunction(
-        pb.RegisterFunctionRequest(
-            run=pb.RunRef(run_uid="2c7e9a55-5f0e-4c4a-9d6a-0b1c2d3e4f50", attempt=1),
-            config=pb.FunctionConfig(
-                adapter="bash", handler="run.sh", inline=_inline("run.sh", script, executable=True)
-            ),
-        ),
-        timeout=30,
+    config = pb.FunctionConfig(
+        adapter="bash", handler="run.sh", inline=_inline("run.sh", script, executable=True)
     )
-    answer = target.stub.InvokeFunction(
+    reg = target.stub.RegisterFunction(target.registration(config), timeout=30)
+    answer = target.gateway.InvokeFunction(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
     )
     assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED, answer.error
@@ -318,7 +309,13 @@ def test_a_task_gets_the_same_sandbox(target: HostUnderAttack) -> None:
     )
     answer = target.stub.ExecuteTask(
         pb.ExecuteTaskRequest(
-            run=pb.RunRef(run_uid="9d8c7b6a-5f4e-4d3c-8b2a-190807060504", attempt=1),
+            run=pb.RunRef(
+                run_uid="9d8c7b6a-5f4e-4d3c-8b2a-190807060504",
+                attempt=1,
+                namespace="default",
+                name="t",
+                runtime="python",
+            ),
             config=pb.FunctionConfig(adapter="python", handler="main:run", inline=_inline("main.py", code)),
             input=b"null",
         ),

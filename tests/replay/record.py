@@ -20,7 +20,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import grpc
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from activities.hosts.process import stop_all
@@ -40,6 +39,7 @@ from kruntimes.lifecycle import (
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import TemporalSettings, connect
+from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
@@ -91,13 +91,13 @@ async def completed_scale_out(client: Client, runtime: str) -> str:
     return sorted(ids)[0]
 
 
-def invoke(address: str, run_uid: str) -> None:
+def invoke(pki: TestPKI, address: str, run_uid: str) -> None:
     """One invocation straight on the host (the gateway is not part of this), by HostInfo."""
-    with grpc.insecure_channel(address) as channel:
-        stub = pb_grpc.FunctionRuntimeStub(channel)
-        info = stub.HostInfo(pb.HostInfoRequest(), timeout=10)
-        reg = next(r for r in info.registrations if r.run_uid == run_uid)
-        stub.InvokeFunction(
+    with pki.channel(address, as_=pki.control_plane) as channel:
+        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
+    reg = next(r for r in info.registrations if r.run_uid == run_uid)
+    with pki.channel(address, as_=pki.gateway) as channel:
+        pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
             pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b"{}"), timeout=10
         )
 
@@ -251,6 +251,7 @@ async def main() -> None:
         server = DevServer(state_dir=Path(tmp) / "temporal", persistent=False)
         server.start()
         state_dir = Path(tmp) / "state"
+        pki = TestPKI.create(Path(tmp) / "pki")
         try:
             client = await connect(server.address, "default")
             suffix = uuid.uuid4().hex[:6]
@@ -274,8 +275,9 @@ async def main() -> None:
                 temporal=TemporalSettings(address=server.address, namespace="default"),
                 config=config,
                 platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state_dir)),
+                trust=pki.worker_trust(),
             )
-            platform = Platform(client, state_dir, runtimes, settings)
+            platform = Platform(client, state_dir, runtimes, settings, pki)
             try:
                 async with running_workers(client, settings):
                     try:

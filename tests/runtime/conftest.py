@@ -1,4 +1,6 @@
-"""A real Runtime Server on loopback (gRPC, zygote, function processes) for the runtime tests."""
+"""A real Runtime Server on loopback (gRPC, zygote, function processes) for the runtime tests,
+called over mutual TLS as the platform calls it: `stub` presents the control plane's certificate
+(registering, status, tasks), `gateway` a gateway's (invoking)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import processes_of
 from runtime.sandbox.policy import SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
+from tests.pki import TestPKI
 
 
 def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.InlineSource:
@@ -31,15 +34,42 @@ def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.Inl
     )
 
 
+ECHO_SOURCE = "def handle(p):\n    return p\n"
+
+
+def run_ref(uid: str | None = None, *, attempt: int = 1, name: str = "fn") -> pb.RunRef:
+    """A Run of namespace default and runtime python (the test host's)."""
+    return pb.RunRef(
+        run_uid=uid or str(uuid.uuid4()), attempt=attempt, namespace="default", name=name, runtime="python"
+    )
+
+
 @dataclass
 class Host:
     runtime: RuntimeHost
-    stub: pb_grpc.FunctionRuntimeStub
+    stub: pb_grpc.FunctionRuntimeStub  # as the control plane
     channel: grpc.Channel
+    gateway: pb_grpc.FunctionRuntimeStub  # as a gateway
+    pki: TestPKI
 
     @property
     def work_root(self) -> Path:
         return self.runtime.work_root
+
+    def signed(self, run: pb.RunRef) -> pb.SignedAssignment:
+        """The control plane's assignment of `run` to this host."""
+        return self.pki.sign(
+            run_uid=run.run_uid,
+            attempt=run.attempt,
+            host_id=self.runtime.options.host_id,
+            host_uid=self.runtime.host_uid,
+            namespace=run.namespace,
+            name=run.name,
+            runtime=run.runtime,
+        )
+
+    def register_request(self, run: pb.RunRef, config: pb.FunctionConfig) -> pb.RegisterFunctionRequest:
+        return pb.RegisterFunctionRequest(run=run, config=config, assignment=self.signed(run))
 
     def register(
         self,
@@ -52,25 +82,20 @@ class Host:
         env: dict[str, str] | None = None,
     ) -> pb.RegisterFunctionResponse:
         files = {"main.py": source} if isinstance(source, str) else source
-        return self.stub.RegisterFunction(
-            pb.RegisterFunctionRequest(
-                run=pb.RunRef(
-                    run_uid=uid or str(uuid.uuid4()),
-                    attempt=attempt,
-                    namespace="default",
-                    name="fn",
-                    runtime=adapter,
-                ),
-                config=pb.FunctionConfig(
-                    adapter=adapter, handler=handler, env=env or {}, inline=inline(files)
-                ),
-            )
+        run = pb.RunRef(
+            run_uid=uid or str(uuid.uuid4()),
+            attempt=attempt,
+            namespace="default",
+            name="fn",
+            runtime=self.runtime.options.runtime,
         )
+        config = pb.FunctionConfig(adapter=adapter, handler=handler, env=env or {}, inline=inline(files))
+        return self.stub.RegisterFunction(self.register_request(run, config))
 
     def invoke(
         self, registration_id: str, payload: bytes = b"{}", *, timeout_ms: int = 0, invocation_id: str = ""
     ) -> pb.InvokeFunctionResponse:
-        return self.stub.InvokeFunction(
+        return self.gateway.InvokeFunction(
             pb.InvokeFunctionRequest(
                 registration_id=registration_id,
                 payload=payload,
@@ -108,7 +133,9 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory, shared: Path, sources: Path) -> Iterator[Host]:
+def host(
+    tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path, sources: Path
+) -> Iterator[Host]:
     runtime = RuntimeHost(
         HostOptions(
             host_id="test-0",
@@ -118,14 +145,20 @@ def host(tmp_path_factory: pytest.TempPathFactory, shared: Path, sources: Path) 
             limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
             sandbox=SandboxSettings(shared=(str(shared),)),
             allowed_source_roots=(str(sources),),
+            tls=pki.host_tls("test-0"),
+            assignments=pki.verifier(),
         )
     )
     address = runtime.start()
-    channel = grpc.insecure_channel(address)
+    channel = pki.channel(address, as_=pki.control_plane)
+    gateway = pki.channel(address, as_=pki.gateway)
     try:
-        yield Host(runtime, pb_grpc.FunctionRuntimeStub(channel), channel)
+        yield Host(
+            runtime, pb_grpc.FunctionRuntimeStub(channel), channel, pb_grpc.FunctionRuntimeStub(gateway), pki
+        )
     finally:
         channel.close()
+        gateway.close()
         runtime.stop(grace_s=1)
 
 

@@ -14,43 +14,50 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.server import HostOptions, RuntimeHost
+from runtime.server import HostConfigError, HostOptions, RuntimeHost
+from tests.pki import TestPKI
 from tests.runtime.conftest import IDENTITY, alive, function_gone, inline, wait_until
 
 
 def register_identity_function(
-    stub: pb_grpc.FunctionRuntimeStub,
+    pki: TestPKI, address: str, *, host_id: str, host_uid: str
 ) -> tuple[pb.RegisterFunctionResponse, dict[str, int]]:
     """Register a function that answers with its uid and pid; invoke it once for them."""
-    reg = stub.RegisterFunction(
-        pb.RegisterFunctionRequest(
-            run=pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1),
-            config=pb.FunctionConfig(
-                adapter="python",
-                handler="main:handle",
-                inline=inline({"main.py": IDENTITY}),
+    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1, namespace="default", name="pid", runtime="python")
+    signed = pki.sign(run_uid=run.run_uid, attempt=1, host_id=host_id, host_uid=host_uid, name="pid")
+    with pki.channel(address, as_=pki.control_plane) as channel:
+        reg = pb_grpc.FunctionRuntimeStub(channel).RegisterFunction(
+            pb.RegisterFunctionRequest(
+                run=run,
+                config=pb.FunctionConfig(
+                    adapter="python", handler="main:handle", inline=inline({"main.py": IDENTITY})
+                ),
+                assignment=signed,
             ),
-        ),
-        timeout=30,
-    )
-    answer = stub.InvokeFunction(pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30)
+            timeout=30,
+        )
+    with pki.channel(address, as_=pki.gateway) as channel:
+        answer = pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
+            pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
+        )
     return reg, json.loads(answer.outputs_json)
 
 
 @contextlib.contextmanager
-def host_process(tmp_path: Path, host_id: str) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
+def host_process(
+    tmp_path: Path, host_id: str, pki: TestPKI
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
     """`python -m workers.host` (its ports picked at run time) and what it wrote to its ready file;
     killed at the end if it still runs."""
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "workers.host", "--host-id", host_id, "--runtime", "python"]
-        + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready)],
+        + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready), *pki.host_args(host_id)],
         stderr=subprocess.DEVNULL,
     )
     try:
@@ -62,17 +69,20 @@ def host_process(tmp_path: Path, host_id: str) -> Iterator[tuple[subprocess.Pope
             proc.wait()
 
 
-def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigterm(tmp_path: Path) -> None:
-    with host_process(tmp_path, "p-0") as (proc, info):
+def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigterm(
+    tmp_path: Path, pki: TestPKI
+) -> None:
+    with host_process(tmp_path, "p-0", pki) as (proc, info):
         assert info["pid"] == proc.pid
-        with grpc.insecure_channel(info["address"]) as channel:
+        with pki.channel(info["address"], as_=pki.control_plane) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             for service in ("", "kruntimes.rpc.v1.FunctionRuntime"):
                 answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
                 assert answer.status == health_pb2.HealthCheckResponse.SERVING
-            stub = pb_grpc.FunctionRuntimeStub(channel)
-            reg, function = register_identity_function(stub)
-            assert reg.host_uid == info["hostUid"]
+        reg, function = register_identity_function(
+            pki, info["address"], host_id="p-0", host_uid=info["hostUid"]
+        )
+        assert reg.host_uid == info["hostUid"]
         assert not function_gone(function)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
@@ -80,10 +90,11 @@ def test_the_host_process_serves_reports_health_and_stops_its_functions_on_sigte
         assert not any((tmp_path / "state" / "work").iterdir()), "workspaces must be removed"
 
 
-def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
-    with host_process(tmp_path, "p-1") as (proc, info):
-        with grpc.insecure_channel(info["address"]) as channel:
-            _, function = register_identity_function(pb_grpc.FunctionRuntimeStub(channel))
+def test_function_processes_die_when_the_host_is_killed(tmp_path: Path, pki: TestPKI) -> None:
+    with host_process(tmp_path, "p-1", pki) as (proc, info):
+        _, function = register_identity_function(
+            pki, info["address"], host_id="p-1", host_uid=info["hostUid"]
+        )
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         assert wait_until(lambda: function_gone(function)), (
@@ -91,7 +102,9 @@ def test_function_processes_die_when_the_host_is_killed(tmp_path: Path) -> None:
         )
 
 
-def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(tmp_path: Path) -> None:
+def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(
+    tmp_path: Path, pki: TestPKI
+) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -102,9 +115,31 @@ def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(tmp
                 listen="127.0.0.1:0",
                 invoke_listen=f"127.0.0.1:{busy.getsockname()[1]}",
                 state_dir=tmp_path,
+                tls=pki.host_tls("t-0"),
+                assignments=pki.verifier(),
             )
         )
         with pytest.raises(OSError):
             host.start()
     zygote = host.spawner.zygote_pid
     assert zygote is not None and not alive(zygote), "the zygote must not outlive a failed start"
+
+
+def test_a_host_starts_only_with_its_own_certificate_and_the_assignment_key(
+    tmp_path: Path, pki: TestPKI
+) -> None:
+    base = {"host_id": "t-1", "runtime": "python", "listen": "127.0.0.1:0", "state_dir": tmp_path}
+    with pytest.raises(HostConfigError):
+        RuntimeHost(HostOptions(**base))  # type: ignore[arg-type]
+    with pytest.raises(HostConfigError):
+        RuntimeHost(HostOptions(**base, tls=pki.host_tls("t-1")))  # type: ignore[arg-type]
+    with pytest.raises(HostConfigError, match="names spiffe://kruntimes.io/host/python/t-2"):
+        RuntimeHost(HostOptions(**base, tls=pki.host_tls("t-2"), assignments=pki.verifier()))  # type: ignore[arg-type]
+    # and `krt host` refuses to start without them
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.host", "--host-id", "t-1", "--runtime", "python"]
+        + ["--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and b"--peer-tls" in done.stderr

@@ -54,7 +54,7 @@ def test_a_payload_over_one_mebibyte_is_refused(host: Host) -> None:
 
 def test_an_overlapping_invocation_is_refused_at_once_while_the_first_runs(host: Host) -> None:
     reg = host.register(SLOW)
-    first = host.stub.InvokeFunction.future(
+    first = host.gateway.InvokeFunction.future(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"sleep": 3}')
     )
     assert wait_until(lambda: host.status(reg.registration_id).in_flight == 1)
@@ -129,7 +129,7 @@ def handle(p):
 def test_in_flight_and_last_activity_follow_an_invocation(host: Host) -> None:
     reg = host.register(SLOW)
     registered = host.status(reg.registration_id).last_activity.ToDatetime()
-    running = host.stub.InvokeFunction.future(
+    running = host.gateway.InvokeFunction.future(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"sleep": 0.5}')
     )
     assert wait_until(lambda: host.status(reg.registration_id).in_flight == 1)
@@ -189,13 +189,13 @@ def test_the_fence_rejects_a_mismatched_run_attempt_or_host(host: Host) -> None:
         pb.Fence(run_uid=uid, attempt=1, host_uid="an-older-incarnation"),
     ):
         with pytest.raises(grpc.RpcError) as err:
-            host.stub.InvokeFunction(
+            host.gateway.InvokeFunction(
                 pb.InvokeFunctionRequest(registration_id=reg.registration_id, fence=fence)
             )
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert reason(err.value) == "FenceMismatch"
     ok = pb.Fence(run_uid=uid, attempt=1, host_uid=host_uid)
-    answer = host.stub.InvokeFunction(
+    answer = host.gateway.InvokeFunction(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, fence=ok, payload=b"{}")
     )
     assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
@@ -216,7 +216,7 @@ def handle(p):
 """
     )
     with pytest.raises(grpc.RpcError) as err:
-        host.stub.InvokeFunction(
+        host.gateway.InvokeFunction(
             pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"wait": true, "n": 1}'),
             timeout=0.2,
         )

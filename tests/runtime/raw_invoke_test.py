@@ -1,15 +1,17 @@
-"""The invoke port (runtime/invoke.py): framing on a real socket, bounds, errors as gRPC answers
-them, multiplexing, and the gateway's client of it (gateway/raw.py). The codec itself is tested in
-tests/wire/frames_test.py."""
+"""The invoke port (runtime/invoke.py): framing on a real TLS socket, bounds, errors as gRPC
+answers them, multiplexing, and the gateway's client of it (gateway/raw.py). The codec itself is
+tested in tests/wire/frames_test.py; who may connect, in tests/runtime/peers_test.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import ssl
 import struct
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 import grpc
 import pytest
@@ -17,12 +19,17 @@ import pytest
 from gateway.raw import RawClient, RawError
 from gateway.routes import RouteCache
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason, trailer
 from runtime.server import MAX_MESSAGE_BYTES
+from tests.pki import TestPKI
 from tests.runtime.conftest import Host, reason
+
+TEST_HOST = Identity.host(runtime="python", host_id="test-0")  # the conftest's host
+FAKE_HOST = Identity.host(runtime="python", host_id="fake-0")
 
 ECHO = """
 def handle(payload):
@@ -38,11 +45,14 @@ def handle(payload):
 
 
 class Conn:
-    """A blocking client of the invoke port."""
+    """A blocking client of the invoke port, presenting `as_`'s certificate (a gateway's unless
+    told otherwise); it reads the host's accept frame first."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, *, as_: PeerTLS, expect: Identity = TEST_HOST) -> None:
         host, _, port = address.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        raw = socket.create_connection((host, int(port)), timeout=10)
+        self.sock: socket.socket = as_.client_context().wrap_socket(raw, server_hostname=expect.dns_name)
+        assert self.recv() == (frames.ACCEPTED_ID, bytes((frames.KIND_RESPONSE,)))
 
     def send_frame(self, request_id: int, body: bytes) -> None:
         self.sock.sendall(frames.encode_request(request_id, body))
@@ -73,7 +83,7 @@ class Conn:
     def closed_by_peer(self) -> bool:
         try:
             return self.sock.recv(1) == b""
-        except ConnectionResetError:
+        except (ConnectionResetError, ssl.SSLError):
             return True
 
     def close(self) -> None:
@@ -91,9 +101,9 @@ def decode(payload: bytes) -> pb.InvokeFunctionResponse | dict[str, str]:
 
 
 @pytest.fixture
-def conn(host: Host) -> Conn:
+def conn(host: Host, pki: TestPKI) -> Conn:
     assert host.runtime.invoke_address
-    c = Conn(host.runtime.invoke_address)
+    c = Conn(host.runtime.invoke_address, as_=pki.gateway)
     yield c  # type: ignore[misc]
     c.close()
 
@@ -108,7 +118,7 @@ def test_a_raw_invoke_answers_like_grpc(host: Host, conn: Conn) -> None:
     assert request_id == 7
     answer = decode(payload)
     assert isinstance(answer, pb.InvokeFunctionResponse)
-    via_grpc = host.stub.InvokeFunction(request)
+    via_grpc = host.gateway.InvokeFunction(request)
     assert answer.status == via_grpc.status == pb.INVOCATION_STATUS_SUCCEEDED
     assert answer.invocation_id == "inv-raw-1"
     assert json.loads(answer.outputs_json) == json.loads(via_grpc.outputs_json) == {"a": 1}
@@ -131,7 +141,7 @@ def test_errors_carry_the_grpc_code_reason_and_details(host: Host, conn: Conn) -
         error = decode(payload)
         assert isinstance(error, dict), error
         with pytest.raises(grpc.RpcError) as err:
-            host.stub.InvokeFunction(request)
+            host.gateway.InvokeFunction(request)
         assert error["code"] == err.value.code().name  # type: ignore[attr-defined]
         assert error["reason"] == reason(err.value)
         assert error["message"] == err.value.details()  # type: ignore[attr-defined]
@@ -186,8 +196,10 @@ def test_a_frame_split_into_single_bytes_is_reassembled(host: Host, conn: Conn) 
 
 
 @pytest.mark.parametrize("length", [MAX_MESSAGE_BYTES + 1, 2**32 - 1, frames.MIN_REQUEST_LENGTH - 1, 0])
-def test_a_bad_frame_length_closes_only_that_connection(host: Host, conn: Conn, length: int) -> None:
-    other = Conn(host.runtime.invoke_address)
+def test_a_bad_frame_length_closes_only_that_connection(
+    host: Host, conn: Conn, pki: TestPKI, length: int
+) -> None:
+    other = Conn(host.runtime.invoke_address, as_=pki.gateway)
     try:
         conn.sock.sendall(struct.pack(">II", length, 1))
         assert conn.closed_by_peer()
@@ -226,38 +238,49 @@ def test_a_frame_exactly_at_the_bound_is_read_and_answered(conn: Conn) -> None:
     assert decode(conn.recv()[1])["code"] == "NOT_FOUND"  # type: ignore[index]
 
 
-def test_the_route_cache_keeps_the_advertised_invoke_address() -> None:
-    routes = RouteCache()
-    beat = hb.HostHeartbeat(
-        host_id="h-0",
-        host_uid="u-1",
-        runtime="python",
-        address="127.0.0.1:1",
-        invoke_address="127.0.0.1:2",
-        interval_ms=1000,
-        registrations=[
-            pb.RegistrationState(
-                run_uid="r", attempt=1, registration_id="reg-1", phase=pb.REGISTRATION_PHASE_READY
-            )
-        ],
-    )
-    routes.apply(beat)
-    route = routes.route("r")
+async def test_the_route_cache_keeps_the_advertised_invoke_address(pki: TestPKI) -> None:
+    routes = RouteCache(verifier=pki.verifier())
+    uid = str(uuid.uuid4())
+
+    def beat(host_uid: str, invoke_address: str) -> hb.HostHeartbeat:
+        return hb.HostHeartbeat(
+            host_id="h-0",
+            host_uid=host_uid,
+            runtime="python",
+            address="127.0.0.1:1",
+            invoke_address=invoke_address,
+            interval_ms=1000,
+            registrations=[
+                pb.RegistrationState(
+                    run_uid=uid,
+                    attempt=1,
+                    namespace="default",
+                    name="fn",
+                    runtime="python",
+                    registration_id="reg-1",
+                    phase=pb.REGISTRATION_PHASE_READY,
+                    assignment=pki.sign(run_uid=uid, attempt=1, host_id="h-0", host_uid=host_uid),
+                )
+            ],
+        )
+
+    peer = Identity.host(runtime="python", host_id="h-0")
+    assert await routes.apply(beat("u-1", "127.0.0.1:2"), peer=peer) == 0
+    route = routes.route(uid)
     assert route is not None and route.invoke_address == "127.0.0.1:2"
-    beat.host_uid, beat.invoke_address = "u-2", ""  # an older host: no invoke port
-    routes.apply(beat)
-    route = routes.route("r")
-    assert route is not None and route.invoke_address == ""
+    assert await routes.apply(beat("u-2", ""), peer=peer) == 0  # a new incarnation without an invoke port
+    route = routes.route(uid)
+    assert route is not None and route.invoke_address == "" and route.host_uid == "u-2"
 
 
 # the gateway's client
 
 
-def test_the_client_maps_answers_and_errors(host: Host) -> None:
+def test_the_client_maps_answers_and_errors(host: Host, pki: TestPKI) -> None:
     reg = host.register(ECHO)
 
     async def run() -> None:
-        client = RawClient(host.runtime.invoke_address)
+        client = RawClient(host.runtime.invoke_address, tls=pki.gateway, expect=TEST_HOST)
         try:
             answer = await client.invoke(
                 pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"c": 3}'), 5
@@ -283,7 +306,27 @@ def test_the_client_maps_answers_and_errors(host: Host) -> None:
     asyncio.run(run())
 
 
-async def _fake_host(on_frame: str) -> tuple[asyncio.Server, str, list[int]]:
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _tls_server(pki: TestPKI, serve: Serve) -> tuple[asyncio.Server, str]:
+    """A TLS server with host FAKE_HOST's certificate that accepts each connection (the accept
+    frame) and hands it to `serve`."""
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(frames.encode_accepted())
+        await serve(reader, writer)
+
+    context = pki.peer(FAKE_HOST).server_context()
+    server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=context)
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def _client(pki: TestPKI, address: str) -> RawClient:
+    return RawClient(address, tls=pki.gateway, expect=FAKE_HOST)
+
+
+async def _fake_host(pki: TestPKI, on_frame: str) -> tuple[asyncio.Server, str, list[int]]:
     """A host that, per request, closes the connection or never answers."""
     accepted: list[int] = []
 
@@ -293,18 +336,18 @@ async def _fake_host(on_frame: str) -> tuple[asyncio.Server, str, list[int]]:
             await reader.readexactly(8)
             if on_frame == "hang":
                 await reader.read()  # until the client goes away
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted
+    server, address = await _tls_server(pki, serve)
+    return server, address, accepted
 
 
 @pytest.mark.parametrize("length", [frames.MIN_ANSWER_LENGTH - 1, 0, frames.MAX_LENGTH + 1])
 def test_an_answer_length_out_of_bounds_closes_the_connection_and_fails_what_is_in_flight(
-    length: int,
+    pki: TestPKI, length: int
 ) -> None:
     """An answer always has its kind byte: a host answering length 4 (or beyond the bound) breaks
     the framing; the client fails the call as UNAVAILABLE and reconnects for the next one."""
@@ -320,18 +363,19 @@ def test_an_answer_length_out_of_bounds_closes_the_connection_and_fails_what_is_
                 writer.write(struct.pack(">II", length, request_id) + b"\x00" * 8)
                 await writer.drain()
                 await reader.read()  # until the client goes away
-            except (asyncio.IncompleteReadError, ConnectionError):
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
                 pass
             finally:
                 writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        client = RawClient(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        server, address = await _tls_server(pki, serve)
+        client = _client(pki, address)
         try:
             for attempt in (1, 2):
                 with pytest.raises(RawError) as err:
                     await client.invoke(pb.InvokeFunctionRequest(registration_id="r"), 5)
                 assert err.value.code == grpc.StatusCode.UNAVAILABLE
+                assert err.value.sent, "the request was written: the outcome is unknown"
                 assert len(accepted) == attempt, "each call on a fresh connection"
         finally:
             client.close()
@@ -341,16 +385,17 @@ def test_an_answer_length_out_of_bounds_closes_the_connection_and_fails_what_is_
     asyncio.run(run())
 
 
-def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnects() -> None:
+def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnects(pki: TestPKI) -> None:
     async def run() -> None:
-        server, address, accepted = await _fake_host("close")
-        client = RawClient(address)
+        server, address, accepted = await _fake_host(pki, "close")
+        client = _client(pki, address)
         try:
             results = await asyncio.gather(
                 *(client.invoke(pb.InvokeFunctionRequest(registration_id=f"r{i}"), 5) for i in range(3)),
                 return_exceptions=True,
             )
             assert all(isinstance(e, RawError) and e.code == grpc.StatusCode.UNAVAILABLE for e in results)
+            assert all(isinstance(e, RawError) and e.sent for e in results), "written, then it broke"
             with pytest.raises(RawError) as err:
                 await client.invoke(pb.InvokeFunctionRequest(registration_id="again"), 5)
             assert err.value.code == grpc.StatusCode.UNAVAILABLE
@@ -363,10 +408,10 @@ def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnect
     asyncio.run(run())
 
 
-def test_no_answer_in_time_is_deadline_exceeded_and_cannot_connect_is_unavailable() -> None:
+def test_no_answer_in_time_is_deadline_exceeded_and_cannot_connect_is_unavailable(pki: TestPKI) -> None:
     async def run() -> None:
-        server, address, _ = await _fake_host("hang")
-        client = RawClient(address)
+        server, address, _ = await _fake_host(pki, "hang")
+        client = _client(pki, address)
         try:
             started = time.monotonic()
             with pytest.raises(RawError) as err:
@@ -380,10 +425,11 @@ def test_no_answer_in_time_is_deadline_exceeded_and_cannot_connect_is_unavailabl
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]  # bound, not listening: connection refused
-            nowhere = RawClient(f"127.0.0.1:{port}")
+            nowhere = _client(pki, f"127.0.0.1:{port}")
             with pytest.raises(RawError) as err:
                 await nowhere.invoke(pb.InvokeFunctionRequest(registration_id=str(uuid.uuid4())), 5)
             assert err.value.code == grpc.StatusCode.UNAVAILABLE
+            assert not err.value.sent, "refused: nothing was sent"
 
     asyncio.run(run())
 
@@ -406,37 +452,42 @@ class _FakeUpstreams:
         outer = self
 
         class Raw:
-            def client(self, address: str) -> Raw:
-                outer.calls.append(f"raw {address}")
+            def client(self, address: str, *, runtime: str, host_id: str) -> Raw:
+                outer.calls.append(f"raw {address} {runtime}/{host_id}")
                 return self
 
             async def invoke(
                 self, request: pb.InvokeFunctionRequest, timeout: float
             ) -> pb.InvokeFunctionResponse:
+                if outer.failure == NOT_SENT:
+                    raise RawError(grpc.StatusCode.UNAVAILABLE, "", "refused", sent=False)
                 if outer.failure is not None:
                     raise RawError(*outer.failure)
                 return pb.InvokeFunctionResponse(invocation_id=request.invocation_id)
 
-        class Stub:
-            async def InvokeFunction(
-                self, request: pb.InvokeFunctionRequest, timeout: float
-            ) -> pb.InvokeFunctionResponse:
-                if outer.failure is not None:
-                    raise _FakeRpcError(*outer.failure)
-                return pb.InvokeFunctionResponse(invocation_id=request.invocation_id)
-
         self.raw = Raw()
-        self._stub = Stub()
 
-    def stub(self, address: str) -> object:
-        self.calls.append(f"grpc {address}")
-        return self._stub
+    async def invoke_grpc(
+        self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
+    ) -> pb.InvokeFunctionResponse:
+        from gateway.invoke import NotConnected
+
+        self.calls.append(f"grpc {address} {host.name}")
+        if self.failure == NOT_SENT:
+            raise NotConnected("refused")
+        if self.failure is not None:
+            raise _FakeRpcError(*self.failure)
+        return pb.InvokeFunctionResponse(invocation_id=request.invocation_id)
+
+
+NOT_SENT = (grpc.StatusCode.UNAVAILABLE, "", "not sent")  # the connection was never made
 
 
 @pytest.mark.parametrize(
     "failure",
     [
         None,
+        NOT_SENT,
         (grpc.StatusCode.RESOURCE_EXHAUSTED, "ConcurrencyLimit", "ConcurrencyLimit: busy"),
         (grpc.StatusCode.FAILED_PRECONDITION, "FenceMismatch", "FenceMismatch: other run"),
         (grpc.StatusCode.NOT_FOUND, "UnknownRegistration", "UnknownRegistration: none"),
@@ -448,46 +499,56 @@ class _FakeUpstreams:
     ],
 )
 def test_the_raw_path_and_the_grpc_fallback_answer_alike(
-    failure: tuple[grpc.StatusCode, str, str] | None,
+    pki: TestPKI, failure: tuple[grpc.StatusCode, str, str] | None
 ) -> None:
     from gateway.errors import GatewayError
     from gateway.invoke import InvokeHandler
-    from gateway.routes import Route
 
-    def route(invoke_address: str) -> Route:
-        return Route(
-            "r", "default", "fn", "python", "reg-1", 1, True, "h-0", "u-1", "10.0.0.1:1", invoke_address
-        )
+    uid = str(uuid.uuid4())
 
     async def dispatch(invoke_address: str) -> tuple[list[str], object, bool]:
-        routes = RouteCache()
-        routes.apply(
+        routes = RouteCache(verifier=pki.verifier())
+        await routes.apply(
             hb.HostHeartbeat(
                 host_id="h-0",
                 host_uid="u-1",
+                runtime="python",
                 address="10.0.0.1:1",
                 invoke_address=invoke_address,
                 interval_ms=1000,
                 registrations=[
                     pb.RegistrationState(
-                        run_uid="r", attempt=1, registration_id="reg-1", phase=pb.REGISTRATION_PHASE_READY
+                        run_uid=uid,
+                        attempt=1,
+                        namespace="default",
+                        name="fn",
+                        runtime="python",
+                        registration_id="reg-1",
+                        phase=pb.REGISTRATION_PHASE_READY,
+                        assignment=pki.sign(run_uid=uid, attempt=1, host_id="h-0", host_uid="u-1"),
                     )
                 ],
-            )
+            ),
+            peer=Identity.host(runtime="python", host_id="h-0"),
         )
+        route = routes.route(uid)
+        assert route is not None
         upstreams = _FakeUpstreams(failure)
         handler = InvokeHandler(routes=routes, known=None, authorizer=None, upstreams=upstreams)  # type: ignore[arg-type]
         try:
-            answer: object = await handler._dispatch(route(invoke_address), "inv-1", b"{}", 1.0)
+            answer: object = await handler._dispatch(route, "inv-1", b"{}", 1.0)
         except GatewayError as exc:
             answer = (type(exc).__name__, exc.status, exc.reason, str(exc), exc.retry_after)
-        return upstreams.calls, answer, routes.route("r") is None
+        return upstreams.calls, answer, routes.route(uid) is None
 
     raw_calls, raw_answer, raw_dropped = asyncio.run(dispatch("10.0.0.1:2"))
     grpc_calls, grpc_answer, grpc_dropped = asyncio.run(dispatch(""))
-    assert raw_calls == ["raw 10.0.0.1:2"]
-    assert grpc_calls == ["grpc 10.0.0.1:1"]
+    assert raw_calls == ["raw 10.0.0.1:2 python/h-0"]
+    assert grpc_calls == ["grpc 10.0.0.1:1 python/h-0"]
     assert raw_answer == grpc_answer
     assert raw_dropped == grpc_dropped
     if failure is not None and failure[0] in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
         assert raw_dropped, "a stale route is dropped"
+    if failure == NOT_SENT:  # never delivered: 503, safe to retry, the route kept
+        assert raw_answer[:3] == ("OwnerUnavailable", 503, "OwnerUnavailable")  # type: ignore[index]
+        assert not raw_dropped

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.runtime.conftest import Host, reason
+from tests.runtime.conftest import Host, reason, run_ref
 
 ECHO = """
 def handle(payload):
@@ -121,9 +121,9 @@ def test_bad_sources_and_handlers_are_invalid_arguments(
 
 
 def _register_path(host: Host, path: str) -> pb.RegisterFunctionResponse:
-    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1)
+    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1, namespace="default", name="fn", runtime="python")
     config = pb.FunctionConfig(adapter="python", handler="main:handle", source_path=path)
-    return host.stub.RegisterFunction(pb.RegisterFunctionRequest(run=run, config=config))
+    return host.stub.RegisterFunction(host.register_request(run, config))
 
 
 def test_a_source_directory_is_copied_and_symlinks_out_of_it_are_refused(host: Host, sources: Path) -> None:
@@ -131,14 +131,14 @@ def test_a_source_directory_is_copied_and_symlinks_out_of_it_are_refused(host: H
     src.mkdir()
     (src / "main.py").write_text("from helper import VALUE\ndef handle(p):\n    return VALUE\n")
     (src / "helper.py").write_text("VALUE = 42\n")
-    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1)
+    run = run_ref()
     config = pb.FunctionConfig(adapter="python", handler="main:handle", source_path=str(src))
-    reg = host.stub.RegisterFunction(pb.RegisterFunctionRequest(run=run, config=config))
+    reg = host.stub.RegisterFunction(host.register_request(run, config))
     assert host.invoke(reg.registration_id).outputs_json == b'{"result":42}'
     (src / "leak").symlink_to("/etc/hostname")
-    run2 = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1)
+    run2 = run_ref()
     with pytest.raises(grpc.RpcError) as err:
-        host.stub.RegisterFunction(pb.RegisterFunctionRequest(run=run2, config=config))
+        host.stub.RegisterFunction(host.register_request(run2, config))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "outside the source" in (err.value.details() or "")
 
@@ -158,7 +158,9 @@ def test_status_reports_registration_readiness_and_activity(host: Host) -> None:
 
 def test_unregistering_a_running_function_kills_it_without_warming_another(host: Host) -> None:
     reg = host.register("import time\ndef handle(p):\n    time.sleep(30)\n")
-    running = host.stub.InvokeFunction.future(pb.InvokeFunctionRequest(registration_id=reg.registration_id))
+    running = host.gateway.InvokeFunction.future(
+        pb.InvokeFunctionRequest(registration_id=reg.registration_id)
+    )
     deadline = time.monotonic() + 10
     while host.status(reg.registration_id).in_flight != 1 and time.monotonic() < deadline:
         time.sleep(0.01)

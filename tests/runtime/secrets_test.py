@@ -24,20 +24,15 @@ def _register(
     env: dict[str, str] | None = None,
     namespace: str = "default",
 ) -> pb.RegisterFunctionResponse:
-    return host.stub.RegisterFunction(
-        pb.RegisterFunctionRequest(
-            run=pb.RunRef(
-                run_uid=str(uuid.uuid4()), attempt=1, namespace=namespace, name="fn", runtime="python"
-            ),
-            config=pb.FunctionConfig(
-                adapter="python",
-                handler="main:handle",
-                env=env or {},
-                inline=inline({"main.py": ENV}),
-                env_from=[pb.EnvFromSecret(secret=s, prefix=p) for s, p in env_from],
-            ),
-        )
+    run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1, namespace=namespace, name="fn", runtime="python")
+    config = pb.FunctionConfig(
+        adapter="python",
+        handler="main:handle",
+        env=env or {},
+        inline=inline({"main.py": ENV}),
+        env_from=[pb.EnvFromSecret(secret=s, prefix=p) for s, p in env_from],
     )
+    return host.stub.RegisterFunction(host.register_request(run, config))
 
 
 def _state(host: Host) -> Path:

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.runtime.conftest import Host, inline, wait_until
+from tests.runtime.conftest import Host, inline, run_ref, wait_until
 
 
 def _task(
@@ -23,7 +23,7 @@ def _task(
 ) -> pb.ExecuteTaskResponse:
     return host.stub.ExecuteTask(
         pb.ExecuteTaskRequest(
-            run=pb.RunRef(run_uid=uid or str(uuid.uuid4()), attempt=1),
+            run=run_ref(uid),
             config=pb.FunctionConfig(adapter=adapter, handler=handler, inline=inline(files)),
             input=data,
             timeout_ms=timeout_ms,
@@ -98,4 +98,4 @@ def test_cancel_task_kills_a_running_task(host: Host, scratch: Path) -> None:
     assert host.stub.CancelTask(pb.CancelTaskRequest(run_uid=uid, attempt=1)).existed
     runner.join(timeout=30)
     assert result and result[0].status == pb.TASK_STATUS_CANCELLED
-    assert not host.stub.CancelTask(pb.CancelTaskRequest(run_uid="absent", attempt=1)).existed
+    assert not host.stub.CancelTask(pb.CancelTaskRequest(run_uid=str(uuid.uuid4()), attempt=1)).existed

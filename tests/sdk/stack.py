@@ -33,6 +33,7 @@ from kruntimes.hosts import HostDefaults
 from kruntimes.lifecycle import PlatformInfo
 from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.tls import ensure_tls
+from tests.pki import TestPKI
 from workers.worker import WorkerSettings, running_workers
 
 TOKEN = "krt-test-token-alice"
@@ -97,7 +98,7 @@ async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _start(root: Path) -> AsyncIterator[Platform]:
+async def _start(root: Path, pki: TestPKI) -> AsyncIterator[Platform]:
     state = root / "state"
     state.mkdir(parents=True)
     shared = root / "shared"  # every function sees it: the tests exchange files with functions here
@@ -124,6 +125,8 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
                 authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), bindings)),
                 temporal=temporal,
                 known_refresh_s=0.5,
+                peer_tls=pki.gateway,
+                assignments=pki.verifier(),
             )
         )
         url = await gateway.start()
@@ -144,6 +147,7 @@ async def _start(root: Path) -> AsyncIterator[Platform]:
                 gatewayHeartbeats=[gateway.heartbeat_address],
                 heartbeatIntervalSeconds=0.5,
             ),
+            trust=pki.worker_trust(),
         )
         stack.push_async_callback(stop_all, state)
         await stack.enter_async_context(running_workers(temporal, settings))
@@ -185,10 +189,10 @@ class _Shared:
 
 
 @contextlib.asynccontextmanager
-async def shared_platform(factory: pytest.TempPathFactory) -> AsyncIterator[Platform]:
+async def shared_platform(factory: pytest.TempPathFactory, pki: TestPKI) -> AsyncIterator[Platform]:
     if _Shared.platform is None:
         stack = contextlib.AsyncExitStack()
-        _Shared.platform = await stack.enter_async_context(_start(factory.mktemp("krt")))
+        _Shared.platform = await stack.enter_async_context(_start(factory.mktemp("krt"), pki))
         _Shared.stack = stack
     _Shared.users += 1
     try:

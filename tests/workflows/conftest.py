@@ -36,6 +36,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.starting import start_run
 from kruntimes.temporal import TemporalSettings, connect
+from tests.pki import TestPKI
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
 
@@ -83,6 +84,7 @@ class Platform:
     state_dir: Path
     runtimes: dict[str, str]  # logical name → unique runtime name of this test
     settings: WorkerSettings
+    pki: TestPKI
     started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
 
     def runtime(self, name: str = "python") -> str:
@@ -151,7 +153,7 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
 
 
 @pytest.fixture
-def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[Callable[..., Any]]:
     """Build a platform with runtime settings of the test's choosing, on task queues of its own
     (no other test's workers or workflows on them); everything stops at teardown."""
 
@@ -164,11 +166,12 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
             temporal=TemporalSettings(),
             config=config,
             platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
+            trust=pki.worker_trust(),
             probe_interval_s=1.0,
             run_task_queue=f"{TASK_QUEUE}-{suffix}",
             pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
         )
-        platform = Platform(client, tmp_path / "state", runtimes, settings)
+        platform = Platform(client, tmp_path / "state", runtimes, settings, pki)
         try:
             async with running_workers(client, settings):
                 yield platform

@@ -6,7 +6,6 @@ import asyncio
 import json
 from typing import Any
 
-import grpc
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -20,20 +19,22 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.workflows.conftest import Platform, run_manifest, temporal_list
 
 
-def _invoke(address: str, registration_uid: str) -> Any:
-    """A direct gRPC invoke on the assigned host, by the Run's registration (found via HostInfo)."""
-    with grpc.insecure_channel(address) as channel:
-        stub = pb_grpc.FunctionRuntimeStub(channel)
-        info = stub.HostInfo(pb.HostInfoRequest(), timeout=10)
-        reg = next(r for r in info.registrations if r.run_uid == registration_uid)
-        answer = stub.InvokeFunction(
+def _invoke(platform: Platform, address: str, registration_uid: str) -> Any:
+    """A direct gRPC invoke on the assigned host (as a gateway), by the Run's registration (found
+    via HostInfo, as the control plane)."""
+    pki = platform.pki
+    with pki.channel(address, as_=pki.control_plane) as channel:
+        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
+    reg = next(r for r in info.registrations if r.run_uid == registration_uid)
+    with pki.channel(address, as_=pki.gateway) as channel:
+        answer = pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
             pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"hi": 1}'), timeout=10
         )
-        return json.loads(answer.outputs_json)
+    return json.loads(answer.outputs_json)
 
 
-def _registrations(address: str) -> list[str]:
-    with grpc.insecure_channel(address) as channel:
+def _registrations(platform: Platform, address: str) -> list[str]:
+    with platform.pki.channel(address, as_=platform.pki.control_plane) as channel:
         info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
         return [r.run_uid for r in info.registrations]
 
@@ -60,7 +61,7 @@ async def test_a_function_run_becomes_ready_and_answers_on_its_host(
             f"https://127.0.0.1:8443/v1/namespaces/default/runtimes/{platform.runtime()}/functions/{run.metadata.uid}:invoke"
         )
         address = await _address(platform, status.assignedHost)
-        assert _invoke(address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
+        assert _invoke(platform, address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
 
         async def listed() -> bool:
             found = temporal_list(dev_server, f"KrtPhase='Ready' AND KrtRunUid='{run.metadata.uid}'")
@@ -103,11 +104,11 @@ async def test_cancel_when_ready_unregisters_and_frees_the_slot(platform_factory
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, RunPhase.Ready)
         address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
-        assert run.metadata.uid in _registrations(address)
+        assert run.metadata.uid in _registrations(platform, address)
         await handle.signal(SIGNAL_CANCEL)
         final = await platform.wait_phase(handle, RunPhase.Cancelled)
         assert final.endpoint is None and final.completionTime is not None
-        assert run.metadata.uid not in _registrations(address)
+        assert run.metadata.uid not in _registrations(platform, address)
         await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
 
 
@@ -123,7 +124,7 @@ async def test_delete_when_ready_runs_cleanup_and_closes_the_workflow(platform_f
         assert final.phase is RunPhase.Cancelled
         result = await handle.result()  # the workflow closed
         assert result.phase is RunPhase.Cancelled
-        assert run.metadata.uid not in _registrations(address)
+        assert run.metadata.uid not in _registrations(platform, address)
         assert not any(p.exists() for p in workspaces)
         await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
 
@@ -218,7 +219,7 @@ async def test_fifty_runs_on_five_hosts_are_all_ready_and_no_slot_is_double_book
         assert len({r.runUid for r in pool.reservations}) == 50
         for host in pool.hosts:
             assert host.address is not None
-            assert len(_registrations(host.address)) == per_host.get(host.hostId, 0) <= 10
+            assert len(_registrations(platform, host.address)) == per_host.get(host.hostId, 0) <= 10
 
 
 async def _hosts(platform: Platform, n: int) -> bool:
@@ -233,7 +234,7 @@ async def test_an_idle_function_times_out_and_frees_its_slot(platform_factory) -
         address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
         final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
         assert final.condition(ConditionType.Ready).reason == "IdleTimeout"  # type: ignore[union-attr]
-        assert run.metadata.uid not in _registrations(address)
+        assert run.metadata.uid not in _registrations(platform, address)
         await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
 
 
@@ -245,7 +246,7 @@ async def test_the_total_timeout_ends_a_ready_function_and_frees_its_slot(platfo
         address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
         final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
         assert final.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
-        assert run.metadata.uid not in _registrations(address)
+        assert run.metadata.uid not in _registrations(platform, address)
         await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
 
 
@@ -316,4 +317,4 @@ async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_att
         assert before.assignedHostUID not in {h.hostUid for h in pool.hosts}
         assert [r.hostUid for r in pool.reservations] == [after.assignedHostUID]
         address = await _address(platform, after.assignedHost)  # type: ignore[arg-type]
-        assert _invoke(address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
+        assert _invoke(platform, address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]

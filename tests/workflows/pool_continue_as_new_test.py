@@ -16,6 +16,7 @@ from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import SIGNAL_CANCEL, PlatformInfo, pool_workflow_id
 from kruntimes.temporal import TemporalSettings, connect
+from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
 
@@ -35,7 +36,7 @@ async def small_history_server(tmp_path: Path) -> AsyncIterator[Client]:
 
 
 async def test_the_pool_continues_as_new_and_keeps_its_state(
-    small_history_server: Client, tmp_path: Path
+    small_history_server: Client, tmp_path: Path, pki: TestPKI
 ) -> None:
     client = small_history_server
     runtime = "py-can"
@@ -45,8 +46,9 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
             {"runtimes": [{"name": runtime, "adapter": "python", "runs": 20, "maxHosts": 1}]}
         ),
         platform=PlatformInfo(stateDir=str(tmp_path / "state")),
+        trust=pki.worker_trust(),
     )
-    platform = Platform(client, tmp_path / "state", {"python": runtime}, settings)
+    platform = Platform(client, tmp_path / "state", {"python": runtime}, settings, pki)
     pool = client.get_workflow_handle(pool_workflow_id(runtime))
     try:
         async with running_workers(client, settings):

@@ -12,9 +12,25 @@ from kruntimes.config import RuntimeConfig
 from kruntimes.lifecycle import POOL_TASK_QUEUE, TASK_QUEUE, PoolConfig
 from workers.worker import parse_args, settings_from, worker_tuning
 
+TRUST = ["--peer-tls", "/pki/control-plane", "--assignment-key", "/pki/assignments.key"]
+
 
 def _settings(tmp_path: Path, *extra: str) -> object:
-    return settings_from(parse_args(["--state-dir", str(tmp_path), *extra]))
+    return settings_from(parse_args(["--state-dir", str(tmp_path), *TRUST, *extra]))
+
+
+def test_the_platform_credentials_are_required_and_read_from_the_flags(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        settings_from(parse_args(["--state-dir", str(tmp_path)]))
+    settings = _settings(tmp_path, "--platform-ca", "/pki", "--host-certificate-lifetime", "3600")
+    trust = settings.trust  # type: ignore[attr-defined]
+    assert (trust.peer_tls, trust.assignment_key, trust.platform_ca) == (
+        Path("/pki/control-plane"),
+        Path("/pki/assignments.key"),
+        Path("/pki"),
+    )
+    assert trust.host_certificate_lifetime.total_seconds() == 3600
+    assert _settings(tmp_path).trust.platform_ca is None  # type: ignore[attr-defined]
 
 
 def test_by_default_a_worker_serves_both_queues_outside_the_sandbox(tmp_path: Path) -> None:

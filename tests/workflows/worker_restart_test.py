@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from temporalio.client import Client
 
@@ -33,6 +32,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from workflows.run import RunWorkflow
 
@@ -52,6 +52,19 @@ async def _metrics(address: str) -> str:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+def worker_trust_args(pki: TestPKI) -> list[str]:
+    """The `krt worker` flags of the test CA's control-plane identity."""
+    trust = pki.worker_trust()
+    return [
+        "--peer-tls",
+        str(trust.peer_tls),
+        "--assignment-key",
+        str(trust.assignment_key),
+        "--platform-ca",
+        str(trust.platform_ca),
+    ]
 
 
 class WorkerProcess:
@@ -80,7 +93,7 @@ class WorkerProcess:
 
 @pytest.fixture
 def worker_process(
-    dev_server: DevServer, tmp_path: Path
+    dev_server: DevServer, tmp_path: Path, pki: TestPKI
 ) -> Iterator[tuple[WorkerProcess, str, Path, str, str]]:
     suffix = uuid.uuid4().hex[:6]
     runtime, queue = f"py-{suffix}", f"{TASK_QUEUE}-{suffix}"
@@ -105,6 +118,7 @@ def worker_process(
             queue,
             "--pool-task-queue",
             f"{POOL_TASK_QUEUE}-{suffix}",
+            *worker_trust_args(pki),
         ],
         tmp_path / "worker.log",
     )
@@ -116,11 +130,11 @@ def worker_process(
 
 
 async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready_exactly_once(
-    client: Client, worker_process: tuple[WorkerProcess, str, Path, str, str]
+    client: Client, worker_process: tuple[WorkerProcess, str, Path, str, str], pki: TestPKI
 ) -> None:
     worker, runtime, state, metrics, queue = worker_process
     worker.start()
-    platform = Platform(client, state, {"python": runtime}, None)  # type: ignore[arg-type]
+    platform = Platform(client, state, {"python": runtime}, None, pki)  # type: ignore[arg-type]
     run = run_manifest("survivor", runtime=runtime, source=SLOW_IMPORT)
     handle = await client.start_workflow(
         RunWorkflow.run,
@@ -140,7 +154,7 @@ async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready
         assert status.attempt == 1, "a retried RegisterFunction of the same attempt does not count again"
         records = list_records(state)
         assert len(records) == 1, "exactly one host was created"
-        with grpc.insecure_channel(records[0].address) as channel:
+        with pki.channel(records[0].address, as_=pki.control_plane) as channel:
             info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
         assert [r.run_uid for r in info.registrations] == [run.metadata.uid]
         pool = await client.get_workflow_handle(pool_workflow_id(runtime)).query(

@@ -9,14 +9,20 @@
     client.json         where the CLI and SDK find the platform (kruntimes.clientconfig)
     gateway.ready.json  the gateway's URL and heartbeat address, written once it serves
     logs/  tls/  temporal/  hosts/
-                        the components' logs, the CA and certificates, the dev server's SQLite,
-                        the process hosts' records (activities.hosts.process)
+                        the components' logs, the gateway's serving CA and certificate, the dev
+                        server's SQLite, the process hosts' records and certificates
+                        (activities.hosts.process)
+    pki/                (0700) the platform CA of the internal hops (ca.crt, ca.key 0600), the
+                        assignment signing key (assignments.key 0600, assignments.pub), and the
+                        certificate directories of the gateway (gateway/) and the worker
+                        (control-plane/), issued here and renewed by the running platform
 
 Everything kept here survives a restart on the same state dir, so the Runs do too.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
@@ -25,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kruntimes import clientconfig
+from kruntimes.assignments import Signer
 from kruntimes.codec import ensure_key
 from kruntimes.devserver import free_port
+from kruntimes.pki import CA_CERT, DEFAULT_LIFETIME, TLS_CERT, Authority, Identity
 from kruntimes.tls import ensure_tls
 from kruntimes.wire import tokens as token_format
 from kruntimes.wire.tokens import TokenEntry, TokenFormatError
@@ -41,6 +49,8 @@ PORT_NAMES = (
     "heartbeat",
     "workerMetrics",
 )
+GATEWAY_ID = "gateway-0"
+WORKER_ID = "worker-0"
 ADMIN_USER = "admin"
 ADMIN_GROUP = "admins"
 
@@ -121,6 +131,29 @@ class Layout:
         return self.root / "hosts"
 
     @property
+    def pki(self) -> Path:
+        """The platform CA (ca.crt, ca.key) and the platform's signing key and certificates."""
+        return self.root / "pki"
+
+    @property
+    def assignment_key(self) -> Path:
+        return self.pki / "assignments.key"
+
+    @property
+    def assignment_public_key(self) -> Path:
+        return self.pki / "assignments.pub"
+
+    @property
+    def gateway_tls(self) -> Path:
+        """The gateway's platform certificate directory (heartbeats in, invokes out)."""
+        return self.pki / "gateway"
+
+    @property
+    def worker_tls(self) -> Path:
+        """The worker's platform certificate directory (a control-plane identity)."""
+        return self.pki / "control-plane"
+
+    @property
     def codec_keys(self) -> Path:
         """The payload codec's keys: Run specs, env and outputs are encrypted in Temporal."""
         return self.root / "codec-keys"
@@ -138,6 +171,7 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     layout.logs.mkdir(exist_ok=True)
     ensure_tls(layout.tls)
+    ensure_pki(layout)
     ensure_key(layout.codec_keys)
     token = admin_token(layout)
     if not layout.bindings.exists():
@@ -145,6 +179,30 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     if not layout.runtimes.exists():
         layout.runtimes.write_text(DEFAULT_RUNTIMES)
     return ports(layout), token
+
+
+def platform_certificates(layout: Layout) -> list[tuple[Path, Identity]]:
+    """The certificate directories the platform process issues and renews, with their identities."""
+    return [
+        (layout.gateway_tls, Identity.gateway(GATEWAY_ID)),
+        (layout.worker_tls, Identity.control_plane(WORKER_ID)),
+    ]
+
+
+def ensure_pki(layout: Layout, *, lifetime: dt.timedelta = DEFAULT_LIFETIME) -> Authority:
+    """The platform CA and signing key (created once, kept), and the gateway's and the worker's
+    certificates: issued when missing or of another CA, else renewed when due."""
+    authority = Authority.ensure(layout.pki)
+    Signer.ensure(layout.assignment_key)
+    for directory, identity in platform_certificates(layout):
+        current = (directory / TLS_CERT).exists() and (directory / CA_CERT).exists()
+        if current and (directory / CA_CERT).read_bytes() == authority.cert_pem:
+            authority.renew_if_due(directory)
+        else:
+            authority.write(
+                directory, identity, lifetime=lifetime, dns_names=("localhost",), ip_addresses=("127.0.0.1",)
+            )
+    return authority
 
 
 def ports(layout: Layout) -> dict[str, int]:

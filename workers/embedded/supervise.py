@@ -5,6 +5,9 @@ state dir, search attributes registered, UI on), the gateway (HTTPS with the pla
 token file) and the worker (whose pools start each runtime's minimum hosts) as children, waits
 until every runtime has its warm hosts, records what runs in the state dir and watches the
 children until SIGINT/SIGTERM or one of them dies; then it stops them all, the hosts included.
+The internal hops are mutual TLS with certificates of the platform CA in the state dir
+(layout.ensure_pki): the gateway and the worker get theirs from here, renewed while the platform
+runs; the worker issues the hosts theirs.
 `start_detached` runs it in the background and returns once it is ready; `stop` ends it by the
 pid it recorded. Every wait is bounded.
 """
@@ -26,14 +29,16 @@ from typing import Any
 from activities.hosts.process import stop_all
 from kruntimes import clientconfig
 from kruntimes.devserver import DevServer
+from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError
 from kruntimes.tls import TlsFiles, ensure_tls
 from runtime.sandbox.policy import can_switch_uid
 from workers.embedded.errors import PlatformError
-from workers.embedded.layout import Layout, prepare, recorded_pid, write_up
+from workers.embedded.layout import Layout, platform_certificates, prepare, recorded_pid, write_up
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 HEARTBEAT_INTERVAL_S = 2.0
+RENEW_CHECK_S = 60.0  # how often the running platform looks for certificates due for renewal
 # `krt up --detach` waits this much longer than the platform itself takes to give up starting.
 DETACH_EXTRA_S = 30.0
 # What `krt up --detach` runs in the background: this package's `up`, in the foreground.
@@ -126,6 +131,10 @@ def _gateway_argv(layout: Layout, *, ports: dict[str, int], tls: TlsFiles, tempo
         str(tls.cert),
         "--key",
         str(tls.key),
+        "--peer-tls",
+        str(layout.gateway_tls),
+        "--assignment-public-key",
+        str(layout.assignment_public_key),
         "--token-file",
         str(layout.tokens),
         "--role-bindings",
@@ -171,6 +180,14 @@ def _worker_argv(
         os.getcwd(),
         "--allowed-source-root",
         str(Path.home()),
+        "--peer-tls",
+        str(layout.worker_tls),
+        "--assignment-key",
+        str(layout.assignment_key),
+        "--platform-ca",
+        str(layout.pki),
+        "--host-certificate-lifetime",
+        str(DEFAULT_LIFETIME.total_seconds()),
     ]
 
 
@@ -178,6 +195,18 @@ def default_isolation() -> str:
     """uid when this user can give functions their own uid (root), else same-user: said plainly
     at start (`krt up` prints it), never silently."""
     return "uid" if can_switch_uid() else "same-user"
+
+
+def renew_platform_certificates(layout: Layout) -> int:
+    """Re-issue the gateway's and the worker's certificates that are due; returns how many."""
+    authority = Authority.load(layout.pki)
+    renewed = 0
+    for directory, _ in platform_certificates(layout):
+        try:
+            renewed += authority.renew_if_due(directory) is not None
+        except AuthorityError as e:
+            print(f"cannot renew {directory}: {e}", file=sys.stderr, flush=True)
+    return renewed
 
 
 def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig], None]) -> int:
@@ -231,7 +260,11 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
         write_up(layout, pid=os.getpid(), components=pids)
         layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
         on_ready(config)
+        renew_at = time.monotonic() + RENEW_CHECK_S
         while not stop["requested"]:
+            if time.monotonic() >= renew_at:
+                renew_platform_certificates(layout)
+                renew_at = time.monotonic() + RENEW_CHECK_S
             for name, proc in procs.items():
                 if proc.poll() is not None:
                     raise PlatformError(f"the {name} exited with code {proc.returncode}; see {layout.logs}")

@@ -276,24 +276,101 @@ class EnvFromSecret(_message.Message):
 Global___EnvFromSecret: _TypeAlias = EnvFromSecret  # noqa: Y015
 
 @_typing.final
+class Assignment(_message.Message):
+    """One attempt of a Run given to one host incarnation, as the control plane decided it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_UID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    HOST_UID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    run_uid: _builtins.str
+    attempt: _builtins.int
+    host_id: _builtins.str
+    host_uid: _builtins.str
+    namespace: _builtins.str
+    name: _builtins.str
+    runtime: _builtins.str
+    def __init__(
+        self,
+        *,
+        run_uid: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        host_id: _builtins.str = ...,
+        host_uid: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        runtime: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "host_id", b"host_id", "host_uid", b"host_uid", "name", b"name", "namespace", b"namespace", "run_uid", b"run_uid", "runtime", b"runtime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Assignment: _TypeAlias = Assignment  # noqa: Y015
+
+@_typing.final
+class SignedAssignment(_message.Message):
+    """An Assignment signed by the control plane (Ed25519; kruntimes/assignments.py). The signature
+    covers exactly the bytes of `assignment` (after a fixed context prefix), so a verifier never
+    re-encodes anything; hosts and gateways hold only the public key.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    assignment: _builtins.bytes
+    """a serialized Assignment"""
+    signature: _builtins.bytes
+    key_id: _builtins.str
+    """which of the verifier's public keys"""
+    def __init__(
+        self,
+        *,
+        assignment: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
+        key_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "key_id", b"key_id", "signature", b"signature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignedAssignment: _TypeAlias = SignedAssignment  # noqa: Y015
+
+@_typing.final
 class RegisterFunctionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RUN_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def run(self) -> Global___RunRef: ...
     @_builtins.property
     def config(self) -> Global___FunctionConfig: ...
+    @_builtins.property
+    def assignment(self) -> Global___SignedAssignment:
+        """required: the host registers only an assignment naming this run and attempt, and itself"""
+
     def __init__(
         self,
         *,
         run: Global___RunRef | None = ...,
         config: Global___FunctionConfig | None = ...,
+        assignment: Global___SignedAssignment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "run", b"run"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "config", b"config", "run", b"run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "run", b"run"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "config", b"config", "run", b"run"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -804,6 +881,7 @@ class RegistrationState(_message.Message):
     PHASE_FIELD_NUMBER: _builtins.int
     IN_FLIGHT_FIELD_NUMBER: _builtins.int
     LAST_ACTIVITY_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
     run_uid: _builtins.str
     attempt: _builtins.int
     namespace: _builtins.str
@@ -814,6 +892,10 @@ class RegistrationState(_message.Message):
     in_flight: _builtins.int
     @_builtins.property
     def last_activity(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def assignment(self) -> Global___SignedAssignment:
+        """the assignment the registration was made with; gateways route only to verified ones"""
+
     def __init__(
         self,
         *,
@@ -826,10 +908,11 @@ class RegistrationState(_message.Message):
         phase: Global___RegistrationPhase.ValueType = ...,
         in_flight: _builtins.int = ...,
         last_activity: _timestamp_pb2.Timestamp | None = ...,
+        assignment: Global___SignedAssignment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_activity", b"last_activity"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "last_activity", b"last_activity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "in_flight", b"in_flight", "last_activity", b"last_activity", "name", b"name", "namespace", b"namespace", "phase", b"phase", "registration_id", b"registration_id", "run_uid", b"run_uid", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "attempt", b"attempt", "in_flight", b"in_flight", "last_activity", b"last_activity", "name", b"name", "namespace", b"namespace", "phase", b"phase", "registration_id", b"registration_id", "run_uid", b"run_uid", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,237 @@
+"""Who may feed the route cache: heartbeats only from hosts of the platform CA, each only about
+itself, and only registrations whose signed assignment verifies become routes. Each test is an
+attack on the real gateway's heartbeat port that must fail for the attacker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import aiohttp
+import grpc
+import pytest
+
+from gateway.server import Gateway
+from kruntimes.pki import Identity, PeerTLS, Role
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
+from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from tests.gateway.conftest import HostProcess, invoke
+from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
+
+ECHO = """
+def handle(payload):
+    return payload
+"""
+
+
+@pytest.fixture(scope="module")
+def other_ca(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
+    return TestPKI.create(tmp_path_factory.mktemp("other-ca"))
+
+
+def registration(
+    pki: TestPKI, uid: str, *, host_id: str, host_uid: str, attempt: int = 1, registration_id: str = "reg-x"
+) -> pb.RegistrationState:
+    return pb.RegistrationState(
+        run_uid=uid,
+        attempt=attempt,
+        namespace="default",
+        name="fn",
+        runtime="python",
+        registration_id=registration_id,
+        phase=pb.REGISTRATION_PHASE_READY,
+        assignment=pki.sign(run_uid=uid, attempt=attempt, host_id=host_id, host_uid=host_uid),
+    )
+
+
+def beat(host_id: str, host_uid: str, address: str, *registrations: pb.RegistrationState) -> hb.HostHeartbeat:
+    return hb.HostHeartbeat(
+        host_id=host_id,
+        host_uid=host_uid,
+        runtime="python",
+        address=address,
+        invoke_address=address,
+        sequence=1,
+        interval_ms=3_600_000,  # an hour: held to the gateway's maximum
+        registrations=list(registrations),
+    )
+
+
+async def send(gw: Gateway, tls: PeerTLS | None, *beats: hb.HostHeartbeat) -> hb.HeartbeatAck:
+    """One heartbeat stream to the gateway presenting `tls` (None: plaintext)."""
+
+    async def stream() -> AsyncIterator[hb.HostHeartbeat]:
+        for b in beats:
+            yield b
+
+    if tls is None:
+        channel = grpc.aio.insecure_channel(gw.heartbeat_address)
+    else:
+        channel = grpc.aio.secure_channel(
+            gw.heartbeat_address, tls.channel_credentials(), options=tls.channel_options(Role.GATEWAY)
+        )
+    async with channel:
+        ack: hb.HeartbeatAck = await hb_grpc.RouteHeartbeatStub(channel).Heartbeats(stream(), timeout=10)
+        return ack
+
+
+async def refused(gw: Gateway, tls: PeerTLS | None, *beats: hb.HostHeartbeat) -> grpc.StatusCode:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await send(gw, tls, *beats)
+    return caught.value.code()
+
+
+def host(pki: TestPKI, host_id: str) -> PeerTLS:
+    return pki.peer(Identity.host(runtime="python", host_id=host_id))
+
+
+async def test_plaintext_and_foreign_clients_are_refused_on_the_heartbeat_port(
+    gateway: Gateway, pki: TestPKI, other_ca: TestPKI
+) -> None:
+    uid = str(uuid.uuid4())
+    host_uid = str(uuid.uuid4())
+    forged = beat("hb-x", host_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-x", host_uid=host_uid))
+    assert await refused(gateway, None, forged) == grpc.StatusCode.UNAVAILABLE
+    impostor = pki.impostor(other_ca, Identity.host(runtime="python", host_id="hb-x"))
+    assert await refused(gateway, impostor, forged) == grpc.StatusCode.UNAVAILABLE
+    assert await refused(gateway, pki.expired(Identity.host(runtime="python", host_id="hb-x")), forged) == (
+        grpc.StatusCode.UNAVAILABLE
+    )
+    assert gateway.routes.route(uid) is None
+    # the same beat with the host's own certificate is taken: the refusals were the certificates'
+    assert (await send(gateway, host(pki, "hb-x"), forged)).last_sequence == 1
+    assert gateway.routes.route(uid) is not None
+    gateway.routes.forget(host_uid)
+
+
+@pytest.mark.parametrize("identity", [GATEWAY, CONTROL_PLANE], ids=["gateway", "control-plane"])
+async def test_only_hosts_may_send_heartbeats(gateway: Gateway, pki: TestPKI, identity: Identity) -> None:
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    forged = beat("hb-y", host_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-y", host_uid=host_uid))
+    assert await refused(gateway, pki.peer(identity), forged) == grpc.StatusCode.PERMISSION_DENIED
+    assert gateway.routes.route(uid) is None
+
+
+async def test_a_host_cannot_send_beats_for_another_host_id_or_runtime(
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, echo: object, pki: TestPKI
+) -> None:
+    real = gateway.routes.route(echo.uid)  # type: ignore[attr-defined]
+    assert real is not None
+    evil = host(pki, "hb-evil")
+    # the victim's id with no registrations: would have emptied its routes
+    empty = beat(main_host.host_id, main_host.host_uid, "127.0.0.1:1")
+    assert await refused(gateway, evil, empty) == grpc.StatusCode.PERMISSION_DENIED
+    leaving = beat(main_host.host_id, main_host.host_uid, "127.0.0.1:1")
+    leaving.leaving = True
+    assert await refused(gateway, evil, leaving) == grpc.StatusCode.PERMISSION_DENIED
+    # its own id, but the victim's host uid (its incarnation): refused too
+    stolen = beat("hb-evil", main_host.host_uid, "127.0.0.1:1")
+    assert await refused(gateway, evil, stolen) == grpc.StatusCode.PERMISSION_DENIED
+    stolen.leaving = True
+    assert await refused(gateway, evil, stolen) == grpc.StatusCode.PERMISSION_DENIED
+    other_runtime = beat("hb-evil", str(uuid.uuid4()), "127.0.0.1:1")
+    other_runtime.runtime = "bash"
+    assert await refused(gateway, evil, other_runtime) == grpc.StatusCode.PERMISSION_DENIED
+    assert gateway.routes.route(echo.uid) == real  # type: ignore[attr-defined]
+    answer = await invoke(client, gateway, echo.uid, {"still": "mine"})  # type: ignore[attr-defined]
+    assert answer.status == 200 and answer.json["outputs"] == {"still": "mine"}
+
+
+async def test_a_compromised_host_cannot_claim_a_run_it_was_not_given(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    main_host: HostProcess,
+    echo: object,
+    pki: TestPKI,
+    other_ca: TestPKI,
+) -> None:
+    """The attack: a beat claiming an existing Run at a higher attempt, from another host uid, with
+    a huge interval, pointing the gateway at the attacker. The attacker holds a valid host
+    certificate of its own, but not the control plane's key."""
+    uid = echo.uid  # type: ignore[attr-defined]
+    real = gateway.routes.route(uid)
+    assert real is not None
+    evil_uid = str(uuid.uuid4())
+    claims = [
+        # unsigned
+        pb.RegistrationState(
+            run_uid=uid,
+            attempt=real.attempt + 1,
+            namespace="default",
+            name="fn",
+            runtime="python",
+            registration_id="reg-evil",
+            phase=pb.REGISTRATION_PHASE_READY,
+        ),
+        # signed by another key
+        registration(other_ca, uid, host_id="hb-evil", host_uid=evil_uid, attempt=real.attempt + 1),
+        # a genuine assignment of the Run — to the real host, not to the attacker
+        registration(
+            pki, uid, host_id=main_host.host_id, host_uid=main_host.host_uid, attempt=real.attempt + 1
+        ),
+    ]
+    tampered = registration(pki, str(uuid.uuid4()), host_id="hb-evil", host_uid=evil_uid)
+    tampered.run_uid = uid  # a valid assignment of another Run, relabelled
+    claims.append(tampered)
+    for claim in claims:
+        assert (
+            await send(gateway, host(pki, "hb-evil"), beat("hb-evil", evil_uid, "127.0.0.1:1", claim))
+        ).last_sequence == 1
+        assert gateway.routes.route(uid) == real
+    gateway.routes.forget(evil_uid)
+    answer = await invoke(client, gateway, uid, {"to": "the owner"})
+    assert answer.status == 200 and answer.json["outputs"] == {"to": "the owner"}
+
+
+async def test_the_highest_signed_attempt_wins_and_a_replayed_lower_one_does_not(
+    gateway: Gateway, pki: TestPKI
+) -> None:
+    uid = str(uuid.uuid4())
+    old_uid, new_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    # attempt 2 on host hb-new, then the old host replays its (genuine) attempt 1
+    await send(
+        gateway,
+        host(pki, "hb-new"),
+        beat(
+            "hb-new",
+            new_uid,
+            "127.0.0.1:2",
+            registration(pki, uid, host_id="hb-new", host_uid=new_uid, attempt=2),
+        ),
+    )
+    await send(
+        gateway,
+        host(pki, "hb-old"),
+        beat(
+            "hb-old",
+            old_uid,
+            "127.0.0.1:1",
+            registration(pki, uid, host_id="hb-old", host_uid=old_uid, attempt=1),
+        ),
+    )
+    try:
+        route = gateway.routes.route(uid)
+        assert route is not None and (route.attempt, route.host_uid) == (2, new_uid)
+    finally:
+        gateway.routes.forget(old_uid)
+        gateway.routes.forget(new_uid)
+
+
+async def test_a_beat_cannot_keep_its_routes_alive_for_long(gateway: Gateway, pki: TestPKI) -> None:
+    from gateway.routes import MAX_INTERVAL_MS, MISSED_INTERVALS
+
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    await send(
+        gateway,
+        host(pki, "hb-long"),
+        beat(
+            "hb-long", host_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-long", host_uid=host_uid)
+        ),
+    )
+    try:
+        entry = gateway.routes._hosts[host_uid]  # (no public view of one host's expiry)
+        assert entry.expires - time.monotonic() <= MISSED_INTERVALS * MAX_INTERVAL_MS / 1000
+    finally:
+        gateway.routes.forget(host_uid)

@@ -1,0 +1,211 @@
+"""Certificates rotate under a steady invoke load with no failed invoke: every certificate of the
+hop lives seconds, is renewed at two thirds of its life by the platform's own renewal code, and the
+invokes keep going past the moment every original certificate expired — over connections made
+before and after each renewal (the gateway reconnects to the host every few invokes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography import x509
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from gateway.server import Gateway, GatewayOptions
+from kruntimes.pki import TLS_CERT, Identity, PeerTLS, Role
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.tls import ensure_tls
+from tests.pki import TestPKI
+
+LIFETIME = dt.timedelta(seconds=6)
+TOKEN = f"tok-rotation-{uuid.uuid4().hex}"
+HOST = Identity.host(runtime="python", host_id="rot-0")
+GATEWAY = Identity.gateway("rot-gw")
+CONTROL = Identity.control_plane("rot-worker")
+RECONNECT_EVERY = 20  # invokes between two reconnections of the gateway to the host
+BOUND_S = 60.0
+
+
+def not_after(directory: Path) -> dt.datetime:
+    return x509.load_pem_x509_certificate((directory / TLS_CERT).read_bytes()).not_valid_after_utc
+
+
+def serial(directory: Path) -> int:
+    return x509.load_pem_x509_certificate((directory / TLS_CERT).read_bytes()).serial_number
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[TestPKI, Gateway, dict[str, Path], dict[str, str]]]:
+    ca = TestPKI.create(tmp_path / "pki")
+    dirs = {"host": tmp_path / "host", "gateway": tmp_path / "gateway", "control": tmp_path / "control"}
+    ca.issuer(lifetime=LIFETIME).issue(dirs["host"], runtime="python", host_id="rot-0")
+    ca.authority.write(dirs["gateway"], GATEWAY, lifetime=LIFETIME, ip_addresses=("127.0.0.1",))
+    ca.authority.write(dirs["control"], CONTROL, lifetime=LIFETIME)
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text(f'{TOKEN},alice,1,"devs"\n')
+    tokens.chmod(0o600)
+    serving = ensure_tls(tmp_path / "serving")
+    gateway = Gateway(
+        GatewayOptions(
+            listen_host="127.0.0.1",
+            listen_port=0,
+            heartbeat_listen="127.0.0.1:0",
+            cert_file=serving.cert,
+            key_file=serving.key,
+            authorizer=CachingAuthorizer(
+                EmbeddedAuthorizer(
+                    TokenFile(tokens),
+                    RoleBindings.from_yaml("bindings:\n- namespace: '*'\n  users: [alice]\n"),
+                )
+            ),
+            peer_tls=PeerTLS(dirs["gateway"], role=Role.GATEWAY, check_interval_s=0.1),
+            assignments=ca.verifier(),
+        )
+    )
+    await gateway.start()
+    ready = tmp_path / "host.ready.json"
+    log = open(tmp_path / "host.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers.host", "--host-id", "rot-0", "--runtime", "python"]
+        + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready)]
+        + ["--gateway", gateway.heartbeat_address, "--heartbeat-interval", "0.2"]
+        + ["--peer-tls", str(dirs["host"]), "--assignment-public-key", str(dirs["host"] / "assignments.pub")],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        for _ in range(600):
+            if ready.exists() or proc.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert ready.exists(), (tmp_path / "host.log").read_text()
+        info = json.loads(ready.read_text())
+        yield ca, gateway, dirs, info
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        await gateway.stop()
+
+
+async def renew(ca: TestPKI, dirs: dict[str, Path], stop: asyncio.Event) -> int:
+    """The renewal the platform runs (re-issue what is due), at a short interval; returns how many."""
+    renewed = 0
+    while not stop.is_set():
+        for directory in dirs.values():
+            renewed += ca.authority.renew_if_due(directory) is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.1)
+    return renewed
+
+
+def presented_serial(address: str, tls: PeerTLS, expect: Identity) -> int:
+    """The serial of the certificate the host presents to a new connection (after its accept frame)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        tls.client_context().wrap_socket(raw, server_hostname=expect.dns_name) as sock,
+    ):
+        assert sock.recv(9)  # accepted
+        der = sock.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+async def test_certificates_rotate_under_a_steady_invoke_load_with_no_failed_invoke(
+    stack: tuple[TestPKI, Gateway, dict[str, Path], dict[str, str]],
+) -> None:
+    ca, gateway, dirs, info = stack
+    control = PeerTLS(dirs["control"], role=Role.CONTROL_PLANE, check_interval_s=0.1)
+    uid = str(uuid.uuid4())
+    async with ca.aio_channel(info["address"], as_=control) as channel:
+        await pb_grpc.FunctionRuntimeStub(channel).RegisterFunction(
+            pb.RegisterFunctionRequest(
+                run=pb.RunRef(run_uid=uid, attempt=1, namespace="default", name="fn", runtime="python"),
+                config=pb.FunctionConfig(
+                    adapter="python",
+                    handler="main:handle",
+                    inline=pb.InlineSource(
+                        files=[pb.InlineFile(name="main.py", content=b"def handle(p):\n    return p\n")]
+                    ),
+                ),
+                assignment=ca.sign(run_uid=uid, attempt=1, host_id="rot-0", host_uid=info["hostUid"]),
+            ),
+            timeout=30,
+        )
+    for _ in range(200):
+        if gateway.routes.route(uid) is not None:
+            break
+        await asyncio.sleep(0.05)
+    route = gateway.routes.route(uid)
+    assert route is not None and route.invoke_address
+    originals = {name: (serial(d), not_after(d)) for name, d in dirs.items()}
+    last_expiry = max(expiry for _, expiry in originals.values())
+
+    stop = asyncio.Event()
+    renewer = asyncio.create_task(renew(ca, dirs, stop))
+    url = f"{gateway.url}/v1/namespaces/default/runtimes/python/functions/{uid}:invoke"
+    context = ssl.create_default_context(cafile=str(gateway.options.cert_file.parent / "ca.crt"))
+    failures: list[str] = []
+    invokes = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BOUND_S
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        # until every original certificate expired, and a while beyond (bounded)
+        while dt.datetime.now(dt.UTC) < last_expiry + dt.timedelta(seconds=1) and loop.time() < deadline:
+            if invokes % RECONNECT_EVERY == 0:
+                gateway.upstreams.raw.close()  # between invokes: the next one connects anew
+            async with session.post(
+                url, json={"n": invokes}, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as r:
+                body = await r.read()
+                if r.status != 200 or json.loads(body)["outputs"] != {"n": invokes}:
+                    failures.append(f"{r.status}: {body[:200]!r}")
+            invokes += 1
+    stop.set()
+    renewed = await renewer
+
+    assert not failures, f"{len(failures)} of {invokes} invokes failed, e.g. {failures[:3]}"
+    assert dt.datetime.now(dt.UTC) > last_expiry, "the load outlived every original certificate"
+    assert invokes > 50
+    assert renewed >= len(dirs), "each certificate was renewed"
+    for name, directory in dirs.items():
+        assert serial(directory) != originals[name][0], name
+    # new connections now meet the renewed certificates on every port
+    gateway_tls = gateway.options.peer_tls
+    assert gateway_tls is not None
+    current = serial(dirs["host"])
+    for _ in range(100):  # the host looks at its files once a second
+        if presented_serial(route.invoke_address, gateway_tls, HOST) == current:
+            break
+        await asyncio.sleep(0.05)
+    assert presented_serial(route.invoke_address, gateway_tls, HOST) == current
+    async with ca.aio_channel(info["address"], as_=control) as channel:
+        answer = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
+        assert [r.run_uid for r in answer.registrations] == [uid]
+    host_tls = PeerTLS(dirs["host"], role=Role.HOST)
+    async with ca.aio_channel(gateway.heartbeat_address, as_=host_tls, host=Role.GATEWAY) as channel:
+        check = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        assert check.status == health_pb2.HealthCheckResponse.SERVING

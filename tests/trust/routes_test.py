@@ -1,0 +1,99 @@
+"""The route cache on its own (gateway/routes.py): what a snapshot may claim, which route wins, and
+that verification costs one signature check per new assignment — and no more for a forger."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from gateway.routes import MAX_FAILED_VERIFICATIONS, HeartbeatRefused, RouteCache
+from kruntimes.assignments import Verifier
+from kruntimes.pki import Identity
+from kruntimes.rpc.v1 import heartbeat_pb2 as hb
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from tests.pki import TestPKI
+
+HOST = Identity.host(runtime="python", host_id="h-0")
+
+
+class CountingVerifier(Verifier):
+    """Counts the signatures it is asked to check (a cache hit counts too)."""
+
+    calls = 0
+
+    def verify(self, signed: pb.SignedAssignment):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super().verify(signed)
+
+
+def registration(
+    pki: TestPKI, uid: str, *, host_uid: str, attempt: int = 1, signer: TestPKI | None = None
+) -> pb.RegistrationState:
+    return pb.RegistrationState(
+        run_uid=uid,
+        attempt=attempt,
+        namespace="default",
+        name="fn",
+        runtime="python",
+        registration_id=f"reg-{uid[:8]}",
+        phase=pb.REGISTRATION_PHASE_READY,
+        assignment=(signer or pki).sign(run_uid=uid, attempt=attempt, host_id="h-0", host_uid=host_uid),
+    )
+
+
+def beat(host_uid: str, *registrations: pb.RegistrationState) -> hb.HostHeartbeat:
+    return hb.HostHeartbeat(
+        host_id="h-0",
+        host_uid=host_uid,
+        runtime="python",
+        address="127.0.0.1:1",
+        interval_ms=1000,
+        registrations=list(registrations),
+    )
+
+
+@pytest.fixture
+def verifier(pki: TestPKI) -> CountingVerifier:
+    return CountingVerifier([pki.signer.public_key])
+
+
+async def test_only_new_assignments_are_checked(pki: TestPKI, verifier: CountingVerifier) -> None:
+    routes = RouteCache(verifier=verifier)
+    host_uid = str(uuid.uuid4())
+    regs = [registration(pki, str(uuid.uuid4()), host_uid=host_uid) for _ in range(10)]
+    assert await routes.apply(beat(host_uid, *regs), peer=HOST) == 0
+    assert verifier.calls == 10 and len(routes) == 10
+    assert await routes.apply(beat(host_uid, *regs), peer=HOST) == 0
+    assert verifier.calls == 10, "an unchanged snapshot checks nothing"
+    regs[0] = registration(pki, regs[0].run_uid, host_uid=host_uid, attempt=2)
+    assert await routes.apply(beat(host_uid, *regs), peer=HOST) == 0
+    assert verifier.calls == 11
+    assert routes.route(regs[0].run_uid).attempt == 2  # type: ignore[union-attr]
+
+
+async def test_a_forger_gets_a_bounded_number_of_checks(
+    pki: TestPKI, verifier: CountingVerifier, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    forger = TestPKI.create(tmp_path / "forger")
+    forger.signer.key_id = pki.signer.key_id  # claims the platform's key: every check is a real one
+    routes = RouteCache(verifier=verifier)
+    host_uid = str(uuid.uuid4())
+    forged = [registration(pki, str(uuid.uuid4()), host_uid=host_uid, signer=forger) for _ in range(500)]
+    skipped = await routes.apply(beat(host_uid, *forged), peer=HOST)
+    assert skipped == 500 and len(routes) == 0
+    assert verifier.calls == MAX_FAILED_VERIFICATIONS
+
+
+async def test_a_beat_about_another_host_is_refused_whole(pki: TestPKI, verifier: CountingVerifier) -> None:
+    routes = RouteCache(verifier=verifier)
+    host_uid = str(uuid.uuid4())
+    await routes.apply(beat(host_uid, registration(pki, str(uuid.uuid4()), host_uid=host_uid)), peer=HOST)
+    other = Identity.host(runtime="python", host_id="h-1")
+    with pytest.raises(HeartbeatRefused):
+        await routes.apply(beat(host_uid), peer=other)  # h-1 claiming to be h-0
+    impostor = beat(host_uid)
+    impostor.host_id = "h-1"  # its own id, h-0's incarnation
+    with pytest.raises(HeartbeatRefused):
+        await routes.apply(impostor, peer=other)
+    assert len(routes) == 1 and routes.hosts() == 1
