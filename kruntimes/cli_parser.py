@@ -19,6 +19,8 @@ PASSTHROUGH = {
     "host": "run a runtime host (the Runtime Server)",
     "worker": "run the Temporal worker",
     "demo": "run the end-to-end demo",
+    "gateway": "run the HTTPS invoke gateway",
+    "codec-server": "serve the Temporal codec server protocol with the payload keys",
 }
 
 
