@@ -201,7 +201,12 @@ json_values = st.recursive(
 )
 captured = st.builds(
     pb.CapturedOutput,
-    data=st.binary(max_size=64) | st.binary(min_size=MAX_LOG_BYTES, max_size=MAX_LOG_BYTES + 64),
+    data=st.binary(max_size=64)
+    | st.builds(  # around the bound, a multi-byte character or an undecodable byte at the cut
+        lambda n, unit: unit * n,
+        st.integers(MAX_LOG_BYTES // 2 - 4, MAX_LOG_BYTES + 64),
+        st.sampled_from([b"a", b"\xff", b"\xc3\xa9"]),
+    ),
     truncated=st.booleans(),
     total_bytes=st.integers(0, 2**64 - 1),
 )
