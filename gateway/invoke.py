@@ -164,13 +164,13 @@ class InvokeHandler:
         known: KnownRuns,
         authorizer: Authorizer,
         upstreams: Upstreams,
-        limits: HttpLimits,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.routes = routes
         self.known = known
         self.authorizer = authorizer
         self.upstreams = upstreams
-        self.limits = limits
+        self.limits = limits or HttpLimits()
 
     async def __call__(self, request: web.Request) -> web.Response:
         inv = invocation_id(request)
