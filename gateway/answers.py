@@ -72,7 +72,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 
 
 class MalformedAnswer(ValueError):
-    """What is wrong with the owner's answer (for the gateway's log; never sent to the caller)."""
+    """Which rule the owner's answer breaks, in the gateway's words: it never quotes the answer."""
 
 
 def malformed(detail: str) -> UpstreamFailed:
