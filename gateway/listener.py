@@ -277,7 +277,9 @@ class Listener:
     async def start(self, factory: ProtocolFactory) -> int:
         """Listen and accept; returns the bound port."""
         self._factory = factory
-        infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # "" (as in `--listen :8443`): every address of the first family the resolver offers
+        host = self.host.strip("[]") or None
+        infos = socket.getaddrinfo(host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]
         sock = socket.create_server(address, family=family, backlog=self.backlog)
         sock.setblocking(False)
