@@ -77,6 +77,7 @@ def build_app(state: GatewayState) -> web.Application:
                 reason = err.reason
                 response = gateway_error_answer(err, request.get(INVOCATION_ID, ""))
                 if isinstance(err, BodyTimeout) and isinstance(request.protocol, GatewayProtocol):
+                    response.force_close()
                     request.protocol.close_after_answer()
             except ClientAborted:
                 reason = _CLOSED

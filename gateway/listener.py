@@ -31,8 +31,9 @@ never logged with those bytes.
 aiohttp has no header timeout of its own. The seam is its RequestHandler: a timer armed when the
 connection is made (or when the first byte of a kept-alive connection's next request arrives) and
 cancelled when the parser has emitted the request (`_request_count` grew in `data_received`). The
-handler's state is read through `_request_count` and `_waiter` (aiohttp's RequestHandler
-internals; tests/gateway/limits_test.py pins the behaviour against the installed version).
+handler's state is read through `_request_count` and `_waiter`, and an answer that closes its
+connection at once sets `_lingering_time` (aiohttp's RequestHandler internals;
+tests/gateway/limits_test.py pins the behaviour against the installed version).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class GatewayProtocol(RequestHandler):
     """aiohttp's RequestHandler with the header timeout, the gateway's answers to the parser's
     refusals, and a way for the application to close the connection after an answer."""
 
-    __slots__ = ("_limits", "_slot", "_metrics", "_header_timer", "_close_after_answer")
+    __slots__ = ("_limits", "_slot", "_metrics", "_header_timer")
 
     def __init__(
         self,
@@ -139,14 +140,13 @@ class GatewayProtocol(RequestHandler):
             keepalive_timeout=limits.idle_timeout_s,
             logger=log,
             access_log=None,  # type: ignore[arg-type]  # no access log: the middleware logs invokes
-            lingering_time=min(LINGERING_S, limits.body_timeout_s),
+            lingering_time=LINGERING_S,
             auto_decompress=False,  # a compressed body would be a decompression bomb; JSON is sent plain
         )
         self._limits = limits
         self._slot = slot
         self._metrics = metrics
         self._header_timer: asyncio.TimerHandle | None = None
-        self._close_after_answer = False
 
     # -- the header timeout ---------------------------------------------------------------------
 
@@ -191,16 +191,10 @@ class GatewayProtocol(RequestHandler):
     # -- closing after an answer ----------------------------------------------------------------
 
     def close_after_answer(self) -> None:
-        """Close this connection once the current answer is written, reading nothing more."""
-        self._close_after_answer = True
-
-    async def finish_response(
-        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
-    ) -> tuple[web.StreamResponse, bool]:
-        result = await super().finish_response(request, resp, start_time)
-        if self._close_after_answer:
-            self.force_close()  # written: the transport flushes it before closing
-        return result
+        """Close this connection once the current answer is written, reading nothing more of the
+        request (aiohttp would otherwise linger, reading the rest of an unread body); the answer
+        must say `Connection: close` (its force_close())."""
+        self._lingering_time = 0.0
 
     # -- the parser's refusals ------------------------------------------------------------------
 
