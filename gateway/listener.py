@@ -165,9 +165,10 @@ class GatewayProtocol(RequestHandler):
             if timer is not None:
                 timer.cancel()
                 self._header_timer = None
-        elif timer is None and data and self._waiter is not None:
-            # the first bytes of the next request on a kept-alive connection (the handler waits
-            # for a request; during a request's body `_waiter` is None)
+        elif timer is None and data and self._waiter is not None and not self._waiter.done():
+            # the first bytes of the next request on a kept-alive connection: the handler waits
+            # for a request (during a request's body `_waiter` is None, or done when the request
+            # was emitted by an earlier call that the handler has not yet taken up)
             self._arm_header_timer()
 
     def _headers_late(self) -> None:

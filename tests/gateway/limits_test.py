@@ -20,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
@@ -197,6 +198,25 @@ async def test_timely_idle_and_pipelined_requests_are_not_cut(limited: Gateway, 
     assert [(await idle.answer()).status, (await idle.answer()).status] == [200, 404]
     await idle.close()
     assert cuts(limited, "header_timeout") == before + 1
+
+
+async def test_a_request_longer_than_the_header_timeout_is_answered_on_its_kept_alive_connection(
+    limited: Gateway, tls: TlsFiles, recorded: tuple[Function, Path]
+) -> None:
+    """The header timeout bounds the headers only: a function that runs longer than it keeps its
+    connection, which serves the next request (aiohttp's own client, one kept-alive connection)."""
+    fn, path = recorded
+    before = cuts(limited, "header_timeout")
+    context = ssl.create_default_context(cafile=str(tls.ca_cert))
+    connector = aiohttp.TCPConnector(ssl=context, limit=1)
+    url = f"{limited.url}{invoke_path(fn)}"
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for _ in range(2):
+            body = {"sleep": 3 * LIMITS.header_timeout_s}
+            async with http.post(url, json=body, headers={"Authorization": f"Bearer {ALICE}"}) as answer:
+                assert answer.status == 200, await answer.text()
+    assert lines(path) == ["run", "run"]
+    assert cuts(limited, "header_timeout") == before
 
 
 async def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(
