@@ -1,4 +1,10 @@
-"""`krt gateway` / `python -m gateway`: the HTTPS invoke gateway."""
+"""`krt gateway` / `python -m gateway`: the HTTPS invoke gateway.
+
+Temporal is optional here: with `--temporal-address` (or KRT_TEMPORAL_ADDRESS) the gateway keeps
+the known-Runs view (a route-cache miss for a Run that exists answers 503, not 404), connecting
+with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal). It only lists
+RunWorkflows; the invoke path never calls Temporal.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import os
 import signal
 from pathlib import Path
 
+from temporalio.client import Client
+
 from gateway.auth import (
     Authorizer,
     CachingAuthorizer,
@@ -18,10 +26,12 @@ from gateway.auth import (
     RoleBindings,
     TokenFile,
 )
+from gateway.listener import HttpLimits
 from gateway.server import Gateway, GatewayOptions
-from kruntimes import logs
+from kruntimes import logs, temporal
 from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
+from kruntimes.temporal import TemporalSettings
 
 GC_THRESHOLDS = (20_000, 50, 100)
 
@@ -50,11 +60,98 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--role-bindings", type=Path, help="embedded: namespace role bindings YAML")
     p.add_argument("--kubernetes-api", help="kubernetes: API server URL for SelfSubjectAccessReviews")
     p.add_argument("--kubernetes-ca", type=Path, help="kubernetes: CA bundle of the API server")
-    p.add_argument("--temporal-address", help="for the known-Runs view (503 rather than 404 on a miss)")
-    p.add_argument("--namespace", default="default", help="Temporal namespace")
     p.add_argument("--ready-file", type=Path, help="write {url, heartbeatAddress, pid} here once serving")
     p.add_argument("--log-level", default="info")
+    limits = p.add_argument_group("connection limits (each connection and request is bounded)")
+    default = HttpLimits()
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=default.header_timeout_s,
+        metavar="S",
+        help="a new connection's TLS handshake, then each request's headers, must be complete "
+        "within S seconds (on a kept-alive connection: from the request's first byte) (default %(default)s)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=float,
+        default=default.body_timeout_s,
+        metavar="S",
+        help="a request body may arrive at any rate for its first S seconds ... (default %(default)s)",
+    )
+    limits.add_argument(
+        "--body-min-rate",
+        type=int,
+        default=default.body_min_rate,
+        metavar="BYTES",
+        help="... and then at BYTES per second at least, on average "
+        "(else 408 RequestBodyTimeout) (default %(default)s)",
+    )
+    limits.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=default.idle_timeout_s,
+        metavar="S",
+        help="a kept-alive connection with no request for S seconds is closed (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=default.max_connections,
+        metavar="N",
+        help="open connections at most; more are closed at accept "
+        "(the open ones are served) (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=default.max_connections_per_client,
+        metavar="N",
+        help="open connections from one client address at most; more are closed at accept "
+        "(default %(default)s)",
+    )
+    temporal.add_arguments(p)
+    # no Temporal unless an address is given: the known-Runs view is optional
+    p.set_defaults(temporal_address=None)
     return p.parse_args(argv)
+
+
+def limits_from(args: argparse.Namespace) -> HttpLimits:
+    try:
+        return HttpLimits(
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
+            body_min_rate=args.body_min_rate,
+            idle_timeout_s=args.idle_timeout,
+            max_connections=args.max_connections,
+            max_connections_per_client=args.max_connections_per_client,
+        )
+    except ValueError as e:
+        message = str(e)
+        for field, flag in _LIMIT_FLAGS.items():
+            message = message.replace(field, flag)
+        raise SystemExit(f"krt gateway: {message}") from None
+
+
+_LIMIT_FLAGS = {
+    "max_connections_per_client": "--max-connections-per-client",
+    "max_connections": "--max-connections",
+    "header_timeout_s": "--header-timeout",
+    "body_timeout_s": "--body-timeout",
+    "body_min_rate": "--body-min-rate",
+    "idle_timeout_s": "--idle-timeout",
+}
+
+
+def temporal_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -> TemporalSettings | None:
+    """The known-Runs view's connection, or None when no Temporal address is configured."""
+    env = dict(os.environ) if env is None else env
+    if args.temporal_address is None and not env.get(temporal.ENV["address"]):
+        return None
+    try:
+        return temporal.settings_from(args, env)
+    except ValueError as e:
+        raise SystemExit(f"krt gateway: the Temporal settings are unusable: {e}") from None
 
 
 def authorizer_from(args: argparse.Namespace) -> Authorizer:
@@ -71,17 +168,25 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
     return CachingAuthorizer(inner)
 
 
+async def connect_temporal(settings: TemporalSettings | None) -> Client | None:
+    if settings is None:
+        return None
+    try:
+        return await temporal.connect(settings)
+    except (RuntimeError, OSError, ValueError) as e:  # the SDK's connect errors, unreadable files
+        raise SystemExit(
+            f"krt gateway: cannot connect to Temporal at {settings.address}: {str(e)[:300]}"
+        ) from None
+
+
 async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
     try:
         peer_tls = PeerTLS(args.peer_tls, role=Role.GATEWAY)
         assignments = Verifier.load(args.assignment_public_key)
     except (PeerTLSError, AssignmentError) as e:
         raise SystemExit(f"krt gateway: {e}") from None
-    temporal = None
-    if args.temporal_address:
-        from kruntimes.temporal import connect
-
-        temporal = await connect(args.temporal_address, args.namespace)
+    limits = limits_from(args)
+    known = await connect_temporal(temporal_settings(args))
     host, _, port = args.listen.rpartition(":")
     gateway = Gateway(
         GatewayOptions(
@@ -91,7 +196,8 @@ async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
             cert_file=args.cert,
             key_file=args.key,
             authorizer=authorizer_from(args),
-            temporal=temporal,
+            temporal=known,
+            limits=limits,
             peer_tls=peer_tls,
             assignments=assignments,
             invoke_tls=invoke_tls,

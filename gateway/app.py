@@ -5,7 +5,12 @@ tokens).
 Every error answer is an `ErrorBody` (gateway/bodies.py) with the status of its reason
 (kruntimes.wire.reasons.GatewayReason): a GatewayError as it says; the router's own refusals
 (an unknown path, a method the path does not take) as JSON too; and any other exception, a bug of
-the gateway, is logged and answered 500 InternalError (a 502 would blame the upstream).
+the gateway, is logged and answered 500 InternalError (a 502 would blame the upstream). A body
+too slow for the minimum rate (408) closes its connection once answered.
+
+A caller that closed its connection before the answer (ClientAborted while its body was read, or
+no transport left when the answer is ready) is counted and logged at info with the status 499 and
+the reason ClientClosedRequest, whatever the answer would have been: nobody's failure, never a 5xx.
 """
 
 from __future__ import annotations
@@ -21,19 +26,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import openapi
 from gateway.auth import Authorizer
-from gateway.bodies import ErrorBody
-from gateway.errors import GatewayError
+from gateway.errors import BodyTimeout, ClientAborted, GatewayError
 from gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams
 from gateway.known import KnownRuns
+from gateway.listener import GatewayProtocol, HttpLimits
 from gateway.metrics import GatewayMetrics
+from gateway.replies import error_answer, gateway_error_answer, router_reason
 from gateway.routes import RouteCache
-from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
+
+__all__ = ["GatewayState", "build_app", "error_answer", "gateway_error_answer", "router_reason"]
 
 log = logging.getLogger("gateway")
 
 INVOKE_PATH = r"/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid:[^/:]+}:invoke"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_CLOSED = GatewayReason.CLIENT_CLOSED_REQUEST
 
 
 @dataclass
@@ -44,38 +52,7 @@ class GatewayState:
     upstreams: Upstreams
     metrics: GatewayMetrics
     ready: Callable[[], bool]
-
-
-# the router's refusals by status (kruntimes.wire.reasons: the reasons outside the invoke operation)
-_ROUTER = {r.status: r for r in GatewayReason if not r.invoke}
-
-
-def error_answer(
-    *, status: int, reason: str, message: str, invocation_id: str, retry_after: int | None = None
-) -> web.Response:
-    """An error answer: the ErrorBody, the invocation id header when there is an id, Retry-After."""
-    body = ErrorBody(reason=reason, message=message, invocationId=invocation_id)
-    answer_headers = {headers.INVOCATION_ID: invocation_id} if invocation_id else {}
-    if retry_after is not None:
-        answer_headers[headers.RETRY_AFTER] = str(retry_after)
-    return web.json_response(body.model_dump(), status=status, headers=answer_headers)
-
-
-def gateway_error_answer(err: GatewayError, invocation_id: str) -> web.Response:
-    return error_answer(
-        status=err.status,
-        reason=err.reason,
-        message=err.message,
-        invocation_id=invocation_id,
-        retry_after=err.retry_after,
-    )
-
-
-def router_reason(exc: web.HTTPException) -> str:
-    """The reason of aiohttp's own refusal (404 for an unknown path, 405, ...): the catalogue's
-    for the statuses it lists, else the status phrase without spaces."""
-    known = _ROUTER.get(exc.status)
-    return str(known) if known is not None else exc.reason.replace(" ", "")
+    limits: HttpLimits = HttpLimits()
 
 
 def _route_label(request: web.Request) -> str:
@@ -99,6 +76,12 @@ def build_app(state: GatewayState) -> web.Application:
             except GatewayError as err:
                 reason = err.reason
                 response = gateway_error_answer(err, request.get(INVOCATION_ID, ""))
+                if isinstance(err, BodyTimeout) and isinstance(request.protocol, GatewayProtocol):
+                    response.force_close()
+                    request.protocol.close_after_answer()
+            except ClientAborted:
+                reason = _CLOSED
+                response = web.Response(status=_CLOSED.status)
             except web.HTTPException as exc:
                 reason = router_reason(exc)
                 response = error_answer(
@@ -111,17 +94,19 @@ def build_app(state: GatewayState) -> web.Application:
                 response = gateway_error_answer(bug, request.get(INVOCATION_ID, ""))
         finally:
             metrics.in_flight.dec()
+        code = response.status
+        if request.transport is None:  # the caller is gone: nobody gets this answer
+            reason, code = _CLOSED, _CLOSED.status
         route = _route_label(request)
-        status = str(response.status)
-        metrics.observe(route, status, reason, time.perf_counter() - started)
+        metrics.observe(route, str(code), reason, time.perf_counter() - started)
         if route == "invoke":
-            level = logging.INFO if response.status < 500 else logging.WARNING
+            level = logging.INFO if code < 500 else logging.WARNING
             if log.isEnabledFor(level):
                 log.log(
                     level,
                     "invoke",
                     extra={
-                        "status": response.status,
+                        "status": code,
                         "reason": reason,
                         "runtime": request.match_info.get("runtime", ""),
                         "run_uid": request.match_info.get("uid", ""),
@@ -158,7 +143,11 @@ def build_app(state: GatewayState) -> web.Application:
         return web.Response(body=document, content_type="application/json")
 
     invoke = InvokeHandler(
-        routes=state.routes, known=state.known, authorizer=state.authorizer, upstreams=state.upstreams
+        routes=state.routes,
+        known=state.known,
+        authorizer=state.authorizer,
+        upstreams=state.upstreams,
+        limits=state.limits,
     )
     app = web.Application(middlewares=[observe], client_max_size=1024 * 1024 + 1)
     # the bound coroutine method: aiohttp deprecates handlers that are not coroutine functions

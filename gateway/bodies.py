@@ -1,9 +1,10 @@
 """The JSON bodies of the gateway's answers: the one description of them.
 
 /openapi.json's schemas are generated from these models (gateway/openapi.py). Error answers are
-built from `ErrorBody`. The invoke answer (HTTP 200) is spliced from the host's bytes on the hot
-path (gateway/invoke.py) rather than built from `InvokeAnswer`; tests check that what is spliced
-validates against it.
+built from `ErrorBody`. The invoke answer (HTTP 200) is `InvokeAnswer`, rebuilt by
+gateway/answers.py from the owner's checked fields with the gateway's own encoding of each (on the
+hot path, without going through the model); tests check that it validates against it, whatever
+the owner sent.
 """
 
 from __future__ import annotations

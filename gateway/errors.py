@@ -3,15 +3,17 @@ which gives its HTTP status and Retry-After), mapped to an HTTP answer in one pl
 middleware in gateway/app.py).
 
 GatewayError                    500  InternalError        (also any exception nobody expected)
- ├── BadRequest                 400  InvalidInvocationId | MalformedJSON | InvalidTimeout | InvalidRequest
+ ├── BadRequest                 400  InvalidRequest | InvalidInvocationId | MalformedJSON | InvalidTimeout
+ │                                   | MalformedRequest (the HTTP parser's refusals, gateway/listener.py)
  ├── AuthError                       the Authorizer's refusals (gateway.auth)
  │    ├── Unauthenticated       401  Unauthenticated
  │    ├── Forbidden             403  Forbidden
  │    └── AuthUnavailable       503  AuthorizationUnavailable  (+ Retry-After)
  ├── NotFound                   404  RunNotFound
+ ├── BodyTimeout                408  RequestBodyTimeout  (the connection is closed after it)
  ├── PayloadTooLarge            413  PayloadTooLarge
  ├── Busy                       429  FunctionBusy  (+ Retry-After)
- ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited
+ ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited | MalformedOwnerAnswer
  ├── NotReady                   503  RunNotReady | RouteStale  (+ Retry-After)
  ├── OwnerUnavailable           503  OwnerUnavailable  (+ Retry-After): not delivered, did not run
  └── UpstreamTimeout            504  InvocationTimeout | OwnerTimeout
@@ -19,6 +21,9 @@ GatewayError                    500  InternalError        (also any exception no
 A class names the reasons it may carry (the first is its default); they all share one status. A
 500 is the gateway's own bug; a 502 means the upstream (the owning host or the function's
 process) failed. Messages are for people and never contain tokens or internal addresses.
+
+ClientAborted is not an answer: the caller went away before it (counted and logged as
+ClientClosedRequest, status 499, at info; never a 5xx).
 """
 
 from __future__ import annotations
@@ -57,7 +62,13 @@ class GatewayError(Exception):
 
 
 class BadRequest(GatewayError):
-    reasons = (R.INVALID_REQUEST, R.INVALID_INVOCATION_ID, R.MALFORMED_JSON, R.INVALID_TIMEOUT)
+    reasons = (
+        R.INVALID_REQUEST,
+        R.INVALID_INVOCATION_ID,
+        R.MALFORMED_JSON,
+        R.INVALID_TIMEOUT,
+        R.MALFORMED_REQUEST,
+    )
 
 
 class AuthError(GatewayError):
@@ -80,6 +91,10 @@ class NotFound(GatewayError):
     reasons = (R.RUN_NOT_FOUND,)
 
 
+class BodyTimeout(GatewayError):
+    reasons = (R.REQUEST_BODY_TIMEOUT,)
+
+
 class PayloadTooLarge(GatewayError):
     reasons = (R.PAYLOAD_TOO_LARGE,)
 
@@ -89,7 +104,7 @@ class Busy(GatewayError):
 
 
 class UpstreamFailed(GatewayError):
-    reasons = (R.OWNER_UNREACHABLE, R.FUNCTION_PROCESS_EXITED)
+    reasons = (R.OWNER_UNREACHABLE, R.FUNCTION_PROCESS_EXITED, R.MALFORMED_OWNER_ANSWER)
 
 
 class NotReady(GatewayError):
@@ -106,11 +121,17 @@ class UpstreamTimeout(GatewayError):
     reasons = (R.OWNER_TIMEOUT, R.INVOCATION_TIMEOUT)
 
 
+class ClientAborted(Exception):
+    """The caller closed the connection before the answer: nothing to answer, nobody's failure."""
+
+
 __all__ = [
     "AuthError",
     "AuthUnavailable",
     "BadRequest",
+    "BodyTimeout",
     "Busy",
+    "ClientAborted",
     "Forbidden",
     "GatewayError",
     "NotFound",

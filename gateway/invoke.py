@@ -1,8 +1,9 @@
 """POST /v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid}:invoke
 
-The hot path: route cache → cached authorization → one InvokeFunction on the owning host, with
-the fence (run uid, attempt, host uid). Nothing here calls Temporal or Kubernetes, and nothing is
-retried after dispatch: a failure after the request left may have run the function.
+The hot path: route cache → cached authorization → the body (bounded in size and rate) → one
+InvokeFunction on the owning host, with the fence (run uid, attempt, host uid) → the gateway's own
+answer rebuilt from the owner's (gateway/answers.py). Nothing here calls Temporal or Kubernetes,
+and nothing is retried after dispatch: a failure after the request left may have run the function.
 
 "Not sent" and "sent, then failed" are told apart: a request that never reached the owner (its
 route went away while the body was read, the connection was refused, TLS failed, the host was not
@@ -22,11 +23,15 @@ import uuid
 
 import grpc
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
+from gateway.answers import answer_body
 from gateway.auth import Authorizer, Resource, bearer_token
 from gateway.errors import (
     BadRequest,
+    BodyTimeout,
     Busy,
+    ClientAborted,
     Forbidden,
     GatewayError,
     NotFound,
@@ -37,6 +42,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.known import KnownRuns
+from gateway.listener import HttpLimits
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
@@ -59,13 +65,6 @@ CONNECT_TIMEOUT_S = 5.0
 _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 2000)]
 _NOT_DELIVERED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
-
-# the bodies.InvocationStatus of each outcome answered with 200
-SUCCESS_STATUS = {
-    pb.INVOCATION_STATUS_SUCCEEDED: b"Succeeded",
-    pb.INVOCATION_STATUS_HANDLER_ERROR: b"HandlerError",
-    pb.INVOCATION_STATUS_INVALID_OUTPUT: b"InvalidOutput",
-}
 
 
 class NotConnected(Exception):
@@ -150,19 +149,52 @@ def invocation_id(request: web.Request) -> str:
         raise BadRequest(str(exc), reason=R.INVALID_INVOCATION_ID) from None
 
 
-async def read_body(request: web.Request) -> bytes:
-    """At most 1 MiB, refused before it is read whole (Content-Length or while streaming)."""
-    if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
-        raise PayloadTooLarge(f"the body is larger than {MAX_PAYLOAD_BYTES} bytes")
+def _too_large() -> PayloadTooLarge:
+    return PayloadTooLarge(f"the body is larger than {MAX_PAYLOAD_BYTES} bytes")
+
+
+async def _receive(request: web.Request, limits: HttpLimits) -> bytes:
+    """The body as it arrives: at most 1 MiB, at the minimum rate once the grace has passed."""
+    content = request.content
+    if content.is_eof():  # it came whole with the headers: nothing to wait for
+        data = content.read_nowait()
+        if len(data) > MAX_PAYLOAD_BYTES:
+            raise _too_large()
+        return data
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     body = bytearray()
     while True:
-        chunk = await request.content.read(65536)
+        try:
+            async with asyncio.timeout_at(limits.body_deadline(started, len(body))):
+                chunk = await content.read(65536)
+        except TimeoutError:
+            raise BodyTimeout(
+                f"the body arrived slower than {limits.body_min_rate} bytes/s "
+                f"after {limits.body_timeout_s:g}s",
+                reason=R.REQUEST_BODY_TIMEOUT,
+            ) from None
         if not chunk:
-            break
+            return bytes(body)
         body += chunk
         if len(body) > MAX_PAYLOAD_BYTES:
-            raise PayloadTooLarge(f"the body is larger than {MAX_PAYLOAD_BYTES} bytes")
-    data = bytes(body)
+            raise _too_large()
+
+
+async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
+    """At most 1 MiB, refused before it is read whole (Content-Length or while streaming), arriving
+    at the minimum rate of `limits` (408 RequestBodyTimeout); a caller that closes the connection
+    meanwhile is ClientAborted, and broken body framing is 400 MalformedRequest."""
+    if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
+        raise _too_large()
+    try:
+        data = await _receive(request, limits)
+    except (ConnectionError, RequestPayloadError) as exc:
+        if request.transport is None:
+            raise ClientAborted() from None
+        if isinstance(exc, RequestPayloadError):
+            raise BadRequest("the body's framing is broken", reason=R.MALFORMED_REQUEST) from None
+        raise
     if data:
         try:
             json.loads(data)
@@ -186,56 +218,21 @@ def _timeout_s(request: web.Request) -> float:
     return value
 
 
-_NOTHING_CAPTURED = b'{"data":"","truncated":false,"totalBytes":0}'
-
-
-def _captured(out: pb.CapturedOutput) -> bytes:
-    if not out.total_bytes:
-        return _NOTHING_CAPTURED  # the common case costs no encoding
-    return json.dumps(
-        {
-            "data": out.data.decode("utf-8", "replace"),
-            "truncated": out.truncated,
-            "totalBytes": out.total_bytes,
-        },
-        separators=(",", ":"),
-    ).encode()
-
-
-def success_body(answer: pb.InvokeFunctionResponse, status: bytes) -> bytes:
-    """The 200 answer's JSON (bodies.InvokeAnswer), spliced from bytes: the host's (already
-    validated) outputs go in as they are, without decoding them."""
-    parts = [
-        b'{"invocationId":',
-        json.dumps(answer.invocation_id).encode(),
-        b',"status":"',
-        status,
-        b'","outputs":',
-        answer.outputs_json or b"null",
-        b',"stdout":',
-        _captured(answer.stdout),
-        b',"stderr":',
-        _captured(answer.stderr),
-        b',"durationMs":',
-        str(round(answer.duration_us / 1000, 3)).encode(),
-    ]
-    if answer.HasField("error"):
-        parts += [
-            b',"error":',
-            json.dumps({"type": answer.error.type, "message": answer.error.message}).encode(),
-        ]
-    parts.append(b"}")
-    return b"".join(parts)
-
-
 class InvokeHandler:
     def __init__(
-        self, *, routes: RouteCache, known: KnownRuns, authorizer: Authorizer, upstreams: Upstreams
+        self,
+        *,
+        routes: RouteCache,
+        known: KnownRuns,
+        authorizer: Authorizer,
+        upstreams: Upstreams,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.routes = routes
         self.known = known
         self.authorizer = authorizer
         self.upstreams = upstreams
+        self.limits = limits or HttpLimits()
 
     async def __call__(self, request: web.Request) -> web.Response:
         inv = invocation_id(request)
@@ -254,7 +251,7 @@ class InvokeHandler:
         if not route.ready:
             raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
         timeout_s = _timeout_s(request)
-        payload = await read_body(request)
+        payload = await read_body(request, self.limits)
         current = self.routes.route(run_uid)  # the body took time: is the route still there?
         if current is not route:
             if current is None or current.namespace != namespace or current.runtime != runtime:
@@ -263,7 +260,7 @@ class InvokeHandler:
                 raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
             route = current
         answer = await self._dispatch(route, inv, payload, timeout_s)
-        return self._answer(answer)
+        return self._answer(answer, inv)
 
     async def _miss(self, token: str, namespace: str, runtime: str, run_uid: str) -> None:
         """No route: 503 for a Run that exists and will (or did) have one, else 404."""
@@ -346,20 +343,12 @@ class InvokeHandler:
             "the owner failed after dispatch; the function may have run", reason=R.OWNER_UNREACHABLE
         )
 
-    def _answer(self, answer: pb.InvokeFunctionResponse) -> web.Response:
-        status = SUCCESS_STATUS.get(answer.status)
-        if status is not None:
-            return web.Response(
-                body=success_body(answer, status),
-                content_type="application/json",
-                headers={headers.INVOCATION_ID: answer.invocation_id},
-            )
-        if answer.status == pb.INVOCATION_STATUS_TIMED_OUT:
-            raise UpstreamTimeout(
-                "the function did not finish within its timeout", reason=R.INVOCATION_TIMEOUT
-            )
-        raise UpstreamFailed(
-            "the function process exited during the invocation", reason=R.FUNCTION_PROCESS_EXITED
+    def _answer(self, answer: pb.InvokeFunctionResponse, inv: str) -> web.Response:
+        """The gateway's own answer, rebuilt from the owner's (gateway/answers.py)."""
+        return web.Response(
+            body=answer_body(answer, inv),
+            content_type="application/json",
+            headers={headers.INVOCATION_ID: inv},
         )
 
 

@@ -1,4 +1,5 @@
-"""Gateway metrics: labels are the route and the status only — never ids, users or tokens."""
+"""Gateway metrics: labels are the route, the status, the reason and the connection limit or cut
+reason only — never ids, users, addresses or tokens."""
 
 from __future__ import annotations
 
@@ -28,6 +29,23 @@ class GatewayMetrics:
         )
         self.routes = Gauge("krt_gateway_routes", "Runs the route cache can reach", registry=self.registry)
         self.hosts = Gauge("krt_gateway_hosts", "Hosts heard from recently", registry=self.registry)
+        self.connections = Gauge(
+            "krt_gateway_connections",
+            "Client connections open (the TLS handshake included)",
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "krt_gateway_connections_refused_total",
+            "Connections closed at accept: over the total or the per-client cap",
+            ["limit"],
+            registry=self.registry,
+        )
+        self.connections_cut = Counter(
+            "krt_gateway_connections_cut_total",
+            "Connections closed by a timeout: header_timeout, tls_handshake (failed or too slow)",
+            ["reason"],
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def observe(self, route: str, status: str, reason: str, seconds: float) -> None:
@@ -41,3 +59,9 @@ class GatewayMetrics:
             )
         children[0].observe(seconds)
         children[1].inc()
+
+    def connection_refused(self, limit: str) -> None:
+        self.connections_refused.labels(limit).inc()
+
+    def connection_cut(self, reason: str) -> None:
+        self.connections_cut.labels(reason).inc()

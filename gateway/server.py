@@ -1,10 +1,12 @@
 """One gateway process: the HTTPS invoke API and the heartbeat endpoint on one event loop.
 
-HTTPS only: the listener is TLS, so a plain-HTTP request never gets an answer. Its serving
-certificate is the one clients trust (`cert_file`, `key_file`); the internal hops — heartbeats from
-hosts, invokes to hosts — use the gateway's platform certificate (`peer_tls`, a gateway identity
-of the platform CA), and routes need assignments signed by the control plane (`assignments`, its
-public key). A gateway without them does not start.
+HTTPS only: the listener is TLS, so a plain-HTTP request never gets an answer. Connections are
+accepted and bounded by gateway/listener.py (caps, TLS handshake and header timeouts) and served
+by aiohttp's HTTP/1.1 through its GatewayProtocol. Its serving certificate is the one clients
+trust (`cert_file`, `key_file`); the internal hops — heartbeats from hosts, invokes to hosts — use
+the gateway's platform certificate (`peer_tls`, a gateway identity of the platform CA), and routes
+need assignments signed by the control plane (`assignments`, its public key). A gateway without
+them does not start.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gateway.auth import Authorizer
 from gateway.heartbeats import HeartbeatServer
 from gateway.invoke import Upstreams
 from gateway.known import KnownRuns
+from gateway.listener import HttpLimits, Listener
 from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
 from kruntimes.assignments import Verifier
@@ -59,6 +62,7 @@ class GatewayOptions:
     authorizer: Authorizer
     temporal: Client | None = None  # for the known-Runs view only
     known_refresh_s: float = 2.0
+    limits: HttpLimits = field(default_factory=HttpLimits)
     extra: dict[str, object] = field(default_factory=dict)
     # required: the gateway's platform certificate and the assignment public key
     peer_tls: PeerTLS | None = None
@@ -91,6 +95,7 @@ class Gateway:
         self.heartbeats = HeartbeatServer(self.routes, options.heartbeat_listen, tls=options.peer_tls)
         self.metrics = GatewayMetrics()
         self.runner: web.AppRunner | None = None
+        self.listener: Listener | None = None
         self.url = ""
 
     async def start(self) -> str:
@@ -103,19 +108,19 @@ class Gateway:
             upstreams=self.upstreams,
             metrics=self.metrics,
             ready=lambda: self.heartbeats.server is not None,
+            limits=self.options.limits,
         )
         self.runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False, logger=http_log)
         await self.runner.setup()
-        site = web.TCPSite(
-            self.runner,
-            self.options.listen_host,
-            self.options.listen_port,
+        assert self.runner.server is not None
+        self.listener = Listener(
+            host=self.options.listen_host,
+            port=self.options.listen_port,
             ssl_context=server_ssl_context(self.options.cert_file, self.options.key_file),
-            backlog=1024,
+            limits=self.options.limits,
+            metrics=self.metrics,
         )
-        await site.start()
-        addresses = self.runner.addresses
-        port = int(addresses[0][1]) if addresses else self.options.listen_port
+        port = await self.listener.start(self.listener.protocol_factory(self.runner.server))
         self.url = f"https://{self.options.listen_host}:{port}"
         log.info("gateway serving", extra={"url": self.url, "heartbeats": heartbeat_address})
         return self.url
@@ -125,6 +130,8 @@ class Gateway:
         return self.heartbeats.address
 
     async def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
         await self.known.stop()

@@ -21,6 +21,8 @@ PASSTHROUGH = {
     "demo": "run the end-to-end demo",
     "fn": "evaluate a KRM function on a package: krt fn eval DIR --image IMG",
     "fn-runner": "serve the KRM FunctionEvaluator (gRPC)",
+    "gateway": "run the HTTPS invoke gateway",
+    "codec-server": "serve the Temporal codec server protocol with the payload keys",
 }
 
 

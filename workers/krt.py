@@ -1,8 +1,9 @@
 """The `krt` console script: the process entry points of workers/ and the SDK's command line.
 
-`krt host|worker|demo|up|down|status` hand their arguments, as they are, to the entry points in
-this package; every other command line goes to `kruntimes.cli` (the SDK's commands, the help and
-the usage errors). The exit codes are kruntimes.cli's; ^C is 130.
+`krt host|worker|gateway|codec-server|demo|up|down|status` hand their arguments, as they are, to
+the process entry points (of this package, and the gateway's); every other command line goes to
+`kruntimes.cli` (the SDK's commands, the help and the usage errors). The exit codes are
+kruntimes.cli's; ^C is 130.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ def _worker(argv: list[str]) -> int:
     from workers import worker
 
     worker.main(argv)
+    return cli.OK
+
+
+def _gateway(argv: list[str]) -> int:
+    from gateway import __main__ as gateway
+
+    gateway.main(argv)
+    return cli.OK
+
+
+def _codec_server(argv: list[str]) -> int:
+    from gateway import codec_server
+
+    codec_server.main(argv)
     return cli.OK
 
 
@@ -59,6 +74,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "host": _host,
     "worker": _worker,
     "demo": _demo,
+    "gateway": _gateway,
+    "codec-server": _codec_server,
     "up": _embedded("up"),
     "down": _embedded("down"),
     "status": _embedded("status"),

@@ -24,6 +24,11 @@ MAX_OUTPUT_VALUE_BYTES = 64 * KIB
 MAX_OUTPUTS_TOTAL_BYTES = 256 * KIB
 # Captured stdout or stderr, per stream.
 MAX_LOG_BYTES = 64 * KIB
+# An invocation error's message (the handler's exception, or what was wrong with its outputs);
+# longer text is truncated, not rejected.
+MAX_INVOCATION_ERROR_MESSAGE_BYTES = 4 * KIB
+# An invocation error's type: a token such as HandlerError or ValueError.
+MAX_INVOCATION_ERROR_TYPE_BYTES = 128
 
 # Sum of the contents of a Run's inline source files.
 MAX_INLINE_SOURCE_BYTES = 256 * KIB

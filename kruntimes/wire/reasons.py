@@ -93,7 +93,9 @@ class GatewayReason(StrEnum):
 
     `retry_after`: the Retry-After seconds the answer carries unless its call site knows better;
     None: no Retry-After. `invoke`: an answer of the invoke operation (documented under it in
-    /openapi.json); False: the router's answer to a path or method outside the API.
+    /openapi.json); False: the router's answer to a path or method outside the API, or a label
+    that is never answered (ClientClosedRequest: the caller went away before the answer, counted
+    and logged with the status 499).
     """
 
     status: int
@@ -120,10 +122,20 @@ class GatewayReason(StrEnum):
     MALFORMED_JSON = ("MalformedJSON", 400, "the body is not a JSON document")
     INVALID_TIMEOUT = ("InvalidTimeout", 400, "the timeout is not a number of seconds in (0, 900]")
     INVALID_REQUEST = ("InvalidRequest", 400, "the owner refused the request as invalid; it did not run")
+    MALFORMED_REQUEST = (
+        "MalformedRequest",
+        400,
+        "the HTTP request cannot be parsed (request line, a header, the body's framing); never echoed",
+    )
     UNAUTHENTICATED = ("Unauthenticated", 401, "no, malformed, unknown or rejected bearer token")
     FORBIDDEN = ("Forbidden", 403, "the caller may not `get` this Run")
     RUN_NOT_FOUND = ("RunNotFound", 404, "unknown uid, or not of this namespace and runtime")
     PAYLOAD_TOO_LARGE = ("PayloadTooLarge", 413, "the body is over 1 MiB (refused before it is read whole)")
+    REQUEST_BODY_TIMEOUT = (
+        "RequestBodyTimeout",
+        408,
+        "the body arrived slower than the gateway's minimum rate; the connection is closed",
+    )
     FUNCTION_BUSY = ("FunctionBusy", 429, "the function's one in-flight invocation is busy", 1)
     INTERNAL_ERROR = ("InternalError", 500, "a bug in the gateway (logged); the function may have run")
     OWNER_UNREACHABLE = ("OwnerUnreachable", 502, "the owner failed after dispatch; never retried")
@@ -131,6 +143,12 @@ class GatewayReason(StrEnum):
         "FunctionProcessExited",
         502,
         "the function's process exited during the invocation; never retried",
+    )
+    MALFORMED_OWNER_ANSWER = (
+        "MalformedOwnerAnswer",
+        502,
+        "the owner's answer broke the invoke contract (outputs not a bounded JSON object, an unknown "
+        "status, another invocation's id); never passed on, never retried",
     )
     RUN_NOT_READY = ("RunNotReady", 503, "the Run is known but not ready, or cannot serve right now", 1)
     ROUTE_STALE = ("RouteStale", 503, "the Run's registration moved to another generation", 1)
@@ -152,6 +170,14 @@ class GatewayReason(StrEnum):
     # the router's answers (aiohttp's, made JSON)
     NOT_FOUND = ("NotFound", 404, "no such path", None, False)
     METHOD_NOT_ALLOWED = ("MethodNotAllowed", 405, "the path does not take this method", None, False)
+    # never answered: the caller closed the connection before the answer (metrics and logs only)
+    CLIENT_CLOSED_REQUEST = (
+        "ClientClosedRequest",
+        499,
+        "the caller closed the connection before the answer (never sent)",
+        None,
+        False,
+    )
 
 
 _HOST = {str(r): r for r in HostReason}

@@ -1,6 +1,7 @@
 """The gateway's answers agree with the reasons catalogue (kruntimes.wire.reasons.GatewayReason):
 its error tree, the one function that turns errors into HTTP answers, the OpenAPI document, the
-README's status table; and the 200 body it splices from bytes validates against its model."""
+README's status table; and the 200 body it rebuilds from the owner's answer is its model's, whatever
+the owner sent."""
 
 from __future__ import annotations
 
@@ -16,10 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import auth, errors, openapi
+from gateway.answers import SUCCESS_STATUS, answer_body, parse_outputs
 from gateway.app import error_answer, gateway_error_answer, router_reason
-from gateway.bodies import Captured, ErrorBody, InvocationStatus, InvokeAnswer
-from gateway.invoke import SUCCESS_STATUS, success_body
-from kruntimes.api.limits import MAX_LOG_BYTES
+from gateway.bodies import ErrorBody, InvocationStatus, InvokeAnswer
+from kruntimes.api.limits import (
+    MAX_INVOCATION_ERROR_MESSAGE_BYTES,
+    MAX_LOG_BYTES,
+    MAX_OUTPUT_KEYS,
+    MAX_OUTPUT_VALUE_BYTES,
+    MAX_OUTPUTS_TOTAL_BYTES,
+)
+from kruntimes.api.outputs import OutputsError, validate_outputs
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
@@ -178,9 +186,10 @@ def test_the_readme_status_table_is_the_catalogue() -> None:
     assert table == by_status(INVOKE)
 
 
-# -- the 200 body, spliced from bytes ------------------------------------------------------------
+# -- the 200 body, rebuilt from the owner's answer -------------------------------------------------
 
 texts = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40)
+keys = st.text(alphabet="abcXYZ019_.-", min_size=1, max_size=20)
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -192,63 +201,166 @@ json_values = st.recursive(
 )
 captured = st.builds(
     pb.CapturedOutput,
-    data=st.binary(max_size=64),
+    data=st.binary(max_size=64)
+    | st.builds(  # around the bound, a multi-byte character or an undecodable byte at the cut
+        lambda n, unit: unit * n,
+        st.integers(MAX_LOG_BYTES // 2 - 4, MAX_LOG_BYTES + 64),
+        st.sampled_from([b"a", b"\xff", b"\xc3\xa9"]),
+    ),
     truncated=st.booleans(),
-    total_bytes=st.integers(0, 2**40),
+    total_bytes=st.integers(0, 2**64 - 1),
 )
+INVOCATION = "inv-7"
+MALFORMED = GatewayReason.MALFORMED_OWNER_ANSWER
+
+
+def response(
+    *, status: int = pb.INVOCATION_STATUS_SUCCEEDED, outputs: bytes = b"{}", **fields: Any
+) -> pb.InvokeFunctionResponse:
+    fields.setdefault("invocation_id", INVOCATION)
+    return pb.InvokeFunctionResponse(status=status, outputs_json=outputs, **fields)
+
+
+def malformed(answer: pb.InvokeFunctionResponse) -> errors.GatewayError:
+    with pytest.raises(errors.UpstreamFailed) as caught:
+        answer_body(answer, INVOCATION)
+    assert caught.value.reason is MALFORMED and caught.value.status == 502
+    return caught.value
 
 
 @checked
 @given(
-    invocation_id=texts,
     status=st.sampled_from(sorted(SUCCESS_STATUS)),
-    outputs=st.none() | st.dictionaries(texts, json_values, max_size=4),
+    outputs=st.dictionaries(keys, json_values, max_size=4),
     stdout=captured,
     stderr=captured,
     duration_us=st.integers(0, 2**63),
     error=st.none() | st.tuples(texts, texts),
 )
-def test_the_spliced_body_is_an_invoke_answer(
-    invocation_id: str,
+def test_the_body_is_an_invoke_answer_built_from_checked_fields(
     status: int,
-    outputs: dict[str, Any] | None,
+    outputs: dict[str, Any],
     stdout: pb.CapturedOutput,
     stderr: pb.CapturedOutput,
     duration_us: int,
     error: tuple[str, str] | None,
 ) -> None:
-    answer = pb.InvokeFunctionResponse(
-        invocation_id=invocation_id,
+    answer = response(
         status=status,
-        outputs_json=b"" if outputs is None else json.dumps(outputs, separators=(",", ":")).encode(),
+        outputs=json.dumps(outputs, separators=(",", ":")).encode(),
         stdout=stdout,
         stderr=stderr,
         duration_us=duration_us,
         error=None if error is None else pb.InvocationError(type=error[0], message=error[1]),
     )
-    body = success_body(answer, SUCCESS_STATUS[status])
+    body = answer_body(answer, INVOCATION)
     parsed = InvokeAnswer.model_validate_json(body)
-    assert parsed.invocationId == invocation_id
-    assert parsed.status == SUCCESS_STATUS[status].decode()
-    assert parsed.outputs == outputs
+    assert set(json.loads(body)) <= set(InvokeAnswer.model_fields)
+    assert parsed.invocationId == INVOCATION
+    assert parsed.status == SUCCESS_STATUS[status]
     for got, sent in ((parsed.stdout, stdout), (parsed.stderr, stderr)):
-        if sent.total_bytes:
-            assert got == Captured(
-                data=sent.data.decode("utf-8", "replace"),
-                truncated=sent.truncated,
-                totalBytes=sent.total_bytes,
-            )
-        else:  # nothing written: the constant
-            assert got == Captured(data="", truncated=False, totalBytes=0)
+        kept = sent.data[:MAX_LOG_BYTES]
+        assert got.data == kept.decode("utf-8", "replace")
+        assert got.totalBytes == min(max(sent.total_bytes, len(sent.data)), 2**53 - 1)
+        assert got.truncated is (sent.truncated or got.totalBytes > len(kept))
     assert parsed.durationMs == pytest.approx(duration_us / 1000, rel=1e-9, abs=1e-3)
-    if error is None:
-        assert parsed.error is None and b'"error"' not in body
+    if status == pb.INVOCATION_STATUS_SUCCEEDED:
+        assert parsed.outputs == outputs and parsed.error is None and b'"error"' not in body
+    else:  # the owner's outputs are never passed on with an error
+        assert parsed.outputs is None and parsed.error is not None
+        sent_type = error[0] if error else ""
+        token = re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,127}", sent_type)
+        assert parsed.error.type == (sent_type if token else SUCCESS_STATUS[status])
+        assert len(parsed.error.message.encode()) <= MAX_INVOCATION_ERROR_MESSAGE_BYTES
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        b"",
+        b"null",
+        b"[1]",
+        b'"text"',
+        b"1",
+        b"{",
+        b'{"a":1}{"b":2}',
+        b'{"a":1},"status":"Succeeded"',
+        b'{"a":1}]',
+        b'{"a":NaN}',
+        b'{"a":Infinity}',
+        b'{"bad key":1}',
+        b'{"":1}',
+        b'{"' + b"k" * 129 + b'":1}',
+        b"\xff\xfe{}",
+        b"\xef\xbb\xbf{}",
+        b'{"a":"\\ud800"}',
+        b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        json.dumps({f"k{i}": i for i in range(MAX_OUTPUT_KEYS + 1)}).encode(),
+        json.dumps({"big": "x" * MAX_OUTPUT_VALUE_BYTES}).encode(),
+        b'{"a":"' + b"x" * MAX_OUTPUTS_TOTAL_BYTES + b'"}',
+    ],
+    ids=repr,
+)
+def test_malformed_outputs_are_a_502_never_a_body(outputs: bytes) -> None:
+    err = malformed(response(outputs=outputs))
+    assert "the function may have run" in err.message
+
+
+def test_an_answer_for_another_invocation_or_with_an_unknown_status_is_malformed() -> None:
+    malformed(response(invocation_id="inv-other"))
+    malformed(response(invocation_id=""))
+    for status in (pb.INVOCATION_STATUS_UNSPECIFIED, 99):
+        malformed(response(status=status))
+
+
+def test_the_statuses_answered_with_errors() -> None:
+    with pytest.raises(errors.UpstreamTimeout) as timeout:
+        answer_body(response(status=pb.INVOCATION_STATUS_TIMED_OUT), INVOCATION)
+    assert timeout.value.reason is GatewayReason.INVOCATION_TIMEOUT
+    with pytest.raises(errors.UpstreamFailed) as exited:
+        answer_body(response(status=pb.INVOCATION_STATUS_PROCESS_EXITED), INVOCATION)
+    assert exited.value.reason is GatewayReason.FUNCTION_PROCESS_EXITED
+
+
+def test_outputs_sent_with_an_error_are_dropped() -> None:
+    body = answer_body(
+        response(status=pb.INVOCATION_STATUS_HANDLER_ERROR, outputs=b'{"a":1},"status":"Succeeded"'),
+        INVOCATION,
+    )
+    doc = json.loads(body)
+    assert doc["outputs"] is None and doc["status"] == "HandlerError"
+    assert doc["error"] == {"type": "HandlerError", "message": ""}  # none sent: the status
+
+
+def test_the_error_message_is_cut_and_a_non_token_type_replaced() -> None:
+    answer = response(
+        status=pb.INVOCATION_STATUS_INVALID_OUTPUT,
+        error=pb.InvocationError(type='x","status":"Succeeded', message="é" * 5000),
+    )
+    doc = json.loads(answer_body(answer, INVOCATION))
+    assert doc["error"]["type"] == "InvalidOutput"
+    assert len(doc["error"]["message"].encode()) <= MAX_INVOCATION_ERROR_MESSAGE_BYTES
+    assert doc["error"]["message"].endswith("…")
+
+
+@checked
+@given(data=st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_outputs_are_what_the_api_rules_accept_and_nothing_else(data: bytes) -> None:
+    """parse_outputs agrees with kruntimes.api.outputs: a new object equal to the document when
+    the rules accept it, MalformedAnswer else."""
+    try:
+        expected: Any = validate_outputs(json.loads(data.decode("utf-8")))
+    except (ValueError, RecursionError, OutputsError):
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError):
+            parse_outputs(data)
     else:
-        assert parsed.error is not None and (parsed.error.type, parsed.error.message) == error
+        assert parse_outputs(data) == expected
 
 
 def test_the_statuses_answered_200_are_the_models() -> None:
-    assert sorted(s.decode() for s in SUCCESS_STATUS.values()) == sorted(get_args(InvocationStatus))
+    assert sorted(SUCCESS_STATUS.values()) == sorted(get_args(InvocationStatus))
     assert pb.INVOCATION_STATUS_TIMED_OUT not in SUCCESS_STATUS  # 504
     assert pb.INVOCATION_STATUS_PROCESS_EXITED not in SUCCESS_STATUS  # 502
 

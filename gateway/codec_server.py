@@ -1,0 +1,330 @@
+"""`krt codec-server`: the Temporal codec server protocol over the kruntimes payload codec, so that
+people allowed to (the `temporal` CLI's `--codec-endpoint`, the Temporal UI's data encoder) read
+the encrypted payloads of history (kruntimes.codec) without holding the keys themselves.
+
+    POST /decode   {"payloads": [Payload, ...]} in protobuf JSON → the same, decrypted
+    POST /encode   {"payloads": [...]} → the same, encrypted with the active key
+    OPTIONS        the CORS preflight of the configured UI origin (no credentials needed)
+
+Rules:
+- every POST carries `Authorization: Bearer <token>`; the token is looked up in the token file
+  (gateway.auth.TokenFile, the embedded gateway's format, reloaded on change) and its user must be
+  in one of the allowed groups (default `admins`): 401 Unauthenticated without a known token, 403
+  Forbidden outside the groups. Tokens are never logged; the log names the user.
+- `X-Namespace` (which the CLI and the UI send) is accepted and logged; the keys are the
+  platform's, for every namespace.
+- a body is at most `--max-body-bytes` (413 PayloadTooLarge, refused before it is read whole);
+  a body that is not a JSON `Payloads` is 400 MalformedJSON; a payload the keys cannot decrypt is
+  400 InvalidRequest. A payload written without the codec is returned as it is.
+- CORS: only for the origins given with `--cors-origin` (the UI's, e.g. http://127.0.0.1:8233):
+  `Access-Control-Allow-Origin` is that origin, with credentials, `Authorization`,
+  `Content-Type` and `X-Namespace` allowed; a preflight from another origin is 403.
+- HTTPS with `--cert/--key`; plain HTTP only on a loopback address. Connections are bounded as the
+  gateway's are (gateway/listener.py: caps, header and body timeouts), and error answers are the
+  gateway's ErrorBody with its catalogued reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import signal
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payloads
+
+from gateway.auth import Principal, TokenFile, TokenFileError, bearer_token
+from gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, Unauthenticated
+from gateway.listener import HttpLimits, Listener
+from gateway.metrics import GatewayMetrics
+from gateway.replies import error_answer, gateway_error_answer, router_reason
+from kruntimes import logs
+from kruntimes.codec import CodecError, EncryptionCodec, Keyring
+from kruntimes.wire import headers
+from kruntimes.wire.reasons import GatewayReason as R
+
+log = logging.getLogger("gateway.codec")
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_GROUPS = ("admins",)
+NAMESPACE_HEADER = "X-Namespace"
+_ALLOW_HEADERS = f"{headers.AUTHORIZATION}, Content-Type, {NAMESPACE_HEADER}"
+_PREFLIGHT_MAX_AGE_S = 600
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class CodecOptions:
+    codec: EncryptionCodec
+    tokens: TokenFile
+    groups: tuple[str, ...] = DEFAULT_GROUPS
+    cors_origins: frozenset[str] = field(default_factory=frozenset)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def _cors(request: web.Request, origins: frozenset[str], response: web.StreamResponse) -> None:
+    origin = request.headers.get("Origin")
+    if origin is not None and origin in origins:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Allow-Credentials"] = "true"
+        response.headers["Vary"] = "Origin"
+
+
+def build_app(options: CodecOptions) -> web.Application:
+    @web.middleware
+    async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except GatewayError as err:
+            response = gateway_error_answer(err, "")
+        except web.HTTPException as exc:
+            response = error_answer(
+                status=exc.status, reason=router_reason(exc), message=exc.reason, invocation_id=""
+            )
+        except Exception:
+            log.exception("unexpected error")
+            response = gateway_error_answer(GatewayError("internal error"), "")
+        _cors(request, options.cors_origins, response)
+        return response
+
+    def authorize(request: web.Request) -> Principal:
+        token = bearer_token(request.headers.get(headers.AUTHORIZATION))
+        principal = options.tokens.principal(token)
+        if principal is None:
+            raise Unauthenticated("unknown bearer token")
+        if not set(principal.groups) & set(options.groups):
+            raise Forbidden(f"user {principal.user!r} is in none of the groups allowed to use the codec")
+        return principal
+
+    async def payloads_of(request: web.Request) -> Payloads:
+        if request.content_length is not None and request.content_length > options.max_body_bytes:
+            raise PayloadTooLarge(f"the body is larger than {options.max_body_bytes} bytes")
+        body = bytearray()
+        while chunk := await request.content.read(65536):
+            body += chunk
+            if len(body) > options.max_body_bytes:
+                raise PayloadTooLarge(f"the body is larger than {options.max_body_bytes} bytes")
+        try:
+            return json_format.Parse(bytes(body), Payloads())
+        except (json_format.ParseError, ValueError, RecursionError):
+            raise BadRequest(
+                'the body is not {"payloads": [...]} in protobuf JSON', reason=R.MALFORMED_JSON
+            ) from None
+
+    def answer(payloads: Payloads) -> web.Response:
+        return web.Response(
+            body=json_format.MessageToJson(payloads, indent=None).encode(), content_type="application/json"
+        )
+
+    async def decode(request: web.Request) -> web.Response:
+        principal = authorize(request)
+        sent = await payloads_of(request)
+        try:
+            decoded = Payloads(payloads=await options.codec.decode(sent.payloads))
+        except CodecError as exc:
+            raise BadRequest(f"a payload does not decrypt here: {exc}", reason=R.INVALID_REQUEST) from None
+        log.info("decoded", extra=_who(request, principal, len(sent.payloads)))
+        return answer(decoded)
+
+    async def encode(request: web.Request) -> web.Response:
+        principal = authorize(request)
+        sent = await payloads_of(request)
+        encoded = Payloads(payloads=await options.codec.encode(sent.payloads))
+        log.info("encoded", extra=_who(request, principal, len(sent.payloads)))
+        return answer(encoded)
+
+    async def preflight(request: web.Request) -> web.Response:
+        origin = request.headers.get("Origin")
+        if origin is None or origin not in options.cors_origins:
+            raise Forbidden("this origin may not call the codec server")
+        return web.Response(
+            status=204,
+            headers={
+                "Access-Control-Allow-Methods": "POST, OPTIONS",
+                "Access-Control-Allow-Headers": _ALLOW_HEADERS,
+                "Access-Control-Max-Age": str(_PREFLIGHT_MAX_AGE_S),
+            },
+        )
+
+    app = web.Application(middlewares=[answers], client_max_size=options.max_body_bytes + 1)
+    app.router.add_post("/decode", decode)
+    app.router.add_post("/encode", encode)
+    app.router.add_route("OPTIONS", "/decode", preflight)
+    app.router.add_route("OPTIONS", "/encode", preflight)
+    return app
+
+
+def _who(request: web.Request, principal: Principal, count: int) -> dict[str, object]:
+    namespace = request.headers.get(NAMESPACE_HEADER, "")[:256]
+    return {"user": principal.user, "namespace": namespace, "payloads": count}
+
+
+class CodecServer:
+    def __init__(
+        self,
+        options: CodecOptions,
+        *,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        limits: HttpLimits | None = None,
+    ) -> None:
+        self.options = options
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.limits = limits or HttpLimits()
+        self.runner: web.AppRunner | None = None
+        self.listener: Listener | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self.runner = web.AppRunner(build_app(self.options), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        assert self.runner.server is not None
+        self.listener = Listener(
+            host=self.host,
+            port=self.port,
+            ssl_context=self.ssl_context,
+            limits=self.limits,
+            metrics=GatewayMetrics(),
+        )
+        port = await self.listener.start(self.listener.protocol_factory(self.runner.server))
+        scheme = "https" if self.ssl_context is not None else "http"
+        self.url = f"{scheme}://{self.host}:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="krt codec-server",
+        description="Serve the Temporal codec server protocol (/decode, /encode) with the platform's "
+        "payload keys, to callers whose token is in an allowed group.",
+    )
+    p.add_argument("--listen", default="127.0.0.1:8081", help="address (port 0: pick one)")
+    p.add_argument(
+        "--cert", type=Path, help="serving certificate (PEM): HTTPS; without it, loopback HTTP only"
+    )
+    p.add_argument("--key", type=Path, help="serving key (PEM)")
+    p.add_argument(
+        "--codec-keys", type=Path, help="directory of payload encryption keys (default: KRT_CODEC_KEYS)"
+    )
+    p.add_argument("--token-file", type=Path, required=True, help='token,user,uid,"groups" CSV (mode 0600)')
+    p.add_argument(
+        "--allow-group",
+        action="append",
+        default=[],
+        help=f"a group whose users may decode and encode (repeatable; default {', '.join(DEFAULT_GROUPS)})",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        help="an origin allowed to call from a browser, e.g. the Temporal UI's http://127.0.0.1:8233",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="the largest request body (default %(default)s)",
+    )
+    p.add_argument("--ready-file", type=Path, help="write {url, pid} here once serving")
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def options_from(args: argparse.Namespace, env: dict[str, str] | None = None) -> CodecOptions:
+    env = dict(os.environ) if env is None else env
+    keys = args.codec_keys or (Path(env["KRT_CODEC_KEYS"]) if env.get("KRT_CODEC_KEYS") else None)
+    if keys is None:
+        raise SystemExit("krt codec-server: --codec-keys (or KRT_CODEC_KEYS) names the key directory")
+    if not 1024 <= args.max_body_bytes <= MAX_BODY_BYTES:
+        raise SystemExit(f"krt codec-server: --max-body-bytes must be 1024 to {MAX_BODY_BYTES}")
+    for origin in args.cors_origin:
+        if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
+            raise SystemExit(f"krt codec-server: --cors-origin takes scheme://host[:port], not {origin!r}")
+    try:
+        codec = EncryptionCodec(Keyring.load(keys.expanduser()))
+        tokens = TokenFile(args.token_file)
+    except (CodecError, TokenFileError) as e:
+        raise SystemExit(f"krt codec-server: {e}") from None
+    return CodecOptions(
+        codec=codec,
+        tokens=tokens,
+        groups=tuple(args.allow_group) or DEFAULT_GROUPS,
+        cors_origins=frozenset(args.cors_origin),
+        max_body_bytes=args.max_body_bytes,
+    )
+
+
+def ssl_context_from(args: argparse.Namespace, host: str) -> ssl.SSLContext | None:
+    if (args.cert is None) != (args.key is None):
+        raise SystemExit("krt codec-server: --cert and --key go together")
+    if args.cert is None:
+        if not _loopback(host):
+            raise SystemExit("krt codec-server: plain HTTP only on a loopback address; give --cert and --key")
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(args.cert, args.key)
+    except (OSError, ssl.SSLError) as e:
+        raise SystemExit(f"krt codec-server: cannot load the serving certificate: {e}") from None
+    return context
+
+
+async def serve(args: argparse.Namespace) -> None:
+    host, _, port = args.listen.rpartition(":")
+    server = CodecServer(
+        options_from(args), host=host, port=int(port), ssl_context=ssl_context_from(args, host)
+    )
+    url = await server.start()
+    log.info("codec server serving", extra={"url": url})
+    if args.ready_file:
+        tmp = args.ready_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        tmp.replace(args.ready_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.setup(args.log_level)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
