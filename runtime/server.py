@@ -54,6 +54,8 @@ class HostOptions:
     heartbeat_interval_s: float = 5.0
     # the raw invoke port (runtime/invoke.py); None: the host of `listen`, port 0; "" disables it
     invoke_listen: str | None = None
+    # The host's incarnation id; None: a fresh UUID. A pod passes its own uid (the kubernetes provider).
+    host_uid: str | None = None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -73,7 +75,7 @@ class RuntimeHost:
 
     def __init__(self, options: HostOptions) -> None:
         self.options = options
-        self.host_uid = str(uuid.uuid4())
+        self.host_uid = str(uuid.UUID(options.host_uid)) if options.host_uid else str(uuid.uuid4())
         self.work_root = options.state_dir / "work" / self.host_uid
         self.spawner = Spawner()
         self.registry = Registry(

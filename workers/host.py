@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import threading
+import uuid
 from pathlib import Path
 
 from kruntimes import logs
@@ -41,8 +42,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
     )
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between heartbeats")
+    parser.add_argument(
+        "--host-uid",
+        type=_uuid,
+        default=None,
+        help="this incarnation's uid, a UUID (a pod passes its own); default: a new one",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
+
+
+def _uuid(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a UUID: {text!r:.80}") from e
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             max_workers=args.max_workers,
             gateways=tuple(args.gateway),
             heartbeat_interval_s=args.heartbeat_interval,
+            host_uid=args.host_uid,
         )
     )
     address = host.start()
