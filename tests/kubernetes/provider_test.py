@@ -1,0 +1,194 @@
+"""The kubernetes provider against the test cluster: real pods of real `krt host` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from activities.hosts import kubernetes_pods as pods
+from activities.hosts._rpc import identify
+from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
+from tests.kubernetes.cluster import eventually
+from tests.kubernetes.conftest import spec
+
+
+async def test_create_makes_one_pod_whose_uid_is_the_host_uid_and_which_serves(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    [pod] = env.pods()
+    assert host.hostUid == pod["metadata"]["uid"]
+    assert host.address == f"127.0.0.1:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+    identity = await identify(host.address, timeout_s=2)
+    assert (identity.host_uid, identity.host_id, identity.runtime) == (host.hostUid, "python-0", "python")
+    assert await provider.probe(host)
+    assert pod["metadata"]["labels"][pods.LABEL_HOST_ID] == "python-0"
+
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+    await eventually(lambda: not env.pods(), what="the pod is gone after its grace")
+    assert env.kubelet.running() == []
+    assert not await provider.probe(host)
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid) is False
+
+
+async def test_a_second_create_adopts_the_pod_as_a_restarted_worker_would(env) -> None:
+    first = await env.provider().create(spec())
+    again = await env.provider().create(spec())  # another provider: what a restarted worker has
+    assert again.hostUid == first.hostUid and again.address == first.address
+    assert len(env.pods()) == 1 and env.kubelet.started == [env.pods()[0]["metadata"]["name"]]
+
+
+async def test_a_pod_of_another_template_is_replaced(env) -> None:
+    first = await env.provider().create(spec())
+    changed = env.provider(deleteGraceSeconds=7)  # another template hash
+    second = await changed.create(spec())
+    assert second.hostUid != first.hostUid
+    [pod] = env.pods()
+    assert pod["metadata"]["uid"] == second.hostUid
+    await eventually(lambda: len(env.kubelet.running()) == 1, what="the old process is stopped")
+
+
+async def test_a_stale_delete_with_another_uid_deletes_nothing(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    stale = "00000000-0000-4000-8000-000000000000"
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=stale) is False
+    [pod] = env.pods()
+    assert pod["metadata"]["uid"] == host.hostUid and "deletionTimestamp" not in pod["metadata"]
+    assert await provider.probe(host)
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason", "words"),
+    [
+        ("image-pull", FailureReason.ImagePullFailed, "ImagePullBackOff"),
+        ("unschedulable", FailureReason.Unschedulable, "Insufficient cpu"),
+        ("crash", FailureReason.HostCrashed, "exit code 137"),
+        ("crashloop", FailureReason.HostCrashed, "CrashLoopBackOff; last exit: exit code 1"),
+        ("evict", FailureReason.HostLost, "evicted: The node was low on resource: memory"),
+    ],
+)
+async def test_a_pod_that_cannot_start_fails_the_create_precisely_and_is_deleted(env, fault, reason, words):
+    env.kubelet.faults["python"] = fault
+    with pytest.raises(ProviderError) as caught:
+        await env.provider(startTimeoutSeconds=2.0).create(spec())
+    failure = caught.value.failure
+    assert failure.reason is reason, failure
+    assert failure.retryable is DEFAULT_RETRYABLE[reason]
+    assert words in failure.message
+    await eventually(lambda: not env.pods(), what="no pod left behind")
+    await eventually(lambda: not env.kubelet.running(), what="no process left behind")
+
+
+@pytest.mark.parametrize(
+    ("status", "api_reason", "message", "reason"),
+    [
+        (
+            403,
+            "Forbidden",
+            'pods "p" is forbidden: exceeded quota: hosts, requested: pods=1, used: pods=4, limited: pods=4',
+            FailureReason.QuotaExceeded,
+        ),
+        (
+            403,
+            "Forbidden",
+            'pods is forbidden: User "system:serviceaccount:krt:worker" cannot create resource "pods" in API group "" in the namespace "krt-hosts"',
+            FailureReason.Forbidden,
+        ),
+        (
+            403,
+            "Forbidden",
+            'pods "p" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true',
+            FailureReason.AdmissionDenied,
+        ),
+        (
+            422,
+            "Invalid",
+            'admission webhook "policy.example" denied the request: no latest tags',
+            FailureReason.AdmissionDenied,
+        ),
+        (
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+            FailureReason.ApiUnavailable,
+        ),
+        (401, "Unauthorized", "Unauthorized", FailureReason.Forbidden),
+    ],
+)
+async def test_refused_creates_report_the_reason_and_leave_no_pod(env, status, api_reason, message, reason):
+    env.cluster.refuse(runtime="python", status=status, reason=api_reason, message=message)
+    with pytest.raises(ProviderError) as caught:
+        await env.provider().create(spec())
+    assert caught.value.failure.reason is reason
+    assert caught.value.failure.retryable is DEFAULT_RETRYABLE[reason]
+    assert env.pods() == [] and len(env.cluster.refused) == 1
+
+
+async def test_an_unreachable_api_is_api_unavailable(env) -> None:
+    from activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
+    from tests.kubernetes.cluster import free_port
+    from tests.kubernetes.conftest import runtime
+
+    api = await connect(KubernetesAccess(host=f"http://127.0.0.1:{free_port()}"))
+    try:
+        provider = KubernetesProvider(api, runtimes={"python": runtime()}, control_plane="cp-a")
+        with pytest.raises(ProviderError) as caught:
+            await provider.create(spec())
+        assert caught.value.failure.reason is FailureReason.ApiUnavailable
+        assert caught.value.failure.retryable
+    finally:
+        await api.close()
+
+
+async def test_a_cancelled_create_deletes_its_pod(env) -> None:
+    env.kubelet.faults["python"] = "unschedulable"  # it waits for the scheduler until cancelled
+    task = asyncio.create_task(env.provider().create(spec()))
+    await eventually(lambda: env.pods(), what="the pod exists")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert env.pods() == []
+
+
+async def test_a_create_for_a_runtime_without_settings_is_rejected(env) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await env.provider().create(spec("other-0", runtime="other"))
+    assert caught.value.failure.reason is FailureReason.OperationRejected
+    assert env.pods() == []
+
+
+async def test_gone_is_proven_only_by_the_pods_own_record(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    args = {"runtime": "python", "host_id": "python-0", "host_uid": host.hostUid, "address": host.address}
+    assert await provider.gone(**args) is False
+    process = env.kubelet.process(env.pods()[0]["metadata"]["name"])
+    process.kill()  # the container died: phase Failed (restartPolicy Never)
+    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    assert await provider.gone(**args) is True
+    assert await provider.gone(**{**args, "host_uid": "00000000-0000-4000-8000-000000000000"}) is True
+
+    again = await provider.create(spec())  # replaces the failed pod: never reused
+    assert again.hostUid != host.hostUid
+    assert await provider.gone(**args) is True, "the old uid is gone, a newer pod has the name"
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=again.hostUid)
+    await eventually(lambda: not env.pods())
+    assert await provider.gone(**{**args, "host_uid": again.hostUid}) is True
+
+
+async def test_a_deleting_pod_is_gone_once_it_no_longer_serves(env) -> None:
+    provider = env.provider(deleteGraceSeconds=30)
+    host = await provider.create(spec())
+    name = env.pods()[0]["metadata"]["name"]
+    process = env.kubelet.process(name)
+    process.send_signal(signal.SIGSTOP)  # it cannot stop within the grace period: still there
+    try:
+        assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+        await eventually(lambda: env.pods() and env.pods()[0]["metadata"].get("deletionTimestamp"))
+        args = {"runtime": "python", "host_id": "python-0", "host_uid": host.hostUid, "address": host.address}
+        # deleting, still Ready by its last status, and a stopped process does not answer
+        assert await provider.gone(**args) is True
+    finally:
+        process.send_signal(signal.SIGCONT)
