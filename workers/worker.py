@@ -2,6 +2,12 @@
 
 Registers every workflow and activity, reads the platform config once, makes sure each runtime's
 pool workflow runs with the current config, and exposes the SDK's metrics for Prometheus.
+
+When a runtime's hosts are pods (`provider: kubernetes`), the worker reaches the API server from
+a kubeconfig (`--kubeconfig`, `--kube-context`) or, inside a cluster, its service account; it
+checks every pod template against the Kubernetes schema and that it may list pods in each
+runtime's namespace before it serves anything, and watches the host pods of its control plane
+(`--control-plane-id`) so that a lost pod makes its pool probe its hosts at once.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import default_manager
+from activities.hosts import kubernetes as kube
+from activities.hosts.events import HostEvent, PoolProbeRoute, WorkflowSignals
+from activities.hosts.kubernetes_pods import check_control_plane_id
+from activities.hosts.kubernetes_watch import PodWatch
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
@@ -65,6 +75,16 @@ class WorkerSettings:
     # Their names: a test or a second platform on the same Temporal namespace picks its own.
     run_task_queue: str = TASK_QUEUE
     pool_task_queue: str = POOL_TASK_QUEUE
+    # How to reach the Kubernetes API for `provider: kubernetes` runtimes (None: the defaults:
+    # in a cluster its service account, else the default kubeconfig).
+    kubernetes: kube.KubernetesAccess | None = None
+    # The owner annotated on this control plane's host pods (default: Temporal namespace and pool
+    # task queue); two control planes sharing a Kubernetes namespace need different ones.
+    control_plane_id: str | None = None
+
+    @property
+    def control_plane(self) -> str:
+        return self.control_plane_id or f"{self.temporal.namespace}/{self.pool_task_queue}"
 
 
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
@@ -87,10 +107,10 @@ def worker_tuning(sandboxed: bool) -> dict[str, Any]:
     }
 
 
-async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
-    """Start each runtime's pool, or give a running one the current config (signal-with-start)."""
-    for runtime in settings.config.runtimes:
-        config = PoolConfig(
+def pool_configs(settings: WorkerSettings, *, providers: list[str]) -> dict[str, PoolConfig]:
+    """The configuration of each runtime's pool, as this worker gives it."""
+    return {
+        runtime.name: PoolConfig(
             runtime=runtime,
             tenants=settings.config.tenants,
             queueLimit=settings.config.queueLimit,
@@ -99,6 +119,15 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             probeIntervalSeconds=settings.probe_interval_s,
             runTaskQueue=settings.run_task_queue,
         )
+        for runtime in settings.config.runtimes
+    }
+
+
+async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
+    """Start each runtime's pool, or give a running one the current config (signal-with-start)."""
+    for runtime_name, config in pool_configs(settings, providers=providers).items():
+        runtime = config.runtime
+        assert runtime.name == runtime_name
         await client.start_workflow(
             RuntimePoolWorkflow.run,
             PoolInput(config=config),
@@ -111,12 +140,79 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
 
 
 @contextlib.asynccontextmanager
+async def kubernetes_hosts(
+    client: Client, settings: WorkerSettings
+) -> AsyncIterator[tuple[kube.KubernetesProvider, PoolProbeRoute] | None]:
+    """The kubernetes provider and its pod watches, when a runtime uses it; else None. The
+    watches' events are routed to the pools by the PoolProbeRoute (whose configs the caller sets).
+
+    Raises KubernetesConfigError (before anything is served) when the API cannot be used.
+    """
+    runtimes = kube.runtimes_of(settings.config)
+    if not runtimes:
+        yield None
+        return
+    kube.validate_templates(runtimes, control_plane=settings.control_plane)
+    access = settings.kubernetes or kube.KubernetesAccess(in_cluster=kube.in_cluster())
+    api_client = await kube.connect(access)
+    try:
+        await kube.check_access(api_client, {r.namespace for r in runtimes.values()})
+        provider = kube.KubernetesProvider(
+            api_client, runtimes=runtimes, control_plane=settings.control_plane
+        )
+        # Until a workflow supervises each host, a lost pod makes its pool probe its hosts now.
+        route = PoolProbeRoute()
+        signals = WorkflowSignals(client, route)
+
+        def on_event(event: HostEvent) -> None:
+            signals(event)
+
+        watches = [
+            PodWatch(
+                api_client,
+                namespace=namespace,
+                control_plane=settings.control_plane,
+                on_event=on_event,
+                on_pod=provider.notify,
+                provider=provider.name,
+            )
+            for namespace in sorted(provider.namespaces)
+        ]
+        tasks = [asyncio.create_task(w.run()) for w in watches] + [asyncio.create_task(signals.run())]
+        try:
+            yield provider, route
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await api_client.close()
+
+
+@contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
+    async with (
+        kubernetes_hosts(client, settings) as kubernetes,
+        _running_workers(client, settings, kubernetes) as workers,
+    ):
+        yield workers
+
+
+@contextlib.asynccontextmanager
+async def _running_workers(
+    client: Client,
+    settings: WorkerSettings,
+    kubernetes: tuple[kube.KubernetesProvider, PoolProbeRoute] | None,
+) -> AsyncIterator[list[Worker]]:
     hosts = RuntimeHostActivities()
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
     handoff = HandoffActivities(mailbox, register=hosts.register_function)
-    host_manager = default_manager(state_dir=settings.platform.stateDir or None)
+    host_manager = default_manager(
+        state_dir=settings.platform.stateDir or None, kubernetes=kubernetes[0] if kubernetes else None
+    )
+    if kubernetes is not None:  # the route re-sends exactly what ensure_pools sends
+        kubernetes[1].configs = pool_configs(settings, providers=list(host_manager.names))
     manager = HostActivities(host_manager)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
@@ -147,7 +243,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
                 client,
                 task_queue=settings.pool_task_queue,
                 workflows=POOL_WORKFLOWS,
-                activities=[ProbeActivities().probe_hosts, signals.signal_runs],
+                activities=[ProbeActivities(host_manager).probe_hosts, signals.signal_runs],
                 **tuning,
             )
         )
@@ -205,6 +301,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"the pools' task queue (default {POOL_TASK_QUEUE})",
     )
     parser.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file for provider: kubernetes (default: in a cluster its service account, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--kube-context", help="the kubeconfig context to use (default: its current one)")
+    parser.add_argument(
+        "--control-plane-id",
+        help="the owner annotated on this control plane's host pods "
+        "(default: <temporal namespace>/<pool task queue>)",
+    )
+    parser.add_argument(
         "--sandbox",
         action="store_true",
         help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
@@ -229,12 +336,25 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         queues=_queues(args.queues),
         run_task_queue=_task_queue(args.task_queue, flag="--task-queue"),
         pool_task_queue=_task_queue(args.pool_task_queue, flag="--pool-task-queue"),
+        kubernetes=_kubernetes_access(args),
+        control_plane_id=args.control_plane_id,
     )
+    try:
+        check_control_plane_id(settings.control_plane)
+        kube.validate_templates(kube.runtimes_of(settings.config), control_plane=settings.control_plane)
+    except (ValueError, kube.KubernetesConfigError) as e:
+        raise SystemExit(f"krt worker: {e}") from e
     if settings.run_task_queue == settings.pool_task_queue:
         # Each queue's worker registers only its own workflows: a shared queue would hand pool
         # tasks to the Runs' worker and the other way round.
         raise SystemExit("krt worker: --task-queue and --pool-task-queue must differ")
     return settings
+
+
+def _kubernetes_access(args: argparse.Namespace) -> kube.KubernetesAccess | None:
+    if args.kubeconfig is None and args.kube_context is None:
+        return None
+    return kube.KubernetesAccess(kubeconfig=args.kubeconfig, context=args.kube_context)
 
 
 def _queues(text: str) -> frozenset[str]:
@@ -263,7 +383,11 @@ async def serve(settings: WorkerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with running_workers(client, settings):
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(running_workers(client, settings))
+        except kube.KubernetesConfigError as e:
+            raise SystemExit(f"krt worker: {e}") from e
         log.info(
             "worker running",
             extra={"temporal": settings.temporal.address, "namespace": settings.temporal.namespace},
