@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/runtime_server.py
 	$(PY) bench/invoke.py
 	$(PY) bench/lifecycle.py
+	$(PY) bench/kubernetes.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
