@@ -62,6 +62,9 @@ T = TypeVar("T")
 VERBS = frozenset({"get", "list", "watch", "create", "delete"})
 API_TIMEOUT_S = 10.0
 _POLL_FIRST_S, _POLL_MAX_S = 0.05, 1.0
+# A pod that never served, or is replaced, gets a short grace: 0 would remove it from the API at
+# once, before its kubelet stopped the container; 1 lets the kubelet stop it first.
+_DISCARD_GRACE_S = 1
 _RBAC_REFUSAL = re.compile(r"cannot [a-z]+ resource")
 _MAX_MESSAGE = 1024
 _SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -370,7 +373,7 @@ class KubernetesProvider:
         )
 
     async def _delete_and_wait(self, namespace: str, name: str, uid: str, deadline: float) -> None:
-        await self._api.delete_pod(namespace, name, uid=uid, grace_s=0)
+        await self._api.delete_pod(namespace, name, uid=uid, grace_s=_DISCARD_GRACE_S)
         loop = asyncio.get_running_loop()
         while True:
             pod = await self._api.read_pod(namespace, name)
@@ -460,7 +463,8 @@ class KubernetesProvider:
 
     async def _discard(self, namespace: str, name: str, uid: str) -> None:
         """Delete a pod whose create failed or was cancelled, even while being cancelled."""
-        task = asyncio.ensure_future(self._api.delete_pod(namespace, name, uid=uid, grace_s=0))
+        deleting = self._api.delete_pod(namespace, name, uid=uid, grace_s=_DISCARD_GRACE_S)
+        task = asyncio.ensure_future(deleting)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:

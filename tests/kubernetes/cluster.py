@@ -291,7 +291,8 @@ class _PodRun:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     task: asyncio.Task[None] | None = None
-    stopping: bool = False
+    stopping: bool = False  # its status is no longer reported (deleted or evicted)
+    finalizing: bool = False  # being deleted: stopped, then removed from the API
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -413,8 +414,8 @@ class TestKubelet:
                 directory=self.root / f"{metadata['name']}-{uid[:8]}",
             )
             run.task = asyncio.create_task(self._run(run, pod))
-        elif metadata.get("deletionTimestamp") and not run.stopping:
-            run.stopping = True
+        elif metadata.get("deletionTimestamp") and not run.finalizing:
+            run.stopping = run.finalizing = True
             grace = int(metadata.get("deletionGracePeriodSeconds") or 0)
             self._stopping.add(asyncio.create_task(self._terminate(run, grace)))
 
