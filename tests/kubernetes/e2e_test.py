@@ -10,9 +10,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from activities.hosts.kubernetes import (
+    KubernetesAccess,
+    KubernetesProvider,
+    OrphanCollector,
+    connect,
+    runtimes_of,
+)
 from kruntimes.api import Run
 from kruntimes.api.phases import RunPhase
 from kruntimes.client import Client
+from kruntimes.config import parse_config
 from kruntimes.sdk.errors import NotReady
 from tests.kubernetes.cluster import eventually
 from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process
@@ -71,6 +79,21 @@ async def invoke(krt: Client, name: str, payload: dict):
             return None
 
     return await eventually(answered, within=20, what=f"{name} answers")
+
+
+async def collect_orphans(platform, *, control_plane: str, runtimes: list[dict]):
+    """What the supervisor of hosts will do: sweep this control plane's pods, knowing its pools' hosts."""
+    config = parse_config({"runtimes": runtimes})
+    known = set()
+    for rt in config.runtimes:
+        state = await platform.temporal.get_workflow_handle(f"pool/{rt.name}").query("pool")
+        known |= {h["hostUid"] for h in state["hosts"]}
+    api = await connect(KubernetesAccess(host=platform.api_url))
+    try:
+        provider = KubernetesProvider(api, runtimes=runtimes_of(config), control_plane=control_plane)
+        return await OrphanCollector(provider, grace_s=0).sweep(known=known)
+    finally:
+        await api.close()
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +225,17 @@ async def test_a_worker_killed_mid_create_is_replaced_by_one_that_adopts_the_pod
         ]
         assert len(creates) == 1, "the second worker adopted the pod instead of creating another"
         assert (await invoke(krt, "adopted", {})).ok
+        # Two control planes share the namespace now (this platform's has a pod of kpy too): each
+        # one's orphan collection, given the hosts its own pools know, deletes nothing of the other's.
+        await krt.create(Run.from_dict(manifest("other-plane", "kpy")))
+        await krt.wait("other-plane", timeout=60)
+        before = {p["metadata"]["uid"] for p in platform.pods()}
+        assert platform.pods("kpy") and platform.pods("krestart")
+        for control_plane, runtimes in (("e2e", RUNTIMES), ("e2e-restart", [runtime])):
+            swept = await collect_orphans(platform, control_plane=control_plane, runtimes=runtimes)
+            assert swept.deleted == [] and swept.waiting == [], (control_plane, swept)
+        assert {p["metadata"]["uid"] for p in platform.pods()} == before
+        await krt.delete("other-plane")
         await krt.delete("adopted")
     finally:
         stop_process(first)
