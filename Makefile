@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) bench/invoke.py
 	$(PY) bench/lifecycle.py
 	$(PY) bench/codec.py
+	$(PY) bench/kubernetes.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

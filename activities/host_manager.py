@@ -58,25 +58,40 @@ PROBE_TIMEOUT_S = 3.0
 PROVIDER_LABEL = "kruntimes.io/provider"
 
 
-async def _proven_gone(host: Host, state_dir: str) -> bool:
-    """Fencing: a host is gone only when its uid is gone — another incarnation answers at its
-    address, or (process hosts) its recorded process no longer exists. An unreachable host that
-    may still run is not gone: its Runs move elsewhere only once it is proven gone, so a Run never
-    runs on two hosts at once."""
+async def _proven_gone(host: Host, state_dir: str, manager: HostManager | None = None) -> bool:
+    """Fencing: a host is gone only when its uid is gone — its provider proves it from its own
+    records (a pod's uid no longer exists, or it is deleting and out of routing), another
+    incarnation answers at its address, or (process hosts) its recorded process no longer exists.
+    An unreachable host that may still run is not gone: its Runs move elsewhere only once it is
+    proven gone, so a Run never runs on two hosts at once."""
+    provider = host.labels.get(PROVIDER_LABEL, "process")
+    if manager is not None:
+        verdict = await manager.gone(
+            provider=provider,
+            runtime=host.runtime,
+            host_id=host.hostId,
+            host_uid=host.hostUid,
+            address=host.address,
+        )
+        if verdict is not None:
+            return verdict
     try:
         identity = await identify(host.address or "", timeout_s=PROBE_TIMEOUT_S)
     except HostRpcError:
         identity = None
     if identity is not None:
         return identity.host_uid != host.hostUid
-    if host.labels.get(PROVIDER_LABEL, "process") != "process" or not state_dir:
+    if provider != "process" or not state_dir:
         return False
     record = next((r for r in list_records(state_dir) if r.hostId == host.hostId), None)
     return record is None or record.hostUid != host.hostUid or not host_running(record)
 
 
 class ProbeActivities:
+    def __init__(self, manager: HostManager | None = None) -> None:
+        self.manager = manager  # whose providers may prove a host gone from their own records
+
     @activity.defn(name="probe_hosts")
     async def probe_hosts(self, input: ProbeInput) -> ProbeResult:
-        lost = [h.hostUid for h in input.hosts if await _proven_gone(h, input.stateDir)]
+        lost = [h.hostUid for h in input.hosts if await _proven_gone(h, input.stateDir, self.manager)]
         return ProbeResult(lost=lost)

@@ -17,6 +17,39 @@
     queueLimit: 1000
     heartbeatIntervalSeconds: 5
 
+A runtime whose hosts are pods (``provider: kubernetes``) says where and how in ``kubernetes``::
+
+      - name: python
+        adapter: python
+        provider: kubernetes
+        kubernetes:
+          namespace: kruntimes-hosts    # where the host pods live
+          startTimeoutSeconds: 60       # create → Ready and serving, or the create fails
+          deleteGraceSeconds: 30        # SIGTERM → SIGKILL when a host pod is deleted
+          certificateSecret: null       # e.g. "krt-host-{runtime}-{hostId}": mounted, passed to krt host
+          podTemplate:                  # what the platform does not decide about the pod
+            image: registry.example/kruntimes:1.0   # has `krt` on its PATH
+            imagePullPolicy: IfNotPresent
+            imagePullSecrets: [regcred]
+            resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {memory: 1Gi}}
+            nodeSelector: {kubernetes.io/os: linux}
+            tolerations: [...]
+            affinity: {...}
+            serviceAccountName: kruntimes-host
+            automountServiceAccountToken: false   # the default; true only if the host needs the API
+            securityContext: {runAsNonRoot: true}       # the pod's
+            containerSecurityContext: {allowPrivilegeEscalation: false}
+            priorityClassName: null
+            labels: {team: platform}              # never the platform's own keys
+            annotations: {}
+            env: [{name: LOG_FORMAT, value: json}]
+            volumes: []
+            volumeMounts: []
+
+The template's Kubernetes objects (resources, tolerations, affinity, security contexts, env,
+volumes, mounts) are checked against the Kubernetes schema when the worker starts, in the pod the
+platform builds from them: a bad field is an error naming it before any pod is created.
+
 Anything left out takes its default; no file at all gives the ``python`` and ``bash`` runtimes.
 
 Errors::
@@ -28,7 +61,8 @@ Errors::
 from __future__ import annotations
 
 import os
-from typing import Annotated, Literal, Self
+import re
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
@@ -44,6 +78,7 @@ from kruntimes.scheduling.failures import ProviderName
 from kruntimes.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
 
 DEFAULT_RUNS = 10
+KUBERNETES_PROVIDER = "kubernetes"
 DEFAULT_MAX_HOSTS = 4
 DEFAULT_QUEUE_LIMIT = 1000
 # Bounds that keep durable timers and queue state sane.
@@ -82,6 +117,149 @@ class ResourceLimits(ApiModel):
     tmpBytes: StrictInt = Field(default=64 * MiB, ge=MiB)  # its private /tmp and /dev/shm
 
 
+# Keys and prefixes of labels and annotations the platform sets on host pods itself.
+PLATFORM_LABEL_PREFIXES = ("kruntimes.io/", "app.kubernetes.io/")
+# The create of a host runs in an activity of at most 90 s (ScaleOutWorkflow): the start timeout
+# leaves it time to delete a pod that did not start.
+MAX_START_TIMEOUT_SECONDS = 80.0
+MAX_DELETE_GRACE_SECONDS = 3600
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")
+_SECRET_FIELDS = frozenset({"runtime", "hostId"})
+
+
+def _subdomain(value: str, *, field: str) -> str:
+    if not 1 <= len(value) <= 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
+        raise ValueError(
+            f"{field}: must be a DNS-1123 subdomain (lowercase, digits, '-', '.'): {value!r:.80}"
+        )
+    return value
+
+
+def _label_key(key: str) -> str:
+    """A Kubernetes label or annotation key: [prefix/]name, the prefix a DNS subdomain."""
+    prefix, _, name = key.rpartition("/")
+    if prefix:
+        _subdomain(prefix, field=f"key {key!r:.80}")
+    if not 1 <= len(name) <= 63 or not _QUALIFIED_NAME.fullmatch(name):
+        raise ValueError(f"key {key!r:.80}: the name part must be 1..63 of [A-Za-z0-9-_.]")
+    return key
+
+
+def _own_keys(keys: dict[str, str], *, field: str) -> None:
+    for key in keys:
+        _label_key(key)
+        if key.startswith(PLATFORM_LABEL_PREFIXES):
+            raise ValueError(f"{field}: {key!r:.80} is set by the platform itself")
+
+
+class KubernetesPodTemplate(ApiModel):
+    """What the platform leaves to the operator about a host pod. The Kubernetes objects here are
+    passed through as they are and checked against the Kubernetes schema in the pod built from
+    them (when the worker starts); everything else about the pod is the platform's."""
+
+    image: Annotated[str, Field(min_length=1, max_length=1024)]
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    imagePullSecrets: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=16
+    )
+    resources: dict[str, Any] | None = None
+    nodeSelector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+    affinity: dict[str, Any] | None = None
+    serviceAccountName: str | None = None
+    # The host never calls the Kubernetes API: no token unless the template asks for one.
+    automountServiceAccountToken: StrictBool = False
+    securityContext: dict[str, Any] | None = None  # the pod's
+    containerSecurityContext: dict[str, Any] | None = None  # the host container's
+    priorityClassName: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
+    env: list[dict[str, Any]] = Field(default_factory=list, max_length=256)
+    volumes: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+    volumeMounts: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+
+    @field_validator("serviceAccountName", "priorityClassName")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return None if value is None else _subdomain(value, field="name")
+
+    @field_validator("imagePullSecrets")
+    @classmethod
+    def _secret_names(cls, value: list[str]) -> list[str]:
+        return [_subdomain(name, field="imagePullSecrets") for name in value]
+
+    @field_validator("nodeSelector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            _label_key(key)
+            if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
+                raise ValueError(f"{key}: a label value is at most 63 of [A-Za-z0-9-_.]: {text!r:.80}")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        _own_keys(value, field="labels")
+        for key, text in value.items():
+            if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
+                raise ValueError(f"{key}: a label value is at most 63 of [A-Za-z0-9-_.]: {text!r:.80}")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str]) -> dict[str, str]:
+        _own_keys(value, field="annotations")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for item in value:
+            name = item.get("name")
+            if not isinstance(name, str) or not name:
+                raise ValueError("env: every entry needs a name")
+            if name.startswith("KRT_"):
+                raise ValueError(f"env: {name!r:.80} is set by the platform (KRT_ is its prefix)")
+        return value
+
+
+class KubernetesRuntime(ApiModel):
+    """Where and how the hosts of a ``provider: kubernetes`` runtime run as pods."""
+
+    namespace: Annotated[str, _label("namespace")]
+    podTemplate: KubernetesPodTemplate
+    startTimeoutSeconds: StrictFloat = Field(
+        default=60.0, gt=0, le=MAX_START_TIMEOUT_SECONDS, allow_inf_nan=False
+    )
+    deleteGraceSeconds: StrictInt = Field(default=30, ge=0, le=MAX_DELETE_GRACE_SECONDS)
+    # The Secret holding each host's certificate (tls.crt, tls.key, ca.crt), by a name with
+    # {runtime} and {hostId} in it (one identity per host); None: hosts get no certificate.
+    certificateSecret: str | None = None
+
+    @field_validator("certificateSecret")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        fields = set(re.findall(r"\{([^{}]*)\}", value))
+        if fields - _SECRET_FIELDS:
+            raise ValueError(
+                f"only {{runtime}} and {{hostId}} may be filled in, not {sorted(fields - _SECRET_FIELDS)}"
+            )
+        sample = value.replace("{runtime}", "r").replace("{hostId}", "h")
+        _subdomain(sample, field="certificateSecret")
+        return value
+
+    def certificate_secret(self, *, runtime: str, host_id: str) -> str | None:
+        if self.certificateSecret is None:
+            return None
+        name = self.certificateSecret.replace("{runtime}", runtime).replace("{hostId}", host_id)
+        return _subdomain(name, field="certificateSecret")
+
+
 class RuntimeConfig(ApiModel):
     """One runtime: its language adapter and the pool of hosts that serve it."""
 
@@ -109,11 +287,23 @@ class RuntimeConfig(ApiModel):
     isolation: Literal["uid", "same-user"] | None = None
     # none: each function gets a network namespace with only loopback
     network: Literal["host", "none"] = "host"
+    # The pods of a `provider: kubernetes` runtime; required by it, refused with another provider.
+    kubernetes: KubernetesRuntime | None = None
 
     @model_validator(mode="after")
     def _max_covers_min(self) -> Self:
         if self.maxHosts < self.minHosts:
             raise ValueError(f"maxHosts: must be >= minHosts ({self.minHosts}), got {self.maxHosts}")
+        return self
+
+    @model_validator(mode="after")
+    def _kubernetes_block(self) -> Self:
+        if self.provider == KUBERNETES_PROVIDER and self.kubernetes is None:
+            raise ValueError(
+                "kubernetes: provider kubernetes needs a kubernetes block (namespace, podTemplate)"
+            )
+        if self.provider != KUBERNETES_PROVIDER and self.kubernetes is not None:
+            raise ValueError(f"kubernetes: only for provider kubernetes, not {self.provider}")
         return self
 
 

@@ -91,6 +91,12 @@ class HostOptions:
     # False serves the invoke port without TLS: only for the invoke bench's plaintext baseline
     # (bench/invoke.py), never reachable from `krt host`
     invoke_tls: bool = True
+    # The host's incarnation id; None: a fresh UUID. A pod passes its own uid (the kubernetes provider).
+    host_uid: str | None = None
+    # A plaintext port that serves only grpc.health.v1 (SERVING or not, nothing else): for
+    # probes that cannot present a certificate, such as a kubelet's gRPC readiness probe.
+    # None: no such port.
+    health_listen: str | None = None
 
 
 class HostConfigError(Exception):
@@ -127,7 +133,7 @@ class RuntimeHost:
     def __init__(self, options: HostOptions) -> None:
         self.options = options
         self.tls, self.assignments = _check_trust(options)
-        self.host_uid = str(uuid.uuid4())
+        self.host_uid = str(uuid.UUID(options.host_uid)) if options.host_uid else str(uuid.uuid4())
         self.work_root = options.state_dir / "work" / self.host_uid
         self.spawner = Spawner()
         self.isolation = (
@@ -166,6 +172,8 @@ class RuntimeHost:
         self.address = ""
         self.invoke_address = ""
         self.invoke_listener: InvokeListener | None = None
+        self.health_server: grpc.aio.Server | None = None
+        self.health_address: str | None = None
         self.heartbeats: HeartbeatSender | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -268,8 +276,37 @@ class RuntimeHost:
                 max_frame_bytes=MAX_MESSAGE_BYTES,
             )
             self.invoke_address = await self.invoke_listener.start(invoke_listen)
+        if self.options.health_listen:
+            await self._serve_health(self.options.health_listen)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def _serve_health(self, listen: str) -> None:
+        """The plaintext health port: Health/Check alone (no Watch, whose streams stay open),
+        small messages, few streams per connection, idle connections closed."""
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 1024),
+                ("grpc.max_send_message_length", 1024),
+                ("grpc.max_concurrent_streams", 4),
+                ("grpc.max_connection_idle_ms", 30_000),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        check = grpc.unary_unary_rpc_method_handler(
+            self.health.Check,
+            request_deserializer=health_pb2.HealthCheckRequest.FromString,
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": check}),)
+        )
+        port = server.add_insecure_port(listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        self.health_address = f"{listen.rsplit(':', 1)[0]}:{port}"
+        await server.start()
+        self.health_server = server
 
     def _registrations_changed(self) -> None:
         if self.heartbeats is not None:
@@ -303,6 +340,8 @@ class RuntimeHost:
             stopping.append(self.server.stop(grace_s))
         if self.invoke_listener is not None:
             stopping.append(self.invoke_listener.stop(grace_s))
+        if self.health_server is not None:
+            stopping.append(self.health_server.stop(0))
         await asyncio.gather(*stopping)
 
     def _stop_loop(self) -> None:

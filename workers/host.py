@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+import uuid
 from pathlib import Path
 
 from kruntimes import logs
@@ -100,8 +101,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         help="a directory a Run's source.path may point into (repeatable); none: only inline sources",
     )
+    parser.add_argument(
+        "--health-listen",
+        default=None,
+        help="a plaintext port serving only the gRPC health service, for probes without a "
+        "certificate (a kubelet's readiness probe); default: none",
+    )
+    parser.add_argument(
+        "--host-uid",
+        type=_uuid,
+        default=None,
+        help="this incarnation's uid, a UUID (a pod passes its own); default: a new one",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
+
+
+def _uuid(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a UUID: {text!r:.80}") from e
 
 
 def limits(args: argparse.Namespace) -> ResourceLimits:
@@ -171,6 +191,8 @@ def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOp
         tls=tls,
         assignments=assignments,
         invoke_tls=invoke_tls,
+        host_uid=args.host_uid,
+        health_listen=args.health_listen,
     )
 
 

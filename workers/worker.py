@@ -6,6 +6,12 @@ pool workflow runs with the current config, and exposes the SDK's metrics for Pr
 Its platform credentials (`WorkerTrust`): the control-plane certificate every channel to a host
 presents, the key it signs assignments with (only activities hold it), and optionally the platform
 CA, with which the process provider issues the hosts it starts their certificates and renews them.
+
+When a runtime's hosts are pods (`provider: kubernetes`), the worker reaches the API server from
+a kubeconfig (`--kubeconfig`, `--kube-context`) or, inside a cluster, its service account; it
+checks every pod template against the Kubernetes schema and that it may list pods in each
+runtime's namespace before it serves anything, and watches the host pods of its control plane
+(`--control-plane-id`) so that a lost pod makes its pool probe its hosts at once.
 """
 
 from __future__ import annotations
@@ -30,7 +36,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.hosts import ProcessProvider, default_manager
+from activities.hosts import kubernetes as kube
 from activities.hosts._rpc import use_peer_tls
+from activities.hosts.events import HostEvent, PoolProbeRoute, WorkflowSignals
+from activities.hosts.kubernetes_pods import check_control_plane_id
+from activities.hosts.kubernetes_watch import PodWatch
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
@@ -89,6 +99,16 @@ class WorkerSettings:
     # What hosts are told about isolation: the default for runtimes that name none, where
     # `source.path` may point, what functions never see (the state directory is always added).
     host_defaults: HostDefaults = field(default_factory=HostDefaults)
+    # How to reach the Kubernetes API for `provider: kubernetes` runtimes (None: the defaults:
+    # in a cluster its service account, else the default kubeconfig).
+    kubernetes: kube.KubernetesAccess | None = None
+    # The owner annotated on this control plane's host pods (default: Temporal namespace and pool
+    # task queue); two control planes sharing a Kubernetes namespace need different ones.
+    control_plane_id: str | None = None
+
+    @property
+    def control_plane(self) -> str:
+        return self.control_plane_id or f"{self.temporal.namespace}/{self.pool_task_queue}"
 
 
 def _host_defaults(settings: WorkerSettings) -> HostDefaults:
@@ -123,10 +143,10 @@ def worker_tuning(sandboxed: bool) -> dict[str, Any]:
     }
 
 
-async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
-    """Start each runtime's pool, or give a running one the current config (signal-with-start)."""
-    for runtime in settings.config.runtimes:
-        config = PoolConfig(
+def pool_configs(settings: WorkerSettings, *, providers: list[str]) -> dict[str, PoolConfig]:
+    """The configuration of each runtime's pool, as this worker gives it."""
+    return {
+        runtime.name: PoolConfig(
             runtime=runtime,
             tenants=settings.config.tenants,
             queueLimit=settings.config.queueLimit,
@@ -136,6 +156,15 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             runTaskQueue=settings.run_task_queue,
             hostDefaults=_host_defaults(settings),
         )
+        for runtime in settings.config.runtimes
+    }
+
+
+async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: list[str]) -> None:
+    """Start each runtime's pool, or give a running one the current config (signal-with-start)."""
+    for runtime_name, config in pool_configs(settings, providers=providers).items():
+        runtime = config.runtime
+        assert runtime.name == runtime_name
         await client.start_workflow(
             RuntimePoolWorkflow.run,
             PoolInput(config=config),
@@ -177,14 +206,86 @@ async def renew_host_certificates(provider: ProcessProvider, *, every_s: float) 
 
 
 @contextlib.asynccontextmanager
+async def kubernetes_hosts(
+    client: Client, settings: WorkerSettings, *, issuer: HostIssuer | None
+) -> AsyncIterator[tuple[kube.KubernetesProvider, PoolProbeRoute] | None]:
+    """The kubernetes provider and its pod watches, when a runtime uses it; else None. The
+    watches' events are routed to the pools by the PoolProbeRoute (whose configs the caller sets).
+
+    Raises KubernetesConfigError (before anything is served) when the API cannot be used.
+    """
+    runtimes = kube.runtimes_of(settings.config)
+    if not runtimes:
+        yield None
+        return
+    kube.validate_templates(runtimes, control_plane=settings.control_plane)
+    access = settings.kubernetes or kube.KubernetesAccess(in_cluster=kube.in_cluster())
+    api_client = await kube.connect(access)
+    try:
+        await kube.check_access(api_client, {r.namespace for r in runtimes.values()})
+        provider = kube.KubernetesProvider(
+            api_client, runtimes=runtimes, control_plane=settings.control_plane, issuer=issuer
+        )
+        # Until a workflow supervises each host, a lost pod makes its pool probe its hosts now.
+        route = PoolProbeRoute()
+        signals = WorkflowSignals(client, route)
+
+        def on_event(event: HostEvent) -> None:
+            signals(event)
+
+        watches = [
+            PodWatch(
+                api_client,
+                namespace=namespace,
+                control_plane=settings.control_plane,
+                on_event=on_event,
+                on_pod=provider.notify,
+                provider=provider.name,
+            )
+            for namespace in sorted(provider.namespaces)
+        ]
+        tasks = [asyncio.create_task(w.run()) for w in watches] + [asyncio.create_task(signals.run())]
+        try:
+            yield provider, route
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await api_client.close()
+
+
+@contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
     peer_tls, signer, issuer = load_trust(settings.trust)
     use_peer_tls(peer_tls)
+    async with (
+        kubernetes_hosts(client, settings, issuer=issuer) as kubernetes,
+        _running_workers(client, settings, kubernetes, signer=signer, issuer=issuer) as workers,
+    ):
+        yield workers
+
+
+@contextlib.asynccontextmanager
+async def _running_workers(
+    client: Client,
+    settings: WorkerSettings,
+    kubernetes: tuple[kube.KubernetesProvider, PoolProbeRoute] | None,
+    *,
+    signer: Signer,
+    issuer: HostIssuer | None,
+) -> AsyncIterator[list[Worker]]:
     hosts = RuntimeHostActivities(signer=signer)
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
     handoff = HandoffActivities(mailbox, register=hosts.register_function)
-    host_manager = default_manager(state_dir=settings.platform.stateDir or None, issuer=issuer)
+    host_manager = default_manager(
+        state_dir=settings.platform.stateDir or None,
+        issuer=issuer,
+        kubernetes=kubernetes[0] if kubernetes else None,
+    )
+    if kubernetes is not None:  # the route re-sends exactly what ensure_pools sends
+        kubernetes[1].configs = pool_configs(settings, providers=list(host_manager.names))
     manager = HostActivities(host_manager)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
@@ -215,7 +316,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
                 client,
                 task_queue=settings.pool_task_queue,
                 workflows=POOL_WORKFLOWS,
-                activities=[ProbeActivities().probe_hosts, signals.signal_runs],
+                activities=[ProbeActivities(host_manager).probe_hosts, signals.signal_runs],
                 **tuning,
             )
         )
@@ -317,6 +418,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "allowedSourceRoots replaces them); none: only inline sources",
     )
     parser.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file for provider: kubernetes (default: in a cluster its service account, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--kube-context", help="the kubeconfig context to use (default: its current one)")
+    parser.add_argument(
+        "--control-plane-id",
+        help="the owner annotated on this control plane's host pods "
+        "(default: <temporal namespace>/<pool task queue>)",
+    )
+    parser.add_argument(
         "--sandbox",
         action="store_true",
         help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
@@ -351,12 +463,27 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
             isolation=args.isolation,
             allowedSourceRoots=[str(Path(r).expanduser().resolve()) for r in args.allowed_source_root],
         ),
+        kubernetes=_kubernetes_access(args),
+        control_plane_id=args.control_plane_id,
     )
+    try:
+        check_control_plane_id(settings.control_plane)
+        runtimes = kube.runtimes_of(settings.config)
+        kube.validate_templates(runtimes, control_plane=settings.control_plane)
+        kube.check_certificates(runtimes, can_issue=settings.trust.platform_ca is not None)
+    except (ValueError, kube.KubernetesConfigError) as e:
+        raise SystemExit(f"krt worker: {e}") from e
     if settings.run_task_queue == settings.pool_task_queue:
         # Each queue's worker registers only its own workflows: a shared queue would hand pool
         # tasks to the Runs' worker and the other way round.
         raise SystemExit("krt worker: --task-queue and --pool-task-queue must differ")
     return settings
+
+
+def _kubernetes_access(args: argparse.Namespace) -> kube.KubernetesAccess | None:
+    if args.kubeconfig is None and args.kube_context is None:
+        return None
+    return kube.KubernetesAccess(kubeconfig=args.kubeconfig, context=args.kube_context)
 
 
 def _queues(text: str) -> frozenset[str]:
@@ -385,7 +512,11 @@ async def serve(settings: WorkerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with running_workers(client, settings):
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(running_workers(client, settings))
+        except kube.KubernetesConfigError as e:
+            raise SystemExit(f"krt worker: {e}") from e
         log.info(
             "worker running",
             extra={"temporal": settings.temporal.address, "namespace": settings.temporal.namespace},

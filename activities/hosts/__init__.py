@@ -1,6 +1,7 @@
 """Host providers and the host manager: create, delete and probe runtime hosts.
 
-``process`` starts detached local hosts (the embedded default), ``attach`` adopts running ones.
+``process`` starts detached local hosts (the embedded default), ``attach`` adopts running ones,
+``kubernetes`` (activities/hosts/kubernetes.py, registered when a runtime uses it) runs pods.
 Every failure is a ``kruntimes.scheduling.failures.ProviderError``.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 
 from activities.hosts.attach import AttachProvider
-from activities.hosts.base import HostManager, HostProvider, provider_error
+from activities.hosts.base import FencingProvider, HostManager, HostProvider, provider_error
 from activities.hosts.process import ProcessProvider, list_records, stop_all
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.pki import HostIssuer
@@ -17,6 +18,7 @@ from kruntimes.pki import HostIssuer
 __all__ = [
     "AttachProvider",
     "CreatedHost",
+    "FencingProvider",
     "HostManager",
     "HostProvider",
     "HostSpec",
@@ -29,14 +31,15 @@ __all__ = [
 
 
 def default_manager(
-    *, state_dir: str | os.PathLike[str] | None = None, issuer: HostIssuer | None = None
+    *,
+    state_dir: str | os.PathLike[str] | None = None,
+    issuer: HostIssuer | None = None,
+    kubernetes: HostProvider | None = None,
 ) -> HostManager:
     """The providers a worker registers; ``state_dir`` lets the process provider find its records,
-    ``issuer`` gives the hosts it starts their certificates."""
-    return HostManager(
-        [
-            ProcessProvider(state_dir=state_dir, issuer=issuer),
-            AttachProvider(),
-            # KubernetesProvider() is registered here once it exists.
-        ]
-    )
+    ``issuer`` gives the hosts it starts their certificates; ``kubernetes`` is the worker's
+    KubernetesProvider when a runtime uses it (it needs the API)."""
+    providers: list[HostProvider] = [ProcessProvider(state_dir=state_dir, issuer=issuer), AttachProvider()]
+    if kubernetes is not None:
+        providers.append(kubernetes)
+    return HostManager(providers)

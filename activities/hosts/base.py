@@ -7,14 +7,16 @@ provider boundary and anything that slips through becomes ``UnexpectedError``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Iterable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # ProviderFailure.provider must be a valid name; a lookup of a malformed one reports this instead.
 _INVALID_PROVIDER = "invalid"
@@ -35,6 +37,15 @@ class HostProvider(Protocol):
 
     async def probe(self, host: CreatedHost) -> bool:
         """Whether the host serves (gRPC health SERVING) and is still the same incarnation."""
+        ...
+
+
+@runtime_checkable
+class FencingProvider(Protocol):
+    """A provider that can prove a host gone from its backend's own records (a pod's uid)."""
+
+    async def gone(self, *, runtime: str, host_id: str, host_uid: str, address: str | None) -> bool | None:
+        """True: that incarnation is proven gone; False: it may still run; None: cannot say."""
         ...
 
 
@@ -111,6 +122,19 @@ class HostManager:
             operation=ProviderOperation.Delete,
             host=host_id,
         )
+
+    async def gone(
+        self, *, provider: str, runtime: str, host_id: str, host_uid: str, address: str | None
+    ) -> bool | None:
+        """The provider's fencing verdict on a host; None when it has none (or is not known)."""
+        found = self._providers.get(provider)
+        if not isinstance(found, FencingProvider):
+            return None
+        try:
+            return await found.gone(runtime=runtime, host_id=host_id, host_uid=host_uid, address=address)
+        except Exception:
+            log.warning("provider %s could not judge host %s", provider, host_id, exc_info=True)
+            return None
 
     async def probe(self, host: CreatedHost) -> bool:
         provider = self.provider(host.provider)

@@ -17,7 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kruntimes.pki.authority import DEFAULT_LIFETIME, Authority, AuthorityError, Issued, write_public
+from kruntimes.pki.authority import (
+    CA_CERT,
+    DEFAULT_LIFETIME,
+    TLS_CERT,
+    TLS_KEY,
+    Authority,
+    AuthorityError,
+    Issued,
+    write_public,
+)
 from kruntimes.pki.identity import Identity
 
 log = logging.getLogger(__name__)
@@ -53,6 +62,16 @@ class HostIssuer:
             )
             write_public(directory / ASSIGNMENT_PUBLIC_KEY, self.assignment_public_key)
         return issued
+
+    def files(self, *, runtime: str, host_id: str) -> dict[str, bytes]:
+        """The same files as `issue` writes, in memory (for a Secret): name -> content."""
+        issued = self.authority.issue(Identity.host(runtime=runtime, host_id=host_id), lifetime=self.lifetime)
+        return {
+            TLS_CERT: issued.cert_pem,
+            TLS_KEY: issued.key_pem,
+            CA_CERT: self.authority.cert_pem,
+            ASSIGNMENT_PUBLIC_KEY: self.assignment_public_key,
+        }
 
     def renew_due(self, directories: Iterable[Path], *, now: dt.datetime | None = None) -> int:
         """Re-issue the certificates due for renewal among `directories`; returns how many."""

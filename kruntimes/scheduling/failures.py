@@ -58,6 +58,13 @@ class FailureReason(StrEnum):
     RetriesExhausted = "RetriesExhausted"  # every retry failed; the last failure is in the message
     ReadinessTimeout = "ReadinessTimeout"  # the host started but never served within the limit
     HostLost = "HostLost"  # the host process died or stopped heartbeating mid-operation
+    ImagePullFailed = "ImagePullFailed"  # the host's image cannot be pulled (the pull backoff shows it)
+    Unschedulable = "Unschedulable"  # no node can take the host now (the scheduler's message says why)
+    HostCrashed = "HostCrashed"  # the host's process exited while starting (its last state says how)
+    QuotaExceeded = "QuotaExceeded"  # a quota of the backend refuses another host for now
+    AdmissionDenied = "AdmissionDenied"  # an admission policy refuses the host as it is built
+    Forbidden = "Forbidden"  # the control plane's credentials may not do this
+    ApiUnavailable = "ApiUnavailable"  # the backend's API cannot be reached or is overloaded
 
 
 # Whether a failure is worth retrying when the provider does not say. Unknown errors are not:
@@ -79,6 +86,13 @@ DEFAULT_RETRYABLE: MappingProxyType[FailureReason, bool] = MappingProxyType(
         FailureReason.RetriesExhausted: False,
         FailureReason.ReadinessTimeout: True,
         FailureReason.HostLost: True,
+        FailureReason.ImagePullFailed: False,  # pulled again, the same image fails again
+        FailureReason.Unschedulable: True,  # capacity appears (autoscaling, pods ending)
+        FailureReason.HostCrashed: True,  # bounded by the caller's retry policy
+        FailureReason.QuotaExceeded: True,  # quota frees up as other pods end
+        FailureReason.AdmissionDenied: False,  # the same object is refused again
+        FailureReason.Forbidden: False,  # permissions change only by an operator
+        FailureReason.ApiUnavailable: True,
     }
 )
 

@@ -69,6 +69,7 @@ def test_a_yaml_file_sets_what_it_names_and_defaults_the_rest(tmp_path):
                 minHosts: 2
                 maxHosts: 8
                 provider: kubernetes
+                kubernetes: {namespace: krt-hosts, podTemplate: {image: "registry.example/krt:1"}}
                 invokeTimeoutSeconds: 120
                 limits:
                   openFiles: 256
@@ -89,6 +90,7 @@ def test_a_yaml_file_sets_what_it_names_and_defaults_the_rest(tmp_path):
     (rt,) = config.runtimes
     assert (rt.name, rt.runs, rt.minHosts, rt.maxHosts, rt.provider) == ("py-big", 1, 2, 8, "kubernetes")
     assert rt.invokeTimeoutSeconds == 120.0
+    assert rt.kubernetes is not None and rt.kubernetes.namespace == "krt-hosts"
     assert rt.limits is not None
     assert (rt.limits.openFiles, rt.limits.addressSpaceBytes, rt.limits.cpuSeconds) == (256, 1073741824, 3600)
     assert config.queueLimit == 50

@@ -1,0 +1,254 @@
+"""End to end through the control plane with `provider: kubernetes` runtimes: the real dev
+server, the worker, the HTTPS gateway, and the test cluster's kubelet running each host pod as a
+real `krt host` process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+
+from activities.hosts.kubernetes import (
+    KubernetesAccess,
+    KubernetesProvider,
+    OrphanCollector,
+    connect,
+    runtimes_of,
+)
+from kruntimes.api import Run
+from kruntimes.api.phases import RunPhase
+from kruntimes.client import Client
+from kruntimes.config import parse_config
+from kruntimes.sdk.errors import NotReady
+from tests.kubernetes.cluster import eventually
+from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process
+
+pytestmark = pytest.mark.timeout(180)
+
+# A runtime per failure, each failing its own way; "kpy" works.
+FAULTS = {
+    "k-image": ("image-pull", "ImagePullFailed"),
+    "k-unsched": ("unschedulable", "Unschedulable"),
+    "k-crash": ("crash", "HostCrashed"),
+    "k-evict": ("evict", "HostLost"),
+}
+REFUSALS = {
+    "k-quota": (
+        403,
+        "Forbidden",
+        'pods "x" is forbidden: exceeded quota: hosts, limited: pods=0',
+        "QuotaExceeded",
+    ),
+    "k-admit": (
+        422,
+        "Invalid",
+        'admission webhook "policy.example" denied the request: no',
+        "AdmissionDenied",
+    ),
+    "k-rbac": (
+        403,
+        "Forbidden",
+        'pods is forbidden: User "system:serviceaccount:krt:w" cannot create resource "pods"',
+        "Forbidden",
+    ),
+    "k-apidown": (
+        503,
+        "ServiceUnavailable",
+        "the server is currently unable to handle the request",
+        "ApiUnavailable",
+    ),
+}
+RUNTIMES = [
+    kubernetes_runtime("kpy"),
+    kubernetes_runtime("krecover"),
+    # Unschedulable is reported when the start timeout runs out: keep that one short.
+    kubernetes_runtime("k-unsched", startTimeoutSeconds=1),
+    *(kubernetes_runtime(name) for name in [*FAULTS, *REFUSALS] if name != "k-unsched"),
+]
+
+
+async def invoke(krt: Client, name: str, payload: dict):
+    """Invoke once the gateway knows the Run is Ready (what it knows lags the Run by a moment)."""
+
+    async def answered():
+        try:
+            return await krt.invoke(name, payload)
+        except NotReady:
+            return None
+
+    return await eventually(answered, within=20, what=f"{name} answers")
+
+
+async def collect_orphans(platform, *, control_plane: str, runtimes: list[dict]):
+    """What the supervisor of hosts will do: sweep this control plane's pods, knowing its pools' hosts."""
+    config = parse_config({"runtimes": runtimes})
+    known = set()
+    for rt in config.runtimes:
+        state = await platform.temporal.get_workflow_handle(f"pool/{rt.name}").query("pool")
+        known |= {h["hostUid"] for h in state["hosts"]}
+    api = await connect(KubernetesAccess(host=platform.api_url))
+    try:
+        provider = KubernetesProvider(
+            api, runtimes=runtimes_of(config), control_plane=control_plane, issuer=platform.pki.issuer()
+        )
+        return await OrphanCollector(provider, grace_s=0).sweep(known=known)
+    finally:
+        await api.close()
+
+
+@pytest.fixture(scope="module")
+async def platform(tmp_path_factory, pki) -> AsyncIterator[KubePlatform]:
+    async with kube_platform(tmp_path_factory.mktemp("k8s-e2e"), pki, runtimes=RUNTIMES) as started:
+        for runtime, (fault, _) in FAULTS.items():
+            started.kubelet.faults[runtime] = fault
+        for runtime, (status, reason, message, _) in REFUSALS.items():
+            started.cluster.refuse(runtime=runtime, status=status, reason=reason, message=message)
+        yield started
+
+
+@pytest.fixture
+async def krt(platform) -> AsyncIterator[Client]:
+    async with Client(platform.config) as client:
+        yield client
+
+
+async def test_a_run_scales_out_from_zero_onto_a_pod_and_answers_through_the_gateway(platform, krt) -> None:
+    assert platform.pods("kpy") == [], "minHosts 0: no pod before the first Run"
+    await krt.create(Run.from_dict(manifest("hello", "kpy")))
+    ready = await krt.wait("hello", timeout=60)
+    assert ready.status.phase is RunPhase.Ready
+    [pod] = platform.pods("kpy")
+    assert pod["status"]["phase"] == "Running"
+    answer = await invoke(krt, "hello", {"hi": 1})
+    assert answer.ok and answer.outputs["echo"] == {"hi": 1}
+    assert platform.kubelet.process(pod["metadata"]["name"]).pid != answer.outputs["pid"]
+    hosts = await krt.hosts()
+    [view] = [h for h in hosts if h.host.runtime == "kpy"]
+    assert (
+        view.host.hostUid == pod["metadata"]["uid"]
+        and view.host.labels["kruntimes.io/provider"] == "kubernetes"
+    )
+    final = await krt.delete("hello")
+    assert final.phase is RunPhase.Cancelled
+
+
+async def test_every_failure_to_start_a_pod_fails_the_run_with_its_reason_and_leaves_no_pod(platform, krt):
+    names = {runtime: f"fails-{runtime}" for runtime in [*FAULTS, *REFUSALS]}
+    await asyncio.gather(*(krt.create(Run.from_dict(manifest(n, r))) for r, n in names.items()))
+
+    async def failed(name: str):
+        run = await krt.get(name)
+        return run if run.status.phase is RunPhase.Failed else None
+
+    expected = {**{r: reason for r, (_, reason) in FAULTS.items()}, **{r: v[3] for r, v in REFUSALS.items()}}
+    for runtime, name in names.items():
+        run = await eventually(lambda name=name: failed(name), within=120, what=f"{name} fails")
+        assert expected[runtime] in run.status.message, (runtime, run.status.message)
+
+    def left() -> list[str]:
+        return [
+            f"{p['metadata']['name']} {p['status'].get('phase')} {p['metadata'].get('deletionTimestamp')}"
+            for p in platform.pods()
+            if p["metadata"]["labels"]["kruntimes.io/runtime"] in names
+        ]
+
+    try:
+        # a scale-out still in flight when its Run was rejected ends within its own bound too
+        await eventually(lambda: not left(), within=40, what="no pod left behind")
+    except AssertionError as e:
+        raise AssertionError(f"left behind: {left()}") from e
+    assert not [n for n in platform.kubelet.running() if any(n.startswith(r) for r in names)]
+    refused = {p["metadata"]["labels"]["kruntimes.io/runtime"] for p in platform.cluster.refused}
+    assert refused == set(REFUSALS)
+
+
+async def test_a_pod_deleted_out_of_band_is_replaced_and_the_run_answers_at_the_same_url(platform, krt):
+    await krt.create(Run.from_dict(manifest("recovers", "krecover")))
+    ready = await krt.wait("recovers", timeout=60)
+    first = await invoke(krt, "recovers", {"n": 1})
+    assert first.ok
+    [pod] = platform.pods("krecover")
+    # what `kubectl delete pod` does: a graceful delete, the kubelet stops the container
+    async with platform.kubelet._session.delete(
+        f"{platform.api_url}/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
+    ) as answer:
+        assert answer.status == 200
+
+    async def answers_again():
+        try:
+            again = await krt.invoke("recovers", {"n": 2})
+        except Exception:
+            return None
+        # until the old pod stops, answers may still come from it
+        return again if again.ok and again.outputs["boot"] != first.outputs["boot"] else None
+
+    await eventually(answers_again, within=60, what="the Run answers on a new pod")
+    [new_pod] = platform.pods("krecover")
+    assert new_pod["metadata"]["uid"] != pod["metadata"]["uid"]
+    # its certificate was issued for it; the old pod's went with the old pod
+    [secret] = [
+        s
+        for s in platform.cluster.secrets(platform.pods("krecover")[0]["metadata"]["namespace"])
+        if "krecover" in s["metadata"]["name"]
+    ]
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [new_pod["metadata"]["uid"]]
+    after = await krt.get("recovers")
+    assert after.status.endpoint.url == ready.status.endpoint.url
+    await krt.delete("recovers")
+
+
+async def test_a_worker_killed_mid_create_is_replaced_by_one_that_adopts_the_pod(platform, krt, tmp_path):
+    runtime = kubernetes_runtime("krestart", startTimeoutSeconds=40)
+    platform.kubelet.hold.add("krestart")  # its pods wait in ContainerCreating until released
+    log = tmp_path / "workers.log"
+    first = platform.worker_process(runtimes=[runtime], queue="restart", control_plane="e2e-restart", log=log)
+    second = None
+
+    async def pool_runs() -> bool:
+        try:
+            described = await platform.temporal.get_workflow_handle("pool/krestart").describe()
+        except Exception:
+            return False
+        return described.status is not None and described.status.name == "RUNNING"
+
+    try:
+        await eventually(pool_runs, within=60, what="the worker started its pool")
+        await krt.create(Run.from_dict(manifest("adopted", "krestart")))
+        await eventually(lambda: platform.pods("krestart"), within=60, what="the worker created the pod")
+        stop_process(first, sig=signal.SIGKILL)  # dies mid-create: nothing cleans up after it
+        [pod] = platform.pods("krestart")
+        second = platform.worker_process(
+            runtimes=[runtime], queue="restart", control_plane="e2e-restart", log=log
+        )
+        platform.kubelet.hold.discard("krestart")
+        platform.kubelet.release()
+        ready = await krt.wait("adopted", timeout=90)
+        assert ready.status.phase is RunPhase.Ready
+        assert [p["metadata"]["uid"] for p in platform.pods("krestart")] == [pod["metadata"]["uid"]]
+        creates = [
+            r
+            for r in platform.cluster["post"]
+            if r.resource is not None
+            and r.resource.plural == "pods"
+            and (r.data or {}).get("metadata", {}).get("labels", {}).get("kruntimes.io/runtime") == "krestart"
+        ]
+        assert len(creates) == 1, "the second worker adopted the pod instead of creating another"
+        assert (await invoke(krt, "adopted", {})).ok
+        # Two control planes share the namespace now (this platform's has a pod of kpy too): each
+        # one's orphan collection, given the hosts its own pools know, deletes nothing of the other's.
+        await krt.create(Run.from_dict(manifest("other-plane", "kpy")))
+        await krt.wait("other-plane", timeout=60)
+        before = {p["metadata"]["uid"] for p in platform.pods()}
+        assert platform.pods("kpy") and platform.pods("krestart")
+        for control_plane, runtimes in (("e2e", RUNTIMES), ("e2e-restart", [runtime])):
+            swept = await collect_orphans(platform, control_plane=control_plane, runtimes=runtimes)
+            assert swept.deleted == [] and swept.waiting == [], (control_plane, swept)
+        assert {p["metadata"]["uid"] for p in platform.pods()} == before
+        await krt.delete("other-plane")
+        await krt.delete("adopted")
+    finally:
+        stop_process(first)
+        if second is not None:
+            stop_process(second)

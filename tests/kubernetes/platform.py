@@ -1,0 +1,223 @@
+"""The whole platform with `provider: kubernetes` runtimes: the real Temporal dev server (in
+memory), the worker (in this process, or as `krt worker` processes for the restart test), an HTTPS
+gateway, and the test cluster whose kubelet runs the host pods as real `krt host` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kmock import Server
+from temporalio.client import Client as TemporalClient
+
+from activities.hosts.kubernetes import KubernetesAccess
+from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from gateway.server import Gateway, GatewayOptions
+from kruntimes.clientconfig import ClientConfig
+from kruntimes.config import parse_config
+from kruntimes.devserver import DevServer
+from kruntimes.lifecycle import PlatformInfo
+from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.tls import ensure_tls
+from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
+from tests.pki import TestPKI
+from workers.worker import WorkerSettings, running_workers
+
+TOKEN = "krt-k8s-test-token"
+NAMESPACE = "krt-e2e"
+IMAGE = "registry.example/kruntimes:e2e"
+# `boot` is new in every process that loads the function: a function runs as PID 1 of a PID
+# namespace of its own, so its pid says nothing about which host it runs on.
+ECHO = (
+    "import os, uuid\nBOOT = uuid.uuid4().hex\n"
+    "def handle(p):\n    return {'echo': p, 'pid': os.getpid(), 'boot': BOOT}\n"
+)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kubernetes_runtime(name: str, **kubernetes: Any) -> dict[str, Any]:
+    block = {
+        "namespace": NAMESPACE,
+        "startTimeoutSeconds": 20,
+        "deleteGraceSeconds": 5,
+        "podTemplate": {"image": IMAGE},
+        **kubernetes,
+    }
+    return {
+        "name": name,
+        "adapter": "python",
+        "runs": 4,
+        "maxHosts": 2,
+        "provider": "kubernetes",
+        "kubernetes": block,
+    }
+
+
+def manifest(name: str, runtime: str, *, source: str = ECHO) -> dict[str, Any]:
+    return {
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "runtime": runtime,
+            "mode": {"function": {}},
+            "source": {"inline": [{"name": "main.py", "content": source}]},
+            "handler": "main:handle",
+        },
+    }
+
+
+@dataclass
+class KubePlatform:
+    root: Path
+    state_dir: Path
+    config: ClientConfig
+    temporal: TemporalClient
+    gateway: Gateway
+    dev_server: DevServer
+    cluster: Cluster
+    server: Server
+    kubelet: TestKubelet
+    tls_ca: Path
+    pki: TestPKI
+
+    @property
+    def api_url(self) -> str:
+        return str(self.server.url).rstrip("/")
+
+    def pods(self, runtime: str | None = None) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.cluster.pods(NAMESPACE)
+            if runtime is None or p["metadata"]["labels"].get("kruntimes.io/runtime") == runtime
+        ]
+
+    def kubeconfig(self) -> Path:
+        path = self.root / "kubeconfig"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "test", "cluster": {"server": self.api_url}}],
+                    "users": [{"name": "worker", "user": {"token": "worker-token"}}],
+                    "contexts": [{"name": "test", "context": {"cluster": "test", "user": "worker"}}],
+                    "current-context": "test",
+                }
+            )
+        )
+        return path
+
+    def worker_process(
+        self, *, runtimes: list[dict[str, Any]], queue: str, control_plane: str, log: Path
+    ) -> subprocess.Popen[bytes]:
+        """`krt worker` for ``runtimes`` on task queues of its own, reaching the cluster through
+        a kubeconfig file."""
+        config = self.root / f"runtimes-{queue}.yaml"
+        config.write_text(yaml.safe_dump({"runtimes": runtimes}))
+        argv = [sys.executable, "-m", "workers.krt", "worker"]
+        argv += ["--temporal-address", self.dev_server.address, "--config", str(config)]
+        argv += ["--state-dir", str(self.state_dir), "--gateway-url", self.config.gatewayUrl]
+        argv += ["--ca-file", str(self.tls_ca), "--gateway-heartbeat", self.gateway.heartbeat_address]
+        argv += ["--heartbeat-interval", "0.5", "--task-queue", queue, "--pool-task-queue", f"{queue}-pool"]
+        argv += ["--kubeconfig", str(self.kubeconfig()), "--kube-context", "test"]
+        argv += ["--control-plane-id", control_plane, "--log-level", "info"]
+        trust = self.pki.worker_trust()
+        argv += ["--peer-tls", str(trust.peer_tls), "--assignment-key", str(trust.assignment_key)]
+        argv += ["--platform-ca", str(trust.platform_ca)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+
+def stop_process(process: subprocess.Popen[bytes], *, sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def kube_platform(
+    root: Path, pki: TestPKI, *, runtimes: list[dict[str, Any]]
+) -> AsyncIterator[KubePlatform]:
+    state = root / "state"
+    state.mkdir(parents=True)
+    server = DevServer(state_dir=root / "temporal", persistent=False)
+    await asyncio.to_thread(server.start)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(server.stop)
+        cluster, api_server, kubelet = await stack.enter_async_context(test_cluster(root / "node"))
+        temporal = await connect(TemporalSettings(address=server.address))
+        tls = ensure_tls(root / "tls")
+        tokens = root / "tokens.csv"
+        tokens.write_text(f'{TOKEN},alice,1000,"devs"\n')
+        tokens.chmod(0o600)
+        bindings = RoleBindings.from_yaml("bindings:\n- namespace: '*'\n  groups: [devs]\n")
+        gateway = Gateway(
+            GatewayOptions(
+                listen_host="127.0.0.1",
+                listen_port=0,
+                heartbeat_listen="127.0.0.1:0",
+                cert_file=tls.cert,
+                key_file=tls.key,
+                authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), bindings)),
+                temporal=temporal,
+                peer_tls=pki.gateway,
+                assignments=pki.verifier(),
+                known_refresh_s=0.5,
+            )
+        )
+        url = await gateway.start()
+        stack.push_async_callback(gateway.stop)
+        settings = WorkerSettings(
+            temporal=TemporalSettings(address=server.address, namespace="default"),
+            config=parse_config({"runtimes": runtimes}),
+            platform=PlatformInfo(
+                gatewayUrl=url,
+                caBundle=tls.ca_cert.read_text(),
+                stateDir=str(state),
+                gatewayHeartbeats=[gateway.heartbeat_address],
+                heartbeatIntervalSeconds=0.5,
+            ),
+            # Hosts are found lost through the pod watch; the periodic probe is far away.
+            probe_interval_s=600.0,
+            trust=pki.worker_trust(),
+            kubernetes=KubernetesAccess(host=str(api_server.url)),
+            control_plane_id="e2e",
+        )
+        await stack.enter_async_context(running_workers(temporal, settings))
+        stack.push_async_callback(_terminate_runs, temporal)
+        config = ClientConfig(
+            temporalAddress=server.address,
+            temporalNamespace="default",
+            gatewayUrl=url,
+            caFile=str(tls.ca_cert),
+            token=TOKEN,
+            stateDir=str(state),
+        )
+        yield KubePlatform(
+            root, state, config, temporal, gateway, server, cluster, api_server, kubelet, tls.ca_cert, pki
+        )
+
+
+async def _terminate_runs(temporal: TemporalClient) -> None:
+    async for execution in temporal.list_workflows("ExecutionStatus='Running'"):
+        with contextlib.suppress(Exception):
+            await temporal.get_workflow_handle(execution.id).terminate("test finished")

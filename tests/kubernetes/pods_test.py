@@ -1,0 +1,263 @@
+"""The pods the provider builds: the platform's requirements merged over the template, every
+one valid against the Kubernetes schema (strict), and a bad template named by its field."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.hosts import kubernetes_pods as pods
+from activities.hosts.kubernetes import KubernetesConfigError, validate_templates
+from kruntimes.config import ConfigError, KubernetesPodTemplate, ResourceLimits, parse_config
+from kruntimes.hosts import HostSandbox
+from tests.kubernetes.conftest import IMAGE, runtime, spec
+
+FULL = KubernetesPodTemplate(
+    image=IMAGE,
+    imagePullPolicy="IfNotPresent",
+    imagePullSecrets=["regcred"],
+    resources={"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+    nodeSelector={"kubernetes.io/os": "linux"},
+    tolerations=[{"key": "dedicated", "operator": "Equal", "value": "krt", "effect": "NoSchedule"}],
+    affinity={
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["fn"]}]}
+                ]
+            }
+        }
+    },
+    serviceAccountName="kruntimes-host",
+    securityContext={"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+    containerSecurityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    priorityClassName="krt-hosts",
+    labels={"team": "platform"},
+    annotations={"example.com/owner": "platform"},
+    env=[{"name": "LOG_FORMAT", "value": "json"}],
+    volumes=[{"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}],
+    volumeMounts=[{"name": "cache", "mountPath": "/cache"}],
+)
+TEMPLATES = {
+    "minimal": KubernetesPodTemplate(image=IMAGE),
+    "full": FULL,
+    "token": KubernetesPodTemplate(image=IMAGE, automountServiceAccountToken=True),
+}
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+@pytest.mark.parametrize("certificate", [None, "krt-host-{runtime}-{hostId}"])
+@pytest.mark.parametrize("tenant", [None, "team-a"])
+def test_every_pod_the_provider_builds_is_valid_kubernetes(name, certificate, tenant) -> None:
+    settings = runtime(podTemplate=TEMPLATES[name], certificateSecret=certificate)
+    host = spec(tenant=tenant, gateways=["gw-0.kruntimes:9444", "gw-1.kruntimes:9444"])
+    pod = pods.build_pod(host, settings, control_plane="prod/kruntimes-pool")
+    assert pods.schema_problems(pod) == []
+
+
+def test_the_platform_decides_identity_labels_restarts_and_the_token() -> None:
+    pod = pods.build_pod(spec(tenant="team-a"), runtime(podTemplate=FULL), control_plane="cp-a")
+    meta, body = pod["metadata"], pod["spec"]
+    assert meta["labels"] == {
+        "team": "platform",
+        "app.kubernetes.io/name": "kruntimes-host",
+        "app.kubernetes.io/managed-by": "kruntimes",
+        "kruntimes.io/runtime": "python",
+        "kruntimes.io/host-id": "python-0",
+        "kruntimes.io/tenant": "team-a",
+        "kruntimes.io/control-plane": pods.control_plane_label("cp-a"),
+    }
+    assert meta["annotations"]["kruntimes.io/control-plane"] == "cp-a"
+    assert meta["annotations"]["kruntimes.io/template-hash"] == pods.template_hash(pod)
+    assert meta["name"] == pods.pod_name(control_plane="cp-a", runtime="python", host_id="python-0")
+    assert body["restartPolicy"] == "Never" and body["automountServiceAccountToken"] is False
+    assert body["serviceAccountName"] == "kruntimes-host" and body["enableServiceLinks"] is False
+    [container] = body["containers"]
+    assert container["command"] == ["krt", "host"]
+    args = container["args"]
+    assert args[args.index("--host-uid") + 1] == "$(KRT_POD_UID)"
+    assert args[args.index("--listen") + 1] == "$(KRT_POD_IP):$(KRT_GRPC_PORT)"
+    downward = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e
+    }
+    assert downward == {
+        "KRT_POD_NAME": "metadata.name",
+        "KRT_POD_NAMESPACE": "metadata.namespace",
+        "KRT_POD_UID": "metadata.uid",
+        "KRT_POD_IP": "status.podIP",
+    }
+    assert container["securityContext"] == FULL.containerSecurityContext
+
+
+@pytest.mark.parametrize(
+    ("named", "secret_name"),
+    [("krt-host-{runtime}-{hostId}", "krt-host-python-python-0"), (None, None)],
+)
+def test_the_certificate_secret_is_mounted_and_passed_to_the_host_by_flags(named, secret_name) -> None:
+    """A named certificateSecret is mounted as it is; without one, the Secret the provider
+    issues for this pod ({pod}-tls). Either way it is the host's --peer-tls directory."""
+    pod = pods.build_pod(spec(), runtime(certificateSecret=named), control_plane="cp-a")
+    secret_name = secret_name or pod["metadata"]["name"] + "-tls"
+    [secret] = [v for v in pod["spec"]["volumes"] if "secret" in v]
+    assert secret["secret"] == {"secretName": secret_name, "defaultMode": 0o400}
+    container = pod["spec"]["containers"][0]
+    assert {"name": secret["name"], "mountPath": pods.CERT_MOUNT, "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    args = container["args"]
+    assert args[args.index("--peer-tls") + 1] == pods.CERT_MOUNT
+    assert args[args.index("--assignment-public-key") + 1] == f"{pods.CERT_MOUNT}/assignments.pub"
+
+
+def test_the_readiness_probe_asks_the_plaintext_health_port_not_the_mtls_one() -> None:
+    container = pods.build_pod(spec(), runtime(), control_plane="cp-a")["spec"]["containers"][0]
+    assert container["readinessProbe"]["grpc"]["port"] == pods.HEALTH_PORT != pods.GRPC_PORT
+    args = container["args"]
+    assert args[args.index("--health-listen") + 1] == "$(KRT_POD_IP):$(KRT_HEALTH_PORT)"
+    assert {"name": "KRT_HEALTH_PORT", "value": str(pods.HEALTH_PORT)} in container["env"]
+
+
+def test_the_host_gets_its_isolation_and_limits_by_flags() -> None:
+    sandbox = HostSandbox(isolation="uid", network="none", limits=ResourceLimits(processes=17))
+    args = pods.build_pod(spec(sandbox=sandbox), runtime(), control_plane="cp-a")["spec"]["containers"][0][
+        "args"
+    ]
+    assert args[args.index("--isolation") + 1] == "uid"
+    assert args[args.index("--network") + 1] == "none"
+    assert args[args.index("--processes") + 1] == "17"
+
+
+def test_the_issued_secret_is_owned_by_its_pod_and_holds_a_certificate_directory() -> None:
+    pod = pods.build_pod(spec(), runtime(), control_plane="cp-a")
+    pod["metadata"]["uid"] = "6c1f0e4a-5a57-4bb8-8d0e-4b8e7a0c2f11"
+    files = {key: key.encode() for key in pods.CERT_KEYS}
+    secret = pods.build_secret(spec(), control_plane="cp-a", namespace="ns", pod=pod, files=files)
+    assert secret["metadata"]["name"] == pod["metadata"]["name"] + "-tls"
+    [owner] = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "Pod",
+        pod["metadata"]["name"],
+        pod["metadata"]["uid"],
+    )
+    assert sorted(secret["data"]) == sorted(["tls.crt", "tls.key", "ca.crt", "assignments.pub"])
+    assert pods.schema_problems(secret) == []
+
+
+def test_the_template_hash_follows_the_template_and_names_follow_the_control_plane() -> None:
+    one = pods.build_pod(spec(), runtime(), control_plane="cp-a")
+    same = pods.build_pod(spec(), runtime(), control_plane="cp-a")
+    other = pods.build_pod(spec(), runtime(deleteGraceSeconds=9), control_plane="cp-a")
+    key = "kruntimes.io/template-hash"
+    assert one["metadata"]["annotations"][key] == same["metadata"]["annotations"][key]
+    assert one["metadata"]["annotations"][key] != other["metadata"]["annotations"][key]
+    theirs = pods.build_pod(spec(), runtime(), control_plane="cp-b")
+    assert theirs["metadata"]["name"] != one["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        ({"resources": {"limits": {"cpu": "1"}, "requets": {}}}, "podTemplate.resources"),
+        (
+            {"tolerations": [{"key": "a", "operator": "Equal", "efect": "NoSchedule"}]},
+            "podTemplate.tolerations[0]",
+        ),
+        ({"affinity": {"nodeAffinity": {"required": {}}}}, "podTemplate.affinity.nodeAffinity"),
+        ({"securityContext": {"runAsUser": "root"}}, "podTemplate.securityContext.runAsUser"),
+        ({"volumes": [{"name": "v", "hostpath": {"path": "/"}}]}, "podTemplate.volumes[0]"),
+        (
+            {"containerSecurityContext": {"privileged": "yes"}},
+            "podTemplate.containerSecurityContext.privileged",
+        ),
+    ],
+)
+def test_a_bad_template_is_an_error_naming_its_field_before_any_pod_is_created(template, field) -> None:
+    settings = runtime(podTemplate=KubernetesPodTemplate(image=IMAGE, **template))
+    with pytest.raises(KubernetesConfigError) as caught:
+        validate_templates({"python": settings}, control_plane="cp-a")
+    assert f"runtimes[python].kubernetes.{field}" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("kubernetes", "problem"),
+    [
+        ({"namespace": "ns", "podTemplate": {"imag": "x"}}, "runtimes.0.kubernetes.podTemplate.imag"),
+        ({"namespace": "Not_A_Label", "podTemplate": {"image": "x"}}, "runtimes.0.kubernetes.namespace"),
+        (
+            {"namespace": "ns", "podTemplate": {"image": "x", "labels": {"kruntimes.io/runtime": "x"}}},
+            "podTemplate.labels",
+        ),
+        (
+            {
+                "namespace": "ns",
+                "podTemplate": {"image": "x", "env": [{"name": "KRT_POD_UID", "value": "x"}]},
+            },
+            "podTemplate.env",
+        ),
+        (
+            {"namespace": "ns", "startTimeoutSeconds": 600, "podTemplate": {"image": "x"}},
+            "startTimeoutSeconds",
+        ),
+        (
+            {"namespace": "ns", "certificateSecret": "c-{pod}", "podTemplate": {"image": "x"}},
+            "certificateSecret",
+        ),
+    ],
+)
+def test_the_runtimes_file_refuses_bad_kubernetes_settings_by_field(kubernetes, problem) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {
+                "runtimes": [
+                    {
+                        "name": "python",
+                        "adapter": "python",
+                        "provider": "kubernetes",
+                        "kubernetes": kubernetes,
+                    }
+                ]
+            }
+        )
+    assert problem in str(caught.value)
+
+
+def test_provider_kubernetes_needs_its_block_and_other_providers_refuse_one() -> None:
+    with pytest.raises(ConfigError, match="runtimes.0.kubernetes"):
+        parse_config({"runtimes": [{"name": "python", "adapter": "python", "provider": "kubernetes"}]})
+    block = {"namespace": "ns", "podTemplate": {"image": "x"}}
+    with pytest.raises(ConfigError, match="only for provider kubernetes"):
+        parse_config({"runtimes": [{"name": "python", "adapter": "python", "kubernetes": block}]})
+
+
+def test_what_a_pod_status_says() -> None:
+    def pod(**status):
+        return {"metadata": {"name": "p", "uid": "u"}, "status": status}
+
+    def waiting(reason):
+        return pod(
+            phase="Pending",
+            containerStatuses=[{"name": "host", "state": {"waiting": {"reason": reason, "message": "m"}}}],
+        )
+
+    assert pods.assess(pod(phase="Pending")).state == "starting"
+    assert pods.assess(waiting("ErrImagePull")).state == "starting", (
+        "a pull error before its backoff may pass"
+    )
+    assert pods.assess(waiting("ImagePullBackOff")).reason is pods.FailureReason.ImagePullFailed
+    assert pods.assess(waiting("InvalidImageName")).reason is pods.FailureReason.ImagePullFailed
+    assert (
+        pods.assess(pod(phase="Running", conditions=[{"type": "Ready", "status": "True"}])).state == "ready"
+    )
+    assert (
+        pods.assess(pod(phase="Running", conditions=[{"type": "Ready", "status": "False"}])).state
+        == "starting"
+    )
+    assert (
+        pods.assess(pod(phase="Failed", reason="Evicted", message="low memory")).reason
+        is pods.FailureReason.HostLost
+    )
+    assert pods.assess(pod(phase="Succeeded")).reason is pods.FailureReason.HostCrashed
+    deleting = {
+        "metadata": {"name": "p", "uid": "u", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {},
+    }
+    assert pods.assess(deleting).reason is pods.FailureReason.HostLost

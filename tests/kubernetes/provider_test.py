@@ -1,0 +1,279 @@
+"""The kubernetes provider against the test cluster: real pods of real `krt host` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2
+
+from activities.hosts import kubernetes_pods as pods
+from activities.hosts._rpc import identify
+from kruntimes.pki import Identity
+from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
+from tests.kubernetes.cluster import eventually
+from tests.kubernetes.conftest import NAMESPACE, spec
+
+
+async def test_create_makes_one_pod_whose_uid_is_the_host_uid_and_which_serves(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    [pod] = env.pods()
+    assert host.hostUid == pod["metadata"]["uid"]
+    assert host.address == f"127.0.0.1:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+    identity = await identify(host.address, timeout_s=2)
+    assert (identity.host_uid, identity.host_id, identity.runtime) == (host.hostUid, "python-0", "python")
+    assert await provider.probe(host)
+    assert pod["metadata"]["labels"][pods.LABEL_HOST_ID] == "python-0"
+
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+    await eventually(lambda: not env.pods(), what="the pod is gone after its grace")
+    assert env.kubelet.running() == []
+    assert not await provider.probe(host)
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid) is False
+
+
+async def test_a_second_create_adopts_the_pod_as_a_restarted_worker_would(env) -> None:
+    first = await env.provider().create(spec())
+    again = await env.provider().create(spec())  # another provider: what a restarted worker has
+    assert again.hostUid == first.hostUid and again.address == first.address
+    assert len(env.pods()) == 1 and env.kubelet.started == [env.pods()[0]["metadata"]["name"]]
+
+
+async def test_a_pod_of_another_template_is_replaced(env) -> None:
+    first = await env.provider().create(spec())
+    changed = env.provider(deleteGraceSeconds=7)  # another template hash
+    second = await changed.create(spec())
+    assert second.hostUid != first.hostUid
+    [pod] = env.pods()
+    assert pod["metadata"]["uid"] == second.hostUid
+    await eventually(lambda: len(env.kubelet.running()) == 1, what="the old process is stopped")
+
+
+async def test_a_stale_delete_with_another_uid_deletes_nothing(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    stale = "00000000-0000-4000-8000-000000000000"
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=stale) is False
+    [pod] = env.pods()
+    assert pod["metadata"]["uid"] == host.hostUid and "deletionTimestamp" not in pod["metadata"]
+    assert await provider.probe(host)
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason", "words"),
+    [
+        ("image-pull", FailureReason.ImagePullFailed, "ImagePullBackOff"),
+        ("unschedulable", FailureReason.Unschedulable, "Insufficient cpu"),
+        ("crash", FailureReason.HostCrashed, "exit code 137"),
+        ("crashloop", FailureReason.HostCrashed, "CrashLoopBackOff; last exit: exit code 1"),
+        ("evict", FailureReason.HostLost, "evicted: The node was low on resource: memory"),
+    ],
+)
+async def test_a_pod_that_cannot_start_fails_the_create_precisely_and_is_deleted(env, fault, reason, words):
+    env.kubelet.faults["python"] = fault
+    with pytest.raises(ProviderError) as caught:
+        await env.provider(startTimeoutSeconds=2.0).create(spec())
+    failure = caught.value.failure
+    assert failure.reason is reason, failure
+    assert failure.retryable is DEFAULT_RETRYABLE[reason]
+    assert words in failure.message
+    await eventually(lambda: not env.pods(), what="no pod left behind")
+    await eventually(lambda: not env.kubelet.running(), what="no process left behind")
+
+
+@pytest.mark.parametrize(
+    ("status", "api_reason", "message", "reason"),
+    [
+        (
+            403,
+            "Forbidden",
+            'pods "p" is forbidden: exceeded quota: hosts, requested: pods=1, used: pods=4, limited: pods=4',
+            FailureReason.QuotaExceeded,
+        ),
+        (
+            403,
+            "Forbidden",
+            'pods is forbidden: User "system:serviceaccount:krt:worker" cannot create resource "pods" in API group "" in the namespace "krt-hosts"',
+            FailureReason.Forbidden,
+        ),
+        (
+            403,
+            "Forbidden",
+            'pods "p" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true',
+            FailureReason.AdmissionDenied,
+        ),
+        (
+            422,
+            "Invalid",
+            'admission webhook "policy.example" denied the request: no latest tags',
+            FailureReason.AdmissionDenied,
+        ),
+        (
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+            FailureReason.ApiUnavailable,
+        ),
+        (401, "Unauthorized", "Unauthorized", FailureReason.Forbidden),
+    ],
+)
+async def test_refused_creates_report_the_reason_and_leave_no_pod(env, status, api_reason, message, reason):
+    env.cluster.refuse(runtime="python", status=status, reason=api_reason, message=message)
+    with pytest.raises(ProviderError) as caught:
+        await env.provider().create(spec())
+    assert caught.value.failure.reason is reason
+    assert caught.value.failure.retryable is DEFAULT_RETRYABLE[reason]
+    assert env.pods() == [] and len(env.cluster.refused) == 1
+
+
+async def test_an_unreachable_api_is_api_unavailable(env) -> None:
+    from activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
+    from tests.kubernetes.cluster import free_port
+    from tests.kubernetes.conftest import runtime
+
+    api = await connect(KubernetesAccess(host=f"http://127.0.0.1:{free_port()}"))
+    try:
+        provider = KubernetesProvider(
+            api, runtimes={"python": runtime()}, control_plane="cp-a", issuer=env.pki.issuer()
+        )
+        with pytest.raises(ProviderError) as caught:
+            await provider.create(spec())
+        assert caught.value.failure.reason is FailureReason.ApiUnavailable
+        assert caught.value.failure.retryable
+    finally:
+        await api.close()
+
+
+async def test_a_cancelled_create_deletes_its_pod(env) -> None:
+    env.kubelet.faults["python"] = "unschedulable"  # it waits for the scheduler until cancelled
+    task = asyncio.create_task(env.provider().create(spec()))
+    await eventually(lambda: env.pods(), what="the pod exists")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert env.pods() == []
+
+
+async def test_a_create_cancelled_before_the_api_answered_deletes_the_pod_it_made(env) -> None:
+    env.cluster.create_replies = asyncio.Event()  # the pod is stored; its reply is held
+    task = asyncio.create_task(env.provider().create(spec()))
+    await eventually(lambda: env.pods(), what="the pod exists")
+    task.cancel()
+    env.cluster.create_replies.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert env.pods() == []
+    assert env.cluster.secrets(NAMESPACE) == []
+
+
+async def test_a_create_for_a_runtime_without_settings_is_rejected(env) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await env.provider().create(spec("other-0", runtime="other"))
+    assert caught.value.failure.reason is FailureReason.OperationRejected
+    assert env.pods() == []
+
+
+async def test_gone_is_proven_only_by_the_pods_own_record(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    args = {"runtime": "python", "host_id": "python-0", "host_uid": host.hostUid, "address": host.address}
+    assert await provider.gone(**args) is False
+    process = env.kubelet.process(env.pods()[0]["metadata"]["name"])
+    process.kill()  # the container died: phase Failed (restartPolicy Never)
+    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    assert await provider.gone(**args) is True
+    assert await provider.gone(**{**args, "host_uid": "00000000-0000-4000-8000-000000000000"}) is True
+
+    again = await provider.create(spec())  # replaces the failed pod: never reused
+    assert again.hostUid != host.hostUid
+    assert await provider.gone(**args) is True, "the old uid is gone, a newer pod has the name"
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=again.hostUid)
+    await eventually(lambda: not env.pods())
+    assert await provider.gone(**{**args, "host_uid": again.hostUid}) is True
+
+
+async def test_a_deleting_pod_is_gone_once_it_no_longer_serves(env) -> None:
+    provider = env.provider(deleteGraceSeconds=30)
+    host = await provider.create(spec())
+    name = env.pods()[0]["metadata"]["name"]
+    process = env.kubelet.process(name)
+    process.send_signal(signal.SIGSTOP)  # it cannot stop within the grace period: still there
+    try:
+        assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+        await eventually(lambda: env.pods() and env.pods()[0]["metadata"].get("deletionTimestamp"))
+        args = {"runtime": "python", "host_id": "python-0", "host_uid": host.hostUid, "address": host.address}
+        # deleting, still Ready by its last status, and a stopped process does not answer
+        assert await provider.gone(**args) is True
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+
+async def _serving_as(env, address: str, host_id: str) -> bool:
+    expect = Identity.host(runtime="python", host_id=host_id)
+    async with env.pki.aio_channel(address, as_=env.pki.control_plane, host=expect) as channel:
+        try:
+            await channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )(health_pb2.HealthCheckRequest(), timeout=3)
+        except grpc.aio.AioRpcError:
+            return False
+    return True
+
+
+def _secret_of(env, pod: dict) -> dict | None:
+    return env.cluster.secret(pod["metadata"]["namespace"], pod["metadata"]["name"] + "-tls")
+
+
+async def test_each_pod_gets_a_certificate_of_its_own_identity_owned_by_it(env) -> None:
+    """The host pod's certificate names that host (the control plane's channel checks it) and its
+    Secret is owned by the pod; deleting the host deletes the Secret."""
+    provider = env.provider()
+    host = await provider.create(spec())
+    [pod] = env.pods()
+    secret = _secret_of(env, pod)
+    assert secret is not None
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [host.hostUid]
+    assert sorted(secret["data"]) == ["assignments.pub", "ca.crt", "tls.crt", "tls.key"]
+    # a channel that insists on host python-0's identity reaches it; one expecting another host fails
+    assert await _serving_as(env, host.address, "python-0")
+    assert not await _serving_as(env, host.address, "python-9")
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+    assert _secret_of(env, pod) is None
+
+
+async def test_a_leftover_secret_of_an_older_pod_is_replaced_and_a_foreign_one_refused(env) -> None:
+    provider = env.provider()
+    first = await provider.create(spec())
+    [pod] = env.pods()
+    old_secret = _secret_of(env, pod)
+    # the pod dies without its Secret being cleaned up (no garbage collector ran)
+    env.cluster.collect_garbage = False
+    changed = env.provider(deleteGraceSeconds=7)  # another template: the pod is replaced
+    second = await changed.create(spec())
+    [new_pod] = env.pods()
+    new_secret = _secret_of(env, new_pod)
+    assert new_secret["metadata"]["uid"] != old_secret["metadata"]["uid"]
+    assert (
+        [o["uid"] for o in new_secret["metadata"]["ownerReferences"]] == [second.hostUid] != [first.hostUid]
+    )
+
+    # a Secret of that name that this control plane did not make is never overwritten
+    assert await changed.delete(runtime="python", host_id="python-0", host_uid=second.hostUid)
+    await eventually(lambda: not env.pods(), what="the pod is gone")
+    name = new_pod["metadata"]["name"] + "-tls"
+    async with env.kubelet._session.post(
+        f"{env.url}/api/v1/namespaces/{NAMESPACE}/secrets",
+        json={"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {}},
+    ) as answer:
+        assert answer.status in (200, 201)
+    with pytest.raises(ProviderError) as caught:
+        await changed.create(spec())
+    assert caught.value.failure.reason is FailureReason.OperationRejected
+    assert "not this control plane's" in caught.value.failure.message
+    await eventually(lambda: not env.pods(), what="the pod that could not get its certificate is deleted")
+    assert env.cluster.secret(NAMESPACE, name)["data"] == {}, "the foreign Secret is left as it was"

@@ -1,0 +1,74 @@
+"""The verbs the kubernetes provider and its watch call, listed from what the API server saw
+them send, are exactly ``VERBS`` and exactly the worker's Role in the README (a chart's RBAC can
+be compared with the same list)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import yaml
+from kmock import action
+
+from activities.hosts.events import HostEventKind, HostEventQueue
+from activities.hosts.kubernetes import SECRET_VERBS, VERBS, OrphanCollector
+from activities.hosts.kubernetes_watch import PodWatch
+from tests.kubernetes.cluster import eventually
+from tests.kubernetes.conftest import NAMESPACE, spec
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+VERB_OF = {
+    action.FETCH: "get",
+    action.LIST: "list",
+    action.WATCH: "watch",
+    action.CREATE: "create",
+    action.UPDATE: "patch",
+    action.DELETE: "delete",
+}
+
+
+def readme_role() -> dict:
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+    for block in blocks:
+        for document in yaml.safe_load_all(block):
+            if isinstance(document, dict) and document.get("kind") == "Role":
+                return document
+    raise AssertionError("the README shows no Role for the worker")
+
+
+async def test_the_provider_calls_exactly_the_verbs_of_the_workers_role(env) -> None:
+    queue = HostEventQueue()
+    watch = PodWatch(env.api, namespace=NAMESPACE, control_plane="cp-a", on_event=queue)
+    task = asyncio.create_task(watch.run())
+    try:
+        provider = env.provider()
+        host = await provider.create(spec("python-0"))
+        await provider.create(spec("python-0"))  # adopts: reads it
+        assert await provider.probe(host)
+        await provider.gone(runtime="python", host_id="python-0", host_uid=host.hostUid, address=host.address)
+        orphan = await provider.create(spec("python-1"))
+        await OrphanCollector(provider, grace_s=0).sweep(known={host.hostUid})
+        await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+        await eventually(lambda: not env.pods(), what="both pods deleted")
+        seen = []
+        await eventually(
+            lambda: (
+                seen.extend(queue._queue.get_nowait() for _ in range(queue._queue.qsize()))
+                or sum(e.kind is HostEventKind.Deleted for e in seen) >= 2
+            )
+        )
+        assert orphan.hostUid in {e.host_uid for e in seen}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    ours = [r for r in list(env.cluster) if r.headers.get("User-Agent", "").startswith("OpenAPI-Generator")]
+    called: dict[str, set[str]] = {}
+    for r in ours:
+        if r.resource is not None and r.action in VERB_OF:
+            called.setdefault(r.resource.plural, set()).add(VERB_OF[r.action])
+    assert called == {"pods": set(VERBS), "secrets": set(SECRET_VERBS)}
+    role = readme_role()
+    rules = {tuple(rule["resources"]): (rule["apiGroups"], set(rule["verbs"])) for rule in role["rules"]}
+    assert rules == {("pods",): ([""], set(VERBS)), ("secrets",): ([""], set(SECRET_VERBS))}
