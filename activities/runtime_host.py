@@ -2,12 +2,16 @@
 
 Failures become ApplicationErrors whose type is the host's stable reason: transport trouble
 (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED) is retryable, everything the host decided is not.
+Unregistering and cancelling a task succeed without the host when it is proven gone (`gone`,
+asked after transport trouble): what they would stop cannot be running, so nothing is retried
+against a dead host.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC
 
 import grpc
@@ -20,6 +24,7 @@ from kruntimes.api.run import Run
 from kruntimes.lifecycle import (
     CancelTaskInput,
     FunctionState,
+    HostCall,
     RegisterInput,
     RegisterResult,
     RunOnHost,
@@ -90,11 +95,23 @@ def _run_ref(input: RunOnHost) -> pb.RunRef:
     )
 
 
+# Whether the host a call went to is proven gone (the call's host, its address).
+GoneCheck = Callable[[HostCall, str], Awaitable[bool]]
+
+
+async def _never_gone(host: HostCall, address: str) -> bool:
+    return False
+
+
 class RuntimeHostActivities:
     """One gRPC channel per host address, kept for the worker's lifetime."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, gone: GoneCheck = _never_gone) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self.gone = gone
+
+    async def _proven_gone(self, err: grpc.aio.AioRpcError, host: HostCall | None, address: str) -> bool:
+        return err.code() in _RETRYABLE and host is not None and await self.gone(host, address)
 
     def _stub(self, address: str) -> pb_grpc.FunctionRuntimeAsyncStub:
         channel = self._channels.get(address)
@@ -149,6 +166,8 @@ class RuntimeHostActivities:
                 request, timeout=RPC_TIMEOUT_S + input.graceSeconds
             )
         except grpc.aio.AioRpcError as err:
+            if await self._proven_gone(err, input.host, input.address):
+                return False
             raise host_error(err, address=input.address) from err
         return bool(answer.existed)
 
@@ -185,5 +204,7 @@ class RuntimeHostActivities:
         try:
             answer = await self._stub(input.address).CancelTask(request, timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
+            if await self._proven_gone(err, input.host, input.address):
+                return False
             raise host_error(err, address=input.address) from err
         return bool(answer.existed)

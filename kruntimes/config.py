@@ -7,6 +7,9 @@
         minHosts: 0       # warm hosts kept
         maxHosts: 4
         provider: process
+        scaleInDelaySeconds: 300      # a host beyond minHosts idle this long is drained and deleted
+        assignmentTimeoutSeconds: 60  # a host not Ready after twice this is deleted and replaced
+        oneshot: false                # true: every Run gets a fresh host, deleted when it ends
     tenants:
       - name: tenant-a
         mode: Dedicated
@@ -91,6 +94,8 @@ class RuntimeConfig(ApiModel):
         allow_inf_nan=False,
     )
     limits: ResourceLimits | None = None
+    # Each Run gets a fresh host of its own, deleted when the Run ends (its `runs` is taken as 1).
+    oneshot: StrictBool = False
 
     @model_validator(mode="after")
     def _max_covers_min(self) -> Self:

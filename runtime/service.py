@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -30,6 +30,7 @@ from runtime.config import FunctionConfig, RunRef
 from runtime.outcome import Outcome, Status
 from runtime.registry import Registration, Registry, State
 from runtime.tasks import Tasks
+from runtime.watch import HostWatch
 
 log = logging.getLogger(__name__)
 
@@ -189,11 +190,20 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
     """Served by grpc.aio on the host's event loop. InvokeFunction, FunctionStatus and HostInfo run
     on the loop; what blocks (spawning, workspaces, tasks, teardown) runs in the loop's executor."""
 
-    def __init__(self, *, registry: Registry, tasks: Tasks, host_id: str, runtime: str) -> None:
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        tasks: Tasks,
+        host_id: str,
+        runtime: str,
+        watch: HostWatch | None = None,
+    ) -> None:
         self.registry = registry
         self.tasks = tasks
         self.host_id = host_id
         self.runtime = runtime
+        self.watch = watch
 
     async def RegisterFunction(
         self, request: pb.RegisterFunctionRequest, context: Context
@@ -283,6 +293,16 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             runtime=self.runtime,
             registrations=[registration_state(r) for r in self.registry.snapshot()],
         )
+
+    async def WatchHost(self, request: pb.WatchHostRequest, context: Context) -> AsyncIterator[pb.HostReport]:
+        if self.watch is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this host cannot be watched")
+            return
+        try:
+            async for report in self.watch.stream(request):
+                yield report
+        except OverflowError as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
 
 def registration_state(reg: Registration) -> pb.RegistrationState:

@@ -24,6 +24,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
+from activities.host_watch import HostWatchActivities, signal_run_with
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
@@ -40,6 +41,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
+from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
@@ -47,7 +49,7 @@ from workflows.scaleout import ScaleOutWorkflow
 log = logging.getLogger(__name__)
 
 MAX_TASK_QUEUE_LENGTH = 200
-RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow]
+RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 
@@ -112,12 +114,14 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
 
 @contextlib.asynccontextmanager
 async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
-    hosts = RuntimeHostActivities()
+    gateways = list(settings.platform.gatewayHeartbeats) or None  # the current ones, for the hosts
+    host_manager = default_manager(state_dir=settings.platform.stateDir or None)
+    manager = HostActivities(host_manager, gateways=gateways)
+    hosts = RuntimeHostActivities(gone=manager.gone)
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
     handoff = HandoffActivities(mailbox, register=hosts.register_function)
-    host_manager = default_manager(state_dir=settings.platform.stateDir or None)
-    manager = HostActivities(host_manager)
+    watch = HostWatchActivities(signal_run=signal_run_with(client), gateways=gateways)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
         hosts.function_status,
@@ -126,6 +130,8 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         hosts.cancel_task,
         manager.create_host,
         manager.delete_host,
+        manager.fence_host,
+        watch.watch_host,
         signals.admit_run,
         handoff.await_assignment,
     ]

@@ -8,6 +8,7 @@ provider boundary and anything that slips through becomes ``UnexpectedError``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from kruntimes.api.names import validate_dns1123_label
@@ -15,6 +16,15 @@ from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """A fence's outcome: `fenced` when proven, and how (for the host's audit trail)."""
+
+    fenced: bool
+    how: str
+
 
 # ProviderFailure.provider must be a valid name; a lookup of a malformed one reports this instead.
 _INVALID_PROVIDER = "invalid"
@@ -35,6 +45,17 @@ class HostProvider(Protocol):
 
     async def probe(self, host: CreatedHost) -> bool:
         """Whether the host serves (gRPC health SERVING) and is still the same incarnation."""
+        ...
+
+    async def gone(self, host: CreatedHost) -> bool:
+        """Whether that incarnation is proven unable to serve (no side effects): its process or
+        pod no longer exists, or another incarnation answers at its address. False when unsure."""
+        ...
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        """Make that incarnation unable to serve any registration, and prove it: kill its process
+        and see it gone; or see the pod deleting and out of routing; or have it acknowledge
+        unregistering everything. Not fenced (try again later) when that cannot be done now."""
         ...
 
 
@@ -119,6 +140,18 @@ class HostManager:
             provider=provider.name,
             operation=ProviderOperation.Status,
             host=host.hostId,
+        )
+
+    async def gone(self, host: CreatedHost) -> bool:
+        provider = self.provider(host.provider)
+        return await _guarded(
+            provider.gone(host), provider=provider.name, operation=ProviderOperation.Status, host=host.hostId
+        )
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        provider = self.provider(host.provider)
+        return await _guarded(
+            provider.fence(host), provider=provider.name, operation=ProviderOperation.Fence, host=host.hostId
         )
 
 

@@ -28,13 +28,14 @@ from kruntimes.temporal import DATA_CONVERTER
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.cleanup import CleanupWorkflow
+from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
-WORKFLOWS = [RunWorkflow, RuntimePoolWorkflow, ScaleOutWorkflow, CleanupWorkflow]
+WORKFLOWS = [RunWorkflow, RuntimePoolWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow]
 
 
 def load(path: Path) -> WorkflowHistory:

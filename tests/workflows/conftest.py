@@ -179,9 +179,19 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
             for runtime in runtimes.values():
                 with suppress(Exception):
                     await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
+            await terminate_queue(client, settings.run_task_queue)
             await stop_all(tmp_path / "state")
 
     yield make
+
+
+async def terminate_queue(client: Client, task_queue: str) -> None:
+    """Terminate what still runs on a test's task queue (HostWorkflows, the reconciler)."""
+    query = f"TaskQueue='{task_queue}' AND ExecutionStatus='Running'"
+    with suppress(Exception):
+        async for execution in client.list_workflows(query):
+            with suppress(Exception):
+                await client.get_workflow_handle(execution.id).terminate("test finished")
 
 
 def host_pids(state_dir: Path) -> list[int]:
