@@ -4,10 +4,12 @@ The host reports at once, every interval and on every change of its registration
 heartbeats while it watches (a dead worker's watch is retried elsewhere within seconds) and ends
 only with a verdict for its HostWorkflow:
 
-    Ready   (untilReady) the host's first report that says it serves
     Lost    the host is dead, frozen, replaced, not serving, or its stream keeps failing
             (kruntimes.hostlife.WatchRules decides; the reason is a LossReason)
     Renew   it watched for maxSeconds: the workflow starts the next watch
+
+With tellReady it signals its HostWorkflow (`watch_ready`) at the first report that says the host
+serves, and goes on watching: a watch that ended there would miss what happens until the next.
 
 A broken stream or a silent one is followed by one HostInfo probe: the same incarnation answering
 means the stream alone failed, and the watch reconnects. A registration that served in one report
@@ -34,8 +36,10 @@ from activities.hosts._rpc import host_channel
 from kruntimes.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
 from kruntimes.lifecycle import (
     SIGNAL_REGISTRATION_LOST,
+    SIGNAL_WATCH_READY,
     RegistrationLostSignal,
     WatchInput,
+    WatchReady,
     WatchResult,
     run_workflow_id,
 )
@@ -53,6 +57,7 @@ class _Seen:
     """What one watch has seen of its host so far."""
 
     reported: bool = False
+    told_ready: bool = False
     reconnects: int = 0
     not_serving_since: float | None = None
     previous: dict[str, Registered] | None = None
@@ -73,6 +78,8 @@ def registered(report: pb.HostReport) -> dict[str, Registered]:
 
 
 SignalRun = Callable[[str, RegistrationLostSignal], Awaitable[None]]
+# Tell a HostWorkflow (by workflow id) that its host serves.
+SignalReady = Callable[[str, WatchReady], Awaitable[None]]
 
 
 def signal_run_with(client: Client) -> SignalRun:
@@ -89,9 +96,19 @@ def signal_run_with(client: Client) -> SignalRun:
     return signal
 
 
+def signal_ready_with(client: Client) -> SignalReady:
+    async def signal(workflow_id: str, ready: WatchReady) -> None:
+        await client.get_workflow_handle(workflow_id).signal(SIGNAL_WATCH_READY, ready)
+
+    return signal
+
+
 class HostWatchActivities:
-    def __init__(self, *, signal_run: SignalRun, gateways: list[str] | None = None) -> None:
+    def __init__(
+        self, *, signal_run: SignalRun, signal_ready: SignalReady, gateways: list[str] | None = None
+    ) -> None:
         self.signal_run = signal_run
+        self.signal_ready = signal_ready
         # The gateways' heartbeat addresses this worker knows; None: leave the host's alone.
         self.gateways = gateways
 
@@ -189,8 +206,8 @@ class HostWatchActivities:
         if report.health.serving:
             seen.not_serving_since = None
             seen.reconnects = 0
-            if input.untilReady:
-                return WatchResult(verdict="Ready", message="the host reported that it serves")
+            if input.tellReady and not seen.told_ready:
+                await self._tell_ready(input, seen)
         elif seen.not_serving_since is None:
             seen.not_serving_since = now
         elif rules.not_serving_too_long(since=seen.not_serving_since, now=now):
@@ -204,6 +221,17 @@ class HostWatchActivities:
             await self._losses(input, seen.previous, current)
         seen.previous = current
         return None
+
+    async def _tell_ready(self, input: WatchInput, seen: _Seen) -> None:
+        try:
+            await self.signal_ready(
+                activity.info().workflow_id or "",
+                WatchReady(hostUid=input.hostUid, message="the host reported that it serves"),
+            )
+        except Exception as err:  # told at the next report
+            log.warning("cannot tell the host's workflow it serves", extra={"error": type(err).__name__})
+        else:
+            seen.told_ready = True
 
     async def _losses(
         self, input: WatchInput, previous: dict[str, Registered], current: dict[str, Registered]

@@ -40,6 +40,7 @@ SIGNAL_REGISTRATION_LOST = "registration_lost"
 # HostWorkflow
 SIGNAL_HOST_COMMAND = "command"
 SIGNAL_PROVIDER_REPORT = "provider_report"
+SIGNAL_WATCH_READY = "watch_ready"
 QUERY_HOST = "host"
 UPDATE_DRAIN_HOST = "drain"
 UPDATE_DELETE_HOST = "delete"
@@ -501,12 +502,21 @@ class WatchInput(ApiModel):
     hostUid: str
     address: str
     intervalSeconds: float = Field(gt=0, le=300)
-    untilReady: bool = False  # return at the first report that says the host serves
+    # Tell the HostWorkflow (`watch_ready`) at the first report that says the host serves; the
+    # watch goes on, so that nothing the host does between that report and the next goes unseen.
+    tellReady: bool = False
     maxSeconds: float = Field(default=3600.0, gt=0)  # then return Renew (bounds one activity)
 
 
+class WatchReady(ApiModel):
+    """The watch to its HostWorkflow: the host reported that it serves."""
+
+    hostUid: str
+    message: StatusMessage = ""
+
+
 class WatchResult(ApiModel):
-    verdict: Literal["Ready", "Lost", "Renew"]
+    verdict: Literal["Lost", "Renew"]
     reason: str = ""  # a kruntimes.hostlife.LossReason when Lost
     message: StatusMessage = ""
 

@@ -24,7 +24,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
-from activities.host_watch import HostWatchActivities, signal_run_with
+from activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
 from activities.hosts import default_manager
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
@@ -121,7 +121,9 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
     handoff = HandoffActivities(mailbox, register=hosts.register_function)
-    watch = HostWatchActivities(signal_run=signal_run_with(client), gateways=gateways)
+    watch = HostWatchActivities(
+        signal_run=signal_run_with(client), signal_ready=signal_ready_with(client), gateways=gateways
+    )
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
         hosts.function_status,

@@ -6,9 +6,10 @@
 
 Started by the ScaleOutWorkflow that created the host. A long-running, heartbeating activity
 (`watch_host`) holds the host's WatchHost stream: the host's first report that it serves makes it
-Ready; a host dead, frozen, replaced or not serving makes it Lost within seconds (the rules are
-kruntimes.hostlife.WatchRules). A host not Ready after twice its assignment timeout is stuck: it
-is deleted, and the pool replaces it if it is still needed.
+Ready (the watch says so with `watch_ready` and goes on); a host dead, frozen, replaced or not
+serving makes it Lost within seconds (the rules are kruntimes.hostlife.WatchRules). A host not
+Ready after twice its assignment timeout is stuck: it is deleted, and the pool replaces it if it
+is still needed.
 
 A lost host is fenced before anything moves: `fence_host` makes that incarnation unable to serve
 and proves it (process provider: the recorded process is gone, or is killed now and seen gone;
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_HOST_LOST,
         SIGNAL_HOST_STATE,
         SIGNAL_PROVIDER_REPORT,
+        SIGNAL_WATCH_READY,
         UPDATE_DELETE_HOST,
         UPDATE_DRAIN_HOST,
         DeleteHostInput,
@@ -62,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         HostStateSignal,
         ProviderReport,
         WatchInput,
+        WatchReady,
         WatchResult,
     )
     from kruntimes.scheduling.model import HostState
@@ -99,12 +102,19 @@ class HostWorkflow:
         self._reports: list[ProviderReport] = []
         self._record: HostRecord | None = None
         self._done = False
+        self._serving = False  # the watch saw it serve
 
     # -- the API ---------------------------------------------------------------------------------
 
     @workflow.signal(name=SIGNAL_HOST_COMMAND)
     def command(self, command: HostCommand) -> None:
         self._commands.append(command)
+
+    @workflow.signal(name=SIGNAL_WATCH_READY)
+    def watch_ready(self, ready: WatchReady) -> None:
+        """The watch saw the host's first report that it serves."""
+        if self._record is not None and ready.hostUid == self._record.host.hostUid:
+            self._serving = True
 
     @workflow.signal(name=SIGNAL_PROVIDER_REPORT)
     def provider_report(self, report: ProviderReport) -> None:
@@ -225,7 +235,8 @@ class HostWorkflow:
                 timeout = max((due - workflow.now()).total_seconds(), 0.001)
             try:
                 await workflow.wait_condition(
-                    lambda: watch.done() or bool(self._commands) or bool(self._reports), timeout=timeout
+                    lambda: watch.done() or bool(self._commands) or bool(self._reports) or self._ready_now(),
+                    timeout=timeout,
                 )
             except TimeoutError:
                 return _Ending(
@@ -233,6 +244,9 @@ class HostWorkflow:
                     f"not Ready within twice its assignment timeout "
                     f"({2 * self._input.assignmentTimeoutSeconds:g}s)",
                 )
+            if self._ready_now():
+                self._transition(HostState.Ready, "Serving", "the host reported that it serves")
+                continue
             if self._reports:
                 report = self._reports.pop(0)
                 return _Ending(HostEnd.Lost, f"{report.reason}: {report.message or 'the provider lost it'}")
@@ -245,15 +259,16 @@ class HostWorkflow:
                 continue
             return self._verdict(watch)
 
+    def _ready_now(self) -> bool:
+        return self._serving and self._rec.state is HostState.Assigned
+
     def _verdict(self, watch: workflow.ActivityHandle[WatchResult]) -> _Ending | None:
         try:
             result = watch.result()
         except ActivityError as err:  # its retry policy retries every failure; a bug shows here
             workflow.logger.warning("the host watch failed: %s", failure_text(err))
             return None
-        if result.verdict == "Ready" and self._rec.state is HostState.Assigned:
-            self._transition(HostState.Ready, "Serving", result.message)
-        elif result.verdict == "Lost":
+        if result.verdict == "Lost":
             return _Ending(HostEnd.Lost, f"{result.reason}: {result.message}")
         return None
 
@@ -266,7 +281,7 @@ class HostWorkflow:
             hostUid=host.hostUid,
             address=host.address,
             intervalSeconds=self._input.watchIntervalSeconds,
-            untilReady=self._rec.state is HostState.Assigned,
+            tellReady=self._rec.state is HostState.Assigned,
             maxSeconds=WATCH_MAX_S,
         )
 

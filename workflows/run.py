@@ -459,6 +459,7 @@ class RunWorkflow:
         self._phase(RunPhase.Running, ConditionReason.RegistrationLost, end.message, ready=False)
         self._registration_lost = None
         if end.same_attempt:
+            self._registration = None  # the host no longer has it: register it anew
             return True
         self._failures += 1
         policy = self.run_.spec.retryPolicy

@@ -21,7 +21,7 @@ from activities.hosts.process import work_root
 from gateway.heartbeats import HeartbeatServer
 from gateway.routes import RouteCache
 from kruntimes.hostlife import LossReason, Probe
-from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchResult
+from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.hosts.conftest import alive, gone, spec
@@ -43,16 +43,32 @@ class Told:
         self.arrived.set()
 
 
-def watch_of(host: CreatedHost, *, until_ready: bool = False, max_s: float = BOUND_S) -> WatchInput:
+def watch_of(host: CreatedHost, *, tell_ready: bool = False, max_s: float = BOUND_S) -> WatchInput:
     return WatchInput(
         runtime=host.runtime,
         hostId=host.hostId,
         hostUid=host.hostUid,
         address=host.address,
         intervalSeconds=INTERVAL_S,
-        untilReady=until_ready,
+        tellReady=tell_ready,
         maxSeconds=max_s,
     )
+
+
+class ToldReady:
+    def __init__(self) -> None:
+        self.told: list[tuple[str, WatchReady]] = []
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, workflow_id: str, ready: WatchReady) -> None:
+        self.told.append((workflow_id, ready))
+        self.arrived.set()
+
+
+def activities(
+    *, told: Told | None = None, ready: ToldReady | None = None, **kw: object
+) -> HostWatchActivities:
+    return HostWatchActivities(signal_run=told or Told(), signal_ready=ready or ToldReady(), **kw)  # type: ignore[arg-type]
 
 
 async def watch(activities: HostWatchActivities, input: WatchInput) -> WatchResult:
@@ -116,26 +132,34 @@ async def test_a_host_reports_itself_at_once_then_every_interval_and_on_every_ch
     assert reg.phase == pb.REGISTRATION_PHASE_READY and reg.in_flight == 0
 
 
-async def test_the_watch_says_ready_at_the_first_report_of_a_serving_host(
+async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_goes_on(
     state_dir: Path, process: ProcessProvider
 ) -> None:
     host = await process.create(spec(state_dir))
-    result = await watch(HostWatchActivities(signal_run=Told()), watch_of(host, until_ready=True))
-    assert result.verdict == "Ready"
+    ready = ToldReady()
+    watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
+    try:
+        await asyncio.wait_for(ready.arrived.wait(), BOUND_S)
+        await asyncio.sleep(3 * INTERVAL_S)
+        assert not watching.done(), "the watch goes on"
+    finally:
+        watching.cancel()
+    [(_, told)] = ready.told
+    assert told.hostUid == host.hostUid
 
 
 async def test_a_watch_renews_after_its_longest_time_while_the_host_is_well(
     state_dir: Path, process: ProcessProvider
 ) -> None:
     host = await process.create(spec(state_dir))
-    result = await watch(HostWatchActivities(signal_run=Told()), watch_of(host, max_s=3 * INTERVAL_S))
+    result = await watch(activities(), watch_of(host, max_s=3 * INTERVAL_S))
     assert result.verdict == "Renew"
 
 
 async def test_a_killed_host_is_lost_as_unreachable(state_dir: Path, process: ProcessProvider) -> None:
     host = await process.create(spec(state_dir))
     assert host.pid is not None
-    watching = asyncio.create_task(watch(HostWatchActivities(signal_run=Told()), watch_of(host)))
+    watching = asyncio.create_task(watch(activities(), watch_of(host)))
     await asyncio.sleep(3 * INTERVAL_S)  # a few reports in
     assert not watching.done()
     os.kill(host.pid, signal.SIGKILL)  # our own host process
@@ -148,7 +172,7 @@ async def test_a_frozen_host_is_lost_as_silent_and_a_probe_of_it_gets_no_answer(
 ) -> None:
     host = await process.create(spec(state_dir))
     assert host.pid is not None
-    watching = asyncio.create_task(watch(HostWatchActivities(signal_run=Told()), watch_of(host)))
+    watching = asyncio.create_task(watch(activities(), watch_of(host)))
     await asyncio.sleep(3 * INTERVAL_S)
     os.kill(host.pid, signal.SIGSTOP)
     try:
@@ -168,13 +192,12 @@ async def test_a_host_frozen_before_its_first_report_is_left_to_the_stuck_timer(
     host = await process.create(spec(state_dir))
     assert host.pid is not None
     os.kill(host.pid, signal.SIGSTOP)
+    ready = ToldReady()
     try:
-        result = await watch(
-            HostWatchActivities(signal_run=Told()), watch_of(host, until_ready=True, max_s=6 * INTERVAL_S)
-        )
+        result = await watch(activities(ready=ready), watch_of(host, tell_ready=True, max_s=6 * INTERVAL_S))
     finally:
         os.kill(host.pid, signal.SIGCONT)
-    assert result.verdict == "Renew"
+    assert result.verdict == "Renew" and not ready.told
 
 
 async def test_a_registration_removed_behind_the_platforms_back_is_told_to_its_run(
@@ -184,7 +207,7 @@ async def test_a_registration_removed_behind_the_platforms_back_is_told_to_its_r
     kept = await asyncio.to_thread(register, host, name="kept")
     removed = await asyncio.to_thread(register, host, name="removed")
     told = Told()
-    watching = asyncio.create_task(watch(HostWatchActivities(signal_run=told), watch_of(host)))
+    watching = asyncio.create_task(watch(activities(told=told), watch_of(host)))
     try:
         await asyncio.sleep(3 * INTERVAL_S)  # the watch has seen both
         await asyncio.to_thread(unregister, host, removed.registration_id)
@@ -214,8 +237,7 @@ async def test_the_watch_points_the_hosts_heartbeats_at_the_gateways_it_knows(
         )
         await asyncio.to_thread(register, host)
         assert routes.hosts() == 0
-        activities = HostWatchActivities(signal_run=Told(), gateways=[address])
-        watching = asyncio.create_task(watch(activities, watch_of(host)))
+        watching = asyncio.create_task(watch(activities(gateways=[address]), watch_of(host)))
         try:
             for _ in range(int(BOUND_S / 0.05)):
                 if routes.hosts() == 1:

@@ -156,14 +156,19 @@ def platform_factory(client: Client, tmp_path: Path) -> Iterator[Callable[..., A
     (no other test's workers or workflows on them); everything stops at teardown."""
 
     @asynccontextmanager
-    async def make(**overrides: Any) -> AsyncIterator[Platform]:
+    async def make(*, heartbeat_s: float = 5.0, **overrides: Any) -> AsyncIterator[Platform]:
+        """`heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
         suffix = uuid.uuid4().hex[:6]
         runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
         config = parse_config(platform_config(runtimes, **overrides))
         settings = WorkerSettings(
             temporal=TemporalSettings(),
             config=config,
-            platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
+            platform=PlatformInfo(
+                gatewayUrl="https://127.0.0.1:8443",
+                stateDir=str(tmp_path / "state"),
+                heartbeatIntervalSeconds=heartbeat_s,
+            ),
             probe_interval_s=1.0,
             run_task_queue=f"{TASK_QUEUE}-{suffix}",
             pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
