@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from temporalio import activity
@@ -175,9 +176,8 @@ class HostWatchActivities:
                 wait = min(rules.silence_s, deadline - time.monotonic())
                 if wait <= 0:
                     return WatchResult(verdict="Renew")
-                try:
-                    report = await asyncio.wait_for(call.read(), wait)
-                except TimeoutError:
+                report = await _read(call, wait)
+                if report is None:
                     if time.monotonic() >= deadline:
                         return WatchResult(verdict="Renew")
                     return f"{SILENT} for {rules.silence_s:g}s"
@@ -253,6 +253,29 @@ class HostWatchActivities:
                     "cannot tell a Run its registration is lost",
                     extra={"run_uid": reg.run_uid, "error": type(err).__name__},
                 )
+
+
+async def _read(call: Any, timeout_s: float) -> Any:
+    """The stream's next message, or None after `timeout_s`. Cancelling a grpc.aio read does not
+    end it (the read waits for the call), so the call itself is cancelled instead: on a timeout,
+    and when this activity is cancelled."""
+    read = asyncio.ensure_future(call.read())
+    try:
+        done, _ = await asyncio.wait({read}, timeout=timeout_s)
+    except asyncio.CancelledError:
+        call.cancel()
+        read.add_done_callback(_retrieve)
+        raise
+    if not done:
+        call.cancel()
+        read.add_done_callback(_retrieve)
+        return None
+    return read.result()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # seen: a cancelled call's read ends in an error nobody waits for
 
 
 async def probe_host(address: str, host_uid: str, *, timeout_s: float) -> Probe:

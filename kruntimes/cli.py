@@ -43,6 +43,8 @@ def explain(exc: BaseException) -> tuple[int, str]:
         case c.RunNotFound():
             listing = "" if exc.namespace == "default" else f" -n {exc.namespace}"
             return NOT_FOUND, f"{exc}; `krt run list{listing}` lists the Runs"
+        case c.HostNotFound():
+            return NOT_FOUND, f"{exc}; `krt hosts list` lists the hosts"
         case c.ConfigError():
             return UNREACHABLE, str(exc)
         case c.RunAlreadyExists():

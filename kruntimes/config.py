@@ -15,6 +15,7 @@
         mode: Dedicated
     queueLimit: 1000
     heartbeatIntervalSeconds: 5
+    reconcileIntervalSeconds: 60  # the orphan collection of every runtime
 
 Anything left out takes its default; no file at all gives the ``python`` and ``bash`` runtimes.
 
@@ -145,6 +146,11 @@ class PlatformConfig(ApiModel):
     # Runs waiting for capacity, per runtime pool; beyond it admission rejects with QueueFull.
     queueLimit: StrictInt = Field(default=DEFAULT_QUEUE_LIMIT, ge=0, le=MAX_QUEUE_LIMIT)
     heartbeatIntervalSeconds: StrictFloat = Field(default=5.0, gt=0, le=3600.0, allow_inf_nan=False)
+    # How often each runtime's reconciler looks for orphans (and at every worker start); None:
+    # only at worker start and when an operator asks (`krt hosts reconcile`).
+    reconcileIntervalSeconds: StrictFloat | None = Field(
+        default=60.0, ge=1.0, le=DAY_SECONDS, allow_inf_nan=False
+    )
 
     @field_validator("runtimes")
     @classmethod

@@ -26,6 +26,7 @@ from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
 from activities.hosts import default_manager
+from activities.reconcile import ReconcileActivities
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
@@ -33,23 +34,27 @@ from kruntimes.config import PlatformConfig, load_config
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     SIGNAL_CONFIGURE,
+    SIGNAL_RECONCILE,
     TASK_QUEUE,
     PlatformInfo,
     PoolConfig,
     PoolInput,
+    ReconcileInput,
     pool_workflow_id,
+    reconcile_workflow_id,
 )
 from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
+from workflows.reconcile import ReconcileWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
 
 log = logging.getLogger(__name__)
 
 MAX_TASK_QUEUE_LENGTH = 200
-RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow]
+RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow, ReconcileWorkflow]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 
@@ -110,6 +115,25 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
         )
+        # The runtime's reconciler, asked for a round at once: orphans are collected at every
+        # worker start, and periodically.
+        await client.start_workflow(
+            ReconcileWorkflow.run,
+            ReconcileInput(
+                runtime=runtime.name,
+                poolWorkflowId=pool_workflow_id(runtime.name),
+                stateDir=settings.platform.stateDir,
+                runTaskQueue=settings.run_task_queue,
+                intervalSeconds=settings.config.reconcileIntervalSeconds,
+                graceSeconds=2 * runtime.assignmentTimeoutSeconds,
+                watchIntervalSeconds=settings.platform.heartbeatIntervalSeconds,
+                assignmentTimeoutSeconds=runtime.assignmentTimeoutSeconds,
+            ),
+            id=reconcile_workflow_id(runtime.name),
+            task_queue=settings.run_task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal=SIGNAL_RECONCILE,
+        )
 
 
 @contextlib.asynccontextmanager
@@ -124,6 +148,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
     watch = HostWatchActivities(
         signal_run=signal_run_with(client), signal_ready=signal_ready_with(client), gateways=gateways
     )
+    reconciler = ReconcileActivities(client, host_manager)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
         hosts.function_status,
@@ -134,6 +159,7 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
         manager.delete_host,
         manager.fence_host,
         watch.watch_host,
+        reconciler.reconcile,
         signals.admit_run,
         handoff.await_assignment,
     ]

@@ -30,12 +30,20 @@ from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
+from workflows.reconcile import ReconcileWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
-WORKFLOWS = [RunWorkflow, RuntimePoolWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow]
+WORKFLOWS = [
+    RunWorkflow,
+    RuntimePoolWorkflow,
+    ScaleOutWorkflow,
+    CleanupWorkflow,
+    HostWorkflow,
+    ReconcileWorkflow,
+]
 
 
 def load(path: Path) -> WorkflowHistory:

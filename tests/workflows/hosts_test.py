@@ -49,6 +49,24 @@ BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within
 TASK = "def run(p):\n    return {'done': True}\n"
 
 
+def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
+    """The pool's view of a host a test created as the scale-out creates one."""
+    now = datetime.now(UTC)
+    return Host(
+        hostId=created.hostId,
+        hostUid=created.hostUid,
+        runtime=created.runtime,
+        address=created.address,
+        state=HostState.Ready,
+        capacity=10,
+        createdAt=created.createdAt,
+        labels={"kruntimes.io/provider": created.provider},
+        assignedAt=now,
+        readyAt=now,
+        supervised=supervised,
+    )
+
+
 def record_of(platform: Platform, host_id: str) -> CreatedHost:
     return next(r for r in list_records(platform.state_dir) if r.hostId == host_id)
 
@@ -220,20 +238,7 @@ async def test_a_host_stuck_before_ready_is_deleted_and_replaced_for_the_run_tha
         )
         assert stuck.pid is not None
         os.kill(stuck.pid, signal.SIGSTOP)
-        now = datetime.now(UTC)
-        host = Host(
-            hostId=stuck.hostId,
-            hostUid=stuck.hostUid,
-            runtime=runtime,
-            address=stuck.address,
-            state=HostState.Ready,
-            capacity=10,
-            createdAt=stuck.createdAt,
-            labels={"kruntimes.io/provider": "process"},
-            assignedAt=now,
-            readyAt=now,
-            supervised=True,
-        )
+        host = pool_host(stuck)
         pool = platform.client.get_workflow_handle(pool_workflow_id(runtime))
         await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId="injected", host=host))
         await platform.client.start_workflow(
