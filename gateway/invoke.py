@@ -197,6 +197,10 @@ class InvokeHandler:
 
     async def _miss(self, token: str, namespace: str, runtime: str, run_uid: str) -> None:
         """No route: 503 for a Run that exists and will (or did) have one, else 404."""
+        if not self.known.refreshed and self.known.client is not None:
+            # Just started: no heartbeat and no list of Runs yet, so nothing is known to be absent.
+            await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=run_uid))
+            raise NotReady("the gateway is starting", reason=R.RUN_NOT_READY, retry_after=1)
         known = self.known.get(run_uid)
         if (
             known is None
@@ -232,6 +236,13 @@ class InvokeHandler:
                     request, timeout=timeout_s + RPC_MARGIN_S
                 )
             except RawError as raw:
+                if not raw.dispatched:
+                    # Nothing reached the host (its process is gone or going): the Run is not
+                    # ready there, and it never ran. The route is dropped until a heartbeat.
+                    self.routes.drop(route.run_uid, route.host_uid)
+                    raise NotReady(
+                        "the Run's host cannot be reached; it is recovering", retry_after=1
+                    ) from None
                 raise self._error(raw.code, raw.reason, raw.message, route) from None
         try:  # a host without an invoke port
             return await self.upstreams.stub(route.address).InvokeFunction(

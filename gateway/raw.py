@@ -28,11 +28,15 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 class RawError(Exception):
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str) -> None:
+    """`dispatched`: the request may have reached the host (False: it cannot have, e.g. no
+    connection could be made), so a failure may or may not have run the function."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str, *, dispatched: bool = True) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
+        self.dispatched = dispatched
 
 
 def _status(name: str) -> grpc.StatusCode:
@@ -123,16 +127,20 @@ class RawClient:
             raise RawError(
                 grpc.StatusCode.INVALID_ARGUMENT, HostReason.INVALID_REQUEST, "the request is too large"
             )
+        sent = False
         try:
             async with asyncio.timeout(timeout):
                 connection = self._connection
                 if connection is None or connection.closed:
                     connection = await self._connect()
+                sent = True
                 answer = await connection.send(body)  # a timeout cancels it: a late answer is dropped
         except TimeoutError:
-            raise RawError(grpc.StatusCode.DEADLINE_EXCEEDED, "", "the host did not answer in time") from None
-        except OSError as exc:  # cannot connect, or the connection broke
-            raise RawError(grpc.StatusCode.UNAVAILABLE, "", str(exc)) from None
+            raise RawError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "", "the host did not answer in time", dispatched=sent
+            ) from None
+        except OSError as exc:  # cannot connect (not sent), or the connection broke (sent)
+            raise RawError(grpc.StatusCode.UNAVAILABLE, "", str(exc), dispatched=sent) from None
         try:
             return pb.InvokeFunctionResponse.FromString(answer)
         except DecodeError:

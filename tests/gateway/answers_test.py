@@ -516,6 +516,22 @@ async def test_502_when_the_host_dies_during_the_invocation(
     await wait_for(lambda: not any(alive(pid) for pid in children), "the host's children to die", 5)
 
 
+async def test_503_not_502_when_the_owner_is_gone_before_the_request_reaches_it(
+    gateway: Gateway, client: aiohttp.ClientSession, hosts: Hosts, records_dir: Path
+) -> None:
+    """Its route outlives it (heartbeats every 10 s): nothing can connect, nothing was dispatched."""
+    gone = await hosts.start("gw-gone", interval_s=10.0)
+    path, env = record(records_dir)
+    fn = await gone.register(gateway, RECORDED, env=env)
+    gone.signal(signal.SIGKILL)
+    assert await gone.exited(5)
+    answer = await invoke(client, gateway, fn.uid)
+    check_error(answer, 503, "RunNotReady")
+    assert retry_after(answer) >= 1
+    assert lines(path) == []
+    assert gateway.routes.route(fn.uid) is None, "the route is dropped until a heartbeat restores it"
+
+
 async def test_504_when_the_invocation_times_out(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:

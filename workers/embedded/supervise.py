@@ -4,7 +4,13 @@
 state dir, search attributes registered, UI on), the gateway (HTTPS with the platform's own CA, the
 token file) and the worker (whose pools start each runtime's minimum hosts) as children, waits
 until every runtime has its warm hosts, records what runs in the state dir and watches the
-children until SIGINT/SIGTERM or one of them dies; then it stops them all, the hosts included.
+children until SIGINT/SIGTERM; then it stops them all, the hosts included.
+
+A child that dies is started again, with a backoff (RESTART_MIN_S doubling to RESTART_MAX_S, back
+to the minimum once it ran RESTART_RESET_S), on the same ports and files: the dev server on its
+SQLite file, the gateway on its HTTPS and heartbeat ports (hosts reconnect to the same address,
+and every host's supervision stream names the worker's current gateways), the worker with the
+same flags (it takes over the hosts, its pools and reconcilers resume). Nothing else stops.
 `start_detached` runs it in the background and returns once it is ready; `stop` ends it by the
 pid it recorded. Every wait is bounded.
 """
@@ -20,18 +26,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from activities.hosts.process import stop_all
 from kruntimes import clientconfig
-from kruntimes.devserver import DevServer
+from kruntimes.devserver import DevServer, DevServerError
 from kruntimes.tls import TlsFiles, ensure_tls
 from workers.embedded.errors import PlatformError
 from workers.embedded.layout import Layout, prepare, recorded_pid, write_up
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+RESTART_MIN_S = 0.5
+RESTART_MAX_S = 30.0
+RESTART_RESET_S = 60.0
 HEARTBEAT_INTERVAL_S = 2.0
 # `krt up --detach` waits this much longer than the platform itself takes to give up starting.
 DETACH_EXTRA_S = 30.0
@@ -76,6 +86,66 @@ def _stop_child(proc: subprocess.Popen[bytes] | None) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@dataclass
+class _Child:
+    """One supervised process: how to start it, and when to start it again after it died."""
+
+    name: str
+    start: Callable[[], subprocess.Popen[bytes]]
+    proc: subprocess.Popen[bytes]
+    started_at: float = field(default_factory=time.monotonic)
+    backoff_s: float = 0.0
+    restart_at: float | None = None
+    restarts: int = 0
+
+    def exited(self) -> int | None:
+        return self.proc.poll() if self.restart_at is None else None
+
+    def schedule(self, now: float, why: str) -> None:
+        ran = now - self.started_at
+        self.backoff_s = (
+            RESTART_MIN_S
+            if ran >= RESTART_RESET_S or not self.backoff_s
+            else min(self.backoff_s * 2, RESTART_MAX_S)
+        )
+        self.restart_at = now + self.backoff_s
+        _say(f"the {self.name} {why}; starting it again in {self.backoff_s:g}s")
+
+    def restart(self, now: float) -> bool:
+        """Start it again if it is time; True when it runs again."""
+        if self.restart_at is None or now < self.restart_at:
+            return False
+        try:
+            self.proc = self.start()
+        except (DevServerError, OSError) as e:
+            self.schedule(time.monotonic(), f"did not start ({e})")
+            return False
+        self.started_at, self.restart_at = time.monotonic(), None
+        self.restarts += 1
+        _say(f"the {self.name} runs again (pid {self.proc.pid}, restart {self.restarts})")
+        return True
+
+
+def _say(text: str) -> None:
+    """A line of the platform's own log (its stderr: logs/platform.log when detached)."""
+    print(f"krt up: {text}", file=sys.stderr, flush=True)
+
+
+def _supervise(children: list[_Child], layout: Layout, stop: dict[str, bool]) -> None:
+    """Until asked to stop: start every child that died again (backoff), and record the pids."""
+    while not stop["requested"]:
+        now = time.monotonic()
+        changed = False
+        for child in children:
+            code = child.exited()
+            if code is not None:
+                child.schedule(now, f"exited with code {code}")
+            changed |= child.restart(now)
+        if changed:
+            write_up(layout, pid=os.getpid(), components={c.name: c.proc.pid for c in children})
+        time.sleep(0.2)
 
 
 def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) -> dict[str, Any]:
@@ -189,17 +259,27 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    try:
+
+    def start_temporal() -> subprocess.Popen[bytes]:
         temporal.start()
+        assert temporal.process is not None
+        return temporal.process
+
+    def start_gateway() -> subprocess.Popen[bytes]:
+        argv = _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address)
+        return _spawn(argv, layout.log("gateway"))
+
+    try:
+        start_temporal()
         layout.gateway_ready.unlink(missing_ok=True)
-        procs["gateway"] = _spawn(
-            _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address), layout.log("gateway")
-        )
+        procs["gateway"] = start_gateway()
         gateway = _wait_file(layout.gateway_ready, procs["gateway"], "gateway", layout.log("gateway"))
-        procs["worker"] = _spawn(
-            _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway),
-            layout.log("worker"),
-        )
+
+        def start_worker() -> subprocess.Popen[bytes]:
+            argv = _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway)
+            return _spawn(argv, layout.log("worker"))
+
+        procs["worker"] = start_worker()
         asyncio.run(_wait_min_hosts(temporal.address, layout, time.monotonic() + START_TIMEOUT_S))
         config = clientconfig.ClientConfig(
             temporalAddress=temporal.address,
@@ -215,13 +295,16 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
         write_up(layout, pid=os.getpid(), components=pids)
         layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
         on_ready(config)
-        while not stop["requested"]:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    raise PlatformError(f"the {name} exited with code {proc.returncode}; see {layout.logs}")
-            if temporal.process is not None and temporal.process.poll() is not None:
-                raise PlatformError(f"the Temporal dev server exited; see {layout.log('temporal')}")
-            time.sleep(0.2)
+        assert temporal.process is not None
+        children = [
+            _Child("gateway", start_gateway, procs["gateway"]),
+            _Child("worker", start_worker, procs["worker"]),
+            _Child("temporal", start_temporal, temporal.process),
+        ]
+        try:
+            _supervise(children, layout, stop)
+        finally:
+            procs.update({c.name: c.proc for c in children if c.name != "temporal"})
         return 0
     finally:
         layout.ready.unlink(missing_ok=True)
