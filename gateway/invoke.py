@@ -238,8 +238,8 @@ class InvokeHandler:
             except RawError as raw:
                 if not raw.dispatched:
                     # Nothing reached the host (its process is gone or going): the Run is not
-                    # ready there, and it never ran. The route is dropped until a heartbeat.
-                    self.routes.drop(route.run_uid, route.host_uid)
+                    # ready there, and it never ran. The route stays until the host's heartbeats
+                    # stop counting, or a newer registration of the Run replaces it.
                     raise NotReady(
                         "the Run's host cannot be reached; it is recovering", retry_after=1
                     ) from None
