@@ -13,6 +13,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +88,24 @@ def workflow_runner(sandboxed: bool) -> WorkflowRunner:
     return SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
 
 
+# A workflow's next task goes to the worker that ran its last one (its sticky queue), and to any
+# worker only after this long without being picked up: after a worker dies (it is started again
+# within seconds), the pools and Runs it ran wait this long, not the SDK's default 10 s. A live
+# worker picks a sticky task up within milliseconds.
+STICKY_TIMEOUT = timedelta(seconds=3)
+
+
+# A pool's workflow task that a dying worker had started is given to another one after this long
+# (the server's default is 10 s): every admission waits for it. Its tasks take milliseconds; one
+# with a long local activity is kept alive by the SDK's task heartbeats.
+POOL_TASK_TIMEOUT = timedelta(seconds=4)
+
+
 def worker_tuning(sandboxed: bool) -> dict[str, Any]:
     """The Worker options every kruntimes worker uses (the lifecycle bench's floor too)."""
     return {
         "workflow_runner": workflow_runner(sandboxed),
+        "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
     }
 
 
@@ -111,6 +126,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             PoolInput(config=config),
             id=pool_workflow_id(runtime.name),
             task_queue=settings.pool_task_queue,
+            task_timeout=POOL_TASK_TIMEOUT,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
