@@ -52,7 +52,6 @@ class HostEnd(StrEnum):
     Drained = "Drained"  # drained by an operator, then deleted once it held no Run
     ScaledIn = "ScaledIn"  # idle beyond the scale-in delay, above the warm minimum
     Released = "Released"  # a one-shot host whose one Run ended
-    Orphaned = "Orphaned"  # the pool does not know it (the reconciler deleted it)
 
 
 # --- watching ---------------------------------------------------------------------------------
