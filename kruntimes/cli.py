@@ -2,7 +2,7 @@
 
     krt apply -f run.yaml                 krt run create NAME --runtime R --source DIR --handler H
     krt run get|list|wait|cancel|delete   krt invoke NAME --data JSON|@file
-    krt hosts list                        krt config view -o json
+    krt hosts list|drain|delete|reconcile krt config view -o json
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 
 This module is the SDK's side: the process entry points live above it, in workers/, and the `krt`

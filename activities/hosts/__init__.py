@@ -1,4 +1,4 @@
-"""Host providers and the host manager: create, delete and probe runtime hosts.
+"""Host providers and the host manager: create, delete, probe and fence runtime hosts.
 
 ``process`` starts detached local hosts (the embedded default), ``attach`` adopts running ones.
 Every failure is a ``kruntimes.scheduling.failures.ProviderError``.
