@@ -2,6 +2,7 @@
 watch call them; nothing here reads a clock or does I/O).
 
     Unassigned ─▶ Assigned ─▶ Ready ─▶ Draining ─▶ Terminating;  any but Terminating ─▶ Lost
+    (Assigned ─▶ Draining too: the pool may have given it Runs before its first report)
 
 - when a watched host counts as silent, and what a probe of it then proves (`WatchRules`);
 - which registrations a host dropped or can no longer serve since its last report
@@ -26,7 +27,10 @@ from kruntimes.scheduling.model import Host, HostState, Reservation, TenancyMode
 
 _HOST_TRANSITIONS: dict[HostState, frozenset[HostState]] = {
     HostState.Unassigned: frozenset({HostState.Assigned, HostState.Terminating, HostState.Lost}),
-    HostState.Assigned: frozenset({HostState.Ready, HostState.Terminating, HostState.Lost}),
+    # The pool may already give an Assigned host Runs (the provider proved it serves): it drains.
+    HostState.Assigned: frozenset(
+        {HostState.Ready, HostState.Draining, HostState.Terminating, HostState.Lost}
+    ),
     HostState.Ready: frozenset({HostState.Draining, HostState.Terminating, HostState.Lost}),
     HostState.Draining: frozenset({HostState.Terminating, HostState.Lost}),
     HostState.Terminating: frozenset(),

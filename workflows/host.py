@@ -35,7 +35,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -375,7 +375,7 @@ class HostWorkflow:
     async def _signal_pool(self, name: str, message: HostLostSignal | HostStateSignal) -> None:
         try:
             await self._pool.signal(name, message)
-        except ApplicationError as err:  # the pool is gone: nobody to tell
+        except FailureError as err:  # the pool is gone: nobody to tell
             self._note(f"cannot tell the pool: {failure_text(err)}")
 
     # -- the record --------------------------------------------------------------------------------

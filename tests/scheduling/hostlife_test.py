@@ -36,6 +36,7 @@ ALLOWED = {
     (S.Unassigned, S.Terminating),
     (S.Unassigned, S.Lost),
     (S.Assigned, S.Ready),
+    (S.Assigned, S.Draining),
     (S.Assigned, S.Terminating),
     (S.Assigned, S.Lost),
     (S.Ready, S.Draining),

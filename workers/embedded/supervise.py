@@ -133,6 +133,23 @@ def _say(text: str) -> None:
     print(f"krt up: {text}", file=sys.stderr, flush=True)
 
 
+FIRST_START_TRIES = 3
+
+
+def _first_start(start: Callable[[], subprocess.Popen[bytes]], name: str) -> subprocess.Popen[bytes]:
+    """Start a child for the first time; a failed start (the dev server picks some of its ports
+    itself, and one may have been taken meanwhile) is tried again a few times."""
+    for attempt in range(1, FIRST_START_TRIES + 1):
+        try:
+            return start()
+        except DevServerError as e:
+            if attempt == FIRST_START_TRIES:
+                raise
+            _say(f"the {name} did not start ({e}); trying again")
+            time.sleep(RESTART_MIN_S * attempt)
+    raise AssertionError("unreachable")
+
+
 def _supervise(children: list[_Child], layout: Layout, stop: dict[str, bool]) -> None:
     """Until asked to stop: start every child that died again (backoff), and record the pids."""
     while not stop["requested"]:
@@ -270,7 +287,7 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
         return _spawn(argv, layout.log("gateway"))
 
     try:
-        start_temporal()
+        _first_start(start_temporal, "temporal")
         layout.gateway_ready.unlink(missing_ok=True)
         procs["gateway"] = start_gateway()
         gateway = _wait_file(layout.gateway_ready, procs["gateway"], "gateway", layout.log("gateway"))
