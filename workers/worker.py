@@ -133,22 +133,24 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
         )
         # The runtime's reconciler, asked for a round at once: orphans are collected at every
         # worker start, and periodically.
+        reconcile = ReconcileInput(
+            runtime=runtime.name,
+            poolWorkflowId=pool_workflow_id(runtime.name),
+            stateDir=settings.platform.stateDir,
+            runTaskQueue=settings.run_task_queue,
+            intervalSeconds=settings.config.reconcileIntervalSeconds,
+            graceSeconds=2 * runtime.assignmentTimeoutSeconds,
+            watchIntervalSeconds=settings.platform.heartbeatIntervalSeconds,
+            assignmentTimeoutSeconds=runtime.assignmentTimeoutSeconds,
+        )
         await client.start_workflow(
             ReconcileWorkflow.run,
-            ReconcileInput(
-                runtime=runtime.name,
-                poolWorkflowId=pool_workflow_id(runtime.name),
-                stateDir=settings.platform.stateDir,
-                runTaskQueue=settings.run_task_queue,
-                intervalSeconds=settings.config.reconcileIntervalSeconds,
-                graceSeconds=2 * runtime.assignmentTimeoutSeconds,
-                watchIntervalSeconds=settings.platform.heartbeatIntervalSeconds,
-                assignmentTimeoutSeconds=runtime.assignmentTimeoutSeconds,
-            ),
+            reconcile,
             id=reconcile_workflow_id(runtime.name),
             task_queue=settings.run_task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_RECONCILE,
+            start_signal_args=[reconcile],  # a running reconciler takes the current config
         )
 
 
