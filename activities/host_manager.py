@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -9,18 +12,12 @@ from activities.heartbeat import heartbeating
 from activities.hosts._rpc import HostRpcError, identify
 from activities.hosts.base import HostManager
 from activities.hosts.process import host_running, list_records
-from kruntimes.api._base import ApiModel
 from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.lifecycle import ProbeInput, ProbeResult
+from kruntimes.lifecycle import DeleteHostInput, FenceInput, FenceResult, HostCall, ProbeInput, ProbeResult
 from kruntimes.scheduling.failures import ProviderError
 from kruntimes.scheduling.model import Host
 
-
-class DeleteHostInput(ApiModel):
-    provider: str
-    runtime: str
-    hostId: str
-    hostUid: str
+__all__ = ["DeleteHostInput", "HostActivities", "ProbeActivities"]
 
 
 def _application_error(err: ProviderError) -> ApplicationError:
@@ -34,15 +31,49 @@ def _application_error(err: ProviderError) -> ApplicationError:
 
 
 class HostActivities:
-    def __init__(self, manager: HostManager) -> None:
+    """`gateways`: the gateways' heartbeat addresses this worker was started with; a host it
+    creates reports to those rather than to the ones in the workflow's input, which may be older
+    (the pool's config from before a restart of the platform)."""
+
+    def __init__(self, manager: HostManager, *, gateways: list[str] | None = None) -> None:
         self.manager = manager
+        self.gateways = gateways
 
     @activity.defn(name="create_host")
     async def create_host(self, spec: HostSpec) -> CreatedHost:
+        if self.gateways:
+            spec = spec._replace(gateways=self.gateways)
         try:
             return await heartbeating(self.manager.create(spec))
         except ProviderError as err:
             raise _application_error(err) from err
+
+    @activity.defn(name="fence_host")
+    async def fence_host(self, input: FenceInput) -> FenceResult:
+        """Make that host incarnation unable to serve, and say whether that is proven."""
+        try:
+            fenced = await heartbeating(self.manager.fence(input.created))
+        except ProviderError as err:
+            raise _application_error(err) from err
+        return FenceResult(fenced=fenced.fenced, how=fenced.how)
+
+    async def gone(self, call: HostCall, address: str) -> bool:
+        """Whether the host a call went to is proven unable to serve (no side effects); False
+        when unsure, or when the call does not say which host and provider it went to."""
+        if not (call.provider and call.runtime and call.hostId and call.hostUid):
+            return False
+        try:
+            host = CreatedHost(
+                provider=call.provider,
+                runtime=call.runtime,
+                hostId=call.hostId,
+                hostUid=call.hostUid,
+                address=address,
+                createdAt=datetime.now(UTC),
+            )
+            return await self.manager.gone(host)
+        except (ProviderError, ValidationError):
+            return False
 
     @activity.defn(name="delete_host")
     async def delete_host(self, input: DeleteHostInput) -> bool:
@@ -66,7 +97,7 @@ async def _proven_gone(host: Host, state_dir: str, manager: HostManager | None =
     proven gone, so a Run never runs on two hosts at once."""
     provider = host.labels.get(PROVIDER_LABEL, "process")
     if manager is not None:
-        verdict = await manager.gone(
+        verdict = await manager.verdict(
             provider=provider,
             runtime=host.runtime,
             host_id=host.hostId,

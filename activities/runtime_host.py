@@ -6,12 +6,17 @@ Failures become ApplicationErrors whose type is the host's stable reason: transp
 Registering signs the assignment (kruntimes.assignments) here, in the activity: the signing key
 lives in the worker process and never reaches workflow code or Temporal history. The channel for
 a registration verifies that the server is exactly the assigned host.
+
+Unregistering and cancelling a task succeed without the host when it is proven gone (`gone`,
+asked after transport trouble): what they would stop cannot be running, so nothing is retried
+against a dead host.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC
 
 import grpc
@@ -25,6 +30,7 @@ from kruntimes.assignments import Assignment, AssignmentError, Signer
 from kruntimes.lifecycle import (
     CancelTaskInput,
     FunctionState,
+    HostCall,
     RegisterInput,
     RegisterResult,
     RunOnHost,
@@ -121,15 +127,27 @@ def _assignment(signer: Signer, input: RegisterInput) -> tuple[Identity, pb.Sign
     return host, signed
 
 
+# Whether the host a call went to is proven gone (the call's host, its address).
+GoneCheck = Callable[[HostCall, str], Awaitable[bool]]
+
+
+async def _never_gone(host: HostCall, address: str) -> bool:
+    return False
+
+
 class RuntimeHostActivities:
     """One gRPC channel per host address (and host identity, for registrations), kept for the
     worker's lifetime; replaced once the control plane's certificate files change (the old ones
     are closed at the end, so no call on them is cut)."""
 
-    def __init__(self, *, signer: Signer) -> None:
+    def __init__(self, *, signer: Signer, gone: GoneCheck = _never_gone) -> None:
         self.signer = signer
         self._channels: dict[tuple[str, Identity | None], tuple[int, grpc.aio.Channel]] = {}
         self._retired: list[grpc.aio.Channel] = []
+        self.gone = gone
+
+    async def _proven_gone(self, err: grpc.aio.AioRpcError, host: HostCall | None, address: str) -> bool:
+        return err.code() in _RETRYABLE and host is not None and await self.gone(host, address)
 
     def _stub(self, address: str, host: Identity | None = None) -> pb_grpc.FunctionRuntimeAsyncStub:
         generation = credentials_generation()
@@ -190,6 +208,8 @@ class RuntimeHostActivities:
                 request, timeout=RPC_TIMEOUT_S + input.graceSeconds
             )
         except grpc.aio.AioRpcError as err:
+            if await self._proven_gone(err, input.host, input.address):
+                return False
             raise host_error(err, address=input.address) from err
         return bool(answer.existed)
 
@@ -226,5 +246,7 @@ class RuntimeHostActivities:
         try:
             answer = await self._stub(input.address).CancelTask(request, timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
+            if await self._proven_gone(err, input.host, input.address):
+                return False
             raise host_error(err, address=input.address) from err
         return bool(answer.existed)

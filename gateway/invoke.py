@@ -268,6 +268,10 @@ class InvokeHandler:
             with contextlib.suppress(Forbidden):
                 await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=""))
             raise NotFound("no such function in this namespace and runtime")
+        if not self.known.refreshed and self.known.client is not None:
+            # Just started: no heartbeat and no list of Runs yet, so nothing is known to be absent.
+            await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=run_uid))
+            raise NotReady("the gateway is starting", reason=R.RUN_NOT_READY, retry_after=1)
         known = self.known.get(run_uid)
         if (
             known is None

@@ -2,7 +2,7 @@
 
     krt apply -f run.yaml                 krt run create NAME --runtime R --source DIR --handler H
     krt run get|list|wait|cancel|delete   krt invoke NAME --data JSON|@file
-    krt hosts list                        krt config view -o json
+    krt hosts list|drain|delete|reconcile krt config view -o json
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 
 This module is the SDK's side: the process entry points live above it, in workers/, and the `krt`
@@ -43,6 +43,8 @@ def explain(exc: BaseException) -> tuple[int, str]:
         case c.RunNotFound():
             listing = "" if exc.namespace == "default" else f" -n {exc.namespace}"
             return NOT_FOUND, f"{exc}; `krt run list{listing}` lists the Runs"
+        case c.HostNotFound():
+            return NOT_FOUND, f"{exc}; `krt hosts list` lists the hosts"
         case c.ConfigError():
             return UNREACHABLE, str(exc)
         case c.RunAlreadyExists():

@@ -21,6 +21,7 @@ from kruntimes.cli_output import (
     Progress,
     host_document,
     hosts_table,
+    reconcile_line,
     render,
     run_list_document,
     runs_table,
@@ -333,6 +334,42 @@ def secret_command(args: argparse.Namespace, io: Io) -> int:
     return 0
 
 
+def _requested_by() -> str:
+    """Who asks (the local user name), recorded with a host action in its history."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
+async def hosts_act(args: argparse.Namespace, client: Client, io: Io) -> int:
+    act = client.drain_host if args.verb == "drain" else client.delete_host
+    result = await act(args.name, runtime=args.runtime, message=args.message, requested_by=_requested_by())
+    if args.output is not None:
+        io.print(render(result.model_dump(mode="json"), args.output))
+    else:
+        done = f"{'' if result.accepted else 'not '}{args.verb}ed"
+        io.print(f"host {result.hostId} ({result.runtime}): {done}, {result.state}: {result.message}")
+    return 0 if result.accepted else 1
+
+
+async def hosts_reconcile(args: argparse.Namespace, client: Client, io: Io) -> int:
+    reports = await client.reconcile(args.runtime)
+    if args.output is not None:
+        io.print(
+            render(
+                {"kind": "ReconcileReportList", "items": [r.model_dump(mode="json") for r in reports]},
+                args.output,
+            )
+        )
+    else:
+        for report in reports:
+            io.print(reconcile_line(report))
+    return 1 if any(r.errors for r in reports) else 0
+
+
 def config_view(args: argparse.Namespace, io: Io) -> int:
     io.print(render(load_config().model_dump(mode="json"), args.output))
     return 0
@@ -349,6 +386,9 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("run", "delete"): run_delete,
     ("invoke", None): invoke,
     ("hosts", "list"): hosts_list,
+    ("hosts", "drain"): hosts_act,
+    ("hosts", "delete"): hosts_act,
+    ("hosts", "reconcile"): hosts_reconcile,
 }
 
 

@@ -15,6 +15,7 @@ from kruntimes.api.run import API_VERSION
 from kruntimes.api.status import RunStatus
 
 if TYPE_CHECKING:
+    from kruntimes.lifecycle import ReconcileReport
     from kruntimes.sdk.results import HostView, RunObject
 
 RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "ATTEMPT", "HOST", "AGE")
@@ -67,6 +68,25 @@ def host_row(view: HostView) -> list[str]:
 
 def hosts_table(views: Sequence[HostView]) -> str:
     return table(HOST_COLUMNS, [host_row(v) for v in views])
+
+
+def reconcile_line(report: ReconcileReport) -> str:
+    """One runtime's orphan collection in one line: what it repaired, or that nothing needed it."""
+    parts = [
+        f"{name} {len(items)}"
+        for name, items in (
+            ("unregistered", report.unregistered),
+            ("released", report.released),
+            ("told", report.registrationsLost),
+            ("deleted hosts", report.deletedHosts),
+            ("removed workspaces", report.removedWorkspaces),
+            ("supervised", report.supervised),
+        )
+        if items
+    ]
+    done = ", ".join(parts) if parts else "nothing to repair"
+    errors = f"; {len(report.errors)} error(s): {report.errors[0]}" if report.errors else ""
+    return f"{report.runtime}: {done}{errors}"
 
 
 def run_list_document(runs: Sequence[RunObject]) -> dict[str, Any]:

@@ -124,9 +124,21 @@ def build() -> Parser:
     _namespace(invoke)
     _output(invoke, default=None, choices=("json", "yaml"))
 
-    hosts = commands.add_parser("hosts", help="the runtime hosts of the pools")
+    hosts = commands.add_parser("hosts", help="list, drain and delete the runtime hosts; collect orphans")
     host_verbs = hosts.add_subparsers(dest="verb", metavar="<verb>", required=True)
     _output(host_verbs.add_parser("list", help="list the runtime hosts"))
+    for verb, text in (
+        ("drain", "take no new Run on a host and move its Runs off it; it is deleted once empty"),
+        ("delete", "stop a host now; its Runs register elsewhere once it is gone"),
+    ):
+        action = host_verbs.add_parser(verb, help=text)
+        action.add_argument("name", help="the host, as `krt hosts list` names it")
+        action.add_argument("--runtime", help="the host's runtime (when the name is in several)")
+        action.add_argument("-m", "--message", default="", help="why (kept in the host's history)")
+        _output(action, default=None, choices=("json", "yaml"))
+    reconcile = host_verbs.add_parser("reconcile", help="collect orphans now and show what was repaired")
+    reconcile.add_argument("--runtime", help="only this runtime (default: every runtime)")
+    _output(reconcile, default=None, choices=("json", "yaml"))
 
     secret = commands.add_parser(
         "secret", help="secrets a Run's envFrom names (the embedded platform's store)"

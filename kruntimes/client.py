@@ -27,10 +27,12 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.clientconfig import ClientConfig
+from kruntimes.lifecycle import HostActionResult, ReconcileReport
 from kruntimes.sdk.errors import (
     Busy,
     ConfigError,
     FunctionNotFound,
+    HostNotFound,
     InvocationFailed,
     InvokeError,
     KruntimesError,
@@ -44,6 +46,7 @@ from kruntimes.sdk.errors import (
     Unauthorized,
     WaitTimeout,
 )
+from kruntimes.sdk.hosts import Hosts
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
 from kruntimes.sdk.results import Applied, HostView, InvokeResult, RunObject
 from kruntimes.sdk.runs import Runs, StatusCallback
@@ -58,6 +61,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "FunctionNotFound",
+    "HostNotFound",
     "HostView",
     "InvocationFailed",
     "InvokeError",
@@ -88,6 +92,7 @@ class Client:
     ) -> None:
         self.config = config if config is not None else ClientConfig()
         self._runs = Runs(self.config, temporal=temporal)
+        self._hosts = Hosts(self._runs)
         self._invoker = Invoker(self.config)
 
     @classmethod
@@ -176,6 +181,25 @@ class Client:
     async def hosts(self) -> builtins.list[HostView]:
         """Every runtime host the pools hold, with the run slots used on each."""
         return await self._runs.hosts()
+
+    async def drain_host(
+        self, name: str, *, runtime: str | None = None, message: str = "", requested_by: str = ""
+    ) -> HostActionResult:
+        """Take no new Run on the host and move its Runs off it (each Ready elsewhere at the same
+        URL); it is deleted once it holds none. Acknowledged once its pool was told (state
+        Draining); recorded in the host's HostWorkflow history. HostNotFound if no pool holds it."""
+        return await self._hosts.drain(name, runtime=runtime, message=message, requested_by=requested_by)
+
+    async def delete_host(
+        self, name: str, *, runtime: str | None = None, message: str = "", requested_by: str = ""
+    ) -> HostActionResult:
+        """Stop the host now; its Runs register elsewhere once it is proven gone. Acknowledged
+        once it is (state Terminating); recorded in the host's HostWorkflow history."""
+        return await self._hosts.delete(name, runtime=runtime, message=message, requested_by=requested_by)
+
+    async def reconcile(self, runtime: str | None = None) -> builtins.list[ReconcileReport]:
+        """Run an orphan collection now, for every runtime (or one); each runtime's report."""
+        return await self._hosts.reconcile(runtime)
 
     # -- invoke --------------------------------------------------------------------------------------
 

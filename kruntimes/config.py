@@ -7,15 +7,20 @@
         minHosts: 0       # warm hosts kept
         maxHosts: 4
         provider: process
+        scaleInDelaySeconds: 300      # a host beyond minHosts idle this long is drained and deleted
+        assignmentTimeoutSeconds: 60  # a host not Ready after twice this is deleted and replaced
+        oneshot: false                # true: every Run gets a fresh host, deleted when it ends
         isolation: uid    # or same-user; unset: the platform's default
         network: host     # or none: only loopback
         limits: {processes: 256, memoryBytes: 1073741824, fileSizeBytes: 268435456}
     allowedSourceRoots: [/srv/functions]   # where source.path may point
+    sharedDirectories: [/srv/data]         # what every function sees besides its workspace
     tenants:
       - name: tenant-a
         mode: Dedicated
     queueLimit: 1000
     heartbeatIntervalSeconds: 5
+    reconcileIntervalSeconds: 60  # the orphan collection of every runtime
 
 A runtime whose hosts are pods (``provider: kubernetes``) says where and how in ``kubernetes``::
 
@@ -289,6 +294,8 @@ class RuntimeConfig(ApiModel):
     network: Literal["host", "none"] = "host"
     # The pods of a `provider: kubernetes` runtime; required by it, refused with another provider.
     kubernetes: KubernetesRuntime | None = None
+    # Each Run gets a fresh host of its own, deleted when the Run ends (its `runs` is taken as 1).
+    oneshot: StrictBool = False
 
     @model_validator(mode="after")
     def _max_covers_min(self) -> Self:
@@ -348,16 +355,35 @@ class PlatformConfig(ApiModel):
     # default (`krt up`: the directory it was started from and the user's home); [] allows none,
     # only inline sources. A state directory is refused wherever it lies.
     allowedSourceRoots: list[str] | None = Field(default=None, max_length=64)
+    # Directories every function sees with their real content (data handed to functions, e.g. a
+    # dataset); nothing else outside its workspace is shared. Absolute paths; a state directory
+    # is hidden wherever it lies.
+    sharedDirectories: list[str] = Field(default_factory=list, max_length=64)
     tenants: list[TenantConfig] = Field(default_factory=list)
     # Runs waiting for capacity, per runtime pool; beyond it admission rejects with QueueFull.
     queueLimit: StrictInt = Field(default=DEFAULT_QUEUE_LIMIT, ge=0, le=MAX_QUEUE_LIMIT)
     heartbeatIntervalSeconds: StrictFloat = Field(default=5.0, gt=0, le=3600.0, allow_inf_nan=False)
+    # How often each runtime's reconciler looks for orphans (and at every worker start); None:
+    # only at worker start and when an operator asks (`krt hosts reconcile`).
+    reconcileIntervalSeconds: StrictFloat | None = Field(
+        default=60.0, ge=1.0, le=DAY_SECONDS, allow_inf_nan=False
+    )
 
     @field_validator("runtimes")
     @classmethod
     def _unique_runtimes(cls, runtimes: list[RuntimeConfig]) -> list[RuntimeConfig]:
         _unique_names(runtimes, what="runtime")
         return runtimes
+
+    @field_validator("allowedSourceRoots", "sharedDirectories")
+    @classmethod
+    def _absolute_directories(cls, paths: list[str] | None) -> list[str] | None:
+        for path in paths or []:
+            if not path.startswith("/") or "\x00" in path or len(path) > 4096:
+                raise ValueError(f"not an absolute path: {path[:80]!r}")
+            if any(part in (".", "..") for part in path.split("/")):
+                raise ValueError(f"a directory without . or .. parts, not {path[:80]!r}")
+        return paths
 
     @field_validator("tenants")
     @classmethod

@@ -1,5 +1,9 @@
 """The host provider contract: what a provider is asked to create (HostSpec), and what it reports
-back (CreatedHost). Activities, the scale-out workflow and the worker share it."""
+back (CreatedHost). Activities, the scale-out workflow and the worker share it.
+
+Besides create, delete and probe, a provider proves that a host incarnation cannot serve: `gone`
+(no side effects) and `fence` (make it so, then prove it), the step before the Runs of a lost host
+move (activities.hosts.base.HostProvider says what counts as proof for each kind of provider)."""
 
 from __future__ import annotations
 

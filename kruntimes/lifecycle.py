@@ -6,15 +6,16 @@ the SDK all import these; nothing here does I/O.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.run import Run
 from kruntimes.config import RuntimeConfig, TenantConfig
-from kruntimes.hosts import HostDefaults, HostSandbox
+from kruntimes.hosts import CreatedHost, HostDefaults, HostSandbox
 from kruntimes.scheduling.failures import ProviderFailure
-from kruntimes.scheduling.model import AdmissionRequest, Host, Reservation, ScaleOutRequest
+from kruntimes.scheduling.model import AdmissionRequest, Host, HostState, Reservation, ScaleOutRequest
 
 TASK_QUEUE = "kruntimes"
 # Entity workflows poll their own queue: Runs waiting on them must never hold every task slot.
@@ -33,7 +34,20 @@ SIGNAL_RELEASE = "release"
 SIGNAL_HOST_READY = "host_ready"
 SIGNAL_SCALE_OUT_FAILED = "scale_out_failed"
 SIGNAL_CONFIGURE = "configure"
+SIGNAL_HOST_STATE = "host_state"
 QUERY_POOL = "pool"
+SIGNAL_REGISTRATION_LOST = "registration_lost"
+# HostWorkflow
+SIGNAL_HOST_COMMAND = "command"
+SIGNAL_PROVIDER_REPORT = "provider_report"
+SIGNAL_WATCH_READY = "watch_ready"
+QUERY_HOST = "host"
+UPDATE_DRAIN_HOST = "drain"
+UPDATE_DELETE_HOST = "delete"
+# ReconcileWorkflow
+SIGNAL_RECONCILE = "reconcile"
+UPDATE_COLLECT = "collect"
+QUERY_RECONCILE = "last"
 
 DEFAULT_RETENTION_SECONDS = 24 * 3600  # how long a finished Run stays queryable without a ttl
 MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal (each is ~0.5 KiB)
@@ -53,6 +67,14 @@ def scale_out_workflow_id(runtime: str, request_id: str) -> str:
 
 def cleanup_workflow_id(run_uid: str) -> str:
     return f"cleanup/{run_uid}"
+
+
+def host_workflow_id(runtime: str, host_id: str) -> str:
+    return f"host/{runtime}/{host_id}"
+
+
+def reconcile_workflow_id(runtime: str) -> str:
+    return f"reconcile/{runtime}"
 
 
 def invoke_url(gateway_url: str, *, namespace: str, runtime: str, run_uid: str) -> str:
@@ -91,12 +113,34 @@ class Assignment(ApiModel):
     address: str
     adapter: str
     platform: PlatformInfo
+    provider: str = ""  # the host's provider ("" from pools that did not say)
 
 
 class HostLostSignal(ApiModel):
+    """The pool to a Run: its host is gone, going or draining.
+
+    fenced: the old assignment is proven unable to serve (the host is gone, or deleting and out of
+    routing, or acknowledged unregister): the Run may register elsewhere. Not fenced: the Run
+    leaves Ready and waits. draining: the host is healthy but takes no Runs: the Run unregisters
+    itself there (the acknowledged unregister is its fence), then moves.
+    """
+
     hostId: str
     hostUid: str
     reason: StatusMessage = ""
+    fenced: bool = True
+    draining: bool = False
+
+
+class RegistrationLostSignal(ApiModel):
+    """To a Run: its host no longer serves its registration (gone without the platform asking, or
+    there but not ready). An empty registrationId: the host holds no registration of the Run."""
+
+    runUid: str
+    hostUid: str
+    registrationId: str = ""
+    reason: Literal["Unregistered", "NotReady"] = "Unregistered"
+    message: StatusMessage = ""
 
 
 class ProbeInput(ApiModel):
@@ -114,13 +158,23 @@ class Rejection(ApiModel):
     message: StatusMessage = ""
 
 
+class HostCommand(ApiModel):
+    """To a HostWorkflow: drain its host (take no new Run, move the Runs), or delete it now."""
+
+    action: Literal["drain", "delete"]
+    reason: str  # a kruntimes.hostlife.HostEnd, or Operator
+    message: StatusMessage = ""
+
+
 class OutgoingSignal(ApiModel):
-    """One answer of the pool to one Run (exactly one payload set)."""
+    """One message of the pool to one workflow (exactly one payload set): an answer to a Run, or a
+    command to a HostWorkflow."""
 
     workflowId: str
     assigned: Assignment | None = None
     rejected: Rejection | None = None
     hostLost: HostLostSignal | None = None
+    command: HostCommand | None = None
 
 
 class SignalBatch(ApiModel):
@@ -149,6 +203,8 @@ class SignalResult(ApiModel):
 class AdmitSignal(ApiModel):
     request: AdmissionRequest
     workflowId: str  # where the answer goes
+    # A Run moving off a draining host: its slot there (this host uid) is released first.
+    leaving: str | None = None
 
 
 class AdmitMany(ApiModel):
@@ -157,10 +213,11 @@ class AdmitMany(ApiModel):
     admissions: list[AdmitSignal] = Field(max_length=MAX_ADMISSIONS_PER_SIGNAL)
 
 
-def admit_signal(run: Run, *, workflow_id: str, at: datetime) -> AdmitSignal:
+def admit_signal(run: Run, *, workflow_id: str, at: datetime, leaving: str | None = None) -> AdmitSignal:
     """A Run's admission request, the same from the Run itself and from its starter."""
     assert run.metadata.uid is not None, "a started Run has a uid"
     return AdmitSignal(
+        leaving=leaving,
         request=AdmissionRequest(
             runUid=run.metadata.uid,
             namespace=run.metadata.namespace,
@@ -195,6 +252,16 @@ class HostReadySignal(ApiModel):
     host: Host
 
 
+class HostStateSignal(ApiModel):
+    """A HostWorkflow to its pool: the host takes no new Run from now on (Draining: its Runs move
+    off; Terminating: it is being deleted)."""
+
+    hostId: str
+    hostUid: str
+    state: HostState
+    reason: str = ""
+
+
 class ScaleOutFailedSignal(ApiModel):
     requestId: str
     failure: ProviderFailure
@@ -222,6 +289,7 @@ class PoolState(ApiModel):
     nextHost: int = 0
     failedScaleOuts: int = 0  # consecutive; reset when a host becomes ready
     owners: dict[str, str] = Field(default_factory=dict)  # run uid → the Run's workflow id
+    idleSince: dict[str, datetime] = Field(default_factory=dict)  # host uid → holds no reservation since
 
 
 class PoolInput(ApiModel):
@@ -242,6 +310,7 @@ class ScaleOutInput(ApiModel):
     gateways: list[str] = Field(default_factory=list)
     heartbeatIntervalSeconds: float = 5.0
     sandbox: HostSandbox | None = None  # None (inputs from before isolation): the host's defaults
+    assignmentTimeoutSeconds: float = Field(default=60.0, gt=0)  # the HostWorkflow's stuck timer
 
 
 # --- CleanupWorkflow ----------------------------------------------------------------------------
@@ -255,6 +324,11 @@ class CleanupInput(ApiModel):
     registrationId: str | None = None
     task: bool = False
     graceSeconds: float = 10.0
+    # The host is proven gone (fenced): nothing to unregister there, no call to make.
+    hostGone: bool = False
+    hostId: str = ""
+    hostUid: str = ""
+    provider: str = ""
 
 
 class CleanupResult(ApiModel):
@@ -314,10 +388,21 @@ class FunctionState(ApiModel):
     hostUid: str = ""
 
 
+class HostCall(ApiModel):
+    """Which host a call goes to, so that a failed call can ask whether that host is proven gone
+    (then the call succeeds: what it would stop cannot be running)."""
+
+    hostId: str = ""
+    hostUid: str = ""
+    provider: str = ""
+    runtime: str = ""
+
+
 class UnregisterInput(ApiModel):
     address: str
     registrationId: str
     graceSeconds: float = 10.0
+    host: HostCall | None = None
 
 
 class TaskInput(RunOnHost):
@@ -335,3 +420,163 @@ class CancelTaskInput(ApiModel):
     address: str
     runUid: str
     attempt: int
+    host: HostCall | None = None
+
+
+# --- HostWorkflow -------------------------------------------------------------------------------
+
+
+class HostEvent(ApiModel):
+    """One step of a host's life, as its HostWorkflow recorded it (its audit trail)."""
+
+    at: datetime
+    state: HostState
+    reason: str
+    message: StatusMessage = ""
+
+
+MAX_HOST_EVENTS = 32
+
+
+class HostRecord(ApiModel):
+    """What a HostWorkflow knows of its host (its `host` query), carried across continue-as-new.
+
+    It is the per-host entity of the pool: the run slots each Run holds on this host belong here
+    too, once the pool's reservations move to the hosts."""
+
+    host: Host
+    created: CreatedHost
+    state: HostState
+    since: datetime
+    reason: str = ""
+    message: StatusMessage = ""
+    fenced: bool = False
+    events: list[HostEvent] = Field(default_factory=list, max_length=MAX_HOST_EVENTS)
+
+
+class HostInput(ApiModel):
+    host: Host
+    created: CreatedHost
+    poolWorkflowId: str
+    stateDir: str
+    watchIntervalSeconds: float = Field(default=5.0, gt=0, le=300)
+    assignmentTimeoutSeconds: float = Field(default=60.0, gt=0)
+    record: HostRecord | None = None  # carried across continue-as-new
+
+
+class ProviderReport(ApiModel):
+    """The host's provider (e.g. a pod watch) to its HostWorkflow: the host is lost, or not ready
+    (to the platform both mean lost: it is fenced and its Runs move)."""
+
+    lost: bool = True
+    ready: bool = False
+    reason: str = "ProviderLost"
+    message: StatusMessage = ""
+    hostUid: str = ""  # the incarnation it is about; empty: whichever the workflow supervises
+
+
+class HostActionInput(ApiModel):
+    """An operator's drain or delete of a host (the Update's argument)."""
+
+    message: StatusMessage = ""
+    requestedBy: str = ""
+
+
+class HostActionResult(ApiModel):
+    """The acknowledged result of an operator's drain or delete: the host's state once the pool
+    was told (Draining: takes no new Run and its Runs move; Terminating then gone: fenced)."""
+
+    hostId: str
+    hostUid: str
+    runtime: str
+    state: HostState
+    accepted: bool
+    message: StatusMessage = ""
+
+
+class HostResult(ApiModel):
+    hostId: str
+    hostUid: str
+    state: HostState
+    reason: str
+    message: StatusMessage = ""
+
+
+class WatchInput(ApiModel):
+    runtime: str
+    hostId: str
+    hostUid: str
+    address: str
+    intervalSeconds: float = Field(gt=0, le=300)
+    # Tell the HostWorkflow (`watch_ready`) at the first report that says the host serves; the
+    # watch goes on, so that nothing the host does between that report and the next goes unseen.
+    tellReady: bool = False
+    maxSeconds: float = Field(default=3600.0, gt=0)  # then return Renew (bounds one activity)
+
+
+class WatchReady(ApiModel):
+    """The watch to its HostWorkflow: the host reported that it serves."""
+
+    hostUid: str
+    message: StatusMessage = ""
+
+
+class WatchResult(ApiModel):
+    verdict: Literal["Lost", "Renew"]
+    reason: str = ""  # a kruntimes.hostlife.LossReason when Lost
+    message: StatusMessage = ""
+
+
+class DeleteHostInput(ApiModel):
+    """Delete one incarnation of a host through its provider (idempotent: absent is success)."""
+
+    provider: str
+    runtime: str
+    hostId: str
+    hostUid: str
+
+
+class FenceInput(ApiModel):
+    created: CreatedHost
+    stateDir: str
+
+
+class FenceResult(ApiModel):
+    fenced: bool
+    how: StatusMessage = ""
+
+
+# --- ReconcileWorkflow --------------------------------------------------------------------------
+
+
+MAX_REPORTED = 100
+
+
+class ReconcileReport(ApiModel):
+    """What one reconciliation round found and did (bounded lists; `actions` counts them all)."""
+
+    runtime: str = ""
+    at: datetime
+    unregistered: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
+    released: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
+    deletedHosts: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
+    removedWorkspaces: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
+    registrationsLost: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
+    supervised: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
+    errors: list[StatusMessage] = Field(default_factory=list, max_length=MAX_REPORTED)
+    actions: int = 0
+
+
+class ReconcileInput(ApiModel):
+    runtime: str
+    poolWorkflowId: str
+    stateDir: str
+    runTaskQueue: str = TASK_QUEUE
+    intervalSeconds: float | None = Field(default=60.0, gt=0)  # None: only when asked
+    # What is younger than this is being created right now and is left alone (twice the
+    # runtime's assignment timeout).
+    graceSeconds: float = Field(default=120.0, ge=0)
+    # For the HostWorkflows it starts again (hosts whose supervisor is gone).
+    watchIntervalSeconds: float = Field(default=5.0, gt=0, le=300)
+    assignmentTimeoutSeconds: float = Field(default=60.0, gt=0)
+    last: ReconcileReport | None = None  # carried across continue-as-new

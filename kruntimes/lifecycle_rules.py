@@ -1,6 +1,9 @@
 """The timing decisions of a Run's lifecycle, as pure functions (RunWorkflow calls them).
 
 - how long a Run waits before the next registration attempt (`registration_backoff`);
+- when registration failures have spent the retry policy (`retries_exhausted`), and when moves
+  to other hosts after host losses have spent the recovery limit (`recovery_exhausted`): two
+  separate budgets, a host loss is not the function's fault;
 - what a Ready function's idle timer concludes from the host's FunctionStatus (`idle_verdict`).
 
 Nothing here reads a clock or does I/O: the workflow passes `workflow.now()` in, so the same
@@ -25,6 +28,21 @@ def registration_backoff(policy: RetryPolicy, *, attempt: int) -> float:
         policy.backoffSeconds * policy.backoffMultiplier ** (attempt - 1),
         policy.maxBackoffSeconds,
     )
+
+
+def retries_exhausted(policy: RetryPolicy, *, failures: int) -> bool:
+    """After `failures` failed registrations, no attempt is left (the policy's limit counts them
+    all, the first attempt included)."""
+    if failures < 0:
+        raise ValueError(f"failures count from 0, not {failures}")
+    return failures >= policy.limit
+
+
+def recovery_exhausted(*, limit: int, recoveries: int) -> bool:
+    """Whether the `recoveries`-th move to another host is one more than the Run's limit allows."""
+    if limit < 0 or recoveries < 0:
+        raise ValueError(f"the limit ({limit}) and recoveries ({recoveries}) count from 0")
+    return recoveries > limit
 
 
 @dataclass(frozen=True)

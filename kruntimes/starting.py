@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -42,6 +42,11 @@ from kruntimes.wire import search
 
 log = logging.getLogger(__name__)
 
+# A workflow task of the Run that a dying worker had taken is given to another worker after this
+# long (the server's default is 10 s). The Run's tasks take milliseconds; one that waits on a long
+# registration is kept alive by the SDK's task heartbeats.
+RUN_TASK_TIMEOUT = timedelta(seconds=5)
+
 
 async def start_run(client: Client, run: Run, *, task_queue: str = TASK_QUEUE) -> WorkflowHandle[Any, Any]:
     """Start the Run's workflow on `task_queue` (where the Runs' workers poll), then send its
@@ -58,6 +63,7 @@ async def start_run(client: Client, run: Run, *, task_queue: str = TASK_QUEUE) -
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
         task_queue=task_queue,
         search_attributes=search.at_start(run),
+        task_timeout=RUN_TASK_TIMEOUT,
     )
     await admit(client, run, handle)
     return handle

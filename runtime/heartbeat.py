@@ -4,13 +4,16 @@ change and otherwise every interval, on one long-lived client stream per gateway
 Each gateway gets its own thread that reconnects with backoff; a host with no reachable gateway
 keeps serving (invokes simply cannot reach it until a gateway hears from it). Streams are mutual
 TLS with the host's platform certificate; the gateway must present a gateway certificate of the
-platform CA. Each reconnection uses the certificate files as they are then.
+platform CA. Each reconnection uses the certificate files as they are then. The gateways may be
+replaced while the host runs (`set_gateways`, from the supervision stream): a gateway dropped from
+the list gets a last `leaving` heartbeat, a new one its own thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -57,15 +60,50 @@ class HeartbeatSender:
         self._changed = threading.Condition()
         self._generation = 0
         self._stopping = False
+        self._started = False
         self._threads: list[threading.Thread] = []
+        self._active: set[str] = set()  # the gateways heartbeats go to now
+        self._by_gateway: dict[str, threading.Thread] = {}
+        self._taken: dict[str, float] = {}  # gateway → when its stream last took a message
 
     def start(self) -> None:
-        for gateway in self.gateways:
-            thread = threading.Thread(
-                target=self._run, args=(gateway,), name=f"heartbeat-{gateway}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        with self._changed:
+            self._started = True
+            for gateway in dict.fromkeys(self.gateways):
+                self._start_thread(gateway)
+
+    def _start_thread(self, gateway: str) -> None:
+        self._active.add(gateway)
+        running = self._by_gateway.get(gateway)
+        if running is not None and running.is_alive():
+            return  # dropped and added again before its thread ended: that thread carries on
+        thread = threading.Thread(target=self._run, args=(gateway,), name=f"heartbeat-{gateway}", daemon=True)
+        thread.start()
+        self._by_gateway[gateway] = thread
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def set_gateways(self, gateways: list[str]) -> None:
+        """Send heartbeats to these gateways from now on (the others get a last `leaving` one)."""
+        wanted = list(dict.fromkeys(gateways))
+        with self._changed:
+            if self._stopping:
+                return
+            self.gateways = wanted
+            if self._started:
+                for gateway in self._active - set(wanted):
+                    self._active.discard(gateway)
+                    self._taken.pop(gateway, None)
+                for gateway in wanted:
+                    if gateway not in self._active:
+                        self._start_thread(gateway)
+            self._generation += 1
+            self._changed.notify_all()
+
+    def links(self) -> list[tuple[str, bool]]:
+        """Each gateway and whether its stream took a message within the last two intervals."""
+        now = time.monotonic()
+        with self._changed:
+            return [(g, now - self._taken.get(g, -1e18) <= 2 * self.interval_s) for g in self.gateways]
 
     def changed(self) -> None:
         """Registrations changed: every stream sends a snapshot now."""
@@ -98,7 +136,7 @@ class HeartbeatSender:
             leaving=leaving,
         )
 
-    def _messages(self) -> Iterator[hb.HostHeartbeat]:
+    def _messages(self, gateway: str = "") -> Iterator[hb.HostHeartbeat]:
         sequence = 0
         seen = -1
         while True:
@@ -106,26 +144,30 @@ class HeartbeatSender:
                 if not self._stopping and seen == self._generation:
                     self._changed.wait(self.interval_s)
                 stopping, seen = self._stopping, self._generation
+                dropped = bool(gateway) and gateway not in self._active
             sequence += 1
-            if stopping:
+            if stopping or dropped:
                 yield self._message(sequence, leaving=True)
                 return
+            with self._changed:
+                self._taken[gateway] = time.monotonic()
             yield self._message(sequence)
 
     def _run(self, gateway: str) -> None:
         backoff = 0.1
-        while not self._stopping:
+        while not self._stopping and gateway in self._active:
             try:
                 channel = grpc.secure_channel(
                     gateway, self.tls.channel_credentials(), options=self.tls.channel_options(Role.GATEWAY)
                 )
                 with channel:
-                    hb_grpc.RouteHeartbeatStub(channel).Heartbeats(self._messages())
+                    hb_grpc.RouteHeartbeatStub(channel).Heartbeats(self._messages(gateway))
                 backoff = 0.1
             except grpc.RpcError as err:
                 log.warning("heartbeat stream to %s failed: %s", gateway, err.code().name)
             with self._changed:
-                if self._stopping:
+                self._taken.pop(gateway, None)
+                if self._stopping or gateway not in self._active:
                     return
                 self._changed.wait(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)

@@ -33,6 +33,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.assignments import Verifier
 from kruntimes.pki import Identity, IdentityError, PeerAuthorization, PeerTLS
+from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
@@ -50,6 +51,7 @@ from runtime.service import (
 )
 from runtime.spawner import Spawner
 from runtime.tasks import Tasks
+from runtime.watch import Health, HostWatch
 from runtime.workspace import SourcePolicy
 
 log = logging.getLogger(__name__)
@@ -175,6 +177,18 @@ class RuntimeHost:
         self.health_server: grpc.aio.Server | None = None
         self.health_address: str | None = None
         self.heartbeats: HeartbeatSender | None = None
+        self.watch = HostWatch(
+            host_id=options.host_id,
+            host_uid=self.host_uid,
+            runtime=options.runtime,
+            interval_s=options.heartbeat_interval_s,
+            registrations=lambda: [registration_state(r) for r in self.registry.snapshot()],
+            running_tasks=self.tasks.running,
+            isolation=self._isolation,
+            gateways=self._gateway_links,
+            set_gateways=self._set_gateways,
+            health=Health(),
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
@@ -209,6 +223,7 @@ class RuntimeHost:
         )
         loop.set_default_executor(self._executor)
         self._loop = loop
+        self.watch.bind(loop)
         self._thread = threading.Thread(target=loop.run_forever, name="runtime-loop", daemon=True)
         self._thread.start()
         try:
@@ -219,20 +234,20 @@ class RuntimeHost:
             self._stop_loop()
             self.spawner.close()
             raise
-        if self.options.gateways:
-            self.heartbeats = HeartbeatSender(
-                gateways=list(self.options.gateways),
-                host_id=self.options.host_id,
-                host_uid=self.host_uid,
-                runtime=self.options.runtime,
-                address=self.address,
-                invoke_address=self.invoke_address,
-                interval_s=self.options.heartbeat_interval_s,
-                tls=self.tls,
-                snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
-                isolation=isolation_message(self.in_force) if self.in_force is not None else None,
-            )
-            self.heartbeats.start()
+        # Always made, also without gateways: the supervision stream may name them later.
+        self.heartbeats = HeartbeatSender(
+            gateways=list(self.options.gateways),
+            host_id=self.options.host_id,
+            host_uid=self.host_uid,
+            runtime=self.options.runtime,
+            address=self.address,
+            invoke_address=self.invoke_address,
+            interval_s=self.options.heartbeat_interval_s,
+            tls=self.tls,
+            snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
+            isolation=isolation_message(self.in_force) if self.in_force is not None else None,
+        )
+        self.heartbeats.start()
         gc.freeze()  # start-up objects never need collecting; keeps full collections short
         log.info(
             "runtime host serving",
@@ -256,6 +271,7 @@ class RuntimeHost:
             runtime=self.options.runtime,
             isolation=isolation_message(self.in_force) if self.in_force is not None else None,
             assignments=self.assignments,
+            watch=self.watch,
         )
         pb_grpc.add_FunctionRuntimeServicer_to_server(service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -311,8 +327,25 @@ class RuntimeHost:
     def _registrations_changed(self) -> None:
         if self.heartbeats is not None:
             self.heartbeats.changed()
+        self.watch.changed()
+
+    def _gateway_links(self) -> list[pb.GatewayLink]:
+        links = self.heartbeats.links() if self.heartbeats is not None else []
+        return [pb.GatewayLink(address=address, connected=connected) for address, connected in links]
+
+    def _set_gateways(self, gateways: list[str]) -> None:
+        if self.heartbeats is not None and gateways != self.heartbeats.gateways:
+            log.info("heartbeat gateways changed", extra={"gateways": gateways})
+            self.heartbeats.set_gateways(gateways)
+
+    def _isolation(self) -> dict[str, str]:
+        """How function processes are isolated here, for the supervision stream."""
+        facts = {"processGroup": "own session and process group, killed with the host"}
+        facts.update({f"limit.{name}": str(value) for name, value in self.options.limits.to_dict().items()})
+        return facts
 
     def stop(self, grace_s: float = 5.0) -> None:
+        self.watch.stop_serving("the host is stopping")
         if self._loop is not None:
             try:
                 self._run(self.health.enter_graceful_shutdown(), STOP_STEP_TIMEOUT_S)

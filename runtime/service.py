@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -41,6 +41,7 @@ from runtime.outcome import Outcome, Status
 from runtime.registry import Registration, Registry, State
 from runtime.sandbox.policy import InForce
 from runtime.tasks import Tasks
+from runtime.watch import HostWatch
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         runtime: str,
         assignments: Verifier,
         isolation: pb.HostIsolation | None = None,
+        watch: HostWatch | None = None,
     ) -> None:
         self.registry = registry
         self.tasks = tasks
@@ -236,6 +238,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         self.runtime = runtime
         self.isolation = isolation
         self.assignments = assignments
+        self.watch = watch
 
     def _assigned(self, run: RunRef, signed: pb.SignedAssignment) -> bytes:
         """The serialized signed assignment of `run` to this host; AssignmentInvalid unless it
@@ -351,6 +354,16 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             registrations=[registration_state(r) for r in self.registry.snapshot()],
             isolation=self.isolation,
         )
+
+    async def WatchHost(self, request: pb.WatchHostRequest, context: Context) -> AsyncIterator[pb.HostReport]:
+        if self.watch is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this host cannot be watched")
+            return
+        try:
+            async for report in self.watch.stream(request):
+                yield report
+        except OverflowError as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
 
 def isolation_message(in_force: InForce) -> pb.HostIsolation:

@@ -35,12 +35,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
+from activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
 from activities.hosts import ProcessProvider, default_manager
 from activities.hosts import kubernetes as kube
 from activities.hosts._rpc import use_peer_tls
-from activities.hosts.events import HostEvent, PoolProbeRoute, WorkflowSignals
+from activities.hosts.events import HostEvent, HostWorkflowRoute, WorkflowSignals
 from activities.hosts.kubernetes_pods import check_control_plane_id
 from activities.hosts.kubernetes_watch import PodWatch
+from activities.reconcile import ReconcileActivities
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
@@ -50,24 +52,29 @@ from kruntimes.hosts import HostDefaults
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     SIGNAL_CONFIGURE,
+    SIGNAL_RECONCILE,
     TASK_QUEUE,
     PlatformInfo,
     PoolConfig,
     PoolInput,
+    ReconcileInput,
     pool_workflow_id,
+    reconcile_workflow_id,
 )
 from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError, HostIssuer, PeerTLS, PeerTLSError, Role
 from kruntimes.pki.authority import check_lifetime
 from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
+from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
+from workflows.reconcile import ReconcileWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
 
 log = logging.getLogger(__name__)
 
 MAX_TASK_QUEUE_LENGTH = 200
-RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow]
+RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow, ReconcileWorkflow]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 
@@ -119,6 +126,7 @@ def _host_defaults(settings: WorkerSettings) -> HostDefaults:
         update={
             "allowedSourceRoots": defaults.allowedSourceRoots if roots is None else roots,
             "hide": hide,
+            "shared": sorted({*defaults.shared, *settings.config.sharedDirectories}),
         }
     )
 
@@ -136,10 +144,24 @@ def workflow_runner(sandboxed: bool) -> WorkflowRunner:
     return SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
 
 
+# A workflow's next task goes to the worker that ran its last one (its sticky queue), and to any
+# worker only after this long without being picked up: after a worker dies (it is started again
+# within seconds), the pools and Runs it ran wait this long, not the SDK's default 10 s. A live
+# worker picks a sticky task up within milliseconds.
+STICKY_TIMEOUT = timedelta(seconds=3)
+
+
+# A pool's workflow task that a dying worker had started is given to another one after this long
+# (the server's default is 10 s): every admission waits for it. Its tasks take milliseconds; one
+# with a long local activity is kept alive by the SDK's task heartbeats.
+POOL_TASK_TIMEOUT = timedelta(seconds=4)
+
+
 def worker_tuning(sandboxed: bool) -> dict[str, Any]:
     """The Worker options every kruntimes worker uses (the lifecycle bench's floor too)."""
     return {
         "workflow_runner": workflow_runner(sandboxed),
+        "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
     }
 
 
@@ -170,9 +192,31 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             PoolInput(config=config),
             id=pool_workflow_id(runtime.name),
             task_queue=settings.pool_task_queue,
+            task_timeout=POOL_TASK_TIMEOUT,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
+        )
+        # The runtime's reconciler, asked for a round at once: orphans are collected at every
+        # worker start, and periodically.
+        reconcile = ReconcileInput(
+            runtime=runtime.name,
+            poolWorkflowId=pool_workflow_id(runtime.name),
+            stateDir=settings.platform.stateDir,
+            runTaskQueue=settings.run_task_queue,
+            intervalSeconds=settings.config.reconcileIntervalSeconds,
+            graceSeconds=2 * runtime.assignmentTimeoutSeconds,
+            watchIntervalSeconds=settings.platform.heartbeatIntervalSeconds,
+            assignmentTimeoutSeconds=runtime.assignmentTimeoutSeconds,
+        )
+        await client.start_workflow(
+            ReconcileWorkflow.run,
+            reconcile,
+            id=reconcile_workflow_id(runtime.name),
+            task_queue=settings.run_task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal=SIGNAL_RECONCILE,
+            start_signal_args=[reconcile],  # a running reconciler takes the current config
         )
 
 
@@ -208,9 +252,9 @@ async def renew_host_certificates(provider: ProcessProvider, *, every_s: float) 
 @contextlib.asynccontextmanager
 async def kubernetes_hosts(
     client: Client, settings: WorkerSettings, *, issuer: HostIssuer | None
-) -> AsyncIterator[tuple[kube.KubernetesProvider, PoolProbeRoute] | None]:
-    """The kubernetes provider and its pod watches, when a runtime uses it; else None. The
-    watches' events are routed to the pools by the PoolProbeRoute (whose configs the caller sets).
+) -> AsyncIterator[kube.KubernetesProvider | None]:
+    """The kubernetes provider and its pod watches, when a runtime uses it; else None. An event
+    that may mean a lost pod goes to that host's HostWorkflow as a provider report.
 
     Raises KubernetesConfigError (before anything is served) when the API cannot be used.
     """
@@ -226,9 +270,7 @@ async def kubernetes_hosts(
         provider = kube.KubernetesProvider(
             api_client, runtimes=runtimes, control_plane=settings.control_plane, issuer=issuer
         )
-        # Until a workflow supervises each host, a lost pod makes its pool probe its hosts now.
-        route = PoolProbeRoute()
-        signals = WorkflowSignals(client, route)
+        signals = WorkflowSignals(client, HostWorkflowRoute())
 
         def on_event(event: HostEvent) -> None:
             signals(event)
@@ -246,7 +288,7 @@ async def kubernetes_hosts(
         ]
         tasks = [asyncio.create_task(w.run()) for w in watches] + [asyncio.create_task(signals.run())]
         try:
-            yield provider, route
+            yield provider
         finally:
             for task in tasks:
                 task.cancel()
@@ -270,23 +312,24 @@ async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIter
 async def _running_workers(
     client: Client,
     settings: WorkerSettings,
-    kubernetes: tuple[kube.KubernetesProvider, PoolProbeRoute] | None,
+    kubernetes: kube.KubernetesProvider | None,
     *,
     signer: Signer,
     issuer: HostIssuer | None,
 ) -> AsyncIterator[list[Worker]]:
-    hosts = RuntimeHostActivities(signer=signer)
+    gateways = list(settings.platform.gatewayHeartbeats) or None  # the current ones, for the hosts
+    host_manager = default_manager(
+        state_dir=settings.platform.stateDir or None, issuer=issuer, kubernetes=kubernetes
+    )
+    manager = HostActivities(host_manager, gateways=gateways)
+    hosts = RuntimeHostActivities(signer=signer, gone=manager.gone)
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
     handoff = HandoffActivities(mailbox, register=hosts.register_function)
-    host_manager = default_manager(
-        state_dir=settings.platform.stateDir or None,
-        issuer=issuer,
-        kubernetes=kubernetes[0] if kubernetes else None,
+    watch = HostWatchActivities(
+        signal_run=signal_run_with(client), signal_ready=signal_ready_with(client), gateways=gateways
     )
-    if kubernetes is not None:  # the route re-sends exactly what ensure_pools sends
-        kubernetes[1].configs = pool_configs(settings, providers=list(host_manager.names))
-    manager = HostActivities(host_manager)
+    reconciler = ReconcileActivities(client, host_manager)
     activities: list[Callable[..., Any]] = [
         hosts.register_function,
         hosts.function_status,
@@ -295,6 +338,9 @@ async def _running_workers(
         hosts.cancel_task,
         manager.create_host,
         manager.delete_host,
+        manager.fence_host,
+        watch.watch_host,
+        reconciler.reconcile,
         signals.admit_run,
         handoff.await_assignment,
     ]

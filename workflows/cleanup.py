@@ -3,7 +3,9 @@
 1. stop new invokes and let the in-flight one finish within the grace, then kill it
    (UnregisterFunction does both and removes the workspace; CancelTask for a task);
 2. release the Run's slot (or queue entry) in the pool.
-Each step is idempotent, so a retried or replayed cleanup is harmless.
+Each step is idempotent, so a retried or replayed cleanup is harmless. A host proven gone is not
+called at all (`hostGone`: the Run's host was fenced), and a call that fails against a host found
+proven gone meanwhile succeeds at once (the activities ask): what it would stop cannot run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         CancelTaskInput,
         CleanupInput,
         CleanupResult,
+        HostCall,
         ReleaseSignal,
         UnregisterInput,
         pool_workflow_id,
@@ -31,12 +34,23 @@ class CleanupWorkflow:
     @workflow.run
     async def run(self, input: CleanupInput) -> CleanupResult:
         unregistered = False
-        if input.address is not None:
+        host = (
+            HostCall(
+                hostId=input.hostId, hostUid=input.hostUid, provider=input.provider, runtime=input.runtime
+            )
+            if input.hostUid
+            else None
+        )
+        if input.address is not None and input.hostGone:
+            unregistered = True  # fenced: nothing of it can serve, there is nobody to call
+        elif input.address is not None:
             try:
                 if input.task:
                     await workflow.execute_activity(
                         "cancel_task",
-                        CancelTaskInput(address=input.address, runUid=input.runUid, attempt=input.attempt),
+                        CancelTaskInput(
+                            address=input.address, runUid=input.runUid, attempt=input.attempt, host=host
+                        ),
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60),
                         retry_policy=CLEANUP_RETRY,
@@ -48,6 +62,7 @@ class CleanupWorkflow:
                             address=input.address,
                             registrationId=input.registrationId,
                             graceSeconds=input.graceSeconds,
+                            host=host,
                         ),
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60 + input.graceSeconds),

@@ -19,6 +19,15 @@ class Recover:
 
 
 @dataclass
+class Reregister:
+    """RunWorkflow: the host no longer serves the registration; register again (the same attempt
+    when the host lost it, a new one when it holds it but cannot serve)."""
+
+    message: str
+    same_attempt: bool = True
+
+
+@dataclass
 class End:
     """RunWorkflow: how the Run ends (here rather than in the workflow module, which the sandbox
     loads anew for every Run)."""

@@ -4,13 +4,21 @@ Admission requests arrive as signals and are decided in batches, one batch per w
 the pure functions of kruntimes.scheduling; answers go back to the Runs as signals. Signals, not
 updates: a burst of Runs updating one workflow was measured at 0.7-10/s with timeouts, while
 signals are batched. State is carried across continue-as-new.
+
+Hosts come from ScaleOutWorkflows (host_ready) and leave through their HostWorkflows: a host lost
+is reported once fenced (host_lost: its slots are released and its Runs register elsewhere) or,
+while not fenced yet, so that its Runs stop being Ready; a host draining or terminating takes no
+new Run (host_state). The pool's own housekeeping, after every batch: a draining host that holds
+no reservation any more, and a one-shot host whose Run ended, are deleted; hosts idle beyond the
+runtime's scaleInDelaySeconds are drained and deleted down to minHosts (kruntimes.hostlife
+decides); the HostWorkflow carries the deletion out (the `command` signal).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -18,6 +26,7 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from kruntimes.hostlife import HostEnd, drained, next_scale_in, scale_in, track_idle
     from kruntimes.hosts import host_sandbox
     from kruntimes.lifecycle import (
         QUERY_POOL,
@@ -25,16 +34,20 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_ADMIT_MANY,
         SIGNAL_ASSIGNED,
         SIGNAL_CONFIGURE,
+        SIGNAL_HOST_COMMAND,
         SIGNAL_HOST_LOST,
         SIGNAL_HOST_READY,
+        SIGNAL_HOST_STATE,
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
         SIGNAL_SCALE_OUT_FAILED,
         AdmitMany,
         AdmitSignal,
         Assignment,
+        HostCommand,
         HostLostSignal,
         HostReadySignal,
+        HostStateSignal,
         OutgoingSignal,
         PoolConfig,
         PoolInput,
@@ -47,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleOutInput,
         SignalBatch,
         SignalResult,
+        host_workflow_id,
         scale_out_workflow_id,
     )
     from kruntimes.scheduling import admission
@@ -54,6 +68,8 @@ with workflow.unsafe.imports_passed_through():
         SHARED_POLICY,
         AdmissionRequest,
         AssignToInstance,
+        Host,
+        HostState,
         QueueGlobally,
         Reject,
         RequestScaleOut,
@@ -66,15 +82,22 @@ with workflow.unsafe.imports_passed_through():
 MAX_CONSECUTIVE_SCALE_OUT_FAILURES = 3
 PROBE_TIMEOUT = timedelta(seconds=20)
 SIGNAL_TIMEOUT = timedelta(seconds=60)
+# Pools started by this code keep their hosts (scale-in, drained and one-shot hosts deleted, the
+# wake-up for it); a pool started before replays as it ran.
+PATCH_HOUSEKEEPING = "host-housekeeping"
+PROVIDER_LABEL = "kruntimes.io/provider"
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
 SIGNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
 )
 
 
+Message = Assignment | Rejection | HostLostSignal | HostCommand
+
+
 @dataclass
 class _Outbox:
-    signals: list[tuple[str, str, Assignment | Rejection | HostLostSignal]]
+    signals: list[tuple[str, str, Message]]
     scale_outs: list[ScaleOutInput]
 
 
@@ -82,6 +105,8 @@ class _Outbox:
 class RuntimePoolWorkflow:
     def __init__(self) -> None:
         self._inbox: list[object] = []
+        self._probed_at: datetime | None = None
+        self._housekeeping = False
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -109,6 +134,14 @@ class RuntimePoolWorkflow:
     def configure(self, config: PoolConfig) -> None:
         self._inbox.append(config)
 
+    @workflow.signal(name=SIGNAL_HOST_LOST)
+    def host_lost(self, msg: HostLostSignal) -> None:
+        self._inbox.append(msg)
+
+    @workflow.signal(name=SIGNAL_HOST_STATE)
+    def host_state(self, msg: HostStateSignal) -> None:
+        self._inbox.append(msg)
+
     @workflow.query(name=QUERY_POOL)
     def pool(self) -> PoolState:
         return self.state
@@ -119,25 +152,28 @@ class RuntimePoolWorkflow:
     async def run(self, input: PoolInput) -> None:
         self.config = input.config
         self.state = input.state or PoolState()
+        self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
         outbox = _Outbox([], [])
         self._warm(outbox)
         await self._flush(outbox)
         while True:
             probe = False
+            wake = self._wake_in()
             try:
-                await workflow.wait_condition(
-                    lambda: bool(self._inbox), timeout=self.config.probeIntervalSeconds
-                )
+                await workflow.wait_condition(lambda: bool(self._inbox), timeout=wake)
             except TimeoutError:
-                probe = True
+                probe = self._housekeeping is False or self._probe_due()
             batch, self._inbox = self._inbox, []
             outbox = _Outbox([], [])
             for msg in batch:
                 self._handle(msg, outbox)
                 probe = probe or isinstance(msg, PoolConfig)  # a (re)started worker: look at every host
             if probe and self.state.hosts:
+                self._probed_at = workflow.now()
                 await self._probe(outbox)
             self._place_queued(outbox)
+            if self._housekeeping:
+                self._keep_hosts(outbox)
             await self._flush(outbox)
             if workflow.info().is_continue_as_new_suggested() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -145,6 +181,8 @@ class RuntimePoolWorkflow:
 
     def _handle(self, msg: object, outbox: _Outbox) -> None:
         if isinstance(msg, AdmitSignal):
+            if msg.leaving is not None:
+                self._leave(msg.request.runUid, msg.leaving)
             self._admit(msg, outbox)
         elif isinstance(msg, ReleaseSignal):
             self._release(msg.runUid)
@@ -152,9 +190,42 @@ class RuntimePoolWorkflow:
             self._host_ready(msg)
         elif isinstance(msg, ScaleOutFailedSignal):
             self._scale_out_failed(msg, outbox)
+        elif isinstance(msg, HostLostSignal):
+            self._host_lost(msg, outbox)
+        elif isinstance(msg, HostStateSignal):
+            self._host_state(msg, outbox)
         elif isinstance(msg, PoolConfig):
             self.config = msg
             self._warm(outbox)
+
+    # -- timing ------------------------------------------------------------------------------------
+
+    def _probe_due(self) -> bool:
+        interval, last = self.config.probeIntervalSeconds, self._probed_at
+        return interval is not None and (
+            last is None or (workflow.now() - last).total_seconds() >= interval * 0.999
+        )
+
+    def _wake_in(self) -> float | None:
+        """Seconds until the loop must look again without a signal: the next probe, or (pools
+        with housekeeping) the next host due for scale-in, whichever comes first."""
+        probe = self.config.probeIntervalSeconds
+        if not self._housekeeping:
+            return probe
+        last = self._probed_at
+        if probe is not None and last is not None:
+            probe = max(probe - (workflow.now() - last).total_seconds(), 0.001)
+        due = next_scale_in(
+            hosts=self.state.hosts,
+            reservations=self.state.reservations,
+            idle_since=self.state.idleSince,
+            delay_s=self.config.runtime.scaleInDelaySeconds,
+            after=workflow.now(),
+        )
+        if due is None:
+            return probe
+        until = max((due - workflow.now()).total_seconds(), 0.001)
+        return until if probe is None else min(probe, until)
 
     def _policy(self, tenant: str | None) -> TenantPolicy | None:
         if tenant is None:
@@ -207,6 +278,8 @@ class RuntimePoolWorkflow:
         self._update(
             reservations=list(reservations), owners={**self.state.owners, msg.request.runUid: msg.workflowId}
         )
+        if self._housekeeping and self.config.runtime.oneshot:
+            self._set_host(host._replace(spent=True))  # its one Run; deleted once that ends
         assert host.address is not None
         assignment = Assignment(
             runUid=msg.request.runUid,
@@ -215,6 +288,7 @@ class RuntimePoolWorkflow:
             address=host.address,
             adapter=self.config.runtime.adapter,
             platform=self.config.platform,
+            provider=host.labels.get(PROVIDER_LABEL, "") if self._housekeeping else "",
         )
         outbox.signals.append((msg.workflowId, SIGNAL_ASSIGNED, assignment))
 
@@ -240,6 +314,13 @@ class RuntimePoolWorkflow:
             queue=[q for q in self.state.queue if q.request.runUid != run_uid],
             owners={k: v for k, v in self.state.owners.items() if k != run_uid},
         )
+
+    def _leave(self, run_uid: str, host_uid: str) -> None:
+        """A Run moving off a draining host gives its slot there back before it is admitted again."""
+        if any(r.runUid == run_uid and r.hostUid == host_uid for r in self.state.reservations):
+            self._update(
+                reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid))
+            )
 
     # -- hosts -------------------------------------------------------------------------------------
 
@@ -272,7 +353,7 @@ class RuntimePoolWorkflow:
             runtime=rt.name,
             provider=provider,
             reason=reason,
-            slots=rt.runs,
+            slots=self._capacity(),
             runUid=request.runUid if request is not None else None,
             requestedAt=workflow.now(),
             tenant=tenant,
@@ -284,14 +365,19 @@ class RuntimePoolWorkflow:
                 request=scale_out,
                 hostId=host_id,
                 adapter=rt.adapter,
-                capacity=rt.runs,
+                capacity=self._capacity(),
                 stateDir=self.config.platform.stateDir,
                 poolWorkflowId=workflow.info().workflow_id,
                 gateways=self.config.platform.gatewayHeartbeats,
                 heartbeatIntervalSeconds=self.config.platform.heartbeatIntervalSeconds,
                 sandbox=host_sandbox(rt, self.config.hostDefaults),
+                assignmentTimeoutSeconds=rt.assignmentTimeoutSeconds,
             )
         )
+
+    def _capacity(self) -> int:
+        """Run slots of a new host: the runtime's `runs`; one on a one-shot runtime."""
+        return 1 if self.config.runtime.oneshot and self._housekeeping else self.config.runtime.runs
 
     def _host_ready(self, msg: HostReadySignal) -> None:
         hosts = [h for h in self.state.hosts if h.hostId != msg.host.hostId] + [msg.host]
@@ -337,24 +423,112 @@ class RuntimePoolWorkflow:
             host = next((h for h in self.state.hosts if h.hostUid == host_uid), None)
             if host is None:
                 continue
-            kept, released = admission.release_host(reservations=self.state.reservations, host_id=host.hostId)
-            owners = dict(self.state.owners)
-            for run_uid in released:
-                workflow_id = owners.pop(run_uid, None)
-                if workflow_id is not None:
-                    outbox.signals.append(
-                        (workflow_id, SIGNAL_HOST_LOST, HostLostSignal(hostId=host.hostId, hostUid=host_uid))
-                    )
-            self._update(
-                hosts=[h for h in self.state.hosts if h.hostUid != host_uid],
-                reservations=list(kept),
-                owners=owners,
-            )
-            workflow.logger.warning(
-                "host %s is gone; %d Run(s) recover elsewhere", host.hostId, len(released)
-            )
+            self._remove_host(host, HostLostSignal(hostId=host.hostId, hostUid=host_uid), outbox)
         if result.lost:
             self._warm(outbox)
+
+    def _remove_host(self, host: Host, lost: HostLostSignal, outbox: _Outbox) -> None:
+        """The host is gone (fenced): its slots are free, its Runs told to register elsewhere."""
+        kept, released = admission.release_host(reservations=self.state.reservations, host_id=host.hostId)
+        owners = dict(self.state.owners)
+        for run_uid in released:
+            workflow_id = owners.pop(run_uid, None)
+            if workflow_id is not None:
+                outbox.signals.append((workflow_id, SIGNAL_HOST_LOST, lost))
+        self._update(
+            hosts=[h for h in self.state.hosts if h.hostUid != host.hostUid],
+            reservations=list(kept),
+            owners=owners,
+            idleSince={k: v for k, v in self.state.idleSince.items() if k != host.hostUid},
+        )
+        workflow.logger.warning("host %s is gone; %d Run(s) recover elsewhere", host.hostId, len(released))
+
+    def _runs_on(self, host: Host) -> list[str]:
+        """The workflow ids of the Runs holding a slot on `host`."""
+        return [
+            self.state.owners[r.runUid]
+            for r in self.state.reservations
+            if r.hostUid == host.hostUid and r.runUid in self.state.owners
+        ]
+
+    def _host_lost(self, msg: HostLostSignal, outbox: _Outbox) -> None:
+        """From the host's HostWorkflow: fenced, the host leaves; not yet, its Runs stop being Ready."""
+        host = next((h for h in self.state.hosts if h.hostUid == msg.hostUid), None)
+        if host is None:
+            return
+        if msg.fenced:
+            self._remove_host(host, msg, outbox)
+            self._warm(outbox)
+            self._readmit_queue(outbox)
+            return
+        if host.state is not HostState.Lost:
+            self._set_host(host._replace(state=HostState.Lost))
+            for workflow_id in self._runs_on(host):
+                outbox.signals.append((workflow_id, SIGNAL_HOST_LOST, msg))
+            self._warm(outbox)
+
+    def _host_state(self, msg: HostStateSignal, outbox: _Outbox) -> None:
+        """From the host's HostWorkflow: Draining (its Runs move off) or Terminating (going)."""
+        host = next((h for h in self.state.hosts if h.hostUid == msg.hostUid), None)
+        if host is None or host.state in (msg.state, HostState.Lost):
+            return
+        if msg.state is HostState.Draining and host.state is HostState.Ready:
+            self._set_host(host._replace(state=HostState.Draining))
+            moving = HostLostSignal(
+                hostId=host.hostId,
+                hostUid=host.hostUid,
+                reason=msg.reason or "draining",
+                fenced=False,
+                draining=True,
+            )
+            for workflow_id in self._runs_on(host):
+                outbox.signals.append((workflow_id, SIGNAL_HOST_LOST, moving))
+        elif msg.state is HostState.Terminating:
+            self._set_host(host._replace(state=HostState.Terminating))
+        self._warm(outbox)
+
+    def _readmit_queue(self, outbox: _Outbox) -> None:
+        """Decide again for the Runs that wait: the capacity they waited for may be gone."""
+        waiting, self.state = self.state.queue, self.state._replace(queue=[])
+        for queued in waiting:
+            self._admit(queued, outbox)
+
+    def _set_host(self, host: Host) -> None:
+        self._update(hosts=[host if h.hostUid == host.hostUid else h for h in self.state.hosts])
+
+    def _keep_hosts(self, outbox: _Outbox) -> None:
+        """After every batch: track idle hosts; delete drained and spent one-shot hosts; scale in."""
+        state, rt, now = self.state, self.config.runtime, workflow.now()
+        self._update(
+            idleSince=track_idle(
+                hosts=state.hosts, reservations=state.reservations, idle_since=state.idleSince, now=now
+            )
+        )
+        for host in self.state.hosts:
+            if (
+                host.supervised
+                and host.state is not HostState.Terminating
+                and drained(host=host, reservations=self.state.reservations)
+            ):
+                end = HostEnd.Released if host.spent else HostEnd.Drained
+                self._retire(host, end, outbox)
+        for host in scale_in(
+            hosts=self.state.hosts,
+            reservations=self.state.reservations,
+            idle_since=self.state.idleSince,
+            now=now,
+            min_hosts=rt.minHosts,
+            delay_s=rt.scaleInDelaySeconds,
+            queued=len(self.state.queue),
+        ):
+            self._retire(host, HostEnd.ScaledIn, outbox)
+
+    def _retire(self, host: Host, end: HostEnd, outbox: _Outbox) -> None:
+        """No new Run on it; its HostWorkflow deletes it and reports it gone."""
+        self._set_host(host._replace(state=HostState.Terminating))
+        workflow.logger.info("host %s: %s, deleting it", host.hostId, end)
+        command = HostCommand(action="delete", reason=str(end), message=f"{end} by the pool")
+        outbox.signals.append((host_workflow_id(host.runtime, host.hostId), SIGNAL_HOST_COMMAND, command))
 
     # -- effects -----------------------------------------------------------------------------------
 
@@ -373,8 +547,9 @@ class RuntimePoolWorkflow:
         if outbox.signals:
             await self._send(outbox.signals)
 
-    async def _send(self, signals: list[tuple[str, str, Assignment | Rejection | HostLostSignal]]) -> None:
-        """All answers of one batch in one local activity; a Run that is gone frees what it held."""
+    async def _send(self, signals: list[tuple[str, str, Message]]) -> None:
+        """All messages of one batch in one local activity; a Run that is gone frees what it held,
+        a host whose HostWorkflow is gone is dropped (the reconciler deletes what is left of it)."""
         batch = SignalBatch(
             runtime=self.config.runtime.name,
             signals=[
@@ -383,6 +558,7 @@ class RuntimePoolWorkflow:
                     assigned=arg if isinstance(arg, Assignment) else None,
                     rejected=arg if isinstance(arg, Rejection) else None,
                     hostLost=arg if isinstance(arg, HostLostSignal) else None,
+                    command=arg if isinstance(arg, HostCommand) else None,
                 )
                 for workflow_id, _name, arg in signals
             ],
@@ -398,6 +574,12 @@ class RuntimePoolWorkflow:
         for workflow_id, _name, arg in signals:
             if workflow_id in gone and isinstance(arg, Assignment | Rejection):
                 self._release(arg.runUid)
+            elif workflow_id in gone and isinstance(arg, HostCommand) and arg.action == "delete":
+                self._update(
+                    hosts=[
+                        h for h in self.state.hosts if host_workflow_id(h.runtime, h.hostId) != workflow_id
+                    ]
+                )
 
     def _update(self, **changes: object) -> None:
         self.state = self.state._replace(**changes)

@@ -10,6 +10,18 @@ one RegisterFunction stay within the attempt. The idle clock lives in the Runtim
 workflow reads FunctionStatus.lastActivity only when its idle timer fires, then re-arms or ends
 the Run (kruntimes.lifecycle_rules decides, as it decides the registration backoff).
 Every terminal path runs the cleanup finalizer (CleanupWorkflow), which releases the slot.
+
+Ready never lies. The moment the Run's host is lost (the pool's `host_lost`) it leaves Ready:
+
+    Ready ─▶ Running (HostLost or HostDraining, Ready=False) ─▶ fenced ─▶ Pending (Recovering)
+          ─▶ Scheduled ─▶ Running ─▶ Ready      the same URL, a new attempt on another host
+
+and registers elsewhere only once the old assignment is fenced (the pool says so, or, moving
+off a draining host, the old host acknowledged this Run's unregister). A move is a recovery, not
+a registration failure: status.recoveries counts them, bounded by spec.recoveryLimit, and
+retryPolicy is left alone. A registration its live host no longer holds (`registration_lost`)
+is registered again, the same attempt (idempotent); one the host says can no longer serve is a
+registration failure and takes a new attempt.
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_ASSIGNED,
         SIGNAL_CANCEL,
         SIGNAL_HOST_LOST,
+        SIGNAL_REGISTRATION_LOST,
         SIGNAL_REJECTED,
         UPDATE_DELETE,
         Assignment,
@@ -48,25 +61,36 @@ with workflow.unsafe.imports_passed_through():
         CleanupResult,
         FunctionState,
         Handoff,
+        HostCall,
         HostLostSignal,
         RegisterInput,
         RegisterResult,
+        RegistrationLostSignal,
         Rejection,
         RunInput,
         StatusInput,
         TaskInput,
         TaskResult,
+        UnregisterInput,
         admit_signal,
         cleanup_workflow_id,
         invoke_url,
         runtime_unknown,
     )
-    from kruntimes.lifecycle_rules import IdleExpired, RegistrationGone, idle_verdict, registration_backoff
+    from kruntimes.lifecycle_rules import (
+        IdleExpired,
+        RegistrationGone,
+        idle_verdict,
+        recovery_exhausted,
+        registration_backoff,
+        retries_exhausted,
+    )
     from kruntimes.wire import reasons, search
     from workflows.common import (
         HOST_CALL_RETRY,
         End,
         Recover,
+        Reregister,
         failure_text,
     )
 
@@ -88,6 +112,15 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # a dead worker's activity is retried
 NO_TASK_LIMIT_S = 7 * 24 * 3600.0
 # Errors of the function itself: another attempt may help only through the retry policy.
 REGISTRATION_ERRORS = reasons.registration_refusals()
+# A host loss moves the Run (Running, fenced, then elsewhere) without spending its retry policy;
+# Runs whose history took the earlier path (straight to Pending, one attempt spent) replay it.
+PATCH_RECOVERY = "host-recovery"
+# The idle timer's look at a registration the host no longer holds registers it again (it ended
+# the Run Failed before), and an unreachable host re-arms it (the host's supervisor decides).
+PATCH_REGISTRATION_LOST = "registration-lost"
+# How soon an idle timer that found the host unreachable looks again.
+UNREACHABLE_REARM_S = 30.0
+UNREGISTER_TIMEOUT = timedelta(seconds=30)
 
 
 @workflow.defn(name="RunWorkflow")
@@ -101,7 +134,12 @@ class RunWorkflow:
         self._rejection: Rejection | None = None
         self._registration: RegisterResult | None = None
         self._host_lost = False
+        self._host_fenced = False  # the lost host's assignment is proven unable to serve
+        self._moving = False  # the host drains: unregister there, then move
+        self._registration_lost: RegistrationLostSignal | None = None
+        self._serving = False  # Ready on its registration (a lost one matters only then)
         self._attempt = 0
+        self._failures = 0  # registration failures: what spec.retryPolicy counts
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -128,8 +166,22 @@ class RunWorkflow:
 
     @workflow.signal(name=SIGNAL_HOST_LOST)
     def host_lost(self, lost: HostLostSignal) -> None:
-        if self._assignment is not None and self._assignment.hostUid == lost.hostUid:
+        if self._assignment is None or self._assignment.hostUid != lost.hostUid:
+            return
+        if lost.draining:
+            self._moving = True
+        else:
             self._host_lost = True
+            self._host_fenced = self._host_fenced or lost.fenced
+
+    @workflow.signal(name=SIGNAL_REGISTRATION_LOST)
+    def registration_lost(self, lost: RegistrationLostSignal) -> None:
+        """Its host no longer serves this Run's registration (only a Ready Run acts on it)."""
+        a, reg = self._assignment, self._registration
+        if not self._serving or a is None or reg is None or lost.runUid != self.uid:
+            return
+        if lost.hostUid == a.hostUid and lost.registrationId in ("", reg.registrationId):
+            self._registration_lost = lost
 
     @workflow.signal(name=SIGNAL_REJECTED)
     def rejected(self, rejection: Rejection) -> None:
@@ -168,15 +220,16 @@ class RunWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._status
 
-    async def _admit(self, *, starter_admits: bool = False) -> End | None:
-        """Wait for the pool's answer; ask for it unless the starter already did."""
+    async def _admit(self, *, starter_admits: bool = False, leaving: str | None = None) -> End | None:
+        """Wait for the pool's answer; ask for it unless the starter already did. `leaving`: the
+        host uid of the slot this Run gives up (moving off a draining host)."""
         if starter_admits and not self._answered():
             await self._handoff()
         if starter_admits:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(self._answered, timeout=ADMIT_GRACE)
         if not self._answered():
-            end = await self._ask_pool()
+            end = await self._ask_pool(leaving=leaving)
             if end is not None:
                 return end
             await workflow.wait_condition(self._answered)
@@ -217,12 +270,14 @@ class RunWorkflow:
     def _answered(self) -> bool:
         return self._assignment is not None or self._rejection is not None or self._cancel
 
-    async def _ask_pool(self) -> End | None:
+    async def _ask_pool(self, *, leaving: str | None = None) -> End | None:
         # From a local activity rather than a SignalExternal command: the command's completion
         # would wake this workflow for a task that does nothing, on the critical path to Ready.
         delivered = await workflow.execute_local_activity(
             "admit_run",
-            admit_signal(self.run_, workflow_id=workflow.info().workflow_id, at=workflow.now()),
+            admit_signal(
+                self.run_, workflow_id=workflow.info().workflow_id, at=workflow.now(), leaving=leaving
+            ),
             result_type=bool,
             start_to_close_timeout=ADMIT_TIMEOUT,
             retry_policy=ADMIT_RETRY,
@@ -281,37 +336,152 @@ class RunWorkflow:
         return deadline is None or workflow.now() < deadline
 
     async def _function(self) -> End:
-        """Register (retrying per policy), serve; after a host loss re-admit and register anew."""
+        """Register (retrying per policy), serve; after a host loss register elsewhere, after a
+        lost registration register again."""
         # Registration runs in this same task (a local activity): Running would be indexed only to
         # be replaced by Ready or RegistrationFailed when the task completes.
         deadline = self._deadline(self._start_running(index=False))
+        again = False  # register the same attempt again: the host lost the registration
         while True:
-            end = await self._register(deadline)
+            end: End | Recover | Reregister | None = await self._register(deadline, again=again)
+            again = False
             if end is None:
                 end = await self._serve(deadline)
+            if isinstance(end, Reregister):
+                lost = await self._reregister(end, deadline)
+                if isinstance(lost, End):
+                    return lost
+                again = lost
+                continue
             if not isinstance(end, Recover):
                 return end
-            # Fenced recovery: the pool proved the old host dead (its uid is gone), so a new
-            # attempt may register elsewhere. Each recovery spends one attempt of the policy.
-            if self._attempt >= self.run_.spec.retryPolicy.limit:
-                return End(RunPhase.Failed, ConditionReason.RetriesExhausted, f"host lost: {end.message}")
-            self._assignment = self._registration = self._rejection = None
-            self._host_lost = False
-            self._update(endpoint=None, assignedHost=None, assignedHostUID=None)
-            self._phase(
-                RunPhase.Pending, ConditionReason.Recovering, f"host lost: {end.message}", ready=False
-            )
-            admitted = await self._admit()
-            if admitted is not None:
-                return admitted
-            self._scheduled()
-            self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
+            if self._legacy():
+                legacy = await self._recover_legacy(end)
+                if legacy is not None:
+                    return legacy
+                continue
+            moved = await self._move(end, deadline)
+            if moved is not None:
+                return moved
 
-    async def _register(self, deadline: datetime | None) -> End | Recover | None:
+    def _legacy(self) -> bool:
+        """This Run recovers as Runs did before recoveries were counted apart (its history says so)."""
+        return not workflow.patched(PATCH_RECOVERY)
+
+    async def _recover_legacy(self, end: Recover) -> End | None:
+        # Fenced recovery: the pool proved the old host dead (its uid is gone), so a new
+        # attempt may register elsewhere. Each recovery spends one attempt of the policy.
+        if self._attempt >= self.run_.spec.retryPolicy.limit:
+            return End(RunPhase.Failed, ConditionReason.RetriesExhausted, f"host lost: {end.message}")
+        self._assignment = self._registration = self._rejection = None
+        self._host_lost = False
+        self._update(endpoint=None, assignedHost=None, assignedHostUID=None)
+        self._phase(RunPhase.Pending, ConditionReason.Recovering, f"host lost: {end.message}", ready=False)
+        admitted = await self._admit()
+        if admitted is not None:
+            return admitted
+        self._scheduled()
+        self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
+        return None
+
+    async def _move(self, end: Recover, deadline: datetime | None) -> End | None:
+        """Leave Ready at once; once the old assignment is fenced, register elsewhere (a new
+        attempt, the same URL). Moving off a draining host, this Run's acknowledged unregister
+        there is the fence; a lost host's fence comes from the pool."""
+        assert self._assignment is not None
+        old = self._assignment
+        draining = self._moving and not self._host_lost
+        reason = ConditionReason.HostDraining if draining else ConditionReason.HostLost
+        self._phase(RunPhase.Running, reason, end.message, ready=False)
+        if draining and not self._host_fenced and await self._unregister_here():
+            self._host_fenced = True
+        if deadline is not None:
+            seconds = max((deadline - workflow.now()).total_seconds(), 0.0)
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._host_fenced or self._cancel, timeout=seconds)
+        else:
+            await workflow.wait_condition(lambda: self._host_fenced or self._cancel)
+        if self._cancel:
+            return End(RunPhase.Cancelled, ConditionReason.Cancelled, f"cancelled while {reason}")
+        if not self._host_fenced:
+            return End(RunPhase.Timeout, ConditionReason.Timeout, f"total timeout while {reason}")
+        recoveries = self._status.recoveries + 1
+        self._update(recoveries=recoveries)
+        if recovery_exhausted(limit=self.run_.spec.recoveryLimit, recoveries=recoveries):
+            return End(
+                RunPhase.Failed,
+                ConditionReason.RecoveriesExhausted,
+                f"{end.message}; recoveryLimit {self.run_.spec.recoveryLimit} reached",
+            )
+        self._assignment = self._registration = self._rejection = None
+        self._host_lost = self._host_fenced = self._moving = False
+        self._registration_lost = None
+        self._update(assignedHost=None, assignedHostUID=None)
+        self._phase(
+            RunPhase.Pending, ConditionReason.Recovering, f"{end.message}; registering elsewhere", ready=False
+        )
+        admitted = await self._admit(leaving=old.hostUid if draining else None)
+        if admitted is not None:
+            return admitted
+        self._scheduled()
+        self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
+        return None
+
+    async def _unregister_here(self) -> bool:
+        """Unregister this Run on its (draining) host; True once the host acknowledged it."""
+        a, reg = self._assignment, self._registration
+        if a is None or reg is None:
+            return True
+        try:
+            await workflow.execute_activity(
+                "unregister_function",
+                UnregisterInput(
+                    address=a.address,
+                    registrationId=reg.registrationId,
+                    host=HostCall(
+                        hostId=a.hostId,
+                        hostUid=a.hostUid,
+                        provider=a.provider,
+                        runtime=self.run_.spec.runtime,
+                    ),
+                ),
+                result_type=bool,
+                start_to_close_timeout=UNREGISTER_TIMEOUT + timedelta(seconds=10),
+                retry_policy=HOST_CALL_RETRY,
+            )
+        except ActivityError as err:
+            workflow.logger.warning("the draining host did not acknowledge: %s", failure_text(err))
+            return False
+        return True
+
+    async def _reregister(self, end: Reregister, deadline: datetime | None) -> End | bool:
+        """A registration its live host lost: register the same attempt again (True). One the
+        host cannot serve any more is a registration failure: a new attempt after the backoff
+        (False), or the end of the Run once the policy is spent."""
+        self._phase(RunPhase.Running, ConditionReason.RegistrationLost, end.message, ready=False)
+        self._registration_lost = None
+        if end.same_attempt:
+            self._registration = None  # the host no longer has it: register it anew
+            return True
+        self._failures += 1
+        policy = self.run_.spec.retryPolicy
+        if retries_exhausted(policy, failures=self._failures):
+            return End(RunPhase.Failed, ConditionReason.RetriesExhausted, end.message)
+        if not await self._sleep_unless_cancelled(
+            registration_backoff(policy, attempt=self._failures), deadline
+        ):
+            return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
+        if self._cancel:
+            return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+        return False
+
+    async def _register(self, deadline: datetime | None, *, again: bool = False) -> End | Recover | None:
         spec = self.run_.spec
         policy = spec.retryPolicy
         while True:
-            self._attempt += 1
+            if not again:
+                self._attempt += 1
+            again = False
             attempt = self._attempt
             self._update(attempt=attempt)
             if attempt == 1 and self._registration is not None:
@@ -336,9 +506,13 @@ class RunWorkflow:
                 if self._host_lost:
                     self._attempt -= 1  # the recovery spends the attempt
                     return Recover(message)
-                if attempt >= policy.limit:
+                self._failures += 1
+                spent = self._failures
+                if self._attempt != self._failures and self._legacy():
+                    spent = self._attempt  # Runs that recovered the earlier way counted host losses
+                if spent >= policy.limit:
                     return End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
-                backoff = registration_backoff(policy, attempt=attempt)
+                backoff = registration_backoff(policy, attempt=spent)
                 if not await self._sleep_unless_cancelled(backoff, deadline):
                     return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
                 if self._cancel:
@@ -355,8 +529,16 @@ class RunWorkflow:
         self._phase(RunPhase.Ready, ConditionReason.FunctionRegistered, "function registered", ready=True)
         return None
 
-    async def _serve(self, deadline: datetime | None) -> End | Recover:
-        """Ready: wait for cancel, a host loss, the total timeout or the idle timeout."""
+    async def _serve(self, deadline: datetime | None) -> End | Recover | Reregister:
+        """Ready: wait for cancel, a host loss or drain, a lost registration, the total timeout or
+        the idle timeout."""
+        self._serving = True
+        try:
+            return await self._serving_until(deadline)
+        finally:
+            self._serving = False
+
+    async def _serving_until(self, deadline: datetime | None) -> End | Recover | Reregister:
         assert self._registration is not None and self._assignment is not None
         idle = self.run_.spec.mode.function.idleTimeoutSeconds if self.run_.spec.mode.function else None
         idle_at = workflow.now() + timedelta(seconds=idle) if idle is not None else None
@@ -364,11 +546,26 @@ class RunWorkflow:
             wake = min((t for t in (deadline, idle_at) if t is not None), default=None)
             timeout = max((wake - workflow.now()).total_seconds(), 0.001) if wake is not None else None
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._cancel or self._host_lost, timeout=timeout)
+                await workflow.wait_condition(
+                    lambda: (
+                        self._cancel or self._host_lost or self._moving or self._registration_lost is not None
+                    ),
+                    timeout=timeout,
+                )
             if self._cancel:
                 return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
             if self._host_lost:
-                return Recover(f"host {self._assignment.hostId} is gone")
+                return Recover(f"host {self._assignment.hostId} is lost")
+            if self._moving:
+                if not self._legacy():
+                    return Recover(f"host {self._assignment.hostId} is draining")
+                self._moving = False  # recovering the earlier way: it moves once the host is deleted
+            lost = self._registration_lost
+            if lost is not None:
+                self._registration_lost = None
+                return Reregister(
+                    lost.message or f"registration {lost.reason}", same_attempt=lost.reason != "NotReady"
+                )
             now = workflow.now()
             if deadline is not None and now >= deadline:
                 return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout reached")
@@ -385,11 +582,17 @@ class RunWorkflow:
                     retry_policy=HOST_CALL_RETRY,
                 )
             except ActivityError as err:
+                if workflow.patched(PATCH_REGISTRATION_LOST):
+                    # The host's supervisor decides whether it is lost; look again a little later.
+                    idle_at = workflow.now() + timedelta(seconds=min(idle, UNREACHABLE_REARM_S))
+                    continue
                 return End(
                     RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}"
                 )
             verdict = idle_verdict(idle_seconds=idle, now=now, state=state)
             if isinstance(verdict, RegistrationGone):
+                if workflow.patched(PATCH_REGISTRATION_LOST):
+                    return Reregister("the host no longer holds the registration", same_attempt=True)
                 return End(
                     RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration"
                 )
@@ -469,6 +672,10 @@ class RunWorkflow:
                     if self._registration is not None
                     else None,
                     task=self.run_.spec.mode.kind == "task",
+                    hostGone=self._host_fenced,
+                    hostId=a.hostId if a is not None else "",
+                    hostUid=a.hostUid if a is not None else "",
+                    provider=a.provider if a is not None else "",
                 ),
                 id=cleanup_workflow_id(self.uid),
                 task_queue=workflow.info().task_queue,  # the Run's own queue: its workers run it

@@ -1,31 +1,38 @@
 """ScaleOutWorkflow (scaleout/{runtime}/{request}): create one host and report it to the pool.
 
 It never dispatches Runs: a new host belongs to no Run until the pool, told the host is ready,
-decides again for the Runs waiting in its queue.
+decides again for the Runs waiting in its queue. With the report it starts the host's
+HostWorkflow (host/{runtime}/{host}), which supervises the host from then on and outlives it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
     from kruntimes.lifecycle import (
         SIGNAL_HOST_READY,
         SIGNAL_SCALE_OUT_FAILED,
+        HostInput,
         HostReadySignal,
         ScaleOutFailedSignal,
         ScaleOutInput,
+        host_workflow_id,
     )
     from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
     from kruntimes.scheduling.model import Host, HostState, ScaleOutRequest, ScaleOutStatus
     from workflows.common import failure_text
 
 CREATE_TIMEOUT = timedelta(seconds=90)
+# New hosts get a HostWorkflow; histories recorded before it replay without one.
+PATCH_HOST_WORKFLOW = "host-workflow"
 CREATE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -113,5 +120,32 @@ class ScaleOutWorkflow:
             assignedAt=now,
             readyAt=now,
         )
-        await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))
+        if not workflow.patched(PATCH_HOST_WORKFLOW):
+            await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))
+            return request._replace(status=ScaleOutStatus.Fulfilled, hostId=host.hostId, hostUid=host.hostUid)
+        host = host._replace(supervised=True)
+        # Both in one workflow task: the Runs waiting for this host do not wait for its supervisor.
+        ready = pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))
+        supervisor = workflow.start_child_workflow(
+            "HostWorkflow",
+            HostInput(
+                host=host,
+                created=created,
+                poolWorkflowId=input.poolWorkflowId,
+                stateDir=input.stateDir,
+                watchIntervalSeconds=input.heartbeatIntervalSeconds,
+                assignmentTimeoutSeconds=input.assignmentTimeoutSeconds,
+            ),
+            id=host_workflow_id(request.runtime, host.hostId),
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+        told, started = await asyncio.gather(ready, supervisor, return_exceptions=True)
+        if isinstance(told, BaseException):
+            raise told
+        if isinstance(started, BaseException):
+            if not isinstance(started, WorkflowAlreadyStartedError):
+                raise started
+            # A HostWorkflow of an older incarnation with this id still runs: it ends once it
+            # finds its host gone; the reconciler supervises this one then.
+            workflow.logger.warning("host %s is not supervised yet: %s", host.hostId, started)
         return request._replace(status=ScaleOutStatus.Fulfilled, hostId=host.hostId, hostUid=host.hostUid)

@@ -1,4 +1,4 @@
-"""Host providers and the host manager: create, delete and probe runtime hosts.
+"""Host providers and the host manager: create, delete, probe and fence runtime hosts.
 
 ``process`` starts detached local hosts (the embedded default), ``attach`` adopts running ones,
 ``kubernetes`` (activities/hosts/kubernetes.py, registered when a runtime uses it) runs pods.

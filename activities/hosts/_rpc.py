@@ -123,3 +123,25 @@ async def serves(host: CreatedHost, *, timeout_s: float) -> bool:
     except HostRpcError:
         return False
     return identity.host_uid == host.hostUid
+
+
+async def unregister_all(address: str, *, host_uid: str, timeout_s: float) -> int:
+    """Unregister every registration the host at ``address`` holds (no grace: they are fenced);
+    returns how many. HostRpcError when it cannot be reached or is another incarnation."""
+    check_address(address)
+    try:
+        async with host_channel(address) as channel:
+            stub = pb_grpc.FunctionRuntimeStub(channel)
+            info = await stub.HostInfo(pb.HostInfoRequest(), timeout=timeout_s)
+            if info.host_uid != host_uid:
+                raise HostRpcError(FailureReason.InvalidResponse, f"{address} is host {info.host_uid} now")
+            for reg in info.registrations:
+                await stub.UnregisterFunction(
+                    pb.UnregisterFunctionRequest(registration_id=reg.registration_id, grace_ms=1),
+                    timeout=timeout_s,
+                )
+    except grpc.aio.AioRpcError as e:
+        raise HostRpcError(
+            FailureReason.ProviderUnavailable, f"{address}: {e.code().name}: {e.details()}"
+        ) from e
+    return len(info.registrations)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from activities.hosts._rpc import HostRpcError, identify, serves
-from activities.hosts.base import provider_error
+from activities.hosts._rpc import HostRpcError, identify, serves, unregister_all
+from activities.hosts.base import Fenced, provider_error
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
@@ -51,6 +51,26 @@ class AttachProvider:
 
     async def probe(self, host: CreatedHost) -> bool:
         return await serves(host, timeout_s=self.rpc_timeout_s)
+
+    async def gone(self, host: CreatedHost) -> bool:
+        """Proven only when another incarnation answers at its address (it is not ours to see)."""
+        try:
+            identity = await identify(host.address, timeout_s=self.rpc_timeout_s)
+        except HostRpcError:
+            return False
+        return identity.host_uid != host.hostUid
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        """Another incarnation answers (the watched one is gone), or the host acknowledges
+        unregistering every registration it holds; unreachable: not fenced yet."""
+        try:
+            identity = await identify(host.address, timeout_s=self.rpc_timeout_s)
+            if identity.host_uid != host.hostUid:
+                return Fenced(True, f"another incarnation ({identity.host_uid}) answers at {host.address}")
+            count = await unregister_all(host.address, host_uid=host.hostUid, timeout_s=self.rpc_timeout_s)
+        except HostRpcError as e:
+            return Fenced(False, f"cannot reach {host.address}: {e}")
+        return Fenced(True, f"the host acknowledged unregistering its {count} registration(s)")
 
     def _error(self, reason: FailureReason, spec: HostSpec, message: str) -> ProviderError:
         return provider_error(

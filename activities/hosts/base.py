@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from kruntimes.api.names import validate_dns1123_label
@@ -17,6 +18,15 @@ from kruntimes.scheduling.failures import FailureReason, ProviderError, Provider
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """A fence's outcome: `fenced` when proven, and how (for the host's audit trail)."""
+
+    fenced: bool
+    how: str
+
 
 # ProviderFailure.provider must be a valid name; a lookup of a malformed one reports this instead.
 _INVALID_PROVIDER = "invalid"
@@ -39,12 +49,23 @@ class HostProvider(Protocol):
         """Whether the host serves (gRPC health SERVING) and is still the same incarnation."""
         ...
 
+    async def gone(self, host: CreatedHost) -> bool:
+        """Whether that incarnation is proven unable to serve (no side effects): its process or
+        pod no longer exists, or another incarnation answers at its address. False when unsure."""
+        ...
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        """Make that incarnation unable to serve any registration, and prove it: kill its process
+        and see it gone; or see the pod deleting and out of routing; or have it acknowledge
+        unregistering everything. Not fenced (try again later) when that cannot be done now."""
+        ...
+
 
 @runtime_checkable
 class FencingProvider(Protocol):
     """A provider that can prove a host gone from its backend's own records (a pod's uid)."""
 
-    async def gone(self, *, runtime: str, host_id: str, host_uid: str, address: str | None) -> bool | None:
+    async def verdict(self, *, runtime: str, host_id: str, host_uid: str, address: str | None) -> bool | None:
         """True: that incarnation is proven gone; False: it may still run; None: cannot say."""
         ...
 
@@ -123,7 +144,7 @@ class HostManager:
             host=host_id,
         )
 
-    async def gone(
+    async def verdict(
         self, *, provider: str, runtime: str, host_id: str, host_uid: str, address: str | None
     ) -> bool | None:
         """The provider's fencing verdict on a host; None when it has none (or is not known)."""
@@ -131,7 +152,7 @@ class HostManager:
         if not isinstance(found, FencingProvider):
             return None
         try:
-            return await found.gone(runtime=runtime, host_id=host_id, host_uid=host_uid, address=address)
+            return await found.verdict(runtime=runtime, host_id=host_id, host_uid=host_uid, address=address)
         except Exception:
             log.warning("provider %s could not judge host %s", provider, host_id, exc_info=True)
             return None
@@ -143,6 +164,18 @@ class HostManager:
             provider=provider.name,
             operation=ProviderOperation.Status,
             host=host.hostId,
+        )
+
+    async def gone(self, host: CreatedHost) -> bool:
+        provider = self.provider(host.provider)
+        return await _guarded(
+            provider.gone(host), provider=provider.name, operation=ProviderOperation.Status, host=host.hostId
+        )
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        provider = self.provider(host.provider)
+        return await _guarded(
+            provider.fence(host), provider=provider.name, operation=ProviderOperation.Fence, host=host.hostId
         )
 
 

@@ -4,24 +4,23 @@ A watch (kubernetes_watch.PodWatch) calls a sink with one ``HostEvent`` per chan
 Ready, NotReady, Failed (its process ended), Evicted, or Deleted (deleting or gone). Sinks:
 
 - ``HostEventQueue``: a bounded queue to consume with ``async for`` (the supervisor of hosts);
-- ``WorkflowSignals``: signals the workflow a route names for each event. With ``PoolProbeRoute``
-  it asks the pool of the host's runtime to probe its hosts now (by re-sending it its
-  configuration, which a pool answers with a probe of every host), so a lost host is fenced within
-  a second instead of at the next periodic probe. That route stands in until a workflow
-  supervising each host takes these events itself (a route to it is all that changes).
+- ``WorkflowSignals``: signals the workflow a route names for each event. With
+  ``HostWorkflowRoute`` an event that may mean a lost host becomes a ``provider_report`` signal
+  to that host's HostWorkflow (naming the incarnation), which fences it and moves its Runs at once
+  instead of at its next watch timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from temporalio.client import Client
 
-from kruntimes.lifecycle import SIGNAL_CONFIGURE, PoolConfig, pool_workflow_id
+from kruntimes.lifecycle import SIGNAL_PROVIDER_REPORT, ProviderReport, host_workflow_id
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +81,7 @@ class WorkflowSignals:
     signal, with the argument of the last. ``run`` sends them until cancelled; a signal that
     fails is logged and dropped (the periodic probe still finds the host).
 
-    The supervisor of each host will take its events through one of these (a route to its own
-    workflow and signal); until then ``PoolProbeRoute`` routes them to the pools.
+    Each host's HostWorkflow takes its events through one of these (``HostWorkflowRoute``).
     """
 
     def __init__(self, client: Client, route: Route, *, settle_s: float = 0.05) -> None:
@@ -115,16 +113,18 @@ class WorkflowSignals:
                     log.warning("could not signal %s %s: %s", workflow_id, signal, e)
 
 
-class PoolProbeRoute:
-    """Routes an event that may mean a lost host to its runtime's pool: the ``configure`` signal
-    with the pool's current configuration, the one a starting worker sends, which a pool takes
-    as it is and answers with a probe of every host."""
-
-    def __init__(self, configs: Mapping[str, PoolConfig] | None = None) -> None:
-        self.configs: dict[str, PoolConfig] = dict(configs or {})
+class HostWorkflowRoute:
+    """Routes an event that may mean a lost host to that host's HostWorkflow: a ProviderReport
+    naming the pod's uid, so a report about an older incarnation never fences a newer one."""
 
     def __call__(self, event: HostEvent) -> tuple[str, str, object] | None:
-        config = self.configs.get(event.runtime)
-        if event.kind not in LOSS or config is None:
+        if event.kind not in LOSS or not event.host_id or not event.runtime:
             return None
-        return pool_workflow_id(event.runtime), SIGNAL_CONFIGURE, config
+        report = ProviderReport(
+            lost=True,
+            ready=False,
+            reason=f"{event.provider.capitalize()}{event.kind}",
+            message=event.message,
+            hostUid=event.host_uid,
+        )
+        return host_workflow_id(event.runtime, event.host_id), SIGNAL_PROVIDER_REPORT, report

@@ -44,7 +44,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from activities.hosts import kubernetes_pods as pods
 from activities.hosts._rpc import HostRpcError, identify, serves
-from activities.hosts.base import provider_error
+from activities.hosts.base import Fenced, provider_error
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
 from kruntimes.hosts import CreatedHost, HostSpec
@@ -631,7 +631,7 @@ class KubernetesProvider:
             return False
         return await serves(host, timeout_s=self.rpc_timeout_s)
 
-    async def gone(self, *, runtime: str, host_id: str, host_uid: str, address: str | None) -> bool | None:
+    async def verdict(self, *, runtime: str, host_id: str, host_uid: str, address: str | None) -> bool | None:
         """Fencing: True when that pod is proven gone (its uid no longer exists, it ended, or it is
         deleting and out of routing), False when it may still run, None when the API cannot say."""
         settings = self.runtimes.get(runtime)
@@ -655,6 +655,36 @@ class KubernetesProvider:
         except HostRpcError:
             return True  # deleting and no longer serving: out of routing
         return identity.host_uid != host_uid
+
+    async def gone(self, host: CreatedHost) -> bool:
+        """Whether that pod is proven unable to serve (no side effects); False when unsure."""
+        return await self._verdict_of(host) is True
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        """Delete that pod at once (no grace: a frozen host cannot handle SIGTERM) and see it gone,
+        or deleting and out of routing; its certificate Secret goes with it. Not fenced while it
+        still answers as that incarnation, or while the API cannot say."""
+        settings = self._settings(host.runtime, ProviderOperation.Fence, host.hostId, None)
+        name = f"{settings.namespace}/{self.pod_name(host.runtime, host.hostId)}"
+        verdict = await self._verdict_of(host)
+        if verdict is not True:
+            failing = _Context(self, ProviderOperation.Fence, host.hostId, None)
+            await failing.api(
+                self._api.delete_pod(
+                    settings.namespace, self.pod_name(host.runtime, host.hostId), uid=host.hostUid, grace_s=0
+                )
+            )
+            verdict = await self._verdict_of(host)
+        if verdict is not True:
+            why = "still answers as that incarnation" if verdict is False else "cannot be read from the API"
+            return Fenced(False, f"pod {name} ({host.hostUid}) was deleted but {why}")
+        await self._delete_certificate(host.runtime, host.hostId, pod_uid=host.hostUid)
+        return Fenced(True, f"pod {name} ({host.hostUid}) is gone or deleting and out of routing")
+
+    async def _verdict_of(self, host: CreatedHost) -> bool | None:
+        return await self.verdict(
+            runtime=host.runtime, host_id=host.hostId, host_uid=host.hostUid, address=host.address
+        )
 
     # -- listing --------------------------------------------------------------------------------------
 

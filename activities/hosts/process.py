@@ -14,7 +14,8 @@ A pid is signalled only while /proc/<pid>/cmdline names that host's --host-id an
 so a recycled pid is never killed. Linux only.
 
 Outside this module: ``ProcessProvider``, and over a state directory ``list_records``,
-``stop_all`` and ``host_running(record)``; everything with a leading underscore is its own.
+``stop_all``, ``host_running(record)``, ``work_root`` and ``remove_workspaces``; everything with
+a leading underscore is its own.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
-from activities.hosts.base import provider_error
+from activities.hosts.base import Fenced, provider_error
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
@@ -43,7 +44,15 @@ from kruntimes.paths import under
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, HostIssuer
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
-__all__ = ["ProcessProvider", "certificate_dirs", "host_running", "list_records", "stop_all"]
+__all__ = [
+    "ProcessProvider",
+    "certificate_dirs",
+    "host_running",
+    "list_records",
+    "remove_workspaces",
+    "stop_all",
+    "work_root",
+]
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +250,42 @@ class ProcessProvider:
     async def probe(self, host: CreatedHost) -> bool:
         return await serves(host, timeout_s=self.rpc_timeout_s)
 
+    async def gone(self, host: CreatedHost) -> bool:
+        """That incarnation's process no longer runs (or never was one of ours)."""
+        slots = [_Slot.of(d, host.runtime, host.hostId) for d in self._state_dirs]
+        return not any(self._incarnation_pid(slot, host) for slot in slots)
+
+    async def fence(self, host: CreatedHost) -> Fenced:
+        """Kill that incarnation's process group (SIGKILL: a frozen host cannot handle SIGTERM),
+        see it gone, then remove its files and its workspaces: nothing of it can serve again."""
+        if not self._state_dirs:
+            return Fenced(False, "the process provider knows no state directory")
+        killed: list[int] = []
+        for state_dir in list(self._state_dirs):
+            slot = _Slot.of(state_dir, host.runtime, host.hostId)
+            async with self._lock(slot):
+                pid = self._incarnation_pid(slot, host)
+                if pid is not None:
+                    _kill(pid)
+                    if not await _wait_gone(pid, timeout_s=_KILL_WAIT_S):
+                        return Fenced(False, f"process {pid} survived SIGKILL for {_KILL_WAIT_S:g}s")
+                    killed.append(pid)
+                record = _read_record(slot.record)
+                if record is not None and record.hostUid == host.hostUid:
+                    slot.remove()
+                remove_workspaces(state_dir, host.hostUid)
+        if killed:
+            return Fenced(True, f"process {', '.join(map(str, killed))} killed and gone")
+        return Fenced(True, f"process {host.pid or '?'} is gone")
+
+    def _incarnation_pid(self, slot: _Slot, host: CreatedHost) -> int | None:
+        """The live pid of exactly this incarnation of the slot's host, if it still runs."""
+        pids = {host.pid} if host.pid is not None else set()
+        for found in (_read_record(slot.record), _read_ready(slot.ready)):
+            if found is not None and found.hostUid == host.hostUid and found.pid is not None:
+                pids.add(found.pid)
+        return next((pid for pid in sorted(pids) if slot.owns(pid)), None)
+
     def _lock(self, slot: _Slot) -> asyncio.Lock:
         lock = self._locks.get(slot)
         if lock is None:
@@ -405,6 +450,22 @@ def list_records(state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
 def certificate_dirs(state_dir: str | os.PathLike[str]) -> list[Path]:
     """The certificate directories of the hosts under ``state_dir``."""
     return sorted(p for p in _absolute(state_dir).glob("hosts/*/*.tls") if p.is_dir())
+
+
+def work_root(state_dir: str | os.PathLike[str]) -> Path:
+    """Where the hosts of a state directory keep their workspaces: one directory per host uid."""
+    return _absolute(state_dir) / "work"
+
+
+def remove_workspaces(state_dir: str | os.PathLike[str], host_uid: str) -> bool:
+    """Remove the workspaces of one host incarnation (a dead or deleted one); True if there were."""
+    if not host_uid or "/" in host_uid or host_uid in (".", ".."):
+        raise ValueError(f"not a host uid: {host_uid!r:.80}")
+    path = work_root(state_dir) / host_uid
+    if not path.exists():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
 
 
 def host_running(record: CreatedHost) -> bool:

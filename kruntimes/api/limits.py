@@ -64,6 +64,9 @@ MAX_CONDITION_TOKEN_BYTES = 128
 
 # spec.retryPolicy.limit.
 MAX_RETRY_LIMIT = 100
+# spec.recoveryLimit: moves to another host after a host loss, and its default.
+MAX_RECOVERY_LIMIT = 10_000
+DEFAULT_RECOVERY_LIMIT = 100
 # retryPolicy.backoffSeconds and retryPolicy.maxBackoffSeconds.
 MAX_BACKOFF_SECONDS = 3600.0
 # retryPolicy.backoffMultiplier.

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt
 from kruntimes.api._text import has_control_chars, utf8_len
 from kruntimes.api.limits import (
+    DEFAULT_RECOVERY_LIMIT,
     MAX_BACKOFF_MULTIPLIER,
     MAX_BACKOFF_SECONDS,
     MAX_ENV_FROM,
@@ -17,6 +18,7 @@ from kruntimes.api.limits import (
     MAX_HANDLER_BYTES,
     MAX_INLINE_FILES,
     MAX_INLINE_SOURCE_BYTES,
+    MAX_RECOVERY_LIMIT,
     MAX_RETRY_LIMIT,
     MAX_TIMEOUT_SECONDS,
     MAX_TTL_SECONDS_AFTER_FINISHED,
@@ -157,6 +159,9 @@ class RunSpec(ApiModel):
     envFrom: list[EnvFromSource] = Field(default_factory=list, max_length=MAX_ENV_FROM)
     timeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
     retryPolicy: RetryPolicy = Field(default_factory=RetryPolicy)
+    # Moves to another host after its host was lost or drained; beyond it the Run ends Failed
+    # (RecoveriesExhausted). A host loss is not the function's fault: retryPolicy does not count it.
+    recoveryLimit: StrictInt = Field(default=DEFAULT_RECOVERY_LIMIT, ge=0, le=MAX_RECOVERY_LIMIT)
     ttlSecondsAfterFinished: StrictInt | None = Field(default=None, ge=0, le=MAX_TTL_SECONDS_AFTER_FINISHED)
     tenant: Annotated[str, _label("spec.tenant")] | None = None
 

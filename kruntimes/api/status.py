@@ -81,7 +81,10 @@ class ConditionReason(StrEnum):
     Cancelled = "Cancelled"
     Deleting = "Deleting"
     HostLost = "HostLost"
+    HostDraining = "HostDraining"
+    RegistrationLost = "RegistrationLost"
     Recovering = "Recovering"
+    RecoveriesExhausted = "RecoveriesExhausted"
     TaskSucceeded = "TaskSucceeded"
     TaskFailed = "TaskFailed"
 
@@ -117,8 +120,12 @@ class Condition(ApiModel):
 class RunStatus(ApiModel):
     phase: RunPhase = RunPhase.Pending
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
-    # Registration lifecycle attempts (function) or executions (task), counting the first.
+    # Registration lifecycle attempts (function) or executions (task), counting the first: the
+    # registration epoch, one more with every new registration on a host.
     attempt: StrictInt = Field(default=0, ge=0)
+    # Moves to another host after the Run's host was lost or drained (not registration failures:
+    # those are what spec.retryPolicy counts).
+    recoveries: StrictInt = Field(default=0, ge=0)
     assignedHost: str | None = Field(default=None, min_length=1)
     # Set and cleared together with assignedHost; disambiguates a reused host name.
     assignedHostUID: str | None = Field(default=None, min_length=1)

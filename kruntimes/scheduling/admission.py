@@ -132,12 +132,14 @@ def _candidates(
     hosts: Iterable[Host], load: Counter[_HostKey], request: AdmissionRequest, policy: TenantPolicy
 ) -> list[Host]:
     # Eligible: the same runtime; state Ready (not draining, not stale: a stale host is Lost);
-    # visible to the tenant; at least one free slot (one function process per slot here).
+    # not a one-shot host that already took its Run; visible to the tenant; at least one free
+    # slot (one function process per slot here).
     eligible = [
         h
         for h in hosts
         if h.runtime == request.runtime
         and h.state is HostState.Ready
+        and not h.spent
         and h.capacity - load[_key(h)] > 0
         and _host_visible(h, request, policy)
     ]
@@ -380,6 +382,8 @@ def reserve(
         )
     if host.state is not HostState.Ready:
         raise ReservationConflict("HostNotReady", f"host {host.hostId} is {host.state}")
+    if host.spent:
+        raise ReservationConflict("HostNotReady", f"one-shot host {host.hostId} already took its Run")
     policy = request.policy
     if policy is None or not _host_visible(host, request, policy):
         raise ReservationConflict(
@@ -425,12 +429,13 @@ def hosts_to_warm(
 ) -> int:
     """Shared hosts to request so the runtime keeps its warm minimum, within maxHosts.
 
-    Warm hosts are shared capacity, so only shared hosts that are or will be Ready count.
+    Warm hosts are shared capacity, so only shared hosts that are or will be Ready count (a
+    one-shot host that took its Run does not).
     """
     pool = [h for h in hosts if h.runtime == runtime]
     pending = _unmaterialized((s for s in pending_scale_outs if s.pending and s.runtime == runtime), pool)
     warm_states = PROVISIONING_STATES | {HostState.Ready}
-    warm = sum(1 for h in pool if h.state in warm_states and h.tenancy is TenancyMode.Shared)
+    warm = sum(1 for h in pool if h.state in warm_states and h.tenancy is TenancyMode.Shared and not h.spent)
     warm += sum(1 for s in pending if s.tenancy is TenancyMode.Shared)
     room = max_hosts - sum(1 for h in pool if h.state in COUNTED_STATES) - len(pending)
     return max(0, min(min_hosts - warm, room))

@@ -38,6 +38,7 @@ class ProviderOperation(StrEnum):
     AwaitReady = "AwaitReady"  # wait until the host serves and is registered
     Status = "Status"
     Delete = "Delete"
+    Fence = "Fence"  # make a lost host unable to serve, and prove it
 
 
 class FailureReason(StrEnum):

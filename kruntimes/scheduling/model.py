@@ -77,6 +77,10 @@ class Host(ApiModel):
     createdAt: AwareDatetime
     assignedAt: AwareDatetime | None = None
     readyAt: AwareDatetime | None = None
+    # A HostWorkflow (host/{runtime}/{hostId}) watches it: scale-in, drain and delete go through it.
+    supervised: StrictBool = False
+    # A one-shot runtime's host that took its one Run: it takes no other and is deleted once free.
+    spent: StrictBool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

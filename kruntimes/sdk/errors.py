@@ -3,6 +3,7 @@
     KruntimesError
      ├── ConfigError        Temporal or the gateway cannot be reached, or the config is unusable
      ├── RunNotFound        no Run of that name in that namespace
+     ├── HostNotFound       no pool host of that name (or it has no supervisor to act on it)
      ├── RunAlreadyExists   create: a Run of that name is running
      ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
      ├── WaitTimeout        wait/delete: the wanted phase did not come in time
@@ -41,6 +42,12 @@ class RunNotFound(KruntimesError):
     def __init__(self, namespace: str, name: str) -> None:
         super().__init__(f"run {name!r} not found in namespace {namespace!r}")
         self.namespace = namespace
+        self.name = name
+
+
+class HostNotFound(KruntimesError):
+    def __init__(self, name: str, why: str = "") -> None:
+        super().__init__(f"host {name!r} not found" + (f": {why}" if why else ""))
         self.name = name
 
 

@@ -219,13 +219,17 @@ class Runs:
         interval: float,
         on_status: StatusCallback | None,
     ) -> RunObject:
-        """Query the status after each completed workflow task (TaskWatch) until it is wanted."""
+        """Query the status after each completed workflow task (TaskWatch) until it is wanted.
+
+        The watch starts from the history's length read before each status query: a task that
+        completes after the query answered is always seen (a query can wait a while, behind a
+        task a dying worker had taken)."""
+        handle = await self._handle(name, namespace)
+        tasks: TaskWatch | None = await self._watch(handle, namespace=namespace, name=name)
         run = await self.get(name, namespace)
         wanted = _wanted(run, until)
-        handle = await self._handle(name, namespace)
         deadline = None if timeout is None else time.monotonic() + timeout
         status = run.status
-        tasks: TaskWatch | None = None
         while True:
             if on_status is not None:
                 on_status(status)
@@ -242,18 +246,19 @@ class Runs:
                     phase=status.phase,
                 )
             if tasks is None:
-                description = await self._rpc(handle.describe(), namespace=namespace, name=name)
-                tasks = TaskWatch(
-                    handle, after=description.raw_description.workflow_execution_info.history_length
-                )
+                tasks = await self._watch(handle, namespace=namespace, name=name)
             try:
                 await asyncio.wait_for(tasks.next(), remaining)
             except TimeoutError:
                 pass  # the deadline check above raises
             except Exception:  # the long poll failed (a transient RPC error): poll again shortly
-                tasks = None
                 await asyncio.sleep(interval)
+                tasks = await self._watch(handle, namespace=namespace, name=name)
             status = await self._status(handle, namespace=namespace, name=name)
+
+    async def _watch(self, handle: Any, *, namespace: str, name: str) -> TaskWatch:
+        description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+        return TaskWatch(handle, after=description.raw_description.workflow_execution_info.history_length)
 
     async def cancel(self, name: str, namespace: str) -> None:
         """Signal cancel; a closed Run is left as it is."""

@@ -11,6 +11,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client
 from tests.cli.conftest import krt, one_error_line
+from tests.sdk.lifecycle_test import moved_off
 from tests.sdk.stack import ECHO, FAILING, Platform, manifest, unique
 
 
@@ -132,6 +133,46 @@ async def test_hosts_list_shows_the_pool_hosts(platform: Platform) -> None:
     header, *rows = done.out.splitlines()
     assert header.split() == ["HOST", "RUNTIME", "STATE", "SLOTS", "ADDRESS"]
     assert any(r.split()[1:3] == ["python", "Ready"] for r in rows)
+
+
+async def test_hosts_drain_moves_the_runs_off_a_host_and_says_so(platform: Platform) -> None:
+    name = await _ready_run(platform)
+    async with Client(platform.config) as client:
+        before = await client.status(name)
+        done = await krt(platform, "hosts", "drain", before.assignedHost or "", "-m", "maintenance")
+        assert done.code == 0, done.err
+        assert done.out == (
+            f"host {before.assignedHost} (python): drained, Draining: draining: the pool takes no new Run here\n"
+        )
+        moved = await moved_off(client, name, before.assignedHostUID or "")
+        assert moved.recoveries == 1
+
+
+async def test_hosts_delete_acknowledges_once_the_host_is_gone(platform: Platform) -> None:
+    name = await _ready_run(platform)
+    async with Client(platform.config) as client:
+        before = await client.status(name)
+        done = await krt(platform, "hosts", "delete", before.assignedHost or "", "-o", "json")
+        assert done.code == 0, done.err
+        result = json.loads(done.out)
+        assert (result["hostId"], result["state"], result["accepted"]) == (
+            before.assignedHost,
+            "Terminating",
+            True,
+        )
+        await moved_off(client, name, before.assignedHostUID or "")
+
+
+async def test_hosts_reconcile_reports_each_runtime(platform: Platform) -> None:
+    done = await krt(platform, "hosts", "reconcile")
+    assert done.code == 0, done.err
+    assert done.out.startswith("python: ")
+
+
+async def test_an_unknown_host_exits_3_with_one_line(platform: Platform) -> None:
+    done = await krt(platform, "hosts", "drain", "python-404")
+    assert done.code == 3
+    assert "host 'python-404' not found" in one_error_line(done.err)
 
 
 async def test_config_view_prints_the_effective_client_config(platform: Platform) -> None:

@@ -180,19 +180,19 @@ async def test_gone_is_proven_only_by_the_pods_own_record(env) -> None:
     provider = env.provider()
     host = await provider.create(spec())
     args = {"runtime": "python", "host_id": "python-0", "host_uid": host.hostUid, "address": host.address}
-    assert await provider.gone(**args) is False
+    assert await provider.verdict(**args) is False
     process = env.kubelet.process(env.pods()[0]["metadata"]["name"])
     process.kill()  # the container died: phase Failed (restartPolicy Never)
     await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
-    assert await provider.gone(**args) is True
-    assert await provider.gone(**{**args, "host_uid": "00000000-0000-4000-8000-000000000000"}) is True
+    assert await provider.verdict(**args) is True
+    assert await provider.verdict(**{**args, "host_uid": "00000000-0000-4000-8000-000000000000"}) is True
 
     again = await provider.create(spec())  # replaces the failed pod: never reused
     assert again.hostUid != host.hostUid
-    assert await provider.gone(**args) is True, "the old uid is gone, a newer pod has the name"
+    assert await provider.verdict(**args) is True, "the old uid is gone, a newer pod has the name"
     assert await provider.delete(runtime="python", host_id="python-0", host_uid=again.hostUid)
     await eventually(lambda: not env.pods())
-    assert await provider.gone(**{**args, "host_uid": again.hostUid}) is True
+    assert await provider.verdict(**{**args, "host_uid": again.hostUid}) is True
 
 
 async def test_a_deleting_pod_is_gone_once_it_no_longer_serves(env) -> None:
@@ -206,9 +206,40 @@ async def test_a_deleting_pod_is_gone_once_it_no_longer_serves(env) -> None:
         await eventually(lambda: env.pods() and env.pods()[0]["metadata"].get("deletionTimestamp"))
         args = {"runtime": "python", "host_id": "python-0", "host_uid": host.hostUid, "address": host.address}
         # deleting, still Ready by its last status, and a stopped process does not answer
-        assert await provider.gone(**args) is True
+        assert await provider.verdict(**args) is True
     finally:
         process.send_signal(signal.SIGCONT)
+
+
+async def test_a_fence_deletes_the_pod_at_once_and_proves_it_gone(env) -> None:
+    provider = env.provider(deleteGraceSeconds=30)
+    host = await provider.create(spec())
+    [pod] = env.pods()
+    process = env.kubelet.process(pod["metadata"]["name"])
+    process.send_signal(signal.SIGSTOP)  # frozen: it could not handle a graceful stop
+    try:
+        assert not await provider.gone(host)
+        fenced = await provider.fence(host)
+        assert fenced.fenced, fenced.how
+        assert await provider.gone(host)
+        assert env.cluster.secrets(NAMESPACE) == [], "its certificate went with it"
+        deletes = [r for r in env.cluster["delete"] if r.resource is not None and r.resource.plural == "pods"]
+        assert [r.data.get("gracePeriodSeconds") for r in deletes] == [0]
+        assert (await provider.fence(host)).fenced, "fencing again is proven at once"
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+
+async def test_a_fence_of_an_older_incarnation_leaves_the_newer_pod_alone(env) -> None:
+    provider = env.provider()
+    old = await provider.create(spec())
+    env.kubelet.process(env.pods()[0]["metadata"]["name"]).kill()
+    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    new = await provider.create(spec())
+    assert new.hostUid != old.hostUid
+    assert (await provider.fence(old)).fenced
+    assert [p["metadata"]["uid"] for p in env.pods()] == [new.hostUid]
+    assert await provider.probe(new)
 
 
 async def _serving_as(env, address: str, host_id: str) -> bool:

@@ -46,7 +46,9 @@ async def test_the_provider_calls_exactly_the_verbs_of_the_workers_role(env) -> 
         host = await provider.create(spec("python-0"))
         await provider.create(spec("python-0"))  # adopts: reads it
         assert await provider.probe(host)
-        await provider.gone(runtime="python", host_id="python-0", host_uid=host.hostUid, address=host.address)
+        await provider.verdict(
+            runtime="python", host_id="python-0", host_uid=host.hostUid, address=host.address
+        )
         orphan = await provider.create(spec("python-1"))
         await OrphanCollector(provider, grace_s=0).sweep(known={host.hostUid})
         await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)

@@ -1,9 +1,12 @@
-"""Record the workflow histories that replay_test.py replays: `python -m tests.replay.record`.
+"""Record the workflow histories that replay_test.py replays: `python -m tests.replay.record [GROUP...]`.
 
 A fresh in-memory dev server, the real worker in-process and real process hosts, driven through
-one scenario per code path; each workflow's history is written to histories/<name>.json. Run it
-again after a deliberate workflow change (one that is meant to be incompatible) and commit the
-new histories together with that change.
+one scenario per code path; each workflow's history is written to histories/<name>.json. The
+scenarios come in groups (`runs`: the Run, pool, scale-out and cleanup paths; `hosts`: the host
+lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler); naming groups records
+only those, so the histories other groups recorded with earlier code stay (they are what shows
+that a change still replays what older code started). Run it again after a deliberate workflow
+change (one that is meant to be incompatible) and commit the new histories with that change.
 """
 
 from __future__ import annotations
@@ -11,36 +14,55 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from activities.hosts.process import stop_all
+from activities.hosts import ProcessProvider
+from activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
+from kruntimes.hosts import HostSpec
 from kruntimes.lifecycle import (
+    QUERY_HOST,
     SIGNAL_CANCEL,
+    SIGNAL_HOST_READY,
+    UPDATE_COLLECT,
     UPDATE_DELETE,
+    UPDATE_DELETE_HOST,
+    UPDATE_DRAIN_HOST,
+    HostActionInput,
+    HostActionResult,
+    HostInput,
+    HostReadySignal,
+    HostRecord,
     PlatformInfo,
+    ReconcileReport,
     RunInput,
     cleanup_workflow_id,
+    host_workflow_id,
     pool_workflow_id,
+    reconcile_workflow_id,
     run_workflow_id,
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import TemporalSettings, connect
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.conftest import Platform, run_manifest, terminate_queue
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
 
@@ -245,7 +267,199 @@ async def scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(pool_workflow_id(attach)), "pool_scale_out_failed")
 
 
-async def main() -> None:
+BEAT_S = 0.5  # hosts report every half second: a lost one is noticed at once
+
+
+def host_handle(p: Platform, logical: str, host_id: str) -> WorkflowHandle[Any, Any]:
+    return p.client.get_workflow_handle(host_workflow_id(p.runtime(logical), host_id))
+
+
+async def moved(p: Platform, h: WorkflowHandle[Any, Any], old_uid: str | None) -> RunStatus:
+    async def ready_elsewhere() -> bool:
+        status = await p.status(h)
+        return status.phase is RunPhase.Ready and status.assignedHostUID != old_uid
+
+    await eventually(ready_elsewhere, "the Run Ready on another host")
+    return await p.status(h)
+
+
+def pid_of(p: Platform, host_uid: str | None) -> int:
+    record = next(r for r in list_records(p.state_dir) if r.hostUid == host_uid)
+    assert record.pid is not None
+    return record.pid
+
+
+async def host_scenarios(p: Platform) -> None:
+    lost, ops, idle, once, stuck = (p.runtime(n) for n in ("lost", "ops", "idle", "once", "stuck"))
+
+    # A host SIGKILLed under a Run: the HostWorkflow fences it (Lost); the Run moves (recoveries 1).
+    h = await p.start(run_manifest("survivor", runtime=lost, **TTL))
+    before = await p.wait_phase(h, RunPhase.Ready)
+    os.kill(pid_of(p, before.assignedHostUID), signal.SIGKILL)
+    await closed(host_handle(p, "lost", before.assignedHost or ""))
+    await write(host_handle(p, "lost", before.assignedHost or ""), "host_lost")
+    await moved(p, h, before.assignedHostUID)
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    await write(h, "run_host_lost_moved")
+
+    # No recovery allowed: the host loss ends the Run (RecoveriesExhausted).
+    h = await p.start(run_manifest("fragile", runtime=lost, recoveryLimit=0, **TTL))
+    before = await p.wait_phase(h, RunPhase.Ready)
+    os.kill(pid_of(p, before.assignedHostUID), signal.SIGKILL)
+    status = await p.wait_phase(h, RunPhase.Failed)
+    assert status.condition("Ready").reason == "RecoveriesExhausted", status  # type: ignore[union-attr]
+    await closed(h)
+    await write(h, "run_recoveries_exhausted")
+
+    # A registration removed behind the platform's back: registered again, the same attempt.
+    h = await p.start(run_manifest("reregistered", runtime=lost, **TTL))
+    before = await p.wait_phase(h, RunPhase.Ready)
+    pool = await p.pool("lost")
+    address = next(x.address for x in pool.hosts if x.hostUid == before.assignedHostUID)
+    assert address is not None
+
+    async def watched() -> bool:
+        rec = await host_handle(p, "lost", before.assignedHost or "").query(
+            QUERY_HOST, result_type=HostRecord
+        )
+        return rec is not None and rec.state is HostState.Ready
+
+    await eventually(watched, "the host Ready on its HostWorkflow")
+    old = await asyncio.to_thread(unregister_behind, p.pki, address, before.assignedHostUID or "")
+
+    async def again() -> bool:
+        return await asyncio.to_thread(registration_of, p.pki, address, old[0]) not in (None, old[1])
+
+    await eventually(again, "the registration back")
+    await p.wait_phase(h, RunPhase.Ready)
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    await write(h, "run_registration_lost")
+
+    # An operator drains a host: its Run moves (HostDraining), the drained host is deleted.
+    h = await p.start(run_manifest("drained", runtime=ops, **TTL))
+    before = await p.wait_phase(h, RunPhase.Ready)
+    drain = host_handle(p, "ops", before.assignedHost or "")
+    await drain.execute_update(
+        UPDATE_DRAIN_HOST, HostActionInput(message="recording"), result_type=HostActionResult
+    )
+    after = await moved(p, h, before.assignedHostUID)
+    await closed(drain)
+    await write(drain, "host_drained")
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    await write(h, "run_drained_moved")
+
+    # An operator deletes a host.
+    h = await p.start(run_manifest("evicted", runtime=ops, **TTL))
+    before = await p.wait_phase(h, RunPhase.Ready)
+    delete = host_handle(p, "ops", before.assignedHost or "")
+    await delete.execute_update(UPDATE_DELETE_HOST, HostActionInput(), result_type=HostActionResult)
+    await closed(delete)
+    await write(delete, "host_deleted")
+    await moved(p, h, before.assignedHostUID)
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    del after
+
+    # Idle hosts scale in down to the warm minimum.
+    first = await p.start(run_manifest("idle-a", runtime=idle, **TTL))
+    second = await p.start(run_manifest("idle-b", runtime=idle, **TTL))
+    a, b = await p.wait_phase(first, RunPhase.Ready), await p.wait_phase(second, RunPhase.Ready)
+    for x in (first, second):
+        await x.signal(SIGNAL_CANCEL)
+        await closed(x)
+
+    async def one_left() -> bool:
+        return len((await p.pool("idle")).hosts) == 1
+
+    await eventually(one_left, "scale-in to one host")
+    [kept] = (await p.pool("idle")).hosts
+    gone = a.assignedHost if a.assignedHost != kept.hostId else b.assignedHost
+    await closed(host_handle(p, "idle", gone or ""))
+    await write(host_handle(p, "idle", gone or ""), "host_scaled_in")
+
+    # A one-shot runtime: a task on a host of its own, deleted once the task ended.
+    run = run_manifest("one-task", runtime=once, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL)
+    h = await p.start(run)
+    done = await p.wait_phase(h, RunPhase.Succeeded)
+    await closed(host_handle(p, "once", done.assignedHost or ""))
+    await write(host_handle(p, "once", done.assignedHost or ""), "host_released")
+    await closed(h)
+    await write(h, "run_task_one_shot")
+
+    # A host frozen before its supervisor heard from it: stuck, deleted, replaced for the Run.
+    created = await ProcessProvider(state_dir=p.state_dir).create(
+        HostSpec(
+            runtime=stuck,
+            hostId=f"{stuck}-frozen",
+            adapter="python",
+            provider="process",
+            stateDir=str(p.state_dir),
+        )
+    )
+    assert created.pid is not None
+    os.kill(created.pid, signal.SIGSTOP)
+    now = datetime.now(UTC)
+    host = Host(
+        hostId=created.hostId, hostUid=created.hostUid, runtime=stuck, address=created.address,
+        state=HostState.Ready, capacity=10, createdAt=created.createdAt,
+        labels={"kruntimes.io/provider": "process"}, assignedAt=now, readyAt=now, supervised=True,
+    )  # fmt: skip
+    await p.client.get_workflow_handle(pool_workflow_id(stuck)).signal(
+        SIGNAL_HOST_READY, HostReadySignal(requestId="recorded", host=host)
+    )
+    frozen = await p.client.start_workflow(
+        "HostWorkflow",
+        HostInput(
+            host=host, created=created, poolWorkflowId=pool_workflow_id(stuck), stateDir=str(p.state_dir),
+            watchIntervalSeconds=BEAT_S, assignmentTimeoutSeconds=1.0,
+        ),
+        id=host_workflow_id(stuck, created.hostId),
+        task_queue=p.settings.run_task_queue,
+    )  # fmt: skip
+    try:
+        await closed(frozen)
+    finally:
+        with suppress(ProcessLookupError):
+            os.kill(created.pid, signal.SIGCONT)
+    await write(frozen, "host_stuck")
+
+    # The reconciler: a Run terminated out of band; a round asked for frees what it held.
+    h = await p.start(run_manifest("terminated", runtime=ops))
+    await p.wait_phase(h, RunPhase.Ready)
+    await h.terminate("recording: out of band")
+    await asyncio.sleep(1.2)  # older than the reconciler's grace of one second
+    reconciler = p.client.get_workflow_handle(reconcile_workflow_id(ops))
+    report = await reconciler.execute_update(UPDATE_COLLECT, result_type=ReconcileReport)
+    assert report.released and report.unregistered, report
+    await write(reconciler, "reconcile")
+    await write(p.client.get_workflow_handle(pool_workflow_id(ops)), "pool_housekeeping")
+    await write(host_handle(p, "ops", (await p.pool("ops")).hosts[0].hostId), "host_ready")
+
+
+def unregister_behind(pki: TestPKI, address: str, host_uid: str) -> tuple[str, str]:
+    """Unregister the host's one registration directly; (its run uid, its registration id)."""
+    with pki.channel(address, as_=pki.control_plane) as channel:
+        stub = pb_grpc.FunctionRuntimeStub(channel)
+        info = stub.HostInfo(pb.HostInfoRequest(), timeout=10)
+        assert info.host_uid == host_uid
+        [reg] = info.registrations
+        stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg.registration_id), timeout=30)
+    return reg.run_uid, reg.registration_id
+
+
+def registration_of(pki: TestPKI, address: str, run_uid: str) -> str | None:
+    with pki.channel(address, as_=pki.control_plane) as channel:
+        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
+    return next((r.registration_id for r in info.registrations if r.run_uid == run_uid), None)
+
+
+GROUPS = {"runs": scenarios, "hosts": host_scenarios}
+
+
+async def main(groups: list[str]) -> None:
     HISTORIES.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="krt-record-") as tmp:
         server = DevServer(state_dir=Path(tmp) / "temporal", persistent=False)
@@ -255,7 +469,11 @@ async def main() -> None:
         try:
             client = await connect(server.address, "default")
             suffix = uuid.uuid4().hex[:6]
-            runtimes = {"python": f"py-{suffix}", "one": f"one-{suffix}", "attach": f"at-{suffix}"}
+            runtimes = {
+                name: f"{name}-{suffix}"
+                for name in ("py", "one", "at", "lost", "ops", "idle", "once", "stuck")
+            }
+            runtimes["python"], runtimes["attach"] = runtimes.pop("py"), runtimes.pop("at")
             config = parse_config(
                 {
                     "runtimes": [
@@ -268,20 +486,40 @@ async def main() -> None:
                             "minHosts": 1,
                             "maxHosts": 1,
                         },
+                        *(
+                            [
+                                {"name": runtimes["lost"], "adapter": "python", "minHosts": 2, "maxHosts": 3},
+                                {"name": runtimes["ops"], "adapter": "python", "minHosts": 2, "maxHosts": 4,
+                                 "assignmentTimeoutSeconds": 0.5},
+                                {"name": runtimes["idle"], "adapter": "python", "runs": 1, "minHosts": 1,
+                                 "maxHosts": 3, "scaleInDelaySeconds": 1.0},
+                                {"name": runtimes["once"], "adapter": "python", "oneshot": True, "minHosts": 1,
+                                 "maxHosts": 2},
+                                {"name": runtimes["stuck"], "adapter": "python", "maxHosts": 2,
+                                 "assignmentTimeoutSeconds": 1.0},
+                            ]
+                            if "hosts" in groups
+                            else []
+                        ),
                     ]
                 }
-            )
+            )  # fmt: skip
             settings = WorkerSettings(
                 temporal=TemporalSettings(address=server.address, namespace="default"),
                 config=config,
-                platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state_dir)),
+                platform=PlatformInfo(
+                    gatewayUrl="https://127.0.0.1:8443",
+                    stateDir=str(state_dir),
+                    heartbeatIntervalSeconds=BEAT_S if "hosts" in groups else 5.0,
+                ),
                 trust=pki.worker_trust(),
             )
             platform = Platform(client, state_dir, runtimes, settings, pki)
             try:
                 async with running_workers(client, settings):
                     try:
-                        await scenarios(platform)
+                        for group in groups:
+                            await GROUPS[group](platform)
                     finally:
                         for handle in platform.started:
                             with suppress(Exception):
@@ -291,6 +529,7 @@ async def main() -> None:
                                 await client.get_workflow_handle(pool_workflow_id(runtime)).terminate(
                                     "recording finished"
                                 )
+                        await terminate_queue(client, settings.run_task_queue)
             finally:
                 await stop_all(state_dir)
         finally:
@@ -300,4 +539,8 @@ async def main() -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)  # the expected failures
-    asyncio.run(main())
+    chosen = sys.argv[1:] or list(GROUPS)
+    unknown = set(chosen) - set(GROUPS)
+    if unknown:
+        raise SystemExit(f"unknown groups {sorted(unknown)}; there are {sorted(GROUPS)}")
+    asyncio.run(main(chosen))

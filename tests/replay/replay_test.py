@@ -6,6 +6,7 @@ it with workflow.patched() or, when it is meant to break, re-record (`python -m 
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,27 @@ from temporalio.worker import (
 )
 from temporalio.workflow import ChildWorkflowHandle, NondeterminismError
 
+from kruntimes.hostlife import HostEnd
 from kruntimes.temporal import DATA_CONVERTER
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.cleanup import CleanupWorkflow
+from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
+from workflows.reconcile import ReconcileWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
-WORKFLOWS = [RunWorkflow, RuntimePoolWorkflow, ScaleOutWorkflow, CleanupWorkflow]
+WORKFLOWS = [
+    RunWorkflow,
+    RuntimePoolWorkflow,
+    ScaleOutWorkflow,
+    CleanupWorkflow,
+    HostWorkflow,
+    ReconcileWorkflow,
+]
 
 
 def load(path: Path) -> WorkflowHistory:
@@ -52,7 +63,35 @@ def test_the_replayed_workflows_are_the_ones_the_worker_registers() -> None:
 
 def test_every_workflow_type_has_a_recorded_history() -> None:
     recorded = {workflow_type(p) for p in FILES}
-    assert recorded >= {"RunWorkflow", "RuntimePoolWorkflow", "ScaleOutWorkflow", "CleanupWorkflow"}
+    assert recorded == {w.__name__ for w in WORKFLOWS}
+
+
+def _result(path: Path) -> dict[str, object] | None:
+    last = json.loads(path.read_text())["events"][-1]
+    done = last.get("workflowExecutionCompletedEventAttributes")
+    if done is None:
+        return None
+    result: dict[str, object] = json.loads(base64.b64decode(done["result"]["payloads"][0]["data"]))
+    return result
+
+
+def test_every_ending_of_a_host_has_a_recorded_history() -> None:
+    hosts = [p for p in FILES if workflow_type(p) == "HostWorkflow"]
+    endings = {str(r["reason"]) for r in map(_result, hosts) if r is not None}
+    assert endings == {str(e) for e in HostEnd}
+    assert any(_result(p) is None for p in hosts), "and one of a host still watched"
+
+
+def test_the_new_run_endings_have_recorded_histories() -> None:
+    """Runs that moved off a lost or drained host, lost a registration, or ran out of recoveries."""
+    names = {p.stem for p in FILES}
+    assert names >= {
+        "run_host_lost_moved",
+        "run_drained_moved",
+        "run_registration_lost",
+        "run_recoveries_exhausted",
+        "run_task_one_shot",
+    }
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

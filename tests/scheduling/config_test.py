@@ -273,3 +273,13 @@ def test_the_platform_config_round_trips_through_the_pydantic_data_converter():
     for model in (config, config.runtimes[0], config.tenants[0]):
         (back,) = converter.from_payloads(converter.to_payloads([model]), [type(model)])
         assert back == model
+
+
+def test_shared_directories_and_source_roots_are_absolute_paths_without_dot_parts():
+    config = parse_config({"sharedDirectories": ["/srv/data"], "allowedSourceRoots": ["/srv/functions"]})
+    assert (config.sharedDirectories, config.allowedSourceRoots) == (["/srv/data"], ["/srv/functions"])
+    assert parse_config({}).sharedDirectories == []
+    for bad in ["relative/dir", "/srv/../etc", "/srv/./data", "/srv/\x00"]:
+        for key in ("sharedDirectories", "allowedSourceRoots"):
+            with pytest.raises(ConfigError, match=key):
+                parse_config({key: [bad]})

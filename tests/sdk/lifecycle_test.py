@@ -9,8 +9,10 @@ import pytest
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
 from kruntimes.client import (
     Client,
+    HostNotFound,
     RunAlreadyExists,
     RunFailed,
     RunNotFound,
@@ -157,6 +159,39 @@ async def test_hosts_lists_the_pool_hosts_with_their_used_slots(krt: Client) -> 
     hosts = {v.host.hostId: v for v in await krt.hosts()}
     view = hosts[ready.status.assignedHost or ""]
     assert view.host.runtime == "python" and view.host.address and 1 <= view.used <= view.host.capacity
+
+
+async def moved_off(krt: Client, name: str, host_uid: str, within: float = 60.0) -> RunStatus:
+    """The Run's status once it is Ready on another host than `host_uid`."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        status = await krt.status(name)
+        if status.phase is RunPhase.Ready and status.assignedHostUID != host_uid:
+            return status
+        assert asyncio.get_running_loop().time() < deadline, f"{name} did not move: {status}"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_operator_drains_a_host_through_the_sdk_and_the_run_moves(krt: Client) -> None:
+    name = unique("drained")
+    await krt.create(Run.from_dict(manifest(name)))
+    before = (await krt.wait(name)).status
+    result = await krt.drain_host(before.assignedHost or "", message="sdk", requested_by="tests")
+    assert result.accepted and result.state == "Draining" and result.runtime == "python"
+    after = await moved_off(krt, name, before.assignedHostUID or "")
+    assert after.endpoint == before.endpoint, "the same URL"
+    assert (await krt.invoke(name, {"moved": True})).outputs["echo"] == {"moved": True}
+
+
+async def test_host_actions_on_an_unknown_host_raise_host_not_found(krt: Client) -> None:
+    with pytest.raises(HostNotFound, match="python-404"):
+        await krt.delete_host("python-404")
+
+
+async def test_reconcile_runs_a_round_for_every_runtime_and_reports_it(krt: Client) -> None:
+    [report] = await krt.reconcile()
+    assert report.runtime == "python" and report.errors == []
+    assert [r.runtime for r in await krt.reconcile("python")] == ["python"]
 
 
 async def test_create_starts_the_run_on_the_configured_task_queue(platform: Platform) -> None:

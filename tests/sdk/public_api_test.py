@@ -13,6 +13,7 @@ ERRORS = {
     "Busy",
     "ConfigError",
     "FunctionNotFound",
+    "HostNotFound",
     "InvocationFailed",
     "InvokeError",
     "KruntimesError",

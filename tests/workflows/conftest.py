@@ -158,14 +158,19 @@ def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[C
     (no other test's workers or workflows on them); everything stops at teardown."""
 
     @asynccontextmanager
-    async def make(**overrides: Any) -> AsyncIterator[Platform]:
+    async def make(*, heartbeat_s: float = 5.0, **overrides: Any) -> AsyncIterator[Platform]:
+        """`heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
         suffix = uuid.uuid4().hex[:6]
         runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
         config = parse_config(platform_config(runtimes, **overrides))
         settings = WorkerSettings(
             temporal=TemporalSettings(),
             config=config,
-            platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state")),
+            platform=PlatformInfo(
+                gatewayUrl="https://127.0.0.1:8443",
+                stateDir=str(tmp_path / "state"),
+                heartbeatIntervalSeconds=heartbeat_s,
+            ),
             trust=pki.worker_trust(),
             probe_interval_s=1.0,
             run_task_queue=f"{TASK_QUEUE}-{suffix}",
@@ -182,9 +187,19 @@ def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[C
             for runtime in runtimes.values():
                 with suppress(Exception):
                     await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
+            await terminate_queue(client, settings.run_task_queue)
             await stop_all(tmp_path / "state")
 
     yield make
+
+
+async def terminate_queue(client: Client, task_queue: str) -> None:
+    """Terminate what still runs on a test's task queue (HostWorkflows, the reconciler)."""
+    query = f"TaskQueue='{task_queue}' AND ExecutionStatus='Running'"
+    with suppress(Exception):
+        async for execution in client.list_workflows(query):
+            with suppress(Exception):
+                await client.get_workflow_handle(execution.id).terminate("test finished")
 
 
 def host_pids(state_dir: Path) -> list[int]:

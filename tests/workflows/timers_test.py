@@ -52,12 +52,14 @@ from kruntimes.starting import admit, start_run
 from kruntimes.temporal import DATA_CONVERTER
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting
+from tests.workflows.standin_host import StandInHostWorkflow
 from tests.workflows.standins import FakeHosts
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from workflows.pool import RuntimePoolWorkflow
 from workflows.run import ADMIT_GRACE, RunWorkflow
 
 HOUR = 3600
+DAY = 24 * HOUR
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +95,13 @@ async def _start_pool(client: Client, runtime: str, queues: Queues) -> None:
         RuntimePoolWorkflow.run,
         PoolInput(
             config=PoolConfig(
-                runtime=RuntimeConfig(name=runtime, adapter="python", runs=5, maxHosts=1),
+                # Hours are skipped here: no periodic probes, and no scale-in of the idle host
+                # (tests/workflows/hosts_test.py covers scale-in against real hosts).
+                runtime=RuntimeConfig(
+                    name=runtime, adapter="python", runs=5, maxHosts=1, scaleInDelaySeconds=float(DAY)
+                ),
                 platform=PlatformInfo(stateDir="/nonexistent-stand-ins-create-no-hosts"),
-                probeIntervalSeconds=None,  # hours are skipped here: no periodic probes
+                probeIntervalSeconds=None,
                 runTaskQueue=queues.run,
             )
         ),
@@ -138,8 +144,10 @@ async def _workers(
     signals = SignalActivities(env.client, mailbox)
     handoff = HandoffActivities(mailbox, register=register or fake.register)
     run_activities = [*fake.activities(), signals.admit_run, handoff.await_assignment]
+    # Every workflow of the Runs' queue, the HostWorkflow as a stand-in that watches nothing.
+    run_workflows = [w for w in RUN_WORKFLOWS if w.__name__ != "HostWorkflow"] + [StandInHostWorkflow]
     async with (
-        Worker(env.client, task_queue=queues.run, workflows=RUN_WORKFLOWS, activities=run_activities),
+        Worker(env.client, task_queue=queues.run, workflows=run_workflows, activities=run_activities),
         Worker(
             env.client,
             task_queue=queues.pool,

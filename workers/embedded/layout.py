@@ -257,8 +257,11 @@ def _read_bounded(path: Path, *, max_bytes: int) -> bytes:
 
 
 def write_up(layout: Layout, *, pid: int, components: dict[str, int]) -> None:
-    """Record the running platform's pid and its components' pids."""
-    layout.up.write_text(json.dumps({"pid": pid, "components": components}))
+    """Record the running platform's pid and its components' pids (rewritten whole, at once, when
+    a component is started again: a reader never sees half of it)."""
+    tmp = layout.up.with_name(layout.up.name + ".tmp")
+    tmp.write_text(json.dumps({"pid": pid, "components": components}))
+    tmp.replace(layout.up)
 
 
 def recorded_pid(layout: Layout) -> int:

@@ -4,10 +4,16 @@
 state dir, search attributes registered, UI on), the gateway (HTTPS with the platform's own CA, the
 token file) and the worker (whose pools start each runtime's minimum hosts) as children, waits
 until every runtime has its warm hosts, records what runs in the state dir and watches the
-children until SIGINT/SIGTERM or one of them dies; then it stops them all, the hosts included.
+children until SIGINT/SIGTERM; then it stops them all, the hosts included.
 The internal hops are mutual TLS with certificates of the platform CA in the state dir
 (layout.ensure_pki): the gateway and the worker get theirs from here, renewed while the platform
 runs; the worker issues the hosts theirs.
+
+A child that dies is started again, with a backoff (RESTART_MIN_S doubling to RESTART_MAX_S, back
+to the minimum once it ran RESTART_RESET_S), on the same ports and files: the dev server on its
+SQLite file, the gateway on its HTTPS and heartbeat ports (hosts reconnect to the same address,
+and every host's supervision stream names the worker's current gateways), the worker with the
+same flags (it takes over the hosts, its pools and reconcilers resume). Nothing else stops.
 `start_detached` runs it in the background and returns once it is ready; `stop` ends it by the
 pid it recorded. Every wait is bounded.
 """
@@ -23,12 +29,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from activities.hosts.process import stop_all
 from kruntimes import clientconfig
-from kruntimes.devserver import DevServer
+from kruntimes.devserver import DevServer, DevServerError
 from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError
 from kruntimes.tls import TlsFiles, ensure_tls
 from runtime.sandbox.policy import can_switch_uid
@@ -37,6 +44,9 @@ from workers.embedded.layout import Layout, platform_certificates, prepare, reco
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+RESTART_MIN_S = 0.5
+RESTART_MAX_S = 30.0
+RESTART_RESET_S = 60.0
 HEARTBEAT_INTERVAL_S = 2.0
 RENEW_CHECK_S = 60.0  # how often the running platform looks for certificates due for renewal
 # `krt up --detach` waits this much longer than the platform itself takes to give up starting.
@@ -82,6 +92,88 @@ def _stop_child(proc: subprocess.Popen[bytes] | None) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@dataclass
+class _Child:
+    """One supervised process: how to start it, and when to start it again after it died."""
+
+    name: str
+    start: Callable[[], subprocess.Popen[bytes]]
+    proc: subprocess.Popen[bytes]
+    started_at: float = field(default_factory=time.monotonic)
+    backoff_s: float = 0.0
+    restart_at: float | None = None
+    restarts: int = 0
+
+    def exited(self) -> int | None:
+        return self.proc.poll() if self.restart_at is None else None
+
+    def schedule(self, now: float, why: str) -> None:
+        ran = now - self.started_at
+        self.backoff_s = (
+            RESTART_MIN_S
+            if ran >= RESTART_RESET_S or not self.backoff_s
+            else min(self.backoff_s * 2, RESTART_MAX_S)
+        )
+        self.restart_at = now + self.backoff_s
+        _say(f"the {self.name} {why}; starting it again in {self.backoff_s:g}s")
+
+    def restart(self, now: float) -> bool:
+        """Start it again if it is time; True when it runs again."""
+        if self.restart_at is None or now < self.restart_at:
+            return False
+        try:
+            self.proc = self.start()
+        except (DevServerError, OSError) as e:
+            self.schedule(time.monotonic(), f"did not start ({e})")
+            return False
+        self.started_at, self.restart_at = time.monotonic(), None
+        self.restarts += 1
+        _say(f"the {self.name} runs again (pid {self.proc.pid}, restart {self.restarts})")
+        return True
+
+
+def _say(text: str) -> None:
+    """A line of the platform's own log (its stderr: logs/platform.log when detached)."""
+    print(f"krt up: {text}", file=sys.stderr, flush=True)
+
+
+FIRST_START_TRIES = 3
+
+
+def _first_start(start: Callable[[], subprocess.Popen[bytes]], name: str) -> subprocess.Popen[bytes]:
+    """Start a child for the first time; a failed start (the dev server picks some of its ports
+    itself, and one may have been taken meanwhile) is tried again a few times."""
+    for attempt in range(1, FIRST_START_TRIES + 1):
+        try:
+            return start()
+        except DevServerError as e:
+            if attempt == FIRST_START_TRIES:
+                raise
+            _say(f"the {name} did not start ({e}); trying again")
+            time.sleep(RESTART_MIN_S * attempt)
+    raise AssertionError("unreachable")
+
+
+def _supervise(children: list[_Child], layout: Layout, stop: dict[str, bool]) -> None:
+    """Until asked to stop: start every child that died again (backoff), record the pids, and
+    renew the platform's certificates before they expire."""
+    renew_at = time.monotonic() + RENEW_CHECK_S
+    while not stop["requested"]:
+        now = time.monotonic()
+        if now >= renew_at:
+            renew_platform_certificates(layout)
+            renew_at = now + RENEW_CHECK_S
+        changed = False
+        for child in children:
+            code = child.exited()
+            if code is not None:
+                child.schedule(now, f"exited with code {code}")
+            changed |= child.restart(now)
+        if changed:
+            write_up(layout, pid=os.getpid(), components={c.name: c.proc.pid for c in children})
+        time.sleep(0.2)
 
 
 def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) -> dict[str, Any]:
@@ -234,17 +326,27 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    try:
+
+    def start_temporal() -> subprocess.Popen[bytes]:
         temporal.start()
+        assert temporal.process is not None
+        return temporal.process
+
+    def start_gateway() -> subprocess.Popen[bytes]:
+        argv = _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address)
+        return _spawn(argv, layout.log("gateway"))
+
+    try:
+        _first_start(start_temporal, "temporal")
         layout.gateway_ready.unlink(missing_ok=True)
-        procs["gateway"] = _spawn(
-            _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address), layout.log("gateway")
-        )
+        procs["gateway"] = start_gateway()
         gateway = _wait_file(layout.gateway_ready, procs["gateway"], "gateway", layout.log("gateway"))
-        procs["worker"] = _spawn(
-            _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway),
-            layout.log("worker"),
-        )
+
+        def start_worker() -> subprocess.Popen[bytes]:
+            argv = _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway)
+            return _spawn(argv, layout.log("worker"))
+
+        procs["worker"] = start_worker()
         asyncio.run(_wait_min_hosts(temporal.address, layout, time.monotonic() + START_TIMEOUT_S))
         config = clientconfig.ClientConfig(
             temporalAddress=temporal.address,
@@ -260,17 +362,16 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
         write_up(layout, pid=os.getpid(), components=pids)
         layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
         on_ready(config)
-        renew_at = time.monotonic() + RENEW_CHECK_S
-        while not stop["requested"]:
-            if time.monotonic() >= renew_at:
-                renew_platform_certificates(layout)
-                renew_at = time.monotonic() + RENEW_CHECK_S
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    raise PlatformError(f"the {name} exited with code {proc.returncode}; see {layout.logs}")
-            if temporal.process is not None and temporal.process.poll() is not None:
-                raise PlatformError(f"the Temporal dev server exited; see {layout.log('temporal')}")
-            time.sleep(0.2)
+        assert temporal.process is not None
+        children = [
+            _Child("gateway", start_gateway, procs["gateway"]),
+            _Child("worker", start_worker, procs["worker"]),
+            _Child("temporal", start_temporal, temporal.process),
+        ]
+        try:
+            _supervise(children, layout, stop)
+        finally:
+            procs.update({c.name: c.proc for c in children if c.name != "temporal"})
         return 0
     finally:
         layout.ready.unlink(missing_ok=True)

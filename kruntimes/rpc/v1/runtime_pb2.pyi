@@ -917,3 +917,156 @@ class RegistrationState(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegistrationState: _TypeAlias = RegistrationState  # noqa: Y015
+
+@_typing.final
+class WatchHostRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    GATEWAYS_FIELD_NUMBER: _builtins.int
+    SET_GATEWAYS_FIELD_NUMBER: _builtins.int
+    interval_ms: _builtins.int
+    """between reports; 0: the host's heartbeat interval"""
+    set_gateways: _builtins.bool
+    @_builtins.property
+    def gateways(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With set_gateways, the host replaces its heartbeat targets by these (an empty list: none)."""
+
+    def __init__(
+        self,
+        *,
+        interval_ms: _builtins.int = ...,
+        gateways: _abc.Iterable[_builtins.str] | None = ...,
+        set_gateways: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateways", b"gateways", "interval_ms", b"interval_ms", "set_gateways", b"set_gateways"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchHostRequest: _TypeAlias = WatchHostRequest  # noqa: Y015
+
+@_typing.final
+class HostHealth(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVING_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    serving: _builtins.bool
+    """takes registrations and invocations"""
+    message: _builtins.str
+    """why not, when not serving"""
+    def __init__(
+        self,
+        *,
+        serving: _builtins.bool = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "serving", b"serving"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostHealth: _TypeAlias = HostHealth  # noqa: Y015
+
+@_typing.final
+class GatewayLink(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    CONNECTED_FIELD_NUMBER: _builtins.int
+    address: _builtins.str
+    """a gateway's heartbeat address"""
+    connected: _builtins.bool
+    """the last heartbeat stream to it is open and took a message recently"""
+    def __init__(
+        self,
+        *,
+        address: _builtins.str = ...,
+        connected: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "connected", b"connected"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GatewayLink: _TypeAlias = GatewayLink  # noqa: Y015
+
+@_typing.final
+class HostReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class IsolationEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    HOST_UID_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    SENT_AT_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
+    REGISTRATIONS_FIELD_NUMBER: _builtins.int
+    RUNNING_TASKS_FIELD_NUMBER: _builtins.int
+    ISOLATION_FIELD_NUMBER: _builtins.int
+    GATEWAYS_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    host_uid: _builtins.str
+    runtime: _builtins.str
+    sequence: _builtins.int
+    """increases by one per report of a stream"""
+    running_tasks: _builtins.int
+    @_builtins.property
+    def sent_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def health(self) -> Global___HostHealth: ...
+    @_builtins.property
+    def registrations(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegistrationState]:
+        """every registration, with its in-flight count"""
+
+    @_builtins.property
+    def isolation(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """how function processes are isolated on this host"""
+
+    @_builtins.property
+    def gateways(self) -> _containers.RepeatedCompositeFieldContainer[Global___GatewayLink]: ...
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+        host_uid: _builtins.str = ...,
+        runtime: _builtins.str = ...,
+        sequence: _builtins.int = ...,
+        sent_at: _timestamp_pb2.Timestamp | None = ...,
+        health: Global___HostHealth | None = ...,
+        registrations: _abc.Iterable[Global___RegistrationState] | None = ...,
+        running_tasks: _builtins.int = ...,
+        isolation: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        gateways: _abc.Iterable[Global___GatewayLink] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "sent_at", b"sent_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "registrations", b"registrations", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostReport: _TypeAlias = HostReport  # noqa: Y015

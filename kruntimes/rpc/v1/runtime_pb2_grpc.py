@@ -69,6 +69,11 @@ class FunctionRuntimeStub:
                 request_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoRequest.SerializeToString,
                 response_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoResponse.FromString,
                 _registered_method=True)
+        self.WatchHost = channel.unary_stream(
+                '/kruntimes.rpc.v1.FunctionRuntime/WatchHost',
+                request_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.WatchHostRequest.SerializeToString,
+                response_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostReport.FromString,
+                _registered_method=True)
 
 
 class FunctionRuntimeServicer:
@@ -120,6 +125,16 @@ class FunctionRuntimeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchHost(self, request, context):
+        """Supervision: the host sends a HostReport at once, then every interval and at once whenever
+        its registrations change, for as long as the caller keeps the stream open. A report that does
+        not come within a few intervals means the host is frozen or gone. The request names the
+        gateways' current heartbeat addresses: the host sends its route heartbeats there from then on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FunctionRuntimeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +172,11 @@ def add_FunctionRuntimeServicer_to_server(servicer, server):
                     servicer.HostInfo,
                     request_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoRequest.FromString,
                     response_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoResponse.SerializeToString,
+            ),
+            'WatchHost': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchHost,
+                    request_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.WatchHostRequest.FromString,
+                    response_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -348,6 +368,33 @@ class FunctionRuntime:
             '/kruntimes.rpc.v1.FunctionRuntime/HostInfo',
             kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoRequest.SerializeToString,
             kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kruntimes.rpc.v1.FunctionRuntime/WatchHost',
+            kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.WatchHostRequest.SerializeToString,
+            kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,12 @@ class FunctionRuntimeStub:
     """Stops a running task (kills its process group). Absent or finished tasks succeed."""
     HostInfo: _grpc.UnaryUnaryMultiCallable[_runtime_pb2.HostInfoRequest, _runtime_pb2.HostInfoResponse]
     """Host identity and a snapshot of its registrations, for supervision and fencing."""
+    WatchHost: _grpc.UnaryStreamMultiCallable[_runtime_pb2.WatchHostRequest, _runtime_pb2.HostReport]
+    """Supervision: the host sends a HostReport at once, then every interval and at once whenever
+    its registrations change, for as long as the caller keeps the stream open. A report that does
+    not come within a few intervals means the host is frozen or gone. The request names the
+    gateways' current heartbeat addresses: the host sends its route heartbeats there from then on.
+    """
 
 @_typing.type_check_only
 class FunctionRuntimeAsyncStub(FunctionRuntimeStub):
@@ -69,6 +75,12 @@ class FunctionRuntimeAsyncStub(FunctionRuntimeStub):
     """Stops a running task (kills its process group). Absent or finished tasks succeed."""
     HostInfo: _aio.UnaryUnaryMultiCallable[_runtime_pb2.HostInfoRequest, _runtime_pb2.HostInfoResponse]  # type: ignore[assignment]
     """Host identity and a snapshot of its registrations, for supervision and fencing."""
+    WatchHost: _aio.UnaryStreamMultiCallable[_runtime_pb2.WatchHostRequest, _runtime_pb2.HostReport]  # type: ignore[assignment]
+    """Supervision: the host sends a HostReport at once, then every interval and at once whenever
+    its registrations change, for as long as the caller keeps the stream open. A report that does
+    not come within a few intervals means the host is frozen or gone. The request names the
+    gateways' current heartbeat addresses: the host sends its route heartbeats there from then on.
+    """
 
 class FunctionRuntimeServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -124,5 +136,17 @@ class FunctionRuntimeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_pb2.HostInfoResponse, _abc.Awaitable[_runtime_pb2.HostInfoResponse]]:
         """Host identity and a snapshot of its registrations, for supervision and fencing."""
+
+    @_abc_1.abstractmethod
+    def WatchHost(
+        self,
+        request: _runtime_pb2.WatchHostRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_runtime_pb2.HostReport], _abc.AsyncIterator[_runtime_pb2.HostReport]]:
+        """Supervision: the host sends a HostReport at once, then every interval and at once whenever
+        its registrations change, for as long as the caller keeps the stream open. A report that does
+        not come within a few intervals means the host is frozen or gone. The request names the
+        gateways' current heartbeat addresses: the host sends its route heartbeats there from then on.
+        """
 
 def add_FunctionRuntimeServicer_to_server(servicer: FunctionRuntimeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,306 @@
+"""The supervision of one host: a long-running activity holding its WatchHost stream.
+
+The host reports at once, every interval and on every change of its registrations. The activity
+heartbeats while it watches (a dead worker's watch is retried elsewhere within seconds) and ends
+only with a verdict for its HostWorkflow:
+
+    Lost    the host is dead, frozen, replaced, not serving, or its stream keeps failing
+            (kruntimes.hostlife.WatchRules decides; the reason is a LossReason)
+    Renew   it watched for maxSeconds: the workflow starts the next watch
+
+With tellReady it signals its HostWorkflow (`watch_ready`) at the first report that says the host
+serves, and goes on watching: a watch that ended there would miss what happens until the next.
+
+A broken stream or a silent one is followed by one HostInfo probe: the same incarnation answering
+means the stream alone failed, and the watch reconnects. A registration that served in one report
+and is gone (or not ready) in the next is signalled to its Run at once (`registration_lost`); the
+Run decides whether that concerns it. Every watch request names the gateways' current heartbeat
+addresses (those this worker was started with), so the host's heartbeats follow the gateways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.hosts._rpc import host_channel
+from kruntimes.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
+from kruntimes.lifecycle import (
+    SIGNAL_REGISTRATION_LOST,
+    SIGNAL_WATCH_READY,
+    RegistrationLostSignal,
+    WatchInput,
+    WatchReady,
+    WatchResult,
+    run_workflow_id,
+)
+from kruntimes.pki import Identity
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY_S = 1.0  # the activity's own heartbeat, whatever the host does
+SILENT = "no report"
+
+
+@dataclass
+class _Seen:
+    """What one watch has seen of its host so far."""
+
+    reported: bool = False
+    told_ready: bool = False
+    reconnects: int = 0
+    not_serving_since: float | None = None
+    previous: dict[str, Registered] | None = None
+
+
+def registered(report: pb.HostReport) -> dict[str, Registered]:
+    return {
+        r.registration_id: Registered(
+            registration_id=r.registration_id,
+            run_uid=r.run_uid,
+            attempt=r.attempt,
+            namespace=r.namespace,
+            name=r.name,
+            ready=r.phase == pb.REGISTRATION_PHASE_READY,
+        )
+        for r in report.registrations
+    }
+
+
+SignalRun = Callable[[str, RegistrationLostSignal], Awaitable[None]]
+# Tell a HostWorkflow (by workflow id) that its host serves.
+SignalReady = Callable[[str, WatchReady], Awaitable[None]]
+
+
+def signal_run_with(client: Client) -> SignalRun:
+    """Send `registration_lost` to a Run's workflow by id; a Run that is gone is left alone."""
+
+    async def signal(workflow_id: str, lost: RegistrationLostSignal) -> None:
+        try:
+            await client.get_workflow_handle(workflow_id).signal(SIGNAL_REGISTRATION_LOST, lost)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            log.info("the Run of a lost registration is gone", extra={"run_uid": lost.runUid})
+
+    return signal
+
+
+def signal_ready_with(client: Client) -> SignalReady:
+    async def signal(workflow_id: str, ready: WatchReady) -> None:
+        await client.get_workflow_handle(workflow_id).signal(SIGNAL_WATCH_READY, ready)
+
+    return signal
+
+
+def _identity(input: WatchInput) -> Identity:
+    return Identity.host(runtime=input.runtime, host_id=input.hostId)
+
+
+class HostWatchActivities:
+    def __init__(
+        self, *, signal_run: SignalRun, signal_ready: SignalReady, gateways: list[str] | None = None
+    ) -> None:
+        self.signal_run = signal_run
+        self.signal_ready = signal_ready
+        # The gateways' heartbeat addresses this worker knows; None: leave the host's alone.
+        self.gateways = gateways
+
+    def _request(self, interval_s: float) -> pb.WatchHostRequest:
+        request = pb.WatchHostRequest(interval_ms=max(1, round(interval_s * 1000)))
+        if self.gateways:
+            request.gateways.extend(self.gateways)
+            request.set_gateways = True
+        return request
+
+    @activity.defn(name="watch_host")
+    async def watch_host(self, input: WatchInput) -> WatchResult:
+        beat = asyncio.create_task(self._heartbeat())
+        try:
+            return await self._watch(input)
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+
+    async def _heartbeat(self) -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+    async def _watch(self, input: WatchInput) -> WatchResult:
+        rules = WatchRules(interval_s=input.intervalSeconds)
+        deadline = time.monotonic() + input.maxSeconds
+        state = _Seen()
+        while True:
+            # A channel per stream: one that just failed would refuse calls while it backs off.
+            # Verified as exactly this host: it is told the gateways and trusted about its Runs.
+            async with host_channel(input.address, host=_identity(input)) as channel:
+                outcome = await self._stream(
+                    pb_grpc.FunctionRuntimeStub(channel), input, rules, deadline, state
+                )
+            if isinstance(outcome, WatchResult):
+                return outcome
+            probe = await probe_host(input.address, input.hostUid, timeout_s=rules.probe_timeout_s)
+            if probe is Probe.Same:
+                state.reconnects += 1
+            loss = rules.after_probe(
+                probe, silent=outcome.startswith(SILENT), reported=state.reported, reconnects=state.reconnects
+            )
+            if loss is not None:
+                return WatchResult(verdict="Lost", reason=loss, message=f"{outcome}; probe: {probe}")
+            log.info(
+                "host watch reconnects", extra={"host": input.hostId, "problem": outcome, "probe": probe}
+            )
+            if probe is Probe.Same:
+                await asyncio.sleep(min(0.05 * state.reconnects, rules.probe_timeout_s))
+
+    async def _stream(
+        self,
+        stub: pb_grpc.FunctionRuntimeAsyncStub,
+        input: WatchInput,
+        rules: WatchRules,
+        deadline: float,
+        seen: _Seen,
+    ) -> WatchResult | str:
+        """Read reports until a verdict (returned) or a problem with the stream (its text)."""
+        call = stub.WatchHost(self._request(input.intervalSeconds))
+        try:
+            while True:
+                wait = min(rules.silence_s, deadline - time.monotonic())
+                if wait <= 0:
+                    return WatchResult(verdict="Renew")
+                report = await _read(call, wait)
+                if report is None:
+                    if time.monotonic() >= deadline:
+                        return WatchResult(verdict="Renew")
+                    return f"{SILENT} for {rules.silence_s:g}s"
+                if report is grpc.aio.EOF:
+                    return "the stream ended"
+                assert isinstance(report, pb.HostReport)
+                verdict = await self._report(input, rules, seen, report)
+                if verdict is not None:
+                    return verdict
+        except grpc.aio.AioRpcError as err:
+            return f"the stream failed: {err.code().name}"
+        finally:
+            call.cancel()
+
+    async def _report(
+        self, input: WatchInput, rules: WatchRules, seen: _Seen, report: pb.HostReport
+    ) -> WatchResult | None:
+        if report.host_uid != input.hostUid:
+            return WatchResult(
+                verdict="Lost",
+                reason=LossReason.Replaced,
+                message=f"{input.address} reports host {report.host_uid}",
+            )
+        seen.reported = True
+        now = time.monotonic()
+        if report.health.serving:
+            seen.not_serving_since = None
+            seen.reconnects = 0
+            if input.tellReady and not seen.told_ready:
+                await self._tell_ready(input, seen)
+        elif seen.not_serving_since is None:
+            seen.not_serving_since = now
+        elif rules.not_serving_too_long(since=seen.not_serving_since, now=now):
+            return WatchResult(
+                verdict="Lost",
+                reason=LossReason.NotServing,
+                message=report.health.message or "the host reports that it does not serve",
+            )
+        current = registered(report)
+        if seen.previous is not None:
+            await self._losses(input, seen.previous, current)
+        seen.previous = current
+        return None
+
+    async def _tell_ready(self, input: WatchInput, seen: _Seen) -> None:
+        try:
+            await self.signal_ready(
+                activity.info().workflow_id or "",
+                WatchReady(hostUid=input.hostUid, message="the host reported that it serves"),
+            )
+        except Exception as err:  # told at the next report
+            log.warning("cannot tell the host's workflow it serves", extra={"error": type(err).__name__})
+        else:
+            seen.told_ready = True
+
+    async def _losses(
+        self, input: WatchInput, previous: dict[str, Registered], current: dict[str, Registered]
+    ) -> None:
+        for loss in registration_losses(previous, current):
+            reg = loss.registration
+            signal = RegistrationLostSignal(
+                runUid=reg.run_uid,
+                hostUid=input.hostUid,
+                registrationId=reg.registration_id,
+                reason="NotReady" if loss.because == "NotReady" else "Unregistered",
+                message=f"host {input.hostId} reports registration {reg.registration_id} "
+                f"{'not ready' if loss.because == 'NotReady' else 'gone'}",
+            )
+            try:
+                await self.signal_run(run_workflow_id(reg.namespace, reg.name), signal)
+            except Exception as err:  # the watch goes on; the reconciler finds what this misses
+                log.warning(
+                    "cannot tell a Run its registration is lost",
+                    extra={"run_uid": reg.run_uid, "error": type(err).__name__},
+                )
+
+
+async def _read(call: Any, timeout_s: float) -> Any:
+    """The stream's next message, or None after `timeout_s`. Cancelling a grpc.aio read does not
+    end it (the read waits for the call), so the call itself is cancelled instead: on a timeout,
+    and when this activity is cancelled."""
+    read = asyncio.ensure_future(call.read())
+    try:
+        done, _ = await asyncio.wait({read}, timeout=timeout_s)
+    except asyncio.CancelledError:
+        call.cancel()
+        read.add_done_callback(_retrieve)
+        raise
+    if not done:
+        call.cancel()
+        read.add_done_callback(_retrieve)
+        return None
+    return read.result()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # seen: a cancelled call's read ends in an error nobody waits for
+
+
+async def probe_host(address: str, host_uid: str, *, timeout_s: float) -> Probe:
+    """Who answers at `address`: nothing listens (Refused), nobody in time (NoAnswer: a frozen
+    process still accepts connections), or the same or another incarnation (HostInfo)."""
+    host, _, port = address.rpartition(":")
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        writer.close()
+    except (ConnectionRefusedError, ConnectionResetError):
+        return Probe.Refused
+    except (TimeoutError, OSError, ValueError):
+        return Probe.NoAnswer
+    try:
+        async with host_channel(address) as channel:
+            info = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(
+                pb.HostInfoRequest(), timeout=timeout_s
+            )
+    except grpc.aio.AioRpcError:
+        return Probe.NoAnswer
+    return Probe.Same if info.host_uid == host_uid else Probe.Other

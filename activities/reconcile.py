@@ -1,0 +1,314 @@
+"""One round of orphan collection for one runtime: read the snapshot kruntimes.reconciling needs,
+in its order (Ready Runs, the hosts' registrations, the pool, the Runs that run), decide with
+`kruntimes.reconciling.plan`, and carry the plan out: unregister, release, tell, delete, remove,
+supervise. Each action is idempotent and its failure is reported, never raised: the next round
+tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.hosts._rpc import host_channel
+from activities.hosts.base import HostManager
+from activities.hosts.process import host_running, list_records, work_root
+from kruntimes.hosts import CreatedHost
+from kruntimes.lifecycle import (
+    MAX_REPORTED,
+    QUERY_POOL,
+    SIGNAL_REGISTRATION_LOST,
+    SIGNAL_RELEASE,
+    HostInput,
+    PoolState,
+    ReconcileInput,
+    ReconcileReport,
+    RegistrationLostSignal,
+    ReleaseSignal,
+    host_workflow_id,
+)
+from kruntimes.reconciling import HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.scheduling.model import Host
+from kruntimes.wire import search
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 5.0
+UNREGISTER_GRACE_MS = 5000
+CONCURRENCY = 16
+PROVIDER_LABEL = "kruntimes.io/provider"
+T = TypeVar("T")
+
+
+async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def _first(attrs: Any, key: str) -> str:
+    values = (attrs or {}).get(key) or [""]
+    return str(values[0])
+
+
+class ReconcileActivities:
+    def __init__(self, client: Client, manager: HostManager) -> None:
+        self.client = client
+        self.manager = manager
+
+    @activity.defn(name="reconcile")
+    async def reconcile(self, input: ReconcileInput) -> ReconcileReport:
+        snapshot = await self._snapshot(input)
+        decided = plan(snapshot)
+        errors: list[str] = []
+        await self._act(input, decided, snapshot, errors)
+        return _report(input, decided, snapshot.now, errors)
+
+    # -- the snapshot, in its order ------------------------------------------------------------
+
+    async def _snapshot(self, input: ReconcileInput) -> Snapshot:
+        now = datetime.now(UTC)
+        rt = input.runtime
+        ready = {
+            uid: wid
+            for wid, uid in (await self._runs(f"{search.RUNTIME}='{rt}' AND {search.PHASE}='Ready'")).items()
+            if uid
+        }
+        activity.heartbeat()
+        first = await self._pool(input)
+        hosts = await _bounded(self._seen(h) for h in first.hosts)
+        activity.heartbeat()
+        pool = await self._pool(input)
+        running = await self._runs(f"{search.RUNTIME}='{rt}'")
+        mentioned = {_run_id(r) for seen in hosts for r in seen.registrations or ()}
+        mentioned |= set(pool.owners.values()) | {q.workflowId for q in pool.queue}
+        described = await _bounded(self._described(w) for w in sorted(mentioned - running.keys()))
+        running.update({w: uid for w, uid in described if uid is not None})
+        activity.heartbeat()
+        records = list_records(input.stateDir) if input.stateDir else []
+        return Snapshot(
+            now=now,
+            grace_s=input.graceSeconds,
+            ready=ready,
+            hosts=hosts,
+            reservations=pool.reservations,
+            owners=pool.owners,
+            queued=[Queued(q.request.runUid, q.workflowId, q.request.requestedAt) for q in pool.queue],
+            provisioning=frozenset(s.hostId for s in pool.scaleOuts if s.pending and s.hostId),
+            running=running,
+            records=[r for r in records if r.runtime == rt and r.provider == "process"],
+            live_uids=frozenset(r.hostUid for r in records if host_running(r)),
+            workspaces=_workspaces(input.stateDir) if input.stateDir else [],
+            supervisors=await self._supervisors(rt),
+        )
+
+    async def _runs(self, where: str) -> dict[str, str]:
+        """Workflow id → run uid of the running Runs matching `where` (visibility)."""
+        found: dict[str, str] = {}
+        query = f"WorkflowType='RunWorkflow' AND ExecutionStatus='Running' AND {where}"
+        async for execution in self.client.list_workflows(query):
+            found[execution.id] = _first(execution.search_attributes, search.RUN_UID)
+        return found
+
+    async def _described(self, workflow_id: str) -> tuple[str, str | None]:
+        """Whether that Run runs, from its workflow itself (visibility may lag behind it)."""
+        try:
+            description = await self.client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return workflow_id, None
+            raise
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return workflow_id, None
+        return workflow_id, _first(description.search_attributes, search.RUN_UID)
+
+    async def _pool(self, input: ReconcileInput) -> PoolState:
+        handle = self.client.get_workflow_handle(input.poolWorkflowId)
+        state: PoolState = await handle.query(QUERY_POOL, result_type=PoolState)
+        return state
+
+    async def _seen(self, host: Host) -> HostSeen:
+        if host.address is None:
+            return HostSeen(host, None)
+        try:
+            async with host_channel(host.address) as channel:
+                info = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(
+                    pb.HostInfoRequest(), timeout=RPC_TIMEOUT_S
+                )
+        except grpc.aio.AioRpcError:
+            return HostSeen(host, None)
+        if info.host_uid != host.hostUid:
+            return HostSeen(host, None)  # another incarnation: its own supervisor handles it
+        return HostSeen(
+            host,
+            tuple(
+                Registration(
+                    registration_id=r.registration_id,
+                    run_uid=r.run_uid,
+                    attempt=r.attempt,
+                    namespace=r.namespace,
+                    name=r.name,
+                    last_activity=r.last_activity.ToDatetime(tzinfo=UTC),
+                )
+                for r in info.registrations
+            ),
+        )
+
+    async def _supervisors(self, runtime: str) -> frozenset[str]:
+        prefix = host_workflow_id(runtime, "")
+        found = set()
+        query = "WorkflowType='HostWorkflow' AND ExecutionStatus='Running'"
+        async for execution in self.client.list_workflows(query):
+            if execution.id.startswith(prefix):
+                found.add(execution.id.removeprefix(prefix))
+        return frozenset(found)
+
+    # -- acting --------------------------------------------------------------------------------
+
+    async def _act(self, input: ReconcileInput, decided: Plan, snapshot: Snapshot, errors: list[str]) -> None:
+        async def attempt(what: str, call: Awaitable[object]) -> None:
+            try:
+                await call
+            except Exception as err:  # reported; the next round tries again
+                errors.append(f"{what}: {type(err).__name__}: {err}"[:500])
+
+        pool = self.client.get_workflow_handle(input.poolWorkflowId)
+        calls: list[Awaitable[None]] = []
+        for u in decided.unregister:
+            calls.append(
+                attempt(f"unregister {u.registration_id}", _unregister(u.address, u.registration_id))
+            )
+        for run_uid in decided.release:
+            calls.append(
+                attempt(f"release {run_uid}", pool.signal(SIGNAL_RELEASE, ReleaseSignal(runUid=run_uid)))
+            )
+        for lost in decided.registration_lost:
+            signal = RegistrationLostSignal(
+                runUid=lost.run_uid,
+                hostUid=lost.host_uid,
+                message="the reconciler found no registration of this Run on its host",
+            )
+            run = self.client.get_workflow_handle(lost.workflow_id)
+            calls.append(attempt(f"tell {lost.workflow_id}", run.signal(SIGNAL_REGISTRATION_LOST, signal)))
+        for record in decided.delete:
+            calls.append(attempt(f"delete host {record.hostId}", self._delete(record)))
+        if input.stateDir:
+            root = work_root(input.stateDir)
+            for space in decided.remove:
+                calls.append(attempt(f"remove workspace {_name(space)}", _remove(root, space)))
+        records = {r.hostUid: r for r in snapshot.records}
+        for host in decided.supervise:
+            calls.append(
+                attempt(f"supervise {host.hostId}", self._supervise(input, host, records.get(host.hostUid)))
+            )
+        await _bounded(calls)
+
+    async def _delete(self, record: CreatedHost) -> None:
+        await self.manager.delete(
+            provider=record.provider, runtime=record.runtime, host_id=record.hostId, host_uid=record.hostUid
+        )
+
+    async def _supervise(self, input: ReconcileInput, host: Host, record: CreatedHost | None) -> None:
+        assert host.address is not None
+        created = record or CreatedHost(
+            provider=host.labels.get(PROVIDER_LABEL, "process"),
+            runtime=host.runtime,
+            hostId=host.hostId,
+            hostUid=host.hostUid,
+            address=host.address,
+            createdAt=host.createdAt,
+        )
+        await self.client.start_workflow(
+            "HostWorkflow",
+            HostInput(
+                host=host,
+                created=created,
+                poolWorkflowId=input.poolWorkflowId,
+                stateDir=input.stateDir,
+                watchIntervalSeconds=input.watchIntervalSeconds,
+                assignmentTimeoutSeconds=input.assignmentTimeoutSeconds,
+            ),
+            id=host_workflow_id(host.runtime, host.hostId),
+            task_queue=input.runTaskQueue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+
+def _run_id(reg: Registration) -> str:
+    return f"run/{reg.namespace}/{reg.name}"
+
+
+async def _unregister(address: str, registration_id: str) -> None:
+    async with host_channel(address) as channel:
+        await pb_grpc.FunctionRuntimeStub(channel).UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=registration_id, grace_ms=UNREGISTER_GRACE_MS),
+            timeout=RPC_TIMEOUT_S + UNREGISTER_GRACE_MS / 1000,
+        )
+
+
+def _workspaces(state_dir: str) -> list[Workspace]:
+    root = work_root(state_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for host_dir in sorted(root.iterdir()):
+        if not host_dir.is_dir() or host_dir.is_symlink():
+            continue
+        found.append(Workspace(host_dir.name, None, _modified(host_dir)))
+        for entry in sorted(host_dir.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                found.append(Workspace(host_dir.name, entry.name, _modified(entry)))
+    return found
+
+
+def _modified(path: Path) -> datetime:
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except OSError:
+        return datetime.now(UTC)  # vanishing: young, so left alone
+
+
+def _name(space: Workspace) -> str:
+    return space.host_uid if space.entry is None else f"{space.host_uid}/{space.entry}"
+
+
+async def _remove(root: Path, space: Workspace) -> None:
+    path = root / space.host_uid if space.entry is None else root / space.host_uid / space.entry
+    if path.resolve().parent not in (root.resolve(), (root / space.host_uid).resolve()):
+        raise ValueError(f"{path} is not a workspace under {root}")
+    await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+def _report(input: ReconcileInput, decided: Plan, at: datetime, errors: list[str]) -> ReconcileReport:
+    def first(items: Iterable[str]) -> list[str]:
+        return list(items)[:MAX_REPORTED]
+
+    return ReconcileReport(
+        runtime=input.runtime,
+        at=at,
+        unregistered=first(f"{u.run_uid} ({u.why})" for u in decided.unregister),
+        released=first(decided.release),
+        deletedHosts=first(r.hostId for r in decided.delete),
+        removedWorkspaces=first(_name(s) for s in decided.remove),
+        registrationsLost=first(x.run_uid for x in decided.registration_lost),
+        supervised=first(h.hostId for h in decided.supervise),
+        errors=first(errors),
+        actions=decided.actions(),
+    )

@@ -1,0 +1,213 @@
+"""The reconciler's decisions: from one snapshot of a runtime (its pool, its hosts' registrations,
+the Runs that run, the provider's records, the workspaces on disk), what is orphaned and what to
+do about it. Pure: the reconcile activity gathers the snapshot and carries the plan out.
+
+The snapshot is read in an order that makes a stale view safe: the Runs Ready in visibility
+first, then every host's registrations, then the pool, then the Runs that run. So a registration
+or reservation seen existed before the Runs were listed (its Run is listed unless it ended), and
+whatever is younger than the grace period (twice the runtime's assignment timeout) is being
+created right now and is left alone:
+
+- a registration whose Run is closed, unknown or another Run of that name: unregistered; one its
+  Run holds no slot for on that host (a stale attempt): unregistered once older than the grace;
+- a reservation or queue entry whose Run's workflow is gone (terminated out of band): released;
+- a Run Ready on a host that answers but holds no registration of it (its slot older than the
+  grace): told (registration_lost);
+- a host the provider records and the pool does not know: deleted;
+- a workspace of a host incarnation that no longer runs, or of a registration its (live) host
+  no longer holds: removed;
+- a pool host marked supervised whose HostWorkflow is not running: supervised again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from kruntimes.hosts import CreatedHost
+from kruntimes.scheduling.model import Host, Reservation
+
+
+@dataclass(frozen=True)
+class Registration:
+    registration_id: str
+    run_uid: str
+    attempt: int
+    namespace: str
+    name: str
+    last_activity: datetime
+
+
+@dataclass(frozen=True)
+class HostSeen:
+    """A pool host and what it answered (None: it did not answer: nothing is decided about it)."""
+
+    host: Host
+    registrations: tuple[Registration, ...] | None
+
+
+@dataclass(frozen=True)
+class Queued:
+    run_uid: str
+    workflow_id: str
+    requested_at: datetime
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """One directory under the state dir's work/: a host incarnation's (`entry` None) or one of
+    its registrations' or tasks' (`entry`: its name, `{run uid}.{attempt}` or `task-...`)."""
+
+    host_uid: str
+    entry: str | None
+    modified: datetime
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: datetime
+    grace_s: float
+    ready: Mapping[str, str]  # Ready Runs listed first: run uid → workflow id
+    hosts: Sequence[HostSeen]
+    reservations: Sequence[Reservation]
+    owners: Mapping[str, str]  # run uid → workflow id (the pool's)
+    queued: Sequence[Queued]
+    provisioning: frozenset[str]  # host ids of scale-outs still under way
+    # Workflow id → run uid ("" when not indexed yet) of the Runs that run, read last: every
+    # workflow id the hosts and the pool mention is in it if (and only if) that Run runs.
+    running: Mapping[str, str]
+    records: Sequence[CreatedHost]  # the provider's hosts of this runtime
+    live_uids: frozenset[str]  # host uids whose process runs (every runtime of the state dir)
+    workspaces: Sequence[Workspace] = ()
+    supervisors: frozenset[str] = frozenset()  # host ids whose HostWorkflow runs
+
+
+@dataclass(frozen=True)
+class Unregister:
+    address: str
+    registration_id: str
+    run_uid: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    workflow_id: str
+    run_uid: str
+    host_uid: str
+
+
+@dataclass
+class Plan:
+    unregister: list[Unregister] = field(default_factory=list)
+    release: list[str] = field(default_factory=list)  # run uids
+    registration_lost: list[Lost] = field(default_factory=list)
+    delete: list[CreatedHost] = field(default_factory=list)
+    remove: list[Workspace] = field(default_factory=list)
+    supervise: list[Host] = field(default_factory=list)
+
+    def actions(self) -> int:
+        return sum(
+            len(x)
+            for x in (
+                self.unregister,
+                self.release,
+                self.registration_lost,
+                self.delete,
+                self.remove,
+                self.supervise,
+            )
+        )
+
+
+def _old(at: datetime, snapshot: Snapshot) -> bool:
+    return snapshot.now - at > timedelta(seconds=snapshot.grace_s)
+
+
+def _run_of(namespace: str, name: str) -> str:
+    return f"run/{namespace}/{name}"
+
+
+def _same_run(indexed: str, run_uid: str) -> bool:
+    return not indexed or indexed == run_uid  # a Run not indexed yet is taken for the same one
+
+
+def _runs(snapshot: Snapshot, workflow_id: str | None, run_uid: str) -> bool:
+    indexed = snapshot.running.get(workflow_id) if workflow_id is not None else None
+    return indexed is not None and _same_run(indexed, run_uid)
+
+
+def plan(snapshot: Snapshot) -> Plan:
+    out = Plan()
+    reserved = {(r.runUid, r.hostUid) for r in snapshot.reservations}
+    for seen in snapshot.hosts:
+        if seen.registrations is None or seen.host.address is None:
+            continue
+        for reg in seen.registrations:
+            run_uid = snapshot.running.get(_run_of(reg.namespace, reg.name))
+            if run_uid is None:
+                why = "RunClosed"  # closed or never was: nothing holds it
+            elif not _same_run(run_uid, reg.run_uid):
+                why = "RunReplaced"  # another Run of that name runs now
+            elif (reg.run_uid, seen.host.hostUid) not in reserved and _old(reg.last_activity, snapshot):
+                why = "NotReserved"  # a stale attempt on a host the Run left
+            else:
+                continue
+            out.unregister.append(Unregister(seen.host.address, reg.registration_id, reg.run_uid, why))
+    for reservation in snapshot.reservations:
+        owner = snapshot.owners.get(reservation.runUid)
+        if _old(reservation.reservedAt, snapshot) and not _runs(snapshot, owner, reservation.runUid):
+            out.release.append(reservation.runUid)
+    for queued in snapshot.queued:
+        if _old(queued.requested_at, snapshot) and not _runs(snapshot, queued.workflow_id, queued.run_uid):
+            out.release.append(queued.run_uid)
+    by_uid = {seen.host.hostUid: seen for seen in snapshot.hosts}
+    for run_uid, workflow_id in snapshot.ready.items():
+        if not _runs(snapshot, workflow_id, run_uid):
+            continue
+        for reservation in snapshot.reservations:
+            if reservation.runUid != run_uid or not _old(reservation.reservedAt, snapshot):
+                continue
+            holder = by_uid.get(reservation.hostUid)
+            if holder is None or holder.registrations is None:
+                continue
+            if all(reg.run_uid != run_uid for reg in holder.registrations):
+                out.registration_lost.append(Lost(workflow_id, run_uid, reservation.hostUid))
+    pool_uids = {seen.host.hostUid for seen in snapshot.hosts}
+    for record in snapshot.records:
+        if (
+            record.hostUid not in pool_uids
+            and record.hostId not in snapshot.provisioning
+            and _old(record.createdAt, snapshot)
+        ):
+            out.delete.append(record)
+    live_registrations = {
+        (seen.host.hostUid, f"{reg.run_uid}.{reg.attempt}")
+        for seen in snapshot.hosts
+        if seen.registrations is not None
+        for reg in seen.registrations
+    }
+    answered = {seen.host.hostUid for seen in snapshot.hosts if seen.registrations is not None}
+    for space in snapshot.workspaces:
+        if not _old(space.modified, snapshot):
+            continue
+        if space.entry is None:
+            if space.host_uid not in snapshot.live_uids:
+                out.remove.append(space)
+        elif (
+            space.host_uid in answered
+            and not space.entry.startswith("task-")
+            and (space.host_uid, space.entry) not in live_registrations
+        ):
+            out.remove.append(space)
+    for seen in snapshot.hosts:
+        host = seen.host
+        if (
+            host.supervised
+            and host.hostId not in snapshot.supervisors
+            and _old(host.readyAt or host.createdAt, snapshot)
+        ):
+            out.supervise.append(host)
+    out.release = list(dict.fromkeys(out.release))
+    return out

@@ -1,0 +1,134 @@
+"""The supervision stream of one host (FunctionRuntime.WatchHost): what the control plane watches.
+
+A watcher gets a HostReport at once, then one every interval, and one at once whenever the
+host's registrations change (registered, unregistered, not ready). A report carries the host's
+identity and health, every registration with its in-flight count, the running tasks, how function
+processes are isolated, and the gateways it sends heartbeats to. The control plane takes a
+report that stops coming as the host being frozen or gone.
+
+A watch request may name the gateways' current heartbeat addresses: the host sends its route
+heartbeats there from then on, so a host started with an address that went stale learns the new
+one as soon as it is watched.
+
+Everything here runs on the host's event loop; `changed` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+
+# Bounds of a watcher's interval: often enough to notice a frozen host in seconds, rarely enough
+# that a host with many watchers is not busy reporting.
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 60.0
+# Watchers of one host at once (the HostWorkflow's activity, plus a restarted one for a while).
+MAX_WATCHERS = 16
+
+
+class Health:
+    """Whether the host takes work; `serving` is False once it is shutting down."""
+
+    def __init__(self) -> None:
+        self.serving = True
+        self.message = ""
+
+
+class HostWatch:
+    def __init__(
+        self,
+        *,
+        host_id: str,
+        host_uid: str,
+        runtime: str,
+        interval_s: float,
+        registrations: Callable[[], list[pb.RegistrationState]],
+        running_tasks: Callable[[], int],
+        isolation: Callable[[], dict[str, str]],
+        gateways: Callable[[], list[pb.GatewayLink]],
+        set_gateways: Callable[[list[str]], None],
+        health: Health,
+    ) -> None:
+        self.host_id = host_id
+        self.host_uid = host_uid
+        self.runtime = runtime
+        self.interval_s = interval_s
+        self.registrations = registrations
+        self.running_tasks = running_tasks
+        self.isolation = isolation
+        self.gateways = gateways
+        self.set_gateways = set_gateways
+        self.health = health
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeups: set[asyncio.Event] = set()
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the watchers run on (the host's)."""
+        self._loop = loop
+
+    def changed(self) -> None:
+        """Registrations changed: every watcher gets a report now (thread-safe)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is stopping
+            loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        for event in self._wakeups:
+            event.set()
+
+    def report(self, sequence: int) -> pb.HostReport:
+        sent_at = Timestamp()
+        sent_at.FromDatetime(datetime.now(UTC))
+        return pb.HostReport(
+            host_id=self.host_id,
+            host_uid=self.host_uid,
+            runtime=self.runtime,
+            sequence=sequence,
+            sent_at=sent_at,
+            health=pb.HostHealth(serving=self.health.serving, message=self.health.message),
+            registrations=self.registrations(),
+            running_tasks=self.running_tasks(),
+            isolation=self.isolation(),
+            gateways=self.gateways(),
+        )
+
+    def interval_of(self, request: pb.WatchHostRequest) -> float:
+        if request.interval_ms == 0:
+            return self.interval_s
+        return min(max(request.interval_ms / 1000.0, MIN_INTERVAL_S), MAX_INTERVAL_S)
+
+    async def stream(self, request: pb.WatchHostRequest) -> AsyncIterator[pb.HostReport]:
+        """Reports until the watcher goes away (or the host stops serving: one last report)."""
+        if len(self._wakeups) >= MAX_WATCHERS:
+            raise OverflowError(f"the host already has {MAX_WATCHERS} watchers")
+        if request.set_gateways:
+            self.set_gateways(list(request.gateways))
+        interval = self.interval_of(request)
+        wakeup = asyncio.Event()
+        self._wakeups.add(wakeup)
+        try:
+            sequence = 0
+            while True:
+                sequence += 1
+                wakeup.clear()
+                yield self.report(sequence)
+                if not self.health.serving:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), interval)
+        finally:
+            self._wakeups.discard(wakeup)
+
+    def stop_serving(self, message: str) -> None:
+        """The host is shutting down: watchers get a last report saying so."""
+        self.health.serving = False
+        self.health.message = message
+        self.changed()

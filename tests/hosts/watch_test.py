@@ -1,0 +1,300 @@
+"""The supervision stream against real host processes: what a host reports on WatchHost, how the
+watch activity tells a dead, frozen or replaced host from a stream that merely broke, the Runs it
+tells of registrations that went away, the gateways it points the host's heartbeats at, and the
+process provider's fence of a lost host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.host_watch import HostWatchActivities, probe_host
+from activities.hosts import CreatedHost, ProcessProvider
+from activities.hosts.process import work_root
+from gateway.heartbeats import HeartbeatServer
+from gateway.routes import RouteCache
+from kruntimes.hostlife import LossReason, Probe
+from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from tests.hosts.conftest import alive, gone, spec
+from tests.pki import TestPKI
+
+INTERVAL_S = 0.3
+BOUND_S = 30.0  # no watch here takes anywhere near this long
+ECHO = "def handle(p):\n    return {'echo': p}\n"
+
+
+class Told:
+    """The Runs the watch told (workflow id, signal), in order."""
+
+    def __init__(self) -> None:
+        self.signals: list[tuple[str, RegistrationLostSignal]] = []
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, workflow_id: str, lost: RegistrationLostSignal) -> None:
+        self.signals.append((workflow_id, lost))
+        self.arrived.set()
+
+
+def watch_of(host: CreatedHost, *, tell_ready: bool = False, max_s: float = BOUND_S) -> WatchInput:
+    return WatchInput(
+        runtime=host.runtime,
+        hostId=host.hostId,
+        hostUid=host.hostUid,
+        address=host.address,
+        intervalSeconds=INTERVAL_S,
+        tellReady=tell_ready,
+        maxSeconds=max_s,
+    )
+
+
+class ToldReady:
+    def __init__(self) -> None:
+        self.told: list[tuple[str, WatchReady]] = []
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, workflow_id: str, ready: WatchReady) -> None:
+        self.told.append((workflow_id, ready))
+        self.arrived.set()
+
+
+def activities(
+    *, told: Told | None = None, ready: ToldReady | None = None, **kw: object
+) -> HostWatchActivities:
+    return HostWatchActivities(signal_run=told or Told(), signal_ready=ready or ToldReady(), **kw)  # type: ignore[arg-type]
+
+
+async def watch(activities: HostWatchActivities, input: WatchInput) -> WatchResult:
+    return await asyncio.wait_for(ActivityEnvironment().run(activities.watch_host, input), BOUND_S)
+
+
+def register(pki: TestPKI, host: CreatedHost, *, name: str = "fn") -> pb.RegisterFunctionResponse:
+    run_uid = str(uuid.uuid4())
+    signed = pki.sign(run_uid=run_uid, attempt=1, host_id=host.hostId, host_uid=host.hostUid, name=name)
+    with pki.channel(host.address, as_=pki.control_plane) as channel:
+        return pb_grpc.FunctionRuntimeStub(channel).RegisterFunction(
+            pb.RegisterFunctionRequest(
+                run=pb.RunRef(run_uid=run_uid, attempt=1, namespace="default", name=name, runtime="python"),
+                assignment=signed,
+                config=pb.FunctionConfig(
+                    adapter="python",
+                    handler="main:handle",
+                    inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=ECHO.encode())]),
+                ),
+            ),
+            timeout=60,
+        )
+
+
+def unregister(pki: TestPKI, host: CreatedHost, registration_id: str) -> None:
+    with pki.channel(host.address, as_=pki.control_plane) as channel:
+        pb_grpc.FunctionRuntimeStub(channel).UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=registration_id), timeout=30
+        )
+
+
+async def first_reports(
+    pki: TestPKI, host: CreatedHost, count: int, **request: object
+) -> list[pb.HostReport]:
+    async with pki.aio_channel(host.address, as_=pki.control_plane) as channel:
+        call = pb_grpc.FunctionRuntimeStub(channel).WatchHost(pb.WatchHostRequest(**request))  # type: ignore[arg-type]
+        reports = []
+        async for report in call:
+            reports.append(report)
+            if len(reports) == count:
+                call.cancel()
+                break
+        return reports
+
+
+async def test_a_host_reports_itself_at_once_then_every_interval_and_on_every_change(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI
+) -> None:
+    host = await process.create(spec(state_dir))
+    async with pki.aio_channel(host.address, as_=pki.control_plane) as channel:
+        call = pb_grpc.FunctionRuntimeStub(channel).WatchHost(pb.WatchHostRequest(interval_ms=60_000))
+        first = await asyncio.wait_for(call.read(), BOUND_S)
+        assert isinstance(first, pb.HostReport)
+        assert (first.host_id, first.host_uid, first.runtime) == ("python-0", host.hostUid, "python")
+        assert first.sequence == 1 and first.health.serving
+        assert list(first.registrations) == [] and first.running_tasks == 0
+        assert first.isolation["processGroup"] and "limit.open_files" in first.isolation
+        # an interval of a minute, yet a registration is reported at once
+        registration = await asyncio.to_thread(register, pki, host)
+        changed = await asyncio.wait_for(call.read(), BOUND_S)
+        call.cancel()
+    assert isinstance(changed, pb.HostReport)
+    assert changed.sequence == 2
+    [reg] = changed.registrations
+    assert reg.registration_id == registration.registration_id
+    assert reg.phase == pb.REGISTRATION_PHASE_READY and reg.in_flight == 0
+
+
+async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_goes_on(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+    ready = ToldReady()
+    watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
+    try:
+        await asyncio.wait_for(ready.arrived.wait(), BOUND_S)
+        await asyncio.sleep(3 * INTERVAL_S)
+        assert not watching.done(), "the watch goes on"
+    finally:
+        watching.cancel()
+    [(_, told)] = ready.told
+    assert told.hostUid == host.hostUid
+
+
+async def test_a_watch_renews_after_its_longest_time_while_the_host_is_well(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+    result = await watch(activities(), watch_of(host, max_s=3 * INTERVAL_S))
+    assert result.verdict == "Renew"
+
+
+async def test_a_killed_host_is_lost_as_unreachable(state_dir: Path, process: ProcessProvider) -> None:
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    watching = asyncio.create_task(watch(activities(), watch_of(host)))
+    await asyncio.sleep(3 * INTERVAL_S)  # a few reports in
+    assert not watching.done()
+    os.kill(host.pid, signal.SIGKILL)  # our own host process
+    result = await watching
+    assert (result.verdict, result.reason) == ("Lost", LossReason.Unreachable)
+
+
+async def test_a_frozen_host_is_lost_as_silent_and_a_probe_of_it_gets_no_answer(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    watching = asyncio.create_task(watch(activities(), watch_of(host)))
+    await asyncio.sleep(3 * INTERVAL_S)
+    os.kill(host.pid, signal.SIGSTOP)
+    try:
+        result = await watching
+        assert (result.verdict, result.reason) == ("Lost", LossReason.Silent)
+        assert await probe_host(host.address, host.hostUid, timeout_s=INTERVAL_S) is Probe.NoAnswer
+    finally:
+        os.kill(host.pid, signal.SIGCONT)
+    assert await probe_host(host.address, host.hostUid, timeout_s=5) is Probe.Same
+    assert await probe_host(host.address, "another-uid", timeout_s=5) is Probe.Other
+
+
+async def test_a_host_frozen_before_its_first_report_is_left_to_the_stuck_timer(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    """Until its first report a host is still being assigned: no answer is not yet a loss."""
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    os.kill(host.pid, signal.SIGSTOP)
+    ready = ToldReady()
+    try:
+        result = await watch(activities(ready=ready), watch_of(host, tell_ready=True, max_s=6 * INTERVAL_S))
+    finally:
+        os.kill(host.pid, signal.SIGCONT)
+    assert result.verdict == "Renew" and not ready.told
+
+
+async def test_a_registration_removed_behind_the_platforms_back_is_told_to_its_run(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI
+) -> None:
+    host = await process.create(spec(state_dir))
+    kept = await asyncio.to_thread(register, pki, host, name="kept")
+    removed = await asyncio.to_thread(register, pki, host, name="removed")
+    told = Told()
+    watching = asyncio.create_task(watch(activities(told=told), watch_of(host)))
+    try:
+        await asyncio.sleep(3 * INTERVAL_S)  # the watch has seen both
+        await asyncio.to_thread(unregister, pki, host, removed.registration_id)
+        await asyncio.wait_for(told.arrived.wait(), BOUND_S)
+    finally:
+        watching.cancel()
+    [(workflow_id, lost)] = told.signals
+    assert workflow_id == "run/default/removed"
+    assert (lost.registrationId, lost.hostUid, lost.reason) == (
+        removed.registration_id,
+        host.hostUid,
+        "Unregistered",
+    )
+    assert kept.registration_id != removed.registration_id
+
+
+async def test_the_watch_points_the_hosts_heartbeats_at_the_gateways_it_knows(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI
+) -> None:
+    """A host started with a stale gateway address follows the gateway once it is watched."""
+    routes = RouteCache(verifier=pki.verifier())
+    gateway = HeartbeatServer(routes, "127.0.0.1:0", tls=pki.gateway)
+    address = await gateway.start()
+    try:
+        host = await process.create(
+            spec(state_dir, gateways=["127.0.0.1:9"], heartbeatIntervalSeconds=INTERVAL_S)
+        )
+        await asyncio.to_thread(register, pki, host)
+        assert routes.hosts() == 0
+        watching = asyncio.create_task(watch(activities(gateways=[address]), watch_of(host)))
+        try:
+            for _ in range(int(BOUND_S / 0.05)):
+                if routes.hosts() == 1:
+                    break
+                await asyncio.sleep(0.05)
+            reports = await first_reports(pki, host, 1)
+        finally:
+            watching.cancel()
+    finally:
+        await gateway.stop()
+    assert routes.hosts() == 1
+    assert [(g.address, g.connected) for g in reports[0].gateways] == [(address, True)]
+
+
+async def test_the_fence_of_a_frozen_host_kills_it_and_removes_its_workspaces(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI
+) -> None:
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    await asyncio.to_thread(register, pki, host)
+    workspaces = work_root(state_dir) / host.hostUid
+    assert any(workspaces.iterdir())
+    os.kill(host.pid, signal.SIGSTOP)
+    provider = ProcessProvider(state_dir=state_dir)  # as a restarted worker: nothing remembered
+
+    assert not await provider.gone(host)
+    fenced = await provider.fence(host)
+
+    assert fenced.fenced and "killed" in fenced.how
+    assert await gone(host.pid) and not alive(host.pid)
+    assert not workspaces.exists()
+    assert await provider.gone(host)
+    again = await provider.fence(host)
+    assert again.fenced and "gone" in again.how
+
+
+async def test_the_fence_of_an_older_incarnation_leaves_the_new_one_alone(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    old = await process.create(spec(state_dir))
+    assert old.pid is not None
+    os.kill(old.pid, signal.SIGKILL)
+    assert await gone(old.pid)
+    new = await process.create(spec(state_dir))
+    assert new.hostUid != old.hostUid and new.pid is not None
+
+    fenced = await process.fence(old)
+
+    assert fenced.fenced
+    assert alive(new.pid) and await process.probe(new)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1"])
+async def test_a_probe_of_an_address_nobody_listens_on_is_refused(address: str) -> None:
+    assert await probe_host(address, "uid", timeout_s=2) is Probe.Refused

@@ -1,0 +1,173 @@
+"""The reconciler against a real platform: what was changed behind its back is repaired by a
+round (at worker start, or asked for with the `collect` Update), and what is being created right
+now is left alone."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from activities.hosts import ProcessProvider
+from activities.hosts.process import list_records, work_root
+from kruntimes.api.phases import RunPhase
+from kruntimes.hosts import HostSpec
+from kruntimes.lifecycle import (
+    QUERY_RECONCILE,
+    SIGNAL_HOST_READY,
+    UPDATE_COLLECT,
+    HostReadySignal,
+    ReconcileReport,
+    host_workflow_id,
+    pool_workflow_id,
+    reconcile_workflow_id,
+)
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from tests.hosts.conftest import alive
+from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, pool_host, registrations
+
+# A grace of one second (twice the assignment timeout): what these tests leave behind is older.
+QUICK = {"minHosts": 1, "maxHosts": 2, "assignmentTimeoutSeconds": 0.5}
+
+
+def reconciler(platform: Platform) -> WorkflowHandle[Any, Any]:
+    return platform.client.get_workflow_handle(reconcile_workflow_id(platform.runtime()))
+
+
+async def collect(platform: Platform) -> ReconcileReport:
+    report: ReconcileReport = await reconciler(platform).execute_update(
+        UPDATE_COLLECT, result_type=ReconcileReport
+    )
+    assert report.errors == [], report.errors
+    return report
+
+
+async def older_than_the_grace() -> None:
+    await asyncio.sleep(1.2)  # the grace is a duration of the platform, not a wait for an outcome
+
+
+async def test_a_round_runs_at_worker_start(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
+
+        async def reported() -> bool:
+            last = await reconciler(platform).query(QUERY_RECONCILE, result_type=ReconcileReport)
+            return last is not None
+
+        await platform.eventually(reported, what="the first round's report")
+
+
+async def test_a_run_terminated_out_of_band_frees_its_slot_and_its_registration(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
+        run = run_manifest("terminated", runtime=platform.runtime())
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
+        await handle.terminate("out of band")
+        await older_than_the_grace()
+
+        report = await collect(platform)
+
+        assert report.released == [run.metadata.uid]
+        assert report.unregistered == [f"{run.metadata.uid} (RunClosed)"]
+        assert (await platform.pool()).reservations == []
+        assert registrations(platform.pki, address) == {}
+
+
+async def test_a_host_nobody_knows_is_deleted_and_dead_hosts_workspaces_removed(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
+        runtime = platform.runtime()
+        stray = await ProcessProvider(state_dir=platform.state_dir, issuer=platform.pki.issuer()).create(
+            HostSpec(
+                runtime=runtime,
+                hostId=f"{runtime}-stray",
+                adapter="python",
+                provider="process",
+                stateDir=str(platform.state_dir),
+            )
+        )
+        dead = work_root(platform.state_dir) / "0d6e3a8f-dead-host-uid"
+        (dead / "some-run.1").mkdir(parents=True)
+        await older_than_the_grace()
+
+        report = await collect(platform)
+
+        assert report.deletedHosts == [stray.hostId]
+        assert stray.pid is not None and not alive(stray.pid)
+        assert all(r.hostId != stray.hostId for r in list_records(platform.state_dir))
+        assert "0d6e3a8f-dead-host-uid" in report.removedWorkspaces and not dead.exists()
+        assert not (work_root(platform.state_dir) / stray.hostUid).exists()
+
+
+async def test_a_host_whose_supervisor_is_gone_is_supervised_again(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
+        await platform.eventually(lambda: _one_host(platform), what="the warm host")
+        [host] = (await platform.pool()).hosts
+        supervisor = platform.client.get_workflow_handle(host_workflow_id(platform.runtime(), host.hostId))
+        await supervisor.terminate("out of band")
+        await older_than_the_grace()
+
+        report = await collect(platform)
+
+        assert report.supervised == [host.hostId]
+        await host_serving(platform, host.hostId)
+
+
+async def _one_host(platform: Platform) -> bool:
+    return len((await platform.pool()).hosts) == 1
+
+
+async def test_a_ready_run_whose_registration_vanished_unseen_is_told_and_registers_again(
+    platform_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    """A host nobody watches (it has no HostWorkflow): only the reconciler can see the loss."""
+    async with platform_factory(heartbeat_s=BEAT_S, python={**QUICK, "minHosts": 0}) as platform:
+        runtime = platform.runtime()
+        created = await ProcessProvider(state_dir=platform.state_dir, issuer=platform.pki.issuer()).create(
+            HostSpec(
+                runtime=runtime,
+                hostId=f"{runtime}-unwatched",
+                adapter="python",
+                provider="process",
+                stateDir=str(platform.state_dir),
+            )
+        )
+        await platform.client.get_workflow_handle(pool_workflow_id(runtime)).signal(
+            SIGNAL_HOST_READY,
+            HostReadySignal(requestId="injected", host=pool_host(created, supervised=False)),
+        )
+        run = run_manifest("unwatched", runtime=runtime)
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        assert status.assignedHostUID == created.hostUid
+        old = registrations(platform.pki, created.address)[run.metadata.uid]  # type: ignore[index]
+        with platform.pki.channel(created.address, as_=platform.pki.control_plane) as channel:
+            pb_grpc.FunctionRuntimeStub(channel).UnregisterFunction(
+                pb.UnregisterFunctionRequest(registration_id=old), timeout=30
+            )
+        await older_than_the_grace()
+
+        report = await collect(platform)
+
+        assert report.registrationsLost == [run.metadata.uid]
+
+        async def registered_again() -> bool:
+            return registrations(platform.pki, created.address).get(run.metadata.uid, old) != old  # type: ignore[arg-type]
+
+        await platform.eventually(registered_again, what="the Run registered again")
+        after = await platform.wait_phase(handle, RunPhase.Ready)
+        assert (after.attempt, after.recoveries) == (1, 0)
+
+
+async def test_what_is_younger_than_the_grace_is_left_alone(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(
+        heartbeat_s=BEAT_S, python={**QUICK, "assignmentTimeoutSeconds": 60.0}
+    ) as platform:
+        dead = work_root(platform.state_dir) / "young-dead-host-uid"
+        dead.mkdir(parents=True)
+        report = await collect(platform)
+        assert report.actions == 0 and dead.exists()
+        shutil.rmtree(dead)
