@@ -79,7 +79,28 @@ class ReconcileActivities:
         decided = plan(snapshot)
         errors: list[str] = []
         await self._act(input, decided, snapshot, errors)
-        return _report(input, decided, snapshot.now, errors)
+        report = _report(input, decided, snapshot.now, errors)
+        pods = await self._collect_orphans(input, errors)
+        if pods:
+            deleted = (report.deletedHosts + pods)[:MAX_REPORTED]
+            report = report.model_copy(
+                update={"deletedHosts": deleted, "actions": report.actions + len(pods)}
+            )
+        return report.model_copy(update={"errors": errors[:MAX_REPORTED]})
+
+    async def _collect_orphans(self, input: ReconcileInput, errors: list[str]) -> list[str]:
+        """Hosts of providers that list their own (pods) which no pool knows, deleted after the grace."""
+        try:
+            pool = await self._pool(input)
+            return await self.manager.collect_orphans(
+                runtime=input.runtime,
+                known={h.hostUid for h in pool.hosts},
+                creating={s.hostId for s in pool.scaleOuts if s.pending and s.hostId},
+                grace_s=input.graceSeconds,
+            )
+        except Exception as err:  # reported; the next round tries again
+            errors.append(f"collect orphans: {type(err).__name__}: {err}"[:500])
+            return []
 
     # -- the snapshot, in its order ------------------------------------------------------------
 

@@ -8,7 +8,7 @@ provider boundary and anything that slips through becomes ``UnexpectedError``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -67,6 +67,18 @@ class FencingProvider(Protocol):
 
     async def verdict(self, *, runtime: str, host_id: str, host_uid: str, address: str | None) -> bool | None:
         """True: that incarnation is proven gone; False: it may still run; None: cannot say."""
+        ...
+
+
+@runtime_checkable
+class OrphanCollecting(Protocol):
+    """A provider that can list its own hosts and delete those no pool knows (kubernetes)."""
+
+    async def collect_orphans(
+        self, *, runtime: str, known: Collection[str], creating: Collection[str], grace_s: float
+    ) -> list[str]:
+        """Delete `runtime`'s hosts whose uid is not in `known` and whose host id is not in
+        `creating`, once unknown for `grace_s`; the host ids deleted."""
         ...
 
 
@@ -156,6 +168,23 @@ class HostManager:
         except Exception:
             log.warning("provider %s could not judge host %s", provider, host_id, exc_info=True)
             return None
+
+    async def collect_orphans(
+        self, *, runtime: str, known: Collection[str], creating: Collection[str], grace_s: float
+    ) -> list[str]:
+        """Every collecting provider's orphans of `runtime`, deleted; the host ids."""
+        deleted: list[str] = []
+        for provider in self._providers.values():
+            if isinstance(provider, OrphanCollecting):
+                deleted += await _guarded(
+                    provider.collect_orphans(
+                        runtime=runtime, known=known, creating=creating, grace_s=grace_s
+                    ),
+                    provider=provider.name,
+                    operation=ProviderOperation.Delete,
+                    host=None,
+                )
+        return deleted
 
     async def probe(self, host: CreatedHost) -> bool:
         provider = self.provider(host.provider)

@@ -322,6 +322,7 @@ class KubernetesProvider:
         api_timeout_s: float = API_TIMEOUT_S,
     ) -> None:
         check_certificates(runtimes, can_issue=issuer is not None)
+        self._collectors: dict[str, OrphanCollector] = {}
         self.name = name
         self.issuer = issuer
         self.control_plane = pods.check_control_plane_id(control_plane)
@@ -681,6 +682,20 @@ class KubernetesProvider:
         await self._delete_certificate(host.runtime, host.hostId, pod_uid=host.hostUid)
         return Fenced(True, f"pod {name} ({host.hostUid}) is gone or deleting and out of routing")
 
+    async def collect_orphans(
+        self, *, runtime: str, known: Collection[str], creating: Collection[str], grace_s: float
+    ) -> list[str]:
+        """Delete this runtime's pods that no pool knows once they stayed unknown for `grace_s`
+        (in this process); the host ids deleted. Not this provider's runtime: nothing."""
+        if runtime not in self.runtimes:
+            return []
+        collector = self._collectors.get(runtime)
+        if collector is None:
+            collector = self._collectors[runtime] = OrphanCollector(self, grace_s=grace_s)
+        collector.grace_s = grace_s
+        swept = await collector.sweep(known=known, runtime=runtime, creating=creating)
+        return [ref.host_id for ref in swept.deleted]
+
     async def _verdict_of(self, host: CreatedHost) -> bool | None:
         return await self.verdict(
             runtime=host.runtime, host_id=host.hostId, host_uid=host.hostUid, address=host.address
@@ -815,12 +830,18 @@ class OrphanCollector:
         self.grace_s = grace_s
         self._unknown_since: dict[str, float] = {}
 
-    async def sweep(self, *, known: Collection[str]) -> Sweep:
+    async def sweep(
+        self, *, known: Collection[str], runtime: str | None = None, creating: Collection[str] = ()
+    ) -> Sweep:
+        """`runtime`: only that runtime's pods; `creating`: host ids a scale-out is creating now
+        (their pods may exist before any pool knows them)."""
         now = time.monotonic()
         result = Sweep()
         seen = set()
         for ref in await self.provider.list_pods():
-            if ref.uid in known:
+            if ref.uid in known or (runtime is not None and ref.runtime != runtime):
+                continue
+            if ref.host_id in creating:
                 continue
             seen.add(ref.uid)
             since = self._unknown_since.setdefault(ref.uid, now)

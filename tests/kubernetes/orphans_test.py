@@ -41,3 +41,29 @@ async def test_an_unknown_pod_is_collected_only_after_the_grace_and_a_known_one_
     swept = await collector.sweep(known={known.hostUid})
     assert [ref.uid for ref in swept.deleted] == [unknown.hostUid]
     await eventually(lambda: uids(env) == {known.hostUid}, what="the orphan is gone, the known pod stays")
+
+
+async def test_the_reconcilers_collection_takes_one_runtime_and_spares_the_pods_being_created(env) -> None:
+    from activities.hosts.base import HostManager
+    from tests.kubernetes.conftest import runtime
+
+    provider = env.provider(runtimes={"python": runtime(), "bash": runtime()})
+    manager = HostManager([provider])
+    known = await provider.create(spec("python-0"))
+    orphan = await provider.create(spec("python-1"))
+    creating = await provider.create(spec("python-2"))
+    other = await provider.create(spec("bash-0", runtime="bash"))
+
+    deleted = await manager.collect_orphans(
+        runtime="python", known={known.hostUid}, creating={"python-2"}, grace_s=0
+    )
+
+    assert deleted == ["python-1"]
+    expected = {known.hostUid, creating.hostUid, other.hostUid}
+    await eventually(lambda: uids(env) == expected, what="only the orphan of that runtime collected")
+    assert orphan.hostUid not in uids(env)
+    assert await manager.collect_orphans(runtime="other", known=set(), creating=set(), grace_s=0) == []
+    # a grace not yet over spares a new orphan; once over, it goes
+    assert await manager.collect_orphans(runtime="bash", known=set(), creating=set(), grace_s=3600) == []
+    assert other.hostUid in uids(env)
+    assert await manager.collect_orphans(runtime="bash", known=set(), creating=set(), grace_s=0) == ["bash-0"]
