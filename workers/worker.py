@@ -63,6 +63,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError, HostIssuer, PeerTLS, PeerTLSError, Role
 from kruntimes.pki.authority import check_lifetime
+from kruntimes.scheduling.failures import ProviderError
 from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
@@ -249,6 +250,17 @@ async def renew_host_certificates(provider: ProcessProvider, *, every_s: float) 
             log.warning("renewing host certificates failed", exc_info=True)
 
 
+async def renew_pod_certificates(provider: kube.KubernetesProvider, *, every_s: float) -> None:
+    """Re-issue the certificate Secrets of the provider's host pods as they come due, until
+    cancelled."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await provider.renew_certificates()
+        except ProviderError:
+            log.warning("renewing host pod certificates failed", exc_info=True)
+
+
 @contextlib.asynccontextmanager
 async def kubernetes_hosts(
     client: Client, settings: WorkerSettings, *, issuer: HostIssuer | None
@@ -287,6 +299,9 @@ async def kubernetes_hosts(
             for namespace in sorted(provider.namespaces)
         ]
         tasks = [asyncio.create_task(w.run()) for w in watches] + [asyncio.create_task(signals.run())]
+        if issuer is not None:
+            every_s = min(3600.0, issuer.lifetime.total_seconds() / 30)
+            tasks.append(asyncio.create_task(renew_pod_certificates(provider, every_s=every_s)))
         try:
             yield provider
         finally:

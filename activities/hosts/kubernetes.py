@@ -10,13 +10,14 @@ is deleting and out of routing. Orphans (pods of this control plane that no pool
 and deleted by ``OrphanCollector``; the pod watch lives in kubernetes_watch.py.
 
 The API calls made, and so the RBAC the worker needs (``VERBS``, ``SECRET_VERBS``): pods get,
-list, watch, create, delete, and secrets get, create, delete in the runtimes' namespaces.
+list, watch, create, delete, and secrets get, create, patch, delete in the runtimes' namespaces.
 
 Every host pod mounts a certificate directory (tls.crt, tls.key, ca.crt, assignments.pub) from a
 Secret: the runtime's ``certificateSecret`` when it names one (the operator provisions it, e.g.
 with cert-manager), else ``{pod}-tls``, which the provider issues from the platform CA for each
 new pod, owned by that pod (so the garbage collector removes it with the pod; the provider
-deletes it too, and never one owned by a newer pod). Every library error is wrapped here into a
+deletes it too, and never one owned by a newer pod); ``renew_certificates`` re-issues those due
+(two thirds of their validity passed) in place. Every library error is wrapped here into a
 ``ProviderError``: RBAC refusals are ``Forbidden``, quota ``QuotaExceeded``, admission and schema
 refusals ``AdmissionDenied``, an unreachable or overloaded API ``ApiUnavailable``.
 """
@@ -24,6 +25,7 @@ refusals ``AdmissionDenied``, an unreachable or overloaded API ``ApiUnavailable`
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -37,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
+from cryptography import x509
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -48,7 +51,7 @@ from activities.hosts.base import Fenced, provider_error
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
 from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.pki import HostIssuer
+from kruntimes.pki import TLS_CERT, HostIssuer, renewal_due
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 __all__ = [
@@ -70,7 +73,7 @@ T = TypeVar("T")
 # Every verb the provider and its watch use on pods, and on the certificate Secrets it issues for
 # them: the worker's RBAC (see the README).
 VERBS = frozenset({"get", "list", "watch", "create", "delete"})
-SECRET_VERBS = frozenset({"get", "create", "delete"})
+SECRET_VERBS = frozenset({"get", "create", "patch", "delete"})
 API_TIMEOUT_S = 10.0
 _POLL_FIRST_S, _POLL_MAX_S = 0.05, 1.0
 # A pod that never served, or is replaced, gets a short grace: 0 would remove it from the API at
@@ -265,6 +268,16 @@ class PodApi:
         """True if created; False when one of that name exists already (409)."""
         status, body = await self._call(self.core.create_namespaced_secret, namespace, secret)
         if status == 409:
+            return False
+        if not 200 <= status < 300:
+            raise self._fail(status, body)
+        return True
+
+    async def patch_secret(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        """True if patched; False when absent or changed meanwhile (its uid and resourceVersion
+        in the patch are preconditions)."""
+        status, body = await self._call(self.core.patch_namespaced_secret, name, namespace, patch)
+        if status in (404, 409):
             return False
         if not 200 <= status < 300:
             raise self._fail(status, body)
@@ -471,6 +484,43 @@ class KubernetesProvider:
                 log.info("issued a host certificate", extra={"host": spec.hostId, "secret": name})
                 return
         raise ApiFailure(FailureReason.OperationFailed, f"secret {settings.namespace}/{name} kept changing")
+
+    async def renew_certificates(self, *, now: datetime | None = None) -> int:
+        """Re-issue the certificate Secrets this provider issued whose certificate is due for
+        renewal (two thirds of its validity passed); how many. The kubelet updates the mounted
+        files and the host takes them up; failures are logged and tried again next time."""
+        if self.issuer is None:
+            return 0
+        renewed = 0
+        for ref in await self.list_pods():
+            settings = self.runtimes.get(ref.runtime)
+            if settings is None or settings.certificateSecret is not None or ref.deleting:
+                continue
+            try:
+                renewed += await self._renew_certificate(ref, settings, now=now or datetime.now(UTC))
+            except (ApiFailure, ValueError) as e:
+                log.warning("cannot renew a host certificate", extra={"pod": ref.name, "error": str(e)})
+        return renewed
+
+    async def _renew_certificate(self, ref: PodRef, settings: KubernetesRuntime, *, now: datetime) -> int:
+        assert self.issuer is not None
+        name = self.pod_name(ref.runtime, ref.host_id) + "-tls"
+        secret = await self._api.read_secret(settings.namespace, name)
+        if secret is None or _owner_uids(secret) != {ref.uid} or not _ours(secret, self.control_plane):
+            return 0
+        pem = base64.b64decode((secret.get("data") or {}).get(TLS_CERT, ""), validate=True)
+        if now < renewal_due(x509.load_pem_x509_certificate(pem)):
+            return 0
+        files = await asyncio.to_thread(self.issuer.files, runtime=ref.runtime, host_id=ref.host_id)
+        metadata = secret.get("metadata") or {}
+        patch = {
+            "metadata": {"uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")},
+            "data": {key: base64.b64encode(files[key]).decode() for key in pods.CERT_KEYS},
+        }
+        if not await self._api.patch_secret(settings.namespace, name, patch):
+            return 0
+        log.info("renewed a host certificate", extra={"host": ref.host_id, "secret": name})
+        return 1
 
     async def _delete_certificate(self, runtime: str, host_id: str, *, pod_uid: str) -> None:
         """Delete the certificate Secret issued for pod `pod_uid` (the garbage collector does too;

@@ -61,10 +61,11 @@ REFUSALS = {
     ),
 }
 RUNTIMES = [
-    kubernetes_runtime("kpy"),
+    kubernetes_runtime("kpy", pool={"scaleInDelaySeconds": 1}),  # an idle pod goes at once
     kubernetes_runtime("krecover"),
-    # Unschedulable is reported when the start timeout runs out: keep that one short.
-    kubernetes_runtime("k-unsched", startTimeoutSeconds=1),
+    # Unschedulable is reported when the start timeout runs out: short, yet long enough for the
+    # test kubelet to mark the pod unschedulable on a loaded machine.
+    kubernetes_runtime("k-unsched", startTimeoutSeconds=4),
     *(kubernetes_runtime(name) for name in [*FAULTS, *REFUSALS] if name != "k-unsched"),
 ]
 
@@ -132,6 +133,20 @@ async def test_a_run_scales_out_from_zero_onto_a_pod_and_answers_through_the_gat
     )
     final = await krt.delete("hello")
     assert final.phase is RunPhase.Cancelled
+    # idle past its scale-in delay, beyond minHosts 0: drained and deleted, its Secret with it
+    await eventually(lambda: not platform.pods("kpy"), within=60, what="the idle pod scaled in")
+    namespace = pod["metadata"]["namespace"]
+    await eventually(
+        lambda: (
+            not [
+                s
+                for s in platform.cluster.secrets(namespace)
+                if s["metadata"]["name"].startswith(pod["metadata"]["name"])
+            ]
+        ),
+        within=20,
+        what="its certificate Secret deleted",
+    )
 
 
 async def test_every_failure_to_start_a_pod_fails_the_run_with_its_reason_and_leaves_no_pod(platform, krt):

@@ -44,7 +44,7 @@ ECHO = (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def kubernetes_runtime(name: str, **kubernetes: Any) -> dict[str, Any]:
+def kubernetes_runtime(name: str, *, pool: dict[str, Any] | None = None, **kubernetes: Any) -> dict[str, Any]:
     block = {
         "namespace": NAMESPACE,
         "startTimeoutSeconds": 20,
@@ -59,6 +59,7 @@ def kubernetes_runtime(name: str, **kubernetes: Any) -> dict[str, Any]:
         "maxHosts": 2,
         "provider": "kubernetes",
         "kubernetes": block,
+        **(pool or {}),
     }
 
 

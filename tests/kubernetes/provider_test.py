@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import signal
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from cryptography import x509
 from grpc_health.v1 import health_pb2
 
 from activities.hosts import kubernetes_pods as pods
 from activities.hosts._rpc import identify
-from kruntimes.pki import Identity
+from kruntimes.pki import Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from tests.kubernetes.cluster import eventually
 from tests.kubernetes.conftest import NAMESPACE, spec
@@ -308,3 +311,31 @@ async def test_a_leftover_secret_of_an_older_pod_is_replaced_and_a_foreign_one_r
     assert "not this control plane's" in caught.value.failure.message
     await eventually(lambda: not env.pods(), what="the pod that could not get its certificate is deleted")
     assert env.cluster.secret(NAMESPACE, name)["data"] == {}, "the foreign Secret is left as it was"
+
+
+def _certificate(secret: dict) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+
+
+async def test_a_host_certificate_due_for_renewal_is_reissued_in_its_secret(env) -> None:
+    provider = env.provider()
+    host = await provider.create(spec())
+    [secret] = env.cluster.secrets(NAMESPACE)
+    old = _certificate(secret)
+    assert await provider.renew_certificates() == 0, "not due yet"
+    due = renewal_due(old) + timedelta(seconds=1)
+
+    assert await provider.renew_certificates(now=due) == 1
+
+    [renewed] = env.cluster.secrets(NAMESPACE)
+    new = _certificate(renewed)
+    assert new.serial_number != old.serial_number and new.not_valid_after_utc > old.not_valid_after_utc
+    assert identity_of(new) == Identity.host(runtime="python", host_id="python-0")
+    assert renewed["metadata"]["uid"] == secret["metadata"]["uid"], "renewed in place"
+    assert [o["uid"] for o in renewed["metadata"]["ownerReferences"]] == [host.hostUid]
+    assert await provider.probe(host)
+
+
+async def test_a_runtimes_own_certificate_secret_is_never_renewed_by_the_worker(env) -> None:
+    provider = env.provider(certificateSecret="own-{hostId}")
+    assert await provider.renew_certificates(now=datetime.now(UTC) + timedelta(days=3650)) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,7 @@ async def test_the_provider_calls_exactly_the_verbs_of_the_workers_role(env) -> 
         host = await provider.create(spec("python-0"))
         await provider.create(spec("python-0"))  # adopts: reads it
         assert await provider.probe(host)
+        assert await provider.renew_certificates(now=datetime.now(UTC) + timedelta(days=3650)) == 1
         await provider.verdict(
             runtime="python", host_id="python-0", host_uid=host.hostUid, address=host.address
         )
