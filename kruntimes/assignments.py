@@ -187,10 +187,11 @@ class Verifier:
         for match in list(_PEM_PUBLIC.finditer(data))[: MAX_PUBLIC_KEYS + 1]:
             block = match.group(0)
             try:
-                if match.group(1) == b"CERTIFICATE":
-                    key = x509.load_pem_x509_certificate(block).public_key()
-                else:
-                    key = serialization.load_pem_public_key(block)
+                key: object = (
+                    x509.load_pem_x509_certificate(block).public_key()
+                    if match.group(1) == b"CERTIFICATE"
+                    else serialization.load_pem_public_key(block)
+                )
             except ValueError:
                 raise AssignmentError(f"{path}: not a PEM public key or certificate") from None
             if not isinstance(key, Ed25519PublicKey):
