@@ -105,7 +105,7 @@ def parse_outputs(data: bytes) -> dict[str, Any]:
 
 def _captured(out: pb.CapturedOutput) -> bytes:
     data = out.data
-    if not data and not out.total_bytes:
+    if not data and not out.total_bytes and not out.truncated:
         return _NOTHING_CAPTURED
     kept = data[:MAX_LOG_BYTES]
     total = min(max(out.total_bytes, len(data)), MAX_SAFE_INTEGER)

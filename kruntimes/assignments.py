@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -43,7 +44,12 @@ MAX_ATTEMPT = 2**31 - 1
 MAX_PUBLIC_KEYS = 16
 DEFAULT_CACHE_SIZE = 1 << 17  # verified assignments kept (a route of each registration of each host)
 _HOST_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_PEM_PUBLIC = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.DOTALL)
+# A public key file holds PEM public keys, or certificates whose keys are the public keys (the
+# shape a Kubernetes TLS Secret of an Ed25519 key has, e.g. one made by cert-manager or Helm).
+_PEM_PUBLIC = re.compile(
+    rb"-----BEGIN (PUBLIC KEY|CERTIFICATE)-----.+?-----END \1-----",
+    re.DOTALL,
+)
 
 
 class AssignmentError(Exception):
@@ -171,17 +177,23 @@ class Verifier:
 
     @classmethod
     def load(cls, path: Path, **kwargs: int) -> Verifier:
-        """The public keys (PEM, one or more) in the file at `path`."""
+        """The public keys (PEM, one or more; a certificate stands for its public key) in the file
+        at `path`."""
         try:
             data = path.read_bytes()
         except OSError as e:
             raise AssignmentError(f"cannot read the assignment public key {path}: {e.strerror}") from None
         keys = []
-        for block in _PEM_PUBLIC.findall(data)[: MAX_PUBLIC_KEYS + 1]:
+        for match in list(_PEM_PUBLIC.finditer(data))[: MAX_PUBLIC_KEYS + 1]:
+            block = match.group(0)
             try:
-                key = serialization.load_pem_public_key(block)
+                key: object = (
+                    x509.load_pem_x509_certificate(block).public_key()
+                    if match.group(1) == b"CERTIFICATE"
+                    else serialization.load_pem_public_key(block)
+                )
             except ValueError:
-                raise AssignmentError(f"{path}: not a PEM public key") from None
+                raise AssignmentError(f"{path}: not a PEM public key or certificate") from None
             if not isinstance(key, Ed25519PublicKey):
                 raise AssignmentError(f"{path}: not an Ed25519 public key")
             keys.append(key)

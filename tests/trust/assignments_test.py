@@ -3,6 +3,7 @@ to any field, byte or key gets past a verifier."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import stat
 import uuid
@@ -10,6 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.x509.oid import NameOID
 
 from kruntimes.assignments import Assignment, AssignmentError, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -120,6 +126,41 @@ def test_a_verifier_may_trust_several_keys_while_the_signing_key_changes(tmp_pat
     (tmp_path / "empty.pub").write_bytes(b"")
     with pytest.raises(AssignmentError):
         Verifier.load(tmp_path / "empty.pub")
+
+
+def test_a_certificate_stands_for_its_public_key(tmp_path: Path) -> None:
+    """A Kubernetes TLS Secret of the Ed25519 key (cert-manager's, or the Helm chart's) gives
+    gateways a certificate, not a bare public key: its key verifies, a certificate of another key
+    type is refused."""
+
+    def certificate(key, public) -> bytes:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "assignments")])
+        now = dt.datetime.now(dt.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .sign(key, None if isinstance(key, Ed25519PrivateKey) else hashes.SHA256())
+        )
+        return cert.public_bytes(serialization.Encoding.PEM)
+
+    signer = Signer.ensure(tmp_path / "assignments.key")
+    other = Signer.ensure(tmp_path / "other.key")
+    key = serialization.load_pem_private_key((tmp_path / "assignments.key").read_bytes(), None)
+    (tmp_path / "tls.crt").write_bytes(certificate(key, signer.public_key) + other.public_pem)
+    verifier = Verifier.load(tmp_path / "tls.crt")
+    assert verifier.verify(signer.sign(ASSIGNMENT)) == verifier.verify(other.sign(ASSIGNMENT)) == ASSIGNMENT
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "ec.crt").write_bytes(certificate(ec_key, ec_key.public_key()))
+    with pytest.raises(AssignmentError, match="not an Ed25519 public key"):
+        Verifier.load(tmp_path / "ec.crt")
+    (tmp_path / "bad.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    with pytest.raises(AssignmentError, match="not a PEM public key or certificate"):
+        Verifier.load(tmp_path / "bad.crt")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,167 @@
+{{/* The chart's name, cut to a label's 63 characters. */}}
+{{- define "kruntimes.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's base name: every object is named <fullname>-<component>; kept short enough
+for the longest suffix ("-gateway-headless"). */}}
+{{- define "kruntimes.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kruntimes.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The standard labels of every object; "component" names the part. */}}
+{{- define "kruntimes.labels" -}}
+helm.sh/chart: {{ include "kruntimes.chart" .root }}
+{{ include "kruntimes.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: kruntimes
+{{- end }}
+
+{{- define "kruntimes.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kruntimes.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "kruntimes.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Where host pods live unless a runtime names its own namespace. */}}
+{{- define "kruntimes.hostsNamespace" -}}
+{{- default .Release.Namespace .Values.hosts.namespace }}
+{{- end }}
+
+{{/* The control plane that owns the host pods (krt worker --control-plane-id). */}}
+{{- define "kruntimes.controlPlaneId" -}}
+{{- default (printf "%s/%s" .Release.Namespace (include "kruntimes.fullname" .)) .Values.worker.controlPlaneId }}
+{{- end }}
+
+{{/* The control plane as the label value the provider puts on its host pods: 16 hex of its
+SHA-256 (activities.hosts.kubernetes_pods.control_plane_label). */}}
+{{- define "kruntimes.controlPlaneLabel" -}}
+{{- include "kruntimes.controlPlaneId" . | sha256sum | trunc 16 }}
+{{- end }}
+
+{{/* Every namespace host pods live in: the default one and each runtime's own. */}}
+{{- define "kruntimes.hostNamespaces" -}}
+{{- $default := include "kruntimes.hostsNamespace" . }}
+{{- $namespaces := list $default }}
+{{- range .Values.runtimes }}
+{{- $ns := default $default ((.kubernetes | default dict).namespace) }}
+{{- $namespaces = append $namespaces $ns }}
+{{- end }}
+{{- $namespaces | uniq | sortAlpha | join "," }}
+{{- end }}
+
+{{/* The platform identities' names (spiffe://kruntimes.io/<role>/<name>). */}}
+{{- define "kruntimes.workerIdentity" -}}
+{{- printf "%s-worker" (include "kruntimes.fullname" .) }}
+{{- end }}
+{{- define "kruntimes.gatewayIdentity" -}}
+{{- printf "%s-gateway" (include "kruntimes.fullname" .) }}
+{{- end }}
+
+{{/* Secret names of the platform's own credentials. */}}
+{{- define "kruntimes.caSecret" -}}
+{{- if .Values.pki.certManager.enabled }}{{ include "kruntimes.fullname" . }}-platform-ca{{ else }}{{ required "pki.existingSecrets.ca is required without pki.certManager.enabled" .Values.pki.existingSecrets.ca }}{{ end }}
+{{- end }}
+{{- define "kruntimes.workerPeerSecret" -}}
+{{- if .Values.pki.certManager.enabled }}{{ include "kruntimes.fullname" . }}-worker-peer{{ else }}{{ required "pki.existingSecrets.worker is required without pki.certManager.enabled" .Values.pki.existingSecrets.worker }}{{ end }}
+{{- end }}
+{{- define "kruntimes.gatewayPeerSecret" -}}
+{{- if .Values.pki.certManager.enabled }}{{ include "kruntimes.fullname" . }}-gateway-peer{{ else }}{{ required "pki.existingSecrets.gateway is required without pki.certManager.enabled" .Values.pki.existingSecrets.gateway }}{{ end }}
+{{- end }}
+{{- define "kruntimes.assignmentSecret" -}}
+{{- default (printf "%s-assignment-key" (include "kruntimes.fullname" .)) .Values.pki.assignmentKey.existingSecret }}
+{{- end }}
+{{- define "kruntimes.codecSecret" -}}
+{{- default (printf "%s-codec-keys" (include "kruntimes.fullname" .)) .Values.codec.existingSecret }}
+{{- end }}
+{{- define "kruntimes.gatewayTlsSecret" -}}
+{{- if and .Values.gateway.tls.certManager.enabled .Values.gateway.tls.secretName }}{{ fail "gateway.tls: set secretName or certManager.enabled, not both" }}{{ end }}
+{{- if .Values.gateway.tls.certManager.enabled }}{{ include "kruntimes.fullname" . }}-gateway-tls{{ else }}{{ required "gateway.tls.secretName or gateway.tls.certManager.enabled is required" .Values.gateway.tls.secretName }}{{ end }}
+{{- end }}
+
+{{/* The gateway's in-cluster DNS names (its Service). */}}
+{{- define "kruntimes.gatewayHost" -}}
+{{- printf "%s-gateway.%s.svc" (include "kruntimes.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* How many gateway pods may exist: hosts send heartbeats to each of them by name. */}}
+{{- define "kruntimes.gatewayMaxReplicas" -}}
+{{- if .Values.gateway.autoscaling.enabled }}{{ .Values.gateway.autoscaling.maxReplicas }}{{ else }}{{ .Values.gateway.replicas }}{{ end }}
+{{- end }}
+
+{{/* The Temporal connection flags (kruntimes.temporal.add_arguments) and their mounts. */}}
+{{- define "kruntimes.temporalArgs" -}}
+- --temporal-address
+- {{ required "temporal.address is required (host:port of the Temporal frontend)" .Values.temporal.address | quote }}
+- --namespace
+- {{ .Values.temporal.namespace | quote }}
+{{- if .Values.temporal.tls.enabled }}
+- --temporal-tls
+{{- if .Values.temporal.tls.secretName }}
+{{- if .Values.temporal.tls.caKey }}
+- --temporal-tls-ca
+- /etc/kruntimes/temporal-tls/{{ .Values.temporal.tls.caKey }}
+{{- end }}
+{{- if .Values.temporal.tls.mutual }}
+- --temporal-tls-cert
+- /etc/kruntimes/temporal-tls/tls.crt
+- --temporal-tls-key
+- /etc/kruntimes/temporal-tls/tls.key
+{{- end }}
+{{- end }}
+{{- if .Values.temporal.tls.serverName }}
+- --temporal-tls-server-name
+- {{ .Values.temporal.tls.serverName | quote }}
+{{- end }}
+{{- end }}
+{{- if .Values.temporal.apiKey.secretName }}
+- --temporal-api-key-file
+- /etc/kruntimes/temporal-api-key/{{ .Values.temporal.apiKey.key }}
+{{- end }}
+- --codec-keys
+- /etc/kruntimes/codec-keys
+{{- end }}
+
+{{- define "kruntimes.temporalMounts" -}}
+{{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
+- {name: temporal-tls, mountPath: /etc/kruntimes/temporal-tls, readOnly: true}
+{{- end }}
+{{- if .Values.temporal.apiKey.secretName }}
+- {name: temporal-api-key, mountPath: /etc/kruntimes/temporal-api-key, readOnly: true}
+{{- end }}
+- {name: codec-keys, mountPath: /etc/kruntimes/codec-keys, readOnly: true}
+{{- end }}
+
+{{- define "kruntimes.temporalVolumes" -}}
+{{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
+- name: temporal-tls
+  secret: {secretName: {{ .Values.temporal.tls.secretName | quote }}, defaultMode: 0440}
+{{- end }}
+{{- if .Values.temporal.apiKey.secretName }}
+- name: temporal-api-key
+  secret:
+    secretName: {{ .Values.temporal.apiKey.secretName | quote }}
+    defaultMode: 0440
+    items: [{key: {{ .Values.temporal.apiKey.key | quote }}, path: {{ .Values.temporal.apiKey.key | quote }}}]
+{{- end }}
+- name: codec-keys
+  secret: {secretName: {{ include "kruntimes.codecSecret" . | quote }}, defaultMode: 0440}
+{{- end }}

