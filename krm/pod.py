@@ -203,6 +203,10 @@ class PodEvaluator:
             for pool in self._pools.values()
         }
 
+    def waiters(self) -> dict[str, list[int]]:
+        """Each image's Runs' waitlist lengths."""
+        return {pool.target.image: [len(r.waiters) for r in pool.runs] for pool in self._pools.values()}
+
     # --- the pool --------------------------------------------------------------------------------
 
     def _pool(self, target: PodTarget) -> Pool:
@@ -304,11 +308,13 @@ class PodEvaluator:
         try:
             manifest = self._manifest(run)
             self._names.add(run.name)
-            await self.client.create(manifest)
-            ready = await self.client.wait(run.name, self.namespace, timeout=self.start_timeout)
+            async with asyncio.timeout(self.start_timeout):  # create → Ready, bounded as a whole
+                await self.client.create(manifest)
+                ready = await self.client.wait(run.name, self.namespace, timeout=None)
         except Exception as e:  # every waiter hears of it, whatever it was
             self.stats.creation_failures += 1
-            failure = errors.SystemError_(f"{run.pool.target.image}: creating Run {run.name} failed: {e}")
+            why = f"not Ready within {self.start_timeout:g} s" if isinstance(e, TimeoutError) else str(e)
+            failure = errors.SystemError_(f"{run.pool.target.image}: creating Run {run.name} failed: {why}")
             log.warning("%s", failure)
             waiters = list(run.waiters)
             run.waiters.clear()

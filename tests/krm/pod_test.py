@@ -113,13 +113,22 @@ async def test_past_the_waitlist_another_run_then_resource_exhausted(platform: P
     started, release = shared, shared / "release"
     body = GATED.format(started=str(started), release=str(release))
     async with evaluator(platform, pod_config("gated", body, maxParallel=2, maxWaitlist=2)) as pods:
-        first_four = [asyncio.create_task(pods.evaluate(request(image("gated")))) for _ in range(4)]
-        await eventually(lambda: pods.stats.created == 2, what="a second Run for the full waitlist")
+
+        def evaluate() -> asyncio.Task:
+            return asyncio.create_task(pods.evaluate(request(image("gated"))))
+
+        tasks = [evaluate() for _ in range(4)]  # two on the first Run's waitlist: a second Run
+        await eventually(lambda: len(list(started.iterdir())) == 2, timeout=60, what="both Runs busy")
+        assert pods.stats.created == 2
+        tasks += [evaluate() for _ in range(2)]  # each Run: one running, two waiting
+        await eventually(
+            lambda: pods.waiters() == {"example.com/pod/gated:1.x": [2, 2]},
+            what="two waiters on each Run",
+        )
         with pytest.raises(errors.ResourceExhausted):
             await pods.evaluate(request(image("gated")))
-        await eventually(lambda: any(started.iterdir()), timeout=60, what="an evaluation to start")
         release.touch()
-        answers = await asyncio.gather(*first_four)
+        answers = await asyncio.gather(*tasks)
         served_by = {answer.log.decode() for answer in answers}
         runs = {f"run={name}" for name, _, _ in pods.snapshot()["example.com/pod/gated:1.x"]}
         assert served_by == runs and len(runs) == 2 and pods.stats.created == 2
