@@ -1,6 +1,7 @@
-"""Benchmark: the exec evaluator next to spawning the same binary directly, in one run.
+"""Benchmark: the exec evaluator next to spawning the same binary directly, and the pod evaluator
+next to the same function invoked on its Run through the gateway, in one run.
 
-    .venv/bin/python bench/krm.py [--calls 300] [--rounds 5]
+    .venv/bin/python bench/krm.py [--calls 300] [--rounds 5] [--only exec|pods]
 
 A trivial function (echo: the ResourceList from stdin to stdout) is evaluated through
 `ExecEvaluator.evaluate` (FunctionConfig lookup, process group, limits, bounded reads, output
@@ -9,7 +10,18 @@ with the same stdin, output read whole). Two programs: a Python script and a `/b
 (`exec cat`, a much cheaper start, so our own overhead shows more). The two paths alternate call
 by call in several rounds, so background load hits both alike.
 
-Target: evaluation p50 <= 1.3x the direct spawn p50. Prints a table and a final JSON line.
+Target: evaluation p50 <= 1.3x the direct spawn p50.
+
+The pod evaluator runs on the embedded platform of the tests (Temporal dev server, worker,
+gateway over HTTPS, runtime hosts of a `krm` runtime), the same echo function on both sides:
+- warm: `PodEvaluator.evaluate` on a Ready Run next to `Client.invoke` of the same payload on
+  another Ready Run of the same function, alternating call by call; target p50 <= 1.5x;
+- cold: an image with no Run (a FunctionConfig of its own each time) next to create → Ready →
+  one invoke through the SDK, alternating; target p50 <= 1.2x;
+- 20 concurrent cold requests for one image: one creation, total time next to one cold
+  request; target <= 1.5x. One Run takes one evaluation at a time, so the twenty include 19
+  evaluations after the first; `twenty_less_19_warm_ms` shows what is left of them.
+Prints a table per part and a final JSON line each.
 """
 
 from __future__ import annotations
@@ -113,12 +125,174 @@ async def measure(name: str, path: Path, data: bytes, *, calls: int, rounds: int
     }
 
 
+ECHO_FN = "import sys\nsys.stdout.write(sys.stdin.read())\n"
+POD_TARGETS = {"warm": 1.5, "cold": 1.2, "concurrent": 1.5}
+
+
+def _pod_config(name: str, **executor: object) -> fc.FunctionConfig:
+    return fc.parse(
+        {
+            "apiVersion": fc.API_VERSION,
+            "kind": fc.KIND,
+            "metadata": {"name": name},
+            "spec": {
+                "prefixes": [f"bench/{name}"],
+                "podExecutor": {
+                    "tags": ["*"],
+                    "source": {
+                        "inline": [{"name": "main.py", "content": ECHO_FN}],
+                        "entrypoint": [sys.executable, "main.py"],
+                    },
+                    **executor,
+                },
+            },
+        },
+        source="bench",
+    )
+
+
+async def pods_bench(data: bytes, *, calls: int, cold: int) -> dict[str, dict[str, float]]:
+    import contextlib
+    import uuid
+
+    import pytest
+
+    from activities.hosts._rpc import use_peer_tls
+    from krm.pod import PodEvaluator
+    from kruntimes.api.run import Run
+    from kruntimes.client import Client
+    from kruntimes.wire import krm as contract
+    from tests.krm.pods import RUNTIME, RUNTIMES
+    from tests.pki import TestPKI
+    from tests.sdk.stack import start
+
+    del pytest
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="krm-pod-bench-") as tmp:
+        pki = TestPKI.create(Path(tmp) / "pki")
+        use_peer_tls(pki.control_plane)
+        async with (
+            start(Path(tmp) / "platform", pki, runtimes=RUNTIMES) as platform,
+            Client(platform.config) as client,
+        ):
+            store = Store()
+            pods = PodEvaluator(store, client=client, runtime=RUNTIME)
+            payload_bytes = contract.encode_request(data)
+
+            def direct_run(name: str) -> Run:
+                return Run.new(
+                    name,
+                    runtime=RUNTIME,
+                    handler=f"{sys.executable} main.py",
+                    inline={"main.py": ECHO_FN},
+                )
+
+            async def direct_cold() -> float:
+                name = f"bench-direct-{uuid.uuid4().hex[:8]}"
+                start_at = time.perf_counter()
+                await client.create(direct_run(name))
+                ready = await client.wait(name, timeout=60)
+                answer = await client.invoke(ready, payload_bytes)
+                elapsed = time.perf_counter() - start_at
+                assert answer.ok
+                await client.delete(name)
+                return elapsed
+
+            async def pod_cold(count: int) -> float:
+                name = f"cold-{uuid.uuid4().hex[:8]}"
+                store.put("bench", _pod_config(name, maxWaitlist=max(count, 1)))
+                request = lambda: Request.new(image=f"bench/{name}:v1.0.0", resource_list=data)  # noqa: E731
+                created = pods.stats.created
+                start_at = time.perf_counter()
+                answers = await asyncio.gather(*(pods.evaluate(request()) for _ in range(count)))
+                elapsed = time.perf_counter() - start_at
+                assert all(a.resource_list == data for a in answers)
+                assert pods.stats.created == created + 1, "one creation"
+                return elapsed
+
+            try:
+                # warm: one Ready Run on each side
+                store.put("bench", _pod_config("warm"))
+                await pods.evaluate(Request.new(image="bench/warm:v1.0.0", resource_list=data))
+                await client.create(direct_run("bench-direct-warm"))
+                warm_run = await client.wait("bench-direct-warm", timeout=60)
+                evaluated: list[float] = []
+                invoked: list[float] = []
+                for i in range(calls):
+                    for which in ("eval", "invoke") if i % 2 == 0 else ("invoke", "eval"):
+                        start_at = time.perf_counter()
+                        if which == "eval":
+                            warm = Request.new(image="bench/warm:v1.0.0", resource_list=data)
+                            out = (await pods.evaluate(warm)).resource_list
+                            evaluated.append(time.perf_counter() - start_at)
+                        else:
+                            answer = await client.invoke(warm_run, payload_bytes)
+                            invoked.append(time.perf_counter() - start_at)
+                            out = contract.decode_outputs(answer.outputs)[1] or b""
+                        assert out == data
+                results["warm"] = {
+                    "eval_p50_ms": statistics.median(evaluated) * 1e3,
+                    "invoke_p50_ms": statistics.median(invoked) * 1e3,
+                    "ratio_p50": statistics.median(evaluated) / statistics.median(invoked),
+                }
+                await client.delete("bench-direct-warm")
+                cold_pod: list[float] = []
+                cold_direct: list[float] = []
+                for i in range(cold):
+                    if i % 2 == 0:
+                        cold_pod.append(await pod_cold(1))
+                        cold_direct.append(await direct_cold())
+                    else:
+                        cold_direct.append(await direct_cold())
+                        cold_pod.append(await pod_cold(1))
+                results["cold"] = {
+                    "eval_p50_ms": statistics.median(cold_pod) * 1e3,
+                    "create_ready_invoke_p50_ms": statistics.median(cold_direct) * 1e3,
+                    "ratio_p50": statistics.median(cold_pod) / statistics.median(cold_direct),
+                }
+                single: list[float] = []
+                twenty: list[float] = []
+                for _ in range(max(cold // 2, 1)):
+                    single.append(await pod_cold(1))
+                    twenty.append(await pod_cold(20))
+                results["concurrent"] = {
+                    "one_cold_p50_ms": statistics.median(single) * 1e3,
+                    "twenty_cold_p50_ms": statistics.median(twenty) * 1e3,
+                    # one Run serves them one at a time: what is left once 19 warm evaluations
+                    # are taken off is the shared creation and the first evaluation
+                    "twenty_less_19_warm_ms": (statistics.median(twenty) - 19 * statistics.median(evaluated))
+                    * 1e3,
+                    "ratio_p50": statistics.median(twenty) / statistics.median(single),
+                }
+            finally:
+                with contextlib.suppress(Exception):
+                    await pods.close()
+    return results
+
+
+def report_pods(results: dict[str, dict[str, float]], *, calls: int, cold: int) -> None:
+    print(f"pod evaluator: warm {calls} calls per path, cold {cold} per path")
+    for part, r in results.items():
+        met = "met" if r["ratio_p50"] <= POD_TARGETS[part] else "MISSED"
+        numbers = "  ".join(f"{k} {v:.1f}" for k, v in r.items() if k != "ratio_p50")
+        print(f"{part:10} {numbers}  ratio {r['ratio_p50']:.2f}×  target ≤ {POD_TARGETS[part]}×: {met}")
+    print(json.dumps({"bench": "krm-pod", "targets": POD_TARGETS, "results": results}))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per path and program")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pod-calls", type=int, default=200, help="warm pod calls per path")
+    parser.add_argument("--cold", type=int, default=8, help="cold samples per path")
+    parser.add_argument("--only", choices=("exec", "pods"))
     args = parser.parse_args()
     data = payload()
+    if args.only != "exec":
+        pod_results = await pods_bench(data, calls=args.pod_calls, cold=args.cold)
+        report_pods(pod_results, calls=args.pod_calls, cold=args.cold)
+    if args.only == "pods":
+        return
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="krm-bench-") as tmp:
         for name, body in PROGRAMS.items():

@@ -2,15 +2,16 @@
 
     krt fn eval [DIR|-] (--image IMG[:TAG] | --exec "CMD ARGS") [--tag T]
                 [--fn-config FILE | -- key=value ...] [-o stdout|unwrap|DIR] [--results-dir DIR]
-                [--timeout S] [--functions DIR] [--fn-configs DIR] [--runner ADDRESS]
+                [--timeout S] [--functions DIR] [--fn-configs DIR] [--runner ADDRESS | --pods]
 
-DIR (default `.`) is read as a package (`krm.package`) and, unless `-o` says otherwise, written
-back in place when the function succeeds; `-` reads a ResourceList (or plain resources) from
-stdin and prints to stdout. `--image` evaluates in this process with the multi evaluator (exec,
-then pod) over the FunctionConfigs of `--fn-configs`, or on a running `krt fn-runner` with
-`--runner`; `--exec` runs the command itself. Exit codes: 0 ok, 1 the function failed or its
-evaluation did, 2 usage error, 3 no evaluator has the function, 4 infrastructure (the binary
-cannot start, the runner is unreachable).
+DIR (default `.`) is read as a package (`krm.package`) and, unless `-o` says otherwise, written back
+in place when the function succeeds; `-` reads a ResourceList (or plain resources) from stdin and
+prints to stdout. `--image` evaluates in this process with the multi evaluator (exec, then pod) over
+the FunctionConfigs of `--fn-configs`, or on a running `krt fn-runner` with `--runner`; `--exec`
+runs the command itself. `--pods` lets the pod evaluator run an image the exec evaluator has no
+binary for on the platform of client.json (its Runs are deleted at exit). Exit codes: 0 ok, 1 the
+function failed or its evaluation did, 2 usage error, 3 no evaluator has the function, 4
+infrastructure (the binary cannot start, the runner is unreachable).
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--functions", type=Path, metavar="DIR", help="where relative binary paths are found")
     p.add_argument("--fn-configs", type=Path, metavar="DIR", help="a directory of FunctionConfig YAML files")
     p.add_argument("--runner", metavar="ADDRESS", help="evaluate on a running `krt fn-runner` (host:port)")
+    p.add_argument(
+        "--pods",
+        action="store_true",
+        help="let the pod evaluator run the function on the platform of client.json (`krt up`)",
+    )
+    p.add_argument("--namespace", default="default", help="the namespace of the pod evaluator's Runs")
     p.epilog = "Arguments after -- are key=value pairs of a ConfigMap functionConfig."
     return p
 
@@ -85,6 +92,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str] | None]:
     args = parser().parse_args(argv)
     if pairs is not None and args.fn_config is not None:
         raise UsageError("give --fn-config or key=value pairs after --, not both")
+    if args.pods and args.runner is not None:
+        raise UsageError("--pods evaluates here; the runner has its own platform")
     if args.exec_command is not None and args.runner is not None:
         raise UsageError("--exec runs the command here; it cannot go to --runner")
     if args.exec_command is not None and not shlex.split(args.exec_command):
@@ -180,8 +189,19 @@ async def _evaluate(args: argparse.Namespace, request: Request) -> Evaluation:
         DirectoryFeed(store, args.fn_configs).scan()
         for where, problem in store.errors().items():
             print(f"krt: warning: {where}: {problem}", file=sys.stderr)
-    evaluator: Evaluator = MultiEvaluator([executor, PodEvaluator()])
-    return await evaluator.evaluate(request)
+    client = None
+    if args.pods:
+        from kruntimes.client import Client
+
+        client = Client.from_config()
+    pods = PodEvaluator(store, client=client, namespace=args.namespace)
+    evaluator: Evaluator = MultiEvaluator([executor, pods])
+    try:
+        return await evaluator.evaluate(request)
+    finally:
+        await pods.close()  # its Runs end with this command
+        if client is not None:
+            await client.close()
 
 
 def _report(

@@ -8,9 +8,9 @@
       binaryExecutor:
         path: set-labels            # absolute, or relative to the runner's --functions directory
         tags: [">=0.2.0 <0.3.0", v0.1.5]   # semver constraints (a version is one too)
-      podExecutor:                  # read and validated now; evaluated by the pod evaluator (phase 2)
+      podExecutor:                  # the pod evaluator: function-mode Runs of the krm runtime
         tags: [v0.2.1]
-        ttl: 30m                    # seconds, or a duration such as 90s, 30m, 1h30m
+        ttl: 30m                    # the Runs' idle timeout: seconds, or 90s, 30m, 1h30m
         maxParallel: 2
         maxWaitlist: 4
         templateOverrides: {...}    # merged into the pod template
@@ -79,10 +79,12 @@ class BinaryExecutor(_Spec):
 class InlineFile(_Spec):
     name: str = Field(min_length=1, max_length=255)
     content: str
+    executable: bool = False
 
 
 class PodSource(_Spec):
-    """Embedded mode: the function's program, registered as a Run's source (phase 2)."""
+    """Embedded mode: the function's program, registered as the source of its Runs; `entrypoint`
+    is its argv (the program absolute, or a file of the source)."""
 
     path: str | None = None
     inline: list[InlineFile] | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from krm import errors, tags
-from krm.config import FunctionConfig
+from krm.config import FunctionConfig, PodExecutor
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,33 @@ class Binary:
     path: Path
     config: str
     tag: str
+
+
+def _entry(entries: list[str], matched: str) -> str:
+    """The podExecutor tag entry that `matched` (a version the rules took, or an entry) falls
+    under: one pool of Runs serves every version of one entry."""
+    version = tags.parse_version(matched)
+    for entry in entries:
+        if entry.strip() == matched.strip():
+            return entry.strip()
+        if version is not None and tags.parse_constraint(entry).allows(version):
+            return entry.strip()
+    return matched
+
+
+@dataclass(frozen=True, slots=True)
+class PodTarget:
+    """What serves an image on pods: the FunctionConfig's podExecutor for this image name, and the
+    podExecutor tag entry the request's tag falls under ("" for a podExecutor without tags)."""
+
+    config: str
+    name: str
+    tag: str
+    executor: PodExecutor
+
+    @property
+    def image(self) -> str:
+        return f"{self.name}:{self.tag}" if self.tag else self.name
 
 
 class Store:
@@ -99,6 +126,37 @@ class Store:
         config, matched = tags.select(candidates, tag=tag, image=image)
         assert config.spec.binaryExecutor is not None
         return Binary(self._path(config, config.spec.binaryExecutor.path), config.key, matched)
+
+    def pod(self, image: str, tag: str) -> PodTarget:
+        """The podExecutor for `image` at `tag`, by the same tag rules as `binary` (a podExecutor
+        without tags serves every tag); NotFound when none has a source to run."""
+        name = tags.split_image(image)[0]
+        candidates = []
+        any_tag: FunctionConfig | None = None
+        for config in self.configs():
+            executor = config.spec.podExecutor
+            if executor is None or name not in config.spec.prefixes:
+                continue
+            if executor.source is None:
+                continue  # pods of the function's own image: the cluster mode, not built here
+            if not executor.tags:
+                any_tag = any_tag or config
+                continue
+            constraints = tuple(tags.parse_constraint(t) for t in executor.tags)
+            candidates.append(tags.Candidate(constraints, config))
+        if not candidates and any_tag is None:
+            raise errors.NotFound(f"{image}: no FunctionConfig with a podExecutor source names {name}")
+        try:
+            if not candidates:
+                raise errors.NotFound(f"{image}: no podExecutor tag")
+            config, matched = tags.select(candidates, tag=tag, image=image)
+        except errors.NotFound:
+            if any_tag is None:
+                raise
+            config, matched = any_tag, ""
+        executor = config.spec.podExecutor
+        assert executor is not None
+        return PodTarget(config.key, name, _entry(executor.tags, matched), executor)
 
     def _path(self, config: FunctionConfig, raw: str) -> Path:
         path = Path(raw)

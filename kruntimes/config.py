@@ -269,7 +269,7 @@ class RuntimeConfig(ApiModel):
     """One runtime: its language adapter and the pool of hosts that serve it."""
 
     name: Annotated[str, _label("name")]
-    adapter: Literal["python", "bash"]
+    adapter: Literal["python", "bash", "krm"]
     runs: StrictInt = Field(default=DEFAULT_RUNS, ge=1, le=MAX_RUNS_PER_HOST)
     minHosts: StrictInt = Field(default=0, ge=0, le=MAX_HOSTS_LIMIT)
     maxHosts: StrictInt = Field(default=DEFAULT_MAX_HOSTS, ge=1, le=MAX_HOSTS_LIMIT)

@@ -15,6 +15,7 @@ Layers (each module imports only those above it):
   warm           a python registration's warm process and one exchange with it, on the event loop
   once           a one-shot execution: start a process, give it its input, wait for its end
   results        outputs of a finished execution, checked against the bounds
+  krm_adapter    a KRM function's invocation: its entrypoint once, ResourceList on stdin
   registry       registrations keyed by Run UID: generations, fencing, idle clock
   tasks          task-mode executions, idempotent per (run uid, attempt)
   service        the gRPC servicer

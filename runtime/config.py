@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kruntimes.api.names import validate_env_name, validate_handler
+from kruntimes.api.names import krm_entrypoint, validate_env_name, validate_handler
 from runtime import workspace
 from runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
 from runtime.limits import ProcessLimits
@@ -128,6 +128,15 @@ def spawn_spec(
             argv=(_bash(), str(script)),
             sandbox=sandbox,
         )
+    if config.adapter == "krm":
+        return SpawnSpec(
+            kind="exec",
+            cwd=str(workdir),
+            env=env,
+            limits=limits,
+            argv=krm_argv(config.handler, workdir),
+            sandbox=sandbox,
+        )
     context = {
         "run_uid": run.run_uid,
         "namespace": run.namespace,
@@ -144,6 +153,18 @@ def spawn_spec(
         context=context,
         sandbox=sandbox,
     )
+
+
+def krm_argv(handler: str, workdir: Path) -> tuple[str, ...]:
+    """A krm entrypoint's argv, its program resolved: absolute, or a file of the workspace."""
+    try:
+        words = krm_entrypoint(handler)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    program = Path(words[0]) if words[0].startswith("/") else workdir / words[0]
+    if not program.is_file():
+        raise InvalidRequest(f"krm entrypoint {words[0]!r:.200} is not a file")
+    return (str(program), *words[1:])
 
 
 def _bash() -> str:

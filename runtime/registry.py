@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
-from runtime import workspace
+from runtime import krm_adapter, workspace
 from runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
 from runtime.errors import (
     ConcurrencyLimit,
@@ -108,6 +108,7 @@ class Registration:
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
     env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
     assignment: bytes = b""  # the serialized SignedAssignment it was registered with
+    once_pid: int | None = None  # the one-shot process of the invocation in flight (bash, krm)
 
     @property
     def sandbox(self) -> SandboxSpec | None:
@@ -236,6 +237,9 @@ class Registry:
         if not reg.busy.acquire(timeout=grace_s):
             if reg.process is not None:
                 reg.process.kill()
+            once = reg.once_pid
+            if once is not None:
+                self.spawner.kill(once)
             reg.busy.acquire()
         try:
             self._close_registration(reg)
@@ -421,10 +425,25 @@ class Registry:
 
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
         spec = self._spec(reg, once=True)
+
+        def started(pid: int) -> None:
+            reg.once_pid = pid  # an unregistration past its grace kills it
+
         try:
-            outcome = run_once(self.spawner, spec, payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES)
+            if reg.config.adapter == krm_adapter.ADAPTER:
+                return krm_adapter.invoke(self.spawner, spec, payload, timeout_s, on_start=started)
+            outcome = run_once(
+                self.spawner,
+                spec,
+                payload,
+                timeout_s,
+                stdout_limit=MAX_OUTPUTS_TOTAL_BYTES,
+                on_start=started,
+            )
         except SpawnError as exc:
             raise HostUnavailable(str(exc)) from exc
+        finally:
+            reg.once_pid = None
         if outcome.status is Status.SUCCEEDED:
             parse_script_outputs(outcome)
         return outcome

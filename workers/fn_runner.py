@@ -2,11 +2,13 @@
 
     krt fn-runner [--listen 127.0.0.1:9445] [--functions DIR] [--fn-configs DIR]
                   [--kubeconfig FILE | --in-cluster | --kubernetes-api URL] [--namespace NS]
+                  [--pods [--pod-runtime krm] [--pod-namespace NS]]
 
-FunctionConfigs come from the `--fn-configs` directory (re-read when it changes) and/or a
-Kubernetes watch; evaluation is the multi evaluator (exec, then pod). With --ready-file, the
-serving address is written there as JSON {"pid", "address"} once it serves. Wiring only: the
-logic is in krm/.
+FunctionConfigs come from the `--fn-configs` directory (re-read when it changes) and/or a Kubernetes
+watch; evaluation is the multi evaluator (exec, then pod; with --pods the pod evaluator runs
+podExecutor images on the platform of client.json and warms a Run per FunctionConfig at start). With
+--ready-file, the serving address is written there as JSON {"pid", "address"} once it serves. Wiring
+only: the logic is in krm/.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     cluster.add_argument("--kubernetes-api", metavar="URL", help="watch this API server as it is (no auth)")
     parser.add_argument("--namespace", help="watch one namespace (default: all)")
     parser.add_argument("--max-parallel", type=int, default=8, help="functions running at once")
+    parser.add_argument(
+        "--pods",
+        action="store_true",
+        help="serve podExecutor images on Runs of the platform of client.json (KRT_STATE_DIR)",
+    )
+    parser.add_argument("--pod-runtime", default="krm", help="the runtime (adapter krm) of those Runs")
+    parser.add_argument("--pod-namespace", default="default", help="the namespace of those Runs")
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
@@ -68,7 +77,14 @@ async def serve(args: argparse.Namespace) -> None:
         feeds.append(
             asyncio.create_task(kubernetes.KubernetesFeed(store, api_client, namespace=args.namespace).run())
         )
-    evaluator = MultiEvaluator([ExecEvaluator(store, max_parallel=args.max_parallel), PodEvaluator()])
+    platform = None
+    if args.pods:
+        from kruntimes.client import Client
+
+        platform = Client.from_config()
+    pods = PodEvaluator(store, client=platform, runtime=args.pod_runtime, namespace=args.pod_namespace)
+    warming = asyncio.create_task(_warm(pods))
+    evaluator = MultiEvaluator([ExecEvaluator(store, max_parallel=args.max_parallel), pods])
     server = EvaluatorServer(evaluator, listen=args.listen)
     await server.start()
     host = args.listen.rsplit(":", 1)[0]
@@ -86,6 +102,10 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await server.stop()
+        warming.cancel()
+        await pods.close()
+        if platform is not None:
+            await platform.close()
         for task in feeds:
             task.cancel()
         for task in feeds:
@@ -93,6 +113,12 @@ async def serve(args: argparse.Namespace) -> None:
                 await task
         if api_client is not None:
             await api_client.close()
+
+
+async def _warm(pods: PodEvaluator) -> None:
+    """A Run for each FunctionConfig with a podExecutor, while the runner already serves."""
+    for image, problem in (await pods.warm()).items():
+        log.warning("warming %s failed: %s", image, problem)
 
 
 def main(argv: list[str]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import shlex
 import uuid
 
 from kruntimes.api._text import has_control_chars, utf8_len
@@ -11,7 +12,7 @@ from kruntimes.api.limits import MAX_FILE_NAME_BYTES, MAX_HANDLER_BYTES, MAX_INV
 
 DNS1123_LABEL_MAX = 63
 RESERVED_ENV_PREFIX = "KRT_"
-HANDLER_ADAPTERS = frozenset({"python", "bash"})
+HANDLER_ADAPTERS = frozenset({"python", "bash", "krm"})
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -96,8 +97,26 @@ def _validate_python_handler(handler: str) -> None:
         raise ValueError(f"python handler {handler!r:.80}: function {function!r} is not a Python identifier")
 
 
+def krm_entrypoint(handler: str) -> list[str]:
+    """The argv of a krm handler: a command line (shell words, no shell) whose program is an
+    absolute path or a file of the source directory; ValueError otherwise."""
+    try:
+        words = shlex.split(handler)
+    except ValueError as e:
+        raise ValueError(f"krm handler {handler!r:.80} is not a command line: {e}") from e
+    if not words:
+        raise ValueError("krm handler must name a program")
+    if not words[0].startswith("/"):
+        try:
+            validate_relative_file_name(words[0])
+        except ValueError as e:
+            raise ValueError(f"krm handler's program: {e}") from e
+    return words
+
+
 def validate_handler(adapter: str, handler: str) -> str:
-    """python: ``module.path:function``; bash: a script path relative to the source directory."""
+    """python: ``module.path:function``; bash: a script path relative to the source directory;
+    krm: a command line whose program is absolute or a file of the source directory."""
     if adapter not in HANDLER_ADAPTERS:
         raise ValueError(
             f"unknown handler adapter {adapter!r:.80}; known: {', '.join(sorted(HANDLER_ADAPTERS))}"
@@ -106,6 +125,8 @@ def validate_handler(adapter: str, handler: str) -> str:
         raise ValueError(f"handler exceeds {MAX_HANDLER_BYTES} bytes")
     if adapter == "python":
         _validate_python_handler(handler)
+    elif adapter == "krm":
+        krm_entrypoint(handler)
     else:
         try:
             validate_relative_file_name(handler)

@@ -171,7 +171,7 @@ def test_a_successful_run_writes_exit_code_zero(functions, configs, package, tmp
 def test_an_image_no_evaluator_has_exits_not_found(functions, configs, package) -> None:
     code, _, err = run(str(package), "--image", "example.com/fn/unknown:v1.0.0", *common(functions, configs))
     assert code == cli.NOT_FOUND
-    assert "pod evaluator is not available yet" in err
+    assert "the pod evaluator has no platform" in err
 
 
 def test_a_timeout_ends_the_function(functions, configs, package) -> None:

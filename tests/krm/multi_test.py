@@ -69,12 +69,13 @@ async def test_a_deadline_in_exec_does_not_fall_back(functions: Path) -> None:
 
 
 async def test_not_found_from_every_evaluator_is_the_final_answer(functions: Path) -> None:
-    chain = MultiEvaluator([ExecEvaluator(store_with(functions)), PodEvaluator()])
+    store = store_with(functions)
+    chain = MultiEvaluator([ExecEvaluator(store), PodEvaluator(store, client=None)])
     with pytest.raises(errors.NotFound) as caught:
         await chain.evaluate(request("example.com/fn/set-labels:v1.0.0"))
     assert "exec: " in str(caught.value) and "pod: " in str(caught.value)
 
 
-async def test_the_pod_evaluator_says_not_found_until_it_exists() -> None:
-    with pytest.raises(errors.NotFound, match="not available yet"):
-        await PodEvaluator().evaluate(request())
+async def test_the_pod_evaluator_without_a_platform_says_not_found(functions: Path) -> None:
+    with pytest.raises(errors.NotFound, match="no platform"):
+        await PodEvaluator(store_with(functions), client=None).evaluate(request())

@@ -30,7 +30,9 @@ BINARIES = ("set-labels", "validator", "garbage", "missing", "sleeper", "stubbor
 @pytest.fixture
 async def address(functions: Path) -> AsyncIterator[str]:
     executor = ExecEvaluator(store_with(functions, *BINARIES), max_parallel=1, max_waiting=0)
-    server = EvaluatorServer(MultiEvaluator([executor, PodEvaluator()]), listen="127.0.0.1:0")
+    server = EvaluatorServer(
+        MultiEvaluator([executor, PodEvaluator(executor.store, client=None)]), listen="127.0.0.1:0"
+    )
     await server.start()
     yield f"127.0.0.1:{server.port}"
     await server.stop(0.5)

@@ -153,7 +153,7 @@ def test_a_tenant_config_yields_its_policy_without_its_name():
         ({"minHosts": -1}, "runtimes.0.minHosts: Input should be greater than or equal to 0"),
         ({"maxHosts": 0}, "runtimes.0.maxHosts: Input should be greater than or equal to 1"),
         ({"minHosts": 3, "maxHosts": 2}, "runtimes.0.maxHosts: must be >= minHosts (3), got 2"),
-        ({"adapter": "ruby"}, "runtimes.0.adapter: Input should be 'python' or 'bash'"),
+        ({"adapter": "ruby"}, "runtimes.0.adapter: Input should be 'python', 'bash' or 'krm'"),
         ({"name": "Python"}, "runtimes.0.name: a DNS-1123 label"),
         ({"provider": "K8s"}, "runtimes.0.provider: a DNS-1123 label"),
         (

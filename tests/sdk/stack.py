@@ -98,7 +98,10 @@ async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _start(root: Path, pki: TestPKI) -> AsyncIterator[Platform]:
+async def start(
+    root: Path, pki: TestPKI, *, runtimes: list[dict[str, Any]] | None = None
+) -> AsyncIterator[Platform]:
+    """The platform; `runtimes` (the runtimes file's entries) defaults to one python runtime."""
     state = root / "state"
     state.mkdir(parents=True)
     shared = root / "shared"  # every function sees it: the tests exchange files with functions here
@@ -134,7 +137,7 @@ async def _start(root: Path, pki: TestPKI) -> AsyncIterator[Platform]:
         settings = WorkerSettings(
             temporal=TemporalSettings(address=server.address, namespace="default"),
             config=parse_config(
-                {"runtimes": [{"name": RUNTIME, "adapter": "python", "runs": 8, "maxHosts": 2}]}
+                {"runtimes": runtimes or [{"name": RUNTIME, "adapter": "python", "runs": 8, "maxHosts": 2}]}
             ),
             host_defaults=HostDefaults(
                 allowedSourceRoots=[str(root.parent)],  # where the tests make their source dirs
@@ -192,7 +195,7 @@ class _Shared:
 async def shared_platform(factory: pytest.TempPathFactory, pki: TestPKI) -> AsyncIterator[Platform]:
     if _Shared.platform is None:
         stack = contextlib.AsyncExitStack()
-        _Shared.platform = await stack.enter_async_context(_start(factory.mktemp("krt"), pki))
+        _Shared.platform = await stack.enter_async_context(start(factory.mktemp("krt"), pki))
         _Shared.stack = stack
     _Shared.users += 1
     try:

@@ -1,0 +1,127 @@
+"""What the pod evaluator's tests share: an embedded platform with a `krm` runtime (one per test
+module), FunctionConfigs whose podExecutor source is a test program, and a lock file that tells
+when a function's processes are gone."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from krm import config as fc
+from krm.pod import PodEvaluator
+from krm.store import Store
+from kruntimes.client import Client
+from tests.pki import TestPKI
+from tests.sdk.stack import Platform, start
+
+RUNTIME = "krm"
+RUNTIMES = [
+    {"name": RUNTIME, "adapter": "krm", "runs": 16, "maxHosts": 2},
+]
+
+# Makes a file in the directory STARTED, then waits (at most 60 s) until RELEASE exists, then
+# echoes its input and says which Run served it on stderr.
+GATED = """
+import os, pathlib, sys, time, uuid
+data = sys.stdin.read()
+pathlib.Path({started!r}, uuid.uuid4().hex).touch()
+release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
+while not release.exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+sys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])
+sys.stdout.write(data)
+"""
+
+# Echoes, saying which Run served it.
+WHO = """
+import os, sys
+data = sys.stdin.read()
+sys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])
+sys.stdout.write(data)
+"""
+
+# Holds an exclusive lock on LOCK (it and the child it forks, which ignores SIGTERM as it does),
+# touches STARTED and sleeps: the lock is free again only when both processes are gone.
+HOLDER = """
+import fcntl, os, pathlib, signal, sys, time
+sys.stdin.read()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = open({lock!r}, "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+os.fork()
+pathlib.Path({started!r}).touch()
+time.sleep(60)
+"""
+
+
+@contextlib.asynccontextmanager
+async def krm_platform(factory: pytest.TempPathFactory, pki: TestPKI) -> AsyncIterator[Platform]:
+    async with start(factory.mktemp("krm-platform"), pki, runtimes=RUNTIMES) as platform:
+        yield platform
+
+
+def pod_config(
+    name: str,
+    body: str,
+    *,
+    tags: list[str] | None = None,
+    entrypoint: list[str] | None = None,
+    prefix: str | None = None,
+    **executor: Any,
+) -> fc.FunctionConfig:
+    """`example.com/pod/NAME` (or `prefix`) served by the Python program `body` on Runs."""
+    document = {
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "FunctionConfig",
+        "metadata": {"name": name},
+        "spec": {
+            "prefixes": [prefix or f"example.com/pod/{name}"],
+            "podExecutor": {
+                "tags": tags if tags is not None else ["1.x"],
+                "source": {
+                    "inline": [{"name": "main.py", "content": body}],
+                    "entrypoint": entrypoint or [sys.executable, "main.py"],
+                },
+                **executor,
+            },
+        },
+    }
+    return fc.parse(document, source=name)
+
+
+def image(name: str, version: str = "v1.0.0") -> str:
+    return f"example.com/pod/{name}:{version}"
+
+
+@contextlib.asynccontextmanager
+async def evaluator(platform: Platform, *configs: fc.FunctionConfig) -> AsyncIterator[PodEvaluator]:
+    """A pod evaluator over `configs` on the platform; its Runs are deleted after."""
+    store = Store()
+    store.replace("test", configs)
+    async with Client(platform.config) as client:
+        pods = PodEvaluator(store, client=client, runtime=RUNTIME, start_timeout=60)
+        try:
+            yield pods
+        finally:
+            await pods.close()
+
+
+def lock_free(path: Path) -> bool:
+    """Nobody holds `path` locked (it exists: the function made it)."""
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
