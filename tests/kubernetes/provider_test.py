@@ -329,7 +329,9 @@ async def test_a_host_certificate_due_for_renewal_is_reissued_in_its_secret(env)
 
     [renewed] = env.cluster.secrets(NAMESPACE)
     new = _certificate(renewed)
-    assert new.serial_number != old.serial_number and new.not_valid_after_utc > old.not_valid_after_utc
+    assert new.serial_number != old.serial_number and new.not_valid_before_utc >= old.not_valid_before_utc
+    lifetime = old.not_valid_after_utc - old.not_valid_before_utc
+    assert new.not_valid_after_utc - new.not_valid_before_utc == lifetime, "a whole lifetime again"
     assert identity_of(new) == Identity.host(runtime="python", host_id="python-0")
     assert renewed["metadata"]["uid"] == secret["metadata"]["uid"], "renewed in place"
     assert [o["uid"] for o in renewed["metadata"]["ownerReferences"]] == [host.hostUid]
