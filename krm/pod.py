@@ -177,10 +177,16 @@ class PodEvaluator:
             pool = self._pool(target)
             if not pool.runs:
                 creations[target.image] = self._create(pool)
-        failures: dict[str, str] = {}
+        # Wait as one more waiter would on each, and give the Run back. Every waiter is in place
+        # before the first await: a creation that ends while another is awaited hands its Run to
+        # the waiters it has then, so a waiter added later would wait forever.
+        loop = asyncio.get_running_loop()
+        waiting: dict[str, asyncio.Future[PodRun]] = {}
         for image, run in creations.items():
-            future: asyncio.Future[PodRun] = asyncio.get_running_loop().create_future()
-            run.waiters.append(future)  # wait as one more waiter would, and give the Run back
+            waiting[image] = loop.create_future()
+            run.waiters.append(waiting[image])
+        failures: dict[str, str] = {}
+        for image, future in waiting.items():
             try:
                 self._release(await future)
             except errors.KrmError as e:
