@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_HOST_COMMAND,
         SIGNAL_HOST_LOST,
         SIGNAL_HOST_READY,
+        SIGNAL_HOST_SLOTS,
         SIGNAL_HOST_STATE,
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
@@ -47,21 +48,27 @@ with workflow.unsafe.imports_passed_through():
         HostCommand,
         HostLostSignal,
         HostReadySignal,
+        HostSlots,
+        HostSlotsInput,
         HostStateSignal,
         OutgoingSignal,
         PoolConfig,
         PoolInput,
+        PoolMessage,
         PoolState,
         ProbeInput,
         ProbeResult,
+        QueuedRun,
         Rejection,
         ReleaseSignal,
         ScaleOutFailedSignal,
         ScaleOutInput,
         SignalBatch,
         SignalResult,
+        carried_state,
         host_workflow_id,
         scale_out_workflow_id,
+        slots_of,
     )
     from kruntimes.scheduling import admission
     from kruntimes.scheduling.model import (
@@ -73,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         QueueGlobally,
         Reject,
         RequestScaleOut,
+        Reservation,
         ScaleOutReason,
         ScaleOutRequest,
         ScaleOutStatus,
@@ -85,6 +93,12 @@ SIGNAL_TIMEOUT = timedelta(seconds=60)
 # Pools started by this code keep their hosts (scale-in, drained and one-shot hosts deleted, the
 # wake-up for it); a pool started before replays as it ran.
 PATCH_HOUSEKEEPING = "host-housekeeping"
+# Pools running this code hand the reservations of supervised hosts to their HostWorkflows before
+# they continue as new, and read them back after; earlier pools carried every one.
+PATCH_SLOTS_ON_HOSTS = "slots-on-hosts"
+SLOTS_TIMEOUT = timedelta(seconds=30)
+# Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
+SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 PROVIDER_LABEL = "kruntimes.io/provider"
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
 SIGNAL_RETRY = RetryPolicy(
@@ -92,7 +106,7 @@ SIGNAL_RETRY = RetryPolicy(
 )
 
 
-Message = Assignment | Rejection | HostLostSignal | HostCommand
+Message = Assignment | Rejection | HostLostSignal | HostCommand | HostSlots
 
 
 @dataclass
@@ -153,6 +167,9 @@ class RuntimePoolWorkflow:
         self.config = input.config
         self.state = input.state or PoolState()
         self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
+        self._inbox = [*(m.message for m in input.pending), *self._inbox]
+        if self.state.slotsOnHosts:
+            await self._slots_back()
         outbox = _Outbox([], [])
         self._warm(outbox)
         await self._flush(outbox)
@@ -177,7 +194,65 @@ class RuntimePoolWorkflow:
             await self._flush(outbox)
             if workflow.info().is_continue_as_new_suggested() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(PoolInput(config=self.config, state=self.state))
+                carried = await self._carried()
+                pending = [PoolMessage.of(m) for m in self._inbox]
+                workflow.continue_as_new(PoolInput(config=self.config, state=carried, pending=pending))
+
+    # -- continue-as-new: the reservations of supervised hosts are kept by their HostWorkflows -----
+
+    async def _carried(self) -> PoolState:
+        """The state to continue with: the reservations of every supervised host handed to its
+        HostWorkflow first (a host whose workflow cannot be told keeps its own here). Messages
+        that arrive meanwhile wait in the inbox and are carried with it."""
+        if not workflow.patched(PATCH_SLOTS_ON_HOSTS):
+            return self.state
+        state = self.state
+        supervised = [h for h in state.hosts if h.supervised]
+        signals: list[tuple[str, str, Message]] = [
+            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots_of(state, host_uid=h.hostUid))
+            for h in supervised
+        ]
+        gone = await self._send(signals) if signals else set()
+        on_hosts = {h.hostUid for h in supervised if host_workflow_id(h.runtime, h.hostId) not in gone}
+        return carried_state(state, on_hosts=on_hosts)
+
+    async def _slots_back(self) -> None:
+        """After continue-as-new: the reservations the HostWorkflows kept, back in the pool's
+        state (each host's in one local activity, so each payload is bounded by its capacity)."""
+        hosts = {h.hostUid: h for h in self.state.hosts}
+        wanted = [hosts[uid] for uid in self.state.slotsOnHosts if uid in hosts]
+        answers = await asyncio.gather(
+            *(
+                workflow.execute_local_activity(
+                    "host_slots",
+                    HostSlotsInput(workflowId=host_workflow_id(h.runtime, h.hostId), hostUid=h.hostUid),
+                    result_type=HostSlots,
+                    start_to_close_timeout=SLOTS_TIMEOUT,
+                    retry_policy=SLOTS_RETRY,
+                )
+                for h in wanted
+            )
+        )
+        reservations = list(self.state.reservations)
+        owners = dict(self.state.owners)
+        taken = {r.runUid for r in reservations}
+        for host, answer in zip(wanted, answers, strict=True):
+            for slot in answer.slots:
+                if slot.runUid in taken:
+                    continue  # a Run holds one slot at most
+                taken.add(slot.runUid)
+                reservations.append(
+                    Reservation(
+                        runUid=slot.runUid,
+                        hostId=host.hostId,
+                        hostUid=host.hostUid,
+                        tenant=slot.tenant,
+                        reservedAt=slot.reservedAt,
+                    )
+                )
+                if slot.workflowId:
+                    owners[slot.runUid] = slot.workflowId
+        self._update(reservations=reservations, owners=owners, slotsOnHosts=[])
 
     def _handle(self, msg: object, outbox: _Outbox) -> None:
         if isinstance(msg, AdmitSignal):
@@ -243,7 +318,7 @@ class RuntimePoolWorkflow:
             request=request,
             hosts=self.state.hosts,
             reservations=self.state.reservations,
-            queue=[q.request for q in self.state.queue],
+            queue=self._queued_requests(),
             pending_scale_outs=self.state.scaleOuts,
             runtime=rt.name,
             max_queue=self.config.queueLimit,
@@ -254,10 +329,10 @@ class RuntimePoolWorkflow:
         if isinstance(decision, AssignToInstance):
             self._assign(msg, decision, outbox)
         elif isinstance(decision, QueueGlobally):
-            if all(q.request.runUid != request.runUid for q in self.state.queue):
-                self._update(queue=[*self.state.queue, msg])
+            if all(q.runUid != request.runUid for q in self.state.queue):
+                self._update(queue=[*self.state.queue, QueuedRun.of(msg)])
         elif isinstance(decision, RequestScaleOut):
-            self._update(queue=[*self.state.queue, msg])
+            self._update(queue=[*self.state.queue, QueuedRun.of(msg)])
             self._scale_out(
                 decision.reason, decision.provider, decision.tenant, decision.policy, outbox, request
             )
@@ -292,26 +367,34 @@ class RuntimePoolWorkflow:
         )
         outbox.signals.append((msg.workflowId, SIGNAL_ASSIGNED, assignment))
 
+    def _queued_requests(self) -> list[AdmissionRequest]:
+        """The queue as admission requests, each with its tenant's policy of now."""
+        name = self.config.runtime.name
+        return [q.request(runtime=name, policy=self._policy(q.tenant)) for q in self.state.queue]
+
     def _place_queued(self, outbox: _Outbox) -> None:
+        if not self.state.queue:
+            return
         placements = admission.next_from_queue(
-            queue=[q.request for q in self.state.queue],
+            queue=self._queued_requests(),
             hosts=self.state.hosts,
             reservations=self.state.reservations,
         )
         if not placements:
             return
-        by_uid = {q.request.runUid: q for q in self.state.queue}
+        by_uid = {q.runUid: q for q in self.state.queue}
         placed = set()
         for placement in placements:
             queued = by_uid[placement.request.runUid]
-            self._assign(queued, placement.assignment, outbox)
+            msg = AdmitSignal(request=placement.request, workflowId=queued.workflowId)
+            self._assign(msg, placement.assignment, outbox)
             placed.add(placement.request.runUid)
-        self._update(queue=[q for q in self.state.queue if q.request.runUid not in placed])
+        self._update(queue=[q for q in self.state.queue if q.runUid not in placed])
 
     def _release(self, run_uid: str) -> None:
         self._update(
             reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid)),
-            queue=[q for q in self.state.queue if q.request.runUid != run_uid],
+            queue=[q for q in self.state.queue if q.runUid != run_uid],
             owners={k: v for k, v in self.state.owners.items() if k != run_uid},
         )
 
@@ -400,12 +483,12 @@ class RuntimePoolWorkflow:
             # Stop trying until a host appears or the config changes: report it to who waits.
             text = f"scale-out failed {failures} times: {msg.failure.reason}: {msg.failure.message}"
             for queued in waiting:
-                rejection = Rejection(runUid=queued.request.runUid, reason="ScaleOutFailed", message=text)
+                rejection = Rejection(runUid=queued.runUid, reason="ScaleOutFailed", message=text)
                 outbox.signals.append((queued.workflowId, SIGNAL_REJECTED, rejection))
             self._update(failedScaleOuts=0)
             return
         for queued in waiting:  # decide again: another scale-out, a wait, or a rejection
-            self._admit(queued, outbox)
+            self._admit(queued.admit(runtime=self.config.runtime.name), outbox)
         self._warm(outbox)  # a failed warm-up host is requested again, within the same bound
 
     async def _probe(self, outbox: _Outbox) -> None:
@@ -491,7 +574,7 @@ class RuntimePoolWorkflow:
         """Decide again for the Runs that wait: the capacity they waited for may be gone."""
         waiting, self.state = self.state.queue, self.state._replace(queue=[])
         for queued in waiting:
-            self._admit(queued, outbox)
+            self._admit(queued.admit(runtime=self.config.runtime.name), outbox)
 
     def _set_host(self, host: Host) -> None:
         self._update(hosts=[host if h.hostUid == host.hostUid else h for h in self.state.hosts])
@@ -547,7 +630,7 @@ class RuntimePoolWorkflow:
         if outbox.signals:
             await self._send(outbox.signals)
 
-    async def _send(self, signals: list[tuple[str, str, Message]]) -> None:
+    async def _send(self, signals: list[tuple[str, str, Message]]) -> set[str]:
         """All messages of one batch in one local activity; a Run that is gone frees what it held,
         a host whose HostWorkflow is gone is dropped (the reconciler deletes what is left of it)."""
         batch = SignalBatch(
@@ -559,6 +642,7 @@ class RuntimePoolWorkflow:
                     rejected=arg if isinstance(arg, Rejection) else None,
                     hostLost=arg if isinstance(arg, HostLostSignal) else None,
                     command=arg if isinstance(arg, HostCommand) else None,
+                    slots=arg if isinstance(arg, HostSlots) else None,
                 )
                 for workflow_id, _name, arg in signals
             ],
@@ -580,6 +664,7 @@ class RuntimePoolWorkflow:
                         h for h in self.state.hosts if host_workflow_id(h.runtime, h.hostId) != workflow_id
                     ]
                 )
+        return gone
 
     def _update(self, **changes: object) -> None:
         self.state = self.state._replace(**changes)
