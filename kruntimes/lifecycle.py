@@ -35,7 +35,6 @@ SIGNAL_REJECTED = "rejected"
 SIGNAL_HOST_LOST = "host_lost"
 QUERY_STATUS = "status"
 UPDATE_DELETE = "delete"
-UPDATE_WAIT = "wait"
 SIGNAL_ADMIT = "admit"
 SIGNAL_ADMIT_MANY = "admit_many"
 SIGNAL_RELEASE = "release"
@@ -122,18 +121,6 @@ class RunInput(ApiModel):
     # (kruntimes.starting.start_run): the pool then decides while the Run's first task runs, and
     # the Run asks the pool itself only if no answer came within its admission grace period.
     starterAdmits: bool = False
-
-
-MAX_WAIT_SECONDS = 300.0
-
-
-class WaitAsk(ApiModel):
-    """A caller waiting for a Run (its `wait` Update): answered with the status as soon as its
-    phase is not `since` (at once when `since` is None), or after `timeoutSeconds` either way.
-    Checked and awaited inside the workflow, so no change can fall between reading and waiting."""
-
-    since: str | None = None  # a RunPhase value
-    timeoutSeconds: float = Field(default=50.0, gt=0, le=MAX_WAIT_SECONDS)
 
 
 class Assignment(ApiModel):

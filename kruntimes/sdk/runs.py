@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.phases import RunPhase, is_terminal
@@ -152,14 +152,17 @@ class Runs:
                 continue
         raise RunAlreadyExists(namespace, name)
 
-    async def get(self, name: str, namespace: str) -> RunObject:
-        """The Run's manifest (its workflow's input) and status."""
+    async def get(self, name: str, namespace: str, *, patient: bool = False) -> RunObject:
+        """The Run's manifest (its workflow's input) and status. `patient`: a status query that
+        timed out (it waits behind a task in flight) gives the Pending status instead of an error."""
         from temporalio.client import WorkflowExecutionStatus
 
         handle = await self._handle(name, namespace)
         description = await self._rpc(handle.describe(), namespace=namespace, name=name)
         run = await self._manifest(handle, namespace=namespace, name=name)
-        if description.status == WorkflowExecutionStatus.RUNNING:
+        if description.status == WorkflowExecutionStatus.RUNNING and patient:
+            status = await self._status(handle, namespace=namespace, name=name, patient=True) or RunStatus()
+        elif description.status == WorkflowExecutionStatus.RUNNING:
             status = await self._query(handle, namespace=namespace, name=name)
         else:
             status = await self._final(handle, description, namespace=namespace, name=name)
@@ -222,11 +225,20 @@ class Runs:
         """Query the status after each completed workflow task (TaskWatch) until it is wanted.
 
         The watch starts from the history's length read before each status query: a task that
-        completes after the query answered is always seen (a query can wait a while, behind a
-        task a dying worker had taken)."""
+        completes after the query answered is always seen. A query waits behind a task in
+        flight (a Run's first task registers it, and a loaded worker may take a while): one that
+        times out is not an answer, the watch goes on and the next completed task asks again."""
         handle = await self._handle(name, namespace)
-        tasks: TaskWatch | None = await self._watch(handle, namespace=namespace, name=name)
-        run = await self.get(name, namespace)
+        # Waiting for phases that are always indexed, only the tasks that index a phase matter.
+        if until is not None and not isinstance(until, RunPhase | str):
+            until = tuple(until)
+        indexed = until is None or all(
+            RunPhase(p) in _INDEXED for p in ((until,) if isinstance(until, RunPhase | str) else until)
+        )
+        tasks: TaskWatch | None = await self._watch(
+            handle, namespace=namespace, name=name, phases_only=indexed
+        )
+        run = await self.get(name, namespace, patient=True)
         wanted = _wanted(run, until)
         deadline = None if timeout is None else time.monotonic() + timeout
         status = run.status
@@ -246,19 +258,23 @@ class Runs:
                     phase=status.phase,
                 )
             if tasks is None:
-                tasks = await self._watch(handle, namespace=namespace, name=name)
+                tasks = await self._watch(handle, namespace=namespace, name=name, phases_only=indexed)
             try:
                 await asyncio.wait_for(tasks.next(), remaining)
             except TimeoutError:
                 pass  # the deadline check above raises
             except Exception:  # the long poll failed (a transient RPC error): poll again shortly
                 await asyncio.sleep(interval)
-                tasks = await self._watch(handle, namespace=namespace, name=name)
-            status = await self._status(handle, namespace=namespace, name=name)
+                tasks = await self._watch(handle, namespace=namespace, name=name, phases_only=indexed)
+            status = await self._status(handle, namespace=namespace, name=name, patient=True) or status
 
-    async def _watch(self, handle: Any, *, namespace: str, name: str) -> TaskWatch:
+    async def _watch(self, handle: Any, *, namespace: str, name: str, phases_only: bool = False) -> TaskWatch:
         description = await self._rpc(handle.describe(), namespace=namespace, name=name)
-        return TaskWatch(handle, after=description.raw_description.workflow_execution_info.history_length)
+        return TaskWatch(
+            handle,
+            after=description.raw_description.workflow_execution_info.history_length,
+            phases_only=phases_only,
+        )
 
     async def cancel(self, name: str, namespace: str) -> None:
         """Signal cancel; a closed Run is left as it is."""
@@ -357,9 +373,32 @@ class Runs:
         )
         return status
 
-    async def _status(self, handle: Any, *, namespace: str, name: str) -> RunStatus:
-        from temporalio.client import WorkflowQueryFailedError
+    @overload
+    async def _status(self, handle: Any, *, namespace: str, name: str) -> RunStatus: ...
+    @overload
+    async def _status(self, handle: Any, *, namespace: str, name: str, patient: bool) -> RunStatus | None: ...
 
+    async def _status(
+        self, handle: Any, *, namespace: str, name: str, patient: bool = False
+    ) -> RunStatus | None:
+        """The status (a query; a closed Run's final status). `patient`: None when the query
+        timed out."""
+        from temporalio.client import RPCError, RPCTimeoutOrCancelledError, WorkflowQueryFailedError
+        from temporalio.service import RPCStatusCode
+
+        if patient:
+            try:
+                status: RunStatus = await handle.query(
+                    QUERY_STATUS, result_type=RunStatus, rpc_timeout=QUERY_TIMEOUT
+                )
+                return status
+            except RPCTimeoutOrCancelledError:
+                return None
+            except RPCError as e:
+                if e.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                    return None
+            except WorkflowQueryFailedError:
+                pass
         try:
             return await self._query(handle, namespace=namespace, name=name)
         except (RunNotFound, WorkflowQueryFailedError):
@@ -446,6 +485,12 @@ def _object(run: Run, status: RunStatus, created: datetime | None, *, closed: bo
         created=created,
         closed=closed,
     )
+
+
+# Phases a Run always indexes (KrtPhase) in the task that enters them.
+_INDEXED = frozenset(
+    {RunPhase.Ready, RunPhase.Succeeded, RunPhase.Failed, RunPhase.Timeout, RunPhase.Cancelled}
+)
 
 
 def _wanted(run: Run, until: RunPhase | Iterable[RunPhase] | None) -> frozenset[RunPhase]:
