@@ -22,7 +22,6 @@ from gateway.auth import (
     Authorizer,
     CachingAuthorizer,
     EmbeddedAuthorizer,
-    KubernetesAuthorizer,
     RoleBindings,
     TokenFile,
 )
@@ -159,6 +158,8 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
     if args.auth == "kubernetes":
         if not args.kubernetes_api:
             raise SystemExit("krt gateway: --auth kubernetes needs --kubernetes-api")
+        from gateway.auth.kubernetes import KubernetesAuthorizer  # its client only when used
+
         ca = str(args.kubernetes_ca) if args.kubernetes_ca else None
         inner = KubernetesAuthorizer(args.kubernetes_api, ca_file=ca)
     else:
