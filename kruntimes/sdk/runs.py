@@ -13,7 +13,7 @@ import builtins
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 _LIST_CONCURRENCY = 16
+LIST_PAGE_SIZE = 100  # Runs per visibility page
+MAX_LIST_PAGE_SIZE = 1000
 
 StatusCallback = Callable[[RunStatus], None]
 
@@ -177,25 +179,32 @@ class Runs:
 
     async def list(self, namespace: str | None, phase: RunPhase | str | None) -> builtins.list[RunObject]:
         """The running Runs found in the visibility index, each read with `get`, by name."""
+        runs: builtins.list[RunObject] = []
+        async for page in self.pages(namespace, phase, page_size=LIST_PAGE_SIZE):
+            runs.extend(page)
+        return sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+
+    async def pages(
+        self, namespace: str | None, phase: RunPhase | str | None, *, page_size: int
+    ) -> AsyncIterator[builtins.list[RunObject]]:
+        """The running Runs one visibility page at a time (newest first; each page read with
+        `get`, by name, and sorted so): the first page costs one page of Runs, however many
+        there are."""
         from kruntimes.wire import search
 
+        if not 1 <= page_size <= MAX_LIST_PAGE_SIZE:
+            raise ValueError(f"page_size must be within 1..{MAX_LIST_PAGE_SIZE}")
         query = "WorkflowType='RunWorkflow' AND ExecutionStatus='Running'"
         if namespace is not None:
             try:
                 validate_dns1123_label(namespace, field="namespace")
             except ValueError:
-                return []  # no Run can live there
+                return  # no Run can live there
             query += f" AND {search.NAMESPACE}='{namespace}'"
         if phase is not None:
             query += f" AND {search.PHASE}='{RunPhase(phase).value}'"
         client = await self.temporal()
-        ids: builtins.list[str] = []
-
-        async def collect() -> None:
-            async for execution in client.list_workflows(query):
-                ids.append(execution.id)
-
-        await self._rpc(collect(), namespace=namespace or "*", name="*")
+        executions = client.list_workflows(query, page_size=page_size)
         limit = asyncio.Semaphore(_LIST_CONCURRENCY)
 
         async def one(workflow_id: str) -> RunObject | None:
@@ -206,11 +215,17 @@ class Runs:
                 except RunNotFound:
                     return None
 
-        found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
-        runs = [r for r in found if r is not None and not r.closed]
-        if phase is not None:  # visibility lags the query a little
-            runs = [r for r in runs if r.status.phase == RunPhase(phase)]
-        return sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+        while True:
+            await self._rpc(executions.fetch_next_page(), namespace=namespace or "*", name="*")
+            ids = [e.id for e in executions.current_page or ()]
+            found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
+            runs = [r for r in found if r is not None and not r.closed]
+            if phase is not None:  # visibility lags the query a little
+                runs = [r for r in runs if r.status.phase == RunPhase(phase)]
+            if runs:
+                yield sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+            if executions.next_page_token is None:
+                return
 
     async def wait(
         self,
