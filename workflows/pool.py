@@ -121,6 +121,8 @@ class RuntimePoolWorkflow:
         self._inbox: list[object] = []
         self._probed_at: datetime | None = None
         self._housekeeping = False
+        self._index = admission.ReservationIndex()  # the reservations, by run uid and host
+        self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -158,14 +160,30 @@ class RuntimePoolWorkflow:
 
     @workflow.query(name=QUERY_POOL)
     def pool(self) -> PoolState:
-        return self.state
+        return self._full()
+
+    def _full(self) -> PoolState:
+        """The whole state: `self.state` with the reservations and owners, which the pool keeps
+        indexed (`_index`, `_owners`) so that a decision costs the same at 10 and 10,000 Runs."""
+        return self.state.model_copy(
+            update={"reservations": list(self._index.held.values()), "owners": dict(self._owners)}
+        )
+
+    def _by_host_uid(self) -> dict[str, int]:
+        load: dict[str, int] = {}
+        for (_, host_uid), n in self._index.load.items():
+            load[host_uid] = load.get(host_uid, 0) + n
+        return load
 
     # -- the loop ----------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, input: PoolInput) -> None:
         self.config = input.config
-        self.state = input.state or PoolState()
+        state = input.state or PoolState()
+        self._index = admission.ReservationIndex(state.reservations)
+        self._owners = dict(state.owners)
+        self.state = state.model_copy(update={"reservations": [], "owners": {}})
         self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
@@ -204,9 +222,9 @@ class RuntimePoolWorkflow:
         """The state to continue with: the reservations of every supervised host handed to its
         HostWorkflow first (a host whose workflow cannot be told keeps its own here). Messages
         that arrive meanwhile wait in the inbox and are carried with it."""
+        state = self._full()
         if not workflow.patched(PATCH_SLOTS_ON_HOSTS):
-            return self.state
-        state = self.state
+            return state
         supervised = [h for h in state.hosts if h.supervised]
         signals: list[tuple[str, str, Message]] = [
             (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots_of(state, host_uid=h.hostUid))
@@ -233,15 +251,11 @@ class RuntimePoolWorkflow:
                 for h in wanted
             )
         )
-        reservations = list(self.state.reservations)
-        owners = dict(self.state.owners)
-        taken = {r.runUid for r in reservations}
         for host, answer in zip(wanted, answers, strict=True):
             for slot in answer.slots:
-                if slot.runUid in taken:
+                if slot.runUid in self._index.held:
                     continue  # a Run holds one slot at most
-                taken.add(slot.runUid)
-                reservations.append(
+                self._index.add(
                     Reservation(
                         runUid=slot.runUid,
                         hostId=host.hostId,
@@ -251,8 +265,8 @@ class RuntimePoolWorkflow:
                     )
                 )
                 if slot.workflowId:
-                    owners[slot.runUid] = slot.workflowId
-        self._update(reservations=reservations, owners=owners, slotsOnHosts=[])
+                    self._owners[slot.runUid] = slot.workflowId
+        self._update(slotsOnHosts=[])
 
     def _handle(self, msg: object, outbox: _Outbox) -> None:
         if isinstance(msg, AdmitSignal):
@@ -292,10 +306,11 @@ class RuntimePoolWorkflow:
             probe = max(probe - (workflow.now() - last).total_seconds(), 0.001)
         due = next_scale_in(
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
             idle_since=self.state.idleSince,
             delay_s=self.config.runtime.scaleInDelaySeconds,
             after=workflow.now(),
+            load=self._by_host_uid(),
         )
         if due is None:
             return probe
@@ -317,7 +332,8 @@ class RuntimePoolWorkflow:
         decision = admission.admit(
             request=request,
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
+            index=self._index,
             queue=self._queued_requests(),
             pending_scale_outs=self.state.scaleOuts,
             runtime=rt.name,
@@ -347,12 +363,8 @@ class RuntimePoolWorkflow:
 
     def _assign(self, msg: AdmitSignal, decision: AssignToInstance, outbox: _Outbox) -> None:
         host = next(h for h in self.state.hosts if h.hostId == decision.hostId)
-        reservations = admission.reserve(
-            reservations=self.state.reservations, request=msg.request, host=host, at=workflow.now()
-        )
-        self._update(
-            reservations=list(reservations), owners={**self.state.owners, msg.request.runUid: msg.workflowId}
-        )
+        admission.reserve_in(index=self._index, request=msg.request, host=host, at=workflow.now())
+        self._owners[msg.request.runUid] = msg.workflowId
         if self._housekeeping and self.config.runtime.oneshot:
             self._set_host(host._replace(spent=True))  # its one Run; deleted once that ends
         assert host.address is not None
@@ -378,7 +390,8 @@ class RuntimePoolWorkflow:
         placements = admission.next_from_queue(
             queue=self._queued_requests(),
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
+            index=self._index,
         )
         if not placements:
             return
@@ -392,18 +405,16 @@ class RuntimePoolWorkflow:
         self._update(queue=[q for q in self.state.queue if q.runUid not in placed])
 
     def _release(self, run_uid: str) -> None:
-        self._update(
-            reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid)),
-            queue=[q for q in self.state.queue if q.runUid != run_uid],
-            owners={k: v for k, v in self.state.owners.items() if k != run_uid},
-        )
+        self._index.remove(run_uid)
+        self._owners.pop(run_uid, None)
+        if any(q.runUid == run_uid for q in self.state.queue):
+            self._update(queue=[q for q in self.state.queue if q.runUid != run_uid])
 
     def _leave(self, run_uid: str, host_uid: str) -> None:
         """A Run moving off a draining host gives its slot there back before it is admitted again."""
-        if any(r.runUid == run_uid and r.hostUid == host_uid for r in self.state.reservations):
-            self._update(
-                reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid))
-            )
+        held = self._index.held.get(run_uid)
+        if held is not None and held.hostUid == host_uid:
+            self._index.remove(run_uid)
 
     # -- hosts -------------------------------------------------------------------------------------
 
@@ -512,16 +523,14 @@ class RuntimePoolWorkflow:
 
     def _remove_host(self, host: Host, lost: HostLostSignal, outbox: _Outbox) -> None:
         """The host is gone (fenced): its slots are free, its Runs told to register elsewhere."""
-        kept, released = admission.release_host(reservations=self.state.reservations, host_id=host.hostId)
-        owners = dict(self.state.owners)
+        released = [uid for uid, r in self._index.held.items() if r.hostId == host.hostId]
         for run_uid in released:
-            workflow_id = owners.pop(run_uid, None)
+            self._index.remove(run_uid)
+            workflow_id = self._owners.pop(run_uid, None)
             if workflow_id is not None:
                 outbox.signals.append((workflow_id, SIGNAL_HOST_LOST, lost))
         self._update(
             hosts=[h for h in self.state.hosts if h.hostUid != host.hostUid],
-            reservations=list(kept),
-            owners=owners,
             idleSince={k: v for k, v in self.state.idleSince.items() if k != host.hostUid},
         )
         workflow.logger.warning("host %s is gone; %d Run(s) recover elsewhere", host.hostId, len(released))
@@ -529,9 +538,9 @@ class RuntimePoolWorkflow:
     def _runs_on(self, host: Host) -> list[str]:
         """The workflow ids of the Runs holding a slot on `host`."""
         return [
-            self.state.owners[r.runUid]
-            for r in self.state.reservations
-            if r.hostUid == host.hostUid and r.runUid in self.state.owners
+            self._owners[r.runUid]
+            for r in self._index.held.values()
+            if r.hostUid == host.hostUid and r.runUid in self._owners
         ]
 
     def _host_lost(self, msg: HostLostSignal, outbox: _Outbox) -> None:
@@ -582,22 +591,25 @@ class RuntimePoolWorkflow:
     def _keep_hosts(self, outbox: _Outbox) -> None:
         """After every batch: track idle hosts; delete drained and spent one-shot hosts; scale in."""
         state, rt, now = self.state, self.config.runtime, workflow.now()
+        load = self._by_host_uid()
         self._update(
             idleSince=track_idle(
-                hosts=state.hosts, reservations=state.reservations, idle_since=state.idleSince, now=now
+                hosts=state.hosts, reservations=(), idle_since=state.idleSince, now=now, load=load
             )
         )
         for host in self.state.hosts:
             if (
                 host.supervised
                 and host.state is not HostState.Terminating
-                and drained(host=host, reservations=self.state.reservations)
+                and load.get(host.hostUid, 0) == 0
+                and drained(host=host, reservations=())
             ):
                 end = HostEnd.Released if host.spent else HostEnd.Drained
                 self._retire(host, end, outbox)
         for host in scale_in(
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
+            load=load,
             idle_since=self.state.idleSince,
             now=now,
             min_hosts=rt.minHosts,
@@ -667,4 +679,6 @@ class RuntimePoolWorkflow:
         return gone
 
     def _update(self, **changes: object) -> None:
-        self.state = self.state._replace(**changes)
+        # Every value is a model (or list of models) made and validated already: copied, not
+        # validated again (validating the whole state on every change cost time linear in it).
+        self.state = self.state.model_copy(update=changes)
