@@ -33,6 +33,7 @@ from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.temporal import TemporalSettings
 
 GC_THRESHOLDS = (20_000, 50, 100)
+VERIFY_CACHE = 1024  # verified assignments the verifier keeps (the route cache keeps the rest)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -183,7 +184,9 @@ async def connect_temporal(settings: TemporalSettings | None) -> Client | None:
 async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
     try:
         peer_tls = PeerTLS(args.peer_tls, role=Role.GATEWAY)
-        assignments = Verifier.load(args.assignment_public_key)
+        # The route cache recognises unchanged registrations itself: the verifier's own cache of
+        # verified assignments would only hold a second copy of every route's bytes.
+        assignments = Verifier.load(args.assignment_public_key, cache_size=VERIFY_CACHE)
     except (PeerTLSError, AssignmentError) as e:
         raise SystemExit(f"krt gateway: {e}") from None
     limits = limits_from(args)

@@ -143,11 +143,17 @@ class Client:
         return await self._runs.list(namespace, phase)
 
     def pages(
-        self, namespace: str | None = None, phase: RunPhase | str | None = None, *, page_size: int = 100
+        self,
+        namespace: str | None = None,
+        phase: RunPhase | str | None = None,
+        *,
+        page_size: int = 100,
+        first_page_size: int | None = None,
     ) -> AsyncIterator[builtins.list[RunObject]]:
         """The existing Runs a page at a time, newest first (each page sorted by name): the
-        first page comes as fast with 10,000 Runs as with ten."""
-        return self._runs.pages(namespace, phase, page_size=page_size)
+        first page (`first_page_size` Runs, if smaller) comes as fast with 10,000 Runs as with
+        ten."""
+        return self._runs.pages(namespace, phase, page_size=page_size, first_page_size=first_page_size)
 
     async def wait(
         self,

@@ -185,11 +185,16 @@ class Runs:
         return sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
 
     async def pages(
-        self, namespace: str | None, phase: RunPhase | str | None, *, page_size: int
+        self,
+        namespace: str | None,
+        phase: RunPhase | str | None,
+        *,
+        page_size: int,
+        first_page_size: int | None = None,
     ) -> AsyncIterator[builtins.list[RunObject]]:
         """The running Runs one visibility page at a time (newest first; each page read with
-        `get`, by name, and sorted so): the first page costs one page of Runs, however many
-        there are."""
+        `get`, by name, and sorted so): the first page (`first_page_size`, if smaller) costs one
+        page of Runs, however many there are."""
         from kruntimes.wire import search
 
         if not 1 <= page_size <= MAX_LIST_PAGE_SIZE:
@@ -215,8 +220,10 @@ class Runs:
                 except RunNotFound:
                     return None
 
+        size = min(first_page_size or page_size, page_size)
         while True:
-            await self._rpc(executions.fetch_next_page(), namespace=namespace or "*", name="*")
+            await self._rpc(executions.fetch_next_page(page_size=size), namespace=namespace or "*", name="*")
+            size = page_size
             ids = [e.id for e in executions.current_page or ()]
             found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
             runs = [r for r in found if r is not None and not r.closed]
