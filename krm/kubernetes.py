@@ -12,7 +12,6 @@ valid version, if any, is kept.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,11 +25,11 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from krm import config as fc
 from krm import errors
 from krm.store import Store
+from kruntimes.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
 
 log = logging.getLogger(__name__)
 
 SOURCE = "kubernetes"
-MAX_EVENT_BYTES = 2 * 1024 * 1024
 LIST_TIMEOUT_SECONDS = 30.0
 
 
@@ -49,14 +48,6 @@ async def connect(
     except (ConfigException, OSError, ValueError) as e:
         raise errors.SystemError_(f"cannot load the Kubernetes configuration: {e}") from e
     return k8s.ApiClient(configuration)
-
-
-class _Gone(Exception):
-    """The resourceVersion is too old to watch from: relist."""
-
-
-class _Failed(Exception):
-    """The API answered with an error or something that is not a watch stream."""
 
 
 def _key(raw: dict[str, Any]) -> str:
@@ -145,52 +136,18 @@ class KubernetesFeed:
         try:
             answer = await self._call(_request_timeout=LIST_TIMEOUT_SECONDS)
         except ApiException as e:
-            raise _Failed(f"listing FunctionConfigs: the API answered {e.status}") from e
+            raise WatchFailed(f"listing FunctionConfigs: the API answered {e.status}") from e
         if not isinstance(answer, dict) or not isinstance(answer.get("items", []), list):
-            raise _Failed("listing FunctionConfigs: the answer is not a list")
+            raise WatchFailed("listing FunctionConfigs: the answer is not a list")
         self.lists += 1
         self._replace_all(answer.get("items") or [])
         return _version(answer)
 
     async def _events(self, resource_version: str | None) -> AsyncIterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {
-            # "true", not True: the client would send "True", which some API emulators ignore.
-            "watch": "true",
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": self.watch_seconds,
-            "_preload_content": False,
-            # The server ends the watch after timeout_seconds; this bounds a server that does not.
-            "_request_timeout": aiohttp.ClientTimeout(total=self.watch_seconds + 30, sock_connect=10),
-        }
-        if resource_version is not None:
-            kwargs["resource_version"] = resource_version
-        response = await self._call(**kwargs)
-        async with response:
-            if response.status == 410:
-                raise _Gone("the watch's resourceVersion is gone")
-            if not 200 <= response.status < 300:
-                raise _Failed(f"watching FunctionConfigs: the API answered {response.status}")
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield self._event(line)
-                if len(buffer) > MAX_EVENT_BYTES:
-                    raise _Failed(f"a watch event is over {MAX_EVENT_BYTES} bytes")
-            if buffer.strip():
-                yield self._event(buffer)
-
-    @staticmethod
-    def _event(line: bytes) -> dict[str, Any]:
-        try:
-            event = json.loads(line)
-        except ValueError as e:
-            raise _Failed("a watch event is not JSON") from e
-        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
-            raise _Failed("a watch event has no object")
-        return event
+        options = watch_options(watch_seconds=self.watch_seconds, resource_version=resource_version)
+        response = await self._call(**options)
+        async for event in watch_events(response, what="FunctionConfigs"):
+            yield event
 
     async def watch(self, resource_version: str | None) -> str | None:
         """Apply events until the stream ends; the last resourceVersion seen."""
@@ -198,8 +155,8 @@ class KubernetesFeed:
             kind, raw = event.get("type"), event["object"]
             if kind == "ERROR":
                 if raw.get("code") == 410:
-                    raise _Gone("the watch's resourceVersion is gone")
-                raise _Failed(f"the watch sent an error: {raw.get('code')} {raw.get('reason')}")
+                    raise WatchGone("the watch's resourceVersion is gone")
+                raise WatchFailed(f"the watch sent an error: {raw.get('code')} {raw.get('reason')}")
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._apply(kind, raw)
             resource_version = _version(raw) or resource_version
@@ -217,10 +174,10 @@ class KubernetesFeed:
                     listed = True
                 resource_version = await self.watch(resource_version)
                 delay = self.backoff[0]
-            except _Gone:
+            except WatchGone:
                 log.info("FunctionConfig watch: resourceVersion expired, listing again")
                 listed, resource_version = False, None
-            except (_Failed, ApiException, aiohttp.ClientError, TimeoutError, OSError) as e:
+            except (WatchFailed, ApiException, aiohttp.ClientError, TimeoutError, OSError) as e:
                 log.warning("FunctionConfig watch failed (retrying in %.1f s): %s", delay, e)
                 if resource_version is None:
                     listed = False  # nothing to resume from: what changed meanwhile needs a list

@@ -11,7 +11,6 @@ error restarts after a backoff that doubles up to a bound, resuming when a resou
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,18 +22,9 @@ from kubernetes_asyncio import client as k8s
 from activities.hosts import kubernetes_pods as pods
 from activities.hosts.events import HostEvent, HostEventKind, HostEventSink
 from activities.hosts.kubernetes import API_TIMEOUT_S, ApiFailure, PodApi
+from kruntimes.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
 
 log = logging.getLogger(__name__)
-
-MAX_EVENT_BYTES = 2 * 1024 * 1024
-
-
-class _Gone(Exception):
-    """The resourceVersion is too old to watch from: relist."""
-
-
-class _Failed(Exception):
-    """The API answered with an error or something that is not a watch stream."""
 
 
 @dataclass
@@ -143,42 +133,17 @@ class PodWatch:
         try:
             answer = await self._api.list_pods(self.namespace, selector=self._selector)
         except ApiFailure as e:
-            raise _Failed(f"listing pods: {e.reason}: {e}") from e
+            raise WatchFailed(f"listing pods: {e.reason}: {e}") from e
         self.lists += 1
         self._replace_all(answer.get("items") or [])
         return _version(answer)
 
     async def _events(self, resource_version: str | None) -> AsyncIterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {
-            "label_selector": self._selector,
-            # "true", not True: the client would send "True", which some API emulators ignore.
-            "watch": "true",
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": self.watch_seconds,
-            "_preload_content": False,
-            # The server ends the watch after timeout_seconds; this bounds a server that does not.
-            "_request_timeout": aiohttp.ClientTimeout(total=self.watch_seconds + 30, sock_connect=10),
-        }
-        if resource_version is not None:
-            kwargs["resource_version"] = resource_version
+        options = watch_options(watch_seconds=self.watch_seconds, resource_version=resource_version)
         self.watches += 1
-        response: Any = await self._api.core.list_namespaced_pod(self.namespace, **kwargs)
-        async with response:
-            if response.status == 410:
-                raise _Gone("the watch's resourceVersion is gone")
-            if not 200 <= response.status < 300:
-                raise _Failed(f"watching pods: the API answered {response.status}")
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield _event(line)
-                if len(buffer) > MAX_EVENT_BYTES:
-                    raise _Failed(f"a watch event is over {MAX_EVENT_BYTES} bytes")
-            if buffer.strip():
-                yield _event(buffer)
+        response: Any = await self._api.core.list_namespaced_pod(self.namespace, **options)
+        async for event in watch_events(response, what="pods"):
+            yield event
 
     async def watch(self) -> None:
         """Apply events until the stream ends, keeping the last resourceVersion seen (bookmarks
@@ -187,8 +152,8 @@ class PodWatch:
             kind, raw = event.get("type"), event["object"]
             if kind == "ERROR":
                 if raw.get("code") == 410:
-                    raise _Gone("the watch's resourceVersion is gone")
-                raise _Failed(f"the watch sent an error: {raw.get('code')} {raw.get('reason')}")
+                    raise WatchGone("the watch's resourceVersion is gone")
+                raise WatchFailed(f"the watch sent an error: {raw.get('code')} {raw.get('reason')}")
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._apply(str(kind), raw)
             self.resource_version = _version(raw) or self.resource_version
@@ -205,10 +170,10 @@ class PodWatch:
                     listed = True
                 await self.watch()
                 delay = self.backoff[0]
-            except _Gone:
+            except WatchGone:
                 log.info("pod watch %s: resourceVersion expired, listing again", self.namespace)
                 listed, self.resource_version = False, None
-            except (_Failed, aiohttp.ClientError, TimeoutError, OSError) as e:
+            except (WatchFailed, aiohttp.ClientError, TimeoutError, OSError) as e:
                 log.warning("pod watch %s failed (retrying in %.1f s): %s", self.namespace, delay, e)
                 if self.resource_version is None:
                     listed = False  # nothing to resume from: what changed meanwhile needs a list
@@ -220,13 +185,3 @@ def _version(raw: dict[str, Any]) -> str | None:
     metadata = raw.get("metadata")
     value = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
     return str(value) if value else None
-
-
-def _event(line: bytes) -> dict[str, Any]:
-    try:
-        event = json.loads(line)
-    except ValueError as e:
-        raise _Failed("a watch event is not JSON") from e
-    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
-        raise _Failed("a watch event has no object")
-    return event
