@@ -69,6 +69,8 @@ DEFAULT_RUNTIME = "krm"
 START_TIMEOUT_SECONDS = 60.0
 DELETE_TIMEOUT_SECONDS = 60.0
 FINISHED_TTL_SECONDS = 600  # how long an ended Run stays queryable
+GATEWAY_CATCH_UP_S = 5.0  # how long a new Run may be unknown to the gateway after Ready
+CATCH_UP_PAUSE_S = 0.05
 EVALUATOR_LABEL = "kruntimes.io/krm-evaluator"
 _SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -415,9 +417,21 @@ class PodEvaluator:
         if remaining <= 0:
             raise errors.DeadlineExceeded(f"the deadline passed before Run {run.name} was invoked")
         run.served += 1
+        # A Run just Ready may not be routed by the gateway yet (its host's next heartbeat, the
+        # gateway's next look at the Runs): its first invocation asks again for a moment before
+        # the Run counts as gone. Neither answer ran the function.
+        catch_up = time.monotonic() + min(GATEWAY_CATCH_UP_S, remaining) if run.served == 1 else 0.0
         try:
-            answer = await self.client.invoke(run.run, payload, timeout=max(remaining, 0.001))
-        except (FunctionNotFound, NotReady, Busy) as e:
+            while True:
+                try:
+                    answer = await self.client.invoke(run.run, payload, timeout=max(remaining, 0.001))
+                    break
+                except (FunctionNotFound, NotReady) as e:
+                    if time.monotonic() >= catch_up:
+                        raise _Gone(f"{e.status} {e.reason}") from e
+                    await asyncio.sleep(CATCH_UP_PAUSE_S)
+                    remaining = min(request.remaining(), MAX_TIMEOUT_SECONDS)
+        except Busy as e:
             raise _Gone(f"{e.status} {e.reason}") from e
         except OutcomeUnknown as e:
             if e.reason == "InvocationTimeout" or request.remaining() <= 0:

