@@ -25,7 +25,6 @@ from kruntimes.lifecycle import (
     SIGNAL_HOST_LOST,
     SIGNAL_HOST_SLOTS,
     SIGNAL_REJECTED,
-    UPDATE_HOST_SLOTS,
     AdmitSignal,
     HostRecord,
     HostSlots,
@@ -83,16 +82,10 @@ class SignalActivities:
     async def host_slots(self, ask: HostSlotsInput) -> HostSlots:
         """The slots a HostWorkflow keeps of its host (closed workflows answer too); none when
         the workflow is gone or supervises another incarnation."""
-        handle = self.client.get_workflow_handle(ask.workflowId)
-        try:  # an update sees the handover signal applied; a query may not yet
-            answer = await handle.execute_update(UPDATE_HOST_SLOTS, result_type=HostSlots)
-        except RPCError as err:
-            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
-                raise
-        else:
-            return HostSlots(hostUid=ask.hostUid, slots=answer.slots if answer.hostUid == ask.hostUid else [])
-        try:  # closed (every signal it got is applied) or gone
-            record = await handle.query(QUERY_HOST, result_type=HostRecord)
+        try:
+            record = await self.client.get_workflow_handle(ask.workflowId).query(
+                QUERY_HOST, result_type=HostRecord
+            )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return HostSlots(hostUid=ask.hostUid)

@@ -50,8 +50,6 @@ SIGNAL_HOST_COMMAND = "command"
 SIGNAL_PROVIDER_REPORT = "provider_report"
 SIGNAL_WATCH_READY = "watch_ready"
 QUERY_HOST = "host"
-# The slots the pool handed over, read after every signal sent before it (a query may not be).
-UPDATE_HOST_SLOTS = "read_slots"
 UPDATE_DRAIN_HOST = "drain"
 UPDATE_DELETE_HOST = "delete"
 # ReconcileWorkflow

@@ -51,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_WATCH_READY,
         UPDATE_DELETE_HOST,
         UPDATE_DRAIN_HOST,
-        UPDATE_HOST_SLOTS,
         DeleteHostInput,
         FenceInput,
         FenceResult,
@@ -133,15 +132,6 @@ class HostWorkflow:
             self._slots = slots
         elif slots.hostUid == self._record.host.hostUid:
             self._record = self._record._replace(slots=slots.slots)
-
-    @workflow.update(name=UPDATE_HOST_SLOTS)
-    def read_slots(self) -> HostSlots:
-        """The slots as the pool handed them over. An update is applied after every signal the
-        workflow received before it, so the handover is always in it (a query may be answered
-        before a signal in flight is applied)."""
-        if self._record is not None:
-            return HostSlots(hostUid=self._record.host.hostUid, slots=self._record.slots)
-        return self._slots if self._slots is not None else HostSlots(hostUid="")
 
     @workflow.query(name=QUERY_HOST)
     def host(self) -> HostRecord | None:
