@@ -18,17 +18,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.handoff import Mailbox
 from kruntimes.lifecycle import (
-    QUERY_HOST,
     SIGNAL_ADMIT,
     SIGNAL_ASSIGNED,
     SIGNAL_HOST_COMMAND,
     SIGNAL_HOST_LOST,
-    SIGNAL_HOST_SLOTS,
     SIGNAL_REJECTED,
     AdmitSignal,
-    HostRecord,
-    HostSlots,
-    HostSlotsInput,
     OutgoingSignal,
     SignalBatch,
     SignalResult,
@@ -52,8 +47,6 @@ class SignalActivities:
             name, arg = SIGNAL_HOST_LOST, out.hostLost  # type: ignore[assignment]
         elif out.command is not None:
             name, arg = SIGNAL_HOST_COMMAND, out.command  # type: ignore[assignment]
-        elif out.slots is not None:
-            name, arg = SIGNAL_HOST_SLOTS, out.slots  # type: ignore[assignment]
         else:
             return None
         async with gate:
@@ -77,22 +70,6 @@ class SignalActivities:
                 return False
             raise
         return True
-
-    @activity.defn(name="host_slots")
-    async def host_slots(self, ask: HostSlotsInput) -> HostSlots:
-        """The slots a HostWorkflow keeps of its host (closed workflows answer too); none when
-        the workflow is gone or supervises another incarnation."""
-        try:
-            record = await self.client.get_workflow_handle(ask.workflowId).query(
-                QUERY_HOST, result_type=HostRecord
-            )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return HostSlots(hostUid=ask.hostUid)
-            raise
-        if record is None or record.host.hostUid != ask.hostUid:
-            return HostSlots(hostUid=ask.hostUid)
-        return HostSlots(hostUid=ask.hostUid, slots=record.slots)
 
     @activity.defn(name="signal_runs")
     async def signal_runs(self, batch: SignalBatch) -> SignalResult:
