@@ -131,7 +131,7 @@ class ReconcileActivities:
             hosts=hosts,
             reservations=pool.reservations,
             owners=pool.owners,
-            queued=[Queued(q.request.runUid, q.workflowId, q.request.requestedAt) for q in pool.queue],
+            queued=[Queued(q.runUid, q.workflowId, q.requestedAt) for q in pool.queue],
             provisioning=frozenset(s.hostId for s in pool.scaleOuts if s.pending and s.hostId),
             running=running,
             records=[r for r in records if r.runtime == rt and r.provider == "process"],

@@ -18,12 +18,18 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.handoff import Mailbox
 from kruntimes.lifecycle import (
+    QUERY_HOST,
     SIGNAL_ADMIT,
     SIGNAL_ASSIGNED,
     SIGNAL_HOST_COMMAND,
     SIGNAL_HOST_LOST,
+    SIGNAL_HOST_SLOTS,
     SIGNAL_REJECTED,
+    UPDATE_HOST_SLOTS,
     AdmitSignal,
+    HostRecord,
+    HostSlots,
+    HostSlotsInput,
     OutgoingSignal,
     SignalBatch,
     SignalResult,
@@ -47,6 +53,8 @@ class SignalActivities:
             name, arg = SIGNAL_HOST_LOST, out.hostLost  # type: ignore[assignment]
         elif out.command is not None:
             name, arg = SIGNAL_HOST_COMMAND, out.command  # type: ignore[assignment]
+        elif out.slots is not None:
+            name, arg = SIGNAL_HOST_SLOTS, out.slots  # type: ignore[assignment]
         else:
             return None
         async with gate:
@@ -70,6 +78,28 @@ class SignalActivities:
                 return False
             raise
         return True
+
+    @activity.defn(name="host_slots")
+    async def host_slots(self, ask: HostSlotsInput) -> HostSlots:
+        """The slots a HostWorkflow keeps of its host (closed workflows answer too); none when
+        the workflow is gone or supervises another incarnation."""
+        handle = self.client.get_workflow_handle(ask.workflowId)
+        try:  # an update sees the handover signal applied; a query may not yet
+            answer = await handle.execute_update(UPDATE_HOST_SLOTS, result_type=HostSlots)
+        except RPCError as err:
+            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise
+        else:
+            return HostSlots(hostUid=ask.hostUid, slots=answer.slots if answer.hostUid == ask.hostUid else [])
+        try:  # closed (every signal it got is applied) or gone
+            record = await handle.query(QUERY_HOST, result_type=HostRecord)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return HostSlots(hostUid=ask.hostUid)
+            raise
+        if record is None or record.host.hostUid != ask.hostUid:
+            return HostSlots(hostUid=ask.hostUid)
+        return HostSlots(hostUid=ask.hostUid, slots=record.slots)
 
     @activity.defn(name="signal_runs")
     async def signal_runs(self, batch: SignalBatch) -> SignalResult:

@@ -22,7 +22,6 @@ from gateway.auth import (
     Authorizer,
     CachingAuthorizer,
     EmbeddedAuthorizer,
-    KubernetesAuthorizer,
     RoleBindings,
     TokenFile,
 )
@@ -34,6 +33,7 @@ from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.temporal import TemporalSettings
 
 GC_THRESHOLDS = (20_000, 50, 100)
+VERIFY_CACHE = 1024  # verified assignments the verifier keeps (the route cache keeps the rest)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -159,6 +159,8 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
     if args.auth == "kubernetes":
         if not args.kubernetes_api:
             raise SystemExit("krt gateway: --auth kubernetes needs --kubernetes-api")
+        from gateway.auth.kubernetes import KubernetesAuthorizer  # its client only when used
+
         ca = str(args.kubernetes_ca) if args.kubernetes_ca else None
         inner = KubernetesAuthorizer(args.kubernetes_api, ca_file=ca)
     else:
@@ -182,7 +184,9 @@ async def connect_temporal(settings: TemporalSettings | None) -> Client | None:
 async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
     try:
         peer_tls = PeerTLS(args.peer_tls, role=Role.GATEWAY)
-        assignments = Verifier.load(args.assignment_public_key)
+        # The route cache recognises unchanged registrations itself: the verifier's own cache of
+        # verified assignments would only hold a second copy of every route's bytes.
+        assignments = Verifier.load(args.assignment_public_key, cache_size=VERIFY_CACHE)
     except (PeerTLSError, AssignmentError) as e:
         raise SystemExit(f"krt gateway: {e}") from None
     limits = limits_from(args)

@@ -19,14 +19,19 @@ What a beat may claim (`apply`, with the identity of the certificate the beat ca
 Verification costs one signature check per assignment not seen in the host's previous snapshot
 (an unchanged registration is recognised by its assignment's bytes), done in batches that yield
 the event loop, so a full snapshot of a big host neither blocks invokes nor costs a signature
-check per registration per beat. `route` answers the highest attempt among live hosts (ready
-first among equals): a newer assignment always wins over an older one.
+check per registration per beat. A snapshot the same as the host's previous one (most beats of a
+steady host) is recognised by a digest of its bytes, taken in one call, and only renews the
+host's expiry: the Python work of a beat is proportional to what changed. `route` answers the
+highest attempt among live hosts (ready first among equals): a newer assignment always wins over
+an older one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -48,6 +53,25 @@ _HOST_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _READY = pb.REGISTRATION_PHASE_READY
 
 
+def _interval_s(beat: hb.HostHeartbeat) -> float:
+    return min(max(beat.interval_ms, MIN_INTERVAL_MS), MAX_INTERVAL_MS) / 1000.0
+
+
+def _signed(assignment: pb.SignedAssignment) -> bytes:
+    """Which signed assignment this is: a digest of its bytes and its signature."""
+    h = hashlib.blake2b(assignment.signature, digest_size=16)
+    h.update(assignment.assignment)
+    return h.digest()
+
+
+def _digest(beat: hb.HostHeartbeat) -> bytes:
+    """What a snapshot says about routes (registrations, addresses), without its sequence, time
+    and interval: equal digests, equal routes."""
+    what = hb.HostHeartbeat(address=beat.address, invoke_address=beat.invoke_address)
+    what.registrations.MergeFrom(beat.registrations)
+    return hashlib.blake2b(what.SerializeToString(deterministic=True), digest_size=16).digest()
+
+
 class HeartbeatRefused(Exception):
     """The beat is not the sending host's to make (another host's id, runtime or uid)."""
 
@@ -65,9 +89,9 @@ class Route:
     host_uid: str
     address: str
     invoke_address: str = ""  # the host's raw invoke port; empty: InvokeFunction over gRPC
-    # the signed assignment's bytes and signature that verified this route
-    assignment: bytes = b""
-    signature: bytes = b""
+    # a digest of the signed assignment (bytes and signature) that verified this route: an
+    # unchanged registration is recognised by it (kept small: 10,000 routes cost kilobytes here)
+    signed: bytes = b""
 
     @property
     def host(self) -> Identity:
@@ -81,6 +105,8 @@ class _Host:
     address: str
     expires: float
     routes: dict[str, Route]
+    digest: bytes = b""  # of the snapshot these routes came from (_digest)
+    skipped: int = 0  # its registrations that were not routed
 
 
 class RouteCache:
@@ -117,17 +143,19 @@ class RouteCache:
             self.forget(beat.host_uid)
             return 0
         old = self._hosts.get(beat.host_uid)
+        digest = _digest(beat)
+        if old is not None and old.digest == digest and self._incarnations.get(identity) == beat.host_uid:
+            old.expires = self._clock() + self._missed * _interval_s(beat)
+            return old.skipped
         previous = old.routes if old is not None else {}
         routes: dict[str, Route] = {}
         pending: list[pb.RegistrationState] = []
         address, invoke_address = beat.address, beat.invoke_address
         for r in beat.registrations[:MAX_REGISTRATIONS_PER_HOST]:
             prev = previous.get(r.run_uid)
-            signed = r.assignment
             if (
                 prev is not None
-                and prev.signature == signed.signature
-                and prev.assignment == signed.assignment
+                and prev.signed == _signed(r.assignment)
                 and prev.registration_id == r.registration_id
                 and prev.address == address
                 and prev.invoke_address == invoke_address
@@ -150,7 +178,7 @@ class RouteCache:
                 routes[r.run_uid] = route
         if pending:  # the host may have changed while this snapshot was verified
             identity = self._sender(beat, peer)
-        self._commit(beat, identity, routes)
+        self._commit(beat, identity, routes, digest=digest, skipped=skipped)
         return skipped
 
     def _verified(self, beat: hb.HostHeartbeat, r: pb.RegistrationState) -> Route | None:
@@ -168,23 +196,31 @@ class RouteCache:
             beat.host_uid,
         ) or (r.runtime != beat.runtime):
             return None
+        # The strings every route of a host shares are kept once (interned), not once a route.
         return Route(
             run_uid=a.run_uid,
-            namespace=a.namespace,
+            namespace=sys.intern(a.namespace),
             name=a.name,
-            runtime=a.runtime,
+            runtime=sys.intern(a.runtime),
             registration_id=r.registration_id,
             attempt=a.attempt,
             ready=r.phase == _READY,
-            host_id=a.host_id,
-            host_uid=a.host_uid,
-            address=beat.address,
-            invoke_address=beat.invoke_address,
-            assignment=r.assignment.assignment,
-            signature=r.assignment.signature,
+            host_id=sys.intern(a.host_id),
+            host_uid=sys.intern(a.host_uid),
+            address=sys.intern(beat.address),
+            invoke_address=sys.intern(beat.invoke_address),
+            signed=_signed(r.assignment),
         )
 
-    def _commit(self, beat: hb.HostHeartbeat, identity: Identity, routes: dict[str, Route]) -> None:
+    def _commit(
+        self,
+        beat: hb.HostHeartbeat,
+        identity: Identity,
+        routes: dict[str, Route],
+        *,
+        digest: bytes = b"",
+        skipped: int = 0,
+    ) -> None:
         host_uid = beat.host_uid
         earlier = self._incarnations.get(identity)
         if earlier is not None and earlier != host_uid:
@@ -192,12 +228,11 @@ class RouteCache:
         old = self._hosts.get(host_uid)
         if old is None and len(self._hosts) >= MAX_HOSTS:
             return
-        interval_s = min(max(beat.interval_ms, MIN_INTERVAL_MS), MAX_INTERVAL_MS) / 1000.0
         if old is not None:
             for run_uid in old.routes.keys() - routes.keys():
                 self._unlink(run_uid, host_uid)
         self._hosts[host_uid] = _Host(
-            identity, beat.address, self._clock() + self._missed * interval_s, routes
+            identity, beat.address, self._clock() + self._missed * _interval_s(beat), routes, digest, skipped
         )
         self._incarnations[identity] = host_uid
         for run_uid, route in routes.items():
@@ -246,6 +281,7 @@ class RouteCache:
         host = self._hosts.get(host_uid)
         if host is not None:
             host.routes.pop(run_uid, None)
+            host.digest = b""  # the next snapshot is applied in full, even if it did not change
         self._unlink(run_uid, host_uid)
 
     def sweep(self) -> int:

@@ -236,13 +236,26 @@ async def run_get(args: argparse.Namespace, client: Client, io: Io) -> int:
     return 0
 
 
+FIRST_PAGE = 20  # Runs of the first page of a table: on screen at once, the rest as it comes
+
+
 async def run_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    """A table is printed a page of Runs at a time, newest first, as the pages come (the first
+    at once, however many Runs there are); a document (-o json|yaml) once every page is read."""
     namespace = None if args.all_namespaces else _ns(args)
-    runs = await client.list(namespace=namespace, phase=args.phase)
-    if not runs and args.output == "table":
-        where = "any namespace" if namespace is None else f"namespace {namespace}"
-        io.note(f"No runs found in {where}.")
+    if args.output == "table":
+        printed = 0
+        pages = client.pages(
+            namespace=namespace, phase=args.phase, page_size=args.chunk_size, first_page_size=FIRST_PAGE
+        )
+        async for page in pages:
+            io.print(runs_table(page, header=printed == 0))
+            printed += len(page)
+        if not printed:
+            where = "any namespace" if namespace is None else f"namespace {namespace}"
+            io.note(f"No runs found in {where}.")
         return 0
+    runs = await client.list(namespace=namespace, phase=args.phase)
     print_runs(io, runs, args.output, single=False)
     return 0
 

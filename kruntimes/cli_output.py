@@ -23,9 +23,9 @@ HOST_COLUMNS = ("HOST", "RUNTIME", "STATE", "SLOTS", "ADDRESS")
 NONE = "<none>"
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, header: bool = True) -> str:
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
-    lines = [columns, *rows]
+    lines = [columns, *rows] if header else list(rows)
     return "".join(
         "   ".join(str(cell).ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() + "\n"
         for line in lines
@@ -57,8 +57,8 @@ def run_row(run: RunObject, *, now: datetime | None = None) -> list[str]:
     ]
 
 
-def runs_table(runs: Sequence[RunObject], *, now: datetime | None = None) -> str:
-    return table(RUN_COLUMNS, [run_row(r, now=now) for r in runs])
+def runs_table(runs: Sequence[RunObject], *, now: datetime | None = None, header: bool = True) -> str:
+    return table(RUN_COLUMNS, [run_row(r, now=now) for r in runs], header=header)
 
 
 def host_row(view: HostView) -> list[str]:

@@ -35,6 +35,16 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
+def _page_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError("must be within 1..1000")
+    return value
+
+
 def _namespace(parser: argparse.ArgumentParser) -> None:
     # None: not given (apply then keeps the manifest's namespace); commands default to "default".
     parser.add_argument("-n", "--namespace", help="the Run's namespace (default: default)")
@@ -96,6 +106,12 @@ def build() -> Parser:
     _namespace(listing)
     listing.add_argument("-A", "--all-namespaces", action="store_true", help="list every namespace")
     listing.add_argument("--phase", choices=[p.value for p in RunPhase], help="only Runs in this phase")
+    listing.add_argument(
+        "--chunk-size",
+        type=_page_size,
+        default=100,
+        help="Runs read and printed at a time (a table comes page by page, newest first)",
+    )
     _output(listing)
 
     wait = verbs.add_parser("wait", help="wait until a Run reaches a phase")

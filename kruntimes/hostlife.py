@@ -207,11 +207,13 @@ def track_idle(
     reservations: Sequence[Reservation],
     idle_since: Mapping[str, datetime],
     now: datetime,
+    load: Mapping[str, int] | None = None,
 ) -> dict[str, datetime]:
     """Host uid → since when it has held no reservation, for the pool's hosts that hold none
-    (kept from `idle_since` while it stays idle, `now` when it has just become idle)."""
-    load = _load(reservations)
-    return {h.hostUid: idle_since.get(h.hostUid, now) for h in hosts if load[h.hostUid] == 0}
+    (kept from `idle_since` while it stays idle, `now` when it has just become idle). `load`
+    (host uid → reservations), when given, is read instead of counting `reservations`."""
+    load = _load(reservations) if load is None else load
+    return {h.hostUid: idle_since.get(h.hostUid, now) for h in hosts if load.get(h.hostUid, 0) == 0}
 
 
 def _warm_count(hosts: Iterable[Host]) -> int:
@@ -222,13 +224,19 @@ def _warm_count(hosts: Iterable[Host]) -> int:
 
 
 def _idle_candidates(
-    hosts: Sequence[Host], reservations: Sequence[Reservation], idle_since: Mapping[str, datetime]
+    hosts: Sequence[Host],
+    reservations: Sequence[Reservation],
+    idle_since: Mapping[str, datetime],
+    load: Mapping[str, int] | None = None,
 ) -> list[Host]:
-    load = _load(reservations)
+    load = _load(reservations) if load is None else load
     found = [
         h
         for h in hosts
-        if h.state is HostState.Ready and h.supervised and load[h.hostUid] == 0 and h.hostUid in idle_since
+        if h.state is HostState.Ready
+        and h.supervised
+        and load.get(h.hostUid, 0) == 0
+        and h.hostUid in idle_since
     ]
     # The longest idle goes first; among equals the newest host (highest id), so the oldest stay.
     return sorted(found, key=lambda h: (idle_since[h.hostUid], _id_order(h.hostId)))
@@ -249,6 +257,7 @@ def scale_in(
     min_hosts: int,
     delay_s: float,
     queued: int = 0,
+    load: Mapping[str, int] | None = None,
 ) -> tuple[Host, ...]:
     """The hosts to drain and delete now: Ready, supervised (a HostWorkflow deletes them), holding
     no reservation for at least `delay_s`, longest idle first, while the shared Ready hosts left
@@ -259,7 +268,7 @@ def scale_in(
     due = now - timedelta(seconds=delay_s)
     warm = _warm_count(hosts)
     out: list[Host] = []
-    for host in _idle_candidates(hosts, reservations, idle_since):
+    for host in _idle_candidates(hosts, reservations, idle_since, load):
         if idle_since[host.hostUid] > due:
             continue
         if host.tenancy is TenancyMode.Shared and not host.spent:
@@ -277,13 +286,14 @@ def next_scale_in(
     idle_since: Mapping[str, datetime],
     delay_s: float,
     after: datetime,
+    load: Mapping[str, int] | None = None,
 ) -> datetime | None:
     """The earliest time after `after` at which an idle host becomes due for scale-in (the pool
     wakes up then), or None. Hosts already due were decided on (kept for the warm minimum): only
     a change, which wakes the pool anyway, can make them go."""
     times = [
         idle_since[h.hostUid] + timedelta(seconds=delay_s)
-        for h in _idle_candidates(hosts, reservations, idle_since)
+        for h in _idle_candidates(hosts, reservations, idle_since, load)
     ]
     return min((t for t in times if t > after), default=None)
 

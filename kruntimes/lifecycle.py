@@ -8,14 +8,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.run import Run
 from kruntimes.config import RuntimeConfig, TenantConfig
 from kruntimes.hosts import CreatedHost, HostDefaults, HostSandbox
 from kruntimes.scheduling.failures import ProviderFailure
-from kruntimes.scheduling.model import AdmissionRequest, Host, HostState, Reservation, ScaleOutRequest
+from kruntimes.scheduling.model import (
+    AdmissionRequest,
+    Host,
+    HostState,
+    Reservation,
+    ScaleOutRequest,
+    TenantPolicy,
+)
 
 TASK_QUEUE = "kruntimes"
 # Entity workflows poll their own queue: Runs waiting on them must never hold every task slot.
@@ -36,12 +43,15 @@ SIGNAL_SCALE_OUT_FAILED = "scale_out_failed"
 SIGNAL_CONFIGURE = "configure"
 SIGNAL_HOST_STATE = "host_state"
 QUERY_POOL = "pool"
+SIGNAL_HOST_SLOTS = "slots"
 SIGNAL_REGISTRATION_LOST = "registration_lost"
 # HostWorkflow
 SIGNAL_HOST_COMMAND = "command"
 SIGNAL_PROVIDER_REPORT = "provider_report"
 SIGNAL_WATCH_READY = "watch_ready"
 QUERY_HOST = "host"
+# The slots the pool handed over, read after every signal sent before it (a query may not be).
+UPDATE_HOST_SLOTS = "read_slots"
 UPDATE_DRAIN_HOST = "drain"
 UPDATE_DELETE_HOST = "delete"
 # ReconcileWorkflow
@@ -55,6 +65,15 @@ MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal (each is 
 
 def run_workflow_id(namespace: str, name: str) -> str:
     return f"run/{namespace}/{name}"
+
+
+def run_of_workflow_id(workflow_id: str) -> tuple[str, str]:
+    """(namespace, name) of a Run's workflow id; ("default", "run") for any other id."""
+    kind, _, rest = workflow_id.partition("/")
+    namespace, _, name = rest.partition("/")
+    if kind != "run" or not namespace or not name or "/" in name:
+        return ("default", "run")
+    return (namespace, name)
 
 
 def pool_workflow_id(runtime: str) -> str:
@@ -166,15 +185,41 @@ class HostCommand(ApiModel):
     message: StatusMessage = ""
 
 
+class Slot(ApiModel):
+    """One run slot of one host, held by one Run: what a HostWorkflow keeps of its host's
+    reservations (the host is the workflow's own)."""
+
+    runUid: str
+    workflowId: str  # the Run's workflow, told when the host is lost or drains
+    tenant: str | None = None
+    reservedAt: datetime
+
+
+class HostSlots(ApiModel):
+    """The pool to a HostWorkflow, before the pool continues as new: every slot its host holds
+    now (the whole set, replacing what the workflow kept). The pool's next run reads them back."""
+
+    hostUid: str
+    slots: list[Slot] = Field(default_factory=list)
+
+
+class HostSlotsInput(ApiModel):
+    """Read back what a HostWorkflow keeps of its host's slots (the pool after continue-as-new)."""
+
+    workflowId: str
+    hostUid: str
+
+
 class OutgoingSignal(ApiModel):
     """One message of the pool to one workflow (exactly one payload set): an answer to a Run, or a
-    command to a HostWorkflow."""
+    command or the slots to a HostWorkflow."""
 
     workflowId: str
     assigned: Assignment | None = None
     rejected: Rejection | None = None
     hostLost: HostLostSignal | None = None
     command: HostCommand | None = None
+    slots: HostSlots | None = None
 
 
 class SignalBatch(ApiModel):
@@ -281,20 +326,157 @@ class PoolConfig(ApiModel):
     hostDefaults: HostDefaults = Field(default_factory=lambda: HostDefaults())
 
 
+class QueuedRun(ApiModel):
+    """A Run waiting in its pool's FIFO: a reference (who, in which tenant scope, where the answer
+    goes), never the Run's spec nor its tenant's policy, which is looked up when it is decided."""
+
+    runUid: str
+    workflowId: str  # run/{namespace}/{name}: the Run's name is read from it
+    tenant: str | None = None
+    requestedAt: datetime
+    providerHint: str | None = None
+
+    @classmethod
+    def of(cls, admit: AdmitSignal) -> QueuedRun:
+        r = admit.request
+        return cls(
+            runUid=r.runUid,
+            workflowId=admit.workflowId,
+            tenant=r.tenant,
+            requestedAt=r.requestedAt,
+            providerHint=r.providerHint,
+        )
+
+    def request(self, *, runtime: str, policy: TenantPolicy | None) -> AdmissionRequest:
+        """The admission request again, with the tenant's policy of now."""
+        namespace, name = run_of_workflow_id(self.workflowId)
+        return AdmissionRequest(
+            runUid=self.runUid,
+            namespace=namespace,
+            name=name,
+            runtime=runtime,
+            tenant=self.tenant,
+            tenancy=policy if self.tenant is not None else None,
+            requestedAt=self.requestedAt,
+            providerHint=self.providerHint,
+        )
+
+    def admit(self, *, runtime: str) -> AdmitSignal:
+        return AdmitSignal(request=self.request(runtime=runtime, policy=None), workflowId=self.workflowId)
+
+
+def _queued(entry: object) -> object:
+    # A queue carried by pools of earlier code holds whole admissions: reduced to references.
+    if isinstance(entry, dict) and "request" in entry:
+        return QueuedRun.of(AdmitSignal.model_validate(entry))
+    if isinstance(entry, AdmitSignal):
+        return QueuedRun.of(entry)
+    return entry
+
+
 class PoolState(ApiModel):
+    """The pool's state: in full in its `pool` query, and carried across continue-as-new without
+    the reservations of the hosts in `slotsOnHosts` (their HostWorkflows keep those; the next run
+    reads them back), so that the carried state is bounded by hosts and the queue, not by Runs."""
+
     hosts: list[Host] = Field(default_factory=list)
     reservations: list[Reservation] = Field(default_factory=list)
-    queue: list[AdmitSignal] = Field(default_factory=list)
+    queue: list[QueuedRun] = Field(default_factory=list)
     scaleOuts: list[ScaleOutRequest] = Field(default_factory=list)
     nextHost: int = 0
     failedScaleOuts: int = 0  # consecutive; reset when a host becomes ready
     owners: dict[str, str] = Field(default_factory=dict)  # run uid → the Run's workflow id
     idleSince: dict[str, datetime] = Field(default_factory=dict)  # host uid → holds no reservation since
+    # Host uids whose reservations (and their owners) are kept by the host's HostWorkflow, not here.
+    slotsOnHosts: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_queue(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("queue"), list):
+            data = {**data, "queue": [_queued(q) for q in data["queue"]]}
+        return data
+
+
+def carried_state(state: PoolState, *, on_hosts: set[str]) -> PoolState:
+    """What the pool carries across continue-as-new: everything but the reservations (and their
+    owners) of the hosts in `on_hosts`, whose HostWorkflows were given them."""
+    kept = [r for r in state.reservations if r.hostUid not in on_hosts]
+    held = {r.runUid for r in kept}
+    return state.model_copy(
+        update={
+            "reservations": kept,
+            "owners": {k: v for k, v in state.owners.items() if k in held},
+            "slotsOnHosts": sorted(on_hosts),
+        }
+    )
+
+
+def slots_of(state: PoolState, *, host_uid: str) -> HostSlots:
+    """The slots of one host, from the pool's full state (what its HostWorkflow is given)."""
+    return HostSlots(
+        hostUid=host_uid,
+        slots=[
+            Slot(
+                runUid=r.runUid,
+                workflowId=state.owners.get(r.runUid, ""),
+                tenant=r.tenant,
+                reservedAt=r.reservedAt,
+            )
+            for r in state.reservations
+            if r.hostUid == host_uid
+        ],
+    )
+
+
+class PoolMessage(ApiModel):
+    """One message the pool received and had not decided on yet when it continued as new
+    (exactly one set)."""
+
+    admit: AdmitSignal | None = None
+    release: ReleaseSignal | None = None
+    hostReady: HostReadySignal | None = None
+    scaleOutFailed: ScaleOutFailedSignal | None = None
+    configure: PoolConfig | None = None
+    hostLost: HostLostSignal | None = None
+    hostState: HostStateSignal | None = None
+
+    @classmethod
+    def of(cls, msg: object) -> PoolMessage:
+        for field, kind in (
+            ("admit", AdmitSignal),
+            ("release", ReleaseSignal),
+            ("hostReady", HostReadySignal),
+            ("scaleOutFailed", ScaleOutFailedSignal),
+            ("configure", PoolConfig),
+            ("hostLost", HostLostSignal),
+            ("hostState", HostStateSignal),
+        ):
+            if isinstance(msg, kind):
+                return cls.model_validate({field: msg})
+        raise TypeError(f"not a pool message: {type(msg).__name__}")
+
+    @property
+    def message(self) -> ApiModel:
+        for value in (
+            self.admit,
+            self.release,
+            self.hostReady,
+            self.scaleOutFailed,
+            self.configure,
+            self.hostLost,
+            self.hostState,
+        ):
+            if value is not None:
+                return value
+        raise ValueError("an empty pool message")
 
 
 class PoolInput(ApiModel):
     config: PoolConfig
     state: PoolState | None = None  # carried across continue-as-new
+    # Messages that arrived while the pool handed its slots to its hosts, in arrival order.
+    pending: list[PoolMessage] = Field(default_factory=list)
 
 
 # --- ScaleOutWorkflow ---------------------------------------------------------------------------
@@ -441,8 +623,8 @@ MAX_HOST_EVENTS = 32
 class HostRecord(ApiModel):
     """What a HostWorkflow knows of its host (its `host` query), carried across continue-as-new.
 
-    It is the per-host entity of the pool: the run slots each Run holds on this host belong here
-    too, once the pool's reservations move to the hosts."""
+    It is the per-host entity of the pool: it keeps the run slots each Run holds on this host
+    while the pool continues as new without them."""
 
     host: Host
     created: CreatedHost
@@ -452,6 +634,9 @@ class HostRecord(ApiModel):
     message: StatusMessage = ""
     fenced: bool = False
     events: list[HostEvent] = Field(default_factory=list, max_length=MAX_HOST_EVENTS)
+    # The run slots of this host and the Runs holding them, as the pool last handed them over
+    # (before it continued as new; the pool holds the current ones while it runs).
+    slots: list[Slot] = Field(default_factory=list)
 
 
 class HostInput(ApiModel):

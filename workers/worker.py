@@ -377,7 +377,11 @@ async def _running_workers(
                 client,
                 task_queue=settings.pool_task_queue,
                 workflows=POOL_WORKFLOWS,
-                activities=[ProbeActivities(host_manager).probe_hosts, signals.signal_runs],
+                activities=[
+                    ProbeActivities(host_manager).probe_hosts,
+                    signals.signal_runs,
+                    signals.host_slots,
+                ],
                 **tuning,
             )
         )

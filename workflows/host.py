@@ -45,11 +45,13 @@ with workflow.unsafe.imports_passed_through():
         QUERY_HOST,
         SIGNAL_HOST_COMMAND,
         SIGNAL_HOST_LOST,
+        SIGNAL_HOST_SLOTS,
         SIGNAL_HOST_STATE,
         SIGNAL_PROVIDER_REPORT,
         SIGNAL_WATCH_READY,
         UPDATE_DELETE_HOST,
         UPDATE_DRAIN_HOST,
+        UPDATE_HOST_SLOTS,
         DeleteHostInput,
         FenceInput,
         FenceResult,
@@ -61,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         HostLostSignal,
         HostRecord,
         HostResult,
+        HostSlots,
         HostStateSignal,
         ProviderReport,
         WatchInput,
@@ -103,6 +106,7 @@ class HostWorkflow:
         self._record: HostRecord | None = None
         self._done = False
         self._serving = False  # the watch saw it serve
+        self._slots: HostSlots | None = None  # the pool's, arrived before the record was made
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -121,6 +125,23 @@ class HostWorkflow:
         """The host's provider says it is lost or not ready (a pod watch, say)."""
         if report.lost or not report.ready:
             self._reports.append(report)
+
+    @workflow.signal(name=SIGNAL_HOST_SLOTS)
+    def slots(self, slots: HostSlots) -> None:
+        """The pool hands over every slot of this host before it continues as new."""
+        if self._record is None:
+            self._slots = slots
+        elif slots.hostUid == self._record.host.hostUid:
+            self._record = self._record._replace(slots=slots.slots)
+
+    @workflow.update(name=UPDATE_HOST_SLOTS)
+    def read_slots(self) -> HostSlots:
+        """The slots as the pool handed them over. An update is applied after every signal the
+        workflow received before it, so the handover is always in it (a query may be answered
+        before a signal in flight is applied)."""
+        if self._record is not None:
+            return HostSlots(hostUid=self._record.host.hostUid, slots=self._record.slots)
+        return self._slots if self._slots is not None else HostSlots(hostUid="")
 
     @workflow.query(name=QUERY_HOST)
     def host(self) -> HostRecord | None:
@@ -185,6 +206,8 @@ class HostWorkflow:
                 message=f"created by the {input.created.provider} provider",
             )
             self._event(HostState.Assigned, "Created", self._rec.message)
+        if self._slots is not None:
+            self.slots(self._slots)
         self._pool = workflow.get_external_workflow_handle(input.poolWorkflowId)
         ending = await self._supervise()
         if ending is not None:

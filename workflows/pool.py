@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_HOST_COMMAND,
         SIGNAL_HOST_LOST,
         SIGNAL_HOST_READY,
+        SIGNAL_HOST_SLOTS,
         SIGNAL_HOST_STATE,
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
@@ -47,21 +48,27 @@ with workflow.unsafe.imports_passed_through():
         HostCommand,
         HostLostSignal,
         HostReadySignal,
+        HostSlots,
+        HostSlotsInput,
         HostStateSignal,
         OutgoingSignal,
         PoolConfig,
         PoolInput,
+        PoolMessage,
         PoolState,
         ProbeInput,
         ProbeResult,
+        QueuedRun,
         Rejection,
         ReleaseSignal,
         ScaleOutFailedSignal,
         ScaleOutInput,
         SignalBatch,
         SignalResult,
+        carried_state,
         host_workflow_id,
         scale_out_workflow_id,
+        slots_of,
     )
     from kruntimes.scheduling import admission
     from kruntimes.scheduling.model import (
@@ -73,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         QueueGlobally,
         Reject,
         RequestScaleOut,
+        Reservation,
         ScaleOutReason,
         ScaleOutRequest,
         ScaleOutStatus,
@@ -85,6 +93,12 @@ SIGNAL_TIMEOUT = timedelta(seconds=60)
 # Pools started by this code keep their hosts (scale-in, drained and one-shot hosts deleted, the
 # wake-up for it); a pool started before replays as it ran.
 PATCH_HOUSEKEEPING = "host-housekeeping"
+# Pools running this code hand the reservations of supervised hosts to their HostWorkflows before
+# they continue as new, and read them back after; earlier pools carried every one.
+PATCH_SLOTS_ON_HOSTS = "slots-on-hosts"
+SLOTS_TIMEOUT = timedelta(seconds=30)
+# Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
+SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 PROVIDER_LABEL = "kruntimes.io/provider"
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
 SIGNAL_RETRY = RetryPolicy(
@@ -92,7 +106,7 @@ SIGNAL_RETRY = RetryPolicy(
 )
 
 
-Message = Assignment | Rejection | HostLostSignal | HostCommand
+Message = Assignment | Rejection | HostLostSignal | HostCommand | HostSlots
 
 
 @dataclass
@@ -107,6 +121,8 @@ class RuntimePoolWorkflow:
         self._inbox: list[object] = []
         self._probed_at: datetime | None = None
         self._housekeeping = False
+        self._index = admission.ReservationIndex()  # the reservations, by run uid and host
+        self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -144,15 +160,34 @@ class RuntimePoolWorkflow:
 
     @workflow.query(name=QUERY_POOL)
     def pool(self) -> PoolState:
-        return self.state
+        return self._full()
+
+    def _full(self) -> PoolState:
+        """The whole state: `self.state` with the reservations and owners, which the pool keeps
+        indexed (`_index`, `_owners`) so that a decision costs the same at 10 and 10,000 Runs."""
+        return self.state.model_copy(
+            update={"reservations": list(self._index.held.values()), "owners": dict(self._owners)}
+        )
+
+    def _by_host_uid(self) -> dict[str, int]:
+        load: dict[str, int] = {}
+        for (_, host_uid), n in self._index.load.items():
+            load[host_uid] = load.get(host_uid, 0) + n
+        return load
 
     # -- the loop ----------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, input: PoolInput) -> None:
         self.config = input.config
-        self.state = input.state or PoolState()
+        state = input.state or PoolState()
+        self._index = admission.ReservationIndex(state.reservations)
+        self._owners = dict(state.owners)
+        self.state = state.model_copy(update={"reservations": [], "owners": {}})
         self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
+        self._inbox = [*(m.message for m in input.pending), *self._inbox]
+        if self.state.slotsOnHosts:
+            await self._slots_back()
         outbox = _Outbox([], [])
         self._warm(outbox)
         await self._flush(outbox)
@@ -177,7 +212,61 @@ class RuntimePoolWorkflow:
             await self._flush(outbox)
             if workflow.info().is_continue_as_new_suggested() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(PoolInput(config=self.config, state=self.state))
+                carried = await self._carried()
+                pending = [PoolMessage.of(m) for m in self._inbox]
+                workflow.continue_as_new(PoolInput(config=self.config, state=carried, pending=pending))
+
+    # -- continue-as-new: the reservations of supervised hosts are kept by their HostWorkflows -----
+
+    async def _carried(self) -> PoolState:
+        """The state to continue with: the reservations of every supervised host handed to its
+        HostWorkflow first (a host whose workflow cannot be told keeps its own here). Messages
+        that arrive meanwhile wait in the inbox and are carried with it."""
+        state = self._full()
+        if not workflow.patched(PATCH_SLOTS_ON_HOSTS):
+            return state
+        supervised = [h for h in state.hosts if h.supervised]
+        signals: list[tuple[str, str, Message]] = [
+            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots_of(state, host_uid=h.hostUid))
+            for h in supervised
+        ]
+        gone = await self._send(signals) if signals else set()
+        on_hosts = {h.hostUid for h in supervised if host_workflow_id(h.runtime, h.hostId) not in gone}
+        return carried_state(state, on_hosts=on_hosts)
+
+    async def _slots_back(self) -> None:
+        """After continue-as-new: the reservations the HostWorkflows kept, back in the pool's
+        state (each host's in one local activity, so each payload is bounded by its capacity)."""
+        hosts = {h.hostUid: h for h in self.state.hosts}
+        wanted = [hosts[uid] for uid in self.state.slotsOnHosts if uid in hosts]
+        answers = await asyncio.gather(
+            *(
+                workflow.execute_local_activity(
+                    "host_slots",
+                    HostSlotsInput(workflowId=host_workflow_id(h.runtime, h.hostId), hostUid=h.hostUid),
+                    result_type=HostSlots,
+                    start_to_close_timeout=SLOTS_TIMEOUT,
+                    retry_policy=SLOTS_RETRY,
+                )
+                for h in wanted
+            )
+        )
+        for host, answer in zip(wanted, answers, strict=True):
+            for slot in answer.slots:
+                if slot.runUid in self._index.held:
+                    continue  # a Run holds one slot at most
+                self._index.add(
+                    Reservation(
+                        runUid=slot.runUid,
+                        hostId=host.hostId,
+                        hostUid=host.hostUid,
+                        tenant=slot.tenant,
+                        reservedAt=slot.reservedAt,
+                    )
+                )
+                if slot.workflowId:
+                    self._owners[slot.runUid] = slot.workflowId
+        self._update(slotsOnHosts=[])
 
     def _handle(self, msg: object, outbox: _Outbox) -> None:
         if isinstance(msg, AdmitSignal):
@@ -217,10 +306,11 @@ class RuntimePoolWorkflow:
             probe = max(probe - (workflow.now() - last).total_seconds(), 0.001)
         due = next_scale_in(
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
             idle_since=self.state.idleSince,
             delay_s=self.config.runtime.scaleInDelaySeconds,
             after=workflow.now(),
+            load=self._by_host_uid(),
         )
         if due is None:
             return probe
@@ -242,8 +332,9 @@ class RuntimePoolWorkflow:
         decision = admission.admit(
             request=request,
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
-            queue=[q.request for q in self.state.queue],
+            reservations=(),
+            index=self._index,
+            queue=self._queued_requests(),
             pending_scale_outs=self.state.scaleOuts,
             runtime=rt.name,
             max_queue=self.config.queueLimit,
@@ -254,10 +345,10 @@ class RuntimePoolWorkflow:
         if isinstance(decision, AssignToInstance):
             self._assign(msg, decision, outbox)
         elif isinstance(decision, QueueGlobally):
-            if all(q.request.runUid != request.runUid for q in self.state.queue):
-                self._update(queue=[*self.state.queue, msg])
+            if all(q.runUid != request.runUid for q in self.state.queue):
+                self._update(queue=[*self.state.queue, QueuedRun.of(msg)])
         elif isinstance(decision, RequestScaleOut):
-            self._update(queue=[*self.state.queue, msg])
+            self._update(queue=[*self.state.queue, QueuedRun.of(msg)])
             self._scale_out(
                 decision.reason, decision.provider, decision.tenant, decision.policy, outbox, request
             )
@@ -272,12 +363,8 @@ class RuntimePoolWorkflow:
 
     def _assign(self, msg: AdmitSignal, decision: AssignToInstance, outbox: _Outbox) -> None:
         host = next(h for h in self.state.hosts if h.hostId == decision.hostId)
-        reservations = admission.reserve(
-            reservations=self.state.reservations, request=msg.request, host=host, at=workflow.now()
-        )
-        self._update(
-            reservations=list(reservations), owners={**self.state.owners, msg.request.runUid: msg.workflowId}
-        )
+        admission.reserve_in(index=self._index, request=msg.request, host=host, at=workflow.now())
+        self._owners[msg.request.runUid] = msg.workflowId
         if self._housekeeping and self.config.runtime.oneshot:
             self._set_host(host._replace(spent=True))  # its one Run; deleted once that ends
         assert host.address is not None
@@ -292,35 +379,42 @@ class RuntimePoolWorkflow:
         )
         outbox.signals.append((msg.workflowId, SIGNAL_ASSIGNED, assignment))
 
+    def _queued_requests(self) -> list[AdmissionRequest]:
+        """The queue as admission requests, each with its tenant's policy of now."""
+        name = self.config.runtime.name
+        return [q.request(runtime=name, policy=self._policy(q.tenant)) for q in self.state.queue]
+
     def _place_queued(self, outbox: _Outbox) -> None:
+        if not self.state.queue:
+            return
         placements = admission.next_from_queue(
-            queue=[q.request for q in self.state.queue],
+            queue=self._queued_requests(),
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
+            index=self._index,
         )
         if not placements:
             return
-        by_uid = {q.request.runUid: q for q in self.state.queue}
+        by_uid = {q.runUid: q for q in self.state.queue}
         placed = set()
         for placement in placements:
             queued = by_uid[placement.request.runUid]
-            self._assign(queued, placement.assignment, outbox)
+            msg = AdmitSignal(request=placement.request, workflowId=queued.workflowId)
+            self._assign(msg, placement.assignment, outbox)
             placed.add(placement.request.runUid)
-        self._update(queue=[q for q in self.state.queue if q.request.runUid not in placed])
+        self._update(queue=[q for q in self.state.queue if q.runUid not in placed])
 
     def _release(self, run_uid: str) -> None:
-        self._update(
-            reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid)),
-            queue=[q for q in self.state.queue if q.request.runUid != run_uid],
-            owners={k: v for k, v in self.state.owners.items() if k != run_uid},
-        )
+        self._index.remove(run_uid)
+        self._owners.pop(run_uid, None)
+        if any(q.runUid == run_uid for q in self.state.queue):
+            self._update(queue=[q for q in self.state.queue if q.runUid != run_uid])
 
     def _leave(self, run_uid: str, host_uid: str) -> None:
         """A Run moving off a draining host gives its slot there back before it is admitted again."""
-        if any(r.runUid == run_uid and r.hostUid == host_uid for r in self.state.reservations):
-            self._update(
-                reservations=list(admission.release(reservations=self.state.reservations, run_uid=run_uid))
-            )
+        held = self._index.held.get(run_uid)
+        if held is not None and held.hostUid == host_uid:
+            self._index.remove(run_uid)
 
     # -- hosts -------------------------------------------------------------------------------------
 
@@ -400,12 +494,12 @@ class RuntimePoolWorkflow:
             # Stop trying until a host appears or the config changes: report it to who waits.
             text = f"scale-out failed {failures} times: {msg.failure.reason}: {msg.failure.message}"
             for queued in waiting:
-                rejection = Rejection(runUid=queued.request.runUid, reason="ScaleOutFailed", message=text)
+                rejection = Rejection(runUid=queued.runUid, reason="ScaleOutFailed", message=text)
                 outbox.signals.append((queued.workflowId, SIGNAL_REJECTED, rejection))
             self._update(failedScaleOuts=0)
             return
         for queued in waiting:  # decide again: another scale-out, a wait, or a rejection
-            self._admit(queued, outbox)
+            self._admit(queued.admit(runtime=self.config.runtime.name), outbox)
         self._warm(outbox)  # a failed warm-up host is requested again, within the same bound
 
     async def _probe(self, outbox: _Outbox) -> None:
@@ -429,16 +523,14 @@ class RuntimePoolWorkflow:
 
     def _remove_host(self, host: Host, lost: HostLostSignal, outbox: _Outbox) -> None:
         """The host is gone (fenced): its slots are free, its Runs told to register elsewhere."""
-        kept, released = admission.release_host(reservations=self.state.reservations, host_id=host.hostId)
-        owners = dict(self.state.owners)
+        released = [uid for uid, r in self._index.held.items() if r.hostId == host.hostId]
         for run_uid in released:
-            workflow_id = owners.pop(run_uid, None)
+            self._index.remove(run_uid)
+            workflow_id = self._owners.pop(run_uid, None)
             if workflow_id is not None:
                 outbox.signals.append((workflow_id, SIGNAL_HOST_LOST, lost))
         self._update(
             hosts=[h for h in self.state.hosts if h.hostUid != host.hostUid],
-            reservations=list(kept),
-            owners=owners,
             idleSince={k: v for k, v in self.state.idleSince.items() if k != host.hostUid},
         )
         workflow.logger.warning("host %s is gone; %d Run(s) recover elsewhere", host.hostId, len(released))
@@ -446,9 +538,9 @@ class RuntimePoolWorkflow:
     def _runs_on(self, host: Host) -> list[str]:
         """The workflow ids of the Runs holding a slot on `host`."""
         return [
-            self.state.owners[r.runUid]
-            for r in self.state.reservations
-            if r.hostUid == host.hostUid and r.runUid in self.state.owners
+            self._owners[r.runUid]
+            for r in self._index.held.values()
+            if r.hostUid == host.hostUid and r.runUid in self._owners
         ]
 
     def _host_lost(self, msg: HostLostSignal, outbox: _Outbox) -> None:
@@ -491,7 +583,7 @@ class RuntimePoolWorkflow:
         """Decide again for the Runs that wait: the capacity they waited for may be gone."""
         waiting, self.state = self.state.queue, self.state._replace(queue=[])
         for queued in waiting:
-            self._admit(queued, outbox)
+            self._admit(queued.admit(runtime=self.config.runtime.name), outbox)
 
     def _set_host(self, host: Host) -> None:
         self._update(hosts=[host if h.hostUid == host.hostUid else h for h in self.state.hosts])
@@ -499,22 +591,25 @@ class RuntimePoolWorkflow:
     def _keep_hosts(self, outbox: _Outbox) -> None:
         """After every batch: track idle hosts; delete drained and spent one-shot hosts; scale in."""
         state, rt, now = self.state, self.config.runtime, workflow.now()
+        load = self._by_host_uid()
         self._update(
             idleSince=track_idle(
-                hosts=state.hosts, reservations=state.reservations, idle_since=state.idleSince, now=now
+                hosts=state.hosts, reservations=(), idle_since=state.idleSince, now=now, load=load
             )
         )
         for host in self.state.hosts:
             if (
                 host.supervised
                 and host.state is not HostState.Terminating
-                and drained(host=host, reservations=self.state.reservations)
+                and load.get(host.hostUid, 0) == 0
+                and drained(host=host, reservations=())
             ):
                 end = HostEnd.Released if host.spent else HostEnd.Drained
                 self._retire(host, end, outbox)
         for host in scale_in(
             hosts=self.state.hosts,
-            reservations=self.state.reservations,
+            reservations=(),
+            load=load,
             idle_since=self.state.idleSince,
             now=now,
             min_hosts=rt.minHosts,
@@ -547,7 +642,7 @@ class RuntimePoolWorkflow:
         if outbox.signals:
             await self._send(outbox.signals)
 
-    async def _send(self, signals: list[tuple[str, str, Message]]) -> None:
+    async def _send(self, signals: list[tuple[str, str, Message]]) -> set[str]:
         """All messages of one batch in one local activity; a Run that is gone frees what it held,
         a host whose HostWorkflow is gone is dropped (the reconciler deletes what is left of it)."""
         batch = SignalBatch(
@@ -559,6 +654,7 @@ class RuntimePoolWorkflow:
                     rejected=arg if isinstance(arg, Rejection) else None,
                     hostLost=arg if isinstance(arg, HostLostSignal) else None,
                     command=arg if isinstance(arg, HostCommand) else None,
+                    slots=arg if isinstance(arg, HostSlots) else None,
                 )
                 for workflow_id, _name, arg in signals
             ],
@@ -580,6 +676,9 @@ class RuntimePoolWorkflow:
                         h for h in self.state.hosts if host_workflow_id(h.runtime, h.hostId) != workflow_id
                     ]
                 )
+        return gone
 
     def _update(self, **changes: object) -> None:
-        self.state = self.state._replace(**changes)
+        # Every value is a model (or list of models) made and validated already: copied, not
+        # validated again (validating the whole state on every change cost time linear in it).
+        self.state = self.state.model_copy(update=changes)

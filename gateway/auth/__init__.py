@@ -4,7 +4,11 @@
 - Kubernetes: `KubernetesAuthorizer(host)` (a SelfSubjectAccessReview with the caller's token)
 
 Either goes behind `CachingAuthorizer`. Their refusals are gateway errors (gateway/errors.py).
+`KubernetesAuthorizer` is imported when first named: its Kubernetes client costs the gateway
+some 60 MB of memory, which a gateway with the embedded authorizer does not pay.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from gateway.auth.base import (
     AuthError,
@@ -21,8 +25,19 @@ from gateway.auth.base import (
 from gateway.auth.bindings import Binding, EmbeddedAuthorizer, RoleBindings
 from gateway.auth.cache import CacheStats, CachingAuthorizer, cache_key
 from gateway.auth.jwt import token_expiry
-from gateway.auth.kubernetes import KubernetesAuthorizer
 from gateway.auth.tokens import TokenFile, TokenFileError
+
+if TYPE_CHECKING:
+    from gateway.auth.kubernetes import KubernetesAuthorizer
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KubernetesAuthorizer":
+        from gateway.auth.kubernetes import KubernetesAuthorizer
+
+        return KubernetesAuthorizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AuthError",

@@ -52,6 +52,42 @@ class ReservationConflict(ValueError):
         self.reason = reason
 
 
+class ReservationIndex:
+    """The reservations by run uid and the load of each host: what admission reads of them, kept
+    up to date by a caller that applies one reservation at a time (the pool), so that a decision
+    costs the same with 10 Ready Runs as with 10,000. ``add``/``remove`` keep both in step."""
+
+    __slots__ = ("held", "load")
+
+    def __init__(self, reservations: Iterable[Reservation] = ()) -> None:
+        self.held: dict[str, Reservation] = {}
+        self.load: Counter[_HostKey] = Counter()
+        for r in reservations:
+            self.add(r)
+
+    def add(self, reservation: Reservation) -> None:
+        if reservation.runUid in self.held:
+            raise ReservationConflict("AlreadyReserved", f"run {reservation.runUid} already holds a slot")
+        self.held[reservation.runUid] = reservation
+        self.load[(reservation.hostId, reservation.hostUid)] += 1
+
+    def remove(self, run_uid: str) -> Reservation | None:
+        reservation = self.held.pop(run_uid, None)
+        if reservation is not None:
+            key = (reservation.hostId, reservation.hostUid)
+            self.load[key] -= 1
+            if self.load[key] <= 0:
+                del self.load[key]
+        return reservation
+
+    def used(self, host_uid: str) -> int:
+        """Reservations on the host incarnation `host_uid`."""
+        return sum(n for (_, uid), n in self.load.items() if uid == host_uid)
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+
 class Placement(NamedTuple):
     """A queued request that can take a slot now."""
 
@@ -238,6 +274,7 @@ def admit(
     max_hosts: int,
     default_provider: str | None = None,
     providers: Collection[str] | None = None,
+    index: ReservationIndex | None = None,
 ) -> Decision:
     """Decide for one request: AssignToInstance, QueueGlobally, RequestScaleOut or Reject.
 
@@ -252,6 +289,9 @@ def admit(
        scope, the run queued behind it; an unknown provider: Reject(NoProvider).
     7. A visible host will free a slot or become ready: QueueGlobally. Nothing ever will:
        Reject(MaxHostsReached).
+
+    ``index``, when given, is ``reservations`` indexed (ReservationIndex): it is read instead of
+    scanning them.
     """
     if request.runtime != runtime:
         return Reject(
@@ -265,15 +305,17 @@ def admit(
             message=f"tenant {request.tenant!r} is not configured on this platform",
         )
 
-    for held in reservations:
-        if held.runUid == request.runUid:
-            return AssignToInstance(hostId=held.hostId, hostUid=held.hostUid)
+    if index is None:
+        index = ReservationIndex(reservations)
+    held = index.held.get(request.runUid)
+    if held is not None:
+        return AssignToInstance(hostId=held.hostId, hostUid=held.hostUid)
     for position, queued in enumerate(queue):
         if queued.runUid == request.runUid:
             return QueueGlobally(position=position)
 
     pool = [h for h in hosts if h.runtime == runtime]
-    load = _load(reservations)
+    load = index.load
     found = _candidates(pool, load, request, policy)
     if found:
         return AssignToInstance(hostId=found[0].hostId, hostUid=found[0].hostUid)
@@ -332,7 +374,11 @@ def admit(
 
 
 def next_from_queue(
-    *, queue: Sequence[AdmissionRequest], hosts: Sequence[Host], reservations: Sequence[Reservation]
+    *,
+    queue: Sequence[AdmissionRequest],
+    hosts: Sequence[Host],
+    reservations: Sequence[Reservation],
+    index: ReservationIndex | None = None,
 ) -> tuple[Placement, ...]:
     """The queued requests that can take a slot now, in FIFO order, each with its host.
 
@@ -341,12 +387,15 @@ def next_from_queue(
     blocking): tenants' capacity is disjoint, so each queued request is decided on its own. A run
     that already holds a reservation, or repeats an earlier entry, is skipped.
     """
-    load = _load(reservations)
-    placed = {r.runUid for r in reservations}
+    if index is None:
+        index = ReservationIndex(reservations)
+    load = Counter(index.load)
+    held = index.held
+    placed: set[str] = set()
     out: list[Placement] = []
     for request in queue:
         policy = request.policy
-        if policy is None or request.runUid in placed:
+        if policy is None or request.runUid in placed or request.runUid in held:
             continue
         found = _candidates(hosts, load, request, policy)
         if not found:
@@ -376,6 +425,39 @@ def reserve(
             raise ReservationConflict(
                 "AlreadyReserved", f"run {request.runUid} already holds a slot on {held.hostId}"
             )
+    _check_host(request, host)
+    if free_slots(host=host, reservations=reservations) <= 0:
+        raise ReservationConflict("HostFull", f"host {host.hostId} has no free slot of {host.capacity}")
+    reservation = Reservation(
+        runUid=request.runUid, hostId=host.hostId, hostUid=host.hostUid, tenant=request.tenant, reservedAt=at
+    )
+    return (*reservations, reservation)
+
+
+def reserve_in(
+    *, index: ReservationIndex, request: AdmissionRequest, host: Host, at: datetime
+) -> Reservation:
+    """``reserve`` for a caller that keeps a ReservationIndex: the same checks, read from the
+    index, and the new reservation added to it (the one the run holds already, if it is on
+    ``host``)."""
+    held = index.held.get(request.runUid)
+    if held is not None:
+        if (held.hostId, held.hostUid) == _key(host):
+            return held
+        raise ReservationConflict(
+            "AlreadyReserved", f"run {request.runUid} already holds a slot on {held.hostId}"
+        )
+    _check_host(request, host)
+    if host.capacity - index.load[_key(host)] <= 0:
+        raise ReservationConflict("HostFull", f"host {host.hostId} has no free slot of {host.capacity}")
+    reservation = Reservation(
+        runUid=request.runUid, hostId=host.hostId, hostUid=host.hostUid, tenant=request.tenant, reservedAt=at
+    )
+    index.add(reservation)
+    return reservation
+
+
+def _check_host(request: AdmissionRequest, host: Host) -> None:
     if host.runtime != request.runtime:
         raise ReservationConflict(
             "RuntimeMismatch", f"host {host.hostId} runs {host.runtime!r}, not {request.runtime!r}"
@@ -389,12 +471,6 @@ def reserve(
         raise ReservationConflict(
             "HostNotVisible", f"host {host.hostId} is not visible to {request.tenant!r}"
         )
-    if free_slots(host=host, reservations=reservations) <= 0:
-        raise ReservationConflict("HostFull", f"host {host.hostId} has no free slot of {host.capacity}")
-    reservation = Reservation(
-        runUid=request.runUid, hostId=host.hostId, hostUid=host.hostUid, tenant=request.tenant, reservedAt=at
-    )
-    return (*reservations, reservation)
 
 
 def release(*, reservations: Sequence[Reservation], run_uid: str) -> tuple[Reservation, ...]:

@@ -13,10 +13,10 @@ import builtins
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.phases import RunPhase, is_terminal
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 _LIST_CONCURRENCY = 16
+LIST_PAGE_SIZE = 100  # Runs per visibility page
+MAX_LIST_PAGE_SIZE = 1000
 
 StatusCallback = Callable[[RunStatus], None]
 
@@ -152,14 +154,17 @@ class Runs:
                 continue
         raise RunAlreadyExists(namespace, name)
 
-    async def get(self, name: str, namespace: str) -> RunObject:
-        """The Run's manifest (its workflow's input) and status."""
+    async def get(self, name: str, namespace: str, *, patient: bool = False) -> RunObject:
+        """The Run's manifest (its workflow's input) and status. `patient`: a status query that
+        timed out (it waits behind a task in flight) gives the Pending status instead of an error."""
         from temporalio.client import WorkflowExecutionStatus
 
         handle = await self._handle(name, namespace)
         description = await self._rpc(handle.describe(), namespace=namespace, name=name)
         run = await self._manifest(handle, namespace=namespace, name=name)
-        if description.status == WorkflowExecutionStatus.RUNNING:
+        if description.status == WorkflowExecutionStatus.RUNNING and patient:
+            status = await self._status(handle, namespace=namespace, name=name, patient=True) or RunStatus()
+        elif description.status == WorkflowExecutionStatus.RUNNING:
             status = await self._query(handle, namespace=namespace, name=name)
         else:
             status = await self._final(handle, description, namespace=namespace, name=name)
@@ -174,25 +179,37 @@ class Runs:
 
     async def list(self, namespace: str | None, phase: RunPhase | str | None) -> builtins.list[RunObject]:
         """The running Runs found in the visibility index, each read with `get`, by name."""
+        runs: builtins.list[RunObject] = []
+        async for page in self.pages(namespace, phase, page_size=LIST_PAGE_SIZE):
+            runs.extend(page)
+        return sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+
+    async def pages(
+        self,
+        namespace: str | None,
+        phase: RunPhase | str | None,
+        *,
+        page_size: int,
+        first_page_size: int | None = None,
+    ) -> AsyncIterator[builtins.list[RunObject]]:
+        """The running Runs one visibility page at a time (newest first; each page read with
+        `get`, by name, and sorted so): the first page (`first_page_size`, if smaller) costs one
+        page of Runs, however many there are."""
         from kruntimes.wire import search
 
+        if not 1 <= page_size <= MAX_LIST_PAGE_SIZE:
+            raise ValueError(f"page_size must be within 1..{MAX_LIST_PAGE_SIZE}")
         query = "WorkflowType='RunWorkflow' AND ExecutionStatus='Running'"
         if namespace is not None:
             try:
                 validate_dns1123_label(namespace, field="namespace")
             except ValueError:
-                return []  # no Run can live there
+                return  # no Run can live there
             query += f" AND {search.NAMESPACE}='{namespace}'"
         if phase is not None:
             query += f" AND {search.PHASE}='{RunPhase(phase).value}'"
         client = await self.temporal()
-        ids: builtins.list[str] = []
-
-        async def collect() -> None:
-            async for execution in client.list_workflows(query):
-                ids.append(execution.id)
-
-        await self._rpc(collect(), namespace=namespace or "*", name="*")
+        executions = client.list_workflows(query, page_size=page_size)
         limit = asyncio.Semaphore(_LIST_CONCURRENCY)
 
         async def one(workflow_id: str) -> RunObject | None:
@@ -203,11 +220,19 @@ class Runs:
                 except RunNotFound:
                     return None
 
-        found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
-        runs = [r for r in found if r is not None and not r.closed]
-        if phase is not None:  # visibility lags the query a little
-            runs = [r for r in runs if r.status.phase == RunPhase(phase)]
-        return sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+        size = min(first_page_size or page_size, page_size)
+        while True:
+            await self._rpc(executions.fetch_next_page(page_size=size), namespace=namespace or "*", name="*")
+            size = page_size
+            ids = [e.id for e in executions.current_page or ()]
+            found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
+            runs = [r for r in found if r is not None and not r.closed]
+            if phase is not None:  # visibility lags the query a little
+                runs = [r for r in runs if r.status.phase == RunPhase(phase)]
+            if runs:
+                yield sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
+            if executions.next_page_token is None:
+                return
 
     async def wait(
         self,
@@ -222,11 +247,20 @@ class Runs:
         """Query the status after each completed workflow task (TaskWatch) until it is wanted.
 
         The watch starts from the history's length read before each status query: a task that
-        completes after the query answered is always seen (a query can wait a while, behind a
-        task a dying worker had taken)."""
+        completes after the query answered is always seen. A query waits behind a task in
+        flight (a Run's first task registers it, and a loaded worker may take a while): one that
+        times out is not an answer, the watch goes on and the next completed task asks again."""
         handle = await self._handle(name, namespace)
-        tasks: TaskWatch | None = await self._watch(handle, namespace=namespace, name=name)
-        run = await self.get(name, namespace)
+        # Waiting for phases that are always indexed, only the tasks that index a phase matter.
+        if until is not None and not isinstance(until, RunPhase | str):
+            until = tuple(until)
+        indexed = until is None or all(
+            RunPhase(p) in _INDEXED for p in ((until,) if isinstance(until, RunPhase | str) else until)
+        )
+        tasks: TaskWatch | None = await self._watch(
+            handle, namespace=namespace, name=name, phases_only=indexed
+        )
+        run = await self.get(name, namespace, patient=True)
         wanted = _wanted(run, until)
         deadline = None if timeout is None else time.monotonic() + timeout
         status = run.status
@@ -246,19 +280,23 @@ class Runs:
                     phase=status.phase,
                 )
             if tasks is None:
-                tasks = await self._watch(handle, namespace=namespace, name=name)
+                tasks = await self._watch(handle, namespace=namespace, name=name, phases_only=indexed)
             try:
                 await asyncio.wait_for(tasks.next(), remaining)
             except TimeoutError:
                 pass  # the deadline check above raises
             except Exception:  # the long poll failed (a transient RPC error): poll again shortly
                 await asyncio.sleep(interval)
-                tasks = await self._watch(handle, namespace=namespace, name=name)
-            status = await self._status(handle, namespace=namespace, name=name)
+                tasks = await self._watch(handle, namespace=namespace, name=name, phases_only=indexed)
+            status = await self._status(handle, namespace=namespace, name=name, patient=True) or status
 
-    async def _watch(self, handle: Any, *, namespace: str, name: str) -> TaskWatch:
+    async def _watch(self, handle: Any, *, namespace: str, name: str, phases_only: bool = False) -> TaskWatch:
         description = await self._rpc(handle.describe(), namespace=namespace, name=name)
-        return TaskWatch(handle, after=description.raw_description.workflow_execution_info.history_length)
+        return TaskWatch(
+            handle,
+            after=description.raw_description.workflow_execution_info.history_length,
+            phases_only=phases_only,
+        )
 
     async def cancel(self, name: str, namespace: str) -> None:
         """Signal cancel; a closed Run is left as it is."""
@@ -357,9 +395,32 @@ class Runs:
         )
         return status
 
-    async def _status(self, handle: Any, *, namespace: str, name: str) -> RunStatus:
-        from temporalio.client import WorkflowQueryFailedError
+    @overload
+    async def _status(self, handle: Any, *, namespace: str, name: str) -> RunStatus: ...
+    @overload
+    async def _status(self, handle: Any, *, namespace: str, name: str, patient: bool) -> RunStatus | None: ...
 
+    async def _status(
+        self, handle: Any, *, namespace: str, name: str, patient: bool = False
+    ) -> RunStatus | None:
+        """The status (a query; a closed Run's final status). `patient`: None when the query
+        timed out."""
+        from temporalio.client import RPCError, RPCTimeoutOrCancelledError, WorkflowQueryFailedError
+        from temporalio.service import RPCStatusCode
+
+        if patient:
+            try:
+                status: RunStatus = await handle.query(
+                    QUERY_STATUS, result_type=RunStatus, rpc_timeout=QUERY_TIMEOUT
+                )
+                return status
+            except RPCTimeoutOrCancelledError:
+                return None
+            except RPCError as e:
+                if e.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                    return None
+            except WorkflowQueryFailedError:
+                pass
         try:
             return await self._query(handle, namespace=namespace, name=name)
         except (RunNotFound, WorkflowQueryFailedError):
@@ -446,6 +507,12 @@ def _object(run: Run, status: RunStatus, created: datetime | None, *, closed: bo
         created=created,
         closed=closed,
     )
+
+
+# Phases a Run always indexes (KrtPhase) in the task that enters them.
+_INDEXED = frozenset(
+    {RunPhase.Ready, RunPhase.Succeeded, RunPhase.Failed, RunPhase.Timeout, RunPhase.Cancelled}
+)
 
 
 def _wanted(run: Run, until: RunPhase | Iterable[RunPhase] | None) -> frozenset[RunPhase]:

@@ -1,5 +1,7 @@
 """The history watcher `wait` sleeps on: a Run's status changes only when one of its workflow
-tasks completes, so `wait` long-polls the Run's history and queries the status after each."""
+tasks completes, so `wait` long-polls the Run's history and queries the status after each (or,
+`phases_only`, after each task that indexed a new phase: every phase a Run stays in beyond one
+task is indexed, KrtPhase, in the task that entered it)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ POLL_INTERVAL_S = 0.1
 class TaskWatch:
     """The next completed workflow task (or the close) of a Run, by long-polling its history."""
 
-    def __init__(self, handle: Any, *, after: int) -> None:
+    def __init__(self, handle: Any, *, after: int, phases_only: bool = False) -> None:
         self.after = after  # events up to this id were there already
+        self.phases_only = phases_only
         self.events = handle.fetch_history_events(wait_new_event=True).__aiter__()
 
     async def next(self) -> None:
         from temporalio.api.enums.v1 import EventType
+
+        from kruntimes.wire import search
 
         while True:
             try:
@@ -29,5 +34,12 @@ class TaskWatch:
             if event.event_id <= self.after:
                 continue
             self.after = event.event_id
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            if self.phases_only:
+                upserted = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+                if (
+                    event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+                    and search.PHASE in upserted.indexed_fields
+                ):
+                    return
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 return

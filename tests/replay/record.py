@@ -3,7 +3,8 @@
 A fresh in-memory dev server, the real worker in-process and real process hosts, driven through
 one scenario per code path; each workflow's history is written to histories/<name>.json. The
 scenarios come in groups (`runs`: the Run, pool, scale-out and cleanup paths; `hosts`: the host
-lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler); naming groups records
+lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler; `scale`, recorded alone:
+a pool handing its hosts' slots over across continue-as-new); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). Run it again after a deliberate workflow
 change (one that is meant to be incompatible) and commit the new histories with that change.
@@ -456,13 +457,42 @@ def registration_of(pki: TestPKI, address: str, run_uid: str) -> str | None:
     return next((r.registration_id for r in info.registrations if r.run_uid == run_uid), None)
 
 
-GROUPS = {"runs": scenarios, "hosts": host_scenarios}
+async def scale_scenarios(p: Platform) -> None:
+    """The pool continues as new with Ready Runs on a supervised host: it hands the host's slots
+    to its HostWorkflow first, and its next run reads them back (recorded alone: its server
+    suggests continue-as-new after a few events)."""
+    rt = p.runtime("can")
+    pool = p.client.get_workflow_handle(pool_workflow_id(rt))
+    first = (await pool.describe()).run_id
+    handles = [await p.start(run_manifest(f"slots-{i}", runtime=rt)) for i in range(4)]
+    for h in handles:
+        await p.wait_phase(h, RunPhase.Ready)
+
+    async def continued() -> bool:
+        return (await pool.describe()).run_id != first
+
+    await eventually(continued, "the pool to continue as new")
+    await write(p.client.get_workflow_handle(pool.id, run_id=first), "pool_slots_handed_over")
+    late = await p.start(run_manifest("slots-late", runtime=rt))
+    status = await p.wait_phase(late, RunPhase.Ready)
+    assert status.assignedHost is not None
+    await write(pool, "pool_slots_read_back")
+    await write(p.client.get_workflow_handle(host_workflow_id(rt, status.assignedHost)), "host_slots")
+
+
+GROUPS = {"runs": scenarios, "hosts": host_scenarios, "scale": scale_scenarios}
 
 
 async def main(groups: list[str]) -> None:
     HISTORIES.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="krt-record-") as tmp:
-        server = DevServer(state_dir=Path(tmp) / "temporal", persistent=False)
+        if "scale" in groups and len(groups) > 1:
+            raise SystemExit("the scale group is recorded alone (its server continues pools as new early)")
+        server = DevServer(
+            state_dir=Path(tmp) / "temporal",
+            persistent=False,
+            extra_dynamic_config=("limit.historyCount.suggestContinueAsNew=40",) if "scale" in groups else (),
+        )
         server.start()
         state_dir = Path(tmp) / "state"
         pki = TestPKI.create(Path(tmp) / "pki")
@@ -471,7 +501,7 @@ async def main(groups: list[str]) -> None:
             suffix = uuid.uuid4().hex[:6]
             runtimes = {
                 name: f"{name}-{suffix}"
-                for name in ("py", "one", "at", "lost", "ops", "idle", "once", "stuck")
+                for name in ("py", "one", "at", "lost", "ops", "idle", "once", "stuck", "can")
             }
             runtimes["python"], runtimes["attach"] = runtimes.pop("py"), runtimes.pop("at")
             config = parse_config(
@@ -499,6 +529,11 @@ async def main(groups: list[str]) -> None:
                                  "assignmentTimeoutSeconds": 1.0},
                             ]
                             if "hosts" in groups
+                            else []
+                        ),
+                        *(
+                            [{"name": runtimes["can"], "adapter": "python", "runs": 20, "maxHosts": 1}]
+                            if "scale" in groups
                             else []
                         ),
                     ]

@@ -94,6 +94,12 @@ def test_the_new_run_endings_have_recorded_histories() -> None:
     }
 
 
+def test_the_pool_handover_has_recorded_histories() -> None:
+    """A pool that handed its hosts' slots over and continued as new, the run that read them back,
+    and a HostWorkflow that was handed them (tests/replay/record.py scale)."""
+    assert {p.stem for p in FILES} >= {"pool_slots_handed_over", "pool_slots_read_back", "host_slots"}
+
+
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_a_recorded_history_replays(path: Path) -> None:
     replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)

@@ -97,3 +97,31 @@ async def test_a_beat_about_another_host_is_refused_whole(pki: TestPKI, verifier
     with pytest.raises(HeartbeatRefused):
         await routes.apply(impostor, peer=other)
     assert len(routes) == 1 and routes.hosts() == 1
+
+
+async def test_an_unchanged_snapshot_only_renews_its_host(pki: TestPKI, verifier: CountingVerifier) -> None:
+    """The work of a beat is proportional to what changed: the same snapshot again (a later
+    sequence and time) keeps the very same routes and only moves the host's expiry."""
+    now = [0.0]
+    routes = RouteCache(verifier=verifier, clock=lambda: now[0])
+    host_uid = str(uuid.uuid4())
+    regs = [registration(pki, str(uuid.uuid4()), host_uid=host_uid) for _ in range(50)]
+    first = beat(host_uid, *regs)
+    assert await routes.apply(first, peer=HOST) == 0
+    kept = {r.run_uid: routes.route(r.run_uid) for r in regs}
+    for i in range(1, 4):  # each beat within the expiry of the one before
+        now[0] = 2.5 * i
+        again = beat(host_uid, *regs)
+        again.sequence = i
+        again.sent_at.GetCurrentTime()
+        assert await routes.apply(again, peer=HOST) == 0
+    assert verifier.calls == 50
+    assert all(routes.route(uid) is route for uid, route in kept.items()), "the same route objects"
+    not_ready = pb.RegistrationState()
+    not_ready.CopyFrom(regs[0])
+    not_ready.phase = pb.REGISTRATION_PHASE_NOT_READY
+    assert await routes.apply(beat(host_uid, not_ready, *regs[1:]), peer=HOST) == 0
+    assert verifier.calls == 50, "a changed phase is no new assignment"
+    assert routes.route(regs[0].run_uid).ready is False  # type: ignore[union-attr]
+    now[0] += 3.5  # silent past three intervals: gone, however often it said the same
+    assert routes.route(regs[1].run_uid) is None

@@ -1,4 +1,5 @@
-"""The pool continues as new when Temporal suggests it, and keeps every reservation and host."""
+"""The pool continues as new when Temporal suggests it, and keeps every reservation and host: the
+reservations of a supervised host travel through its HostWorkflow, not the pool's carried state."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import SIGNAL_CANCEL, PlatformInfo, pool_workflow_id
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.lifecycle import (
+    QUERY_HOST,
+    SIGNAL_CANCEL,
+    HostRecord,
+    PlatformInfo,
+    PoolInput,
+    host_workflow_id,
+    pool_workflow_id,
+)
+from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
@@ -67,6 +76,25 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
             assert len(state.hosts) == 1
             kept = {r.runUid for r in state.reservations}
             assert kept == {h_run for h_run in [await _uid(h) for h in handles[6:]]}
+            # What the pool carried holds no reservation of its (supervised) host; the host's
+            # workflow was handed them.
+            started = None
+            async for event in pool.fetch_history_events():
+                if event.HasField("workflow_execution_started_event_attributes"):
+                    started = event.workflow_execution_started_event_attributes
+                    break
+            assert started is not None
+            carried = DATA_CONVERTER.payload_converter.from_payloads(started.input.payloads, [PoolInput])[0]
+            assert carried.state is not None and carried.state.reservations == []
+            host = state.hosts[0]
+            assert carried.state.slotsOnHosts == [host.hostUid]
+            record = await client.get_workflow_handle(host_workflow_id(runtime, host.hostId)).query(
+                QUERY_HOST, result_type=HostRecord
+            )
+            # The host holds the slots as they were handed over (a Run cancelled since is released
+            # in the pool only): the Ready Runs are among them, so the pool read them back.
+            every = {await _uid(h) for h in handles}
+            assert kept <= {s.runUid for s in record.slots} <= every
             late = await platform.start(run_manifest("can-late", runtime=runtime))
             status = await platform.wait_phase(late, RunPhase.Ready)
             assert status.assignedHost == state.hosts[0].hostId

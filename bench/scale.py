@@ -1,0 +1,353 @@
+"""Benchmark: a runtime scaled up to N Ready Runs, as a user would, with the SDK on the embedded
+platform (`krt up --detach` in a fresh state dir: the dev server on SQLite, the worker, the
+gateway, process hosts); bash functions on hosts of 500 Runs.
+
+N Runs (default 10,000) are created through the SDK, IN_FLIGHT (32) at a time, each create
+followed by its `wait` for Ready. Reported:
+
+  create → Ready rate of the first and of the last 1,000 Runs (Runs/s over the span from the
+     first create to the last Ready among them) and their ratio (target: the last within 1.2× of
+     the first), and the create → Ready latency p50 of each;
+  `wait` lateness p50/p99/max: for a sample of Runs, the time `wait` returned minus the server's
+     time of the task that made the Run Ready (its KrtPhase upsert in the history; target: max
+     ≤ 1 s);
+  the largest payload in the pool's histories (every run of pool/bash: the input each run
+     started with, which is what continue-as-new carried, and the largest event; target: the
+     carried input < 256 KB);
+  worker and gateway RSS at 0, N/2 and N Ready Runs (target: gateway ≤ 100 MB at N);
+  `krt run list -A`: the time until its first page is printed (target < 2 s), the process
+     started cold as a user would run it;
+  a sample of invokes through the gateway (HTTPS, the SDK's invoke): p50/p99.
+
+    .venv/bin/python bench/scale.py [--runs N] [--in-flight 32] [--invokes 200]
+
+Finishes on a 2-core machine within 15 minutes at the N it can hold (lower N with --runs for a
+quick run). Prints a table and a final JSON line {"bench": "scale", ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _benchlib import ROOT, percentile
+
+from kruntimes import clientconfig
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+from kruntimes.client import Client
+from kruntimes.lifecycle import pool_workflow_id, run_workflow_id
+from kruntimes.wire import search
+from workers.embedded.layout import Layout, recorded_components
+
+RUNTIME = "bash"
+HOST_RUNS = 500
+WINDOW = 1000  # the first and the last this many Runs are compared
+LATENESS_SAMPLES = 300
+RATE_TARGET = 1.2
+LATE_TARGET_S = 1.0
+PAYLOAD_TARGET = 256 * 1024
+GATEWAY_RSS_TARGET_MB = 100.0
+LIST_TARGET_S = 2.0
+DEADLINE_S = 15 * 60
+SCRIPT = "cat\n"  # answers with what it was given
+
+
+def _krt(state: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workers.krt", *args],
+        capture_output=True, text=True, env=_env(state), cwd=ROOT, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def _env(state: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
+    env["KRT_STATE_DIR"] = str(state)
+    return env
+
+
+def _run(name: str) -> Run:
+    return Run.new(
+        name, runtime=RUNTIME, handler="main.sh", inline={"main.sh": SCRIPT}, uid=str(uuid.uuid4()),
+        mode={"function": {}},
+    )  # fmt: skip
+
+
+def _rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return float("nan")
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _rss(state: Path) -> dict[str, float]:
+    components = recorded_components(Layout(state))
+    return {name: round(_rss_mb(components.get(name)), 1) for name in ("worker", "gateway")}
+
+
+class Created:
+    __slots__ = ("began", "ready", "returned_wall")
+
+    def __init__(self) -> None:
+        self.began = self.ready = self.returned_wall = 0.0
+
+
+async def _create_all(
+    client: Client, state: Path, n: int, in_flight: int
+) -> tuple[list[Created], dict[str, Any]]:
+    created = [Created() for _ in range(n)]
+    rss: dict[str, Any] = {"0": _rss(state)}
+    next_index = 0
+    done = 0
+    t0 = time.perf_counter()
+
+    async def loop() -> None:
+        nonlocal next_index, done
+        while next_index < n:
+            i, next_index = next_index, next_index + 1
+            c = created[i]
+            c.began = time.perf_counter()
+            await client.create(_run(f"scale-{i:05d}"))
+            ready = await client.wait(f"scale-{i:05d}", timeout=600)
+            c.returned_wall = time.time()
+            c.ready = time.perf_counter()
+            if ready.status.phase is not RunPhase.Ready:
+                raise RuntimeError(f"scale-{i:05d} is {ready.status.phase}")
+            done += 1
+            if done == n // 2:
+                rss["half"] = _rss(state)
+            if done % 500 == 0:
+                elapsed = time.perf_counter() - t0
+                print(
+                    f"  {done} Ready after {elapsed:.0f} s ({done / elapsed:.1f}/s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    await asyncio.gather(*(loop() for _ in range(in_flight)))
+    rss["n"] = _rss(state)
+    return created, rss
+
+
+def _rate(window: list[Created]) -> float:
+    span = max(c.ready for c in window) - min(c.began for c in window)
+    return len(window) / span if span > 0 else float("inf")
+
+
+async def _ready_at(temporal: Any, name: str) -> float | None:
+    handle = temporal.get_workflow_handle(run_workflow_id("default", name))
+    async for event in handle.fetch_history_events():
+        attrs = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        if search.PHASE in attrs:
+            value = json.loads(attrs[search.PHASE].data)
+            if (value[0] if isinstance(value, list) else value) == RunPhase.Ready.value:
+                return float(event.event_time.ToMicroseconds()) / 1e6
+    return None
+
+
+async def _lateness(client: Client, created: list[Created]) -> list[float]:
+    temporal = await client.temporal()
+    step = max(1, len(created) // LATENESS_SAMPLES)
+    picked = list(range(0, len(created), step))
+    gate = asyncio.Semaphore(16)
+
+    async def one(i: int) -> float | None:
+        async with gate:
+            at = await _ready_at(temporal, f"scale-{i:05d}")
+        return None if at is None else created[i].returned_wall - at
+
+    found = await asyncio.gather(*(one(i) for i in picked))
+    return [x for x in found if x is not None]
+
+
+async def _pool_payloads(client: Client) -> dict[str, Any]:
+    temporal = await client.temporal()
+    carried: list[int] = []
+    largest, largest_type = 0, ""
+    runs = 0
+    async for execution in temporal.list_workflows(f"WorkflowId = '{pool_workflow_id(RUNTIME)}'"):
+        runs += 1
+        handle = temporal.get_workflow_handle(execution.id, run_id=execution.run_id)
+        async for event in handle.fetch_history_events():
+            size = event.ByteSize()
+            if event.HasField("workflow_execution_started_event_attributes"):
+                carried.append(event.workflow_execution_started_event_attributes.input.ByteSize())
+            if size > largest:
+                largest, largest_type = size, event.WhichOneof("attributes") or ""
+    return {
+        "runs": runs,
+        "largest_carried_bytes": max(carried, default=0),
+        "largest_event_bytes": largest,
+        "largest_event": largest_type.removesuffix("_event_attributes"),
+    }
+
+
+def _list_first_page(state: Path) -> float:
+    """Seconds from starting `krt run list -A` until its first page is printed (then stopped)."""
+    began = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workers.krt", "run", "list", "-A"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(state), cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        for lines, _ in enumerate(process.stdout, start=1):
+            if lines >= 2:  # the header and a first row
+                return time.perf_counter() - began
+        return float("nan")
+    finally:
+        process.kill()  # the process this bench started
+        process.wait()
+
+
+async def _invokes(client: Client, n_runs: int, count: int) -> list[float]:
+    latencies = []
+    step = max(1, n_runs // max(count, 1))
+    for i in range(0, n_runs, step)[:count]:
+        began = time.perf_counter()
+        answer = await client.invoke(f"scale-{i:05d}", {"i": i})
+        if not answer.ok:
+            raise RuntimeError(f"invoke of scale-{i:05d} failed: {answer}")
+        latencies.append(time.perf_counter() - began)
+    return latencies
+
+
+async def bench(n: int, in_flight: int, invokes: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="krt-bench-scale-"))
+    state = tmp / "state"
+    state.mkdir()
+    hosts = math.ceil(n / HOST_RUNS) + 1
+    (state / "runtimes.yaml").write_text(
+        f"runtimes:\n  - {{name: {RUNTIME}, adapter: bash, runs: {HOST_RUNS}, minHosts: 1, "
+        f"maxHosts: {hosts}}}\n"
+    )
+    up = await asyncio.to_thread(_krt, state, "up", "--detach")
+    if up.returncode != 0:
+        raise RuntimeError(f"krt up failed: {up.stderr.strip()}")
+    try:
+        config = clientconfig.load({"KRT_STATE_DIR": str(state)})
+        async with Client(config) as client:
+            t0 = time.perf_counter()
+            created, rss = await _create_all(client, state, n, in_flight)
+            create_s = time.perf_counter() - t0
+            window = min(WINDOW, n // 2) or n
+            first, last = created[:window], created[-window:]
+            lateness = await _lateness(client, created)
+            payloads = await _pool_payloads(client)
+            list_s = await asyncio.to_thread(_list_first_page, state)
+            invoke_s = await _invokes(client, n, invokes)
+            rss["after"] = _rss(state)
+    finally:
+        await asyncio.to_thread(_krt, state, "down")
+    first_rate, last_rate = _rate(first), _rate(last)
+    latency = [c.ready - c.began for c in created]
+    return {
+        "runs": n,
+        "in_flight": in_flight,
+        "create_s": round(create_s, 1),
+        "window": window,
+        "first_rate": round(first_rate, 2),
+        "last_rate": round(last_rate, 2),
+        "rate_ratio": round(first_rate / last_rate, 3),
+        "first_p50_s": round(percentile([c.ready - c.began for c in first], 50), 3),
+        "last_p50_s": round(percentile([c.ready - c.began for c in last], 50), 3),
+        "ready_p99_s": round(percentile(latency, 99), 3),
+        "wait_late_p50_s": round(percentile(lateness, 50), 3),
+        "wait_late_p99_s": round(percentile(lateness, 99), 3),
+        "wait_late_max_s": round(max(lateness), 3),
+        "wait_late_n": len(lateness),
+        "pool": payloads,
+        "rss_mb": rss,
+        "list_first_page_s": round(list_s, 3),
+        "invoke_p50_ms": round(percentile(invoke_s, 50) * 1000, 1),
+        "invoke_p99_ms": round(percentile(invoke_s, 99) * 1000, 1),
+        "invokes": len(invoke_s),
+    }
+
+
+def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    rss = r["rss_mb"]
+    return [
+        (
+            f"create→Ready rate, first/last {r['window']}",
+            f"{r['first_rate']}/s / {r['last_rate']}/s = {r['rate_ratio']}×",
+            f"≤ {RATE_TARGET}×",
+            r["rate_ratio"] <= RATE_TARGET,
+        ),
+        ("create→Ready p50, first/last", f"{r['first_p50_s']} s / {r['last_p50_s']} s", "", None),
+        (
+            f"wait lateness p50/p99/max (n={r['wait_late_n']})",
+            f"{r['wait_late_p50_s']} / {r['wait_late_p99_s']} / {r['wait_late_max_s']} s",
+            f"max ≤ {LATE_TARGET_S:g} s",
+            r["wait_late_max_s"] <= LATE_TARGET_S,
+        ),
+        (
+            f"pool: largest carried input ({r['pool']['runs']} runs)",
+            f"{r['pool']['largest_carried_bytes'] / 1024:.1f} KB",
+            "< 256 KB",
+            r["pool"]["largest_carried_bytes"] < PAYLOAD_TARGET,
+        ),
+        (
+            "pool: largest event",
+            f"{r['pool']['largest_event_bytes'] / 1024:.1f} KB ({r['pool']['largest_event']})",
+            "< 256 KB",
+            r["pool"]["largest_event_bytes"] < PAYLOAD_TARGET,
+        ),
+        (
+            "worker RSS at 0 / N/2 / N",
+            f"{rss['0']['worker']} / {rss.get('half', {}).get('worker')} / {rss['n']['worker']} MB",
+            "",
+            None,
+        ),
+        (
+            "gateway RSS at 0 / N/2 / N",
+            f"{rss['0']['gateway']} / {rss.get('half', {}).get('gateway')} / {rss['n']['gateway']} MB",
+            f"≤ {GATEWAY_RSS_TARGET_MB:g} MB",
+            rss["n"]["gateway"] <= GATEWAY_RSS_TARGET_MB,
+        ),
+        (
+            "krt run list -A: first page",
+            f"{r['list_first_page_s']} s",
+            f"< {LIST_TARGET_S:g} s",
+            r["list_first_page_s"] < LIST_TARGET_S,
+        ),
+        (f"invoke p50/p99 (n={r['invokes']})", f"{r['invoke_p50_ms']} / {r['invoke_p99_ms']} ms", "", None),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000, help="Runs to create (default 10,000)")
+    parser.add_argument("--in-flight", type=int, default=32, help="creates (each with its wait) at a time")
+    parser.add_argument("--invokes", type=int, default=200, help="invokes through the gateway at the end")
+    args = parser.parse_args()
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
+    result = asyncio.run(asyncio.wait_for(bench(args.runs, args.in_flight, args.invokes), DEADLINE_S))
+    width = max(len(name) for name, *_ in rows(result))
+    for name, value, target, met in rows(result):
+        verdict = "" if met is None else ("met" if met else "NOT MET")
+        print(f"{name.ljust(width)}  {value:<40} {target:<12} {verdict}")
+    load1 = os.getloadavg()[0]
+    print(f"load average (1 min) at start {load0:.2f}, at end {load1:.2f} on {os.cpu_count()} CPUs")
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    result["loadavg"] = [round(load0, 2), round(load1, 2)]
+    print(json.dumps({"bench": "scale", **result}))
+
+
+if __name__ == "__main__":
+    main()
