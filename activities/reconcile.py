@@ -27,7 +27,6 @@ from activities.hosts.process import host_running, list_records, work_root
 from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
     MAX_REPORTED,
-    QUERY_POOL,
     SIGNAL_REGISTRATION_LOST,
     SIGNAL_RELEASE,
     HostInput,
@@ -42,6 +41,7 @@ from kruntimes.reconciling import HostSeen, Plan, Queued, Registration, Snapshot
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import Host
+from kruntimes.temporal import query_pool
 from kruntimes.wire import search
 
 log = logging.getLogger(__name__)
@@ -161,9 +161,7 @@ class ReconcileActivities:
         return workflow_id, _first(description.search_attributes, search.RUN_UID)
 
     async def _pool(self, input: ReconcileInput) -> PoolState:
-        handle = self.client.get_workflow_handle(input.poolWorkflowId)
-        state: PoolState = await handle.query(QUERY_POOL, result_type=PoolState)
-        return state
+        return await query_pool(self.client, input.poolWorkflowId)
 
     async def _seen(self, host: Host) -> HostSeen:
         if host.address is None:

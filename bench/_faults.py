@@ -33,9 +33,9 @@ from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client
-from kruntimes.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
+from kruntimes.lifecycle import PoolState, pool_workflow_id
 from kruntimes.scheduling.model import HostState
-from kruntimes.temporal import connect
+from kruntimes.temporal import connect, query_pool
 from workers.embedded.layout import Layout, recorded_components
 
 HOST_ROUNDS, HOST_RUNS = 5, 6
@@ -81,10 +81,7 @@ class _Platform:
 
     async def pool(self) -> PoolState:
         temporal = await self.client.temporal()
-        state: PoolState = await temporal.get_workflow_handle(pool_workflow_id("python")).query(
-            QUERY_POOL, result_type=PoolState
-        )
-        return state
+        return await query_pool(temporal, pool_workflow_id("python"))
 
     async def warm(self) -> bool:
         pool = await self.pool()

@@ -102,17 +102,15 @@ from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import THROUGHPUT_SETTINGS, DevServer
 from kruntimes.lifecycle import (
-    QUERY_POOL,
     QUERY_STATUS,
     SIGNAL_CANCEL,
     TASK_QUEUE,
     PlatformInfo,
-    PoolState,
     pool_workflow_id,
 )
 from kruntimes.scheduling.model import HostState
 from kruntimes.starting import start_run
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.temporal import TemporalSettings, connect, query_pool
 from kruntimes.wire import search
 from workers.worker import WorkerSettings, running_workers, worker_tuning
 
@@ -177,9 +175,7 @@ async def create_until_ready(
         ready = await asyncio.wait_for(ready_in_history(handle), timeout_s)
     except TimeoutError:
         status = await query_status(handle)
-        pool = await client.get_workflow_handle(pool_workflow_id(run.spec.runtime)).query(
-            QUERY_POOL, result_type=PoolState
-        )
+        pool = await query_pool(client, pool_workflow_id(run.spec.runtime))
         raise TimeoutError(f"{handle.id} not Ready within {timeout_s:g} s: {status}; pool: {pool}") from None
     latency = ready - t0
     q0 = time.perf_counter()
@@ -206,7 +202,7 @@ async def wait_hosts(client: Client, runtime: str, count: int, *, timeout_s: flo
     ready = 0
     while time.monotonic() < deadline:
         with contextlib.suppress(RPCError):
-            state = await handle.query(QUERY_POOL, result_type=PoolState)
+            state = await query_pool(client, handle.id)
             ready = sum(1 for h in state.hosts if h.state is HostState.Ready)
             if ready >= count:
                 return

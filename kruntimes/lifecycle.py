@@ -43,6 +43,8 @@ SIGNAL_SCALE_OUT_FAILED = "scale_out_failed"
 SIGNAL_CONFIGURE = "configure"
 SIGNAL_HOST_STATE = "host_state"
 QUERY_POOL = "pool"
+# what the pool query fails with while a new pool run reads its hosts' reservations back
+POOL_READING_BACK = "the pool is reading its hosts' reservations back after continuing as new"
 SIGNAL_HOST_SLOTS = "slots"
 SIGNAL_REGISTRATION_LOST = "registration_lost"
 # HostWorkflow

@@ -14,13 +14,16 @@ server listens on loopback only.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import time
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field, model_validator
-from temporalio.client import Client, TLSConfig
+from temporalio.client import Client, TLSConfig, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
@@ -31,8 +34,10 @@ from temporalio.converter import (
 from temporalio.runtime import Runtime
 
 from kruntimes.api._base import ApiModel
+from kruntimes.lifecycle import POOL_READING_BACK, QUERY_POOL, PoolState
 
 MAX_API_KEY_BYTES = 16 * 1024
+POOL_SETTLE_S = 10.0  # how long a pool query waits out a read-back after continue-as-new
 
 
 class PayloadConverter(PydanticPayloadConverter):
@@ -145,6 +150,25 @@ async def connect(
         api_key=settings.api_key(),
         runtime=runtime,
     )
+
+
+async def query_pool(client: Client, workflow_id: str, *, rpc_timeout: timedelta | None = None) -> PoolState:
+    """A pool's state. Right after the pool continued as new it refuses the query until it has
+    read its hosts' reservations back (a state without them would show taken slots as free);
+    that takes a few local activities, so this asks again for up to `POOL_SETTLE_S`."""
+    deadline = time.monotonic() + POOL_SETTLE_S
+    pause = 0.02
+    while True:
+        try:
+            state: PoolState = await client.get_workflow_handle(workflow_id).query(
+                QUERY_POOL, result_type=PoolState, rpc_timeout=rpc_timeout
+            )
+            return state
+        except WorkflowQueryFailedError as err:
+            if POOL_READING_BACK not in str(err) or time.monotonic() + pause > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 # --- the --temporal-* flags of the entry points -----------------------------------------------

@@ -135,13 +135,14 @@ class HostWorkflow:
             self._record = self._record._replace(slots=slots.slots)
 
     @workflow.update(name=UPDATE_HOST_SLOTS)
-    def read_slots(self) -> HostSlots:
+    async def read_slots(self) -> HostSlots:
         """The slots as the pool handed them over. An update is applied after every signal the
         workflow received before it, so the handover is always in it (a query may be answered
-        before a signal in flight is applied)."""
-        if self._record is not None:
-            return HostSlots(hostUid=self._record.host.hostUid, slots=self._record.slots)
-        return self._slots if self._slots is not None else HostSlots(hostUid="")
+        before a signal in flight is applied). It waits for the record: in the first activation
+        of a run (this workflow continued as new) handlers run before `run` has set it from the
+        input, and answering then would hand the pool no slots."""
+        await workflow.wait_condition(lambda: self._record is not None)
+        return HostSlots(hostUid=self._rec.host.hostUid, slots=self._rec.slots)
 
     @workflow.query(name=QUERY_HOST)
     def host(self) -> HostRecord | None:

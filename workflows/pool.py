@@ -22,13 +22,14 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.hostlife import HostEnd, drained, next_scale_in, scale_in, track_idle
     from kruntimes.hosts import host_sandbox
     from kruntimes.lifecycle import (
+        POOL_READING_BACK,
         QUERY_POOL,
         SIGNAL_ADMIT,
         SIGNAL_ADMIT_MANY,
@@ -160,6 +161,8 @@ class RuntimePoolWorkflow:
 
     @workflow.query(name=QUERY_POOL)
     def pool(self) -> PoolState:
+        if self.state.slotsOnHosts:  # without its hosts' reservations it would show taken slots free
+            raise ApplicationError(POOL_READING_BACK, type="PoolReadingBack", non_retryable=True)
         return self._full()
 
     def _full(self) -> PoolState:

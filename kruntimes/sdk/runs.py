@@ -24,7 +24,6 @@ from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.lifecycle import (
-    QUERY_POOL,
     QUERY_STATUS,
     SIGNAL_CANCEL,
     UPDATE_DELETE,
@@ -344,11 +343,12 @@ class Runs:
 
         await self._rpc(collect(), namespace="*", name="*")
 
+        from kruntimes.temporal import query_pool
+
         async def pool(workflow_id: str) -> PoolState | None:
-            handle = client.get_workflow_handle(workflow_id)
             try:
                 state: PoolState = await self._rpc(
-                    handle.query(QUERY_POOL, result_type=PoolState, rpc_timeout=QUERY_TIMEOUT),
+                    query_pool(client, workflow_id, rpc_timeout=QUERY_TIMEOUT),
                     namespace="*",
                     name=workflow_id,
                 )

@@ -25,7 +25,6 @@ from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
-    QUERY_POOL,
     QUERY_STATUS,
     TASK_QUEUE,
     PlatformInfo,
@@ -35,7 +34,7 @@ from kruntimes.lifecycle import (
     run_workflow_id,
 )
 from kruntimes.starting import start_run
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.temporal import TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
@@ -122,8 +121,7 @@ class Platform:
             await asyncio.sleep(0.05)
 
     async def pool(self, logical: str = "python") -> PoolState:
-        handle = self.client.get_workflow_handle(pool_workflow_id(self.runtime(logical)))
-        return await handle.query(QUERY_POOL, result_type=PoolState)
+        return await query_pool(self.client, pool_workflow_id(self.runtime(logical)))
 
     async def eventually(
         self, check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = ""

@@ -5,29 +5,48 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio import workflow
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowQueryFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+from temporalio.worker import Worker
 
 from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
+from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
+    POOL_READING_BACK,
+    POOL_TASK_QUEUE,
     QUERY_HOST,
+    QUERY_POOL,
     SIGNAL_CANCEL,
+    SIGNAL_CONFIGURE,
+    UPDATE_HOST_SLOTS,
+    HostInput,
     HostRecord,
+    HostSlots,
     PlatformInfo,
     PoolInput,
+    PoolState,
+    Slot,
     host_workflow_id,
     pool_workflow_id,
 )
-from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect
+from kruntimes.scheduling.model import Host, HostState
+from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
-from workers.worker import WorkerSettings, running_workers
+from workers.worker import WorkerSettings, pool_configs, running_workers
+from workflows.host import HostWorkflow
 
 
 @pytest.fixture
@@ -68,8 +87,16 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
                 await h.signal(SIGNAL_CANCEL)
             await asyncio.gather(*(platform.wait_phase(h, RunPhase.Cancelled) for h in handles[:6]))
 
+            # The Runs settled: make the pool continue as new from here, however many times it
+            # did before (each configure is an event; the server soon suggests continuing).
+            settled_run_id = (await pool.describe()).run_id
+            config = pool_configs(settings, providers=["process"])[runtime]
+
             async def continued() -> bool:
-                return (await pool.describe()).run_id != first_run_id
+                if (await pool.describe()).run_id not in (first_run_id, settled_run_id):
+                    return True
+                await pool.signal(SIGNAL_CONFIGURE, config)
+                return False
 
             await platform.eventually(continued, what="the pool to continue as new")
             state = await platform.pool()
@@ -108,3 +135,177 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
 async def _uid(handle) -> str:  # type: ignore[no-untyped-def]
     description = await handle.describe()
     return str(description.search_attributes["KrtRunUid"][0])
+
+
+@workflow.defn(name="HostWorkflow", sandboxed=False)
+class _HeldHost:
+    """Stands in for a HostWorkflow that holds slots and answers `read_slots` only once a worker
+    polls its task queue: the pool's read-back stays open for as long as the test wants."""
+
+    @workflow.init
+    def __init__(self, slots: HostSlots) -> None:
+        self._slots = slots
+
+    @workflow.run
+    async def run(self, slots: HostSlots) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.update(name=UPDATE_HOST_SLOTS)
+    def read_slots(self) -> HostSlots:
+        return self._slots
+
+
+async def test_the_pool_refuses_its_query_until_it_has_read_its_hosts_slots_back(
+    small_history_server: Client, tmp_path: Path, pki: TestPKI
+) -> None:
+    """A pool run that continued as new knows its hosts but not yet their reservations: it must
+    not answer a state that shows those slots free (the reconciler and `krt hosts` act on it)."""
+    client = small_history_server
+    runtime = "py-rb"
+    settings = WorkerSettings(
+        temporal=TemporalSettings(),
+        config=parse_config({"runtimes": [{"name": runtime, "adapter": "python", "runs": 4, "maxHosts": 1}]}),
+        platform=PlatformInfo(stateDir=str(tmp_path / "state")),
+        trust=pki.worker_trust(),
+    )
+    now = datetime.now(UTC)
+    host = Host(
+        hostId=f"{runtime}-0",
+        hostUid=str(uuid.uuid4()),
+        runtime=runtime,
+        address="127.0.0.1:9",
+        state=HostState.Ready,
+        capacity=4,
+        createdAt=now,
+        assignedAt=now,
+        readyAt=now,
+        supervised=True,
+    )
+    run_uid = str(uuid.uuid4())
+    held = HostSlots(
+        hostUid=host.hostUid,
+        slots=[Slot(runUid=run_uid, workflowId="run/default/held", reservedAt=now)],
+    )
+    queue = f"held-hosts-{uuid.uuid4().hex[:8]}"
+    host_handle = await client.start_workflow(
+        _HeldHost.run, held, id=host_workflow_id(runtime, host.hostId), task_queue=queue
+    )
+    pool_id = pool_workflow_id(runtime)
+    carried = PoolState(hosts=[host], slotsOnHosts=[host.hostUid])
+    config = pool_configs(settings, providers=["process"])[runtime]
+    pool = await client.start_workflow(
+        "RuntimePoolWorkflow", PoolInput(config=config, state=carried), id=pool_id, task_queue=POOL_TASK_QUEUE
+    )
+    try:
+        async with running_workers(client, settings):
+            refused = ""
+            deadline = time.monotonic() + 30
+            while not refused:
+                assert time.monotonic() < deadline, "the pool never answered its query"
+                try:
+                    state = await pool.query(
+                        QUERY_POOL, result_type=PoolState, rpc_timeout=timedelta(seconds=5)
+                    )
+                except WorkflowQueryFailedError as err:
+                    refused = str(err)
+                except RPCError:  # its first task is not done yet
+                    await asyncio.sleep(0.05)
+                else:
+                    pytest.fail(f"the pool answered without its host's slots: {state.reservations}")
+            assert POOL_READING_BACK in refused
+            async with Worker(client, task_queue=queue, workflows=[_HeldHost]):
+                state = await query_pool(client, pool_id)
+            assert state.slotsOnHosts == []
+            # What the pool read back is the host's slot, recorded in its history.
+            markers = [
+                e.marker_recorded_event_attributes
+                async for e in pool.fetch_history_events()
+                if e.HasField("marker_recorded_event_attributes")
+            ]
+            read = [
+                DATA_CONVERTER.payload_converter.from_payloads(m.details["result"].payloads, [HostSlots])[0]
+                for m in markers
+                if m.marker_name == "core_local_activity"
+                and "result" in m.details
+                and b"host_slots" in m.details["data"].SerializeToString()
+            ]
+            assert [[s.runUid for s in r.slots] for r in read] == [[run_uid]]
+    finally:
+        for handle in (pool, host_handle):
+            with contextlib.suppress(Exception):
+                await handle.terminate("test finished")
+        await stop_all(tmp_path / "state")
+
+
+async def test_a_host_workflow_that_just_continued_as_new_answers_read_slots_with_its_slots(
+    small_history_server: Client, tmp_path: Path
+) -> None:
+    """The pool's read-back can reach a HostWorkflow in the first task of a run it continued as
+    new with, where handlers run before `run` has set the carried record: it must answer the
+    carried slots, not none."""
+    client = small_history_server
+    runtime = "py-hw"
+    now = datetime.now(UTC)
+    created = CreatedHost(
+        provider="process",
+        runtime=runtime,
+        hostId=f"{runtime}-0",
+        hostUid=str(uuid.uuid4()),
+        address="127.0.0.1:9",
+        createdAt=now,
+    )
+    host = Host(
+        hostId=created.hostId,
+        hostUid=created.hostUid,
+        runtime=runtime,
+        address=created.address,
+        state=HostState.Ready,
+        capacity=4,
+        createdAt=now,
+        assignedAt=now,
+        readyAt=now,
+        supervised=True,
+    )
+    slot = Slot(runUid=str(uuid.uuid4()), workflowId="run/default/held", reservedAt=now)
+    record = HostRecord(host=host, created=created, state=HostState.Ready, since=now, slots=[slot])
+    queue = f"hosts-{uuid.uuid4().hex[:8]}"
+    start = WithStartWorkflowOperation(
+        HostWorkflow.run,
+        HostInput(
+            host=host,
+            created=created,
+            poolWorkflowId=pool_workflow_id(runtime),
+            stateDir=str(tmp_path / "state"),
+            record=record,
+        ),
+        id=host_workflow_id(runtime, host.hostId),
+        task_queue=queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    try:
+        async with Worker(client, task_queue=queue, workflows=[HostWorkflow]):
+            # Started together with the update: the update is in the run's first task.
+            answer = await asyncio.wait_for(
+                client.execute_update_with_start_workflow(
+                    UPDATE_HOST_SLOTS, start_workflow_operation=start, result_type=HostSlots
+                ),
+                timeout=30,
+            )
+            handle = await start.workflow_handle()
+        assert answer == HostSlots(hostUid=host.hostUid, slots=[slot])
+        first_task = [
+            e.event_id
+            async for e in handle.fetch_history_events()
+            if e.HasField("workflow_task_completed_event_attributes")
+        ][0]
+        accepted = [
+            e.event_id
+            async for e in handle.fetch_history_events()
+            if e.HasField("workflow_execution_update_accepted_event_attributes")
+        ]
+        assert accepted == [first_task + 1], "the update was not in the run's first task"
+    finally:
+        with contextlib.suppress(Exception):
+            await client.get_workflow_handle(host_workflow_id(runtime, host.hostId)).terminate(
+                "test finished"
+            )

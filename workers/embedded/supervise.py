@@ -191,16 +191,15 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) 
 
 async def _wait_min_hosts(address: str, layout: Layout, deadline: float) -> None:
     from kruntimes.config import load_config
-    from kruntimes.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
-    from kruntimes.temporal import TemporalSettings, connect
+    from kruntimes.lifecycle import pool_workflow_id
+    from kruntimes.temporal import TemporalSettings, connect, query_pool
 
     client = await connect(TemporalSettings(address=address, codecKeys=str(layout.codec_keys)))
     runtimes = layout.runtimes
     for runtime in load_config(runtimes).runtimes:
-        handle = client.get_workflow_handle(pool_workflow_id(runtime.name))
         while True:
             with contextlib.suppress(Exception):
-                state = await handle.query(QUERY_POOL, result_type=PoolState)
+                state = await query_pool(client, pool_workflow_id(runtime.name))
                 if len(state.hosts) >= runtime.minHosts:
                     break
             if time.monotonic() > deadline:
