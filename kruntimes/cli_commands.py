@@ -384,7 +384,9 @@ async def hosts_reconcile(args: argparse.Namespace, client: Client, io: Io) -> i
 
 
 def config_view(args: argparse.Namespace, io: Io) -> int:
-    io.print(render(load_config().model_dump(mode="json"), args.output))
+    """The effective client configuration; its secrets only with --raw (as `kubectl config view`)."""
+    config = load_config()
+    io.print(render(config.model_dump(mode="json") if args.raw else config.redacted(), args.output))
     return 0
 
 

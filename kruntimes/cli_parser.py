@@ -181,8 +181,11 @@ def build() -> Parser:
 
     config = commands.add_parser("config", help="the client configuration")
     config_verbs = config.add_subparsers(dest="verb", metavar="<verb>", required=True)
-    view = config_verbs.add_parser("view", help="print the effective configuration (it holds the token)")
+    view = config_verbs.add_parser(
+        "view", help="print the effective configuration (the token and API key as REDACTED)"
+    )
     _output(view, default="yaml", choices=("json", "yaml"))
+    view.add_argument("--raw", action="store_true", help="print the token and the API key too")
 
     for name, text in PASSTHROUGH.items():
         commands.add_parser(name, help=text, add_help=False)

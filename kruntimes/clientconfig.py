@@ -41,6 +41,10 @@ ENV = {
 }
 
 
+SECRET_FIELDS = ("token", "temporalApiKey")
+REDACTED = "REDACTED"
+
+
 class ClientConfig(ApiModel):
     temporalAddress: str = "127.0.0.1:7233"
     temporalNamespace: str = "default"
@@ -60,12 +64,12 @@ class ClientConfig(ApiModel):
     stateDir: str = ""
 
     def redacted(self) -> dict[str, object]:
-        """For printing: the token and the API key are never shown in full."""
+        """For printing: the token and the API key are replaced by REDACTED (no part of them is
+        shown: a prefix narrows a guess); an unset one stays null."""
         data = self.model_dump(mode="json")
-        for secret in ("token", "temporalApiKey"):
-            value = getattr(self, secret)
-            if value:
-                data[secret] = value[:4] + "…(redacted)"
+        for secret in SECRET_FIELDS:
+            if getattr(self, secret):
+                data[secret] = REDACTED
         return data
 
     def temporal_settings(self) -> TemporalSettings:

@@ -178,6 +178,9 @@ async def test_an_unknown_host_exits_3_with_one_line(platform: Platform) -> None
 async def test_config_view_prints_the_effective_client_config(platform: Platform) -> None:
     done = await krt(platform, "config", "view", "-o", "json")
     assert done.code == 0, done.err
+    assert json.loads(done.out) == platform.config.redacted()
+    assert platform.config.token and platform.config.token not in done.out
+    done = await krt(platform, "config", "view", "-o", "json", "--raw")
     assert json.loads(done.out) == platform.config.model_dump(mode="json")
 
 

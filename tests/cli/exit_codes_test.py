@@ -112,12 +112,20 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_config_view_prints_the_effective_values_with_the_token(
+def test_config_view_prints_the_effective_values_with_the_secrets_redacted_unless_raw(
     state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clientconfig.write(state, ClientConfig(gatewayUrl="https://gw:1", token="tok-123", caFile="/ca.crt"))
+    clientconfig.write(
+        state,
+        ClientConfig(gatewayUrl="https://gw:1", token="tok-123", caFile="/ca.crt", temporalApiKey="key-456"),
+    )
     monkeypatch.setenv("KRT_TEMPORAL_ADDRESS", "temporal:7233")
-    assert cli.run(["config", "view", "-o", "json"]) == 0
+    for output in ("json", "yaml"):
+        assert cli.run(["config", "view", "-o", output]) == 0
+        shown = capsys.readouterr().out
+        assert "tok-123" not in shown and "key-456" not in shown
+        assert shown.count("REDACTED") == 2
+    assert cli.run(["config", "view", "-o", "json", "--raw"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "temporalAddress": "temporal:7233",
         "temporalNamespace": "default",
@@ -130,7 +138,7 @@ def test_config_view_prints_the_effective_values_with_the_token(
         "temporalTlsKey": None,
         "temporalTlsCa": None,
         "temporalTlsServerName": None,
-        "temporalApiKey": None,
+        "temporalApiKey": "key-456",
         "temporalApiKeyFile": None,
         "codecKeys": None,
         "stateDir": str(state),
