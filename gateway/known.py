@@ -61,11 +61,17 @@ def _known(execution: WorkflowExecution) -> tuple[str, KnownRun] | None:
 
 class KnownRuns:
     def __init__(
-        self, client: Client | None, *, refresh_s: float = REFRESH_S, full_refresh_s: float = FULL_REFRESH_S
+        self,
+        client: Client | None,
+        *,
+        refresh_s: float = REFRESH_S,
+        full_refresh_s: float = FULL_REFRESH_S,
+        margin: timedelta = MARGIN,
     ) -> None:
         self.client = client
         self.refresh_s = refresh_s
         self.full_refresh_s = full_refresh_s
+        self.margin = margin
         self.runs: dict[str, KnownRun] = {}
         self.refreshed = False
         self.listed = 0  # executions the last refresh read (what it cost)
@@ -81,7 +87,7 @@ class KnownRuns:
             return
         begun, since = datetime.now(UTC), self._since
         due = since is None or time.monotonic() - self._full_at >= self.full_refresh_s
-        if since is None or due or not await self._changes(since - MARGIN):
+        if since is None or due or not await self._changes(since - self.margin):
             await self._full()
         self._since = begun
         self.refreshed = True

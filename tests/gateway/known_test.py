@@ -1,0 +1,117 @@
+"""The gateway's known-Runs view refreshes by what changed: after one full listing it reads only
+the Runs started, closed or finished since the last refresh, and a full listing mends the rest.
+Real Temporal dev server; stand-in RunWorkflows carrying the search attributes the platform's do."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.worker import Worker
+
+from gateway.known import KnownRuns
+from kruntimes.devserver import DevServer
+from kruntimes.temporal import connect
+from kruntimes.wire import search
+
+
+@workflow.defn(name="RunWorkflow", sandboxed=False)
+class _StandIn:
+    def __init__(self) -> None:
+        self._phase: str | None = None
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self._phase is not None)
+        workflow.upsert_search_attributes([search.KRT_PHASE.value_set(self._phase or "")])
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal
+    def finish(self, phase: str) -> None:
+        self._phase = phase
+
+
+@pytest.fixture
+async def temporal(tmp_path: Path) -> AsyncIterator[tuple[Client, str]]:
+    server = DevServer(state_dir=tmp_path / "temporal", persistent=False)
+    server.start()
+    try:
+        client = await connect(server.address, "default")
+        queue = f"known-{uuid.uuid4().hex[:8]}"
+        async with Worker(client, task_queue=queue, workflows=[_StandIn]):
+            yield client, queue
+    finally:
+        server.stop()
+
+
+async def _start(client: Client, queue: str, name: str) -> tuple[str, WorkflowHandle[object, None]]:
+    uid = str(uuid.uuid4())
+    handle = await client.start_workflow(
+        "RunWorkflow",
+        id=f"run/default/{name}",
+        task_queue=queue,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(search.KRT_RUN_UID, uid),
+                SearchAttributePair(search.KRT_NAMESPACE, "default"),
+                SearchAttributePair(search.KRT_RUNTIME, "python"),
+                SearchAttributePair(search.KRT_PHASE, "Ready"),
+            ]
+        ),
+    )
+    return uid, handle  # type: ignore[return-value]
+
+
+async def _until(
+    view: KnownRuns, check: Callable[[], bool], what: str, *, refresh: Callable[[], Awaitable[None]]
+) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        await refresh()
+        if check():
+            return
+        assert time.monotonic() < deadline, f"the view never showed {what}: {view.runs}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(temporal: tuple[Client, str]) -> None:
+    client, queue = temporal
+    old = [await _start(client, queue, f"old-{i}") for i in range(12)]
+    view = KnownRuns(client, full_refresh_s=3600, margin=timedelta(0))
+    await _until(view, lambda: len(view.runs) == 12, "the first 12 Runs", refresh=view.refresh)
+    assert view.listed == 12  # the first refresh is a full listing
+
+    # Two more Runs, one of the old ones closed, one finished while its workflow still runs.
+    new = [await _start(client, queue, f"new-{i}") for i in range(2)]
+    await old[0][1].terminate("deleted")
+    await old[1][1].signal("finish", "Succeeded")
+
+    def changed() -> bool:
+        return (
+            all(uid in view.runs for uid, _ in new)
+            and old[0][0] not in view.runs
+            and getattr(view.runs.get(old[1][0]), "phase", "") == "Succeeded"
+        )
+
+    await _until(view, changed, "the changes", refresh=view.refresh)
+    # A narrow refresh read the changes, not the 13 Runs it already knew.
+    assert view.listed < 12, view.listed
+    assert {uid for uid, _ in old[2:]} <= set(view.runs)
+    assert view.runs[new[0][0]].name == "new-0" and view.runs[new[0][0]].runtime == "python"
+
+    # What a narrow query cannot see (here: the view's own copy lost a Run) a full listing mends.
+    lost = old[5][0]
+    view.runs = {uid: run for uid, run in view.runs.items() if uid != lost}
+    await view.refresh()
+    assert lost not in view.runs  # a narrow refresh does not bring back what did not change
+    view.full_refresh_s = 0
+    await view.refresh()
+    assert lost in view.runs and view.listed == 13
