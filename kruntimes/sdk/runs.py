@@ -417,7 +417,10 @@ class Runs:
             except RPCTimeoutOrCancelledError:
                 return None
             except RPCError as e:
-                if e.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                # The query's own timeout: DEADLINE_EXCEEDED from the server, CANCELLED ("Timeout
+                # expired") when the client's rpc_timeout ran out first. Asking again at once
+                # would wait behind the same task: no answer yet.
+                if e.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
                     return None
             except WorkflowQueryFailedError:
                 pass

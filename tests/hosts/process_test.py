@@ -345,9 +345,10 @@ async def test_create_refuses_without_a_certificate_issuer(state_dir: Path) -> N
 
 
 async def test_host_certificates_are_renewed_once_due(state_dir: Path, pki: TestPKI) -> None:
-    """Issued for 3 s, the host's certificate is due after 2 s: renewing then re-issues it (a new
-    serial, the same identity) and the running host serves with the new one."""
-    provider = ProcessProvider(start_timeout_s=30, issuer=pki.issuer(lifetime=dt.timedelta(seconds=3)))
+    """Issued for 12 s, the host's certificate is due after 8 s: renewing then re-issues it (a new
+    serial, the same identity) and the running host serves with the new one. (A shorter lifetime
+    expires before a host on a loaded machine has started with it.)"""
+    provider = ProcessProvider(start_timeout_s=30, issuer=pki.issuer(lifetime=dt.timedelta(seconds=12)))
     host = await provider.create(spec(state_dir))
     directory = state_dir / "hosts" / "python" / "python-0.tls"
     first = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
