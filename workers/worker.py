@@ -43,6 +43,7 @@ from activities.hosts.events import HostEvent, HostWorkflowRoute, WorkflowSignal
 from activities.hosts.kubernetes_pods import check_control_plane_id
 from activities.hosts.kubernetes_watch import PodWatch
 from activities.reconcile import ReconcileActivities
+from activities.retention import RetentionActivities
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
@@ -69,13 +70,23 @@ from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.reconcile import ReconcileWorkflow
+from workflows.retention import RetentionWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
+from workflows.scheduled import ScheduledRunWorkflow
 
 log = logging.getLogger(__name__)
 
 MAX_TASK_QUEUE_LENGTH = 200
-RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow, ReconcileWorkflow]
+RUN_WORKFLOWS = [
+    RunWorkflow,
+    ScaleOutWorkflow,
+    CleanupWorkflow,
+    HostWorkflow,
+    ReconcileWorkflow,
+    RetentionWorkflow,
+    ScheduledRunWorkflow,
+]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 
@@ -197,6 +208,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
+            static_summary=f"pool {runtime.name} ({runtime.provider}, up to {runtime.maxHosts} hosts)",
         )
         # The runtime's reconciler, asked for a round at once: orphans are collected at every
         # worker start, and periodically.
@@ -218,6 +230,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_RECONCILE,
             start_signal_args=[reconcile],  # a running reconciler takes the current config
+            static_summary=f"reconcile {runtime.name} every {reconcile.intervalSeconds:g} s",
         )
 
 
@@ -358,6 +371,7 @@ async def _running_workers(
         reconciler.reconcile,
         signals.admit_run,
         handoff.await_assignment,
+        RetentionActivities(client).delete_execution,
     ]
     tuning = worker_tuning(settings.sandboxed)
     workers = []

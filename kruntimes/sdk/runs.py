@@ -1,6 +1,8 @@
 """The Run operations over Temporal: create, apply, get, status, list, wait, cancel, delete, and
 the pools' hosts. A Run is the RunWorkflow `run/{namespace}/{name}`; its status is the workflow's
-`status` query while it runs and its result once it has closed.
+`status` query while it runs and, once it has closed, its result (Succeeded, Cancelled) or the
+details of its failure (Failed, Timeout). A closed Run stays readable for its
+ttlSecondsAfterFinished, then Temporal forgets it; `delete` forgets it at once.
 
 Temporal's errors are mapped onto the SDK's (kruntimes.sdk.errors) in `Runs._rpc`. temporalio is
 imported on first use, so importing the SDK stays cheap.
@@ -127,7 +129,9 @@ class Runs:
         client = await self.temporal()
         try:
             await self._rpc(
-                start_run(client, run, task_queue=self.config.taskQueue), namespace=namespace, name=name
+                start_run(client, run, task_queue=self.config.taskQueue, gateway_url=self.config.gatewayUrl),
+                namespace=namespace,
+                name=name,
             )
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(namespace, name) from e
@@ -307,21 +311,29 @@ class Runs:
             await self._rpc(handle.describe(), namespace=namespace, name=name)  # closed: a no-op
 
     async def delete(self, name: str, namespace: str, *, timeout: float | None) -> RunStatus:
-        """The delete update (cancel if needed, clean up, end); a closed Run's last status."""
-        from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+        """The delete update (cancel if needed, clean up, close), then the closed execution is
+        deleted from Temporal; the Run's last status. A closed Run is deleted at once."""
+        from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
 
         handle = await self._handle(name, namespace)
         description = await self._rpc(handle.describe(), namespace=namespace, name=name)
         if description.status != WorkflowExecutionStatus.RUNNING:
-            return await self._final(handle, description, namespace=namespace, name=name)
+            final = await self._final(handle, description, namespace=namespace, name=name)
+            await self._forget(handle.id, description.run_id, namespace=namespace, name=name)
+            return final
+        client = await self.temporal()
+        this = client.get_workflow_handle(handle.id, run_id=description.run_id, result_type=RunStatus)
         try:
             async with asyncio.timeout(timeout):
                 result: RunStatus = await self._rpc(
-                    handle.execute_update(UPDATE_DELETE, result_type=RunStatus),
+                    this.execute_update(UPDATE_DELETE, result_type=RunStatus),
                     namespace=namespace,
                     name=name,
                 )
-                return result
+                with contextlib.suppress(WorkflowFailureError):  # it closes right after the update
+                    await self._rpc(this.result(), namespace=namespace, name=name)
+            await self._forget(handle.id, description.run_id, namespace=namespace, name=name)
+            return result
         except TimeoutError as e:
             raise WaitTimeout(
                 f"run {name!r} in namespace {namespace!r} was not deleted within {timeout:g} s: "
@@ -329,8 +341,25 @@ class Runs:
             ) from e
         except (RunNotFound, WorkflowUpdateFailedError):
             # It ended while the update was on its way.
-            description = await self._rpc(handle.describe(), namespace=namespace, name=name)
-            return await self._final(handle, description, namespace=namespace, name=name)
+            description = await self._rpc(this.describe(), namespace=namespace, name=name)
+            final = await self._final(this, description, namespace=namespace, name=name)
+            await self._forget(handle.id, description.run_id, namespace=namespace, name=name)
+            return final
+
+    async def _forget(self, workflow_id: str, run_id: str | None, *, namespace: str, name: str) -> None:
+        """Delete that closed execution from Temporal (a later Run of the name is another one)."""
+        from temporalio.api.common.v1 import WorkflowExecution
+        from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+
+        client = await self.temporal()
+        request = DeleteWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id or ""),
+        )
+        with contextlib.suppress(RunNotFound):  # deleted meanwhile (its retention ran out)
+            await self._rpc(
+                client.workflow_service.delete_workflow_execution(request), namespace=namespace, name=name
+            )
 
     async def hosts(self) -> builtins.list[HostView]:
         """Every runtime host the pools hold (each pool's `pool` query), with the run slots used."""
@@ -439,6 +468,13 @@ class Runs:
             with contextlib.suppress(WorkflowFailureError):
                 result: RunStatus = await self._rpc(handle.result(), namespace=namespace, name=name)
                 return result
+        if description.status == WorkflowExecutionStatus.FAILED:
+            try:
+                await self._rpc(handle.result(), namespace=namespace, name=name)
+            except WorkflowFailureError as e:
+                failed = _failed_status(e.cause)
+                if failed is not None:
+                    return failed
         how = description.status.name.lower().replace("_", " ") if description.status else "closed"
         last = _first_attr(description, search.PHASE)
         phase = (
@@ -490,6 +526,19 @@ def _check_name(name: str, namespace: str) -> None:
         validate_dns1123_label(namespace, field="namespace")
     except ValueError as e:
         raise RunNotFound(namespace, name) from e
+
+
+def _failed_status(cause: BaseException | None) -> RunStatus | None:
+    """The final status a Failed Run carries in its failure's details (an ApplicationError whose
+    type is the reason)."""
+    from temporalio.exceptions import ApplicationError
+
+    if not isinstance(cause, ApplicationError) or not cause.details:
+        return None
+    try:
+        return RunStatus.model_validate(cause.details[0])
+    except ValueError:
+        return None
 
 
 def _first_attr(description: Any, key: str) -> str:

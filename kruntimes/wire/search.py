@@ -2,8 +2,12 @@
 writes them (the dev server registers them, the starter sets them at the start, the workflow
 upserts them, the SDK and the gateway's known-Runs view read them).
 
-SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace. Search
-attributes are indexes in plain text: never put a secret in one.
+SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace; these are 7.
+Search attributes are indexes in plain text: never put a secret in one.
+
+KrtHost is the host id the Run is assigned to (status.assignedHost), upserted with the phase:
+`KrtHost='python-3' AND ExecutionStatus='Running'` lists the Runs on that host. A Run keeps the
+host it ended on; while it waits for a new host (recovering) it is empty.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ NAMESPACE = "KrtNamespace"
 MODE = "KrtMode"
 TENANT = "KrtTenant"
 RUN_UID = "KrtRunUid"
+HOST = "KrtHost"
 
 # name → Temporal indexed value type, as `temporal operator search-attribute create` takes it
-DEFINITIONS: dict[str, str] = {name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID)}
+DEFINITIONS: dict[str, str] = {
+    name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST)
+}
 
 KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
 KRT_RUNTIME = SearchAttributeKey.for_keyword(RUNTIME)
@@ -29,6 +36,7 @@ KRT_NAMESPACE = SearchAttributeKey.for_keyword(NAMESPACE)
 KRT_MODE = SearchAttributeKey.for_keyword(MODE)
 KRT_TENANT = SearchAttributeKey.for_keyword(TENANT)
 KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
+KRT_HOST = SearchAttributeKey.for_keyword(HOST)
 
 
 def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:
