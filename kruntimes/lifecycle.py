@@ -35,6 +35,7 @@ SIGNAL_REJECTED = "rejected"
 SIGNAL_HOST_LOST = "host_lost"
 QUERY_STATUS = "status"
 UPDATE_DELETE = "delete"
+SIGNAL_DELETE_NOW = "delete_now"  # RetentionWorkflow: a closed Run's delete
 SIGNAL_ADMIT = "admit"
 SIGNAL_ADMIT_MANY = "admit_many"
 SIGNAL_RELEASE = "release"

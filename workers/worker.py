@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -326,12 +326,18 @@ async def kubernetes_hosts(
 
 
 @contextlib.asynccontextmanager
-async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
+async def running_workers(
+    client: Client, settings: WorkerSettings, *, run_workflows: Sequence[type] = RUN_WORKFLOWS
+) -> AsyncIterator[list[Worker]]:
+    """The workers of `settings.queues`; `run_workflows`: the Runs' queue's workflow classes (a
+    test runs an earlier RunWorkflow to start Runs the current one takes over)."""
     peer_tls, signer, issuer = load_trust(settings.trust)
     use_peer_tls(peer_tls)
     async with (
         kubernetes_hosts(client, settings, issuer=issuer) as kubernetes,
-        _running_workers(client, settings, kubernetes, signer=signer, issuer=issuer) as workers,
+        _running_workers(
+            client, settings, kubernetes, signer=signer, issuer=issuer, run_workflows=run_workflows
+        ) as workers,
     ):
         yield workers
 
@@ -344,6 +350,7 @@ async def _running_workers(
     *,
     signer: Signer,
     issuer: HostIssuer | None,
+    run_workflows: Sequence[type],
 ) -> AsyncIterator[list[Worker]]:
     gateways = list(settings.platform.gatewayHeartbeats) or None  # the current ones, for the hosts
     host_manager = default_manager(
@@ -380,7 +387,7 @@ async def _running_workers(
             Worker(
                 client,
                 task_queue=settings.run_task_queue,
-                workflows=RUN_WORKFLOWS,
+                workflows=list(run_workflows),
                 activities=activities,
                 **tuning,
             )

@@ -127,6 +127,9 @@ PATCH_REGISTRATION_LOST = "registration-lost"
 PATCH_CLOSE = "close-when-finished"
 # The KrtHost search attribute follows status.assignedHost (upserted with the phase).
 PATCH_HOST = "krt-host"
+# A deleted Run's workflow indexes KrtPhase=Deleted before it closes (the listing leaves it out
+# at once; visibility drops a deleted execution only later).
+PATCH_MARK_DELETED = "mark-deleted"
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
@@ -229,7 +232,7 @@ class RunWorkflow:
                 await workflow.wait_condition(lambda: self._delete, timeout=seconds)
             await workflow.wait_condition(workflow.all_handlers_finished)
             return self._status
-        await self._retain(0 if self._delete else seconds)
+        await self._retain(0 if self._delete else seconds, deleted=self._delete)
         await workflow.wait_condition(workflow.all_handlers_finished)
         if end.phase in (RunPhase.Failed, RunPhase.Timeout):
             raise ApplicationError(
@@ -237,15 +240,21 @@ class RunWorkflow:
             )
         return self._status
 
-    async def _retain(self, seconds: float) -> None:
-        """Hand the closed execution to its RetentionWorkflow, which outlives this one."""
+    async def _retain(self, seconds: float, *, deleted: bool) -> None:
+        """Hand the closed execution to its RetentionWorkflow, which outlives this one and lists
+        the finished Run meanwhile (with the Run's search attributes and final phase). A deleted
+        Run says KrtPhase=Deleted on both first, so no listing shows it again."""
         info = workflow.info()
+        phase = search.DELETED if deleted else self._status.phase.value
+        if deleted and workflow.patched(PATCH_MARK_DELETED):
+            workflow.upsert_search_attributes([search.KRT_PHASE.value_set(search.DELETED)])
         await workflow.start_child_workflow(
             "RetentionWorkflow",
             RetentionInput(workflowId=info.workflow_id, runId=info.run_id, seconds=seconds),
             id=retention_workflow_id(self.uid),
             task_queue=info.task_queue,
             parent_close_policy=ParentClosePolicy.ABANDON,
+            search_attributes=search.finished(self.run_, phase=phase, host=self._status.assignedHost or ""),
             static_summary=summaries.summary(f"retention of {info.workflow_id}: {seconds:g} s"),
         )
 

@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.client import Client
-from kruntimes.lifecycle import QUERY_STATUS, run_workflow_id
+from kruntimes.client import Client, RunNotFound
+from kruntimes.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
 KEEP = {"ttlSecondsAfterFinished": 120}
@@ -150,3 +150,68 @@ async def test_every_workflow_type_has_a_static_summary(krt: Client, platform: P
     }
     assert expected <= summaries.keys(), summaries
     assert all(len(s.encode()) <= 200 for s in summaries.values())
+
+
+async def _until_not_found(krt: Client, name: str, within: float) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            await krt.get(name)
+        except RunNotFound:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{name} still readable after {within} s"
+        await asyncio.sleep(0.1)
+
+
+async def _listed_names(krt: Client, *, phase: RunPhase | None = None) -> list[str]:
+    return [r.metadata.name for r in await krt.list(phase=phase)]
+
+
+async def test_finished_runs_are_listed_until_deleted_and_a_deleted_run_never_is(
+    krt: Client, platform: Platform
+) -> None:
+    done, serving = unique("listed-done"), unique("listed-ready")
+    await krt.create(Run.from_dict(manifest(done, source=TASK, mode={"task": {}}, **KEEP)))
+    await krt.create(Run.from_dict(manifest(serving, **KEEP)))
+    await krt.wait(serving)
+    await _closed(platform, done)
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while done not in await _listed_names(krt, phase=RunPhase.Succeeded):  # visibility follows
+        assert asyncio.get_running_loop().time() < deadline, "the finished Run is not listed"
+        await asyncio.sleep(0.1)
+    [listed] = [r for r in await krt.list() if r.metadata.name == done]
+    assert listed.closed and listed.status.phase is RunPhase.Succeeded
+    assert listed.status.outputs == {"answer": 42}
+
+    # A finished Run's delete (its retention) and a running one's (the update): gone at once.
+    for name in (done, serving):
+        await krt.delete(name)
+        assert name not in await _listed_names(krt), f"{name} listed right after its delete"
+        with pytest.raises(RunNotFound):
+            await krt.get(name)
+    for phase in (None, RunPhase.Succeeded, RunPhase.Cancelled):
+        names = await _listed_names(krt, phase=phase)
+        assert done not in names and serving not in names
+
+
+async def test_a_finished_run_is_readable_until_its_ttl_then_gone_from_temporal(
+    krt: Client, platform: Platform
+) -> None:
+    name = unique("ttl")
+    created = await krt.create(
+        Run.from_dict(manifest(name, source=TASK, mode={"task": {}}, ttlSecondsAfterFinished=3))
+    )
+    closed = await _closed(platform, name)
+    got = await krt.get(name)  # readable after the close
+    assert got.closed and got.status.phase is RunPhase.Succeeded
+    assert (await krt.status(name)).phase is RunPhase.Succeeded
+
+    await _until_not_found(krt, name, within=30)
+    assert created.uid is not None
+    retention = platform.temporal.get_workflow_handle(retention_workflow_id(created.uid))
+    assert await retention.result() is True, "the retention deleted the execution"
+    assert name not in await _listed_names(krt)
+    # Temporal accepted the delete of that execution (it removes it from its stores a little
+    # later: the dev server takes about half a minute, longer under load).
+    assert closed.run_id is not None
