@@ -2,9 +2,10 @@
 summary (at most MAX_SUMMARY_BYTES), static details and a Run's current details (Markdown).
 
 One definition for the starters (the SDK, the schedules, the worker) and the workflows, so a
-Run reads the same however it was started. Like search attributes, summaries and details are
-plain text in Temporal (the payload codec does not cover them): they never hold an env value, a
-secret's content, a token or a source file's content — only names, sizes and a digest.
+Run reads the same however it was started. Summaries and details are payloads: the payload
+codec encrypts them like any other (the Temporal UI and CLI show them through the codec server).
+They are still written to be shown to any operator: never an env value, a secret's content, a
+token or a source file's content — only names, sizes and a digest.
 """
 
 from __future__ import annotations
