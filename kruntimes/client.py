@@ -33,7 +33,6 @@ from kruntimes.sdk.errors import (
     ConfigError,
     FunctionNotFound,
     HostNotFound,
-    InvalidSchedule,
     InvocationFailed,
     InvokeError,
     KruntimesError,
@@ -43,8 +42,6 @@ from kruntimes.sdk.errors import (
     RunAlreadyExists,
     RunFailed,
     RunNotFound,
-    ScheduleAlreadyExists,
-    ScheduleNotFound,
     SpecConflict,
     Unauthorized,
     WaitTimeout,
@@ -53,7 +50,7 @@ from kruntimes.sdk.hosts import Hosts
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
 from kruntimes.sdk.results import Applied, HostView, InvokeResult, RunObject
 from kruntimes.sdk.runs import Runs, StatusCallback
-from kruntimes.sdk.schedules import Schedules, ScheduleView
+from kruntimes.sdk.schedules import Schedules
 from kruntimes.sdk.watch import POLL_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -70,7 +67,6 @@ __all__ = [
     "InvocationFailed",
     "InvokeError",
     "InvokeResult",
-    "InvalidSchedule",
     "KruntimesError",
     "NotReady",
     "OutcomeUnknown",
@@ -79,10 +75,6 @@ __all__ = [
     "RunFailed",
     "RunNotFound",
     "RunObject",
-    "ScheduleAlreadyExists",
-    "ScheduleNotFound",
-    "ScheduleView",
-    "Schedules",
     "SpecConflict",
     "Unauthorized",
     "WaitTimeout",

@@ -15,7 +15,8 @@ import yaml
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client, InvalidSchedule, ScheduleAlreadyExists, ScheduleNotFound
+from kruntimes.client import Client
+from kruntimes.sdk.errors import InvalidSchedule, ScheduleAlreadyExists, ScheduleNotFound
 from kruntimes.sdk.schedules import check_cron, parse_duration
 from tests.cli.conftest import krt as krt_cli
 from tests.cli.conftest import one_error_line
