@@ -265,6 +265,7 @@ class ReconcileActivities:
                 assignmentTimeoutSeconds=input.assignmentTimeoutSeconds,
             ),
             id=host_workflow_id(host.runtime, host.hostId),
+            static_summary=f"host {host.runtime}/{host.hostId} (adopted by the reconciler)",
             task_queue=input.runTaskQueue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )

@@ -3,6 +3,8 @@
     krt apply -f run.yaml                 krt run create NAME --runtime R --source DIR --handler H
     krt run get|list|wait|cancel|delete   krt invoke NAME --data JSON|@file
     krt hosts list|drain|delete|reconcile krt config view -o json
+    krt schedule create NAME --cron EXPR|--every DURATION -f task-run.yaml
+    krt schedule list|get|pause|unpause|trigger|delete NAME
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 
 This module is the SDK's side: the process entry points live above it, in workers/, and the `krt`
@@ -45,6 +47,13 @@ def explain(exc: BaseException) -> tuple[int, str]:
             return NOT_FOUND, f"{exc}; `krt run list{listing}` lists the Runs"
         case c.HostNotFound():
             return NOT_FOUND, f"{exc}; `krt hosts list` lists the hosts"
+        case c.ScheduleNotFound():
+            listing = "" if exc.namespace == "default" else f" -n {exc.namespace}"
+            return NOT_FOUND, f"{exc}; `krt schedule list{listing}` lists the schedules"
+        case c.InvalidSchedule():
+            return USAGE, str(exc)
+        case c.ScheduleAlreadyExists():
+            return FAILED, f"{exc}; delete it first (`krt schedule delete {_where(exc.namespace, exc.name)}`)"
         case c.ConfigError():
             return UNREACHABLE, str(exc)
         case c.RunAlreadyExists():

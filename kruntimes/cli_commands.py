@@ -25,6 +25,7 @@ from kruntimes.cli_output import (
     render,
     run_list_document,
     runs_table,
+    schedules_table,
 )
 from kruntimes.cli_parser import UsageError
 from kruntimes.client import Client
@@ -278,7 +279,7 @@ async def run_cancel(args: argparse.Namespace, client: Client, io: Io) -> int:
 
 
 async def run_delete(args: argparse.Namespace, client: Client, io: Io) -> int:
-    await client.delete(args.name, _ns(args), timeout=args.timeout)
+    await client.delete(args.name, _ns(args), timeout=args.timeout, wait=args.wait)
     io.print(f"{GROUP}/{args.name} deleted")
     return 0
 
@@ -390,6 +391,71 @@ def config_view(args: argparse.Namespace, io: Io) -> int:
     return 0
 
 
+# --- schedules ------------------------------------------------------------------------------------
+
+
+async def schedule_create(args: argparse.Namespace, client: Client, io: Io) -> int:
+    from kruntimes.sdk.schedules import check_cron, parse_duration
+
+    namespace = _ns(args)
+    cron = check_cron(args.cron) if args.cron is not None else None
+    every = parse_duration(args.every) if args.every is not None else None
+    runs = read_manifests(args.filename, namespace=namespace, stdin=io.stdin)
+    if len(runs) != 1:
+        raise UsageError(f"{args.filename}: want one task Run manifest, found {len(runs)}")
+    view = await client.schedules.create(
+        args.name,
+        runs[0],
+        namespace=namespace,
+        cron=cron,
+        every=every,
+        overlap=args.overlap,
+        paused=args.paused,
+        note=args.message,
+    )
+    if args.output is None:
+        io.print(f"schedule/{view.name} created" + (" (paused)" if view.paused else ""))
+    else:
+        io.print(render(view.document(), args.output))
+    return 0
+
+
+async def schedule_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    namespace = None if args.all_namespaces else _ns(args)
+    views = await client.schedules.list(namespace)
+    if args.output == "table":
+        if views:
+            io.print(schedules_table(views))
+        else:
+            where = "any namespace" if namespace is None else f"namespace {namespace}"
+            io.note(f"No schedules found in {where}.")
+    else:
+        io.print(render({"kind": "ScheduleList", "items": [v.document() for v in views]}, args.output))
+    return 0
+
+
+async def schedule_get(args: argparse.Namespace, client: Client, io: Io) -> int:
+    view = await client.schedules.get(args.name, _ns(args))
+    io.print(schedules_table([view]) if args.output == "table" else render(view.document(), args.output))
+    return 0
+
+
+async def schedule_act(args: argparse.Namespace, client: Client, io: Io) -> int:
+    name, namespace = args.name, _ns(args)
+    schedules = client.schedules
+    if args.verb == "pause":
+        await schedules.pause(name, namespace, note=args.message)
+    elif args.verb == "unpause":
+        await schedules.unpause(name, namespace, note=args.message)
+    elif args.verb == "trigger":
+        await schedules.trigger(name, namespace)
+    else:
+        await schedules.delete(name, namespace)
+    done = {"pause": "paused", "unpause": "unpaused", "trigger": "triggered", "delete": "deleted"}
+    io.print(f"schedule/{name} {done[args.verb]}")
+    return 0
+
+
 Command = Callable[[argparse.Namespace, Client, Io], Awaitable[int]]
 COMMANDS: dict[tuple[str, str | None], Command] = {
     ("apply", None): apply,
@@ -404,6 +470,13 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("hosts", "drain"): hosts_act,
     ("hosts", "delete"): hosts_act,
     ("hosts", "reconcile"): hosts_reconcile,
+    ("schedule", "create"): schedule_create,
+    ("schedule", "list"): schedule_list,
+    ("schedule", "get"): schedule_get,
+    ("schedule", "pause"): schedule_act,
+    ("schedule", "unpause"): schedule_act,
+    ("schedule", "trigger"): schedule_act,
+    ("schedule", "delete"): schedule_act,
 }
 
 

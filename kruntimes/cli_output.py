@@ -17,6 +17,7 @@ from kruntimes.api.status import RunStatus
 if TYPE_CHECKING:
     from kruntimes.lifecycle import ReconcileReport
     from kruntimes.sdk.results import HostView, RunObject
+    from kruntimes.sdk.schedules import ScheduleView
 
 RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "ATTEMPT", "HOST", "AGE")
 HOST_COLUMNS = ("HOST", "RUNTIME", "STATE", "SLOTS", "ADDRESS")
@@ -171,3 +172,26 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+SCHEDULE_COLUMNS = ("NAME", "NAMESPACE", "WHEN", "OVERLAP", "PAUSED", "RUNTIME", "LAST RUN", "NEXT")
+
+
+def schedules_table(views: Sequence[ScheduleView]) -> str:
+    rows = []
+    for v in views:
+        when = v.cron if v.cron is not None else f"every {v.every.total_seconds():g}s" if v.every else "-"
+        nxt = v.nextTimes[0].strftime("%Y-%m-%dT%H:%M:%SZ") if v.nextTimes and not v.paused else "-"
+        rows.append(
+            [
+                v.name,
+                v.namespace,
+                when,
+                v.overlap,
+                "yes" if v.paused else "no",
+                v.runtime or "-",
+                v.recentRuns[-1] if v.recentRuns else "-",
+                nxt,
+            ]
+        )
+    return table(SCHEDULE_COLUMNS, rows)

@@ -45,6 +45,14 @@ def _page_size(text: str) -> int:
     return value
 
 
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not true or false: {text!r}")
+
+
 def _namespace(parser: argparse.ArgumentParser) -> None:
     # None: not given (apply then keeps the manifest's namespace); commands default to "default".
     parser.add_argument("-n", "--namespace", help="the Run's namespace (default: default)")
@@ -123,13 +131,24 @@ def build() -> Parser:
     _namespace(wait)
     _output(wait, default=None)
 
-    cancel = verbs.add_parser("cancel", help="stop a Run (it stays listed until deleted)")
+    cancel = verbs.add_parser(
+        "cancel", help="stop a Run (it stays listed until deleted or its ttlSecondsAfterFinished is out)"
+    )
     cancel.add_argument("name")
     _namespace(cancel)
 
     delete = verbs.add_parser("delete", help="cancel a Run if needed, clean it up and remove it")
     delete.add_argument("name")
-    delete.add_argument("--timeout", type=float, default=120.0, metavar="S")
+    delete.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds")
+    delete.add_argument(
+        "--wait",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="true|false",
+        help="return once `krt run list` no longer shows the Run (default: true)",
+    )
     _namespace(delete)
 
     invoke = commands.add_parser("invoke", help="invoke a Ready function Run once through the gateway")
@@ -155,6 +174,45 @@ def build() -> Parser:
     reconcile = host_verbs.add_parser("reconcile", help="collect orphans now and show what was repaired")
     reconcile.add_argument("--runtime", help="only this runtime (default: every runtime)")
     _output(reconcile, default=None, choices=("json", "yaml"))
+
+    schedule = commands.add_parser("schedule", help="start a task Run on a cron expression or an interval")
+    schedule_verbs = schedule.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    create_schedule = schedule_verbs.add_parser(
+        "create", help="create a schedule; each start is a task Run named NAME-<yyyymmddhhmmss>"
+    )
+    create_schedule.add_argument("name")
+    when = create_schedule.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="a cron expression, e.g. '0 3 * * *' or @hourly (UTC)")
+    when.add_argument("--every", metavar="DURATION", help="a fixed interval, e.g. 30s, 5m, 1h30m, 2d")
+    create_schedule.add_argument("-f", "--filename", required=True, help="the task Run's manifest, or -")
+    create_schedule.add_argument(
+        "--overlap",
+        choices=("skip", "buffer-one", "allow-all"),
+        default="skip",
+        help="a start while the last Run still runs: skip it (default), keep one for later, or start it",
+    )
+    create_schedule.add_argument("--paused", action="store_true", help="create it paused")
+    create_schedule.add_argument("-m", "--message", default="", help="a note shown with the schedule")
+    _namespace(create_schedule)
+    _output(create_schedule, default=None)
+    list_schedules = schedule_verbs.add_parser("list", help="list the schedules")
+    _namespace(list_schedules)
+    list_schedules.add_argument("-A", "--all-namespaces", action="store_true", help="list every namespace")
+    _output(list_schedules)
+    for verb, text in (
+        ("get", "show one schedule"),
+        ("pause", "start no Run until unpaused"),
+        ("unpause", "start Runs again"),
+        ("trigger", "start one Run now (the overlap policy applies)"),
+        ("delete", "delete the schedule (its Runs are left as they are)"),
+    ):
+        action = schedule_verbs.add_parser(verb, help=text)
+        action.add_argument("name")
+        _namespace(action)
+        if verb == "get":
+            _output(action)
+        if verb in ("pause", "unpause"):
+            action.add_argument("-m", "--message", default="", help="why (the schedule's note)")
 
     secret = commands.add_parser(
         "secret", help="secrets a Run's envFrom names (the embedded platform's store)"

@@ -50,6 +50,7 @@ from kruntimes.sdk.hosts import Hosts
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
 from kruntimes.sdk.results import Applied, HostView, InvokeResult, RunObject
 from kruntimes.sdk.runs import Runs, StatusCallback
+from kruntimes.sdk.schedules import Schedules
 from kruntimes.sdk.watch import POLL_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class Client:
         self.config = config if config is not None else ClientConfig()
         self._runs = Runs(self.config, temporal=temporal)
         self._hosts = Hosts(self._runs)
+        self.schedules = Schedules(self._runs)  # create, list, get, pause, unpause, trigger, delete
         self._invoker = Invoker(self.config)
 
     @classmethod
@@ -129,7 +131,8 @@ class Client:
         return await self._runs.apply(run)
 
     async def get(self, name: str, namespace: str = "default") -> RunObject:
-        """The Run's manifest and status (the `status` query; a closed Run's final result)."""
+        """The Run's manifest and status (the `status` query; a closed Run's final result).
+        RunNotFound once a finished Run's ttlSecondsAfterFinished ran out, or it was deleted."""
         return await self._runs.get(name, namespace)
 
     async def status(self, name: str, namespace: str = "default") -> RunStatus:
@@ -139,7 +142,9 @@ class Client:
     async def list(
         self, namespace: str | None = None, phase: RunPhase | str | None = None
     ) -> builtins.list[RunObject]:
-        """The existing Runs (their workflows running), of one namespace or all, by name."""
+        """The existing Runs, of one namespace or all, by name: running ones, and finished ones
+        (with their final phase) until their ttlSecondsAfterFinished runs out, as `kubectl get
+        jobs` shows completed Jobs. A deleted Run is never listed."""
         return await self._runs.list(namespace, phase)
 
     def pages(
@@ -183,13 +188,16 @@ class Client:
         await self._runs.cancel(name, namespace)
 
     async def delete(
-        self, name: str, namespace: str = "default", *, timeout: float | None = 120.0
+        self, name: str, namespace: str = "default", *, timeout: float | None = 120.0, wait: bool = True
     ) -> RunStatus:
-        """Cancel the Run if needed, run its cleanup, and end it; returns its final status.
+        """Cancel the Run if needed, run its cleanup, end it and remove it from Temporal; returns
+        its final status. A finished Run (kept for its ttlSecondsAfterFinished) is removed at once.
 
-        Deleting a Run that already ended is a no-op that returns its last status.
+        With ``wait`` (the default, like kubectl's ``--wait``) it returns once ``list`` no longer
+        shows the Run; ``timeout`` bounds the whole delete (WaitTimeout). RunNotFound if there is
+        no such Run (never created, deleted, or past its ttlSecondsAfterFinished).
         """
-        return await self._runs.delete(name, namespace, timeout=timeout)
+        return await self._runs.delete(name, namespace, timeout=timeout, wait=wait)
 
     async def hosts(self) -> builtins.list[HostView]:
         """Every runtime host the pools hold, with the run slots used on each."""

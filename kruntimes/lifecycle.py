@@ -35,6 +35,7 @@ SIGNAL_REJECTED = "rejected"
 SIGNAL_HOST_LOST = "host_lost"
 QUERY_STATUS = "status"
 UPDATE_DELETE = "delete"
+SIGNAL_DELETE_NOW = "delete_now"  # RetentionWorkflow: a closed Run's delete
 SIGNAL_ADMIT = "admit"
 SIGNAL_ADMIT_MANY = "admit_many"
 SIGNAL_RELEASE = "release"
@@ -96,6 +97,29 @@ def host_workflow_id(runtime: str, host_id: str) -> str:
 
 def reconcile_workflow_id(runtime: str) -> str:
     return f"reconcile/{runtime}"
+
+
+def retention_workflow_id(run_uid: str) -> str:
+    return f"retention/{run_uid}"
+
+
+def schedule_id(namespace: str, name: str) -> str:
+    """The Temporal Schedule of `krt schedule create NAME -n NAMESPACE`."""
+    return f"schedule/{namespace}/{name}"
+
+
+def scheduled_workflow_id(namespace: str, name: str) -> str:
+    """The id a schedule gives its ScheduledRunWorkflows; Temporal appends `-<scheduled time>`."""
+    return f"scheduled/{namespace}/{name}"
+
+
+SCHEDULED_STAMP = "%Y%m%d%H%M%S"  # the Run name's suffix: `<schedule>-20250101120000`
+# A Run name is a DNS-1123 label (63 characters): the schedule's name leaves room for the stamp.
+MAX_SCHEDULE_NAME = 63 - 1 - len("20250101120000")
+
+
+def scheduled_run_name(schedule: str, at: datetime) -> str:
+    return f"{schedule}-{at.strftime(SCHEDULED_STAMP)}"
 
 
 def invoke_url(gateway_url: str, *, namespace: str, runtime: str, run_uid: str) -> str:
@@ -518,6 +542,34 @@ class CleanupInput(ApiModel):
 class CleanupResult(ApiModel):
     unregistered: bool
     released: bool
+
+
+# --- RetentionWorkflow --------------------------------------------------------------------------
+
+
+class RetentionInput(ApiModel):
+    """Delete one closed execution of a Run (by run id: a later Run of the same name is another
+    execution) from Temporal after `seconds`."""
+
+    workflowId: str
+    runId: str
+    seconds: float = Field(ge=0)
+
+
+class DeleteExecutionInput(ApiModel):
+    workflowId: str
+    runId: str
+
+
+# --- ScheduledRunWorkflow ----------------------------------------------------------------------
+
+
+class ScheduledRunInput(ApiModel):
+    """What a schedule starts each time: the Run to create (its name is the schedule's, its uid
+    unset), named `<schedule name>-<scheduled time>` per start."""
+
+    run: Run
+    schedule: str  # the schedule's name
 
 
 # --- activities -------------------------------------------------------------------------------

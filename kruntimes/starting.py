@@ -34,11 +34,12 @@ from kruntimes.lifecycle import (
     AdmitSignal,
     RunInput,
     admit_signal,
+    invoke_url,
     pool_workflow_id,
     run_workflow_id,
     runtime_unknown,
 )
-from kruntimes.wire import search
+from kruntimes.wire import search, summaries
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,12 @@ log = logging.getLogger(__name__)
 RUN_TASK_TIMEOUT = timedelta(seconds=5)
 
 
-async def start_run(client: Client, run: Run, *, task_queue: str = TASK_QUEUE) -> WorkflowHandle[Any, Any]:
+async def start_run(
+    client: Client, run: Run, *, task_queue: str = TASK_QUEUE, gateway_url: str | None = None
+) -> WorkflowHandle[Any, Any]:
     """Start the Run's workflow on `task_queue` (where the Runs' workers poll), then send its
-    admission to the pool.
+    admission to the pool. The workflow's static summary and details (the Temporal UI's) say what
+    the Run is; with `gateway_url` the details name the URL it is invoked at.
 
     Raises what `Client.start_workflow` raises (WorkflowAlreadyStartedError for a running Run
     of that name); nothing is admitted then. Trouble reaching the pool never fails the start.
@@ -64,9 +68,19 @@ async def start_run(client: Client, run: Run, *, task_queue: str = TASK_QUEUE) -
         task_queue=task_queue,
         search_attributes=search.at_start(run),
         task_timeout=RUN_TASK_TIMEOUT,
+        static_summary=summaries.run_summary(run),
+        static_details=summaries.run_details(run, endpoint=_endpoint(run, gateway_url)),
     )
     await admit(client, run, handle)
     return handle
+
+
+def _endpoint(run: Run, gateway_url: str | None) -> str | None:
+    if gateway_url is None or run.spec.mode.kind != "function" or run.metadata.uid is None:
+        return None
+    return invoke_url(
+        gateway_url, namespace=run.metadata.namespace, runtime=run.spec.runtime, run_uid=run.metadata.uid
+    )
 
 
 class _Admissions:

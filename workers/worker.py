@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -43,6 +43,7 @@ from activities.hosts.events import HostEvent, HostWorkflowRoute, WorkflowSignal
 from activities.hosts.kubernetes_pods import check_control_plane_id
 from activities.hosts.kubernetes_watch import PodWatch
 from activities.reconcile import ReconcileActivities
+from activities.retention import RetentionActivities
 from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
@@ -69,13 +70,23 @@ from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.reconcile import ReconcileWorkflow
+from workflows.retention import RetentionWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
+from workflows.scheduled import ScheduledRunWorkflow
 
 log = logging.getLogger(__name__)
 
 MAX_TASK_QUEUE_LENGTH = 200
-RUN_WORKFLOWS = [RunWorkflow, ScaleOutWorkflow, CleanupWorkflow, HostWorkflow, ReconcileWorkflow]
+RUN_WORKFLOWS = [
+    RunWorkflow,
+    ScaleOutWorkflow,
+    CleanupWorkflow,
+    HostWorkflow,
+    ReconcileWorkflow,
+    RetentionWorkflow,
+    ScheduledRunWorkflow,
+]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
 
@@ -197,6 +208,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
+            static_summary=f"pool {runtime.name} ({runtime.provider}, up to {runtime.maxHosts} hosts)",
         )
         # The runtime's reconciler, asked for a round at once: orphans are collected at every
         # worker start, and periodically.
@@ -218,6 +230,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_RECONCILE,
             start_signal_args=[reconcile],  # a running reconciler takes the current config
+            static_summary=f"reconcile {runtime.name} every {reconcile.intervalSeconds:g} s",
         )
 
 
@@ -313,12 +326,18 @@ async def kubernetes_hosts(
 
 
 @contextlib.asynccontextmanager
-async def running_workers(client: Client, settings: WorkerSettings) -> AsyncIterator[list[Worker]]:
+async def running_workers(
+    client: Client, settings: WorkerSettings, *, run_workflows: Sequence[type] = RUN_WORKFLOWS
+) -> AsyncIterator[list[Worker]]:
+    """The workers of `settings.queues`; `run_workflows`: the Runs' queue's workflow classes (a
+    test runs an earlier RunWorkflow to start Runs the current one takes over)."""
     peer_tls, signer, issuer = load_trust(settings.trust)
     use_peer_tls(peer_tls)
     async with (
         kubernetes_hosts(client, settings, issuer=issuer) as kubernetes,
-        _running_workers(client, settings, kubernetes, signer=signer, issuer=issuer) as workers,
+        _running_workers(
+            client, settings, kubernetes, signer=signer, issuer=issuer, run_workflows=run_workflows
+        ) as workers,
     ):
         yield workers
 
@@ -331,6 +350,7 @@ async def _running_workers(
     *,
     signer: Signer,
     issuer: HostIssuer | None,
+    run_workflows: Sequence[type],
 ) -> AsyncIterator[list[Worker]]:
     gateways = list(settings.platform.gatewayHeartbeats) or None  # the current ones, for the hosts
     host_manager = default_manager(
@@ -358,6 +378,7 @@ async def _running_workers(
         reconciler.reconcile,
         signals.admit_run,
         handoff.await_assignment,
+        RetentionActivities(client).delete_execution,
     ]
     tuning = worker_tuning(settings.sandboxed)
     workers = []
@@ -366,7 +387,7 @@ async def _running_workers(
             Worker(
                 client,
                 task_queue=settings.run_task_queue,
-                workflows=RUN_WORKFLOWS,
+                workflows=list(run_workflows),
                 activities=activities,
                 **tuning,
             )

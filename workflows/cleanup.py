@@ -54,6 +54,7 @@ class CleanupWorkflow:
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60),
                         retry_policy=CLEANUP_RETRY,
+                        summary=f"cancel task on {input.hostId or input.address}",
                     )
                 elif input.registrationId is not None:
                     await workflow.execute_activity(
@@ -67,6 +68,7 @@ class CleanupWorkflow:
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60 + input.graceSeconds),
                         retry_policy=CLEANUP_RETRY,
+                        summary=f"unregister on {input.hostId or input.address}",
                     )
                 unregistered = True
             except ActivityError as err:

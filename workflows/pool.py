@@ -513,6 +513,7 @@ class RuntimePoolWorkflow:
                 ProbeInput(hosts=self.state.hosts, stateDir=self.config.platform.stateDir),
                 result_type=ProbeResult,
                 start_to_close_timeout=PROBE_TIMEOUT,
+                summary=f"probe {len(self.state.hosts)} hosts",
             )
         except ActivityError:
             return  # no verdict is not a verdict of death: look again next time
@@ -638,6 +639,7 @@ class RuntimePoolWorkflow:
                 id=scale_out_workflow_id(scale_out.request.runtime, scale_out.request.requestId),
                 task_queue=self.config.runTaskQueue,
                 parent_close_policy=ParentClosePolicy.ABANDON,
+                static_summary=f"scale out {scale_out.request.runtime}: host {scale_out.hostId}",
             )
             for scale_out in outbox.scale_outs
         ]
@@ -668,6 +670,7 @@ class RuntimePoolWorkflow:
             result_type=SignalResult,
             start_to_close_timeout=SIGNAL_TIMEOUT,
             retry_policy=SIGNAL_RETRY,
+            summary=f"{len(signals)} signals to Runs and hosts",
         )
         gone = set(result.unreachable)
         for workflow_id, _name, arg in signals:

@@ -71,7 +71,9 @@ class ReconcileWorkflow:
                 continue  # asked while the round ran: another one, from now
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._asked > self._covered, timeout=input.intervalSeconds
+                    lambda: self._asked > self._covered,
+                    timeout=input.intervalSeconds,
+                    timeout_summary=f"next round in {input.intervalSeconds:g} s",
                 )
             if workflow.info().is_continue_as_new_suggested():
                 break
@@ -96,6 +98,7 @@ class ReconcileWorkflow:
                 start_to_close_timeout=ROUND_TIMEOUT,
                 heartbeat_timeout=ROUND_HEARTBEAT,
                 retry_policy=ROUND_RETRY,
+                summary=f"reconcile {input.runtime}",
             )
         except ActivityError as err:
             return ReconcileReport(runtime=input.runtime, at=workflow.now(), errors=[failure_text(err)])

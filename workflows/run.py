@@ -33,10 +33,10 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
-from temporalio.workflow import ActivityCancellationType
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.api.phases import RunPhase, is_terminal
+    from kruntimes.api.phases import RunPhase
     from kruntimes.api.status import (
         Condition,
         ConditionReason,
@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         RegisterResult,
         RegistrationLostSignal,
         Rejection,
+        RetentionInput,
         RunInput,
         StatusInput,
         TaskInput,
@@ -75,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         admit_signal,
         cleanup_workflow_id,
         invoke_url,
+        retention_workflow_id,
         runtime_unknown,
     )
     from kruntimes.lifecycle_rules import (
@@ -85,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
         registration_backoff,
         retries_exhausted,
     )
-    from kruntimes.wire import reasons, search
+    from kruntimes.wire import reasons, search, summaries
     from workflows.common import (
         HOST_CALL_RETRY,
         End,
@@ -118,6 +120,16 @@ PATCH_RECOVERY = "host-recovery"
 # The idle timer's look at a registration the host no longer holds registers it again (it ended
 # the Run Failed before), and an unreachable host re-arms it (the host's supervisor decides).
 PATCH_REGISTRATION_LOST = "registration-lost"
+# A finished Run closes its workflow at once, with the Temporal status of its ending (Succeeded,
+# Cancelled: Completed with the final status; Failed, Timeout: Failed with an ApplicationError
+# of the reason's type), and a RetentionWorkflow deletes it after ttlSecondsAfterFinished. Runs
+# whose history already waited out the retention in the workflow itself go on doing so.
+PATCH_CLOSE = "close-when-finished"
+# The KrtHost search attribute follows status.assignedHost (upserted with the phase).
+PATCH_HOST = "krt-host"
+# A deleted Run's workflow indexes KrtPhase=Deleted before it closes (the listing leaves it out
+# at once; visibility drops a deleted execution only later).
+PATCH_MARK_DELETED = "mark-deleted"
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
@@ -140,6 +152,7 @@ class RunWorkflow:
         self._serving = False  # Ready on its registration (a lost one matters only then)
         self._attempt = 0
         self._failures = 0  # registration failures: what spec.retryPolicy counts
+        self._indexed_host: str | None = None  # the KrtHost value last upserted
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -210,15 +223,40 @@ class RunWorkflow:
         end = await self._admit(starter_admits=input.starterAdmits)
         if end is None:
             end = await (self._task() if run.spec.mode.kind == "task" else self._function())
-        await self._finalize(end)
+        end = await self._finalize(end)
         retention = run.spec.ttlSecondsAfterFinished
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: self._delete,
-                timeout=retention if retention is not None else DEFAULT_RETENTION_SECONDS,
-            )
+        seconds = retention if retention is not None else DEFAULT_RETENTION_SECONDS
+        if not self._closes_when_finished():
+            # Started by code that kept a finished Run open for its retention: it still does.
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._delete, timeout=seconds)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            return self._status
+        await self._retain(0 if self._delete else seconds, deleted=self._delete)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if end.phase in (RunPhase.Failed, RunPhase.Timeout):
+            raise ApplicationError(
+                self._status.message or end.reason, self._status, type=end.reason, non_retryable=True
+            )
         return self._status
+
+    async def _retain(self, seconds: float, *, deleted: bool) -> None:
+        """Hand the closed execution to its RetentionWorkflow, which outlives this one and lists
+        the finished Run meanwhile (with the Run's search attributes and final phase). A deleted
+        Run says KrtPhase=Deleted on both first, so no listing shows it again."""
+        info = workflow.info()
+        phase = search.DELETED if deleted else self._status.phase.value
+        if deleted and workflow.patched(PATCH_MARK_DELETED):
+            workflow.upsert_search_attributes([search.KRT_PHASE.value_set(search.DELETED)])
+        await workflow.start_child_workflow(
+            "RetentionWorkflow",
+            RetentionInput(workflowId=info.workflow_id, runId=info.run_id, seconds=seconds),
+            id=retention_workflow_id(self.uid),
+            task_queue=info.task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            search_attributes=search.finished(self.run_, phase=phase, host=self._status.assignedHost or ""),
+            static_summary=summaries.summary(f"retention of {info.workflow_id}: {seconds:g} s"),
+        )
 
     async def _admit(self, *, starter_admits: bool = False, leaving: str | None = None) -> End | None:
         """Wait for the pool's answer; ask for it unless the starter already did. `leaving`: the
@@ -227,7 +265,11 @@ class RunWorkflow:
             await self._handoff()
         if starter_admits:
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(self._answered, timeout=ADMIT_GRACE)
+                await workflow.wait_condition(
+                    self._answered,
+                    timeout=ADMIT_GRACE,
+                    timeout_summary=f"admission grace {ADMIT_GRACE.total_seconds():g} s",
+                )
         if not self._answered():
             end = await self._ask_pool(leaving=leaving)
             if end is not None:
@@ -256,6 +298,7 @@ class RunWorkflow:
                 result_type=Handoff,
                 start_to_close_timeout=HANDOFF_WAIT + REGISTER_TIMEOUT,
                 retry_policy=HANDOFF_RETRY,
+                summary=f"wait for pool/{self.run_.spec.runtime} in process",
             )
         except (ActivityError, ApplicationError):
             return  # a shortcut only
@@ -281,6 +324,7 @@ class RunWorkflow:
             result_type=bool,
             start_to_close_timeout=ADMIT_TIMEOUT,
             retry_policy=ADMIT_RETRY,
+            summary=f"admit to pool/{self.run_.spec.runtime}",
         )
         if delivered:
             return None
@@ -332,7 +376,9 @@ class RunWorkflow:
             seconds = min(seconds, (deadline - workflow.now()).total_seconds())
         if seconds > 0:
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._cancel, timeout=seconds)
+                await workflow.wait_condition(
+                    lambda: self._cancel, timeout=seconds, timeout_summary=f"backoff {seconds:g} s"
+                )
         return deadline is None or workflow.now() < deadline
 
     async def _function(self) -> End:
@@ -363,6 +409,12 @@ class RunWorkflow:
             moved = await self._move(end, deadline)
             if moved is not None:
                 return moved
+
+    def _closes_when_finished(self) -> bool:
+        return workflow.patched(PATCH_CLOSE)
+
+    def _indexes_host(self) -> bool:
+        return workflow.patched(PATCH_HOST)
 
     def _legacy(self) -> bool:
         """This Run recovers as Runs did before recoveries were counted apart (its history says so)."""
@@ -398,7 +450,11 @@ class RunWorkflow:
         if deadline is not None:
             seconds = max((deadline - workflow.now()).total_seconds(), 0.0)
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._host_fenced or self._cancel, timeout=seconds)
+                await workflow.wait_condition(
+                    lambda: self._host_fenced or self._cancel,
+                    timeout=seconds,
+                    timeout_summary=f"total timeout in {seconds:g} s",
+                )
         else:
             await workflow.wait_condition(lambda: self._host_fenced or self._cancel)
         if self._cancel:
@@ -448,6 +504,7 @@ class RunWorkflow:
                 result_type=bool,
                 start_to_close_timeout=UNREGISTER_TIMEOUT + timedelta(seconds=10),
                 retry_policy=HOST_CALL_RETRY,
+                summary=f"unregister on {a.hostId} (draining)",
             )
         except ActivityError as err:
             workflow.logger.warning("the draining host did not acknowledge: %s", failure_text(err))
@@ -496,6 +553,8 @@ class RunWorkflow:
                     result_type=RegisterResult,
                     start_to_close_timeout=REGISTER_TIMEOUT,
                     retry_policy=_no_retry_for(REGISTRATION_ERRORS),
+                    summary=f"register on {self._assignment.hostId if self._assignment else '?'} "
+                    f"(attempt {attempt})",
                 )
                 break
             except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
@@ -545,12 +604,17 @@ class RunWorkflow:
         while True:
             wake = min((t for t in (deadline, idle_at) if t is not None), default=None)
             timeout = max((wake - workflow.now()).total_seconds(), 0.001) if wake is not None else None
+            if wake is not None and wake == idle_at:
+                what = f"idle timeout {idle} s"
+            else:
+                what = f"total timeout in {timeout:g} s" if timeout is not None else "no timer"
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: (
                         self._cancel or self._host_lost or self._moving or self._registration_lost is not None
                     ),
                     timeout=timeout,
+                    timeout_summary=what,
                 )
             if self._cancel:
                 return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
@@ -580,6 +644,7 @@ class RunWorkflow:
                     result_type=FunctionState,
                     start_to_close_timeout=STATUS_TIMEOUT,
                     retry_policy=HOST_CALL_RETRY,
+                    summary=f"idle check on {self._assignment.hostId}",
                 )
             except ActivityError as err:
                 if workflow.patched(PATCH_REGISTRATION_LOST):
@@ -624,6 +689,7 @@ class RunWorkflow:
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=HOST_CALL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"task on {self._assignment.hostId}",
         )
         await workflow.wait_condition(lambda: handle.done() or self._cancel or self._host_lost)
         if not handle.done() and self._host_lost:
@@ -649,7 +715,7 @@ class RunWorkflow:
         message = result.message or f"exited with code {result.exitCode}"
         return End(RunPhase.Failed, ConditionReason.TaskFailed, message)
 
-    async def _finalize(self, end: End) -> None:
+    async def _finalize(self, end: End) -> End:
         """The cleanup finalizer, then the terminal phase: a Run shows its terminal phase only
         once its cleanup has unregistered it from its host and released its slot (or tried to)."""
         a = self._assignment
@@ -680,6 +746,10 @@ class RunWorkflow:
                 id=cleanup_workflow_id(self.uid),
                 task_queue=workflow.info().task_queue,  # the Run's own queue: its workers run it
                 result_type=CleanupResult,
+                static_summary=summaries.summary(
+                    f"cleanup {self.run_.metadata.namespace}/{self.run_.metadata.name}"
+                    + (f" on {a.hostId}" if a is not None else "")
+                ),
             )
         except ChildWorkflowError as err:
             end = End(
@@ -688,6 +758,7 @@ class RunWorkflow:
         self._update(endpoint=None, completionTime=workflow.now(), outputs=end.outputs)
         self._phase(end.phase, end.reason, end.message, ready=False)
         self._finalized = True
+        return end
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -705,9 +776,13 @@ class RunWorkflow:
         changed = phase != self._status.phase or not self._status.conditions
         self._status = self._status._replace(phase=phase, message=message).with_condition(condition)
         if changed and index:  # a phase that lasts only within this task is not indexed
-            workflow.upsert_search_attributes([search.KRT_PHASE.value_set(phase.value)])
-        terminal = " (terminal)" if is_terminal(phase) else ""
-        workflow.set_current_details(f"**{phase.value}**{terminal} — {reason}: {message}")
+            updates = [search.KRT_PHASE.value_set(phase.value)]
+            host = self._status.assignedHost or ""
+            if host != self._indexed_host and self._indexes_host():
+                updates.append(search.KRT_HOST.value_set(host))
+                self._indexed_host = host
+            workflow.upsert_search_attributes(updates)
+        workflow.set_current_details(summaries.run_current(self._status, reason=reason))
 
 
 def _no_retry_for(errors: list[str]) -> RetryPolicy:

@@ -102,6 +102,7 @@ class ScaleOutWorkflow:
                 start_to_close_timeout=CREATE_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=CREATE_RETRY,
+                summary=f"create {input.hostId} ({request.provider})",
             )
         except ActivityError as err:
             return await _failed(pool, request, _failure(err, input))
@@ -138,6 +139,7 @@ class ScaleOutWorkflow:
             ),
             id=host_workflow_id(request.runtime, host.hostId),
             parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"host {request.runtime}/{host.hostId} ({created.provider})",
         )
         told, started = await asyncio.gather(ready, supervisor, return_exceptions=True)
         if isinstance(told, BaseException):

@@ -8,6 +8,9 @@
      ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
      ├── WaitTimeout        wait/delete: the wanted phase did not come in time
      ├── RunFailed          wait: the Run ended (Failed, Timeout, Cancelled) instead; .phase .message
+     ├── ScheduleNotFound   no schedule of that name in that namespace
+     ├── ScheduleAlreadyExists  schedule create: one of that name exists
+     ├── InvalidSchedule    schedule create: a bad name, cron expression, interval or template
      └── InvokeError        an invocation was refused or failed; .status .reason .invocation_id
           ├── Busy               429: the function runs another invocation; .retry_after
           ├── FunctionNotFound   404: no such function (unknown, finished, or not a function Run)
@@ -49,6 +52,24 @@ class HostNotFound(KruntimesError):
     def __init__(self, name: str, why: str = "") -> None:
         super().__init__(f"host {name!r} not found" + (f": {why}" if why else ""))
         self.name = name
+
+
+class ScheduleNotFound(KruntimesError):
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"schedule {name!r} not found in namespace {namespace!r}")
+        self.namespace = namespace
+        self.name = name
+
+
+class ScheduleAlreadyExists(KruntimesError):
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"schedule {name!r} already exists in namespace {namespace!r}")
+        self.namespace = namespace
+        self.name = name
+
+
+class InvalidSchedule(KruntimesError, ValueError):
+    """A schedule's name, cron expression, interval, overlap or template is not acceptable."""
 
 
 class RunAlreadyExists(KruntimesError):

@@ -1,6 +1,8 @@
 """The Run operations over Temporal: create, apply, get, status, list, wait, cancel, delete, and
 the pools' hosts. A Run is the RunWorkflow `run/{namespace}/{name}`; its status is the workflow's
-`status` query while it runs and its result once it has closed.
+`status` query while it runs and, once it has closed, its result (Succeeded, Cancelled) or the
+details of its failure (Failed, Timeout). A closed Run stays readable for its
+ttlSecondsAfterFinished, then Temporal forgets it; `delete` forgets it at once.
 
 Temporal's errors are mapped onto the SDK's (kruntimes.sdk.errors) in `Runs._rpc`. temporalio is
 imported on first use, so importing the SDK stays cheap.
@@ -26,9 +28,11 @@ from kruntimes.clientconfig import ClientConfig
 from kruntimes.lifecycle import (
     QUERY_STATUS,
     SIGNAL_CANCEL,
+    SIGNAL_DELETE_NOW,
     UPDATE_DELETE,
     PoolState,
     RunInput,
+    retention_workflow_id,
     run_workflow_id,
 )
 from kruntimes.sdk.errors import (
@@ -51,6 +55,8 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 _LIST_CONCURRENCY = 16
 LIST_PAGE_SIZE = 100  # Runs per visibility page
 MAX_LIST_PAGE_SIZE = 1000
+MAX_DELETE_WAIT_S = 300.0  # a delete without a timeout still waits this long at most
+UNLISTED_POLL_S = 0.1  # how often a delete looks whether visibility still lists the Run
 
 StatusCallback = Callable[[RunStatus], None]
 
@@ -126,7 +132,9 @@ class Runs:
         client = await self.temporal()
         try:
             await self._rpc(
-                start_run(client, run, task_queue=self.config.taskQueue), namespace=namespace, name=name
+                start_run(client, run, task_queue=self.config.taskQueue, gateway_url=self.config.gatewayUrl),
+                namespace=namespace,
+                name=name,
             )
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(namespace, name) from e
@@ -177,7 +185,8 @@ class Runs:
         return await self._status(handle, namespace=namespace, name=name)
 
     async def list(self, namespace: str | None, phase: RunPhase | str | None) -> builtins.list[RunObject]:
-        """The running Runs found in the visibility index, each read with `get`, by name."""
+        """The existing Runs found in the visibility index (running, and finished within their
+        ttlSecondsAfterFinished), each read with `get`, by name."""
         runs: builtins.list[RunObject] = []
         async for page in self.pages(namespace, phase, page_size=LIST_PAGE_SIZE):
             runs.extend(page)
@@ -191,43 +200,50 @@ class Runs:
         page_size: int,
         first_page_size: int | None = None,
     ) -> AsyncIterator[builtins.list[RunObject]]:
-        """The running Runs one visibility page at a time (newest first; each page read with
+        """The existing Runs one visibility page at a time (newest first; each page read with
         `get`, by name, and sorted so): the first page (`first_page_size`, if smaller) costs one
-        page of Runs, however many there are."""
+        page of Runs, however many there are. A running Run is its running RunWorkflow; a
+        finished one, its running RetentionWorkflow (a child of the closed RunWorkflow); a
+        deleted one neither (kruntimes.wire.search.LISTED). One name is listed once."""
         from kruntimes.wire import search
 
         if not 1 <= page_size <= MAX_LIST_PAGE_SIZE:
             raise ValueError(f"page_size must be within 1..{MAX_LIST_PAGE_SIZE}")
-        query = "WorkflowType='RunWorkflow' AND ExecutionStatus='Running'"
         if namespace is not None:
             try:
                 validate_dns1123_label(namespace, field="namespace")
             except ValueError:
                 return  # no Run can live there
-            query += f" AND {search.NAMESPACE}='{namespace}'"
-        if phase is not None:
-            query += f" AND {search.PHASE}='{RunPhase(phase).value}'"
+        wanted = RunPhase(phase) if phase is not None else None
         client = await self.temporal()
-        executions = client.list_workflows(query, page_size=page_size)
+        executions = client.list_workflows(
+            search.listed(namespace=namespace, phase=wanted), page_size=page_size
+        )
         limit = asyncio.Semaphore(_LIST_CONCURRENCY)
+        seen: set[str] = set()  # the Runs' workflow ids listed so far
 
         async def one(workflow_id: str) -> RunObject | None:
             _, ns, name = workflow_id.split("/", 2)
             async with limit:
                 try:
                     return await self.get(name, ns)
-                except RunNotFound:
+                except RunNotFound:  # deleted since visibility was written
                     return None
 
         size = min(first_page_size or page_size, page_size)
         while True:
             await self._rpc(executions.fetch_next_page(page_size=size), namespace=namespace or "*", name="*")
             size = page_size
-            ids = [e.id for e in executions.current_page or ()]
-            found = await asyncio.gather(*(one(i) for i in ids if i.count("/") == 2))
-            runs = [r for r in found if r is not None and not r.closed]
-            if phase is not None:  # visibility lags the query a little
-                runs = [r for r in runs if r.status.phase == RunPhase(phase)]
+            ids = []
+            for execution in executions.current_page or ():
+                run_id = _run_workflow_of(execution)
+                if run_id is not None and run_id not in seen:
+                    seen.add(run_id)
+                    ids.append(run_id)
+            found = await asyncio.gather(*(one(i) for i in ids))
+            runs = [r for r in found if r is not None]
+            if wanted is not None:  # visibility lags the query a little
+                runs = [r for r in runs if r.status.phase == wanted]
             if runs:
                 yield sorted(runs, key=lambda r: (r.metadata.namespace, r.metadata.name))
             if executions.next_page_token is None:
@@ -305,31 +321,80 @@ class Runs:
         except RunNotFound:
             await self._rpc(handle.describe(), namespace=namespace, name=name)  # closed: a no-op
 
-    async def delete(self, name: str, namespace: str, *, timeout: float | None) -> RunStatus:
-        """The delete update (cancel if needed, clean up, end); a closed Run's last status."""
-        from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+    async def delete(self, name: str, namespace: str, *, timeout: float | None, wait: bool) -> RunStatus:
+        """The delete update (cancel if needed, clean up, close) or, for a finished Run, its
+        RetentionWorkflow's delete_now; the Run's last status. Both index KrtPhase=Deleted
+        before the execution is deleted from Temporal. `wait`: return once no listing shows the
+        Run (visibility is eventually consistent). RunNotFound if it was deleted already."""
+        from kruntimes.wire import search
 
         handle = await self._handle(name, namespace)
-        description = await self._rpc(handle.describe(), namespace=namespace, name=name)
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            return await self._final(handle, description, namespace=namespace, name=name)
         try:
-            async with asyncio.timeout(timeout):
-                result: RunStatus = await self._rpc(
-                    handle.execute_update(UPDATE_DELETE, result_type=RunStatus),
-                    namespace=namespace,
-                    name=name,
-                )
-                return result
+            async with asyncio.timeout(timeout if timeout is not None else MAX_DELETE_WAIT_S):
+                final, uid = await self._delete(handle, namespace=namespace, name=name)
+                if wait and uid:
+                    await self._unlisted(search.listed(run_uid=uid), namespace=namespace, name=name)
+                return final
         except TimeoutError as e:
             raise WaitTimeout(
-                f"run {name!r} in namespace {namespace!r} was not deleted within {timeout:g} s: "
+                f"run {name!r} in namespace {namespace!r} was not deleted within "
+                f"{timeout if timeout is not None else MAX_DELETE_WAIT_S:g} s: "
                 "is the kruntimes worker running (`krt status`)?"
             ) from e
-        except (RunNotFound, WorkflowUpdateFailedError):
-            # It ended while the update was on its way.
-            description = await self._rpc(handle.describe(), namespace=namespace, name=name)
-            return await self._final(handle, description, namespace=namespace, name=name)
+
+    async def _delete(self, handle: Any, *, namespace: str, name: str) -> tuple[RunStatus, str]:
+        """Delete the Run's current execution; its last status and uid."""
+        from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
+
+        from kruntimes.wire import search
+
+        description = await self._rpc(handle.describe(), namespace=namespace, name=name)
+        client = await self.temporal()
+        this = client.get_workflow_handle(handle.id, run_id=description.run_id, result_type=RunStatus)
+        uid = _first_attr(description, search.RUN_UID)
+        final: RunStatus | None = None
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            try:
+                final = await self._rpc(
+                    this.execute_update(UPDATE_DELETE, result_type=RunStatus), namespace=namespace, name=name
+                )
+                with contextlib.suppress(WorkflowFailureError):  # it closes right after the update
+                    await self._rpc(this.result(), namespace=namespace, name=name)
+            except (RunNotFound, WorkflowUpdateFailedError):
+                description = await self._rpc(this.describe(), namespace=namespace, name=name)  # it ended
+        if final is None:
+            final = await self._final(this, description, namespace=namespace, name=name)  # NotFound if gone
+        if uid:
+            # A Run that finished before the update came: its retention lists it until told.
+            retention = client.get_workflow_handle(retention_workflow_id(uid))
+            with contextlib.suppress(RunNotFound):
+                await self._rpc(retention.signal(SIGNAL_DELETE_NOW), namespace=namespace, name=name)
+        await self._forget(handle.id, description.run_id, namespace=namespace, name=name)
+        return final, uid
+
+    async def _unlisted(self, query: str, *, namespace: str, name: str) -> None:
+        """Until that visibility query counts nothing (the caller bounds the wait)."""
+        client = await self.temporal()
+        while True:
+            counted = await self._rpc(client.count_workflows(query), namespace=namespace, name=name)
+            if counted.count == 0:
+                return
+            await asyncio.sleep(UNLISTED_POLL_S)
+
+    async def _forget(self, workflow_id: str, run_id: str | None, *, namespace: str, name: str) -> None:
+        """Delete that closed execution from Temporal (a later Run of the name is another one)."""
+        from temporalio.api.common.v1 import WorkflowExecution
+        from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+
+        client = await self.temporal()
+        request = DeleteWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id or ""),
+        )
+        with contextlib.suppress(RunNotFound):  # deleted meanwhile (its retention ran out)
+            await self._rpc(
+                client.workflow_service.delete_workflow_execution(request), namespace=namespace, name=name
+            )
 
     async def hosts(self) -> builtins.list[HostView]:
         """Every runtime host the pools hold (each pool's `pool` query), with the run slots used."""
@@ -438,10 +503,19 @@ class Runs:
 
         if description.status == WorkflowExecutionStatus.RUNNING:
             return await self._query(handle, namespace=namespace, name=name)
+        if await self._deleted(description, namespace=namespace, name=name):
+            raise RunNotFound(namespace, name)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             with contextlib.suppress(WorkflowFailureError):
                 result: RunStatus = await self._rpc(handle.result(), namespace=namespace, name=name)
                 return result
+        if description.status == WorkflowExecutionStatus.FAILED:
+            try:
+                await self._rpc(handle.result(), namespace=namespace, name=name)
+            except WorkflowFailureError as e:
+                failed = _failed_status(e.cause)
+                if failed is not None:
+                    return failed
         how = description.status.name.lower().replace("_", " ") if description.status else "closed"
         last = _first_attr(description, search.PHASE)
         phase = (
@@ -450,6 +524,38 @@ class Runs:
             else RunPhase.Failed
         )
         return RunStatus(phase=phase, message=f"the Run's workflow was {how}")
+
+    async def _deleted(self, description: Any, *, namespace: str, name: str) -> bool:
+        """Whether this closed execution is a deleted Run (its RetentionWorkflow ended: the
+        ttlSecondsAfterFinished ran out or it was deleted; or it says KrtPhase=Deleted), though
+        Temporal still answers for it a while. A closed Run without one (terminated) is not."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        from kruntimes.wire import search
+
+        uid = _first_attr(description, search.RUN_UID)
+        if not uid:
+            return False
+        client = await self.temporal()
+        retention = client.get_workflow_handle(retention_workflow_id(uid))
+        try:
+            kept = await self._rpc(retention.describe(), namespace=namespace, name=name)
+        except RunNotFound:
+            return False
+        if _first_attr(description, search.PHASE) == search.DELETED:
+            return True
+        return bool(
+            kept.status != WorkflowExecutionStatus.RUNNING
+            or _first_attr(kept, search.PHASE) == search.DELETED
+        )
+
+
+def _run_workflow_of(execution: Any) -> str | None:
+    """The RunWorkflow id a listed execution stands for: its own, or its parent's (a retention)."""
+    workflow_id = execution.parent_id if execution.workflow_type == "RetentionWorkflow" else execution.id
+    if not workflow_id or not workflow_id.startswith("run/") or workflow_id.count("/") != 2:
+        return None
+    return str(workflow_id)
 
 
 # --- what create sends and apply compares -------------------------------------------------------
@@ -493,6 +599,19 @@ def _check_name(name: str, namespace: str) -> None:
         validate_dns1123_label(namespace, field="namespace")
     except ValueError as e:
         raise RunNotFound(namespace, name) from e
+
+
+def _failed_status(cause: BaseException | None) -> RunStatus | None:
+    """The final status a Failed Run carries in its failure's details (an ApplicationError whose
+    type is the reason)."""
+    from temporalio.exceptions import ApplicationError
+
+    if not isinstance(cause, ApplicationError) or not cause.details:
+        return None
+    try:
+        return RunStatus.model_validate(cause.details[0])
+    except ValueError:
+        return None
 
 
 def _first_attr(description: Any, key: str) -> str:

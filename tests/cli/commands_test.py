@@ -103,7 +103,8 @@ async def test_cancel_then_delete_end_and_remove_the_run(platform: Platform) -> 
     assert (deleted.code, deleted.out) == (0, f"run.kruntimes.io/{name} deleted\n"), deleted.err
     assert name not in (await krt(platform, "run", "list")).out
     again = await krt(platform, "run", "delete", name)
-    assert again.code == 0, "deleting a deleted Run is a no-op"
+    assert again.code == 3, "a deleted Run is not found (as kubectl delete says NotFound)"
+    assert "not found" in one_error_line(again.err)
 
 
 async def test_apply_creates_then_leaves_an_identical_run_unchanged(

@@ -4,7 +4,8 @@ A fresh in-memory dev server, the real worker in-process and real process hosts,
 one scenario per code path; each workflow's history is written to histories/<name>.json. The
 scenarios come in groups (`runs`: the Run, pool, scale-out and cleanup paths; `hosts`: the host
 lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler; `scale`, recorded alone:
-a pool handing its hosts' slots over across continue-as-new); naming groups records
+a pool handing its hosts' slots over across continue-as-new; `endings`: Runs that close as they
+finish, their retention, a scheduled Run); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). Run it again after a deliberate workflow
 change (one that is meant to be incompatible) and commit the new histories with that change.
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 from activities.hosts import ProcessProvider
 from activities.hosts.process import list_records, stop_all
@@ -52,11 +53,14 @@ from kruntimes.lifecycle import (
     PlatformInfo,
     ReconcileReport,
     RunInput,
+    ScheduledRunInput,
     cleanup_workflow_id,
     host_workflow_id,
     pool_workflow_id,
     reconcile_workflow_id,
+    retention_workflow_id,
     run_workflow_id,
+    scheduled_workflow_id,
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -69,6 +73,7 @@ from workflows.run import ADMIT_GRACE
 
 HISTORIES = Path(__file__).parent / "histories"
 TTL = {"ttlSecondsAfterFinished": 1}  # finished Runs close a second later: complete histories
+KEEP = {"ttlSecondsAfterFinished": 60}  # Runs that close when they finish: kept to be written
 TASK_OK = "def run(p):\n    return {'answer': 42}\n"
 TASK_SLOW = "import time\ndef run(p):\n    time.sleep(120)\n"
 
@@ -480,7 +485,80 @@ async def scale_scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(host_workflow_id(rt, status.assignedHost)), "host_slots")
 
 
-GROUPS = {"runs": scenarios, "hosts": host_scenarios, "scale": scale_scenarios}
+async def ending_scenarios(p: Platform) -> None:
+    """Runs that close their workflow when they finish (Completed or Failed), each handing its
+    execution to a RetentionWorkflow, with KrtHost indexed; and a scheduled Run."""
+    py = p.runtime("python")
+
+    # A task that succeeds: Completed with its status (kept a minute, to be written).
+    run = run_manifest("closed-ok", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP)
+    h = await p.start(run, by_sdk=True)
+    await closed(h)
+    await write(h, "run_closed_succeeded")
+
+    # Another, whose retention deletes it a second after it closed.
+    run = run_manifest(
+        "closed-gone", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL
+    )
+    h = await p.start(run, by_sdk=True)
+    await closed(h)
+    assert run.metadata.uid is not None
+    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    await closed(retention)
+    await write(retention, "retention_deleted")
+
+    # A handler that cannot load: Failed with an ApplicationError of type RetriesExhausted.
+    h = await p.start(
+        run_manifest(
+            "closed-failed",
+            runtime=py,
+            source="import nowhere_to_be_found\n",
+            retryPolicy={"limit": 1},
+            **KEEP,
+        ),
+        by_sdk=True,
+    )
+    await failed(h)
+    await write(h, "run_closed_failed")
+
+    # Idle timeout: Failed with type IdleTimeout.
+    h = await p.start(
+        run_manifest("closed-idle", runtime=py, mode={"function": {"idleTimeoutSeconds": 1}}, **KEEP)
+    )
+    await failed(h)
+    await write(h, "run_closed_timeout")
+
+    # Ready, then cancelled: Completed with the Cancelled status.
+    h = await p.start(run_manifest("closed-cancelled", runtime=py, **KEEP), by_sdk=True)
+    await p.wait_phase(h, RunPhase.Ready)
+    await h.signal(SIGNAL_CANCEL)
+    await closed(h)
+    await write(h, "run_closed_cancelled")
+
+    # A schedule's start: one task Run named after the schedule and the time.
+    template = run_manifest(
+        "nightly", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP
+    )
+    template = template._replace(metadata=template.metadata._replace(uid=None))
+    h = await p.client.start_workflow(
+        "ScheduledRunWorkflow",
+        ScheduledRunInput(run=template, schedule="nightly"),
+        id=scheduled_workflow_id("default", "nightly") + "-recorded",
+        task_queue=p.settings.run_task_queue,
+    )
+    await closed(h)
+    await write(h, "scheduled_run")
+
+
+async def failed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> None:
+    try:
+        await asyncio.wait_for(handle.result(), timeout)
+    except WorkflowFailureError:
+        return
+    raise AssertionError(f"{handle.id} did not fail")
+
+
+GROUPS = {"runs": scenarios, "hosts": host_scenarios, "scale": scale_scenarios, "endings": ending_scenarios}
 
 
 async def main(groups: list[str]) -> None:

@@ -33,8 +33,10 @@ from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
 from workflows.reconcile import ReconcileWorkflow
+from workflows.retention import RetentionWorkflow
 from workflows.run import RunWorkflow
 from workflows.scaleout import ScaleOutWorkflow
+from workflows.scheduled import ScheduledRunWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
@@ -45,6 +47,8 @@ WORKFLOWS = [
     CleanupWorkflow,
     HostWorkflow,
     ReconcileWorkflow,
+    RetentionWorkflow,
+    ScheduledRunWorkflow,
 ]
 
 
@@ -163,7 +167,11 @@ WITH_CHILDREN = [p for p in FILES if recorded_child_queues(p)]
 
 
 def test_the_histories_record_child_workflows_of_runs_and_pools() -> None:
-    assert {workflow_type(p) for p in WITH_CHILDREN} == {"RunWorkflow", "RuntimePoolWorkflow"}
+    assert {workflow_type(p) for p in WITH_CHILDREN} == {
+        "RunWorkflow",
+        "RuntimePoolWorkflow",
+        "ScheduledRunWorkflow",
+    }
 
 
 @pytest.mark.parametrize("path", WITH_CHILDREN, ids=[p.stem for p in WITH_CHILDREN])

@@ -120,11 +120,11 @@ async def test_cancel_ends_the_run_and_delete_removes_it(krt: Client) -> None:
     assert cancelled.status.phase is RunPhase.Cancelled and cancelled.status.endpoint is None
     final = await krt.delete(name)
     assert final.phase is RunPhase.Cancelled
-    assert (await krt.delete(name)).phase is RunPhase.Cancelled, "deleting a closed Run is a no-op"
-    await krt.cancel(name)  # so is cancelling it
-    assert name not in [r.metadata.name for r in await krt.list()]
-    gone = await krt.get(name)
-    assert gone.closed and gone.status.phase is RunPhase.Cancelled
+    assert name not in [r.metadata.name for r in await krt.list()], "gone from the list once deleted"
+    with pytest.raises(RunNotFound):
+        await krt.get(name)
+    with pytest.raises(RunNotFound):
+        await krt.delete(name)  # deleted already
     await krt.create(Run.from_dict(manifest(name)))  # the name is free again
 
 

@@ -11,6 +11,7 @@ from activities.host_manager import DeleteHostInput
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import (
     CancelTaskInput,
+    DeleteExecutionInput,
     FunctionState,
     ProbeInput,
     ProbeResult,
@@ -32,6 +33,7 @@ class FakeHosts:
     unregistered: list[str] = field(default_factory=list)
     status_calls: int = 0
     probe: object = None
+    deleted: list[tuple[str, str, datetime]] = field(default_factory=list)  # workflow id, run id, when
 
     async def register(self, input: RegisterInput) -> RegisterResult:
         self.registered[input.runUid] = input.attempt
@@ -79,6 +81,13 @@ class FakeHosts:
         async def cancel_task(input: CancelTaskInput) -> bool:
             return True
 
+        @activity.defn(name="delete_execution")
+        async def delete_execution(input: DeleteExecutionInput) -> bool:
+            self.deleted.append(
+                (input.workflowId, input.runId, activity.info().current_attempt_scheduled_time)
+            )
+            return True
+
         self.probe = probe_hosts
         return [
             create_host,
@@ -88,4 +97,5 @@ class FakeHosts:
             unregister_function,
             execute_task,
             cancel_task,
+            delete_execution,
         ]

@@ -1,0 +1,217 @@
+"""What an operator sees in Temporal, read through the APIs the Temporal UI uses (describe:
+execution status, user metadata, search attributes; visibility queries): each ending of a Run
+gives its Temporal status, a closed Run stays readable and its name can be reused."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
+from kruntimes.client import Client, RunNotFound
+from kruntimes.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
+from tests.sdk.stack import TASK, Platform, manifest, unique
+
+KEEP = {"ttlSecondsAfterFinished": 120}
+
+
+async def _closed(platform: Platform, name: str, within: float = 60.0) -> Any:
+    handle = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return description
+        assert asyncio.get_running_loop().time() < deadline, f"{name} still running"
+        await asyncio.sleep(0.05)
+
+
+async def _failure(platform: Platform, name: str) -> ApplicationError:
+    handle = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert isinstance(failed.value.cause, ApplicationError)
+    return failed.value.cause
+
+
+async def _listed(platform: Platform, query: str, within: float = 30.0) -> list[str]:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        found = [w.id async for w in platform.temporal.list_workflows(query)]
+        if found or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.1)
+
+
+async def test_each_ending_closes_the_workflow_with_its_temporal_status(
+    krt: Client, platform: Platform
+) -> None:
+    ok, bad, idle, cancelled = (unique(p) for p in ("ok", "bad", "idle", "cancelled"))
+    await asyncio.gather(
+        krt.create(
+            Run.from_dict(manifest(ok, source=TASK, mode={"task": {}}, env={"TOKEN": "s3cr3t"}, **KEEP))
+        ),
+        krt.create(
+            Run.from_dict(
+                manifest(bad, source="import nowhere_to_be_found\n", retryPolicy={"limit": 1}, **KEEP)
+            )
+        ),
+        krt.create(Run.from_dict(manifest(idle, mode={"function": {"idleTimeoutSeconds": 1}}, **KEEP))),
+        krt.create(Run.from_dict(manifest(cancelled, **KEEP))),
+    )
+    await krt.wait(cancelled)
+    await krt.cancel(cancelled)
+
+    done = await _closed(platform, ok)
+    assert done.status == WorkflowExecutionStatus.COMPLETED
+    result = await platform.temporal.get_workflow_handle(done.id, result_type=RunStatus).result()
+    assert result.phase is RunPhase.Succeeded and result.outputs == {"answer": 42}
+    assert await done.static_summary() == f"task python default/{ok}"
+    details = await done.static_details()
+    assert "spec sha256" in details and "`TOKEN`" in details and "s3cr3t" not in details
+    assert done.search_attributes["KrtHost"] == [result.assignedHost]
+    queried = await platform.temporal.get_workflow_handle(done.id).query(QUERY_STATUS, result_type=RunStatus)
+    assert queried.phase is RunPhase.Succeeded, "the status query answers on a closed Run"
+
+    failed = await _closed(platform, bad)
+    assert failed.status == WorkflowExecutionStatus.FAILED
+    cause = await _failure(platform, bad)
+    assert cause.type == "RetriesExhausted" and "nowhere_to_be_found" in cause.message
+    got = await krt.get(bad)
+    assert got.closed and got.status.phase is RunPhase.Failed and "nowhere_to_be_found" in got.status.message
+    uid = got.uid
+    assert await _listed(platform, f"ExecutionStatus='Failed' AND KrtRunUid='{uid}'") == [failed.id]
+    metadata = await platform.temporal.get_workflow_handle(failed.id).query(
+        "__temporal_workflow_metadata", result_type=WorkflowMetadata
+    )
+    assert metadata.current_details.startswith("**Failed** — RetriesExhausted")
+
+    timed_out = await _closed(platform, idle)
+    assert timed_out.status == WorkflowExecutionStatus.FAILED
+    assert (await _failure(platform, idle)).type == "IdleTimeout"
+    assert (await krt.status(idle)).phase is RunPhase.Timeout
+
+    ended = await _closed(platform, cancelled)
+    assert ended.status == WorkflowExecutionStatus.COMPLETED
+    assert (await krt.get(cancelled)).status.phase is RunPhase.Cancelled
+
+
+async def test_a_closed_run_stays_readable_and_its_name_can_be_reused(
+    krt: Client, platform: Platform
+) -> None:
+    name = unique("reused")
+    first = await krt.create(Run.from_dict(manifest(name, ttlSecondsAfterFinished=3)))
+    ready = await krt.wait(name)
+    await krt.cancel(name)
+    closed = await _closed(platform, name)
+    assert (await krt.get(name)).status.phase is RunPhase.Cancelled  # readable after the close
+
+    again = await krt.create(Run.from_dict(manifest(name)))  # the name is free once closed
+    assert again.uid != first.uid
+    second = await krt.wait(name)
+    assert second.status.endpoint is not None and ready.status.endpoint is not None
+    assert second.status.endpoint.url != ready.status.endpoint.url, "a new uid, so a new URL"
+    assert (await krt.invoke(name, {"n": 2})).outputs["echo"] == {"n": 2}
+
+    assert (await krt.get(name)).uid == again.uid
+    previous = await platform.temporal.get_workflow_handle(closed.id, run_id=closed.run_id).describe()
+    assert previous.status == WorkflowExecutionStatus.COMPLETED, "the first one is still readable by run id"
+
+
+async def test_every_workflow_type_has_a_static_summary(krt: Client, platform: Platform) -> None:
+    name = unique("summed")
+    await krt.create(Run.from_dict(manifest(name, source=TASK, mode={"task": {}}, **KEEP)))
+    await _closed(platform, name)
+    summaries: dict[str, str] = {}
+    async for execution in platform.temporal.list_workflows():
+        if execution.workflow_type in summaries:
+            continue
+        description = await platform.temporal.get_workflow_handle(
+            execution.id, run_id=execution.run_id
+        ).describe()
+        summary = await description.static_summary()
+        if summary:
+            summaries[execution.workflow_type] = summary
+    expected = {
+        "RunWorkflow",
+        "RuntimePoolWorkflow",
+        "ScaleOutWorkflow",
+        "HostWorkflow",
+        "ReconcileWorkflow",
+        "CleanupWorkflow",
+        "RetentionWorkflow",
+    }
+    assert expected <= summaries.keys(), summaries
+    assert all(len(s.encode()) <= 200 for s in summaries.values())
+
+
+async def _until_not_found(krt: Client, name: str, within: float) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            await krt.get(name)
+        except RunNotFound:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{name} still readable after {within} s"
+        await asyncio.sleep(0.1)
+
+
+async def _listed_names(krt: Client, *, phase: RunPhase | None = None) -> list[str]:
+    return [r.metadata.name for r in await krt.list(phase=phase)]
+
+
+async def test_finished_runs_are_listed_until_deleted_and_a_deleted_run_never_is(
+    krt: Client, platform: Platform
+) -> None:
+    done, serving = unique("listed-done"), unique("listed-ready")
+    await krt.create(Run.from_dict(manifest(done, source=TASK, mode={"task": {}}, **KEEP)))
+    await krt.create(Run.from_dict(manifest(serving, **KEEP)))
+    await krt.wait(serving)
+    await _closed(platform, done)
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while done not in await _listed_names(krt, phase=RunPhase.Succeeded):  # visibility follows
+        assert asyncio.get_running_loop().time() < deadline, "the finished Run is not listed"
+        await asyncio.sleep(0.1)
+    [listed] = [r for r in await krt.list() if r.metadata.name == done]
+    assert listed.closed and listed.status.phase is RunPhase.Succeeded
+    assert listed.status.outputs == {"answer": 42}
+
+    # A finished Run's delete (its retention) and a running one's (the update): gone at once.
+    for name in (done, serving):
+        await krt.delete(name)
+        assert name not in await _listed_names(krt), f"{name} listed right after its delete"
+        with pytest.raises(RunNotFound):
+            await krt.get(name)
+    for phase in (None, RunPhase.Succeeded, RunPhase.Cancelled):
+        names = await _listed_names(krt, phase=phase)
+        assert done not in names and serving not in names
+
+
+async def test_a_finished_run_is_readable_until_its_ttl_then_gone_from_temporal(
+    krt: Client, platform: Platform
+) -> None:
+    name = unique("ttl")
+    created = await krt.create(
+        Run.from_dict(manifest(name, source=TASK, mode={"task": {}}, ttlSecondsAfterFinished=3))
+    )
+    closed = await _closed(platform, name)
+    got = await krt.get(name)  # readable after the close
+    assert got.closed and got.status.phase is RunPhase.Succeeded
+    assert (await krt.status(name)).phase is RunPhase.Succeeded
+
+    await _until_not_found(krt, name, within=30)
+    assert created.uid is not None
+    retention = platform.temporal.get_workflow_handle(retention_workflow_id(created.uid))
+    assert await retention.result() is True, "the retention deleted the execution"
+    assert name not in await _listed_names(krt)
+    # Temporal accepted the delete of that execution (it removes it from its stores a little
+    # later: the dev server takes about half a minute, longer under load).
+    assert closed.run_id is not None
