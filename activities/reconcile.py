@@ -30,12 +30,12 @@ from kruntimes.lifecycle import (
     QUERY_POOL,
     SIGNAL_REGISTRATION_LOST,
     SIGNAL_RELEASE,
-    HostInput,
     PoolState,
     ReconcileInput,
     ReconcileReport,
     RegistrationLostSignal,
     ReleaseSignal,
+    host_input,
     host_workflow_id,
 )
 from kruntimes.reconciling import HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
@@ -258,14 +258,7 @@ class ReconcileActivities:
         )
         await self.client.start_workflow(
             "HostWorkflow",
-            HostInput(
-                host=host,
-                created=created,
-                poolWorkflowId=input.poolWorkflowId,
-                stateDir=input.stateDir,
-                watchIntervalSeconds=input.watchIntervalSeconds,
-                assignmentTimeoutSeconds=input.assignmentTimeoutSeconds,
-            ),
+            host_input(input, host=host, created=created),
             id=host_workflow_id(host.runtime, host.hostId),
             task_queue=input.runTaskQueue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
