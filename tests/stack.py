@@ -47,6 +47,19 @@ class Stack:
         return {f.name: getattr(self, f.name) for f in fields(Stack)}
 
 
+def local_gateway_options(tls: TlsFiles, **options: Any) -> GatewayOptions:
+    """A gateway on 127.0.0.1 serving ``tls``'s certificate, its HTTPS and heartbeat ports picked
+    when it starts; ``options``: the rest of its GatewayOptions."""
+    return GatewayOptions(
+        listen_host="127.0.0.1",
+        listen_port=0,
+        heartbeat_listen="127.0.0.1:0",
+        cert_file=tls.cert,
+        key_file=tls.key,
+        **options,
+    )
+
+
 def inline_manifest(
     name: str,
     *,
@@ -101,12 +114,8 @@ async def running_stack(
         token_file.write_text("".join(f"{token},{user}\n" for token, user in tokens.items()))
         token_file.chmod(0o600)
         gateway = Gateway(
-            GatewayOptions(
-                listen_host="127.0.0.1",
-                listen_port=0,
-                heartbeat_listen="127.0.0.1:0",
-                cert_file=tls.cert,
-                key_file=tls.key,
+            local_gateway_options(
+                tls,
                 authorizer=CachingAuthorizer(
                     EmbeddedAuthorizer(TokenFile(token_file), RoleBindings.from_yaml(BINDINGS))
                 ),
