@@ -40,16 +40,29 @@ def _payload(value: HostInput) -> bytes:
     return payload.SerializeToString()
 
 
+def _as_recorded(*, watch_s: float, stuck_s: float) -> HostInput:
+    """The input as each starter spelled it out before there was one builder."""
+    return HostInput(
+        host=HOST,
+        created=CREATED,
+        poolWorkflowId="pool/python",
+        stateDir="/var/lib/krt",
+        watchIntervalSeconds=watch_s,
+        assignmentTimeoutSeconds=stuck_s,
+    )
+
+
 def test_a_new_host_is_watched_at_its_heartbeat_interval() -> None:
+    request = ScaleOutRequest(
+        requestId="r1",
+        runtime="python",
+        provider="process",
+        reason=ScaleOutReason.NoVisibleCapacity,
+        slots=4,
+        requestedAt=T0,
+    )
     starter = ScaleOutInput(
-        request=ScaleOutRequest(
-            requestId="r1",
-            runtime="python",
-            provider="process",
-            reason=ScaleOutReason.NoVisibleCapacity,
-            slots=4,
-            requestedAt=T0,
-        ),
+        request=request,
         hostId=CREATED.hostId,
         adapter="python",
         capacity=4,
@@ -59,16 +72,7 @@ def test_a_new_host_is_watched_at_its_heartbeat_interval() -> None:
         assignmentTimeoutSeconds=7.0,
     )
     built = host_input(starter, host=HOST, created=CREATED)
-    assert _payload(built) == _payload(
-        HostInput(
-            host=HOST,
-            created=CREATED,
-            poolWorkflowId="pool/python",
-            stateDir="/var/lib/krt",
-            watchIntervalSeconds=0.5,
-            assignmentTimeoutSeconds=7.0,
-        )
-    )
+    assert _payload(built) == _payload(_as_recorded(watch_s=0.5, stuck_s=7.0))
 
 
 def test_a_reconciled_host_is_watched_at_the_reconcilers_interval() -> None:
@@ -80,13 +84,4 @@ def test_a_reconciled_host_is_watched_at_the_reconcilers_interval() -> None:
         assignmentTimeoutSeconds=9.0,
     )
     built = host_input(starter, host=HOST, created=CREATED)
-    assert _payload(built) == _payload(
-        HostInput(
-            host=HOST,
-            created=CREATED,
-            poolWorkflowId="pool/python",
-            stateDir="/var/lib/krt",
-            watchIntervalSeconds=2.0,
-            assignmentTimeoutSeconds=9.0,
-        )
-    )
+    assert _payload(built) == _payload(_as_recorded(watch_s=2.0, stuck_s=9.0))
