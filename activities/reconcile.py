@@ -29,12 +29,12 @@ from kruntimes.lifecycle import (
     MAX_REPORTED,
     SIGNAL_REGISTRATION_LOST,
     SIGNAL_RELEASE,
-    HostInput,
     PoolState,
     ReconcileInput,
     ReconcileReport,
     RegistrationLostSignal,
     ReleaseSignal,
+    host_input,
     host_workflow_id,
 )
 from kruntimes.reconciling import HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
@@ -256,14 +256,7 @@ class ReconcileActivities:
         )
         await self.client.start_workflow(
             "HostWorkflow",
-            HostInput(
-                host=host,
-                created=created,
-                poolWorkflowId=input.poolWorkflowId,
-                stateDir=input.stateDir,
-                watchIntervalSeconds=input.watchIntervalSeconds,
-                assignmentTimeoutSeconds=input.assignmentTimeoutSeconds,
-            ),
+            host_input(input, host=host, created=created),
             id=host_workflow_id(host.runtime, host.hostId),
             static_summary=f"host {host.runtime}/{host.hostId} (adopted by the reconciler)",
             task_queue=input.runTaskQueue,

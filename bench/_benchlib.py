@@ -15,10 +15,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from kruntimes import clientconfig  # noqa: E402 - needs the root on sys.path
+from kruntimes.clientconfig import ClientConfig  # noqa: E402 - needs the root on sys.path
 from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402 - needs the root on sys.path
+from kruntimes.serving import stop_event, write_ready_file  # noqa: E402 - needs the root on sys.path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 30.0
@@ -48,6 +52,40 @@ class HttpStatusError(Exception):
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"HTTP {status}: {body[:300]!r}")
         self.status = status
+
+
+# --- the embedded platform ----------------------------------------------------------------------
+
+
+def krt_env(state: Path) -> dict[str, str]:
+    """The environment of a `krt` command against the embedded platform in ``state``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
+    env["KRT_STATE_DIR"] = str(state)
+    return env
+
+
+def krt(state: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """`krt ARGS` against the embedded platform in ``state``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "workers.krt", *args],
+        capture_output=True, text=True, env=krt_env(state), cwd=ROOT, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def embedded_platform(*, prefix: str, runtimes: str) -> AsyncIterator[tuple[Path, ClientConfig]]:
+    """`krt up --detach` in a new state directory whose runtimes file is ``runtimes``, and
+    `krt down` after: the state directory and the SDK's configuration of the platform."""
+    state = Path(tempfile.mkdtemp(prefix=prefix)) / "state"
+    state.mkdir()
+    (state / "runtimes.yaml").write_text(runtimes)
+    up = await asyncio.to_thread(krt, state, "up", "--detach")
+    if up.returncode != 0:
+        raise RuntimeError(f"krt up failed: {up.stderr.strip()}")
+    try:
+        yield state, clientconfig.load({"KRT_STATE_DIR": str(state)})
+    finally:
+        await asyncio.to_thread(krt, state, "down")
 
 
 # --- server processes -------------------------------------------------------------------------
@@ -121,18 +159,12 @@ def stop_server(server: Server) -> None:
 
 def write_ready(path: Path, **fields: str) -> None:
     """A bench server's side of `start_server`: {"pid", **fields} written to its ready file at once."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), **fields}))
-    tmp.replace(path)
+    write_ready_file(path, **fields)
 
 
 async def wait_for_signal() -> None:
     """Until SIGTERM or SIGINT (a bench server's way to stop)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await stop_event().wait()
 
 
 def note(message: str) -> None:

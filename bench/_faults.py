@@ -17,9 +17,6 @@ import asyncio
 import os
 import signal
 import ssl
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -27,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from _benchlib import ROOT, percentile
+from _benchlib import embedded_platform, percentile
 
 from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
@@ -49,15 +46,6 @@ RUNTIMES = """\
 runtimes:
   - {name: python, adapter: python, runs: 10, minHosts: 2, maxHosts: 4}
 """
-
-
-def _krt(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
-    env["KRT_STATE_DIR"] = str(state)
-    return subprocess.run(
-        [sys.executable, "-m", "workers.krt", *args],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=240, check=False,
-    )  # fmt: skip
 
 
 def _run(name: str) -> Run:
@@ -179,26 +167,18 @@ async def _worker_rounds(p: _Platform) -> tuple[list[float], list[float]]:
 
 
 async def fault_benches() -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="krt-bench-faults-"))
-    state = tmp / "state"
-    state.mkdir()
-    (state / "runtimes.yaml").write_text(RUNTIMES)
-    up = await asyncio.to_thread(_krt, state, "up", "--detach")
-    if up.returncode != 0:
-        raise RuntimeError(f"krt up failed: {up.stderr.strip()}")
-    try:
-        config = clientconfig.load({"KRT_STATE_DIR": str(state)})
-        async with Client(config) as client:
-            await connect(config.temporal_settings())  # reachable before anything is timed
-            platform = _Platform(state, config, client)
-            context = ssl.create_default_context(cafile=config.caFile)
-            async with aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=context), timeout=aiohttp.ClientTimeout(total=10)
-            ) as session:
-                host = await _host_rounds(platform, session)
-            restart, kill = await _worker_rounds(platform)
-    finally:
-        await asyncio.to_thread(_krt, state, "down")
+    async with (
+        embedded_platform(prefix="krt-bench-faults-", runtimes=RUNTIMES) as (state, config),
+        Client(config) as client,
+    ):
+        await connect(config.temporal_settings())  # reachable before anything is timed
+        platform = _Platform(state, config, client)
+        context = ssl.create_default_context(cafile=config.caFile)
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context), timeout=aiohttp.ClientTimeout(total=10)
+        ) as session:
+            host = await _host_rounds(platform, session)
+        restart, kill = await _worker_rounds(platform)
     return {
         "host_kill_to_200": {
             "n": len(host),

@@ -34,15 +34,13 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from _benchlib import ROOT, percentile
+from _benchlib import ROOT, embedded_platform, krt_env, percentile
 
-from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client
@@ -61,19 +59,6 @@ GATEWAY_RSS_TARGET_MB = 100.0
 LIST_TARGET_S = 2.0
 DEADLINE_S = 15 * 60
 SCRIPT = "cat\n"  # answers with what it was given
-
-
-def _krt(state: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workers.krt", *args],
-        capture_output=True, text=True, env=_env(state), cwd=ROOT, timeout=timeout, check=False,
-    )  # fmt: skip
-
-
-def _env(state: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
-    env["KRT_STATE_DIR"] = str(state)
-    return env
 
 
 def _run(name: str) -> Run:
@@ -202,7 +187,7 @@ def _list_first_page(state: Path) -> float:
     began = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "workers.krt", "run", "list", "-A"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(state), cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=krt_env(state), cwd=ROOT,
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -228,32 +213,25 @@ async def _invokes(client: Client, n_runs: int, count: int) -> list[float]:
 
 
 async def bench(n: int, in_flight: int, invokes: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="krt-bench-scale-"))
-    state = tmp / "state"
-    state.mkdir()
     hosts = math.ceil(n / HOST_RUNS) + 1
-    (state / "runtimes.yaml").write_text(
+    runtimes = (
         f"runtimes:\n  - {{name: {RUNTIME}, adapter: bash, runs: {HOST_RUNS}, minHosts: 1, "
         f"maxHosts: {hosts}}}\n"
     )
-    up = await asyncio.to_thread(_krt, state, "up", "--detach")
-    if up.returncode != 0:
-        raise RuntimeError(f"krt up failed: {up.stderr.strip()}")
-    try:
-        config = clientconfig.load({"KRT_STATE_DIR": str(state)})
-        async with Client(config) as client:
-            t0 = time.perf_counter()
-            created, rss = await _create_all(client, state, n, in_flight)
-            create_s = time.perf_counter() - t0
-            window = min(WINDOW, n // 2) or n
-            first, last = created[:window], created[-window:]
-            lateness = await _lateness(client, created)
-            payloads = await _pool_payloads(client)
-            list_s = await asyncio.to_thread(_list_first_page, state)
-            invoke_s = await _invokes(client, n, invokes)
-            rss["after"] = _rss(state)
-    finally:
-        await asyncio.to_thread(_krt, state, "down")
+    async with (
+        embedded_platform(prefix="krt-bench-scale-", runtimes=runtimes) as (state, config),
+        Client(config) as client,
+    ):
+        t0 = time.perf_counter()
+        created, rss = await _create_all(client, state, n, in_flight)
+        create_s = time.perf_counter() - t0
+        window = min(WINDOW, n // 2) or n
+        first, last = created[:window], created[-window:]
+        lateness = await _lateness(client, created)
+        payloads = await _pool_payloads(client)
+        list_s = await asyncio.to_thread(_list_first_page, state)
+        invoke_s = await _invokes(client, n, invokes)
+        rss["after"] = _rss(state)
     first_rate, last_rate = _rate(first), _rate(last)
     latency = [c.ready - c.began for c in created]
     return {

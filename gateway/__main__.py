@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
-import signal
 from pathlib import Path
 
 from temporalio.client import Client
@@ -30,6 +28,7 @@ from gateway.server import Gateway, GatewayOptions
 from kruntimes import logs, temporal
 from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
+from kruntimes.serving import stop_event, write_ready_file
 from kruntimes.temporal import TemporalSettings
 
 GC_THRESHOLDS = (20_000, 50, 100)
@@ -213,16 +212,8 @@ async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     if args.ready_file:
-        tmp = args.ready_file.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"url": url, "heartbeatAddress": gateway.heartbeat_address, "pid": os.getpid()})
-        )
-        tmp.replace(args.ready_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+        write_ready_file(args.ready_file, url=url, heartbeatAddress=gateway.heartbeat_address)
+    await stop_event().wait()
     await gateway.stop()
 
 

@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import json
 import logging
 import os
-import signal
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.replies import error_answer, gateway_error_answer, router_reason
 from kruntimes import logs
 from kruntimes.codec import CodecError, EncryptionCodec, Keyring
+from kruntimes.serving import stop_event, write_ready_file
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason as R
 
@@ -309,14 +308,8 @@ async def serve(args: argparse.Namespace) -> None:
     url = await server.start()
     log.info("codec server serving", extra={"url": url})
     if args.ready_file:
-        tmp = args.ready_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}))
-        tmp.replace(args.ready_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+        write_ready_file(args.ready_file, url=url)
+    await stop_event().wait()
     await server.stop()
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
 import shutil
 import signal
 import tempfile
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from krm import errors
+from kruntimes import rlimits
 
 MiB = 1024 * 1024
 CHUNK = 64 * 1024
@@ -51,26 +51,6 @@ class Outcome:
     exit_code: int  # negative: killed by that signal
 
 
-def _set_limits(pid: int, limits: Limits) -> None:
-    # Set on the started process from outside (prlimit): a hook in the child between fork and exec
-    # would run Python code in a forked copy of a multi-threaded server. The function sandbox
-    # sets them before exec instead.
-    pairs = [
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_NPROC, limits.processes),
-        (resource.RLIMIT_AS, limits.address_space_bytes),
-        (resource.RLIMIT_CPU, limits.cpu_seconds),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    for which, value in pairs:
-        with contextlib.suppress(ProcessLookupError):
-            _soft, hard = resource.prlimit(pid, which)
-            if hard != resource.RLIM_INFINITY:
-                value = min(value, hard)
-            resource.prlimit(pid, which, (value, value))
-
-
 async def start_process(
     argv: Sequence[str], *, cwd: str, env: dict[str, str], limits: Limits
 ) -> asyncio.subprocess.Process:
@@ -85,7 +65,10 @@ async def start_process(
         start_new_session=True,
         close_fds=True,
     )
-    _set_limits(process.pid, limits)
+    # Set on the started process from outside (prlimit): a hook in the child between fork and exec
+    # would run Python code in a forked copy of a multi-threaded server. The function sandbox
+    # sets them before exec instead.
+    rlimits.apply(limits, pid=process.pid)
     return process
 
 

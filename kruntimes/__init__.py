@@ -7,8 +7,9 @@ the rest). Names load on first use, so `import kruntimes` stays cheap for functi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kruntimes import _lazy
 
 if TYPE_CHECKING:
     from kruntimes.api.run import Run
@@ -65,13 +66,7 @@ __all__ = [
 _LAZY: dict[str, str] = {name: "kruntimes.client" for name in __all__} | {"Run": "kruntimes.api.run"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy.loader(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

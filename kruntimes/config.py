@@ -72,7 +72,7 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt
+from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt, validation_problems
 from kruntimes.api.limits import (
     DAY_SECONDS,
     DEFAULT_INVOKE_TIMEOUT_SECONDS,
@@ -152,6 +152,11 @@ def _label_key(key: str) -> str:
     return key
 
 
+def _label_value(key: str, text: str) -> None:
+    if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
+        raise ValueError(f"{key}: a label value is at most 63 of [A-Za-z0-9-_.]: {text!r:.80}")
+
+
 def _own_keys(keys: dict[str, str], *, field: str) -> None:
     for key in keys:
         _label_key(key)
@@ -199,9 +204,7 @@ class KubernetesPodTemplate(ApiModel):
     @classmethod
     def _selector(cls, value: dict[str, str]) -> dict[str, str]:
         for key, text in value.items():
-            _label_key(key)
-            if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
-                raise ValueError(f"{key}: a label value is at most 63 of [A-Za-z0-9-_.]: {text!r:.80}")
+            _label_value(_label_key(key), text)
         return value
 
     @field_validator("labels")
@@ -209,8 +212,7 @@ class KubernetesPodTemplate(ApiModel):
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         _own_keys(value, field="labels")
         for key, text in value.items():
-            if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
-                raise ValueError(f"{key}: a label value is at most 63 of [A-Za-z0-9-_.]: {text!r:.80}")
+            _label_value(key, text)
         return value
 
     @field_validator("annotations")
@@ -405,19 +407,15 @@ class PlatformConfig(ApiModel):
         return next((t.policy() for t in self.tenants if t.name == tenant), None)
 
 
+def _field_named(path: str, name: str) -> str | None:
+    # A model-level validator named the field: "maxHosts: must be ..." at "runtimes.0".
+    if " " in name or not name.isidentifier():
+        return None
+    return f"{path}.{name}" if path != "<config>" else name
+
+
 def _problems(error: ValidationError) -> list[str]:
-    problems = []
-    for item in error.errors(include_url=False):
-        path = ".".join(str(part) for part in item["loc"]) or "<config>"
-        message = item["msg"].removeprefix("Value error, ")
-        prefix, sep, rest = message.partition(": ")
-        if sep and (path == prefix or path.endswith(f".{prefix}")):
-            message = rest
-        elif sep and " " not in prefix and prefix.isidentifier():
-            # A model-level validator named the field: "maxHosts: must be ..." at "runtimes.0".
-            path, message = f"{path}.{prefix}" if path != "<config>" else prefix, rest
-        problems.append(f"{path}: {message}")
-    return problems
+    return validation_problems(error, root="<config>", relocate=_field_named)
 
 
 def parse_config(data: object) -> PlatformConfig:

@@ -819,3 +819,22 @@ class ReconcileInput(ApiModel):
     watchIntervalSeconds: float = Field(default=5.0, gt=0, le=300)
     assignmentTimeoutSeconds: float = Field(default=60.0, gt=0)
     last: ReconcileReport | None = None  # carried across continue-as-new
+
+
+def host_input(starter: ScaleOutInput | ReconcileInput, *, host: Host, created: CreatedHost) -> HostInput:
+    """The input of the HostWorkflow that supervises ``host`` (``created``: its provider's record),
+    started by the ScaleOutWorkflow that created it or by the reconciler for a host whose
+    supervisor is gone. The pool, the state directory and the stuck timer are the starter's; a
+    new host is watched at the interval it heartbeats at, a reconciled one at the reconciler's."""
+    if isinstance(starter, ScaleOutInput):
+        watch = starter.heartbeatIntervalSeconds
+    else:
+        watch = starter.watchIntervalSeconds
+    return HostInput(
+        host=host,
+        created=created,
+        poolWorkflowId=starter.poolWorkflowId,
+        stateDir=starter.stateDir,
+        watchIntervalSeconds=watch,
+        assignmentTimeoutSeconds=starter.assignmentTimeoutSeconds,
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import resource
 from dataclasses import asdict, dataclass
+
+from kruntimes.rlimits import apply as apply  # the one place limits are lowered
 
 MiB = 1024 * 1024
 
@@ -22,20 +23,3 @@ class ProcessLimits:
     @classmethod
     def from_dict(cls, raw: dict[str, int]) -> ProcessLimits:
         return cls(**raw)
-
-
-def apply(limits: ProcessLimits) -> None:
-    """Lower this process's limits; soft == hard so user code cannot raise them again."""
-    pairs = [
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_NPROC, limits.processes),
-        (resource.RLIMIT_AS, limits.address_space_bytes),
-        (resource.RLIMIT_CPU, limits.cpu_seconds),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    for which, value in pairs:
-        _soft, hard = resource.getrlimit(which)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(which, (value, value))

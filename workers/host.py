@@ -9,8 +9,6 @@ certificate, and it registers only assignments the control plane signed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import threading
 import uuid
@@ -20,6 +18,7 @@ from kruntimes import logs
 from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.config import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
+from kruntimes.serving import STOP_SIGNALS, write_ready_file
 from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import UidRange
 from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
@@ -204,14 +203,11 @@ def serve(options: HostOptions, *, ready_file: Path | None) -> None:
     except (HostConfigError, IsolationUnavailable) as exc:
         raise SystemExit(f"krt host: {exc}") from None
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
     if ready_file:
-        tmp = ready_file.with_suffix(".tmp")
         isolation = host.in_force.describe() if host.in_force is not None else ""
-        ready = {"pid": os.getpid(), "address": address, "hostUid": host.host_uid, "isolation": isolation}
-        tmp.write_text(json.dumps(ready))
-        tmp.replace(ready_file)
+        write_ready_file(ready_file, address=address, hostUid=host.host_uid, isolation=isolation)
     stop.wait()
     host.stop()
 

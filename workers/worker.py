@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -65,6 +64,7 @@ from kruntimes.lifecycle import (
 from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError, HostIssuer, PeerTLS, PeerTLSError, Role
 from kruntimes.pki.authority import check_lifetime
 from kruntimes.scheduling.failures import ProviderError
+from kruntimes.serving import stop_event
 from kruntimes.temporal import TemporalSettings
 from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
@@ -594,10 +594,7 @@ async def serve(settings: WorkerSettings) -> None:
             telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address))
         )
     client = await temporal.connect(settings.temporal, runtime=runtime)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     async with contextlib.AsyncExitStack() as stack:
         try:
             await stack.enter_async_context(running_workers(client, settings))

@@ -20,10 +20,10 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.lifecycle import (
         SIGNAL_HOST_READY,
         SIGNAL_SCALE_OUT_FAILED,
-        HostInput,
         HostReadySignal,
         ScaleOutFailedSignal,
         ScaleOutInput,
+        host_input,
         host_workflow_id,
     )
     from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
@@ -129,14 +129,7 @@ class ScaleOutWorkflow:
         ready = pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))
         supervisor = workflow.start_child_workflow(
             "HostWorkflow",
-            HostInput(
-                host=host,
-                created=created,
-                poolWorkflowId=input.poolWorkflowId,
-                stateDir=input.stateDir,
-                watchIntervalSeconds=input.heartbeatIntervalSeconds,
-                assignmentTimeoutSeconds=input.assignmentTimeoutSeconds,
-            ),
+            host_input(input, host=host, created=created),
             id=host_workflow_id(request.runtime, host.hostId),
             parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"host {request.runtime}/{host.hostId} ({created.provider})",

@@ -9,8 +9,9 @@ Errors (all ValueError, so pydantic validators report them as field errors)::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kruntimes import _lazy
 
 if TYPE_CHECKING:
     from kruntimes.api.names import (
@@ -116,11 +117,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name's module on first use (a function process needs only outputs and limits)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+# A public name's module is loaded on first use (a function process needs only outputs and limits).
+__getattr__ = _lazy.loader(__name__, _LAZY, globals())

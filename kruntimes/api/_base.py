@@ -1,10 +1,11 @@
-"""The base model and the small annotated types the API models share."""
+"""The base model, the small annotated types the API models share, and their problems in words."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, ValidationError
 
 from kruntimes.api._text import truncate_utf8
 from kruntimes.api.limits import MAX_STATUS_MESSAGE_BYTES
@@ -32,3 +33,23 @@ class ApiModel(BaseModel):
         """A validated copy with some fields replaced (``model_copy(update=...)`` skips validation)."""
         values = {name: getattr(self, name) for name in type(self).model_fields}
         return self.model_validate({**values, **changes})
+
+
+def validation_problems(
+    error: ValidationError, *, root: str, relocate: Callable[[str, str], str | None]
+) -> list[str]:
+    """Each error of ``error`` as ``"<field path>: <what is wrong>"`` (``root``: the document
+    itself). A validator's message that starts with a field name ("name: ...") loses the name
+    where the path already ends in it; else ``relocate(path, name)`` may give the path the
+    message is about instead (None: path and message stay as they are)."""
+    problems = []
+    for item in error.errors(include_url=False):
+        path = ".".join(str(part) for part in item["loc"]) or root
+        message = item["msg"].removeprefix("Value error, ")
+        prefix, sep, rest = message.partition(": ")
+        if sep and (path == prefix or path.endswith(f".{prefix}")):
+            message = rest
+        elif sep and (moved := relocate(path, prefix)) is not None:
+            path, message = moved, rest
+        problems.append(f"{path}: {message}")
+    return problems

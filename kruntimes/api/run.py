@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import ValidationError
 
-from kruntimes.api._base import ApiModel
+from kruntimes.api._base import ApiModel, validation_problems
 from kruntimes.api.spec import Metadata, RunSpec
 from kruntimes.api.status import RunStatus
 
@@ -25,17 +25,10 @@ class ManifestError(ValueError):
 
 
 def _problems(error: ValidationError) -> list[str]:
-    problems = []
-    for item in error.errors(include_url=False):
-        path = ".".join(str(part) for part in item["loc"]) or "<manifest>"
-        message = item["msg"].removeprefix("Value error, ")
-        prefix, sep, rest = message.partition(": ")
-        if sep and (path == prefix or path.endswith(f".{prefix}")):
-            message = rest
-        elif sep and prefix.startswith(f"{path}."):
-            path, message = prefix, rest
-        problems.append(f"{path}: {message}")
-    return problems
+    # A model-level validator may name a field below it: "spec.mode: ..." at "spec".
+    return validation_problems(
+        error, root="<manifest>", relocate=lambda path, name: name if name.startswith(f"{path}.") else None
+    )
 
 
 class Run(ApiModel):

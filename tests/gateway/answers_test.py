@@ -21,7 +21,7 @@ import pytest
 
 from gateway.auth import Principal, Resource
 from gateway.known import KnownRun
-from gateway.server import Gateway, GatewayOptions
+from gateway.server import Gateway
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
@@ -50,6 +50,7 @@ from tests.gateway.conftest import (
     wait_route,
 )
 from tests.pki import TestPKI
+from tests.stack import local_gateway_options
 
 # Appends its tag to the record file, then sleeps as asked.
 RECORDED = """
@@ -555,12 +556,8 @@ async def test_500_when_the_gateway_itself_fails(
 ) -> None:
     """A 500 InternalError, logged with its traceback; never a 502, which would blame the owner."""
     buggy = Gateway(
-        GatewayOptions(
-            listen_host="127.0.0.1",
-            listen_port=0,
-            heartbeat_listen="127.0.0.1:0",
-            cert_file=tls.cert,
-            key_file=tls.key,
+        local_gateway_options(
+            tls,
             authorizer=BuggyAuthorizer(),
             peer_tls=pki.gateway,
             assignments=pki.verifier(),

@@ -32,7 +32,7 @@ import pytest
 from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from gateway.bodies import ErrorBody, InvokeAnswer
 from gateway.routes import Route
-from gateway.server import Gateway, GatewayOptions
+from gateway.server import Gateway
 from kruntimes.logs import JsonFormatter
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -40,6 +40,7 @@ from kruntimes.tls import TlsFiles, ensure_tls
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.reasons import gateway_reason
 from tests.pki import TestPKI
+from tests.stack import local_gateway_options
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
 ALICE = f"tok-secret-alice-{uuid.uuid4().hex}"  # bound to namespace "default"
@@ -138,12 +139,8 @@ async def gateway(tls: TlsFiles, auth_files: tuple[Path, Path], pki: TestPKI) ->
     tokens, bindings = auth_files
     authorizer = CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), RoleBindings.load(bindings)))
     gw = Gateway(
-        GatewayOptions(
-            listen_host="127.0.0.1",
-            listen_port=0,
-            heartbeat_listen="127.0.0.1:0",
-            cert_file=tls.cert,
-            key_file=tls.key,
+        local_gateway_options(
+            tls,
             authorizer=authorizer,
             peer_tls=pki.gateway,
             assignments=pki.verifier(),

@@ -26,11 +26,12 @@ import pytest
 from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from gateway.listener import LINGERING_S, HttpLimits, Listener
 from gateway.metrics import GatewayMetrics
-from gateway.server import Gateway, GatewayOptions
+from gateway.server import Gateway
 from kruntimes.tls import TlsFiles
 from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, wait_for
 from tests.gateway.rawhttp import Connection, request
 from tests.pki import TestPKI
+from tests.stack import local_gateway_options
 
 LIMITS = HttpLimits(header_timeout_s=0.5, body_timeout_s=0.5, body_min_rate=2000, idle_timeout_s=3.0)
 TRICKLE_S = 0.05
@@ -64,12 +65,8 @@ async def start_gateway(
 ) -> Gateway:
     tokens, bindings = auth_files
     gw = Gateway(
-        GatewayOptions(
-            listen_host="127.0.0.1",
-            listen_port=0,
-            heartbeat_listen="127.0.0.1:0",
-            cert_file=tls.cert,
-            key_file=tls.key,
+        local_gateway_options(
+            tls,
             authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), RoleBindings.load(bindings))),
             limits=limits,
             peer_tls=pki.gateway,

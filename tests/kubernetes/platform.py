@@ -4,7 +4,6 @@ gateway, and the test cluster whose kubelet runs the host pods as real `krt host
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -17,20 +16,11 @@ from typing import Any
 
 import yaml
 from kmock import Server
-from temporalio.client import Client as TemporalClient
 
 from activities.hosts.kubernetes import KubernetesAccess
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.server import Gateway, GatewayOptions
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import PlatformInfo
-from kruntimes.temporal import TemporalSettings, connect
-from kruntimes.tls import ensure_tls
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
 from tests.pki import TestPKI
-from workers.worker import WorkerSettings, running_workers
+from tests.stack import Stack, inline_manifest, running_stack
 
 TOKEN = "krt-k8s-test-token"
 NAMESPACE = "krt-e2e"
@@ -64,32 +54,20 @@ def kubernetes_runtime(name: str, *, pool: dict[str, Any] | None = None, **kuber
 
 
 def manifest(name: str, runtime: str, *, source: str = ECHO) -> dict[str, Any]:
-    return {
-        "apiVersion": "kruntimes.io/v1alpha1",
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "runtime": runtime,
-            "mode": {"function": {}},
-            "source": {"inline": [{"name": "main.py", "content": source}]},
-            "handler": "main:handle",
-        },
-    }
+    return inline_manifest(name, runtime=runtime, source=source)
 
 
 @dataclass
-class KubePlatform:
+class KubePlatform(Stack):
     root: Path
-    state_dir: Path
-    config: ClientConfig
-    temporal: TemporalClient
-    gateway: Gateway
-    dev_server: DevServer
     cluster: Cluster
     server: Server
     kubelet: TestKubelet
-    tls_ca: Path
     pki: TestPKI
+
+    @property
+    def tls_ca(self) -> Path:
+        return self.tls.ca_cert
 
     @property
     def api_url(self) -> str:
@@ -158,67 +136,19 @@ def stop_process(process: subprocess.Popen[bytes], *, sig: int = signal.SIGTERM)
 async def kube_platform(
     root: Path, pki: TestPKI, *, runtimes: list[dict[str, Any]]
 ) -> AsyncIterator[KubePlatform]:
-    state = root / "state"
-    state.mkdir(parents=True)
-    server = DevServer(state_dir=root / "temporal", persistent=False)
-    await asyncio.to_thread(server.start)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.callback(server.stop)
-        cluster, api_server, kubelet = await stack.enter_async_context(test_cluster(root / "node"))
-        temporal = await connect(TemporalSettings(address=server.address))
-        tls = ensure_tls(root / "tls")
-        tokens = root / "tokens.csv"
-        tokens.write_text(f'{TOKEN},alice,1000,"devs"\n')
-        tokens.chmod(0o600)
-        bindings = RoleBindings.from_yaml("bindings:\n- namespace: '*'\n  groups: [devs]\n")
-        gateway = Gateway(
-            GatewayOptions(
-                listen_host="127.0.0.1",
-                listen_port=0,
-                heartbeat_listen="127.0.0.1:0",
-                cert_file=tls.cert,
-                key_file=tls.key,
-                authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), bindings)),
-                temporal=temporal,
-                peer_tls=pki.gateway,
-                assignments=pki.verifier(),
-                known_refresh_s=0.5,
-            )
-        )
-        url = await gateway.start()
-        stack.push_async_callback(gateway.stop)
-        settings = WorkerSettings(
-            temporal=TemporalSettings(address=server.address, namespace="default"),
-            config=parse_config({"runtimes": runtimes}),
-            platform=PlatformInfo(
-                gatewayUrl=url,
-                caBundle=tls.ca_cert.read_text(),
-                stateDir=str(state),
-                gatewayHeartbeats=[gateway.heartbeat_address],
-                heartbeatIntervalSeconds=0.5,
-            ),
+    async with (
+        test_cluster(root / "node") as (cluster, api_server, kubelet),
+        running_stack(
+            root,
+            pki,
+            runtimes=runtimes,
+            tokens={TOKEN: 'alice,1000,"devs"'},
             # Hosts are found lost through the pod watch; the periodic probe is far away.
             probe_interval_s=600.0,
-            trust=pki.worker_trust(),
             kubernetes=KubernetesAccess(host=str(api_server.url)),
             control_plane_id="e2e",
-        )
-        await stack.enter_async_context(running_workers(temporal, settings))
-        stack.push_async_callback(_terminate_runs, temporal)
-        config = ClientConfig(
-            temporalAddress=server.address,
-            temporalNamespace="default",
-            gatewayUrl=url,
-            caFile=str(tls.ca_cert),
-            token=TOKEN,
-            stateDir=str(state),
-        )
+        ) as started,
+    ):
         yield KubePlatform(
-            root, state, config, temporal, gateway, server, cluster, api_server, kubelet, tls.ca_cert, pki
+            **started.parts(), root=root, cluster=cluster, server=api_server, kubelet=kubelet, pki=pki
         )
-
-
-async def _terminate_runs(temporal: TemporalClient) -> None:
-    async for execution in temporal.list_workflows("ExecutionStatus='Running'"):
-        with contextlib.suppress(Exception):
-            await temporal.get_workflow_handle(execution.id).terminate("test finished")

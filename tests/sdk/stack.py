@@ -19,22 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client as TemporalClient
 
-from activities.hosts.process import stop_all
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.server import Gateway, GatewayOptions
 from kruntimes import clientconfig
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.codec import ensure_key
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
 from kruntimes.hosts import HostDefaults
-from kruntimes.lifecycle import PlatformInfo
-from kruntimes.temporal import TemporalSettings, connect
-from kruntimes.tls import ensure_tls
 from tests.pki import TestPKI
-from workers.worker import WorkerSettings, running_workers
+from tests.stack import Stack, inline_manifest, running_stack
 
 TOKEN = "krt-test-token-alice"
 OTHER_TOKEN = "krt-test-token-bob"  # a known user bound to no namespace: 403
@@ -47,12 +36,7 @@ TASK = "def handle(p):\n    return {'answer': 42}\n"
 
 
 @dataclass
-class Platform:
-    state_dir: Path
-    config: ClientConfig
-    temporal: TemporalClient
-    gateway: Gateway
-    dev_server: DevServer
+class Platform(Stack):
     shared: Path  # a directory functions see (they run as their own uid in their own mounts)
 
     def env(self) -> dict[str, str]:
@@ -62,26 +46,8 @@ class Platform:
         return env
 
 
-def manifest(
-    name: str,
-    *,
-    source: str = ECHO,
-    mode: dict[str, Any] | None = None,
-    namespace: str = "default",
-    **spec: Any,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "kruntimes.io/v1alpha1",
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "runtime": RUNTIME,
-            "mode": mode or {"function": {}},
-            "source": {"inline": [{"name": "main.py", "content": source}]},
-            "handler": "main:handle",
-            **spec,
-        },
-    }
+def manifest(name: str, *, source: str = ECHO, **spec: Any) -> dict[str, Any]:
+    return inline_manifest(name, runtime=RUNTIME, source=source, **spec)
 
 
 def unique(prefix: str) -> str:
@@ -102,78 +68,22 @@ async def start(
     root: Path, pki: TestPKI, *, runtimes: list[dict[str, Any]] | None = None
 ) -> AsyncIterator[Platform]:
     """The platform; `runtimes` (the runtimes file's entries) defaults to one python runtime."""
-    state = root / "state"
-    state.mkdir(parents=True)
     shared = root / "shared"  # every function sees it: the tests exchange files with functions here
-    shared.mkdir()
+    shared.mkdir(parents=True)
     shared.chmod(0o1777)
-    server = DevServer(state_dir=root / "temporal", persistent=False)
-    await asyncio.to_thread(server.start)
-    async with contextlib.AsyncExitStack() as stack:
-        stack.callback(server.stop)
-        codec_keys = ensure_key(root / "codec-keys")
-        temporal = await connect(TemporalSettings(address=server.address, codecKeys=str(codec_keys)))
-        tls = ensure_tls(root / "tls")
-        tokens = root / "tokens.csv"
-        tokens.write_text(f'{TOKEN},alice,1000,"devs"\n{OTHER_TOKEN},bob,1001,"others"\n')
-        tokens.chmod(0o600)
-        bindings = RoleBindings.from_yaml("bindings:\n- namespace: '*'\n  groups: [devs]\n")
-        gateway = Gateway(
-            GatewayOptions(
-                listen_host="127.0.0.1",
-                listen_port=0,
-                heartbeat_listen="127.0.0.1:0",
-                cert_file=tls.cert,
-                key_file=tls.key,
-                authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), bindings)),
-                temporal=temporal,
-                known_refresh_s=0.5,
-                peer_tls=pki.gateway,
-                assignments=pki.verifier(),
-            )
-        )
-        url = await gateway.start()
-        stack.push_async_callback(gateway.stop)
-        settings = WorkerSettings(
-            temporal=TemporalSettings(address=server.address, namespace="default"),
-            config=parse_config(
-                {"runtimes": runtimes or [{"name": RUNTIME, "adapter": "python", "runs": 8, "maxHosts": 2}]}
-            ),
-            host_defaults=HostDefaults(
-                allowedSourceRoots=[str(root.parent)],  # where the tests make their source dirs
-                shared=[str(shared)],
-            ),
-            platform=PlatformInfo(
-                gatewayUrl=url,
-                caBundle=tls.ca_cert.read_text(),
-                stateDir=str(state),
-                gatewayHeartbeats=[gateway.heartbeat_address],
-                heartbeatIntervalSeconds=0.5,
-            ),
-            trust=pki.worker_trust(),
-        )
-        stack.push_async_callback(stop_all, state)
-        await stack.enter_async_context(running_workers(temporal, settings))
-        stack.push_async_callback(_terminate_runs, temporal)
-        config = ClientConfig(
-            temporalAddress=server.address,
-            temporalNamespace="default",
-            gatewayUrl=url,
-            caFile=str(tls.ca_cert),
-            token=TOKEN,
-            uiUrl=server.ui_url,
-            codecKeys=str(codec_keys),
-            stateDir=str(state),
-        )
-        clientconfig.write(state, config)
-        yield Platform(state, config, temporal, gateway, server, shared)
-
-
-async def _terminate_runs(temporal: TemporalClient) -> None:
-    """Stop what the tests left running, so the worker shuts down at once."""
-    async for execution in temporal.list_workflows("ExecutionStatus='Running'"):
-        with contextlib.suppress(Exception):
-            await temporal.get_workflow_handle(execution.id).terminate("test session finished")
+    async with running_stack(
+        root,
+        pki,
+        runtimes=runtimes or [{"name": RUNTIME, "adapter": "python", "runs": 8, "maxHosts": 2}],
+        tokens={TOKEN: 'alice,1000,"devs"', OTHER_TOKEN: 'bob,1001,"others"'},
+        codec=True,
+        host_defaults=HostDefaults(
+            allowedSourceRoots=[str(root.parent)],  # where the tests make their source dirs
+            shared=[str(shared)],
+        ),
+    ) as started:
+        clientconfig.write(started.state_dir, started.config)
+        yield Platform(**started.parts(), shared=shared)
 
 
 async def delete_runs(platform: Platform) -> None:

@@ -24,12 +24,13 @@ from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.server import Gateway, GatewayOptions
+from gateway.server import Gateway
 from kruntimes.pki import TLS_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.tls import ensure_tls
 from tests.pki import TestPKI
+from tests.stack import local_gateway_options
 
 LIFETIME = dt.timedelta(seconds=6)
 TOKEN = f"tok-rotation-{uuid.uuid4().hex}"
@@ -60,12 +61,8 @@ async def stack(tmp_path: Path) -> AsyncIterator[tuple[TestPKI, Gateway, dict[st
     tokens.chmod(0o600)
     serving = ensure_tls(tmp_path / "serving")
     gateway = Gateway(
-        GatewayOptions(
-            listen_host="127.0.0.1",
-            listen_port=0,
-            heartbeat_listen="127.0.0.1:0",
-            cert_file=serving.cert,
-            key_file=serving.key,
+        local_gateway_options(
+            serving,
             authorizer=CachingAuthorizer(
                 EmbeddedAuthorizer(
                     TokenFile(tokens),

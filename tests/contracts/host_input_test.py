@@ -1,0 +1,87 @@
+"""The HostWorkflow's input is built in one place for both of its starters (a ScaleOutWorkflow and
+the reconciler), and its payload is the one recorded histories hold: each starter's timers go
+where they always went."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from kruntimes.hosts import CreatedHost
+from kruntimes.lifecycle import HostInput, ReconcileInput, ScaleOutInput, host_input
+from kruntimes.scheduling.model import Host, HostState, ScaleOutReason, ScaleOutRequest
+from kruntimes.temporal import DATA_CONVERTER
+
+T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+CREATED = CreatedHost(
+    provider="process",
+    runtime="python",
+    hostId="python-1",
+    hostUid="0b5c0f4e-1f7a-4a54-9d8f-2c39d1f0a001",
+    address="127.0.0.1:20001",
+    createdAt=T0,
+)
+HOST = Host(
+    hostId=CREATED.hostId,
+    hostUid=CREATED.hostUid,
+    runtime="python",
+    address=CREATED.address,
+    state=HostState.Ready,
+    capacity=4,
+    createdAt=T0,
+    labels={"kruntimes.io/provider": "process"},
+    assignedAt=T0,
+    readyAt=T0,
+    supervised=True,
+)
+
+
+def _payload(value: HostInput) -> bytes:
+    (payload,) = DATA_CONVERTER.payload_converter.to_payloads([value])
+    return payload.SerializeToString()
+
+
+def _as_recorded(*, watch_s: float, stuck_s: float) -> HostInput:
+    """The input as each starter spelled it out before there was one builder."""
+    return HostInput(
+        host=HOST,
+        created=CREATED,
+        poolWorkflowId="pool/python",
+        stateDir="/var/lib/krt",
+        watchIntervalSeconds=watch_s,
+        assignmentTimeoutSeconds=stuck_s,
+    )
+
+
+def test_a_new_host_is_watched_at_its_heartbeat_interval() -> None:
+    request = ScaleOutRequest(
+        requestId="r1",
+        runtime="python",
+        provider="process",
+        reason=ScaleOutReason.NoVisibleCapacity,
+        slots=4,
+        requestedAt=T0,
+    )
+    starter = ScaleOutInput(
+        request=request,
+        hostId=CREATED.hostId,
+        adapter="python",
+        capacity=4,
+        stateDir="/var/lib/krt",
+        poolWorkflowId="pool/python",
+        heartbeatIntervalSeconds=0.5,
+        assignmentTimeoutSeconds=7.0,
+    )
+    built = host_input(starter, host=HOST, created=CREATED)
+    assert _payload(built) == _payload(_as_recorded(watch_s=0.5, stuck_s=7.0))
+
+
+def test_a_reconciled_host_is_watched_at_the_reconcilers_interval() -> None:
+    starter = ReconcileInput(
+        runtime="python",
+        poolWorkflowId="pool/python",
+        stateDir="/var/lib/krt",
+        watchIntervalSeconds=2.0,
+        assignmentTimeoutSeconds=9.0,
+    )
+    built = host_input(starter, host=HOST, created=CREATED)
+    assert _payload(built) == _payload(_as_recorded(watch_s=2.0, stuck_s=9.0))

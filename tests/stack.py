@@ -1,0 +1,166 @@
+"""The control plane the end-to-end suites run against, in this test process: the real Temporal
+dev server (in memory), an HTTPS gateway with the embedded token authorizer on ports picked at run
+time, and the worker. Each suite adds what it runs hosts on (tests/sdk: runtime host processes;
+tests/kubernetes: the test cluster) and keeps its own view of the platform."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client as TemporalClient
+
+from activities.hosts.kubernetes import KubernetesAccess
+from activities.hosts.process import stop_all
+from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from gateway.server import Gateway, GatewayOptions
+from kruntimes.clientconfig import ClientConfig
+from kruntimes.codec import ensure_key
+from kruntimes.config import parse_config
+from kruntimes.devserver import DevServer
+from kruntimes.hosts import HostDefaults
+from kruntimes.lifecycle import PlatformInfo
+from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.tls import TlsFiles, ensure_tls
+from tests.pki import TestPKI
+from workers.worker import WorkerSettings, running_workers
+
+# Every user in a stack's token file belongs to `devs` or to a group bound to nothing.
+BINDINGS = "bindings:\n- namespace: '*'\n  groups: [devs]\n"
+
+
+@dataclass
+class Stack:
+    state_dir: Path
+    config: ClientConfig  # what the SDK needs to reach this stack, as the first token's user
+    temporal: TemporalClient
+    gateway: Gateway
+    dev_server: DevServer
+    tls: TlsFiles
+
+    def parts(self) -> dict[str, Any]:
+        """The fields, to build a suite's view of the platform (a subclass) from."""
+        return {f.name: getattr(self, f.name) for f in fields(Stack)}
+
+
+def local_gateway_options(tls: TlsFiles, **options: Any) -> GatewayOptions:
+    """A gateway on 127.0.0.1 serving ``tls``'s certificate, its HTTPS and heartbeat ports picked
+    when it starts; ``options``: the rest of its GatewayOptions."""
+    return GatewayOptions(
+        listen_host="127.0.0.1",
+        listen_port=0,
+        heartbeat_listen="127.0.0.1:0",
+        cert_file=tls.cert,
+        key_file=tls.key,
+        **options,
+    )
+
+
+def inline_manifest(
+    name: str,
+    *,
+    runtime: str,
+    source: str,
+    mode: dict[str, Any] | None = None,
+    namespace: str = "default",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Run of an inline python function `main:handle` whose main.py is ``source``."""
+    return {
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "runtime": runtime,
+            "mode": mode or {"function": {}},
+            "source": {"inline": [{"name": "main.py", "content": source}]},
+            "handler": "main:handle",
+            **spec,
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    root: Path,
+    pki: TestPKI,
+    *,
+    runtimes: list[dict[str, Any]],
+    tokens: dict[str, str],
+    codec: bool = False,
+    host_defaults: HostDefaults | None = None,
+    probe_interval_s: float | None = 60.0,
+    kubernetes: KubernetesAccess | None = None,
+    control_plane_id: str | None = None,
+) -> AsyncIterator[Stack]:
+    """The stack under ``root``; ``tokens`` maps each bearer token to its token-file fields
+    (`user,uid,"groups"`), the first one is the client config's. With ``codec``, payloads in
+    Temporal are encrypted with a key made under ``root``. On exit the Runs left are terminated,
+    then the worker, the process hosts under the state dir, the gateway and the dev server stop."""
+    state = root / "state"
+    state.mkdir(parents=True)
+    server = DevServer(state_dir=root / "temporal", persistent=False)
+    await asyncio.to_thread(server.start)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(server.stop)
+        codec_keys = str(ensure_key(root / "codec-keys")) if codec else None
+        temporal = await connect(TemporalSettings(address=server.address, codecKeys=codec_keys))
+        tls = ensure_tls(root / "tls")
+        token_file = root / "tokens.csv"
+        token_file.write_text("".join(f"{token},{user}\n" for token, user in tokens.items()))
+        token_file.chmod(0o600)
+        gateway = Gateway(
+            local_gateway_options(
+                tls,
+                authorizer=CachingAuthorizer(
+                    EmbeddedAuthorizer(TokenFile(token_file), RoleBindings.from_yaml(BINDINGS))
+                ),
+                temporal=temporal,
+                known_refresh_s=0.5,
+                peer_tls=pki.gateway,
+                assignments=pki.verifier(),
+            )
+        )
+        url = await gateway.start()
+        stack.push_async_callback(gateway.stop)
+        settings = WorkerSettings(
+            temporal=TemporalSettings(address=server.address, namespace="default"),
+            config=parse_config({"runtimes": runtimes}),
+            host_defaults=host_defaults or HostDefaults(),
+            platform=PlatformInfo(
+                gatewayUrl=url,
+                caBundle=tls.ca_cert.read_text(),
+                stateDir=str(state),
+                gatewayHeartbeats=[gateway.heartbeat_address],
+                heartbeatIntervalSeconds=0.5,
+            ),
+            probe_interval_s=probe_interval_s,
+            trust=pki.worker_trust(),
+            kubernetes=kubernetes,
+            control_plane_id=control_plane_id,
+        )
+        stack.push_async_callback(stop_all, state)
+        await stack.enter_async_context(running_workers(temporal, settings))
+        stack.push_async_callback(terminate_runs, temporal)
+        config = ClientConfig(
+            temporalAddress=server.address,
+            temporalNamespace="default",
+            gatewayUrl=url,
+            caFile=str(tls.ca_cert),
+            token=next(iter(tokens)),
+            uiUrl=server.ui_url,
+            codecKeys=codec_keys,
+            stateDir=str(state),
+        )
+        yield Stack(state, config, temporal, gateway, server, tls)
+
+
+async def terminate_runs(temporal: TemporalClient) -> None:
+    """Stop what the tests left running, so the worker shuts down at once."""
+    async for execution in temporal.list_workflows("ExecutionStatus='Running'"):
+        with contextlib.suppress(Exception):
+            await temporal.get_workflow_handle(execution.id).terminate("tests finished")
