@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kruntimes.api.phases import RunPhase
+from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client
+from kruntimes.lifecycle import schedule_id
 from kruntimes.sdk.errors import InvalidSchedule, ScheduleAlreadyExists, ScheduleNotFound
 from kruntimes.sdk.schedules import check_cron, parse_duration
 from tests.cli.conftest import krt as krt_cli
@@ -158,3 +159,35 @@ async def test_krt_schedule_create_list_and_a_bad_cron(platform: Platform, tmp_p
         assert gone.code == 0, gone.err
     missing = await krt_cli(platform, "schedule", "get", name)
     assert missing.code == 3 and "krt schedule list" in one_error_line(missing.err)
+
+
+async def test_overlap_buffer_one_keeps_one_start_and_allow_all_starts_every_time(krt: Client) -> None:
+    buffered, every = unique("buffer"), unique("all")
+    await krt.schedules.create(
+        buffered, _task(BLOCKING), namespace="default", every=timedelta(seconds=1), overlap="buffer-one"
+    )
+    await krt.schedules.create(
+        every, _task(BLOCKING), namespace="default", every=timedelta(seconds=1), overlap="allow-all"
+    )
+    temporal = await krt.temporal()
+    try:
+
+        async def one_kept() -> bool:
+            info = (
+                await temporal.get_schedule_handle(schedule_id("default", buffered)).describe()
+            ).raw_description.info
+            return info.buffer_size == 1
+
+        async def three_running() -> bool:
+            runs = await _runs_of(krt, every)
+            return sum(1 for r in runs if r.status.phase not in TERMINAL_PHASES) >= 3
+
+        await _eventually(one_kept, within=30, what="buffer-one to keep a start for later")
+        await _eventually(three_running, within=30, what="allow-all to start Runs side by side")
+        # buffer-one ran one Run and keeps exactly one start, however many came meanwhile.
+        assert len(await _runs_of(krt, buffered)) == 1
+        assert (await krt.schedules.get(buffered, "default")).overlap == "buffer-one"
+    finally:
+        for name in (buffered, every):
+            await krt.schedules.delete(name, "default")
+            await _delete_all(krt, name)
