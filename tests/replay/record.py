@@ -40,6 +40,7 @@ from kruntimes.hosts import HostSpec
 from kruntimes.lifecycle import (
     QUERY_HOST,
     SIGNAL_CANCEL,
+    SIGNAL_DELETE_NOW,
     SIGNAL_HOST_READY,
     UPDATE_COLLECT,
     UPDATE_DELETE,
@@ -534,6 +535,30 @@ async def ending_scenarios(p: Platform) -> None:
     await h.signal(SIGNAL_CANCEL)
     await closed(h)
     await write(h, "run_closed_cancelled")
+
+    # Ready, then deleted: it indexes KrtPhase=Deleted before it closes (mark-deleted), and its
+    # retention deletes the execution at once.
+    run = run_manifest("closed-deleted", runtime=py, **KEEP)
+    h = await p.start(run, by_sdk=True)
+    await p.wait_phase(h, RunPhase.Ready)
+    final = await h.execute_update(UPDATE_DELETE, result_type=RunStatus)
+    assert final.phase is RunPhase.Cancelled, final
+    await closed(h)
+    await write(h, "run_deleted_marked")
+    assert run.metadata.uid is not None
+    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    await closed(retention)
+    await write(retention, "retention_deleted_with_its_run")
+
+    # Finished and kept, then deleted: its retention's delete_now ends the wait (marked first).
+    run = run_manifest("kept-deleted", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP)
+    h = await p.start(run, by_sdk=True)
+    await closed(h)
+    assert run.metadata.uid is not None
+    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    await retention.signal(SIGNAL_DELETE_NOW)
+    await closed(retention)
+    await write(retention, "retention_delete_now")
 
     # A schedule's start: one task Run named after the schedule and the time.
     template = run_manifest(
