@@ -299,17 +299,11 @@ def _assignment_valid(secret: Mapping[str, Any], now: dt.datetime) -> tuple[Ed25
 
 def assignment_files(key: Ed25519PrivateKey, now: dt.datetime) -> dict[str, bytes]:
     """The assignment key and a self-signed certificate of it (what gateways verify with)."""
-    subject = builder.name("kruntimes assignments")
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - MAX_SKEW)
-        .not_valid_after(now + ASSIGNMENT_LIFETIME)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(key, None)
+    cert = builder.build_key_certificate(
+        builder.name("kruntimes assignments"),
+        key=key,
+        not_before=now - MAX_SKEW,
+        not_after=now + ASSIGNMENT_LIFETIME,
     )
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -143,6 +143,14 @@ def test_every_custom_resource_has_a_schema(chart: Rendered) -> None:
         ({"hosts": {"podTemplate": {"image": "x"}}}, "image"),
         ({"temporal": {"address": "no-port"}}, "address"),
         ({"gateway": {"autoscaling": {"enabled": True, "maxReplicas": 17}}}, "maxReplicas"),
+        ({"pki": {"initJob": {"certificateLifetimeSeconds": 60}}}, "certificateLifetimeSeconds"),
+        (
+            {
+                "pki": {"certManager": {"enabled": False}, "existingSecrets": {"ca": "mine"}},
+                "gateway": {"tls": {"secretName": "tls", "certManager": {"enabled": False}}},
+            },
+            "set ca, worker and gateway together",
+        ),
     ],
 )
 def test_the_values_schema_refuses_wrong_types_and_unknown_keys_naming_the_key(

@@ -24,6 +24,7 @@ from kruntimes.tls import ensure_tls
 from runtime import discovery
 from runtime.discovery import GatewayDiscovery, resolve_all, split_target
 from runtime.heartbeat import HeartbeatSender
+from tests.kubernetes.cluster import eventually
 from tests.pki import TestPKI
 from workers import host as host_main
 
@@ -50,12 +51,7 @@ class Dns:
 
 
 async def wait_for(check: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {WAIT_S:g} s: {what}")
-        await asyncio.sleep(0.05)
+    await eventually(check, within=WAIT_S, what=what)
 
 
 @pytest.fixture
