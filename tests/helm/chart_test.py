@@ -47,7 +47,7 @@ from workers import host as host_main
 from workers import krt
 from workers import worker as worker_main
 
-WORKLOADS = ("Deployment", "StatefulSet", "Job")  # the chart renders no StatefulSet; any would be checked
+WORKLOADS = ("Deployment", "StatefulSet", "Job", "CronJob")  # (no StatefulSet now; one would be checked)
 
 
 def args_of(container: dict[str, Any]) -> list[str]:
@@ -468,7 +468,7 @@ def test_no_rule_uses_a_wildcard_and_only_the_worker_has_a_token(chart: Rendered
         if workload["kind"] in WORKLOADS:
             spec = pod_spec(workload)
             # the worker (host pods) and the init Job (the platform's Secrets) call the API server
-            wants_token = workload["metadata"]["name"].endswith(("-worker", "-pki-init"))
+            wants_token = workload["metadata"]["name"].endswith(("-worker", "-pki-init", "-pki-renew"))
             assert spec["automountServiceAccountToken"] is wants_token, workload["metadata"]["name"]
 
 
@@ -505,7 +505,7 @@ def test_every_pod_has_a_security_context_resources_and_probes(chart: Rendered) 
                 "capabilities": {"drop": ["ALL"]},
             }, name
             assert container["resources"]["requests"] and container["resources"]["limits"], name
-            if workload["kind"] != "Job":  # a hook Job runs to completion: nothing to probe
+            if workload["kind"] not in ("Job", "CronJob"):  # they run to completion: nothing to probe
                 assert container["readinessProbe"] and container["livenessProbe"], name
                 ports = {p["name"] for p in container["ports"]}
                 for probe in (container["readinessProbe"], container["livenessProbe"]):

@@ -327,17 +327,22 @@ async def test_the_api_calls_it_makes_are_exactly_its_role_in_the_chart(env: Env
     assert "resourceNames" not in rules[("create",)]  # a create cannot be narrowed by name
     for rule in role["rules"]:
         assert rule["apiGroups"] == [""] and rule["resources"] == ["secrets"]
-    (binding,) = [b for b in env.chart.of("RoleBinding") if b["metadata"]["name"].endswith("-pki-init")]
-    job = pod_spec(env.chart.one("Job", "-pki-init"))
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": job["serviceAccountName"], "namespace": NAMESPACE}
-    ]
+    # the install hook Job and the renewal CronJob: the same command, each bound to such a Role
+    for kind, suffix in (("Job", "-pki-init"), ("CronJob", "-pki-renew")):
+        pod = pod_spec(env.chart.one(kind, suffix))
+        assert pod["containers"][0]["args"] == env.job_args()
+        (binding,) = [b for b in env.chart.of("RoleBinding") if b["metadata"]["name"].endswith(suffix)]
+        assert env.chart.one("Role", suffix)["rules"] == role["rules"]
+        assert binding["roleRef"]["name"] == env.chart.one("Role", suffix)["metadata"]["name"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
+        ]
 
 
 def test_the_job_is_rendered_only_without_cert_manager_and_existing_secrets() -> None:
     for case in ("default", "cert-manager", "existing-tls"):
-        assert not [d for d in rendered(case).docs if d["metadata"]["name"].endswith("-pki-init")], case
+        pki_docs = [d for d in rendered(case).docs if "-pki-" in d["metadata"]["name"]]
+        assert not pki_docs, case
     chart = rendered(CASE)
     hooks = {
         d["kind"]: d["metadata"]["annotations"]

@@ -170,3 +170,81 @@ Secrets: without cert-manager and without existing Secrets (all three or none). 
 - name: codec-keys
   secret: {secretName: {{ include "kruntimes.codecSecret" . | quote }}, defaultMode: 0440}
 {{- end }}
+
+{{/* The Secrets `krt pki init-cluster` makes, and the Role rules of exactly its calls: get and
+patch those by name, and create Secrets (a create names no object to the authorizer, so
+resourceNames cannot narrow it). */}}
+{{- define "kruntimes.pkiRules" -}}
+{{- $secrets := list (include "kruntimes.caSecret" .) (include "kruntimes.workerPeerSecret" .) (include "kruntimes.gatewayPeerSecret" .) }}
+{{- if not .Values.pki.assignmentKey.existingSecret }}
+{{- $secrets = append $secrets (include "kruntimes.assignmentSecret" .) }}
+{{- end }}
+rules:
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: {{ toJson $secrets }}
+    verbs: ["get", "patch"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["create"]
+{{- end }}
+
+{{/* The pod template of `krt pki init-cluster` (the install hook Job's and the renewal
+CronJob's); "account" names its ServiceAccount. */}}
+{{- define "kruntimes.pkiPodTemplate" -}}
+{{- $root := .root }}
+metadata:
+  labels:
+    {{- include "kruntimes.labels" (dict "root" $root "component" "pki-init") | nindent 4 }}
+spec:
+  serviceAccountName: {{ .account }}
+  # Besides the worker, the one pod with a token: it writes the platform's Secrets.
+  automountServiceAccountToken: true
+  restartPolicy: OnFailure
+  enableServiceLinks: false
+  {{- with $root.Values.image.pullSecrets }}
+  imagePullSecrets:
+    {{- range . }}
+    - name: {{ . }}
+    {{- end }}
+  {{- end }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 10001
+    runAsGroup: 10001
+    fsGroup: 10001
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: pki-init
+      image: {{ include "kruntimes.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      command: ["krt", "pki", "init-cluster"]
+      args:
+        - --namespace
+        - {{ $root.Release.Namespace }}
+        - --release
+        - {{ $root.Release.Name }}
+        - --ca-secret
+        - {{ include "kruntimes.caSecret" $root }}
+        - --worker
+        - {{ include "kruntimes.workerIdentity" $root }}
+        - --gateway
+        - {{ include "kruntimes.gatewayIdentity" $root }}
+        {{- if not $root.Values.pki.assignmentKey.existingSecret }}
+        - --assignment-secret
+        - {{ include "kruntimes.assignmentSecret" $root }}
+        {{- end }}
+        - --certificate-lifetime
+        - {{ int $root.Values.pki.initJob.certificateLifetimeSeconds | quote }}
+      resources:
+        {{- toYaml $root.Values.pki.initJob.resources | nindent 8 }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities: {drop: [ALL]}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+  volumes:
+    - name: tmp
+      emptyDir: {sizeLimit: 16Mi}
+{{- end }}
