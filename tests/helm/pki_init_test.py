@@ -358,3 +358,19 @@ def test_the_job_is_rendered_only_without_cert_manager_and_existing_secrets() ->
     assert not chart.of("Certificate") and not [
         s for s in chart.of("Secret") if s["metadata"]["name"].endswith("-assignment-key")
     ]
+
+
+def test_the_pki_pods_may_reach_only_the_api_server_and_dns() -> None:
+    chart = rendered(CASE)
+    policy = chart.one("NetworkPolicy", "-pki-init")["spec"]
+    worker = chart.one("NetworkPolicy", "-worker")["spec"]
+    for kind, suffix in (("Job", "-pki-init"), ("CronJob", "-pki-renew")):
+        workload = chart.one(kind, suffix)
+        template = workload["spec"]["jobTemplate"] if kind == "CronJob" else workload
+        labels = template["spec"]["template"]["metadata"]["labels"]
+        assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+        assert not worker["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy
+    dns, api = policy["egress"]
+    assert "to" not in dns and {p["port"] for p in dns["ports"]} == {53}
+    assert api == next(rule for rule in worker["egress"] if rule.get("to") == api["to"])
