@@ -23,6 +23,7 @@ PASSTHROUGH = {
     "fn-runner": "serve the KRM FunctionEvaluator (gRPC)",
     "gateway": "run the HTTPS invoke gateway",
     "codec-server": "serve the Temporal codec server protocol with the payload keys",
+    "pki": "the platform's certificates on a cluster: krt pki init-cluster (the chart's hook Job)",
 }
 
 

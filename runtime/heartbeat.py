@@ -6,7 +6,10 @@ keeps serving (invokes simply cannot reach it until a gateway hears from it). St
 TLS with the host's platform certificate; the gateway must present a gateway certificate of the
 platform CA. Each reconnection uses the certificate files as they are then. The gateways may be
 replaced while the host runs (`set_gateways`, from the supervision stream): a gateway dropped from
-the list gets a last `leaving` heartbeat, a new one its own thread.
+the list gets a last `leaving` heartbeat, a new one its own thread. A gateway given as
+`dns+all://NAME:PORT` stands for every address NAME resolves to (runtime.discovery), resolved
+again every `discovery.interval_s`: an address that appears gets a stream, one that goes a last
+`leaving` heartbeat.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from runtime.discovery import GatewayDiscovery
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +48,11 @@ class HeartbeatSender:
         invoke_address: str = "",
         snapshot: Callable[[], list[pb.RegistrationState]],
         isolation: pb.HostIsolation | None = None,
+        discovery: GatewayDiscovery | None = None,
     ) -> None:
-        self.gateways = gateways
+        self.gateways = gateways  # as given (addresses and names to resolve)
+        self.discovery = discovery or GatewayDiscovery()
+        self._addresses: list[str] = []  # what they stand for now: one stream each
         self.tls = tls
         self.identity = {
             "host_id": host_id,
@@ -65,12 +72,48 @@ class HeartbeatSender:
         self._active: set[str] = set()  # the gateways heartbeats go to now
         self._by_gateway: dict[str, threading.Thread] = {}
         self._taken: dict[str, float] = {}  # gateway → when its stream last took a message
+        self._stopped = threading.Event()
+        self._resolver: threading.Thread | None = None
 
     def start(self) -> None:
+        addresses = self.discovery.expand(self.gateways)
         with self._changed:
             self._started = True
-            for gateway in dict.fromkeys(self.gateways):
-                self._start_thread(gateway)
+            self._apply(addresses)
+            self._start_resolver()
+
+    def _apply(self, addresses: list[str]) -> None:
+        """Stream to exactly these addresses (the lock held): new ones get a thread, dropped ones a
+        last `leaving` heartbeat."""
+        self._addresses = addresses
+        if self._started:
+            for gateway in self._active - set(addresses):
+                self._active.discard(gateway)
+                self._taken.pop(gateway, None)
+            for gateway in addresses:
+                if gateway not in self._active:
+                    self._start_thread(gateway)
+        self._generation += 1
+        self._changed.notify_all()
+
+    def _start_resolver(self) -> None:
+        """The thread that resolves the gateway names again every interval (the lock held)."""
+        if self._resolver is not None or not self.discovery.dynamic(self.gateways):
+            return
+        self._resolver = threading.Thread(target=self._rediscover, name="heartbeat-discovery", daemon=True)
+        self._resolver.start()
+        self._threads.append(self._resolver)
+
+    def _rediscover(self) -> None:
+        while not self._stopped.wait(self.discovery.interval_s):
+            with self._changed:
+                targets = list(self.gateways)
+            addresses = self.discovery.expand(targets)  # outside the lock: a lookup may take a while
+            with self._changed:
+                if self._stopping or self.gateways != targets or addresses == self._addresses:
+                    continue
+                log.info("heartbeat gateways resolved to other addresses", extra={"gateways": addresses})
+                self._apply(addresses)
 
     def _start_thread(self, gateway: str) -> None:
         self._active.add(gateway)
@@ -85,25 +128,20 @@ class HeartbeatSender:
     def set_gateways(self, gateways: list[str]) -> None:
         """Send heartbeats to these gateways from now on (the others get a last `leaving` one)."""
         wanted = list(dict.fromkeys(gateways))
+        addresses = self.discovery.expand(wanted)
         with self._changed:
             if self._stopping:
                 return
             self.gateways = wanted
+            self._apply(addresses)
             if self._started:
-                for gateway in self._active - set(wanted):
-                    self._active.discard(gateway)
-                    self._taken.pop(gateway, None)
-                for gateway in wanted:
-                    if gateway not in self._active:
-                        self._start_thread(gateway)
-            self._generation += 1
-            self._changed.notify_all()
+                self._start_resolver()
 
     def links(self) -> list[tuple[str, bool]]:
         """Each gateway and whether its stream took a message within the last two intervals."""
         now = time.monotonic()
         with self._changed:
-            return [(g, now - self._taken.get(g, -1e18) <= 2 * self.interval_s) for g in self.gateways]
+            return [(g, now - self._taken.get(g, -1e18) <= 2 * self.interval_s) for g in self._addresses]
 
     def changed(self) -> None:
         """Registrations changed: every stream sends a snapshot now."""
@@ -116,6 +154,7 @@ class HeartbeatSender:
         with self._changed:
             self._stopping = True
             self._changed.notify_all()
+        self._stopped.set()
         for thread in self._threads:
             thread.join(timeout_s)
 

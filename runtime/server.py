@@ -35,6 +35,7 @@ from kruntimes.assignments import Verifier
 from kruntimes.pki import Identity, IdentityError, PeerAuthorization, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.discovery import DEFAULT_INTERVAL_S, GatewayDiscovery
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
 from runtime.isolation import FunctionIsolation
@@ -71,8 +72,10 @@ class HostOptions:
     state_dir: Path
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     max_workers: int = 64  # threads for blocking work (spawning, workspaces, tasks, teardown)
-    gateways: tuple[str, ...] = ()  # where heartbeats go (the gateways' heartbeat addresses)
+    # where heartbeats go: gateways' heartbeat addresses, or dns+all://NAME:PORT (runtime.discovery)
+    gateways: tuple[str, ...] = ()
     heartbeat_interval_s: float = 5.0
+    gateway_resolve_interval_s: float = DEFAULT_INTERVAL_S  # how often such names are resolved again
     # the raw invoke port (runtime/invoke.py); None: the host of `listen`, port 0; "" disables it
     invoke_listen: str | None = None
     # how functions are isolated (runtime/sandbox/policy.py); a uid per function by default.
@@ -246,6 +249,7 @@ class RuntimeHost:
             tls=self.tls,
             snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
             isolation=isolation_message(self.in_force) if self.in_force is not None else None,
+            discovery=GatewayDiscovery(interval_s=self.options.gateway_resolve_interval_s),
         )
         self.heartbeats.start()
         gc.freeze()  # start-up objects never need collecting; keeps full collections short

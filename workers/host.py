@@ -19,6 +19,7 @@ from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.config import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.serving import STOP_SIGNALS, write_ready_file
+from runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
 from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import UidRange
 from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
@@ -50,7 +51,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="threads for blocking work (registering, tasks, unregistering); invokes run on the event loop",
     )
     parser.add_argument(
-        "--gateway", action="append", default=[], help="a gateway's heartbeat address (repeatable)"
+        "--gateway",
+        action="append",
+        default=[],
+        help="a gateway's heartbeat address, or dns+all://NAME:PORT for every address NAME resolves to "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--gateway-resolve-interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        help="seconds between resolving the dns+all:// gateway names again",
     )
     parser.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between heartbeats")
     parser.add_argument(
@@ -166,6 +177,17 @@ def sandbox_settings(args: argparse.Namespace, given: ResourceLimits) -> Sandbox
     )
 
 
+def gateway_targets(args: argparse.Namespace) -> tuple[str, ...]:
+    """The --gateway targets, each an address or a valid dns+all://NAME:PORT."""
+    try:
+        check_interval(args.gateway_resolve_interval)
+        for target in args.gateway:
+            split_target(target)
+    except ValueError as exc:
+        raise SystemExit(f"krt host: --gateway: {exc}") from None
+    return tuple(args.gateway)
+
+
 def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOptions:
     """`invoke_tls=False` is the invoke bench's plaintext baseline (bench/invoke.py); no flag."""
     given = limits(args)
@@ -182,8 +204,9 @@ def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOp
         state_dir=args.state_dir,
         limits=process_limits(given),
         max_workers=args.max_workers,
-        gateways=tuple(args.gateway),
+        gateways=gateway_targets(args),
         heartbeat_interval_s=args.heartbeat_interval,
+        gateway_resolve_interval_s=args.gateway_resolve_interval,
         sandbox=sandbox_settings(args, given),
         allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
         secrets_dir=args.secrets_dir,

@@ -1,6 +1,6 @@
 """The `krt` console script: the process entry points of workers/ and the SDK's command line.
 
-`krt host|worker|gateway|codec-server|demo|up|down|status` hand their arguments, as they are, to
+`krt host|worker|gateway|codec-server|pki|demo|up|down|status` hand their arguments, as they are, to
 the process entry points (of this package, and the gateway's); every other command line goes to
 `kruntimes.cli` (the SDK's commands, the help and the usage errors). The exit codes are
 kruntimes.cli's; ^C is 130.
@@ -43,6 +43,12 @@ def _codec_server(argv: list[str]) -> int:
     return cli.OK
 
 
+def _pki(argv: list[str]) -> int:
+    from kruntimes.pki import cluster
+
+    return cluster.main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from workers import demo
 
@@ -76,6 +82,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "demo": _demo,
     "gateway": _gateway,
     "codec-server": _codec_server,
+    "pki": _pki,
     "up": _embedded("up"),
     "down": _embedded("down"),
     "status": _embedded("status"),

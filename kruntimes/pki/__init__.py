@@ -11,6 +11,9 @@ of the platform CA; servers check the role the hop allows.
     material   PeerTLS: a certificate directory as grpc credentials and ssl contexts for both
                ends, reloaded when the files change
     grpcauth   PeerAuthorization: which roles may call which method of a grpc server
+    builder    the one place X.509 certificates are built (CAs and the certificates they sign)
+    cluster    `krt pki init-cluster`: the platform's Secrets on Kubernetes without cert-manager
+               (imported on its own: it loads the Kubernetes client)
 """
 
 from kruntimes.pki.authority import (

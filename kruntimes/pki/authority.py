@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from kruntimes.pki import builder
 from kruntimes.pki.identity import Identity, IdentityError, Role, identity_of, role_dns_name
 
 CA_CERT = "ca.crt"
@@ -84,29 +85,6 @@ def private_directory(path: Path) -> Path:
     return path
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kruntimes"),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64]),
-        ]
-    )
-
-
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -129,7 +107,7 @@ class Authority:
     def __init__(self, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
         self.cert = cert
         self.key = key
-        self.cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+        self.cert_pem = builder.cert_pem(cert)
 
     @classmethod
     def ensure(cls, directory: Path) -> Authority:
@@ -138,27 +116,10 @@ class Authority:
         if (directory / CA_CERT).exists() or (directory / CA_KEY).exists():
             return cls.load(directory)
         now = _now()
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name("kruntimes platform CA"))
-            .issuer_name(_name("kruntimes platform CA"))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - MAX_SKEW)
-            .not_valid_after(now + CA_LIFETIME)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_key_usage(ca=True), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256())
-        )
-        write_private(
-            directory / CA_KEY,
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            ),
-        )
-        write_public(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM))
+        subject = builder.name("kruntimes platform CA")
+        cert, key = builder.build_ca(subject, not_before=now - MAX_SKEW, not_after=now + CA_LIFETIME)
+        write_private(directory / CA_KEY, builder.key_pem(key))
+        write_public(directory / CA_CERT, builder.cert_pem(cert))
         return cls(cert, key)
 
     @classmethod
@@ -187,7 +148,6 @@ class Authority:
         and addresses a server is reached at) and its new key."""
         check_lifetime(lifetime)
         now = now or _now()
-        key = ec.generate_private_key(ec.SECP256R1())
         names = [identity.dns_name, role_dns_name(identity.role), *dns_names]
         sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity.uri)]
         sans += [x509.DNSName(n) for n in dict.fromkeys(names)]
@@ -197,29 +157,19 @@ class Authority:
             usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
         not_before = now - min(MAX_SKEW, lifetime / 10)
         not_after = now + lifetime
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(identity.uri))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(not_before)
-            .not_valid_after(not_after)
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(_key_usage(ca=False), critical=True)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False
-            )
-            .sign(self.key, hashes.SHA256())
+        cert, key = builder.build_leaf(
+            builder.name(identity.uri),
+            ca_cert=self.cert,
+            ca_key=self.key,
+            sans=sans,
+            usages=usages,
+            not_before=not_before,
+            not_after=not_after,
         )
         return Issued(
             identity=identity,
-            cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-            key_pem=key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            ),
+            cert_pem=builder.cert_pem(cert),
+            key_pem=builder.key_pem(key),
             not_before=not_before,
             not_after=not_after,
         )

@@ -42,7 +42,9 @@ class Rendered:
 
 
 def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    """The pod spec of a Deployment, StatefulSet, Job or CronJob."""
+    template = workload["spec"]["jobTemplate"] if workload["kind"] == "CronJob" else workload
+    spec: dict[str, Any] = template["spec"]["template"]["spec"]
     return spec
 
 

@@ -76,15 +76,25 @@ SHA-256 (activities.hosts.kubernetes_pods.control_plane_label). */}}
 {{- printf "%s-gateway" (include "kruntimes.fullname" .) }}
 {{- end }}
 
-{{/* Secret names of the platform's own credentials. */}}
+{{/* Whether the pre-install/pre-upgrade hook Job (`krt pki init-cluster`) makes the platform's
+Secrets: without cert-manager and without existing Secrets (all three or none). */}}
+{{- define "kruntimes.pkiJob" -}}
+{{- if not .Values.pki.certManager.enabled }}
+{{- $given := list .Values.pki.existingSecrets.ca .Values.pki.existingSecrets.worker .Values.pki.existingSecrets.gateway | compact | len }}
+{{- if eq $given 0 }}true{{ else if ne $given 3 }}{{ fail "pki.existingSecrets: set ca, worker and gateway together, or none (the init Job makes them)" }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Secret names of the platform's own credentials: cert-manager's and the init Job's are
+<fullname>-<part>; otherwise the existing Secrets named in values. */}}
 {{- define "kruntimes.caSecret" -}}
-{{- if .Values.pki.certManager.enabled }}{{ include "kruntimes.fullname" . }}-platform-ca{{ else }}{{ required "pki.existingSecrets.ca is required without pki.certManager.enabled" .Values.pki.existingSecrets.ca }}{{ end }}
+{{- if or .Values.pki.certManager.enabled (include "kruntimes.pkiJob" .) }}{{ include "kruntimes.fullname" . }}-platform-ca{{ else }}{{ .Values.pki.existingSecrets.ca }}{{ end }}
 {{- end }}
 {{- define "kruntimes.workerPeerSecret" -}}
-{{- if .Values.pki.certManager.enabled }}{{ include "kruntimes.fullname" . }}-worker-peer{{ else }}{{ required "pki.existingSecrets.worker is required without pki.certManager.enabled" .Values.pki.existingSecrets.worker }}{{ end }}
+{{- if or .Values.pki.certManager.enabled (include "kruntimes.pkiJob" .) }}{{ include "kruntimes.workerIdentity" . }}-peer{{ else }}{{ .Values.pki.existingSecrets.worker }}{{ end }}
 {{- end }}
 {{- define "kruntimes.gatewayPeerSecret" -}}
-{{- if .Values.pki.certManager.enabled }}{{ include "kruntimes.fullname" . }}-gateway-peer{{ else }}{{ required "pki.existingSecrets.gateway is required without pki.certManager.enabled" .Values.pki.existingSecrets.gateway }}{{ end }}
+{{- if or .Values.pki.certManager.enabled (include "kruntimes.pkiJob" .) }}{{ include "kruntimes.gatewayIdentity" . }}-peer{{ else }}{{ .Values.pki.existingSecrets.gateway }}{{ end }}
 {{- end }}
 {{- define "kruntimes.assignmentSecret" -}}
 {{- default (printf "%s-assignment-key" (include "kruntimes.fullname" .)) .Values.pki.assignmentKey.existingSecret }}
@@ -100,11 +110,6 @@ SHA-256 (activities.hosts.kubernetes_pods.control_plane_label). */}}
 {{/* The gateway's in-cluster DNS names (its Service). */}}
 {{- define "kruntimes.gatewayHost" -}}
 {{- printf "%s-gateway.%s.svc" (include "kruntimes.fullname" .) .Release.Namespace }}
-{{- end }}
-
-{{/* How many gateway pods may exist: hosts send heartbeats to each of them by name. */}}
-{{- define "kruntimes.gatewayMaxReplicas" -}}
-{{- if .Values.gateway.autoscaling.enabled }}{{ .Values.gateway.autoscaling.maxReplicas }}{{ else }}{{ .Values.gateway.replicas }}{{ end }}
 {{- end }}
 
 {{/* The Temporal connection flags (kruntimes.temporal.add_arguments) and their mounts. */}}
@@ -164,4 +169,82 @@ SHA-256 (activities.hosts.kubernetes_pods.control_plane_label). */}}
 {{- end }}
 - name: codec-keys
   secret: {secretName: {{ include "kruntimes.codecSecret" . | quote }}, defaultMode: 0440}
+{{- end }}
+
+{{/* The Secrets `krt pki init-cluster` makes, and the Role rules of exactly its calls: get and
+patch those by name, and create Secrets (a create names no object to the authorizer, so
+resourceNames cannot narrow it). */}}
+{{- define "kruntimes.pkiRules" -}}
+{{- $secrets := list (include "kruntimes.caSecret" .) (include "kruntimes.workerPeerSecret" .) (include "kruntimes.gatewayPeerSecret" .) }}
+{{- if not .Values.pki.assignmentKey.existingSecret }}
+{{- $secrets = append $secrets (include "kruntimes.assignmentSecret" .) }}
+{{- end }}
+rules:
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: {{ toJson $secrets }}
+    verbs: ["get", "patch"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["create"]
+{{- end }}
+
+{{/* The pod template of `krt pki init-cluster` (the install hook Job's and the renewal
+CronJob's); "account" names its ServiceAccount. */}}
+{{- define "kruntimes.pkiPodTemplate" -}}
+{{- $root := .root }}
+metadata:
+  labels:
+    {{- include "kruntimes.labels" (dict "root" $root "component" "pki-init") | nindent 4 }}
+spec:
+  serviceAccountName: {{ .account }}
+  # Besides the worker, the one pod with a token: it writes the platform's Secrets.
+  automountServiceAccountToken: true
+  restartPolicy: OnFailure
+  enableServiceLinks: false
+  {{- with $root.Values.image.pullSecrets }}
+  imagePullSecrets:
+    {{- range . }}
+    - name: {{ . }}
+    {{- end }}
+  {{- end }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 10001
+    runAsGroup: 10001
+    fsGroup: 10001
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: pki-init
+      image: {{ include "kruntimes.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      command: ["krt", "pki", "init-cluster"]
+      args:
+        - --namespace
+        - {{ $root.Release.Namespace }}
+        - --release
+        - {{ $root.Release.Name }}
+        - --ca-secret
+        - {{ include "kruntimes.caSecret" $root }}
+        - --worker
+        - {{ include "kruntimes.workerIdentity" $root }}
+        - --gateway
+        - {{ include "kruntimes.gatewayIdentity" $root }}
+        {{- if not $root.Values.pki.assignmentKey.existingSecret }}
+        - --assignment-secret
+        - {{ include "kruntimes.assignmentSecret" $root }}
+        {{- end }}
+        - --certificate-lifetime
+        - {{ int $root.Values.pki.initJob.certificateLifetimeSeconds | quote }}
+      resources:
+        {{- toYaml $root.Values.pki.initJob.resources | nindent 8 }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities: {drop: [ALL]}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+  volumes:
+    - name: tmp
+      emptyDir: {sizeLimit: 16Mi}
 {{- end }}

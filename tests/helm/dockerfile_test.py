@@ -1,0 +1,116 @@
+"""The Dockerfile the chart's image is built from, checked without a Docker daemon: parsed into its
+stages and instructions, it is multi-stage (the final stage copies only the installed
+environment from an earlier one), runs as a non-root user, its entry point is the `krt` console
+script and its default command a real `krt` invocation, and every file it copies from the build
+context exists."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.helm.conftest import ROOT
+from workers import krt
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [args for k, args in self.instructions if k == keyword]
+
+
+def parse(text: str) -> list[Stage]:
+    """The stages of a Dockerfile: comments dropped, continued lines joined."""
+    logical: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    assert not pending, "a continued last line"
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, args = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            words = args.split()
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            assert len(words) in (1, 3), line
+            stages.append(Stage(words[0], name))
+            continue
+        assert stages, f"{keyword} before FROM"
+        stages[-1].instructions.append((keyword, args.strip()))
+    return stages
+
+
+def exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
+    return value
+
+
+def copy_sources(args: str) -> tuple[list[str], str | None]:
+    """The sources of a COPY and the stage it copies from (None: the build context)."""
+    words = shlex.split(args)
+    options = [w for w in words if w.startswith("--")]
+    paths = [w for w in words if not w.startswith("--")]
+    stage = next((o.split("=", 1)[1] for o in options if o.startswith("--from=")), None)
+    return paths[:-1], stage
+
+
+def test_the_dockerfile_is_multi_stage_and_the_last_stage_takes_only_the_built_environment() -> None:
+    stages = parse(DOCKERFILE.read_text())
+    assert len(stages) >= 2
+    final = stages[-1]
+    earlier = {s.name for s in stages[:-1] if s.name}
+    from_stages = [copy_sources(a)[1] for a in final.all("COPY")]
+    assert from_stages and all(stage in earlier for stage in from_stages), from_stages
+    assert not final.all("ADD")
+    for stage in stages:
+        assert ":" in stage.base and not stage.base.endswith(":latest"), stage.base  # a pinned tag
+
+
+def test_the_image_runs_as_a_non_root_user() -> None:
+    final = parse(DOCKERFILE.read_text())[-1]
+    users = final.all("USER")
+    assert users, "the final stage sets no USER"
+    user, _, group = users[-1].partition(":")
+    assert user not in ("0", "root") and group not in ("0", "root")
+    assert user.isdigit() and int(user) >= 1000  # numeric: runAsNonRoot can check it
+
+
+def test_the_entry_point_is_krt_and_the_default_command_a_real_one() -> None:
+    final = parse(DOCKERFILE.read_text())[-1]
+    (entrypoint,) = final.all("ENTRYPOINT")
+    assert exec_form(entrypoint) == ["krt"]
+    (cmd,) = final.all("CMD")
+    argv = exec_form(cmd)
+    assert argv == ["--help"] or argv[0] in krt.COMMANDS, argv
+    assert krt.run(argv) == 0
+
+
+def test_every_file_copied_from_the_build_context_exists() -> None:
+    stages = parse(DOCKERFILE.read_text())
+    copied = []
+    for stage in stages:
+        for args in stage.all("COPY") + stage.all("ADD"):
+            sources, from_stage = copy_sources(args)
+            if from_stage is None:
+                copied += sources
+    assert copied
+    for source in copied:
+        assert not Path(source).is_absolute() and ".." not in Path(source).parts, source
+        assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
