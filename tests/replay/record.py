@@ -551,7 +551,9 @@ async def ending_scenarios(p: Platform) -> None:
     await write(retention, "retention_deleted_with_its_run")
 
     # Finished and kept, then deleted: its retention's delete_now ends the wait (marked first).
-    run = run_manifest("kept-deleted", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP)
+    run = run_manifest(
+        "kept-deleted", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP
+    )
     h = await p.start(run, by_sdk=True)
     await closed(h)
     assert run.metadata.uid is not None
