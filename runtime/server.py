@@ -38,6 +38,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
 from runtime.isolation import FunctionIsolation
+from runtime.launch import Launcher
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
 from runtime.sandbox.policy import InForce, SandboxSettings
@@ -151,24 +152,18 @@ class RuntimeHost:
             allowed_roots=options.allowed_source_roots, forbidden=(str(options.state_dir), *hidden)
         )
         secrets = FileSecrets(options.secrets_dir or options.state_dir / "secrets")
+        launcher = Launcher(
+            spawner=self.spawner,
+            work_root=self.work_root,
+            limits=options.limits,
+            isolation=self.isolation,
+            sources=sources,
+            secrets=secrets,
+        )
         self.registry = Registry(
-            spawner=self.spawner,
-            work_root=self.work_root,
-            limits=options.limits,
-            host_uid=self.host_uid,
-            on_change=self._registrations_changed,
-            isolation=self.isolation,
-            sources=sources,
-            secrets=secrets,
+            launcher=launcher, host_uid=self.host_uid, on_change=self._registrations_changed
         )
-        self.tasks = Tasks(
-            spawner=self.spawner,
-            work_root=self.work_root,
-            limits=options.limits,
-            isolation=self.isolation,
-            sources=sources,
-            secrets=secrets,
-        )
+        self.tasks = Tasks(launcher=launcher)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.address = ""
