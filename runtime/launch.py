@@ -52,6 +52,11 @@ class Launcher:
         if self.isolation is not None:
             self.isolation.release(lease)
 
+    def replenish(self) -> None:
+        """The function's process started: the next identity is made off its path."""
+        if self.isolation is not None:
+            self.isolation.replenish()
+
     def spec(
         self,
         run: RunRef,

@@ -194,6 +194,8 @@ class Registry:
         except BaseException:
             self._close_registration(reg)
             raise
+        finally:
+            self.launcher.replenish()
         return reg
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:

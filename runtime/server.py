@@ -85,7 +85,8 @@ class HostOptions:
     allowed_source_roots: tuple[str, ...] = ()
     # the secrets a Run's envFrom names (runtime/secrets.py); None: `{state_dir}/secrets`
     secrets_dir: Path | None = None
-    # sandboxed children kept planted in the zygote, ready for the next registrations
+    # function identities (uid, cgroup, a sandboxed child planted in the zygote) kept ready
+    # for the next registrations
     seeds: int = 2
     # the host's platform certificate directory and the control plane's assignment public key:
     # required, the host serves no port without them
@@ -206,8 +207,11 @@ class RuntimeHost:
                     network_namespaces=self.spawner.network_namespaces,
                     work_root=self.work_root,
                 )
+                # identities made ahead of demand, each with a seed in its own cgroup where
+                # there are cgroups; generic seeds (joining their cgroup when given) otherwise
+                self.isolation.prepare(count=self.options.seeds, plant=self.spawner.plant)
                 base = self.isolation.seed_base()
-                if base is not None and self.options.seeds > 0:
+                if base is not None and self.options.seeds > 0 and not self.isolation.plants_seeds:
                     self.spawner.configure_seeds(base, count=self.options.seeds)
         except BaseException:
             self.spawner.close()

@@ -84,6 +84,7 @@ class Tasks:
                 execution.pid = pid
                 if execution.cancelled:
                     self.spawner.kill(pid)
+                self.launcher.replenish()
 
             outcome = run_once(
                 self.spawner, spec, data, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kruntimes.rpc.v1 import runtime_pb2 as pb
 from runtime.sandbox.child import SandboxSpec, growth
 from runtime.sandbox.fsview import Op
 from tests.runtime.conftest import Host, wait_until
@@ -41,6 +42,37 @@ def test_a_registration_takes_a_waiting_seed_and_a_new_one_is_planted(host: Host
     assert wait_until(lambda: len(_children(zygote) - set(_live(host))) >= host.runtime.options.seeds), (
         "the zygote plants a new seed"
     )
+
+
+def _cgroups_of(pid: int) -> set[str]:
+    """The cgroup directories (below the hierarchies' mount points) of a process."""
+    return {line.split(":", 2)[2] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()}
+
+
+def test_each_function_runs_in_a_cgroup_of_its_own_prepared_with_its_seed(host: Host) -> None:
+    isolation = host.runtime.isolation
+    assert isolation is not None
+    regs = [host.register("def handle(p):\n    return p\n") for _ in range(3)]
+    leases = []
+    for reg in regs:
+        registration = host.runtime.registry.get(reg.registration_id)
+        assert registration is not None and registration.process is not None
+        assert registration.lease is not None
+        leases.append(registration.lease)
+        if registration.lease.group is None:  # no writable cgroup: the uid alone holds it together
+            assert isolation.cgroups is None and not isolation.plants_seeds
+            continue
+        found = _cgroups_of(registration.process.pid) - {"/"}
+        for path in registration.lease.group.paths:  # one directory per hierarchy
+            assert any(path.endswith(c) for c in found), "the function process is in its own cgroup"
+    uids = [lease.uid for lease in leases]
+    assert len(set(uids)) == len(uids)
+    groups = [lease.group.paths for lease in leases if lease.group is not None]
+    assert len(set(groups)) == len(groups)
+    for reg in regs:
+        host.stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg.registration_id))
+    for paths in groups:
+        assert wait_until(lambda paths=paths: not any(Path(p).exists() for p in paths))
 
 
 def _live(host: Host) -> list[int]:
