@@ -184,7 +184,8 @@ class Registry:
             reg.lease = self.launcher.identity(reg.id, workdir)
             spec = self._spec(reg, once=False)
             if config.adapter == "python":
-                reg.process = WarmProcess.start(self.spawner, spec)
+                # the next identity is made while this function loads, off its path
+                reg.process = WarmProcess.start(self.spawner, spec, on_spawned=self.launcher.replenish)
         except LoadFailed as exc:
             self._close_registration(reg)
             raise HandlerLoadFailed(exc.kind, str(exc)) from exc
@@ -195,7 +196,7 @@ class Registry:
             self._close_registration(reg)
             raise
         finally:
-            self.launcher.replenish()
+            self.launcher.replenish()  # also when it failed, or has no warm process
         return reg
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:

@@ -215,6 +215,8 @@ class RuntimeHost:
                     self.spawner.configure_seeds(base, count=self.options.seeds)
         except BaseException:
             self.spawner.close()
+            if self.isolation is not None:
+                self.isolation.close()  # the identities made ahead of demand
             raise
         loop = new_event_loop()
         self._executor = futures.ThreadPoolExecutor(
@@ -232,6 +234,8 @@ class RuntimeHost:
                 self._run(self._stop_serving(0.0), STOP_STEP_TIMEOUT_S)
             self._stop_loop()
             self.spawner.close()
+            if self.isolation is not None:
+                self.isolation.close()
             raise
         # Always made, also without gateways: the supervision stream may name them later.
         self.heartbeats = HeartbeatSender(
