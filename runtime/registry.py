@@ -184,8 +184,7 @@ class Registry:
             reg.lease = self.launcher.identity(reg.id, workdir)
             spec = self._spec(reg, once=False)
             if config.adapter == "python":
-                # the next identity is made while this function loads, off its path
-                reg.process = WarmProcess.start(self.spawner, spec, on_spawned=self.launcher.replenish)
+                reg.process = WarmProcess.start(self.spawner, spec)
         except LoadFailed as exc:
             self._close_registration(reg)
             raise HandlerLoadFailed(exc.kind, str(exc)) from exc
@@ -196,7 +195,9 @@ class Registry:
             self._close_registration(reg)
             raise
         finally:
-            self.launcher.replenish()  # also when it failed, or has no warm process
+            # the next identity is made once this one's process is ready: preparing it (a seed
+            # planted, its namespace and view built) while the function loads competes with it
+            self.launcher.replenish()
         return reg
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:

@@ -150,11 +150,7 @@ class WarmProcess:
         self._closed = False
 
     @classmethod
-    def start(
-        cls, spawner: Spawner, spec: SpawnSpec, *, on_spawned: Callable[[], None] | None = None
-    ) -> WarmProcess:
-        """Spawn the process and wait until its handler is loaded; `on_spawned` is called in
-        between (work that may overlap the loading)."""
+    def start(cls, spawner: Spawner, spec: SpawnSpec) -> WarmProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w, err_r, err_w = child_pipes()
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -171,8 +167,6 @@ class WarmProcess:
             theirs.close()
         ours.setblocking(False)
         proc = cls(spawner, pid, exit, ours, out_r, err_r)
-        if on_spawned is not None:
-            on_spawned()
         proc._await_ready()
         return proc
 

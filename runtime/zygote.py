@@ -40,6 +40,11 @@ from runtime.adapters import python_worker
 from runtime.sandbox import child, fsview, syscalls
 
 MAX_MESSAGE = 256 * 1024
+# A seed plants (namespaces, view, the fork of its function process) at the lowest priority, so
+# that on a busy machine preparing the next function takes no CPU from what is serving; given a
+# function it runs at the zygote's priority again.
+SEED_NICE = 19
+_work_nice: int | None = None  # in a seed: the priority it runs its function at
 CTL_FD = 3
 _PR_SET_PDEATHSIG = 1
 
@@ -88,6 +93,8 @@ def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
     os.environ.clear()
     os.environ.update(env)
     limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
+    if _work_nice is not None:  # a seed's: back to the zygote's priority (still privileged)
+        os.setpriority(os.PRIO_PROCESS, 0, _work_nice)
     _never_preempt_the_host()
     if sandbox is not None:
         child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
@@ -114,8 +121,12 @@ def _seed(
     Its function process waits on `theirs` for one assignment: {"spec", "grow": [[kind, path,
     options], ...]} with the function's descriptors (stdin, stdout, stderr[, control]) and one
     per bind of `grow`, in order."""
+    global _work_nice
     code = 127
     try:
+        _work_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, SEED_NICE)
         os.setsid()
         _die_with_parent()
         server.close()
@@ -180,6 +191,7 @@ class Zygote:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
         self.namespaces, self.network_namespaces = child.probe()
         self.pids = child.PidSpace() if self.namespaces else None
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.generic: child.SandboxSpec | None = None  # the base of the generic seeds
         self.generic_count = 0
         self.waiting: list[_Seed] = []
@@ -290,6 +302,7 @@ class Zygote:
                     os.close(fd)
                 return None
             self.waiting.remove(seed)
+            self._at_work(seed.pid)
             try:
                 grow = [[op.kind, op.path, op.options] for op in more.ops]
                 message = json.dumps({"spec": request["spec"], "grow": grow}).encode()
@@ -302,6 +315,14 @@ class Zygote:
                     os.close(fd)
             return seed.pid
         return None
+
+    def _at_work(self, pid: int) -> None:
+        """A seed given a function runs at the zygote's priority again: its init, and its
+        waiting function process (its child, once forked; one forked meanwhile resets its own
+        priority before it runs the function)."""
+        for target in (pid, *_children(pid)):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, target, self.nice)
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
         pid = self._use_seed(request, fds)
@@ -345,6 +366,14 @@ class Zygote:
                     self.waiting.remove(seed)
                     seed.ours.close()
             self.send({"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def main() -> None:

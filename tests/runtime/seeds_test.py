@@ -44,6 +44,28 @@ def test_a_registration_takes_a_waiting_seed_and_a_new_one_is_planted(host: Host
     )
 
 
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_seeds_wait_at_the_lowest_priority_and_functions_run_at_the_hosts(host: Host) -> None:
+    zygote = host.runtime.spawner.zygote_pid
+    assert zygote is not None
+    in_force = host.runtime.in_force
+    if in_force is None or not in_force.pid_namespace:
+        pytest.skip("this host makes no namespaces: it starts every function directly")
+    assert wait_until(lambda: len(_children(zygote) - set(_live(host))) >= host.runtime.options.seeds)
+    for seed in _children(zygote) - set(_live(host)):
+        assert _nice(seed) == 19, "a waiting seed takes CPU only from what nobody else needs"
+    regs = [host.register("import os\ndef handle(p):\n    return {'nice': os.nice(0)}\n") for _ in range(3)]
+    for reg in regs:
+        answer = json.loads(host.invoke(reg.registration_id).outputs_json)
+        assert answer["nice"] == _nice(zygote), "the function runs at the zygote's priority"
+        registration = host.runtime.registry.get(reg.registration_id)
+        assert registration is not None and registration.process is not None
+        assert _nice(registration.process.pid) == _nice(zygote)
+
+
 def _cgroups_of(pid: int) -> set[str]:
     """The cgroup directories (below the hierarchies' mount points) of a process."""
     return {line.split(":", 2)[2] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()}
