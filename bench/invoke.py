@@ -858,6 +858,7 @@ async def run(args: argparse.Namespace, client_loop: str) -> None:
                         await ab.blocks(TLS_AB_BLOCKS // PLAN.rounds)
 
                     rounds = await PLAN.run(subjects, started, after_round=ab_blocks)
+                    await ab.blocks(TLS_AB_BLOCKS - len(ab.seq_ratios))  # those of rounds cut by the budget
                     after = {k: connections_to(*p) for k, p in pids.items()}
                     connections = {
                         k: {"before": len(before[k]), "after": len(after[k]), "same": before[k] == after[k]}
