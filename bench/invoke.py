@@ -604,9 +604,12 @@ def tls_report(
             f"  {key} → its host: {conn['before']} TCP connection(s) before the rounds, "
             f"{conn['after']} after them, {reuse}"
         )
+    cpu_ratio = ratio(tls.load_cpu_us(), plain.load_cpu_us())
+    cpu_rps = ratio(plain.load_cpu_us() + plain.client_cpu_us, tls.load_cpu_us() + tls.client_cpu_us)
     print(
-        f"  server CPU per call {fmt(tls.load_cpu_us(), 0)} vs {fmt(plain.load_cpu_us(), 0)} µs "
-        f"({_by_process(tls)} vs {_by_process(plain)})"
+        f"  server CPU per call {fmt(tls.load_cpu_us(), 0)} vs {fmt(plain.load_cpu_us(), 0)} µs = "
+        f"{fmt(cpu_ratio, 3)}× ({_by_process(tls)} vs {_by_process(plain)}); CPU-bound estimate of "
+        f"rps(tls) / rps(plain): {fmt(cpu_rps, 2)}× (steadier than latency on a loaded machine)"
     )
     control: dict[str, float] = {}
     if "direct" in subjects and "direct-plain" in subjects:  # the same code on either host
@@ -631,6 +634,8 @@ def tls_report(
         }
         if ab is not None
         else None,
+        "server_cpu_ratio": round(cpu_ratio, 3),
+        "cpu_estimate_rps_ratio": round(cpu_rps, 3),
         "rounds_p50_ratio": round(vs.p50, 3),
         "rounds_rps_ratio": round(vs.rps, 3),
         "connections": connections,
