@@ -28,10 +28,9 @@ the two hosts function by function; its ratio is the median over rounds of 10 fu
 p50(on) / p50(off). The warm invoke is measured in 48 alternating blocks of 25 sequential
 calls on each host (the first host of a block alternates too), a share of them after each round so
 that they spread over the run (on a loaded machine one host can be slow for seconds at a time;
-those of rounds the time budget cut run after the last);
-its ratio is the median over blocks of p50(on) / p50(off). Both print their per-round spread
-and the pooled p50 ratio next to it; the targets are judged on the medians, which background load
-on a shared machine moves least.
+those of rounds the time budget cut run after the last); its ratio is the median over blocks of
+p50(on) / p50(off). Both print their per-round spread and the pooled p50 ratio next to it; the
+targets are judged on the medians, which background load on a shared machine moves least.
 
 Prints a table, the ratios against the grpc.aio echo (target <= 1.5x) and a final JSON line.
 """
