@@ -615,8 +615,15 @@ class Plan:
         subject.load_s += elapsed
         subject.round_rps.append(calls / elapsed)
 
-    async def run(self, subjects: dict[str, Subject], started: float) -> int:
-        """Every round that starts within the budget; returns how many ran."""
+    async def run(
+        self,
+        subjects: dict[str, Subject],
+        started: float,
+        *,
+        after_round: Callable[[int], Awaitable[None]] | None = None,
+    ) -> int:
+        """Every round that starts within the budget (each followed by `after_round(r)` if given:
+        a bench's own paired measurement, spread over the run); returns how many ran."""
         rounds = 0
         order = list(subjects.values())
         for r in range(self.rounds):
@@ -629,6 +636,8 @@ class Plan:
                 await self.sequential(subject, self.seq_calls // self.rounds)
             for subject in rotated:
                 await self.concurrent(subject, self.load_seconds / self.rounds)
+            if after_round is not None:
+                await after_round(r)
             rounds += 1
         return rounds
 

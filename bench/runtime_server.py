@@ -22,6 +22,16 @@ Also measured, first: registration cost (RegisterFunction -> first InvokeFunctio
 functions one after another) and the memory of the function processes with 50 registered (PSS
 and RSS per function, from /proc/<pid>/smaps_rollup of the zygote's children).
 
+What isolation costs: the same host with isolation (`python -m workers.host`, root: a uid per
+function) and without (bench/_host_unsandboxed.py), in one run. Registration alternates between
+the two hosts function by function; its ratio is the median over rounds of 10 function pairs of
+p50(on) / p50(off). The warm invoke is measured in 48 alternating blocks of 25 sequential
+calls on each host (the first host of a block alternates too), a share of them after each round so
+that they spread over the run (on a loaded machine one host can be slow for seconds at a time;
+those of rounds the time budget cut run after the last); its ratio is the median over blocks of
+p50(on) / p50(off). Both print their per-round spread and the pooled p50 ratio next to it; the
+targets are judged on the medians, which background load on a shared machine moves least.
+
 Prints a table, the ratios against the grpc.aio echo (target <= 1.5x) and a final JSON line.
 """
 
@@ -56,11 +66,14 @@ PLAN = lib.Plan(rounds=4, seq_chunk_max_s=5.0, load_max_calls_per_caller=50_000,
 REGISTRATIONS = 100
 REGISTER_MAX_SECONDS = 20.0
 MEMORY_AT = 50
-BENCH_DEADLINE_S = 88.0
+BENCH_DEADLINE_S = 110.0
 TARGET = 1.5
 ISOLATION_REGISTER_TARGET = 1.2  # registration with isolation on / off
 ISOLATION_INVOKE_TARGET = 1.05  # warm invoke p50 with isolation on / off
 BARE_HOST = Path(__file__).resolve().with_name("_host_unsandboxed.py")
+REGISTRATION_ROUND = 10  # function pairs (isolated, bare) per round of the registration ratio
+AB_BLOCKS = 48  # alternating blocks of the warm-invoke comparison (a share after each round)
+AB_BLOCK_CALLS = 25
 
 
 # -- /proc helpers ---------------------------------------------------------------------------
@@ -195,6 +208,55 @@ async def register_functions(targets: list[Target], pki: BenchPKI) -> list[Regis
     return all_regs
 
 
+def registration_rounds(on: Registrations, off: Registrations) -> list[float]:
+    """p50(on) / p50(off) over each round of REGISTRATION_ROUND consecutive function pairs (the
+    first pair, right after the hosts said ready, left out)."""
+    pairs = min(len(on.total_ms), len(off.total_ms))
+    return [
+        ratio(
+            percentile(on.total_ms[i : i + REGISTRATION_ROUND], 50),
+            percentile(off.total_ms[i : i + REGISTRATION_ROUND], 50),
+        )
+        for i in range(1, pairs - REGISTRATION_ROUND + 1, REGISTRATION_ROUND)
+    ]
+
+
+@dataclass
+class AB:
+    """The warm invoke on the isolated host (on) next to the bare one (off), in alternating blocks."""
+
+    on_ms: list[float] = field(default_factory=list)
+    off_ms: list[float] = field(default_factory=list)
+    block_ratios: list[float] = field(default_factory=list)
+
+    @property
+    def pooled(self) -> float:
+        return ratio(percentile(self.on_ms, 50), percentile(self.off_ms, 50))
+
+    @property
+    def median(self) -> float:
+        return percentile(self.block_ratios, 50)
+
+
+async def isolation_ab(ab: AB, on: lib.Call, off: lib.Call, *, blocks: int) -> None:
+    """`blocks` more alternating blocks of sequential warm invokes on each host into `ab`."""
+    for _ in range(blocks):
+        block = len(ab.block_ratios)
+        latencies: dict[str, list[float]] = {}
+        order = (("on", on), ("off", off)) if block % 2 == 0 else (("off", off), ("on", on))
+        for name, call in order:
+            latencies[name] = await lib.timed_sequential(
+                call, calls=AB_BLOCK_CALLS, max_seconds=PLAN.seq_chunk_max_s, on_error=_raise
+            )
+        ab.on_ms += latencies["on"]
+        ab.off_ms += latencies["off"]
+        ab.block_ratios.append(ratio(percentile(latencies["on"], 50), percentile(latencies["off"], 50)))
+
+
+def _raise(exc: Exception) -> None:
+    raise BenchError(f"warm invoke failed in the isolation comparison: {exc}") from exc
+
+
 # -- report ----------------------------------------------------------------------------------
 
 
@@ -212,6 +274,7 @@ def report(
     subjects: dict[str, Subject],
     regs: Registrations,
     bare_regs: Registrations,
+    ab: AB,
     rounds: int,
     client_loop: str,
     elapsed: float,
@@ -314,18 +377,29 @@ def report(
             f"RSS {mem['zygote_rss_mib']} MiB; host PSS {mem['host_pss_mib']} / RSS {mem['host_rss_mib']} MiB"
         )
     bare = subjects["invoke-bare"]
-    reg_cost = ratio(percentile(regs.total_ms[1:], 50), percentile(bare_regs.total_ms[1:], 50))
-    invoke_cost = ratio(inv.seq(50), bare.seq(50))
+    reg_pooled = ratio(percentile(regs.total_ms[1:], 50), percentile(bare_regs.total_ms[1:], 50))
+    reg_rounds = registration_rounds(regs, bare_regs)
+    reg_cost = percentile(reg_rounds, 50)
+    invoke_cost = ab.median
     bare_mem = bare_regs.memory
-    print("\nwhat isolation costs (the same host with and without it, in this run):")
+    bare_register = fmt(percentile(bare_regs.register_ms, 50), 2)
+    bare_first = fmt(percentile(bare_regs.first_invoke_ms, 50), 2)
+    print(f"\nwithout isolation: RegisterFunction alone p50 {bare_register} ms, first invoke {bare_first} ms")
+    print("\nwhat isolation costs (the same host with and without it, in this run; the ratio is the median")
+    print("of the per-round ratios, min–max over rounds and the pooled p50 ratio next to it):")
     print(
         f"  registration p50 {fmt(percentile(regs.total_ms[1:], 50), 2)} ms vs "
-        f"{fmt(percentile(bare_regs.total_ms[1:], 50), 2)} ms = {fmt(reg_cost, 2)}× "
-        f"(target ≤ {ISOLATION_REGISTER_TARGET}×: {_met(reg_cost, ISOLATION_REGISTER_TARGET)})"
+        f"{fmt(percentile(bare_regs.total_ms[1:], 50), 2)} ms: {fmt(reg_cost, 3)}× "
+        f"({len(reg_rounds)} rounds of {REGISTRATION_ROUND} pairs: {span(reg_rounds)}; "
+        f"pooled {fmt(reg_pooled, 3)}×) "
+        f"target ≤ {ISOLATION_REGISTER_TARGET}×: {_met(reg_cost, ISOLATION_REGISTER_TARGET)}"
     )
     print(
-        f"  warm invoke p50 {fmt(inv.seq(50), 3)} ms vs {fmt(bare.seq(50), 3)} ms = {fmt(invoke_cost, 3)}× "
-        f"(target ≤ {ISOLATION_INVOKE_TARGET}×: {_met(invoke_cost, ISOLATION_INVOKE_TARGET)})"
+        f"  warm invoke p50 {fmt(percentile(ab.on_ms, 50), 3)} ms vs {fmt(percentile(ab.off_ms, 50), 3)} ms: "
+        f"{fmt(invoke_cost, 3)}× ({len(ab.block_ratios)} blocks of {AB_BLOCK_CALLS} calls: "
+        f"{span(ab.block_ratios)}; pooled {fmt(ab.pooled, 3)}×; in the rounds above "
+        f"{fmt(ratio(inv.seq(50), bare.seq(50)), 3)}×) "
+        f"target ≤ {ISOLATION_INVOKE_TARGET}×: {_met(invoke_cost, ISOLATION_INVOKE_TARGET)}"
     )
     if mem and bare_mem and "error" not in mem and "error" not in bare_mem:
         print(
@@ -369,7 +443,12 @@ def report(
         "memory": {"registered": MEMORY_AT, **mem},
         "isolation": {
             "registration_ratio": round(reg_cost, 3),
+            "registration_round_ratios": [round(x, 3) for x in reg_rounds],
+            "registration_pooled_ratio": round(reg_pooled, 3),
             "warm_invoke_ratio": round(invoke_cost, 3),
+            "warm_invoke_block_ratios": [round(x, 3) for x in ab.block_ratios],
+            "warm_invoke_pooled_ratio": round(ab.pooled, 3),
+            "warm_invoke_in_rounds_ratio": round(ratio(inv.seq(50), bare.seq(50)), 3),
             "targets": {"registration": ISOLATION_REGISTER_TARGET, "warm_invoke": ISOLATION_INVOKE_TARGET},
         },
         "seconds": round(elapsed, 1),
@@ -476,7 +555,14 @@ async def run(client_loop: str) -> None:
                 subjects["invoke-bare"] = Subject(
                     "invoke-bare", "InvokeFunction, no isolation", bare_call, bare_procs
                 )
-                rounds = await PLAN.run(subjects, started)
+                ab = AB()
+
+                async def ab_blocks(_: int) -> None:  # a share of the blocks after each round
+                    await isolation_ab(ab, invoke_call, bare_call, blocks=AB_BLOCKS // PLAN.rounds)
+
+                rounds = await PLAN.run(subjects, started, after_round=ab_blocks)
+                # the blocks that rounds cut by the time budget did not run: after them
+                await isolation_ab(ab, invoke_call, bare_call, blocks=AB_BLOCKS - len(ab.block_ratios))
         finally:
             for server in servers:
                 lib.stop_server(server)
@@ -485,7 +571,7 @@ async def run(client_loop: str) -> None:
             lib.note(
                 f"the runtime host logged {len(problems)} error lines, e.g.:\n" + "\n".join(problems[:10])
             )
-        report(subjects, regs, bare_regs, rounds, client_loop, time.perf_counter() - started)
+        report(subjects, regs, bare_regs, ab, rounds, client_loop, time.perf_counter() - started)
 
 
 def main() -> None:

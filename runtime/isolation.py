@@ -7,20 +7,31 @@ A Lease is a function's identity on this host: its uid and gid (uid isolation), 
 start (IsolationUnavailable); so does one asked for `network: none` that cannot make network
 namespaces. Everything else that is unavailable (namespaces, cgroups) falls back as
 runtime/sandbox/policy.py describes, and `in_force` says what holds.
+
+Leases are made ahead of demand (`prepare`): a thread keeps a few of them ready — a uid
+claimed, a cgroup created with its limits and, where the zygote plants seeds, a seed planted in
+that cgroup — so a registration takes one instead of claiming, creating and joining on its own
+path. A prepared lease is handed out once, like any other: its uid and cgroup are its
+function's alone until `release`, which ends its processes (the unused seed included), removes
+its cgroup and frees its uid; nothing of it is ever handed out again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import secrets
 import sys
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.sandbox import cgroups
 from runtime.sandbox.child import SandboxSpec
-from runtime.sandbox.identity import Claim, UidPool
+from runtime.sandbox.identity import Claim, NoFreeUid, UidPool
 from runtime.sandbox.policy import (
     InForce,
     Isolation,
@@ -33,6 +44,8 @@ from runtime.sandbox.policy import (
 log = logging.getLogger(__name__)
 
 WORKSPACE_MODE = 0o700
+PREPARE_RETRY_S = 1.0  # after a lease could not be made ahead of demand
+PREPARE_STOP_S = 10.0  # how long `close` waits for the preparing thread
 
 
 def python_paths() -> tuple[str, ...]:
@@ -114,6 +127,13 @@ class FunctionIsolation:
         self.in_force: InForce | None = None
         self._namespaces = False
         self._network = False
+        # leases made ahead of demand (`prepare`)
+        self._ready: deque[Lease] = deque()
+        self._want = 0
+        self._plant: Callable[[SandboxSpec], None] | None = None
+        self._prepared = threading.Condition()
+        self._preparer: threading.Thread | None = None
+        self._closed = False
 
     def check(self) -> None:
         """Refuse what cannot be honoured, before anything is started."""
@@ -156,8 +176,69 @@ class FunctionIsolation:
         log.info("function isolation", extra={"isolation": self.in_force.describe()})
         return self.in_force
 
+    @property
+    def plants_seeds(self) -> bool:
+        """Whether prepared leases come with a seed planted in their cgroup (`prepare`)."""
+        return self._namespaces and self.cgroups is not None
+
+    def prepare(self, *, count: int, plant: Callable[[SandboxSpec], None]) -> None:
+        """Keep `count` leases ready ahead of demand; `plant` asks the zygote for a seed in a
+        prepared lease's cgroup (where `plants_seeds`). Nothing to prepare without uids and
+        cgroups."""
+        if count <= 0 or (self.pool is None and self.cgroups is None) or self._preparer is not None:
+            return
+        self._want, self._plant = count, plant if self.plants_seeds else None
+        self._preparer = threading.Thread(target=self._keep_prepared, name="isolation-prepare", daemon=True)
+        self._preparer.start()
+
+    def replenish(self) -> None:
+        """A prepared lease was taken: make the next one (in the preparing thread). Called once
+        the taker's process was started, so the preparation stays off its path."""
+        with self._prepared:
+            self._prepared.notify_all()
+
+    def prepared(self) -> int:
+        with self._prepared:
+            return len(self._ready)
+
+    def _keep_prepared(self) -> None:
+        while True:
+            with self._prepared:
+                while not self._closed and len(self._ready) >= self._want:
+                    self._prepared.wait()
+                if self._closed:
+                    return
+            try:
+                lease = self._new_lease("pre-" + secrets.token_hex(12))
+                if self._plant is not None and lease.group is not None:
+                    self._plant(self._seed_of(lease))
+            except (NoFreeUid, OSError) as exc:
+                log.warning("could not prepare a function identity ahead of demand: %s", exc)
+                with self._prepared:
+                    self._prepared.wait(PREPARE_RETRY_S)
+                continue
+            with self._prepared:
+                keep = not self._closed
+                if keep:
+                    self._ready.append(lease)
+            if not keep:
+                self.release(lease)
+
+    def _seed_of(self, lease: Lease) -> SandboxSpec:
+        """The base of a seed planted for `lease` alone: the common one, in its cgroup."""
+        common = self.seed_base()
+        assert common is not None and lease.group is not None
+        return dataclasses.replace(common, cgroup_procs=lease.group.procs_files)
+
     def lease(self, slot: str) -> Lease:
-        """A new function identity: a uid claimed on this machine, a cgroup with the limits."""
+        """A function identity of its own: a prepared one, or else one made now (`slot` names
+        its cgroup). Either way a uid claimed on this machine, a cgroup with the limits."""
+        with self._prepared:
+            if self._ready:
+                return self._ready.popleft()
+        return self._new_lease(slot)
+
+    def _new_lease(self, slot: str) -> Lease:
         claim = self.pool.claim() if self.pool is not None else None
         group = None
         try:
@@ -216,6 +297,14 @@ class FunctionIsolation:
         return lease.group is not None and lease.group.oom_kills() > 0
 
     def close(self) -> None:
+        with self._prepared:
+            self._closed = True
+            self._prepared.notify_all()
+            ready, self._ready = list(self._ready), deque()
+        if self._preparer is not None:
+            self._preparer.join(PREPARE_STOP_S)
+        for lease in ready:
+            self.release(lease)
         if self.cgroups is not None:
             self.cgroups.remove()
 

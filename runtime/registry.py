@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import krm_adapter, workspace
-from runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
+from runtime.config import FunctionConfig, RunRef
 from runtime.errors import (
     ConcurrencyLimit,
     FenceMismatch,
@@ -27,17 +27,15 @@ from runtime.errors import (
     StaleAttempt,
     UnknownRegistration,
 )
-from runtime.isolation import FunctionIsolation, Lease
-from runtime.limits import ProcessLimits
+from runtime.isolation import Lease
+from runtime.launch import Launcher
 from runtime.once import run_once
 from runtime.outcome import LoadFailed, Outcome, Status
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import NoFreeUid
-from runtime.secrets import FileSecrets
-from runtime.spawner import Spawner, SpawnError, SpawnSpec
+from runtime.spawner import SpawnError, SpawnSpec
 from runtime.warm import WarmProcess
-from runtime.workspace import SourcePolicy
 
 log = logging.getLogger(__name__)
 
@@ -119,21 +117,12 @@ class Registry:
     def __init__(
         self,
         *,
-        spawner: Spawner,
-        work_root: Path,
-        limits: ProcessLimits,
+        launcher: Launcher,
         host_uid: str,
         on_change: Callable[[], None] | None = None,
-        isolation: FunctionIsolation | None = None,
-        sources: SourcePolicy | None = None,
-        secrets: FileSecrets | None = None,
     ) -> None:
-        self.spawner = spawner
-        self.isolation = isolation
-        self.sources = sources or SourcePolicy()
-        self.secrets = secrets
-        self.work_root = work_root
-        self.limits = limits
+        self.launcher = launcher
+        self.spawner = launcher.spawner
         self.host_uid = host_uid
         self.on_change = on_change or (lambda: None)
         self._lock = threading.Lock()
@@ -186,16 +175,13 @@ class Registry:
         return reg, True
 
     def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
-        workdir = workspace.workdir(self.work_root, f"{run.run_uid}.{run.attempt}")
-        prepare_workdir(config, workdir, self.sources)
+        workdir = self.launcher.workspace(f"{run.run_uid}.{run.attempt}", config)
         reg = Registration(
             id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir
         )
         try:
-            reg.env = resolve_env(run, config, self.secrets)
-            if self.isolation is not None:
-                reg.lease = self.isolation.lease(reg.id)
-                reg.lease.own(workdir)
+            reg.env = self.launcher.env(run, config)
+            reg.lease = self.launcher.identity(reg.id, workdir)
             spec = self._spec(reg, once=False)
             if config.adapter == "python":
                 reg.process = WarmProcess.start(self.spawner, spec)
@@ -208,12 +194,14 @@ class Registry:
         except BaseException:
             self._close_registration(reg)
             raise
+        finally:
+            # the next identity is made once this one's process is ready: preparing it (a seed
+            # planted, its namespace and view built) while the function loads competes with it
+            self.launcher.replenish()
         return reg
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:
-        return spawn_spec(
-            reg.run, reg.config, reg.workdir, self.limits, once=once, sandbox=reg.sandbox, env=reg.env
-        )
+        return self.launcher.spec(reg.run, reg.config, reg.workdir, lease=reg.lease, env=reg.env, once=once)
 
     def unregister(self, registration_id: str, *, grace_s: float = 5.0) -> bool:
         with self._lock:
@@ -254,9 +242,9 @@ class Registry:
             if reg.process is not None:
                 reg.process.close()
                 reg.process = None
-            if reg.lease is not None and self.isolation is not None:
+            if reg.lease is not None:
                 lease, reg.lease = reg.lease, None
-                self.isolation.release(lease)
+                self.launcher.release(lease)
         finally:
             workspace.remove(reg.workdir)
 

@@ -39,6 +39,7 @@ from runtime.discovery import DEFAULT_INTERVAL_S, GatewayDiscovery
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
 from runtime.isolation import FunctionIsolation
+from runtime.launch import Launcher
 from runtime.limits import ProcessLimits
 from runtime.registry import Registry
 from runtime.sandbox.policy import InForce, SandboxSettings
@@ -87,7 +88,8 @@ class HostOptions:
     allowed_source_roots: tuple[str, ...] = ()
     # the secrets a Run's envFrom names (runtime/secrets.py); None: `{state_dir}/secrets`
     secrets_dir: Path | None = None
-    # sandboxed children kept planted in the zygote, ready for the next registrations
+    # function identities (uid, cgroup, a sandboxed child planted in the zygote) kept ready
+    # for the next registrations
     seeds: int = 2
     # the host's platform certificate directory and the control plane's assignment public key:
     # required, the host serves no port without them
@@ -154,24 +156,18 @@ class RuntimeHost:
             allowed_roots=options.allowed_source_roots, forbidden=(str(options.state_dir), *hidden)
         )
         secrets = FileSecrets(options.secrets_dir or options.state_dir / "secrets")
+        launcher = Launcher(
+            spawner=self.spawner,
+            work_root=self.work_root,
+            limits=options.limits,
+            isolation=self.isolation,
+            sources=sources,
+            secrets=secrets,
+        )
         self.registry = Registry(
-            spawner=self.spawner,
-            work_root=self.work_root,
-            limits=options.limits,
-            host_uid=self.host_uid,
-            on_change=self._registrations_changed,
-            isolation=self.isolation,
-            sources=sources,
-            secrets=secrets,
+            launcher=launcher, host_uid=self.host_uid, on_change=self._registrations_changed
         )
-        self.tasks = Tasks(
-            spawner=self.spawner,
-            work_root=self.work_root,
-            limits=options.limits,
-            isolation=self.isolation,
-            sources=sources,
-            secrets=secrets,
-        )
+        self.tasks = Tasks(launcher=launcher)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.address = ""
@@ -214,11 +210,16 @@ class RuntimeHost:
                     network_namespaces=self.spawner.network_namespaces,
                     work_root=self.work_root,
                 )
+                # identities made ahead of demand, each with a seed in its own cgroup where
+                # there are cgroups; generic seeds (joining their cgroup when given) otherwise
+                self.isolation.prepare(count=self.options.seeds, plant=self.spawner.plant)
                 base = self.isolation.seed_base()
-                if base is not None and self.options.seeds > 0:
+                if base is not None and self.options.seeds > 0 and not self.isolation.plants_seeds:
                     self.spawner.configure_seeds(base, count=self.options.seeds)
         except BaseException:
             self.spawner.close()
+            if self.isolation is not None:
+                self.isolation.close()  # the identities made ahead of demand
             raise
         loop = new_event_loop()
         self._executor = futures.ThreadPoolExecutor(
@@ -236,6 +237,8 @@ class RuntimeHost:
                 self._run(self._stop_serving(0.0), STOP_STEP_TIMEOUT_S)
             self._stop_loop()
             self.spawner.close()
+            if self.isolation is not None:
+                self.isolation.close()
             raise
         # Always made, also without gateways: the supervision stream may name them later.
         self.heartbeats = HeartbeatSender(

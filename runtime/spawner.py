@@ -168,6 +168,16 @@ class Spawner:
         with self._send_lock:
             sock.send(message)
 
+    def plant(self, base: SandboxSpec) -> None:
+        """Ask the zygote for one seed planted with `base` (in one function's cgroup), planted
+        when it has nothing else to do; a spawn of that cgroup then finds it waiting."""
+        sock = self._sock
+        if sock is None:
+            return
+        message = json.dumps({"op": "plant", "base": base.to_json()}).encode()
+        with self._send_lock:
+            sock.send(message)
+
     def kill(self, pid: int) -> None:
         """Kill the process group of a child (no-op once it has been reaped)."""
         sock = self._sock

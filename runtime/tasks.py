@@ -7,21 +7,17 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from runtime import workspace
-from runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
+from runtime.config import FunctionConfig, RunRef
 from runtime.errors import HostUnavailable, RegistrationConflict
-from runtime.isolation import FunctionIsolation
-from runtime.limits import ProcessLimits
+from runtime.launch import Launcher
 from runtime.once import run_once
 from runtime.outcome import Outcome, Status, set_error
 from runtime.results import check_outputs, parse_script_outputs
 from runtime.sandbox.identity import NoFreeUid
-from runtime.secrets import FileSecrets
-from runtime.spawner import Spawner, SpawnError
-from runtime.workspace import SourcePolicy
+from runtime.spawner import SpawnError
 
 RETAIN_RESULTS = 1000  # finished executions remembered for callers that retry
 RETAIN_SECONDS = 3600.0
@@ -38,22 +34,9 @@ class Execution:
 
 
 class Tasks:
-    def __init__(
-        self,
-        *,
-        spawner: Spawner,
-        work_root: Path,
-        limits: ProcessLimits,
-        isolation: FunctionIsolation | None = None,
-        sources: SourcePolicy | None = None,
-        secrets: FileSecrets | None = None,
-    ) -> None:
-        self.spawner = spawner
-        self.isolation = isolation
-        self.sources = sources or SourcePolicy()
-        self.secrets = secrets
-        self.work_root = work_root
-        self.limits = limits
+    def __init__(self, *, launcher: Launcher) -> None:
+        self.launcher = launcher
+        self.spawner = launcher.spawner
         self._lock = threading.Lock()
         self._runs: OrderedDict[tuple[str, int], Execution] = OrderedDict()
 
@@ -90,21 +73,18 @@ class Tasks:
     def _run(
         self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float, execution: Execution
     ) -> Outcome:
-        workdir = workspace.workdir(self.work_root, f"task-{run.run_uid}.{run.attempt}")
-        prepare_workdir(config, workdir, self.sources)
+        workdir = self.launcher.workspace(f"task-{run.run_uid}.{run.attempt}", config)
         lease = None
         try:
-            if self.isolation is not None:
-                lease = self.isolation.lease("task-" + secrets.token_hex(12))
-                lease.own(workdir)
-            sandbox = lease.sandbox(workdir) if lease is not None else None
-            env = resolve_env(run, config, self.secrets)
-            spec = spawn_spec(run, config, workdir, self.limits, once=True, sandbox=sandbox, env=env)
+            lease = self.launcher.identity("task-" + secrets.token_hex(12), workdir)
+            env = self.launcher.env(run, config)
+            spec = self.launcher.spec(run, config, workdir, lease=lease, env=env, once=True)
 
             def started(pid: int) -> None:
                 execution.pid = pid
                 if execution.cancelled:
                     self.spawner.kill(pid)
+                self.launcher.replenish()
 
             outcome = run_once(
                 self.spawner, spec, data, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started
@@ -113,8 +93,8 @@ class Tasks:
             raise HostUnavailable(str(exc)) from exc
         finally:
             try:
-                if lease is not None and self.isolation is not None:
-                    self.isolation.release(lease)
+                if lease is not None:
+                    self.launcher.release(lease)
             finally:
                 workspace.remove(workdir)
         if execution.cancelled:

@@ -7,6 +7,9 @@ threads is safe (the gRPC server itself must never fork).
 Protocol on the SOCK_SEQPACKET socket inherited as --fd (one JSON message per packet):
   server -> zygote  {"op": "spawn", "id", "spec"} with file descriptors [stdin, stdout, stderr, ctl?]
                     {"op": "kill", "pid"}            kill the process group of a child not yet reaped
+                    {"op": "seeds", "base", "count"} keep `count` generic seeds planted with `base`
+                    {"op": "plant", "base"}          plant one seed in the cgroup of `base` (one
+                                                    function's), when no other request waits
   zygote -> server  {"op": "ready", "namespaces", "networkNamespaces"}
                                                     once, when its imports are done; whether it
                                                     can give a child PID, mount and network
@@ -29,7 +32,7 @@ import selectors
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runtime import limits
@@ -37,6 +40,11 @@ from runtime.adapters import python_worker
 from runtime.sandbox import child, fsview, syscalls
 
 MAX_MESSAGE = 256 * 1024
+# A seed plants (namespaces, view, the fork of its function process) at the lowest priority, so
+# that on a busy machine preparing the next function takes no CPU from what is serving; given a
+# function it runs at the zygote's priority again.
+SEED_NICE = 19
+_work_nice: int | None = None  # in a seed: the priority it runs its function at
 CTL_FD = 3
 _PR_SET_PDEATHSIG = 1
 
@@ -85,6 +93,8 @@ def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
     os.environ.clear()
     os.environ.update(env)
     limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
+    if _work_nice is not None:  # a seed's: back to the zygote's priority (still privileged)
+        os.setpriority(os.PRIO_PROCESS, 0, _work_nice)
     _never_preempt_the_host()
     if sandbox is not None:
         child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
@@ -104,13 +114,19 @@ def _failed(exc: BaseException) -> None:
         os.write(2, f"kruntimes: function process failed to start: {exc!r}\n".encode())
 
 
-def _seed(base: child.SandboxSpec, theirs: socket.socket, server: socket.socket) -> None:
+def _seed(
+    base: child.SandboxSpec, planned: fsview.Plan, theirs: socket.socket, server: socket.socket
+) -> None:
     """Runs in a new seed (the zygote's child, PID 1 of a namespace of its own); never returns.
     Its function process waits on `theirs` for one assignment: {"spec", "grow": [[kind, path,
     options], ...]} with the function's descriptors (stdin, stdout, stderr[, control]) and one
     per bind of `grow`, in order."""
+    global _work_nice
     code = 127
     try:
+        _work_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, SEED_NICE)
         os.setsid()
         _die_with_parent()
         server.close()
@@ -119,7 +135,7 @@ def _seed(base: child.SandboxSpec, theirs: socket.socket, server: socket.socket)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        child.plant(base)  # returns in the waiting function process
+        child.plant(base, planned)  # returns in the waiting function process
         msg, fds, _flags, _addr = socket.recv_fds(theirs, MAX_MESSAGE, 16)
         if not msg:
             os._exit(0)  # retired before it was given anything
@@ -135,7 +151,7 @@ def _seed(base: child.SandboxSpec, theirs: socket.socket, server: socket.socket)
             dict(zip(binds, fds[len(fds) - len(binds) :], strict=True)),
         )
         sandbox = child.SandboxSpec.from_json(spec["sandbox"])
-        child.grow(sandbox, more, sources)
+        child.grow(sandbox, base, more, sources)
         for fd in sources.values():
             os.close(fd)
         for target, fd in enumerate(stdio):
@@ -148,12 +164,18 @@ def _seed(base: child.SandboxSpec, theirs: socket.socket, server: socket.socket)
 
 
 @dataclass
-class _Seeds:
-    """Planted children waiting for functions, all alike (the base the host configured)."""
+class _Seed:
+    """A planted child waiting for a function: generic (a base without a cgroup) or planted in
+    the cgroup of the one function it may become."""
 
+    pid: int
+    ours: socket.socket
     base: child.SandboxSpec
-    count: int
-    waiting: list[tuple[int, socket.socket]] = field(default_factory=list)  # (pid, our end)
+    planted: fsview.Plan  # the view it made
+
+    @property
+    def generic(self) -> bool:
+        return not self.base.cgroup_procs
 
 
 class Zygote:
@@ -169,7 +191,12 @@ class Zygote:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
         self.namespaces, self.network_namespaces = child.probe()
         self.pids = child.PidSpace() if self.namespaces else None
-        self.seeds: _Seeds | None = None
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.generic: child.SandboxSpec | None = None  # the base of the generic seeds
+        self.generic_count = 0
+        self.waiting: list[_Seed] = []
+        # seeds asked for one function's cgroup each, planted when no request is waiting
+        self.to_plant: list[child.SandboxSpec] = []
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.send(json.dumps(message).encode())
@@ -183,7 +210,10 @@ class Zygote:
         sel.register(self.sock, selectors.EVENT_READ, "sock")
         sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         while True:
-            for key, _ in sel.select():
+            events = sel.select(0 if self.to_plant else None)
+            if not events and self.to_plant:  # nothing else to do: plant the next asked-for seed
+                self.plant(self.to_plant.pop(0))
+            for key, _ in events:
                 if key.data == "wake":
                     try:
                         while os.read(self.wake_r, 512):
@@ -206,6 +236,8 @@ class Zygote:
                 self.kill(int(request["pid"]))
             elif request["op"] == "seeds":
                 self.configure_seeds(request)
+            elif request["op"] == "plant" and self.pids is not None:
+                self.to_plant.append(child.SandboxSpec.from_json(request["base"]))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -214,63 +246,83 @@ class Zygote:
     def configure_seeds(self, request: dict[str, Any]) -> None:
         if self.pids is None:
             return
-        self.seeds = _Seeds(child.SandboxSpec.from_json(request["base"]), max(0, int(request["count"])))
+        self.generic = child.SandboxSpec.from_json(request["base"])
+        self.generic_count = max(0, int(request["count"]))
         self.replant()
 
     def replant(self) -> None:
-        """Bring the seeds back to their count (after one was given, or died unused)."""
-        seeds = self.seeds
-        if seeds is None or self.pids is None:
+        """Bring the generic seeds back to their count (after one was given, or died unused)."""
+        if self.generic is None:
             return
-        while len(seeds.waiting) < seeds.count:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                self.pids.next_child(new=True)
-                pid = os.fork()
-            except OSError:
-                ours.close()
-                theirs.close()
+        while sum(1 for seed in self.waiting if seed.generic) < self.generic_count:
+            if not self.plant(self.generic):
                 return  # no seed now: functions are started the direct way meanwhile
-            if pid == 0:
-                ours.close()
-                _seed(seeds.base, theirs, self.sock)
+
+    def plant(self, base: child.SandboxSpec) -> bool:
+        """Fork a seed planted with `base`; whether it could."""
+        if self.pids is None:
+            return False
+        planned = child.view(base)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.pids.next_child(new=True)
+            pid = os.fork()
+        except OSError:
+            ours.close()
             theirs.close()
-            self.children.add(pid)
-            seeds.waiting.append((pid, ours))
+            return False
+        if pid == 0:
+            ours.close()
+            _seed(base, planned, theirs, self.sock)
+        theirs.close()
+        self.children.add(pid)
+        self.waiting.append(_Seed(pid, ours, base, planned))
+        return True
 
     def _use_seed(self, request: dict[str, Any], fds: list[int]) -> int | None:
-        """Give the spawn to a waiting seed; its pid, or None to start the function directly."""
-        seeds, raw = self.seeds, request["spec"].get("sandbox")
-        if seeds is None or not raw or not seeds.waiting:
+        """Give the spawn to a waiting seed (the one planted in its cgroup first); its pid, or
+        None to start the function directly."""
+        raw = request["spec"].get("sandbox")
+        if not raw:
             return None
         sandbox = child.SandboxSpec.from_json(raw)
-        if not sandbox.seeded_by(seeds.base):
-            return None
-        more = child.growth(sandbox, seeds.base)
-        opened: list[int] = []
-        try:
-            for path in more.binds:  # a bind cannot cross mount namespaces: detached trees can
-                opened.append(syscalls.open_tree(path))
-        except OSError:
-            for fd in opened:
-                os.close(fd)
-            return None
-        while seeds.waiting:
-            pid, ours = seeds.waiting.pop(0)
+        if sandbox.cgroup_procs:  # one asked for but not planted yet: too late to be of use
+            self.to_plant = [b for b in self.to_plant if b.cgroup_procs != sandbox.cgroup_procs]
+        candidates = sorted(
+            (seed for seed in self.waiting if sandbox.seeded_by(seed.base)), key=lambda seed: seed.generic
+        )
+        for seed in candidates:
+            more = child.growth(sandbox, seed.base, seed.planted)
+            opened: list[int] = []
+            try:
+                for path in more.binds:  # a bind cannot cross mount namespaces: detached trees can
+                    opened.append(syscalls.open_tree(path))
+            except OSError:
+                for fd in opened:
+                    os.close(fd)
+                return None
+            self.waiting.remove(seed)
+            self._at_work(seed.pid)
             try:
                 grow = [[op.kind, op.path, op.options] for op in more.ops]
                 message = json.dumps({"spec": request["spec"], "grow": grow}).encode()
-                socket.send_fds(ours, [message], fds + opened)
+                socket.send_fds(seed.ours, [message], fds + opened)
             except OSError:
                 continue  # that seed died: try the next
             finally:
-                ours.close()
-            for fd in opened:
-                os.close(fd)
-            return pid
-        for fd in opened:
-            os.close(fd)
+                seed.ours.close()
+                for fd in opened:
+                    os.close(fd)
+            return seed.pid
         return None
+
+    def _at_work(self, pid: int) -> None:
+        """A seed given a function runs at the zygote's priority again: its init, and its
+        waiting function process (its child, once forked; one forked meanwhile resets its own
+        priority before it runs the function)."""
+        for target in (pid, *_children(pid)):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, target, self.nice)
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
         pid = self._use_seed(request, fds)
@@ -309,12 +361,19 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
-            if self.seeds is not None:
-                for waiting in list(self.seeds.waiting):
-                    if waiting[0] == pid:  # a seed died before it was given a function
-                        self.seeds.waiting.remove(waiting)
-                        waiting[1].close()
+            for seed in list(self.waiting):
+                if seed.pid == pid:  # a seed died before it was given a function
+                    self.waiting.remove(seed)
+                    seed.ours.close()
             self.send({"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def main() -> None:

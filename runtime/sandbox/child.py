@@ -15,6 +15,11 @@ directories, private /proc, /tmp and /dev/shm, loopback), their function process
 waiting, privileged, for an assignment. Given one (its spec, its descriptors, and descriptors of
 the paths only it may see, opened where they are visible), the waiting process `grow`s the view
 by what is its own (its workspace), joins its cgroup, and goes on as an entered one would.
+
+A seed may be planted for one function's cgroup (a base with `cgroup_procs`): it joins that
+cgroup before it forks, as an entered child does, so joining (a cgroup migration waits for an
+RCU grace period: milliseconds) is off the registration's path too. Such a seed only ever
+becomes a process of that cgroup (`seeded_by`); a generic seed (no cgroup) joins at `grow`.
 """
 
 from __future__ import annotations
@@ -63,9 +68,11 @@ class SandboxSpec:
         )
 
     def seeded_by(self, base: SandboxSpec) -> bool:
-        """Whether a process planted with `base` can become this one (its view only grows)."""
+        """Whether a process planted with `base` can become this one (its view only grows; a
+        seed planted in a cgroup becomes a process of that cgroup and of no other)."""
         return (
-            self.pid_namespace
+            (not base.cgroup_procs or base.cgroup_procs == self.cgroup_procs)
+            and self.pid_namespace
             and self.mount_namespace
             and base.pid_namespace
             and base.mount_namespace
@@ -115,11 +122,12 @@ def view(spec: SandboxSpec) -> fsview.Plan:
     return fsview.plan(keep=spec.keep, hide=spec.hide, scratch=scratch, needs_traversal=spec.foreign_uid)
 
 
-def _namespaces(spec: SandboxSpec) -> None:
-    """A mount (and network) namespace of this process's own, with the view of `spec`."""
+def _namespaces(spec: SandboxSpec, planned: fsview.Plan | None = None) -> None:
+    """A mount (and network) namespace of this process's own, with the view of `spec` (as
+    `planned` when given)."""
     syscalls.unshare(syscalls.CLONE_NEWNS | (syscalls.CLONE_NEWNET if spec.network_none else 0))
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
-    fsview.apply(view(spec))
+    fsview.apply(planned if planned is not None else view(spec))
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
     syscalls.mount("proc", "/proc", "proc", flags, PROC_OPTIONS)
     if spec.network_none:
@@ -139,27 +147,30 @@ def enter(spec: SandboxSpec) -> None:
     _init(function)
 
 
-def plant(base: SandboxSpec) -> None:
-    """Runs in a fresh seed (PID 1 of its namespace): the generic view, then the fork; returns
-    in the waiting function process, privileged."""
-    _namespaces(base)
+def plant(base: SandboxSpec, planned: fsview.Plan) -> None:
+    """Runs in a fresh seed (PID 1 of its namespace): its cgroup if the base has one, the view
+    `planned` for the base, then the fork; returns in the waiting function process, privileged."""
+    cgroups.join(base.cgroup_procs)
+    _namespaces(base, planned)
     function = os.fork()
     if function == 0:
         return
     _init(function)
 
 
-def growth(spec: SandboxSpec, base: SandboxSpec) -> fsview.Plan:
-    """What a process planted with `base` must add to its view to have the view of `spec`
-    (planned where the real file system is visible: in the zygote)."""
-    planted = set(view(base).ops)
-    return fsview.Plan(tuple(op for op in view(spec).ops if op not in planted))
+def growth(spec: SandboxSpec, base: SandboxSpec, planted: fsview.Plan | None = None) -> fsview.Plan:
+    """What a process planted with `base` (the view `planted`, when known) must add to its view
+    to have the view of `spec` (planned where the real file system is visible: in the zygote)."""
+    done = set((planted if planted is not None else view(base)).ops)
+    return fsview.Plan(tuple(op for op in view(spec).ops if op not in done))
 
 
-def grow(spec: SandboxSpec, more: fsview.Plan, trees: dict[str, int]) -> None:
-    """In a planted process given its assignment: its cgroup, and `more` of the view (its binds
-    as detached mount trees in `trees`: path → syscalls.open_tree made where it is visible)."""
-    cgroups.join(spec.cgroup_procs)
+def grow(spec: SandboxSpec, base: SandboxSpec, more: fsview.Plan, trees: dict[str, int]) -> None:
+    """In a process planted with `base` given its assignment: its cgroup (unless the seed was
+    planted in it), and `more` of the view (its binds as detached mount trees in `trees`: path →
+    syscalls.open_tree made where it is visible)."""
+    if not base.cgroup_procs:
+        cgroups.join(spec.cgroup_procs)
     fsview.apply(more, trees=trees)
 
 
