@@ -13,6 +13,7 @@
         ttl: 30m                    # the Runs' idle timeout: seconds, or 90s, 30m, 1h30m
         maxParallel: 2
         maxWaitlist: 4
+        maxConcurrentEvaluations: 8 # evaluations one Run takes at once
         templateOverrides: {...}    # merged into the pod template
         source: {path: /fns/set-labels, entrypoint: [python, main.py]}   # embedded mode
 
@@ -102,6 +103,9 @@ class PodExecutor(_Spec):
     ttl: float = Field(default=1800.0, gt=0, le=MAX_TTL_SECONDS)
     maxParallel: int = Field(default=1, ge=1, le=64)
     maxWaitlist: int = Field(default=8, ge=0, le=1024)
+    # evaluations one Run takes at once (each its own process on the host); at most the krm
+    # runtime's hosts' `--krm-concurrency`
+    maxConcurrentEvaluations: int = Field(default=8, ge=1, le=64)
     templateOverrides: dict[str, Any] = Field(default_factory=dict)
     source: PodSource | None = None
 

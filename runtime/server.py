@@ -39,7 +39,7 @@ from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
 from runtime.isolation import FunctionIsolation
 from runtime.limits import ProcessLimits
-from runtime.registry import Registry
+from runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
 from runtime.sandbox.policy import InForce, SandboxSettings
 from runtime.secrets import FileSecrets
 from runtime.service import (
@@ -99,6 +99,8 @@ class HostOptions:
     # probes that cannot present a certificate, such as a kubelet's gRPC readiness probe.
     # None: no such port.
     health_listen: str | None = None
+    # how many invocations a krm registration takes at once (each its own one-shot process)
+    krm_concurrency: int = DEFAULT_KRM_CONCURRENCY
 
 
 class HostConfigError(Exception):
@@ -160,6 +162,7 @@ class RuntimeHost:
             isolation=self.isolation,
             sources=sources,
             secrets=secrets,
+            krm_concurrency=options.krm_concurrency,
         )
         self.tasks = Tasks(
             spawner=self.spawner,
