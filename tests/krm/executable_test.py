@@ -184,10 +184,3 @@ async def test_a_launcher_is_replaced_after_its_starts_and_ends_when_its_last_pr
     second = process.Launcher.current(evaluator.limits)
     assert second is not first and second.starts == 1
     await eventually(lambda: first.process.poll() is not None, timeout=10, what="the first launcher ended")
-
-
-async def test_a_binary_that_cannot_start_is_a_system_error(tmp_path: Path) -> None:
-    missing = tmp_path / "missing"
-    with pytest.raises(errors.SystemError_) as caught:
-        await ExecEvaluator(None).run([str(missing)], request())  # type: ignore[arg-type]
-    assert "cannot start" in str(caught.value) and "No such file" in str(caught.value)
