@@ -26,7 +26,10 @@ until it is Ready, invoke it through the gateway, delete it. The Run lifecycle g
   deleted at once, busy ones when their evaluation ends.
 
 In embedded mode an image's program is the FunctionConfig's `podExecutor.source` (a directory or
-inline files, and the entrypoint); without one the image is NotFound here. A deadline is the
+inline files, and the entrypoint). In a cluster it is `podExecutor.entrypoint`, a program of the
+function's own image, on Runs of `podExecutor.runtime`: a krm runtime whose host pods are of that
+image with the host injected by an init container (`kubernetes.hostInjection`). With neither the
+image is NotFound here. A deadline is the
 invocation's timeout (the host kills the function at it); a caller's cancellation while the
 function runs deletes that Run, which kills the function's processes: at once when it was the
 Run's only evaluation in flight, else the Run takes no more and is deleted when the others end
@@ -77,6 +80,7 @@ FINISHED_TTL_SECONDS = 600  # how long an ended Run stays queryable
 GATEWAY_CATCH_UP_S = 5.0  # how long a new Run may be unknown to the gateway after Ready
 CATCH_UP_PAUSE_S = 0.05
 EVALUATOR_LABEL = "kruntimes.io/krm-evaluator"
+IMAGE_FILE = "IMAGE"  # a cluster-mode Run's one source file: the image it serves
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 State = Literal["creating", "ready", "gone"]
@@ -187,7 +191,7 @@ class PodEvaluator:
         creations: dict[str, PodRun] = {}
         for config in self.store.configs():
             executor = config.spec.podExecutor
-            if executor is None or executor.source is None:
+            if executor is None or not executor.runnable:
                 continue
             tag = executor.tags[0].strip() if executor.tags else ""
             target = PodTarget(config.key, config.spec.prefixes[0], tag, executor)
@@ -360,15 +364,23 @@ class PodEvaluator:
 
     def _manifest(self, run: PodRun) -> Run:
         target = run.pool.target
-        source = target.executor.source
-        if source is None:
-            raise errors.NotFound(f"{target.image}: no podExecutor.source")
+        executor = target.executor
+        source = executor.source
         spec_source: dict[str, Any]
-        if source.inline is not None:
-            spec_source = {"inline": [f.model_dump() for f in source.inline]}
+        if source is not None:
+            entrypoint = source.entrypoint
+            if source.inline is not None:
+                spec_source = {"inline": [f.model_dump() for f in source.inline]}
+            else:
+                assert source.path is not None
+                spec_source = {"path": str(self._source_path(target, source.path))}
+        elif executor.entrypoint is not None:
+            # Cluster mode: the program is in the image of the runtime's pods; the Run's source
+            # only records which image it serves.
+            entrypoint = executor.entrypoint
+            spec_source = {"inline": [{"name": IMAGE_FILE, "content": f"{target.name}:{target.tag}\n"}]}
         else:
-            assert source.path is not None
-            spec_source = {"path": str(self._source_path(target, source.path))}
+            raise errors.NotFound(f"{target.image}: no podExecutor source or entrypoint")
         return Run.from_dict(
             {
                 "apiVersion": "kruntimes.io/v1alpha1",
@@ -379,10 +391,10 @@ class PodEvaluator:
                     "labels": {EVALUATOR_LABEL: self.instance},
                 },
                 "spec": {
-                    "runtime": self.runtime,
+                    "runtime": executor.runtime or self.runtime,
                     "mode": {"function": {"idleTimeoutSeconds": int(run.pool.ttl)}},
                     "source": spec_source,
-                    "handler": shlex.join(source.entrypoint),
+                    "handler": shlex.join(entrypoint),
                     "retryPolicy": {"limit": 1},
                     "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
                 },
