@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import atexit
 import contextlib
 import itertools
 import json
@@ -310,6 +311,48 @@ class _Writer(asyncio.Protocol):
             self.done.set_result(None)
 
 
+class _Workdirs:
+    """Fresh empty working directories, never used before. Making and removing one is a
+    journaled metadata write each on a disk filesystem (about a millisecond apiece on a busy
+    disk), so both happen off the evaluation's path: a few are made ahead in a worker thread, and
+    a used one is removed in a worker thread once every process of its function is dead."""
+
+    def __init__(self, *, ahead: int) -> None:
+        self.ahead = ahead
+        self._fresh: list[str] = []
+        self._refilling = False
+        atexit.register(self.clear)
+
+    def take(self, loop: asyncio.AbstractEventLoop) -> str:
+        path = self._fresh.pop() if self._fresh else tempfile.mkdtemp(prefix="krm-fn-")
+        if len(self._fresh) < self.ahead and not self._refilling:
+            self._refilling = True
+            loop.run_in_executor(None, self._refill)
+        return path
+
+    def _refill(self) -> None:
+        try:
+            while len(self._fresh) < self.ahead:
+                self._fresh.append(tempfile.mkdtemp(prefix="krm-fn-"))
+        except OSError:
+            pass  # made when taken instead
+        finally:
+            self._refilling = False
+
+    def remove(self, loop: asyncio.AbstractEventLoop, path: str) -> None:
+        try:
+            loop.run_in_executor(None, shutil.rmtree, path, True)
+        except RuntimeError:  # the loop is closing
+            shutil.rmtree(path, ignore_errors=True)
+
+    def clear(self) -> None:
+        while self._fresh:
+            shutil.rmtree(self._fresh.pop(), ignore_errors=True)
+
+
+_WORKDIRS = _Workdirs(ahead=4)
+
+
 def _environment(workdir: str) -> dict[str, str]:
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "TMPDIR": workdir}
 
@@ -325,7 +368,7 @@ async def run(
 ) -> Outcome:
     """Run `argv` to completion before `deadline` (a `time.monotonic()` instant)."""
     loop = asyncio.get_running_loop()
-    workdir = tempfile.mkdtemp(prefix="krm-fn-")
+    workdir = _WORKDIRS.take(loop)
     ours: list[int] = []
     theirs: list[int] = []
     transports: list[asyncio.BaseTransport] = []
@@ -388,4 +431,4 @@ async def run(
             transport.close()  # every writer is dead: nothing more comes
         for fd in ours:
             os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _WORKDIRS.remove(loop, workdir)
