@@ -20,7 +20,9 @@ gateway over HTTPS, runtime hosts of a `krm` runtime), the same echo function on
   one invoke through the SDK, alternating; target p50 <= 1.2x;
 - 20 concurrent cold requests for one image: one creation, total time next to one cold
   request; target <= 1.5x. The Run takes `maxConcurrentEvaluations` (default 8) at once, so the
-  twenty run in waves on one Run; `twenty_less_one_cold_ms` is what the 19 others add.
+  twenty run in waves on one Run; `twenty_less_one_cold_ms` is what the 19 others add. Each
+  evaluation starts a Python interpreter in its sandbox (about 30 ms of CPU here), so the 19 add
+  at least 19 x 30 ms / cores of CPU time: on two cores more than half a cold request.
 Prints a table per part and a final JSON line each.
 """
 
