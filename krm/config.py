@@ -13,8 +13,13 @@
         ttl: 30m                    # the Runs' idle timeout: seconds, or 90s, 30m, 1h30m
         maxParallel: 2
         maxWaitlist: 4
+        maxConcurrentEvaluations: 8 # evaluations one Run takes at once
         templateOverrides: {...}    # merged into the pod template
         source: {path: /fns/set-labels, entrypoint: [python, main.py]}   # embedded mode
+        # cluster mode instead of source: the program in the function's own image, on Runs of a
+        # krm runtime whose host pods are of that image (kubernetes.hostInjection)
+        # entrypoint: [/usr/local/bin/function]
+        # runtime: krm-set-labels   # that runtime (default: the evaluator's --pod-runtime)
 
 An image matches a FunctionConfig when its name (the reference without tag or digest) equals one
 of the prefixes. Validation errors name the field: `spec.binaryExecutor.tags[0]: ...`.
@@ -36,6 +41,7 @@ KIND = "FunctionConfig"
 GROUP, VERSION, PLURAL = "kruntimes.io", "v1alpha1", "functionconfigs"
 
 MAX_PREFIXES = 32
+_RUNTIME_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label
 MAX_TAGS = 64
 MAX_TTL_SECONDS = 7 * 24 * 3600
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -102,8 +108,32 @@ class PodExecutor(_Spec):
     ttl: float = Field(default=1800.0, gt=0, le=MAX_TTL_SECONDS)
     maxParallel: int = Field(default=1, ge=1, le=64)
     maxWaitlist: int = Field(default=8, ge=0, le=1024)
+    # evaluations one Run takes at once (each its own process on the host); at most the krm
+    # runtime's hosts' `--krm-concurrency`
+    maxConcurrentEvaluations: int = Field(default=8, ge=1, le=64)
     templateOverrides: dict[str, Any] = Field(default_factory=dict)
+    # Embedded mode: the program its Runs run, registered as their source.
     source: PodSource | None = None
+    # Cluster mode: the function's argv in its own image (the program absolute), run on a krm
+    # runtime whose host pods are of that image (`kubernetes.hostInjection`).
+    entrypoint: list[str] | None = Field(default=None, min_length=1, max_length=64)
+    # The krm runtime its Runs use; None: the evaluator's (`--pod-runtime`, default krm).
+    runtime: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
+
+    @model_validator(mode="after")
+    def _one_program(self) -> PodExecutor:
+        if self.source is not None and self.entrypoint is not None:
+            raise ValueError("give source (embedded mode) or entrypoint (cluster mode), not both")
+        if self.entrypoint is not None and not self.entrypoint[0].startswith("/"):
+            raise ValueError("entrypoint: the program in the function's image must be an absolute path")
+        return self
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the pod evaluator has a program to run: a source, or an entrypoint in the image."""
+        return self.source is not None or self.entrypoint is not None
 
     @field_validator("tags")
     @classmethod

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from krm import errors, process
 from krm.evaluation import Evaluation, Request
 from krm.limits import MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES
-from krm.resources import YamlError, parse_resource_list, parse_results
+from krm.resources import YamlError, output_results
 from krm.store import Store
 
 
@@ -39,8 +39,7 @@ def interpret(outcome: process.Outcome) -> Evaluation:
     code = _exit_code(outcome.exit_code)
     bare = Evaluation(b"", outcome.stderr, outcome.stderr_truncated, (), code)
     try:
-        document = parse_resource_list(outcome.stdout)
-        results = parse_results(document)
+        results = output_results(outcome.stdout)
     except (YamlError, errors.TooManyResults) as e:
         if outcome.exit_code != 0:
             raise errors.FunctionFailed(

@@ -10,10 +10,13 @@ until it is Ready, invoke it through the gateway, delete it. The Run lifecycle g
   A Run idle for its TTL is forgotten here before it would be invoked, and one the platform no
   longer has (expired, Failed, cancelled: 404 or 503 from the gateway) is evicted and the
   evaluation goes to another Run, once: it never ran.
-- **One evaluation in flight per Run**; an idle Ready Run is taken least recently used first
-  (round-robin among equals).
-- **Waitlist**: with no idle Run, a request waits on the Run (Ready and busy, or being created)
-  with the fewest waiters, so concurrent requests for a cold image share one creation. When every
+- **Up to `maxConcurrentEvaluations` evaluations in flight per Run** (the host runs each as a
+  process of its own, up to its `--krm-concurrency`; a Run that answers Busy is taken to hold
+  fewer and the evaluation, which never ran, is tried again). A request goes to the Ready Run with
+  room that has the fewest in flight, least recently used among equals (round-robin).
+- **Waitlist**: with no Run with room, a request waits on the Run (Ready and full, or being
+  created) with the fewest waiters, so concurrent requests for a cold image share one creation;
+  a Run that becomes Ready takes as many of its waiters at once as it has room for. When every
   Run has `maxWaitlist` waiters a new Run is created for the request (up to `maxParallel` Runs);
   beyond that the request is ResourceExhausted. A creation error goes to every waiter of that
   Run and the Run is forgotten, so the next request creates again.
@@ -23,9 +26,14 @@ until it is Ready, invoke it through the gateway, delete it. The Run lifecycle g
   deleted at once, busy ones when their evaluation ends.
 
 In embedded mode an image's program is the FunctionConfig's `podExecutor.source` (a directory or
-inline files, and the entrypoint); without one the image is NotFound here. A deadline is the
+inline files, and the entrypoint). In a cluster it is `podExecutor.entrypoint`, a program of the
+function's own image, on Runs of `podExecutor.runtime`: a krm runtime whose host pods are of that
+image with the host injected by an init container (`kubernetes.hostInjection`). With neither the
+image is NotFound here. A deadline is the
 invocation's timeout (the host kills the function at it); a caller's cancellation while the
-function runs deletes that Run, which kills the function's processes.
+function runs deletes that Run, which kills the function's processes: at once when it was the
+Run's only evaluation in flight, else the Run takes no more and is deleted when the others end
+(they answer, the cancelled one is killed with the Run, or at its deadline if that comes first).
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ FINISHED_TTL_SECONDS = 600  # how long an ended Run stays queryable
 GATEWAY_CATCH_UP_S = 5.0  # how long a new Run may be unknown to the gateway after Ready
 CATCH_UP_PAUSE_S = 0.05
 EVALUATOR_LABEL = "kruntimes.io/krm-evaluator"
+IMAGE_FILE = "IMAGE"  # a cluster-mode Run's one source file: the image it serves
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 State = Literal["creating", "ready", "gone"]
@@ -85,11 +94,13 @@ class PodRun:
     pool: Pool
     state: State = "creating"
     run: RunObject | None = None
-    in_flight: bool = False
+    in_flight: int = 0
+    capacity: int = 1  # evaluations at once
     retire: bool = False
     waiters: deque[asyncio.Future[PodRun]] = field(default_factory=deque)
     last_used: float = field(default_factory=time.monotonic)
     served: int = 0
+    routed: bool = False  # an invocation reached it through the gateway
 
 
 @dataclass(eq=False)
@@ -114,6 +125,7 @@ class Stats:
     evicted: int = 0  # Runs found gone or failed, and forgotten
     expired: int = 0  # Runs idle for their TTL, forgotten
     exhausted: int = 0  # requests refused ResourceExhausted
+    busy: int = 0  # evaluations a Run refused as Busy (and were tried again)
 
 
 class PodEvaluator:
@@ -154,6 +166,13 @@ class PodEvaluator:
             run = await self._acquire(pool, request)
             try:
                 return await self._invoke(run, payload, request)
+            except _Full as e:
+                # The host takes fewer at once than configured: the Run counts as holding what
+                # it holds without this one.
+                self.stats.busy += 1
+                run.capacity = max(1, run.in_flight - 1)
+                if attempt == 2 or request.remaining() <= 0:
+                    raise errors.ResourceExhausted(f"{request.image}: Run {run.name} is busy: {e}") from e
             except _Gone as e:
                 self._evict(run, str(e))
                 if attempt == 2 or request.remaining() <= 0:
@@ -172,7 +191,7 @@ class PodEvaluator:
         creations: dict[str, PodRun] = {}
         for config in self.store.configs():
             executor = config.spec.podExecutor
-            if executor is None or executor.source is None:
+            if executor is None or not executor.runnable:
                 continue
             tag = executor.tags[0].strip() if executor.tags else ""
             target = PodTarget(config.key, config.spec.prefixes[0], tag, executor)
@@ -204,8 +223,8 @@ class PodEvaluator:
             await asyncio.gather(*(self._delete(name) for name in sorted(self._names)))
         self._pools.clear()
 
-    def snapshot(self) -> dict[str, list[tuple[str, str, bool]]]:
-        """Each image's Runs as (name, state, in flight)."""
+    def snapshot(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Each image's Runs as (name, state, evaluations in flight)."""
         return {
             pool.target.image: [(r.name, r.state, r.in_flight) for r in pool.runs]
             for pool in self._pools.values()
@@ -226,21 +245,22 @@ class PodEvaluator:
             pool.target = target
             for run in list(pool.runs):
                 run.retire = True
-                if run.state == "ready" and not run.in_flight:
+                if run.state == "ready" and run.in_flight == 0:
                     self._forget(run, delete=True)
         return pool
 
     async def _acquire(self, pool: Pool, request: Request) -> PodRun:
         now = time.monotonic()
         for run in list(pool.runs):
-            if run.state == "ready" and not run.in_flight and now - run.last_used >= _expiry(pool.ttl):
+            if run.state == "ready" and run.in_flight == 0 and now - run.last_used >= _expiry(pool.ttl):
                 self.stats.expired += 1
                 self._forget(run, delete=True)  # its idle timer ends it now, if it has not already
         live = [r for r in pool.runs if r.state != "gone" and not r.retire]
-        idle = [r for r in live if r.state == "ready" and not r.in_flight]
-        if idle:
-            run = min(idle, key=lambda r: r.last_used)
-            run.in_flight = True
+        room = [r for r in live if r.state == "ready" and r.in_flight < r.capacity]
+        if room:
+            run = min(room, key=lambda r: (r.in_flight, r.last_used))
+            run.in_flight += 1
+            run.last_used = now
             return run
         waiting = min(live, key=lambda r: len(r.waiters), default=None)
         if waiting is not None and len(waiting.waiters) < pool.executor.maxWaitlist:
@@ -272,31 +292,33 @@ class PodEvaluator:
             raise
 
     def _release(self, run: PodRun) -> None:
-        """The evaluation on `run` is over: hand it to the next waiter, or leave it idle."""
-        if not run.in_flight:
+        """An evaluation on `run` is over: hand its place to the next waiter, or leave it free."""
+        if run.in_flight == 0:
             return
-        run.in_flight = False
+        run.in_flight -= 1
         run.last_used = time.monotonic()
         if run.state != "ready":
             return
         if run.retire:
-            self._forget(run, delete=True)
+            if run.in_flight == 0:
+                self._forget(run, delete=True)
             return
         self._hand_over(run)
 
     def _hand_over(self, run: PodRun) -> None:
-        queues = [run.waiters] + sorted(
-            (r.waiters for r in run.pool.runs if r is not run and r.waiters),
-            key=len,
-            reverse=True,
-        )
-        for queue in queues:  # its own waiters first, then the longest other waitlist
-            while queue:
-                future = queue.popleft()
-                if not future.done():
-                    run.in_flight = True
-                    future.set_result(run)
-                    return
+        """Give `run`'s free places to waiters: its own first, then the longest other waitlist."""
+        while run.in_flight < run.capacity:
+            queues = [run.waiters] + sorted(
+                (r.waiters for r in run.pool.runs if r is not run and r.waiters),
+                key=len,
+                reverse=True,
+            )
+            future = next((q.popleft() for q in queues if q), None)
+            if future is None:
+                return
+            if not future.done():
+                run.in_flight += 1
+                future.set_result(run)
 
     # --- creating and deleting Runs --------------------------------------------------------------
 
@@ -305,7 +327,9 @@ class PodEvaluator:
         return f"krm-{slug}-{self.instance}-{secrets.token_hex(3)}"
 
     def _create(self, pool: Pool) -> PodRun:
-        run = PodRun(name=self._run_name(pool.target), pool=pool)
+        run = PodRun(
+            name=self._run_name(pool.target), pool=pool, capacity=pool.executor.maxConcurrentEvaluations
+        )
         pool.runs.append(run)
         self.stats.created += 1
         self._background(self._start(run))
@@ -335,20 +359,28 @@ class PodEvaluator:
             return
         run.run, run.state, run.last_used = ready, "ready", time.monotonic()
         self._hand_over(run)  # a retired Run still serves those who waited for it, then goes
-        if run.retire and not run.in_flight:
+        if run.retire and run.in_flight == 0:
             self._forget(run, delete=True)
 
     def _manifest(self, run: PodRun) -> Run:
         target = run.pool.target
-        source = target.executor.source
-        if source is None:
-            raise errors.NotFound(f"{target.image}: no podExecutor.source")
+        executor = target.executor
+        source = executor.source
         spec_source: dict[str, Any]
-        if source.inline is not None:
-            spec_source = {"inline": [f.model_dump() for f in source.inline]}
+        if source is not None:
+            entrypoint = source.entrypoint
+            if source.inline is not None:
+                spec_source = {"inline": [f.model_dump() for f in source.inline]}
+            else:
+                assert source.path is not None
+                spec_source = {"path": str(self._source_path(target, source.path))}
+        elif executor.entrypoint is not None:
+            # Cluster mode: the program is in the image of the runtime's pods; the Run's source
+            # only records which image it serves.
+            entrypoint = executor.entrypoint
+            spec_source = {"inline": [{"name": IMAGE_FILE, "content": f"{target.name}:{target.tag}\n"}]}
         else:
-            assert source.path is not None
-            spec_source = {"path": str(self._source_path(target, source.path))}
+            raise errors.NotFound(f"{target.image}: no podExecutor source or entrypoint")
         return Run.from_dict(
             {
                 "apiVersion": "kruntimes.io/v1alpha1",
@@ -359,10 +391,10 @@ class PodEvaluator:
                     "labels": {EVALUATOR_LABEL: self.instance},
                 },
                 "spec": {
-                    "runtime": self.runtime,
+                    "runtime": executor.runtime or self.runtime,
                     "mode": {"function": {"idleTimeoutSeconds": int(run.pool.ttl)}},
                     "source": spec_source,
-                    "handler": shlex.join(source.entrypoint),
+                    "handler": shlex.join(entrypoint),
                     "retryPolicy": {"limit": 1},
                     "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
                 },
@@ -418,13 +450,14 @@ class PodEvaluator:
             raise errors.DeadlineExceeded(f"the deadline passed before Run {run.name} was invoked")
         run.served += 1
         # A Run just Ready may not be routed by the gateway yet (its host's next heartbeat, the
-        # gateway's next look at the Runs): its first invocation asks again for a moment before
-        # the Run counts as gone. Neither answer ran the function.
-        catch_up = time.monotonic() + min(GATEWAY_CATCH_UP_S, remaining) if run.served == 1 else 0.0
+        # gateway's next look at the Runs): until one invocation has reached it, each asks again
+        # for a moment before the Run counts as gone. Neither answer ran the function.
+        catch_up = 0.0 if run.routed else time.monotonic() + min(GATEWAY_CATCH_UP_S, remaining)
         try:
             while True:
                 try:
                     answer = await self.client.invoke(run.run, payload, timeout=max(remaining, 0.001))
+                    run.routed = True
                     break
                 except (FunctionNotFound, NotReady) as e:
                     if time.monotonic() >= catch_up:
@@ -432,7 +465,7 @@ class PodEvaluator:
                     await asyncio.sleep(CATCH_UP_PAUSE_S)
                     remaining = min(request.remaining(), MAX_TIMEOUT_SECONDS)
         except Busy as e:
-            raise _Gone(f"{e.status} {e.reason}") from e
+            raise _Full(f"{e.status} {e.reason}") from e
         except OutcomeUnknown as e:
             if e.reason == "InvocationTimeout" or request.remaining() <= 0:
                 raise errors.DeadlineExceeded("the function ran past its deadline and was killed") from e
@@ -448,8 +481,13 @@ class PodEvaluator:
         except KruntimesError as e:
             raise errors.SystemError_(f"Run {run.name} cannot be invoked: {e}") from e
         except asyncio.CancelledError:
-            # The function may still run on the host: deleting its Run kills its processes.
-            self._evict(run, "the caller went away during the evaluation")
+            # The function may still run on the host: deleting its Run kills its processes. The
+            # Run's other evaluations (this one still counts in `in_flight`) answer first.
+            if run.in_flight <= 1:
+                self._evict(run, "the caller went away during the evaluation")
+            else:
+                log.info("Run %s of %s retired: a caller went away", run.name, run.pool.target.image)
+                run.retire = True
             raise
         try:
             exit_code, stdout, written = contract.decode_outputs(answer.outputs)
@@ -467,6 +505,10 @@ class PodEvaluator:
 
 class _Gone(Exception):
     """The Run did not take the evaluation (the platform no longer has it Ready): it never ran."""
+
+
+class _Full(Exception):
+    """The Run's host refused the evaluation as Busy (it takes fewer at once): it never ran."""
 
 
 def _expiry(ttl: float) -> float:

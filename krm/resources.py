@@ -119,6 +119,91 @@ def parse_resource_list(data: bytes) -> dict[str, Any]:
     return value
 
 
+_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+
+
+def _plain_scalar(event: Any) -> bool:
+    return isinstance(event, yaml.ScalarEvent) and event.anchor is None and event.tag is None
+
+
+def _is_null(event: Any) -> bool:
+    return _plain_scalar(event) and not event.style and event.value in _NULLS  # plain, untagged
+
+
+def _skip(events: Any, first: Any) -> None:
+    """Consume the rest of the node `first` opens."""
+    if not isinstance(first, yaml.CollectionStartEvent):
+        return
+    depth = 1
+    while depth:
+        event = next(events)
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _plainly_without_results(data: bytes) -> bool:
+    """Whether `data` is, beyond doubt, one ResourceList without `results` (True), read from the
+    parser's events without building the document; False when it is not or it takes a closer
+    look (results, tags, anchors or aliases at the top, a repeated key, anything unusual)."""
+    try:
+        events: Any = iter(yaml.parse(data, Loader=_Loader))
+        head: list[Any] = [next(events) for _ in range(3)]
+        if not (
+            isinstance(head[0], yaml.StreamStartEvent)
+            and isinstance(head[1], yaml.DocumentStartEvent)
+            and isinstance(head[2], yaml.MappingStartEvent)
+            and head[2].anchor is None
+            and head[2].tag is None
+        ):
+            return False
+        seen: dict[str, str | None] = {}
+        key: Any
+        while not isinstance(key := next(events), yaml.MappingEndEvent):
+            if not _plain_scalar(key) or key.value in seen or key.value == "results":
+                return False
+            value: Any = next(events)
+            seen[key.value] = value.value if _plain_scalar(value) else None
+            if key.value == "items":
+                if _is_null(value):
+                    continue
+                if not (isinstance(value, yaml.SequenceStartEvent) and value.anchor is None):
+                    return False
+                while not isinstance(item := next(events), yaml.SequenceEndEvent):
+                    if not isinstance(item, yaml.MappingStartEvent) or item.tag is not None:
+                        return False
+                    _skip(events, item)
+            elif key.value == "functionConfig":
+                if _is_null(value):
+                    continue
+                if not (
+                    isinstance(value, yaml.MappingStartEvent) and value.anchor is None and value.tag is None
+                ):
+                    return False
+                _skip(events, value)
+            elif isinstance(value, yaml.AliasEvent):
+                return False
+            else:
+                _skip(events, value)
+        if not isinstance(next(events), yaml.DocumentEndEvent) or not isinstance(
+            next(events), yaml.StreamEndEvent
+        ):
+            return False
+    except (yaml.YAMLError, StopIteration):
+        return False
+    return seen.get("kind") == KIND and seen.get("apiVersion") in _API_VERSIONS
+
+
+def output_results(data: bytes) -> tuple[Result, ...]:
+    """The results of a function's output, which must be a ResourceList (YamlError otherwise,
+    TooManyResults past the bound). An output with no results is checked from the parser's
+    events alone, which is cheaper than building it."""
+    if _plainly_without_results(data):
+        return ()
+    return parse_results(parse_resource_list(data))
+
+
 def resource_list(items: list[dict[str, Any]], *, function_config: dict[str, Any] | None = None) -> bytes:
     document: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "items": items}
     if function_config is not None:

@@ -129,7 +129,7 @@ class Store:
 
     def pod(self, image: str, tag: str) -> PodTarget:
         """The podExecutor for `image` at `tag`, by the same tag rules as `binary` (a podExecutor
-        without tags serves every tag); NotFound when none has a source to run."""
+        without tags serves every tag); NotFound when none has a source or an entrypoint."""
         name = tags.split_image(image)[0]
         candidates = []
         any_tag: FunctionConfig | None = None
@@ -137,15 +137,17 @@ class Store:
             executor = config.spec.podExecutor
             if executor is None or name not in config.spec.prefixes:
                 continue
-            if executor.source is None:
-                continue  # pods of the function's own image: the cluster mode, not built here
+            if not executor.runnable:
+                continue  # nothing to run: neither a source nor an entrypoint in the image
             if not executor.tags:
                 any_tag = any_tag or config
                 continue
             constraints = tuple(tags.parse_constraint(t) for t in executor.tags)
             candidates.append(tags.Candidate(constraints, config))
         if not candidates and any_tag is None:
-            raise errors.NotFound(f"{image}: no FunctionConfig with a podExecutor source names {name}")
+            raise errors.NotFound(
+                f"{image}: no FunctionConfig with a podExecutor source or entrypoint names {name}"
+            )
         try:
             if not candidates:
                 raise errors.NotFound(f"{image}: no podExecutor tag")

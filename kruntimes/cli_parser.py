@@ -17,6 +17,7 @@ PASSTHROUGH = {
     "down": "stop the embedded platform",
     "status": "show what the embedded platform runs",
     "host": "run a runtime host (the Runtime Server)",
+    "install-host": "install the runtime host into a directory (a host pod's init container)",
     "worker": "run the Temporal worker",
     "demo": "run the end-to-end demo",
     "fn": "evaluate a KRM function on a package: krt fn eval DIR --image IMG",

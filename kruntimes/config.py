@@ -233,6 +233,16 @@ class KubernetesPodTemplate(ApiModel):
         return value
 
 
+class HostInjection(ApiModel):
+    """Hosts on pods of an image without kruntimes in it (a KRM function's own image, so the
+    function finds its files where it expects them): an init container of the kruntimes image
+    (`image`) installs the host into an emptyDir (`krt install-host`), and the host container,
+    of the template's image, runs it from there."""
+
+    image: Annotated[str, Field(min_length=1, max_length=1024)]
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+
+
 class KubernetesRuntime(ApiModel):
     """Where and how the hosts of a ``provider: kubernetes`` runtime run as pods."""
 
@@ -245,6 +255,8 @@ class KubernetesRuntime(ApiModel):
     # The Secret holding each host's certificate (tls.crt, tls.key, ca.crt), by a name with
     # {runtime} and {hostId} in it (one identity per host); None: hosts get no certificate.
     certificateSecret: str | None = None
+    # None: the template's image has kruntimes in it and runs `krt host` itself.
+    hostInjection: HostInjection | None = None
 
     @field_validator("certificateSecret")
     @classmethod

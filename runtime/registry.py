@@ -1,4 +1,6 @@
-"""Function registrations keyed by Run UID: generations, fencing, one invocation at a time, idle clock."""
+"""Function registrations keyed by Run UID: generations, fencing, idle clock, and how many
+invocations a registration takes at once: one, but a krm registration takes up to the host's
+`krm_concurrency` (each of its invocations is a one-shot process of its own)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import functools
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +43,8 @@ from runtime.warm import WarmProcess
 log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_DEATHS = 5  # warm-process deaths without a completed invocation before it is fatal
+DEFAULT_KRM_CONCURRENCY = 8  # invocations a krm registration takes at once
+MAX_KRM_CONCURRENCY = 64
 
 
 class State:
@@ -102,11 +107,16 @@ class Registration:
     in_flight: int = 0
     deaths: int = 0
     last_activity: datetime = field(default_factory=_now)
-    busy: threading.Lock = field(default_factory=threading.Lock)
+    capacity: int = 1  # invocations at once; `busy` holds that many permits
+    busy: threading.Semaphore = field(init=False)
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
     env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
     assignment: bytes = b""  # the serialized SignedAssignment it was registered with
-    once_pid: int | None = None  # the one-shot process of the invocation in flight (bash, krm)
+    # the one-shot processes of the invocations in flight (bash, krm)
+    once_pids: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.busy = threading.Semaphore(self.capacity)
 
     @property
     def sandbox(self) -> SandboxSpec | None:
@@ -120,7 +130,11 @@ class Registry:
         launcher: Launcher,
         host_uid: str,
         on_change: Callable[[], None] | None = None,
+        krm_concurrency: int = DEFAULT_KRM_CONCURRENCY,
     ) -> None:
+        if not 1 <= krm_concurrency <= MAX_KRM_CONCURRENCY:
+            raise ValueError(f"krm_concurrency must be in [1, {MAX_KRM_CONCURRENCY}], got {krm_concurrency}")
+        self.krm_concurrency = krm_concurrency
         self.launcher = launcher
         self.spawner = launcher.spawner
         self.host_uid = host_uid
@@ -177,7 +191,12 @@ class Registry:
     def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
         workdir = self.launcher.workspace(f"{run.run_uid}.{run.attempt}", config)
         reg = Registration(
-            id="reg-" + secrets.token_hex(16), run=run, config=config, digest=digest, workdir=workdir
+            id="reg-" + secrets.token_hex(16),
+            run=run,
+            config=config,
+            digest=digest,
+            workdir=workdir,
+            capacity=self.krm_concurrency if config.adapter == krm_adapter.ADAPTER else 1,
         )
         try:
             reg.env = self.launcher.env(run, config)
@@ -216,23 +235,30 @@ class Registry:
         return True
 
     def _teardown(self, reg: Registration, *, grace_s: float) -> None:
-        """Stop new invokes, let the in-flight one finish within the grace, then kill and clean up."""
+        """Stop new invokes, let those in flight finish within the grace, then kill and clean up."""
         reg.state = State.UNREGISTERING
         with self._lock:
             self._by_id.pop(reg.id, None)
             if self._by_uid.get(reg.run.run_uid) is reg:
                 del self._by_uid[reg.run.run_uid]
-        if not reg.busy.acquire(timeout=grace_s):
+        # Every permit taken back means no invocation is in flight; within the grace, or else
+        # after every process of the registration is killed.
+        deadline = time.monotonic() + grace_s
+        taken = 0
+        while taken < reg.capacity and reg.busy.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            taken += 1
+        if taken < reg.capacity:
             if reg.process is not None:
                 reg.process.kill()
-            once = reg.once_pid
-            if once is not None:
-                self.spawner.kill(once)
-            reg.busy.acquire()
+            for pid in list(reg.once_pids):
+                self.spawner.kill(pid)
+            while taken < reg.capacity:
+                reg.busy.acquire()
+                taken += 1
         try:
             self._close_registration(reg)
         finally:
-            reg.busy.release()
+            reg.busy.release(reg.capacity)
         log.info("function unregistered", extra={"run_uid": reg.run.run_uid, "attempt": reg.run.attempt})
 
     def _close_registration(self, reg: Registration) -> None:
@@ -282,11 +308,15 @@ class Registry:
         if fence.run_uid or fence.attempt or fence.host_uid:
             self._check_fence(reg, fence)
         if not reg.busy.acquire(False):
-            raise ConcurrencyLimit("the function is already running an invocation")
+            raise ConcurrencyLimit(
+                "the function is already running an invocation"
+                if reg.capacity == 1
+                else f"the function is already running {reg.capacity} invocations"
+            )
         if reg.state != READY:
             reg.busy.release()
             raise NotReady(reg.fatal_error or f"registration is {reg.state}")
-        reg.in_flight = 1
+        reg.in_flight += 1
         reg.last_activity = _now()
         loop = asyncio.get_running_loop()
         result: asyncio.Future[Outcome] = loop.create_future()
@@ -308,7 +338,7 @@ class Registry:
         task.add_done_callback(self._tasks.discard)
 
     def _release(self, reg: Registration) -> None:
-        reg.in_flight = 0
+        reg.in_flight -= 1
         reg.last_activity = _now()
         reg.busy.release()
 
@@ -414,8 +444,11 @@ class Registry:
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
         spec = self._spec(reg, once=True)
 
+        mine: list[int] = []
+
         def started(pid: int) -> None:
-            reg.once_pid = pid  # an unregistration past its grace kills it
+            mine.append(pid)
+            reg.once_pids.add(pid)  # an unregistration past its grace kills it
 
         try:
             if reg.config.adapter == krm_adapter.ADAPTER:
@@ -431,7 +464,7 @@ class Registry:
         except SpawnError as exc:
             raise HostUnavailable(str(exc)) from exc
         finally:
-            reg.once_pid = None
+            reg.once_pids.difference_update(mine)
         if outcome.status is Status.SUCCEEDED:
             parse_script_outputs(outcome)
         return outcome

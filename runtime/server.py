@@ -41,7 +41,7 @@ from runtime.invoke import InvokeListener
 from runtime.isolation import FunctionIsolation
 from runtime.launch import Launcher
 from runtime.limits import ProcessLimits
-from runtime.registry import Registry
+from runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
 from runtime.sandbox.policy import InForce, SandboxSettings
 from runtime.secrets import FileSecrets
 from runtime.service import (
@@ -104,6 +104,8 @@ class HostOptions:
     # probes that cannot present a certificate, such as a kubelet's gRPC readiness probe.
     # None: no such port.
     health_listen: str | None = None
+    # how many invocations a krm registration takes at once (each its own one-shot process)
+    krm_concurrency: int = DEFAULT_KRM_CONCURRENCY
 
 
 class HostConfigError(Exception):
@@ -165,7 +167,10 @@ class RuntimeHost:
             secrets=secrets,
         )
         self.registry = Registry(
-            launcher=launcher, host_uid=self.host_uid, on_change=self._registrations_changed
+            launcher=launcher,
+            host_uid=self.host_uid,
+            on_change=self._registrations_changed,
+            krm_concurrency=options.krm_concurrency,
         )
         self.tasks = Tasks(launcher=launcher)
         self.health = health.aio.HealthServicer()

@@ -21,6 +21,7 @@ from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.serving import STOP_SIGNALS, write_ready_file
 from runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
 from runtime.limits import ProcessLimits
+from runtime.registry import DEFAULT_KRM_CONCURRENCY, MAX_KRM_CONCURRENCY
 from runtime.sandbox.identity import UidRange
 from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
 from runtime.server import HostConfigError, HostOptions, RuntimeHost
@@ -123,8 +124,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="this incarnation's uid, a UUID (a pod passes its own); default: a new one",
     )
+    parser.add_argument(
+        "--krm-concurrency",
+        type=_krm_concurrency,
+        default=DEFAULT_KRM_CONCURRENCY,
+        help="invocations a Run of a krm runtime takes at once, each its own process "
+        f"(1..{MAX_KRM_CONCURRENCY}; default {DEFAULT_KRM_CONCURRENCY})",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
+
+
+def _krm_concurrency(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r:.80}") from e
+    if not 1 <= value <= MAX_KRM_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"must be in [1, {MAX_KRM_CONCURRENCY}], got {value}")
+    return value
 
 
 def _uuid(text: str) -> str:
@@ -215,6 +233,7 @@ def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOp
         invoke_tls=invoke_tls,
         host_uid=args.host_uid,
         health_listen=args.health_listen,
+        krm_concurrency=args.krm_concurrency,
     )
 
 

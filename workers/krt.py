@@ -1,6 +1,7 @@
 """The `krt` console script: the process entry points of workers/ and the SDK's command line.
 
-`krt host|worker|gateway|codec-server|pki|demo|up|down|status` hand their arguments, as they are, to
+`krt host|install-host|worker|gateway|codec-server|pki|demo|up|down|status` hand their arguments, as
+they are, to
 the process entry points (of this package, and the gateway's); every other command line goes to
 `kruntimes.cli` (the SDK's commands, the help and the usage errors). The exit codes are
 kruntimes.cli's; ^C is 130.
@@ -20,6 +21,12 @@ def _host(argv: list[str]) -> int:
 
     host.main(argv)
     return cli.OK
+
+
+def _install_host(argv: list[str]) -> int:
+    from workers import install_host
+
+    return install_host.main(argv)
 
 
 def _worker(argv: list[str]) -> int:
@@ -78,6 +85,7 @@ def _fn_runner(argv: list[str]) -> int:
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "host": _host,
+    "install-host": _install_host,
     "worker": _worker,
     "demo": _demo,
     "gateway": _gateway,

@@ -51,6 +51,9 @@ INVOKE_PORT_NAME, INVOKE_PORT = "invoke", 50052
 HEALTH_PORT_NAME, HEALTH_PORT = "health", 50053
 STATE_VOLUME, STATE_MOUNT = "krt-state", "/var/lib/kruntimes"
 CERT_VOLUME, CERT_MOUNT = "krt-certificate", "/etc/kruntimes/tls"
+# With a runtime's hostInjection: the emptyDir the init container installs the host into.
+HOST_VOLUME, HOST_MOUNT = "krt-host", "/opt/krt-host"
+INSTALL_CONTAINER = "install-host"
 # The host's certificate Secret holds a certificate directory (kruntimes/pki/issuer.py): tls.crt,
 # tls.key, ca.crt and assignments.pub; mounted as it is, it is `--peer-tls`.
 CERT_KEYS = (TLS_CERT, TLS_KEY, CA_CERT, ASSIGNMENT_PUBLIC_KEY)
@@ -196,10 +199,32 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         {"name": CERT_VOLUME, "mountPath": CERT_MOUNT, "readOnly": True},
         *template.volumeMounts,
     ]
+    injection = settings.hostInjection
+    init_containers: list[dict[str, Any]] = []
+    command = ["krt", "host"]
+    if injection is not None:
+        # After the template's entries, so a schema error still names the template's index.
+        volumes.append({"name": HOST_VOLUME, "emptyDir": {}})
+        mounts.append({"name": HOST_VOLUME, "mountPath": HOST_MOUNT, "readOnly": True})
+        install: dict[str, Any] = {
+            "name": INSTALL_CONTAINER,
+            "image": injection.image,
+            "command": ["krt", "install-host", HOST_MOUNT],
+            "volumeMounts": [{"name": HOST_VOLUME, "mountPath": HOST_MOUNT}],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        if injection.imagePullPolicy is not None:
+            install["imagePullPolicy"] = injection.imagePullPolicy
+        if template.containerSecurityContext is not None:
+            install["securityContext"] = template.containerSecurityContext
+        if template.resources is not None:
+            install["resources"] = template.resources
+        init_containers.append(install)
+        command = [f"{HOST_MOUNT}/bin/krt", "host"]
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": template.image,
-        "command": ["krt", "host"],
+        "command": command,
         "args": args,
         "env": env,
         "ports": [
@@ -219,6 +244,7 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
     if template.containerSecurityContext is not None:
         container["securityContext"] = template.containerSecurityContext
     pod_spec: dict[str, Any] = {
+        **({"initContainers": init_containers} if init_containers else {}),
         "containers": [container],
         "restartPolicy": "Never",
         "automountServiceAccountToken": template.automountServiceAccountToken,

@@ -97,3 +97,36 @@ def test_the_requested_tag_wins_over_the_images_tag(tmp_path: Path) -> None:
     with pytest.raises(errors.NotFound):
         store.binary("ghcr.io/fn:1.2.0", "2.0.0")
     assert store.binary("ghcr.io/fn:2.0.0", "1.0.0").tag == "1.0.0"
+
+
+SOURCE = {"inline": [{"name": "main.py", "content": "pass"}], "entrypoint": ["python", "main.py"]}
+
+
+@pytest.mark.parametrize(
+    ("executor", "problem"),
+    [
+        ({"entrypoint": ["/usr/local/bin/fn"], "source": SOURCE}, "not both"),
+        ({"entrypoint": ["fn"]}, "must be an absolute path"),
+        ({"entrypoint": ["/fn"], "runtime": "Not_A_Label"}, "spec.podExecutor.runtime"),
+        ({"maxConcurrentEvaluations": 0}, "spec.podExecutor.maxConcurrentEvaluations"),
+    ],
+)
+def test_a_pod_executor_names_one_program_and_a_runtime_label(executor: dict, problem: str) -> None:
+    document = function_config("fn", prefixes=["ghcr.io/fn/x"], path="x", tags=["*"])
+    document["spec"]["podExecutor"] = executor
+    with pytest.raises(fc.ConfigError) as caught:
+        fc.parse(document, source="f.yaml")
+    assert problem in str(caught.value)
+
+
+def test_the_store_serves_a_cluster_mode_pod_executor() -> None:
+    document = function_config("fn", prefixes=["ghcr.io/fn/x"], path="x", tags=["*"])
+    document["spec"]["podExecutor"] = {"tags": ["v1.0.0"], "entrypoint": ["/fn"], "runtime": "krm-x"}
+    store = Store()
+    store.put("test", fc.parse(document, source="f.yaml"))
+    target = store.pod("ghcr.io/fn/x:v1.0.0", "")
+    assert target.executor.entrypoint == ["/fn"] and target.executor.runtime == "krm-x"
+    document["spec"]["podExecutor"] = {"tags": ["v1.0.0"]}  # nothing to run
+    store.put("test", fc.parse(document, source="f.yaml"))
+    with pytest.raises(errors.NotFound):
+        store.pod("ghcr.io/fn/x:v1.0.0", "")

@@ -154,3 +154,33 @@ async def test_the_process_runs_under_its_limits(tmp_path: Path) -> None:
     evaluation = await ExecEvaluator(None, limits=limits).run([str(script)], request())  # type: ignore[arg-type]
     assert evaluation.log.split() == [b"77", b"0"]
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[1] != 77, "the runner's own limits are untouched"
+
+
+async def test_a_launcher_that_dies_fails_its_evaluations_kills_their_processes_and_is_replaced(
+    functions: Path, pid_file: Path
+) -> None:
+    evaluator = ExecEvaluator(store_with(functions, "sleeper", "echo"))
+    task = asyncio.create_task(evaluator.evaluate(request("example.com/fn/sleeper:v1.0.0", timeout=60)))
+    await eventually(lambda: len(programs.pids(pid_file)) == 1, timeout=20, what="the function started")
+    launcher = process.Launcher.current(evaluator.limits)
+    launcher.process.kill()  # the launcher this test's evaluations started
+    with pytest.raises(errors.SystemError_):
+        await task
+    (pid,) = programs.pids(pid_file)
+    await eventually(lambda: programs.gone(pid), timeout=5, what="the function's process gone")
+    evaluation = await evaluator.evaluate(request("example.com/fn/echo:v1.0.0"))
+    assert parse_resource_list(evaluation.resource_list)["items"]
+    assert process.Launcher.current(evaluator.limits) is not launcher
+
+
+async def test_a_launcher_is_replaced_after_its_starts_and_ends_when_its_last_process_has(
+    functions: Path,
+) -> None:
+    evaluator = ExecEvaluator(store_with(functions, "echo"))
+    first = process.Launcher.current(evaluator.limits)
+    first.max_starts = first.starts + 2
+    for _ in range(3):
+        await evaluator.evaluate(request("example.com/fn/echo:v1.0.0"))
+    second = process.Launcher.current(evaluator.limits)
+    assert second is not first and second.starts == 1
+    await eventually(lambda: first.process.poll() is not None, timeout=10, what="the first launcher ended")

@@ -17,7 +17,7 @@ from krm.resources import parse_resource_list
 from kruntimes.client import Client
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
-from tests.krm.pods import GATED, HOLDER, WHO, evaluator, image, krm_platform, lock_free, pod_config
+from tests.krm.pods import GATED, HOLDER, SHARED, WHO, evaluator, image, krm_platform, lock_free, pod_config
 from tests.pki import TestPKI
 from tests.sdk.stack import Platform
 
@@ -89,6 +89,61 @@ async def test_twenty_concurrent_cold_requests_share_one_run(platform: Platform)
         assert name in await run_names(platform)
 
 
+async def test_one_run_takes_up_to_its_bound_of_evaluations_at_once(platform: Platform) -> None:
+    shared = exchange(platform)
+    started, release = shared / "started", shared / "release"
+    started.mkdir(mode=0o1777)
+    started.chmod(0o1777)
+    body = GATED.format(started=str(started), release=str(release))
+    config = pod_config("several", body, maxParallel=1, maxWaitlist=20, maxConcurrentEvaluations=3)
+    async with evaluator(platform, config) as pods:
+        tasks = [
+            asyncio.create_task(pods.evaluate(request(image("several"), config={"data": {"n": str(i)}})))
+            for i in range(7)
+        ]
+        await eventually(lambda: len(list(started.iterdir())) == 3, timeout=60, what="three running")
+        ((name, _state, in_flight),) = pods.snapshot()["example.com/pod/several:1.x"]
+        assert in_flight == 3 and pods.waiters() == {"example.com/pod/several:1.x": [4]}
+        assert len(list(started.iterdir())) == 3, "no fourth one runs while three do"
+        release.touch()
+        answers = await asyncio.gather(*tasks)
+        numbers = [parse_resource_list(a.resource_list)["functionConfig"]["data"]["n"] for a in answers]
+        assert numbers == [str(i) for i in range(7)], "each caller got its own answer"
+        assert {answer.log.decode() for answer in answers} == {f"run={name}"}
+        assert len(list(started.iterdir())) == 7 and pods.stats.created == 1
+
+
+async def test_a_cancelled_evaluation_beside_others_leaves_no_process(platform: Platform) -> None:
+    shared = exchange(platform)
+    lock, held, started, release = (shared / n for n in ("lock", "held", "started", "release"))
+    body = SHARED.format(lock=str(lock), held=str(held), started=str(started), release=str(release))
+    async with evaluator(platform, pod_config("beside", body, maxConcurrentEvaluations=2)) as pods:
+        await pods.warm()
+        ((name, _, _),) = pods.snapshot()["example.com/pod/beside:1.x"]
+        holding = asyncio.create_task(
+            pods.evaluate(request(image("beside"), config={"data": {"x": "hold-me"}}, timeout=120))
+        )
+        other = asyncio.create_task(pods.evaluate(request(image("beside"), config={"data": {"x": "y"}})))
+        await eventually(lambda: held.exists() and started.exists(), timeout=60, what="both running")
+        holding.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holding
+        assert not lock_free(lock), "the cancelled one runs until the other has answered"
+        release.touch()
+        answer = await other
+        assert parse_resource_list(answer.resource_list)["functionConfig"]["data"]["x"] == "y"
+        assert answer.log.decode() == f"run={name}"
+        await eventually(
+            lambda: lock_free(lock), timeout=60, what="the cancelled function's processes to end"
+        )
+
+        async def deleted() -> bool:
+            return name not in await run_names(platform)
+
+        await eventually(deleted, timeout=60, what="its Run to be deleted")
+        assert pods.snapshot()["example.com/pod/beside:1.x"] == []
+
+
 async def test_a_creation_error_reaches_every_waiter_and_the_next_request_creates_again(
     platform: Platform,
 ) -> None:
@@ -112,7 +167,9 @@ async def test_past_the_waitlist_another_run_then_resource_exhausted(platform: P
     shared = exchange(platform)
     started, release = shared, shared / "release"
     body = GATED.format(started=str(started), release=str(release))
-    async with evaluator(platform, pod_config("gated", body, maxParallel=2, maxWaitlist=2)) as pods:
+    async with evaluator(
+        platform, pod_config("gated", body, maxParallel=2, maxWaitlist=2, maxConcurrentEvaluations=1)
+    ) as pods:
 
         def evaluate() -> asyncio.Task:
             return asyncio.create_task(pods.evaluate(request(image("gated"))))

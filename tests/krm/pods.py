@@ -60,6 +60,27 @@ pathlib.Path({started!r}).touch()
 time.sleep(60)
 """
 
+# Two kinds of evaluation on one Run: an input with "hold-me" in it does what HOLDER does (LOCK,
+# HELD); any other touches STARTED, waits (at most 60 s) until RELEASE exists and echoes its input,
+# saying which Run served it on stderr.
+SHARED = """
+import fcntl, os, pathlib, signal, sys, time
+data = sys.stdin.read()
+if "hold-me" in data:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    lock = open({lock!r}, "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.fork()
+    pathlib.Path({held!r}).touch()
+    time.sleep(60)
+pathlib.Path({started!r}).touch()
+release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
+while not release.exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+sys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])
+sys.stdout.write(data)
+"""
+
 
 @contextlib.asynccontextmanager
 async def krm_platform(factory: pytest.TempPathFactory, pki: TestPKI) -> AsyncIterator[Platform]:

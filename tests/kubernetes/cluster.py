@@ -13,13 +13,15 @@ env and its gRPC readiness probe are moved to free ones, as a mutating webhook c
 Selectors and PUT are not emulated: the provider filters what it lists itself and never PUTs.
 
 ``TestKubelet`` watches pods through the API like a kubelet, binds them to its node, starts a real
-`krt host` process for each (the pod's command and args with $(VAR) expanded from the pod's env,
+`krt host` process for each (its init containers' processes first, each to its end; the pod's
+command and args with $(VAR) expanded from the pod's env,
 the downward API filled in, volume mount paths mapped to directories of the pod, secret volumes
 written there once their Secret exists), probes its
 gRPC health as the readiness probe says and patches the pod's status (podIP 127.0.0.1, phase,
 conditions, containerStatuses), reports the process's exit, and on deletion stops the process
 (SIGTERM, SIGKILL after the grace period) and deletes the pod for good. Told to, it fails pods:
-ImagePullBackOff, Unschedulable, a crash (the process SIGKILLed), CrashLoopBackOff, eviction.
+ImagePullBackOff, Unschedulable, a crash (the process SIGKILLed), CrashLoopBackOff, eviction, an
+init container that fails (`krt install-host` given a bundle that does not exist).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from grpc_health.v1 import health_pb2
 from kmock import KubernetesEmulator, ResourceInfo, Server, action
 
 POD_IP = "127.0.0.1"
+INIT_TIMEOUT_S = 60.0  # how long one init container may run
 NODE = "test-node"
 _HEALTH = "/grpc.health.v1.Health/Check"
 
@@ -313,6 +316,10 @@ class Cluster(KubernetesEmulator):
                     await bus.unmark(marker)
 
 
+def run_runtime(pod: dict[str, Any]) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get("kruntimes.io/runtime", ""))
+
+
 def _int(value: object) -> int | None:
     try:
         return int(str(value))
@@ -338,7 +345,7 @@ def _own_ports(pod: dict[str, Any]) -> None:
 
 # --- the test kubelet ---------------------------------------------------------------------------------
 
-FAULTS = ("image-pull", "unschedulable", "crash", "crashloop", "evict")
+FAULTS = ("image-pull", "unschedulable", "crash", "crashloop", "evict", "init-error")
 
 
 @dataclass
@@ -368,6 +375,7 @@ class TestKubelet:
         self.hold: set[str] = set()  # runtimes whose pods wait in ContainerCreating until release()
         self._released = asyncio.Event()
         self.started: list[str] = []  # names of the pods whose process it started, in order
+        self.initialized: list[tuple[str, str, int]] = []  # (pod, init container, exit code)
         self._runs: dict[str, _PodRun] = {}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -530,6 +538,9 @@ class TestKubelet:
         run.directory.mkdir(parents=True, exist_ok=True)
         if not await self._mount_secrets(pod, run):  # as a kubelet: ContainerCreating until they exist
             return
+        for init in pod["spec"].get("initContainers") or []:  # in order, each to its end
+            if not await self._run_init(pod, init, container, scheduled, run):
+                return
         argv, env = self._command(pod, container, run)
         with open(run.directory / "host.log", "ab") as log:
             run.process = subprocess.Popen(
@@ -557,6 +568,39 @@ class TestKubelet:
         finally:
             if channel is not None:
                 await channel.close()
+
+    async def _run_init(
+        self,
+        pod: dict[str, Any],
+        init: dict[str, Any],
+        container: dict[str, Any],
+        scheduled: dict[str, Any],
+        run: _PodRun,
+    ) -> bool:
+        """Run one init container's process to its end (bounded); a failure fails the pod."""
+        argv, env = self._command(pod, init, run)
+        if self.faults.get(run_runtime(pod)) == "init-error":  # the install finds nothing to copy
+            argv += ["--bundle", str(run.directory / "no-bundle")]
+        with open(run.directory / f"{init['name']}.log", "ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                *argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+            try:
+                code = await asyncio.wait_for(process.wait(), INIT_TIMEOUT_S)
+            except TimeoutError:
+                process.kill()
+                code = await process.wait()
+        self.initialized.append((run.name, init["name"], code))
+        if code == 0:
+            return True
+        terminated = {
+            "exitCode": 128 - code if code < 0 else code,
+            "reason": "Error",
+            "message": f"init container {init['name']} failed",
+            "finishedAt": now(),
+        }
+        await self._patch_status(run, self._status(container, "Failed", scheduled, terminated=terminated))
+        return False
 
     async def _mount_secrets(self, pod: dict[str, Any], run: _PodRun) -> bool:
         """Write every secret volume's keys into the pod's volume directory, waiting for each

@@ -261,3 +261,26 @@ def test_what_a_pod_status_says() -> None:
         "status": {},
     }
     assert pods.assess(deleting).reason is pods.FailureReason.HostLost
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_a_pod_with_the_host_injected_is_valid_kubernetes(name) -> None:
+    settings = runtime(
+        podTemplate=TEMPLATES[name], hostInjection={"image": IMAGE, "imagePullPolicy": "Always"}
+    )
+    pod = pods.build_pod(spec(), settings, control_plane="cp-a")
+    assert pods.schema_problems(pod) == []
+    [init] = pod["spec"]["initContainers"]
+    assert (init["name"], init["image"], init["imagePullPolicy"]) == (pods.INSTALL_CONTAINER, IMAGE, "Always")
+    assert init["command"] == ["krt", "install-host", pods.HOST_MOUNT]
+    assert init["volumeMounts"] == [{"name": pods.HOST_VOLUME, "mountPath": pods.HOST_MOUNT}]
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == TEMPLATES[name].image
+    assert container["command"] == [f"{pods.HOST_MOUNT}/bin/krt", "host"]
+    assert {"name": pods.HOST_VOLUME, "mountPath": pods.HOST_MOUNT, "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {"name": pods.HOST_VOLUME, "emptyDir": {}} in pod["spec"]["volumes"]
+    plain = pods.build_pod(spec(), runtime(podTemplate=TEMPLATES[name]), control_plane="cp-a")
+    assert "initContainers" not in plain["spec"]
+    assert pods.template_hash(plain) != pods.template_hash(pod), "injection is part of the template"

@@ -14,10 +14,11 @@ from grpc_health.v1 import health_pb2
 
 from activities.hosts import kubernetes_pods as pods
 from activities.hosts._rpc import identify
+from kruntimes.config import KubernetesPodTemplate
 from kruntimes.pki import Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from tests.kubernetes.cluster import eventually
-from tests.kubernetes.conftest import NAMESPACE, spec
+from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 
 
 async def test_create_makes_one_pod_whose_uid_is_the_host_uid_and_which_serves(env) -> None:
@@ -341,3 +342,35 @@ async def test_a_host_certificate_due_for_renewal_is_reissued_in_its_secret(env)
 async def test_a_runtimes_own_certificate_secret_is_never_renewed_by_the_worker(env) -> None:
     provider = env.provider(certificateSecret="own-{hostId}")
     assert await provider.renew_certificates(now=datetime.now(UTC) + timedelta(days=3650)) == 0
+
+
+async def test_a_host_injected_into_a_pod_of_another_image_serves(env) -> None:
+    """The template's image has no kruntimes: the init container installs the host into the
+    emptyDir and the host container runs it from there."""
+    template = KubernetesPodTemplate(image="registry.example/fn/set-labels:v0.2.1")
+    provider = env.provider(podTemplate=template, hostInjection={"image": IMAGE})
+    host = await provider.create(spec())
+    [pod] = env.pods()
+    [init] = pod["spec"]["initContainers"]
+    assert init["image"] == IMAGE and init["command"][:2] == ["krt", "install-host"]
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == template.image
+    assert container["command"] == [f"{pods.HOST_MOUNT}/bin/krt", "host"]
+    assert env.kubelet.initialized == [(pod["metadata"]["name"], pods.INSTALL_CONTAINER, 0)]
+    directory = env.kubelet.root / f"{pod['metadata']['name']}-{pod['metadata']['uid'][:8]}"
+    installed = directory / "volumes" / pods.HOST_VOLUME / "bin" / "krt"
+    assert installed.is_file(), "the host process runs what the init container installed"
+    identity = await identify(host.address, timeout_s=2)
+    assert (identity.host_uid, identity.runtime) == (host.hostUid, "python")
+    assert await provider.delete(runtime="python", host_id="python-0", host_uid=host.hostUid)
+    await eventually(lambda: not env.pods(), what="the pod is gone after its grace")
+
+
+async def test_an_init_container_that_fails_fails_the_create(env) -> None:
+    template = KubernetesPodTemplate(image="registry.example/fn/set-labels:v0.2.1")
+    provider = env.provider(podTemplate=template, hostInjection={"image": IMAGE})
+    env.kubelet.faults["python"] = "init-error"
+    with pytest.raises(ProviderError):
+        await provider.create(spec())
+    assert [code for _, _, code in env.kubelet.initialized] == [1]
+    assert env.kubelet.started == []

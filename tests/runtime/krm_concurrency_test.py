@@ -1,0 +1,156 @@
+"""A krm registration takes several invocations at once, each its own one-shot process, up to the
+host's `krm_concurrency`; past it the host answers RESOURCE_EXHAUSTED, and an unregistration past
+its grace kills every one of them."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire import krm as contract
+from runtime.limits import ProcessLimits
+from runtime.sandbox.policy import SandboxSettings
+from runtime.server import HostOptions, RuntimeHost
+from tests.pki import TestPKI
+from tests.runtime.conftest import Host, wait_until
+
+CONCURRENCY = 2
+
+# Touches a file in STARTED, waits (at most 60 s) until RELEASE exists, echoes its input.
+GATED = """
+import pathlib, sys, time, uuid
+data = sys.stdin.read()
+pathlib.Path({started!r}, uuid.uuid4().hex).touch()
+release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
+while not release.exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+sys.stdout.write(data)
+"""
+
+# Holds an exclusive lock on the file its input names (it and the child it forks, both ignoring
+# SIGTERM), touches that name + ".started" and sleeps: the lock is free only when both are gone.
+HOLDER = """
+import fcntl, os, pathlib, signal, sys, time
+name = sys.stdin.read().strip()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = open(name, "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+os.fork()
+pathlib.Path(name + ".started").touch()
+time.sleep(60)
+"""
+
+
+@pytest.fixture(scope="module")
+def krm_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
+    runtime = RuntimeHost(
+        HostOptions(
+            host_id="krm-0",
+            runtime="krm",
+            listen="127.0.0.1:0",
+            state_dir=tmp_path_factory.mktemp("krm-host"),
+            limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+            sandbox=SandboxSettings(shared=(str(shared),)),
+            tls=pki.host_tls("krm-0", runtime="krm"),
+            assignments=pki.verifier(),
+            krm_concurrency=CONCURRENCY,
+        )
+    )
+    address = runtime.start()
+    channel = pki.channel(address, as_=pki.control_plane)
+    gateway = pki.channel(address, as_=pki.gateway)
+    try:
+        yield Host(
+            runtime, pb_grpc.FunctionRuntimeStub(channel), channel, pb_grpc.FunctionRuntimeStub(gateway), pki
+        )
+    finally:
+        channel.close()
+        gateway.close()
+        runtime.stop(grace_s=1)
+
+
+def register(host: Host, body: str) -> str:
+    answer = host.register(body, adapter="krm", handler=f"{sys.executable} main.py")
+    return answer.registration_id
+
+
+def invoke(host: Host, registration_id: str, text: str, *, timeout_ms: int = 60_000) -> bytes:
+    answer = host.invoke(registration_id, contract.encode_request(text.encode()), timeout_ms=timeout_ms)
+    assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED, answer
+    exit_code, stdout, _written = contract.decode_outputs(json.loads(answer.outputs_json))
+    assert exit_code == 0
+    assert stdout is not None
+    return stdout
+
+
+def in_threads(*calls: object) -> tuple[list[threading.Thread], dict[int, object]]:
+    answers: dict[int, object] = {}
+
+    def call(index: int, work: object) -> None:
+        try:
+            answers[index] = work()  # type: ignore[operator]
+        except Exception as e:  # the test looks at it
+            answers[index] = e
+
+    threads = [threading.Thread(target=call, args=(i, w), daemon=True) for i, w in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    return threads, answers
+
+
+def lock_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: Host, scratch: Path) -> None:
+    release = scratch / "release"
+    reg = register(krm_host, GATED.format(started=str(scratch), release=str(release)))
+    texts = [f"input-{i}-{uuid.uuid4().hex}" for i in range(CONCURRENCY)]
+    threads, answers = in_threads(*(lambda t=t: invoke(krm_host, reg, t) for t in texts))
+    try:
+        assert wait_until(lambda: len(list(scratch.glob("*"))) == CONCURRENCY, seconds=60)
+        assert krm_host.status(reg).in_flight == CONCURRENCY
+        with pytest.raises(grpc.RpcError) as busy:
+            invoke(krm_host, reg, "one too many")
+        assert busy.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert len(list(scratch.glob("*"))) == CONCURRENCY, "the refused one never started"
+    finally:
+        release.touch()
+        for thread in threads:
+            thread.join(60)
+    assert [answers[i] for i in range(CONCURRENCY)] == [t.encode() for t in texts]
+    assert wait_until(lambda: krm_host.status(reg).in_flight == 0)
+    assert invoke(krm_host, reg, "after") == b"after"
+
+
+def test_unregistering_past_the_grace_kills_every_invocation_in_flight(krm_host: Host, scratch: Path) -> None:
+    reg = register(krm_host, HOLDER)
+    locks = [scratch / f"lock-{i}" for i in range(CONCURRENCY)]
+    threads, answers = in_threads(*(lambda p=p: invoke(krm_host, reg, str(p)) for p in locks))
+    try:
+        assert wait_until(lambda: all(Path(f"{p}.started").exists() for p in locks), seconds=60)
+        assert not any(lock_free(p) for p in locks), "both hold their locks"
+        krm_host.stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg, grace_ms=200))
+        assert wait_until(lambda: all(lock_free(p) for p in locks), seconds=30), "every process is gone"
+    finally:
+        for thread in threads:
+            thread.join(60)
+    assert len(answers) == CONCURRENCY
