@@ -42,7 +42,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import Host
 from kruntimes.temporal import query_pool
-from kruntimes.wire import search
+from kruntimes.wire import search, summaries
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,9 @@ class ReconcileActivities:
             "HostWorkflow",
             host_input(input, host=host, created=created),
             id=host_workflow_id(host.runtime, host.hostId),
-            static_summary=f"host {host.runtime}/{host.hostId} (adopted by the reconciler)",
+            static_summary=summaries.summary(
+                f"host {host.runtime}/{host.hostId} (adopted by the reconciler)"
+            ),
             task_queue=input.runTaskQueue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )

@@ -38,6 +38,11 @@ KEY_ID = "encryption-key-id"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 AAD = b"kruntimes/v1"
+# A payload the converter marked as text for operators (a workflow's, activity's or timer's
+# summary: kruntimes.wire.summaries.Plain) is left as it is, so the Temporal UI and CLI show it
+# without the codec server. Only the converter sets it, and only for that type; decoding a
+# payload that is not encrypted returns it as it is either way.
+PLAIN = "krt-plain"
 MAX_KEYS = 64
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -128,6 +133,8 @@ class EncryptionCodec(PayloadCodec):
         return [self.decrypt(p) for p in payloads]
 
     def encrypt(self, payload: Payload) -> Payload:
+        if payload.metadata.get(PLAIN) == b"1":
+            return payload
         nonce = secrets.token_bytes(NONCE_BYTES)
         sealed = self._ciphers[self._active].encrypt(nonce, payload.SerializeToString(), AAD)
         return Payload(

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, TLSConfig, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
@@ -34,7 +36,9 @@ from temporalio.converter import (
 from temporalio.runtime import Runtime
 
 from kruntimes.api._base import ApiModel
+from kruntimes.codec import PLAIN
 from kruntimes.lifecycle import POOL_READING_BACK, QUERY_POOL, PoolState
+from kruntimes.wire.summaries import Plain
 
 MAX_API_KEY_BYTES = 16 * 1024
 POOL_SETTLE_S = 10.0  # how long a pool query waits out a read-back after continue-as-new
@@ -51,6 +55,21 @@ class PayloadConverter(PydanticPayloadConverter):
     """
 
     _shared: ClassVar[tuple[EncodingPayloadConverter, ...] | None] = None
+
+    def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
+        """As the SDK's, except that a summary (`summaries.Plain`) is marked to stay unencrypted."""
+        if not any(type(v) is Plain for v in values):
+            return super().to_payloads(values)
+        payloads = super().to_payloads([v for v in values if type(v) is not Plain])[::-1]
+        return [
+            Payload(
+                metadata={"encoding": b"json/plain", PLAIN: b"1"},
+                data=json.dumps(str(v), ensure_ascii=False).encode(),
+            )
+            if type(v) is Plain
+            else payloads.pop()
+            for v in values
+        ]
 
     def __init__(self) -> None:
         shared = PayloadConverter._shared

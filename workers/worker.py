@@ -66,6 +66,7 @@ from kruntimes.pki.authority import check_lifetime
 from kruntimes.scheduling.failures import ProviderError
 from kruntimes.serving import stop_event
 from kruntimes.temporal import TemporalSettings
+from kruntimes.wire import summaries
 from workflows.cleanup import CleanupWorkflow
 from workflows.host import HostWorkflow
 from workflows.pool import RuntimePoolWorkflow
@@ -208,7 +209,9 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_CONFIGURE,
             start_signal_args=[config],
-            static_summary=f"pool {runtime.name} ({runtime.provider}, up to {runtime.maxHosts} hosts)",
+            static_summary=summaries.summary(
+                f"pool {runtime.name} ({runtime.provider}, up to {runtime.maxHosts} hosts)"
+            ),
         )
         # The runtime's reconciler, asked for a round at once: orphans are collected at every
         # worker start, and periodically.
@@ -230,7 +233,9 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal=SIGNAL_RECONCILE,
             start_signal_args=[reconcile],  # a running reconciler takes the current config
-            static_summary=f"reconcile {runtime.name} every {reconcile.intervalSeconds:g} s",
+            static_summary=summaries.summary(
+                f"reconcile {runtime.name} every {reconcile.intervalSeconds:g} s"
+            ),
         )
 
 

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         UnregisterInput,
         pool_workflow_id,
     )
+    from kruntimes.wire import summaries
     from workflows.common import CLEANUP_RETRY, failure_text
 
 
@@ -54,7 +55,7 @@ class CleanupWorkflow:
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60),
                         retry_policy=CLEANUP_RETRY,
-                        summary=f"cancel task on {input.hostId or input.address}",
+                        summary=summaries.summary(f"cancel task on {input.hostId or input.address}"),
                     )
                 elif input.registrationId is not None:
                     await workflow.execute_activity(
@@ -68,7 +69,7 @@ class CleanupWorkflow:
                         result_type=bool,
                         start_to_close_timeout=timedelta(seconds=60 + input.graceSeconds),
                         retry_policy=CLEANUP_RETRY,
-                        summary=f"unregister on {input.hostId or input.address}",
+                        summary=summaries.summary(f"unregister on {input.hostId or input.address}"),
                     )
                 unregistered = True
             except ActivityError as err:

@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         WatchResult,
     )
     from kruntimes.scheduling.model import HostState
+    from kruntimes.wire import summaries
     from workflows.common import failure_text
 
 # The watch heartbeats every second: a dead worker's watch is retried elsewhere this soon.
@@ -234,7 +235,7 @@ class HostWorkflow:
                 heartbeat_timeout=WATCH_HEARTBEAT_TIMEOUT,
                 retry_policy=WATCH_RETRY,
                 cancellation_type=ActivityCancellationType.TRY_CANCEL,
-                summary=f"watch {self._rec.created.hostId}",
+                summary=summaries.summary(f"watch {self._rec.created.hostId}"),
             )
             ending = await self._while_watching(watch)
             if not watch.done():
@@ -340,7 +341,7 @@ class HostWorkflow:
                 told_unfenced = True
                 await self._tell_pool_lost(ending, fenced=False, how=fence.how)
             self._note(f"not fenced yet: {fence.how}")
-            await workflow.sleep(UNFENCED_RETRY, summary="fence again")
+            await workflow.sleep(UNFENCED_RETRY, summary=summaries.summary("fence again"))
         self._record = self._rec._replace(fenced=True, message=f"{ending.message}; fenced: {fence.how}")
         self._event(self._rec.state, "Fenced", fence.how)
         await self._tell_pool_lost(ending, fenced=True, how=fence.how)
@@ -356,7 +357,7 @@ class HostWorkflow:
                 result_type=FenceResult,
                 start_to_close_timeout=FENCE_TIMEOUT,
                 retry_policy=FENCE_RETRY,
-                summary=f"fence {self._rec.created.hostId}",
+                summary=summaries.summary(f"fence {self._rec.created.hostId}"),
             )
         except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
             return FenceResult(fenced=False, how=failure_text(err))

@@ -87,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleOutStatus,
         TenantPolicy,
     )
+    from kruntimes.wire import summaries
 
 MAX_CONSECUTIVE_SCALE_OUT_FAILURES = 3
 PROBE_TIMEOUT = timedelta(seconds=20)
@@ -513,7 +514,7 @@ class RuntimePoolWorkflow:
                 ProbeInput(hosts=self.state.hosts, stateDir=self.config.platform.stateDir),
                 result_type=ProbeResult,
                 start_to_close_timeout=PROBE_TIMEOUT,
-                summary=f"probe {len(self.state.hosts)} hosts",
+                summary=summaries.summary(f"probe {len(self.state.hosts)} hosts"),
             )
         except ActivityError:
             return  # no verdict is not a verdict of death: look again next time
@@ -639,7 +640,9 @@ class RuntimePoolWorkflow:
                 id=scale_out_workflow_id(scale_out.request.runtime, scale_out.request.requestId),
                 task_queue=self.config.runTaskQueue,
                 parent_close_policy=ParentClosePolicy.ABANDON,
-                static_summary=f"scale out {scale_out.request.runtime}: host {scale_out.hostId}",
+                static_summary=summaries.summary(
+                    f"scale out {scale_out.request.runtime}: host {scale_out.hostId}"
+                ),
             )
             for scale_out in outbox.scale_outs
         ]
@@ -670,7 +673,7 @@ class RuntimePoolWorkflow:
             result_type=SignalResult,
             start_to_close_timeout=SIGNAL_TIMEOUT,
             retry_policy=SIGNAL_RETRY,
-            summary=f"{len(signals)} signals to Runs and hosts",
+            summary=summaries.summary(f"{len(signals)} signals to Runs and hosts"),
         )
         gone = set(result.unreachable)
         for workflow_id, _name, arg in signals:

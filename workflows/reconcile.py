@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         ReconcileInput,
         ReconcileReport,
     )
+    from kruntimes.wire import summaries
     from workflows.common import failure_text
 
 ROUND_TIMEOUT = timedelta(minutes=5)
@@ -73,7 +74,7 @@ class ReconcileWorkflow:
                 await workflow.wait_condition(
                     lambda: self._asked > self._covered,
                     timeout=input.intervalSeconds,
-                    timeout_summary=f"next round in {input.intervalSeconds:g} s",
+                    timeout_summary=summaries.summary(f"next round in {input.intervalSeconds:g} s"),
                 )
             if workflow.info().is_continue_as_new_suggested():
                 break
@@ -98,7 +99,7 @@ class ReconcileWorkflow:
                 start_to_close_timeout=ROUND_TIMEOUT,
                 heartbeat_timeout=ROUND_HEARTBEAT,
                 retry_policy=ROUND_RETRY,
-                summary=f"reconcile {input.runtime}",
+                summary=summaries.summary(f"reconcile {input.runtime}"),
             )
         except ActivityError as err:
             return ReconcileReport(runtime=input.runtime, at=workflow.now(), errors=[failure_text(err)])

@@ -22,7 +22,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.lifecycle import SIGNAL_DELETE_NOW, DeleteExecutionInput, RetentionInput
-    from kruntimes.wire import search
+    from kruntimes.wire import search, summaries
 
 # The Run leaves the listing (KrtPhase=Deleted) before its execution is deleted; retentions that
 # deleted without it (their history says so) replay that way.
@@ -54,7 +54,7 @@ class RetentionWorkflow:
                 await workflow.wait_condition(
                     lambda: self._now,
                     timeout=input.seconds,
-                    timeout_summary=f"ttlSecondsAfterFinished {input.seconds:g} s",
+                    timeout_summary=summaries.summary(f"ttlSecondsAfterFinished {input.seconds:g} s"),
                 )
         marked = workflow.info().typed_search_attributes.get(search.KRT_PHASE) == search.DELETED
         if not marked and (self._now or workflow.patched(PATCH_MARK_DELETED)):
@@ -65,6 +65,6 @@ class RetentionWorkflow:
             result_type=bool,
             start_to_close_timeout=DELETE_TIMEOUT,
             retry_policy=DELETE_RETRY,
-            summary=f"delete {input.workflowId}",
+            summary=summaries.summary(f"delete {input.workflowId}"),
         )
         return deleted

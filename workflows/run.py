@@ -268,7 +268,7 @@ class RunWorkflow:
                 await workflow.wait_condition(
                     self._answered,
                     timeout=ADMIT_GRACE,
-                    timeout_summary=f"admission grace {ADMIT_GRACE.total_seconds():g} s",
+                    timeout_summary=summaries.summary(f"admission grace {ADMIT_GRACE.total_seconds():g} s"),
                 )
         if not self._answered():
             end = await self._ask_pool(leaving=leaving)
@@ -298,7 +298,7 @@ class RunWorkflow:
                 result_type=Handoff,
                 start_to_close_timeout=HANDOFF_WAIT + REGISTER_TIMEOUT,
                 retry_policy=HANDOFF_RETRY,
-                summary=f"wait for pool/{self.run_.spec.runtime} in process",
+                summary=summaries.summary(f"wait for pool/{self.run_.spec.runtime} in process"),
             )
         except (ActivityError, ApplicationError):
             return  # a shortcut only
@@ -324,7 +324,7 @@ class RunWorkflow:
             result_type=bool,
             start_to_close_timeout=ADMIT_TIMEOUT,
             retry_policy=ADMIT_RETRY,
-            summary=f"admit to pool/{self.run_.spec.runtime}",
+            summary=summaries.summary(f"admit to pool/{self.run_.spec.runtime}"),
         )
         if delivered:
             return None
@@ -377,7 +377,9 @@ class RunWorkflow:
         if seconds > 0:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._cancel, timeout=seconds, timeout_summary=f"backoff {seconds:g} s"
+                    lambda: self._cancel,
+                    timeout=seconds,
+                    timeout_summary=summaries.summary(f"backoff {seconds:g} s"),
                 )
         return deadline is None or workflow.now() < deadline
 
@@ -453,7 +455,7 @@ class RunWorkflow:
                 await workflow.wait_condition(
                     lambda: self._host_fenced or self._cancel,
                     timeout=seconds,
-                    timeout_summary=f"total timeout in {seconds:g} s",
+                    timeout_summary=summaries.summary(f"total timeout in {seconds:g} s"),
                 )
         else:
             await workflow.wait_condition(lambda: self._host_fenced or self._cancel)
@@ -504,7 +506,7 @@ class RunWorkflow:
                 result_type=bool,
                 start_to_close_timeout=UNREGISTER_TIMEOUT + timedelta(seconds=10),
                 retry_policy=HOST_CALL_RETRY,
-                summary=f"unregister on {a.hostId} (draining)",
+                summary=summaries.summary(f"unregister on {a.hostId} (draining)"),
             )
         except ActivityError as err:
             workflow.logger.warning("the draining host did not acknowledge: %s", failure_text(err))
@@ -553,8 +555,10 @@ class RunWorkflow:
                     result_type=RegisterResult,
                     start_to_close_timeout=REGISTER_TIMEOUT,
                     retry_policy=_no_retry_for(REGISTRATION_ERRORS),
-                    summary=f"register on {self._assignment.hostId if self._assignment else '?'} "
-                    f"(attempt {attempt})",
+                    summary=summaries.summary(
+                        f"register on {self._assignment.hostId if self._assignment else '?'} "
+                        f"(attempt {attempt})"
+                    ),
                 )
                 break
             except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
@@ -614,7 +618,7 @@ class RunWorkflow:
                         self._cancel or self._host_lost or self._moving or self._registration_lost is not None
                     ),
                     timeout=timeout,
-                    timeout_summary=what,
+                    timeout_summary=summaries.summary(what),
                 )
             if self._cancel:
                 return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled")
@@ -644,7 +648,7 @@ class RunWorkflow:
                     result_type=FunctionState,
                     start_to_close_timeout=STATUS_TIMEOUT,
                     retry_policy=HOST_CALL_RETRY,
-                    summary=f"idle check on {self._assignment.hostId}",
+                    summary=summaries.summary(f"idle check on {self._assignment.hostId}"),
                 )
             except ActivityError as err:
                 if workflow.patched(PATCH_REGISTRATION_LOST):
@@ -689,7 +693,7 @@ class RunWorkflow:
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=HOST_CALL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"task on {self._assignment.hostId}",
+            summary=summaries.summary(f"task on {self._assignment.hostId}"),
         )
         await workflow.wait_condition(lambda: handle.done() or self._cancel or self._host_lost)
         if not handle.done() and self._host_lost:

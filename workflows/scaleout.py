@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
     from kruntimes.scheduling.model import Host, HostState, ScaleOutRequest, ScaleOutStatus
+    from kruntimes.wire import summaries
     from workflows.common import failure_text
 
 CREATE_TIMEOUT = timedelta(seconds=90)
@@ -102,7 +103,7 @@ class ScaleOutWorkflow:
                 start_to_close_timeout=CREATE_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=CREATE_RETRY,
-                summary=f"create {input.hostId} ({request.provider})",
+                summary=summaries.summary(f"create {input.hostId} ({request.provider})"),
             )
         except ActivityError as err:
             return await _failed(pool, request, _failure(err, input))
@@ -132,7 +133,7 @@ class ScaleOutWorkflow:
             host_input(input, host=host, created=created),
             id=host_workflow_id(request.runtime, host.hostId),
             parent_close_policy=ParentClosePolicy.ABANDON,
-            static_summary=f"host {request.runtime}/{host.hostId} ({created.provider})",
+            static_summary=summaries.summary(f"host {request.runtime}/{host.hostId} ({created.provider})"),
         )
         told, started = await asyncio.gather(ready, supervisor, return_exceptions=True)
         if isinstance(told, BaseException):

@@ -2,10 +2,13 @@
 summary (at most MAX_SUMMARY_BYTES), static details and a Run's current details (Markdown).
 
 One definition for the starters (the SDK, the schedules, the worker) and the workflows, so a
-Run reads the same however it was started. Summaries and details are payloads: the payload
-codec encrypts them like any other (the Temporal UI and CLI show them through the codec server).
-They are still written to be shown to any operator: never an env value, a secret's content, a
-token or a source file's content — only names, sizes and a digest.
+Run reads the same however it was started. Summaries (`summary`, one line: what a workflow,
+activity or timer is) are `Plain`: the payload converter marks them and the payload codec leaves
+them unencrypted, so the Temporal UI's list and `temporal workflow list/describe` show them
+without the codec server. Details (static and current: Markdown tables, a Run's status message)
+are payloads the codec encrypts like any other. Both are written to be shown to any operator:
+never an env value, a secret's content, a token or a source file's content — only names, sizes
+and a digest.
 """
 
 from __future__ import annotations
@@ -27,9 +30,15 @@ def _cut(text: str, limit: int) -> str:
     return data[: limit - 3].decode(errors="ignore") + "..."
 
 
-def summary(text: str) -> str:
-    """A summary on one line, within MAX_SUMMARY_BYTES."""
-    return _cut(" ".join(text.split()), MAX_SUMMARY_BYTES)
+class Plain(str):
+    """Text for operators that is stored unencrypted (kruntimes.temporal.PayloadConverter)."""
+
+    __slots__ = ()
+
+
+def summary(text: str) -> Plain:
+    """A summary on one line, within MAX_SUMMARY_BYTES, stored unencrypted."""
+    return Plain(_cut(" ".join(text.split()), MAX_SUMMARY_BYTES))
 
 
 def details(text: str) -> str:
@@ -45,7 +54,7 @@ def spec_digest(run: Run) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def run_summary(run: Run) -> str:
+def run_summary(run: Run) -> Plain:
     """`function python default/hello`, `task python team-a/nightly-20250101120000`."""
     meta = run.metadata
     return summary(f"{run.spec.mode.kind} {run.spec.runtime} {meta.namespace}/{meta.name}")

@@ -96,3 +96,26 @@ def test_ensure_key_keeps_existing_keys(tmp_path):
     ensure_key(keys)
     assert sorted(p.name for p in keys.iterdir()) == before
     assert oct((keys / before[0]).stat().st_mode & 0o777) == "0o600"
+
+
+async def test_only_summaries_the_converter_marked_stay_unencrypted(tmp_path):
+    from kruntimes.codec import PLAIN
+    from kruntimes.temporal import data_converter
+    from kruntimes.wire.summaries import summary
+
+    codec = EncryptionCodec(Keyring.load(ensure_key(tmp_path)))
+    converter = data_converter(codec)
+    # A summary is marked by the converter and left as it is; the same text as an ordinary
+    # value (an input, a secret that happens to read like a summary) is encrypted.
+    text = "function python default/hello"
+    marked, ordinary, number = await converter.encode([summary(text), text, 42])
+    assert marked.metadata[PLAIN] == b"1" and marked.data == b'"function python default/hello"'
+    assert ordinary.metadata["encoding"] == ENCODING and text.encode() not in ordinary.data
+    assert number.metadata["encoding"] == ENCODING
+    assert await converter.decode([marked, ordinary, number], [str, str, int]) == [text, text, 42]
+    # Values decoded from a payload are plain str, never the marked type: what a workflow
+    # received cannot be sent on unencrypted by passing it along.
+    [back] = await converter.decode([ordinary], [str])
+    assert type(back) is str
+    [again] = await converter.encode([back])
+    assert again.metadata["encoding"] == ENCODING

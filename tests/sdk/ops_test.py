@@ -5,9 +5,11 @@ gives its Temporal status, a closed Run stays readable and its name can be reuse
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -16,6 +18,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.client import Client, RunNotFound
+from kruntimes.codec import ENCODING, PLAIN
 from kruntimes.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
@@ -139,6 +142,12 @@ async def test_every_workflow_type_has_a_static_summary(krt: Client, platform: P
         summary = await description.static_summary()
         if summary:
             summaries[execution.workflow_type] = summary
+            # Stored unencrypted (the UI's list and `temporal workflow list` show it without the
+            # codec server); the details are encrypted like every other payload.
+            metadata = description.raw_description.execution_config.user_metadata
+            assert _plain(metadata.summary) == summary, execution.workflow_type
+            if metadata.HasField("details"):
+                assert metadata.details.metadata["encoding"] == ENCODING, execution.workflow_type
     expected = {
         "RunWorkflow",
         "RuntimePoolWorkflow",
@@ -150,6 +159,23 @@ async def test_every_workflow_type_has_a_static_summary(krt: Client, platform: P
     }
     assert expected <= summaries.keys(), summaries
     assert all(len(s.encode()) <= 200 for s in summaries.values())
+    # Activities, timers and child workflows carry plain summaries too ("task on python-0", …).
+    run = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
+    scheduled = [
+        _plain(e.user_metadata.summary)
+        async for e in run.fetch_history_events()
+        if e.HasField("user_metadata") and e.user_metadata.HasField("summary")
+    ]
+    assert scheduled and all(scheduled), scheduled
+    assert any(s.startswith("task on ") for s in scheduled), scheduled
+
+
+def _plain(payload: Payload) -> str:
+    """The text of a summary payload stored unencrypted ('' for any other payload)."""
+    if payload.metadata.get("encoding") != b"json/plain" or payload.metadata.get(PLAIN) != b"1":
+        return ""
+    text = json.loads(payload.data)
+    return text if isinstance(text, str) else ""
 
 
 async def _until_not_found(krt: Client, name: str, within: float) -> None:
