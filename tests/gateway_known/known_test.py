@@ -85,9 +85,16 @@ async def _until(
 async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(temporal: tuple[Client, str]) -> None:
     client, queue = temporal
     old = [await _start(client, queue, f"old-{i}") for i in range(12)]
-    view = KnownRuns(client, full_refresh_s=3600, margin=timedelta(0))
+    started = time.monotonic()
+    # The narrow queries look back MARGIN before the last refresh began (visibility is written
+    # a little after the change); here 2 s, and the first 12 are older than that before the
+    # changes start, so a narrow refresh that read them all would show.
+    view = KnownRuns(client, full_refresh_s=3600, margin=timedelta(seconds=2))
     await _until(view, lambda: len(view.runs) == 12, "the first 12 Runs", refresh=view.refresh)
     assert view.listed == 12  # the first refresh is a full listing
+    while time.monotonic() - started < 3:  # a clock, not a state: nothing to wait on instead
+        await asyncio.sleep(0.1)
+    await view.refresh()
 
     # Two more Runs, one of the old ones closed, one finished while its workflow still runs.
     new = [await _start(client, queue, f"new-{i}") for i in range(2)]
