@@ -77,6 +77,8 @@ async def test_every_wait_returns_at_its_runs_ready_task_not_a_long_poll_later(
             # The waits run in a process of their own, as a user's program would.
             waiters = await asyncio.create_subprocess_exec(
                 sys.executable,
+                "-X",
+                "faulthandler",  # a crash prints where it happened, into the assertion below
                 "-m",
                 "tests.sdk._waiters",
                 address,
@@ -84,15 +86,19 @@ async def test_every_wait_returns_at_its_runs_ready_task_not_a_long_poll_later(
                 str(RUNS),
                 str(IN_FLIGHT),
                 stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
                 cwd=str(Path(__file__).resolve().parents[2]),
             )
+            err = b""
             try:
-                out, _ = await asyncio.wait_for(waiters.communicate(), 300)
+                out, err = await asyncio.wait_for(waiters.communicate(), 300)
             finally:
                 if waiters.returncode is None:
                     waiters.kill()
                     await waiters.wait()
-            assert waiters.returncode == 0, "the waiting process failed"
+            assert waiters.returncode == 0, (
+                f"the waiting process failed ({waiters.returncode}): {err.decode(errors='replace')[-4000:]}"
+            )
             returned: dict[str, float] = json.loads(out)
             assert len(returned) == RUNS
             ready_at = dict(
