@@ -20,6 +20,7 @@ import gc
 import logging
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from concurrent import futures
@@ -62,6 +63,7 @@ SERVICE_NAME = "kruntimes.rpc.v1.FunctionRuntime"
 MAX_MESSAGE_BYTES = MAX_PAYLOAD_BYTES + 512 * 1024  # payload or inline source plus envelope
 START_TIMEOUT_S = 30.0
 STOP_STEP_TIMEOUT_S = 10.0
+WORKSPACE_REMOVAL_S = 2.0  # removing the workspaces again while killed processes let go
 T = TypeVar("T")
 
 
@@ -377,7 +379,16 @@ class RuntimeHost:
         self.spawner.close()
         if self.isolation is not None:
             self.isolation.close()
+        # A function process being killed can still create a file while the tree is removed
+        # (rmtree then leaves a directory it could not empty): remove again until it is gone,
+        # for a bounded time.
+        deadline = time.monotonic() + WORKSPACE_REMOVAL_S
         shutil.rmtree(self.work_root, ignore_errors=True)
+        while self.work_root.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            shutil.rmtree(self.work_root, ignore_errors=True)
+        if self.work_root.exists():
+            log.warning("the host's workspaces could not all be removed", extra={"path": str(self.work_root)})
 
     async def _stop_serving(self, grace_s: float) -> None:
         stopping = []
