@@ -4,6 +4,7 @@ called over mutual TLS as the platform calls it: `stub` presents the control pla
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import time
@@ -149,6 +150,13 @@ def host(
             assignments=pki.verifier(),
         )
     )
+    with serving(runtime, pki) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving(runtime: RuntimeHost, pki: TestPKI) -> Iterator[Host]:
+    """`runtime` started, with a control-plane and a gateway channel to it; stopped after."""
     address = runtime.start()
     channel = pki.channel(address, as_=pki.control_plane)
     gateway = pki.channel(address, as_=pki.gateway)

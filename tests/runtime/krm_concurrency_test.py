@@ -17,13 +17,12 @@ import grpc
 import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import krm as contract
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
 from tests.pki import TestPKI
-from tests.runtime.conftest import Host, wait_until
+from tests.runtime.conftest import Host, serving, wait_until
 
 CONCURRENCY = 2
 
@@ -67,17 +66,8 @@ def krm_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Pat
             krm_concurrency=CONCURRENCY,
         )
     )
-    address = runtime.start()
-    channel = pki.channel(address, as_=pki.control_plane)
-    gateway = pki.channel(address, as_=pki.gateway)
-    try:
-        yield Host(
-            runtime, pb_grpc.FunctionRuntimeStub(channel), channel, pb_grpc.FunctionRuntimeStub(gateway), pki
-        )
-    finally:
-        channel.close()
-        gateway.close()
-        runtime.stop(grace_s=1)
+    with serving(runtime, pki) as served:
+        yield served
 
 
 def register(host: Host, body: str) -> str:
