@@ -127,12 +127,23 @@ class FunctionGroup:
 
     version: int
     paths: tuple[str, ...]
-    created: bool = field(default=False, init=False)
+    made: list[str] = field(default_factory=list, init=False)  # the directories this object made
+
+    @property
+    def created(self) -> bool:
+        return bool(self.made)
 
     def create(self, *, memory_bytes: int | None, max_processes: int | None) -> None:
+        """Make the group's directories, each one new (FileExistsError if any was there: a group
+        is never shared with another function, nor joined with what a previous one left), then
+        set the limits."""
         for path in self.paths:
-            os.makedirs(path, exist_ok=True)
-        self.created = True
+            try:
+                os.mkdir(path)
+            except BaseException:
+                self.remove()
+                raise
+            self.made.append(path)
         if self.version == 2:
             (path,) = self.paths
             if memory_bytes is not None:
@@ -156,8 +167,12 @@ class FunctionGroup:
         return tuple(os.path.join(p, "cgroup.procs") for p in self.paths)
 
     def pids(self) -> list[int]:
+        return self._pids(self.paths)
+
+    @staticmethod
+    def _pids(paths: Iterable[str]) -> list[int]:
         found: set[int] = set()
-        for procs in self.procs_files:
+        for procs in (os.path.join(p, "cgroup.procs") for p in paths):
             with contextlib.suppress(OSError, ValueError):
                 found.update(int(line) for line in _read(procs).split())
         return sorted(found)
@@ -176,13 +191,14 @@ class FunctionGroup:
         return 0
 
     def kill(self) -> None:
-        """SIGKILL every process of the group, until it is empty (bounded)."""
-        if self.version == 2:
+        """SIGKILL every process of the group, until it is empty (bounded). Only in the
+        directories this object made: one found there already is not this function's."""
+        if self.version == 2 and self.made:
             with contextlib.suppress(OSError):
-                _write(os.path.join(self.paths[0], "cgroup.kill"), "1")
+                _write(os.path.join(self.made[0], "cgroup.kill"), "1")
         deadline = time.monotonic() + REMOVE_TIMEOUT_S
         while True:
-            pids = self.pids()
+            pids = self._pids(self.made)
             if not pids or time.monotonic() > deadline:
                 return
             _kill_all(pids)
@@ -190,11 +206,11 @@ class FunctionGroup:
 
     def remove(self) -> None:
         """Kill what is left and remove the directories (a process still exiting is waited for)."""
-        if not self.created:
+        if not self.made:
             return
         self.kill()
         deadline = time.monotonic() + REMOVE_TIMEOUT_S
-        for path in self.paths:
+        for path in self.made:
             while True:
                 try:
                     os.rmdir(path)
@@ -205,7 +221,7 @@ class FunctionGroup:
                     if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                         break
                     time.sleep(_POLL_S)
-        self.created = False
+        self.made.clear()
 
 
 def _kill_all(pids: Iterable[int]) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.auth import Principal, TokenFile
 from workers.embedded.errors import PlatformError
-from workers.embedded.layout import PORT_NAMES, Layout, admin_token, ports
+from workers.embedded.layout import PORT_NAMES, Layout, admin_token, ports, recheck_ports
 
 
 def test_a_layout_is_a_frozen_value_naming_the_files_of_its_root(tmp_path: Path) -> None:
@@ -74,6 +74,35 @@ def test_saved_ports_are_kept_while_free_and_a_taken_one_is_replaced(tmp_path: P
         k: v for k, v in first.items() if k != "gateway"
     }
     assert json.loads(layout.ports.read_text()) == again
+
+
+def test_a_port_taken_after_it_was_picked_is_picked_again_before_its_component_starts(
+    tmp_path: Path,
+) -> None:
+    """What `krt up` does once the dev server opened ports of its own: a port picked for the
+    gateway or the worker that is taken now gets a new one; the others (and the dev server's,
+    in use by it) stay."""
+    layout = Layout(tmp_path)
+    first = ports(layout)
+    with socket.socket() as dev_server, socket.socket() as internal:
+        dev_server.bind(("127.0.0.1", first["temporal"]))
+        internal.bind(("127.0.0.1", first["workerMetrics"]))
+        again = recheck_ports(layout, first, ("gateway", "heartbeat", "workerMetrics"))
+    assert again["workerMetrics"] != first["workerMetrics"]
+    assert {k: v for k, v in again.items() if k != "workerMetrics"} == {
+        k: v for k, v in first.items() if k != "workerMetrics"
+    }
+    assert len(set(again.values())) == len(PORT_NAMES)
+    assert json.loads(layout.ports.read_text()) == again
+
+
+def test_a_saved_file_naming_one_port_twice_gets_distinct_ports(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    first = ports(layout)
+    layout.ports.write_text(json.dumps({**first, "workerMetrics": first["gateway"]}))
+    again = ports(layout)
+    assert len(set(again.values())) == len(PORT_NAMES)
+    assert again["gateway"] == first["gateway"]
 
 
 def test_the_platform_pki_is_made_once_private_and_names_each_component(tmp_path: Path) -> None:

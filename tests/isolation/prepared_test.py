@@ -3,6 +3,7 @@ function only, its cgroup is never handed out again, and what is left unused is 
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import uuid
@@ -47,10 +48,11 @@ def test_a_prepared_identity_goes_to_one_function_and_its_cgroup_never_again(tmp
 
         held: list[Lease] = []
         lock = threading.Lock()
+        slots = itertools.count()  # a thread's ident is reused once it ended: slots are counted
 
         def take(n: int) -> None:
-            for i in range(n):
-                lease = isolation.lease(f"t{threading.get_ident()}-{i}")
+            for _ in range(n):
+                lease = isolation.lease(f"t-{next(slots)}")
                 isolation.replenish()
                 with lock:
                     held.append(lease)

@@ -119,3 +119,23 @@ def test_a_slot_must_be_one_path_component(host_groups):
     for bad in ("", "a/b", "..", "."):
         with pytest.raises(ValueError):
             host_groups.group(bad)
+
+
+def test_a_group_is_never_made_over_one_that_is_there(host_groups):
+    """A function's cgroup is new: one of the same name already there (another function's, or
+    what one left) is refused, and its processes are left alone."""
+    first = host_groups.group("taken")
+    first.create(memory_bytes=None, max_processes=None)
+    try:
+        with _in_group(first, "import time\ntime.sleep(60)\n") as proc:
+            wait_until(lambda: len(first.pids()) == 1, what="the first function's process")
+            second = host_groups.group("taken")
+            with pytest.raises(FileExistsError):
+                second.create(memory_bytes=None, max_processes=None)
+            assert not second.created
+            second.remove()  # a group that made nothing removes nothing
+            assert first.pids() == [proc.pid]
+            assert all(os.path.isdir(p) for p in first.paths)
+            proc.kill()
+    finally:
+        first.remove()

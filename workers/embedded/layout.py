@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,11 +209,24 @@ def ensure_pki(layout: Layout, *, lifetime: dt.timedelta = DEFAULT_LIFETIME) -> 
 def ports(layout: Layout) -> dict[str, int]:
     """The ports of this state dir: the saved ones while free, a new one for any taken; saved."""
     saved: dict[str, int] = json.loads(layout.ports.read_text()) if layout.ports.exists() else {}
+    return recheck_ports(layout, saved, PORT_NAMES)
+
+
+def recheck_ports(layout: Layout, current: dict[str, int], names: Iterable[str]) -> dict[str, int]:
+    """`current` with a new port for each of `names` that is missing or taken now, saved.
+
+    The ports are picked before anything binds them, so one may be taken meanwhile: the dev
+    server opens ports of its own for its internal services when it starts, any of which may be
+    one picked for a component started after it. Those components' ports are checked again
+    right before each is started. No two names get the same port."""
+    check = set(names)
     chosen: dict[str, int] = {}
     for name in PORT_NAMES:
-        port = saved.get(name)
-        if port is None or not _port_free(port):
+        port = current.get(name)
+        if port is None or port in chosen.values() or (name in check and not _port_free(port)):
             port = free_port()
+            while port in chosen.values() or port in current.values():
+                port = free_port()
         chosen[name] = port
     layout.ports.write_text(json.dumps(chosen, indent=2))
     return chosen

@@ -35,12 +35,20 @@ from typing import Any
 
 from activities.hosts.process import stop_all
 from kruntimes import clientconfig
+from kruntimes.config import ConfigError, load_config
 from kruntimes.devserver import DevServer, DevServerError
 from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError
 from kruntimes.tls import TlsFiles, ensure_tls
 from runtime.sandbox.policy import can_switch_uid
 from workers.embedded.errors import PlatformError
-from workers.embedded.layout import Layout, platform_certificates, prepare, recorded_pid, write_up
+from workers.embedded.layout import (
+    Layout,
+    platform_certificates,
+    prepare,
+    recheck_ports,
+    recorded_pid,
+    write_up,
+)
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
@@ -189,8 +197,11 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) 
     return data
 
 
-async def _wait_min_hosts(address: str, layout: Layout, deadline: float) -> None:
-    from kruntimes.config import load_config
+async def _wait_min_hosts(
+    address: str, layout: Layout, deadline: float, *, worker: subprocess.Popen[bytes]
+) -> None:
+    """Until every runtime's pool has its warm hosts; fails at `deadline`, or as soon as the
+    worker that makes them exited (with the last line of its log)."""
     from kruntimes.lifecycle import pool_workflow_id
     from kruntimes.temporal import TemporalSettings, connect, query_pool
 
@@ -202,9 +213,16 @@ async def _wait_min_hosts(address: str, layout: Layout, deadline: float) -> None
                 state = await query_pool(client, pool_workflow_id(runtime.name))
                 if len(state.hosts) >= runtime.minHosts:
                     break
+            if worker.poll() is not None:
+                log = layout.log("worker")
+                raise PlatformError(
+                    f"the worker exited with code {worker.returncode} before runtime {runtime.name!r}"
+                    f" got its warm host(s): {_last_line(log)} (log: {log})"
+                )
             if time.monotonic() > deadline:
                 raise PlatformError(
                     f"runtime {runtime.name!r} did not get its {runtime.minHosts} warm host(s)"
+                    f" (logs: {layout.logs})"
                 )
             await asyncio.sleep(0.1)
 
@@ -306,6 +324,10 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
     if pid is not None:
         raise PlatformError(f"the platform already runs from {layout.root} (pid {pid}); `krt down` first")
     ports, token = prepare(layout)
+    try:  # a bad runtimes file is said now, before anything starts (the worker would only die of it)
+        load_config(layout.runtimes)
+    except ConfigError as e:
+        raise PlatformError(f"{layout.runtimes}: {e}") from None
     tls = ensure_tls(layout.tls)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     temporal = DevServer(
@@ -337,16 +359,27 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
 
     try:
         _first_start(start_temporal, "temporal")
+        # the dev server opened ports of its own: the ones picked for the others may be among them
+        ports.update(recheck_ports(layout, ports, ("gateway", "heartbeat", "workerMetrics")))
         layout.gateway_ready.unlink(missing_ok=True)
         procs["gateway"] = start_gateway()
         gateway = _wait_file(layout.gateway_ready, procs["gateway"], "gateway", layout.log("gateway"))
 
         def start_worker() -> subprocess.Popen[bytes]:
+            # only the worker's metrics port may change between its starts (no URL names it)
+            ports.update(recheck_ports(layout, ports, ("workerMetrics",)))
             argv = _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway)
             return _spawn(argv, layout.log("worker"))
 
         procs["worker"] = start_worker()
-        asyncio.run(_wait_min_hosts(temporal.address, layout, time.monotonic() + START_TIMEOUT_S))
+        asyncio.run(
+            _wait_min_hosts(
+                temporal.address,
+                layout,
+                time.monotonic() + START_TIMEOUT_S,
+                worker=procs["worker"],
+            )
+        )
         config = clientconfig.ClientConfig(
             temporalAddress=temporal.address,
             gatewayUrl=gateway["url"],
