@@ -14,8 +14,6 @@ import gc
 import os
 from pathlib import Path
 
-from temporalio.client import Client
-
 from gateway.auth import (
     Authorizer,
     CachingAuthorizer,
@@ -25,11 +23,13 @@ from gateway.auth import (
 )
 from gateway.listener import HttpLimits
 from gateway.server import Gateway, GatewayOptions
-from kruntimes import logs, temporal
+from gateway.visibility import Visibility, VisibilityError
+from kruntimes import logs
+from kruntimes import temporal_settings as temporal
 from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.serving import stop_event, write_ready_file
-from kruntimes.temporal import TemporalSettings
+from kruntimes.temporal_settings import TemporalSettings
 
 GC_THRESHOLDS = (20_000, 50, 100)
 VERIFY_CACHE = 1024  # verified assignments the verifier keeps (the route cache keeps the rest)
@@ -169,15 +169,14 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
     return CachingAuthorizer(inner)
 
 
-async def connect_temporal(settings: TemporalSettings | None) -> Client | None:
+async def connect_temporal(settings: TemporalSettings | None) -> Visibility | None:
+    """The known-Runs view's reader of Temporal visibility (no Temporal SDK in the gateway)."""
     if settings is None:
         return None
     try:
-        return await temporal.connect(settings)
-    except (RuntimeError, OSError, ValueError) as e:  # the SDK's connect errors, unreadable files
-        raise SystemExit(
-            f"krt gateway: cannot connect to Temporal at {settings.address}: {str(e)[:300]}"
-        ) from None
+        return await Visibility.connect(settings)
+    except VisibilityError as e:  # unreachable, refused, unreadable TLS files
+        raise SystemExit(f"krt gateway: cannot connect to Temporal at {settings.address}: {e}") from None
 
 
 async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:

@@ -1,6 +1,6 @@
 """The known-Runs view: which Runs exist and are not finished, refreshed in the background from
-Temporal visibility. Only a route-cache miss consults it, to answer 503 (known, not ready,
-recovering or terminating) rather than 404. The invoke path never waits for it.
+Temporal visibility (gateway/visibility.py). Only a route-cache miss consults it, to answer 503
+(known, not ready, recovering or terminating) rather than 404. The invoke path never waits for it.
 
 A refresh costs what changed, not every Run: after one full listing, each refresh asks only for
 the Runs started and closed since the last one (by StartTime and CloseTime, with a margin) and
@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from temporalio.client import Client, WorkflowExecution
-
+from gateway.visibility import Execution, Visibility
 from kruntimes.api.phases import TERMINAL_PHASES
 from kruntimes.wire import search
 
@@ -41,28 +40,23 @@ class KnownRun:
     phase: str
 
 
-def _first(attrs: dict[str, list[object]], key: str) -> str:
-    values = attrs.get(key) or [""]
-    return str(values[0])
-
-
-def _known(execution: WorkflowExecution) -> tuple[str, KnownRun] | None:
+def _known(execution: Execution) -> tuple[str, KnownRun] | None:
     attrs = execution.search_attributes
-    uid = _first(attrs, search.RUN_UID)  # type: ignore[arg-type]
+    uid = attrs.get(search.RUN_UID, "")
     if not uid:
         return None
     return uid, KnownRun(
-        namespace=_first(attrs, search.NAMESPACE),  # type: ignore[arg-type]
-        name=execution.id.rsplit("/", 1)[-1],
-        runtime=_first(attrs, search.RUNTIME),  # type: ignore[arg-type]
-        phase=_first(attrs, search.PHASE),  # type: ignore[arg-type]
+        namespace=attrs.get(search.NAMESPACE, ""),
+        name=execution.workflow_id.rsplit("/", 1)[-1],
+        runtime=attrs.get(search.RUNTIME, ""),
+        phase=attrs.get(search.PHASE, ""),
     )
 
 
 class KnownRuns:
     def __init__(
         self,
-        client: Client | None,
+        client: Visibility | None,
         *,
         refresh_s: float = REFRESH_S,
         full_refresh_s: float = FULL_REFRESH_S,
@@ -96,7 +90,7 @@ class KnownRuns:
         assert self.client is not None
         runs: dict[str, KnownRun] = {}
         listed = 0
-        async for execution in self.client.list_workflows(QUERY, limit=MAX_KNOWN):
+        async for execution in self.client.list(QUERY, limit=MAX_KNOWN):
             listed += 1
             known = _known(execution)
             if known is not None:
@@ -116,7 +110,7 @@ class KnownRuns:
         runs = dict(self.runs)
         for query, keep in ((closed, False), (started, True), (finished, True)):
             count = 0
-            async for execution in self.client.list_workflows(query, limit=MAX_CHANGES + 1):
+            async for execution in self.client.list(query, limit=MAX_CHANGES + 1):
                 count += 1
                 known = _known(execution)
                 if known is None:

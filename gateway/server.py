@@ -18,7 +18,6 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from temporalio.client import Client
 
 from gateway.app import GatewayState, build_app
 from gateway.auth import Authorizer
@@ -28,6 +27,7 @@ from gateway.known import KnownRuns
 from gateway.listener import HttpLimits, Listener
 from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
+from gateway.visibility import Visibility
 from kruntimes.assignments import Verifier
 from kruntimes.pki import PeerTLS, Role
 
@@ -60,7 +60,7 @@ class GatewayOptions:
     cert_file: Path
     key_file: Path
     authorizer: Authorizer
-    temporal: Client | None = None  # for the known-Runs view only
+    temporal: Visibility | None = None  # for the known-Runs view only
     known_refresh_s: float = 2.0
     limits: HttpLimits = field(default_factory=HttpLimits)
     extra: dict[str, object] = field(default_factory=dict)
@@ -135,6 +135,8 @@ class Gateway:
         if self.runner is not None:
             await self.runner.cleanup()
         await self.known.stop()
+        if self.options.temporal is not None:
+            await self.options.temporal.close()
         await self.heartbeats.stop()
         await self.upstreams.close()
         await self.options.authorizer.close()

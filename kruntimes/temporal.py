@@ -8,24 +8,21 @@ server listens on loopback only.
     TemporalSettings   address, namespace, TLS files, API key (or its file), codec key directory
     add_arguments      the --temporal-* flags of an entry point (worker, gateway, codec server)
     settings_from      those flags (and KRT_TEMPORAL_* variables) → TemporalSettings
+                       (these three live in kruntimes.temporal_settings, which loads no SDK)
     connect            a Client with all of it
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, model_validator
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, TLSConfig, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
@@ -35,12 +32,25 @@ from temporalio.converter import (
 )
 from temporalio.runtime import Runtime
 
-from kruntimes.api._base import ApiModel
 from kruntimes.codec import PLAIN
 from kruntimes.lifecycle import POOL_READING_BACK, QUERY_POOL, PoolState
+from kruntimes.temporal_settings import ENV, MAX_API_KEY_BYTES, TemporalSettings, add_arguments, settings_from
 from kruntimes.wire.summaries import Plain
 
-MAX_API_KEY_BYTES = 16 * 1024
+__all__ = [  # the settings and flags are kruntimes.temporal_settings', named here too
+    "DATA_CONVERTER",
+    "ENV",
+    "MAX_API_KEY_BYTES",
+    "POOL_SETTLE_S",
+    "PayloadConverter",
+    "TemporalSettings",
+    "add_arguments",
+    "connect",
+    "data_converter",
+    "query_pool",
+    "settings_from",
+]
+
 POOL_SETTLE_S = 10.0  # how long a pool query waits out a read-back after continue-as-new
 
 
@@ -90,68 +100,6 @@ def data_converter(codec: PayloadCodec | None = None) -> DataConverter:
     return DataConverter(payload_converter_class=PayloadConverter, payload_codec=codec)
 
 
-class TemporalSettings(ApiModel):
-    """How to reach Temporal. TLS is on when `tls` is set or any TLS file is given."""
-
-    address: str = Field(default="127.0.0.1:7233", min_length=1)
-    namespace: str = Field(default="default", min_length=1)
-    tls: bool = False
-    tlsCert: str | None = None  # client certificate (PEM) for mTLS
-    tlsKey: str | None = None
-    tlsCa: str | None = None  # the server's CA (PEM); None: the system's roots
-    tlsServerName: str | None = None
-    apiKey: str | None = Field(default=None, repr=False)
-    apiKeyFile: str | None = None
-    codecKeys: str | None = None  # directory of payload codec keys (kruntimes.codec)
-
-    @model_validator(mode="after")
-    def _pairs(self) -> TemporalSettings:
-        if (self.tlsCert is None) != (self.tlsKey is None):
-            raise ValueError(
-                "tlsCert: a client certificate needs its key (tlsKey), and a key its certificate"
-            )
-        if self.apiKey is not None and self.apiKeyFile is not None:
-            raise ValueError("apiKey: give the API key or its file (apiKeyFile), not both")
-        return self
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.tls or any(v is not None for v in (self.tlsCert, self.tlsCa, self.tlsServerName))
-
-    def tls_config(self) -> TLSConfig | bool:
-        if not self.uses_tls:
-            return False
-        return TLSConfig(
-            server_root_ca_cert=_read(self.tlsCa) if self.tlsCa else None,
-            client_cert=_read(self.tlsCert) if self.tlsCert else None,
-            client_private_key=_read(self.tlsKey) if self.tlsKey else None,
-            domain=self.tlsServerName,
-        )
-
-    def api_key(self) -> str | None:
-        if self.apiKeyFile is None:
-            return self.apiKey
-        raw = _read(self.apiKeyFile, limit=MAX_API_KEY_BYTES).decode().strip()
-        if not raw:
-            raise ValueError(f"apiKeyFile: {self.apiKeyFile} is empty")
-        return raw
-
-    def codec(self) -> PayloadCodec | None:
-        if self.codecKeys is None:
-            return None
-        from kruntimes.codec import EncryptionCodec, Keyring
-
-        return EncryptionCodec(Keyring.load(self.codecKeys))
-
-
-def _read(path: str, *, limit: int = 1024 * 1024) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"{path} is larger than {limit} bytes")
-    return data
-
-
 async def connect(
     target: str | TemporalSettings, namespace: str = "default", *, runtime: Runtime | None = None
 ) -> Client:
@@ -188,61 +136,3 @@ async def query_pool(client: Client, workflow_id: str, *, rpc_timeout: timedelta
                 raise
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.5)
-
-
-# --- the --temporal-* flags of the entry points -----------------------------------------------
-
-_FLAGS: dict[str, tuple[str, str]] = {
-    # field: (flag, help)
-    "address": ("--temporal-address", "Temporal frontend host:port"),
-    "namespace": ("--namespace", "Temporal namespace"),
-    "tlsCert": ("--temporal-tls-cert", "client certificate (PEM) for mTLS to Temporal"),
-    "tlsKey": ("--temporal-tls-key", "its private key (PEM)"),
-    "tlsCa": ("--temporal-tls-ca", "CA bundle (PEM) of Temporal's server certificate"),
-    "tlsServerName": ("--temporal-tls-server-name", "the server name to verify"),
-    "apiKeyFile": ("--temporal-api-key-file", "a file holding a Temporal API key"),
-    "codecKeys": ("--codec-keys", "directory of payload encryption keys (kruntimes.codec)"),
-}
-ENV: dict[str, str] = {
-    "address": "KRT_TEMPORAL_ADDRESS",
-    "namespace": "KRT_TEMPORAL_NAMESPACE",
-    "tlsCert": "KRT_TEMPORAL_TLS_CERT",
-    "tlsKey": "KRT_TEMPORAL_TLS_KEY",
-    "tlsCa": "KRT_TEMPORAL_TLS_CA",
-    "tlsServerName": "KRT_TEMPORAL_TLS_SERVER_NAME",
-    "apiKey": "KRT_TEMPORAL_API_KEY",
-    "apiKeyFile": "KRT_TEMPORAL_API_KEY_FILE",
-    "codecKeys": "KRT_CODEC_KEYS",
-}
-
-
-def add_arguments(parser: argparse.ArgumentParser, *, default_address: str = "127.0.0.1:7233") -> None:
-    """The Temporal connection flags (an API key is read from a file or KRT_TEMPORAL_API_KEY,
-    never from the command line, where every local user sees it)."""
-    for field, (flag, text) in _FLAGS.items():
-        default = default_address if field == "address" else ("default" if field == "namespace" else None)
-        parser.add_argument(flag, dest=f"temporal_{field}", default=default, help=text)
-    parser.add_argument("--temporal-tls", action="store_true", help="TLS to Temporal with the system's roots")
-
-
-def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> TemporalSettings:
-    """Flags first, then KRT_TEMPORAL_* variables (and KRT_CODEC_KEYS), then defaults."""
-    env = os.environ if env is None else env
-    values: dict[str, object] = {}
-    for field in ENV:
-        flag_value = getattr(args, f"temporal_{field}", None)
-        flag_default = _default(field)
-        if flag_value is not None and flag_value != flag_default:
-            values[field] = flag_value
-        elif env.get(ENV[field]):
-            values[field] = env[ENV[field]]
-        elif flag_value is not None:
-            values[field] = flag_value
-    values["tls"] = bool(getattr(args, "temporal_tls", False))
-    if values.get("codecKeys"):
-        values["codecKeys"] = str(Path(str(values["codecKeys"])).expanduser())
-    return TemporalSettings.model_validate(values)
-
-
-def _default(field: str) -> str | None:
-    return {"address": "127.0.0.1:7233", "namespace": "default"}.get(field)

@@ -15,14 +15,21 @@ that exist are the running RunWorkflows and RetentionWorkflows (`LISTED`). A del
 workflow (if it still runs) and its retention say KrtPhase=Deleted before anything is removed:
 visibility is eventually consistent and drops a deleted execution only later, the Deleted phase
 is indexed like any other.
+
+The names and queries here load no SDK (the gateway reads them); the SDK's typed keys and the
+attributes a starter sets (KRT_*, run_values, at_start, finished) are kruntimes.wire.search_typed's,
+named here too and loaded on first use.
 """
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from typing import TYPE_CHECKING
 
+from kruntimes import _lazy
 from kruntimes.api.phases import RunPhase
-from kruntimes.api.run import Run
+
+if TYPE_CHECKING:
+    pass
 
 PHASE = "KrtPhase"
 RUNTIME = "KrtRuntime"
@@ -44,26 +51,6 @@ LISTED = (
     f"AND {PHASE} != '{DELETED}'"
 )
 
-KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
-KRT_RUNTIME = SearchAttributeKey.for_keyword(RUNTIME)
-KRT_NAMESPACE = SearchAttributeKey.for_keyword(NAMESPACE)
-KRT_MODE = SearchAttributeKey.for_keyword(MODE)
-KRT_TENANT = SearchAttributeKey.for_keyword(TENANT)
-KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
-KRT_HOST = SearchAttributeKey.for_keyword(HOST)
-
-
-def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:
-    """A Run's search attributes (its uid must be set) with the given phase."""
-    return [
-        (KRT_PHASE, phase.value),
-        (KRT_RUNTIME, run.spec.runtime),
-        (KRT_NAMESPACE, run.metadata.namespace),
-        (KRT_MODE, run.spec.mode.kind),
-        (KRT_TENANT, run.spec.tenant or ""),
-        (KRT_RUN_UID, run.metadata.uid or ""),
-    ]
-
 
 def listed(*, namespace: str | None = None, phase: RunPhase | None = None, run_uid: str | None = None) -> str:
     """The visibility query of the existing Runs; the values must be validated names (DNS
@@ -78,13 +65,19 @@ def listed(*, namespace: str | None = None, phase: RunPhase | None = None, run_u
     return query
 
 
-def at_start(run: Run) -> TypedSearchAttributes:
-    """What a starter sets when it starts the Run's workflow (the workflow upserts only what is missing)."""
-    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in run_values(run)])
-
-
-def finished(run: Run, *, phase: str, host: str) -> TypedSearchAttributes:
-    """What a finished Run's RetentionWorkflow carries: the Run's attributes, its final phase (or
-    DELETED) and host."""
-    pairs = [SearchAttributePair(key, phase if key is KRT_PHASE else value) for key, value in run_values(run)]
-    return TypedSearchAttributes([*pairs, SearchAttributePair(KRT_HOST, host)])
+_TYPED = {
+    name: "kruntimes.wire.search_typed"
+    for name in (
+        "KRT_PHASE",
+        "KRT_RUNTIME",
+        "KRT_NAMESPACE",
+        "KRT_MODE",
+        "KRT_TENANT",
+        "KRT_RUN_UID",
+        "KRT_HOST",
+        "run_values",
+        "at_start",
+        "finished",
+    )
+}
+__getattr__ = _lazy.loader(__name__, _TYPED, globals())

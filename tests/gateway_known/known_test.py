@@ -1,6 +1,7 @@
 """The gateway's known-Runs view refreshes by what changed: after one full listing it reads only
 the Runs started, closed or finished since the last refresh, and a full listing mends the rest.
-Real Temporal dev server; stand-in RunWorkflows carrying the search attributes the platform's do."""
+Real Temporal dev server; stand-in RunWorkflows carrying the search attributes the platform's do;
+the view reads them as the gateway does, over gRPC without the SDK (gateway/visibility.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 from gateway.known import KnownRuns
-from kruntimes.devserver import DevServer
-from kruntimes.temporal import connect
+from gateway.visibility import Visibility, VisibilityError
+from kruntimes.devserver import DevServer, free_port
+from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.wire import search
 
 
@@ -40,14 +42,18 @@ class _StandIn:
 
 
 @pytest.fixture
-async def temporal(tmp_path: Path) -> AsyncIterator[tuple[Client, str]]:
+async def temporal(tmp_path: Path) -> AsyncIterator[tuple[Client, str, Visibility]]:
     server = DevServer(state_dir=tmp_path / "temporal", persistent=False)
     server.start()
     try:
         client = await connect(server.address, "default")
+        visibility = await Visibility.connect(TemporalSettings(address=server.address))
         queue = f"known-{uuid.uuid4().hex[:8]}"
-        async with Worker(client, task_queue=queue, workflows=[_StandIn]):
-            yield client, queue
+        try:
+            async with Worker(client, task_queue=queue, workflows=[_StandIn]):
+                yield client, queue, visibility
+        finally:
+            await visibility.close()
     finally:
         server.stop()
 
@@ -82,14 +88,16 @@ async def _until(
         await asyncio.sleep(0.1)
 
 
-async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(temporal: tuple[Client, str]) -> None:
-    client, queue = temporal
+async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
+    temporal: tuple[Client, str, Visibility],
+) -> None:
+    client, queue, visibility = temporal
     old = [await _start(client, queue, f"old-{i}") for i in range(12)]
     started = time.monotonic()
     # The narrow queries look back MARGIN before the last refresh began (visibility is written
     # a little after the change); here 2 s, and the first 12 are older than that before the
     # changes start, so a narrow refresh that read them all would show.
-    view = KnownRuns(client, full_refresh_s=3600, margin=timedelta(seconds=2))
+    view = KnownRuns(visibility, full_refresh_s=3600, margin=timedelta(seconds=2))
     await _until(view, lambda: len(view.runs) == 12, "the first 12 Runs", refresh=view.refresh)
     assert view.listed == 12  # the first refresh is a full listing
     while time.monotonic() - started < 3:  # a clock, not a state: nothing to wait on instead
@@ -122,3 +130,35 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(temporal: t
     view.full_refresh_s = 0
     await view.refresh()
     assert lost in view.runs and view.listed == 13
+
+
+async def test_visibility_pages_through_every_match_and_stops_at_the_limit(
+    temporal: tuple[Client, str, Visibility],
+) -> None:
+    client, queue, visibility = temporal
+    started = {uid for uid, _ in [await _start(client, queue, f"paged-{i}") for i in range(7)]}
+    query = "WorkflowType='RunWorkflow' AND ExecutionStatus='Running'"
+
+    async def listed(**kwargs: int) -> list[str]:
+        return [e.search_attributes[search.RUN_UID] async for e in visibility.list(query, **kwargs)]
+
+    deadline = time.monotonic() + 30
+    while set(await listed(limit=100)) != started:  # visibility is written a little later
+        assert time.monotonic() < deadline, "visibility never listed the 7 Runs"
+        await asyncio.sleep(0.1)
+    every = await listed(limit=100, page_size=3)  # three pages: 3, 3 and 1
+    assert sorted(every) == sorted(started) and len(every) == 7
+    assert len(await listed(limit=4, page_size=3)) == 4
+    sample = [e async for e in visibility.list(query, limit=1)][0]
+    assert sample.workflow_id.startswith("run/default/paged-")
+    assert sample.search_attributes[search.RUNTIME] == "python"
+    assert sample.search_attributes[search.NAMESPACE] == "default"
+
+
+async def test_visibility_says_why_it_cannot_list(temporal: tuple[Client, str, Visibility]) -> None:
+    _, _, visibility = temporal
+    with pytest.raises(VisibilityError, match="^INVALID_ARGUMENT: "):
+        [e async for e in visibility.list("WorkflowType=", limit=10)]
+    nobody = TemporalSettings(address=f"127.0.0.1:{free_port()}")
+    with pytest.raises(VisibilityError, match="^UNAVAILABLE: "):
+        await Visibility.connect(nobody)

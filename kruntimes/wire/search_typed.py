@@ -1,0 +1,42 @@
+"""The Temporal SDK's side of the Runs' search attributes (kruntimes.wire.search names them): the
+typed keys, and the attributes a starter sets and a finished Run's retention carries."""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
+from kruntimes.wire.search import HOST, MODE, NAMESPACE, PHASE, RUN_UID, RUNTIME, TENANT
+
+KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
+KRT_RUNTIME = SearchAttributeKey.for_keyword(RUNTIME)
+KRT_NAMESPACE = SearchAttributeKey.for_keyword(NAMESPACE)
+KRT_MODE = SearchAttributeKey.for_keyword(MODE)
+KRT_TENANT = SearchAttributeKey.for_keyword(TENANT)
+KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
+KRT_HOST = SearchAttributeKey.for_keyword(HOST)
+
+
+def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:
+    """A Run's search attributes (its uid must be set) with the given phase."""
+    return [
+        (KRT_PHASE, phase.value),
+        (KRT_RUNTIME, run.spec.runtime),
+        (KRT_NAMESPACE, run.metadata.namespace),
+        (KRT_MODE, run.spec.mode.kind),
+        (KRT_TENANT, run.spec.tenant or ""),
+        (KRT_RUN_UID, run.metadata.uid or ""),
+    ]
+
+
+def at_start(run: Run) -> TypedSearchAttributes:
+    """What a starter sets when it starts the Run's workflow (the workflow upserts only what is missing)."""
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in run_values(run)])
+
+
+def finished(run: Run, *, phase: str, host: str) -> TypedSearchAttributes:
+    """What a finished Run's RetentionWorkflow carries: the Run's attributes, its final phase (or
+    DELETED) and host."""
+    pairs = [SearchAttributePair(key, phase if key is KRT_PHASE else value) for key, value in run_values(run)]
+    return TypedSearchAttributes([*pairs, SearchAttributePair(KRT_HOST, host)])
