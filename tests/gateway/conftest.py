@@ -254,29 +254,62 @@ async def wait_route(gw: Gateway, uid: str, *, ready: bool = True, host_uid: str
 # -- host processes -----------------------------------------------------------------------------
 
 
-def descendants(pid: int) -> set[int]:
+@dataclass(frozen=True)
+class Proc:
+    """A process as it was seen: its pid and its start time (clock ticks after boot). A pid is
+    reused once its process is gone; the start time tells the one seen from a later one."""
+
+    pid: int
+    start: int
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time, or None if there is no such pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[19])
+
+
+def descendants(pid: int) -> set[Proc]:
     """Every live process below `pid` (its zygote and function processes)."""
-    found: set[int] = set()
+    found: set[Proc] = set()
+    seen: set[int] = set()
     stack = [pid]
     while stack:
         parent = stack.pop()
         with contextlib.suppress(OSError):
             for task in Path(f"/proc/{parent}/task").iterdir():
                 with contextlib.suppress(OSError):
-                    for child in (task / "children").read_text().split():
-                        if int(child) not in found:
-                            found.add(int(child))
-                            stack.append(int(child))
+                    for child in map(int, (task / "children").read_text().split()):
+                        stat = _stat(child)
+                        if child not in seen and stat is not None:
+                            seen.add(child)
+                            found.add(Proc(child, stat[1]))
+                            stack.append(child)
     return found
 
 
-def alive(pid: int) -> bool:
-    """Running and not a zombie."""
+def alive(proc: Proc) -> bool:
+    """That very process (not a later one with its pid) is running and not a zombie."""
+    stat = _stat(proc.pid)
+    return stat is not None and stat[1] == proc.start and stat[0] not in ("Z", "X")
+
+
+def kill(proc: Proc) -> None:
+    """SIGKILL that very process, never a later one with its pid: a pidfd is opened first, then
+    the start time checked (the pidfd names the process it was opened on, gone or not)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fd = os.pidfd_open(proc.pid)
     except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+        return
+    try:
+        if alive(proc):
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -297,7 +330,7 @@ class HostProcess:
     address: str = ""
     host_uid: str = ""
     channel: grpc.aio.Channel | None = None
-    children: set[int] = field(default_factory=set)
+    children: set[Proc] = field(default_factory=set)
 
     @property
     def pid(self) -> int:
@@ -387,10 +420,10 @@ class HostProcess:
         with contextlib.suppress(AssertionError):
             await wait_for(lambda: not any(alive(p) for p in leftovers), "the host's children", 5.0)
         lingering = [p for p in leftovers if alive(p)]
-        for pid in lingering:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        assert not lingering, f"processes {lingering} of host {self.host_id} outlived it"
+        for proc in lingering:
+            kill(proc)
+        pids = sorted(p.pid for p in lingering)
+        assert not lingering, f"processes {pids} of host {self.host_id} outlived it"
 
 
 class Hosts:
