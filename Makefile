@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/lifecycle.py
 	$(PY) bench/codec.py
 	$(PY) bench/kubernetes.py
+	$(PY) bench/gateway_memory.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
