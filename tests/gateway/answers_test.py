@@ -25,10 +25,10 @@ from gateway.server import Gateway
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
-from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.tls import TlsFiles
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
+from tests.beats import heartbeat, registration
 from tests.gateway.conftest import (
     ALICE,
     BOB,
@@ -294,25 +294,16 @@ def _beat(
     pki: TestPKI, *, host_id: str, host_uid: str, address: str, uid: str, attempt: int, registration_id: str
 ) -> hb.HostHeartbeat:
     """One host's snapshot holding one registration of `uid`, with its signed assignment."""
-    return hb.HostHeartbeat(
+    held = registration(
+        pki, uid, host_id=host_id, host_uid=host_uid, attempt=attempt, registration_id=registration_id
+    )
+    return heartbeat(
         host_id=host_id,
         host_uid=host_uid,
-        runtime="python",
         address=address,
         sequence=1,
         interval_ms=60_000,
-        registrations=[
-            pb.RegistrationState(
-                run_uid=uid,
-                attempt=attempt,
-                namespace="default",
-                name="fn",
-                runtime="python",
-                registration_id=registration_id,
-                phase=pb.REGISTRATION_PHASE_READY,
-                assignment=pki.sign(run_uid=uid, attempt=attempt, host_id=host_id, host_uid=host_uid),
-            )
-        ],
+        registrations=[held],
     )
 
 

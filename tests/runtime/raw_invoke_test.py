@@ -26,6 +26,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason, trailer
 from runtime.server import MAX_MESSAGE_BYTES
+from tests.beats import heartbeat, registration
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, reason
 
@@ -244,25 +245,9 @@ async def test_the_route_cache_keeps_the_advertised_invoke_address(pki: TestPKI)
     uid = str(uuid.uuid4())
 
     def beat(host_uid: str, invoke_address: str) -> hb.HostHeartbeat:
-        return hb.HostHeartbeat(
-            host_id="h-0",
-            host_uid=host_uid,
-            runtime="python",
-            address="127.0.0.1:1",
-            invoke_address=invoke_address,
-            interval_ms=1000,
-            registrations=[
-                pb.RegistrationState(
-                    run_uid=uid,
-                    attempt=1,
-                    namespace="default",
-                    name="fn",
-                    runtime="python",
-                    registration_id="reg-1",
-                    phase=pb.REGISTRATION_PHASE_READY,
-                    assignment=pki.sign(run_uid=uid, attempt=1, host_id="h-0", host_uid=host_uid),
-                )
-            ],
+        held = registration(pki, uid, host_uid=host_uid, registration_id="reg-1")
+        return heartbeat(
+            host_uid=host_uid, address="127.0.0.1:1", invoke_address=invoke_address, registrations=[held]
         )
 
     peer = Identity.host(runtime="python", host_id="h-0")
@@ -500,25 +485,11 @@ def test_the_raw_path_and_the_grpc_fallback_answer_alike(
     async def dispatch(invoke_address: str) -> tuple[list[str], object, bool]:
         routes = RouteCache(verifier=pki.verifier())
         await routes.apply(
-            hb.HostHeartbeat(
-                host_id="h-0",
+            heartbeat(
                 host_uid="u-1",
-                runtime="python",
                 address="10.0.0.1:1",
                 invoke_address=invoke_address,
-                interval_ms=1000,
-                registrations=[
-                    pb.RegistrationState(
-                        run_uid=uid,
-                        attempt=1,
-                        namespace="default",
-                        name="fn",
-                        runtime="python",
-                        registration_id="reg-1",
-                        phase=pb.REGISTRATION_PHASE_READY,
-                        assignment=pki.sign(run_uid=uid, attempt=1, host_id="h-0", host_uid="u-1"),
-                    )
-                ],
+                registrations=[registration(pki, uid, host_uid="u-1", registration_id="reg-1")],
             ),
             peer=Identity.host(runtime="python", host_id="h-0"),
         )
