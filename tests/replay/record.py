@@ -68,7 +68,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import TemporalSettings, connect
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform, run_manifest, terminate_queue
+from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
 
@@ -661,15 +661,7 @@ async def main(groups: list[str]) -> None:
                         for group in groups:
                             await GROUPS[group](platform)
                     finally:
-                        for handle in platform.started:
-                            with suppress(Exception):
-                                await handle.terminate("recording finished")
-                        for runtime in runtimes.values():
-                            with suppress(Exception):
-                                await client.get_workflow_handle(pool_workflow_id(runtime)).terminate(
-                                    "recording finished"
-                                )
-                        await terminate_queue(client, settings.run_task_queue)
+                        await platform.terminate("recording finished")
             finally:
                 await stop_all(state_dir)
         finally:

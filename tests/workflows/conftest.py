@@ -132,6 +132,46 @@ class Platform:
                 raise AssertionError(f"timed out waiting for {what or check}")
             await asyncio.sleep(0.1)
 
+    async def terminate(self, reason: str = "test finished") -> None:
+        """Terminate what this platform left running: the Runs it started, each runtime's pool,
+        and what else runs on its task queue (HostWorkflows, the reconciler)."""
+        for handle in self.started:
+            with suppress(Exception):
+                await handle.terminate(reason)
+        for runtime in self.runtimes.values():
+            with suppress(Exception):
+                await self.client.get_workflow_handle(pool_workflow_id(runtime)).terminate(reason)
+        await terminate_queue(self.client, self.settings.run_task_queue, reason)
+
+    async def stop(self) -> None:
+        """Terminate what is left running, then stop the hosts under the state directory."""
+        await self.terminate()
+        await stop_all(self.state_dir)
+
+
+def new_platform(
+    client: Client, tmp_path: Path, pki: TestPKI, *, heartbeat_s: float = 5.0, **overrides: Any
+) -> Platform:
+    """A platform with runtime settings of the test's choosing (`platform_config`'s overrides), on
+    runtimes and task queues of its own: no other test's workers or workflows on them.
+    `heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
+    suffix = uuid.uuid4().hex[:6]
+    runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
+    settings = WorkerSettings(
+        temporal=TemporalSettings(),
+        config=parse_config(platform_config(runtimes, **overrides)),
+        platform=PlatformInfo(
+            gatewayUrl="https://127.0.0.1:8443",
+            stateDir=str(tmp_path / "state"),
+            heartbeatIntervalSeconds=heartbeat_s,
+        ),
+        trust=pki.worker_trust(),
+        probe_interval_s=1.0,
+        run_task_queue=f"{TASK_QUEUE}-{suffix}",
+        pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
+    )
+    return Platform(client, tmp_path / "state", runtimes, settings, pki)
+
 
 def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any]:
     adapter = {"python": "python", "bash": "bash"}
@@ -152,52 +192,27 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
 
 @pytest.fixture
 def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[Callable[..., Any]]:
-    """Build a platform with runtime settings of the test's choosing, on task queues of its own
-    (no other test's workers or workflows on them); everything stops at teardown."""
+    """Build a platform (`new_platform`) and run its workers; everything stops at teardown."""
 
     @asynccontextmanager
     async def make(*, heartbeat_s: float = 5.0, **overrides: Any) -> AsyncIterator[Platform]:
-        """`heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
-        suffix = uuid.uuid4().hex[:6]
-        runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
-        config = parse_config(platform_config(runtimes, **overrides))
-        settings = WorkerSettings(
-            temporal=TemporalSettings(),
-            config=config,
-            platform=PlatformInfo(
-                gatewayUrl="https://127.0.0.1:8443",
-                stateDir=str(tmp_path / "state"),
-                heartbeatIntervalSeconds=heartbeat_s,
-            ),
-            trust=pki.worker_trust(),
-            probe_interval_s=1.0,
-            run_task_queue=f"{TASK_QUEUE}-{suffix}",
-            pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
-        )
-        platform = Platform(client, tmp_path / "state", runtimes, settings, pki)
+        platform = new_platform(client, tmp_path, pki, heartbeat_s=heartbeat_s, **overrides)
         try:
-            async with running_workers(client, settings):
+            async with running_workers(client, platform.settings):
                 yield platform
         finally:
-            for handle in platform.started:
-                with suppress(Exception):
-                    await handle.terminate("test finished")
-            for runtime in runtimes.values():
-                with suppress(Exception):
-                    await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
-            await terminate_queue(client, settings.run_task_queue)
-            await stop_all(tmp_path / "state")
+            await platform.stop()
 
     yield make
 
 
-async def terminate_queue(client: Client, task_queue: str) -> None:
+async def terminate_queue(client: Client, task_queue: str, reason: str = "test finished") -> None:
     """Terminate what still runs on a test's task queue (HostWorkflows, the reconciler)."""
     query = f"TaskQueue='{task_queue}' AND ExecutionStatus='Running'"
     with suppress(Exception):
         async for execution in client.list_workflows(query):
             with suppress(Exception):
-                await client.get_workflow_handle(execution.id).terminate("test finished")
+                await client.get_workflow_handle(execution.id).terminate(reason)
 
 
 def host_pids(state_dir: Path) -> list[int]:
