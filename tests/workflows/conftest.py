@@ -43,16 +43,6 @@ ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
 
 
 @pytest.fixture(scope="session")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(state_dir=tmp_path_factory.mktemp("temporal"), persistent=False)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
 async def client(dev_server: DevServer) -> Client:
     return await connect(dev_server.address, "default")
 
