@@ -33,6 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from activities.hosts import ProcessProvider
 from activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
@@ -79,6 +80,17 @@ TASK_OK = "def run(p):\n    return {'answer': 42}\n"
 TASK_SLOW = "import time\ndef run(p):\n    time.sleep(120)\n"
 
 log = logging.getLogger("record")
+
+
+def task_manifest(name: str, *, runtime: str, source: str = TASK_OK, **spec: Any) -> Run:
+    """A task Run whose `run` handler is `source`."""
+    return run_manifest(name, runtime=runtime, source=source, handler="main:run", mode={"task": {}}, **spec)
+
+
+def retention_of(p: Platform, run: Run) -> WorkflowHandle[Any, Any]:
+    """The RetentionWorkflow that keeps `run` once its workflow closed."""
+    assert run.metadata.uid is not None
+    return p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
 
 
 async def write(handle: WorkflowHandle[Any, Any], name: str) -> None:
@@ -198,7 +210,7 @@ async def scenarios(p: Platform) -> None:
     await write(h, "run_retries_exhausted")
 
     # A task that succeeds; its cleanup cancels the (finished) task on the host.
-    run = run_manifest("task-ok", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL)
+    run = task_manifest("task-ok", runtime=py, **TTL)
     h = await p.start(run)
     status = await p.wait_phase(h, RunPhase.Succeeded)
     assert status.outputs == {"answer": 42}, status
@@ -208,9 +220,7 @@ async def scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid)), "cleanup_task")
 
     # A task cancelled while it runs: the activity is cancelled and waited for.
-    run = run_manifest(
-        "task-cancelled", runtime=py, source=TASK_SLOW, handler="main:run", mode={"task": {}}, **TTL
-    )
+    run = task_manifest("task-cancelled", runtime=py, source=TASK_SLOW, **TTL)
     h = await p.start(run)
     await p.wait_phase(h, RunPhase.Running)
 
@@ -388,7 +398,7 @@ async def host_scenarios(p: Platform) -> None:
     await write(host_handle(p, "idle", gone or ""), "host_scaled_in")
 
     # A one-shot runtime: a task on a host of its own, deleted once the task ended.
-    run = run_manifest("one-task", runtime=once, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL)
+    run = task_manifest("one-task", runtime=once, **TTL)
     h = await p.start(run)
     done = await p.wait_phase(h, RunPhase.Succeeded)
     await closed(host_handle(p, "once", done.assignedHost or ""))
@@ -492,19 +502,16 @@ async def ending_scenarios(p: Platform) -> None:
     py = p.runtime("python")
 
     # A task that succeeds: Completed with its status (kept a minute, to be written).
-    run = run_manifest("closed-ok", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP)
+    run = task_manifest("closed-ok", runtime=py, **KEEP)
     h = await p.start(run, by_sdk=True)
     await closed(h)
     await write(h, "run_closed_succeeded")
 
     # Another, whose retention deletes it a second after it closed.
-    run = run_manifest(
-        "closed-gone", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL
-    )
+    run = task_manifest("closed-gone", runtime=py, **TTL)
     h = await p.start(run, by_sdk=True)
     await closed(h)
-    assert run.metadata.uid is not None
-    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    retention = retention_of(p, run)
     await closed(retention)
     await write(retention, "retention_deleted")
 
@@ -545,27 +552,21 @@ async def ending_scenarios(p: Platform) -> None:
     assert final.phase is RunPhase.Cancelled, final
     await closed(h)
     await write(h, "run_deleted_marked")
-    assert run.metadata.uid is not None
-    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    retention = retention_of(p, run)
     await closed(retention)
     await write(retention, "retention_deleted_with_its_run")
 
     # Finished and kept, then deleted: its retention's delete_now ends the wait (marked first).
-    run = run_manifest(
-        "kept-deleted", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP
-    )
+    run = task_manifest("kept-deleted", runtime=py, **KEEP)
     h = await p.start(run, by_sdk=True)
     await closed(h)
-    assert run.metadata.uid is not None
-    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    retention = retention_of(p, run)
     await retention.signal(SIGNAL_DELETE_NOW)
     await closed(retention)
     await write(retention, "retention_delete_now")
 
     # A schedule's start: one task Run named after the schedule and the time.
-    template = run_manifest(
-        "nightly", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP
-    )
+    template = task_manifest("nightly", runtime=py, **KEEP)
     template = template._replace(metadata=template.metadata._replace(uid=None))
     h = await p.client.start_workflow(
         "ScheduledRunWorkflow",
