@@ -4,9 +4,7 @@ its grace kills every one of them."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sys
 import threading
 import uuid
@@ -21,6 +19,7 @@ from kruntimes.wire import krm as contract
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
+from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, serving, wait_until
 
@@ -97,17 +96,6 @@ def in_threads(*calls: object) -> tuple[list[threading.Thread], dict[int, object
     for thread in threads:
         thread.start()
     return threads, answers
-
-
-def lock_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: Host, scratch: Path) -> None:
