@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
+from activities.hosts import ProcessProvider
 from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     QUERY_STATUS,
@@ -121,6 +123,21 @@ class Platform:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what or check}")
             await asyncio.sleep(0.1)
+
+    async def create_host(self, name: str, logical: str = "python") -> CreatedHost:
+        """A process host `<runtime>-<name>` created as a scale-out creates one, but outside the
+        pool: no workflow knows it until the test says so."""
+        runtime = self.runtime(logical)
+        provider = ProcessProvider(state_dir=self.state_dir, issuer=self.pki.issuer())
+        return await provider.create(
+            HostSpec(
+                runtime=runtime,
+                hostId=f"{runtime}-{name}",
+                adapter=logical,
+                provider="process",
+                stateDir=str(self.state_dir),
+            )
+        )
 
     async def terminate(self, reason: str = "test finished") -> None:
         """Terminate what this platform left running: the Runs it started, each runtime's pool,

@@ -17,11 +17,10 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.hosts import ProcessProvider
 from activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
 from kruntimes.hostlife import HostEnd
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
     QUERY_HOST,
     SIGNAL_CANCEL,
@@ -251,15 +250,7 @@ async def test_a_host_stuck_before_ready_is_deleted_and_replaced_for_the_run_tha
     async with platform_factory(heartbeat_s=BEAT_S, python=settings) as platform:
         runtime = platform.runtime()
         # A host created as the scale-out creates one, frozen before its supervisor ever heard it.
-        stuck = await ProcessProvider(state_dir=platform.state_dir, issuer=platform.pki.issuer()).create(
-            HostSpec(
-                runtime=runtime,
-                hostId=f"{runtime}-stuck",
-                adapter="python",
-                provider="process",
-                stateDir=str(platform.state_dir),
-            )
-        )
+        stuck = await platform.create_host("stuck")
         assert stuck.pid is not None
         os.kill(stuck.pid, signal.SIGSTOP)
         host = pool_host(stuck)
