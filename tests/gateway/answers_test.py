@@ -107,9 +107,13 @@ def handle(payload):
 """
 
 
-def record(records_dir: Path) -> tuple[Path, dict[str, str]]:
+async def recording(
+    host: HostProcess, gateway: Gateway, records_dir: Path, source: str
+) -> tuple[Path, Function]:
+    """`source` registered on `host` with TEST_RECORD naming a new file, where it writes one line
+    per invocation that reached it; the file and the function."""
     path = records_dir / f"{uuid.uuid4().hex}.txt"
-    return path, {"TEST_RECORD": str(path)}
+    return path, await host.register(gateway, source, env={"TEST_RECORD": str(path)})
 
 
 def check_error(answer: Answer, status: int, reason: str) -> dict[str, object]:
@@ -278,8 +282,7 @@ async def test_503_for_a_known_run_without_a_route(gateway: Gateway, client: aio
 async def test_503_when_the_warm_process_cannot_restart(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, LOADS_ONCE, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, LOADS_ONCE)
     # the invocation ends the process (502); restarting it fails, so the registration is NotReady
     check_error(await invoke(client, gateway, fn.uid), 502, "FunctionProcessExited")
     route = await wait_route(gateway, fn.uid, ready=False)
@@ -314,8 +317,7 @@ async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_drop
     records_dir: Path,
     pki: TestPKI,
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
     await wait_route(gateway, fn.uid)
     # The gateway believes the host holds a newer attempt than it does (a snapshot claiming
     # attempt 2, signed for this host): the host's fence refuses the request, which never runs.
@@ -353,8 +355,7 @@ async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_add
     records_dir: Path,
     pki: TestPKI,
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
     real = await wait_route(gateway, fn.uid)
     # Host "ghost" holds a genuine newer assignment of this Run, but its beat names the real
     # host's invoke port: the gateway expects the ghost's certificate there, finds the real host's
@@ -393,8 +394,7 @@ async def test_503_owner_unavailable_when_the_owner_refuses_the_connection(
 ) -> None:
     # a long interval: the route outlives the host long enough to be tried
     doomed = await hosts.start("gw-refused", interval_s=10.0)
-    path, env = record(records_dir)
-    fn = await doomed.register(gateway, RECORDED, env=env)
+    path, fn = await recording(doomed, gateway, records_dir, RECORDED)
     (await invoke(client, gateway, fn.uid, {"tag": "first"})).expect(200)
     doomed.signal(signal.SIGKILL)  # no `leaving`: its route stays until it expires
     assert await doomed.exited(10)
@@ -412,8 +412,7 @@ async def test_503_owner_unavailable_when_the_owner_refuses_the_connection(
 async def test_429_while_the_one_invocation_runs(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
     first = asyncio.create_task(invoke(client, gateway, fn.uid, {"tag": "first", "sleep": 1.0}))
     await wait_for(lambda: lines(path) == ["first"], "the first invocation to start")
     answer = await invoke(client, gateway, fn.uid, {"tag": "second"})
@@ -574,8 +573,7 @@ async def test_500_when_the_gateway_itself_fails(
 async def test_502_when_the_handler_ends_its_process(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, EXITS, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, EXITS)
     answer = await invoke(client, gateway, fn.uid, headers={INVOCATION_HEADER: "inv-exit"})
     assert check_error(answer, 502, "FunctionProcessExited")["invocationId"] == "inv-exit"
     assert lines(path) == ["run"]
@@ -585,8 +583,7 @@ async def test_502_when_the_host_dies_during_the_invocation(
     gateway: Gateway, client: aiohttp.ClientSession, hosts: Hosts, records_dir: Path
 ) -> None:
     doomed = await hosts.start("gw-doomed")
-    path, env = record(records_dir)
-    fn = await doomed.register(gateway, RECORDED, env=env)
+    path, fn = await recording(doomed, gateway, records_dir, RECORDED)
     children = descendants(doomed.pid)
     assert children
     call = asyncio.create_task(invoke(client, gateway, fn.uid, {"sleep": 30}))
@@ -605,8 +602,7 @@ async def test_502_when_the_host_dies_during_the_invocation(
 async def test_504_when_the_invocation_times_out(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
     started = time.monotonic()
     answer = await invoke(
         client, gateway, fn.uid, {"tag": "slow", "sleep": 10}, headers={TIMEOUT_HEADER: "0.5"}
