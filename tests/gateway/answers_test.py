@@ -40,7 +40,6 @@ from tests.gateway.conftest import (
     HostProcess,
     Hosts,
     LogCapture,
-    alive,
     descendants,
     invoke,
     invoke_url,
@@ -50,6 +49,7 @@ from tests.gateway.conftest import (
     wait_route,
 )
 from tests.pki import TestPKI
+from tests.procs import alive
 from tests.stack import local_gateway_options
 
 # Appends its tag to the record file, then sleeps as asked.

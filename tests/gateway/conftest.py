@@ -40,6 +40,7 @@ from kruntimes.tls import TlsFiles, ensure_tls
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.reasons import gateway_reason
 from tests.pki import TestPKI
+from tests.procs import alive
 from tests.stack import local_gateway_options
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
@@ -268,15 +269,6 @@ def descendants(pid: int) -> set[int]:
                             found.add(int(child))
                             stack.append(int(child))
     return found
-
-
-def alive(pid: int) -> bool:
-    """Running and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 @dataclass

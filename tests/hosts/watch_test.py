@@ -23,8 +23,9 @@ from kruntimes.hostlife import LossReason, Probe
 from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.hosts.conftest import alive, gone, spec
+from tests.hosts.conftest import gone, spec
 from tests.pki import TestPKI
+from tests.procs import alive
 
 INTERVAL_S = 0.3
 BOUND_S = 30.0  # no watch here takes anywhere near this long

@@ -24,6 +24,7 @@ from runtime.sandbox.identity import processes_of
 from runtime.sandbox.policy import SandboxSettings
 from runtime.server import HostOptions, RuntimeHost
 from tests.pki import TestPKI
+from tests.procs import alive
 
 
 def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.InlineSource:
@@ -178,16 +179,6 @@ def wait_until(predicate: Callable[[], bool], *, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def reason(err: grpc.RpcError) -> str:

@@ -21,7 +21,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.server import HostConfigError, HostOptions, RuntimeHost
 from tests.pki import TestPKI
-from tests.runtime.conftest import IDENTITY, alive, function_gone, inline, wait_until
+from tests.procs import alive
+from tests.runtime.conftest import IDENTITY, function_gone, inline, wait_until
 
 
 def register_identity_function(

@@ -43,8 +43,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.wire import search
-from tests.hosts.conftest import alive
 from tests.pki import TestPKI
+from tests.procs import alive
 from tests.workflows.conftest import Platform, run_manifest
 
 BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s

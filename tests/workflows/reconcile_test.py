@@ -24,7 +24,7 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.hosts.conftest import alive
+from tests.procs import alive
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, pool_host, registrations
 
