@@ -20,8 +20,8 @@ from kruntimes.lifecycle import RegisterInput, TaskInput
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import reasons
-from runtime.server import HostOptions, RuntimeHost
 from tests.pki import TestPKI
+from tests.runtime_hosts import loopback_host
 
 HOLD_BOUND_S = 30.0  # the longest a scripted call waits to be released
 SCRIPTED_HOST = "scripted-0"  # the scripted server's host id (its certificate's)
@@ -121,17 +121,7 @@ class RealHost:
 @pytest.fixture(scope="module")
 def real_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterator[RealHost]:
     """A real Runtime Server (its own thread, zygote and function processes) on loopback."""
-    host = RuntimeHost(
-        HostOptions(
-            host_id="act-0",
-            runtime="python",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path_factory.mktemp("host"),
-            invoke_listen="",
-            tls=pki.host_tls("act-0"),
-            assignments=pki.verifier(),
-        )
-    )
+    host = loopback_host(pki, tmp_path_factory.mktemp("host"), host_id="act-0", invoke_listen="")
     address = host.start()
     try:
         yield RealHost(address, host.host_uid)

@@ -22,9 +22,10 @@ from kruntimes.wire.reasons import reason_of
 from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import processes_of
 from runtime.sandbox.policy import SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
+from runtime.server import RuntimeHost
 from tests.pki import TestPKI
 from tests.procs import alive
+from tests.runtime_hosts import loopback_host
 
 
 def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.InlineSource:
@@ -138,18 +139,13 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def host(
     tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path, sources: Path
 ) -> Iterator[Host]:
-    runtime = RuntimeHost(
-        HostOptions(
-            host_id="test-0",
-            runtime="python",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path_factory.mktemp("host"),
-            limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
-            sandbox=SandboxSettings(shared=(str(shared),)),
-            allowed_source_roots=(str(sources),),
-            tls=pki.host_tls("test-0"),
-            assignments=pki.verifier(),
-        )
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp("host"),
+        host_id="test-0",
+        limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+        sandbox=SandboxSettings(shared=(str(shared),)),
+        allowed_source_roots=(str(sources),),
     )
     with serving(runtime, pki) as served:
         yield served

@@ -18,10 +18,10 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import krm as contract
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
 from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, serving, wait_until
+from tests.runtime_hosts import loopback_host
 
 CONCURRENCY = 2
 
@@ -52,18 +52,14 @@ time.sleep(60)
 
 @pytest.fixture(scope="module")
 def krm_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
-    runtime = RuntimeHost(
-        HostOptions(
-            host_id="krm-0",
-            runtime="krm",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path_factory.mktemp("krm-host"),
-            limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
-            sandbox=SandboxSettings(shared=(str(shared),)),
-            tls=pki.host_tls("krm-0", runtime="krm"),
-            assignments=pki.verifier(),
-            krm_concurrency=CONCURRENCY,
-        )
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp("krm-host"),
+        host_id="krm-0",
+        runtime="krm",
+        limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+        sandbox=SandboxSettings(shared=(str(shared),)),
+        krm_concurrency=CONCURRENCY,
     )
     with serving(runtime, pki) as served:
         yield served
