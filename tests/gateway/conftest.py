@@ -386,7 +386,8 @@ class HostProcess:
 
 
 class Hosts:
-    """Starts host processes heartbeating to the gateway; stops them all at the end."""
+    """Starts host processes heartbeating to the gateway; stops them all at the end (of its
+    `async with`)."""
 
     def __init__(self, gw: Gateway, root: Path, pki: TestPKI) -> None:
         self.gw = gw
@@ -443,6 +444,12 @@ class Hosts:
         host.children = descendants(proc.pid)
         return host
 
+    async def __aenter__(self) -> Hosts:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop_all()
+
     def _heard(self, host: HostProcess) -> bool:
         return host.host_uid in self.gw.routes._hosts  # (no public view of one host's entry)
 
@@ -458,11 +465,8 @@ class Hosts:
 
 @pytest.fixture(scope="session")
 async def hosts(gateway: Gateway, session_dir: Path, pki: TestPKI) -> AsyncIterator[Hosts]:
-    started = Hosts(gateway, session_dir, pki)
-    try:
+    async with Hosts(gateway, session_dir, pki) as started:
         yield started
-    finally:
-        await started.stop_all()
 
 
 @pytest.fixture(scope="session")

@@ -96,11 +96,8 @@ async def limited(tls: TlsFiles, auth_files: tuple[Path, Path], pki: TestPKI) ->
 
 @pytest.fixture(scope="module")
 async def limited_hosts(limited: Gateway, session_dir: Path, pki: TestPKI) -> AsyncIterator[Hosts]:
-    started = Hosts(limited, session_dir, pki)
-    try:
+    async with Hosts(limited, session_dir, pki) as started:
         yield started
-    finally:
-        await started.stop_all()
 
 
 @pytest.fixture
