@@ -136,6 +136,14 @@ def get(path: str = "/healthz") -> bytes:
 # -- headers ---------------------------------------------------------------------------------------
 
 
+async def kept_alive(gw: Gateway, tls: TlsFiles) -> Connection:
+    """A connection that has had one request answered (200) and is kept alive."""
+    conn = await Connection.open(gw.url, tls.ca_cert)
+    await conn.send(get())
+    assert (await conn.answer()).status == 200
+    return conn
+
+
 async def test_slow_headers_are_cut_at_the_header_timeout(limited: Gateway, tls: TlsFiles) -> None:
     before = cuts(limited, "header_timeout")
     conn = await Connection.open(limited.url, tls.ca_cert)
@@ -151,9 +159,7 @@ async def test_the_next_requests_slow_headers_on_a_kept_alive_connection_are_cut
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "header_timeout")
-    conn = await Connection.open(limited.url, tls.ca_cert)
-    await conn.send(get())
-    assert (await conn.answer()).status == 200
+    conn = await kept_alive(limited, tls)
     started = time.monotonic()
     async with trickling(conn, b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: " + b"a" * 1000):
         received = await conn.closed()
@@ -178,9 +184,7 @@ async def test_a_connection_that_never_completes_its_tls_handshake_is_cut(
 
 async def test_timely_idle_and_pipelined_requests_are_not_cut(limited: Gateway, tls: TlsFiles) -> None:
     before = cuts(limited, "header_timeout")
-    idle = await Connection.open(limited.url, tls.ca_cert)
-    await idle.send(get())
-    assert (await idle.answer()).status == 200
+    idle = await kept_alive(limited, tls)
     # another connection's slow headers are cut: the header timeout has passed since `idle` was
     # answered, and `idle` is still open, since a kept-alive connection may wait the idle timeout
     slow = await Connection.open(limited.url, tls.ca_cert)
@@ -224,9 +228,7 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "header_timeout")
-    conn = await Connection.open(limited.url, tls.ca_cert)
-    await conn.send(get())
-    assert (await conn.answer()).status == 200
+    conn = await kept_alive(limited, tls)
     answered = time.monotonic()
     assert await conn.closed() == b""
     assert time.monotonic() - answered >= LIMITS.idle_timeout_s
