@@ -45,6 +45,7 @@ from tests.gateway.conftest import (
     invoke_url,
     leaked_tokens,
     lines,
+    recording,
     wait_for,
     wait_route,
 )
@@ -105,15 +106,6 @@ import json
 def handle(payload):
     return {"length": len(json.dumps(payload))}
 """
-
-
-async def recording(
-    host: HostProcess, gateway: Gateway, records_dir: Path, source: str
-) -> tuple[Path, Function]:
-    """`source` registered on `host` with TEST_RECORD naming a new file, where it writes one line
-    per invocation that reached it; the file and the function."""
-    path = records_dir / f"{uuid.uuid4().hex}.txt"
-    return path, await host.register(gateway, source, env={"TEST_RECORD": str(path)})
 
 
 def check_error(answer: Answer, status: int, reason: str) -> dict[str, object]:

@@ -499,5 +499,14 @@ def records_dir(session_dir: Path) -> Path:
     return path
 
 
+async def recording(
+    host: HostProcess, gateway: Gateway, records_dir: Path, source: str
+) -> tuple[Path, Function]:
+    """`source` registered on `host` with TEST_RECORD naming a new file, where it writes one line
+    per invocation that reached it; the file and the function."""
+    path = records_dir / f"{uuid.uuid4().hex}.txt"
+    return path, await host.register(gateway, source, env={"TEST_RECORD": str(path)})
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []

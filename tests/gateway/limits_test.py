@@ -16,7 +16,6 @@ import json
 import logging
 import ssl
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from gateway.listener import LINGERING_S, HttpLimits, Listener
 from gateway.metrics import GatewayMetrics
 from gateway.server import Gateway
 from kruntimes.tls import TlsFiles
-from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, wait_for
+from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, recording, wait_for
 from tests.gateway.rawhttp import Connection, request
 from tests.pki import TestPKI
 from tests.stack import local_gateway_options
@@ -103,8 +102,7 @@ async def limited_hosts(limited: Gateway, session_dir: Path, pki: TestPKI) -> As
 @pytest.fixture
 async def recorded(limited: Gateway, limited_hosts: Hosts, records_dir: Path) -> tuple[Function, Path]:
     host = limited_hosts.started[0] if limited_hosts.started else await limited_hosts.start("gw-limits")
-    path = records_dir / f"{uuid.uuid4().hex}.txt"
-    fn = await host.register(limited, RECORDED, env={"TEST_RECORD": str(path)})
+    path, fn = await recording(host, limited, records_dir, RECORDED)
     return fn, path
 
 
