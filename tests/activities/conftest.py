@@ -132,26 +132,24 @@ def real_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterato
 ECHO = "def handle(p):\n    return p\n"
 
 
-def function_run(source: str = ECHO, **spec: Any) -> Run:
+def python_run(prefix: str, source: str, *, handler: str, **spec: Any) -> Run:
+    """A python Run `<prefix>-<random>` with a uid, whose main.py is `source`."""
     return Run.new(
-        f"fn-{uuid.uuid4().hex[:6]}",
+        f"{prefix}-{uuid.uuid4().hex[:6]}",
         runtime="python",
-        handler="main:handle",
+        handler=handler,
         inline={"main.py": source},
         uid=str(uuid.uuid4()),
         **spec,
     )
 
 
+def function_run(source: str = ECHO, **spec: Any) -> Run:
+    return python_run("fn", source, handler="main:handle", **spec)
+
+
 def task_run(source: str) -> Run:
-    return Run.new(
-        f"task-{uuid.uuid4().hex[:6]}",
-        runtime="python",
-        handler="main:run",
-        inline={"main.py": source},
-        uid=str(uuid.uuid4()),
-        mode={"task": {}},
-    )
+    return python_run("task", source, handler="main:run", mode={"task": {}})
 
 
 def register_input(
