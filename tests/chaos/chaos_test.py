@@ -49,6 +49,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import connect
 from tests.procs import alive
 from tests.replay.replay_test import WORKFLOWS
+from tests.waiting import eventually
 from workers.embedded.layout import Layout, recorded_components
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,11 +167,7 @@ class Chaos:
     async def eventually(
         self, check: Callable[[], Awaitable[bool]], what: str, within: float = SETTLE_S
     ) -> None:
-        deadline = time.monotonic() + within
-        while not await check():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"still waiting after {within:g}s for {what}")
-            await asyncio.sleep(0.1)
+        await eventually(check, within=within, what=what, every=0.1)
 
     async def alive(self) -> list[str]:
         return [f for f in FUNCTIONS if f not in self.gone]

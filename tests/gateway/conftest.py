@@ -8,7 +8,6 @@ stopped by its pid.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -42,6 +41,7 @@ from kruntimes.wire.reasons import gateway_reason
 from tests.pki import TestPKI
 from tests.procs import alive
 from tests.stack import local_gateway_options
+from tests.waiting import eventually
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
 ALICE = f"tok-secret-alice-{uuid.uuid4().hex}"  # bound to namespace "default"
@@ -234,10 +234,7 @@ async def invoke(
 async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = ROUTE_WAIT_S) -> float:
     """Poll `predicate` until it holds (bounded); returns the seconds it took."""
     started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    await eventually(predicate, within=timeout_s, what=what)
     return time.monotonic() - started
 
 

@@ -7,8 +7,8 @@ import asyncio
 
 from activities.hosts.events import HostEventKind, HostEventQueue
 from activities.hosts.kubernetes_watch import PodWatch
-from tests.kubernetes.cluster import eventually
 from tests.kubernetes.conftest import NAMESPACE, spec
+from tests.waiting import eventually
 
 
 def kinds(queue: HostEventQueue, seen: list) -> list[HostEventKind]:

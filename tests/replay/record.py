@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -68,6 +67,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import TemporalSettings, connect
+from tests import waiting
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from workers.worker import WorkerSettings, running_workers
@@ -112,11 +112,9 @@ async def write_closed(handle: WorkflowHandle[Any, Any], name: str) -> None:
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+    """`check` polled every 100 ms (each poll may signal a workflow: the recorded histories keep
+    the pace they were recorded at)."""
+    await waiting.eventually(check, within=timeout, what=what, every=0.1)
 
 
 async def scale_outs(client: Client, runtime: str) -> list[tuple[str, WorkflowExecutionStatus | None]]:

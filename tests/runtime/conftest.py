@@ -7,9 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import textwrap
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,16 +164,6 @@ def serving(runtime: RuntimeHost, pki: TestPKI) -> Iterator[Host]:
         channel.close()
         gateway.close()
         runtime.stop(grace_s=1)
-
-
-def wait_until(predicate: Callable[[], bool], *, seconds: float = 10.0) -> bool:
-    """Whether `predicate` became true within `seconds` (polled; for blocking tests)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def reason(err: grpc.RpcError) -> str:

@@ -22,8 +22,9 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.server import HostConfigError, HostOptions, RuntimeHost
 from tests.pki import TestPKI
 from tests.procs import alive
-from tests.runtime.conftest import IDENTITY, function_gone, inline, wait_until
+from tests.runtime.conftest import IDENTITY, function_gone, inline
 from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
 
 
 def register_identity_function(
@@ -63,7 +64,7 @@ def host_process(
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert wait_until(ready.exists, seconds=30), "host never wrote its ready file"
+        assert wait_until(ready.exists, within=30), "host never wrote its ready file"
         yield proc, json.loads(ready.read_text())
     finally:
         if proc.poll() is None:

@@ -20,8 +20,9 @@ from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
 from tests.locks import lock_free
 from tests.pki import TestPKI
-from tests.runtime.conftest import Host, serving, wait_until
+from tests.runtime.conftest import Host, serving
 from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
 
 CONCURRENCY = 2
 
@@ -100,7 +101,7 @@ def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: H
     texts = [f"input-{i}-{uuid.uuid4().hex}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda t=t: invoke(krm_host, reg, t) for t in texts))
     try:
-        assert wait_until(lambda: len(list(scratch.glob("*"))) == CONCURRENCY, seconds=60)
+        assert wait_until(lambda: len(list(scratch.glob("*"))) == CONCURRENCY, within=60)
         assert krm_host.status(reg).in_flight == CONCURRENCY
         with pytest.raises(grpc.RpcError) as busy:
             invoke(krm_host, reg, "one too many")
@@ -120,10 +121,10 @@ def test_unregistering_past_the_grace_kills_every_invocation_in_flight(krm_host:
     locks = [scratch / f"lock-{i}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda p=p: invoke(krm_host, reg, str(p)) for p in locks))
     try:
-        assert wait_until(lambda: all(Path(f"{p}.started").exists() for p in locks), seconds=60)
+        assert wait_until(lambda: all(Path(f"{p}.started").exists() for p in locks), within=60)
         assert not any(lock_free(p) for p in locks), "both hold their locks"
         krm_host.stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg, grace_ms=200))
-        assert wait_until(lambda: all(lock_free(p) for p in locks), seconds=30), "every process is gone"
+        assert wait_until(lambda: all(lock_free(p) for p in locks), within=30), "every process is gone"
     finally:
         for thread in threads:
             thread.join(60)

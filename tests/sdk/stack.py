@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,15 +53,6 @@ def manifest(name: str, *, source: str = ECHO, **spec: Any) -> dict[str, Any]:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
-    """Wait until ``check()`` holds, for at most ``within`` seconds; else fail saying ``what``."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting after {within:g} s for {what}")
-        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager

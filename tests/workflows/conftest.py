@@ -38,6 +38,7 @@ from kruntimes.lifecycle import (
 from kruntimes.starting import start_run
 from kruntimes.temporal import TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
+from tests.waiting import eventually
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
 
@@ -118,11 +119,7 @@ class Platform:
     async def eventually(
         self, check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = ""
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while not await check():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what or check}")
-            await asyncio.sleep(0.1)
+        await eventually(check, within=timeout, what=what, every=0.1)
 
     async def create_host(self, name: str, logical: str = "python") -> CreatedHost:
         """A process host `<runtime>-<name>` created as a scale-out creates one, but outside the
