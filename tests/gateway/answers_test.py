@@ -302,14 +302,20 @@ def _beat(
     )
 
 
+@pytest.fixture
+async def recorded(gateway: Gateway, main_host: HostProcess, records_dir: Path) -> tuple[Path, Function]:
+    """RECORDED on the main host (`recording`): its record file and the function."""
+    return await recording(main_host, gateway, records_dir, RECORDED)
+
+
 async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_dropped(
     gateway: Gateway,
     client: aiohttp.ClientSession,
     main_host: HostProcess,
-    records_dir: Path,
+    recorded: tuple[Path, Function],
     pki: TestPKI,
 ) -> None:
-    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
+    path, fn = recorded
     await wait_route(gateway, fn.uid)
     # The gateway believes the host holds a newer attempt than it does (a snapshot claiming
     # attempt 2, signed for this host): the host's fence refuses the request, which never runs.
@@ -344,10 +350,10 @@ async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_add
     gateway: Gateway,
     client: aiohttp.ClientSession,
     main_host: HostProcess,
-    records_dir: Path,
+    recorded: tuple[Path, Function],
     pki: TestPKI,
 ) -> None:
-    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
+    path, fn = recorded
     real = await wait_route(gateway, fn.uid)
     # Host "ghost" holds a genuine newer assignment of this Run, but its beat names the real
     # host's invoke port: the gateway expects the ghost's certificate there, finds the real host's
