@@ -23,7 +23,6 @@ import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +64,11 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.scheduling.model import HostState
 from kruntimes.temporal import TemporalSettings, connect
 from tests import waiting
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.conftest import Platform, pool_host, run_manifest
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
 
@@ -402,12 +401,7 @@ async def host_scenarios(p: Platform) -> None:
     )
     assert created.pid is not None
     os.kill(created.pid, signal.SIGSTOP)
-    now = datetime.now(UTC)
-    host = Host(
-        hostId=created.hostId, hostUid=created.hostUid, runtime=stuck, address=created.address,
-        state=HostState.Ready, capacity=10, createdAt=created.createdAt,
-        labels={"kruntimes.io/provider": "process"}, assignedAt=now, readyAt=now, supervised=True,
-    )  # fmt: skip
+    host = pool_host(created)
     await p.client.get_workflow_handle(pool_workflow_id(stuck)).signal(
         SIGNAL_HOST_READY, HostReadySignal(requestId="recorded", host=host)
     )

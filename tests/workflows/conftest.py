@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.scheduling.model import Host, HostState
 from kruntimes.starting import start_run
 from kruntimes.temporal import TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
@@ -151,6 +153,24 @@ class Platform:
         """Terminate what is left running, then stop the hosts under the state directory."""
         await self.terminate()
         await stop_all(self.state_dir)
+
+
+def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
+    """The pool's view of a host a test created as the scale-out creates one."""
+    now = datetime.now(UTC)
+    return Host(
+        hostId=created.hostId,
+        hostUid=created.hostUid,
+        runtime=created.runtime,
+        address=created.address,
+        state=HostState.Ready,
+        capacity=10,
+        createdAt=created.createdAt,
+        labels={"kruntimes.io/provider": created.provider},
+        assignedAt=now,
+        readyAt=now,
+        supervised=supervised,
+    )
 
 
 def new_platform(

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -41,32 +40,14 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.scheduling.model import HostState
 from kruntimes.wire import search
 from tests.pki import TestPKI
 from tests.procs import alive
-from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.conftest import Platform, pool_host, run_manifest
 
 BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s
 TASK = "def run(p):\n    return {'done': True}\n"
-
-
-def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
-    """The pool's view of a host a test created as the scale-out creates one."""
-    now = datetime.now(UTC)
-    return Host(
-        hostId=created.hostId,
-        hostUid=created.hostUid,
-        runtime=created.runtime,
-        address=created.address,
-        state=HostState.Ready,
-        capacity=10,
-        createdAt=created.createdAt,
-        labels={"kruntimes.io/provider": created.provider},
-        assignedAt=now,
-        readyAt=now,
-        supervised=supervised,
-    )
 
 
 def record_of(platform: Platform, host_id: str) -> CreatedHost:

@@ -25,8 +25,8 @@ from kruntimes.lifecycle import (
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.procs import alive
-from tests.workflows.conftest import Platform, run_manifest
-from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, pool_host, registrations
+from tests.workflows.conftest import Platform, pool_host, run_manifest
+from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, registrations
 
 # A grace of one second (twice the assignment timeout): what these tests leave behind is older.
 QUICK = {"minHosts": 1, "maxHosts": 2, "assignmentTimeoutSeconds": 0.5}
