@@ -13,6 +13,7 @@ import asyncio
 import gc
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from gateway.auth import (
     Authorizer,
@@ -63,83 +64,89 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-level", default="info")
     limits = p.add_argument_group("connection limits (each connection and request is bounded)")
     default = HttpLimits()
-    limits.add_argument(
-        "--header-timeout",
-        type=float,
-        default=default.header_timeout_s,
-        metavar="S",
-        help="a new connection's TLS handshake, then each request's headers, must be complete "
-        "within S seconds (on a kept-alive connection: from the request's first byte) (default %(default)s)",
-    )
-    limits.add_argument(
-        "--body-timeout",
-        type=float,
-        default=default.body_timeout_s,
-        metavar="S",
-        help="a request body may arrive at any rate for its first S seconds ... (default %(default)s)",
-    )
-    limits.add_argument(
-        "--body-min-rate",
-        type=int,
-        default=default.body_min_rate,
-        metavar="BYTES",
-        help="... and then at BYTES per second at least, on average "
-        "(else 408 RequestBodyTimeout) (default %(default)s)",
-    )
-    limits.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=default.idle_timeout_s,
-        metavar="S",
-        help="a kept-alive connection with no request for S seconds is closed (default %(default)s)",
-    )
-    limits.add_argument(
-        "--max-connections",
-        type=int,
-        default=default.max_connections,
-        metavar="N",
-        help="open connections at most; more are closed at accept "
-        "(the open ones are served) (default %(default)s)",
-    )
-    limits.add_argument(
-        "--max-connections-per-client",
-        type=int,
-        default=default.max_connections_per_client,
-        metavar="N",
-        help="open connections from one client address at most; more are closed at accept "
-        "(default %(default)s)",
-    )
+    for flag in _LIMIT_FLAGS:
+        limits.add_argument(
+            flag.name,
+            dest=flag.field,
+            type=flag.parse,
+            default=getattr(default, flag.field),
+            metavar=flag.metavar,
+            help=f"{flag.help} (default %(default)s)",
+        )
     temporal.add_arguments(p)
     # no Temporal unless an address is given: the known-Runs view is optional
     p.set_defaults(temporal_address=None)
     return p.parse_args(argv)
 
 
+class _LimitFlag(NamedTuple):
+    """One HttpLimits field and the flag that sets it."""
+
+    field: str
+    name: str
+    parse: type[int] | type[float]
+    metavar: str
+    help: str
+
+
+# Every HttpLimits field, in --help order: the flags are made from this, read back by field, and
+# named in place of the field in a refusal.
+_LIMIT_FLAGS = (
+    _LimitFlag(
+        "header_timeout_s",
+        "--header-timeout",
+        float,
+        "S",
+        "a new connection's TLS handshake, then each request's headers, must be complete "
+        "within S seconds (on a kept-alive connection: from the request's first byte)",
+    ),
+    _LimitFlag(
+        "body_timeout_s",
+        "--body-timeout",
+        float,
+        "S",
+        "a request body may arrive at any rate for its first S seconds ...",
+    ),
+    _LimitFlag(
+        "body_min_rate",
+        "--body-min-rate",
+        int,
+        "BYTES",
+        "... and then at BYTES per second at least, on average (else 408 RequestBodyTimeout)",
+    ),
+    _LimitFlag(
+        "idle_timeout_s",
+        "--idle-timeout",
+        float,
+        "S",
+        "a kept-alive connection with no request for S seconds is closed",
+    ),
+    _LimitFlag(
+        "max_connections",
+        "--max-connections",
+        int,
+        "N",
+        "open connections at most; more are closed at accept (the open ones are served)",
+    ),
+    _LimitFlag(
+        "max_connections_per_client",
+        "--max-connections-per-client",
+        int,
+        "N",
+        "open connections from one client address at most; more are closed at accept",
+    ),
+)
+
+
 def limits_from(args: argparse.Namespace) -> HttpLimits:
     try:
-        return HttpLimits(
-            header_timeout_s=args.header_timeout,
-            body_timeout_s=args.body_timeout,
-            body_min_rate=args.body_min_rate,
-            idle_timeout_s=args.idle_timeout,
-            max_connections=args.max_connections,
-            max_connections_per_client=args.max_connections_per_client,
-        )
+        return HttpLimits(**{flag.field: getattr(args, flag.field) for flag in _LIMIT_FLAGS})
     except ValueError as e:
         message = str(e)
-        for field, flag in _LIMIT_FLAGS.items():
-            message = message.replace(field, flag)
+        # the longest field first: one field's name may begin another's
+        for flag in sorted(_LIMIT_FLAGS, key=lambda f: len(f.field), reverse=True):
+            message = message.replace(flag.field, flag.name)
         raise SystemExit(f"krt gateway: {message}") from None
-
-
-_LIMIT_FLAGS = {
-    "max_connections_per_client": "--max-connections-per-client",
-    "max_connections": "--max-connections",
-    "header_timeout_s": "--header-timeout",
-    "body_timeout_s": "--body-timeout",
-    "body_min_rate": "--body-min-rate",
-    "idle_timeout_s": "--idle-timeout",
-}
 
 
 def temporal_settings(args: argparse.Namespace, env: dict[str, str] | None = None) -> TemporalSettings | None:

@@ -29,8 +29,19 @@ if TYPE_CHECKING:
     from krm.evaluation import Evaluation
 
 
+# Each error class by its reason, filled in as the classes are defined (KrmError.__init_subclass__).
+REASONS: dict[str, type[KrmError]] = {}
+
+
 class KrmError(Exception):
     reason = "KrmError"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "reason" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} must spell its own stable reason")
+        if REASONS.setdefault(cls.reason, cls) is not cls:
+            raise TypeError(f"{cls.__name__}: the reason {cls.reason!r} is taken")
 
     def __init__(self, message: str, *, evaluator: str | None = None) -> None:
         super().__init__(message)
@@ -46,6 +57,9 @@ class KrmError(Exception):
         if self.evaluator is None:
             self.evaluator = evaluator
         return self
+
+
+REASONS[KrmError.reason] = KrmError
 
 
 class NotFound(KrmError):
@@ -100,23 +114,3 @@ class ResourceExhausted(KrmError):
 
 class SystemError_(KrmError):
     reason = "SystemError"
-
-
-REASONS: dict[str, type[KrmError]] = {
-    cls.reason: cls
-    for cls in (
-        KrmError,
-        NotFound,
-        InvalidRequest,
-        InputTooLarge,
-        DeadlineExceeded,
-        Cancelled,
-        ExecutionError,
-        FunctionFailed,
-        InvalidOutput,
-        OutputTooLarge,
-        TooManyResults,
-        ResourceExhausted,
-        SystemError_,
-    )
-}

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
 
+# Spelled out, as kruntimes.client's is (the same names and Run): a type checker takes re-exports
+# only from a literal __all__, and this module must not import kruntimes.client to read its list.
+# tests/sdk/public_api_test.py holds the two equal.
 __all__ = [
     "Applied",
     "Busy",

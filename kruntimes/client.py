@@ -56,6 +56,7 @@ from kruntimes.sdk.watch import POLL_INTERVAL_S
 if TYPE_CHECKING:
     import temporalio.client
 
+# Spelled out (kruntimes.__all__ repeats it, with Run): see kruntimes/__init__.py.
 __all__ = [
     "Applied",
     "Busy",

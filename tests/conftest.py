@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from activities.hosts._rpc import use_peer_tls
+from kruntimes.devserver import DevServer
 from tests.pki import TestPKI
 from tests.sdk.stack import Platform, delete_runs, shared_platform
 
@@ -18,6 +19,17 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
     created = TestPKI.create(tmp_path_factory.mktemp("pki"))
     use_peer_tls(created.control_plane)
     return created
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    """One Temporal dev server for the session's tests that start their own workers."""
+    server = DevServer(state_dir=tmp_path_factory.mktemp("temporal"), persistent=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

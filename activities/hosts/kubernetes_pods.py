@@ -212,13 +212,12 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
             "command": ["krt", "install-host", HOST_MOUNT],
             "volumeMounts": [{"name": HOST_VOLUME, "mountPath": HOST_MOUNT}],
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            **_given(
+                imagePullPolicy=injection.imagePullPolicy,
+                securityContext=template.containerSecurityContext,
+                resources=template.resources,
+            ),
         }
-        if injection.imagePullPolicy is not None:
-            install["imagePullPolicy"] = injection.imagePullPolicy
-        if template.containerSecurityContext is not None:
-            install["securityContext"] = template.containerSecurityContext
-        if template.resources is not None:
-            install["resources"] = template.resources
         init_containers.append(install)
         command = [f"{HOST_MOUNT}/bin/krt", "host"]
     container: dict[str, Any] = {
@@ -236,13 +235,12 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         "readinessProbe": {"grpc": {"port": HEALTH_PORT}, "periodSeconds": 2, "failureThreshold": 2},
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        **_given(
+            imagePullPolicy=template.imagePullPolicy,
+            resources=template.resources,
+            securityContext=template.containerSecurityContext,
+        ),
     }
-    if template.imagePullPolicy is not None:
-        container["imagePullPolicy"] = template.imagePullPolicy
-    if template.resources is not None:
-        container["resources"] = template.resources
-    if template.containerSecurityContext is not None:
-        container["securityContext"] = template.containerSecurityContext
     pod_spec: dict[str, Any] = {
         **({"initContainers": init_containers} if init_containers else {}),
         "containers": [container],
@@ -251,17 +249,16 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.deleteGraceSeconds,
         "volumes": volumes,
+        **_given(
+            nodeSelector=template.nodeSelector or None,
+            tolerations=template.tolerations or None,
+            affinity=template.affinity,
+            serviceAccountName=template.serviceAccountName,
+            securityContext=template.securityContext,
+            priorityClassName=template.priorityClassName,
+            imagePullSecrets=[{"name": n} for n in template.imagePullSecrets] or None,
+        ),
     }
-    optional: dict[str, Any] = {
-        "nodeSelector": template.nodeSelector or None,
-        "tolerations": template.tolerations or None,
-        "affinity": template.affinity,
-        "serviceAccountName": template.serviceAccountName,
-        "securityContext": template.securityContext,
-        "priorityClassName": template.priorityClassName,
-        "imagePullSecrets": [{"name": n} for n in template.imagePullSecrets] or None,
-    }
-    pod_spec.update({key: value for key, value in optional.items() if value is not None})
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -275,6 +272,12 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
     }
     pod["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH] = template_hash(pod)
     return pod
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields that are set: a template's unset (None) field is left out of the pod, so
+    Kubernetes applies its own default."""
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def template_hash(pod: dict[str, Any]) -> str:

@@ -138,6 +138,10 @@ class RequestDecoder:
             self.on_request(request_id, body)
 
 
+# RequestDecoder.feed and AnswerDecoder.feed are the same loop but for the header each unpacks
+# and what it hands on: written out twice on purpose, as they run for every frame on the invoke
+# path (one shared loop would need a per-frame call to split the header). Change them together;
+# tests/wire/frames_test.py holds both to the same size rules.
 class AnswerDecoder:
     """The gateway's side: reassembles answer frames, length in [MIN_ANSWER_LENGTH, max_length],
     from the bytes of one connection, and hands each to `on_answer(request_id, kind, body)`.

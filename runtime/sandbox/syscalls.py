@@ -50,10 +50,16 @@ def _lib() -> ctypes.CDLL:
     return _libc
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
+def _call(what: str, name: str, restype: type[ctypes.c_int] | type[ctypes.c_long], *args: object) -> int:
+    """libc's `name`(*args), returning `restype`; a negative result raises OSError(errno), its
+    message starting with `what`."""
+    function = getattr(_lib(), name)
+    function.restype = restype
+    result = int(function(*args))
+    if result < 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
 
 
 def _bytes(value: str | None) -> bytes | None:
@@ -61,16 +67,24 @@ def _bytes(value: str | None) -> bytes | None:
 
 
 def unshare(flags: int) -> None:
-    _check(_lib().unshare(ctypes.c_int(flags)), "unshare")
+    _call("unshare", "unshare", ctypes.c_int, ctypes.c_int(flags))
 
 
 def setns(fd: int, nstype: int) -> None:
-    _check(_lib().setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+    _call("setns", "setns", ctypes.c_int, ctypes.c_int(fd), ctypes.c_int(nstype))
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    result = _lib().mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data))
-    _check(result, f"mount {target}")
+    _call(
+        f"mount {target}",
+        "mount",
+        ctypes.c_int,
+        _bytes(source),
+        _bytes(target),
+        _bytes(fstype),
+        ctypes.c_ulong(flags),
+        _bytes(data),
+    )
 
 
 _SYS_OPEN_TREE = 428  # the same number on every architecture (the unified syscall table)
@@ -84,57 +98,43 @@ _AT_FDCWD = -100
 def open_tree(path: str) -> int:
     """A detached copy of the mount tree at `path` (a bind that can be attached in another
     mount namespace with `move_mount`); the descriptor is close-on-exec."""
-    lib = _lib()
-    lib.syscall.restype = ctypes.c_long
-    fd = int(
-        lib.syscall(
-            ctypes.c_long(_SYS_OPEN_TREE),
-            ctypes.c_int(_AT_FDCWD),
-            os.fsencode(path),
-            ctypes.c_uint(OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE),
-        )
+    return _call(
+        f"open_tree {path}",
+        "syscall",
+        ctypes.c_long,
+        ctypes.c_long(_SYS_OPEN_TREE),
+        ctypes.c_int(_AT_FDCWD),
+        os.fsencode(path),
+        ctypes.c_uint(OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE),
     )
-    if fd < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"open_tree {path}: {os.strerror(code)}")
-    return fd
 
 
 def move_mount(tree: int, target: str) -> None:
     """Attach a detached tree (from `open_tree`) at `target` in this mount namespace."""
-    lib = _lib()
-    lib.syscall.restype = ctypes.c_long
-    result = int(
-        lib.syscall(
-            ctypes.c_long(_SYS_MOVE_MOUNT),
-            ctypes.c_int(tree),
-            b"",
-            ctypes.c_int(_AT_FDCWD),
-            os.fsencode(target),
-            ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
-        )
+    _call(
+        f"move_mount {target}",
+        "syscall",
+        ctypes.c_long,
+        ctypes.c_long(_SYS_MOVE_MOUNT),
+        ctypes.c_int(tree),
+        b"",
+        ctypes.c_int(_AT_FDCWD),
+        os.fsencode(target),
+        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
     )
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"move_mount {target}: {os.strerror(code)}")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
-    lib = _lib()
-    lib.prctl.restype = ctypes.c_int
-    result = int(
-        lib.prctl(
-            ctypes.c_int(option),
-            ctypes.c_ulong(arg2),
-            ctypes.c_ulong(arg3),
-            ctypes.c_ulong(arg4),
-            ctypes.c_ulong(arg5),
-        )
+    return _call(
+        f"prctl {option}",
+        "prctl",
+        ctypes.c_int,
+        ctypes.c_int(option),
+        ctypes.c_ulong(arg2),
+        ctypes.c_ulong(arg3),
+        ctypes.c_ulong(arg4),
+        ctypes.c_ulong(arg5),
     )
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"prctl {option}: {os.strerror(code)}")
-    return result
 
 
 def last_capability() -> int:

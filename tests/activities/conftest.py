@@ -20,8 +20,8 @@ from kruntimes.lifecycle import RegisterInput, TaskInput
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import reasons
-from runtime.server import HostOptions, RuntimeHost
 from tests.pki import TestPKI
+from tests.runtime_hosts import loopback_host
 
 HOLD_BOUND_S = 30.0  # the longest a scripted call waits to be released
 SCRIPTED_HOST = "scripted-0"  # the scripted server's host id (its certificate's)
@@ -121,17 +121,7 @@ class RealHost:
 @pytest.fixture(scope="module")
 def real_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterator[RealHost]:
     """A real Runtime Server (its own thread, zygote and function processes) on loopback."""
-    host = RuntimeHost(
-        HostOptions(
-            host_id="act-0",
-            runtime="python",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path_factory.mktemp("host"),
-            invoke_listen="",
-            tls=pki.host_tls("act-0"),
-            assignments=pki.verifier(),
-        )
-    )
+    host = loopback_host(pki, tmp_path_factory.mktemp("host"), host_id="act-0", invoke_listen="")
     address = host.start()
     try:
         yield RealHost(address, host.host_uid)
@@ -142,26 +132,24 @@ def real_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterato
 ECHO = "def handle(p):\n    return p\n"
 
 
-def function_run(source: str = ECHO, **spec: Any) -> Run:
+def python_run(prefix: str, source: str, *, handler: str, **spec: Any) -> Run:
+    """A python Run `<prefix>-<random>` with a uid, whose main.py is `source`."""
     return Run.new(
-        f"fn-{uuid.uuid4().hex[:6]}",
+        f"{prefix}-{uuid.uuid4().hex[:6]}",
         runtime="python",
-        handler="main:handle",
+        handler=handler,
         inline={"main.py": source},
         uid=str(uuid.uuid4()),
         **spec,
     )
 
 
+def function_run(source: str = ECHO, **spec: Any) -> Run:
+    return python_run("fn", source, handler="main:handle", **spec)
+
+
 def task_run(source: str) -> Run:
-    return Run.new(
-        f"task-{uuid.uuid4().hex[:6]}",
-        runtime="python",
-        handler="main:run",
-        inline={"main.py": source},
-        uid=str(uuid.uuid4()),
-        mode={"task": {}},
-    )
+    return python_run("task", source, handler="main:run", mode={"task": {}})
 
 
 def register_input(

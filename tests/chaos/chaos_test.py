@@ -47,7 +47,9 @@ from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import connect
+from tests.procs import alive
 from tests.replay.replay_test import WORKFLOWS
+from tests.waiting import eventually
 from workers.embedded.layout import Layout, recorded_components
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,11 +167,7 @@ class Chaos:
     async def eventually(
         self, check: Callable[[], Awaitable[bool]], what: str, within: float = SETTLE_S
     ) -> None:
-        deadline = time.monotonic() + within
-        while not await check():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"still waiting after {within:g}s for {what}")
-            await asyncio.sleep(0.1)
+        await eventually(check, within=within, what=what, every=0.1)
 
     async def alive(self) -> list[str]:
         return [f for f in FUNCTIONS if f not in self.gone]
@@ -261,7 +259,7 @@ class Chaos:
                         "workers.host" in cmdline
                         and str(self.state) in cmdline
                         and pid not in pids
-                        and _running(pid)
+                        and alive(pid)
                     ):
                         return False
                     cwd = os.readlink(entry / "cwd")
@@ -291,14 +289,6 @@ class Chaos:
         self.check_executions()
         await self.check_slots()
         await self.check_no_orphans()
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def _host_channel(state: Path, address: str, *, as_gateway: bool = False) -> grpc.Channel:
@@ -404,14 +394,14 @@ async def test_a_frozen_host_is_fenced_before_its_runs_move_and_never_serves_aga
                 status = await chaos.client.status(name)
                 if status.phase is not RunPhase.Ready or status.assignedHostUID == uid:
                     return False
-                assert not _running(pid), f"{name} Ready on another host while its frozen host still exists"
+                assert not alive(pid), f"{name} Ready on another host while its frozen host still exists"
             return True
 
         await chaos.eventually(moved_after_the_kill, f"the Runs of frozen host {host_id} Ready elsewhere")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-    assert not _running(pid), "fenced: the frozen host was killed"
+    assert not alive(pid), "fenced: the frozen host was killed"
     # as the gateway (the one role that may invoke): refused only because nothing serves there
     with _host_channel(chaos.state, address or "", as_gateway=True) as channel, pytest.raises(grpc.RpcError):
         registration = next(iter(old.values()))

@@ -26,10 +26,8 @@ from gateway.codec_server import CodecOptions, CodecServer, options_from, parse_
 from kruntimes.api.run import Run
 from kruntimes.client import Client
 from kruntimes.codec import EncryptionCodec, Keyring
-from kruntimes.devserver import temporal_binary
-from kruntimes.lifecycle import run_workflow_id
 from kruntimes.tls import ensure_tls
-from tests.sdk.stack import Platform, manifest, unique
+from tests.sdk.stack import Platform, manifest, unique, workflow_show
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = f"codec-secret-{uuid.uuid4().hex}"
@@ -98,24 +96,8 @@ def readable(output: str) -> str:
 async def show(platform: Platform, name: str, *codec: str) -> tuple[int, str]:
     """`temporal workflow show -o json` of the Run's workflow: its exit code, and everything it
     printed with the payloads' data decoded from base64 (`readable`)."""
-    proc = await asyncio.create_subprocess_exec(
-        temporal_binary(),
-        "workflow",
-        "show",
-        "--address",
-        platform.config.temporalAddress,
-        "--workflow-id",
-        run_workflow_id("default", name),
-        "--output",
-        "json",
-        *codec,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), WAIT_S)
-    assert proc.returncode is not None
-    return proc.returncode, readable(out.decode()) + err.decode()
+    code, out, err = await workflow_show(platform, name, *codec, timeout_s=WAIT_S)
+    return code, readable(out) + err
 
 
 async def test_the_temporal_cli_reads_the_env_decoded_only_with_an_admins_token(

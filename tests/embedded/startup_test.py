@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,6 @@ from kruntimes.devserver import DevServer
 from workers.embedded.errors import PlatformError
 from workers.embedded.layout import Layout, prepare
 from workers.embedded.supervise import _wait_min_hosts, run_foreground
-
-
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(state_dir=tmp_path_factory.mktemp("temporal"), persistent=False)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_a_bad_runtimes_file_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -25,10 +25,10 @@ from gateway.server import Gateway
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
-from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.tls import TlsFiles
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
+from tests.beats import heartbeat, registration
 from tests.gateway.conftest import (
     ALICE,
     BOB,
@@ -40,16 +40,17 @@ from tests.gateway.conftest import (
     HostProcess,
     Hosts,
     LogCapture,
-    alive,
-    descendants,
     invoke,
     invoke_url,
     leaked_tokens,
     lines,
+    recording,
     wait_for,
     wait_route,
 )
 from tests.pki import TestPKI
+from tests.procs import descendants
+from tests.procs import same_alive as alive
 from tests.stack import local_gateway_options
 
 # Appends its tag to the record file, then sleeps as asked.
@@ -105,11 +106,6 @@ import json
 def handle(payload):
     return {"length": len(json.dumps(payload))}
 """
-
-
-def record(records_dir: Path) -> tuple[Path, dict[str, str]]:
-    path = records_dir / f"{uuid.uuid4().hex}.txt"
-    return path, {"TEST_RECORD": str(path)}
 
 
 def check_error(answer: Answer, status: int, reason: str) -> dict[str, object]:
@@ -278,8 +274,7 @@ async def test_503_for_a_known_run_without_a_route(gateway: Gateway, client: aio
 async def test_503_when_the_warm_process_cannot_restart(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, LOADS_ONCE, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, LOADS_ONCE)
     # the invocation ends the process (502); restarting it fails, so the registration is NotReady
     check_error(await invoke(client, gateway, fn.uid), 502, "FunctionProcessExited")
     route = await wait_route(gateway, fn.uid, ready=False)
@@ -294,37 +289,33 @@ def _beat(
     pki: TestPKI, *, host_id: str, host_uid: str, address: str, uid: str, attempt: int, registration_id: str
 ) -> hb.HostHeartbeat:
     """One host's snapshot holding one registration of `uid`, with its signed assignment."""
-    return hb.HostHeartbeat(
+    held = registration(
+        pki, uid, host_id=host_id, host_uid=host_uid, attempt=attempt, registration_id=registration_id
+    )
+    return heartbeat(
         host_id=host_id,
         host_uid=host_uid,
-        runtime="python",
         address=address,
         sequence=1,
         interval_ms=60_000,
-        registrations=[
-            pb.RegistrationState(
-                run_uid=uid,
-                attempt=attempt,
-                namespace="default",
-                name="fn",
-                runtime="python",
-                registration_id=registration_id,
-                phase=pb.REGISTRATION_PHASE_READY,
-                assignment=pki.sign(run_uid=uid, attempt=attempt, host_id=host_id, host_uid=host_uid),
-            )
-        ],
+        registrations=[held],
     )
+
+
+@pytest.fixture
+async def recorded(gateway: Gateway, main_host: HostProcess, records_dir: Path) -> tuple[Path, Function]:
+    """RECORDED on the main host (`recording`): its record file and the function."""
+    return await recording(main_host, gateway, records_dir, RECORDED)
 
 
 async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_dropped(
     gateway: Gateway,
     client: aiohttp.ClientSession,
     main_host: HostProcess,
-    records_dir: Path,
+    recorded: tuple[Path, Function],
     pki: TestPKI,
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = recorded
     await wait_route(gateway, fn.uid)
     # The gateway believes the host holds a newer attempt than it does (a snapshot claiming
     # attempt 2, signed for this host): the host's fence refuses the request, which never runs.
@@ -359,11 +350,10 @@ async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_add
     gateway: Gateway,
     client: aiohttp.ClientSession,
     main_host: HostProcess,
-    records_dir: Path,
+    recorded: tuple[Path, Function],
     pki: TestPKI,
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = recorded
     real = await wait_route(gateway, fn.uid)
     # Host "ghost" holds a genuine newer assignment of this Run, but its beat names the real
     # host's invoke port: the gateway expects the ghost's certificate there, finds the real host's
@@ -402,8 +392,7 @@ async def test_503_owner_unavailable_when_the_owner_refuses_the_connection(
 ) -> None:
     # a long interval: the route outlives the host long enough to be tried
     doomed = await hosts.start("gw-refused", interval_s=10.0)
-    path, env = record(records_dir)
-    fn = await doomed.register(gateway, RECORDED, env=env)
+    path, fn = await recording(doomed, gateway, records_dir, RECORDED)
     (await invoke(client, gateway, fn.uid, {"tag": "first"})).expect(200)
     doomed.signal(signal.SIGKILL)  # no `leaving`: its route stays until it expires
     assert await doomed.exited(10)
@@ -421,8 +410,7 @@ async def test_503_owner_unavailable_when_the_owner_refuses_the_connection(
 async def test_429_while_the_one_invocation_runs(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
     first = asyncio.create_task(invoke(client, gateway, fn.uid, {"tag": "first", "sleep": 1.0}))
     await wait_for(lambda: lines(path) == ["first"], "the first invocation to start")
     answer = await invoke(client, gateway, fn.uid, {"tag": "second"})
@@ -583,8 +571,7 @@ async def test_500_when_the_gateway_itself_fails(
 async def test_502_when_the_handler_ends_its_process(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, EXITS, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, EXITS)
     answer = await invoke(client, gateway, fn.uid, headers={INVOCATION_HEADER: "inv-exit"})
     assert check_error(answer, 502, "FunctionProcessExited")["invocationId"] == "inv-exit"
     assert lines(path) == ["run"]
@@ -594,8 +581,7 @@ async def test_502_when_the_host_dies_during_the_invocation(
     gateway: Gateway, client: aiohttp.ClientSession, hosts: Hosts, records_dir: Path
 ) -> None:
     doomed = await hosts.start("gw-doomed")
-    path, env = record(records_dir)
-    fn = await doomed.register(gateway, RECORDED, env=env)
+    path, fn = await recording(doomed, gateway, records_dir, RECORDED)
     children = descendants(doomed.pid)
     assert children
     call = asyncio.create_task(invoke(client, gateway, fn.uid, {"sleep": 30}))
@@ -614,8 +600,7 @@ async def test_502_when_the_host_dies_during_the_invocation(
 async def test_504_when_the_invocation_times_out(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path, env = record(records_dir)
-    fn = await main_host.register(gateway, RECORDED, env=env)
+    path, fn = await recording(main_host, gateway, records_dir, RECORDED)
     started = time.monotonic()
     answer = await invoke(
         client, gateway, fn.uid, {"tag": "slow", "sleep": 10}, headers={TIMEOUT_HEADER: "0.5"}

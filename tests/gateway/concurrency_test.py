@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from pathlib import Path
 
 import aiohttp
 
 from gateway.server import Gateway
-from tests.gateway.conftest import Answer, HostProcess, invoke, lines
+from tests.gateway.conftest import Answer, HostProcess, invoke, lines, recording
 
 PARALLEL = 50
 SLEEP_S = 2.0
@@ -34,8 +33,7 @@ def handle(payload):
 async def test_fifty_parallel_invokes_one_runs_the_rest_429(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
-    path = records_dir / f"{uuid.uuid4().hex}.txt"
-    fn = await main_host.register(gateway, TRACED, env={"TEST_RECORD": str(path)})
+    path, fn = await recording(main_host, gateway, records_dir, TRACED)
 
     async def timed(i: int) -> tuple[Answer, float]:
         started = time.monotonic()

@@ -8,7 +8,6 @@ stopped by its pid.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -40,7 +39,10 @@ from kruntimes.tls import TlsFiles, ensure_tls
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.reasons import gateway_reason
 from tests.pki import TestPKI
+from tests.procs import Proc, descendants, kill
+from tests.procs import same_alive as alive
 from tests.stack import local_gateway_options
+from tests.waiting import eventually
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
 ALICE = f"tok-secret-alice-{uuid.uuid4().hex}"  # bound to namespace "default"
@@ -233,10 +235,7 @@ async def invoke(
 async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = ROUTE_WAIT_S) -> float:
     """Poll `predicate` until it holds (bounded); returns the seconds it took."""
     started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    await eventually(predicate, within=timeout_s, what=what)
     return time.monotonic() - started
 
 
@@ -252,64 +251,6 @@ async def wait_route(gw: Gateway, uid: str, *, ready: bool = True, host_uid: str
 
 
 # -- host processes -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Proc:
-    """A process as it was seen: its pid and its start time (clock ticks after boot). A pid is
-    reused once its process is gone; the start time tells the one seen from a later one."""
-
-    pid: int
-    start: int
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and start time, or None if there is no such pid."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return fields[0], int(fields[19])
-
-
-def descendants(pid: int) -> set[Proc]:
-    """Every live process below `pid` (its zygote and function processes)."""
-    found: set[Proc] = set()
-    seen: set[int] = set()
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{parent}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    for child in map(int, (task / "children").read_text().split()):
-                        stat = _stat(child)
-                        if child not in seen and stat is not None:
-                            seen.add(child)
-                            found.add(Proc(child, stat[1]))
-                            stack.append(child)
-    return found
-
-
-def alive(proc: Proc) -> bool:
-    """That very process (not a later one with its pid) is running and not a zombie."""
-    stat = _stat(proc.pid)
-    return stat is not None and stat[1] == proc.start and stat[0] not in ("Z", "X")
-
-
-def kill(proc: Proc) -> None:
-    """SIGKILL that very process, never a later one with its pid: a pidfd is opened first, then
-    the start time checked (the pidfd names the process it was opened on, gone or not)."""
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except OSError:
-        return
-    try:
-        if alive(proc):
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -427,7 +368,8 @@ class HostProcess:
 
 
 class Hosts:
-    """Starts host processes heartbeating to the gateway; stops them all at the end."""
+    """Starts host processes heartbeating to the gateway; stops them all at the end (of its
+    `async with`)."""
 
     def __init__(self, gw: Gateway, root: Path, pki: TestPKI) -> None:
         self.gw = gw
@@ -484,6 +426,12 @@ class Hosts:
         host.children = descendants(proc.pid)
         return host
 
+    async def __aenter__(self) -> Hosts:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop_all()
+
     def _heard(self, host: HostProcess) -> bool:
         return host.host_uid in self.gw.routes._hosts  # (no public view of one host's entry)
 
@@ -499,11 +447,8 @@ class Hosts:
 
 @pytest.fixture(scope="session")
 async def hosts(gateway: Gateway, session_dir: Path, pki: TestPKI) -> AsyncIterator[Hosts]:
-    started = Hosts(gateway, session_dir, pki)
-    try:
+    async with Hosts(gateway, session_dir, pki) as started:
         yield started
-    finally:
-        await started.stop_all()
 
 
 @pytest.fixture(scope="session")
@@ -534,6 +479,15 @@ def records_dir(session_dir: Path) -> Path:
     path.mkdir(exist_ok=True)
     path.chmod(0o1777)
     return path
+
+
+async def recording(
+    host: HostProcess, gateway: Gateway, records_dir: Path, source: str
+) -> tuple[Path, Function]:
+    """`source` registered on `host` with TEST_RECORD naming a new file, where it writes one line
+    per invocation that reached it; the file and the function."""
+    path = records_dir / f"{uuid.uuid4().hex}.txt"
+    return path, await host.register(gateway, source, env={"TEST_RECORD": str(path)})
 
 
 def lines(path: Path) -> list[str]:

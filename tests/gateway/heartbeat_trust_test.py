@@ -17,6 +17,7 @@ from kruntimes.pki import Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from tests.beats import heartbeat, registration
 from tests.gateway.conftest import HostProcess, invoke
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
@@ -31,31 +32,15 @@ def other_ca(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
     return TestPKI.create(tmp_path_factory.mktemp("other-ca"))
 
 
-def registration(
-    pki: TestPKI, uid: str, *, host_id: str, host_uid: str, attempt: int = 1, registration_id: str = "reg-x"
-) -> pb.RegistrationState:
-    return pb.RegistrationState(
-        run_uid=uid,
-        attempt=attempt,
-        namespace="default",
-        name="fn",
-        runtime="python",
-        registration_id=registration_id,
-        phase=pb.REGISTRATION_PHASE_READY,
-        assignment=pki.sign(run_uid=uid, attempt=attempt, host_id=host_id, host_uid=host_uid),
-    )
-
-
 def beat(host_id: str, host_uid: str, address: str, *registrations: pb.RegistrationState) -> hb.HostHeartbeat:
-    return hb.HostHeartbeat(
+    return heartbeat(
         host_id=host_id,
         host_uid=host_uid,
-        runtime="python",
         address=address,
         invoke_address=address,
         sequence=1,
         interval_ms=3_600_000,  # an hour: held to the gateway's maximum
-        registrations=list(registrations),
+        registrations=registrations,
     )
 
 

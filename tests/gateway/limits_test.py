@@ -16,7 +16,6 @@ import json
 import logging
 import ssl
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from gateway.listener import LINGERING_S, HttpLimits, Listener
 from gateway.metrics import GatewayMetrics
 from gateway.server import Gateway
 from kruntimes.tls import TlsFiles
-from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, wait_for
+from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, recording, wait_for
 from tests.gateway.rawhttp import Connection, request
 from tests.pki import TestPKI
 from tests.stack import local_gateway_options
@@ -96,18 +95,14 @@ async def limited(tls: TlsFiles, auth_files: tuple[Path, Path], pki: TestPKI) ->
 
 @pytest.fixture(scope="module")
 async def limited_hosts(limited: Gateway, session_dir: Path, pki: TestPKI) -> AsyncIterator[Hosts]:
-    started = Hosts(limited, session_dir, pki)
-    try:
+    async with Hosts(limited, session_dir, pki) as started:
         yield started
-    finally:
-        await started.stop_all()
 
 
 @pytest.fixture
 async def recorded(limited: Gateway, limited_hosts: Hosts, records_dir: Path) -> tuple[Function, Path]:
     host = limited_hosts.started[0] if limited_hosts.started else await limited_hosts.start("gw-limits")
-    path = records_dir / f"{uuid.uuid4().hex}.txt"
-    fn = await host.register(limited, RECORDED, env={"TEST_RECORD": str(path)})
+    path, fn = await recording(host, limited, records_dir, RECORDED)
     return fn, path
 
 
@@ -139,6 +134,14 @@ def get(path: str = "/healthz") -> bytes:
 # -- headers ---------------------------------------------------------------------------------------
 
 
+async def kept_alive(gw: Gateway, tls: TlsFiles) -> Connection:
+    """A connection that has had one request answered (200) and is kept alive."""
+    conn = await Connection.open(gw.url, tls.ca_cert)
+    await conn.send(get())
+    assert (await conn.answer()).status == 200
+    return conn
+
+
 async def test_slow_headers_are_cut_at_the_header_timeout(limited: Gateway, tls: TlsFiles) -> None:
     before = cuts(limited, "header_timeout")
     conn = await Connection.open(limited.url, tls.ca_cert)
@@ -154,9 +157,7 @@ async def test_the_next_requests_slow_headers_on_a_kept_alive_connection_are_cut
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "header_timeout")
-    conn = await Connection.open(limited.url, tls.ca_cert)
-    await conn.send(get())
-    assert (await conn.answer()).status == 200
+    conn = await kept_alive(limited, tls)
     started = time.monotonic()
     async with trickling(conn, b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: " + b"a" * 1000):
         received = await conn.closed()
@@ -181,9 +182,7 @@ async def test_a_connection_that_never_completes_its_tls_handshake_is_cut(
 
 async def test_timely_idle_and_pipelined_requests_are_not_cut(limited: Gateway, tls: TlsFiles) -> None:
     before = cuts(limited, "header_timeout")
-    idle = await Connection.open(limited.url, tls.ca_cert)
-    await idle.send(get())
-    assert (await idle.answer()).status == 200
+    idle = await kept_alive(limited, tls)
     # another connection's slow headers are cut: the header timeout has passed since `idle` was
     # answered, and `idle` is still open, since a kept-alive connection may wait the idle timeout
     slow = await Connection.open(limited.url, tls.ca_cert)
@@ -227,9 +226,7 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "header_timeout")
-    conn = await Connection.open(limited.url, tls.ca_cert)
-    await conn.send(get())
-    assert (await conn.answer()).status == 200
+    conn = await kept_alive(limited, tls)
     answered = time.monotonic()
     assert await conn.closed() == b""
     assert time.monotonic() - answered >= LIMITS.idle_timeout_s

@@ -17,11 +17,11 @@ import pytest
 from gateway.server import Gateway
 from kruntimes.api.limits import MAX_LOG_BYTES
 from kruntimes.pki import Identity
-from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import frames
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
+from tests.beats import heartbeat, registration
 from tests.gateway.conftest import invoke
 from tests.pki import TestPKI
 
@@ -110,28 +110,18 @@ class Owner:
         """A route to a new function Run owned here (over the invoke port, or gRPC only)."""
         uid = str(uuid.uuid4())
         host_uid = f"scripted-{uid}"
-        signed = self.pki.sign(run_uid=uid, attempt=1, host_id=OWNER_ID, host_uid=host_uid, name="scripted")
+        held = registration(
+            self.pki, uid, host_id=OWNER_ID, host_uid=host_uid, name="scripted", registration_id=f"reg-{uid}"
+        )
         await gateway.routes.apply(
-            hb.HostHeartbeat(
+            heartbeat(
                 host_id=OWNER_ID,
                 host_uid=host_uid,
-                runtime="python",
                 address=self.grpc_address,
                 invoke_address=self.invoke_address if raw else "",
                 sequence=1,
                 interval_ms=60_000,
-                registrations=[
-                    pb.RegistrationState(
-                        run_uid=uid,
-                        attempt=1,
-                        namespace="default",
-                        name="scripted",
-                        runtime="python",
-                        registration_id=f"reg-{uid}",
-                        phase=pb.REGISTRATION_PHASE_READY,
-                        assignment=signed,
-                    )
-                ],
+                registrations=[held],
             ),
             peer=Identity.host(runtime="python", host_id=OWNER_ID),
         )

@@ -10,8 +10,9 @@ import pytest
 
 from activities.hosts import AttachProvider, HostManager, ProcessProvider
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
-from tests.hosts.conftest import alive, spec
+from tests.hosts.conftest import spec
 from tests.pki import TestPKI
+from tests.procs import alive
 
 
 def closed_port() -> int:

@@ -14,6 +14,7 @@ import pytest
 from activities.hosts import HostSpec, ProcessProvider, stop_all
 from kruntimes.pki import HostIssuer
 from tests.pki import TestPKI
+from tests.procs import alive
 
 
 def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec:
@@ -26,15 +27,6 @@ def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec
         **changes,
     }
     return HostSpec.model_validate(fields)
-
-
-def alive(pid: int) -> bool:
-    """Runs and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def host_pids(state_dir: Path) -> list[int]:

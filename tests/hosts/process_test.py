@@ -19,8 +19,9 @@ from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_al
 from activities.hosts.process import host_running
 from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
-from tests.hosts.conftest import alive, gone, host_pids, spec
+from tests.hosts.conftest import gone, host_pids, spec
 from tests.pki import TestPKI
+from tests.procs import alive
 
 
 def files_of(state_dir: Path, runtime: str = "python") -> list[str]:

@@ -10,6 +10,7 @@ import os
 import signal
 import uuid
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pytest
 from temporalio.testing import ActivityEnvironment
@@ -23,23 +24,28 @@ from kruntimes.hostlife import LossReason, Probe
 from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.hosts.conftest import alive, gone, spec
+from tests.hosts.conftest import gone, spec
 from tests.pki import TestPKI
+from tests.procs import alive
+
+Signal = TypeVar("Signal")
 
 INTERVAL_S = 0.3
 BOUND_S = 30.0  # no watch here takes anywhere near this long
 ECHO = "def handle(p):\n    return {'echo': p}\n"
 
 
-class Told:
-    """The Runs the watch told (workflow id, signal), in order."""
+class Told(Generic[Signal]):
+    """What the watch told workflows (workflow id, signal), in order: the Runs of a lost
+    registration (`Told[RegistrationLostSignal]`) or its HostWorkflow that the host is ready
+    (`Told[WatchReady]`)."""
 
     def __init__(self) -> None:
-        self.signals: list[tuple[str, RegistrationLostSignal]] = []
+        self.signals: list[tuple[str, Signal]] = []
         self.arrived = asyncio.Event()
 
-    async def __call__(self, workflow_id: str, lost: RegistrationLostSignal) -> None:
-        self.signals.append((workflow_id, lost))
+    async def __call__(self, workflow_id: str, sent: Signal) -> None:
+        self.signals.append((workflow_id, sent))
         self.arrived.set()
 
 
@@ -55,20 +61,13 @@ def watch_of(host: CreatedHost, *, tell_ready: bool = False, max_s: float = BOUN
     )
 
 
-class ToldReady:
-    def __init__(self) -> None:
-        self.told: list[tuple[str, WatchReady]] = []
-        self.arrived = asyncio.Event()
-
-    async def __call__(self, workflow_id: str, ready: WatchReady) -> None:
-        self.told.append((workflow_id, ready))
-        self.arrived.set()
-
-
 def activities(
-    *, told: Told | None = None, ready: ToldReady | None = None, **kw: object
+    *,
+    told: Told[RegistrationLostSignal] | None = None,
+    ready: Told[WatchReady] | None = None,
+    **kw: object,
 ) -> HostWatchActivities:
-    return HostWatchActivities(signal_run=told or Told(), signal_ready=ready or ToldReady(), **kw)  # type: ignore[arg-type]
+    return HostWatchActivities(signal_run=told or Told(), signal_ready=ready or Told(), **kw)  # type: ignore[arg-type]
 
 
 async def watch(activities: HostWatchActivities, input: WatchInput) -> WatchResult:
@@ -141,7 +140,7 @@ async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_g
     state_dir: Path, process: ProcessProvider
 ) -> None:
     host = await process.create(spec(state_dir))
-    ready = ToldReady()
+    ready: Told[WatchReady] = Told()
     watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
     try:
         await asyncio.wait_for(ready.arrived.wait(), BOUND_S)
@@ -149,7 +148,7 @@ async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_g
         assert not watching.done(), "the watch goes on"
     finally:
         watching.cancel()
-    [(_, told)] = ready.told
+    [(_, told)] = ready.signals
     assert told.hostUid == host.hostUid
 
 
@@ -197,12 +196,12 @@ async def test_a_host_frozen_before_its_first_report_is_left_to_the_stuck_timer(
     host = await process.create(spec(state_dir))
     assert host.pid is not None
     os.kill(host.pid, signal.SIGSTOP)
-    ready = ToldReady()
+    ready: Told[WatchReady] = Told()
     try:
         result = await watch(activities(ready=ready), watch_of(host, tell_ready=True, max_s=6 * INTERVAL_S))
     finally:
         os.kill(host.pid, signal.SIGCONT)
-    assert result.verdict == "Renew" and not ready.told
+    assert result.verdict == "Renew" and not ready.signals
 
 
 async def test_a_registration_removed_behind_the_platforms_back_is_told_to_its_run(
@@ -211,7 +210,7 @@ async def test_a_registration_removed_behind_the_platforms_back_is_told_to_its_r
     host = await process.create(spec(state_dir))
     kept = await asyncio.to_thread(register, pki, host, name="kept")
     removed = await asyncio.to_thread(register, pki, host, name="removed")
-    told = Told()
+    told: Told[RegistrationLostSignal] = Told()
     watching = asyncio.create_task(watch(activities(told=told), watch_of(host)))
     try:
         await asyncio.sleep(3 * INTERVAL_S)  # the watch has seen both

@@ -24,8 +24,9 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import Network, SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
+from runtime.server import RuntimeHost
 from tests.pki import TestPKI
+from tests.runtime_hosts import loopback_host
 
 MiB = 1024 * 1024
 SECRET = "victim-secret-4f2a9c"
@@ -165,22 +166,17 @@ def target(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI) -> Iterator[H
         path.write_text(content)
         path.chmod(0o600)
     listener = socket.create_server(("127.0.0.1", 0))
-    runtime = RuntimeHost(
-        HostOptions(
-            host_id="attacked-0",
-            runtime="python",
-            listen="127.0.0.1:0",
-            state_dir=state,
-            limits=ProcessLimits(file_size_bytes=FILE_LIMIT, processes=PROCESS_LIMIT),
-            sandbox=SandboxSettings(
-                network=Network.NONE,
-                memory_bytes=MEMORY_LIMIT,
-                max_processes=PROCESS_LIMIT,
-                tmp_bytes=16 * MiB,
-            ),
-            tls=pki.host_tls("attacked-0"),
-            assignments=pki.verifier(),
-        )
+    runtime = loopback_host(
+        pki,
+        state,
+        host_id="attacked-0",
+        limits=ProcessLimits(file_size_bytes=FILE_LIMIT, processes=PROCESS_LIMIT),
+        sandbox=SandboxSettings(
+            network=Network.NONE,
+            memory_bytes=MEMORY_LIMIT,
+            max_processes=PROCESS_LIMIT,
+            tmp_bytes=16 * MiB,
+        ),
     )
     address = runtime.start()
     control = pki.channel(address, as_=pki.control_plane)

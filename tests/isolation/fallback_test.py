@@ -15,8 +15,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.isolation import FunctionIsolation
 from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
 from tests.pki import TestPKI
+from tests.runtime_hosts import loopback_host
 
 
 def _isolation(settings: SandboxSettings, *, switch: bool) -> FunctionIsolation:
@@ -70,16 +70,8 @@ def test_network_none_is_refused_where_network_namespaces_cannot_be_made(tmp_pat
 def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(
     tmp_path: Path, pki: TestPKI
 ) -> None:
-    host = RuntimeHost(
-        HostOptions(
-            host_id="same-0",
-            runtime="python",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path / "state",
-            sandbox=SandboxSettings(isolation=Isolation.SAME_USER),
-            tls=pki.host_tls("same-0"),
-            assignments=pki.verifier(),
-        )
+    host = loopback_host(
+        pki, tmp_path / "state", host_id="same-0", sandbox=SandboxSettings(isolation=Isolation.SAME_USER)
     )
     address = host.start()
     try:

@@ -13,7 +13,8 @@ from runtime.isolation import FunctionIsolation, Lease
 from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
 from runtime.sandbox.policy import Isolation, SandboxSettings
-from tests.sandbox.conftest import ROOT, wait_until
+from tests.sandbox.conftest import ROOT
+from tests.waiting import wait_until
 
 # a range of their own, claimed through the machine's lock directory like every host's
 UIDS = UidRange(2_150_000_000, 64)
@@ -43,7 +44,7 @@ def test_a_prepared_identity_goes_to_one_function_and_its_cgroup_never_again(tmp
             assert isolation.prepared() == 0
             assert isolation.lease("on-demand").claim is None
             return
-        wait_until(lambda: isolation.prepared() == PREPARED, what="the prepared identities")
+        assert wait_until(lambda: isolation.prepared() == PREPARED), "the prepared identities"
         prepared_groups = {b.cgroup_procs for b in planted}
 
         held: list[Lease] = []
@@ -87,7 +88,7 @@ def test_a_prepared_identity_goes_to_one_function_and_its_cgroup_never_again(tmp
             isolation.release(lease)
         for group in groups:
             assert not any(os.path.exists(path) for path in group), "a released cgroup is removed"
-        wait_until(lambda: isolation.prepared() == PREPARED, what="the identities prepared again")
+        assert wait_until(lambda: isolation.prepared() == PREPARED), "the identities prepared again"
         again = [isolation.lease(f"again-{i}") for i in range(PREPARED + 2)]
         isolation.replenish()
         try:
@@ -95,7 +96,7 @@ def test_a_prepared_identity_goes_to_one_function_and_its_cgroup_never_again(tmp
         finally:
             for lease in again:
                 isolation.release(lease)
-        wait_until(lambda: isolation.prepared() == PREPARED, what="the identities prepared again")
+        assert wait_until(lambda: isolation.prepared() == PREPARED), "the identities prepared again"
         unused = list(isolation._ready)
     finally:
         isolation.close()

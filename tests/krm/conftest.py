@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import pytest
 from krm.evaluation import Request
 from krm.resources import resource_list
 from krm.store import Store
+from tests import waiting
 from tests.krm import programs
 
 IMAGE = "example.com/fn/set-labels"
@@ -19,16 +18,7 @@ async def eventually(
     check: Callable[[], bool | Awaitable[bool]], *, timeout: float = 10.0, what: str = ""
 ) -> None:
     """Wait until `check()` holds, polling every 20 ms, for at most `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout} s: {what or check}")
-        await asyncio.sleep(0.02)
+    await waiting.eventually(check, within=timeout, what=what)
 
 
 def function_config(name: str, *, prefixes: list[str], path: str, tags: list[str]) -> dict:

@@ -14,6 +14,7 @@ from krm.limits import MAX_LOG_BYTES
 from krm.resources import parse_resource_list
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
+from tests.procs import alive
 
 CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "in"}, "data": {"app": "web"}}
 
@@ -99,7 +100,7 @@ async def deadline_leaves_nothing(evaluator: ExecEvaluator, image: str, pid_file
     with pytest.raises(errors.DeadlineExceeded):
         await task
     for pid in programs.pids(pid_file):
-        await eventually(lambda pid=pid: programs.gone(pid), timeout=5, what=f"pid {pid} gone")
+        await eventually(lambda pid=pid: not alive(pid), timeout=5, what=f"pid {pid} gone")
 
 
 async def test_a_deadline_kills_the_function_and_leaves_no_process(functions: Path, pid_file: Path) -> None:
@@ -122,7 +123,7 @@ async def test_a_cancelled_evaluation_kills_the_whole_group_at_once(functions: P
     with pytest.raises(asyncio.CancelledError):
         await task
     for pid in programs.pids(pid_file):
-        await eventually(lambda pid=pid: programs.gone(pid), timeout=5, what=f"pid {pid} gone")
+        await eventually(lambda pid=pid: not alive(pid), timeout=5, what=f"pid {pid} gone")
 
 
 async def test_beyond_the_waiting_bound_a_request_is_resource_exhausted(
@@ -138,7 +139,7 @@ async def test_beyond_the_waiting_bound_a_request_is_resource_exhausted(
         task.cancel()
     await asyncio.gather(running, waiting, return_exceptions=True)
     assert len(programs.pids(pid_file)) == 1, "the waiting one never started"
-    await eventually(lambda: programs.gone(programs.pids(pid_file)[0]), timeout=5)
+    await eventually(lambda: not alive(programs.pids(pid_file)[0]), timeout=5)
 
 
 async def test_the_process_runs_under_its_limits(tmp_path: Path) -> None:
@@ -167,7 +168,7 @@ async def test_a_launcher_that_dies_fails_its_evaluations_kills_their_processes_
     with pytest.raises(errors.SystemError_):
         await task
     (pid,) = programs.pids(pid_file)
-    await eventually(lambda: programs.gone(pid), timeout=5, what="the function's process gone")
+    await eventually(lambda: not alive(pid), timeout=5, what="the function's process gone")
     evaluation = await evaluator.evaluate(request("example.com/fn/echo:v1.0.0"))
     assert parse_resource_list(evaluation.resource_list)["items"]
     assert process.Launcher.current(evaluator.limits) is not launcher

@@ -17,7 +17,8 @@ from krm.resources import parse_resource_list
 from kruntimes.client import Client
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
-from tests.krm.pods import GATED, HOLDER, SHARED, WHO, evaluator, image, krm_platform, lock_free, pod_config
+from tests.krm.pods import GATED, HOLDER, SHARED, WHO, evaluator, image, krm_platform, pod_config
+from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.sdk.stack import Platform
 

@@ -1,15 +1,12 @@
 """What the pod evaluator's tests share: an embedded platform with a `krm` runtime (one per test
-module), FunctionConfigs whose podExecutor source is a test program, and a lock file that tells
-when a function's processes are gone."""
+module) and FunctionConfigs whose podExecutor source is a test program (the programs hold a lock
+file while they run: tests.locks tells when they are gone)."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,17 +129,3 @@ async def evaluator(platform: Platform, *configs: fc.FunctionConfig) -> AsyncIte
             yield pods
         finally:
             await pods.close()
-
-
-def lock_free(path: Path) -> bool:
-    """Nobody holds `path` locked (it exists: the function made it)."""
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True

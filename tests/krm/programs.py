@@ -6,7 +6,6 @@ program appends its pid (and its children's) to, so a test can check by pid that
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -94,19 +93,6 @@ def write(directory: Path, name: str, body: str, **fmt: str) -> Path:
     path.write_text(f"#!{sys.executable}\n" + (body.format(**fmt) if fmt else body))
     path.chmod(0o755)
     return path
-
-
-def gone(pid: int) -> bool:
-    """The process no longer runs (absent, or a zombie nobody reaped yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def pids(path: Path) -> list[int]:

@@ -23,6 +23,7 @@ from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
+from tests.procs import alive
 
 BINARIES = ("set-labels", "validator", "garbage", "missing", "sleeper", "stubborn")
 
@@ -99,7 +100,7 @@ async def test_a_function_past_its_deadline_is_deadline_exceeded(stub, pid_file:
     assert (code, metadata[REASON_KEY]) == (grpc.StatusCode.DEADLINE_EXCEEDED, "DeadlineExceeded")
     assert "exec evaluator" in details
     for pid in programs.pids(pid_file):  # none when it was killed before it got to write one
-        await eventually(lambda pid=pid: programs.gone(pid), timeout=5)
+        await eventually(lambda pid=pid: not alive(pid), timeout=5)
 
 
 async def test_a_failing_function_is_failed_precondition_with_its_results(stub) -> None:
@@ -142,7 +143,7 @@ async def test_a_client_that_cancels_leaves_no_process_behind(stub, pid_file: Pa
     call.cancel()
     assert (await asyncio.gather(waiting, return_exceptions=True))[0] is not None
     for pid in programs.pids(pid_file):
-        await eventually(lambda pid=pid: programs.gone(pid), timeout=5, what=f"pid {pid} gone")
+        await eventually(lambda pid=pid: not alive(pid), timeout=5, what=f"pid {pid} gone")
 
 
 async def test_the_remote_evaluator_raises_the_runners_errors_as_they_were(address: str) -> None:

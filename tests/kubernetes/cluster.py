@@ -39,7 +39,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -818,18 +818,3 @@ async def test_cluster(root: Path) -> AsyncIterator[tuple[Cluster, Server, TestK
 
 
 test_cluster.__test__ = False  # type: ignore[attr-defined]
-
-
-async def eventually(check: Callable[[], Any], *, within: float = 10.0, what: str = "") -> Any:
-    """Wait until ``check()`` is truthy (awaiting it when it is a coroutine), at most ``within`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"not true within {within:g} s: {what or check}")
-        await asyncio.sleep(0.02)

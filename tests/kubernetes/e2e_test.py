@@ -22,8 +22,8 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.client import Client
 from kruntimes.config import parse_config
 from kruntimes.sdk.errors import NotReady
-from tests.kubernetes.cluster import eventually
 from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -4,8 +4,8 @@ pods; a pod no pool knows is deleted once it stayed unknown for the grace period
 from __future__ import annotations
 
 from activities.hosts.kubernetes import OrphanCollector
-from tests.kubernetes.cluster import eventually
 from tests.kubernetes.conftest import spec
+from tests.waiting import eventually
 
 
 def uids(env) -> set[str]:

@@ -17,8 +17,8 @@ from activities.hosts._rpc import identify
 from kruntimes.config import KubernetesPodTemplate
 from kruntimes.pki import Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
-from tests.kubernetes.cluster import eventually
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
+from tests.waiting import eventually
 
 
 async def test_create_makes_one_pod_whose_uid_is_the_host_uid_and_which_serves(env) -> None:

@@ -15,8 +15,8 @@ from kmock import action
 from activities.hosts.events import HostEventKind, HostEventQueue
 from activities.hosts.kubernetes import SECRET_VERBS, VERBS, OrphanCollector
 from activities.hosts.kubernetes_watch import PodWatch
-from tests.kubernetes.cluster import eventually
 from tests.kubernetes.conftest import NAMESPACE, spec
+from tests.waiting import eventually
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 VERB_OF = {

@@ -4,11 +4,13 @@ dropped connection, relisting after 410 Gone, other control planes' pods ignored
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from activities.hosts.events import HostEventKind, HostEventQueue
 from activities.hosts.kubernetes_watch import PodWatch
-from tests.kubernetes.cluster import eventually
 from tests.kubernetes.conftest import NAMESPACE, spec
+from tests.waiting import eventually
 
 
 def kinds(queue: HostEventQueue, seen: list) -> list[HostEventKind]:
@@ -17,22 +19,21 @@ def kinds(queue: HostEventQueue, seen: list) -> list[HostEventKind]:
     return [e.kind for e in seen]
 
 
-async def started(env, *, control_plane: str = "cp-a", queue: HostEventQueue | None = None):
-    queue = queue or HostEventQueue()
-    watch = PodWatch(
-        env.api, namespace=NAMESPACE, control_plane=control_plane, on_event=queue, backoff=(0.05, 0.2)
-    )
-    return watch, queue, asyncio.create_task(watch.run())
-
-
-async def stop(task: asyncio.Task) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+@contextlib.asynccontextmanager
+async def watching(env) -> AsyncIterator[tuple[PodWatch, HostEventQueue]]:
+    """A PodWatch of control plane cp-a's pods running into a new queue; cancelled after."""
+    queue = HostEventQueue()
+    watch = PodWatch(env.api, namespace=NAMESPACE, control_plane="cp-a", on_event=queue, backoff=(0.05, 0.2))
+    task = asyncio.create_task(watch.run())
+    try:
+        yield watch, queue
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_ready_then_deleted_is_reported_for_our_pods_only(env) -> None:
-    watch, queue, task = await started(env)
-    try:
+    async with watching(env) as (watch, queue):
         ours, theirs = env.provider(), env.provider(control_plane="cp-b")
         host = await ours.create(spec())
         await theirs.create(spec())
@@ -49,13 +50,10 @@ async def test_ready_then_deleted_is_reported_for_our_pods_only(env) -> None:
         )
         deleted = [e.message for e in seen if e.kind is HostEventKind.Deleted]
         assert deleted == ["the pod is being deleted", "the pod is gone"]
-    finally:
-        await stop(task)
 
 
 async def test_evicted_failed_and_not_ready_are_reported(env) -> None:
-    watch, queue, task = await started(env)
-    try:
+    async with watching(env) as (watch, queue):
         provider = env.provider()
         await provider.create(spec("python-0"))
         await provider.create(spec("python-1"))
@@ -81,13 +79,10 @@ async def test_evicted_failed_and_not_ready_are_reported(env) -> None:
 
         await eventually(reported, what="evicted, failed, not ready")
         assert not any(e.host_id == "python-2" and e.kind is HostEventKind.Failed for e in seen)
-    finally:
-        await stop(task)
 
 
 async def test_the_watch_resumes_from_its_resource_version_after_a_dropped_connection(env) -> None:
-    watch, queue, task = await started(env)
-    try:
+    async with watching(env) as (watch, queue):
         provider = env.provider()
         await eventually(lambda: watch.watches >= 1 and env.cluster._watchers, what="the watch is open")
         first = await provider.create(spec("python-0"))
@@ -101,13 +96,10 @@ async def test_the_watch_resumes_from_its_resource_version_after_a_dropped_conne
         resumed = [r.params.get("resourceVersion") for r in watches[1:]]
         assert resumed and int(resumed[0]) >= version - 1, resumed
         assert watch.lists == 1, "it resumed instead of listing again"
-    finally:
-        await stop(task)
 
 
 async def test_a_gone_resource_version_lists_again_and_reports_what_vanished(env) -> None:
-    watch, queue, task = await started(env)
-    try:
+    async with watching(env) as (watch, queue):
         provider = env.provider()
         host = await provider.create(spec())
         seen: list = []
@@ -121,8 +113,6 @@ async def test_a_gone_resource_version_lists_again_and_reports_what_vanished(env
         await eventually(
             lambda: HostEventKind.Deleted in kinds(queue, seen), what="the vanished pod is reported"
         )
-    finally:
-        await stop(task)
 
 
 async def test_a_failing_watch_is_restarted_after_a_backoff(env) -> None:
@@ -132,12 +122,9 @@ async def test_a_failing_watch_is_restarted_after_a_backoff(env) -> None:
     env.cluster["watch", namespace(NAMESPACE)][:2] << Response(
         status=500, payload={"kind": "Status", "code": 500}
     )
-    watch, queue, task = await started(env)
-    try:
+    async with watching(env) as (watch, queue):
         await eventually(lambda: watch.watches >= 3, what="the third watch")
         await env.provider().create(spec())
         seen: list = []
         await eventually(lambda: HostEventKind.Ready in kinds(queue, seen), what="events after the restart")
         assert watch.lists == 1
-    finally:
-        await stop(task)

@@ -18,9 +18,10 @@ from kruntimes.config import parse_config
 from kruntimes.lifecycle import PlatformInfo, ProbeInput
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import TemporalSettings
-from tests.kubernetes.cluster import eventually, free_port
+from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.pki import TestPKI
+from tests.waiting import eventually
 from workers.worker import WorkerSettings, kubernetes_hosts, parse_args, settings_from
 
 

@@ -20,11 +20,9 @@ import os
 import signal
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from activities.hosts import ProcessProvider
 from activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
@@ -65,10 +64,11 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.scheduling.model import HostState
 from kruntimes.temporal import TemporalSettings, connect
+from tests import waiting
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform, run_manifest, terminate_queue
+from tests.workflows.conftest import Platform, pool_host, run_manifest
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
 
@@ -79,6 +79,17 @@ TASK_OK = "def run(p):\n    return {'answer': 42}\n"
 TASK_SLOW = "import time\ndef run(p):\n    time.sleep(120)\n"
 
 log = logging.getLogger("record")
+
+
+def task_manifest(name: str, *, runtime: str, source: str = TASK_OK, **spec: Any) -> Run:
+    """A task Run whose `run` handler is `source`."""
+    return run_manifest(name, runtime=runtime, source=source, handler="main:run", mode={"task": {}}, **spec)
+
+
+def retention_of(p: Platform, run: Run) -> WorkflowHandle[Any, Any]:
+    """The RetentionWorkflow that keeps `run` once its workflow closed."""
+    assert run.metadata.uid is not None
+    return p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
 
 
 async def write(handle: WorkflowHandle[Any, Any], name: str) -> None:
@@ -93,12 +104,16 @@ async def closed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> Non
     await asyncio.wait_for(handle.result(), timeout)
 
 
+async def write_closed(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """Once the workflow has closed (its result, within 60 s), write its history as `name`."""
+    await closed(handle)
+    await write(handle, name)
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+    """`check` polled every 100 ms (each poll may signal a workflow: the recorded histories keep
+    the pace they were recorded at)."""
+    await waiting.eventually(check, within=timeout, what=what, every=0.1)
 
 
 async def scale_outs(client: Client, runtime: str) -> list[tuple[str, WorkflowExecutionStatus | None]]:
@@ -139,8 +154,7 @@ async def scenarios(p: Platform) -> None:
     h = await p.start(run)
     await p.wait_phase(h, RunPhase.Ready)
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_function_cancelled")
+    await write_closed(h, "run_function_cancelled")
     assert run.metadata.uid is not None
     await write(p.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid)), "cleanup")
 
@@ -148,8 +162,7 @@ async def scenarios(p: Platform) -> None:
     h = await p.start(run_manifest("starter-admits", runtime=py, **TTL), by_sdk=True)
     await p.wait_phase(h, RunPhase.Ready)
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_starter_admits")
+    await write_closed(h, "run_starter_admits")
 
     # Three Runs created together by one process: their admissions reach the pool batched.
     together = await asyncio.gather(
@@ -171,16 +184,14 @@ async def scenarios(p: Platform) -> None:
     p.started.append(h)
     await p.wait_phase(h, RunPhase.Ready, timeout=ADMIT_GRACE.total_seconds() + 30)
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_starter_lost")
+    await write_closed(h, "run_starter_lost")
 
     # Ready, then the delete update (cancel, cleanup, close without waiting out the retention).
     h = await p.start(run_manifest("deleted", runtime=py))
     await p.wait_phase(h, RunPhase.Ready)
     final = await h.execute_update(UPDATE_DELETE, result_type=RunStatus)
     assert final.phase is RunPhase.Cancelled, final
-    await closed(h)
-    await write(h, "run_function_deleted")
+    await write_closed(h, "run_function_deleted")
 
     # A handler that cannot load: registration retried by spec.retryPolicy, then RetriesExhausted.
     h = await p.start(
@@ -194,23 +205,19 @@ async def scenarios(p: Platform) -> None:
     )
     status = await p.wait_phase(h, RunPhase.Failed)
     assert status.attempt == 2, status
-    await closed(h)
-    await write(h, "run_retries_exhausted")
+    await write_closed(h, "run_retries_exhausted")
 
     # A task that succeeds; its cleanup cancels the (finished) task on the host.
-    run = run_manifest("task-ok", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL)
+    run = task_manifest("task-ok", runtime=py, **TTL)
     h = await p.start(run)
     status = await p.wait_phase(h, RunPhase.Succeeded)
     assert status.outputs == {"answer": 42}, status
-    await closed(h)
-    await write(h, "run_task_succeeded")
+    await write_closed(h, "run_task_succeeded")
     assert run.metadata.uid is not None
     await write(p.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid)), "cleanup_task")
 
     # A task cancelled while it runs: the activity is cancelled and waited for.
-    run = run_manifest(
-        "task-cancelled", runtime=py, source=TASK_SLOW, handler="main:run", mode={"task": {}}, **TTL
-    )
+    run = task_manifest("task-cancelled", runtime=py, source=TASK_SLOW, **TTL)
     h = await p.start(run)
     await p.wait_phase(h, RunPhase.Running)
 
@@ -220,8 +227,7 @@ async def scenarios(p: Platform) -> None:
     await eventually(task_on_host, "the task running on its host")
     await h.signal(SIGNAL_CANCEL)
     await p.wait_phase(h, RunPhase.Cancelled)
-    await closed(h)
-    await write(h, "run_task_cancelled")
+    await write_closed(h, "run_task_cancelled")
 
     # Idle timeout: one invocation right after Ready moves the idle clock once (a re-armed timer),
     # then nothing more comes.
@@ -234,8 +240,7 @@ async def scenarios(p: Platform) -> None:
     assert run.metadata.uid is not None
     await asyncio.to_thread(invoke, address, run.metadata.uid)
     await p.wait_phase(h, RunPhase.Timeout)
-    await closed(h)
-    await write(h, "run_idle_timeout")
+    await write_closed(h, "run_idle_timeout")
 
     # One slot: a holder Run takes it, a second Run queues and is cancelled while Pending.
     holder = await p.start(run_manifest("holder", runtime=one))
@@ -247,8 +252,7 @@ async def scenarios(p: Platform) -> None:
 
     await eventually(queued, "the waiter queued")
     await waiter.signal(SIGNAL_CANCEL)
-    await closed(waiter)
-    await write(waiter, "run_cancelled_pending")
+    await write_closed(waiter, "run_cancelled_pending")
     await holder.execute_update(UPDATE_DELETE, result_type=RunStatus)
     await closed(holder)
 
@@ -266,8 +270,7 @@ async def scenarios(p: Platform) -> None:
     # A Run on the attach runtime: each scale-out fails until the pool gives up and rejects it.
     h = await p.start(run_manifest("rejected", runtime=attach, **TTL))
     status = await p.wait_phase(h, RunPhase.Failed)
-    await closed(h)
-    await write(h, "run_rejected")
+    await write_closed(h, "run_rejected")
 
     # The pools as they are now (running workflows).
     await write(p.client.get_workflow_handle(pool_workflow_id(py)), "pool")
@@ -303,12 +306,10 @@ async def host_scenarios(p: Platform) -> None:
     h = await p.start(run_manifest("survivor", runtime=lost, **TTL))
     before = await p.wait_phase(h, RunPhase.Ready)
     os.kill(pid_of(p, before.assignedHostUID), signal.SIGKILL)
-    await closed(host_handle(p, "lost", before.assignedHost or ""))
-    await write(host_handle(p, "lost", before.assignedHost or ""), "host_lost")
+    await write_closed(host_handle(p, "lost", before.assignedHost or ""), "host_lost")
     await moved(p, h, before.assignedHostUID)
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_host_lost_moved")
+    await write_closed(h, "run_host_lost_moved")
 
     # No recovery allowed: the host loss ends the Run (RecoveriesExhausted).
     h = await p.start(run_manifest("fragile", runtime=lost, recoveryLimit=0, **TTL))
@@ -316,8 +317,7 @@ async def host_scenarios(p: Platform) -> None:
     os.kill(pid_of(p, before.assignedHostUID), signal.SIGKILL)
     status = await p.wait_phase(h, RunPhase.Failed)
     assert status.condition("Ready").reason == "RecoveriesExhausted", status  # type: ignore[union-attr]
-    await closed(h)
-    await write(h, "run_recoveries_exhausted")
+    await write_closed(h, "run_recoveries_exhausted")
 
     # A registration removed behind the platform's back: registered again, the same attempt.
     h = await p.start(run_manifest("reregistered", runtime=lost, **TTL))
@@ -341,8 +341,7 @@ async def host_scenarios(p: Platform) -> None:
     await eventually(again, "the registration back")
     await p.wait_phase(h, RunPhase.Ready)
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_registration_lost")
+    await write_closed(h, "run_registration_lost")
 
     # An operator drains a host: its Run moves (HostDraining), the drained host is deleted.
     h = await p.start(run_manifest("drained", runtime=ops, **TTL))
@@ -352,19 +351,16 @@ async def host_scenarios(p: Platform) -> None:
         UPDATE_DRAIN_HOST, HostActionInput(message="recording"), result_type=HostActionResult
     )
     after = await moved(p, h, before.assignedHostUID)
-    await closed(drain)
-    await write(drain, "host_drained")
+    await write_closed(drain, "host_drained")
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_drained_moved")
+    await write_closed(h, "run_drained_moved")
 
     # An operator deletes a host.
     h = await p.start(run_manifest("evicted", runtime=ops, **TTL))
     before = await p.wait_phase(h, RunPhase.Ready)
     delete = host_handle(p, "ops", before.assignedHost or "")
     await delete.execute_update(UPDATE_DELETE_HOST, HostActionInput(), result_type=HostActionResult)
-    await closed(delete)
-    await write(delete, "host_deleted")
+    await write_closed(delete, "host_deleted")
     await moved(p, h, before.assignedHostUID)
     await h.signal(SIGNAL_CANCEL)
     await closed(h)
@@ -384,17 +380,14 @@ async def host_scenarios(p: Platform) -> None:
     await eventually(one_left, "scale-in to one host")
     [kept] = (await p.pool("idle")).hosts
     gone = a.assignedHost if a.assignedHost != kept.hostId else b.assignedHost
-    await closed(host_handle(p, "idle", gone or ""))
-    await write(host_handle(p, "idle", gone or ""), "host_scaled_in")
+    await write_closed(host_handle(p, "idle", gone or ""), "host_scaled_in")
 
     # A one-shot runtime: a task on a host of its own, deleted once the task ended.
-    run = run_manifest("one-task", runtime=once, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL)
+    run = task_manifest("one-task", runtime=once, **TTL)
     h = await p.start(run)
     done = await p.wait_phase(h, RunPhase.Succeeded)
-    await closed(host_handle(p, "once", done.assignedHost or ""))
-    await write(host_handle(p, "once", done.assignedHost or ""), "host_released")
-    await closed(h)
-    await write(h, "run_task_one_shot")
+    await write_closed(host_handle(p, "once", done.assignedHost or ""), "host_released")
+    await write_closed(h, "run_task_one_shot")
 
     # A host frozen before its supervisor heard from it: stuck, deleted, replaced for the Run.
     created = await ProcessProvider(state_dir=p.state_dir).create(
@@ -408,12 +401,7 @@ async def host_scenarios(p: Platform) -> None:
     )
     assert created.pid is not None
     os.kill(created.pid, signal.SIGSTOP)
-    now = datetime.now(UTC)
-    host = Host(
-        hostId=created.hostId, hostUid=created.hostUid, runtime=stuck, address=created.address,
-        state=HostState.Ready, capacity=10, createdAt=created.createdAt,
-        labels={"kruntimes.io/provider": "process"}, assignedAt=now, readyAt=now, supervised=True,
-    )  # fmt: skip
+    host = pool_host(created)
     await p.client.get_workflow_handle(pool_workflow_id(stuck)).signal(
         SIGNAL_HOST_READY, HostReadySignal(requestId="recorded", host=host)
     )
@@ -492,21 +480,16 @@ async def ending_scenarios(p: Platform) -> None:
     py = p.runtime("python")
 
     # A task that succeeds: Completed with its status (kept a minute, to be written).
-    run = run_manifest("closed-ok", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP)
+    run = task_manifest("closed-ok", runtime=py, **KEEP)
     h = await p.start(run, by_sdk=True)
-    await closed(h)
-    await write(h, "run_closed_succeeded")
+    await write_closed(h, "run_closed_succeeded")
 
     # Another, whose retention deletes it a second after it closed.
-    run = run_manifest(
-        "closed-gone", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **TTL
-    )
+    run = task_manifest("closed-gone", runtime=py, **TTL)
     h = await p.start(run, by_sdk=True)
     await closed(h)
-    assert run.metadata.uid is not None
-    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
-    await closed(retention)
-    await write(retention, "retention_deleted")
+    retention = retention_of(p, run)
+    await write_closed(retention, "retention_deleted")
 
     # A handler that cannot load: Failed with an ApplicationError of type RetriesExhausted.
     h = await p.start(
@@ -533,8 +516,7 @@ async def ending_scenarios(p: Platform) -> None:
     h = await p.start(run_manifest("closed-cancelled", runtime=py, **KEEP), by_sdk=True)
     await p.wait_phase(h, RunPhase.Ready)
     await h.signal(SIGNAL_CANCEL)
-    await closed(h)
-    await write(h, "run_closed_cancelled")
+    await write_closed(h, "run_closed_cancelled")
 
     # Ready, then deleted: it indexes KrtPhase=Deleted before it closes (mark-deleted), and its
     # retention deletes the execution at once.
@@ -543,29 +525,20 @@ async def ending_scenarios(p: Platform) -> None:
     await p.wait_phase(h, RunPhase.Ready)
     final = await h.execute_update(UPDATE_DELETE, result_type=RunStatus)
     assert final.phase is RunPhase.Cancelled, final
-    await closed(h)
-    await write(h, "run_deleted_marked")
-    assert run.metadata.uid is not None
-    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
-    await closed(retention)
-    await write(retention, "retention_deleted_with_its_run")
+    await write_closed(h, "run_deleted_marked")
+    retention = retention_of(p, run)
+    await write_closed(retention, "retention_deleted_with_its_run")
 
     # Finished and kept, then deleted: its retention's delete_now ends the wait (marked first).
-    run = run_manifest(
-        "kept-deleted", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP
-    )
+    run = task_manifest("kept-deleted", runtime=py, **KEEP)
     h = await p.start(run, by_sdk=True)
     await closed(h)
-    assert run.metadata.uid is not None
-    retention = p.client.get_workflow_handle(retention_workflow_id(run.metadata.uid))
+    retention = retention_of(p, run)
     await retention.signal(SIGNAL_DELETE_NOW)
-    await closed(retention)
-    await write(retention, "retention_delete_now")
+    await write_closed(retention, "retention_delete_now")
 
     # A schedule's start: one task Run named after the schedule and the time.
-    template = run_manifest(
-        "nightly", runtime=py, source=TASK_OK, handler="main:run", mode={"task": {}}, **KEEP
-    )
+    template = task_manifest("nightly", runtime=py, **KEEP)
     template = template._replace(metadata=template.metadata._replace(uid=None))
     h = await p.client.start_workflow(
         "ScheduledRunWorkflow",
@@ -573,8 +546,7 @@ async def ending_scenarios(p: Platform) -> None:
         id=scheduled_workflow_id("default", "nightly") + "-recorded",
         task_queue=p.settings.run_task_queue,
     )
-    await closed(h)
-    await write(h, "scheduled_run")
+    await write_closed(h, "scheduled_run")
 
 
 async def failed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> None:
@@ -661,15 +633,7 @@ async def main(groups: list[str]) -> None:
                         for group in groups:
                             await GROUPS[group](platform)
                     finally:
-                        for handle in platform.started:
-                            with suppress(Exception):
-                                await handle.terminate("recording finished")
-                        for runtime in runtimes.values():
-                            with suppress(Exception):
-                                await client.get_workflow_handle(pool_workflow_id(runtime)).terminate(
-                                    "recording finished"
-                                )
-                        await terminate_queue(client, settings.run_task_queue)
+                        await platform.terminate("recording finished")
             finally:
                 await stop_all(state_dir)
         finally:

@@ -29,27 +29,11 @@ from kruntimes.hostlife import HostEnd
 from kruntimes.temporal import DATA_CONVERTER
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
-from workflows.cleanup import CleanupWorkflow
-from workflows.host import HostWorkflow
-from workflows.pool import RuntimePoolWorkflow
-from workflows.reconcile import ReconcileWorkflow
-from workflows.retention import RetentionWorkflow
-from workflows.run import RunWorkflow
-from workflows.scaleout import ScaleOutWorkflow
-from workflows.scheduled import ScheduledRunWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
-WORKFLOWS = [
-    RunWorkflow,
-    RuntimePoolWorkflow,
-    ScaleOutWorkflow,
-    CleanupWorkflow,
-    HostWorkflow,
-    ReconcileWorkflow,
-    RetentionWorkflow,
-    ScheduledRunWorkflow,
-]
+# Every workflow the worker registers, so a new one is replayed (and needs a recorded history).
+WORKFLOWS = [*RUN_WORKFLOWS, *POOL_WORKFLOWS]
 
 
 def load(path: Path) -> WorkflowHistory:
@@ -59,10 +43,6 @@ def load(path: Path) -> WorkflowHistory:
 def workflow_type(path: Path) -> str:
     started = json.loads(path.read_text())["events"][0]
     return str(started["workflowExecutionStartedEventAttributes"]["workflowType"]["name"])
-
-
-def test_the_replayed_workflows_are_the_ones_the_worker_registers() -> None:
-    assert {w.__name__ for w in WORKFLOWS} == {w.__name__ for w in RUN_WORKFLOWS + POOL_WORKFLOWS}
 
 
 def test_every_workflow_type_has_a_recorded_history() -> None:

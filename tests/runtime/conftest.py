@@ -7,9 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import textwrap
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +21,10 @@ from kruntimes.wire.reasons import reason_of
 from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import processes_of
 from runtime.sandbox.policy import SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
+from runtime.server import RuntimeHost
 from tests.pki import TestPKI
+from tests.procs import alive
+from tests.runtime_hosts import loopback_host
 
 
 def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.InlineSource:
@@ -137,18 +138,13 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def host(
     tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path, sources: Path
 ) -> Iterator[Host]:
-    runtime = RuntimeHost(
-        HostOptions(
-            host_id="test-0",
-            runtime="python",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path_factory.mktemp("host"),
-            limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
-            sandbox=SandboxSettings(shared=(str(shared),)),
-            allowed_source_roots=(str(sources),),
-            tls=pki.host_tls("test-0"),
-            assignments=pki.verifier(),
-        )
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp("host"),
+        host_id="test-0",
+        limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+        sandbox=SandboxSettings(shared=(str(shared),)),
+        allowed_source_roots=(str(sources),),
     )
     with serving(runtime, pki) as served:
         yield served
@@ -168,26 +164,6 @@ def serving(runtime: RuntimeHost, pki: TestPKI) -> Iterator[Host]:
         channel.close()
         gateway.close()
         runtime.stop(grace_s=1)
-
-
-def wait_until(predicate: Callable[[], bool], *, seconds: float = 10.0) -> bool:
-    """Whether `predicate` became true within `seconds` (polled; for blocking tests)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def reason(err: grpc.RpcError) -> str:

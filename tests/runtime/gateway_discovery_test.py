@@ -24,8 +24,8 @@ from kruntimes.tls import ensure_tls
 from runtime import discovery
 from runtime.discovery import GatewayDiscovery, resolve_all, split_target
 from runtime.heartbeat import HeartbeatSender
-from tests.kubernetes.cluster import eventually
 from tests.pki import TestPKI
+from tests.waiting import eventually
 from workers import host as host_main
 
 NAME, PORT = "gateways.krt.test", 9443

@@ -21,7 +21,10 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.server import HostConfigError, HostOptions, RuntimeHost
 from tests.pki import TestPKI
-from tests.runtime.conftest import IDENTITY, alive, function_gone, inline, wait_until
+from tests.procs import alive
+from tests.runtime.conftest import IDENTITY, function_gone, inline
+from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
 
 
 def register_identity_function(
@@ -61,7 +64,7 @@ def host_process(
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert wait_until(ready.exists, seconds=30), "host never wrote its ready file"
+        assert wait_until(ready.exists, within=30), "host never wrote its ready file"
         yield proc, json.loads(ready.read_text())
     finally:
         if proc.poll() is None:
@@ -108,17 +111,7 @@ def test_a_host_that_cannot_listen_fails_to_start_and_leaves_nothing_running(
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        host = RuntimeHost(
-            HostOptions(
-                host_id="t-0",
-                runtime="python",
-                listen="127.0.0.1:0",
-                invoke_listen=f"127.0.0.1:{busy.getsockname()[1]}",
-                state_dir=tmp_path,
-                tls=pki.host_tls("t-0"),
-                assignments=pki.verifier(),
-            )
-        )
+        host = loopback_host(pki, tmp_path, host_id="t-0", invoke_listen=f"127.0.0.1:{busy.getsockname()[1]}")
         with pytest.raises(OSError):
             host.start()
     zygote = host.spawner.zygote_pid

@@ -4,9 +4,7 @@ its grace kills every one of them."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sys
 import threading
 import uuid
@@ -20,9 +18,11 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import krm as contract
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
-from runtime.server import HostOptions, RuntimeHost
+from tests.locks import lock_free
 from tests.pki import TestPKI
-from tests.runtime.conftest import Host, serving, wait_until
+from tests.runtime.conftest import Host, serving
+from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
 
 CONCURRENCY = 2
 
@@ -53,18 +53,14 @@ time.sleep(60)
 
 @pytest.fixture(scope="module")
 def krm_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
-    runtime = RuntimeHost(
-        HostOptions(
-            host_id="krm-0",
-            runtime="krm",
-            listen="127.0.0.1:0",
-            state_dir=tmp_path_factory.mktemp("krm-host"),
-            limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
-            sandbox=SandboxSettings(shared=(str(shared),)),
-            tls=pki.host_tls("krm-0", runtime="krm"),
-            assignments=pki.verifier(),
-            krm_concurrency=CONCURRENCY,
-        )
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp("krm-host"),
+        host_id="krm-0",
+        runtime="krm",
+        limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+        sandbox=SandboxSettings(shared=(str(shared),)),
+        krm_concurrency=CONCURRENCY,
     )
     with serving(runtime, pki) as served:
         yield served
@@ -99,24 +95,13 @@ def in_threads(*calls: object) -> tuple[list[threading.Thread], dict[int, object
     return threads, answers
 
 
-def lock_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
 def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: Host, scratch: Path) -> None:
     release = scratch / "release"
     reg = register(krm_host, GATED.format(started=str(scratch), release=str(release)))
     texts = [f"input-{i}-{uuid.uuid4().hex}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda t=t: invoke(krm_host, reg, t) for t in texts))
     try:
-        assert wait_until(lambda: len(list(scratch.glob("*"))) == CONCURRENCY, seconds=60)
+        assert wait_until(lambda: len(list(scratch.glob("*"))) == CONCURRENCY, within=60)
         assert krm_host.status(reg).in_flight == CONCURRENCY
         with pytest.raises(grpc.RpcError) as busy:
             invoke(krm_host, reg, "one too many")
@@ -136,10 +121,10 @@ def test_unregistering_past_the_grace_kills_every_invocation_in_flight(krm_host:
     locks = [scratch / f"lock-{i}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda p=p: invoke(krm_host, reg, str(p)) for p in locks))
     try:
-        assert wait_until(lambda: all(Path(f"{p}.started").exists() for p in locks), seconds=60)
+        assert wait_until(lambda: all(Path(f"{p}.started").exists() for p in locks), within=60)
         assert not any(lock_free(p) for p in locks), "both hold their locks"
         krm_host.stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg, grace_ms=200))
-        assert wait_until(lambda: all(lock_free(p) for p in locks), seconds=30), "every process is gone"
+        assert wait_until(lambda: all(lock_free(p) for p in locks), within=30), "every process is gone"
     finally:
         for thread in threads:
             thread.join(60)

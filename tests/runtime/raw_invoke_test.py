@@ -5,13 +5,14 @@ tested in tests/wire/frames_test.py; who may connect, in tests/runtime/peers_tes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import pytest
@@ -25,6 +26,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason, trailer
 from runtime.server import MAX_MESSAGE_BYTES
+from tests.beats import heartbeat, registration
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, reason
 
@@ -243,25 +245,9 @@ async def test_the_route_cache_keeps_the_advertised_invoke_address(pki: TestPKI)
     uid = str(uuid.uuid4())
 
     def beat(host_uid: str, invoke_address: str) -> hb.HostHeartbeat:
-        return hb.HostHeartbeat(
-            host_id="h-0",
-            host_uid=host_uid,
-            runtime="python",
-            address="127.0.0.1:1",
-            invoke_address=invoke_address,
-            interval_ms=1000,
-            registrations=[
-                pb.RegistrationState(
-                    run_uid=uid,
-                    attempt=1,
-                    namespace="default",
-                    name="fn",
-                    runtime="python",
-                    registration_id="reg-1",
-                    phase=pb.REGISTRATION_PHASE_READY,
-                    assignment=pki.sign(run_uid=uid, attempt=1, host_id="h-0", host_uid=host_uid),
-                )
-            ],
+        held = registration(pki, uid, host_uid=host_uid, registration_id="reg-1")
+        return heartbeat(
+            host_uid=host_uid, address="127.0.0.1:1", invoke_address=invoke_address, registrations=[held]
         )
 
     peer = Identity.host(runtime="python", host_id="h-0")
@@ -309,9 +295,10 @@ def test_the_client_maps_answers_and_errors(host: Host, pki: TestPKI) -> None:
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-async def _tls_server(pki: TestPKI, serve: Serve) -> tuple[asyncio.Server, str]:
-    """A TLS server with host FAKE_HOST's certificate that accepts each connection (the accept
-    frame) and hands it to `serve`."""
+@contextlib.asynccontextmanager
+async def _connected(pki: TestPKI, serve: Serve) -> AsyncIterator[RawClient]:
+    """A client of a TLS server with host FAKE_HOST's certificate that accepts each connection
+    (the accept frame) and hands it to `serve`; both closed after."""
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(frames.encode_accepted())
@@ -319,15 +306,21 @@ async def _tls_server(pki: TestPKI, serve: Serve) -> tuple[asyncio.Server, str]:
 
     context = pki.peer(FAKE_HOST).server_context()
     server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=context)
-    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    client = _client(pki, f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        yield client
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()
 
 
 def _client(pki: TestPKI, address: str) -> RawClient:
     return RawClient(address, tls=pki.gateway, expect=FAKE_HOST)
 
 
-async def _fake_host(pki: TestPKI, on_frame: str) -> tuple[asyncio.Server, str, list[int]]:
-    """A host that, per request, closes the connection or never answers."""
+def _fake_host(on_frame: str) -> tuple[Serve, list[int]]:
+    """A host that, per request, closes the connection or never answers; and its connections."""
     accepted: list[int] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -341,8 +334,7 @@ async def _fake_host(pki: TestPKI, on_frame: str) -> tuple[asyncio.Server, str, 
         finally:
             writer.close()
 
-    server, address = await _tls_server(pki, serve)
-    return server, address, accepted
+    return serve, accepted
 
 
 @pytest.mark.parametrize("length", [frames.MIN_ANSWER_LENGTH - 1, 0, frames.MAX_LENGTH + 1])
@@ -368,28 +360,21 @@ def test_an_answer_length_out_of_bounds_closes_the_connection_and_fails_what_is_
             finally:
                 writer.close()
 
-        server, address = await _tls_server(pki, serve)
-        client = _client(pki, address)
-        try:
+        async with _connected(pki, serve) as client:
             for attempt in (1, 2):
                 with pytest.raises(RawError) as err:
                     await client.invoke(pb.InvokeFunctionRequest(registration_id="r"), 5)
                 assert err.value.code == grpc.StatusCode.UNAVAILABLE
                 assert err.value.sent, "the request was written: the outcome is unknown"
                 assert len(accepted) == attempt, "each call on a fresh connection"
-        finally:
-            client.close()
-            server.close()
-            await server.wait_closed()
 
     asyncio.run(run())
 
 
 def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnects(pki: TestPKI) -> None:
     async def run() -> None:
-        server, address, accepted = await _fake_host(pki, "close")
-        client = _client(pki, address)
-        try:
+        serve, accepted = _fake_host("close")
+        async with _connected(pki, serve) as client:
             results = await asyncio.gather(
                 *(client.invoke(pb.InvokeFunctionRequest(registration_id=f"r{i}"), 5) for i in range(3)),
                 return_exceptions=True,
@@ -400,28 +385,19 @@ def test_a_broken_connection_fails_what_is_in_flight_and_the_next_call_reconnect
                 await client.invoke(pb.InvokeFunctionRequest(registration_id="again"), 5)
             assert err.value.code == grpc.StatusCode.UNAVAILABLE
             assert len(accepted) == 2, "one connection, then one reconnect"
-        finally:
-            client.close()
-            server.close()
-            await server.wait_closed()
 
     asyncio.run(run())
 
 
 def test_no_answer_in_time_is_deadline_exceeded_and_cannot_connect_is_unavailable(pki: TestPKI) -> None:
     async def run() -> None:
-        server, address, _ = await _fake_host(pki, "hang")
-        client = _client(pki, address)
-        try:
+        serve, _ = _fake_host("hang")
+        async with _connected(pki, serve) as client:
             started = time.monotonic()
             with pytest.raises(RawError) as err:
                 await client.invoke(pb.InvokeFunctionRequest(registration_id="r"), 0.3)
             assert err.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
             assert time.monotonic() - started < 2
-        finally:
-            client.close()
-            server.close()
-            await server.wait_closed()
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]  # bound, not listening: connection refused
@@ -509,25 +485,11 @@ def test_the_raw_path_and_the_grpc_fallback_answer_alike(
     async def dispatch(invoke_address: str) -> tuple[list[str], object, bool]:
         routes = RouteCache(verifier=pki.verifier())
         await routes.apply(
-            hb.HostHeartbeat(
-                host_id="h-0",
+            heartbeat(
                 host_uid="u-1",
-                runtime="python",
                 address="10.0.0.1:1",
                 invoke_address=invoke_address,
-                interval_ms=1000,
-                registrations=[
-                    pb.RegistrationState(
-                        run_uid=uid,
-                        attempt=1,
-                        namespace="default",
-                        name="fn",
-                        runtime="python",
-                        registration_id="reg-1",
-                        phase=pb.REGISTRATION_PHASE_READY,
-                        assignment=pki.sign(run_uid=uid, attempt=1, host_id="h-0", host_uid="u-1"),
-                    )
-                ],
+                registrations=[registration(pki, uid, host_uid="u-1", registration_id="reg-1")],
             ),
             peer=Identity.host(runtime="python", host_id="h-0"),
         )

@@ -11,7 +11,8 @@ import pytest
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from runtime.sandbox.child import SandboxSpec, growth
 from runtime.sandbox.fsview import Op
-from tests.runtime.conftest import Host, wait_until
+from tests.runtime.conftest import Host
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/ns/pid").exists(), reason="no PID namespaces on this machine"

@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from runtime.sandbox import cgroups
-from tests.sandbox.conftest import needs_root, wait_until
+from tests.sandbox.conftest import needs_root
+from tests.waiting import wait_until
 
 pytestmark = needs_root
 
@@ -56,8 +57,8 @@ def test_the_memory_limit_holds_across_several_processes(host_groups):
             "print(codes)\n"
         )
         with _in_group(group, code):
-            wait_until(
-                lambda: group.oom_kills() > 0, timeout_s=30, what="the kernel to enforce the memory limit"
+            assert wait_until(lambda: group.oom_kills() > 0, within=30), (
+                "the kernel to enforce the memory limit"
             )
             group.kill()
     finally:
@@ -107,7 +108,7 @@ def test_kill_ends_processes_that_left_their_session(host_groups):
             "time.sleep(60)\n"
         )
         with _in_group(group, code) as proc:
-            wait_until(lambda: len(group.pids()) >= 2, what="the escaped grandchild")
+            assert wait_until(lambda: len(group.pids()) >= 2), "the escaped grandchild"
             group.kill()
             assert group.pids() == []
             assert proc.wait(timeout=10) == -9
@@ -128,7 +129,7 @@ def test_a_group_is_never_made_over_one_that_is_there(host_groups):
     first.create(memory_bytes=None, max_processes=None)
     try:
         with _in_group(first, "import time\ntime.sleep(60)\n") as proc:
-            wait_until(lambda: len(first.pids()) == 1, what="the first function's process")
+            assert wait_until(lambda: len(first.pids()) == 1), "the first function's process"
             second = host_groups.group("taken")
             with pytest.raises(FileExistsError):
                 second.create(memory_bytes=None, max_processes=None)

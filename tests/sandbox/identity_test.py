@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, processes_of
-from tests.sandbox.conftest import needs_root, wait_until
+from tests.sandbox.conftest import needs_root
+from tests.waiting import wait_until
 
 pytestmark = needs_root
 
@@ -38,7 +39,7 @@ def test_a_uid_left_busy_by_a_dead_host_is_cleared_before_reuse(tmp_path):
     claim = dead.claim()
     leftover = _sleeper(uid)
     try:
-        wait_until(lambda: leftover.pid in processes_of(uid), what="the leftover to run")
+        assert wait_until(lambda: leftover.pid in processes_of(uid)), "the leftover to run"
         os.close(claim.fd)  # the host died: its lock is gone, the file still says busy
         again = _pool(tmp_path, uid, 1).claim()
         assert again.uid == uid
@@ -62,7 +63,7 @@ def test_release_without_containment_kills_every_process_of_the_uid(tmp_path):
     claim = pool.claim()
     procs = [_sleeper(uid) for _ in range(3)]
     try:
-        wait_until(lambda: len(processes_of(uid)) == 3, what="three processes of the uid")
+        assert wait_until(lambda: len(processes_of(uid)) == 3), "three processes of the uid"
         pool.release(claim, contained=False)
         assert [p.wait(timeout=10) for p in procs] == [-9, -9, -9]
         assert processes_of(uid) == []

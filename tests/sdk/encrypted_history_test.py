@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client
-from kruntimes.devserver import temporal_binary
-from kruntimes.lifecycle import run_workflow_id
-from tests.sdk.stack import Platform, manifest, unique
+from tests.sdk.stack import Platform, manifest, unique, workflow_show
 
 SECRET = "hunter2-db-password-7f3a"
 OUTPUT = "the-output-marker-91c2"
@@ -20,22 +17,9 @@ TASK = f"def handle(p):\n    return {{'marker': '{OUTPUT}'}}\n"
 
 
 async def history_json(platform: Platform, name: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        temporal_binary(),
-        "workflow",
-        "show",
-        "--address",
-        platform.config.temporalAddress,
-        "--workflow-id",
-        run_workflow_id("default", name),
-        "--output",
-        "json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    code, out, err = await workflow_show(platform, name)
+    assert code == 0, err
+    return out
 
 
 async def test_the_env_of_a_run_never_appears_in_its_history(platform: Platform, krt: Client) -> None:

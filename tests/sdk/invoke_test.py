@@ -19,7 +19,8 @@ from kruntimes.client import (
     Unauthorized,
 )
 from kruntimes.lifecycle import invoke_url
-from tests.sdk.stack import FAILING, OTHER_TOKEN, RUNTIME, SLEEPY, TASK, Platform, manifest, unique, until
+from tests.sdk.stack import FAILING, OTHER_TOKEN, RUNTIME, SLEEPY, TASK, Platform, manifest, unique
+from tests.waiting import eventually
 
 # Touches p['started'], then runs until p['release'] exists (at most 60 s): the test decides when
 # the invocation ends, and knows when it has begun.
@@ -59,7 +60,9 @@ async def test_a_second_concurrent_invocation_is_busy_with_retry_after(
     started, release = exchange / "started", exchange / "release"
     first = asyncio.create_task(krt.invoke(run, {"started": str(started), "release": str(release)}))
     try:
-        await until(lambda: started.exists() or first.done(), within=30, what="the first invocation to run")
+        await eventually(
+            lambda: started.exists() or first.done(), within=30, what="the first invocation to run"
+        )
         assert not first.done(), f"the first invocation ended before the second was sent: {first}"
         with pytest.raises(Busy) as busy:
             await krt.invoke(run, {})

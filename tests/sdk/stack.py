@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,9 @@ from typing import Any
 import pytest
 
 from kruntimes import clientconfig
+from kruntimes.devserver import temporal_binary
 from kruntimes.hosts import HostDefaults
+from kruntimes.lifecycle import run_workflow_id
 from tests.pki import TestPKI
 from tests.stack import Stack, inline_manifest, running_stack
 
@@ -54,15 +55,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-async def until(check: Callable[[], bool], *, within: float, what: str) -> None:
-    """Wait until ``check()`` holds, for at most ``within`` seconds; else fail saying ``what``."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting after {within:g} s for {what}")
-        await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def start(
     root: Path, pki: TestPKI, *, runtimes: list[dict[str, Any]] | None = None
@@ -84,6 +76,31 @@ async def start(
     ) as started:
         clientconfig.write(started.state_dir, started.config)
         yield Platform(**started.parts(), shared=shared)
+
+
+async def workflow_show(
+    platform: Platform, name: str, *flags: str, timeout_s: float = 30.0
+) -> tuple[int, str, str]:
+    """`temporal workflow show --output json` of the Run `name`'s workflow with `flags`: its exit
+    code, stdout and stderr. The TEMPORAL_* environment is left out: only the flags configure it."""
+    proc = await asyncio.create_subprocess_exec(
+        temporal_binary(),
+        "workflow",
+        "show",
+        "--address",
+        platform.config.temporalAddress,
+        "--workflow-id",
+        run_workflow_id("default", name),
+        "--output",
+        "json",
+        *flags,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 async def delete_runs(platform: Platform) -> None:

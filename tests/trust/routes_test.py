@@ -12,6 +12,7 @@ from kruntimes.assignments import Verifier
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from tests.beats import heartbeat, registration
 from tests.pki import TestPKI
 
 HOST = Identity.host(runtime="python", host_id="h-0")
@@ -27,30 +28,8 @@ class CountingVerifier(Verifier):
         return super().verify(signed)
 
 
-def registration(
-    pki: TestPKI, uid: str, *, host_uid: str, attempt: int = 1, signer: TestPKI | None = None
-) -> pb.RegistrationState:
-    return pb.RegistrationState(
-        run_uid=uid,
-        attempt=attempt,
-        namespace="default",
-        name="fn",
-        runtime="python",
-        registration_id=f"reg-{uid[:8]}",
-        phase=pb.REGISTRATION_PHASE_READY,
-        assignment=(signer or pki).sign(run_uid=uid, attempt=attempt, host_id="h-0", host_uid=host_uid),
-    )
-
-
 def beat(host_uid: str, *registrations: pb.RegistrationState) -> hb.HostHeartbeat:
-    return hb.HostHeartbeat(
-        host_id="h-0",
-        host_uid=host_uid,
-        runtime="python",
-        address="127.0.0.1:1",
-        interval_ms=1000,
-        registrations=list(registrations),
-    )
+    return heartbeat(host_uid=host_uid, address="127.0.0.1:1", registrations=registrations)
 
 
 @pytest.fixture

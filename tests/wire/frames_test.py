@@ -4,6 +4,7 @@ through any split of the stream, each direction's size rules, and the error answ
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -109,19 +110,24 @@ def test_a_request_may_be_empty_an_answer_never_is() -> None:
     assert Answers().feed([kind_only]) == [(7, frames.KIND_RESPONSE, b"")]
 
 
+def refused_after(reader: Requests | Answers, good: bytes, length: int, at: list[int]) -> list[Any]:
+    """Feeds `good`, then a frame whose length is out of bounds, split at `at`: the decoder raises
+    FrameError naming that length with its buffer emptied. The frames it handed on before."""
+    stream = good + struct.pack(">I", length) + b"\x00" * 16
+    with pytest.raises(FrameError) as err:
+        reader.feed(split(stream, at))
+    assert err.value.length == length
+    assert not reader.decoder.buffer
+    return reader.got
+
+
 @checked
 @given(requests, st.integers(0, MIN_REQUEST_LENGTH - 1) | too_long, cuts)
 def test_a_request_length_out_of_bounds_raises_after_the_frames_before_it(
     sent: list[tuple[int, bytes]], length: int, at: list[int]
 ) -> None:
     good = b"".join(frames.encode_request(request_id, body) for request_id, body in sent)
-    stream = good + struct.pack(">I", length) + b"\x00" * 16
-    reader = Requests()
-    with pytest.raises(FrameError) as err:
-        reader.feed(split(stream, at))
-    assert err.value.length == length
-    assert reader.got == sent
-    assert not reader.decoder.buffer
+    assert refused_after(Requests(), good, length, at) == sent
 
 
 @checked
@@ -130,13 +136,7 @@ def test_an_answer_length_out_of_bounds_raises_after_the_frames_before_it(
     sent: list[tuple[int, int, bytes]], length: int, at: list[int]
 ) -> None:
     good = b"".join(frames.encode_answer(request_id, kind, body) for request_id, kind, body in sent)
-    stream = good + struct.pack(">I", length) + b"\x00" * 16
-    reader = Answers()
-    with pytest.raises(FrameError) as err:
-        reader.feed(split(stream, at))
-    assert err.value.length == length
-    assert reader.got == sent
-    assert not reader.decoder.buffer
+    assert refused_after(Answers(), good, length, at) == sent
 
 
 def test_the_longest_frame_is_max_length_either_way() -> None:

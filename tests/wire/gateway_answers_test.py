@@ -31,6 +31,7 @@ from kruntimes.api.outputs import OutputsError, validate_outputs
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
+from tests.wire.classes import tree
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 INVOKE = [r for r in GatewayReason if r.invoke]
@@ -46,26 +47,16 @@ def by_status(reasons: list[GatewayReason]) -> dict[int, set[str]]:
     return dict(grouped)
 
 
-def _classes() -> list[type[errors.GatewayError]]:
-    found: list[type[errors.GatewayError]] = []
-    todo: list[type[errors.GatewayError]] = [errors.GatewayError]
-    while todo:
-        cls = todo.pop()
-        found.append(cls)
-        todo.extend(cls.__subclasses__())
-    return found
-
-
 # -- the error tree ------------------------------------------------------------------------------
 
 
 def test_every_invoke_reason_is_carried_by_exactly_one_error_class() -> None:
-    carried = [r for cls in _classes() if "reasons" in cls.__dict__ for r in cls.reasons]
+    carried = [r for cls in tree(errors.GatewayError) if "reasons" in cls.__dict__ for r in cls.reasons]
     assert sorted(map(str, carried)) == sorted(map(str, INVOKE))
 
 
 def test_a_class_answers_with_the_status_of_its_reasons() -> None:
-    for cls in _classes():
+    for cls in tree(errors.GatewayError):
         assert {r.status for r in cls.reasons} == {cls.status}, cls
         assert cls.reason == cls.reasons[0]
         assert cls.retry_after == cls.reason.retry_after
@@ -94,7 +85,7 @@ def test_one_root_the_auth_errors_included() -> None:
 
 @pytest.mark.parametrize("reason", INVOKE, ids=str)
 def test_each_error_answer_is_an_error_body_with_its_status(reason: GatewayReason) -> None:
-    (cls,) = [c for c in _classes() if reason in c.__dict__.get("reasons", ())]
+    (cls,) = [c for c in tree(errors.GatewayError) if reason in c.__dict__.get("reasons", ())]
     answer = gateway_error_answer(cls("for people", reason=reason), "inv-1")
     assert answer.status == reason.status
     assert answer.body is not None

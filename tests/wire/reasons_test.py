@@ -16,6 +16,7 @@ from kruntimes.wire import reasons
 from kruntimes.wire.reasons import GatewayReason, HostReason
 from runtime import errors
 from runtime.service import status_code
+from tests.wire.classes import tree
 from workflows.run import REGISTRATION_ERRORS
 
 
@@ -43,18 +44,8 @@ def test_reasons_are_looked_up_by_their_spelling() -> None:
     assert reasons.gateway_reason("NoSuchReason") is None
 
 
-def _error_classes() -> list[type[errors.RuntimeError_]]:
-    found: list[type[errors.RuntimeError_]] = []
-    todo: list[type[errors.RuntimeError_]] = [errors.RuntimeError_]
-    while todo:
-        cls = todo.pop()
-        found.append(cls)
-        todo.extend(cls.__subclasses__())
-    return found
-
-
 def test_each_host_reason_is_one_runtime_error_and_its_grpc_code() -> None:
-    classes = _error_classes()
+    classes = tree(errors.RuntimeError_)
     assert sorted(str(cls.reason) for cls in classes) == sorted(str(r) for r in HostReason)
     for cls in classes:
         exc = cls.__new__(cls)

@@ -7,31 +7,23 @@ out the retention, open, until deleted)."""
 from __future__ import annotations
 
 import uuid
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import RunStatus
-from kruntimes.config import parse_config
 from kruntimes.lifecycle import (
-    POOL_TASK_QUEUE,
     SIGNAL_CANCEL,
-    TASK_QUEUE,
     UPDATE_DELETE,
-    PlatformInfo,
-    pool_workflow_id,
     retention_workflow_id,
 )
-from kruntimes.temporal import TemporalSettings
 from tests.pki import TestPKI
 from tests.replay.changed import BeforeClosingRunWorkflow
-from tests.workflows.conftest import Platform, platform_config, run_manifest, terminate_queue
-from workers.worker import RUN_WORKFLOWS, WorkerSettings, running_workers
+from tests.workflows.conftest import new_platform, run_manifest
+from workers.worker import RUN_WORKFLOWS, running_workers
 from workflows.run import RunWorkflow
 
 KEEP = {"ttlSecondsAfterFinished": 600}
@@ -49,19 +41,8 @@ async def test_runs_of_the_earlier_code_end_as_their_history_decides(
     client: Client, tmp_path: Path, pki: TestPKI
 ) -> None:
     suffix = uuid.uuid4().hex[:6]
-    runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
-    settings = WorkerSettings(
-        temporal=TemporalSettings(),
-        config=parse_config(platform_config(runtimes)),
-        platform=PlatformInfo(
-            gatewayUrl="https://127.0.0.1:8443", stateDir=str(tmp_path / "state"), heartbeatIntervalSeconds=5
-        ),
-        trust=pki.worker_trust(),
-        probe_interval_s=1.0,
-        run_task_queue=f"{TASK_QUEUE}-{suffix}",
-        pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
-    )
-    p = Platform(client, tmp_path / "state", runtimes, settings, pki)
+    p = new_platform(client, tmp_path, pki)
+    settings = p.settings
     earlier = [BeforeClosingRunWorkflow if w is RunWorkflow else w for w in RUN_WORKFLOWS]
     try:
         async with running_workers(client, settings, run_workflows=earlier):
@@ -92,11 +73,4 @@ async def test_runs_of_the_earlier_code_end_as_their_history_decides(
             await ended.result()
             assert await _children(ended) == ["CleanupWorkflow"], "no retention: the old ending"
     finally:
-        for handle in p.started:
-            with suppress(Exception):
-                await handle.terminate("test finished")
-        for runtime in runtimes.values():
-            with suppress(Exception):
-                await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
-        await terminate_queue(client, settings.run_task_queue)
-        await stop_all(tmp_path / "state")
+        await p.stop()

@@ -11,18 +11,21 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
+from activities.hosts import ProcessProvider
 from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
+from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     QUERY_STATUS,
@@ -33,23 +36,15 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.scheduling.model import Host, HostState
 from kruntimes.starting import start_run
 from kruntimes.temporal import TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
+from tests.waiting import eventually
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
 
 ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
-
-
-@pytest.fixture(scope="session")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(state_dir=tmp_path_factory.mktemp("temporal"), persistent=False)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -126,11 +121,80 @@ class Platform:
     async def eventually(
         self, check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = ""
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while not await check():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what or check}")
-            await asyncio.sleep(0.1)
+        await eventually(check, within=timeout, what=what, every=0.1)
+
+    async def create_host(self, name: str, logical: str = "python") -> CreatedHost:
+        """A process host `<runtime>-<name>` created as a scale-out creates one, but outside the
+        pool: no workflow knows it until the test says so."""
+        runtime = self.runtime(logical)
+        provider = ProcessProvider(state_dir=self.state_dir, issuer=self.pki.issuer())
+        return await provider.create(
+            HostSpec(
+                runtime=runtime,
+                hostId=f"{runtime}-{name}",
+                adapter=logical,
+                provider="process",
+                stateDir=str(self.state_dir),
+            )
+        )
+
+    async def terminate(self, reason: str = "test finished") -> None:
+        """Terminate what this platform left running: the Runs it started, each runtime's pool,
+        and what else runs on its task queue (HostWorkflows, the reconciler)."""
+        for handle in self.started:
+            with suppress(Exception):
+                await handle.terminate(reason)
+        for runtime in self.runtimes.values():
+            with suppress(Exception):
+                await self.client.get_workflow_handle(pool_workflow_id(runtime)).terminate(reason)
+        await terminate_queue(self.client, self.settings.run_task_queue, reason)
+
+    async def stop(self) -> None:
+        """Terminate what is left running, then stop the hosts under the state directory."""
+        await self.terminate()
+        await stop_all(self.state_dir)
+
+
+def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
+    """The pool's view of a host a test created as the scale-out creates one."""
+    now = datetime.now(UTC)
+    return Host(
+        hostId=created.hostId,
+        hostUid=created.hostUid,
+        runtime=created.runtime,
+        address=created.address,
+        state=HostState.Ready,
+        capacity=10,
+        createdAt=created.createdAt,
+        labels={"kruntimes.io/provider": created.provider},
+        assignedAt=now,
+        readyAt=now,
+        supervised=supervised,
+    )
+
+
+def new_platform(
+    client: Client, tmp_path: Path, pki: TestPKI, *, heartbeat_s: float = 5.0, **overrides: Any
+) -> Platform:
+    """A platform with runtime settings of the test's choosing (`platform_config`'s overrides), on
+    runtimes and task queues of its own: no other test's workers or workflows on them.
+    `heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
+    suffix = uuid.uuid4().hex[:6]
+    runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
+    settings = WorkerSettings(
+        temporal=TemporalSettings(),
+        config=parse_config(platform_config(runtimes, **overrides)),
+        platform=PlatformInfo(
+            gatewayUrl="https://127.0.0.1:8443",
+            stateDir=str(tmp_path / "state"),
+            heartbeatIntervalSeconds=heartbeat_s,
+        ),
+        trust=pki.worker_trust(),
+        probe_interval_s=1.0,
+        run_task_queue=f"{TASK_QUEUE}-{suffix}",
+        pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
+    )
+    return Platform(client, tmp_path / "state", runtimes, settings, pki)
 
 
 def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any]:
@@ -152,52 +216,27 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
 
 @pytest.fixture
 def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[Callable[..., Any]]:
-    """Build a platform with runtime settings of the test's choosing, on task queues of its own
-    (no other test's workers or workflows on them); everything stops at teardown."""
+    """Build a platform (`new_platform`) and run its workers; everything stops at teardown."""
 
     @asynccontextmanager
     async def make(*, heartbeat_s: float = 5.0, **overrides: Any) -> AsyncIterator[Platform]:
-        """`heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
-        suffix = uuid.uuid4().hex[:6]
-        runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
-        config = parse_config(platform_config(runtimes, **overrides))
-        settings = WorkerSettings(
-            temporal=TemporalSettings(),
-            config=config,
-            platform=PlatformInfo(
-                gatewayUrl="https://127.0.0.1:8443",
-                stateDir=str(tmp_path / "state"),
-                heartbeatIntervalSeconds=heartbeat_s,
-            ),
-            trust=pki.worker_trust(),
-            probe_interval_s=1.0,
-            run_task_queue=f"{TASK_QUEUE}-{suffix}",
-            pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
-        )
-        platform = Platform(client, tmp_path / "state", runtimes, settings, pki)
+        platform = new_platform(client, tmp_path, pki, heartbeat_s=heartbeat_s, **overrides)
         try:
-            async with running_workers(client, settings):
+            async with running_workers(client, platform.settings):
                 yield platform
         finally:
-            for handle in platform.started:
-                with suppress(Exception):
-                    await handle.terminate("test finished")
-            for runtime in runtimes.values():
-                with suppress(Exception):
-                    await client.get_workflow_handle(pool_workflow_id(runtime)).terminate("test finished")
-            await terminate_queue(client, settings.run_task_queue)
-            await stop_all(tmp_path / "state")
+            await platform.stop()
 
     yield make
 
 
-async def terminate_queue(client: Client, task_queue: str) -> None:
+async def terminate_queue(client: Client, task_queue: str, reason: str = "test finished") -> None:
     """Terminate what still runs on a test's task queue (HostWorkflows, the reconciler)."""
     query = f"TaskQueue='{task_queue}' AND ExecutionStatus='Running'"
     with suppress(Exception):
         async for execution in client.list_workflows(query):
             with suppress(Exception):
-                await client.get_workflow_handle(execution.id).terminate("test finished")
+                await client.get_workflow_handle(execution.id).terminate(reason)
 
 
 def host_pids(state_dir: Path) -> list[int]:

@@ -11,17 +11,15 @@ import contextlib
 import os
 import signal
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.hosts import ProcessProvider
 from activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
 from kruntimes.hostlife import HostEnd
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
     QUERY_HOST,
     SIGNAL_CANCEL,
@@ -42,32 +40,14 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.scheduling.model import HostState
 from kruntimes.wire import search
-from tests.hosts.conftest import alive
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform, run_manifest
+from tests.procs import alive
+from tests.workflows.conftest import Platform, pool_host, run_manifest
 
 BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s
 TASK = "def run(p):\n    return {'done': True}\n"
-
-
-def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
-    """The pool's view of a host a test created as the scale-out creates one."""
-    now = datetime.now(UTC)
-    return Host(
-        hostId=created.hostId,
-        hostUid=created.hostUid,
-        runtime=created.runtime,
-        address=created.address,
-        state=HostState.Ready,
-        capacity=10,
-        createdAt=created.createdAt,
-        labels={"kruntimes.io/provider": created.provider},
-        assignedAt=now,
-        readyAt=now,
-        supervised=supervised,
-    )
 
 
 def record_of(platform: Platform, host_id: str) -> CreatedHost:
@@ -251,15 +231,7 @@ async def test_a_host_stuck_before_ready_is_deleted_and_replaced_for_the_run_tha
     async with platform_factory(heartbeat_s=BEAT_S, python=settings) as platform:
         runtime = platform.runtime()
         # A host created as the scale-out creates one, frozen before its supervisor ever heard it.
-        stuck = await ProcessProvider(state_dir=platform.state_dir, issuer=platform.pki.issuer()).create(
-            HostSpec(
-                runtime=runtime,
-                hostId=f"{runtime}-stuck",
-                adapter="python",
-                provider="process",
-                stateDir=str(platform.state_dir),
-            )
-        )
+        stuck = await platform.create_host("stuck")
         assert stuck.pid is not None
         os.kill(stuck.pid, signal.SIGSTOP)
         host = pool_host(stuck)

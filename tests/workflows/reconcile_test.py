@@ -10,10 +10,8 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
-from activities.hosts import ProcessProvider
 from activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
-from kruntimes.hosts import HostSpec
 from kruntimes.lifecycle import (
     QUERY_RECONCILE,
     SIGNAL_HOST_READY,
@@ -26,9 +24,9 @@ from kruntimes.lifecycle import (
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.hosts.conftest import alive
-from tests.workflows.conftest import Platform, run_manifest
-from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, pool_host, registrations
+from tests.procs import alive
+from tests.workflows.conftest import Platform, pool_host, run_manifest
+from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, registrations
 
 # A grace of one second (twice the assignment timeout): what these tests leave behind is older.
 QUICK = {"minHosts": 1, "maxHosts": 2, "assignmentTimeoutSeconds": 0.5}
@@ -79,16 +77,7 @@ async def test_a_run_terminated_out_of_band_frees_its_slot_and_its_registration(
 
 async def test_a_host_nobody_knows_is_deleted_and_dead_hosts_workspaces_removed(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
-        runtime = platform.runtime()
-        stray = await ProcessProvider(state_dir=platform.state_dir, issuer=platform.pki.issuer()).create(
-            HostSpec(
-                runtime=runtime,
-                hostId=f"{runtime}-stray",
-                adapter="python",
-                provider="process",
-                stateDir=str(platform.state_dir),
-            )
-        )
+        stray = await platform.create_host("stray")
         dead = work_root(platform.state_dir) / "0d6e3a8f-dead-host-uid"
         (dead / "some-run.1").mkdir(parents=True)
         await older_than_the_grace()
@@ -126,15 +115,7 @@ async def test_a_ready_run_whose_registration_vanished_unseen_is_told_and_regist
     """A host nobody watches (it has no HostWorkflow): only the reconciler can see the loss."""
     async with platform_factory(heartbeat_s=BEAT_S, python={**QUICK, "minHosts": 0}) as platform:
         runtime = platform.runtime()
-        created = await ProcessProvider(state_dir=platform.state_dir, issuer=platform.pki.issuer()).create(
-            HostSpec(
-                runtime=runtime,
-                hostId=f"{runtime}-unwatched",
-                adapter="python",
-                provider="process",
-                stateDir=str(platform.state_dir),
-            )
-        )
+        created = await platform.create_host("unwatched")
         await platform.client.get_workflow_handle(pool_workflow_id(runtime)).signal(
             SIGNAL_HOST_READY,
             HostReadySignal(requestId="injected", host=pool_host(created, supervised=False)),
