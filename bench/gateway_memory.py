@@ -118,7 +118,7 @@ async def fill_known(address: str, count: int) -> None:
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
     from kruntimes.temporal import connect
-    from kruntimes.wire import search
+    from kruntimes.wire import search_typed
 
     client = await connect(address, "default")
     slots = asyncio.Semaphore(64)
@@ -131,10 +131,10 @@ async def fill_known(address: str, count: int) -> None:
                 task_queue="nobody-polls",
                 search_attributes=TypedSearchAttributes(
                     [
-                        SearchAttributePair(search.KRT_RUN_UID, str(uuid.uuid4())),
-                        SearchAttributePair(search.KRT_NAMESPACE, "default"),
-                        SearchAttributePair(search.KRT_RUNTIME, RUNTIME),
-                        SearchAttributePair(search.KRT_PHASE, "Ready"),
+                        SearchAttributePair(search_typed.KRT_RUN_UID, str(uuid.uuid4())),
+                        SearchAttributePair(search_typed.KRT_NAMESPACE, "default"),
+                        SearchAttributePair(search_typed.KRT_RUNTIME, RUNTIME),
+                        SearchAttributePair(search_typed.KRT_PHASE, "Ready"),
                     ]
                 ),
             )

@@ -39,7 +39,7 @@ from kruntimes.lifecycle import (
     run_workflow_id,
     runtime_unknown,
 )
-from kruntimes.wire import search, summaries
+from kruntimes.wire import search_typed, summaries
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ async def start_run(
         RunInput(run=run, starterAdmits=True),
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
         task_queue=task_queue,
-        search_attributes=search.at_start(run),
+        search_attributes=search_typed.at_start(run),
         task_timeout=RUN_TASK_TIMEOUT,
         static_summary=summaries.run_summary(run),
         static_details=summaries.run_details(run, endpoint=_endpoint(run, gateway_url)),

@@ -18,6 +18,7 @@ from activities.hosts.kubernetes import KubernetesAccess
 from activities.hosts.process import stop_all
 from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from gateway.server import Gateway, GatewayOptions
+from gateway.visibility import Visibility
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.codec import ensure_key
 from kruntimes.config import parse_config
@@ -119,7 +120,7 @@ async def running_stack(
                 authorizer=CachingAuthorizer(
                     EmbeddedAuthorizer(TokenFile(token_file), RoleBindings.from_yaml(BINDINGS))
                 ),
-                temporal=temporal,
+                temporal=await Visibility.connect(TemporalSettings(address=server.address)),
                 known_refresh_s=0.5,
                 peer_tls=pki.gateway,
                 assignments=pki.verifier(),

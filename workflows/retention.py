@@ -22,7 +22,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.lifecycle import SIGNAL_DELETE_NOW, DeleteExecutionInput, RetentionInput
-    from kruntimes.wire import search, summaries
+    from kruntimes.wire import search, search_typed, summaries
 
 # The Run leaves the listing (KrtPhase=Deleted) before its execution is deleted; retentions that
 # deleted without it (their history says so) replay that way.
@@ -56,9 +56,9 @@ class RetentionWorkflow:
                     timeout=input.seconds,
                     timeout_summary=summaries.summary(f"ttlSecondsAfterFinished {input.seconds:g} s"),
                 )
-        marked = workflow.info().typed_search_attributes.get(search.KRT_PHASE) == search.DELETED
+        marked = workflow.info().typed_search_attributes.get(search_typed.KRT_PHASE) == search.DELETED
         if not marked and (self._now or workflow.patched(PATCH_MARK_DELETED)):
-            workflow.upsert_search_attributes([search.KRT_PHASE.value_set(search.DELETED)])
+            workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(search.DELETED)])
         deleted: bool = await workflow.execute_activity(
             "delete_execution",
             DeleteExecutionInput(workflowId=input.workflowId, runId=input.runId),

@@ -87,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
         registration_backoff,
         retries_exhausted,
     )
-    from kruntimes.wire import reasons, search, summaries
+    from kruntimes.wire import reasons, search, search_typed, summaries
     from workflows.common import (
         HOST_CALL_RETRY,
         End,
@@ -212,7 +212,7 @@ class RunWorkflow:
             )
         self.run_ = run
         self.uid: str = run.metadata.uid
-        wanted = search.run_values(run)
+        wanted = search_typed.run_values(run)
         present = workflow.info().typed_search_attributes
         missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
         if missing:  # starters that set them at start save a visibility write here
@@ -247,14 +247,16 @@ class RunWorkflow:
         info = workflow.info()
         phase = search.DELETED if deleted else self._status.phase.value
         if deleted and workflow.patched(PATCH_MARK_DELETED):
-            workflow.upsert_search_attributes([search.KRT_PHASE.value_set(search.DELETED)])
+            workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(search.DELETED)])
         await workflow.start_child_workflow(
             "RetentionWorkflow",
             RetentionInput(workflowId=info.workflow_id, runId=info.run_id, seconds=seconds),
             id=retention_workflow_id(self.uid),
             task_queue=info.task_queue,
             parent_close_policy=ParentClosePolicy.ABANDON,
-            search_attributes=search.finished(self.run_, phase=phase, host=self._status.assignedHost or ""),
+            search_attributes=search_typed.finished(
+                self.run_, phase=phase, host=self._status.assignedHost or ""
+            ),
             static_summary=summaries.summary(f"retention of {info.workflow_id}: {seconds:g} s"),
         )
 
@@ -780,10 +782,10 @@ class RunWorkflow:
         changed = phase != self._status.phase or not self._status.conditions
         self._status = self._status._replace(phase=phase, message=message).with_condition(condition)
         if changed and index:  # a phase that lasts only within this task is not indexed
-            updates = [search.KRT_PHASE.value_set(phase.value)]
+            updates = [search_typed.KRT_PHASE.value_set(phase.value)]
             host = self._status.assignedHost or ""
             if host != self._indexed_host and self._indexes_host():
-                updates.append(search.KRT_HOST.value_set(host))
+                updates.append(search_typed.KRT_HOST.value_set(host))
                 self._indexed_host = host
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(summaries.run_current(self._status, reason=reason))

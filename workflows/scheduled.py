@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
         scheduled_run_name,
     )
-    from kruntimes.wire import search, summaries
+    from kruntimes.wire import search_typed, summaries
     from workflows.common import failure_text, failure_type
 
 
@@ -49,7 +49,7 @@ class ScheduledRunWorkflow:
                 task_queue=info.task_queue,
                 result_type=RunStatus,
                 parent_close_policy=ParentClosePolicy.ABANDON,
-                search_attributes=search.at_start(run),
+                search_attributes=search_typed.at_start(run),
                 static_summary=summaries.run_summary(run),
                 static_details=summaries.run_details(run),
             )

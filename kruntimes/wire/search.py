@@ -17,19 +17,12 @@ visibility is eventually consistent and drops a deleted execution only later, th
 is indexed like any other.
 
 The names and queries here load no SDK (the gateway reads them); the SDK's typed keys and the
-attributes a starter sets (KRT_*, run_values, at_start, finished) are kruntimes.wire.search_typed's,
-named here too and loaded on first use.
+attributes a starter sets (KRT_*, run_values, at_start, finished) are kruntimes.wire.search_typed's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from kruntimes import _lazy
 from kruntimes.api.phases import RunPhase
-
-if TYPE_CHECKING:
-    pass
 
 PHASE = "KrtPhase"
 RUNTIME = "KrtRuntime"
@@ -63,21 +56,3 @@ def listed(*, namespace: str | None = None, phase: RunPhase | None = None, run_u
     if run_uid is not None:
         query += f" AND {RUN_UID}='{run_uid}'"
     return query
-
-
-_TYPED = {
-    name: "kruntimes.wire.search_typed"
-    for name in (
-        "KRT_PHASE",
-        "KRT_RUNTIME",
-        "KRT_NAMESPACE",
-        "KRT_MODE",
-        "KRT_TENANT",
-        "KRT_RUN_UID",
-        "KRT_HOST",
-        "run_values",
-        "at_start",
-        "finished",
-    )
-}
-__getattr__ = _lazy.loader(__name__, _TYPED, globals())

@@ -19,11 +19,3 @@ def test_the_gateway_entry_point_loads_no_temporal_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
-
-
-def test_the_typed_search_attributes_are_still_named_by_the_catalogue() -> None:
-    from kruntimes.wire import search, search_typed
-
-    assert search.KRT_PHASE is search_typed.KRT_PHASE
-    assert search.KRT_PHASE.name == search.PHASE
-    assert search.at_start is search_typed.at_start

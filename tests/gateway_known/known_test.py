@@ -22,7 +22,7 @@ from gateway.known import KnownRuns
 from gateway.visibility import Visibility, VisibilityError
 from kruntimes.devserver import DevServer, free_port
 from kruntimes.temporal import TemporalSettings, connect
-from kruntimes.wire import search
+from kruntimes.wire import search, search_typed
 
 
 @workflow.defn(name="RunWorkflow", sandboxed=False)
@@ -33,7 +33,7 @@ class _StandIn:
     @workflow.run
     async def run(self) -> None:
         await workflow.wait_condition(lambda: self._phase is not None)
-        workflow.upsert_search_attributes([search.KRT_PHASE.value_set(self._phase or "")])
+        workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(self._phase or "")])
         await workflow.wait_condition(lambda: False)
 
     @workflow.signal
@@ -66,10 +66,10 @@ async def _start(client: Client, queue: str, name: str) -> tuple[str, WorkflowHa
         task_queue=queue,
         search_attributes=TypedSearchAttributes(
             [
-                SearchAttributePair(search.KRT_RUN_UID, uid),
-                SearchAttributePair(search.KRT_NAMESPACE, "default"),
-                SearchAttributePair(search.KRT_RUNTIME, "python"),
-                SearchAttributePair(search.KRT_PHASE, "Ready"),
+                SearchAttributePair(search_typed.KRT_RUN_UID, uid),
+                SearchAttributePair(search_typed.KRT_NAMESPACE, "default"),
+                SearchAttributePair(search_typed.KRT_RUNTIME, "python"),
+                SearchAttributePair(search_typed.KRT_PHASE, "Ready"),
             ]
         ),
     )

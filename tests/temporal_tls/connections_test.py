@@ -27,7 +27,7 @@ from kruntimes.lifecycle import run_workflow_id
 from kruntimes.sdk.errors import ConfigError
 from kruntimes.temporal import connect
 from kruntimes.tls import ensure_tls
-from kruntimes.wire import search
+from kruntimes.wire import search_typed
 from tests.pki import GATEWAY, TestPKI
 from tests.temporal_tls.conftest import (
     ALLOWED,
@@ -216,10 +216,10 @@ async def known_run(stack: Stack) -> AsyncIterator[str]:
         task_queue=f"nobody-{uid}",
         search_attributes=TypedSearchAttributes(
             [
-                SearchAttributePair(search.KRT_RUN_UID, uid),
-                SearchAttributePair(search.KRT_NAMESPACE, "default"),
-                SearchAttributePair(search.KRT_RUNTIME, "python"),
-                SearchAttributePair(search.KRT_PHASE, "Pending"),
+                SearchAttributePair(search_typed.KRT_RUN_UID, uid),
+                SearchAttributePair(search_typed.KRT_NAMESPACE, "default"),
+                SearchAttributePair(search_typed.KRT_RUNTIME, "python"),
+                SearchAttributePair(search_typed.KRT_PHASE, "Pending"),
             ]
         ),
     )
