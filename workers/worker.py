@@ -61,7 +61,15 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     reconcile_workflow_id,
 )
-from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError, HostIssuer, PeerTLS, PeerTLSError, Role
+from kruntimes.pki import (
+    DEFAULT_LIFETIME,
+    AuthorityError,
+    AuthorityWatch,
+    HostIssuer,
+    PeerTLS,
+    PeerTLSError,
+    Role,
+)
 from kruntimes.pki.authority import check_lifetime
 from kruntimes.scheduling.failures import ProviderError
 from kruntimes.serving import stop_event
@@ -97,7 +105,7 @@ class WorkerTrust:
 
     peer_tls: Path  # its certificate directory: a control-plane identity of the platform CA
     assignment_key: Path  # the Ed25519 private key assignments are signed with
-    platform_ca: Path | None = None  # ca.crt and ca.key; None: the process provider starts no host
+    platform_ca: Path | None = None  # ca.crt, ca.key, bundle.crt; None: the process provider starts no host
     host_certificate_lifetime: timedelta = DEFAULT_LIFETIME
 
 
@@ -251,7 +259,7 @@ def load_trust(trust: WorkerTrust) -> tuple[PeerTLS, Signer, HostIssuer | None]:
         issuer = None
         if trust.platform_ca is not None:
             issuer = HostIssuer(
-                Authority.load(trust.platform_ca), signer.public_pem, trust.host_certificate_lifetime
+                AuthorityWatch(trust.platform_ca), signer.public_pem, trust.host_certificate_lifetime
             )
     except (PeerTLSError, AssignmentError, AuthorityError, ValueError) as e:
         raise TrustError(str(e)) from e
@@ -467,8 +475,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--platform-ca",
         type=Path,
-        help="a directory with the platform CA (ca.crt, ca.key): the process provider issues the hosts "
-        "it starts their certificates (without it, it starts none)",
+        help="a directory with the platform CA (ca.crt, ca.key, and bundle.crt: the CAs hosts trust; "
+        "loaded again when they change): the worker issues the hosts it starts their certificates "
+        "(without it, it starts none)",
     )
     parser.add_argument(
         "--host-certificate-lifetime",

@@ -6,7 +6,10 @@ of the platform CA; servers check the role the hop allows.
     identity   Role, Identity (the URI SAN `spiffe://kruntimes.io/<role>/<name>`), parsing it out
                of a certificate
     authority  Authority: the CA (kept), issuing and renewing short-lived certificates into
-               certificate directories (tls.crt, tls.key, ca.crt)
+               certificate directories (tls.crt, tls.key, ca.crt); AuthorityWatch: a CA
+               directory reloaded when it changes
+    rotation   Rotation: changing the CA in two phases (publish the next CA in every bundle, then
+               sign with it, then drop the old one), kept in the CA directory or a Secret
     issuer     HostIssuer: a host's certificate directory plus the assignment public key
     material   PeerTLS: a certificate directory as grpc credentials and ssl contexts for both
                ends, reloaded when the files change
@@ -17,6 +20,7 @@ of the platform CA; servers check the role the hop allows.
 """
 
 from kruntimes.pki.authority import (
+    BUNDLE,
     CA_CERT,
     CA_KEY,
     DEFAULT_LIFETIME,
@@ -24,6 +28,7 @@ from kruntimes.pki.authority import (
     TLS_KEY,
     Authority,
     AuthorityError,
+    AuthorityWatch,
     Issued,
     renewal_due,
 )
@@ -43,6 +48,7 @@ from kruntimes.pki.material import PeerTLS, PeerTLSError
 __all__ = [
     "ANY_ROLE",
     "ASSIGNMENT_PUBLIC_KEY",
+    "BUNDLE",
     "CA_CERT",
     "CA_KEY",
     "DEFAULT_LIFETIME",
@@ -50,6 +56,7 @@ __all__ = [
     "TLS_KEY",
     "Authority",
     "AuthorityError",
+    "AuthorityWatch",
     "HostIssuer",
     "Identity",
     "IdentityError",
