@@ -87,10 +87,11 @@ class Step(StrEnum):
 
 
 def overlap(max_leaf_lifetime: dt.timedelta) -> dt.timedelta:
-    """How long each phase lasts: the longest leaf lifetime plus a tenth (at least the clock skew
-    a leaf is backdated by), so every leaf issued before the phase began has expired."""
+    """How long each phase lasts: the longest leaf lifetime, so every leaf issued before the
+    phase began has expired, plus a tenth for the renewal checks and the propagation of files
+    (a Secret volume's update) that each phase waits on."""
     check_lifetime(max_leaf_lifetime)
-    return max_leaf_lifetime + max(max_leaf_lifetime / 10, MAX_SKEW)
+    return max_leaf_lifetime + max_leaf_lifetime / 10
 
 
 def rotation_due(ca: x509.Certificate, max_leaf_lifetime: dt.timedelta) -> dt.datetime:

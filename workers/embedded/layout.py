@@ -204,11 +204,12 @@ def ensure_pki(
     ca_lifetime: dt.timedelta = CA_LIFETIME,
     start_rotation: bool = False,
 ) -> tuple[Authority, list[ca_rotation.Step]]:
-    """The platform CA (created once, kept; its rotation moved along to `now`: `lifetime` is the
-    longest of the certificates it issues, the hosts' included), the assignment signing key, and
-    the gateway's and the worker's certificates: issued when missing or of another identity, else
-    re-issued when stale (due, or not of the CA's current key and bundle). Returns the signing CA
-    and the rotation steps taken."""
+    """The platform CA (created once, kept; its rotation moved along to `now`, the rotation's
+    clock: `lifetime` is the longest of the certificates it issues, the hosts' included;
+    `start_rotation` begins one now), the assignment signing key, and the gateway's and the
+    worker's certificates, issued at the real time: when missing or of another identity, else
+    again when stale (due, or not of the CA's current key and bundle). Returns the signing CA and
+    the rotation steps taken."""
     state, steps = ca_rotation.ensure(
         layout.pki, max_leaf_lifetime=lifetime, now=now, ca_lifetime=ca_lifetime, start=start_rotation
     )
@@ -216,15 +217,10 @@ def ensure_pki(
     Signer.ensure(layout.assignment_key)
     for directory, identity in platform_certificates(layout):
         if _holds(directory, identity):
-            authority.renew_if_due(directory, now=now)
+            authority.renew_if_due(directory)
         else:
             authority.write(
-                directory,
-                identity,
-                lifetime=lifetime,
-                dns_names=("localhost",),
-                ip_addresses=("127.0.0.1",),
-                now=now,
+                directory, identity, lifetime=lifetime, dns_names=("localhost",), ip_addresses=("127.0.0.1",)
             )
     return authority, steps
 

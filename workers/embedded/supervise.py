@@ -311,9 +311,10 @@ def default_isolation() -> str:
 def renew_platform_certificates(
     layout: Layout, *, now: dt.datetime | None = None, lifetime: dt.timedelta = DEFAULT_LIFETIME
 ) -> int:
-    """Move the platform CA's rotation along (kruntimes.pki.rotation), then re-issue the gateway's
-    and the worker's certificates that are stale; returns how many. `lifetime`: the longest of
-    the certificates the CA issues (the hosts' too)."""
+    """Move the platform CA's rotation along to `now` (kruntimes.pki.rotation; the rotation's
+    clock, the real time unless given), then re-issue the gateway's and the worker's certificates
+    that are stale, at the real time; returns how many. `lifetime`: the longest of the
+    certificates the CA issues (the hosts' too)."""
     try:
         state, steps = ca_rotation.ensure(layout.pki, max_leaf_lifetime=lifetime, now=now)
     except (AuthorityError, OSError) as e:
@@ -325,7 +326,7 @@ def renew_platform_certificates(
     renewed = 0
     for directory, _ in platform_certificates(layout):
         try:
-            renewed += authority.renew_if_due(directory, now=now) is not None
+            renewed += authority.renew_if_due(directory) is not None
         except AuthorityError as e:
             print(f"cannot renew {directory}: {e}", file=sys.stderr, flush=True)
     return renewed
