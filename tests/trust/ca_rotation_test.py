@@ -6,6 +6,7 @@ every component's PeerTLS), which keep what they had."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import stat
@@ -273,3 +274,32 @@ def test_a_component_refuses_a_damaged_bundle_and_keeps_the_previous(
     authority.write(host, HOST, lifetime=LEAF)
     clock[0] += 2
     assert tls.refresh() is True and tls.serial != serial
+
+
+def test_krt_pki_rotate_ca_starts_a_rotation_once_and_ca_status_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kruntimes.pki import command
+
+    ca = tmp_path / "pki"
+    assert command.main(["rotate-ca", "--ca-dir", str(ca)]) == 1
+    assert f"krt pki: {ca} holds no CA" in capsys.readouterr().err
+    steady, _ = ca_rotation.ensure(ca, max_leaf_lifetime=LEAF)
+    assert command.main(["ca-status", "--ca-dir", str(ca), "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["phase"], shown["bundle"], shown["nextStep"]) == ("steady", 1, "publish")
+
+    assert command.main(["rotate-ca", "--ca-dir", str(ca)]) == 0
+    assert "platform CA rotation: published the next CA in every bundle" in capsys.readouterr().out
+    state = ca_rotation.load(ca)
+    assert state is not None and state.next is not None and state.current.cert == steady.current.cert
+    assert certs((ca / BUNDLE).read_bytes()) == [steady.current.cert, state.next.cert]
+    kept = files(ca)
+    assert command.main(["rotate-ca", "--ca-dir", str(ca)]) == 0
+    assert "a rotation is under way already (published); nothing done" in capsys.readouterr().out
+    assert files(ca) == kept
+    assert command.main(["ca-status", "--ca-dir", str(ca)]) == 0
+    text = capsys.readouterr().out
+    assert "phase      published (2 CA(s) in the bundle)" in text
+    assert f"next step  switch, from {state.switch_after:%Y-%m-%dT%H:%M:%SZ}" in text
+    assert "PRIVATE KEY" not in text
