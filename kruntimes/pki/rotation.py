@@ -20,14 +20,16 @@ anything, and an old CA must stay trusted until nothing it signed can still be v
 
 A rotation starts when the current CA is due (`rotation_due`: two thirds into its validity, or
 earlier so that the whole rotation ends before the current CA expires), or when an operator asks
-(`start=True`). `advance` is a pure function of the state and the clock: running it again at the
-same time changes nothing.
+(`start=True`). A CA found expired (a platform left off for years) is replaced at once: nothing
+it signed can be valid, so there is no overlap to wait for. `advance` is a pure function of the
+state and the clock: running it again at the same time changes nothing.
 
 The state (`Rotation`) is one document: the current CA (certificate and key), the next one, the
 retired certificates and the three times. `to_json`/`from_json` carry it between processes; it
 holds private keys (kept 0600, in a Secret). `load`/`save` keep it in a CA directory:
 
     ca-state.json   the state (0600): written first, by rename, so a crash loses nothing
+    .ca-state.lock  held while a process reads, advances and writes the state (one at a time)
     ca.crt ca.key   the signing CA (ca.key 0600): derived from the state
     bundle.crt      the trust bundle every certificate issued carries as its ca.crt: derived
 
@@ -152,6 +154,10 @@ class Rotation:
         worker, gateways); `start` begins a rotation now even if the current CA is not due."""
         span = overlap(max_leaf_lifetime)
         state, steps = self, []
+        if now >= state.current.cert.not_valid_after_utc:
+            # nothing the current CA signed is valid any more, so there is nothing to wait for:
+            # the next CA (or a new one) signs at once, alone
+            return Rotation(current=state.next or new_ca(now, lifetime=ca_lifetime)), [Step.SWITCHED]
         if state.retired and state.retire_until is None:  # kept from before rotations had state
             state = dataclasses.replace(state, retire_until=now + span)
         elif state.retired and state.retire_until is not None and now >= state.retire_until:

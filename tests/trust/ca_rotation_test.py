@@ -303,3 +303,15 @@ def test_krt_pki_rotate_ca_starts_a_rotation_once_and_ca_status_shows_it(
     assert "phase      published (2 CA(s) in the bundle)" in text
     assert f"next step  switch, from {state.switch_after:%Y-%m-%dT%H:%M:%SZ}" in text
     assert "PRIVATE KEY" not in text
+
+
+def test_an_expired_ca_is_replaced_at_once_by_the_next_one_or_a_new_one() -> None:
+    steady = Rotation(current=ca_rotation.new_ca(NOW))
+    expired = steady.current.cert.not_valid_after_utc
+    replaced, steps = steady.advance(now=expired, max_leaf_lifetime=LEAF)
+    assert steps == [Step.SWITCHED] and replaced.phase == "steady"
+    assert replaced.current.cert != steady.current.cert and replaced.bundle() == [replaced.current.cert]
+    published, _ = steady.advance(now=NOW, max_leaf_lifetime=LEAF, start=True)
+    assert published.next is not None
+    switched, steps = published.advance(now=expired, max_leaf_lifetime=LEAF)
+    assert steps == [Step.SWITCHED] and switched.bundle() == [published.next.cert]
