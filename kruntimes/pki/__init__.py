@@ -17,6 +17,8 @@ of the platform CA; servers check the role the hop allows.
     builder    the one place X.509 certificates are built (CAs and the certificates they sign)
     cluster    `krt pki init-cluster`: the platform's Secrets on Kubernetes without cert-manager
                (imported on its own: it loads the Kubernetes client)
+    command    `krt pki`: init-cluster (the above), ca-status and rotate-ca (a CA directory's
+               rotation)
 """
 
 from kruntimes.pki.authority import (

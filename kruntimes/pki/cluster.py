@@ -345,7 +345,6 @@ class ClusterPki:
         self.api = api
         self.plan = plan
         self.now = now or _now()
-        self.ca: CaState | None = None  # once run
 
     def _secret(self, name: str, files: Mapping[str, bytes], *, component: str) -> dict[str, Any]:
         return {
@@ -468,7 +467,6 @@ class ClusterPki:
         await self.preflight()
         outcomes: dict[str, Outcome] = {}
         ca, outcomes[self.plan.ca_secret] = await self.ensure_ca()
-        self.ca = ca
         for step in ca.steps:
             log.info("platform CA rotation: %s", ca_rotation.describe(step, ca.rotation))
         for name, identity in self.plan.identities():
