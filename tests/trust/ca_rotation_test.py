@@ -5,11 +5,14 @@ every component's PeerTLS), which keep what they had."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -315,3 +318,46 @@ def test_an_expired_ca_is_replaced_at_once_by_the_next_one_or_a_new_one() -> Non
     assert published.next is not None
     switched, steps = published.advance(now=expired, max_leaf_lifetime=LEAF)
     assert steps == [Step.SWITCHED] and switched.bundle() == [published.next.cert]
+
+
+ROTATE_FOREVER = """
+import datetime as dt, sys
+from pathlib import Path
+from kruntimes.pki import rotation
+directory, lifetime = Path(sys.argv[1]), dt.timedelta(days=30)
+rotation.ensure(directory, max_leaf_lifetime=lifetime)
+now = dt.datetime.now(dt.UTC)
+print("rotating", flush=True)
+while True:
+    rotation.ensure(directory, max_leaf_lifetime=lifetime, now=now, start=True)
+    now += rotation.overlap(lifetime)
+"""
+
+
+@pytest.mark.parametrize("after_s", [0.05, 0.2, 0.4])
+def test_a_process_killed_while_it_rotates_leaves_a_state_the_next_run_completes(
+    tmp_path: Path, after_s: float
+) -> None:
+    """A process taking step after step (the clock moved along each time) is killed with SIGKILL
+    wherever it is; the state it left reads, and the next run only writes the derived files the
+    state says, taking no step."""
+    ca = tmp_path / "pki"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ROTATE_FOREVER, str(ca)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"rotating\n"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=after_s)  # it runs until killed
+        assert proc.poll() is None, "it rotates until killed"
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    left = ca_rotation.load(ca)
+    assert left is not None
+    resumed, steps = ca_rotation.ensure(ca, max_leaf_lifetime=LEAF)
+    assert steps == [] and resumed.to_json() == left.to_json()
+    authority = Authority.load(ca)
+    assert authority.cert == left.current.cert and authority.bundle_pem == left.bundle_pem()
