@@ -5,7 +5,9 @@ pool workflow runs with the current config, and exposes the SDK's metrics for Pr
 
 Its platform credentials (`WorkerTrust`): the control-plane certificate every channel to a host
 presents, the key it signs assignments with (only activities hold it), and optionally the platform
-CA, with which the process provider issues the hosts it starts their certificates and renews them.
+CA, with which the process provider issues the hosts it starts their certificates and renews them;
+the CA directory is read again when it changes (a CA rotation's new bundle, then its new key), and
+a host certificate not of the CA's current key and bundle is re-issued at the next renewal check.
 
 When a runtime's hosts are pods (`provider: kubernetes`), the worker reaches the API server from
 a kubeconfig (`--kubeconfig`, `--kube-context`) or, inside a cluster, its service account; it

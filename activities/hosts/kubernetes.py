@@ -16,8 +16,9 @@ Every host pod mounts a certificate directory (tls.crt, tls.key, ca.crt, assignm
 Secret: the runtime's ``certificateSecret`` when it names one (the operator provisions it, e.g.
 with cert-manager), else ``{pod}-tls``, which the provider issues from the platform CA for each
 new pod, owned by that pod (so the garbage collector removes it with the pod; the provider
-deletes it too, and never one owned by a newer pod); ``renew_certificates`` re-issues those due
-(two thirds of their validity passed) in place. Every library error is wrapped here into a
+deletes it too, and never one owned by a newer pod); ``renew_certificates`` re-issues in place
+those due (two thirds of their validity passed) or not of the CA's current key and bundle (a CA
+rotation: kruntimes.pki.rotation). Every library error is wrapped here into a
 ``ProviderError``: RBAC refusals are ``Forbidden``, quota ``QuotaExceeded``, admission and schema
 refusals ``AdmissionDenied``, an unreachable or overloaded API ``ApiUnavailable``.
 """

@@ -139,7 +139,8 @@ class Layout:
 
     @property
     def pki(self) -> Path:
-        """The platform CA (ca.crt, ca.key) and the platform's signing key and certificates."""
+        """The platform CA (ca.crt, ca.key, bundle.crt, ca-state.json) and the platform's signing
+        key and certificates."""
         return self.root / "pki"
 
     @property
