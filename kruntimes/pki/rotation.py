@@ -220,7 +220,7 @@ class Rotation:
         retired = document.get("retired") or []
         if not isinstance(retired, list) or len(retired) > MAX_RETIRED:
             raise AuthorityError("the CA state's retired CAs are not a short list")
-        return cls(
+        state = cls(
             current=current,
             next=_pair(document.get("next"), "next"),
             retired=tuple(_ca_cert(pem, "retired") for pem in retired),
@@ -228,6 +228,9 @@ class Rotation:
             switch_after=_time(document.get("switchAfter"), "switchAfter"),
             retire_until=_time(document.get("retireUntil"), "retireUntil"),
         )
+        if state.next is not None and (state.published_at is None or state.switch_after is None):
+            raise AuthorityError("the CA state has a next CA but not when it was published and may sign")
+        return state
 
 
 def _ca_cert(pem: Any, what: str) -> x509.Certificate:

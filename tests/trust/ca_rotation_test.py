@@ -118,6 +118,7 @@ def test_the_state_document_round_trips_and_a_damaged_one_is_refused_without_key
         (b'{"version": 2}', "not a version 1 document"),
         (b'{"version": 1}', "no current CA"),
         (wrong_key, "does not belong to its certificate"),
+        (document.replace(b'"publishedAt": "', b'"publishedAt": null, "x": "'), "not when it was published"),
     ):
         with pytest.raises(AuthorityError) as caught:
             Rotation.from_json(damaged)
