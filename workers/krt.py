@@ -51,9 +51,9 @@ def _codec_server(argv: list[str]) -> int:
 
 
 def _pki(argv: list[str]) -> int:
-    from kruntimes.pki import cluster
+    from kruntimes.pki import command
 
-    return cluster.main(argv)
+    return command.main(argv)
 
 
 def _demo(argv: list[str]) -> int:

@@ -5,7 +5,9 @@ pool workflow runs with the current config, and exposes the SDK's metrics for Pr
 
 Its platform credentials (`WorkerTrust`): the control-plane certificate every channel to a host
 presents, the key it signs assignments with (only activities hold it), and optionally the platform
-CA, with which the process provider issues the hosts it starts their certificates and renews them.
+CA, with which the process provider issues the hosts it starts their certificates and renews them;
+the CA directory is read again when it changes (a CA rotation's new bundle, then its new key), and
+a host certificate not of the CA's current key and bundle is re-issued at the next renewal check.
 
 When a runtime's hosts are pods (`provider: kubernetes`), the worker reaches the API server from
 a kubeconfig (`--kubeconfig`, `--kube-context`) or, inside a cluster, its service account; it
@@ -61,7 +63,15 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     reconcile_workflow_id,
 )
-from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError, HostIssuer, PeerTLS, PeerTLSError, Role
+from kruntimes.pki import (
+    DEFAULT_LIFETIME,
+    AuthorityError,
+    AuthorityWatch,
+    HostIssuer,
+    PeerTLS,
+    PeerTLSError,
+    Role,
+)
 from kruntimes.pki.authority import check_lifetime
 from kruntimes.scheduling.failures import ProviderError
 from kruntimes.serving import stop_event
@@ -97,7 +107,7 @@ class WorkerTrust:
 
     peer_tls: Path  # its certificate directory: a control-plane identity of the platform CA
     assignment_key: Path  # the Ed25519 private key assignments are signed with
-    platform_ca: Path | None = None  # ca.crt and ca.key; None: the process provider starts no host
+    platform_ca: Path | None = None  # ca.crt, ca.key, bundle.crt; None: the process provider starts no host
     host_certificate_lifetime: timedelta = DEFAULT_LIFETIME
 
 
@@ -251,7 +261,7 @@ def load_trust(trust: WorkerTrust) -> tuple[PeerTLS, Signer, HostIssuer | None]:
         issuer = None
         if trust.platform_ca is not None:
             issuer = HostIssuer(
-                Authority.load(trust.platform_ca), signer.public_pem, trust.host_certificate_lifetime
+                AuthorityWatch(trust.platform_ca), signer.public_pem, trust.host_certificate_lifetime
             )
     except (PeerTLSError, AssignmentError, AuthorityError, ValueError) as e:
         raise TrustError(str(e)) from e
@@ -467,8 +477,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--platform-ca",
         type=Path,
-        help="a directory with the platform CA (ca.crt, ca.key): the process provider issues the hosts "
-        "it starts their certificates (without it, it starts none)",
+        help="a directory with the platform CA (ca.crt, ca.key, and bundle.crt: the CAs hosts trust; "
+        "loaded again when they change): the worker issues the hosts it starts their certificates "
+        "(without it, it starts none)",
     )
     parser.add_argument(
         "--host-certificate-lifetime",

@@ -16,8 +16,9 @@ Every host pod mounts a certificate directory (tls.crt, tls.key, ca.crt, assignm
 Secret: the runtime's ``certificateSecret`` when it names one (the operator provisions it, e.g.
 with cert-manager), else ``{pod}-tls``, which the provider issues from the platform CA for each
 new pod, owned by that pod (so the garbage collector removes it with the pod; the provider
-deletes it too, and never one owned by a newer pod); ``renew_certificates`` re-issues those due
-(two thirds of their validity passed) in place. Every library error is wrapped here into a
+deletes it too, and never one owned by a newer pod); ``renew_certificates`` re-issues in place
+those due (two thirds of their validity passed) or not of the CA's current key and bundle (a CA
+rotation: kruntimes.pki.rotation). Every library error is wrapped here into a
 ``ProviderError``: RBAC refusals are ``Forbidden``, quota ``QuotaExceeded``, admission and schema
 refusals ``AdmissionDenied``, an unreachable or overloaded API ``ApiUnavailable``.
 """
@@ -51,7 +52,7 @@ from activities.hosts.base import Fenced, provider_error
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
 from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.pki import TLS_CERT, HostIssuer, renewal_due
+from kruntimes.pki import CA_CERT, TLS_CERT, HostIssuer
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 __all__ = [
@@ -486,8 +487,9 @@ class KubernetesProvider:
         raise ApiFailure(FailureReason.OperationFailed, f"secret {settings.namespace}/{name} kept changing")
 
     async def renew_certificates(self, *, now: datetime | None = None) -> int:
-        """Re-issue the certificate Secrets this provider issued whose certificate is due for
-        renewal (two thirds of its validity passed); how many. The kubelet updates the mounted
+        """Re-issue the certificate Secrets this provider issued whose certificate is stale (due for
+        renewal, or its ca.crt not the CA's current bundle, or not signed by the current CA key:
+        a CA rotation's steps); how many. The kubelet updates the mounted
         files and the host takes them up; failures are logged and tried again next time."""
         if self.issuer is None:
             return 0
@@ -508,8 +510,11 @@ class KubernetesProvider:
         secret = await self._api.read_secret(settings.namespace, name)
         if secret is None or _owner_uids(secret) != {ref.uid} or not _ours(secret, self.control_plane):
             return 0
-        pem = base64.b64decode((secret.get("data") or {}).get(TLS_CERT, ""), validate=True)
-        if now < renewal_due(x509.load_pem_x509_certificate(pem)):
+        data = secret.get("data") or {}
+        pem = base64.b64decode(data.get(TLS_CERT, ""), validate=True)
+        bundle = base64.b64decode(data.get(CA_CERT, ""), validate=True)
+        authority = self.issuer.authority
+        if not authority.stale(x509.load_pem_x509_certificate(pem), bundle, now=now):
             return 0
         files = await asyncio.to_thread(self.issuer.files, runtime=ref.runtime, host_id=ref.host_id)
         metadata = secret.get("metadata") or {}

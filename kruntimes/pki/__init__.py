@@ -6,7 +6,10 @@ of the platform CA; servers check the role the hop allows.
     identity   Role, Identity (the URI SAN `spiffe://kruntimes.io/<role>/<name>`), parsing it out
                of a certificate
     authority  Authority: the CA (kept), issuing and renewing short-lived certificates into
-               certificate directories (tls.crt, tls.key, ca.crt)
+               certificate directories (tls.crt, tls.key, ca.crt); AuthorityWatch: a CA
+               directory reloaded when it changes
+    rotation   Rotation: changing the CA in two phases (publish the next CA in every bundle, then
+               sign with it, then drop the old one), kept in the CA directory or a Secret
     issuer     HostIssuer: a host's certificate directory plus the assignment public key
     material   PeerTLS: a certificate directory as grpc credentials and ssl contexts for both
                ends, reloaded when the files change
@@ -14,9 +17,12 @@ of the platform CA; servers check the role the hop allows.
     builder    the one place X.509 certificates are built (CAs and the certificates they sign)
     cluster    `krt pki init-cluster`: the platform's Secrets on Kubernetes without cert-manager
                (imported on its own: it loads the Kubernetes client)
+    command    `krt pki`: init-cluster (the above), ca-status and rotate-ca (a CA directory's
+               rotation)
 """
 
 from kruntimes.pki.authority import (
+    BUNDLE,
     CA_CERT,
     CA_KEY,
     DEFAULT_LIFETIME,
@@ -24,6 +30,7 @@ from kruntimes.pki.authority import (
     TLS_KEY,
     Authority,
     AuthorityError,
+    AuthorityWatch,
     Issued,
     renewal_due,
 )
@@ -43,6 +50,7 @@ from kruntimes.pki.material import PeerTLS, PeerTLSError
 __all__ = [
     "ANY_ROLE",
     "ASSIGNMENT_PUBLIC_KEY",
+    "BUNDLE",
     "CA_CERT",
     "CA_KEY",
     "DEFAULT_LIFETIME",
@@ -50,6 +58,7 @@ __all__ = [
     "TLS_KEY",
     "Authority",
     "AuthorityError",
+    "AuthorityWatch",
     "HostIssuer",
     "Identity",
     "IdentityError",

@@ -1,6 +1,8 @@
 """The platform CA: its key is kept, and it issues each component a short-lived certificate.
 
-A CA directory (mode 0700) holds `ca.crt` and `ca.key` (0600). A component's certificate directory
+A CA directory (mode 0700) holds `ca.crt` and `ca.key` (0600), the CA that signs, and
+`bundle.crt`, the CAs every certificate it issues trusts (all of them during a CA rotation,
+kruntimes.pki.rotation; without it, the signing CA alone). A component's certificate directory
 has the layout of a Kubernetes TLS Secret, so one mounted from a Secret reads the same way:
 
     tls.crt   the component's certificate (its identity, see kruntimes.pki.identity)
@@ -9,22 +11,30 @@ has the layout of a Kubernetes TLS Secret, so one mounted from a Secret reads th
 
 Certificates are ECDSA P-256, valid for `lifetime` (30 days unless configured) from a little
 before they are issued (clock skew), with both TLS usages; they are renewed once two thirds of
-their validity has passed (`renewal_due`): `renew_if_due` re-issues a directory's certificate with
-a new key, the same identity, names and lifetime. Files are replaced by rename, the key first, so
-a reader sees an old or a new pair, or for a moment a mismatched one, which it refuses and reads
-again (kruntimes.pki.material).
+their validity has passed (`renewal_due`), and at once when their ca.crt is not the CA's current
+bundle or they were not signed by the CA that signs now (`stale`, what a CA rotation needs):
+`renew_if_due` re-issues a directory's certificate with a new key, the same identity, names and
+lifetime. Files are replaced by rename, the key first, so a reader sees an old or a new pair, or
+for a moment a mismatched one, which it refuses and reads again (kruntimes.pki.material).
+
+`AuthorityWatch` is a CA directory as a reader of it sees it (the worker, which issues host
+certificates): loaded again whenever its files change, and a changed set that cannot be used (a
+writer between two renames, a broken Secret) is refused with a warning, the previous kept.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import logging
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -32,8 +42,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from kruntimes.pki import builder
 from kruntimes.pki.identity import Identity, IdentityError, Role, identity_of, role_dns_name
 
+log = logging.getLogger(__name__)
+
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
+BUNDLE = "bundle.crt"
+MAX_BUNDLE_BYTES = 256 * 1024
 TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"
 
@@ -101,13 +115,37 @@ def renewal_due(cert: x509.Certificate) -> dt.datetime:
     return start + (end - start) * RENEW_AFTER
 
 
-class Authority:
-    """The platform CA (certificate and private key)."""
+def read_bundle(pem: bytes) -> list[x509.Certificate]:
+    """The CAs of a bundle: at least one, each a self-signed CA certificate whose signature holds;
+    ValueError naming what is wrong otherwise (a partial or tampered file)."""
+    if len(pem) > MAX_BUNDLE_BYTES:
+        raise ValueError(f"the CA bundle is larger than {MAX_BUNDLE_BYTES} bytes")
+    if pem.count(b"-----BEGIN") != pem.count(b"-----END"):
+        raise ValueError("the CA bundle ends inside a certificate")
+    certs = x509.load_pem_x509_certificates(pem)  # ValueError when empty or malformed
+    for cert in certs:
+        try:
+            constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+            cert.verify_directly_issued_by(cert)
+        except (x509.ExtensionNotFound, InvalidSignature, TypeError) as e:
+            raise ValueError(
+                f"the CA bundle holds {cert.subject.rfc4514_string()}, not a self-signed CA"
+            ) from e
+        if not constraints.ca:
+            raise ValueError(f"the CA bundle holds {cert.subject.rfc4514_string()}, not a CA")
+    return certs
 
-    def __init__(self, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+
+class Authority:
+    """The platform CA (certificate and private key) and the bundle its certificates carry."""
+
+    def __init__(
+        self, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, *, bundle_pem: bytes | None = None
+    ) -> None:
         self.cert = cert
         self.key = key
         self.cert_pem = builder.cert_pem(cert)
+        self.bundle_pem = bundle_pem or self.cert_pem
 
     @classmethod
     def ensure(cls, directory: Path) -> Authority:
@@ -124,6 +162,8 @@ class Authority:
 
     @classmethod
     def load(cls, directory: Path) -> Authority:
+        """The CA of `directory`: ca.crt and ca.key, with bundle.crt when there is one (it must
+        hold the signing CA)."""
         try:
             cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
             key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
@@ -133,7 +173,32 @@ class Authority:
             raise AuthorityError(f"the CA key in {directory} is not an EC key")
         if cert.public_key() != key.public_key():
             raise AuthorityError(f"the CA certificate and key in {directory} do not belong together")
-        return cls(cert, key)
+        try:
+            bundle_pem: bytes | None = (directory / BUNDLE).read_bytes()
+        except FileNotFoundError:
+            bundle_pem = None
+        except OSError as e:
+            raise AuthorityError(f"cannot read {directory / BUNDLE}: {e.strerror or e}") from e
+        if bundle_pem is not None:
+            try:
+                bundle = read_bundle(bundle_pem)
+            except ValueError as e:
+                raise AuthorityError(f"{directory / BUNDLE}: {e}") from e
+            if cert not in bundle:
+                raise AuthorityError(f"{directory / BUNDLE} does not hold the CA of {directory / CA_CERT}")
+        return cls(cert, key, bundle_pem=bundle_pem)
+
+    def stale(self, cert: x509.Certificate, bundle_pem: bytes | None, *, now: dt.datetime) -> bool:
+        """Whether a certificate this CA issued is to be issued again: due (two thirds of its
+        validity passed, or not valid yet), not signed by this CA, or handed out with another
+        bundle than this CA's current one (`bundle_pem`: the ca.crt it came with)."""
+        if now >= renewal_due(cert) or now < cert.not_valid_before_utc or bundle_pem != self.bundle_pem:
+            return True
+        try:
+            cert.verify_directly_issued_by(self.cert)
+        except (ValueError, TypeError, InvalidSignature):
+            return True
+        return False
 
     def issue(
         self,
@@ -191,19 +256,23 @@ class Authority:
         private_directory(directory)
         write_private(directory / TLS_KEY, issued.key_pem)
         write_public(directory / TLS_CERT, issued.cert_pem)
-        write_public(directory / CA_CERT, self.cert_pem)
+        write_public(directory / CA_CERT, self.bundle_pem)
         return issued
 
     def renew_if_due(self, directory: Path, *, now: dt.datetime | None = None) -> Issued | None:
-        """Re-issue the certificate in `directory` when it is due (the same identity, names and
-        lifetime, a new key); None when it is not due yet."""
+        """Re-issue the certificate in `directory` when it is `stale` (the same identity, names and
+        lifetime, a new key); None when it is not."""
         try:
             cert = x509.load_pem_x509_certificate((directory / TLS_CERT).read_bytes())
             identity = identity_of(cert)
         except (OSError, ValueError, IdentityError) as e:
             raise AuthorityError(f"cannot read the certificate in {directory}: {e}") from e
+        try:
+            bundle_pem: bytes | None = (directory / CA_CERT).read_bytes()
+        except OSError:
+            bundle_pem = None
         now = now or _now()
-        if now < renewal_due(cert):
+        if not self.stale(cert, bundle_pem, now=now):
             return None
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         implied = {identity.dns_name, role_dns_name(identity.role)}
@@ -213,3 +282,53 @@ class Authority:
         lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc - skew
         lifetime = min(max(lifetime, MIN_LIFETIME), MAX_LIFETIME)
         return self.write(directory, identity, lifetime=lifetime, dns_names=dns, ip_addresses=ips, now=now)
+
+
+def _stamp(directory: Path) -> tuple[tuple[int, int, int], ...]:
+    stamps = []
+    for name in (CA_CERT, CA_KEY, BUNDLE):
+        try:
+            st = os.stat(directory / name)
+        except OSError:
+            stamps.append((0, 0, 0))
+        else:
+            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(stamps)
+
+
+class AuthorityWatch:
+    """The CA of a directory, loaded again when its files change (looked at on every `current`:
+    a few stat calls, made only when a certificate is issued or renewal is checked). Thread-safe."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._stamp = _stamp(directory)
+        self._authority = Authority.load(directory)
+
+    def current(self) -> Authority:
+        """The CA as its files are now; the previous one when they changed but cannot be used."""
+        with self._lock:
+            stamp = _stamp(self.directory)
+            if stamp == self._stamp:
+                return self._authority
+            try:
+                authority = Authority.load(self.directory)
+            except AuthorityError as e:
+                log.warning("the platform CA files changed but cannot be used; keeping the previous: %s", e)
+                return self._authority  # the stamp is not taken: looked at again next time
+            self._stamp = stamp
+            changed = (authority.cert_pem, authority.bundle_pem) != (
+                self._authority.cert_pem,
+                self._authority.bundle_pem,
+            )
+            self._authority = authority
+        if changed:
+            log.info(
+                "platform CA reloaded",
+                extra={
+                    "ca": authority.cert.subject.rfc4514_string(),
+                    "bundle": len(read_bundle(authority.bundle_pem)),
+                },
+            )
+        return authority

@@ -3,8 +3,9 @@
 Run as the Helm chart's pre-install/pre-upgrade hook Job, it makes sure these Secrets exist and
 hold valid material (all `kubernetes.io/tls`):
 
-    --ca-secret          the platform CA: tls.crt, tls.key (the worker issues host certificates
-                         with it) and ca.crt (the bundle every component trusts)
+    --ca-secret          the platform CA: tls.crt, tls.key (the CA that signs: the worker issues
+                         host certificates with it), ca.crt (the bundle every component trusts)
+                         and ca-state.json (its rotation: kruntimes.pki.rotation)
     --worker NAME        Secret NAME-peer: the certificate of spiffe://kruntimes.io/control-plane/NAME
     --gateway NAME       Secret NAME-peer: the certificate of spiffe://kruntimes.io/gateway/NAME
                          (repeatable)
@@ -16,10 +17,16 @@ label app.kubernetes.io/managed-by=krt-pki and the annotation kruntimes.io/pki-o
 <release>; any other Secret of that name is refused (nothing is written, the command fails naming
 it). One of its own is kept while its material is valid, and re-issued (patched, with its
 resourceVersion as a precondition) when it is unreadable, names another identity, was not signed
-by the current CA, or has passed two thirds of its validity. A CA past two thirds of its validity
-gets a new key; the previous CA stays in the bundle (ca.crt) until it expires, so peers holding
-certificates of either verify each other while they are re-issued. The assignment key is never
-replaced (hosts verify assignments with it); only its certificate is signed again when due.
+by the current CA, holds another bundle than the current one, or has passed two thirds of its
+validity. The CA itself is changed by a rotation in two phases, one step per run when its time
+has come (kruntimes.pki.rotation): once the CA is due (two thirds of its validity), a next CA is
+made and published in every bundle while the current one still signs; after an overlap of the
+longest certificate lifetime it issues (`--certificate-lifetime`, `--host-certificate-lifetime`,
+plus a tenth) the next CA signs; after as long again the old one leaves the bundle. `--rotate-ca`
+starts a rotation now. The whole state is one Secret, patched at once, so a run that fails half
+way loses nothing, and a second run at the same time changes nothing. An unreadable rotation
+state is refused, never replaced by a new CA. The assignment key is never replaced (hosts verify
+assignments with it); only its certificate is signed again when due.
 
 The API calls made (the hook Job's Role): secrets get, create and patch, on these names only.
 Every API error is wrapped into a `ClusterPkiError`; no key material is ever logged.
@@ -35,7 +42,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -53,13 +60,15 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.pki import builder
+from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.authority import (
     CA_CERT,
-    CA_LIFETIME,
+    DEFAULT_LIFETIME,
     MAX_SKEW,
     TLS_CERT,
     TLS_KEY,
     Authority,
+    AuthorityError,
     check_lifetime,
     renewal_due,
 )
@@ -72,6 +81,7 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "krt-pki"
 OWNER_ANNOTATION = "kruntimes.io/pki-owner"
 SECRET_TYPE = "kubernetes.io/tls"
+STATE_KEY = ca_rotation.STATE  # the CA Secret's rotation state
 PEER_SUFFIX = "-peer"
 DEFAULT_LEAF_LIFETIME = dt.timedelta(days=365)
 ASSIGNMENT_LIFETIME = dt.timedelta(days=36500)
@@ -102,6 +112,8 @@ class Plan:
     gateways: tuple[str, ...] = ()
     assignment_secret: str | None = None
     lifetime: dt.timedelta = DEFAULT_LEAF_LIFETIME
+    host_lifetime: dt.timedelta = DEFAULT_LIFETIME  # the worker's host certificates
+    rotate_ca: bool = False  # start a CA rotation now, due or not
 
     def __post_init__(self) -> None:
         validate_dns1123_label(self.namespace, field="namespace")
@@ -113,6 +125,12 @@ class Plan:
         if len(self.gateways) > MAX_GATEWAYS:
             raise ValueError(f"at most {MAX_GATEWAYS} gateway identities")
         check_lifetime(self.lifetime)
+        check_lifetime(self.host_lifetime)
+
+    @property
+    def max_leaf_lifetime(self) -> dt.timedelta:
+        """The longest lifetime of a certificate the CA issues: a CA rotation's overlap."""
+        return max(self.lifetime, self.host_lifetime)
 
     @property
     def owner(self) -> str:
@@ -219,7 +237,9 @@ def _due(cert: x509.Certificate, now: dt.datetime) -> bool:
 @dataclass(frozen=True)
 class CaState:
     authority: Authority
-    bundle: bytes  # ca.crt: the current CA, then any previous one still valid
+    bundle: bytes  # ca.crt: the CAs of the rotation (the signing one first)
+    rotation: ca_rotation.Rotation | None = None
+    steps: tuple[ca_rotation.Step, ...] = ()
 
 
 def _read_ca(secret: Mapping[str, Any]) -> Authority | None:
@@ -237,12 +257,24 @@ def _read_ca(secret: Mapping[str, Any]) -> Authority | None:
     return Authority(cert, key) if constraints.ca else None
 
 
-def _bundle(current: x509.Certificate, previous: Sequence[x509.Certificate], now: dt.datetime) -> bytes:
-    kept = {builder.cert_pem(current): current}
-    for cert in previous:
-        if cert.not_valid_after_utc > now and cert.public_key() != current.public_key():
-            kept.setdefault(builder.cert_pem(cert), cert)
-    return b"".join(kept)
+def _rotation_of(secret: Mapping[str, Any], now: dt.datetime) -> ca_rotation.Rotation | None:
+    """The CA Secret's rotation: its state, else (a Secret made before rotations) its tls.crt and
+    tls.key with the other CAs still valid of its ca.crt retired; None when it holds no usable CA.
+    Raises AuthorityError when it has a state that cannot be read."""
+    data = secret.get("data") or {}
+    if isinstance(data, dict) and STATE_KEY in data:
+        state = _value(secret, STATE_KEY)
+        if state is None:
+            raise AuthorityError(f"{STATE_KEY} is not base64 of at most {MAX_VALUE_BYTES} bytes")
+        return ca_rotation.Rotation.from_json(state)
+    authority = _read_ca(secret)
+    if authority is None:
+        return None
+    retired: dict[bytes, x509.Certificate] = {}
+    for cert in _previous_cas(secret):
+        if cert.not_valid_after_utc > now and cert.public_key() != authority.cert.public_key():
+            retired.setdefault(builder.cert_pem(cert), cert)
+    return ca_rotation.Rotation(current=authority, retired=tuple(retired.values())[: ca_rotation.MAX_RETIRED])
 
 
 def _previous_cas(secret: Mapping[str, Any]) -> list[x509.Certificate]:
@@ -256,12 +288,6 @@ def _previous_cas(secret: Mapping[str, Any]) -> list[x509.Certificate]:
         except ValueError:
             continue
     return found
-
-
-def new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    return builder.build_ca(
-        builder.name("kruntimes platform CA"), not_before=now - MAX_SKEW, not_after=now + CA_LIFETIME
-    )
 
 
 def _leaf_valid(secret: Mapping[str, Any], identity: Identity, ca: CaState, now: dt.datetime) -> bool:
@@ -376,27 +402,37 @@ class ClusterPki:
                 self._check_ours(existing, name)
 
     async def ensure_ca(self) -> tuple[CaState, Outcome]:
+        """The CA Secret with its rotation moved along to now (at most one step per phase)."""
         name = self.plan.ca_secret
         for _ in range(MAX_ATTEMPTS):
             existing = await self.api.read(self.plan.namespace, name)
-            previous: list[x509.Certificate] = []
-            authority = None
+            rotation = None
             if existing is not None:
                 self._check_ours(existing, name)
-                authority = _read_ca(existing)
-                previous = _previous_cas(existing)
-            if authority is not None and not _due(authority.cert, self.now):
-                bundle = _bundle(authority.cert, previous, self.now)
-                if _value(existing or {}, CA_CERT) == bundle:
-                    return CaState(authority, bundle), Outcome.KEPT
-                cert, key = authority.cert, authority.key  # only the bundle is rewritten
-            else:
-                cert, key = new_ca(self.now)
-            bundle = _bundle(cert, previous, self.now)
-            files = {TLS_CERT: builder.cert_pem(cert), TLS_KEY: builder.key_pem(key), CA_CERT: bundle}
+                try:
+                    rotation = _rotation_of(existing, self.now)
+                except AuthorityError as e:
+                    raise ClusterPkiError(
+                        f"secret {self.plan.namespace}/{name}: {e}: refusing to replace the CA; repair "
+                        f"or delete the key {STATE_KEY}"
+                    ) from e
+            if rotation is None:
+                rotation = ca_rotation.Rotation(current=ca_rotation.new_ca(self.now))
+            rotation, steps = rotation.advance(
+                now=self.now, max_leaf_lifetime=self.plan.max_leaf_lifetime, start=self.plan.rotate_ca
+            )
+            authority = rotation.authority()
+            state = CaState(authority, authority.bundle_pem, rotation, tuple(steps))
+            files = {
+                TLS_CERT: authority.cert_pem,
+                TLS_KEY: builder.key_pem(authority.key),
+                CA_CERT: authority.bundle_pem,
+                STATE_KEY: rotation.to_json(),
+            }
+            if existing is not None and all(_value(existing, k) == v for k, v in files.items()):
+                return state, Outcome.KEPT
             if await self._write(name, existing, self._secret(name, files, component="pki")):
-                outcome = Outcome.CREATED if existing is None else Outcome.RENEWED
-                return CaState(Authority(cert, key), bundle), outcome
+                return state, Outcome.CREATED if existing is None else Outcome.RENEWED
         raise ClusterPkiError(f"secret {self.plan.namespace}/{name} kept changing while it was written")
 
     async def ensure_leaf(self, name: str, identity: Identity, ca: CaState) -> Outcome:
@@ -431,6 +467,8 @@ class ClusterPki:
         await self.preflight()
         outcomes: dict[str, Outcome] = {}
         ca, outcomes[self.plan.ca_secret] = await self.ensure_ca()
+        for step in ca.steps:
+            log.info("platform CA rotation: %s", ca_rotation.describe(step, ca.rotation))
         for name, identity in self.plan.identities():
             outcomes[name] = await self.ensure_leaf(name, identity, ca)
         if self.plan.assignment_secret:
@@ -479,6 +517,18 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_LEAF_LIFETIME.total_seconds(),
         help="seconds the worker's and gateways' certificates are valid (renewed after two thirds)",
     )
+    init.add_argument(
+        "--host-certificate-lifetime",
+        type=float,
+        default=DEFAULT_LIFETIME.total_seconds(),
+        help="seconds the host certificates the worker issues are valid (the worker's own flag): a CA "
+        "rotation waits for the longest lifetime between its phases",
+    )
+    init.add_argument(
+        "--rotate-ca",
+        action="store_true",
+        help="start a CA rotation now (publish the next CA), even if the CA is not due yet",
+    )
     init.add_argument("--api-server", help="the API server's URL (default: in-cluster, else kubeconfig)")
     init.add_argument("--kubeconfig", help="a kubeconfig file (default: in-cluster, else ~/.kube/config)")
     return top
@@ -493,6 +543,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
         gateways=tuple(dict.fromkeys(args.gateway)),
         assignment_secret=args.assignment_secret,
         lifetime=dt.timedelta(seconds=args.certificate_lifetime),
+        host_lifetime=dt.timedelta(seconds=args.host_certificate_lifetime),
+        rotate_ca=args.rotate_ca,
     )
 
 

@@ -4,8 +4,10 @@ the CA bundle, and the public key its assignments are verified with.
     <directory>/tls.crt tls.key ca.crt     kruntimes.pki.authority's layout
     <directory>/assignments.pub            the control plane's assignment key (kruntimes.assignments)
 
-`renew_due` re-issues, in every directory given, the certificates due for renewal (two thirds of
-their validity passed); a worker calls it periodically for the hosts it started.
+`renew_due` re-issues, in every directory given, the certificates that are stale (due for renewal,
+or not of the CA's current key and bundle: Authority.stale); a worker calls it periodically for
+the hosts it started. Given an `AuthorityWatch`, the issuer takes up a changed CA (a rotation's
+new bundle, then its new signing key) at the next certificate it issues, without a restart.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from kruntimes.pki.authority import (
@@ -24,6 +25,7 @@ from kruntimes.pki.authority import (
     TLS_KEY,
     Authority,
     AuthorityError,
+    AuthorityWatch,
     Issued,
     write_public,
 )
@@ -34,13 +36,26 @@ log = logging.getLogger(__name__)
 ASSIGNMENT_PUBLIC_KEY = "assignments.pub"
 
 
-@dataclass(frozen=True)
 class HostIssuer:
-    authority: Authority
-    assignment_public_key: bytes  # PEM
-    lifetime: dt.timedelta = DEFAULT_LIFETIME
-    # one writer at a time: a renewal and an issue into one directory would mix their key and cert
-    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    def __init__(
+        self,
+        authority: Authority | AuthorityWatch,
+        assignment_public_key: bytes,
+        lifetime: dt.timedelta = DEFAULT_LIFETIME,
+    ) -> None:
+        """`authority`: a fixed CA, or a CA directory's watch (taken up as its files change);
+        `assignment_public_key`: PEM."""
+        self._authority = authority
+        self.assignment_public_key = assignment_public_key
+        self.lifetime = lifetime
+        # one writer at a time: a renewal and an issue into one directory would mix their key and cert
+        self._lock = threading.Lock()
+
+    @property
+    def authority(self) -> Authority:
+        """The CA as it is now."""
+        found = self._authority
+        return found.current() if isinstance(found, AuthorityWatch) else found
 
     def issue(
         self,
@@ -65,21 +80,23 @@ class HostIssuer:
 
     def files(self, *, runtime: str, host_id: str) -> dict[str, bytes]:
         """The same files as `issue` writes, in memory (for a Secret): name -> content."""
-        issued = self.authority.issue(Identity.host(runtime=runtime, host_id=host_id), lifetime=self.lifetime)
+        authority = self.authority
+        issued = authority.issue(Identity.host(runtime=runtime, host_id=host_id), lifetime=self.lifetime)
         return {
             TLS_CERT: issued.cert_pem,
             TLS_KEY: issued.key_pem,
-            CA_CERT: self.authority.cert_pem,
+            CA_CERT: authority.bundle_pem,
             ASSIGNMENT_PUBLIC_KEY: self.assignment_public_key,
         }
 
     def renew_due(self, directories: Iterable[Path], *, now: dt.datetime | None = None) -> int:
         """Re-issue the certificates due for renewal among `directories`; returns how many."""
         renewed = 0
+        authority = self.authority
         for directory in directories:
             try:
                 with self._lock:
-                    issued = self.authority.renew_if_due(directory, now=now)
+                    issued = authority.renew_if_due(directory, now=now)
             except AuthorityError as e:
                 log.warning("cannot renew a host certificate: %s", e)
                 continue

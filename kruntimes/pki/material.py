@@ -16,7 +16,9 @@ expected role, and builds from them:
 
 `refresh()` looks at the files at most once per `check_interval_s` and reloads them when their
 modification time, size or inode changed; a mismatched or unreadable set (a writer between its two
-renames, a broken Secret) is refused with a warning and the previous material stays in use.
+renames, a broken Secret, a ca.crt that is not a whole bundle of self-signed CAs: partial or
+tampered) is refused with a warning and the previous material stays in use. A new CA added to
+ca.crt (a CA rotation's first phase) is trusted by new connections from then on.
 Established connections keep their session; new connections get the new certificate. A CA
 removed from `ca.crt` stays trusted by a running ssl server context until the process restarts
 (OpenSSL only adds to a context's store); grpc servers and every client drop it at once.
@@ -39,7 +41,7 @@ import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from kruntimes.pki.authority import CA_CERT, TLS_CERT, TLS_KEY
+from kruntimes.pki.authority import CA_CERT, TLS_CERT, TLS_KEY, read_bundle
 from kruntimes.pki.identity import Identity, IdentityError, Role, identity_of, role_dns_name
 
 log = logging.getLogger(__name__)
@@ -78,9 +80,12 @@ def _load(directory: Path, role: Role) -> _Material:
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
         key = serialization.load_pem_private_key(key_pem, password=None)
-        x509.load_pem_x509_certificates(ca_pem)
     except ValueError as e:
         raise PeerTLSError(f"{directory}: not PEM certificates and key: {e}") from e
+    try:
+        read_bundle(ca_pem)
+    except ValueError as e:
+        raise PeerTLSError(f"{directory}: {CA_CERT} is not a bundle of CAs: {e}") from e
     if key.public_key() != cert.public_key():
         raise PeerTLSError(f"{directory}: {TLS_KEY} does not belong to {TLS_CERT}")
     try:

@@ -137,7 +137,7 @@ def test_the_platform_pki_is_made_once_private_and_names_each_component(tmp_path
     ensure_pki(layout)  # a restart keeps what is not due
     assert {p: p.read_bytes() for p in kept} == kept
     # a certificate of another CA (the CA was replaced) is issued anew
-    for name in ("ca.crt", "ca.key"):
+    for name in ("ca.crt", "ca.key", "bundle.crt", "ca-state.json"):
         (layout.pki / name).unlink()
     ensure_pki(layout)
     cert = x509.load_pem_x509_certificate((layout.gateway_tls / "tls.crt").read_bytes())

@@ -1,7 +1,7 @@
 """`krt pki init-cluster`, the chart's hook Job without cert-manager, against kmock's Kubernetes
 emulator with the real kubernetes-asyncio client: run with the rendered Job's own arguments, it
-creates the platform's Secrets, keeps them on a second run, renews an expired certificate and a
-CA past two thirds of its life, and refuses a Secret of the same name it does not own; the
+creates the platform's Secrets, keeps them on a second run, renews an expired certificate, rotates
+a due CA in two phases (its clock injected), and refuses a Secret of the same name it does not own; the
 certificates name the identities and usages the code expects, load with the worker's and the
 gateway's real loaders from the paths the chart mounts them at, and shake hands; and the API calls
 it made are exactly its Role in the chart."""
@@ -29,6 +29,7 @@ from gateway import __main__ as gateway_main
 from kruntimes.assignments import Verifier
 from kruntimes.pki import Authority, Identity, PeerTLS, Role, identity_of
 from kruntimes.pki import cluster as pki
+from kruntimes.pki import rotation as ca_rotation
 from tests.helm.conftest import NAMESPACE, ROOT, Rendered, pod_spec, rendered
 from tests.kubernetes.cluster import Cluster
 from tests.kubernetes.rbac_test import VERB_OF
@@ -248,32 +249,120 @@ async def test_an_expired_certificate_is_renewed_and_the_others_kept(env: Env) -
     assert env.secret(secrets["gateway"])["data"] == gateway_before
 
 
-async def test_a_ca_past_two_thirds_gets_a_new_key_and_the_old_one_stays_in_the_bundle(env: Env) -> None:
+async def run_at(env: Env, when: dt.datetime, *extra: str) -> dict[str, pki.Outcome]:
+    """The hook Job's command as of `when` (its clock injected), in this process."""
+    plan = pki.plan_from(pki.parser().parse_args(["init-cluster", *env.job_args(), *extra]))
+    api = await pki.connect(api_server=env.url)
+    try:
+        return await pki.ClusterPki(pki.SecretApi(api), plan, now=when).run()
+    finally:
+        await api.close()
+
+
+def bundle_of(files: dict[str, bytes]) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(files["ca.crt"])
+
+
+async def test_a_due_ca_rotates_in_two_phases_and_the_old_one_is_dropped_last(
+    env: Env, tmp_path: Path
+) -> None:
     secrets = names(env.chart)
     assert (await env.krt_pki()).returncode == 0
     old_ca = certificate(env.files(secrets["ca"]))
     old_assignment = env.files(secrets["assignment"])["tls.key"]
     plan = pki.plan_from(pki.parser().parse_args(["init-cluster", *env.job_args()]))
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3650 * 2 // 3 + 1)
+    span = ca_rotation.overlap(plan.max_leaf_lifetime)
+    assert plan.max_leaf_lifetime == dt.timedelta(days=90)  # the ci values' leaves outlive the hosts'
+
+    def leaves_signed_by(ca: x509.Certificate) -> None:
+        for part in ("worker", "gateway"):
+            certificate(env.files(secrets[part])).verify_directly_issued_by(ca)
+            assert env.files(secrets[part])["ca.crt"] == env.files(secrets["ca"])["ca.crt"], part
+
+    # phase 1, once the CA is due: a next CA in every bundle, the current one still signs
+    due = ca_rotation.rotation_due(old_ca, plan.max_leaf_lifetime) + dt.timedelta(seconds=1)
+    assert await run_at(env, due) == {
+        secrets["ca"]: pki.Outcome.RENEWED,
+        secrets["worker"]: pki.Outcome.RENEWED,  # their ca.crt is no longer the bundle
+        secrets["gateway"]: pki.Outcome.RENEWED,
+        secrets["assignment"]: pki.Outcome.KEPT,
+    }
+    assert certificate(env.files(secrets["ca"])) == old_ca
+    old, new_ca = bundle_of(env.files(secrets["ca"]))
+    assert old == old_ca and new_ca.public_key() != old_ca.public_key()
+    leaves_signed_by(old_ca)
+    # the worker, from where the chart mounts the CA Secret, issues hosts the two-CA bundle
+    worker_args = worker_main.parse_args(mount(env.chart, "Deployment", "-worker", env, tmp_path / "w"))
+    _, _, issuer = worker_main.load_trust(
+        worker_main.WorkerTrust(
+            peer_tls=worker_args.peer_tls,
+            assignment_key=worker_args.assignment_key,
+            platform_ca=worker_args.platform_ca,
+        )
+    )
+    assert issuer is not None and issuer.authority.cert == old_ca
+    host = issuer.files(runtime="python", host_id="python-0")
+    assert host["ca.crt"] == env.files(secrets["ca"])["ca.crt"]
+    # the same run again changes nothing, and the CA stays as it is until the overlap has passed
+    data = {name: env.secret(name)["data"] for name in secrets.values()}
+    assert set((await run_at(env, due)).values()) == {pki.Outcome.KEPT}
+    assert {name: env.secret(name)["data"] for name in secrets.values()} == data
+    early = await run_at(env, due + span - dt.timedelta(seconds=2))  # the leaves came due meanwhile
+    assert (
+        early[secrets["ca"]] == pki.Outcome.KEPT and env.secret(secrets["ca"])["data"] == data[secrets["ca"]]
+    )
+
+    # phase 2, after the overlap: the next CA signs, the old one stays trusted
+    switch = due + span
+    outcomes = await run_at(env, switch)
+    assert outcomes[secrets["ca"]] == outcomes[secrets["worker"]] == pki.Outcome.RENEWED
+    assert certificate(env.files(secrets["ca"])) == new_ca
+    assert bundle_of(env.files(secrets["ca"])) == [new_ca, old_ca]
+    leaves_signed_by(new_ca)
+    assert set((await run_at(env, switch)).values()) == {pki.Outcome.KEPT}
+
+    # and once nothing the old CA signed can be valid, it leaves every bundle
+    assert (await run_at(env, switch + span - dt.timedelta(seconds=2)))[secrets["ca"]] == pki.Outcome.KEPT
+    assert bundle_of(env.files(secrets["ca"])) == [new_ca, old_ca]
+    outcomes = await run_at(env, switch + span)
+    assert outcomes[secrets["ca"]] == outcomes[secrets["gateway"]] == pki.Outcome.RENEWED
+    assert bundle_of(env.files(secrets["ca"])) == [new_ca]
+    leaves_signed_by(new_ca)
+    assert env.files(secrets["assignment"])["tls.key"] == old_assignment  # the key is never replaced
+
+
+async def test_rotate_ca_starts_a_rotation_now_and_only_once(env: Env) -> None:
+    secrets = names(env.chart)
+    first = await env.krt_pki("--rotate-ca")
+    assert first.returncode == 0, first.stderr
+    assert "platform CA rotation: published the next CA in every bundle" in first.stderr
+    assert len(bundle_of(env.files(secrets["ca"]))) == 2
+    data = {name: env.secret(name)["data"] for name in secrets.values()}
+    again = await env.krt_pki("--rotate-ca")  # a rotation under way: nothing more
+    assert again.returncode == 0, again.stderr
+    assert sorted(again.stdout.splitlines()) == sorted(
+        f"secret {NAMESPACE}/{n}: kept" for n in secrets.values()
+    )
+    assert {name: env.secret(name)["data"] for name in secrets.values()} == data
+
+
+async def test_an_unreadable_rotation_state_is_refused_and_the_ca_kept(env: Env) -> None:
+    secrets = names(env.chart)
+    assert (await env.krt_pki("--rotate-ca")).returncode == 0
+    state = env.files(secrets["ca"])[pki.STATE_KEY]
     api = await pki.connect(api_server=env.url)
     try:
-        outcomes = await pki.ClusterPki(pki.SecretApi(api), plan, now=later).run()
+        current = env.secret(secrets["ca"])
+        patch = {"data": {pki.STATE_KEY: base64.b64encode(state[: len(state) // 2]).decode()}}
+        assert await pki.SecretApi(api).patch(NAMESPACE, current["metadata"]["name"], patch)
     finally:
         await api.close()
-    assert outcomes == {
-        secrets["ca"]: pki.Outcome.RENEWED,
-        secrets["worker"]: pki.Outcome.RENEWED,
-        secrets["gateway"]: pki.Outcome.RENEWED,
-        secrets["assignment"]: pki.Outcome.KEPT,  # a century's certificate: not due
-    }
-    new_ca = certificate(env.files(secrets["ca"]))
-    assert new_ca.public_key() != old_ca.public_key()
-    bundle = x509.load_pem_x509_certificates(env.files(secrets["ca"])["ca.crt"])
-    assert bundle == [new_ca, old_ca]
-    for part in ("worker", "gateway"):
-        certificate(env.files(secrets[part])).verify_directly_issued_by(new_ca)
-        assert env.files(secrets[part])["ca.crt"] == env.files(secrets["ca"])["ca.crt"]
-    assert env.files(secrets["assignment"])["tls.key"] == old_assignment  # the key is never replaced
+    before = {name: env.secret(name)["data"] for name in secrets.values()}
+    refused = await env.krt_pki()
+    assert refused.returncode == 1
+    assert f"secret {NAMESPACE}/{secrets['ca']}: the CA state is not JSON" in refused.stderr
+    assert "refusing to replace the CA" in refused.stderr and "PRIVATE KEY" not in refused.stderr
+    assert {name: env.secret(name)["data"] for name in secrets.values()} == before
 
 
 async def test_a_secret_of_the_same_name_it_does_not_own_is_refused(env: Env) -> None:

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client as k8s
 from activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
 from kruntimes.config import KubernetesPodTemplate, KubernetesRuntime
 from kruntimes.hosts import HostSpec
+from kruntimes.pki import HostIssuer
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
 from tests.pki import TestPKI
 
@@ -36,13 +37,16 @@ class Env:
     def url(self) -> str:
         return str(self.server.url).rstrip("/")
 
-    def provider(self, *, control_plane: str = "cp-a", **settings: Any) -> KubernetesProvider:
+    def provider(
+        self, *, control_plane: str = "cp-a", issuer: HostIssuer | None = None, **settings: Any
+    ) -> KubernetesProvider:
+        """`issuer`: the host certificates' (default: the session CA's)."""
         runtimes = settings.pop("runtimes", None) or {"python": runtime(**settings)}
         return KubernetesProvider(
             self.api,
             runtimes=runtimes,
             control_plane=control_plane,
-            issuer=self.pki.issuer(),
+            issuer=issuer or self.pki.issuer(),
             rpc_timeout_s=2.0,
         )
 

@@ -15,7 +15,8 @@ from grpc_health.v1 import health_pb2
 from activities.hosts import kubernetes_pods as pods
 from activities.hosts._rpc import identify
 from kruntimes.config import KubernetesPodTemplate
-from kruntimes.pki import Identity, identity_of, renewal_due
+from kruntimes.pki import CA_CERT, CA_KEY, AuthorityWatch, HostIssuer, Identity, identity_of, renewal_due
+from kruntimes.pki import rotation as ca_rotation
 from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.waiting import eventually
@@ -337,6 +338,42 @@ async def test_a_host_certificate_due_for_renewal_is_reissued_in_its_secret(env)
     assert renewed["metadata"]["uid"] == secret["metadata"]["uid"], "renewed in place"
     assert [o["uid"] for o in renewed["metadata"]["ownerReferences"]] == [host.hostUid]
     assert await provider.probe(host)
+
+
+async def test_a_host_secret_whose_ca_bundle_differs_is_reissued_through_a_ca_rotation(env, tmp_path) -> None:
+    """The worker's issuer reads a CA directory that is rotated (the session CA's copy): its
+    host Secret is re-issued with the two-CA bundle in phase 1, and by the new CA after the switch,
+    each once."""
+    ca_dir = tmp_path / "platform-ca"
+    ca_dir.mkdir(mode=0o700)
+    for name in (CA_CERT, CA_KEY):
+        (ca_dir / name).write_bytes((env.pki.root / "ca" / name).read_bytes())
+    ca_rotation.ensure(ca_dir, max_leaf_lifetime=timedelta(days=30))
+    issuer = HostIssuer(AuthorityWatch(ca_dir), env.pki.signer.public_pem)
+    provider = env.provider(issuer=issuer)
+    host = await provider.create(spec())
+    [secret] = env.cluster.secrets(NAMESPACE)
+    assert await provider.renew_certificates() == 0
+
+    published, _ = ca_rotation.ensure(ca_dir, max_leaf_lifetime=timedelta(days=30), start=True)
+    assert await provider.renew_certificates() == 1
+    [renewed] = env.cluster.secrets(NAMESPACE)
+    assert base64.b64decode(renewed["data"][CA_CERT]) == published.bundle_pem()
+    _certificate(renewed).verify_directly_issued_by(env.pki.authority.cert)  # the current CA still signs
+    assert renewed["metadata"]["uid"] == secret["metadata"]["uid"], "renewed in place"
+    assert await provider.renew_certificates() == 0, "once"
+    assert await provider.probe(host)
+
+    assert published.switch_after is not None and published.next is not None
+    ca_rotation.ensure(ca_dir, max_leaf_lifetime=timedelta(days=30), now=published.switch_after)
+    assert await provider.renew_certificates() == 1
+    [switched] = env.cluster.secrets(NAMESPACE)
+    _certificate(switched).verify_directly_issued_by(published.next.cert)
+    assert x509.load_pem_x509_certificates(base64.b64decode(switched["data"][CA_CERT])) == [
+        published.next.cert,
+        env.pki.authority.cert,
+    ]
+    assert await provider.renew_certificates() == 0
 
 
 async def test_a_runtimes_own_certificate_secret_is_never_renewed_by_the_worker(env) -> None:

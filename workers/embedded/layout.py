@@ -12,10 +12,12 @@
                         the components' logs, the gateway's serving CA and certificate, the dev
                         server's SQLite, the process hosts' records and certificates
                         (activities.hosts.process)
-    pki/                (0700) the platform CA of the internal hops (ca.crt, ca.key 0600), the
-                        assignment signing key (assignments.key 0600, assignments.pub), and the
-                        certificate directories of the gateway (gateway/) and the worker
-                        (control-plane/), issued here and renewed by the running platform
+    pki/                (0700) the platform CA of the internal hops (ca.crt, ca.key 0600, the
+                        trust bundle bundle.crt and the rotation state ca-state.json 0600:
+                        kruntimes.pki.rotation), the assignment signing key (assignments.key
+                        0600, assignments.pub), and the certificate directories of the gateway
+                        (gateway/) and the worker (control-plane/), issued here and renewed by
+                        the running platform, which also moves a CA rotation along
 
 Everything kept here survives a restart on the same state dir, so the Runs do too.
 """
@@ -31,11 +33,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
+
 from kruntimes import clientconfig
 from kruntimes.assignments import Signer
 from kruntimes.codec import ensure_key
 from kruntimes.devserver import free_port
-from kruntimes.pki import CA_CERT, DEFAULT_LIFETIME, TLS_CERT, Authority, Identity
+from kruntimes.pki import CA_CERT, DEFAULT_LIFETIME, TLS_CERT, Authority, Identity, IdentityError, identity_of
+from kruntimes.pki import rotation as ca_rotation
+from kruntimes.pki.authority import CA_LIFETIME
 from kruntimes.tls import ensure_tls
 from kruntimes.wire import tokens as token_format
 from kruntimes.wire.tokens import TokenEntry, TokenFormatError
@@ -133,7 +139,8 @@ class Layout:
 
     @property
     def pki(self) -> Path:
-        """The platform CA (ca.crt, ca.key) and the platform's signing key and certificates."""
+        """The platform CA (ca.crt, ca.key, bundle.crt, ca-state.json) and the platform's signing
+        key and certificates."""
         return self.root / "pki"
 
     @property
@@ -190,20 +197,42 @@ def platform_certificates(layout: Layout) -> list[tuple[Path, Identity]]:
     ]
 
 
-def ensure_pki(layout: Layout, *, lifetime: dt.timedelta = DEFAULT_LIFETIME) -> Authority:
-    """The platform CA and signing key (created once, kept), and the gateway's and the worker's
-    certificates: issued when missing or of another CA, else renewed when due."""
-    authority = Authority.ensure(layout.pki)
+def ensure_pki(
+    layout: Layout,
+    *,
+    lifetime: dt.timedelta = DEFAULT_LIFETIME,
+    now: dt.datetime | None = None,
+    ca_lifetime: dt.timedelta = CA_LIFETIME,
+    start_rotation: bool = False,
+) -> tuple[Authority, list[ca_rotation.Step]]:
+    """The platform CA (created once, kept; its rotation moved along to `now`, the rotation's
+    clock: `lifetime` is the longest of the certificates it issues, the hosts' included;
+    `start_rotation` begins one now), the assignment signing key, and the gateway's and the
+    worker's certificates, issued at the real time: when missing or of another identity, else
+    again when stale (due, or not of the CA's current key and bundle). Returns the signing CA and
+    the rotation steps taken."""
+    state, steps = ca_rotation.ensure(
+        layout.pki, max_leaf_lifetime=lifetime, now=now, ca_lifetime=ca_lifetime, start=start_rotation
+    )
+    authority = state.authority()
     Signer.ensure(layout.assignment_key)
     for directory, identity in platform_certificates(layout):
-        current = (directory / TLS_CERT).exists() and (directory / CA_CERT).exists()
-        if current and (directory / CA_CERT).read_bytes() == authority.cert_pem:
+        if _holds(directory, identity):
             authority.renew_if_due(directory)
         else:
             authority.write(
                 directory, identity, lifetime=lifetime, dns_names=("localhost",), ip_addresses=("127.0.0.1",)
             )
-    return authority
+    return authority, steps
+
+
+def _holds(directory: Path, identity: Identity) -> bool:
+    """Whether `directory` holds a readable certificate of `identity` and a ca.crt."""
+    try:
+        cert = x509.load_pem_x509_certificate((directory / TLS_CERT).read_bytes())
+        return identity_of(cert) == identity and (directory / CA_CERT).is_file()
+    except (OSError, ValueError, IdentityError):
+        return False
 
 
 def ports(layout: Layout) -> dict[str, int]:

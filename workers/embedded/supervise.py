@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -37,7 +38,8 @@ from activities.hosts.process import stop_all
 from kruntimes import clientconfig
 from kruntimes.config import ConfigError, load_config
 from kruntimes.devserver import DevServer, DevServerError
-from kruntimes.pki import DEFAULT_LIFETIME, Authority, AuthorityError
+from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
+from kruntimes.pki import rotation as ca_rotation
 from kruntimes.tls import TlsFiles, ensure_tls
 from runtime.sandbox.policy import can_switch_uid
 from workers.embedded.errors import PlatformError
@@ -306,9 +308,21 @@ def default_isolation() -> str:
     return "uid" if can_switch_uid() else "same-user"
 
 
-def renew_platform_certificates(layout: Layout) -> int:
-    """Re-issue the gateway's and the worker's certificates that are due; returns how many."""
-    authority = Authority.load(layout.pki)
+def renew_platform_certificates(
+    layout: Layout, *, now: dt.datetime | None = None, lifetime: dt.timedelta = DEFAULT_LIFETIME
+) -> int:
+    """Move the platform CA's rotation along to `now` (kruntimes.pki.rotation; the rotation's
+    clock, the real time unless given), then re-issue the gateway's and the worker's certificates
+    that are stale, at the real time; returns how many. `lifetime`: the longest of the
+    certificates the CA issues (the hosts' too)."""
+    try:
+        state, steps = ca_rotation.ensure(layout.pki, max_leaf_lifetime=lifetime, now=now)
+    except (AuthorityError, OSError) as e:
+        print(f"cannot move the platform CA's rotation along: {e}", file=sys.stderr, flush=True)
+        return 0
+    for step in steps:
+        print(f"platform CA rotation: {ca_rotation.describe(step, state)}", file=sys.stderr, flush=True)
+    authority = state.authority()
     renewed = 0
     for directory, _ in platform_certificates(layout):
         try:

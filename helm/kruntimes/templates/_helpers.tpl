@@ -236,6 +236,8 @@ spec:
         {{- end }}
         - --certificate-lifetime
         - {{ int $root.Values.pki.initJob.certificateLifetimeSeconds | quote }}
+        - --host-certificate-lifetime
+        - {{ $root.Values.pki.hostCertificateLifetimeSeconds | quote }}
       resources:
         {{- toYaml $root.Values.pki.initJob.resources | nindent 8 }}
       securityContext:

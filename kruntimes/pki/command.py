@@ -1,0 +1,132 @@
+"""`krt pki`: the platform's certificates.
+
+    krt pki init-cluster ...   the platform's Secrets on a cluster, a CA rotation moved along
+                               (kruntimes.pki.cluster; `--rotate-ca` starts one)
+    krt pki ca-status          a CA directory's rotation: its phase, its CAs, when its next step
+                               is due (`--ca-dir`, default $KRT_STATE_DIR/pki; `-o json`)
+    krt pki rotate-ca          start a rotation of that CA now: the next CA is published in the
+                               bundle; the running platform (`krt up`) takes it from there —
+                               it re-issues every certificate with the new bundle, switches after
+                               the overlap and drops the old CA after as long again
+
+Exit codes: 0 done, 1 the CA directory cannot be used, 2 a wrong command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+
+from kruntimes import clientconfig
+from kruntimes.pki import rotation as ca_rotation
+from kruntimes.pki.authority import DEFAULT_LIFETIME, AuthorityError, check_lifetime
+
+LOCAL = ("ca-status", "rotate-ca")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="krt pki", description="the platform's certificates")
+    commands = top.add_subparsers(dest="command", required=True)
+    commands.add_parser("init-cluster", help="the platform's Secrets on a cluster (krt pki init-cluster -h)")
+    for name, help_text in (
+        ("ca-status", "a CA directory's rotation: its phase, its CAs, when its next step is due"),
+        ("rotate-ca", "start a rotation of a CA directory's CA now (publish the next CA)"),
+    ):
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument(
+            "--ca-dir",
+            type=Path,
+            help="the CA directory (default: the embedded platform's, $KRT_STATE_DIR/pki)",
+        )
+        command.add_argument(
+            "--max-leaf-lifetime",
+            type=float,
+            default=DEFAULT_LIFETIME.total_seconds(),
+            help="seconds the longest certificate the CA issues is valid (the overlap of each phase); "
+            "default 30 days, what `krt up` issues",
+        )
+        if name == "ca-status":
+            command.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    return top
+
+
+def _when(t: dt.datetime | None) -> str | None:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
+
+
+def _ca(cert: x509.Certificate) -> dict[str, str | None]:
+    return {"subject": cert.subject.rfc4514_string(), "notAfter": _when(cert.not_valid_after_utc)}
+
+
+def status(state: ca_rotation.Rotation, *, max_leaf_lifetime: dt.timedelta) -> dict[str, Any]:
+    """What `ca-status` shows of a rotation (no key material)."""
+    if state.next is not None:
+        next_step, due = "switch", state.switch_after
+    elif state.retired:
+        next_step, due = "drop", state.retire_until
+    else:
+        next_step, due = "publish", ca_rotation.rotation_due(state.current.cert, max_leaf_lifetime)
+    return {
+        "phase": state.phase,
+        "signing": _ca(state.current.cert),
+        "next": _ca(state.next.cert) if state.next else None,
+        "retired": [_ca(c) for c in state.retired],
+        "bundle": len(state.bundle()),
+        "nextStep": next_step,
+        "nextStepDue": _when(due),
+    }
+
+
+def _text(shown: dict[str, Any]) -> str:
+    lines = [f"phase      {shown['phase']} ({shown['bundle']} CA(s) in the bundle)"]
+    for label, ca in (
+        ("signing", shown["signing"]),
+        ("next", shown["next"]),
+        *(("retired", c) for c in shown["retired"]),
+    ):
+        if ca is not None:
+            lines.append(f"{label:<10} {ca['subject']} (valid until {ca['notAfter']})")
+    lines.append(f"next step  {shown['nextStep']}, from {shown['nextStepDue']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in LOCAL:
+        if argv and argv[0] == "init-cluster":
+            from kruntimes.pki import cluster
+
+            return cluster.main(argv)
+        parser().parse_args(argv)  # exits 2 with the usage, or 0 for -h
+        return 2
+    args = parser().parse_args(argv)
+    directory: Path = args.ca_dir or clientconfig.state_dir() / "pki"
+    try:
+        lifetime = check_lifetime(dt.timedelta(seconds=args.max_leaf_lifetime))
+    except ValueError as e:
+        print(f"krt pki: {e}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "rotate-ca":
+            if ca_rotation.load(directory) is None:
+                raise AuthorityError(f"{directory} holds no CA")
+            state, steps = ca_rotation.ensure(directory, max_leaf_lifetime=lifetime, start=True)
+            if not steps:
+                print(f"a rotation is under way already ({state.phase}); nothing done")
+            for step in steps:
+                print(f"platform CA rotation: {ca_rotation.describe(step, state)}")
+            return 0
+        found = ca_rotation.load(directory)
+        if found is None:
+            raise AuthorityError(f"{directory} holds no CA")
+    except (AuthorityError, OSError) as e:
+        print(f"krt pki: {e}", file=sys.stderr)
+        return 1
+    shown = status(found, max_leaf_lifetime=lifetime)
+    print(json.dumps(shown, indent=2) if args.output == "json" else _text(shown))
+    return 0
