@@ -117,14 +117,17 @@ class DevServer:
         raise DevServerError(f"temporal dev server not serving on {self.address} within {START_TIMEOUT_S:g}s")
 
     def _healthy(self) -> bool:
-        done = subprocess.run(
-            [temporal_binary(), "operator", "cluster", "health", "--address", self.address],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        return "SERVING" in done.stdout
+        """The frontend serves, and knows the default namespace: right after start the health
+        check can pass while a client of the namespace is still told it is not found."""
+        health = [temporal_binary(), "operator", "cluster", "health", "--address", self.address]
+        if "SERVING" not in self._cli(health).stdout:
+            return False
+        namespace = [temporal_binary(), "operator", "namespace", "describe", "--address", self.address]
+        return self._cli([*namespace, "--namespace", "default"]).returncode == 0
+
+    @staticmethod
+    def _cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         proc = self.process
