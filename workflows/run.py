@@ -306,7 +306,7 @@ class RunWorkflow:
         # longer replay the same.)
         task_timeout = workflow.info().task_timeout
         bound = min(HANDOFF_BOUND, task_timeout * HANDOFF_TASK_SHARE) if task_timeout else HANDOFF_BOUND
-        wait = min(HANDOFF_WAIT, bound * 0.5)
+        wait = min(HANDOFF_WAIT, bound * (2 / 3))  # the rest is for attempt 1's registration
         try:
             handoff = await workflow.execute_local_activity(
                 "await_assignment",
