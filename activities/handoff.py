@@ -61,7 +61,7 @@ MAX_WAITERS = 64
 KEEP_S = 2.0
 KEPT = 256
 # The activity returns this long before its start-to-close timeout at the latest.
-MARGIN_S = 0.25
+MARGIN_S = 0.5
 # The registerError of a registration given up because it took too long.
 REGISTER_SLOW = "RegisterSlow"
 

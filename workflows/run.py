@@ -105,8 +105,8 @@ ADMIT_GRACE = timedelta(seconds=10)
 # How long the first task waits for the pool's answer in-process (activities.signals.Mailbox)
 # before it completes and leaves the answer to the signal.
 HANDOFF_WAIT = timedelta(seconds=2)
-# The whole handoff (waiting for its turn in the worker, the wait for the answer, attempt 1's
-# registration) holds the Run's workflow task open: it ends within this, and within
+# The whole handoff (the wait for the answer, attempt 1's registration) holds the Run's workflow
+# task open: it ends within this, and within
 # HANDOFF_TASK_SHARE of the task's own timeout (kruntimes.starting.RUN_TASK_TIMEOUT is 5 s), so
 # that the task completes before the SDK would have to extend it (at 80%) or the server time it
 # out; a registration it could not finish is done in an ordinary activity.
@@ -278,8 +278,13 @@ class RunWorkflow:
     async def _admit(self, *, starter_admits: bool = False, leaving: str | None = None) -> End | None:
         """Wait for the pool's answer; ask for it unless the starter already did. `leaving`: the
         host uid of the slot this Run gives up (moving off a draining host)."""
+        cut_short = False
         if starter_admits and not self._answered():
-            await self._handoff()
+            cut_short = await self._handoff()
+        if cut_short and not self._answered() and workflow.patched(PATCH_REGISTER_ACTIVITY):
+            # The handoff ran out of its time: an answer handed to it may be lost, and the pool,
+            # which holds the reservation, gives the same one again. Ask now, not after the grace.
+            starter_admits = False
         if starter_admits:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -298,10 +303,11 @@ class RunWorkflow:
             return End(RunPhase.Failed, self._rejection.reason, self._rejection.message)
         return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled before a host was assigned")
 
-    async def _handoff(self) -> None:
+    async def _handoff(self) -> bool:
         """The pool's answer, and attempt 1 registered on it, within this task when the pool
         decides in this worker process (activities.handoff; the pool then sends no signal). A
-        pool elsewhere answers nothing at once and the signal brings the answer."""
+        pool elsewhere answers nothing at once and the signal brings the answer. True when the
+        activity was cut short by its timeout (an answer handed to it is then lost)."""
         # (A local activity's timeouts are not part of its recorded marker: Runs that waited
         # longer replay the same.)
         task_timeout = workflow.info().task_timeout
@@ -318,21 +324,23 @@ class RunWorkflow:
                     run=self.run_ if self.run_.spec.mode.kind == "function" else None,
                 ),
                 result_type=Handoff,
+                # Not schedule-to-close: the activity bounds itself from its own start, and one
+                # cut short by a deadline it cannot see would lose an answer handed to it.
                 start_to_close_timeout=bound,
-                schedule_to_close_timeout=bound,
                 retry_policy=HANDOFF_RETRY,
                 summary=summaries.summary(f"wait for pool/{self.run_.spec.runtime} in process"),
             )
-        except (ActivityError, ApplicationError):
-            return  # a shortcut only
+        except (ActivityError, ApplicationError, ActivityTimeout) as err:
+            return _timed_out(err)  # a shortcut only
         if handoff.assignment is None or handoff.assignment.runUid != self.uid:
-            return
+            return False
         self.assigned(handoff.assignment)
         if self._assignment == handoff.assignment:  # (the signal may have brought the same one)
             # Attempt 1 is registered: recorded at once, so that whatever ends the Run next (a
             # cancel seen in this same task, say) has the cleanup unregister it.
             self._registration = handoff.registration
             self._register_slow = handoff.registration is None and self.run_.spec.mode.kind == "function"
+        return False
 
     def _answered(self) -> bool:
         return self._assignment is not None or self._rejection is not None or self._cancel
@@ -843,6 +851,15 @@ class RunWorkflow:
                 self._indexed_host = host
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(summaries.run_current(self._status, reason=reason))
+
+
+def _timed_out(err: BaseException | None) -> bool:
+    """Whether an activity failure is (or was caused by) its timeout."""
+    while isinstance(err, FailureError):
+        if isinstance(err, ActivityTimeout):
+            return True
+        err = err.cause
+    return False
 
 
 def _refused(err: BaseException | None) -> bool:
