@@ -7,6 +7,12 @@ the answer over in memory before it sends the signal. The same activity then reg
 on the assigned host, so the Run is Ready at the end of its first task instead of after a second
 task woken by the signal: one workflow task and one local activity fewer on the path to Ready.
 
+The activity holds the Run's workflow task open, so it ends before its own start-to-close
+timeout, whatever the pool or the host do: the wait for the answer is bounded by the request,
+and the registration by what is left of the timeout (less a margin). A registration that does
+not finish in time is given up (`REGISTER_SLOW`) and done by the Run in an ordinary activity;
+registering the same attempt again is idempotent on the host.
+
 A Run that got its answer this way gets no signal (the pool's activity skips it): the Run records
 the answer in the task it is in. If that task is lost (the worker dies before completing it),
 the retried task finds nothing here, waits out the Run's grace period (ADMIT_GRACE) and asks the
@@ -54,6 +60,10 @@ MAX_WAITERS = 64
 # can answer before the Run's first task gets to ask), at most KEPT of them.
 KEEP_S = 2.0
 KEPT = 256
+# The activity returns this long before its start-to-close timeout at the latest.
+MARGIN_S = 0.5
+# The registerError of a registration given up because it took too long.
+REGISTER_SLOW = "RegisterSlow"
 
 
 class Mailbox:
@@ -156,24 +166,36 @@ class HandoffActivities:
 
     @activity.defn(name="await_assignment")
     async def await_assignment(self, request: AwaitAssignmentInput) -> Handoff:
+        began = time.monotonic()
+        limit = activity.info().start_to_close_timeout
         assignment = await self.mailbox.wait(request)
         if assignment is None or request.run is None:
             return Handoff(assignment=assignment)
         run = request.run
+        left = limit.total_seconds() - MARGIN_S - (time.monotonic() - began) if limit is not None else None
+        if left is not None and left <= 0:
+            return Handoff(assignment=assignment, registerError=f"{REGISTER_SLOW}: no time left to register")
         try:
-            registration = await self.register(
-                RegisterInput(
-                    address=assignment.address,
-                    runUid=request.runUid,
-                    attempt=1,
-                    namespace=run.metadata.namespace,
-                    name=run.metadata.name,
-                    runtime=run.spec.runtime,
-                    adapter=assignment.adapter,
-                    run=run,
-                    hostId=assignment.hostId,
-                    hostUid=assignment.hostUid,
-                )
+            registration = await asyncio.wait_for(
+                self.register(
+                    RegisterInput(
+                        address=assignment.address,
+                        runUid=request.runUid,
+                        attempt=1,
+                        namespace=run.metadata.namespace,
+                        name=run.metadata.name,
+                        runtime=run.spec.runtime,
+                        adapter=assignment.adapter,
+                        run=run,
+                        hostId=assignment.hostId,
+                        hostUid=assignment.hostUid,
+                    )
+                ),
+                timeout=left,
+            )
+        except TimeoutError:
+            return Handoff(
+                assignment=assignment, registerError=f"{REGISTER_SLOW}: not registered within {left:.2f} s"
             )
         except ApplicationError as err:
             return Handoff(assignment=assignment, registerError=f"{err.type}: {err.message}")

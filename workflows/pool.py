@@ -66,10 +66,10 @@ with workflow.unsafe.imports_passed_through():
         ScaleOutInput,
         SignalBatch,
         SignalResult,
+        Slot,
         carried_state,
         host_workflow_id,
         scale_out_workflow_id,
-        slots_of,
     )
     from kruntimes.scheduling import admission
     from kruntimes.scheduling.model import (
@@ -99,6 +99,13 @@ PATCH_HOUSEKEEPING = "host-housekeeping"
 # they continue as new, and read them back after; earlier pools carried every one.
 PATCH_SLOTS_ON_HOSTS = "slots-on-hosts"
 SLOTS_TIMEOUT = timedelta(seconds=30)
+# Pools running this code hand their slots over in one task and continue as new in the next, a
+# moment later: the server refuses a continue-as-new from a task during which new signals arrived
+# (UnhandledCommand), and the handover's task lasts seconds while admissions keep coming; the
+# refused task is then replayed from the start of the run, which under load outlasted the task
+# timeout again and again. Earlier pools continued in the handover's task.
+PATCH_HANDOVER_APART = "handover-apart"
+HANDOVER_PAUSE = timedelta(milliseconds=1)
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 PROVIDER_LABEL = "kruntimes.io/provider"
@@ -217,6 +224,12 @@ class RuntimePoolWorkflow:
             if workflow.info().is_continue_as_new_suggested() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 carried = await self._carried()
+                if workflow.patched(PATCH_HANDOVER_APART):
+                    # A new, short task to continue from: what arrives meanwhile is carried.
+                    await workflow.sleep(
+                        HANDOVER_PAUSE, summary=summaries.summary("continue as new in a task of its own")
+                    )
+                    await workflow.wait_condition(workflow.all_handlers_finished)
                 pending = [PoolMessage.of(m) for m in self._inbox]
                 workflow.continue_as_new(PoolInput(config=self.config, state=carried, pending=pending))
 
@@ -231,12 +244,29 @@ class RuntimePoolWorkflow:
             return state
         supervised = [h for h in state.hosts if h.supervised]
         signals: list[tuple[str, str, Message]] = [
-            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots_of(state, host_uid=h.hostUid))
-            for h in supervised
+            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots)
+            for h, slots in zip(supervised, self._slots_by_host(supervised), strict=True)
         ]
         gone = await self._send(signals) if signals else set()
         on_hosts = {h.hostUid for h in supervised if host_workflow_id(h.runtime, h.hostId) not in gone}
         return carried_state(state, on_hosts=on_hosts)
+
+    def _slots_by_host(self, hosts: list[Host]) -> list[HostSlots]:
+        """The slots of each of `hosts`, in one pass over the reservations (as slots_of gives
+        them one host at a time, which is a pass per host)."""
+        wanted = {h.hostUid: HostSlots(hostUid=h.hostUid) for h in hosts}
+        for r in self._index.held.values():
+            slots = wanted.get(r.hostUid)
+            if slots is not None:
+                slots.slots.append(
+                    Slot(
+                        runUid=r.runUid,
+                        workflowId=self._owners.get(r.runUid, ""),
+                        tenant=r.tenant,
+                        reservedAt=r.reservedAt,
+                    )
+                )
+        return [wanted[h.hostUid] for h in hosts]
 
     async def _slots_back(self) -> None:
         """After continue-as-new: the reservations the HostWorkflows kept, back in the pool's

@@ -32,7 +32,8 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -104,7 +105,19 @@ ADMIT_GRACE = timedelta(seconds=10)
 # How long the first task waits for the pool's answer in-process (activities.signals.Mailbox)
 # before it completes and leaves the answer to the signal.
 HANDOFF_WAIT = timedelta(seconds=2)
+# The whole handoff (the wait for the answer, attempt 1's registration) holds the Run's workflow
+# task open: it ends within this, and within
+# HANDOFF_TASK_SHARE of the task's own timeout (kruntimes.starting.RUN_TASK_TIMEOUT is 5 s), so
+# that the task completes before the SDK would have to extend it (at 80%) or the server time it
+# out; a registration it could not finish is done in an ordinary activity.
+HANDOFF_BOUND = timedelta(seconds=3)
+HANDOFF_TASK_SHARE = 0.6
 HANDOFF_RETRY = RetryPolicy(maximum_attempts=1)
+# A registration in a local activity (within the workflow task) is tried once, for at most this
+# long; one that did not succeed and was not refused is done again in an ordinary activity (with
+# the transport retries), which holds no task open.
+REGISTER_LOCAL_BOUND = timedelta(seconds=3)
+REGISTER_LOCAL_RETRY = RetryPolicy(maximum_attempts=1)
 # Admission must reach the pool: retried until it does (or the pool is proven absent).
 ADMIT_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
@@ -130,6 +143,9 @@ PATCH_HOST = "krt-host"
 # A deleted Run's workflow indexes KrtPhase=Deleted before it closes (the listing leaves it out
 # at once; visibility drops a deleted execution only later).
 PATCH_MARK_DELETED = "mark-deleted"
+# A registration that is slow (the handoff gave it up, or the local activity ran out of its bound)
+# is done in an ordinary activity; Runs whose history registered only in local activities replay so.
+PATCH_REGISTER_ACTIVITY = "register-in-activity"
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
@@ -153,6 +169,7 @@ class RunWorkflow:
         self._attempt = 0
         self._failures = 0  # registration failures: what spec.retryPolicy counts
         self._indexed_host: str | None = None  # the KrtHost value last upserted
+        self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -263,8 +280,13 @@ class RunWorkflow:
     async def _admit(self, *, starter_admits: bool = False, leaving: str | None = None) -> End | None:
         """Wait for the pool's answer; ask for it unless the starter already did. `leaving`: the
         host uid of the slot this Run gives up (moving off a draining host)."""
+        cut_short = False
         if starter_admits and not self._answered():
-            await self._handoff()
+            cut_short = await self._handoff()
+        if cut_short and not self._answered() and workflow.patched(PATCH_REGISTER_ACTIVITY):
+            # The handoff ran out of its time: an answer handed to it may be lost, and the pool,
+            # which holds the reservation, gives the same one again. Ask now, not after the grace.
+            starter_admits = False
         if starter_admits:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -283,10 +305,16 @@ class RunWorkflow:
             return End(RunPhase.Failed, self._rejection.reason, self._rejection.message)
         return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled before a host was assigned")
 
-    async def _handoff(self) -> None:
+    async def _handoff(self) -> bool:
         """The pool's answer, and attempt 1 registered on it, within this task when the pool
         decides in this worker process (activities.handoff; the pool then sends no signal). A
-        pool elsewhere answers nothing at once and the signal brings the answer."""
+        pool elsewhere answers nothing at once and the signal brings the answer. True when the
+        activity was cut short by its timeout (an answer handed to it is then lost)."""
+        # (A local activity's timeouts are not part of its recorded marker: Runs that waited
+        # longer replay the same.)
+        task_timeout = workflow.info().task_timeout
+        bound = min(HANDOFF_BOUND, task_timeout * HANDOFF_TASK_SHARE) if task_timeout else HANDOFF_BOUND
+        wait = min(HANDOFF_WAIT, bound * (2 / 3))  # the rest is for attempt 1's registration
         try:
             handoff = await workflow.execute_local_activity(
                 "await_assignment",
@@ -294,23 +322,27 @@ class RunWorkflow:
                     workflowId=workflow.info().workflow_id,
                     runUid=self.uid,
                     runtime=self.run_.spec.runtime,
-                    timeoutSeconds=HANDOFF_WAIT.total_seconds(),
+                    timeoutSeconds=wait.total_seconds(),
                     run=self.run_ if self.run_.spec.mode.kind == "function" else None,
                 ),
                 result_type=Handoff,
-                start_to_close_timeout=HANDOFF_WAIT + REGISTER_TIMEOUT,
+                # Not schedule-to-close: the activity bounds itself from its own start, and one
+                # cut short by a deadline it cannot see would lose an answer handed to it.
+                start_to_close_timeout=bound,
                 retry_policy=HANDOFF_RETRY,
                 summary=summaries.summary(f"wait for pool/{self.run_.spec.runtime} in process"),
             )
-        except (ActivityError, ApplicationError):
-            return  # a shortcut only
+        except (ActivityError, ApplicationError, ActivityTimeout) as err:
+            return _timed_out(err)  # a shortcut only
         if handoff.assignment is None or handoff.assignment.runUid != self.uid:
-            return
+            return False
         self.assigned(handoff.assignment)
         if self._assignment == handoff.assignment:  # (the signal may have brought the same one)
             # Attempt 1 is registered: recorded at once, so that whatever ends the Run next (a
             # cancel seen in this same task, say) has the cleanup unregister it.
             self._registration = handoff.registration
+            self._register_slow = handoff.registration is None and self.run_.spec.mode.kind == "function"
+        return False
 
     def _answered(self) -> bool:
         return self._assignment is not None or self._rejection is not None or self._cancel
@@ -548,20 +580,7 @@ class RunWorkflow:
             if attempt == 1 and self._registration is not None:
                 break  # registered by the handoff (activities.handoff)
             try:
-                # A local activity: registration is short and on the critical path to Ready. If the
-                # worker dies meanwhile, the task is retried elsewhere and re-registers the same
-                # attempt, which the host answers with the same registration.
-                self._registration = await workflow.execute_local_activity(
-                    "register_function",
-                    self._register_input(attempt),
-                    result_type=RegisterResult,
-                    start_to_close_timeout=REGISTER_TIMEOUT,
-                    retry_policy=_no_retry_for(REGISTRATION_ERRORS),
-                    summary=summaries.summary(
-                        f"register on {self._assignment.hostId if self._assignment else '?'} "
-                        f"(attempt {attempt})"
-                    ),
-                )
+                self._registration = await self._register_once(attempt)
                 break
             except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
                 message = f"attempt {attempt}: {failure_text(err)}"
@@ -593,6 +612,45 @@ class RunWorkflow:
         self._update(endpoint=Endpoint(protocol=EndpointProtocol.HTTPS, url=url, caBundle=platform.caBundle))
         self._phase(RunPhase.Ready, ConditionReason.FunctionRegistered, "function registered", ready=True)
         return None
+
+    async def _register_once(self, attempt: int) -> RegisterResult:
+        """Register `attempt` on the assigned host. A local activity first: registration is short
+        and on the critical path to Ready. If the worker dies meanwhile, the task is retried
+        elsewhere and re-registers the same attempt, which the host answers with the same
+        registration. One that takes longer than REGISTER_LOCAL_BOUND (or that the handoff
+        already gave up on) is done in an ordinary activity: the workflow task is never held
+        open for it."""
+        host = self._assignment.hostId if self._assignment else "?"
+        retry = _no_retry_for(REGISTRATION_ERRORS)
+        slow = self._register_slow and attempt == 1
+        self._register_slow = False
+        if not (slow and workflow.patched(PATCH_REGISTER_ACTIVITY)):
+            try:
+                registered: RegisterResult = await workflow.execute_local_activity(
+                    "register_function",
+                    self._register_input(attempt),
+                    result_type=RegisterResult,
+                    start_to_close_timeout=REGISTER_LOCAL_BOUND,
+                    schedule_to_close_timeout=REGISTER_LOCAL_BOUND,
+                    retry_policy=REGISTER_LOCAL_RETRY,
+                    summary=summaries.summary(f"register on {host} (attempt {attempt})"),
+                )
+                return registered
+            except (ActivityError, ApplicationError, ActivityTimeout) as err:
+                # A refusal is the function's own failure. Runs whose history registered only
+                # in local activities (retried within them) went on as after any failed attempt.
+                if _refused(err) or not workflow.patched(PATCH_REGISTER_ACTIVITY):
+                    raise
+        slowly: RegisterResult = await workflow.execute_activity(
+            "register_function",
+            self._register_input(attempt),
+            result_type=RegisterResult,
+            start_to_close_timeout=REGISTER_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=retry,
+            summary=summaries.summary(f"register on {host} (attempt {attempt}, slow)"),
+        )
+        return slowly
 
     async def _serve(self, deadline: datetime | None) -> End | Recover | Reregister:
         """Ready: wait for cancel, a host loss or drain, a lost registration, the total timeout or
@@ -725,6 +783,12 @@ class RunWorkflow:
         """The cleanup finalizer, then the terminal phase: a Run shows its terminal phase only
         once its cleanup has unregistered it from its host and released its slot (or tried to)."""
         a = self._assignment
+        if self._register_slow and self._registration is None and workflow.patched(PATCH_REGISTER_ACTIVITY):
+            # The handoff gave attempt 1's registration up, and the host may still have made it:
+            # learn it (registering the same attempt again is idempotent) so the cleanup removes it.
+            self._register_slow = False
+            with contextlib.suppress(ActivityError, ActivityTimeout, ApplicationError):
+                self._registration = await self._register_once(1)
         if end.phase is RunPhase.Cancelled or self._delete:
             self._phase(
                 self._status.phase,
@@ -789,6 +853,24 @@ class RunWorkflow:
                 self._indexed_host = host
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(summaries.run_current(self._status, reason=reason))
+
+
+def _timed_out(err: BaseException | None) -> bool:
+    """Whether an activity failure is (or was caused by) its timeout."""
+    while isinstance(err, FailureError):
+        if isinstance(err, ActivityTimeout):
+            return True
+        err = err.cause
+    return False
+
+
+def _refused(err: BaseException | None) -> bool:
+    """Whether an activity failure is (or was caused by) the host refusing the registration."""
+    while isinstance(err, FailureError):
+        if isinstance(err, ApplicationError) and err.type in REGISTRATION_ERRORS:
+            return True
+        err = err.cause
+    return False
 
 
 def _no_retry_for(errors: list[str]) -> RetryPolicy:

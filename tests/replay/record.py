@@ -4,8 +4,10 @@ A fresh in-memory dev server, the real worker in-process and real process hosts,
 one scenario per code path; each workflow's history is written to histories/<name>.json. The
 scenarios come in groups (`runs`: the Run, pool, scale-out and cleanup paths; `hosts`: the host
 lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler; `scale`, recorded alone:
-a pool handing its hosts' slots over across continue-as-new; `endings`: Runs that close as they
-finish, their retention, a scheduled Run); naming groups records
+a pool handing its hosts' slots over across continue-as-new; `apart`, recorded alone: the same
+handover with the continue-as-new in a task of its own; `slow`: Runs whose registration outlasts
+their workflow task; `endings`: Runs that close as they finish, their retention, a scheduled
+Run); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). Run it again after a deliberate workflow
 change (one that is meant to be incompatible) and commit the new histories with that change.
@@ -451,7 +453,7 @@ def registration_of(pki: TestPKI, address: str, run_uid: str) -> str | None:
     return next((r.registration_id for r in info.registrations if r.run_uid == run_uid), None)
 
 
-async def scale_scenarios(p: Platform) -> None:
+async def scale_scenarios(p: Platform, *, handed_over: str = "pool_slots_handed_over") -> None:
     """The pool continues as new with Ready Runs on a supervised host: it hands the host's slots
     to its HostWorkflow first, and its next run reads them back (recorded alone: its server
     suggests continue-as-new after a few events)."""
@@ -465,13 +467,44 @@ async def scale_scenarios(p: Platform) -> None:
     async def continued() -> bool:
         return (await pool.describe()).run_id != first
 
-    await eventually(continued, "the pool to continue as new")
-    await write(p.client.get_workflow_handle(pool.id, run_id=first), "pool_slots_handed_over")
+    # (It continues at its first batch after the suggestion: its probe a minute later at most.)
+    await eventually(continued, "the pool to continue as new", timeout=150)
+    await write(p.client.get_workflow_handle(pool.id, run_id=first), handed_over)
+    if handed_over != "pool_slots_handed_over":
+        return
     late = await p.start(run_manifest("slots-late", runtime=rt))
     status = await p.wait_phase(late, RunPhase.Ready)
     assert status.assignedHost is not None
     await write(pool, "pool_slots_read_back")
     await write(p.client.get_workflow_handle(host_workflow_id(rt, status.assignedHost)), "host_slots")
+
+
+async def apart_scenarios(p: Platform) -> None:
+    """The scale group's handover, written on its own: the pool hands its slots over in one task
+    and continues as new in the next (recorded alone, as the scale group)."""
+    await scale_scenarios(p, handed_over="pool_handover_apart")
+
+
+SLOW_LOAD = "import time\ntime.sleep(8)\ndef handle(p):\n    return p\n"  # outlasts a Run's task timeout
+
+
+async def slow_scenarios(p: Platform) -> None:
+    """Runs whose registration takes longer than their workflow task timeout (the handler loads
+    for 8 s): created by the SDK, the handoff gives the registration up and an ordinary activity
+    does it; started plainly, the registration's local activity gives up after its bound and an
+    ordinary activity does it."""
+    rt = p.runtime("python")
+    warm = await p.start(run_manifest("slow-warm", runtime=rt), by_sdk=True)
+    await p.wait_phase(warm, RunPhase.Ready, timeout=90)
+    handed = await p.start(run_manifest("slow-handed", runtime=rt, source=SLOW_LOAD, **TTL), by_sdk=True)
+    await p.wait_phase(handed, RunPhase.Ready, timeout=120)
+    plain = await p.start(run_manifest("slow-plain", runtime=rt, source=SLOW_LOAD, **TTL))
+    await p.wait_phase(plain, RunPhase.Ready, timeout=120)
+    for handle in (handed, plain):
+        await handle.signal(SIGNAL_CANCEL)
+        await closed(handle)
+    await write(handed, "run_register_slow_handoff")
+    await write(plain, "run_register_slow_local")
 
 
 async def ending_scenarios(p: Platform) -> None:
@@ -557,18 +590,29 @@ async def failed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> Non
     raise AssertionError(f"{handle.id} did not fail")
 
 
-GROUPS = {"runs": scenarios, "hosts": host_scenarios, "scale": scale_scenarios, "endings": ending_scenarios}
+GROUPS = {
+    "runs": scenarios,
+    "hosts": host_scenarios,
+    "scale": scale_scenarios,
+    "apart": apart_scenarios,
+    "slow": slow_scenarios,
+    "endings": ending_scenarios,
+}
+ALONE = {"scale", "apart"}  # their server continues pools as new early
 
 
 async def main(groups: list[str]) -> None:
     HISTORIES.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="krt-record-") as tmp:
-        if "scale" in groups and len(groups) > 1:
-            raise SystemExit("the scale group is recorded alone (its server continues pools as new early)")
+        alone = ALONE & set(groups)
+        if alone and len(groups) > 1:
+            raise SystemExit(
+                f"the {sorted(alone)[0]} group is recorded alone (its server continues pools as new early)"
+            )
         server = DevServer(
             state_dir=Path(tmp) / "temporal",
             persistent=False,
-            extra_dynamic_config=("limit.historyCount.suggestContinueAsNew=40",) if "scale" in groups else (),
+            extra_dynamic_config=("limit.historyCount.suggestContinueAsNew=40",) if alone else (),
         )
         server.start()
         state_dir = Path(tmp) / "state"
@@ -610,7 +654,7 @@ async def main(groups: list[str]) -> None:
                         ),
                         *(
                             [{"name": runtimes["can"], "adapter": "python", "runs": 20, "maxHosts": 1}]
-                            if "scale" in groups
+                            if alone
                             else []
                         ),
                     ]

@@ -84,6 +84,17 @@ def test_the_pool_handover_has_recorded_histories() -> None:
     assert {p.stem for p in FILES} >= {"pool_slots_handed_over", "pool_slots_read_back", "host_slots"}
 
 
+def test_the_handover_apart_and_slow_registrations_have_recorded_histories() -> None:
+    """A pool that continued as new in a task after its handover's (record.py apart), and Runs
+    whose registration outlasted their workflow task and went to an ordinary activity, after the
+    handoff gave it up or after the local activity's bound (record.py slow)."""
+    assert {p.stem for p in FILES} >= {
+        "pool_handover_apart",
+        "run_register_slow_handoff",
+        "run_register_slow_local",
+    }
+
+
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_a_recorded_history_replays(path: Path) -> None:
     replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
+import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.handoff import HandoffActivities, Mailbox, pools_polled_only_by
+from activities.handoff import REGISTER_SLOW, HandoffActivities, Mailbox, pools_polled_only_by
+from kruntimes.api.phases import RunPhase
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import POOL_TASK_QUEUE, AwaitAssignmentInput, RegisterInput, RegisterResult
 from kruntimes.temporal import connect
@@ -21,12 +26,20 @@ from workers.worker import POOL_WORKFLOWS
 
 
 class Registrations:
-    def __init__(self, fail: str | None = None) -> None:
+    def __init__(self, fail: str | None = None, *, hold: bool = False) -> None:
         self.calls: list[RegisterInput] = []
         self.fail = fail
+        self.hold = hold
+        self.cancelled = False
 
     async def __call__(self, request: RegisterInput) -> RegisterResult:
         self.calls.append(request)
+        if self.hold:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
         if self.fail:
             raise ApplicationError("it did not load", type=self.fail, non_retryable=True)
         return RegisterResult(registrationId="reg-1", hostUid="host-uid", created=True)
@@ -43,13 +56,16 @@ def _request(with_run: bool) -> AwaitAssignmentInput:
     )
 
 
-async def _handed(registrations: Registrations, *, with_run: bool = True) -> object:
+async def _handed(
+    registrations: Registrations, *, with_run: bool = True, limit: timedelta = timedelta(seconds=30)
+) -> object:
+    """The activity run as the Run runs it (start-to-close `limit`), its answer delivered."""
     mailbox = Mailbox()
     mailbox.pool_answered("py")
     activities = HandoffActivities(mailbox, register=registrations)
-    waiting = asyncio.ensure_future(
-        ActivityEnvironment().run(activities.await_assignment, _request(with_run))
-    )
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, is_local=True, start_to_close_timeout=limit)
+    waiting = asyncio.ensure_future(env.run(activities.await_assignment, _request(with_run)))
     await until_waiting(mailbox, "run/default/a")
     assert mailbox.deliver("run/default/a", assignment())
     return await waiting
@@ -69,6 +85,18 @@ async def test_a_failed_registration_is_reported_not_raised_so_the_run_registers
     assert handoff.assignment == assignment()  # type: ignore[attr-defined]
     assert handoff.registration is None  # type: ignore[attr-defined]
     assert handoff.registerError.startswith("HandlerLoadFailed")  # type: ignore[attr-defined]
+
+
+async def test_a_registration_that_outlasts_the_activitys_timeout_is_given_up_before_it() -> None:
+    """The handoff holds the Run's workflow task open: a registration still running when the
+    activity's time is nearly up is cancelled and reported, and the assignment still returned,
+    so the activity ends on its own and the Run registers in an ordinary activity."""
+    registrations = Registrations(hold=True)
+    handoff = await asyncio.wait_for(_handed(registrations, limit=timedelta(seconds=1)), 5)
+    assert handoff.assignment == assignment()  # type: ignore[attr-defined]
+    assert handoff.registration is None  # type: ignore[attr-defined]
+    assert handoff.registerError.startswith(REGISTER_SLOW)  # type: ignore[attr-defined]
+    assert registrations.cancelled
 
 
 async def test_a_task_run_gets_the_assignment_only() -> None:
@@ -98,3 +126,34 @@ async def _eventually(check: Callable[[], Awaitable[bool]], want: bool) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"never {want}")
+
+
+SLOW_LOAD_S = 8  # longer than the Run's workflow task timeout (kruntimes.starting: 5 s)
+SLOW = f"import time\ntime.sleep({SLOW_LOAD_S})\ndef handle(p):\n    return p\n"
+
+
+@pytest.mark.parametrize("by_sdk", [True, False], ids=["handoff", "signalled"])
+async def test_a_slow_registration_on_a_real_host_never_holds_the_runs_workflow_task_open(
+    platform_factory, by_sdk: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """A Run whose registration on a real host takes longer than its workflow task timeout (the
+    handler's module loads slowly). Created as the SDK does, the handoff gives the registration
+    up and its task completes; asking the pool itself, the registration's local activity gives
+    up after its bound. Either way an ordinary activity registers (no task is held open for it),
+    no task of the Run timed out, and the Run is Ready on attempt 1."""
+    async with platform_factory() as platform:
+        warm = await platform.start(run_manifest("warm", runtime=platform.runtime()), by_sdk=True)
+        await platform.wait_phase(warm, RunPhase.Ready, timeout=90)  # its host is up
+        slow = run_manifest("slow", runtime=platform.runtime(), source=SLOW)
+        handle = await platform.start(slow, by_sdk=by_sdk)
+        status = await platform.wait_phase(handle, RunPhase.Ready, timeout=120)
+        assert status.attempt == 1
+        events = [e async for e in handle.fetch_history_events()]
+        kinds = [e.event_type for e in events]
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT not in kinds
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+        assert scheduled == ["register_function"]

@@ -113,6 +113,22 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
             assert started is not None
             carried = DATA_CONVERTER.payload_converter.from_payloads(started.input.payloads, [PoolInput])[0]
             assert carried.state is not None and carried.state.reservations == []
+            # The run before continued as new from a task of its own: the task that completed
+            # with the continue-as-new ran no local activity (the handover's went out before it,
+            # so no signal arriving during them made the server refuse the continue-as-new).
+            before = client.get_workflow_handle(pool.id, run_id=started.continued_execution_run_id)
+            events = [e async for e in before.fetch_history_events()]
+            [ended] = [
+                e for e in events if e.HasField("workflow_execution_continued_as_new_event_attributes")
+            ]
+            task = ended.workflow_execution_continued_as_new_event_attributes.workflow_task_completed_event_id
+            last_task = [e for e in events if task < e.event_id < ended.event_id]
+            assert not [
+                e
+                for e in last_task
+                if e.HasField("marker_recorded_event_attributes")
+                and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+            ]
             host = state.hosts[0]
             assert carried.state.slotsOnHosts == [host.hostUid]
             record = await client.get_workflow_handle(host_workflow_id(runtime, host.hostId)).query(

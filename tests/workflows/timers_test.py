@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -313,8 +313,8 @@ async def test_admissions_created_together_reach_the_pool_in_few_signals_and_all
 async def test_a_cancel_seen_with_the_handoff_registration_still_unregisters_it(
     env: WorkflowEnvironment,
 ) -> None:
-    """The handoff registered attempt 1 while a cancel arrived (delivered in the same task by the
-    task's heartbeat while the registration ran): the Run ends Cancelled and its cleanup
+    """The handoff registered attempt 1 while a cancel arrived (the handoff ends within its bound,
+    and the cancel is seen in the task after it): the Run ends Cancelled and its cleanup
     unregisters what the handoff registered, leaving nothing on the host."""
     fake = FakeHosts()
     mailbox = Mailbox()
@@ -334,14 +334,10 @@ async def test_a_cancel_seen_with_the_handoff_registration_still_unregisters_it(
             RunInput(run=run, starterAdmits=True),
             id=run_workflow_id("default", run.metadata.name),
             task_queue=queues.run,
-            task_timeout=timedelta(seconds=1),  # heartbeats the first task after 0.8 s
         )
         await admit(env.client, run, handle)
         await asyncio.wait_for(registering.wait(), 30)
-        await handle.signal(SIGNAL_CANCEL)
-        # The first task is still held by the registration: its heartbeat (a task completed and a
-        # new one started) hands the cancel to the workflow before the registration returns.
-        await _until_signals_handled(handle)
+        await handle.signal(SIGNAL_CANCEL)  # accepted while the first task's registration is held
         release.set()
         for _ in range(300):
             if (await _phase(handle)).phase is RunPhase.Cancelled:
@@ -349,3 +345,40 @@ async def test_a_cancel_seen_with_the_handoff_registration_still_unregisters_it(
             await env.sleep(1)
         assert (await _phase(handle)).phase is RunPhase.Cancelled
         assert fake.unregistered == [f"reg-{run.metadata.uid}"]
+
+
+async def test_a_cancel_after_the_handoff_gave_its_registration_up_still_unregisters_it(
+    env: WorkflowEnvironment,
+) -> None:
+    """The handoff's registration of attempt 1 does not return within the handoff's bound (the
+    host may still make it): the handoff gives it up and the first task completes; the Run,
+    cancelled before it registered again, learns the registration (the same attempt, idempotent)
+    so that its cleanup unregisters it, and no workflow task of the Run timed out."""
+    fake = FakeHosts()
+    mailbox = Mailbox()
+    mailbox.pools_local = True
+    held = asyncio.Event()
+    calls: list[RegisterInput] = []
+
+    async def held_register(request: RegisterInput) -> RegisterResult:
+        calls.append(request)
+        held.set()
+        await asyncio.Event().wait()  # never answers: the handoff gives up (and cancels this)
+        raise AssertionError("unreachable")
+
+    async with _workers(env, fake, mailbox=mailbox, register=held_register) as queues:
+        await _start_pool(env.client, "py-held", queues)
+        run = run_manifest(f"held-{uuid.uuid4().hex[:6]}", runtime="py-held")
+        handle = await start_run(env.client, run, task_queue=queues.run)
+        await asyncio.wait_for(held.wait(), 30)
+        await handle.signal(SIGNAL_CANCEL)
+        for _ in range(300):
+            if (await _phase(handle)).phase is RunPhase.Cancelled:
+                break
+            await env.sleep(1)
+        assert (await _phase(handle)).phase is RunPhase.Cancelled
+        assert [c.attempt for c in calls] == [1]  # the handoff's, given up
+        assert fake.registered == {run.metadata.uid: 1}  # learned again before the cleanup
+        assert fake.unregistered == [f"reg-{run.metadata.uid}"]
+        events = [e.event_type async for e in handle.fetch_history_events()]
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT not in events
