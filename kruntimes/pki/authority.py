@@ -284,9 +284,14 @@ class Authority:
         return self.write(directory, identity, lifetime=lifetime, dns_names=dns, ip_addresses=ips, now=now)
 
 
-def _stamp(directory: Path) -> tuple[tuple[int, int, int], ...]:
+_CA_FILES = (CA_CERT, CA_KEY, BUNDLE)
+
+
+def file_stamps(directory: Path, names: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
+    """What tells that files of `directory` changed (mtime, size, inode each; zeros when
+    missing): the CA directory's here, a certificate directory's in PeerTLS."""
     stamps = []
-    for name in (CA_CERT, CA_KEY, BUNDLE):
+    for name in names:
         try:
             st = os.stat(directory / name)
         except OSError:
@@ -303,13 +308,13 @@ class AuthorityWatch:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lock = threading.Lock()
-        self._stamp = _stamp(directory)
+        self._stamp = file_stamps(directory, _CA_FILES)
         self._authority = Authority.load(directory)
 
     def current(self) -> Authority:
         """The CA as its files are now; the previous one when they changed but cannot be used."""
         with self._lock:
-            stamp = _stamp(self.directory)
+            stamp = file_stamps(self.directory, _CA_FILES)
             if stamp == self._stamp:
                 return self._authority
             try:

@@ -41,7 +41,7 @@ import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from kruntimes.pki.authority import CA_CERT, TLS_CERT, TLS_KEY, read_bundle
+from kruntimes.pki.authority import CA_CERT, TLS_CERT, TLS_KEY, file_stamps, read_bundle
 from kruntimes.pki.identity import Identity, IdentityError, Role, identity_of, role_dns_name
 
 log = logging.getLogger(__name__)
@@ -99,16 +99,7 @@ def _load(directory: Path, role: Role) -> _Material:
     )
 
 
-def _stamp(directory: Path) -> tuple[tuple[int, int, int], ...]:
-    stamps = []
-    for name in (TLS_CERT, TLS_KEY, CA_CERT):
-        try:
-            st = os.stat(directory / name)
-        except OSError:
-            stamps.append((0, 0, 0))
-        else:
-            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
-    return tuple(stamps)
+_TLS_FILES = (TLS_CERT, TLS_KEY, CA_CERT)
 
 
 @contextlib.contextmanager
@@ -177,7 +168,7 @@ class PeerTLS:
         self._interval = check_interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._stamp = _stamp(directory)
+        self._stamp = file_stamps(directory, _TLS_FILES)
         self._material = _load(directory, role)
         self._next_check = clock() + check_interval_s
         self.generation = 0
@@ -204,7 +195,7 @@ class PeerTLS:
             if now < self._next_check:
                 return False
             self._next_check = now + self._interval
-            stamp = _stamp(self.directory)
+            stamp = file_stamps(self.directory, _TLS_FILES)
             if stamp == self._stamp:
                 return False
             try:
