@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv test lint typecheck pytest proto demo bench clean
+.PHONY: all venv test lint typecheck pytest proto openapi demo bench clean
 
 all: test
 
@@ -31,6 +31,9 @@ test: lint typecheck pytest
 
 proto: $(STAMP)
 	$(PY) proto/generate.py
+
+openapi: $(STAMP)
+	$(PY) -m gateway.openapi
 
 demo: $(STAMP)
 	$(PY) -m workers.demo

@@ -5,11 +5,17 @@ Nothing in it is written twice: the schemas are generated from the bodies' pydan
 (kruntimes.wire.reasons.GatewayReason): one response per status, its schema the ErrorBody with
 `reason` narrowed to the reasons answered with that status. OpenAPI 3.1, whose schemas are the
 JSON Schema (2020-12) that pydantic generates.
+
+The gateway serves the committed gateway/openapi.json (the running gateway does not load
+pydantic); `make openapi` writes it from here, and a test checks it is fresh.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from itertools import groupby
+from pathlib import Path
 from typing import Any
 
 from pydantic.json_schema import models_json_schema
@@ -19,6 +25,7 @@ from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_INVOKE_TIMEOUT_SEC
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
 
+COMMITTED = Path(__file__).with_name("openapi.json")
 INVOKE_PATH = "/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid}:invoke"
 _SCHEMAS = "#/components/schemas/"
 
@@ -131,3 +138,13 @@ def document() -> dict[str, Any]:
             },
         },
     }
+
+
+def rendered() -> str:
+    """The document as committed in gateway/openapi.json."""
+    return json.dumps(document(), indent=1, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else COMMITTED
+    out.write_text(rendered(), encoding="utf-8")

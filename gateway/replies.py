@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.bodies import ErrorBody
 from gateway.errors import GatewayError
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
@@ -23,11 +22,11 @@ def error_answer(
     *, status: int, reason: str, message: str, invocation_id: str, retry_after: int | None = None
 ) -> web.Response:
     """An error answer: the ErrorBody, the invocation id header when there is an id, Retry-After."""
-    body = ErrorBody(reason=reason, message=message, invocationId=invocation_id)
+    body = {"reason": reason, "message": message, "invocationId": invocation_id}  # an ErrorBody
     answer_headers = {headers.INVOCATION_ID: invocation_id} if invocation_id else {}
     if retry_after is not None:
         answer_headers[headers.RETRY_AFTER] = str(retry_after)
-    return web.json_response(body.model_dump(), status=status, headers=answer_headers)
+    return web.json_response(body, status=status, headers=answer_headers)
 
 
 def gateway_error_answer(err: GatewayError, invocation_id: str) -> web.Response:

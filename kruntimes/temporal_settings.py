@@ -10,14 +10,12 @@ never loads the SDK, reads its visibility over gRPC with the same settings (gate
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from pydantic import Field, model_validator
-
-from kruntimes.api._base import ApiModel
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from temporalio.client import TLSConfig
@@ -26,29 +24,41 @@ if TYPE_CHECKING:
 MAX_API_KEY_BYTES = 16 * 1024
 
 
-class TemporalSettings(ApiModel):
-    """How to reach Temporal. TLS is on when `tls` is set or any TLS file is given."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TemporalSettings:
+    """How to reach Temporal. TLS is on when `tls` is set or any TLS file is given.
 
-    address: str = Field(default="127.0.0.1:7233", min_length=1)
-    namespace: str = Field(default="default", min_length=1)
+    A plain dataclass, not a pydantic model: the gateway reads these settings, and pydantic is
+    not loaded in the gateway process (its memory)."""
+
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
     tls: bool = False
     tlsCert: str | None = None  # client certificate (PEM) for mTLS
     tlsKey: str | None = None
     tlsCa: str | None = None  # the server's CA (PEM); None: the system's roots
     tlsServerName: str | None = None
-    apiKey: str | None = Field(default=None, repr=False)
+    apiKey: str | None = dataclasses.field(default=None, repr=False)
     apiKeyFile: str | None = None
     codecKeys: str | None = None  # directory of payload codec keys (kruntimes.codec)
 
-    @model_validator(mode="after")
-    def _pairs(self) -> TemporalSettings:
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tls":
+                if not isinstance(value, bool):
+                    raise ValueError(f"tls: must be true or false, not {type(value).__name__}")
+            elif f.name in ("address", "namespace"):
+                if not isinstance(value, str) or not value:
+                    raise ValueError(f"{f.name}: must be a non-empty string")
+            elif value is not None and not isinstance(value, str):
+                raise ValueError(f"{f.name}: must be a string, not {type(value).__name__}")
         if (self.tlsCert is None) != (self.tlsKey is None):
             raise ValueError(
                 "tlsCert: a client certificate needs its key (tlsKey), and a key its certificate"
             )
         if self.apiKey is not None and self.apiKeyFile is not None:
             raise ValueError("apiKey: give the API key or its file (apiKeyFile), not both")
-        return self
 
     @property
     def uses_tls(self) -> bool:
@@ -135,7 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, default_address: str = "12
 def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> TemporalSettings:
     """Flags first, then KRT_TEMPORAL_* variables (and KRT_CODEC_KEYS), then defaults."""
     env = os.environ if env is None else env
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for field in ENV:
         flag_value = getattr(args, f"temporal_{field}", None)
         flag_default = _default(field)
@@ -148,7 +158,7 @@ def settings_from(args: argparse.Namespace, env: Mapping[str, str] | None = None
     values["tls"] = bool(getattr(args, "temporal_tls", False))
     if values.get("codecKeys"):
         values["codecKeys"] = str(Path(str(values["codecKeys"])).expanduser())
-    return TemporalSettings.model_validate(values)
+    return TemporalSettings(**values)
 
 
 def _default(field: str) -> str | None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.auth.base import Forbidden, Principal, Resource, Unauthenticated
 from gateway.auth.tokens import TokenFile
@@ -23,18 +23,56 @@ from gateway.auth.tokens import TokenFile
 ANY_NAMESPACE = "*"
 
 
-class Binding(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    namespace: str = Field(min_length=1)
+@dataclass(frozen=True, slots=True)
+class Binding:
+    namespace: str
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
 
 
-class _BindingsFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_BINDING_KEYS = frozenset({"namespace", "users", "groups"})
 
-    bindings: tuple[Binding, ...] = ()
+
+def _names(value: object, *, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _parse(document: object) -> tuple[Binding, ...]:
+    """The bindings of a parsed document; ValueError naming the field that is wrong. (Checked by
+    hand: the gateway process does not load pydantic.)"""
+    if document is None:
+        return ()
+    if not isinstance(document, dict):
+        raise ValueError("the document must be a mapping with a `bindings` list")
+    unknown = sorted(str(k) for k in document if k != "bindings")
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown field (only `bindings`)")
+    entries = document.get("bindings", [])
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise ValueError("bindings: must be a list")
+    parsed: list[Binding] = []
+    for i, entry in enumerate(entries):
+        where = f"bindings[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be a mapping")
+        extra = sorted(str(k) for k in entry if k not in _BINDING_KEYS)
+        if extra:
+            raise ValueError(f"{where}.{extra[0]}: unknown field (namespace, users, groups)")
+        namespace = entry.get("namespace")
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError(f"{where}.namespace: required, a non-empty string")
+        parsed.append(
+            Binding(
+                namespace=namespace,
+                users=_names(entry.get("users", []), where=f"{where}.users"),
+                groups=_names(entry.get("groups", []), where=f"{where}.groups"),
+            )
+        )
+    return tuple(parsed)
 
 
 class RoleBindings:
@@ -53,10 +91,10 @@ class RoleBindings:
         except yaml.YAMLError as e:
             raise ValueError(f"role bindings are not valid YAML: {e}") from None
         try:
-            parsed = _BindingsFile.model_validate(document if document is not None else {})
-        except ValidationError as e:
+            parsed = _parse(document)
+        except ValueError as e:
             raise ValueError(f"role bindings are malformed: {e}") from None
-        return cls(parsed.bindings)
+        return cls(parsed)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RoleBindings:
