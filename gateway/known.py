@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,11 +46,12 @@ def _known(execution: Execution) -> tuple[str, KnownRun] | None:
     uid = attrs.get(search.RUN_UID, "")
     if not uid:
         return None
+    # The few namespaces, runtimes and phases are kept once (interned), not once a Run.
     return uid, KnownRun(
-        namespace=attrs.get(search.NAMESPACE, ""),
+        namespace=sys.intern(attrs.get(search.NAMESPACE, "")),
         name=execution.workflow_id.rsplit("/", 1)[-1],
-        runtime=attrs.get(search.RUNTIME, ""),
-        phase=attrs.get(search.PHASE, ""),
+        runtime=sys.intern(attrs.get(search.RUNTIME, "")),
+        phase=sys.intern(attrs.get(search.PHASE, "")),
     )
 
 

@@ -122,7 +122,9 @@ class RouteCache:
         self._missed = missed
         self._hosts: dict[str, _Host] = {}  # host uid → host
         self._incarnations: dict[Identity, str] = {}  # host identity → its current host uid
-        self._routes: dict[str, dict[str, Route]] = {}  # run uid → host uid → route
+        # run uid → its route when one host holds it (nearly always), else host uid → route: a
+        # dict for each of 10,000 Runs would cost more than the routes themselves
+        self._routes: dict[str, Route | dict[str, Route]] = {}
 
     def _sender(self, beat: hb.HostHeartbeat, peer: Identity) -> Identity:
         if peer.role is not Role.HOST or (peer.runtime, peer.host_id) != (beat.runtime, beat.host_id):
@@ -237,8 +239,10 @@ class RouteCache:
         self._incarnations[identity] = host_uid
         for run_uid, route in routes.items():
             held = self._routes.get(run_uid)
-            if held is None:
-                self._routes[run_uid] = {host_uid: route}
+            if held is None or (isinstance(held, Route) and held.host_uid == host_uid):
+                self._routes[run_uid] = route
+            elif isinstance(held, Route):
+                self._routes[run_uid] = {held.host_uid: held, host_uid: route}
             else:
                 held[host_uid] = route
 
@@ -252,27 +256,31 @@ class RouteCache:
 
     def _unlink(self, run_uid: str, host_uid: str) -> None:
         held = self._routes.get(run_uid)
-        if held is not None:
-            held.pop(host_uid, None)
-            if not held:
+        if held is None:
+            return
+        if isinstance(held, Route):
+            if held.host_uid == host_uid:
                 del self._routes[run_uid]
+            return
+        held.pop(host_uid, None)
+        if len(held) == 1:
+            self._routes[run_uid] = next(iter(held.values()))
+        elif not held:
+            del self._routes[run_uid]
 
     def route(self, run_uid: str) -> Route | None:
         """The highest attempt among live hosts that hold the run (a ready one among equals)."""
         held = self._routes.get(run_uid)
-        if not held:
+        if held is None:
             return None
         now = self._clock()
         best: Route | None = None
-        for host_uid in list(held):
-            host = self._hosts.get(host_uid)
+        for route in (held,) if isinstance(held, Route) else tuple(held.values()):
+            host = self._hosts.get(route.host_uid)
             if host is None or host.expires <= now:
-                self.forget(host_uid)
+                self.forget(route.host_uid)
                 continue
-            route = held.get(host_uid)
-            if route is not None and (
-                best is None or (route.attempt, route.ready) > (best.attempt, best.ready)
-            ):
+            if best is None or (route.attempt, route.ready) > (best.attempt, best.ready):
                 best = route
         return best
 
