@@ -203,8 +203,11 @@ class RawClient:
             raise RawError(grpc.StatusCode.INTERNAL, "", "malformed InvokeFunctionResponse") from None
 
     def close(self) -> None:
+        """Drop the connection now: aborted, not shut down gracefully (a TLS close waits for the
+        host's close_notify, and a stopping gateway's loop would end first, leaving the socket
+        open)."""
         if self._connection is not None and self._connection.transport is not None:
-            self._connection.transport.close()
+            self._connection.transport.abort()
 
 
 class RawUpstreams:

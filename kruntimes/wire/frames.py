@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from typing import ClassVar
 
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 
@@ -105,71 +106,71 @@ def decode_error(body: bytes) -> tuple[str, str, str]:
     )
 
 
-class RequestDecoder:
-    """The host's side: reassembles request frames, length in [MIN_REQUEST_LENGTH, max_length],
-    from the bytes of one connection, and hands each to `on_request(request_id, body)`.
+class _Decoder:
+    """Reassembles the frames of one direction, length in [min_length, max_length], from the
+    bytes of one connection; each whole frame goes to `_hand_on`, which unpacks its header,
+    takes its body out of the buffer and hands both to the handler bound at construction (so
+    feeding allocates nothing per frame but the body)."""
 
-    The handler is bound once, here, so feeding allocates nothing per frame but the body."""
+    __slots__ = ("buffer", "max_length")
+    _min_length: ClassVar[int]
+    _direction: ClassVar[str]
 
-    __slots__ = ("buffer", "max_length", "on_request")
+    def __init__(self, *, max_length: int) -> None:
+        self.buffer = bytearray()
+        self.max_length = max_length
+
+    def feed(self, data: bytes) -> None:
+        """Hands on every frame `data` completes, in order; raises FrameError (the buffer
+        emptied) after the frames before a length out of bounds."""
+        buffer = self.buffer
+        buffer += data
+        min_length, max_length, hand_on = self._min_length, self.max_length, self._hand_on
+        while len(buffer) >= _LENGTH_FIELD:
+            length = int.from_bytes(buffer[:_LENGTH_FIELD], "big")
+            if length < min_length or length > max_length:
+                buffer.clear()
+                raise FrameError(length, direction=self._direction)
+            end = _LENGTH_FIELD + length
+            if len(buffer) < end:
+                return
+            hand_on(buffer, end)
+
+    def _hand_on(self, buffer: bytearray, end: int) -> None:
+        raise NotImplementedError
+
+
+class RequestDecoder(_Decoder):
+    """The host's side: hands each request frame to `on_request(request_id, body)`."""
+
+    __slots__ = ("on_request",)
+    _min_length = MIN_REQUEST_LENGTH
+    _direction = "request"
 
     def __init__(self, on_request: Callable[[int, bytes], None], *, max_length: int = MAX_LENGTH) -> None:
-        self.buffer = bytearray()
-        self.max_length = max_length
+        super().__init__(max_length=max_length)
         self.on_request = on_request
 
-    def feed(self, data: bytes) -> None:
-        """Hands on every frame `data` completes, in order; raises FrameError (the buffer
-        emptied) after the frames before a length out of bounds."""
-        buffer = self.buffer
-        buffer += data
-        max_length = self.max_length
-        while len(buffer) >= _LENGTH_FIELD:
-            length = int.from_bytes(buffer[:_LENGTH_FIELD], "big")
-            if length < MIN_REQUEST_LENGTH or length > max_length:
-                buffer.clear()
-                raise FrameError(length, direction="request")
-            end = _LENGTH_FIELD + length
-            if len(buffer) < end:
-                return
-            _, request_id = _REQUEST.unpack_from(buffer)
-            body = bytes(buffer[8:end])  # after the length and the id
-            del buffer[:end]
-            self.on_request(request_id, body)
+    def _hand_on(self, buffer: bytearray, end: int) -> None:
+        _, request_id = _REQUEST.unpack_from(buffer)
+        body = bytes(buffer[_REQUEST.size : end])  # after the length and the id
+        del buffer[:end]
+        self.on_request(request_id, body)
 
 
-# RequestDecoder.feed and AnswerDecoder.feed are the same loop but for the header each unpacks
-# and what it hands on: written out twice on purpose, as they run for every frame on the invoke
-# path (one shared loop would need a per-frame call to split the header). Change them together;
-# tests/wire/frames_test.py holds both to the same size rules.
-class AnswerDecoder:
-    """The gateway's side: reassembles answer frames, length in [MIN_ANSWER_LENGTH, max_length],
-    from the bytes of one connection, and hands each to `on_answer(request_id, kind, body)`.
+class AnswerDecoder(_Decoder):
+    """The gateway's side: hands each answer frame to `on_answer(request_id, kind, body)`."""
 
-    The handler is bound once, here, so feeding allocates nothing per frame but the body."""
-
-    __slots__ = ("buffer", "max_length", "on_answer")
+    __slots__ = ("on_answer",)
+    _min_length = MIN_ANSWER_LENGTH
+    _direction = "answer"
 
     def __init__(self, on_answer: Callable[[int, int, bytes], None], *, max_length: int = MAX_LENGTH) -> None:
-        self.buffer = bytearray()
-        self.max_length = max_length
+        super().__init__(max_length=max_length)
         self.on_answer = on_answer
 
-    def feed(self, data: bytes) -> None:
-        """Hands on every frame `data` completes, in order; raises FrameError (the buffer
-        emptied) after the frames before a length out of bounds."""
-        buffer = self.buffer
-        buffer += data
-        max_length = self.max_length
-        while len(buffer) >= _LENGTH_FIELD:
-            length = int.from_bytes(buffer[:_LENGTH_FIELD], "big")
-            if length < MIN_ANSWER_LENGTH or length > max_length:
-                buffer.clear()
-                raise FrameError(length, direction="answer")
-            end = _LENGTH_FIELD + length
-            if len(buffer) < end:
-                return
-            _, request_id, kind = _ANSWER.unpack_from(buffer)
-            body = bytes(buffer[9:end])  # after the length, the id and the kind
-            del buffer[:end]
-            self.on_answer(request_id, kind, body)
+    def _hand_on(self, buffer: bytearray, end: int) -> None:
+        _, request_id, kind = _ANSWER.unpack_from(buffer)
+        body = bytes(buffer[_ANSWER.size : end])  # after the length, the id and the kind
+        del buffer[:end]
+        self.on_answer(request_id, kind, body)
