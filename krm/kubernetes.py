@@ -152,11 +152,7 @@ class KubernetesFeed:
     async def watch(self, resource_version: str | None) -> str | None:
         """Apply events until the stream ends; the last resourceVersion seen."""
         async for event in self._events(resource_version):
-            kind, raw = event.get("type"), event["object"]
-            if kind == "ERROR":
-                if raw.get("code") == 410:
-                    raise WatchGone("the watch's resourceVersion is gone")
-                raise WatchFailed(f"the watch sent an error: {raw.get('code')} {raw.get('reason')}")
+            kind, raw = event.get("type"), event["object"]  # ERROR events raise in watch_events
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._apply(kind, raw)
             resource_version = _version(raw) or resource_version

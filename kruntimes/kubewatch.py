@@ -4,8 +4,9 @@ options of the watch request, and the events of one response, each bounded in si
 The caller makes the call with its own client (``watch_options`` are the keyword arguments of a
 kubernetes-asyncio ``list_*`` call) and hands the raw response to ``watch_events``; this module
 never imports the Kubernetes client. ``WatchGone`` means relist (410: the resourceVersion is too
-old); ``WatchFailed`` means the stream is unusable (an error status, an event that is not JSON,
-has no object, or is over ``MAX_EVENT_BYTES``)."""
+old); ``WatchFailed`` means the stream is unusable (an error status or ERROR event, an event that is
+not JSON, has no object, or is over ``MAX_EVENT_BYTES``). A 410 either way, as the answer's status
+or as an ERROR event in the stream, is ``WatchGone``."""
 
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ def watch_options(*, watch_seconds: float, resource_version: str | None) -> dict
 
 
 async def watch_events(response: Any, *, what: str) -> AsyncIterator[dict[str, Any]]:
-    """The events of one watch response (`what` names the resource in errors), until it ends."""
+    """The events of one watch response (`what` names the resource in errors), until it ends;
+    an ERROR event raises (WatchGone for 410, else WatchFailed), so only ADDED, MODIFIED,
+    DELETED and BOOKMARK events are yielded."""
     async with response:
         if response.status == 410:
             raise WatchGone("the watch's resourceVersion is gone")
@@ -71,4 +74,9 @@ def _event(line: bytes) -> dict[str, Any]:
         raise WatchFailed("a watch event is not JSON") from e
     if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
         raise WatchFailed("a watch event has no object")
+    if event.get("type") == "ERROR":
+        status = event["object"]
+        if status.get("code") == 410:
+            raise WatchGone("the watch's resourceVersion is gone")
+        raise WatchFailed(f"the watch sent an error: {status.get('code')} {status.get('reason')}")
     return event

@@ -149,11 +149,7 @@ class PodWatch:
         """Apply events until the stream ends, keeping the last resourceVersion seen (bookmarks
         included) in ``resource_version``, so that a watch cut off mid-stream resumes there."""
         async for event in self._events(self.resource_version):
-            kind, raw = event.get("type"), event["object"]
-            if kind == "ERROR":
-                if raw.get("code") == 410:
-                    raise WatchGone("the watch's resourceVersion is gone")
-                raise WatchFailed(f"the watch sent an error: {raw.get('code')} {raw.get('reason')}")
+            kind, raw = event.get("type"), event["object"]  # ERROR events raise in watch_events
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._apply(str(kind), raw)
             self.resource_version = _version(raw) or self.resource_version
