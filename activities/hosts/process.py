@@ -554,8 +554,9 @@ def _alive(pid: int) -> bool:
     if child is not None:
         if child.poll() is None:
             return True
+        # Reaped (now or before): whatever runs under this pid now is another process, which
+        # /proc tells about. (Pids are reused: an old host's entry must not hide a new process.)
         del _CHILDREN[pid]
-        return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

@@ -16,6 +16,7 @@ import pytest
 from cryptography import x509
 
 from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_all
+from activities.hosts import process as process_module
 from activities.hosts.process import host_running
 from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
@@ -317,6 +318,36 @@ async def test_an_unfinished_start_left_by_a_dead_worker_is_replaced(
         assert orphan.wait(timeout=15) is not None
         assert host_pids(state_dir) == [host.pid]
     finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+async def test_a_reused_pid_of_an_earlier_host_does_not_hide_an_orphan(
+    state_dir: Path, process: ProcessProvider
+) -> None:
+    """Pids are reused (here many times a suite): the orphan runs under the pid an earlier host of
+    this worker had, whose process was reaped long ago. It is still found and replaced (the
+    provider once took the old host's exit for the orphan's, and left it running)."""
+    directory = state_dir / "hosts" / "python"
+    directory.mkdir(parents=True)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--host-id", "python-0"]
+        + ["--ready-file", str(directory / "python-0.ready.json")],
+        start_new_session=True,
+    )
+    earlier = subprocess.Popen(["true"])
+    earlier.wait()
+    process_module._CHILDREN[orphan.pid] = earlier  # as if the earlier host had had this pid
+    try:
+        (directory / "python-0.pid").write_text(str(orphan.pid))
+
+        host = await process.create(spec(state_dir))
+
+        assert orphan.wait(timeout=15) is not None
+        assert host_pids(state_dir) == [host.pid]
+    finally:
+        process_module._CHILDREN.pop(orphan.pid, None)
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
