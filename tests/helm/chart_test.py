@@ -616,8 +616,12 @@ def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart:
     container = pod_spec(job)["containers"][0]
     assert container["command"] == ["temporal", "operator", "search-attribute", "create"]
     args = args_of(container)
-    assert set(flag(args, "--name")) == set(search.DEFINITIONS)
-    assert set(search.DEFINITIONS.values()) == set(flag(args, "--type")) == {"Keyword"}
+    # the CLI pairs the n-th --name with the n-th --type: a name without its own --type is dropped
+    names, types = flag(args, "--name"), flag(args, "--type")
+    assert len(names) == len(types) and dict(zip(names, types, strict=True)) == search.DEFINITIONS
+    assert [i for i, a in enumerate(args) if a == "--type"] == [
+        i + 2 for i, a in enumerate(args) if a == "--name"
+    ]
     assert flag(args, "--namespace") == [chart.values.get("temporal", {}).get("namespace", "default")]
     if chart.values.get("temporal", {}).get("apiKey", {}).get("secretName"):
         assert container["env"][0]["name"] == "TEMPORAL_API_KEY"
