@@ -603,7 +603,7 @@ def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
         assert policy["spec"]["egress"][2:] == CASES["runtimes-tenants"]["networkPolicy"]["hostEgress"]
 
 
-# --- the hook Job, the image, NOTES -----------------------------------------------------------------
+# --- the hook Job, the image (NOTES and the README: docs_test.py) --------------------------------
 
 
 def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart: Rendered) -> None:
@@ -648,9 +648,3 @@ def test_the_dockerfile_runs_krt_with_the_commands_the_chart_uses() -> None:
         "find"
     ]["include"]:
         assert f"COPY {package.rstrip('*')} " in dockerfile, package
-
-
-def test_notes_tell_how_to_create_and_invoke_a_run() -> None:
-    notes = rendered("default").notes
-    assert "krt run create" in notes and ":invoke" in notes and "kruntimes-invoker" in notes
-    assert "serviceaccount/token" in notes
