@@ -512,6 +512,38 @@ def test_every_pod_has_a_security_context_resources_and_probes(chart: Rendered) 
                     assert probe["httpGet"]["port"] in ports, name
 
 
+def writable(spec: dict[str, Any], container: dict[str, Any], path: str) -> bool:
+    """Whether `path` is on a writable emptyDir of the container (its root filesystem is read-only)."""
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = sorted(container.get("volumeMounts", []), key=lambda m: len(m["mountPath"]), reverse=True)
+    for mount in mounts:  # the innermost mount holding the path
+        if path == mount["mountPath"] or path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            return "emptyDir" in volumes[mount["name"]] and not mount.get("readOnly", False)
+    return False
+
+
+def test_every_container_can_write_where_its_program_writes(chart: Rendered) -> None:
+    """Read-only root filesystems: /tmp (the image's working directory, Python's and the temporal
+    CLI's temporary files, the TLS material a process loads) and the state directories are
+    writable emptyDirs — the worker's --state-dir and each host's (its functions' workspaces and
+    secrets)."""
+    for workload in [d for d in chart.docs if d["kind"] in WORKLOADS]:
+        spec = pod_spec(workload)
+        for container in spec["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            assert writable(spec, container, "/tmp"), (workload["metadata"]["name"], container["name"])
+    worker = chart.one("Deployment", "-worker")
+    args = worker_main.parse_args(worker_args(chart))
+    assert writable(pod_spec(worker), chart.container("Deployment", "-worker"), str(args.state_dir))
+    assert not writable(pod_spec(worker), chart.container("Deployment", "-worker"), str(args.platform_ca))
+    for pod in built_pods(chart):
+        container = pod["spec"]["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        state = flag(container["args"], "--state-dir")
+        assert len(state) == 1 and writable(pod["spec"], container, state[0]), pod["metadata"]["name"]
+        assert writable(pod["spec"], container, "/tmp"), pod["metadata"]["name"]
+
+
 def test_the_gateway_keeps_two_replicas_through_disruptions() -> None:
     chart = rendered("default")
     assert chart.one("Deployment", "-gateway")["spec"]["replicas"] >= 2
