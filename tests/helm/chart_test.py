@@ -181,6 +181,28 @@ def test_every_value_is_in_the_schema_with_no_other_keys_allowed() -> None:
         walk(values, schema, case)
 
 
+def test_every_value_in_values_yaml_is_commented() -> None:
+    """Each key line of values.yaml is under a comment: a comment opens the run of lines (no blank
+    line between) the key is in; a section's first line may be its comment."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    key = re.compile(r"^(\s*)(?:-\s+)?([A-Za-z][\w./-]*):(\s|$)")
+    uncommented = []
+    for i, line in enumerate(lines):
+        if not key.match(line):
+            continue
+        block = []
+        for above in reversed(lines[:i]):
+            if not above.strip():
+                break
+            block.append(above)
+        opens_section = (
+            not line.startswith(" ") and i + 1 < len(lines) and lines[i + 1].lstrip().startswith("#")
+        )
+        if not any(b.lstrip().startswith("#") for b in block) and not opens_section:
+            uncommented.append(line)
+    assert uncommented == []
+
+
 def json_schema() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((CHART / "values.schema.json").read_text())
     return data
