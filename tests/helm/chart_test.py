@@ -649,6 +649,29 @@ def test_network_policies_select_the_pods_they_mean(chart: Rendered) -> None:
     )
 
 
+def test_every_pod_of_the_chart_is_selected_by_one_policy_and_the_jobs_reach_only_their_server(
+    chart: Rendered,
+) -> None:
+    if chart.values.get("networkPolicy", {}).get("enabled", True) is False:
+        return
+    policies = [p for p in chart.of("NetworkPolicy") if p["metadata"]["namespace"] == NAMESPACE]
+    for workload in [d for d in chart.docs if d["kind"] in WORKLOADS]:
+        template = workload["spec"]["jobTemplate"] if workload["kind"] == "CronJob" else workload
+        labels = template["spec"]["template"]["metadata"]["labels"]
+        selecting = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
+        assert len(selecting) == 1, (workload["metadata"]["name"], [p["metadata"]["name"] for p in selecting])
+    worker_egress = chart.one("NetworkPolicy", "-worker")["spec"]["egress"]
+    dns, temporal_rule, kube_api = worker_egress[0], worker_egress[1], worker_egress[2]
+    expected = {"-search-attributes": [dns, temporal_rule], "-pki-init": [dns, kube_api]}
+    for suffix, egress in expected.items():
+        found = [p for p in policies if p["metadata"]["name"].endswith(suffix)]
+        jobs = [j for j in chart.of("Job") if j["metadata"]["name"].endswith(suffix)]
+        assert len(found) == len(jobs) <= 1, suffix
+        for policy in found:
+            assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy["spec"]
+            assert policy["spec"]["egress"] == egress, suffix
+
+
 def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
     default = rendered("default").one("NetworkPolicy", "-hosts")["spec"]["egress"]
     assert len(default) == 2
