@@ -328,7 +328,15 @@ def test_the_runtimes_configmap_loads_and_its_templates_build_pods_that_validate
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
         assert container["resources"]["requests"] and container["resources"]["limits"]
-        assert container["readinessProbe"]
+        assert container["readinessProbe"]["grpc"]["port"] == pods.HEALTH_PORT
+        liveness = container["livenessProbe"]
+        assert liveness["grpc"]["port"] == pods.HEALTH_PORT
+        runtime = next(r for r in config.runtimes if r.name == pod["metadata"]["labels"][pods.LABEL_RUNTIME])
+        assert runtime.kubernetes is not None
+        # not while the provider's own start timeout rules the start, then a minute unanswered
+        assert liveness["initialDelaySeconds"] >= runtime.kubernetes.startTimeoutSeconds
+        assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+        assert liveness["timeoutSeconds"] < liveness["periodSeconds"]
 
 
 def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
