@@ -82,6 +82,43 @@ def test_lint_is_clean_in_strict_mode(case: str) -> None:
         assert result["errors"] == [] and result["messages"] == [], (case, version, result)
 
 
+def test_the_ci_values_cover_what_the_chart_offers() -> None:
+    """Among helm/kruntimes/ci/*-values.yaml (each linted, rendered and validated by the tests here):
+    cert-manager on and off, an existing serving Secret, Temporal over TLS with an API key,
+    NetworkPolicies off, several runtimes and tenants."""
+
+    def get(values: dict[str, Any], path: str) -> Any:
+        node: Any = values
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    ci = {case: values for case, values in CASES.items() if case != "default"}
+    wanted = {
+        "cert-manager on": lambda v: (
+            get(v, "pki.certManager.enabled") is not False
+            and get(v, "gateway.tls.certManager.enabled") is not False
+        ),
+        "cert-manager off": lambda v: (
+            get(v, "pki.certManager.enabled") is False and get(v, "gateway.tls.certManager.enabled") is False
+        ),
+        "an existing serving Secret": lambda v: bool(get(v, "gateway.tls.secretName")),
+        "existing platform Secrets": lambda v: bool(get(v, "pki.existingSecrets.ca")),
+        "the init Job's Secrets": lambda v: (
+            get(v, "pki.certManager.enabled") is False and not get(v, "pki.existingSecrets.ca")
+        ),
+        "Temporal TLS and an API key": lambda v: (
+            get(v, "temporal.tls.enabled") is True and bool(get(v, "temporal.apiKey.secretName"))
+        ),
+        "NetworkPolicies off": lambda v: get(v, "networkPolicy.enabled") is False,
+        "several runtimes and tenants": lambda v: (
+            len(get(v, "runtimes") or []) >= 3 and len(get(v, "tenants") or []) >= 2
+        ),
+    }
+    for what, holds in wanted.items():
+        assert any(holds(values) for values in ci.values()), f"no ci values file with {what}"
+
+
 def test_the_chart_claims_kubernetes_versions_the_validator_has_and_the_package_version() -> None:
     metadata = chart_metadata()
     assert metadata["apiVersion"] == "v2"
