@@ -413,6 +413,33 @@ def test_a_runtimes_own_template_wins_over_the_hosts_defaults() -> None:
     assert python.kubernetes.podTemplate.imagePullSecrets == ["regcred"]
 
 
+def test_a_runtimes_volumes_mounts_and_env_join_the_hosts_defaults_by_name() -> None:
+    values = {
+        "hosts": {"podTemplate": {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}},
+        "runtimes": [
+            {
+                "name": "python",
+                "adapter": "python",
+                "kubernetes": {
+                    "podTemplate": {
+                        "env": [{"name": "B", "value": "3"}],
+                        "volumes": [{"name": "models", "configMap": {"name": "models"}}],
+                        "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+                    }
+                },
+            }
+        ],
+    }
+    docs, _ = render(values)
+    chart = Rendered("merged", values, docs, "")
+    python = parse_config(yaml.safe_load(runtimes_file(chart))).runtime("python")
+    assert python is not None and python.kubernetes is not None
+    template = python.kubernetes.podTemplate
+    assert [v["name"] for v in template.volumes] == ["tmp", "models"]  # the hosts' /tmp stays
+    assert [m["mountPath"] for m in template.volumeMounts] == ["/tmp", "/models"]
+    assert template.env == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}]
+
+
 # --- coherence with the code: the gateway -----------------------------------------------------------
 
 
