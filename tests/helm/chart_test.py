@@ -393,6 +393,51 @@ def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
         assert security["readOnlyRootFilesystem"] is True
 
 
+@pytest.mark.parametrize(
+    ("runtime", "named"),
+    [
+        # uid isolation (the worker's default) in a host that does not run as root
+        (
+            {"kubernetes": {"podTemplate": {"securityContext": {"runAsNonRoot": True, "runAsUser": 10001}}}},
+            "isolation uid",
+        ),
+        # ... or without SETUID
+        (
+            {
+                "kubernetes": {
+                    "podTemplate": {"containerSecurityContext": {"capabilities": {"add": ["SETGID"]}}}
+                }
+            },
+            "isolation uid",
+        ),
+        ({"network": "none"}, "network none"),
+    ],
+)
+def test_a_runtime_whose_pod_cannot_isolate_as_asked_is_refused_naming_it(
+    runtime: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(helm_python.HelmError) as refused:
+        render({"runtimes": [{"name": "python", "adapter": "python", **runtime}]})
+    assert f"runtimes[python]: {named}" in str(refused.value)
+
+
+def test_what_each_runtime_isolation_needs_its_pod_has(chart: Rendered) -> None:
+    config = parse_config(yaml.safe_load(runtimes_file(chart)))
+    worker_isolation = worker_main.parse_args(worker_args(chart)).isolation
+    for runtime in config.runtimes:
+        assert runtime.kubernetes is not None
+        template = runtime.kubernetes.podTemplate
+        security = template.containerSecurityContext or {}
+        added = set(security.get("capabilities", {}).get("add", []))
+        user = security.get("runAsUser", (template.securityContext or {}).get("runAsUser"))
+        if (runtime.isolation or worker_isolation) == "uid":
+            assert user == 0 and {"SETUID", "SETGID", "SETPCAP"} <= added, runtime.name
+        else:
+            assert user != 0 and not added, runtime.name
+        if runtime.network == "none":
+            assert "SYS_ADMIN" in added, runtime.name
+
+
 def test_a_runtimes_own_template_wins_over_the_hosts_defaults() -> None:
     config = parse_config(yaml.safe_load(runtimes_file(rendered("runtimes-tenants"))))
     bash = config.runtime("bash")
