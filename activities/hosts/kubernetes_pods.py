@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,9 @@ GRPC_PORT_NAME, GRPC_PORT = "grpc", 50051
 INVOKE_PORT_NAME, INVOKE_PORT = "invoke", 50052
 # Plaintext, grpc.health.v1 Check only: the kubelet's gRPC probe cannot present a certificate.
 HEALTH_PORT_NAME, HEALTH_PORT = "health", 50053
+# The liveness probe on that port: a host is ended after LIVENESS_FAILURES checks in a row, one
+# every LIVENESS_PERIOD_S, unanswered within LIVENESS_TIMEOUT_S.
+LIVENESS_PERIOD_S, LIVENESS_TIMEOUT_S, LIVENESS_FAILURES = 10, 5, 6
 STATE_VOLUME, STATE_MOUNT = "krt-state", "/var/lib/kruntimes"
 CERT_VOLUME, CERT_MOUNT = "krt-certificate", "/etc/kruntimes/tls"
 # With a runtime's hostInjection: the emptyDir the init container installs the host into.
@@ -233,6 +237,16 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         ],
         # Ready once the Runtime Server's health service says SERVING (on its plaintext port).
         "readinessProbe": {"grpc": {"port": HEALTH_PORT}, "periodSeconds": 2, "failureThreshold": 2},
+        # Ended once its health port has not answered for a minute (the pod then fails, as it never
+        # restarts, and its pool replaces the host); not before its start timeout, which rules the
+        # start itself.
+        "livenessProbe": {
+            "grpc": {"port": HEALTH_PORT},
+            "initialDelaySeconds": math.ceil(settings.startTimeoutSeconds),
+            "periodSeconds": LIVENESS_PERIOD_S,
+            "timeoutSeconds": LIVENESS_TIMEOUT_S,
+            "failureThreshold": LIVENESS_FAILURES,
+        },
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         **_given(

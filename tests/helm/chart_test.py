@@ -82,6 +82,43 @@ def test_lint_is_clean_in_strict_mode(case: str) -> None:
         assert result["errors"] == [] and result["messages"] == [], (case, version, result)
 
 
+def test_the_ci_values_cover_what_the_chart_offers() -> None:
+    """Among helm/kruntimes/ci/*-values.yaml (each linted, rendered and validated by the tests here):
+    cert-manager on and off, an existing serving Secret, Temporal over TLS with an API key,
+    NetworkPolicies off, several runtimes and tenants."""
+
+    def get(values: dict[str, Any], path: str) -> Any:
+        node: Any = values
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    ci = {case: values for case, values in CASES.items() if case != "default"}
+    wanted = {
+        "cert-manager on": lambda v: (
+            get(v, "pki.certManager.enabled") is not False
+            and get(v, "gateway.tls.certManager.enabled") is not False
+        ),
+        "cert-manager off": lambda v: (
+            get(v, "pki.certManager.enabled") is False and get(v, "gateway.tls.certManager.enabled") is False
+        ),
+        "an existing serving Secret": lambda v: bool(get(v, "gateway.tls.secretName")),
+        "existing platform Secrets": lambda v: bool(get(v, "pki.existingSecrets.ca")),
+        "the init Job's Secrets": lambda v: (
+            get(v, "pki.certManager.enabled") is False and not get(v, "pki.existingSecrets.ca")
+        ),
+        "Temporal TLS and an API key": lambda v: (
+            get(v, "temporal.tls.enabled") is True and bool(get(v, "temporal.apiKey.secretName"))
+        ),
+        "NetworkPolicies off": lambda v: get(v, "networkPolicy.enabled") is False,
+        "several runtimes and tenants": lambda v: (
+            len(get(v, "runtimes") or []) >= 3 and len(get(v, "tenants") or []) >= 2
+        ),
+    }
+    for what, holds in wanted.items():
+        assert any(holds(values) for values in ci.values()), f"no ci values file with {what}"
+
+
 def test_the_chart_claims_kubernetes_versions_the_validator_has_and_the_package_version() -> None:
     metadata = chart_metadata()
     assert metadata["apiVersion"] == "v2"
@@ -179,6 +216,28 @@ def test_every_value_is_in_the_schema_with_no_other_keys_allowed() -> None:
     walk(defaults, schema, "values")
     for case, values in CASES.items():
         walk(values, schema, case)
+
+
+def test_every_value_in_values_yaml_is_commented() -> None:
+    """Each key line of values.yaml is under a comment: a comment opens the run of lines (no blank
+    line between) the key is in; a section's first line may be its comment."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    key = re.compile(r"^(\s*)(?:-\s+)?([A-Za-z][\w./-]*):(\s|$)")
+    uncommented = []
+    for i, line in enumerate(lines):
+        if not key.match(line):
+            continue
+        block = []
+        for above in reversed(lines[:i]):
+            if not above.strip():
+                break
+            block.append(above)
+        opens_section = (
+            not line.startswith(" ") and i + 1 < len(lines) and lines[i + 1].lstrip().startswith("#")
+        )
+        if not any(b.lstrip().startswith("#") for b in block) and not opens_section:
+            uncommented.append(line)
+    assert uncommented == []
 
 
 def json_schema() -> dict[str, Any]:
@@ -306,7 +365,15 @@ def test_the_runtimes_configmap_loads_and_its_templates_build_pods_that_validate
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
         assert container["resources"]["requests"] and container["resources"]["limits"]
-        assert container["readinessProbe"]
+        assert container["readinessProbe"]["grpc"]["port"] == pods.HEALTH_PORT
+        liveness = container["livenessProbe"]
+        assert liveness["grpc"]["port"] == pods.HEALTH_PORT
+        runtime = next(r for r in config.runtimes if r.name == pod["metadata"]["labels"][pods.LABEL_RUNTIME])
+        assert runtime.kubernetes is not None
+        # not while the provider's own start timeout rules the start, then a minute unanswered
+        assert liveness["initialDelaySeconds"] >= runtime.kubernetes.startTimeoutSeconds
+        assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+        assert liveness["timeoutSeconds"] < liveness["periodSeconds"]
 
 
 def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
@@ -324,6 +391,51 @@ def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
             "SETUID",
         }
         assert security["readOnlyRootFilesystem"] is True
+
+
+@pytest.mark.parametrize(
+    ("runtime", "named"),
+    [
+        # uid isolation (the worker's default) in a host that does not run as root
+        (
+            {"kubernetes": {"podTemplate": {"securityContext": {"runAsNonRoot": True, "runAsUser": 10001}}}},
+            "isolation uid",
+        ),
+        # ... or without SETUID
+        (
+            {
+                "kubernetes": {
+                    "podTemplate": {"containerSecurityContext": {"capabilities": {"add": ["SETGID"]}}}
+                }
+            },
+            "isolation uid",
+        ),
+        ({"network": "none"}, "network none"),
+    ],
+)
+def test_a_runtime_whose_pod_cannot_isolate_as_asked_is_refused_naming_it(
+    runtime: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(helm_python.HelmError) as refused:
+        render({"runtimes": [{"name": "python", "adapter": "python", **runtime}]})
+    assert f"runtimes[python]: {named}" in str(refused.value)
+
+
+def test_what_each_runtime_isolation_needs_its_pod_has(chart: Rendered) -> None:
+    config = parse_config(yaml.safe_load(runtimes_file(chart)))
+    worker_isolation = worker_main.parse_args(worker_args(chart)).isolation
+    for runtime in config.runtimes:
+        assert runtime.kubernetes is not None
+        template = runtime.kubernetes.podTemplate
+        security = template.containerSecurityContext or {}
+        added = set(security.get("capabilities", {}).get("add", []))
+        user = security.get("runAsUser", (template.securityContext or {}).get("runAsUser"))
+        if (runtime.isolation or worker_isolation) == "uid":
+            assert user == 0 and {"SETUID", "SETGID", "SETPCAP"} <= added, runtime.name
+        else:
+            assert user != 0 and not added, runtime.name
+        if runtime.network == "none":
+            assert "SYS_ADMIN" in added, runtime.name
 
 
 def test_a_runtimes_own_template_wins_over_the_hosts_defaults() -> None:
@@ -344,6 +456,33 @@ def test_a_runtimes_own_template_wins_over_the_hosts_defaults() -> None:
         "limits": {"cpu": "4", "memory": "4Gi"},
     }
     assert python.kubernetes.podTemplate.imagePullSecrets == ["regcred"]
+
+
+def test_a_runtimes_volumes_mounts_and_env_join_the_hosts_defaults_by_name() -> None:
+    values = {
+        "hosts": {"podTemplate": {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}},
+        "runtimes": [
+            {
+                "name": "python",
+                "adapter": "python",
+                "kubernetes": {
+                    "podTemplate": {
+                        "env": [{"name": "B", "value": "3"}],
+                        "volumes": [{"name": "models", "configMap": {"name": "models"}}],
+                        "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+                    }
+                },
+            }
+        ],
+    }
+    docs, _ = render(values)
+    chart = Rendered("merged", values, docs, "")
+    python = parse_config(yaml.safe_load(runtimes_file(chart))).runtime("python")
+    assert python is not None and python.kubernetes is not None
+    template = python.kubernetes.podTemplate
+    assert [v["name"] for v in template.volumes] == ["tmp", "models"]  # the hosts' /tmp stays
+    assert [m["mountPath"] for m in template.volumeMounts] == ["/tmp", "/models"]
+    assert template.env == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}]
 
 
 # --- coherence with the code: the gateway -----------------------------------------------------------
@@ -512,6 +651,38 @@ def test_every_pod_has_a_security_context_resources_and_probes(chart: Rendered) 
                     assert probe["httpGet"]["port"] in ports, name
 
 
+def writable(spec: dict[str, Any], container: dict[str, Any], path: str) -> bool:
+    """Whether `path` is on a writable emptyDir of the container (its root filesystem is read-only)."""
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = sorted(container.get("volumeMounts", []), key=lambda m: len(m["mountPath"]), reverse=True)
+    for mount in mounts:  # the innermost mount holding the path
+        if path == mount["mountPath"] or path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            return "emptyDir" in volumes[mount["name"]] and not mount.get("readOnly", False)
+    return False
+
+
+def test_every_container_can_write_where_its_program_writes(chart: Rendered) -> None:
+    """Read-only root filesystems: /tmp (the image's working directory, Python's and the temporal
+    CLI's temporary files, the TLS material a process loads) and the state directories are
+    writable emptyDirs — the worker's --state-dir and each host's (its functions' workspaces and
+    secrets)."""
+    for workload in [d for d in chart.docs if d["kind"] in WORKLOADS]:
+        spec = pod_spec(workload)
+        for container in spec["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            assert writable(spec, container, "/tmp"), (workload["metadata"]["name"], container["name"])
+    worker = chart.one("Deployment", "-worker")
+    args = worker_main.parse_args(worker_args(chart))
+    assert writable(pod_spec(worker), chart.container("Deployment", "-worker"), str(args.state_dir))
+    assert not writable(pod_spec(worker), chart.container("Deployment", "-worker"), str(args.platform_ca))
+    for pod in built_pods(chart):
+        container = pod["spec"]["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        state = flag(container["args"], "--state-dir")
+        assert len(state) == 1 and writable(pod["spec"], container, state[0]), pod["metadata"]["name"]
+        assert writable(pod["spec"], container, "/tmp"), pod["metadata"]["name"]
+
+
 def test_the_gateway_keeps_two_replicas_through_disruptions() -> None:
     chart = rendered("default")
     assert chart.one("Deployment", "-gateway")["spec"]["replicas"] >= 2
@@ -595,6 +766,29 @@ def test_network_policies_select_the_pods_they_mean(chart: Rendered) -> None:
     )
 
 
+def test_every_pod_of_the_chart_is_selected_by_one_policy_and_the_jobs_reach_only_their_server(
+    chart: Rendered,
+) -> None:
+    if chart.values.get("networkPolicy", {}).get("enabled", True) is False:
+        return
+    policies = [p for p in chart.of("NetworkPolicy") if p["metadata"]["namespace"] == NAMESPACE]
+    for workload in [d for d in chart.docs if d["kind"] in WORKLOADS]:
+        template = workload["spec"]["jobTemplate"] if workload["kind"] == "CronJob" else workload
+        labels = template["spec"]["template"]["metadata"]["labels"]
+        selecting = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
+        assert len(selecting) == 1, (workload["metadata"]["name"], [p["metadata"]["name"] for p in selecting])
+    worker_egress = chart.one("NetworkPolicy", "-worker")["spec"]["egress"]
+    dns, temporal_rule, kube_api = worker_egress[0], worker_egress[1], worker_egress[2]
+    expected = {"-search-attributes": [dns, temporal_rule], "-pki-init": [dns, kube_api]}
+    for suffix, egress in expected.items():
+        found = [p for p in policies if p["metadata"]["name"].endswith(suffix)]
+        jobs = [j for j in chart.of("Job") if j["metadata"]["name"].endswith(suffix)]
+        assert len(found) == len(jobs) <= 1, suffix
+        for policy in found:
+            assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy["spec"]
+            assert policy["spec"]["egress"] == egress, suffix
+
+
 def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
     default = rendered("default").one("NetworkPolicy", "-hosts")["spec"]["egress"]
     assert len(default) == 2
@@ -603,7 +797,7 @@ def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
         assert policy["spec"]["egress"][2:] == CASES["runtimes-tenants"]["networkPolicy"]["hostEgress"]
 
 
-# --- the hook Job, the image, NOTES -----------------------------------------------------------------
+# --- the hook Job, the image (NOTES and the README: docs_test.py) --------------------------------
 
 
 def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart: Rendered) -> None:
@@ -616,8 +810,12 @@ def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart:
     container = pod_spec(job)["containers"][0]
     assert container["command"] == ["temporal", "operator", "search-attribute", "create"]
     args = args_of(container)
-    assert set(flag(args, "--name")) == set(search.DEFINITIONS)
-    assert set(search.DEFINITIONS.values()) == set(flag(args, "--type")) == {"Keyword"}
+    # the CLI pairs the n-th --name with the n-th --type: a name without its own --type is dropped
+    names, types = flag(args, "--name"), flag(args, "--type")
+    assert len(names) == len(types) and dict(zip(names, types, strict=True)) == search.DEFINITIONS
+    assert [i for i, a in enumerate(args) if a == "--type"] == [
+        i + 2 for i, a in enumerate(args) if a == "--name"
+    ]
     assert flag(args, "--namespace") == [chart.values.get("temporal", {}).get("namespace", "default")]
     if chart.values.get("temporal", {}).get("apiKey", {}).get("secretName"):
         assert container["env"][0]["name"] == "TEMPORAL_API_KEY"
@@ -644,9 +842,3 @@ def test_the_dockerfile_runs_krt_with_the_commands_the_chart_uses() -> None:
         "find"
     ]["include"]:
         assert f"COPY {package.rstrip('*')} " in dockerfile, package
-
-
-def test_notes_tell_how_to_create_and_invoke_a_run() -> None:
-    notes = rendered("default").notes
-    assert "krt run create" in notes and ":invoke" in notes and "kruntimes-invoker" in notes
-    assert "serviceaccount/token" in notes

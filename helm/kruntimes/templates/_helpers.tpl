@@ -112,6 +112,11 @@ Secrets: without cert-manager and without existing Secrets (all three or none). 
 {{- printf "%s-gateway.%s.svc" (include "kruntimes.fullname" .) .Release.Namespace }}
 {{- end }}
 
+{{/* The gateway's in-cluster URL (its Service and port): the base of every Run's endpoint. */}}
+{{- define "kruntimes.gatewayUrl" -}}
+https://{{ include "kruntimes.gatewayHost" . }}{{ if ne (int .Values.gateway.service.port) 443 }}:{{ .Values.gateway.service.port }}{{ end }}
+{{- end }}
+
 {{/* The Temporal connection flags (kruntimes.temporal.add_arguments) and their mounts. */}}
 {{- define "kruntimes.temporalArgs" -}}
 - --temporal-address
