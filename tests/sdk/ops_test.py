@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.client import Client, RunNotFound
-from kruntimes.codec import ENCODING, PLAIN
+from kruntimes.codec import ENCODING
+from kruntimes.devserver import temporal_binary
 from kruntimes.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
@@ -168,11 +170,37 @@ async def test_every_workflow_type_has_a_static_summary(krt: Client, platform: P
     ]
     assert scheduled and all(scheduled), scheduled
     assert any(s.startswith("task on ") for s in scheduled), scheduled
+    # What an operator reads with the `temporal` CLI, without the codec server: the summary as
+    # its text, the details encrypted.
+    described = await _temporal(
+        platform, "workflow", "describe", "--workflow-id", run_workflow_id("default", name)
+    )
+    summary_line = [line.split(None, 1) for line in described.splitlines() if "StaticSummary" in line]
+    assert summary_line == [["StaticSummary", f'"task python default/{name}"']], described
+    assert "StaticDetails" in described and "spec sha256" not in described
+
+
+async def _temporal(platform: Platform, *args: str) -> str:
+    """The `temporal` CLI's output for `args` against the platform's dev server."""
+    proc = await asyncio.create_subprocess_exec(
+        temporal_binary(),
+        *args,
+        "--address",
+        platform.config.temporalAddress,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 def _plain(payload: Payload) -> str:
-    """The text of a summary payload stored unencrypted ('' for any other payload)."""
-    if payload.metadata.get("encoding") != b"json/plain" or payload.metadata.get(PLAIN) != b"1":
+    """The text of a summary payload stored as an ordinary json/plain payload, its metadata the
+    encoding alone: what `temporal workflow describe/list` and the UI show as text ('' for any
+    other payload)."""
+    if dict(payload.metadata) != {"encoding": b"json/plain"}:
         return ""
     text = json.loads(payload.data)
     return text if isinstance(text, str) else ""
