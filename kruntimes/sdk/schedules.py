@@ -93,8 +93,9 @@ def parse_duration(text: str) -> timedelta:
 
 def check_interval(every: timedelta) -> timedelta:
     if not MIN_INTERVAL <= every <= MAX_INTERVAL:
+        seconds = f"{every.total_seconds():.3f}".rstrip("0").rstrip(".")  # 43200000, 0.5
         raise InvalidSchedule(
-            f"interval {every.total_seconds():g} s: must be within {MIN_INTERVAL.total_seconds():g} s"
+            f"interval {seconds} s: must be within {MIN_INTERVAL.total_seconds():g} s"
             f" and {MAX_INTERVAL.days} days"
         )
     return every

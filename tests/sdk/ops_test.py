@@ -269,3 +269,23 @@ async def test_a_finished_run_is_readable_until_its_ttl_then_gone_from_temporal(
     # Temporal accepted the delete of that execution (it removes it from its stores a little
     # later: the dev server takes about half a minute, longer under load).
     assert closed.run_id is not None
+
+
+def test_summaries_stay_within_200_bytes_and_whole_characters() -> None:
+    """The longest Run a manifest can name fits a summary; longer text (free text in a summary:
+    a multi-byte one too) is cut on a character boundary with `...`, within 200 bytes."""
+    from kruntimes.wire.summaries import MAX_SUMMARY_BYTES, run_summary, summary
+
+    longest = Run.from_dict(
+        manifest("r" * 63, mode={"function": {"idleTimeoutSeconds": 1}})
+        | {"metadata": {"name": "r" * 63, "namespace": "n" * 63}}
+    )
+    text = run_summary(longest)
+    assert text == f"function python {'n' * 63}/{'r' * 63}" and len(text.encode()) <= MAX_SUMMARY_BYTES
+    for piece in ("é", "日", "🙂", "a"):
+        for length in range(60, 80):
+            cut = summary("x" + piece * length * 3)
+            data = cut.encode()
+            assert len(data) <= MAX_SUMMARY_BYTES and data.decode() == cut
+            assert cut.endswith("...") or len(("x" + piece * length * 3).encode()) <= MAX_SUMMARY_BYTES
+    assert summary("two\nlines\t here") == "two lines here"

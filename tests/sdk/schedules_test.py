@@ -154,6 +154,8 @@ async def test_every_schedule_input_is_checked(krt: Client) -> None:
     for bad in ("0s", "400d", "5 minutes", "", "-3s"):
         with pytest.raises(InvalidSchedule):
             parse_duration(bad)
+    with pytest.raises(InvalidSchedule, match=r"^interval 43200000 s: must be within 1 s and 366 days$"):
+        parse_duration("500d")
     every = timedelta(minutes=5)
     with pytest.raises(InvalidSchedule, match="DNS"):
         await krt.schedules.create("Bad_Name", _task(), namespace="default", every=every)
