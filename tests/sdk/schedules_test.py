@@ -163,6 +163,10 @@ async def test_every_schedule_input_is_checked(krt: Client) -> None:
         await krt.schedules.create("n" * 50, _task(), namespace="default", every=every)
     with pytest.raises(InvalidSchedule, match="task Run"):
         await krt.schedules.create("fn", Run.from_dict(manifest("fn")), namespace="default", every=every)
+    with pytest.raises(InvalidSchedule, match="overlap 'sometimes': one of skip, buffer-one, allow-all"):
+        await krt.schedules.create("o", _task(), namespace="default", every=every, overlap="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidSchedule, match="DNS"):
+        await krt.schedules.create("ok", _task(), namespace="Bad_Namespace", every=every)
     with pytest.raises(InvalidSchedule, match="exactly one"):
         await krt.schedules.create("both", _task(), namespace="default", every=every, cron="@daily")
     with pytest.raises(InvalidSchedule, match="minute '99'"):  # refused before it reaches Temporal
