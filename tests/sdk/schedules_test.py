@@ -75,19 +75,33 @@ async def test_a_schedule_starts_named_task_runs_pauses_and_triggers(krt: Client
         await krt.schedules.pause(name, "default", note="maintenance")
         paused = await krt.schedules.get(name, "default")
         assert paused.paused and paused.note == "maintenance"
+        # Counted in actions: recentRuns holds only Temporal's last 10.
+        handle = (await krt.temporal()).get_schedule_handle(schedule_id("default", name))
         await _delete_all(krt, name)
-        count = len(paused.recentRuns)
+
+        async def none_running() -> bool:  # so the overlap policy lets the trigger start
+            return not (await handle.describe()).info.running_actions
+
+        await _eventually(none_running, within=20, what="the schedule's last Run to close")
+        actions = (await handle.describe()).info.num_actions
         await krt.schedules.trigger(name, "default")  # starts one though paused
 
         async def triggered() -> bool:
-            return len((await krt.schedules.get(name, "default")).recentRuns) > count
+            return (await handle.describe()).info.num_actions > actions
 
         await _eventually(triggered, within=20, what="the triggered start")
+        latest = (await krt.schedules.get(name, "default")).recentRuns[-1]
 
-        async def run_started() -> bool:
-            return bool(await _runs_of(krt, name))
+        async def triggered_run_done() -> bool:
+            return any(
+                r.metadata.name == latest and r.status.phase is RunPhase.Succeeded
+                for r in await _runs_of(krt, name)
+            )
 
-        await _eventually(run_started, within=20, what="the triggered Run")
+        await _eventually(triggered_run_done, within=30, what="the triggered Run")
+        # Meanwhile (a Run's whole life, longer than the 2 s interval) the paused schedule started
+        # nothing on its own.
+        assert (await handle.describe()).info.num_actions == actions + 1
         await krt.schedules.unpause(name, "default")
         assert not (await krt.schedules.get(name, "default")).paused
         with pytest.raises(ScheduleAlreadyExists):
