@@ -275,6 +275,20 @@ async def test_a_cron_schedule_with_seconds_starts_runs_at_its_cron_times(
         assert len(set(stamps)) == len(stamps) and len({r.uid for r in runs}) == len(runs)
         listed = await krt_cli(platform, "schedule", "list")
         assert listed.code == 0 and "*/2 * * * * * *" in listed.out, listed.err
+        # Each start's ScheduledRunWorkflow has its summary, stored as plain text.
+        query = f"WorkflowType='ScheduledRunWorkflow' AND WorkflowId STARTS_WITH 'scheduled/default/{name}-'"
+
+        async def listed_starts() -> bool:
+            return bool([w async for w in platform.temporal.list_workflows(query)])
+
+        await _eventually(listed_starts, within=20, what="the starts in the visibility store")
+        started = [w async for w in platform.temporal.list_workflows(query)]
+        described = await platform.temporal.get_workflow_handle(
+            started[0].id, run_id=started[0].run_id
+        ).describe()
+        assert await described.static_summary() == f"schedule default/{name}: task python"
+        metadata = described.raw_description.execution_config.user_metadata.summary.metadata
+        assert dict(metadata) == {"encoding": b"json/plain"}
     finally:
         await krt.schedules.delete(name, "default")
         await _delete_all(krt, name)
