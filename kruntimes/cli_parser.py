@@ -184,7 +184,12 @@ def build() -> Parser:
     )
     create_schedule.add_argument("name")
     when = create_schedule.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", metavar="EXPR", help="a cron expression, e.g. '0 3 * * *' or @hourly (UTC)")
+    when.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help="a cron expression (UTC): 5 fields, e.g. '0 3 * * *'; 6 with a year; 7 with a second first,"
+        " e.g. '*/30 * * * * * *'; or @hourly, @daily, ...",
+    )
     when.add_argument("--every", metavar="DURATION", help="a fixed interval, e.g. 30s, 5m, 1h30m, 2d")
     create_schedule.add_argument("-f", "--filename", required=True, help="the task Run's manifest, or -")
     create_schedule.add_argument(

@@ -39,8 +39,10 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 AAD = b"kruntimes/v1"
 # A payload the converter marked as text for operators (a workflow's, activity's or timer's
-# summary: kruntimes.wire.summaries.Plain) is left as it is, so the Temporal UI and CLI show it
-# without the codec server. Only the converter sets it, and only for that type; decoding a
+# summary: kruntimes.wire.summaries.Plain) is stored unencrypted, so the Temporal UI and CLI show
+# it without the codec server. Only the converter sets the mark, and only for that type; the
+# codec takes it off, so the stored payload is an ordinary `json/plain` one (the `temporal` CLI
+# shows a payload as its text only when its metadata holds nothing but the encoding). Decoding a
 # payload that is not encrypted returns it as it is either way.
 PLAIN = "krt-plain"
 MAX_KEYS = 64
@@ -134,7 +136,8 @@ class EncryptionCodec(PayloadCodec):
 
     def encrypt(self, payload: Payload) -> Payload:
         if payload.metadata.get(PLAIN) == b"1":
-            return payload
+            metadata = {k: v for k, v in payload.metadata.items() if k != PLAIN}
+            return Payload(metadata=metadata, data=payload.data)
         nonce = secrets.token_bytes(NONCE_BYTES)
         sealed = self._ciphers[self._active].encrypt(nonce, payload.SerializeToString(), AAD)
         return Payload(

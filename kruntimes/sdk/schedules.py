@@ -8,8 +8,9 @@ so the overlap policy counts Runs: `skip` (the default) starts none while the la
 now (under the same overlap policy), paused or not.
 
 Everything given is validated before it reaches Temporal: the name (a DNS label short enough to
-leave room for the time stamp), the namespace, the cron expression's shape (the server checks
-its values and its answer is passed on), the interval's bounds, the template (a task Run).
+leave room for the time stamp), the namespace, the cron expression (5, 6 or 7 fields, each value
+within its field's bounds, as Temporal reads them; Temporal's own refusal is passed on too), the
+interval's bounds, the template (a task Run).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ MAX_INTERVAL = timedelta(days=366)
 MAX_CRON_LENGTH = 200
 MAX_NOTE_LENGTH = 500
 _CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
-_CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-LW#]+$")
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _PREFIX = "schedule/"
 CRON_MEMO = "krtCron"
@@ -93,29 +93,117 @@ def parse_duration(text: str) -> timedelta:
 
 def check_interval(every: timedelta) -> timedelta:
     if not MIN_INTERVAL <= every <= MAX_INTERVAL:
+        seconds = f"{every.total_seconds():.3f}".rstrip("0").rstrip(".")  # 43200000, 0.5
         raise InvalidSchedule(
-            f"interval {every.total_seconds():g} s: must be within {MIN_INTERVAL.total_seconds():g} s"
+            f"interval {seconds} s: must be within {MIN_INTERVAL.total_seconds():g} s"
             f" and {MAX_INTERVAL.days} days"
         )
     return every
 
 
 def check_cron(expression: str) -> str:
-    """The shape of a cron expression: a macro (@daily, ...) or 5 fields (minute hour day-of-month
-    month day-of-week) of cron characters. The server checks the values."""
+    """A cron expression as Temporal reads it (UTC): a macro (@hourly, @daily, ...) or 5, 6 or 7
+    fields: `minute hour day-of-month month day-of-week`, then `year` (6 fields), with `second`
+    first as well (7 fields; e.g. `*/30 * * * * * *` is every 30 s). Each field is `*`, a value,
+    a range `a-b`, any of those with a step `/n`, or a comma list of them; months and days of the
+    week may be names (`jan`, `mon`). Every value is checked against its field's bounds here, so a
+    refusal says which field is wrong; Temporal's own refusal is passed on as well."""
     text = " ".join(expression.split())
     if len(text) > MAX_CRON_LENGTH:
         raise InvalidSchedule(f"cron expression longer than {MAX_CRON_LENGTH} characters")
     if text in _CRON_MACROS:
         return text
-    fields = text.split(" ")
-    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+    fields = text.split(" ") if text else []
+    names = _CRON_LAYOUTS.get(len(fields))
+    if names is None:
         raise InvalidSchedule(
-            f"--cron {expression!r}: not a cron expression: want 5 fields, minute hour "
-            "day-of-month month day-of-week (e.g. '0 3 * * *'), or @hourly, @daily, @weekly, "
-            "@monthly, @yearly"
+            f"--cron {expression!r}: not a cron expression: want 5 fields (minute hour day-of-month "
+            "month day-of-week, e.g. '0 3 * * *'), 6 (the same and a year) or 7 (a second first, "
+            "e.g. '*/30 * * * * * *'), or @hourly, @daily, @weekly, @monthly, @yearly"
         )
+    for field, name in zip(fields, names, strict=True):
+        problem = _cron_field_problem(field, name)
+        if problem is not None:
+            raise InvalidSchedule(
+                f"--cron {expression!r}: not a cron expression: {name} {field!r}: {problem}"
+            )
     return text
+
+
+_CRON_FIVE = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_CRON_LAYOUTS = {5: _CRON_FIVE, 6: (*_CRON_FIVE, "year"), 7: ("second", *_CRON_FIVE, "year")}
+_CRON_BOUNDS = {
+    "second": (0, 59),
+    "minute": (0, 59),
+    "hour": (0, 23),
+    "day-of-month": (1, 31),
+    "month": (1, 12),
+    "day-of-week": (0, 7),  # 0 and 7 are Sunday
+    "year": (2000, 2100),  # the years Temporal's calendar knows
+}
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+
+
+def _cron_value(text: str, name: str) -> int | None:
+    """A field's value: a decimal number, or a name as Temporal reads it (a month's first three
+    or more letters, a day's first two or more); None if it is neither."""
+    lowered = text.lower()
+    if name == "month" and len(lowered) >= 3:
+        for number, month in enumerate(_MONTHS, start=1):
+            if month.startswith(lowered):
+                return number
+    if name == "day-of-week" and len(lowered) >= 2:
+        for number, day in enumerate(_DAYS):
+            if day.startswith(lowered):
+                return number
+    return int(text) if _digits(text) else None
+
+
+def _digits(text: str) -> bool:
+    """One to four ASCII digits (str.isdigit alone takes other scripts' digits too)."""
+    return 1 <= len(text) <= 4 and text.isascii() and text.isdigit()
+
+
+def _cron_field_problem(field: str, name: str) -> str | None:
+    """Why one cron field is not one Temporal accepts (None when it is)."""
+    low, high = _CRON_BOUNDS[name]
+    for part in field.split(","):
+        base, slash, step = part.partition("/")
+        if slash and not (_digits(step) and int(step) >= 1):
+            return f"the step {step!r} is not a whole number of at least 1"
+        if base == "*":
+            continue
+        start_text, dash, end_text = base.partition("-")
+        start = _cron_value(start_text, name)
+        if start is None:
+            return f"{start_text!r} is not a number" + (
+                " or a name" if name in ("month", "day-of-week") else ""
+            )
+        if not low <= start <= high:
+            return f"{start} is out of range {low}-{high}"
+        if dash:
+            end = _cron_value(end_text, name)
+            if end is None:
+                return f"{end_text!r} is not a number" + (
+                    " or a name" if name in ("month", "day-of-week") else ""
+                )
+            if not start <= end <= high:
+                return f"the range {base!r} must run upwards within {low}-{high}"
+    return None
 
 
 def check_name(name: str, namespace: str) -> None:

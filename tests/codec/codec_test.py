@@ -109,7 +109,9 @@ async def test_only_summaries_the_converter_marked_stay_unencrypted(tmp_path):
     # value (an input, a secret that happens to read like a summary) is encrypted.
     text = "function python default/hello"
     marked, ordinary, number = await converter.encode([summary(text), text, 42])
-    assert marked.metadata[PLAIN] == b"1" and marked.data == b'"function python default/hello"'
+    # Stored as an ordinary json/plain payload: the mark only tells the codec to pass it.
+    assert dict(marked.metadata) == {"encoding": b"json/plain"} and PLAIN not in marked.metadata
+    assert marked.data == b'"function python default/hello"'
     assert ordinary.metadata["encoding"] == ENCODING and text.encode() not in ordinary.data
     assert number.metadata["encoding"] == ENCODING
     assert await converter.decode([marked, ordinary, number], [str, str, int]) == [text, text, 42]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.client import Client, RunNotFound
-from kruntimes.codec import ENCODING, PLAIN
+from kruntimes.codec import ENCODING
+from kruntimes.devserver import temporal_binary
 from kruntimes.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
@@ -112,6 +114,12 @@ async def test_a_closed_run_stays_readable_and_its_name_can_be_reused(
     name = unique("reused")
     first = await krt.create(Run.from_dict(manifest(name, ttlSecondsAfterFinished=3)))
     ready = await krt.wait(name)
+    # The README's recipe for the Runs on one host lists it while it runs there.
+    host = ready.status.assignedHost
+    on_host = f"WorkflowType='RunWorkflow' AND KrtHost='{host}' AND ExecutionStatus='Running'"
+    assert run_workflow_id("default", name) in await _listed(
+        platform, f"{on_host} AND KrtRunUid='{first.uid}'"
+    )
     await krt.cancel(name)
     closed = await _closed(platform, name)
     assert (await krt.get(name)).status.phase is RunPhase.Cancelled  # readable after the close
@@ -168,11 +176,37 @@ async def test_every_workflow_type_has_a_static_summary(krt: Client, platform: P
     ]
     assert scheduled and all(scheduled), scheduled
     assert any(s.startswith("task on ") for s in scheduled), scheduled
+    # What an operator reads with the `temporal` CLI, without the codec server: the summary as
+    # its text, the details encrypted.
+    described = await _temporal(
+        platform, "workflow", "describe", "--workflow-id", run_workflow_id("default", name)
+    )
+    summary_line = [line.split(None, 1) for line in described.splitlines() if "StaticSummary" in line]
+    assert summary_line == [["StaticSummary", f'"task python default/{name}"']], described
+    assert "StaticDetails" in described and "spec sha256" not in described
+
+
+async def _temporal(platform: Platform, *args: str) -> str:
+    """The `temporal` CLI's output for `args` against the platform's dev server."""
+    proc = await asyncio.create_subprocess_exec(
+        temporal_binary(),
+        *args,
+        "--address",
+        platform.config.temporalAddress,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 def _plain(payload: Payload) -> str:
-    """The text of a summary payload stored unencrypted ('' for any other payload)."""
-    if payload.metadata.get("encoding") != b"json/plain" or payload.metadata.get(PLAIN) != b"1":
+    """The text of a summary payload stored as an ordinary json/plain payload, its metadata the
+    encoding alone: what `temporal workflow describe/list` and the UI show as text ('' for any
+    other payload)."""
+    if dict(payload.metadata) != {"encoding": b"json/plain"}:
         return ""
     text = json.loads(payload.data)
     return text if isinstance(text, str) else ""
@@ -241,3 +275,23 @@ async def test_a_finished_run_is_readable_until_its_ttl_then_gone_from_temporal(
     # Temporal accepted the delete of that execution (it removes it from its stores a little
     # later: the dev server takes about half a minute, longer under load).
     assert closed.run_id is not None
+
+
+def test_summaries_stay_within_200_bytes_and_whole_characters() -> None:
+    """The longest Run a manifest can name fits a summary; longer text (free text in a summary:
+    a multi-byte one too) is cut on a character boundary with `...`, within 200 bytes."""
+    from kruntimes.wire.summaries import MAX_SUMMARY_BYTES, run_summary, summary
+
+    longest = Run.from_dict(
+        manifest("r" * 63, mode={"function": {"idleTimeoutSeconds": 1}})
+        | {"metadata": {"name": "r" * 63, "namespace": "n" * 63}}
+    )
+    text = run_summary(longest)
+    assert text == f"function python {'n' * 63}/{'r' * 63}" and len(text.encode()) <= MAX_SUMMARY_BYTES
+    for piece in ("é", "日", "🙂", "a"):
+        for length in range(60, 80):
+            cut = summary("x" + piece * length * 3)
+            data = cut.encode()
+            assert len(data) <= MAX_SUMMARY_BYTES and data.decode() == cut
+            assert cut.endswith("...") or len(("x" + piece * length * 3).encode()) <= MAX_SUMMARY_BYTES
+    assert summary("two\nlines\t here") == "two lines here"
