@@ -24,12 +24,16 @@ from typing import Any, ClassVar
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.api.failure.v1 import Failure
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
+    DefaultFailureConverter,
     EncodingPayloadConverter,
     PayloadCodec,
 )
+from temporalio.converter import PayloadConverter as SdkPayloadConverter
+from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime
 
 from kruntimes.codec import PLAIN
@@ -90,14 +94,45 @@ class PayloadConverter(PydanticPayloadConverter):
             CompositePayloadConverter.__init__(self, *shared)
 
 
-# Without a codec: what tests and tools that read plain histories use.
+# The platform's own failures whose text is fixed and which a caller tells apart by their message
+# (a query's failure reaches the client as its message alone): they stay plain text.
+PLAIN_FAILURE_TYPES = frozenset({"PoolReadingBack"})
+
+
+class SealedFailureConverter(DefaultFailureConverter):
+    """With a codec, a failure's message and stack trace go into its encoded attributes, which
+    the codec encrypts like any payload: they may quote what a handler wrote (a connection
+    string, a secret from its env), and history would otherwise keep them as plain text. Only
+    the type (a Run's reason) stays readable, and the message reads "Encoded failure" to whoever
+    has no key; the worker, krt and the SDK decode it, the UI and `temporal` through the codec
+    server. PLAIN_FAILURE_TYPES are left as they are."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+        self._plain = DefaultFailureConverter()
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: SdkPayloadConverter, failure: Failure
+    ) -> None:
+        if isinstance(exception, ApplicationError) and exception.type in PLAIN_FAILURE_TYPES:
+            self._plain.to_failure(exception, payload_converter, failure)
+        else:
+            super().to_failure(exception, payload_converter, failure)
+
+
+# Without a codec: what tests and tools that read plain histories use. (Failures stay plain too:
+# without a key, encoded attributes would hide nothing, only make them unreadable.)
 DATA_CONVERTER = DataConverter(payload_converter_class=PayloadConverter)
 
 
 def data_converter(codec: PayloadCodec | None = None) -> DataConverter:
     if codec is None:
         return DATA_CONVERTER
-    return DataConverter(payload_converter_class=PayloadConverter, payload_codec=codec)
+    return DataConverter(
+        payload_converter_class=PayloadConverter,
+        payload_codec=codec,
+        failure_converter_class=SealedFailureConverter,
+    )
 
 
 async def connect(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
+
+import pytest
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client
+from kruntimes.client import Client, RunFailed
 from tests.sdk.stack import Platform, manifest, unique, workflow_show
 
 SECRET = "hunter2-db-password-7f3a"
@@ -41,3 +44,34 @@ async def test_the_outputs_of_a_task_never_appear_in_its_history(platform: Platf
     done = await krt.wait(name)
     assert done.status.phase is RunPhase.Succeeded and done.status.outputs == {"marker": OUTPUT}
     assert OUTPUT not in await history_json(platform, name)
+
+
+LEAKY_TASK = (
+    "import os\n"
+    "def handle(p):\n"
+    "    raise RuntimeError('cannot connect to postgres://app:' + os.environ['DB_PASSWORD'] + '@db')\n"
+)
+LEAKY_IMPORT = "import os\nraise SystemExit('bad config: ' + os.environ['DB_PASSWORD'])\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "mode"),
+    [(LEAKY_TASK, {"task": {}}), (LEAKY_IMPORT, {"function": {}})],
+    ids=["a task's handler error", "a function whose import fails"],
+)
+async def test_a_handlers_error_text_is_encrypted_in_history_as_its_env_is(
+    platform: Platform, krt: Client, source: str, mode: dict[str, Any]
+) -> None:
+    """What a handler writes into its error (here its env's password, as a driver's connection
+    error would) reaches the Run's status, the activities' failures and the workflow's own
+    failure: each is ciphertext in history, and the SDK reads the message as it was written."""
+    name = unique("leaky")
+    run = manifest(name, source=source, mode=mode, env={"DB_PASSWORD": SECRET}, retryPolicy={"limit": 1})
+    await krt.create(Run.from_dict(run))
+    with pytest.raises(RunFailed) as failed:
+        await krt.wait(name)
+    assert failed.value.run.status.phase is RunPhase.Failed
+    assert SECRET in failed.value.run.status.message, "the SDK decodes the handler's words"
+    history = await history_json(platform, name)
+    assert SECRET not in history
+    assert "Encoded failure" in history, "the failures' messages are in their encoded attributes"
