@@ -121,3 +121,30 @@ async def test_only_summaries_the_converter_marked_stay_unencrypted(tmp_path):
     assert type(back) is str
     [again] = await converter.encode([back])
     assert again.metadata["encoding"] == ENCODING
+
+
+def test_failures_are_sealed_but_the_pools_read_back_refusal_stays_plain() -> None:
+    """With a codec, a failure's message and stack trace move into its encoded attributes (which
+    the codec encrypts) and come back whole; the type stays readable. PoolReadingBack, which a
+    client tells by its message alone, is left plain."""
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.exceptions import ApplicationError
+
+    from kruntimes.lifecycle import POOL_READING_BACK
+    from kruntimes.temporal import PayloadConverter, SealedFailureConverter
+
+    converter, payloads = SealedFailureConverter(), PayloadConverter()
+    sealed = Failure()
+    try:
+        raise ApplicationError("password=hunter2", type="HandlerError")
+    except ApplicationError as err:
+        converter.to_failure(err, payloads, sealed)
+    assert sealed.message == "Encoded failure" and "hunter2" not in sealed.stack_trace
+    assert sealed.application_failure_info.type == "HandlerError"
+    assert sealed.HasField("encoded_attributes")
+    back = converter.from_failure(sealed, payloads)
+    assert isinstance(back, ApplicationError) and back.message == "password=hunter2"
+    assert back.type == "HandlerError"
+    plain = Failure()
+    converter.to_failure(ApplicationError(POOL_READING_BACK, type="PoolReadingBack"), payloads, plain)
+    assert plain.message == POOL_READING_BACK and not plain.HasField("encoded_attributes")
