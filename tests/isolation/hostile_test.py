@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+from pathlib import Path
 
 import grpc
 import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.sandbox.identity import present, processes_of
 from tests.isolation.conftest import (
     FILE_LIMIT,
@@ -19,6 +22,9 @@ from tests.isolation.conftest import (
     Function,
     HostUnderAttack,
 )
+from tests.pki import TestPKI
+from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: see tests/isolation/fallback_test.py")
 
@@ -184,38 +190,84 @@ def test_memory_past_the_limit_across_several_children_ends_that_invocation_only
     assert attacker.answers(), "the function serves its next invocation"
 
 
-def test_a_process_that_escapes_with_setsid_and_a_double_fork_dies_on_unregister(
-    target: HostUnderAttack,
-) -> None:
-    # The invocation answers once the escape is complete: the middle child has ended (reaped)
-    # and the grandchild, in a session of its own, has said so through the pipe. Counting
-    # processes while the middle child is still exiting would race with it.
-    function = target.register(
-        "import os, time\n"
-        "def handle(p):\n"
-        "    r, w = os.pipe()\n"
-        "    middle = os.fork()\n"
-        "    if middle == 0:\n"
-        "        os.setsid()\n"
-        "        if os.fork() == 0:\n"
-        "            os.write(w, b'%d %d' % (os.getpid(), os.getsid(0)))\n"
-        "            time.sleep(300)\n"
-        "        os._exit(0)\n"
-        "    os.close(w)\n"
-        "    os.waitpid(middle, 0)\n"
-        "    pid, sid = map(int, os.read(r, 64).split())\n"
-        "    return {'pid': pid, 'sid': sid, 'own_sid': os.getsid(0)}\n"
-    )
+# The invocation answers once the escape is complete: the middle child has ended (reaped) and
+# the grandchild, in a session of its own, has said so through the pipe. Counting processes
+# while the middle child is still exiting would race with it. `p["then_sleep"]`: the handler
+# then sleeps that long (past its invocation's timeout).
+ESCAPE = """
+import os, time
+def handle(p):
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, b"%d %d" % (os.getpid(), os.getsid(0)))
+            time.sleep(300)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(middle, 0)
+    pid, sid = map(int, os.read(r, 64).split())
+    time.sleep(p.get("then_sleep", 0))
+    return {"pid": pid, "sid": sid, "own_sid": os.getsid(0)}
+"""
+
+
+def _escaped(function: Function) -> list[int]:
+    """Invoke `function` (ESCAPE); the host pids of its process and of the escaped grandchild."""
     answer = function.invoke({})
     assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED, (answer.error.type, answer.error.message)
     escaped = json.loads(answer.outputs_json)
     assert escaped["sid"] != escaped["own_sid"], "the grandchild runs in a session of its own"
+    pids = processes_of(function.uid)
+    assert len(pids) == 2, "the function process and the escaped grandchild"
+    return pids
+
+
+def test_a_process_that_escapes_with_setsid_and_a_double_fork_dies_on_unregister(
+    target: HostUnderAttack,
+) -> None:
+    function = target.register(ESCAPE)
+    _escaped(function)
     uid = function.uid
-    assert len(processes_of(uid)) == 2, "the function process and the escaped grandchild"
     target.stub.UnregisterFunction(
         pb.UnregisterFunctionRequest(registration_id=function.registration_id, grace_ms=100), timeout=30
     )
     assert present(uid) == [], "nothing of the function outlives its unregistration, not even a zombie"
+
+
+def test_a_process_that_escapes_dies_with_an_invocation_that_times_out(target: HostUnderAttack) -> None:
+    function = target.register(ESCAPE)
+    try:
+        first = _escaped(function)
+        answer = function.invoke({"then_sleep": 60}, timeout_ms=1_000)
+        assert answer.status == pb.INVOCATION_STATUS_TIMED_OUT, answer.status
+        assert wait_until(lambda: not set(first) & set(processes_of(function.uid))), (
+            "the timed-out function process and everything it escaped to are killed"
+        )
+        assert function.invoke({}).status == pb.INVOCATION_STATUS_SUCCEEDED, "the function serves again"
+    finally:
+        target.stub.UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=function.registration_id, grace_ms=100), timeout=30
+        )
+
+
+def test_a_process_that_escapes_dies_when_its_host_stops(tmp_path: Path, pki: TestPKI) -> None:
+    runtime = loopback_host(pki, tmp_path, host_id="stopped-0")
+    address = runtime.start()
+    try:
+        with (
+            pki.channel(address, as_=pki.control_plane) as control,
+            pki.channel(address, as_=pki.gateway) as gateway,
+            socket.create_server(("127.0.0.1", 0)) as listener,
+        ):
+            stubs = pb_grpc.FunctionRuntimeStub(control), pb_grpc.FunctionRuntimeStub(gateway)
+            function = HostUnderAttack(runtime, *stubs, pki, tmp_path, listener).register(ESCAPE)
+            _escaped(function)
+            uid = function.uid
+    finally:
+        runtime.stop(grace_s=1)
+    assert present(uid) == [], "nothing of a function outlives its host, not even a zombie"
 
 
 def test_writing_past_the_file_size_limit_fails_that_write(attacker: Function) -> None:
