@@ -13,8 +13,10 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.limits import ProcessLimits
 from runtime.sandbox.identity import present, processes_of
 from tests.isolation.conftest import (
+    ATTACKER,
     FILE_LIMIT,
     PROCESS_LIMIT,
     SECRET,
@@ -268,6 +270,26 @@ def test_a_process_that_escapes_dies_when_its_host_stops(tmp_path: Path, pki: Te
     finally:
         runtime.stop(grace_s=1)
     assert present(uid) == [], "nothing of a function outlives its host, not even a zombie"
+
+
+def test_spinning_past_the_cpu_time_limit_ends_that_invocation_only(tmp_path: Path, pki: TestPKI) -> None:
+    runtime = loopback_host(pki, tmp_path, host_id="spun-0", limits=ProcessLimits(cpu_seconds=1))
+    address = runtime.start()
+    try:
+        with (
+            pki.channel(address, as_=pki.control_plane) as control,
+            pki.channel(address, as_=pki.gateway) as gateway,
+            socket.create_server(("127.0.0.1", 0)) as listener,
+        ):
+            stubs = pb_grpc.FunctionRuntimeStub(control), pb_grpc.FunctionRuntimeStub(gateway)
+            host = HostUnderAttack(runtime, *stubs, pki, tmp_path, listener)
+            spinner = host.register(ATTACKER)
+            answer = spinner.invoke({"code": "while True:\n    pass\n"}, timeout_ms=60_000)
+            assert answer.status == pb.INVOCATION_STATUS_PROCESS_EXITED, answer.status
+            assert host.answers(), "the host must still answer"
+            assert spinner.answers(), "the function serves its next invocation in a new process"
+    finally:
+        runtime.stop(grace_s=1)
 
 
 def test_writing_past_the_file_size_limit_fails_that_write(attacker: Function) -> None:
