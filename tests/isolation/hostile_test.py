@@ -405,3 +405,32 @@ def test_a_task_gets_the_same_sandbox(target: HostUnderAttack) -> None:
     assert answer.status == pb.TASK_STATUS_SUCCEEDED, answer.error
     seen = json.loads(answer.outputs_json)
     assert seen["uid"] != 0 and not seen["leaked"]
+
+
+def test_tmp_and_dev_shm_are_the_functions_own(attacker: Function, target: HostUnderAttack) -> None:
+    planted = attacker.run(
+        """
+for directory in ("/tmp", "/dev/shm"):
+    with open(directory + "/planted", "w") as f:
+        f.write("from the attacker")
+result = sorted(os.listdir("/tmp")) + sorted(os.listdir("/dev/shm"))
+"""
+    )
+    assert planted.count("planted") == 2
+    other = target.register(ATTACKER)
+    try:
+        seen = other.run('result = [os.path.exists(d + "/planted") for d in ("/tmp", "/dev/shm")]')
+        assert seen == [False, False], "another function's /tmp and /dev/shm are its own"
+    finally:
+        target.stub.UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=other.registration_id, grace_ms=100), timeout=30
+        )
+
+
+def test_in_network_none_proc_net_shows_no_socket_of_the_machine(
+    attacker: Function, target: HostUnderAttack
+) -> None:
+    port = target.listener.getsockname()[1]
+    assert f":{port:04X} " in Path("/proc/net/tcp").read_text(), "the host's own view lists the listener"
+    seen = attacker.run("result = open('/proc/net/tcp').read() + open('/proc/net/unix').read()")
+    assert f":{port:04X} " not in seen, "the function's network namespace holds only its own sockets"
