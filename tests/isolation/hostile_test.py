@@ -223,6 +223,7 @@ def _escaped(function: Function) -> list[int]:
     assert escaped["sid"] != escaped["own_sid"], "the grandchild runs in a session of its own"
     pids = processes_of(function.uid)
     assert len(pids) == 2, "the function process and the escaped grandchild"
+    assert sorted(present(function.uid)) == sorted(pids), "both found however they are (not dumpable)"
     return pids
 
 
