@@ -50,9 +50,14 @@ PREPARE_STOP_S = 10.0  # how long `close` waits for the preparing thread
 
 def python_paths() -> tuple[str, ...]:
     """What a forked Python function process must reach to import: the interpreter's prefixes,
-    every directory on sys.path, and the directories holding kruntimes' own packages."""
+    every directory on sys.path, and the directories holding kruntimes' own packages — but not
+    the directory the host was started from, which `python -m` puts first on sys.path (a user's
+    project or home directory, none of the functions' business)."""
     found: set[str] = set()
-    for path in [sys.base_prefix, sys.prefix, *sys.path]:
+    entries = list(sys.path)
+    if entries and entries[0] and os.path.realpath(entries[0]) == os.path.realpath(os.getcwd()):
+        entries = entries[1:]
+    for path in [sys.base_prefix, sys.prefix, *entries]:
         if path and os.path.isabs(path) and os.path.isdir(path):
             found.add(os.path.realpath(path))
     for package in ("kruntimes", "runtime"):

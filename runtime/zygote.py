@@ -187,6 +187,11 @@ class Zygote:
         os.set_blocking(wake_w, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(wake_w)
+        # What a function orphans (a double fork) is reparented here, not to the machine's init,
+        # and reaped here: where its function has no PID namespace (whose init reaps it) nothing
+        # else might (a host that is PID 1 of its pod does not), and its zombie would count
+        # toward its uid's process limit, keeping the uid from its next function.
+        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
         self.namespaces, self.network_namespaces = child.probe()
@@ -353,13 +358,16 @@ class Zygote:
                 os.kill(pid, signal.SIGKILL)
 
     def reap(self) -> None:
-        while self.children:
+        """Reap every ended child: its own (reported) and the orphans it adopted (not)."""
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if pid not in self.children:
+                continue  # an adopted orphan: nobody asked for it, nobody waits for it
             self.children.discard(pid)
             for seed in list(self.waiting):
                 if seed.pid == pid:  # a seed died before it was given a function

@@ -7,6 +7,13 @@ The lock file says whether its last holder released the uid cleanly: a claim of 
 `busy` (its host died) first kills every process still running as that uid. Whatever runs as a
 function's uid belongs to that function, and a process left behind must not meet the next
 function given the uid.
+
+A uid is marked clean only once no process of it is left in any state: a zombie still counts
+toward the next holder's RLIMIT_NPROC (the kernel frees a process's slot when it is reaped,
+not when it dies), and a function's processes may still be dying when its namespace or cgroup
+was told to end. A release waits for that, bounded (`drain_s`); what is still there then leaves
+the uid `busy`, and a claim of a busy uid kills what is left and waits again (`claim_drain_s`) —
+a uid that still has processes after that is skipped, never handed out.
 """
 
 from __future__ import annotations
@@ -17,12 +24,16 @@ import fcntl
 import os
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 
 DEFAULT_FIRST_UID = 2_000_000_000
 DEFAULT_COUNT = 100_000
 DEFAULT_LOCK_DIR = "/run/kruntimes/uids"
 MAX_KILL_ROUNDS = 20
+DRAIN_S = 5.0  # how long a release waits for the last processes of its uid to be reaped
+CLAIM_DRAIN_S = 1.0  # how long a claim of a busy uid waits for those it killed
+_DRAIN_POLL_S = 0.005
 
 
 class NoFreeUid(Exception):
@@ -68,9 +79,18 @@ class Claim:
 class UidPool:
     """Claims and releases uids of a range; thread-safe within a process."""
 
-    def __init__(self, uids: UidRange, *, lock_dir: str = DEFAULT_LOCK_DIR) -> None:
+    def __init__(
+        self,
+        uids: UidRange,
+        *,
+        lock_dir: str = DEFAULT_LOCK_DIR,
+        drain_s: float = DRAIN_S,
+        claim_drain_s: float = CLAIM_DRAIN_S,
+    ) -> None:
         self.uids = uids
         self.lock_dir = lock_dir
+        self.drain_s = drain_s
+        self.claim_drain_s = claim_drain_s
         self._lock = threading.Lock()
         self._next = 0
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
@@ -98,7 +118,11 @@ class UidPool:
             raise
         try:
             if os.pread(fd, 16, 0) != _CLEAN:
-                kill_uid(uid)  # its last holder died without releasing it
+                # its last holder died, or released it with processes left
+                kill_uid(uid)
+                if not drained(uid, timeout_s=self.claim_drain_s):
+                    os.close(fd)  # still `busy`: the next claim tries again
+                    return None
             _mark(fd, _BUSY)
         except BaseException:
             os.close(fd)
@@ -107,11 +131,14 @@ class UidPool:
 
     def release(self, claim: Claim, *, contained: bool) -> None:
         """Let others claim the uid. `contained`: the caller already ended every process of the
-        function (its PID namespace or cgroup); otherwise every process of the uid is killed."""
+        function (its PID namespace or cgroup); otherwise every process of the uid is killed.
+        Either way the uid is marked clean only once none of its processes is left, zombies
+        included (bounded by `drain_s`; otherwise it stays `busy`)."""
         try:
             if not contained:
                 kill_uid(claim.uid)
-            _mark(claim.fd, _CLEAN)
+            if drained(claim.uid, timeout_s=self.drain_s):
+                _mark(claim.fd, _CLEAN)
         finally:
             with contextlib.suppress(OSError):
                 os.close(claim.fd)
@@ -142,6 +169,34 @@ def processes_of(uid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+def present(uid: int) -> list[int]:
+    """Every pid whose effective uid is `uid`, in any state (zombies included: the kernel counts
+    them toward the uid's RLIMIT_NPROC until they are reaped). A function's processes have one
+    uid for real, effective and saved alike. The owner of a /proc/<pid> directory is its
+    process's effective uid, dumpable or not — a stat, where reading each status costs ~4×."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def drained(uid: int, *, timeout_s: float) -> bool:
+    """Whether no process of `uid` is left (`present`), waiting up to `timeout_s` for the last
+    ones to be reaped."""
+    deadline = time.monotonic() + timeout_s
+    while present(uid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_DRAIN_POLL_S)
+    return True
 
 
 def kill_uid(uid: int) -> int:

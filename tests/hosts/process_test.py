@@ -394,3 +394,19 @@ async def test_host_certificates_are_renewed_once_due(state_dir: Path, pki: Test
     assert identity_of(second) == identity_of(first)
     assert second.not_valid_after_utc > first.not_valid_after_utc
     assert await provider.probe(host)
+
+
+async def test_a_host_starts_with_a_scrubbed_environment(
+    state_dir: Path, process: ProcessProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of the worker's environment that could be a secret reaches a host, so a host's
+    /proc/<pid>/environ (its initial environment, for as long as it runs) holds none."""
+    secret = "worker-env-secret-7c1b"
+    monkeypatch.setenv("KRT_TOKEN", secret)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    environ = Path(f"/proc/{host.pid}/environ").read_bytes()
+    assert secret.encode() not in environ
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ.split(b"\0") if entry}
+    assert names <= {"PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE"}, names

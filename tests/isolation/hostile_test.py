@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import socket
+from pathlib import Path
 
 import grpc
 import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from runtime.sandbox.identity import processes_of
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.limits import ProcessLimits
+from runtime.sandbox.identity import present, processes_of
 from tests.isolation.conftest import (
+    ATTACKER,
     FILE_LIMIT,
     PROCESS_LIMIT,
     SECRET,
@@ -20,6 +24,9 @@ from tests.isolation.conftest import (
     Function,
     HostUnderAttack,
 )
+from tests.pki import TestPKI
+from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: see tests/isolation/fallback_test.py")
 
@@ -185,30 +192,105 @@ def test_memory_past_the_limit_across_several_children_ends_that_invocation_only
     assert attacker.answers(), "the function serves its next invocation"
 
 
+# The invocation answers once the escape is complete: the middle child has ended (reaped) and
+# the grandchild, in a session of its own, has said so through the pipe. Counting processes
+# while the middle child is still exiting would race with it. `p["then_sleep"]`: the handler
+# then sleeps that long (past its invocation's timeout).
+ESCAPE = """
+import os, time
+def handle(p):
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, b"%d %d" % (os.getpid(), os.getsid(0)))
+            time.sleep(300)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(middle, 0)
+    pid, sid = map(int, os.read(r, 64).split())
+    time.sleep(p.get("then_sleep", 0))
+    return {"pid": pid, "sid": sid, "own_sid": os.getsid(0)}
+"""
+
+
+def _escaped(function: Function) -> list[int]:
+    """Invoke `function` (ESCAPE); the host pids of its process and of the escaped grandchild."""
+    answer = function.invoke({})
+    assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED, (answer.error.type, answer.error.message)
+    escaped = json.loads(answer.outputs_json)
+    assert escaped["sid"] != escaped["own_sid"], "the grandchild runs in a session of its own"
+    pids = processes_of(function.uid)
+    assert len(pids) == 2, "the function process and the escaped grandchild"
+    assert sorted(present(function.uid)) == sorted(pids), "both found however they are (not dumpable)"
+    return pids
+
+
 def test_a_process_that_escapes_with_setsid_and_a_double_fork_dies_on_unregister(
     target: HostUnderAttack,
 ) -> None:
-    function = target.register(
-        "import os, time\n"
-        "def handle(p):\n"
-        "    if os.fork() == 0:\n"
-        "        os.setsid()\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(300)\n"
-        "        os._exit(0)\n"
-        "    return {'uid': os.getuid()}\n"
-    )
-    answer = function.invoke({})
-    assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED
+    function = target.register(ESCAPE)
+    _escaped(function)
     uid = function.uid
-    deadline = time.monotonic() + 10
-    while len(processes_of(uid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(processes_of(uid)) >= 2, "the escaped grandchild runs"
     target.stub.UnregisterFunction(
         pb.UnregisterFunctionRequest(registration_id=function.registration_id, grace_ms=100), timeout=30
     )
-    assert processes_of(uid) == [], "nothing of the function outlives its unregistration"
+    assert present(uid) == [], "nothing of the function outlives its unregistration, not even a zombie"
+
+
+def test_a_process_that_escapes_dies_with_an_invocation_that_times_out(target: HostUnderAttack) -> None:
+    function = target.register(ESCAPE)
+    try:
+        first = _escaped(function)
+        answer = function.invoke({"then_sleep": 60}, timeout_ms=1_000)
+        assert answer.status == pb.INVOCATION_STATUS_TIMED_OUT, answer.status
+        assert wait_until(lambda: not set(first) & set(processes_of(function.uid))), (
+            "the timed-out function process and everything it escaped to are killed"
+        )
+        assert function.invoke({}).status == pb.INVOCATION_STATUS_SUCCEEDED, "the function serves again"
+    finally:
+        target.stub.UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=function.registration_id, grace_ms=100), timeout=30
+        )
+
+
+def test_a_process_that_escapes_dies_when_its_host_stops(tmp_path: Path, pki: TestPKI) -> None:
+    runtime = loopback_host(pki, tmp_path, host_id="stopped-0")
+    address = runtime.start()
+    try:
+        with (
+            pki.channel(address, as_=pki.control_plane) as control,
+            pki.channel(address, as_=pki.gateway) as gateway,
+            socket.create_server(("127.0.0.1", 0)) as listener,
+        ):
+            stubs = pb_grpc.FunctionRuntimeStub(control), pb_grpc.FunctionRuntimeStub(gateway)
+            function = HostUnderAttack(runtime, *stubs, pki, tmp_path, listener).register(ESCAPE)
+            _escaped(function)
+            uid = function.uid
+    finally:
+        runtime.stop(grace_s=1)
+    assert present(uid) == [], "nothing of a function outlives its host, not even a zombie"
+
+
+def test_spinning_past_the_cpu_time_limit_ends_that_invocation_only(tmp_path: Path, pki: TestPKI) -> None:
+    runtime = loopback_host(pki, tmp_path, host_id="spun-0", limits=ProcessLimits(cpu_seconds=1))
+    address = runtime.start()
+    try:
+        with (
+            pki.channel(address, as_=pki.control_plane) as control,
+            pki.channel(address, as_=pki.gateway) as gateway,
+            socket.create_server(("127.0.0.1", 0)) as listener,
+        ):
+            stubs = pb_grpc.FunctionRuntimeStub(control), pb_grpc.FunctionRuntimeStub(gateway)
+            host = HostUnderAttack(runtime, *stubs, pki, tmp_path, listener)
+            spinner = host.register(ATTACKER)
+            answer = spinner.invoke({"code": "while True:\n    pass\n"}, timeout_ms=60_000)
+            assert answer.status == pb.INVOCATION_STATUS_PROCESS_EXITED, answer.status
+            assert host.answers(), "the host must still answer"
+            assert spinner.answers(), "the function serves its next invocation in a new process"
+    finally:
+        runtime.stop(grace_s=1)
 
 
 def test_writing_past_the_file_size_limit_fails_that_write(attacker: Function) -> None:
@@ -324,3 +406,32 @@ def test_a_task_gets_the_same_sandbox(target: HostUnderAttack) -> None:
     assert answer.status == pb.TASK_STATUS_SUCCEEDED, answer.error
     seen = json.loads(answer.outputs_json)
     assert seen["uid"] != 0 and not seen["leaked"]
+
+
+def test_tmp_and_dev_shm_are_the_functions_own(attacker: Function, target: HostUnderAttack) -> None:
+    planted = attacker.run(
+        """
+for directory in ("/tmp", "/dev/shm"):
+    with open(directory + "/planted", "w") as f:
+        f.write("from the attacker")
+result = sorted(os.listdir("/tmp")) + sorted(os.listdir("/dev/shm"))
+"""
+    )
+    assert planted.count("planted") == 2
+    other = target.register(ATTACKER)
+    try:
+        seen = other.run('result = [os.path.exists(d + "/planted") for d in ("/tmp", "/dev/shm")]')
+        assert seen == [False, False], "another function's /tmp and /dev/shm are its own"
+    finally:
+        target.stub.UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=other.registration_id, grace_ms=100), timeout=30
+        )
+
+
+def test_in_network_none_proc_net_shows_no_socket_of_the_machine(
+    attacker: Function, target: HostUnderAttack
+) -> None:
+    port = target.listener.getsockname()[1]
+    assert f":{port:04X} " in Path("/proc/net/tcp").read_text(), "the host's own view lists the listener"
+    seen = attacker.run("result = open('/proc/net/tcp').read() + open('/proc/net/unix').read()")
+    assert f":{port:04X} " not in seen, "the function's network namespace holds only its own sockets"

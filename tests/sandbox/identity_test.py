@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 
 import pytest
 
-from runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, processes_of
+from runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, present, processes_of
 from tests.sandbox.conftest import needs_root
 from tests.waiting import wait_until
 
@@ -38,15 +39,20 @@ def test_a_uid_left_busy_by_a_dead_host_is_cleared_before_reuse(tmp_path):
     dead = _pool(tmp_path, uid, 1)
     claim = dead.claim()
     leftover = _sleeper(uid)
+    # its parent reaps it once it dies, as the init a dead host's processes fall to would
+    reaper = threading.Thread(target=leftover.wait)
+    reaper.start()
     try:
         assert wait_until(lambda: leftover.pid in processes_of(uid)), "the leftover to run"
         os.close(claim.fd)  # the host died: its lock is gone, the file still says busy
         again = _pool(tmp_path, uid, 1).claim()
         assert again.uid == uid
-        assert leftover.wait(timeout=10) == -9, "the dead holder's process was killed"
+        reaper.join(10)
+        assert leftover.returncode == -9, "the dead holder's process was killed"
     finally:
-        leftover.kill()
-        leftover.wait()
+        if leftover.returncode is None:
+            leftover.kill()
+        reaper.join(10)
 
 
 def test_a_clean_release_does_not_scan_on_the_next_claim(tmp_path):
@@ -62,11 +68,18 @@ def test_release_without_containment_kills_every_process_of_the_uid(tmp_path):
     pool = _pool(tmp_path, uid, 1)
     claim = pool.claim()
     procs = [_sleeper(uid) for _ in range(3)]
+    reapers = [threading.Thread(target=p.wait) for p in procs]
+    for reaper in reapers:
+        reaper.start()
     try:
         assert wait_until(lambda: len(processes_of(uid)) == 3), "three processes of the uid"
         pool.release(claim, contained=False)
-        assert [p.wait(timeout=10) for p in procs] == [-9, -9, -9]
-        assert processes_of(uid) == []
+        assert present(uid) == [], "killed and reaped before the release returned"
+        with open(tmp_path / "uids" / str(uid), "rb") as f:
+            assert f.read() == b"clean"
+        for reaper in reapers:
+            reaper.join(10)
+        assert [p.returncode for p in procs] == [-9, -9, -9]
     finally:
         for p in procs:
             p.kill()
