@@ -220,3 +220,39 @@ async def test_a_beat_cannot_keep_its_routes_alive_for_long(gateway: Gateway, pk
         assert entry.expires - time.monotonic() <= MISSED_INTERVALS * MAX_INTERVAL_MS / 1000
     finally:
         gateway.routes.forget(host_uid)
+
+
+async def test_a_host_of_an_earlier_attempt_never_gets_the_run_back(
+    gateway: Gateway, pki: TestPKI, client: aiohttp.ClientSession
+) -> None:
+    """The attack: the host of attempt 1 keeps beating its genuine (signed) assignment after the Run
+    moved to attempt 2, waiting for the new host to be gone (crashed, drained, cut off)."""
+    uid = str(uuid.uuid4())
+    old_uid, new_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    old = beat("hb-was", old_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-was", host_uid=old_uid))
+    new = beat(
+        "hb-now",
+        new_uid,
+        "127.0.0.1:2",
+        registration(pki, uid, host_id="hb-now", host_uid=new_uid, attempt=2),
+    )
+    try:
+        await send(gateway, host(pki, "hb-was"), old)
+        first = gateway.routes.route(uid)
+        assert first is not None and first.host_uid == old_uid
+        await send(gateway, host(pki, "hb-now"), new)
+        moved = gateway.routes.route(uid)
+        assert moved is not None and (moved.attempt, moved.host_uid) == (2, new_uid)
+        gateway.routes.forget(new_uid)  # what a silent host comes to (the sweep, the route lookup)
+        await send(gateway, host(pki, "hb-was"), old)  # accepted: it is the old host's own beat
+        assert old_uid in gateway.routes._hosts  # (no public view of one host's entry)
+        assert gateway.routes.route(uid) is None
+        answer = await invoke(client, gateway, uid, {"to": "attempt 1"})
+        assert answer.status in (404, 503), answer.body
+        # a later attempt is routed as before
+        await send(gateway, host(pki, "hb-now"), new)
+        again = gateway.routes.route(uid)
+        assert again is not None and again.host_uid == new_uid
+    finally:
+        gateway.routes.forget(old_uid)
+        gateway.routes.forget(new_uid)
