@@ -28,6 +28,12 @@ framing) are answered 400 MalformedRequest as an ErrorBody and the connection cl
 aiohttp's own text, which quotes the bytes it refused (an `Authorization` header among them), and
 never logged with those bytes.
 
+`Expect` is the gateway's, not aiohttp's router's (whose 417 answer quotes the header in plain
+text, outside the middleware, and whose `100 Continue` goes out before the request is even
+authenticated): an expectation other than `100-continue` is ignored (RFC 9110 allows it), and
+`100 Continue` is sent by the invoke handler only when it is about to read the body
+(`EXPECTS_CONTINUE`), so a request refused before (401, 403, 404, 413, ...) never invites its body.
+
 aiohttp has no header timeout of its own. The seam is its RequestHandler: a timer armed when the
 connection is made (or when the first byte of a kept-alive connection's next request arrives) and
 cancelled when the parser has emitted the request (`_request_count` grew in `data_received`). The
@@ -40,18 +46,21 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import socket
 import ssl
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
+from multidict import CIMultiDict
 
 from gateway.errors import BadRequest, GatewayError
 from gateway.metrics import GatewayMetrics
@@ -59,6 +68,9 @@ from gateway.replies import gateway_error_answer
 from kruntimes.wire.reasons import GatewayReason as R
 
 log = logging.getLogger("gateway.http")
+
+# set on a request that asked for `100 Continue` (its Expect header taken off, see the docstring)
+EXPECTS_CONTINUE = web.RequestKey("expects_continue", bool)
 
 # How long an answer sent before the body was read may keep reading (and dropping) the rest, so
 # that the client sees the answer rather than a reset connection.
@@ -119,6 +131,22 @@ class _Slot:
             self._listener._release(self.client)
 
 
+async def _expectations_taken_off(
+    application: Callable[[BaseRequest], Awaitable[web.StreamResponse]], request: BaseRequest
+) -> web.StreamResponse:
+    """`request` to `application` without its Expect header, marked EXPECTS_CONTINUE when it
+    asked for `100 Continue` (HTTP/1.1 only, as aiohttp's own handling)."""
+    expect = request.headers.get(hdrs.EXPECT)
+    if expect is None:
+        return await application(request)
+    kept = CIMultiDict(request.headers)
+    kept.popall(hdrs.EXPECT)
+    plain = request.clone(headers=kept)
+    if expect.strip().lower() == "100-continue" and request.version >= HttpVersion11:
+        plain[EXPECTS_CONTINUE] = True
+    return await application(plain)
+
+
 class GatewayProtocol(RequestHandler):
     """aiohttp's RequestHandler with the header timeout, the gateway's answers to the parser's
     refusals, and a way for the application to close the connection after an answer."""
@@ -147,6 +175,9 @@ class GatewayProtocol(RequestHandler):
         self._slot = slot
         self._metrics = metrics
         self._header_timer: asyncio.TimerHandle | None = None
+        application = self._request_handler
+        assert application is not None
+        self._request_handler = functools.partial(_expectations_taken_off, application)
 
     # -- the header timeout ---------------------------------------------------------------------
 
