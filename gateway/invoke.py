@@ -46,7 +46,7 @@ from gateway.listener import EXPECTS_CONTINUE, HttpLimits
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
-from kruntimes.api.names import is_run_uid, validate_invocation_id
+from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
 from kruntimes.api.phases import TERMINAL_PHASES
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -147,6 +147,19 @@ def invocation_id(request: web.Request) -> str:
         return validate_invocation_id(value)
     except ValueError as exc:
         raise BadRequest(str(exc), reason=R.INVALID_INVOCATION_ID) from None
+
+
+def logged_target(request: web.Request) -> dict[str, str]:
+    """The invoke path's runtime and run uid as the access log shows them: each only when it is
+    what it should be (a DNS-1123 label, a canonical UUID), else "" — the path is the caller's,
+    and a token, a path or kilobytes of anything put there never reach a log."""
+    runtime = request.match_info.get("runtime", "")
+    try:
+        validate_dns1123_label(runtime, field="runtime")
+    except ValueError:
+        runtime = ""
+    run_uid = request.match_info.get("uid", "")
+    return {"runtime": runtime, "run_uid": run_uid if is_run_uid(run_uid) else ""}
 
 
 def _too_large() -> PayloadTooLarge:

@@ -251,6 +251,38 @@ async def test_a_path_uid_that_is_no_run_uid_is_not_found_and_looked_up_nowhere(
         del gateway.known.runs[uid]
 
 
+@pytest.mark.parametrize(
+    ("runtime", "uid"),
+    [("python", "TOKEN"), ("python", "x" * 4000), ("python", "..%2F..%2Fetc"), ("TOKEN", "VALID")],
+    ids=["token-as-uid", "long-uid", "path-uid", "token-as-runtime"],
+)
+async def test_the_access_log_shows_only_a_valid_run_uid_and_runtime(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    echo: Function,
+    log_capture: LogCapture,
+    runtime: str,
+    uid: str,
+) -> None:
+    """Whatever a caller puts in the path (its own token, a path, kilobytes) never reaches a log:
+    the access log shows the path's run uid only if it is a canonical UUID, its runtime only if it
+    is a DNS-1123 label."""
+    secret = f"Tok_in_path_{uuid.uuid4().hex}"  # a token's shape: neither a UUID nor a label
+    uid, runtime = (secret if v == "TOKEN" else echo.uid if v == "VALID" else v for v in (uid, runtime))
+    answer = await invoke(client, gateway, uid, runtime=runtime)
+    check_error(answer, 404, "RunNotFound")
+    logged = [
+        r
+        for r in log_capture.records
+        if getattr(r, "invocation_id", None) == answer.json["invocationId"] and r.getMessage() == "invoke"
+    ]
+    assert len(logged) == 1
+    fields = (logged[0].run_uid, logged[0].runtime)  # type: ignore[attr-defined]
+    assert fields == ((echo.uid, "") if uid == echo.uid else ("", "python")), fields
+    shown = secret if uid == echo.uid else uid
+    assert not [line for line in log_capture.lines if secret in line or shown in line]
+
+
 # -- 503 ------------------------------------------------------------------------------------------
 
 
