@@ -42,7 +42,7 @@ from temporalio.api.common.v1 import Payloads
 
 from gateway.auth import Principal, TokenFile, TokenFileError, bearer_token
 from gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, Unauthenticated
-from gateway.listener import HttpLimits, Listener
+from gateway.listener import HttpLimits, Listener, send_continue
 from gateway.metrics import GatewayMetrics
 from gateway.replies import error_answer, gateway_error_answer, router_reason
 from kruntimes import logs
@@ -108,6 +108,7 @@ def build_app(options: CodecOptions) -> web.Application:
     async def payloads_of(request: web.Request) -> Payloads:
         if request.content_length is not None and request.content_length > options.max_body_bytes:
             raise PayloadTooLarge(f"the body is larger than {options.max_body_bytes} bytes")
+        await send_continue(request)
         body = bytearray()
         while chunk := await request.content.read(65536):
             body += chunk

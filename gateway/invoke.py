@@ -42,7 +42,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.known import KnownRuns
-from gateway.listener import EXPECTS_CONTINUE, HttpLimits
+from gateway.listener import HttpLimits, send_continue
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
@@ -200,10 +200,7 @@ async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
     meanwhile is ClientAborted, and broken body framing is 400 MalformedRequest."""
     if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
         raise _too_large()
-    if request.get(EXPECTS_CONTINUE) and not request.content.is_eof():
-        # what the caller waits for before it sends the body (gateway/listener.py)
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # the answer itself has not started
+    await send_continue(request)
     try:
         data = await _receive(request, limits)
     except (ConnectionError, RequestPayloadError) as exc:

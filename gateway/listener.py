@@ -31,8 +31,8 @@ never logged with those bytes.
 `Expect` is the gateway's, not aiohttp's router's (whose 417 answer quotes the header in plain
 text, outside the middleware, and whose `100 Continue` goes out before the request is even
 authenticated): an expectation other than `100-continue` is ignored (RFC 9110 allows it), and
-`100 Continue` is sent by the invoke handler only when it is about to read the body
-(`EXPECTS_CONTINUE`), so a request refused before (401, 403, 404, 413, ...) never invites its body.
+`100 Continue` is sent by the application only when it is about to read the body
+(`send_continue`), so a request refused before (401, 403, 404, 413, ...) never invites its body.
 
 aiohttp has no header timeout of its own. The seam is its RequestHandler: a timer armed when the
 connection is made (or when the first byte of a kept-alive connection's next request arrives) and
@@ -145,6 +145,14 @@ async def _expectations_taken_off(
     if expect.strip().lower() == "100-continue" and request.version >= HttpVersion11:
         plain[EXPECTS_CONTINUE] = True
     return await application(plain)
+
+
+async def send_continue(request: BaseRequest) -> None:
+    """`100 Continue` to a caller that asked for it (EXPECTS_CONTINUE) and has not sent its body
+    yet: what an application calls when it is about to read a body it will take."""
+    if request.get(EXPECTS_CONTINUE) and not request.content.is_eof():
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer itself has not started
 
 
 class GatewayProtocol(RequestHandler):

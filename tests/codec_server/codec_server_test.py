@@ -252,6 +252,21 @@ async def test_bodies_are_bounded_and_checked(codec_keys: Path, tokens: Path) ->
             assert (answer.status, (await answer.json())["reason"]) == (405, "MethodNotAllowed")
 
 
+async def test_a_caller_waiting_for_100_continue_gets_it_once_allowed(codec_keys: Path, tokens: Path) -> None:
+    """A client that sends its body only after `100 Continue` (curl does for large bodies) is
+    asked for it once its token is taken, and refused without it otherwise."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with served(codec_keys, tokens) as url, aiohttp.ClientSession(timeout=timeout) as http:
+        sent = payloads(b'"waited"')
+        async with http.post(f"{url}/encode", json=sent, headers=auth(), expect100=True) as answer:
+            assert answer.status == 200
+            encoded = await answer.json()
+        async with http.post(f"{url}/decode", json=encoded, headers=auth(), expect100=True) as answer:
+            assert (answer.status, await answer.json()) == (200, sent)
+        async with http.post(f"{url}/decode", json=encoded, headers=auth("nobody"), expect100=True) as answer:
+            assert (answer.status, (await answer.json())["reason"]) == (401, "Unauthenticated")
+
+
 async def test_https_with_a_certificate_and_plain_http_only_on_loopback(
     codec_keys: Path, tokens: Path, tmp_path: Path
 ) -> None:
