@@ -18,7 +18,7 @@ from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.beats import heartbeat, registration
-from tests.gateway.conftest import HostProcess, invoke
+from tests.gateway.conftest import BOB, HostProcess, invoke
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
 ECHO = """
@@ -256,3 +256,30 @@ async def test_a_host_of_an_earlier_attempt_never_gets_the_run_back(
     finally:
         gateway.routes.forget(old_uid)
         gateway.routes.forget(new_uid)
+
+
+@pytest.mark.parametrize("field", ["namespace", "name", "runtime"])
+async def test_a_signed_assignment_cannot_be_relabelled_into_another_namespace(
+    gateway: Gateway, pki: TestPKI, client: aiohttp.ClientSession, field: str
+) -> None:
+    """The attack: a host holding a genuine assignment of a Run in namespace `default` announces
+    it under namespace `other` (or another name or runtime), so that callers of `other` reach it."""
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    relabelled = registration(pki, uid, host_id="hb-label", host_uid=host_uid)
+    setattr(relabelled, field, {"namespace": "other", "name": "evil", "runtime": "bash"}[field])
+    genuine = registration(pki, uid, host_id="hb-label", host_uid=host_uid)
+    try:
+        await send(gateway, host(pki, "hb-label"), beat("hb-label", host_uid, "127.0.0.1:1", relabelled))
+        assert gateway.routes.route(uid) is None
+        answer = await invoke(client, gateway, uid, {}, token=BOB, namespace="other")
+        assert answer.status == 404, answer.body
+        # the same assignment as signed is routed: the refusal was the relabelling's
+        await send(gateway, host(pki, "hb-label"), beat("hb-label", host_uid, "127.0.0.1:1", genuine))
+        route = gateway.routes.route(uid)
+        assert route is not None and (route.namespace, route.name, route.runtime) == (
+            "default",
+            "fn",
+            "python",
+        )
+    finally:
+        gateway.routes.forget(host_uid)
