@@ -29,7 +29,6 @@ from gateway.answers import answer_body
 from gateway.auth import Authorizer, Resource, bearer_token
 from gateway.errors import (
     BadRequest,
-    BodyTimeout,
     Busy,
     ClientAborted,
     Forbidden,
@@ -42,7 +41,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.known import KnownRuns
-from gateway.listener import HttpLimits, send_continue
+from gateway.listener import HttpLimits, receive_body, send_continue
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
@@ -166,34 +165,6 @@ def _too_large() -> PayloadTooLarge:
     return PayloadTooLarge(f"the body is larger than {MAX_PAYLOAD_BYTES} bytes")
 
 
-async def _receive(request: web.Request, limits: HttpLimits) -> bytes:
-    """The body as it arrives: at most 1 MiB, at the minimum rate once the grace has passed."""
-    content = request.content
-    if content.is_eof():  # it came whole with the headers: nothing to wait for
-        data = content.read_nowait()
-        if len(data) > MAX_PAYLOAD_BYTES:
-            raise _too_large()
-        return data
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    body = bytearray()
-    while True:
-        try:
-            async with asyncio.timeout_at(limits.body_deadline(started, len(body))):
-                chunk = await content.read(65536)
-        except TimeoutError:
-            raise BodyTimeout(
-                f"the body arrived slower than {limits.body_min_rate} bytes/s "
-                f"after {limits.body_timeout_s:g}s",
-                reason=R.REQUEST_BODY_TIMEOUT,
-            ) from None
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > MAX_PAYLOAD_BYTES:
-            raise _too_large()
-
-
 async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
     """At most 1 MiB, refused before it is read whole (Content-Length or while streaming), arriving
     at the minimum rate of `limits` (408 RequestBodyTimeout); a caller that closes the connection
@@ -202,7 +173,7 @@ async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
         raise _too_large()
     await send_continue(request)
     try:
-        data = await _receive(request, limits)
+        data = await receive_body(request, limits, max_bytes=MAX_PAYLOAD_BYTES)
     except (ConnectionError, RequestPayloadError) as exc:
         if request.transport is None:
             raise ClientAborted() from None

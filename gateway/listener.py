@@ -62,7 +62,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 from multidict import CIMultiDict
 
-from gateway.errors import BadRequest, GatewayError
+from gateway.errors import BadRequest, BodyTimeout, GatewayError, PayloadTooLarge
 from gateway.metrics import GatewayMetrics
 from gateway.replies import gateway_error_answer
 from kruntimes.wire.reasons import GatewayReason as R
@@ -153,6 +153,35 @@ async def send_continue(request: BaseRequest) -> None:
     if request.get(EXPECTS_CONTINUE) and not request.content.is_eof():
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the answer itself has not started
+
+
+async def receive_body(request: BaseRequest, limits: HttpLimits, *, max_bytes: int) -> bytes:
+    """The body as it arrives: at most `max_bytes` (413 PayloadTooLarge), at the minimum rate of
+    `limits` once its grace has passed (408 RequestBodyTimeout)."""
+    content = request.content
+    if content.is_eof():  # it came whole with the headers: nothing to wait for
+        data = content.read_nowait()
+        if len(data) > max_bytes:
+            raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes")
+        return data
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    body = bytearray()
+    while True:
+        try:
+            async with asyncio.timeout_at(limits.body_deadline(started, len(body))):
+                chunk = await content.read(65536)
+        except TimeoutError:
+            raise BodyTimeout(
+                f"the body arrived slower than {limits.body_min_rate} bytes/s "
+                f"after {limits.body_timeout_s:g}s",
+                reason=R.REQUEST_BODY_TIMEOUT,
+            ) from None
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > max_bytes:
+            raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes")
 
 
 class GatewayProtocol(RequestHandler):
