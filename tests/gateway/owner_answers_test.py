@@ -24,6 +24,7 @@ from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from tests.beats import heartbeat, registration
 from tests.gateway.conftest import invoke
 from tests.pki import TestPKI
+from tests.waiting import eventually
 
 MARKER = "owner-injected-" + uuid.uuid4().hex
 Script = Callable[[pb.InvokeFunctionRequest], pb.InvokeFunctionResponse]
@@ -230,3 +231,64 @@ async def test_a_handler_errors_fields_are_checked_and_its_outputs_dropped(
     assert len(doc["error"]["message"].encode()) <= 4096
     assert MARKER.encode() not in answer.body
     assert json.loads(answer.body) == doc
+
+
+class CountedOwner(ScriptedOwner):
+    """A ScriptedOwner that keeps the set of its open connections."""
+
+    def __init__(self, owner: Owner, open_now: set[asyncio.BaseTransport]) -> None:
+        super().__init__(owner)
+        self.open_now = open_now
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.open_now.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.open_now.discard(self.transport)
+
+
+async def test_a_host_that_moves_its_invoke_address_leaves_no_connection_behind(
+    gateway: Gateway, client: aiohttp.ClientSession, pki: TestPKI
+) -> None:
+    """The attack: a host names another invoke address of its own in every beat and its Run is
+    invoked at each: the gateway keeps one connection to it, not one per address it ever named."""
+    mover = Owner(pki)
+    mover.tls = pki.host_tls("mover")
+    mover.script = lambda request: pb.InvokeFunctionResponse(
+        invocation_id=request.invocation_id, status=pb.INVOCATION_STATUS_SUCCEEDED, outputs_json=b"{}"
+    )
+    open_now: set[asyncio.BaseTransport] = set()
+    loop = asyncio.get_running_loop()
+    servers = [
+        await loop.create_server(
+            lambda: CountedOwner(mover, open_now), "127.0.0.1", 0, ssl=mover.tls.server_context()
+        )
+        for _ in range(4)
+    ]
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    held = registration(
+        pki, uid, host_id="mover", host_uid=host_uid, name="scripted", registration_id="reg-m"
+    )
+    try:
+        for server in servers:
+            await gateway.routes.apply(
+                heartbeat(
+                    host_id="mover",
+                    host_uid=host_uid,
+                    address="127.0.0.1:1",
+                    invoke_address=f"127.0.0.1:{server.sockets[0].getsockname()[1]}",
+                    registrations=[held],
+                    interval_ms=60_000,
+                ),
+                peer=Identity.host(runtime="python", host_id="mover"),
+            )
+            answer = await invoke(client, gateway, uid)
+            assert answer.status == 200, answer.body
+        await eventually(lambda: len(open_now) == 1, what="the connections to earlier addresses closed")
+        assert (await invoke(client, gateway, uid)).status == 200  # the current one still serves
+    finally:
+        gateway.routes.forget(host_uid)
+        for server in servers:
+            server.close()
