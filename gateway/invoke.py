@@ -59,6 +59,7 @@ log = logging.getLogger("gateway.invoke")
 # where the middleware finds the invocation id of a request (a typed key: plain strings warn)
 INVOCATION_ID = web.RequestKey("invocation_id", str)
 RPC_MARGIN_S = 5.0
+RETIRED_GRACE_S = MAX_INVOKE_TIMEOUT_SECONDS + RPC_MARGIN_S  # the longest call a channel may carry
 CONNECT_TIMEOUT_S = 5.0
 # gRPC channels to hosts without an invoke port: reconnect soon after a failure
 _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 2000)]
@@ -71,53 +72,71 @@ class NotConnected(Exception):
 
 
 class Upstreams:
-    """One raw connection per host invoke address (gateway/raw.py) for hosts that advertise one,
-    and one gRPC channel per host address and identity for the others, kept open (no per-request
-    client or TLS setup); a channel made before the certificate files changed is replaced (the
-    old one is closed with the rest at the end, so no call on it is cut)."""
+    """One raw connection per host (gateway/raw.py) for hosts that advertise an invoke port, and one
+    gRPC channel per host identity for the others, kept open (no per-request client or TLS setup).
+    A channel is retired — closed once the calls on it have ended, at most RETIRED_GRACE_S later —
+    when its host names another address (so a host cannot make the gateway hold a channel for each
+    address it ever named) or when the certificate files changed (no call on it is cut)."""
 
     def __init__(self, *, tls: PeerTLS, invoke_tls: bool = True) -> None:
         """`invoke_tls` False: the raw invoke hop in plaintext, only the invoke bench's baseline."""
         self.tls = tls
-        self._channels: dict[tuple[str, Identity], tuple[int, grpc.aio.Channel]] = {}
-        self._retired: list[grpc.aio.Channel] = []
+        self._channels: dict[Identity, tuple[int, str, grpc.aio.Channel]] = {}
+        self._retired: set[grpc.aio.Channel] = set()
+        self._closing: set[asyncio.Task[None]] = set()
         self.raw = RawUpstreams(tls=tls if invoke_tls else None)
 
     def channel(self, address: str, host: Identity) -> grpc.aio.Channel:
         self.tls.refresh()
-        key = (address, host)
-        held = self._channels.get(key)
-        if held is not None and held[0] == self.tls.generation:
-            return held[1]
+        held = self._channels.get(host)
+        if held is not None and held[0] == self.tls.generation and held[1] == address:
+            return held[2]
         if held is not None:
-            self._retired.append(held[1])
+            self._retire(held[2])
         generation = self.tls.generation
         channel = grpc.aio.secure_channel(
             address,
             self.tls.channel_credentials(),
             options=[*self.tls.channel_options(host), *_CHANNEL_OPTIONS],
         )
-        self._channels[key] = (generation, channel)
+        self._channels[host] = (generation, address, channel)
         return channel
+
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        self._retired.add(channel)
+        task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_GRACE_S))
+        self._closing.add(task)
+
+        def closed(done: asyncio.Task[None]) -> None:
+            self._closing.discard(done)
+            self._retired.discard(channel)
+
+        task.add_done_callback(closed)
 
     async def invoke_grpc(
         self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
     ) -> pb.InvokeFunctionResponse:
         """InvokeFunction on `host` at `address` over gRPC; NotConnected (nothing sent) when the
-        channel does not connect, grpc.aio.AioRpcError for a failure after it was sent."""
+        channel does not connect (or was retired meanwhile), grpc.aio.AioRpcError for a failure
+        after it was sent."""
         channel = self.channel(address, host)
         await connected(channel)
-        response: pb.InvokeFunctionResponse = await pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
-            request, timeout=timeout
-        )
+        try:
+            response: pb.InvokeFunctionResponse = await pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
+                request, timeout=timeout
+            )
+        except grpc.aio.UsageError as exc:  # retired while it connected: nothing was sent
+            raise NotConnected(str(exc)) from None
         return response
 
     async def close(self) -> None:
         self.raw.close()
-        channels = [c for _, c in self._channels.values()] + self._retired
-        self._channels, self._retired = {}, []
+        channels = [held[2] for held in self._channels.values()] + list(self._retired)
+        self._channels, self._retired = {}, set()
         for channel in channels:
             await channel.close()
+        for task in list(self._closing):
+            task.cancel()
 
 
 async def connected(channel: grpc.aio.Channel, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -292,3 +293,62 @@ async def test_a_host_that_moves_its_invoke_address_leaves_no_connection_behind(
         gateway.routes.forget(host_uid)
         for server in servers:
             server.close()
+
+
+def established(port: int) -> int:
+    """How many TCP connections to local port `port` are established (/proc/net/tcp and tcp6:
+    gRPC's sockets are IPv6 ones with IPv4-mapped addresses)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+async def test_a_host_that_moves_its_grpc_address_leaves_no_channel_behind(
+    gateway: Gateway, client: aiohttp.ClientSession, pki: TestPKI
+) -> None:
+    """The same attack on a host without an invoke port: each address gets a gRPC channel, and the
+    channel of an address the host no longer names is closed."""
+    identity = Identity.host(runtime="python", host_id="grpc-mover")
+    mover = Owner(pki)
+    mover.tls = pki.host_tls("grpc-mover")
+    mover.script = lambda request: pb.InvokeFunctionResponse(
+        invocation_id=request.invocation_id, status=pb.INVOCATION_STATUS_SUCCEEDED, outputs_json=b"{}"
+    )
+    servers = []
+    for _ in range(3):
+        server = grpc.aio.server()
+        pb_grpc.add_FunctionRuntimeServicer_to_server(ScriptedRuntime(mover), server)
+        port = server.add_secure_port("127.0.0.1:0", mover.tls.server_credentials())
+        await server.start()
+        servers.append((server, port))
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    held = registration(
+        pki, uid, host_id="grpc-mover", host_uid=host_uid, name="scripted", registration_id="reg-g"
+    )
+    try:
+        for _, port in servers:
+            beat = heartbeat(
+                host_id="grpc-mover",
+                host_uid=host_uid,
+                address=f"127.0.0.1:{port}",
+                registrations=[held],
+                interval_ms=60_000,
+            )
+            await gateway.routes.apply(beat, peer=identity)
+            answer = await invoke(client, gateway, uid)
+            assert answer.status == 200, answer.body
+        earlier, current = [port for _, port in servers[:-1]], servers[-1][1]
+        await eventually(
+            lambda: not any(established(port) for port in earlier),
+            what="the earlier addresses' channels closed",
+        )
+        assert established(current) == 1
+        assert (await invoke(client, gateway, uid)).status == 200
+    finally:
+        gateway.routes.forget(host_uid)
+        for server, _ in servers:
+            await server.stop(None)
