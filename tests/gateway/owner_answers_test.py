@@ -20,10 +20,12 @@ from kruntimes.api.limits import MAX_LOG_BYTES
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.tls import TlsFiles
 from kruntimes.wire import frames
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from tests.beats import heartbeat, registration
-from tests.gateway.conftest import invoke
+from tests.gateway.conftest import ALICE, invoke
+from tests.gateway.rawhttp import Connection, request
 from tests.pki import TestPKI
 from tests.waiting import eventually
 
@@ -352,3 +354,37 @@ async def test_a_host_that_moves_its_grpc_address_leaves_no_channel_behind(
         gateway.routes.forget(host_uid)
         for server, _ in servers:
             await server.stop(None)
+
+
+async def test_a_route_gone_while_the_body_was_read_is_owner_unavailable_and_nothing_is_sent(
+    gateway: Gateway, tls: TlsFiles, owner: Owner
+) -> None:
+    """Not sent is told apart from sent-then-failed: the route goes away after the gateway took the
+    request (it asks for the body: 100 Continue) and before the body came; the answer is 503
+    OwnerUnavailable with Retry-After, and the owner never gets the request."""
+    uid = await owner.claim(gateway, raw=True)
+    asked: list[str] = []
+
+    def answer(request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
+        asked.append(request.invocation_id)
+        return pb.InvokeFunctionResponse(
+            invocation_id=request.invocation_id, status=pb.INVOCATION_STATUS_SUCCEEDED
+        )
+
+    previous, owner.script = owner.script, answer
+    conn = await Connection.open(gateway.url, tls.ca_cert)
+    try:
+        path = f"/v1/namespaces/default/runtimes/python/functions/{uid}:invoke"
+        headers = {"Authorization": f"Bearer {ALICE}", "Expect": "100-continue", "Connection": "close"}
+        await conn.send(request(path, headers=headers, content_length=2))
+        assert (await conn.answer()).status == 100  # past the route and the authorization
+        gateway.routes.forget(f"scripted-{uid}")
+        await conn.send(b"{}")
+        final = await conn.answer()
+    finally:
+        await conn.close()
+        gateway.routes.forget(f"scripted-{uid}")
+        owner.script = previous
+    assert (final.status, json.loads(final.body)["reason"]) == (503, "OwnerUnavailable")
+    assert int(final.headers["retry-after"]) >= 1
+    assert asked == []
