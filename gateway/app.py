@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.auth import Authorizer
 from gateway.errors import BodyTimeout, ClientAborted, GatewayError
-from gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams
+from gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams, logged_target
 from gateway.known import KnownRuns
 from gateway.listener import GatewayProtocol, HttpLimits
 from gateway.metrics import GatewayMetrics
@@ -110,8 +110,7 @@ def build_app(state: GatewayState) -> web.Application:
                     extra={
                         "status": code,
                         "reason": reason,
-                        "runtime": request.match_info.get("runtime", ""),
-                        "run_uid": request.match_info.get("uid", ""),
+                        **logged_target(request),
                         "invocation_id": request.get(INVOCATION_ID, ""),
                         "ms": round((time.perf_counter() - started) * 1000, 3),
                     },

@@ -42,7 +42,7 @@ from temporalio.api.common.v1 import Payloads
 
 from gateway.auth import Principal, TokenFile, TokenFileError, bearer_token
 from gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, Unauthenticated
-from gateway.listener import HttpLimits, Listener
+from gateway.listener import HttpLimits, Listener, receive_body, send_continue
 from gateway.metrics import GatewayMetrics
 from gateway.replies import error_answer, gateway_error_answer, router_reason
 from kruntimes import logs
@@ -79,7 +79,7 @@ def _cors(request: web.Request, origins: frozenset[str], response: web.StreamRes
         response.headers["Vary"] = "Origin"
 
 
-def build_app(options: CodecOptions) -> web.Application:
+def build_app(options: CodecOptions, limits: HttpLimits) -> web.Application:
     @web.middleware
     async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
@@ -108,13 +108,10 @@ def build_app(options: CodecOptions) -> web.Application:
     async def payloads_of(request: web.Request) -> Payloads:
         if request.content_length is not None and request.content_length > options.max_body_bytes:
             raise PayloadTooLarge(f"the body is larger than {options.max_body_bytes} bytes")
-        body = bytearray()
-        while chunk := await request.content.read(65536):
-            body += chunk
-            if len(body) > options.max_body_bytes:
-                raise PayloadTooLarge(f"the body is larger than {options.max_body_bytes} bytes")
+        await send_continue(request)
+        body = await receive_body(request, limits, max_bytes=options.max_body_bytes)
         try:
-            return json_format.Parse(bytes(body), Payloads())
+            return json_format.Parse(body, Payloads())
         except (json_format.ParseError, ValueError, RecursionError):
             raise BadRequest(
                 'the body is not {"payloads": [...]} in protobuf JSON', reason=R.MALFORMED_JSON
@@ -188,7 +185,9 @@ class CodecServer:
         self.url = ""
 
     async def start(self) -> str:
-        self.runner = web.AppRunner(build_app(self.options), access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(
+            build_app(self.options, self.limits), access_log=None, handle_signals=False
+        )
         await self.runner.setup()
         assert self.runner.server is not None
         self.listener = Listener(

@@ -29,7 +29,6 @@ from gateway.answers import answer_body
 from gateway.auth import Authorizer, Resource, bearer_token
 from gateway.errors import (
     BadRequest,
-    BodyTimeout,
     Busy,
     ClientAborted,
     Forbidden,
@@ -42,11 +41,11 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.known import KnownRuns
-from gateway.listener import HttpLimits
+from gateway.listener import HttpLimits, receive_body, send_continue
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
-from kruntimes.api.names import is_run_uid, validate_invocation_id
+from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
 from kruntimes.api.phases import TERMINAL_PHASES
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -60,6 +59,7 @@ log = logging.getLogger("gateway.invoke")
 # where the middleware finds the invocation id of a request (a typed key: plain strings warn)
 INVOCATION_ID = web.RequestKey("invocation_id", str)
 RPC_MARGIN_S = 5.0
+RETIRED_GRACE_S = MAX_INVOKE_TIMEOUT_SECONDS + RPC_MARGIN_S  # the longest call a channel may carry
 CONNECT_TIMEOUT_S = 5.0
 # gRPC channels to hosts without an invoke port: reconnect soon after a failure
 _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 2000)]
@@ -72,53 +72,71 @@ class NotConnected(Exception):
 
 
 class Upstreams:
-    """One raw connection per host invoke address (gateway/raw.py) for hosts that advertise one,
-    and one gRPC channel per host address and identity for the others, kept open (no per-request
-    client or TLS setup); a channel made before the certificate files changed is replaced (the
-    old one is closed with the rest at the end, so no call on it is cut)."""
+    """One raw connection per host (gateway/raw.py) for hosts that advertise an invoke port, and one
+    gRPC channel per host identity for the others, kept open (no per-request client or TLS setup).
+    A channel is retired — closed once the calls on it have ended, at most RETIRED_GRACE_S later —
+    when its host names another address (so a host cannot make the gateway hold a channel for each
+    address it ever named) or when the certificate files changed (no call on it is cut)."""
 
     def __init__(self, *, tls: PeerTLS, invoke_tls: bool = True) -> None:
         """`invoke_tls` False: the raw invoke hop in plaintext, only the invoke bench's baseline."""
         self.tls = tls
-        self._channels: dict[tuple[str, Identity], tuple[int, grpc.aio.Channel]] = {}
-        self._retired: list[grpc.aio.Channel] = []
+        self._channels: dict[Identity, tuple[int, str, grpc.aio.Channel]] = {}
+        self._retired: set[grpc.aio.Channel] = set()
+        self._closing: set[asyncio.Task[None]] = set()
         self.raw = RawUpstreams(tls=tls if invoke_tls else None)
 
     def channel(self, address: str, host: Identity) -> grpc.aio.Channel:
         self.tls.refresh()
-        key = (address, host)
-        held = self._channels.get(key)
-        if held is not None and held[0] == self.tls.generation:
-            return held[1]
+        held = self._channels.get(host)
+        if held is not None and held[0] == self.tls.generation and held[1] == address:
+            return held[2]
         if held is not None:
-            self._retired.append(held[1])
+            self._retire(held[2])
         generation = self.tls.generation
         channel = grpc.aio.secure_channel(
             address,
             self.tls.channel_credentials(),
             options=[*self.tls.channel_options(host), *_CHANNEL_OPTIONS],
         )
-        self._channels[key] = (generation, channel)
+        self._channels[host] = (generation, address, channel)
         return channel
+
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        self._retired.add(channel)
+        task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_GRACE_S))
+        self._closing.add(task)
+
+        def closed(done: asyncio.Task[None]) -> None:
+            self._closing.discard(done)
+            self._retired.discard(channel)
+
+        task.add_done_callback(closed)
 
     async def invoke_grpc(
         self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
     ) -> pb.InvokeFunctionResponse:
         """InvokeFunction on `host` at `address` over gRPC; NotConnected (nothing sent) when the
-        channel does not connect, grpc.aio.AioRpcError for a failure after it was sent."""
+        channel does not connect (or was retired meanwhile), grpc.aio.AioRpcError for a failure
+        after it was sent."""
         channel = self.channel(address, host)
         await connected(channel)
-        response: pb.InvokeFunctionResponse = await pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
-            request, timeout=timeout
-        )
+        try:
+            response: pb.InvokeFunctionResponse = await pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
+                request, timeout=timeout
+            )
+        except grpc.aio.UsageError as exc:  # retired while it connected: nothing was sent
+            raise NotConnected(str(exc)) from None
         return response
 
     async def close(self) -> None:
         self.raw.close()
-        channels = [c for _, c in self._channels.values()] + self._retired
-        self._channels, self._retired = {}, []
+        channels = [held[2] for held in self._channels.values()] + list(self._retired)
+        self._channels, self._retired = {}, set()
         for channel in channels:
             await channel.close()
+        for task in list(self._closing):
+            task.cancel()
 
 
 async def connected(channel: grpc.aio.Channel, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -149,36 +167,21 @@ def invocation_id(request: web.Request) -> str:
         raise BadRequest(str(exc), reason=R.INVALID_INVOCATION_ID) from None
 
 
+def logged_target(request: web.Request) -> dict[str, str]:
+    """The invoke path's runtime and run uid as the access log shows them: each only when it is
+    what it should be (a DNS-1123 label, a canonical UUID), else "" — the path is the caller's,
+    and a token, a path or kilobytes of anything put there never reach a log."""
+    runtime = request.match_info.get("runtime", "")
+    try:
+        validate_dns1123_label(runtime, field="runtime")
+    except ValueError:
+        runtime = ""
+    run_uid = request.match_info.get("uid", "")
+    return {"runtime": runtime, "run_uid": run_uid if is_run_uid(run_uid) else ""}
+
+
 def _too_large() -> PayloadTooLarge:
     return PayloadTooLarge(f"the body is larger than {MAX_PAYLOAD_BYTES} bytes")
-
-
-async def _receive(request: web.Request, limits: HttpLimits) -> bytes:
-    """The body as it arrives: at most 1 MiB, at the minimum rate once the grace has passed."""
-    content = request.content
-    if content.is_eof():  # it came whole with the headers: nothing to wait for
-        data = content.read_nowait()
-        if len(data) > MAX_PAYLOAD_BYTES:
-            raise _too_large()
-        return data
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    body = bytearray()
-    while True:
-        try:
-            async with asyncio.timeout_at(limits.body_deadline(started, len(body))):
-                chunk = await content.read(65536)
-        except TimeoutError:
-            raise BodyTimeout(
-                f"the body arrived slower than {limits.body_min_rate} bytes/s "
-                f"after {limits.body_timeout_s:g}s",
-                reason=R.REQUEST_BODY_TIMEOUT,
-            ) from None
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > MAX_PAYLOAD_BYTES:
-            raise _too_large()
 
 
 async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
@@ -187,8 +190,9 @@ async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
     meanwhile is ClientAborted, and broken body framing is 400 MalformedRequest."""
     if request.content_length is not None and request.content_length > MAX_PAYLOAD_BYTES:
         raise _too_large()
+    await send_continue(request)
     try:
-        data = await _receive(request, limits)
+        data = await receive_body(request, limits, max_bytes=MAX_PAYLOAD_BYTES)
     except (ConnectionError, RequestPayloadError) as exc:
         if request.transport is None:
             raise ClientAborted() from None

@@ -28,6 +28,12 @@ framing) are answered 400 MalformedRequest as an ErrorBody and the connection cl
 aiohttp's own text, which quotes the bytes it refused (an `Authorization` header among them), and
 never logged with those bytes.
 
+`Expect` is the gateway's, not aiohttp's router's (whose 417 answer quotes the header in plain
+text, outside the middleware, and whose `100 Continue` goes out before the request is even
+authenticated): an expectation other than `100-continue` is ignored (RFC 9110 allows it), and
+`100 Continue` is sent by the application only when it is about to read the body
+(`send_continue`), so a request refused before (401, 403, 404, 413, ...) never invites its body.
+
 aiohttp has no header timeout of its own. The seam is its RequestHandler: a timer armed when the
 connection is made (or when the first byte of a kept-alive connection's next request arrives) and
 cancelled when the parser has emitted the request (`_request_count` grew in `data_received`). The
@@ -40,25 +46,31 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import socket
 import ssl
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
+from multidict import CIMultiDict
 
-from gateway.errors import BadRequest, GatewayError
+from gateway.errors import BadRequest, BodyTimeout, GatewayError, PayloadTooLarge
 from gateway.metrics import GatewayMetrics
 from gateway.replies import gateway_error_answer
 from kruntimes.wire.reasons import GatewayReason as R
 
 log = logging.getLogger("gateway.http")
+
+# set on a request that asked for `100 Continue` (its Expect header taken off, see the docstring)
+EXPECTS_CONTINUE = web.RequestKey("expects_continue", bool)
 
 # How long an answer sent before the body was read may keep reading (and dropping) the rest, so
 # that the client sees the answer rather than a reset connection.
@@ -119,6 +131,59 @@ class _Slot:
             self._listener._release(self.client)
 
 
+async def _expectations_taken_off(
+    application: Callable[[BaseRequest], Awaitable[web.StreamResponse]], request: BaseRequest
+) -> web.StreamResponse:
+    """`request` to `application` without its Expect header, marked EXPECTS_CONTINUE when it
+    asked for `100 Continue` (HTTP/1.1 only, as aiohttp's own handling)."""
+    expect = request.headers.get(hdrs.EXPECT)
+    if expect is None:
+        return await application(request)
+    kept = CIMultiDict(request.headers)
+    kept.popall(hdrs.EXPECT)
+    plain = request.clone(headers=kept)
+    if expect.strip().lower() == "100-continue" and request.version >= HttpVersion11:
+        plain[EXPECTS_CONTINUE] = True
+    return await application(plain)
+
+
+async def send_continue(request: BaseRequest) -> None:
+    """`100 Continue` to a caller that asked for it (EXPECTS_CONTINUE) and has not sent its body
+    yet: what an application calls when it is about to read a body it will take."""
+    if request.get(EXPECTS_CONTINUE) and not request.content.is_eof():
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer itself has not started
+
+
+async def receive_body(request: BaseRequest, limits: HttpLimits, *, max_bytes: int) -> bytes:
+    """The body as it arrives: at most `max_bytes` (413 PayloadTooLarge), at the minimum rate of
+    `limits` once its grace has passed (408 RequestBodyTimeout)."""
+    content = request.content
+    if content.is_eof():  # it came whole with the headers: nothing to wait for
+        data = content.read_nowait()
+        if len(data) > max_bytes:
+            raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes")
+        return data
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    body = bytearray()
+    while True:
+        try:
+            async with asyncio.timeout_at(limits.body_deadline(started, len(body))):
+                chunk = await content.read(65536)
+        except TimeoutError:
+            raise BodyTimeout(
+                f"the body arrived slower than {limits.body_min_rate} bytes/s "
+                f"after {limits.body_timeout_s:g}s",
+                reason=R.REQUEST_BODY_TIMEOUT,
+            ) from None
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > max_bytes:
+            raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes")
+
+
 class GatewayProtocol(RequestHandler):
     """aiohttp's RequestHandler with the header timeout, the gateway's answers to the parser's
     refusals, and a way for the application to close the connection after an answer."""
@@ -147,6 +212,9 @@ class GatewayProtocol(RequestHandler):
         self._slot = slot
         self._metrics = metrics
         self._header_timer: asyncio.TimerHandle | None = None
+        application = self._request_handler
+        assert application is not None
+        self._request_handler = functools.partial(_expectations_taken_off, application)
 
     # -- the header timeout ---------------------------------------------------------------------
 

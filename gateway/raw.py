@@ -70,6 +70,7 @@ class _Connection(asyncio.Protocol):
         self.accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed = False
         self.next_id = 0
+        self.retired = False  # closed as soon as no request waits on it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -124,8 +125,19 @@ class _Connection(asyncio.Protocol):
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
         transport.write(frames.encode_request(request_id, body))
-        future.add_done_callback(lambda _: self.pending.pop(request_id, None))
+        future.add_done_callback(lambda _: self._answered(request_id))
         return future
+
+    def _answered(self, request_id: int) -> None:
+        self.pending.pop(request_id, None)
+        if self.retired and not self.pending:
+            self.retire()
+
+    def retire(self) -> None:
+        """Close once no request waits on it."""
+        self.retired = True
+        if not self.pending and self.transport is not None:
+            self.transport.close()
 
 
 class RawClient:
@@ -133,6 +145,7 @@ class RawClient:
     for the invoke bench's baseline; no identity is checked then)."""
 
     def __init__(self, address: str, *, tls: PeerTLS | None, expect: Identity) -> None:
+        self.address = address
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
@@ -140,11 +153,14 @@ class RawClient:
         self.expect = expect
         self._connection: _Connection | None = None
         self._lock = asyncio.Lock()
+        self._retired = False
 
     async def _connect(self) -> _Connection:
         async with self._lock:
             connection = self._connection
             if connection is None or connection.closed:
+                if self._retired:
+                    raise NotSent("the host's invoke address changed")
                 loop = asyncio.get_running_loop()
                 context: ssl.SSLContext | None = None
                 expect: Identity | None = None
@@ -170,6 +186,8 @@ class RawClient:
                 except OSError as exc:  # refused, reset, TLS failed, or closed before accepting
                     raise NotSent(f"cannot connect: {exc}") from None
                 self._connection = connection
+                if self._retired:  # retired while it connected: closed after this request
+                    connection.retired = True
             return connection
 
     async def invoke(self, request: pb.InvokeFunctionRequest, timeout: float) -> pb.InvokeFunctionResponse:
@@ -209,18 +227,29 @@ class RawClient:
         if self._connection is not None and self._connection.transport is not None:
             self._connection.transport.abort()
 
+    def retire(self) -> None:
+        """Close the connection once the requests on it are answered (see RawUpstreams)."""
+        self._retired = True
+        if self._connection is not None:
+            self._connection.retire()
+
 
 class RawUpstreams:
-    """One `RawClient` per host invoke address and the host expected there."""
+    """One `RawClient` per host identity, at the invoke address its routes name now: when a host's
+    address changes, the client of the old one is retired (closed once its requests are answered),
+    so a host that names another address in every beat cannot make the gateway hold a connection
+    for each address it ever named."""
 
     def __init__(self, *, tls: PeerTLS | None) -> None:
         self.tls = tls
-        self._clients: dict[tuple[str, str, str], RawClient] = {}
+        self._clients: dict[tuple[str, str], RawClient] = {}
 
     def client(self, address: str, *, runtime: str, host_id: str) -> RawClient:
-        key = (address, runtime, host_id)
+        key = (runtime, host_id)
         client = self._clients.get(key)
-        if client is None:
+        if client is None or client.address != address:
+            if client is not None:
+                client.retire()
             expect = Identity.host(runtime=runtime, host_id=host_id)
             client = self._clients[key] = RawClient(address, tls=self.tls, expect=expect)
         return client

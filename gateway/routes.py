@@ -23,7 +23,10 @@ check per registration per beat. A snapshot the same as the host's previous one 
 steady host) is recognised by a digest of its bytes, taken in one call, and only renews the
 host's expiry: the Python work of a beat is proportional to what changed. `route` answers the
 highest attempt among live hosts (ready first among equals): a newer assignment always wins over
-an older one.
+an older one. Once an attempt above the first has been routed, no lower attempt of that Run is
+routed again, even after every host of the newer attempt has gone: a host that was given an
+earlier attempt (and may have kept its signed assignment) never gets the Run's invocations back
+(the floors are kept for the MAX_FLOORS Runs that most recently moved).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 MISSED_INTERVALS = 3
 MAX_HOSTS = 10_000
 MAX_REGISTRATIONS_PER_HOST = 100_000
+MAX_FLOORS = 100_000  # Runs whose lowest routable attempt is remembered (those that moved)
 MIN_INTERVAL_MS = 100
 MAX_INTERVAL_MS = 60_000
 VERIFY_BATCH = 64  # signature checks between two yields of the event loop
@@ -125,6 +129,8 @@ class RouteCache:
         # run uid → its route when one host holds it (nearly always), else host uid → route: a
         # dict for each of 10,000 Runs would cost more than the routes themselves
         self._routes: dict[str, Route | dict[str, Route]] = {}
+        # run uid → the highest attempt routed for it, when above 1: no lower one is routed again
+        self._floors: dict[str, int] = {}
 
     def _sender(self, beat: hb.HostHeartbeat, peer: Identity) -> Identity:
         if peer.role is not Role.HOST or (peer.runtime, peer.host_id) != (beat.runtime, beat.host_id):
@@ -237,7 +243,13 @@ class RouteCache:
             identity, beat.address, self._clock() + self._missed * _interval_s(beat), routes, digest, skipped
         )
         self._incarnations[identity] = host_uid
+        floors = self._floors
         for run_uid, route in routes.items():
+            if route.attempt > 1 and route.attempt > floors.get(run_uid, 1):
+                floors.pop(run_uid, None)  # re-inserted last: the oldest floors go first
+                floors[run_uid] = route.attempt
+                if len(floors) > MAX_FLOORS:
+                    del floors[next(iter(floors))]
             held = self._routes.get(run_uid)
             if held is None or (isinstance(held, Route) and held.host_uid == host_uid):
                 self._routes[run_uid] = route
@@ -269,7 +281,8 @@ class RouteCache:
             del self._routes[run_uid]
 
     def route(self, run_uid: str) -> Route | None:
-        """The highest attempt among live hosts that hold the run (a ready one among equals)."""
+        """The highest attempt among live hosts that hold the run (a ready one among equals); None
+        if that attempt is below the highest ever routed for the run."""
         held = self._routes.get(run_uid)
         if held is None:
             return None
@@ -282,6 +295,8 @@ class RouteCache:
                 continue
             if best is None or (route.attempt, route.ready) > (best.attempt, best.ready):
                 best = route
+        if best is not None and best.attempt < self._floors.get(run_uid, 1):
+            return None
         return best
 
     def drop(self, run_uid: str, host_uid: str) -> None:

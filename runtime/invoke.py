@@ -14,9 +14,11 @@ connection (the framing can no longer be trusted); other connections are unaffec
 connection with `MAX_IN_FLIGHT` requests running stops reading until some finish.
 
 The port is TLS with the host's platform certificate and requires a client certificate of the
-platform CA naming a gateway (kruntimes.pki); any other peer is disconnected before it can send a
-request. An accepted connection first gets the accept frame (kruntimes.wire.frames), so the
-gateway knows a request it writes is read by a host that took it.
+platform CA naming a gateway (kruntimes.pki), signed by a CA of the host's current `ca.crt` (a CA
+removed from it is refused at once, though the ssl context's store still holds it); any other
+peer is disconnected before it can send a request. An accepted connection first gets the accept
+frame (kruntimes.wire.frames), so the gateway knows a request it writes is read by a host that
+took it.
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ class _Connection(asyncio.Protocol):
             peer = identity_of_peercert(transport.get_extra_info("peercert"))
             if peer is None or peer.role is not Role.GATEWAY:
                 log.warning("invoke connection refused: not a gateway", extra={"peer": str(peer)})
+                self.transport.abort()
+                return
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if not self.listener.tls.issued_by_current_ca(der):
+                log.warning(
+                    "invoke connection refused: its CA is no longer trusted", extra={"peer": str(peer)}
+                )
                 self.transport.abort()
                 return
         self.listener.connections.add(self)

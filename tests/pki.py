@@ -115,6 +115,14 @@ class TestPKI:
             self.authority.write(path, identity, lifetime=dt.timedelta(hours=1), now=then)
         return PeerTLS(path, role=identity.role)
 
+    def not_yet_valid(self, identity: Identity) -> PeerTLS:
+        """A certificate of this CA for `identity` whose validity starts in an hour."""
+        path = self.root / "not-yet-valid" / identity.role / identity.name.replace("/", "_")
+        if not path.exists():
+            then = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+            self.authority.write(path, identity, lifetime=dt.timedelta(hours=1), now=then)
+        return PeerTLS(path, role=identity.role)
+
     def worker_trust(self) -> WorkerTrust:
         return WorkerTrust(
             peer_tls=self.directory(CONTROL_PLANE),

@@ -20,8 +20,9 @@ renames, a broken Secret, a ca.crt that is not a whole bundle of self-signed CAs
 tampered) is refused with a warning and the previous material stays in use. A new CA added to
 ca.crt (a CA rotation's first phase) is trusted by new connections from then on.
 Established connections keep their session; new connections get the new certificate. A CA
-removed from `ca.crt` stays trusted by a running ssl server context until the process restarts
-(OpenSSL only adds to a context's store); grpc servers and every client drop it at once.
+removed from `ca.crt` stays in a running ssl server context's store (OpenSSL only adds to it), so
+an ssl server also asks `issued_by_current_ca(peer)` of each connection it accepts; grpc servers
+and every client drop it at once.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
 from kruntimes.pki.authority import CA_CERT, TLS_CERT, TLS_KEY, file_stamps, read_bundle
@@ -62,6 +64,7 @@ class _Material:
     identity: Identity
     serial: int
     not_after: str
+    cas: tuple[x509.Certificate, ...]  # the CAs of ca.crt, parsed
 
 
 def _read(path: Path) -> bytes:
@@ -83,7 +86,7 @@ def _load(directory: Path, role: Role) -> _Material:
     except ValueError as e:
         raise PeerTLSError(f"{directory}: not PEM certificates and key: {e}") from e
     try:
-        read_bundle(ca_pem)
+        cas = tuple(read_bundle(ca_pem))
     except ValueError as e:
         raise PeerTLSError(f"{directory}: {CA_CERT} is not a bundle of CAs: {e}") from e
     if key.public_key() != cert.public_key():
@@ -95,7 +98,7 @@ def _load(directory: Path, role: Role) -> _Material:
     if identity.role is not role:
         raise PeerTLSError(f"{directory}: the certificate names {identity}, not a {role}")
     return _Material(
-        cert_pem, key_pem, ca_pem, identity, cert.serial_number, cert.not_valid_after_utc.isoformat()
+        cert_pem, key_pem, ca_pem, identity, cert.serial_number, cert.not_valid_after_utc.isoformat(), cas
     )
 
 
@@ -223,6 +226,26 @@ class PeerTLS:
             },
         )
         return True
+
+    def issued_by_current_ca(self, peer_der: bytes | None) -> bool:
+        """Whether a peer's certificate (DER, as `getpeercert(binary_form=True)` gives it) was
+        signed by a CA of the current `ca.crt`: an ssl server's context still trusts a CA removed
+        from it since, so a server asks this of every connection its handshake let in."""
+        if not peer_der:
+            return False
+        try:
+            cert = x509.load_der_x509_certificate(peer_der)
+        except ValueError:
+            return False
+        for ca in self._material.cas:
+            if ca.subject != cert.issuer:
+                continue
+            try:
+                cert.verify_directly_issued_by(ca)
+            except (InvalidSignature, TypeError, ValueError):
+                continue
+            return True
+        return False
 
     # -- grpc -------------------------------------------------------------------------------------
 

@@ -23,10 +23,13 @@ import pytest
 
 from gateway.auth import TokenFile
 from gateway.codec_server import CodecOptions, CodecServer, options_from, parse_args, ssl_context_from
+from gateway.listener import HttpLimits
 from kruntimes.api.run import Run
 from kruntimes.client import Client
 from kruntimes.codec import EncryptionCodec, Keyring
 from kruntimes.tls import ensure_tls
+from tests.gateway.limits_test import trickling
+from tests.gateway.rawhttp import Connection, request
 from tests.sdk.stack import Platform, manifest, unique, workflow_show
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,6 +253,41 @@ async def test_bodies_are_bounded_and_checked(codec_keys: Path, tokens: Path) ->
             assert (answer.status, (await answer.json())["reason"]) == (400, "InvalidRequest")
         async with http.get(f"{url}/decode", headers=auth()) as answer:
             assert (answer.status, (await answer.json())["reason"]) == (405, "MethodNotAllowed")
+
+
+async def test_a_caller_waiting_for_100_continue_gets_it_once_allowed(codec_keys: Path, tokens: Path) -> None:
+    """A client that sends its body only after `100 Continue` (curl does for large bodies) is
+    asked for it once its token is taken, and refused without it otherwise."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with served(codec_keys, tokens) as url, aiohttp.ClientSession(timeout=timeout) as http:
+        sent = payloads(b'"waited"')
+        async with http.post(f"{url}/encode", json=sent, headers=auth(), expect100=True) as answer:
+            assert answer.status == 200
+            encoded = await answer.json()
+        async with http.post(f"{url}/decode", json=encoded, headers=auth(), expect100=True) as answer:
+            assert (answer.status, await answer.json()) == (200, sent)
+        async with http.post(f"{url}/decode", json=encoded, headers=auth("nobody"), expect100=True) as answer:
+            assert (answer.status, (await answer.json())["reason"]) == (401, "Unauthenticated")
+
+
+async def test_a_slow_body_is_answered_408_at_the_minimum_rate(codec_keys: Path, tokens: Path) -> None:
+    """The codec server's bodies are held to the listener's minimum rate, as the gateway's are: the
+    attack is an allowed caller trickling its body to keep a connection."""
+    options = CodecOptions(codec=EncryptionCodec(Keyring.load(codec_keys)), tokens=TokenFile(tokens))
+    limits = HttpLimits(body_timeout_s=1.0, body_min_rate=1000)
+    server = CodecServer(options, host="127.0.0.1", port=0, ssl_context=None, limits=limits)
+    url = await server.start()
+    try:
+        conn = await Connection.open(url.replace("http://", "https://"), Path("/nonexistent"), tls=False)
+        try:
+            await conn.send(request("/decode", headers=auth(), content_length=60_000))
+            async with trickling(conn, b'{"payloads": [' + b" " * 60_000):  # 20 bytes/s
+                answer = await conn.answer()
+            assert (answer.status, json.loads(answer.body)["reason"]) == (408, "RequestBodyTimeout")
+        finally:
+            await conn.close()
+    finally:
+        await server.stop()
 
 
 async def test_https_with_a_certificate_and_plain_http_only_on_loopback(

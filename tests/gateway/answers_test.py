@@ -252,6 +252,38 @@ async def test_a_path_uid_that_is_no_run_uid_is_not_found_and_looked_up_nowhere(
         del gateway.known.runs[uid]
 
 
+@pytest.mark.parametrize(
+    ("runtime", "uid"),
+    [("python", "TOKEN"), ("python", "x" * 4000), ("python", "..%2F..%2Fetc"), ("TOKEN", "VALID")],
+    ids=["token-as-uid", "long-uid", "path-uid", "token-as-runtime"],
+)
+async def test_the_access_log_shows_only_a_valid_run_uid_and_runtime(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    echo: Function,
+    log_capture: LogCapture,
+    runtime: str,
+    uid: str,
+) -> None:
+    """Whatever a caller puts in the path (its own token, a path, kilobytes) never reaches a log:
+    the access log shows the path's run uid only if it is a canonical UUID, its runtime only if it
+    is a DNS-1123 label."""
+    secret = f"Tok_in_path_{uuid.uuid4().hex}"  # a token's shape: neither a UUID nor a label
+    uid, runtime = (secret if v == "TOKEN" else echo.uid if v == "VALID" else v for v in (uid, runtime))
+    answer = await invoke(client, gateway, uid, runtime=runtime)
+    check_error(answer, 404, "RunNotFound")
+    logged = [
+        r
+        for r in log_capture.records
+        if getattr(r, "invocation_id", None) == answer.json["invocationId"] and r.getMessage() == "invoke"
+    ]
+    assert len(logged) == 1
+    fields = (logged[0].run_uid, logged[0].runtime)  # type: ignore[attr-defined]
+    assert fields == ((echo.uid, "") if uid == echo.uid else ("", "python")), fields
+    shown = secret if uid == echo.uid else uid
+    assert not [line for line in log_capture.lines if secret in line or shown in line]
+
+
 # -- 503 ------------------------------------------------------------------------------------------
 
 
@@ -338,13 +370,29 @@ async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_drop
     check_error(answer, 503, "RouteStale")
     retry_after(answer)
     assert gateway.routes.route(fn.uid) is None or gateway.routes.route(fn.uid) != stale  # dropped
-    # the host's next heartbeat routes attempt 1 again
-    real = await wait_route(gateway, fn.uid)
-    assert real.attempt == 1
+    await reassigned(gateway, main_host, path, fn, attempt=2)
     assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
         "slept": 0
     }
     assert lines(path) == ["real"]
+
+
+async def reassigned(gateway: Gateway, host: HostProcess, path: Path, fn: Function, *, attempt: int) -> None:
+    """Once the gateway has routed `attempt` of a Run, the host's earlier attempt is never routed
+    again, even from the host's next heartbeats: `fn` is registered at `attempt` on `host`."""
+    renewals: list[float] = []
+
+    def beaten() -> bool:  # the host's entry is renewed by each beat it sends
+        entry = gateway.routes._hosts.get(host.host_uid)  # (no public view of one host's entry)
+        if entry is not None and (not renewals or renewals[-1] != entry.expires):
+            renewals.append(entry.expires)
+        return len(renewals) > 2
+
+    await wait_for(beaten, f"two heartbeats of {host.host_id}")  # both holding the earlier attempt
+    assert gateway.routes.route(fn.uid) is None
+    await host.register(gateway, RECORDED, env={"TEST_RECORD": str(path)}, uid=fn.uid, attempt=attempt)
+    route = gateway.routes.route(fn.uid)
+    assert route is not None and (route.attempt, route.host_uid) == (attempt, host.host_uid)
 
 
 async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_address(
@@ -381,7 +429,7 @@ async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_add
         assert lines(path) == []
     finally:
         gateway.routes.forget(ghost_uid)
-    assert gateway.routes.route(fn.uid) == real
+    await reassigned(gateway, main_host, path, fn, attempt=2)
     assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
         "slept": 0
     }

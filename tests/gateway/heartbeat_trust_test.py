@@ -18,7 +18,7 @@ from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.beats import heartbeat, registration
-from tests.gateway.conftest import HostProcess, invoke
+from tests.gateway.conftest import BOB, HostProcess, invoke
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
 ECHO = """
@@ -81,9 +81,9 @@ async def test_plaintext_and_foreign_clients_are_refused_on_the_heartbeat_port(
     assert await refused(gateway, None, forged) == grpc.StatusCode.UNAVAILABLE
     impostor = pki.impostor(other_ca, Identity.host(runtime="python", host_id="hb-x"))
     assert await refused(gateway, impostor, forged) == grpc.StatusCode.UNAVAILABLE
-    assert await refused(gateway, pki.expired(Identity.host(runtime="python", host_id="hb-x")), forged) == (
-        grpc.StatusCode.UNAVAILABLE
-    )
+    for invalid in (pki.expired, pki.not_yet_valid):
+        code = await refused(gateway, invalid(Identity.host(runtime="python", host_id="hb-x")), forged)
+        assert code == grpc.StatusCode.UNAVAILABLE, invalid
     assert gateway.routes.route(uid) is None
     # the same beat with the host's own certificate is taken: the refusals were the certificates'
     assert (await send(gateway, host(pki, "hb-x"), forged)).last_sequence == 1
@@ -218,5 +218,68 @@ async def test_a_beat_cannot_keep_its_routes_alive_for_long(gateway: Gateway, pk
     try:
         entry = gateway.routes._hosts[host_uid]  # (no public view of one host's expiry)
         assert entry.expires - time.monotonic() <= MISSED_INTERVALS * MAX_INTERVAL_MS / 1000
+    finally:
+        gateway.routes.forget(host_uid)
+
+
+async def test_a_host_of_an_earlier_attempt_never_gets_the_run_back(
+    gateway: Gateway, pki: TestPKI, client: aiohttp.ClientSession
+) -> None:
+    """The attack: the host of attempt 1 keeps beating its genuine (signed) assignment after the Run
+    moved to attempt 2, waiting for the new host to be gone (crashed, drained, cut off)."""
+    uid = str(uuid.uuid4())
+    old_uid, new_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    old = beat("hb-was", old_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-was", host_uid=old_uid))
+    new = beat(
+        "hb-now",
+        new_uid,
+        "127.0.0.1:2",
+        registration(pki, uid, host_id="hb-now", host_uid=new_uid, attempt=2),
+    )
+    try:
+        await send(gateway, host(pki, "hb-was"), old)
+        first = gateway.routes.route(uid)
+        assert first is not None and first.host_uid == old_uid
+        await send(gateway, host(pki, "hb-now"), new)
+        moved = gateway.routes.route(uid)
+        assert moved is not None and (moved.attempt, moved.host_uid) == (2, new_uid)
+        gateway.routes.forget(new_uid)  # what a silent host comes to (the sweep, the route lookup)
+        await send(gateway, host(pki, "hb-was"), old)  # accepted: it is the old host's own beat
+        assert old_uid in gateway.routes._hosts  # (no public view of one host's entry)
+        assert gateway.routes.route(uid) is None
+        answer = await invoke(client, gateway, uid, {"to": "attempt 1"})
+        assert answer.status in (404, 503), answer.body
+        # a later attempt is routed as before
+        await send(gateway, host(pki, "hb-now"), new)
+        again = gateway.routes.route(uid)
+        assert again is not None and again.host_uid == new_uid
+    finally:
+        gateway.routes.forget(old_uid)
+        gateway.routes.forget(new_uid)
+
+
+@pytest.mark.parametrize("field", ["namespace", "name", "runtime"])
+async def test_a_signed_assignment_cannot_be_relabelled_into_another_namespace(
+    gateway: Gateway, pki: TestPKI, client: aiohttp.ClientSession, field: str
+) -> None:
+    """The attack: a host holding a genuine assignment of a Run in namespace `default` announces
+    it under namespace `other` (or another name or runtime), so that callers of `other` reach it."""
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    relabelled = registration(pki, uid, host_id="hb-label", host_uid=host_uid)
+    setattr(relabelled, field, {"namespace": "other", "name": "evil", "runtime": "bash"}[field])
+    genuine = registration(pki, uid, host_id="hb-label", host_uid=host_uid)
+    try:
+        await send(gateway, host(pki, "hb-label"), beat("hb-label", host_uid, "127.0.0.1:1", relabelled))
+        assert gateway.routes.route(uid) is None
+        answer = await invoke(client, gateway, uid, {}, token=BOB, namespace="other")
+        assert answer.status == 404, answer.body
+        # the same assignment as signed is routed: the refusal was the relabelling's
+        await send(gateway, host(pki, "hb-label"), beat("hb-label", host_uid, "127.0.0.1:1", genuine))
+        route = gateway.routes.route(uid)
+        assert route is not None and (route.namespace, route.name, route.runtime) == (
+            "default",
+            "fn",
+            "python",
+        )
     finally:
         gateway.routes.forget(host_uid)

@@ -144,8 +144,8 @@ async def kept_alive(gw: Gateway, tls: TlsFiles) -> Connection:
 
 async def test_slow_headers_are_cut_at_the_header_timeout(limited: Gateway, tls: TlsFiles) -> None:
     before = cuts(limited, "header_timeout")
-    started = time.monotonic()  # before the connection: the gateway's clock starts after it
     conn = await Connection.open(limited.url, tls.ca_cert)
+    started = time.monotonic()
     async with trickling(conn, b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: " + b"a" * 1000):
         received = await conn.closed()
     assert time.monotonic() - started >= LIMITS.header_timeout_s
@@ -157,8 +157,8 @@ async def test_the_next_requests_slow_headers_on_a_kept_alive_connection_are_cut
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "header_timeout")
-    started = time.monotonic()  # before the connection: the gateway's clock starts after it
     conn = await kept_alive(limited, tls)
+    started = time.monotonic()
     async with trickling(conn, b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: " + b"a" * 1000):
         received = await conn.closed()
     assert time.monotonic() - started >= LIMITS.header_timeout_s
@@ -170,7 +170,7 @@ async def test_a_connection_that_never_completes_its_tls_handshake_is_cut(
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "tls_handshake")
-    started = time.monotonic()  # before the connection: the gateway's clock starts after it
+    started = time.monotonic()  # before the gateway accepts: its timer cannot have started earlier
     conn = await Connection.open(limited.url, tls.ca_cert, tls=False)  # TCP only: no ClientHello
     try:
         assert await conn.closed() == b""
@@ -226,10 +226,10 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(
     limited: Gateway, tls: TlsFiles
 ) -> None:
     before = cuts(limited, "header_timeout")
+    asked = time.monotonic()  # before the request: the idle time starts after its answer
     conn = await kept_alive(limited, tls)
-    answered = time.monotonic()
     assert await conn.closed() == b""
-    assert time.monotonic() - answered >= LIMITS.idle_timeout_s
+    assert time.monotonic() - asked >= LIMITS.idle_timeout_s
     assert cuts(limited, "header_timeout") == before  # closed as idle, not as slow
 
 

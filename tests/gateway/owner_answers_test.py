@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,11 +20,14 @@ from kruntimes.api.limits import MAX_LOG_BYTES
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.tls import TlsFiles
 from kruntimes.wire import frames
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from tests.beats import heartbeat, registration
-from tests.gateway.conftest import invoke
+from tests.gateway.conftest import ALICE, invoke
+from tests.gateway.rawhttp import Connection, request
 from tests.pki import TestPKI
+from tests.waiting import eventually
 
 MARKER = "owner-injected-" + uuid.uuid4().hex
 Script = Callable[[pb.InvokeFunctionRequest], pb.InvokeFunctionResponse]
@@ -230,3 +234,157 @@ async def test_a_handler_errors_fields_are_checked_and_its_outputs_dropped(
     assert len(doc["error"]["message"].encode()) <= 4096
     assert MARKER.encode() not in answer.body
     assert json.loads(answer.body) == doc
+
+
+class CountedOwner(ScriptedOwner):
+    """A ScriptedOwner that keeps the set of its open connections."""
+
+    def __init__(self, owner: Owner, open_now: set[asyncio.BaseTransport]) -> None:
+        super().__init__(owner)
+        self.open_now = open_now
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.open_now.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.open_now.discard(self.transport)
+
+
+async def test_a_host_that_moves_its_invoke_address_leaves_no_connection_behind(
+    gateway: Gateway, client: aiohttp.ClientSession, pki: TestPKI
+) -> None:
+    """The attack: a host names another invoke address of its own in every beat and its Run is
+    invoked at each: the gateway keeps one connection to it, not one per address it ever named."""
+    mover = Owner(pki)
+    mover.tls = pki.host_tls("mover")
+    mover.script = lambda request: pb.InvokeFunctionResponse(
+        invocation_id=request.invocation_id, status=pb.INVOCATION_STATUS_SUCCEEDED, outputs_json=b"{}"
+    )
+    open_now: set[asyncio.BaseTransport] = set()
+    loop = asyncio.get_running_loop()
+    servers = [
+        await loop.create_server(
+            lambda: CountedOwner(mover, open_now), "127.0.0.1", 0, ssl=mover.tls.server_context()
+        )
+        for _ in range(4)
+    ]
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    held = registration(
+        pki, uid, host_id="mover", host_uid=host_uid, name="scripted", registration_id="reg-m"
+    )
+    try:
+        for server in servers:
+            await gateway.routes.apply(
+                heartbeat(
+                    host_id="mover",
+                    host_uid=host_uid,
+                    address="127.0.0.1:1",
+                    invoke_address=f"127.0.0.1:{server.sockets[0].getsockname()[1]}",
+                    registrations=[held],
+                    interval_ms=60_000,
+                ),
+                peer=Identity.host(runtime="python", host_id="mover"),
+            )
+            answer = await invoke(client, gateway, uid)
+            assert answer.status == 200, answer.body
+        await eventually(lambda: len(open_now) == 1, what="the connections to earlier addresses closed")
+        assert (await invoke(client, gateway, uid)).status == 200  # the current one still serves
+    finally:
+        gateway.routes.forget(host_uid)
+        for server in servers:
+            server.close()
+
+
+def established(port: int) -> int:
+    """How many TCP connections to local port `port` are established (/proc/net/tcp and tcp6:
+    gRPC's sockets are IPv6 ones with IPv4-mapped addresses)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+async def test_a_host_that_moves_its_grpc_address_leaves_no_channel_behind(
+    gateway: Gateway, client: aiohttp.ClientSession, pki: TestPKI
+) -> None:
+    """The same attack on a host without an invoke port: each address gets a gRPC channel, and the
+    channel of an address the host no longer names is closed."""
+    identity = Identity.host(runtime="python", host_id="grpc-mover")
+    mover = Owner(pki)
+    mover.tls = pki.host_tls("grpc-mover")
+    mover.script = lambda request: pb.InvokeFunctionResponse(
+        invocation_id=request.invocation_id, status=pb.INVOCATION_STATUS_SUCCEEDED, outputs_json=b"{}"
+    )
+    servers = []
+    for _ in range(3):
+        server = grpc.aio.server()
+        pb_grpc.add_FunctionRuntimeServicer_to_server(ScriptedRuntime(mover), server)
+        port = server.add_secure_port("127.0.0.1:0", mover.tls.server_credentials())
+        await server.start()
+        servers.append((server, port))
+    uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    held = registration(
+        pki, uid, host_id="grpc-mover", host_uid=host_uid, name="scripted", registration_id="reg-g"
+    )
+    try:
+        for _, port in servers:
+            beat = heartbeat(
+                host_id="grpc-mover",
+                host_uid=host_uid,
+                address=f"127.0.0.1:{port}",
+                registrations=[held],
+                interval_ms=60_000,
+            )
+            await gateway.routes.apply(beat, peer=identity)
+            answer = await invoke(client, gateway, uid)
+            assert answer.status == 200, answer.body
+        earlier, current = [port for _, port in servers[:-1]], servers[-1][1]
+        await eventually(
+            lambda: not any(established(port) for port in earlier),
+            what="the earlier addresses' channels closed",
+        )
+        assert established(current) == 1
+        assert (await invoke(client, gateway, uid)).status == 200
+    finally:
+        gateway.routes.forget(host_uid)
+        for server, _ in servers:
+            await server.stop(None)
+
+
+async def test_a_route_gone_while_the_body_was_read_is_owner_unavailable_and_nothing_is_sent(
+    gateway: Gateway, tls: TlsFiles, owner: Owner
+) -> None:
+    """Not sent is told apart from sent-then-failed: the route goes away after the gateway took the
+    request (it asks for the body: 100 Continue) and before the body came; the answer is 503
+    OwnerUnavailable with Retry-After, and the owner never gets the request."""
+    uid = await owner.claim(gateway, raw=True)
+    asked: list[str] = []
+
+    def answer(request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
+        asked.append(request.invocation_id)
+        return pb.InvokeFunctionResponse(
+            invocation_id=request.invocation_id, status=pb.INVOCATION_STATUS_SUCCEEDED
+        )
+
+    previous, owner.script = owner.script, answer
+    conn = await Connection.open(gateway.url, tls.ca_cert)
+    try:
+        path = f"/v1/namespaces/default/runtimes/python/functions/{uid}:invoke"
+        headers = {"Authorization": f"Bearer {ALICE}", "Expect": "100-continue", "Connection": "close"}
+        await conn.send(request(path, headers=headers, content_length=2))
+        assert (await conn.answer()).status == 100  # past the route and the authorization
+        gateway.routes.forget(f"scripted-{uid}")
+        await conn.send(b"{}")
+        final = await conn.answer()
+    finally:
+        await conn.close()
+        gateway.routes.forget(f"scripted-{uid}")
+        owner.script = previous
+    assert (final.status, json.loads(final.body)["reason"]) == (503, "OwnerUnavailable")
+    assert int(final.headers["retry-after"]) >= 1
+    assert asked == []

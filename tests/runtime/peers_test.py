@@ -283,3 +283,16 @@ def test_path_like_and_malformed_run_uids_are_refused_before_anything_touches_a_
     assert reason(err) == "InvalidRequest"
     assert not outside.exists()
     assert sorted(p.name for p in host.work_root.parent.iterdir()) == [host.runtime.host_uid]
+
+
+# -- validity: a certificate of the right CA and role, not yet valid ------------------------------
+
+
+def test_a_gateway_certificate_not_yet_valid_is_refused_on_the_invoke_port(host: Host) -> None:
+    early = host.pki.not_yet_valid(GATEWAY).client_context()
+    assert not _accepted(host.runtime.invoke_address, early, server_hostname=TEST_HOST.dns_name)
+
+
+def test_a_certificate_not_yet_valid_is_refused_on_the_grpc_port(host: Host) -> None:
+    err = refused(stub(host, host.pki.not_yet_valid(CONTROL_PLANE)).HostInfo, pb.HostInfoRequest())
+    assert err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]

@@ -110,8 +110,8 @@ async def test_a_run_held_by_two_hosts_routes_to_the_live_highest_attempt(
     pki: TestPKI, verifier: CountingVerifier
 ) -> None:
     """A Run moving between hosts is held by both for a while: the highest attempt of a live host
-    wins, and once either host lets it go (leaves, drops it, falls silent) the other's route is
-    what is left."""
+    wins, and once that host lets it go (drops it, falls silent) the earlier attempt is not
+    routed again; the route cache keeps each Run as one route or, while two hosts hold it, both."""
     now = [0.0]
     routes = RouteCache(verifier=verifier, clock=lambda: now[0])
     uid, old_uid, new_uid = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
@@ -126,11 +126,12 @@ async def test_a_run_held_by_two_hosts_routes_to_the_live_highest_attempt(
     first = registration(pki, uid, host_uid=old_uid)
     second = registration(pki, uid, host_uid=new_uid, host_id="h-1", attempt=2)
     await routes.apply(old_beat(first), peer=HOST)
+    assert routes.route(uid).host_uid == old_uid  # type: ignore[union-attr]
     await routes.apply(new_beat(second), peer=new_host)
     assert len(routes) == 1
     assert (routes.route(uid).attempt, routes.route(uid).host_uid) == (2, new_uid)  # type: ignore[union-attr]
-    routes.drop(uid, new_uid)  # the new host refused it (fence): the old route is what is left
-    assert routes.route(uid).host_uid == old_uid  # type: ignore[union-attr]
+    routes.drop(uid, new_uid)  # the new host refused it (fence): the earlier attempt is not routed
+    assert routes.route(uid) is None
     await routes.apply(new_beat(second), peer=new_host)  # its next beat holds it again
     assert routes.route(uid).host_uid == new_uid  # type: ignore[union-attr]
     await routes.apply(old_beat(), peer=HOST)  # the old host let it go
@@ -139,8 +140,8 @@ async def test_a_run_held_by_two_hosts_routes_to_the_live_highest_attempt(
     now[0] = 2.5
     await routes.apply(old_beat(first), peer=HOST)  # only the old host beats on
     assert routes.route(uid).host_uid == new_uid  # type: ignore[union-attr]
-    now[0] = 3.5  # the new host silent past three intervals: forgotten, the old route left
-    assert routes.route(uid).host_uid == old_uid and routes.hosts() == 1  # type: ignore[union-attr]
+    now[0] = 3.5  # the new host silent past three intervals: forgotten, the old attempt not routed
+    assert routes.route(uid) is None and routes.hosts() == 1 and len(routes) == 1
     leaving = old_beat()
     leaving.leaving = True
     await routes.apply(leaving, peer=HOST)
