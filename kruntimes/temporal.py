@@ -22,9 +22,9 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.api.failure.v1 import Failure
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
