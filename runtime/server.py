@@ -355,6 +355,18 @@ class RuntimeHost:
     def _isolation(self) -> dict[str, str]:
         """How function processes are isolated here, for the supervision stream."""
         facts = {"processGroup": "own session and process group, killed with the host"}
+        if self.in_force is not None:  # what is in force, as the heartbeat and krt status say it
+            isolation = isolation_message(self.in_force)
+            facts.update(
+                {
+                    "isolation": isolation.isolation,
+                    "network": isolation.network,
+                    "pidNamespace": str(isolation.pid_namespace).lower(),
+                    "mountNamespace": str(isolation.mount_namespace).lower(),
+                    "cgroup": isolation.cgroup,
+                    "summary": isolation.summary,
+                }
+            )
         facts.update({f"limit.{name}": str(value) for name, value in self.options.limits.to_dict().items()})
         return facts
 

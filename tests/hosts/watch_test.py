@@ -125,6 +125,10 @@ async def test_a_host_reports_itself_at_once_then_every_interval_and_on_every_ch
         assert first.sequence == 1 and first.health.serving
         assert list(first.registrations) == [] and first.running_tasks == 0
         assert first.isolation["processGroup"] and "limit.open_files" in first.isolation
+        # what is in force, as the host's record says it (krt status shows that)
+        assert first.isolation["summary"] == host.isolation and host.isolation
+        assert first.isolation["isolation"] in ("uid", "same-user")
+        assert first.isolation["network"] in ("host", "none")
         # an interval of a minute, yet a registration is reported at once
         registration = await asyncio.to_thread(register, pki, host)
         changed = await asyncio.wait_for(call.read(), BOUND_S)
