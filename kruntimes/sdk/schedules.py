@@ -190,20 +190,20 @@ def _cron_field_problem(field: str, name: str) -> str | None:
         start_text, dash, end_text = base.partition("-")
         start = _cron_value(start_text, name)
         if start is None:
-            return f"{start_text!r} is not a number" + (
-                " or a name" if name in ("month", "day-of-week") else ""
-            )
+            return _not_a_value(start_text, name)
         if not low <= start <= high:
             return f"{start} is out of range {low}-{high}"
         if dash:
             end = _cron_value(end_text, name)
             if end is None:
-                return f"{end_text!r} is not a number" + (
-                    " or a name" if name in ("month", "day-of-week") else ""
-                )
+                return _not_a_value(end_text, name)
             if not start <= end <= high:
                 return f"the range {base!r} must run upwards within {low}-{high}"
     return None
+
+
+def _not_a_value(text: str, field: str) -> str:
+    return f"{text!r} is not a number" + (" or a name" if field in ("month", "day-of-week") else "")
 
 
 def check_name(name: str, namespace: str) -> None:

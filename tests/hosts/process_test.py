@@ -300,9 +300,14 @@ async def test_a_create_cancelled_while_starting_kills_the_process(
     assert files_of(state_dir) == ["python-0.log"]
 
 
+@pytest.mark.parametrize("reused", [False, True], ids=["its own pid", "a pid an earlier host had"])
 async def test_an_unfinished_start_left_by_a_dead_worker_is_replaced(
-    state_dir: Path, process: ProcessProvider
+    state_dir: Path, process: ProcessProvider, reused: bool
 ) -> None:
+    """An orphan host a dead worker left half-started is found by its pid file and replaced.
+    Pids are reused (here many times a suite): also when the orphan runs under a pid an earlier
+    host of this worker had, whose process was reaped long ago (the provider once took the old
+    host's exit for the orphan's, and left it running)."""
     directory = state_dir / "hosts" / "python"
     directory.mkdir(parents=True)
     orphan = subprocess.Popen(
@@ -310,35 +315,10 @@ async def test_an_unfinished_start_left_by_a_dead_worker_is_replaced(
         + ["--ready-file", str(directory / "python-0.ready.json")],
         start_new_session=True,
     )
-    try:
-        (directory / "python-0.pid").write_text(str(orphan.pid))
-
-        host = await process.create(spec(state_dir))
-
-        assert orphan.wait(timeout=15) is not None
-        assert host_pids(state_dir) == [host.pid]
-    finally:
-        if orphan.poll() is None:
-            orphan.kill()
-            orphan.wait()
-
-
-async def test_a_reused_pid_of_an_earlier_host_does_not_hide_an_orphan(
-    state_dir: Path, process: ProcessProvider
-) -> None:
-    """Pids are reused (here many times a suite): the orphan runs under the pid an earlier host of
-    this worker had, whose process was reaped long ago. It is still found and replaced (the
-    provider once took the old host's exit for the orphan's, and left it running)."""
-    directory = state_dir / "hosts" / "python"
-    directory.mkdir(parents=True)
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "--host-id", "python-0"]
-        + ["--ready-file", str(directory / "python-0.ready.json")],
-        start_new_session=True,
-    )
-    earlier = subprocess.Popen(["true"])
-    earlier.wait()
-    process_module._CHILDREN[orphan.pid] = earlier  # as if the earlier host had had this pid
+    if reused:
+        earlier = subprocess.Popen(["true"])
+        earlier.wait()
+        process_module._CHILDREN[orphan.pid] = earlier  # as if the earlier host had had this pid
     try:
         (directory / "python-0.pid").write_text(str(orphan.pid))
 

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -255,8 +258,10 @@ def test_a_process_that_escapes_dies_with_an_invocation_that_times_out(target: H
         )
 
 
-def test_a_process_that_escapes_dies_when_its_host_stops(tmp_path: Path, pki: TestPKI) -> None:
-    runtime = loopback_host(pki, tmp_path, host_id="stopped-0")
+@contextlib.contextmanager
+def own_host(tmp_path: Path, pki: TestPKI, host_id: str, **options: Any) -> Iterator[HostUnderAttack]:
+    """A host of this test's own (`options`: its HostOptions), stopped after."""
+    runtime = loopback_host(pki, tmp_path, host_id=host_id, **options)
     address = runtime.start()
     try:
         with (
@@ -265,32 +270,26 @@ def test_a_process_that_escapes_dies_when_its_host_stops(tmp_path: Path, pki: Te
             socket.create_server(("127.0.0.1", 0)) as listener,
         ):
             stubs = pb_grpc.FunctionRuntimeStub(control), pb_grpc.FunctionRuntimeStub(gateway)
-            function = HostUnderAttack(runtime, *stubs, pki, tmp_path, listener).register(ESCAPE)
-            _escaped(function)
-            uid = function.uid
+            yield HostUnderAttack(runtime, *stubs, pki, tmp_path, listener)
     finally:
         runtime.stop(grace_s=1)
+
+
+def test_a_process_that_escapes_dies_when_its_host_stops(tmp_path: Path, pki: TestPKI) -> None:
+    with own_host(tmp_path, pki, "stopped-0") as host:
+        function = host.register(ESCAPE)
+        _escaped(function)
+        uid = function.uid
     assert present(uid) == [], "nothing of a function outlives its host, not even a zombie"
 
 
 def test_spinning_past_the_cpu_time_limit_ends_that_invocation_only(tmp_path: Path, pki: TestPKI) -> None:
-    runtime = loopback_host(pki, tmp_path, host_id="spun-0", limits=ProcessLimits(cpu_seconds=1))
-    address = runtime.start()
-    try:
-        with (
-            pki.channel(address, as_=pki.control_plane) as control,
-            pki.channel(address, as_=pki.gateway) as gateway,
-            socket.create_server(("127.0.0.1", 0)) as listener,
-        ):
-            stubs = pb_grpc.FunctionRuntimeStub(control), pb_grpc.FunctionRuntimeStub(gateway)
-            host = HostUnderAttack(runtime, *stubs, pki, tmp_path, listener)
-            spinner = host.register(ATTACKER)
-            answer = spinner.invoke({"code": "while True:\n    pass\n"}, timeout_ms=60_000)
-            assert answer.status == pb.INVOCATION_STATUS_PROCESS_EXITED, answer.status
-            assert host.answers(), "the host must still answer"
-            assert spinner.answers(), "the function serves its next invocation in a new process"
-    finally:
-        runtime.stop(grace_s=1)
+    with own_host(tmp_path, pki, "spun-0", limits=ProcessLimits(cpu_seconds=1)) as host:
+        spinner = host.register(ATTACKER)
+        answer = spinner.invoke({"code": "while True:\n    pass\n"}, timeout_ms=60_000)
+        assert answer.status == pb.INVOCATION_STATUS_PROCESS_EXITED, answer.status
+        assert host.answers(), "the host must still answer"
+        assert spinner.answers(), "the function serves its next invocation in a new process"
 
 
 def test_writing_past_the_file_size_limit_fails_that_write(attacker: Function) -> None:
