@@ -163,6 +163,21 @@ class SignalActivities:
         # finds no answer, waits out its grace period and asks again, and the pool, which holds
         # the reservation, answers with the same assignment.
         signals = [out for out in batch.signals if not self._handed_over(out, batch.runtime)]
+        if not signals:
+            return SignalResult()
         gate = asyncio.Semaphore(CONCURRENCY)
-        gone = await asyncio.gather(*(self._send(out, gate) for out in signals))
-        return SignalResult(unreachable=[g for g in gone if g is not None])
+        sends = [asyncio.ensure_future(self._send(out, gate)) for out in signals]
+        # Within the budget: the pool's local activity holds its workflow task while it sends, and
+        # what is left over goes out in an ordinary activity instead (a repeat is harmless).
+        done, left = await asyncio.wait(sends, timeout=batch.budgetSeconds or None)
+        for send in left:
+            send.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        for send in done:
+            failed = send.exception()
+            if failed is not None:
+                raise failed  # the activity is retried
+        return SignalResult(
+            unreachable=[g for s in sends if s in done and (g := s.result()) is not None],
+            unsent=[out for out, s in zip(signals, sends, strict=True) if s in left],
+        )

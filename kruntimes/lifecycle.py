@@ -254,6 +254,9 @@ class OutgoingSignal(ApiModel):
 class SignalBatch(ApiModel):
     signals: list[OutgoingSignal]
     runtime: str = ""  # the pool that answers (its Runs may be waiting in the same process)
+    # How long the sending may take (0: unbounded). What is not sent by then comes back unsent:
+    # the local activity sending it holds the pool's workflow task open.
+    budgetSeconds: float = 0.0
 
 
 class AwaitAssignmentInput(ApiModel):
@@ -269,6 +272,8 @@ class AwaitAssignmentInput(ApiModel):
 
 class SignalResult(ApiModel):
     unreachable: list[str] = Field(default_factory=list)  # workflow ids that are gone
+    # Not sent within the batch's budget (some may have been: sending one again is harmless).
+    unsent: list[OutgoingSignal] = Field(default_factory=list)
 
 
 # --- RuntimePoolWorkflow ------------------------------------------------------------------------

@@ -110,6 +110,12 @@ HANDOVER_PAUSE = timedelta(milliseconds=1)
 # activity may leave such an answer for the Run's first task in the mailbox instead of signalling
 # it (activities.handoff.Mailbox.park). Earlier pools had every answer signalled.
 PATCH_PARK_ANSWERS = "park-answers"
+# Pools running this code give the local activity that signals a batch SIGNAL_BUDGET (it holds
+# the pool's workflow task, which a slow server kept open for seconds, into timeouts and replays of
+# the whole run) and send what it left unsent in an ordinary activity. Earlier pools sent every
+# signal in the local activity.
+PATCH_SIGNAL_BUDGET = "signal-budget"
+SIGNAL_BUDGET = timedelta(seconds=1.5)
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 PROVIDER_LABEL = "kruntimes.io/provider"
@@ -136,6 +142,7 @@ class RuntimePoolWorkflow:
         self._probed_at: datetime | None = None
         self._housekeeping = False
         self._park = False
+        self._budget = False
         self._index = admission.ReservationIndex()  # the reservations, by run uid and host
         self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
 
@@ -203,6 +210,7 @@ class RuntimePoolWorkflow:
         self.state = state.model_copy(update={"reservations": [], "owners": {}})
         self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
         self._park = workflow.patched(PATCH_PARK_ANSWERS)
+        self._budget = workflow.patched(PATCH_SIGNAL_BUDGET)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
@@ -708,6 +716,7 @@ class RuntimePoolWorkflow:
                 )
                 for workflow_id, _name, arg in signals
             ],
+            budgetSeconds=SIGNAL_BUDGET.total_seconds() if self._budget else 0.0,
         )
         result = await workflow.execute_local_activity(
             "signal_runs",
@@ -718,6 +727,16 @@ class RuntimePoolWorkflow:
             summary=summaries.summary(f"{len(signals)} signals to Runs and hosts"),
         )
         gone = set(result.unreachable)
+        if result.unsent:  # the rest without holding a workflow task open
+            rest = await workflow.execute_activity(
+                "signal_runs",
+                SignalBatch(runtime=batch.runtime, signals=result.unsent),
+                result_type=SignalResult,
+                start_to_close_timeout=SIGNAL_TIMEOUT,
+                retry_policy=SIGNAL_RETRY,
+                summary=summaries.summary(f"{len(result.unsent)} signals left over"),
+            )
+            gone |= set(rest.unreachable)
         for workflow_id, _name, arg in signals:
             if workflow_id in gone and isinstance(arg, Assignment | Rejection):
                 self._release(arg.runUid)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
@@ -44,6 +45,7 @@ from kruntimes.lifecycle import (
     RegisterResult,
     RunInput,
     SignalBatch,
+    SignalResult,
     admit_signal,
     pool_workflow_id,
     run_workflow_id,
@@ -162,14 +164,36 @@ def _run_worker(
 
 
 def _pool_worker(
-    env: WorkflowEnvironment, fake: FakeHosts, signals: SignalActivities, queues: Queues
+    env: WorkflowEnvironment,
+    fake: FakeHosts,
+    signals: SignalActivities,
+    queues: Queues,
+    signal_runs: object | None = None,
 ) -> Worker:
     return Worker(
         env.client,
         task_queue=queues.pool,
         workflows=POOL_WORKFLOWS,
-        activities=[fake.probe, signals.signal_runs],
+        activities=[fake.probe, signal_runs or signals.signal_runs],
     )
+
+
+class SlowServer:
+    """signal_runs as a server too slow to take signals makes it: the pool's local activity sends
+    nothing within its budget and hands it all back; the ordinary activity sends it."""
+
+    def __init__(self, signals: SignalActivities) -> None:
+        self.signals = signals
+        self.left_over = 0
+        self.sent_later = 0
+
+    @activity.defn(name="signal_runs")
+    async def signal_runs(self, batch: SignalBatch) -> SignalResult:
+        if activity.info().is_local and batch.budgetSeconds > 0:
+            self.left_over += len(batch.signals)
+            return SignalResult(unsent=batch.signals)
+        self.sent_later += len(batch.signals)
+        return await self.signals.signal_runs(batch)
 
 
 async def _phase(handle: object) -> RunStatus:
@@ -374,6 +398,53 @@ async def test_a_parked_answer_whose_run_is_gone_frees_its_slot(env: WorkflowEnv
     result = await ActivityEnvironment().run(signals.signal_runs, old)
     assert result.unreachable == [ghost_id]  # signalled (and found gone) in the activity itself
     assert mailbox.parked() == 0
+
+
+async def test_signals_the_pools_local_activity_left_unsent_go_out_in_an_ordinary_activity(
+    env: WorkflowEnvironment,
+) -> None:
+    fake = FakeHosts()
+    signals = SignalActivities(env.client, Mailbox())
+    slow = SlowServer(signals)
+    suffix = uuid.uuid4().hex[:8]
+    queues = Queues(run=f"{TASK_QUEUE}-{suffix}", pool=f"{POOL_TASK_QUEUE}-{suffix}")
+    async with (
+        _run_worker(env, fake, signals, queues),
+        _pool_worker(env, fake, signals, queues, signal_runs=slow.signal_runs),
+    ):
+        handle = await _start(env.client, "py-slow-signals", queues)  # it asks the pool itself
+        await _until_ready(env, handle)
+    assert slow.left_over >= 1 and slow.sent_later >= 1
+    pool = env.client.get_workflow_handle(pool_workflow_id("py-slow-signals"))
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        async for e in pool.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert "signal_runs" in scheduled
+
+
+async def test_the_signalling_activity_hands_back_what_it_did_not_send_within_its_budget(
+    env: WorkflowEnvironment,
+) -> None:
+    signals = SignalActivities(env.client, Mailbox())
+    batch = SignalBatch(
+        runtime="rt",
+        signals=[
+            OutgoingSignal(workflowId=f"run/default/absent-{i}", assigned=assignment(f"u{i}"))
+            for i in range(40)
+        ],
+        budgetSeconds=1e-6,
+    )
+    result = await ActivityEnvironment().run(signals.signal_runs, batch)
+    assert result.unsent, "nothing gets through a server in a microsecond"
+    assert {o.workflowId for o in result.unsent} | set(result.unreachable) == {
+        o.workflowId for o in batch.signals
+    }
+    unbounded = await ActivityEnvironment().run(
+        signals.signal_runs, batch.model_copy(update={"budgetSeconds": 0.0})
+    )
+    assert not unbounded.unsent and len(unbounded.unreachable) == 40  # pools from before: all sent
 
 
 async def test_admissions_created_together_reach_the_pool_in_few_signals_and_all_get_slots(
