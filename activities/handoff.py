@@ -60,22 +60,48 @@ MAX_WAITERS = 64
 # can answer before the Run's first task gets to ask), at most KEPT of them.
 KEEP_S = 2.0
 KEPT = 256
+# An answer to a Run its starter admitted, ready before the Run's first task asks for it, waits
+# here for the Run this long (at most PARKED of them) instead of being signalled, while the Runs'
+# and the pools' tasks both run only in this process: the Run then needs no signal, and the pool's
+# task does not wait for one. One still here after PARK_S is signalled then (`Unclaimed`).
+PARK_S = 30.0
+PARKED = 4096
+# A Run that asked and left without an answer waits for the signal: its answer is never parked.
+# Remembered this long, at most MISSED of them.
+MISSED_S = 60.0
+MISSED = 4096
 # The activity returns this long before its start-to-close timeout at the latest.
 MARGIN_S = 0.5
 # The registerError of a registration given up because it took too long.
 REGISTER_SLOW = "RegisterSlow"
 
 
+# Called with (workflow id, runtime, assignment) for a parked answer its Run did not take in time.
+Unclaimed = Callable[[str, str, Assignment], None]
+
+
 class Mailbox:
     """Pool answers handed to Runs that wait for them in this process (one event loop)."""
 
-    def __init__(self, *, max_waiters: int = MAX_WAITERS, pool_recent_s: float = POOL_RECENT_S) -> None:
+    def __init__(
+        self,
+        *,
+        max_waiters: int = MAX_WAITERS,
+        pool_recent_s: float = POOL_RECENT_S,
+        park_s: float = PARK_S,
+        max_parked: int = PARKED,
+    ) -> None:
         self.max_waiters = max_waiters
         self.pool_recent_s = pool_recent_s
+        self.park_s = park_s
+        self.max_parked = max_parked
         self._pools: dict[str, float] = {}  # runtime → when its pool last answered from here
         self._waiters: dict[tuple[str, str], asyncio.Future[Assignment]] = {}
         self._kept: dict[tuple[str, str], tuple[float, Assignment]] = {}  # insertion = age order
+        self._parked: dict[tuple[str, str], tuple[Assignment, asyncio.TimerHandle]] = {}
+        self._missed: dict[tuple[str, str], float] = {}  # insertion = age order
         self.pools_local = False  # every pool's tasks run in this process (watch_pool_pollers)
+        self.runs_local = False  # every Run's tasks run in this process (watch_pool_pollers)
 
     def pool_answered(self, runtime: str) -> None:
         self._pools[runtime] = time.monotonic()
@@ -101,6 +127,55 @@ class Mailbox:
         waiter.set_result(assignment)
         return True
 
+    def park(self, workflow_id: str, runtime: str, assignment: Assignment, *, unclaimed: Unclaimed) -> bool:
+        """Hand the assignment to its Run waiting here, or keep it here for the Run's first task
+        (which will look here: its starter admitted it) when that task runs in this process and
+        has not asked yet; True when no signal is needed now. An answer not taken within park_s
+        goes to `unclaimed`, which signals it."""
+        key = (workflow_id, assignment.runUid)
+        waiter = self._waiters.get(key)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(assignment)
+            return True
+        if not (self.pools_local and self.runs_local) or len(self._parked) >= self.max_parked:
+            return False
+        if self._left_empty_handed(key) or key in self._parked:
+            return False
+        handle = asyncio.get_running_loop().call_later(
+            self.park_s, self._unpark, key, runtime, assignment, unclaimed
+        )
+        self._parked[key] = (assignment, handle)
+        return True
+
+    def parked(self) -> int:
+        return len(self._parked)
+
+    def _unpark(
+        self, key: tuple[str, str], runtime: str, assignment: Assignment, unclaimed: Unclaimed
+    ) -> None:
+        parked = self._parked.get(key)
+        if parked is None or parked[0] is not assignment:
+            return
+        del self._parked[key]
+        unclaimed(key[0], runtime, assignment)
+
+    def _left_empty_handed(self, key: tuple[str, str]) -> bool:
+        self._forget_missed(time.monotonic())
+        return key in self._missed
+
+    def _missed_answer(self, key: tuple[str, str]) -> None:
+        now = time.monotonic()
+        self._missed.pop(key, None)
+        self._missed[key] = now
+        self._forget_missed(now)
+
+    def _forget_missed(self, now: float) -> None:
+        while self._missed:
+            oldest, at = next(iter(self._missed.items()))
+            if now - at < MISSED_S and len(self._missed) <= MISSED:
+                break
+            del self._missed[oldest]
+
     def _keep(self, key: tuple[str, str], assignment: Assignment) -> None:
         now = time.monotonic()
         while self._kept:
@@ -113,6 +188,10 @@ class Mailbox:
     async def wait(self, request: AwaitAssignmentInput) -> Assignment | None:
         """The assignment, if the Run's pool answers from this process within the timeout."""
         key = (request.workflowId, request.runUid)
+        parked = self._parked.pop(key, None)
+        if parked is not None:
+            parked[1].cancel()
+            return parked[0]
         kept = self._kept.pop(key, None)
         if kept is not None and time.monotonic() - kept[0] < KEEP_S:
             return kept[1]
@@ -121,6 +200,7 @@ class Mailbox:
             or len(self._waiters) >= self.max_waiters
             or key in self._waiters
         ):
+            self._missed_answer(key)
             return None
         waiter: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()
         self._waiters[key] = waiter
@@ -128,7 +208,10 @@ class Mailbox:
             await asyncio.wait({waiter}, timeout=request.timeoutSeconds)
         finally:
             del self._waiters[key]  # no await between this and the check below: nothing slips in
-        return waiter.result() if waiter.done() and not waiter.cancelled() else None
+        if waiter.done() and not waiter.cancelled():
+            return waiter.result()
+        self._missed_answer(key)  # its answer comes by signal from now on
+        return None
 
 
 async def pools_polled_only_by(client: Client, identity: str, task_queue: str = POOL_TASK_QUEUE) -> bool:
@@ -146,9 +229,15 @@ async def pools_polled_only_by(client: Client, identity: str, task_queue: str = 
 
 
 async def watch_pool_pollers(
-    client: Client, mailbox: Mailbox, identity: str, *, task_queue: str = POOL_TASK_QUEUE
+    client: Client,
+    mailbox: Mailbox,
+    identity: str,
+    *,
+    task_queue: str = POOL_TASK_QUEUE,
+    run_task_queue: str | None = None,
 ) -> None:
-    """Keep Mailbox.pools_local current (a worker serving the pools' queue runs this)."""
+    """Keep Mailbox.pools_local current (a worker serving the pools' queue runs this), and with
+    `run_task_queue` (a worker serving the Runs' queue too) Mailbox.runs_local."""
     delay = 0.5  # the first look once the pool worker has polled
     while True:
         await asyncio.sleep(delay)
@@ -157,6 +246,12 @@ async def watch_pool_pollers(
             mailbox.pools_local = await pools_polled_only_by(client, identity, task_queue)
         except RPCError:
             mailbox.pools_local = False
+        if run_task_queue is None:
+            continue
+        try:
+            mailbox.runs_local = await pools_polled_only_by(client, identity, run_task_queue)
+        except RPCError:
+            mailbox.runs_local = False
 
 
 class HandoffActivities:

@@ -16,6 +16,13 @@ means the stream alone failed, and the watch reconnects. A registration that ser
 and is gone (or not ready) in the next is signalled to its Run at once (`registration_lost`); the
 Run decides whether that concerns it. Every watch request names the gateways' current heartbeat
 addresses (those this worker was started with), so the host's heartbeats follow the gateways.
+
+The watch asks for deltas: after a stream's first report (every registration), each report holds
+only the registrations that changed and the ids of those removed, and the watch keeps the whole
+picture itself, so a report costs what changed, not the host's registrations. A report whose
+sequence is not the previous one's plus one means one was missed: the watch reconnects, and the
+new stream's first report is whole again. A host that does not know deltas sends whole reports
+(`delta` unset), which are taken as they are.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_S = 1.0  # the activity's own heartbeat, whatever the host does
 SILENT = "no report"
+MISSED = "a report was missed"
 
 
 @dataclass
@@ -62,7 +70,8 @@ class _Seen:
     told_ready: bool = False
     reconnects: int = 0
     not_serving_since: float | None = None
-    previous: dict[str, Registered] | None = None
+    previous: dict[str, Registered] | None = None  # every registration the host reported, by id
+    sequence: int = 0  # of the current stream's last report
 
 
 def registered(report: pb.HostReport) -> dict[str, Registered]:
@@ -119,7 +128,7 @@ class HostWatchActivities:
         self.gateways = gateways
 
     def _request(self, interval_s: float) -> pb.WatchHostRequest:
-        request = pb.WatchHostRequest(interval_ms=max(1, round(interval_s * 1000)))
+        request = pb.WatchHostRequest(interval_ms=max(1, round(interval_s * 1000)), deltas=True)
         if self.gateways:
             request.gateways.extend(self.gateways)
             request.set_gateways = True
@@ -177,6 +186,7 @@ class HostWatchActivities:
     ) -> WatchResult | str:
         """Read reports until a verdict (returned) or a problem with the stream (its text)."""
         call = stub.WatchHost(self._request(input.intervalSeconds))
+        seen.sequence = 0  # a new stream numbers its reports from 1
         try:
             while True:
                 wait = min(rules.silence_s, deadline - time.monotonic())
@@ -200,7 +210,9 @@ class HostWatchActivities:
 
     async def _report(
         self, input: WatchInput, rules: WatchRules, seen: _Seen, report: pb.HostReport
-    ) -> WatchResult | None:
+    ) -> WatchResult | str | None:
+        """What one report means: a verdict, a problem with the stream (its text: the watch
+        reconnects), or None to read on."""
         if report.host_uid != input.hostUid:
             return WatchResult(
                 verdict="Lost",
@@ -222,10 +234,23 @@ class HostWatchActivities:
                 reason=LossReason.NotServing,
                 message=report.health.message or "the host reports that it does not serve",
             )
-        current = registered(report)
-        if seen.previous is not None:
-            await self._losses(input, seen.previous, current)
-        seen.previous = current
+        if report.delta and (seen.previous is None or report.sequence != seen.sequence + 1):
+            return f"{MISSED}: {report.sequence} after {seen.sequence}"
+        seen.sequence = report.sequence
+        if not report.delta:
+            current = registered(report)
+            if seen.previous is not None:
+                await self._losses(input, seen.previous, current)
+            seen.previous = current
+            return None
+        assert seen.previous is not None
+        changed = registered(report)
+        touched = [*changed, *report.removed]
+        before = {i: seen.previous[i] for i in touched if i in seen.previous}
+        for reg_id in report.removed:
+            seen.previous.pop(reg_id, None)
+        seen.previous.update(changed)
+        await self._losses(input, before, {i: seen.previous[i] for i in touched if i in seen.previous})
         return None
 
     async def _tell_ready(self, input: WatchInput, seen: _Seen) -> None:

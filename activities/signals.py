@@ -5,12 +5,18 @@ wake-up of the pool per Run, and managed 11-13 signals/s on SQLite; sent concurr
 activity they cost nothing in the pool's history (measured 3-4x faster for a burst).
 
 A Run whose pool lives in the same worker process and that waits for the answer in its first
-workflow task gets its assignment handed over in memory instead (activities.handoff).
+workflow task gets its assignment handed over in memory instead (activities.handoff). So does a
+Run its starter admitted whose first task has not asked yet, when the Runs' tasks run in this
+process too: the answer waits for that task in the mailbox, and is signalled only if the task
+does not take it within a few seconds (`_unclaimed`). A burst of Runs then costs the server no
+signal per Run, and the pool's task does not wait for those signals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 
 from temporalio import activity
 from temporalio.client import Client
@@ -25,24 +31,60 @@ from kruntimes.lifecycle import (
     SIGNAL_HOST_LOST,
     SIGNAL_HOST_SLOTS,
     SIGNAL_REJECTED,
+    SIGNAL_RELEASE,
     UPDATE_HOST_SLOTS,
     AdmitSignal,
+    Assignment,
     HostRecord,
     HostSlots,
     HostSlotsInput,
     OutgoingSignal,
+    ReleaseSignal,
     SignalBatch,
     SignalResult,
     pool_workflow_id,
 )
 
 CONCURRENCY = 32
+# A parked answer its Run did not take is signalled, tried this many times this far apart; one
+# that still does not get there is asked for by the Run itself after its grace period.
+UNCLAIMED_TRIES = 3
+UNCLAIMED_BACKOFF_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
 class SignalActivities:
     def __init__(self, client: Client, mailbox: Mailbox | None = None) -> None:
         self.client = client
         self.mailbox = mailbox or Mailbox()
+        self._unclaimed_sends: set[asyncio.Task[None]] = set()
+
+    def _unclaimed(self, workflow_id: str, runtime: str, assignment: Assignment) -> None:
+        """A parked answer its Run did not take in time: signal it now (not in any pool task)."""
+        task = asyncio.get_running_loop().create_task(self._send_unclaimed(workflow_id, runtime, assignment))
+        self._unclaimed_sends.add(task)
+        task.add_done_callback(self._unclaimed_sends.discard)
+
+    async def _send_unclaimed(self, workflow_id: str, runtime: str, assignment: Assignment) -> None:
+        for attempt in range(UNCLAIMED_TRIES):
+            try:
+                await self.client.get_workflow_handle(workflow_id).signal(SIGNAL_ASSIGNED, assignment)
+                return
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    break  # the Run is gone: its slot is free again, as the pool does for a signal
+                if attempt + 1 == UNCLAIMED_TRIES:
+                    log.warning(
+                        "cannot signal a Run its assignment; it asks its pool again after its grace",
+                        extra={"run_uid": assignment.runUid, "status": err.status.name},
+                    )
+                    return
+            await asyncio.sleep(UNCLAIMED_BACKOFF_S)
+        with contextlib.suppress(RPCError):  # a pool that is gone has nothing to release
+            await self.client.get_workflow_handle(pool_workflow_id(runtime)).signal(
+                SIGNAL_RELEASE, ReleaseSignal(runUid=assignment.runUid)
+            )
 
     async def _send(self, out: OutgoingSignal, gate: asyncio.Semaphore) -> str | None:
         if out.assigned is not None:
@@ -101,6 +143,17 @@ class SignalActivities:
             return HostSlots(hostUid=ask.hostUid)
         return HostSlots(hostUid=ask.hostUid, slots=record.slots)
 
+    def _handed_over(self, out: OutgoingSignal, runtime: str) -> bool:
+        if out.assigned is None:
+            return False
+        if (
+            out.park
+            and runtime
+            and self.mailbox.park(out.workflowId, runtime, out.assigned, unclaimed=self._unclaimed)
+        ):
+            return True
+        return self.mailbox.deliver(out.workflowId, out.assigned)
+
     @activity.defn(name="signal_runs")
     async def signal_runs(self, batch: SignalBatch) -> SignalResult:
         if batch.runtime:
@@ -109,11 +162,22 @@ class SignalActivities:
         # it in the task it is in. Should that task be lost (the worker dies), the retried task
         # finds no answer, waits out its grace period and asks again, and the pool, which holds
         # the reservation, answers with the same assignment.
-        signals = [
-            out
-            for out in batch.signals
-            if out.assigned is None or not self.mailbox.deliver(out.workflowId, out.assigned)
-        ]
+        signals = [out for out in batch.signals if not self._handed_over(out, batch.runtime)]
+        if not signals:
+            return SignalResult()
         gate = asyncio.Semaphore(CONCURRENCY)
-        gone = await asyncio.gather(*(self._send(out, gate) for out in signals))
-        return SignalResult(unreachable=[g for g in gone if g is not None])
+        sends = [asyncio.ensure_future(self._send(out, gate)) for out in signals]
+        # Within the budget: the pool's local activity holds its workflow task while it sends, and
+        # what is left over goes out in an ordinary activity instead (a repeat is harmless).
+        done, left = await asyncio.wait(sends, timeout=batch.budgetSeconds or None)
+        for send in left:
+            send.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        for send in done:
+            failed = send.exception()
+            if failed is not None:
+                raise failed  # the activity is retried
+        return SignalResult(
+            unreachable=[g for s in sends if s in done and (g := s.result()) is not None],
+            unsent=[out for out, s in zip(signals, sends, strict=True) if s in left],
+        )

@@ -313,3 +313,59 @@ def run_task_stats(histories: list[list[HistoryEvent]]) -> dict[str, Any]:
         "processing_p50_ms": ms(percentile(runs, 50)),
         "processing_p90_ms": ms(percentile(runs, 90)),
     }
+
+
+def _local_activity(ev: HistoryEvent) -> tuple[str, dict[str, Any] | None, bool] | None:
+    """A local activity's marker: (activity type, its result decoded, whether it failed)."""
+    if ev.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+        return None
+    attrs = ev.marker_recorded_event_attributes
+    if attrs.marker_name != "core_local_activity":
+        return None
+    kind, result = "?", None
+    with contextlib.suppress(KeyError, IndexError, ValueError):
+        kind = json.loads(attrs.details["data"].payloads[0].data).get("activity_type", "?")
+    with contextlib.suppress(KeyError, IndexError, ValueError):
+        result = json.loads(attrs.details["result"].payloads[0].data)
+    return kind, result if isinstance(result, dict) else None, attrs.HasField("failure")
+
+
+def run_paths(histories: list[list[HistoryEvent]]) -> dict[str, int]:
+    """How the Runs got to Ready: how the assignment came (handed over in process or by signal),
+    where attempt 1 was registered (the handoff, a local activity, an ordinary activity), what
+    was given up, and the workflow tasks that timed out or failed."""
+    paths: Counter[str] = Counter()
+    for events in histories:
+        tasks = 0
+        for ev in events:
+            t = ev.event_type
+            if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                tasks += 1
+            elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                paths["workflow task timed out"] += 1
+            elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                paths["workflow task failed"] += 1
+            elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                name = ev.workflow_execution_signaled_event_attributes.signal_name
+                paths[f"signal {name}"] += 1
+            elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                paths[f"activity {ev.activity_task_scheduled_event_attributes.activity_type.name}"] += 1
+            elif phase_upserted(ev) == "Ready":
+                paths[f"Ready in workflow task {tasks}"] += 1
+                break
+            marker = _local_activity(ev)
+            if marker is None:
+                continue
+            kind, result, failed = marker
+            if kind != "await_assignment":
+                paths[f"local {kind}{' failed' if failed else ''}"] += 1
+            elif failed:
+                paths["handoff failed (timed out)"] += 1
+            elif not result or not result.get("assignment"):
+                paths["handoff: no answer in time"] += 1
+            elif result.get("registration"):
+                paths["handoff: answer and registered"] += 1
+            else:
+                reason = str(result.get("registerError") or "").split(":")[0]
+                paths[f"handoff: answer, not registered ({reason})"] += 1
+    return dict(sorted(paths.items()))

@@ -242,6 +242,9 @@ class OutgoingSignal(ApiModel):
 
     workflowId: str
     assigned: Assignment | None = None
+    # The assignment answers a starter's admission: it may wait for its Run in the process where
+    # the Run's first task will look for it, instead of being signalled (activities.handoff).
+    park: bool = False
     rejected: Rejection | None = None
     hostLost: HostLostSignal | None = None
     command: HostCommand | None = None
@@ -251,6 +254,9 @@ class OutgoingSignal(ApiModel):
 class SignalBatch(ApiModel):
     signals: list[OutgoingSignal]
     runtime: str = ""  # the pool that answers (its Runs may be waiting in the same process)
+    # How long the sending may take (0: unbounded). What is not sent by then comes back unsent:
+    # the local activity sending it holds the pool's workflow task open.
+    budgetSeconds: float = 0.0
 
 
 class AwaitAssignmentInput(ApiModel):
@@ -266,6 +272,8 @@ class AwaitAssignmentInput(ApiModel):
 
 class SignalResult(ApiModel):
     unreachable: list[str] = Field(default_factory=list)  # workflow ids that are gone
+    # Not sent within the batch's budget (some may have been: sending one again is harmless).
+    unsent: list[OutgoingSignal] = Field(default_factory=list)
 
 
 # --- RuntimePoolWorkflow ------------------------------------------------------------------------
@@ -276,6 +284,9 @@ class AdmitSignal(ApiModel):
     workflowId: str  # where the answer goes
     # A Run moving off a draining host: its slot there (this host uid) is released first.
     leaving: str | None = None
+    # Sent by the Run's starter: the Run looks for the answer in its pool's process first, in its
+    # first workflow task (activities.handoff), so an answer ready before that task may wait there.
+    handoff: bool = False
 
 
 class AdmitMany(ApiModel):
@@ -284,11 +295,14 @@ class AdmitMany(ApiModel):
     admissions: list[AdmitSignal] = Field(max_length=MAX_ADMISSIONS_PER_SIGNAL)
 
 
-def admit_signal(run: Run, *, workflow_id: str, at: datetime, leaving: str | None = None) -> AdmitSignal:
-    """A Run's admission request, the same from the Run itself and from its starter."""
+def admit_signal(
+    run: Run, *, workflow_id: str, at: datetime, leaving: str | None = None, handoff: bool = False
+) -> AdmitSignal:
+    """A Run's admission request, the same from the Run itself and from its starter (`handoff`)."""
     assert run.metadata.uid is not None, "a started Run has a uid"
     return AdmitSignal(
         leaving=leaving,
+        handoff=handoff,
         request=AdmissionRequest(
             runUid=run.metadata.uid,
             namespace=run.metadata.namespace,

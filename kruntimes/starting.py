@@ -133,7 +133,7 @@ _admissions: weakref.WeakKeyDictionary[Client, dict[str, _Admissions]] = weakref
 
 async def admit(client: Client, run: Run, handle: WorkflowHandle[Any, Any]) -> None:
     """Hand a started Run's admission to its pool; a runtime without a pool rejects it at once."""
-    signal = admit_signal(run, workflow_id=handle.id, at=datetime.now(UTC))
+    signal = admit_signal(run, workflow_id=handle.id, at=datetime.now(UTC), handoff=True)
     pools = _admissions.setdefault(client, {})
     sender = pools.get(run.spec.runtime)
     if sender is None:

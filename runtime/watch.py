@@ -10,6 +10,12 @@ A watch request may name the gateways' current heartbeat addresses: the host sen
 heartbeats there from then on, so a host started with an address that went stale learns the new
 one as soon as it is watched.
 
+A watcher that asks for deltas gets every registration in the stream's first report only; each
+later report carries the registrations added or changed since the stream's previous report and
+the ids of those removed, so what the watcher reads and compares is proportional to what changed,
+not to the host's registrations. Reports are numbered per stream: a gap means one was missed,
+and the watcher watches anew (its first report is whole again).
+
 Everything here runs on the host's event loop; `changed` may be called from any thread.
 """
 
@@ -84,9 +90,21 @@ class HostWatch:
         for event in self._wakeups:
             event.set()
 
-    def report(self, sequence: int) -> pb.HostReport:
+    def report(self, sequence: int, sent: dict[str, pb.RegistrationState] | None = None) -> pb.HostReport:
+        """The report numbered `sequence`. With `sent` (what this stream reported so far, by
+        registration id, updated here), a delta against it unless it is the stream's first."""
         sent_at = Timestamp()
         sent_at.FromDatetime(datetime.now(UTC))
+        registrations = self.registrations()
+        delta = sent is not None and sequence > 1
+        removed: list[str] = []
+        if sent is not None:
+            current = {r.registration_id: r for r in registrations}
+            if delta:
+                removed = sorted(set(sent) - set(current))
+                registrations = [r for r in registrations if sent.get(r.registration_id) != r]
+            sent.clear()
+            sent.update(current)
         return pb.HostReport(
             host_id=self.host_id,
             host_uid=self.host_uid,
@@ -94,10 +112,12 @@ class HostWatch:
             sequence=sequence,
             sent_at=sent_at,
             health=pb.HostHealth(serving=self.health.serving, message=self.health.message),
-            registrations=self.registrations(),
+            registrations=registrations,
             running_tasks=self.running_tasks(),
             isolation=self.isolation(),
             gateways=self.gateways(),
+            delta=delta,
+            removed=removed,
         )
 
     def interval_of(self, request: pb.WatchHostRequest) -> float:
@@ -114,12 +134,13 @@ class HostWatch:
         interval = self.interval_of(request)
         wakeup = asyncio.Event()
         self._wakeups.add(wakeup)
+        sent: dict[str, pb.RegistrationState] | None = {} if request.deltas else None
         try:
             sequence = 0
             while True:
                 sequence += 1
                 wakeup.clear()
-                yield self.report(sequence)
+                yield self.report(sequence, sent)
                 if not self.health.serving:
                     return
                 with contextlib.suppress(TimeoutError):

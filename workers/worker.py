@@ -429,7 +429,13 @@ async def _running_workers(
     if "pools" in settings.queues:
         tasks.append(
             asyncio.create_task(
-                watch_pool_pollers(client, mailbox, client.identity, task_queue=settings.pool_task_queue)
+                watch_pool_pollers(
+                    client,
+                    mailbox,
+                    client.identity,
+                    task_queue=settings.pool_task_queue,
+                    run_task_queue=settings.run_task_queue if "runs" in settings.queues else None,
+                )
             )
         )
     try:

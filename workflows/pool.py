@@ -17,7 +17,7 @@ decides); the HostWorkflow carries the deletion out (the `command` signal).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -106,6 +106,16 @@ SLOTS_TIMEOUT = timedelta(seconds=30)
 # timeout again and again. Earlier pools continued in the handover's task.
 PATCH_HANDOVER_APART = "handover-apart"
 HANDOVER_PAUSE = timedelta(milliseconds=1)
+# Pools running this code mark the assignments that answer a starter's admission: the signalling
+# activity may leave such an answer for the Run's first task in the mailbox instead of signalling
+# it (activities.handoff.Mailbox.park). Earlier pools had every answer signalled.
+PATCH_PARK_ANSWERS = "park-answers"
+# Pools running this code give the local activity that signals a batch SIGNAL_BUDGET (it holds
+# the pool's workflow task, which a slow server kept open for seconds, into timeouts and replays of
+# the whole run) and send what it left unsent in an ordinary activity. Earlier pools sent every
+# signal in the local activity.
+PATCH_SIGNAL_BUDGET = "signal-budget"
+SIGNAL_BUDGET = timedelta(seconds=1.5)
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 PROVIDER_LABEL = "kruntimes.io/provider"
@@ -122,6 +132,7 @@ Message = Assignment | Rejection | HostLostSignal | HostCommand | HostSlots
 class _Outbox:
     signals: list[tuple[str, str, Message]]
     scale_outs: list[ScaleOutInput]
+    parkable: set[str] = field(default_factory=set)  # Runs whose starter admitted them: answers may wait
 
 
 @workflow.defn(name="RuntimePoolWorkflow")
@@ -130,6 +141,8 @@ class RuntimePoolWorkflow:
         self._inbox: list[object] = []
         self._probed_at: datetime | None = None
         self._housekeeping = False
+        self._park = False
+        self._budget = False
         self._index = admission.ReservationIndex()  # the reservations, by run uid and host
         self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
 
@@ -196,6 +209,8 @@ class RuntimePoolWorkflow:
         self._owners = dict(state.owners)
         self.state = state.model_copy(update={"reservations": [], "owners": {}})
         self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
+        self._park = workflow.patched(PATCH_PARK_ANSWERS)
+        self._budget = workflow.patched(PATCH_SIGNAL_BUDGET)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
@@ -361,7 +376,7 @@ class RuntimePoolWorkflow:
         policy = self._policy(request.tenant)
         if policy is not None:
             request = request._replace(tenancy=policy)
-            msg = AdmitSignal(request=request, workflowId=msg.workflowId)
+            msg = AdmitSignal(request=request, workflowId=msg.workflowId, handoff=msg.handoff)
         rt = self.config.runtime
         decision = admission.admit(
             request=request,
@@ -412,6 +427,8 @@ class RuntimePoolWorkflow:
             provider=host.labels.get(PROVIDER_LABEL, "") if self._housekeeping else "",
         )
         outbox.signals.append((msg.workflowId, SIGNAL_ASSIGNED, assignment))
+        if msg.handoff and self._park:
+            outbox.parkable.add(msg.workflowId)
 
     def _queued_requests(self) -> list[AdmissionRequest]:
         """The queue as admission requests, each with its tenant's policy of now."""
@@ -678,9 +695,11 @@ class RuntimePoolWorkflow:
         ]
         await asyncio.gather(*starts)
         if outbox.signals:
-            await self._send(outbox.signals)
+            await self._send(outbox.signals, parkable=outbox.parkable)
 
-    async def _send(self, signals: list[tuple[str, str, Message]]) -> set[str]:
+    async def _send(
+        self, signals: list[tuple[str, str, Message]], *, parkable: set[str] | None = None
+    ) -> set[str]:
         """All messages of one batch in one local activity; a Run that is gone frees what it held,
         a host whose HostWorkflow is gone is dropped (the reconciler deletes what is left of it)."""
         batch = SignalBatch(
@@ -689,6 +708,7 @@ class RuntimePoolWorkflow:
                 OutgoingSignal(
                     workflowId=workflow_id,
                     assigned=arg if isinstance(arg, Assignment) else None,
+                    park=isinstance(arg, Assignment) and parkable is not None and workflow_id in parkable,
                     rejected=arg if isinstance(arg, Rejection) else None,
                     hostLost=arg if isinstance(arg, HostLostSignal) else None,
                     command=arg if isinstance(arg, HostCommand) else None,
@@ -696,6 +716,7 @@ class RuntimePoolWorkflow:
                 )
                 for workflow_id, _name, arg in signals
             ],
+            budgetSeconds=SIGNAL_BUDGET.total_seconds() if self._budget else 0.0,
         )
         result = await workflow.execute_local_activity(
             "signal_runs",
@@ -706,6 +727,16 @@ class RuntimePoolWorkflow:
             summary=summaries.summary(f"{len(signals)} signals to Runs and hosts"),
         )
         gone = set(result.unreachable)
+        if result.unsent:  # the rest without holding a workflow task open
+            rest = await workflow.execute_activity(
+                "signal_runs",
+                SignalBatch(runtime=batch.runtime, signals=result.unsent),
+                result_type=SignalResult,
+                start_to_close_timeout=SIGNAL_TIMEOUT,
+                retry_policy=SIGNAL_RETRY,
+                summary=summaries.summary(f"{len(result.unsent)} signals left over"),
+            )
+            gone |= set(rest.unreachable)
         for workflow_id, _name, arg in signals:
             if workflow_id in gone and isinstance(arg, Assignment | Rejection):
                 self._release(arg.runUid)

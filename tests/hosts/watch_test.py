@@ -15,12 +15,12 @@ from typing import Generic, TypeVar
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.host_watch import HostWatchActivities, probe_host
+from activities.host_watch import HostWatchActivities, _Seen, probe_host
 from activities.hosts import CreatedHost, ProcessProvider
 from activities.hosts.process import work_root
 from gateway.heartbeats import HeartbeatServer
 from gateway.routes import RouteCache
-from kruntimes.hostlife import LossReason, Probe
+from kruntimes.hostlife import LossReason, Probe, WatchRules
 from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -134,10 +134,87 @@ async def test_a_host_reports_itself_at_once_then_every_interval_and_on_every_ch
         changed = await asyncio.wait_for(call.read(), BOUND_S)
         call.cancel()
     assert isinstance(changed, pb.HostReport)
-    assert changed.sequence == 2
+    assert changed.sequence == 2 and not changed.delta  # whole: this watcher asked for no deltas
     [reg] = changed.registrations
     assert reg.registration_id == registration.registration_id
     assert reg.phase == pb.REGISTRATION_PHASE_READY and reg.in_flight == 0
+
+
+async def test_a_watcher_asking_for_deltas_gets_every_registration_first_then_only_what_changed(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI
+) -> None:
+    host = await process.create(spec(state_dir))
+    first = await asyncio.to_thread(register, pki, host, name="first")
+    second = await asyncio.to_thread(register, pki, host, name="second")
+    async with pki.aio_channel(host.address, as_=pki.control_plane) as channel:
+        call = pb_grpc.FunctionRuntimeStub(channel).WatchHost(
+            pb.WatchHostRequest(interval_ms=60_000, deltas=True)  # reports come only on changes
+        )
+        whole = await asyncio.wait_for(call.read(), BOUND_S)
+        third = await asyncio.to_thread(register, pki, host, name="third")
+        added = await asyncio.wait_for(call.read(), BOUND_S)
+        await asyncio.to_thread(unregister, pki, host, first.registration_id)
+        gone = await asyncio.wait_for(call.read(), BOUND_S)
+        call.cancel()
+    assert (
+        isinstance(whole, pb.HostReport)
+        and isinstance(added, pb.HostReport)
+        and isinstance(gone, pb.HostReport)
+    )
+    assert not whole.delta and whole.sequence == 1
+    assert {r.registration_id for r in whole.registrations} == {first.registration_id, second.registration_id}
+    assert added.delta and added.sequence == 2 and not added.removed
+    assert [r.registration_id for r in added.registrations] == [third.registration_id]
+    assert gone.delta and gone.sequence == 3
+    assert list(gone.removed) == [first.registration_id] and not gone.registrations
+
+
+def _report(sequence: int, *names: str, delta: bool = True, removed: tuple[str, ...] = ()) -> pb.HostReport:
+    return pb.HostReport(
+        host_uid="uid-1",
+        sequence=sequence,
+        health=pb.HostHealth(serving=True),
+        delta=delta,
+        removed=list(removed),
+        registrations=[
+            pb.RegistrationState(
+                run_uid=f"run-{n}",
+                attempt=1,
+                namespace="default",
+                name=n,
+                registration_id=f"reg-{n}",
+                phase=pb.REGISTRATION_PHASE_READY,
+            )
+            for n in names
+        ],
+    )
+
+
+async def test_the_watch_keeps_the_whole_picture_from_deltas_and_reconnects_when_one_is_missed() -> None:
+    told: Told[RegistrationLostSignal] = Told()
+    watch_activities = activities(told=told)
+    input = WatchInput(
+        runtime="python",
+        hostId="python-0",
+        hostUid="uid-1",
+        address="127.0.0.1:1",
+        intervalSeconds=INTERVAL_S,
+        maxSeconds=BOUND_S,
+    )
+    rules, seen = WatchRules(interval_s=INTERVAL_S), _Seen()
+
+    async def read(report: pb.HostReport) -> object:
+        return await watch_activities._report(input, rules, seen, report)
+
+    assert await read(_report(1, "a", "b", delta=False)) is None
+    assert await read(_report(2, "c")) is None
+    assert seen.previous is not None and sorted(seen.previous) == ["reg-a", "reg-b", "reg-c"]
+    assert await read(_report(3, removed=("reg-b",))) is None
+    assert [(w, lost.registrationId) for w, lost in told.signals] == [("run/default/b", "reg-b")]
+    assert sorted(seen.previous) == ["reg-a", "reg-c"]
+    missed = await read(_report(5, "d"))  # 4 never came
+    assert isinstance(missed, str) and missed.startswith("a report was missed")
+    assert sorted(seen.previous) == ["reg-a", "reg-c"], "nothing of a report after a gap is taken"
 
 
 async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_goes_on(

@@ -76,3 +76,76 @@ async def test_a_run_waits_when_every_pool_runs_in_this_process_even_before_its_
     await until_waiting(mailbox, "run/default/a")
     assert mailbox.deliver("run/default/a", assignment())
     assert await waiting == assignment()
+
+
+class Unclaimed:
+    """What a Mailbox handed back for signalling: (workflow id, runtime, assignment)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, object]] = []
+        self.called = asyncio.Event()
+
+    def __call__(self, workflow_id: str, runtime: str, answer: object) -> None:
+        self.calls.append((workflow_id, runtime, answer))
+        self.called.set()
+
+
+def _local(**options: float) -> Mailbox:
+    mailbox = Mailbox(**options)  # type: ignore[arg-type]
+    mailbox.pools_local = mailbox.runs_local = True  # watch_pool_pollers: this process alone polls
+    return mailbox
+
+
+async def test_an_answer_parked_before_the_runs_first_task_asks_is_taken_there_and_never_signalled() -> None:
+    mailbox, unclaimed = _local(park_s=0.05), Unclaimed()
+    assert mailbox.park("run/default/a", "py", assignment(), unclaimed=unclaimed)
+    assert await mailbox.wait(_request(timeout=0.01)) == assignment()
+    # Another answer parked after it and never taken: handed back after the first one's time.
+    assert mailbox.park("run/default/b", "py", assignment("b"), unclaimed=unclaimed)
+    await asyncio.wait_for(unclaimed.called.wait(), 10)
+    assert unclaimed.calls == [("run/default/b", "py", assignment("b"))]
+    assert mailbox.parked() == 0
+
+
+async def test_a_parked_answer_nobody_takes_is_handed_back_for_a_signal_once() -> None:
+    mailbox, unclaimed = _local(park_s=0.05), Unclaimed()
+    assert mailbox.park("run/default/a", "py", assignment(), unclaimed=unclaimed)
+    await asyncio.wait_for(unclaimed.called.wait(), 10)
+    assert unclaimed.calls == [("run/default/a", "py", assignment())]
+    assert await mailbox.wait(_request(timeout=0.01)) is None  # it goes by signal now
+
+
+async def test_park_hands_the_answer_to_a_run_already_waiting() -> None:
+    mailbox, unclaimed = _local(), Unclaimed()
+    waiting = asyncio.ensure_future(mailbox.wait(_request()))
+    await until_waiting(mailbox, "run/default/a")
+    assert mailbox.park("run/default/a", "py", assignment(), unclaimed=unclaimed)
+    assert await waiting == assignment()
+    assert mailbox.parked() == 0
+
+
+async def test_no_answer_is_parked_unless_the_runs_and_the_pools_tasks_run_only_here() -> None:
+    unclaimed = Unclaimed()
+    for pools, runs in ((True, False), (False, True), (False, False)):
+        mailbox = Mailbox()
+        mailbox.pools_local, mailbox.runs_local = pools, runs
+        assert not mailbox.park("run/default/a", "py", assignment(), unclaimed=unclaimed)
+    assert unclaimed.calls == []
+
+
+async def test_the_answer_of_a_run_that_asked_and_left_empty_handed_is_not_parked() -> None:
+    """That Run waits for its signal now: parking its answer would only delay it."""
+    mailbox, unclaimed = _local(), Unclaimed()
+    assert await mailbox.wait(_request(timeout=0.01)) is None
+    assert not mailbox.park("run/default/a", "py", assignment(), unclaimed=unclaimed)
+    refused = _local(max_waiters=0)
+    assert await refused.wait(_request(timeout=60)) is None  # not even allowed to wait
+    assert not refused.park("run/default/a", "py", assignment(), unclaimed=unclaimed)
+
+
+async def test_only_so_many_answers_are_parked_at_once() -> None:
+    mailbox, unclaimed = _local(max_parked=2), Unclaimed()
+    assert mailbox.park("run/default/a", "py", assignment("a"), unclaimed=unclaimed)
+    assert mailbox.park("run/default/a", "py", assignment("b"), unclaimed=unclaimed)
+    assert not mailbox.park("run/default/a", "py", assignment("c"), unclaimed=unclaimed)
+    assert mailbox.parked() == 2

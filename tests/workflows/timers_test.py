@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
@@ -44,12 +45,14 @@ from kruntimes.lifecycle import (
     RegisterResult,
     RunInput,
     SignalBatch,
+    SignalResult,
     admit_signal,
     pool_workflow_id,
     run_workflow_id,
 )
 from kruntimes.starting import admit, start_run
 from kruntimes.temporal import DATA_CONVERTER
+from tests.waiting import eventually
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting
 from tests.workflows.standin_host import StandInHostWorkflow
@@ -142,20 +145,55 @@ async def _workers(
     queues = Queues(run=f"{TASK_QUEUE}-{suffix}", pool=f"{POOL_TASK_QUEUE}-{suffix}")
     mailbox = mailbox or Mailbox()
     signals = SignalActivities(env.client, mailbox)
-    handoff = HandoffActivities(mailbox, register=register or fake.register)
+    async with _run_worker(env, fake, signals, queues, register), _pool_worker(env, fake, signals, queues):
+        yield queues
+
+
+def _run_worker(
+    env: WorkflowEnvironment,
+    fake: FakeHosts,
+    signals: SignalActivities,
+    queues: Queues,
+    register: Register | None = None,
+) -> Worker:
+    handoff = HandoffActivities(signals.mailbox, register=register or fake.register)
     run_activities = [*fake.activities(), signals.admit_run, handoff.await_assignment]
     # Every workflow of the Runs' queue, the HostWorkflow as a stand-in that watches nothing.
     run_workflows = [w for w in RUN_WORKFLOWS if w.__name__ != "HostWorkflow"] + [StandInHostWorkflow]
-    async with (
-        Worker(env.client, task_queue=queues.run, workflows=run_workflows, activities=run_activities),
-        Worker(
-            env.client,
-            task_queue=queues.pool,
-            workflows=POOL_WORKFLOWS,
-            activities=[fake.probe, signals.signal_runs],
-        ),
-    ):
-        yield queues
+    return Worker(env.client, task_queue=queues.run, workflows=run_workflows, activities=run_activities)
+
+
+def _pool_worker(
+    env: WorkflowEnvironment,
+    fake: FakeHosts,
+    signals: SignalActivities,
+    queues: Queues,
+    signal_runs: object | None = None,
+) -> Worker:
+    return Worker(
+        env.client,
+        task_queue=queues.pool,
+        workflows=POOL_WORKFLOWS,
+        activities=[fake.probe, signal_runs or signals.signal_runs],
+    )
+
+
+class SlowServer:
+    """signal_runs as a server too slow to take signals makes it: the pool's local activity sends
+    nothing within its budget and hands it all back; the ordinary activity sends it."""
+
+    def __init__(self, signals: SignalActivities) -> None:
+        self.signals = signals
+        self.left_over = 0
+        self.sent_later = 0
+
+    @activity.defn(name="signal_runs")
+    async def signal_runs(self, batch: SignalBatch) -> SignalResult:
+        if activity.info().is_local and batch.budgetSeconds > 0:
+            self.left_over += len(batch.signals)
+            return SignalResult(unsent=batch.signals)
+        self.sent_later += len(batch.signals)
+        return await self.signals.signal_runs(batch)
 
 
 async def _phase(handle: object) -> RunStatus:
@@ -282,6 +320,131 @@ async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: W
     result = await ActivityEnvironment().run(signals.signal_runs, batch)
     assert await waiting == handed
     assert result.unreachable == ["run/default/absent"]
+
+
+async def _signal_names(client: Client, workflow_id: str) -> list[str]:
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        async for e in client.get_workflow_handle(workflow_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+
+
+async def test_runs_whose_first_task_comes_after_their_pools_answer_take_it_unsignalled(
+    env: WorkflowEnvironment,
+) -> None:
+    """A burst: the pool answers its starters' admissions before the Runs' first tasks run (here
+    no worker polls the Runs' queue meanwhile). With the Runs' and the pools' tasks all in this
+    process, the answers wait in the mailbox instead of being signalled; each Run takes its own in
+    its first task, registers attempt 1 there and is Ready, with no `assigned` signal."""
+    fake = FakeHosts()
+    mailbox = Mailbox(park_s=600)
+    mailbox.pools_local = mailbox.runs_local = True  # as watch_pool_pollers finds for one process
+    signals = SignalActivities(env.client, mailbox)
+    suffix = uuid.uuid4().hex[:8]
+    queues = Queues(run=f"{TASK_QUEUE}-{suffix}", pool=f"{POOL_TASK_QUEUE}-{suffix}")
+    runs_first = _run_worker(env, fake, signals, queues)  # (it makes the stand-ins, the probe too)
+    async with _pool_worker(env, fake, signals, queues):
+        async with runs_first:
+            await _start_pool(env.client, "py-park", queues)
+            first = await start_run(
+                env.client, run_manifest(f"park-{suffix}", runtime="py-park"), task_queue=queues.run
+            )
+            await _until_ready(env, first)  # the pool has its host
+        runs = [run_manifest(f"park-{i}-{suffix}", runtime="py-park") for i in range(3)]
+        handles = [await start_run(env.client, run, task_queue=queues.run) for run in runs]
+        await eventually(lambda: mailbox.parked() == len(runs), within=30, what="the answers parked")
+        async with _run_worker(env, fake, signals, queues):
+            for handle in handles:
+                await _until_ready(env, handle)
+        for handle in handles:
+            assert "assigned" not in await _signal_names(env.client, handle.id)
+        assert all(fake.registered[run.metadata.uid or ""] == 1 for run in runs)
+        assert mailbox.parked() == 0
+
+
+async def test_a_parked_answer_whose_run_is_gone_frees_its_slot(env: WorkflowEnvironment) -> None:
+    """An answer parked for a Run that never takes it is signalled after the parking time; a Run
+    that is gone then gets its slot released in the pool, as a failed signal from the pool's task
+    does. An answer not marked for parking (pools from before) is signalled at once."""
+    fake = FakeHosts()
+    mailbox = Mailbox(park_s=0.2)
+    mailbox.pools_local = mailbox.runs_local = True
+    signals = SignalActivities(env.client, mailbox)
+    suffix = uuid.uuid4().hex[:8]
+    queues = Queues(run=f"{TASK_QUEUE}-{suffix}", pool=f"{POOL_TASK_QUEUE}-{suffix}")
+    async with _run_worker(env, fake, signals, queues), _pool_worker(env, fake, signals, queues):
+        await _start_pool(env.client, "py-gone", queues)
+        first = await start_run(
+            env.client, run_manifest(f"gone-{suffix}", runtime="py-gone"), task_queue=queues.run
+        )
+        await _until_ready(env, first)
+        ghost = run_manifest(f"ghost-{suffix}", runtime="py-gone")
+        pool_handle = env.client.get_workflow_handle(pool_workflow_id("py-gone"))
+        ghost_id = run_workflow_id("default", ghost.metadata.name)  # no such workflow
+        await pool_handle.signal(
+            SIGNAL_ADMIT, admit_signal(ghost, workflow_id=ghost_id, at=datetime.now(UTC), handoff=True)
+        )
+
+        async def ghost_released() -> bool:
+            held = {r.runUid for r in (await _pool(env.client, "py-gone")).reservations}
+            return ghost.metadata.uid not in held and bool(held)
+
+        await eventually(lambda: mailbox.parked() == 1, within=30, what="the ghost's answer parked")
+        await eventually(ghost_released, within=30, what="the ghost's slot released")
+    old = SignalBatch(
+        runtime="py-gone", signals=[OutgoingSignal(workflowId=ghost_id, assigned=assignment("uid-ghost"))]
+    )
+    result = await ActivityEnvironment().run(signals.signal_runs, old)
+    assert result.unreachable == [ghost_id]  # signalled (and found gone) in the activity itself
+    assert mailbox.parked() == 0
+
+
+async def test_signals_the_pools_local_activity_left_unsent_go_out_in_an_ordinary_activity(
+    env: WorkflowEnvironment,
+) -> None:
+    fake = FakeHosts()
+    signals = SignalActivities(env.client, Mailbox())
+    slow = SlowServer(signals)
+    suffix = uuid.uuid4().hex[:8]
+    queues = Queues(run=f"{TASK_QUEUE}-{suffix}", pool=f"{POOL_TASK_QUEUE}-{suffix}")
+    async with (
+        _run_worker(env, fake, signals, queues),
+        _pool_worker(env, fake, signals, queues, signal_runs=slow.signal_runs),
+    ):
+        handle = await _start(env.client, "py-slow-signals", queues)  # it asks the pool itself
+        await _until_ready(env, handle)
+    assert slow.left_over >= 1 and slow.sent_later >= 1
+    pool = env.client.get_workflow_handle(pool_workflow_id("py-slow-signals"))
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        async for e in pool.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert "signal_runs" in scheduled
+
+
+async def test_the_signalling_activity_hands_back_what_it_did_not_send_within_its_budget(
+    env: WorkflowEnvironment,
+) -> None:
+    signals = SignalActivities(env.client, Mailbox())
+    batch = SignalBatch(
+        runtime="rt",
+        signals=[
+            OutgoingSignal(workflowId=f"run/default/absent-{i}", assigned=assignment(f"u{i}"))
+            for i in range(40)
+        ],
+        budgetSeconds=1e-6,
+    )
+    result = await ActivityEnvironment().run(signals.signal_runs, batch)
+    assert result.unsent, "nothing gets through a server in a microsecond"
+    assert {o.workflowId for o in result.unsent} | set(result.unreachable) == {
+        o.workflowId for o in batch.signals
+    }
+    unbounded = await ActivityEnvironment().run(
+        signals.signal_runs, batch.model_copy(update={"budgetSeconds": 0.0})
+    )
+    assert not unbounded.unsent and len(unbounded.unreachable) == 40  # pools from before: all sent
 
 
 async def test_admissions_created_together_reach_the_pool_in_few_signals_and_all_get_slots(

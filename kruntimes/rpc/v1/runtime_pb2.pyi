@@ -925,9 +925,14 @@ class WatchHostRequest(_message.Message):
     INTERVAL_MS_FIELD_NUMBER: _builtins.int
     GATEWAYS_FIELD_NUMBER: _builtins.int
     SET_GATEWAYS_FIELD_NUMBER: _builtins.int
+    DELTAS_FIELD_NUMBER: _builtins.int
     interval_ms: _builtins.int
     """between reports; 0: the host's heartbeat interval"""
     set_gateways: _builtins.bool
+    deltas: _builtins.bool
+    """With deltas, every report after the stream's first carries only what changed since the
+    previous one (HostReport.delta); the first report of a stream is always whole.
+    """
     @_builtins.property
     def gateways(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """With set_gateways, the host replaces its heartbeat targets by these (an empty list: none)."""
@@ -938,10 +943,11 @@ class WatchHostRequest(_message.Message):
         interval_ms: _builtins.int = ...,
         gateways: _abc.Iterable[_builtins.str] | None = ...,
         set_gateways: _builtins.bool = ...,
+        deltas: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateways", b"gateways", "interval_ms", b"interval_ms", "set_gateways", b"set_gateways"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "gateways", b"gateways", "interval_ms", b"interval_ms", "set_gateways", b"set_gateways"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1029,19 +1035,27 @@ class HostReport(_message.Message):
     RUNNING_TASKS_FIELD_NUMBER: _builtins.int
     ISOLATION_FIELD_NUMBER: _builtins.int
     GATEWAYS_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     host_uid: _builtins.str
     runtime: _builtins.str
     sequence: _builtins.int
     """increases by one per report of a stream"""
     running_tasks: _builtins.int
+    delta: _builtins.bool
+    """A report of a stream that asked for deltas, after its first: `registrations` holds only the
+    registrations added or changed since the previous report of the stream (sequence - 1), and
+    `removed` the ids of those gone since. A watcher that gets a sequence other than the last
+    one plus one has missed a report and watches anew (a stream's first report is whole).
+    """
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def health(self) -> Global___HostHealth: ...
     @_builtins.property
     def registrations(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegistrationState]:
-        """every registration, with its in-flight count"""
+        """every registration (or, in a delta, those changed), with its in-flight count"""
 
     @_builtins.property
     def isolation(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -1049,6 +1063,8 @@ class HostReport(_message.Message):
 
     @_builtins.property
     def gateways(self) -> _containers.RepeatedCompositeFieldContainer[Global___GatewayLink]: ...
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -1062,10 +1078,12 @@ class HostReport(_message.Message):
         running_tasks: _builtins.int = ...,
         isolation: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         gateways: _abc.Iterable[Global___GatewayLink] | None = ...,
+        delta: _builtins.bool = ...,
+        removed: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "registrations", b"registrations", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "registrations", b"registrations", "removed", b"removed", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
