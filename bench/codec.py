@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import _benchlib as lib
+from _pki import BenchPKI
 from lifecycle import create_until_ready, run_manifest, wait_hosts, wait_terminal
 
 from activities.hosts.process import stop_all
@@ -43,7 +44,7 @@ BENCH_TIMEOUT_S = 600.0
 
 
 def _settings(
-    server: DevServer, state: Path, runtime: str, queue: str, codec_keys: Path | None
+    server: DevServer, state: Path, runtime: str, queue: str, codec_keys: Path | None, pki: BenchPKI
 ) -> WorkerSettings:
     return WorkerSettings(
         temporal=TemporalSettings(address=server.address, codecKeys=str(codec_keys) if codec_keys else None),
@@ -51,6 +52,7 @@ def _settings(
             {"runtimes": [{"name": runtime, "adapter": "python", "minHosts": 1, "maxHosts": 1}]}
         ),
         platform=PlatformInfo(gatewayUrl="https://127.0.0.1:8443", stateDir=str(state)),
+        trust=pki.worker_trust(),
         run_task_queue=queue,
         pool_task_queue=f"{queue}-pool",
     )
@@ -67,9 +69,10 @@ async def bench(server: DevServer, tmp: Path, runs: int) -> dict[str, Any]:
     }
     latencies: dict[str, list[float]] = {name: [] for name in sides}
     state = tmp / "state"
+    pki = BenchPKI(tmp / "pki")
     async with (
-        running_workers(plain, _settings(server, state, sides["plain"][1], sides["plain"][2], None)),
-        running_workers(sealed, _settings(server, state, sides["codec"][1], sides["codec"][2], keys)),
+        running_workers(plain, _settings(server, state, sides["plain"][1], sides["plain"][2], None, pki)),
+        running_workers(sealed, _settings(server, state, sides["codec"][1], sides["codec"][2], keys, pki)),
     ):
         lib.note("waiting for the warm hosts ...")
         await asyncio.gather(*(wait_hosts(client, runtime, 1) for client, runtime, _ in sides.values()))
