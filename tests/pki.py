@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from cryptography import x509
 
 from kruntimes.assignments import Assignment, Signer, Verifier
 from kruntimes.pki import (
@@ -161,3 +163,17 @@ class TestPKI:
         self, address: str, *, as_: PeerTLS, host: Identity | Role = Role.HOST
     ) -> grpc.aio.Channel:
         return grpc.aio.secure_channel(address, as_.channel_credentials(), options=as_.channel_options(host))
+
+
+def presented_serial(address: str, tls: PeerTLS, expect: Identity) -> int:
+    """The serial of the certificate the host `expect` presents to a new connection on its invoke
+    port at `address` (read after its accept frame), connecting with `tls`."""
+    host, _, port = address.rpartition(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        tls.client_context().wrap_socket(raw, server_hostname=expect.dns_name) as sock,
+    ):
+        assert sock.recv(9)  # accepted
+        der = sock.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number

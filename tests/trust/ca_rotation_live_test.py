@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from kruntimes.pki import rotation as ca_rotation
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.tls import ensure_tls
+from tests.pki import presented_serial
 from tests.stack import local_gateway_options
 from workers.embedded.layout import Layout, ensure_pki
 from workers.embedded.supervise import renew_platform_certificates
@@ -187,7 +187,10 @@ class Platform:
             assert route is not None and route.invoke_address
 
             def presents(host: Host = host, address: str = route.invoke_address) -> bool:
-                return presented(address, self.gateway_tls, host) == leaf(host.directory).serial_number
+                expect = Identity.host(runtime="python", host_id=host.host_id)
+                return (
+                    presented_serial(address, self.gateway_tls, expect) == leaf(host.directory).serial_number
+                )
 
             await until(presents, f"{host.host_id} presents its current certificate")
 
@@ -217,20 +220,6 @@ class Platform:
             body = await r.read()
         assert r.status == 200, body[:300]
         assert json.loads(body)["outputs"] == {"to": host.host_id}
-
-
-def presented(address: str, tls: PeerTLS, host: Host) -> int:
-    """The serial of the certificate the host presents to a new connection on its invoke port."""
-    name, _, port = address.rpartition(":")
-    expect = Identity.host(runtime="python", host_id=host.host_id)
-    with (
-        socket.create_connection((name, int(port)), timeout=10) as raw,
-        tls.client_context().wrap_socket(raw, server_hostname=expect.dns_name) as sock,
-    ):
-        assert sock.recv(9)  # accepted
-        der = sock.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from kruntimes.pki import TLS_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.tls import ensure_tls
-from tests.pki import TestPKI
+from tests.pki import TestPKI, presented_serial
 from tests.stack import local_gateway_options
 
 LIFETIME = dt.timedelta(seconds=6)
@@ -114,21 +114,6 @@ async def renew(ca: TestPKI, dirs: dict[str, Path], stop: asyncio.Event) -> int:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.1)
     return renewed
-
-
-def presented_serial(address: str, tls: PeerTLS, expect: Identity) -> int:
-    """The serial of the certificate the host presents to a new connection (after its accept frame)."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    with (
-        socket.create_connection((host, int(port)), timeout=10) as raw,
-        tls.client_context().wrap_socket(raw, server_hostname=expect.dns_name) as sock,
-    ):
-        assert sock.recv(9)  # accepted
-        der = sock.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 async def test_certificates_rotate_under_a_steady_invoke_load_with_no_failed_invoke(
