@@ -18,9 +18,12 @@ line on stderr starting "krt: " and saying what to do; never a traceback (KRT_DE
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 from kruntimes.cli_parser import PASSTHROUGH, UsageError
 
@@ -138,16 +141,25 @@ def run(argv: list[str]) -> int:
         return code
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    code = run(args)
+def leave(code: int) -> NoReturn:
+    """End a finished command with `code`.
+
+    The Temporal client's Rust threads can abort interpreter teardown (SIGABRT, "PyGILState_Release
+    ... finalizing"; temporalio/sdk-python#300), turning a command that did its work into exit -6:
+    once one was loaded, a finished command runs its exit handlers (temporary directories),
+    flushes its output and leaves without a teardown.
+    """
     if "temporalio.bridge" in sys.modules:
-        # The Temporal client's Rust threads can abort interpreter teardown (SIGABRT, "PyGILState_Release
-        # ... finalizing"; temporalio/sdk-python#300): a finished command leaves without one.
+        atexit._run_exitfuncs()
+        logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    leave(run(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

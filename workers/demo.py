@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kruntimes import clientconfig
 from kruntimes.api.run import Run
+from kruntimes.cli import leave
 from kruntimes.client import Client, KruntimesError
 from kruntimes.devserver import temporal_binary
 from workers.embedded.commands import down, up
@@ -125,4 +126,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    leave(main())

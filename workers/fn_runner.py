@@ -32,6 +32,7 @@ from krm.pod import PodEvaluator
 from krm.service import EvaluatorServer
 from krm.store import Store
 from kruntimes import logs
+from kruntimes.cli import leave
 
 log = logging.getLogger(__name__)
 
@@ -145,4 +146,4 @@ def main_fn(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))

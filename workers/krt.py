@@ -112,9 +112,7 @@ def run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in COMMANDS:
-        sys.exit(run(args))
-    cli.main(args)
+    cli.leave(run(args))
 
 
 if __name__ == "__main__":

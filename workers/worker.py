@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -49,6 +50,7 @@ from activities.runtime_host import RuntimeHostActivities
 from activities.signals import SignalActivities
 from kruntimes import logs, temporal
 from kruntimes.assignments import AssignmentError, Signer
+from kruntimes.cli import leave
 from kruntimes.config import PlatformConfig, load_config
 from kruntimes.hosts import HostDefaults
 from kruntimes.lifecycle import (
@@ -635,7 +637,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         asyncio.run(serve(settings_from(args)))
     except TrustError as e:
-        raise SystemExit(f"krt worker: {e}") from None
+        print(f"krt worker: {e}", file=sys.stderr)
+        leave(1)
+    except SystemExit as e:  # a configuration the worker cannot run with, already explained
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            leave(1)
+        leave(e.code or 0)
+    leave(0)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -197,3 +199,43 @@ def test_the_krt_script_is_the_console_script_module() -> None:
     ]
     assert scripts == {"krt": "workers.krt:main"}
     assert set(krt.COMMANDS) == set(PASSTHROUGH)
+
+
+@pytest.mark.parametrize("entry", ["kruntimes.cli", "workers.krt"])
+def test_a_command_that_loaded_the_temporal_client_leaves_with_its_code_its_output_and_its_exit_handlers(
+    tmp_path: Path, entry: str
+) -> None:
+    # Every `krt` entry point ends through cli.leave: once the Temporal client's Rust threads are
+    # loaded, an interpreter teardown can abort (exit -6) after the command did its work.
+    marker = tmp_path / "handler-ran"
+    program = (
+        "import atexit, pathlib, sys, temporalio.bridge.client\n"
+        f"import {entry} as entry\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+        "sys.stdout.write('partial line without newline')\n"
+        "sys.stderr.write('and an error line')\n"
+        "entry.cli.leave(3) if hasattr(entry, 'cli') else entry.leave(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        3,
+        "partial line without newline",
+        "and an error line",
+    )
+    assert marker.read_text() == "yes"
+
+
+@pytest.mark.parametrize("argv", [["fn", "--help"], ["run", "--help"], ["no-such-command"]])
+def test_krt_main_ends_every_command_through_leave(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # workers.krt's own commands (up, fn, ...) once left with sys.exit and so met the teardown abort.
+    left: list[int] = []
+
+    def leave(code: int) -> None:
+        left.append(code)
+
+    monkeypatch.setattr(cli, "leave", leave)
+    krt.main(argv)
+    capsys.readouterr()
+    assert left == [krt.run(argv)]

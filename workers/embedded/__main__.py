@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from kruntimes.cli import leave
 from workers.embedded.commands import MAIN
 
 
@@ -16,4 +17,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))
