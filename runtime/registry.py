@@ -204,6 +204,11 @@ class Registry:
             spec = self._spec(reg, once=False)
             if config.adapter == "python":
                 reg.process = WarmProcess.start(self.spawner, spec)
+            elif reg.lease is not None and reg.lease.group is not None:
+                # a process per call (bash, krm): the seed planted with this identity would wait,
+                # two processes and their memory, for as long as the Run is registered (500 idle
+                # bash Runs: 1,000 processes on one host). Each call is started directly.
+                self.spawner.retire(reg.lease.group.procs_files)
         except LoadFailed as exc:
             self._close_registration(reg)
             raise HandlerLoadFailed(exc.kind, str(exc)) from exc

@@ -178,6 +178,15 @@ class Spawner:
         with self._send_lock:
             sock.send(message)
 
+    def retire(self, cgroup_procs: tuple[str, ...]) -> None:
+        """No seed waits in this cgroup any longer (`plant`): its function starts a process per
+        call, so a planted one would wait, for as long as it is registered, for that one call."""
+        sock = self._sock
+        if sock is None or not cgroup_procs:
+            return
+        with self._send_lock:
+            sock.send(json.dumps({"op": "retire", "cgroup": list(cgroup_procs)}).encode())
+
     def kill(self, pid: int) -> None:
         """Kill the process group of a child (no-op once it has been reaped)."""
         sock = self._sock

@@ -10,6 +10,9 @@ Protocol on the SOCK_SEQPACKET socket inherited as --fd (one JSON message per pa
                     {"op": "seeds", "base", "count"} keep `count` generic seeds planted with `base`
                     {"op": "plant", "base"}          plant one seed in the cgroup of `base` (one
                                                     function's), when no other request waits
+                    {"op": "retire", "cgroup"}       no seed waits (or is to be planted) for the
+                                                    cgroup whose procs files are `cgroup`: its
+                                                    function starts no process of its own now
   zygote -> server  {"op": "ready", "namespaces", "networkNamespaces"}
                                                     once, when its imports are done; whether it
                                                     can give a child PID, mount and network
@@ -243,6 +246,8 @@ class Zygote:
                 self.configure_seeds(request)
             elif request["op"] == "plant" and self.pids is not None:
                 self.to_plant.append(child.SandboxSpec.from_json(request["base"]))
+            elif request["op"] == "retire":
+                self.retire(tuple(request["cgroup"]))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -262,6 +267,17 @@ class Zygote:
         while sum(1 for seed in self.waiting if seed.generic) < self.generic_count:
             if not self.plant(self.generic):
                 return  # no seed now: functions are started the direct way meanwhile
+
+    def retire(self, cgroup: tuple[str, ...]) -> None:
+        """End the seeds planted (and drop those asked for) in one function's cgroup: a
+        function whose processes are started per call would otherwise keep one waiting, two
+        processes and their memory, for as long as it is registered without being called."""
+        if not cgroup:
+            return
+        self.to_plant = [b for b in self.to_plant if b.cgroup_procs != cgroup]
+        for seed in [seed for seed in self.waiting if seed.base.cgroup_procs == cgroup]:
+            self.waiting.remove(seed)
+            seed.ours.close()  # the seed's function process reads the end and exits; reaped here
 
     def plant(self, base: child.SandboxSpec) -> bool:
         """Fork a seed planted with `base`; whether it could."""

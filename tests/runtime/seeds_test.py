@@ -131,3 +131,23 @@ def test_growth_is_what_the_function_adds_to_the_planted_view() -> None:
     assert all(isinstance(op, Op) for op in growth(spec, base).ops)
     other = SandboxSpec(pid_namespace=True, mount_namespace=True, keep=("/usr",), hide=(), foreign_uid=True)
     assert not other.seeded_by(base), "a seed never loses a hidden directory"
+
+
+def test_functions_started_per_call_keep_no_seed_waiting_while_they_are_registered(host: Host) -> None:
+    # A bash Run starts a process per call: the seed planted with its identity would wait for as
+    # long as the Run is registered and not called, two processes and their memory each (500 idle
+    # Runs: 1,000 processes on one host, and the machine's pids run out before its Runs do).
+    zygote = host.runtime.spawner.zygote_pid
+    assert zygote is not None
+    kept = len(_seeds(host))
+    regs = [
+        host.register({"run.sh": "echo $$\n"}, adapter="bash", handler="run.sh").registration_id
+        for _ in range(kept + 4)
+    ]
+    waiting = lambda: _children(zygote) - set(_live(host))  # noqa: E731
+    assert wait_until(lambda: len(waiting()) <= kept), (
+        f"{len(waiting())} processes wait in the zygote for {len(regs)} registrations never called"
+    )
+    for registration_id in regs:  # their calls are served all the same, each started directly
+        answer = host.invoke(registration_id)
+        assert answer.status == pb.INVOCATION_STATUS_SUCCEEDED, answer
