@@ -35,7 +35,7 @@ class StandInProvider:
             hostId=spec.hostId,
             hostUid=f"uid-{spec.hostId}",
             address="127.0.0.1:1",
-            createdAt=datetime(2025, 1, 2, tzinfo=UTC),
+            createdAt=datetime.now(UTC),
         )
 
     async def delete(self, *, runtime: str, host_id: str, host_uid: str) -> bool:
