@@ -15,7 +15,7 @@ from activities.hosts.process import host_running, list_records
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.lifecycle import DeleteHostInput, FenceInput, FenceResult, HostCall, ProbeInput, ProbeResult
 from kruntimes.scheduling.failures import ProviderError
-from kruntimes.scheduling.model import Host
+from kruntimes.scheduling.model import PROVIDER_LABEL, Host
 
 __all__ = ["DeleteHostInput", "HostActivities", "ProbeActivities"]
 
@@ -86,7 +86,6 @@ class HostActivities:
 
 
 PROBE_TIMEOUT_S = 3.0
-PROVIDER_LABEL = "kruntimes.io/provider"
 
 
 async def _proven_gone(host: Host, state_dir: str, manager: HostManager | None = None) -> bool:

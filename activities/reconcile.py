@@ -40,7 +40,7 @@ from kruntimes.lifecycle import (
 from kruntimes.reconciling import HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import Host
+from kruntimes.scheduling.model import PROVIDER_LABEL, Host
 from kruntimes.temporal import query_pool
 from kruntimes.wire import search, summaries
 
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 RPC_TIMEOUT_S = 5.0
 UNREGISTER_GRACE_MS = 5000
 CONCURRENCY = 16
-PROVIDER_LABEL = "kruntimes.io/provider"
 T = TypeVar("T")
 
 

@@ -72,7 +72,7 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt, validation_problems
+from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt, validate_document
 from kruntimes.api.limits import (
     DAY_SECONDS,
     DEFAULT_INVOKE_TIMEOUT_SECONDS,
@@ -426,20 +426,11 @@ def _field_named(path: str, name: str) -> str | None:
     return f"{path}.{name}" if path != "<config>" else name
 
 
-def _problems(error: ValidationError) -> list[str]:
-    return validation_problems(error, root="<config>", relocate=_field_named)
-
-
 def parse_config(data: object) -> PlatformConfig:
     """Validate decoded YAML; ``None`` (an empty file) gives the defaults."""
     if data is None:
         data = {}
-    if not isinstance(data, dict):
-        raise ConfigError([f"<config>: expected a mapping, got {type(data).__name__}"])
-    try:
-        return PlatformConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_problems(e)) from e
+    return validate_document(PlatformConfig, data, root="<config>", relocate=_field_named, error=ConfigError)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> PlatformConfig:

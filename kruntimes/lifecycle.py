@@ -16,11 +16,13 @@ from kruntimes.config import RuntimeConfig, TenantConfig
 from kruntimes.hosts import CreatedHost, HostDefaults, HostSandbox
 from kruntimes.scheduling.failures import ProviderFailure
 from kruntimes.scheduling.model import (
+    PROVIDER_LABEL,
     AdmissionRequest,
     Host,
     HostState,
     Reservation,
     ScaleOutRequest,
+    TenancyMode,
     TenantPolicy,
 )
 
@@ -833,6 +835,34 @@ class ReconcileInput(ApiModel):
     watchIntervalSeconds: float = Field(default=5.0, gt=0, le=300)
     assignmentTimeoutSeconds: float = Field(default=60.0, gt=0)
     last: ReconcileReport | None = None  # carried across continue-as-new
+
+
+def ready_host(
+    created: CreatedHost,
+    *,
+    capacity: int,
+    at: datetime,
+    tenant: str | None = None,
+    tenancy: TenancyMode = TenancyMode.Shared,
+    supervised: bool = False,
+) -> Host:
+    """The pool's record of a host its provider created (``created``) and that serves: Ready since
+    ``at``, with ``capacity`` run slots, labelled with its provider."""
+    return Host(
+        hostId=created.hostId,
+        hostUid=created.hostUid,
+        runtime=created.runtime,
+        address=created.address,
+        state=HostState.Ready,
+        capacity=capacity,
+        tenant=tenant,
+        tenancy=tenancy,
+        createdAt=created.createdAt,
+        labels={PROVIDER_LABEL: created.provider},
+        assignedAt=at,
+        readyAt=at,
+        supervised=supervised,
+    )
 
 
 def host_input(starter: ScaleOutInput | ReconcileInput, *, host: Host, created: CreatedHost) -> HostInput:

@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from kruntimes.scheduling import admission
     from kruntimes.scheduling.model import (
+        PROVIDER_LABEL,
         SHARED_POLICY,
         AdmissionRequest,
         AssignToInstance,
@@ -118,7 +119,6 @@ PATCH_SIGNAL_BUDGET = "signal-budget"
 SIGNAL_BUDGET = timedelta(seconds=1.5)
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
-PROVIDER_LABEL = "kruntimes.io/provider"
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
 SIGNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)

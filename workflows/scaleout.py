@@ -25,9 +25,10 @@ with workflow.unsafe.imports_passed_through():
         ScaleOutInput,
         host_input,
         host_workflow_id,
+        ready_host,
     )
     from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
-    from kruntimes.scheduling.model import Host, HostState, ScaleOutRequest, ScaleOutStatus
+    from kruntimes.scheduling.model import ScaleOutRequest, ScaleOutStatus
     from kruntimes.wire import summaries
     from workflows.common import failure_text
 
@@ -107,20 +108,12 @@ class ScaleOutWorkflow:
             )
         except ActivityError as err:
             return await _failed(pool, request, _failure(err, input))
-        now = workflow.now()
-        host = Host(
-            hostId=created.hostId,
-            hostUid=created.hostUid,
-            runtime=request.runtime,
-            address=created.address,
-            state=HostState.Ready,
+        host = ready_host(
+            created,
             capacity=input.capacity,
+            at=workflow.now(),
             tenant=request.tenant,
             tenancy=request.policy.mode,
-            createdAt=created.createdAt,
-            labels={"kruntimes.io/provider": created.provider},
-            assignedAt=now,
-            readyAt=now,
         )
         if not workflow.patched(PATCH_HOST_WORKFLOW):
             await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))

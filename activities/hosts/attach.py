@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from activities.hosts._rpc import HostRpcError, identify, serves, unregister_all
-from activities.hosts.base import Fenced, provider_error
+from activities.hosts.base import Fenced, spec_error
 from kruntimes.hosts import CreatedHost, HostSpec
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
@@ -73,11 +73,6 @@ class AttachProvider:
         return Fenced(True, f"the host acknowledged unregistering its {count} registration(s)")
 
     def _error(self, reason: FailureReason, spec: HostSpec, message: str) -> ProviderError:
-        return provider_error(
-            reason,
-            provider=self.name,
-            operation=ProviderOperation.Attach,
-            host=spec.hostId,
-            tenant=spec.tenant,
-            message=message,
+        return spec_error(
+            reason, spec, provider=self.name, operation=ProviderOperation.Attach, message=message
         )

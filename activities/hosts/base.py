@@ -105,6 +105,15 @@ def provider_error(
     return ProviderError(failure)
 
 
+def spec_error(
+    reason: FailureReason, spec: HostSpec, *, provider: str, operation: ProviderOperation, message: str
+) -> ProviderError:
+    """A ProviderError about the host ``spec`` asks for (its id and tenant)."""
+    return provider_error(
+        reason, provider=provider, operation=operation, host=spec.hostId, tenant=spec.tenant, message=message
+    )
+
+
 class HostManager:
     """The providers of one worker, looked up by their stable lowercase names."""
 

@@ -230,77 +230,62 @@ class PodApi:
         reason, message = classify(status, body)
         return ApiFailure(reason, message, status=status)
 
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        status, body = await self._call(self.core.read_namespaced_pod, name, namespace)
-        if status == 404:
+    async def _answer(
+        self, method: Any, *args: Any, absent: tuple[int, ...], **kwargs: Any
+    ) -> dict[str, Any] | None:
+        """The body of a 2xx answer; None for a status in `absent`; any other status is ApiFailure."""
+        status, body = await self._call(method, *args, **kwargs)
+        if status in absent:
             return None
         if not 200 <= status < 300:
             raise self._fail(status, body)
         return body
 
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._answer(self.core.read_namespaced_pod, name, namespace, absent=(404,))
+
     async def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:
         """The created pod, or None when one of that name exists already (409)."""
-        status, body = await self._call(self.core.create_namespaced_pod, namespace, pod)
-        if status == 409:  # AlreadyExists
-            return None
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        return body
+        return await self._answer(self.core.create_namespaced_pod, namespace, pod, absent=(409,))
 
     async def delete_pod(self, namespace: str, name: str, *, uid: str, grace_s: int) -> bool:
         """True if the pod of that uid is being deleted now; False if absent or another uid."""
         options = {"gracePeriodSeconds": grace_s, "preconditions": {"uid": uid}}
-        status, body = await self._call(self.core.delete_namespaced_pod, name, namespace, body=options)
-        if status in (404, 409):  # absent, or the uid precondition failed: a newer pod, not ours
-            return False
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        return True
+        # 404 absent, 409 the uid precondition failed: a newer pod, not ours.
+        deleting = await self._answer(
+            self.core.delete_namespaced_pod, name, namespace, body=options, absent=(404, 409)
+        )
+        return deleting is not None
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        status, body = await self._call(self.core.read_namespaced_secret, name, namespace)
-        if status == 404:
-            return None
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        return body
+        return await self._answer(self.core.read_namespaced_secret, name, namespace, absent=(404,))
 
     async def create_secret(self, namespace: str, secret: dict[str, Any]) -> bool:
         """True if created; False when one of that name exists already (409)."""
-        status, body = await self._call(self.core.create_namespaced_secret, namespace, secret)
-        if status == 409:
-            return False
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        return True
+        created = await self._answer(self.core.create_namespaced_secret, namespace, secret, absent=(409,))
+        return created is not None
 
     async def patch_secret(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         """True if patched; False when absent or changed meanwhile (its uid and resourceVersion
         in the patch are preconditions)."""
-        status, body = await self._call(self.core.patch_namespaced_secret, name, namespace, patch)
-        if status in (404, 409):
-            return False
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        return True
+        patched = await self._answer(
+            self.core.patch_namespaced_secret, name, namespace, patch, absent=(404, 409)
+        )
+        return patched is not None
 
     async def delete_secret(self, namespace: str, name: str, *, uid: str) -> bool:
         options = {"preconditions": {"uid": uid}}
-        status, body = await self._call(self.core.delete_namespaced_secret, name, namespace, body=options)
-        if status in (404, 409):
-            return False
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        return True
+        deleted = await self._answer(
+            self.core.delete_namespaced_secret, name, namespace, body=options, absent=(404, 409)
+        )
+        return deleted is not None
 
     async def list_pods(self, namespace: str, *, selector: str, limit: int | None = None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"label_selector": selector}
         if limit is not None:
             kwargs["limit"] = limit
-        status, body = await self._call(self.core.list_namespaced_pod, namespace, **kwargs)
-        if not 200 <= status < 300:
-            raise self._fail(status, body)
-        if not isinstance(body.get("items", []), list):
+        body = await self._answer(self.core.list_namespaced_pod, namespace, absent=(), **kwargs)
+        if body is None or not isinstance(body.get("items", []), list):
             raise ApiFailure(FailureReason.InvalidResponse, "the pod list has no items")
         return body
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
-from activities.hosts.base import Fenced, provider_error
+from activities.hosts.base import Fenced, provider_error, spec_error
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
@@ -423,13 +423,8 @@ class ProcessProvider:
             await asyncio.sleep(min(_POLL_S, remaining))
 
     def _error(self, reason: FailureReason, spec: HostSpec, message: str) -> ProviderError:
-        return provider_error(
-            reason,
-            provider=self.name,
-            operation=ProviderOperation.Create,
-            host=spec.hostId,
-            tenant=spec.tenant,
-            message=message,
+        return spec_error(
+            reason, spec, provider=self.name, operation=ProviderOperation.Create, message=message
         )
 
 

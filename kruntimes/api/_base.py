@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, Self
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, ValidationError
 
@@ -53,3 +53,24 @@ def validation_problems(
             path, message = moved, rest
         problems.append(f"{path}: {message}")
     return problems
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_document(
+    model: type[M],
+    data: object,
+    *,
+    root: str,
+    relocate: Callable[[str, str], str | None],
+    error: Callable[[list[str]], Exception],
+) -> M:
+    """A decoded document (``data``) as ``model``; else ``error(problems)`` is raised with every
+    problem by field path, as validation_problems words them (``root``: the document itself)."""
+    if not isinstance(data, Mapping):
+        raise error([f"{root}: expected a mapping, got {type(data).__name__}"])
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(validation_problems(e, root=root, relocate=relocate)) from e

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Literal
 
 import yaml
-from pydantic import ValidationError
 
-from kruntimes.api._base import ApiModel, validation_problems
+from kruntimes.api._base import ApiModel, validate_document
 from kruntimes.api.spec import Metadata, RunSpec
 from kruntimes.api.status import RunStatus
 
@@ -24,11 +23,9 @@ class ManifestError(ValueError):
         self.problems = tuple(problems)
 
 
-def _problems(error: ValidationError) -> list[str]:
+def _below(path: str, name: str) -> str | None:
     # A model-level validator may name a field below it: "spec.mode: ..." at "spec".
-    return validation_problems(
-        error, root="<manifest>", relocate=lambda path, name: name if name.startswith(f"{path}.") else None
-    )
+    return name if name.startswith(f"{path}.") else None
 
 
 class Run(ApiModel):
@@ -41,12 +38,7 @@ class Run(ApiModel):
     @classmethod
     def from_dict(cls, data: object) -> Run:
         """Validate a decoded manifest; raises ManifestError listing every problem by field path."""
-        if not isinstance(data, Mapping):
-            raise ManifestError([f"<manifest>: expected a mapping, got {type(data).__name__}"])
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            raise ManifestError(_problems(e)) from e
+        return validate_document(cls, data, root="<manifest>", relocate=_below, error=ManifestError)
 
     @classmethod
     def new(

@@ -92,6 +92,16 @@ def write_public(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def read_if_present(path: Path) -> bytes | None:
+    """The bytes of `path`; None when there is no such file; AuthorityError when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise AuthorityError(f"cannot read {path}: {e.strerror or e}") from e
+
+
 def private_directory(path: Path) -> Path:
     """`path` as a directory only its owner may enter (0700), created if missing."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -173,12 +183,7 @@ class Authority:
             raise AuthorityError(f"the CA key in {directory} is not an EC key")
         if cert.public_key() != key.public_key():
             raise AuthorityError(f"the CA certificate and key in {directory} do not belong together")
-        try:
-            bundle_pem: bytes | None = (directory / BUNDLE).read_bytes()
-        except FileNotFoundError:
-            bundle_pem = None
-        except OSError as e:
-            raise AuthorityError(f"cannot read {directory / BUNDLE}: {e.strerror or e}") from e
+        bundle_pem = read_if_present(directory / BUNDLE)
         if bundle_pem is not None:
             try:
                 bundle = read_bundle(bundle_pem)

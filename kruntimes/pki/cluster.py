@@ -177,35 +177,37 @@ class SecretApi:
         message = str(body.get("message") or body.get("reason") or "")[:512]
         return ClusterPkiError(f"{what}: the API server answered {status}: {message}")
 
-    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        what = f"get secret {namespace}/{name}"
-        status, body = await self._call(what, self.core.read_namespaced_secret, name, namespace)
-        if status == 404:
+    async def _answer(
+        self, what: str, method: Any, *args: Any, absent: tuple[int, ...]
+    ) -> dict[str, Any] | None:
+        """The body of a 2xx answer; None for a status in `absent`; any other is ClusterPkiError."""
+        status, body = await self._call(what, method, *args)
+        if status in absent:
             return None
         if not 200 <= status < 300:
             raise self._fail(what, status, body)
         return body
 
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        what = f"get secret {namespace}/{name}"
+        return await self._answer(what, self.core.read_namespaced_secret, name, namespace, absent=(404,))
+
     async def create(self, namespace: str, secret: dict[str, Any]) -> bool:
         """True if created; False when one of that name exists already."""
         what = f"create secret {namespace}/{secret['metadata']['name']}"
-        status, body = await self._call(what, self.core.create_namespaced_secret, namespace, secret)
-        if status == 409:
-            return False
-        if not 200 <= status < 300:
-            raise self._fail(what, status, body)
-        return True
+        created = await self._answer(
+            what, self.core.create_namespaced_secret, namespace, secret, absent=(409,)
+        )
+        return created is not None
 
     async def patch(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         """True if patched; False when it is gone or changed since it was read (the uid and
         resourceVersion in the patch are preconditions)."""
         what = f"patch secret {namespace}/{name}"
-        status, body = await self._call(what, self.core.patch_namespaced_secret, name, namespace, patch)
-        if status in (404, 409):
-            return False
-        if not 200 <= status < 300:
-            raise self._fail(what, status, body)
-        return True
+        patched = await self._answer(
+            what, self.core.patch_namespaced_secret, name, namespace, patch, absent=(404, 409)
+        )
+        return patched is not None
 
 
 # --- what a Secret holds ------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ from kruntimes.pki.authority import (
     check_lifetime,
     private_directory,
     read_bundle,
+    read_if_present,
     write_private,
     write_public,
 )
@@ -299,12 +300,7 @@ def load(directory: Path) -> Rotation | None:
     its ca.crt and ca.key as a steady state with the bundle.crt's other CAs retired; None when it
     holds no CA."""
     state = directory / STATE
-    try:
-        data = state.read_bytes()
-    except FileNotFoundError:
-        data = None
-    except OSError as e:
-        raise AuthorityError(f"cannot read {state}: {e.strerror or e}") from e
+    data = read_if_present(state)
     if data is not None:
         try:
             return Rotation.from_json(data)

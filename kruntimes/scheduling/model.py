@@ -58,6 +58,11 @@ class TenancyMode(StrEnum):
     Hybrid = "Hybrid"
 
 
+# The label naming the provider that made a host (process, attach, kubernetes): the pool, the
+# prober and the reconciler find a host's provider by it.
+PROVIDER_LABEL = "kruntimes.io/provider"
+
+
 class Host(ApiModel):
     """One runtime host of a pool, with its capacity (``runs`` slots) and tenant scope."""
 

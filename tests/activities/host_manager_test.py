@@ -6,7 +6,6 @@ provider said), with the structured ProviderFailure as its details."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.host_manager import DeleteHostInput, HostActivities
 from activities.hosts.base import HostManager, provider_error
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.hosts import HostSpec
 from kruntimes.scheduling.failures import (
     DEFAULT_RETRYABLE,
     FailureReason,
@@ -23,44 +22,7 @@ from kruntimes.scheduling.failures import (
     ProviderFailure,
     ProviderOperation,
 )
-
-HOLD_BOUND_S = 30.0
-
-
-class StandInProvider:
-    """A HostProvider that creates nothing: it answers as the test tells it to."""
-
-    name = "standin"
-
-    def __init__(self) -> None:
-        self.fail: BaseException | None = None
-        self.release: asyncio.Event | None = None  # set: create waits until the test releases it
-        self.created: list[HostSpec] = []
-        self.deleted: list[tuple[str, str, str]] = []
-
-    async def create(self, spec: HostSpec) -> CreatedHost:
-        self.created.append(spec)
-        if self.release is not None:
-            await asyncio.wait_for(self.release.wait(), HOLD_BOUND_S)
-        if self.fail is not None:
-            raise self.fail
-        return CreatedHost(
-            provider=self.name,
-            runtime=spec.runtime,
-            hostId=spec.hostId,
-            hostUid=f"uid-{spec.hostId}",
-            address="127.0.0.1:1",
-            createdAt=datetime(2025, 1, 2, tzinfo=UTC),
-        )
-
-    async def delete(self, *, runtime: str, host_id: str, host_uid: str) -> bool:
-        self.deleted.append((runtime, host_id, host_uid))
-        if self.fail is not None:
-            raise self.fail
-        return True
-
-    async def probe(self, host: CreatedHost) -> bool:
-        return True
+from tests.hosts.standin import StandInProvider
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from kruntimes.hosts import CreatedHost
-from kruntimes.lifecycle import HostInput, ReconcileInput, ScaleOutInput, host_input
-from kruntimes.scheduling.model import Host, HostState, ScaleOutReason, ScaleOutRequest
+from kruntimes.lifecycle import HostInput, ReconcileInput, ScaleOutInput, host_input, ready_host
+from kruntimes.scheduling.model import ScaleOutReason, ScaleOutRequest
 from kruntimes.temporal import DATA_CONVERTER
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -20,19 +20,7 @@ CREATED = CreatedHost(
     address="127.0.0.1:20001",
     createdAt=T0,
 )
-HOST = Host(
-    hostId=CREATED.hostId,
-    hostUid=CREATED.hostUid,
-    runtime="python",
-    address=CREATED.address,
-    state=HostState.Ready,
-    capacity=4,
-    createdAt=T0,
-    labels={"kruntimes.io/provider": "process"},
-    assignedAt=T0,
-    readyAt=T0,
-    supervised=True,
-)
+HOST = ready_host(CREATED, capacity=4, at=T0, supervised=True)
 
 
 def _payload(value: HostInput) -> bytes:

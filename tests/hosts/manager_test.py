@@ -7,52 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from activities.hosts import AttachProvider, CreatedHost, HostManager, HostSpec, default_manager
+from activities.hosts import AttachProvider, CreatedHost, HostManager, default_manager
 from kruntimes.pki import HostIssuer
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import spec
-
-
-class FakeProvider:
-    def __init__(self, name: str, *, error: Exception | None = None) -> None:
-        self.name = name
-        self.error = error
-        self.calls: list[tuple[str, str]] = []
-
-    async def create(self, spec: HostSpec) -> CreatedHost:
-        self.calls.append(("create", spec.hostId))
-        if self.error is not None:
-            raise self.error
-        return CreatedHost(
-            provider=self.name,
-            runtime=spec.runtime,
-            hostId=spec.hostId,
-            hostUid="uid-1",
-            address="127.0.0.1:1",
-            createdAt=datetime.now(UTC),
-        )
-
-    async def delete(self, *, runtime: str, host_id: str, host_uid: str) -> bool:
-        self.calls.append(("delete", host_id))
-        if self.error is not None:
-            raise self.error
-        return True
-
-    async def probe(self, host: CreatedHost) -> bool:
-        self.calls.append(("probe", host.hostId))
-        if self.error is not None:
-            raise self.error
-        return True
+from tests.hosts.standin import StandInProvider
 
 
 def test_duplicate_provider_names_fail_at_construction() -> None:
     with pytest.raises(ValueError, match="duplicate host provider name: fake"):
-        HostManager([FakeProvider("fake"), FakeProvider("other"), FakeProvider("fake")])
+        HostManager([StandInProvider("fake"), StandInProvider("other"), StandInProvider("fake")])
 
 
 def test_provider_names_must_be_stable_lowercase_labels() -> None:
     with pytest.raises(ValueError, match="DNS-1123"):
-        HostManager([FakeProvider("Fake_Provider")])
+        HostManager([StandInProvider("Fake_Provider")])
 
 
 def test_the_default_manager_has_the_process_and_attach_providers(issuer: HostIssuer) -> None:
@@ -65,7 +34,7 @@ def test_the_default_manager_has_the_process_and_attach_providers(issuer: HostIs
 @pytest.mark.parametrize("name", ["kubernetes", "Not A Name"])
 def test_an_unknown_provider_is_a_structured_not_found_failure(name: str) -> None:
     with pytest.raises(ProviderError) as caught:
-        HostManager([FakeProvider("fake")]).provider(name)
+        HostManager([StandInProvider("fake")]).provider(name)
 
     failure = caught.value.failure
     assert (failure.reason, failure.retryable) == (FailureReason.ProviderNotFound, False)
@@ -74,7 +43,7 @@ def test_an_unknown_provider_is_a_structured_not_found_failure(name: str) -> Non
 
 
 async def test_create_of_an_unknown_provider_fails_before_any_provider_is_called(tmp_path: Path) -> None:
-    fake = FakeProvider("fake")
+    fake = StandInProvider("fake")
 
     with pytest.raises(ProviderError) as caught:
         await HostManager([fake]).create(spec(tmp_path, provider="kubernetes"))
@@ -87,7 +56,7 @@ async def test_create_of_an_unknown_provider_fails_before_any_provider_is_called
 
 
 async def test_calls_go_to_the_provider_the_spec_or_host_names(tmp_path: Path) -> None:
-    one, two = FakeProvider("one"), FakeProvider("two")
+    one, two = StandInProvider("one"), StandInProvider("two")
     manager = HostManager([one, two])
 
     host = await manager.create(spec(tmp_path, provider="two"))
@@ -102,7 +71,7 @@ async def test_library_errors_from_a_provider_become_unexpected_errors_with_thei
     tmp_path: Path,
 ) -> None:
     boom = RuntimeError("boom")
-    manager = HostManager([FakeProvider("fake", error=boom)])
+    manager = HostManager([StandInProvider("fake", fail=boom)])
     host = CreatedHost(
         provider="fake",
         runtime="python",
@@ -134,7 +103,7 @@ async def test_provider_errors_pass_through_unchanged(tmp_path: Path) -> None:
     from activities.hosts import provider_error
 
     error = provider_error(FailureReason.CircuitOpen, provider="fake", operation=ProviderOperation.Create)
-    manager = HostManager([FakeProvider("fake", error=error)])
+    manager = HostManager([StandInProvider("fake", fail=error)])
 
     with pytest.raises(ProviderError) as caught:
         await manager.create(spec(tmp_path, provider="fake"))

@@ -15,8 +15,7 @@ from activities.host_manager import ProbeActivities
 from activities.hosts import default_manager
 from activities.hosts.kubernetes import KubernetesAccess, KubernetesConfigError, connect
 from kruntimes.config import parse_config
-from kruntimes.lifecycle import PlatformInfo, ProbeInput
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.lifecycle import PlatformInfo, ProbeInput, ready_host
 from kruntimes.temporal import TemporalSettings
 from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
@@ -130,19 +129,7 @@ async def test_a_kubeconfig_that_cannot_be_loaded_is_a_clear_error(tmp_path) -> 
 async def test_the_pool_probe_fences_a_kubernetes_host_by_its_pod(env) -> None:
     provider = env.provider()
     created = await provider.create(spec())
-    now = datetime.now(UTC)
-    host = Host(
-        hostId=created.hostId,
-        hostUid=created.hostUid,
-        runtime="python",
-        address=created.address,
-        state=HostState.Ready,
-        capacity=4,
-        labels={"kruntimes.io/provider": "kubernetes"},
-        createdAt=now,
-        assignedAt=now,
-        readyAt=now,
-    )
+    host = ready_host(created, capacity=4, at=datetime.now(UTC))
     probe = ProbeActivities(default_manager(kubernetes=provider))
     assert (await probe.probe_hosts(ProbeInput(hosts=[host], stateDir=""))).lost == []
     process = env.kubelet.process(env.pods()[0]["metadata"]["name"])

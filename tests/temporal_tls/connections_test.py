@@ -5,7 +5,6 @@ never printing an API key."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import ssl
@@ -39,17 +38,14 @@ from tests.temporal_tls.conftest import (
     run,
     secret_free,
 )
+from tests.waiting import eventually
 
 UNREACHABLE = 4  # kruntimes.cli's exit code for a ConfigError
 WAIT_S = 30.0
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = WAIT_S) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
-        await asyncio.sleep(0.1)
+    await eventually(check, within=within, what=what, every=0.1)
 
 
 # -- SDK ---------------------------------------------------------------------------------------

@@ -9,15 +9,10 @@ gateway; a host issued after the switch is trusted; the old CA finally leaves ev
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import json
-import os
-import signal
 import ssl
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -29,11 +24,9 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from gateway.server import Gateway
 from kruntimes.assignments import Assignment, Signer, Verifier
 from kruntimes.pki import (
-    ASSIGNMENT_PUBLIC_KEY,
     CA_CERT,
     TLS_CERT,
     AuthorityWatch,
@@ -45,9 +38,9 @@ from kruntimes.pki import (
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.tls import ensure_tls
 from tests.pki import presented_serial
-from tests.stack import local_gateway_options
+from tests.trust.hop import echo_registration, host_process, token_gateway
+from tests.waiting import eventually
 from workers.embedded.layout import Layout, ensure_pki
 from workers.embedded.supervise import renew_platform_certificates
 
@@ -66,11 +59,7 @@ def bundle(directory: Path) -> list[x509.Certificate]:
 
 async def until(condition: Callable[[], bool], what: str) -> None:
     """Wait (bounded) for `condition`, looking every 50 ms."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BOUND_S
-    while not condition():
-        assert loop.time() < deadline, f"not within {BOUND_S} s: {what}"
-        await asyncio.sleep(0.05)
+    await eventually(condition, within=BOUND_S, every=0.05, what=what)
 
 
 @dataclass
@@ -98,38 +87,10 @@ class Platform:
         registered echo function."""
         directory = self.root / f"{host_id}.tls"
         self.issuer.issue(directory, runtime="python", host_id=host_id)
-        ready = self.root / f"{host_id}.ready.json"
-        log = open(self.root / f"{host_id}.log", "wb")  # noqa: SIM115 (closed below)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.host", "--host-id", host_id, "--runtime", "python"]
-            + ["--state-dir", str(self.root / f"{host_id}.state"), "--ready-file", str(ready)]
-            + ["--gateway", self.gateway.heartbeat_address, "--heartbeat-interval", "0.2"]
-            + [
-                "--peer-tls",
-                str(directory),
-                "--assignment-public-key",
-                str(directory / ASSIGNMENT_PUBLIC_KEY),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            await until(lambda: ready.exists() or proc.poll() is not None, f"{host_id} ready")
-            assert ready.exists(), (self.root / f"{host_id}.log").read_text()
-            info = json.loads(ready.read_text())
+        async with host_process(self.root, host_id, tls=directory, gateway=self.gateway) as info:
             host = Host(host_id, directory, info["address"], info["hostUid"])
             await self.register(host)
             yield host
-        finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-            log.close()
 
     def host_channel(self, host: Host) -> grpc.aio.Channel:
         """A new channel to the host as the worker makes one: its control-plane certificate."""
@@ -152,18 +113,11 @@ class Platform:
         )
         async with self.host_channel(host) as channel:
             await pb_grpc.FunctionRuntimeStub(channel).RegisterFunction(
-                pb.RegisterFunctionRequest(
-                    run=pb.RunRef(
+                echo_registration(
+                    pb.RunRef(
                         run_uid=host.run_uid, attempt=1, namespace="default", name="fn", runtime="python"
                     ),
-                    config=pb.FunctionConfig(
-                        adapter="python",
-                        handler="main:handle",
-                        inline=pb.InlineSource(
-                            files=[pb.InlineFile(name="main.py", content=b"def handle(p):\n    return p\n")]
-                        ),
-                    ),
-                    assignment=self.signer.sign(assignment),
+                    self.signer.sign(assignment),
                 ),
                 timeout=30,
             )
@@ -228,22 +182,9 @@ async def platform(tmp_path: Path) -> AsyncIterator[Platform]:
     layout.root.mkdir()
     ensure_pki(layout, lifetime=LIFETIME)
     signer = Signer.load(layout.assignment_key)
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text(f'{TOKEN},alice,1,"devs"\n')
-    tokens.chmod(0o600)
     gateway_tls = PeerTLS(layout.gateway_tls, role=Role.GATEWAY, check_interval_s=0.1)
-    gateway = Gateway(
-        local_gateway_options(
-            ensure_tls(tmp_path / "serving"),
-            authorizer=CachingAuthorizer(
-                EmbeddedAuthorizer(
-                    TokenFile(tokens),
-                    RoleBindings.from_yaml("bindings:\n- namespace: '*'\n  users: [alice]\n"),
-                )
-            ),
-            peer_tls=gateway_tls,
-            assignments=Verifier.load(layout.assignment_public_key),
-        )
+    gateway = token_gateway(
+        tmp_path, TOKEN, peer_tls=gateway_tls, assignments=Verifier.load(layout.assignment_public_key)
     )
     await gateway.start()
     try:

@@ -9,11 +9,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import os
-import signal
 import ssl
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,14 +19,12 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from gateway.server import Gateway
 from kruntimes.pki import TLS_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.tls import ensure_tls
 from tests.pki import TestPKI, presented_serial
-from tests.stack import local_gateway_options
+from tests.trust.hop import echo_registration, host_process, token_gateway
 
 LIFETIME = dt.timedelta(seconds=6)
 TOKEN = f"tok-rotation-{uuid.uuid4().hex}"
@@ -56,52 +50,17 @@ async def stack(tmp_path: Path) -> AsyncIterator[tuple[TestPKI, Gateway, dict[st
     ca.issuer(lifetime=LIFETIME).issue(dirs["host"], runtime="python", host_id="rot-0")
     ca.authority.write(dirs["gateway"], GATEWAY, lifetime=LIFETIME, ip_addresses=("127.0.0.1",))
     ca.authority.write(dirs["control"], CONTROL, lifetime=LIFETIME)
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text(f'{TOKEN},alice,1,"devs"\n')
-    tokens.chmod(0o600)
-    serving = ensure_tls(tmp_path / "serving")
-    gateway = Gateway(
-        local_gateway_options(
-            serving,
-            authorizer=CachingAuthorizer(
-                EmbeddedAuthorizer(
-                    TokenFile(tokens),
-                    RoleBindings.from_yaml("bindings:\n- namespace: '*'\n  users: [alice]\n"),
-                )
-            ),
-            peer_tls=PeerTLS(dirs["gateway"], role=Role.GATEWAY, check_interval_s=0.1),
-            assignments=ca.verifier(),
-        )
+    gateway = token_gateway(
+        tmp_path,
+        TOKEN,
+        peer_tls=PeerTLS(dirs["gateway"], role=Role.GATEWAY, check_interval_s=0.1),
+        assignments=ca.verifier(),
     )
     await gateway.start()
-    ready = tmp_path / "host.ready.json"
-    log = open(tmp_path / "host.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.host", "--host-id", "rot-0", "--runtime", "python"]
-        + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready)]
-        + ["--gateway", gateway.heartbeat_address, "--heartbeat-interval", "0.2"]
-        + ["--peer-tls", str(dirs["host"]), "--assignment-public-key", str(dirs["host"] / "assignments.pub")],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
     try:
-        for _ in range(600):
-            if ready.exists() or proc.poll() is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert ready.exists(), (tmp_path / "host.log").read_text()
-        info = json.loads(ready.read_text())
-        yield ca, gateway, dirs, info
+        async with host_process(tmp_path, "rot-0", tls=dirs["host"], gateway=gateway) as info:
+            yield ca, gateway, dirs, info
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
         await gateway.stop()
 
 
@@ -124,16 +83,9 @@ async def test_certificates_rotate_under_a_steady_invoke_load_with_no_failed_inv
     uid = str(uuid.uuid4())
     async with ca.aio_channel(info["address"], as_=control) as channel:
         await pb_grpc.FunctionRuntimeStub(channel).RegisterFunction(
-            pb.RegisterFunctionRequest(
-                run=pb.RunRef(run_uid=uid, attempt=1, namespace="default", name="fn", runtime="python"),
-                config=pb.FunctionConfig(
-                    adapter="python",
-                    handler="main:handle",
-                    inline=pb.InlineSource(
-                        files=[pb.InlineFile(name="main.py", content=b"def handle(p):\n    return p\n")]
-                    ),
-                ),
-                assignment=ca.sign(run_uid=uid, attempt=1, host_id="rot-0", host_uid=info["hostUid"]),
+            echo_registration(
+                pb.RunRef(run_uid=uid, attempt=1, namespace="default", name="fn", runtime="python"),
+                ca.sign(run_uid=uid, attempt=1, host_id="rot-0", host_uid=info["hostUid"]),
             ),
             timeout=30,
         )

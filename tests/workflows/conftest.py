@@ -34,9 +34,10 @@ from kruntimes.lifecycle import (
     PoolState,
     RunInput,
     pool_workflow_id,
+    ready_host,
     run_workflow_id,
 )
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.scheduling.model import Host
 from kruntimes.starting import start_run
 from kruntimes.temporal import TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
@@ -157,20 +158,7 @@ class Platform:
 
 def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
     """The pool's view of a host a test created as the scale-out creates one."""
-    now = datetime.now(UTC)
-    return Host(
-        hostId=created.hostId,
-        hostUid=created.hostUid,
-        runtime=created.runtime,
-        address=created.address,
-        state=HostState.Ready,
-        capacity=10,
-        createdAt=created.createdAt,
-        labels={"kruntimes.io/provider": created.provider},
-        assignedAt=now,
-        readyAt=now,
-        supervised=supervised,
-    )
+    return ready_host(created, capacity=10, at=datetime.now(UTC), supervised=supervised)
 
 
 def new_platform(

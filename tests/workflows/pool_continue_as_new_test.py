@@ -40,6 +40,7 @@ from kruntimes.lifecycle import (
     Slot,
     host_workflow_id,
     pool_workflow_id,
+    ready_host,
 )
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect, query_pool
@@ -270,18 +271,7 @@ async def test_a_host_workflow_that_just_continued_as_new_answers_read_slots_wit
         address="127.0.0.1:9",
         createdAt=now,
     )
-    host = Host(
-        hostId=created.hostId,
-        hostUid=created.hostUid,
-        runtime=runtime,
-        address=created.address,
-        state=HostState.Ready,
-        capacity=4,
-        createdAt=now,
-        assignedAt=now,
-        readyAt=now,
-        supervised=True,
-    )
+    host = ready_host(created, capacity=4, at=now, supervised=True)
     slot = Slot(runUid=str(uuid.uuid4()), workflowId="run/default/held", reservedAt=now)
     record = HostRecord(host=host, created=created, state=HostState.Ready, since=now, slots=[slot])
     queue = f"hosts-{uuid.uuid4().hex[:8]}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from temporalio import activity
 
@@ -22,6 +22,7 @@ from kruntimes.lifecycle import (
     TaskResult,
     UnregisterInput,
 )
+from tests.hosts.standin import StandInProvider
 
 
 @dataclass
@@ -42,14 +43,7 @@ class FakeHosts:
     def activities(self) -> list[object]:
         @activity.defn(name="create_host")
         async def create_host(spec: HostSpec) -> CreatedHost:
-            return CreatedHost(
-                provider=spec.provider,
-                runtime=spec.runtime,
-                hostId=spec.hostId,
-                hostUid=f"uid-{spec.hostId}",
-                address="127.0.0.1:1",
-                createdAt=datetime.now(UTC),
-            )
+            return await StandInProvider(spec.provider).create(spec)
 
         @activity.defn(name="delete_host")
         async def delete_host(input: DeleteHostInput) -> bool:
