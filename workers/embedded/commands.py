@@ -57,14 +57,16 @@ def up(layout: Layout, *, detach: bool) -> int:
 
 
 def down(layout: Layout) -> int:
-    if supervise.stop(layout):
-        print(f"kruntimes stopped ({layout.root})")
-        return 0
-    leftovers = supervise.stop_leftover_hosts(layout)
-    print(
-        f"kruntimes is not running from {layout.root}"
-        + (f" (stopped {leftovers} host(s))" if leftovers else "")
-    )
+    stopped = supervise.stop(layout)
+    # what a platform that died (or had to be killed) left behind: its components, its hosts
+    components = supervise.stop_leftover_components(layout)
+    hosts = supervise.stop_leftover_hosts(layout)
+    left = [f"{n} {what}" for n, what in ((components, "component(s)"), (hosts, "host(s)")) if n]
+    suffix = f" (stopped {' and '.join(left)} it left running)" if left else ""
+    if stopped:
+        print(f"kruntimes stopped ({layout.root}){suffix}")
+    else:
+        print(f"kruntimes is not running from {layout.root}{suffix}")
     return 0
 
 

@@ -32,6 +32,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 
@@ -299,24 +300,52 @@ def _read_bounded(path: Path, *, max_bytes: int) -> bytes:
     return data
 
 
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), None when no such process runs: with the
+    pid, it names one process, where a pid alone may since have been given to another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def write_up(layout: Layout, *, pid: int, components: dict[str, int]) -> None:
-    """Record the running platform's pid and its components' pids (rewritten whole, at once, when
-    a component is started again: a reader never sees half of it)."""
+    """Record the running platform's pid and its components' pids, each with its start time
+    (rewritten whole, at once, when a component is started again: a reader never sees half of it)."""
+    started = {str(p): start_time(p) for p in (pid, *components.values())}
     tmp = layout.up.with_name(layout.up.name + ".tmp")
-    tmp.write_text(json.dumps({"pid": pid, "components": components}))
+    tmp.write_text(json.dumps({"pid": pid, "components": components, "started": started}))
     tmp.replace(layout.up)
 
 
+def _recorded(layout: Layout) -> dict[str, Any]:
+    try:
+        record: dict[str, Any] = json.loads(layout.up.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _still(record: dict[str, Any], pid: int) -> bool:
+    """Whether `pid` is still the process recorded (a record without start times trusts the pid)."""
+    started = record.get("started")
+    if not isinstance(started, dict):
+        return True
+    return started.get(str(pid)) is not None and started.get(str(pid)) == start_time(pid)
+
+
 def recorded_pid(layout: Layout) -> int:
-    """The pid of the platform recorded as running, 0 when none is."""
-    if not layout.up.exists():
-        return 0
-    return int(json.loads(layout.up.read_text()).get("pid", 0))
+    """The pid of the platform recorded as running, 0 when none is (or its pid is another
+    process's now)."""
+    record = _recorded(layout)
+    pid = int(record.get("pid", 0))
+    return pid if pid and _still(record, pid) else 0
 
 
 def recorded_components(layout: Layout) -> dict[str, int]:
-    """The components' pids recorded by the running platform (name → pid)."""
-    if not layout.up.exists():
-        return {}
-    components: dict[str, int] = json.loads(layout.up.read_text()).get("components", {})
-    return components
+    """The components' pids recorded by the running platform (name → pid), those still the
+    processes recorded."""
+    record = _recorded(layout)
+    components: dict[str, int] = record.get("components", {})
+    return {name: pid for name, pid in components.items() if _still(record, pid)}

@@ -48,6 +48,7 @@ from workers.embedded.layout import (
     platform_certificates,
     prepare,
     recheck_ports,
+    recorded_components,
     recorded_pid,
     write_up,
 )
@@ -480,6 +481,24 @@ def stop(layout: Layout) -> bool:
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
     return True
+
+
+def stop_leftover_components(layout: Layout) -> int:
+    """Stop the components (Temporal, the worker, the gateway) a platform that died, or was
+    killed, left running: each started in a session of its own, it outlives its supervisor.
+    Only the processes recorded, by pid and start time: a pid given to another process since is
+    never signalled. Returns how many were stopped."""
+    left = recorded_components(layout)
+    for pid in left.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while any(alive(pid) for pid in left.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in recorded_components(layout).values():  # still the same processes
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(left)
 
 
 def stop_leftover_hosts(layout: Layout) -> int:
