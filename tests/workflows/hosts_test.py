@@ -42,7 +42,14 @@ from kruntimes.scheduling.model import HostState
 from kruntimes.wire import search
 from tests.procs import alive
 from tests.workflows.conftest import Platform, pool_host, run_manifest
-from tests.workflows.platform_hosts import BEAT_S, address_of, host_handle, host_serving, registrations
+from tests.workflows.platform_hosts import (
+    BEAT_S,
+    address_of,
+    host_handle,
+    host_serving,
+    ready_elsewhere,
+    registrations,
+)
 
 TASK = "def run(p):\n    return {'done': True}\n"
 
@@ -65,15 +72,6 @@ async def phases(handle: WorkflowHandle[Any, Any]) -> list[str]:
             if payload is not None:
                 found.append(payload.data.decode().strip('"'))
     return found
-
-
-async def ready_elsewhere(platform: Platform, handle: WorkflowHandle[Any, Any], old_uid: str) -> Any:
-    async def moved() -> bool:
-        status = await platform.status(handle)
-        return status.phase is RunPhase.Ready and status.assignedHostUID != old_uid
-
-    await platform.eventually(moved, timeout=60, what="the Run Ready on another host")
-    return await platform.status(handle)
 
 
 async def test_a_killed_host_is_fenced_and_its_run_moves_without_spending_its_retries(

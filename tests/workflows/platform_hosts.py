@@ -1,6 +1,6 @@
 """A test platform's hosts as its workflows and the hosts themselves see them: the heartbeat the
 host tests run with, a host's HostWorkflow and when it is Ready there, the address the pool holds
-for a host, and the registrations a host holds."""
+for a host, the registrations a host holds, and a Run Ready again on another host."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from kruntimes.api.phases import RunPhase
 from kruntimes.lifecycle import QUERY_HOST, HostRecord, HostResult, host_workflow_id
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -44,3 +45,14 @@ async def address_of(platform: Platform, host_id: str) -> str:
     found = next(h.address for h in pool.hosts if h.hostId == host_id)
     assert found is not None
     return found
+
+
+async def ready_elsewhere(platform: Platform, handle: WorkflowHandle[Any, Any], old_uid: str) -> Any:
+    """The Run's status once it is Ready on another host than `old_uid`."""
+
+    async def moved() -> bool:
+        status = await platform.status(handle)
+        return status.phase is RunPhase.Ready and status.assignedHostUID != old_uid
+
+    await platform.eventually(moved, timeout=60, what="the Run Ready on another host")
+    return await platform.status(handle)
