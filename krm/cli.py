@@ -34,6 +34,7 @@ from krm.multi import MultiEvaluator
 from krm.pod import PodEvaluator
 from krm.resources import API_VERSION, KIND, YamlError, dump, dump_all, load, load_all, parse_resource_list
 from krm.store import Store
+from kruntimes.cli_parser import NotKeyValue, key_values
 
 OK, FAILED, USAGE, NOT_FOUND, UNAVAILABLE = 0, 1, 2, 3, 4
 RESULTS_FILE = "results.yaml"
@@ -83,12 +84,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str] | None]:
     if "--" in argv:
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1 :]
-        pairs = {}
-        for pair in rest:
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise UsageError(f"{pair!r} after -- is not key=value")
-            pairs[key] = value
+        try:
+            pairs = key_values(rest)
+        except NotKeyValue as e:
+            raise UsageError(f"{e.item!r} after -- is not key=value") from None
     args = parser().parse_args(argv)
     if pairs is not None and args.fn_config is not None:
         raise UsageError("give --fn-config or key=value pairs after --, not both")

@@ -27,7 +27,7 @@ from kruntimes.cli_output import (
     runs_table,
     schedules_table,
 )
-from kruntimes.cli_parser import UsageError
+from kruntimes.cli_parser import NotKeyValue, UsageError, key_values
 from kruntimes.client import Client
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed
@@ -115,13 +115,10 @@ def read_manifests(filename: str, *, namespace: str | None, stdin: TextIO) -> li
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env {pair!r}: expected KEY=VALUE")
-        env[key] = value
-    return env
+    try:
+        return key_values(pairs)
+    except NotKeyValue as e:
+        raise UsageError(f"--env {e.item!r}: expected KEY=VALUE") from None
 
 
 def manifest_from_flags(args: argparse.Namespace) -> Run:

@@ -6,6 +6,7 @@ A usage error raises UsageError with one line (argparse's own would print the wh
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import NoReturn
 
 from kruntimes.api.phases import RunPhase
@@ -30,6 +31,27 @@ PASSTHROUGH = {
 
 class UsageError(Exception):
     """The command line is wrong; the message says how, in one line."""
+
+
+class NotKeyValue(ValueError):
+    """An argument that is not KEY=VALUE: it has no '=', or nothing before it."""
+
+    def __init__(self, item: str) -> None:
+        super().__init__(item)
+        self.item = item
+
+
+def key_values(items: Iterable[str]) -> dict[str, str]:
+    """KEY=VALUE arguments as a mapping, each split at its first '=' (so a value may be empty or
+    hold '=' itself); a later KEY replaces an earlier one. NotKeyValue for the first that is not
+    KEY=VALUE; each command says in its own words which argument it was."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise NotKeyValue(item)
+        pairs[key] = value
+    return pairs
 
 
 class Parser(argparse.ArgumentParser):

@@ -48,7 +48,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import connect
 from tests.procs import alive
-from tests.replay.replay_test import WORKFLOWS
+from tests.replay.registered import WORKFLOWS
 from tests.waiting import eventually
 from workers.embedded.layout import Layout, recorded_components
 

@@ -11,7 +11,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client
 from tests.cli.conftest import krt, one_error_line
-from tests.sdk.lifecycle_test import moved_off
+from tests.sdk.moves import moved_off
 from tests.sdk.stack import ECHO, FAILING, Platform, manifest, unique
 
 

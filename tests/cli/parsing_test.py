@@ -9,7 +9,7 @@ import yaml
 
 from kruntimes import cli
 from kruntimes.cli_commands import manifest_from_flags, parse_env, read_manifests
-from kruntimes.cli_parser import UsageError, parse
+from kruntimes.cli_parser import NotKeyValue, UsageError, key_values, parse
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import manifest
 
@@ -138,5 +138,16 @@ def test_run_create_flags_make_a_manifest(tmp_path: Path) -> None:
     assert task.spec.mode.kind == "task"
 
 
-def test_env_pairs_split_at_the_first_equals_sign() -> None:
-    assert parse_env(["A=", "B==", "C=d=e"]) == {"A": "", "B": "=", "C": "d=e"}
+def test_key_value_pairs_split_at_the_first_equals_sign_and_a_later_key_wins() -> None:
+    """The rule of `krt run create --env` and of `krt fn eval -- key=value`."""
+    assert key_values(["A=", "B==", "C=d=e", "A=again"]) == {"A": "again", "B": "=", "C": "d=e"}
+    assert key_values([]) == {}
+
+
+@pytest.mark.parametrize("item", ["NOEQUALS", "=value", ""])
+def test_a_pair_without_an_equals_sign_or_a_key_is_refused(item: str) -> None:
+    with pytest.raises(NotKeyValue) as refused:
+        key_values(["A=b", item])
+    assert refused.value.item == item
+    with pytest.raises(UsageError, match="expected KEY=VALUE"):
+        parse_env([item])

@@ -11,8 +11,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client, RunFailed
 from tests.cli.conftest import krt
-from tests.sdk.encrypted_history_test import history_json
-from tests.sdk.stack import Platform, manifest, unique
+from tests.sdk.stack import Platform, history_json, manifest, unique
 
 SECRET = "s3cr3t-from-the-store-5d1e"
 READS_ENV = "import os\ndef handle(p):\n    return {'password': os.environ.get('DB_PASSWORD')}\n"

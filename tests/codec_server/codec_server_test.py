@@ -28,8 +28,7 @@ from kruntimes.api.run import Run
 from kruntimes.client import Client
 from kruntimes.codec import EncryptionCodec, Keyring
 from kruntimes.tls import ensure_tls
-from tests.gateway.limits_test import trickling
-from tests.gateway.rawhttp import Connection, request
+from tests.gateway.rawhttp import Connection, request, trickling
 from tests.sdk.stack import Platform, manifest, unique, workflow_show
 
 REPO = Path(__file__).resolve().parents[2]

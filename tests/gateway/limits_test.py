@@ -28,12 +28,11 @@ from gateway.metrics import GatewayMetrics
 from gateway.server import Gateway
 from kruntimes.tls import TlsFiles
 from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, recording, wait_for
-from tests.gateway.rawhttp import Connection, request
+from tests.gateway.rawhttp import TRICKLE_S, Connection, request, trickling
 from tests.pki import TestPKI
 from tests.stack import local_gateway_options
 
 LIMITS = HttpLimits(header_timeout_s=0.5, body_timeout_s=0.5, body_min_rate=2000, idle_timeout_s=3.0)
-TRICKLE_S = 0.05
 
 RECORDED = """
 import os
@@ -104,27 +103,6 @@ async def recorded(limited: Gateway, limited_hosts: Hosts, records_dir: Path) ->
     host = limited_hosts.started[0] if limited_hosts.started else await limited_hosts.start("gw-limits")
     path, fn = await recording(host, limited, records_dir, RECORDED)
     return fn, path
-
-
-async def trickle(conn: Connection, data: bytes) -> None:
-    """Send `data` a byte at a time, TRICKLE_S apart, until it is sent or the connection breaks."""
-    for i in range(len(data)):
-        try:
-            await conn.send(data[i : i + 1])
-        except (ConnectionError, ssl.SSLError):
-            return
-        await asyncio.sleep(TRICKLE_S)
-
-
-@contextlib.asynccontextmanager
-async def trickling(conn: Connection, data: bytes) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(trickle(conn, data))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def get(path: str = "/healthz") -> bytes:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 CLOSE_WAIT_S = 10.0  # the bound on waiting for the gateway to close a connection
+TRICKLE_S = 0.05  # between the pieces of a trickled request
 
 
 @dataclass
@@ -95,3 +97,25 @@ def request(
         lines.append(f"{name}: {value}")
     lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def trickle(conn: Connection, data: bytes) -> None:
+    """Send `data` a byte at a time, TRICKLE_S apart, until it is sent or the connection breaks."""
+    for i in range(len(data)):
+        try:
+            await conn.send(data[i : i + 1])
+        except (ConnectionError, ssl.SSLError):
+            return
+        await asyncio.sleep(TRICKLE_S)
+
+
+@contextlib.asynccontextmanager
+async def trickling(conn: Connection, data: bytes) -> AsyncIterator[asyncio.Task[None]]:
+    """While the body runs, `data` is trickled on `conn` (see trickle); stopped when it ends."""
+    task = asyncio.create_task(trickle(conn, data))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -19,15 +19,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from activities.hosts import kubernetes as kube
 from activities.hosts import kubernetes_pods as pods
 from activities.hosts.kubernetes import SECRET_VERBS, VERBS
 from gateway import __main__ as gateway_main
 from gateway.auth.base import Resource
 from gateway.auth.kubernetes import access_review
 from kruntimes import temporal
-from kruntimes.config import KUBERNETES_PROVIDER, parse_config
-from kruntimes.hosts import HostSpec
+from kruntimes.config import parse_config
 from kruntimes.wire import search
 from runtime.discovery import split_target
 from tests.helm.conftest import (
@@ -36,13 +34,17 @@ from tests.helm.conftest import (
     NAMESPACE,
     ROOT,
     Rendered,
+    args_of,
     chart_metadata,
     claimed_versions,
     pod_spec,
     render,
     rendered,
+    runtimes_file,
+    worker_args,
 )
 from tests.helm.crds import SCHEMAS
+from tests.helm.host_pods import built_pods
 from workers import host as host_main
 from workers import krt
 from workers import worker as worker_main
@@ -50,23 +52,8 @@ from workers import worker as worker_main
 WORKLOADS = ("Deployment", "StatefulSet", "Job", "CronJob")  # (no StatefulSet now; one would be checked)
 
 
-def args_of(container: dict[str, Any]) -> list[str]:
-    return [str(a) for a in container["args"]]
-
-
 def flag(args: list[str], name: str) -> list[str]:
     return [args[i + 1] for i, a in enumerate(args) if a == name]
-
-
-def worker_args(chart: Rendered) -> list[str]:
-    container = chart.container("Deployment", "-worker")
-    assert container["command"] == ["krt", "worker"]
-    return args_of(container)
-
-
-def runtimes_file(chart: Rendered) -> str:
-    text: str = chart.one("ConfigMap", "-runtimes")["data"]["runtimes.yaml"]
-    return text
 
 
 # --- Helm's own checks ------------------------------------------------------------------------------
@@ -324,31 +311,6 @@ def test_hosts_find_every_gateway_by_the_headless_services_name(chart: Rendered)
 # --- coherence with the code: the runtimes ConfigMap and the host pods ----------------------------
 
 
-def built_pods(chart: Rendered) -> list[dict[str, Any]]:
-    args = worker_main.parse_args(worker_args(chart))
-    config = parse_config(yaml.safe_load(runtimes_file(chart)))
-    runtimes = kube.runtimes_of(config)
-    assert set(runtimes) == {r.name for r in config.runtimes}, "every runtime's hosts are pods"
-    kube.validate_templates(runtimes, control_plane=args.control_plane_id)
-    kube.check_certificates(runtimes, can_issue=args.platform_ca is not None)
-    built = []
-    for runtime in config.runtimes:
-        assert runtime.provider == KUBERNETES_PROVIDER and runtime.kubernetes is not None
-        tenant = config.tenants[0].name if config.tenants else None
-        spec = HostSpec(
-            runtime=runtime.name,
-            hostId=f"{runtime.name}-0",
-            adapter=runtime.adapter,
-            provider=KUBERNETES_PROVIDER,
-            tenant=tenant,
-            stateDir=str(args.state_dir),
-            gateways=args.gateway_heartbeat,
-            heartbeatIntervalSeconds=args.heartbeat_interval,
-        )
-        built.append(pods.build_pod(spec, runtime.kubernetes, control_plane=args.control_plane_id))
-    return built
-
-
 def test_the_runtimes_configmap_loads_and_its_templates_build_pods_that_validate(chart: Rendered) -> None:
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     config = parse_config(yaml.safe_load(runtimes_file(chart)))
@@ -547,7 +509,7 @@ def test_the_generated_assignment_key_signs_and_its_certificate_verifies(tmp_pat
     import base64
 
     from kruntimes.assignments import Signer, Verifier
-    from tests.trust.assignments_test import ASSIGNMENT
+    from tests.trust.assignment_data import ASSIGNMENT
 
     secret = rendered("default").one("Secret", "-assignment-key")
     (tmp_path / "assignments.key").write_bytes(base64.b64decode(secret["data"]["tls.key"]))

@@ -48,6 +48,24 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def args_of(container: dict[str, Any]) -> list[str]:
+    """A container's args, each as a string."""
+    return [str(a) for a in container["args"]]
+
+
+def worker_args(chart: Rendered) -> list[str]:
+    """The args of the worker Deployment's `krt worker`."""
+    container = chart.container("Deployment", "-worker")
+    assert container["command"] == ["krt", "worker"]
+    return args_of(container)
+
+
+def runtimes_file(chart: Rendered) -> str:
+    """The runtimes.yaml the runtimes ConfigMap holds."""
+    text: str = chart.one("ConfigMap", "-runtimes")["data"]["runtimes.yaml"]
+    return text
+
+
 def render(values: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     chart = helm_python.Chart.load(str(CHART))
     try:

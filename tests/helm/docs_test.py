@@ -21,8 +21,8 @@ from kruntimes.cli_parser import parse as parse_krt
 from kruntimes.codec import Keyring
 from kruntimes.lifecycle import invoke_url
 from runtime.discovery import split_target
-from tests.helm.chart_test import built_pods
 from tests.helm.conftest import CHART, NAMESPACE, RELEASE, ROOT, Rendered, claimed_versions, pod_spec, render
+from tests.helm.host_pods import built_pods
 from workers import host as host_main
 from workers import worker as worker_main
 

@@ -32,8 +32,8 @@ from kruntimes.pki import cluster as pki
 from kruntimes.pki import rotation as ca_rotation
 from tests.helm.conftest import NAMESPACE, ROOT, Rendered, pod_spec, rendered
 from tests.kubernetes.cluster import Cluster
-from tests.kubernetes.rbac_test import VERB_OF
-from tests.trust.assignments_test import ASSIGNMENT
+from tests.kubernetes.verbs import VERB_OF
+from tests.trust.assignment_data import ASSIGNMENT
 from workers import worker as worker_main
 
 CASE = "no-cert-manager"

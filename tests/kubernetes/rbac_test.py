@@ -10,23 +10,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
-from kmock import action
 
 from activities.hosts.events import HostEventKind, HostEventQueue
 from activities.hosts.kubernetes import SECRET_VERBS, VERBS, OrphanCollector
 from activities.hosts.kubernetes_watch import PodWatch
 from tests.kubernetes.conftest import NAMESPACE, spec
+from tests.kubernetes.verbs import VERB_OF
 from tests.waiting import eventually
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-VERB_OF = {
-    action.FETCH: "get",
-    action.LIST: "list",
-    action.WATCH: "watch",
-    action.CREATE: "create",
-    action.UPDATE: "patch",
-    action.DELETE: "delete",
-}
 
 
 def readme_role() -> dict:

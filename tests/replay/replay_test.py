@@ -28,12 +28,10 @@ from temporalio.workflow import ChildWorkflowHandle, NondeterminismError
 from kruntimes.hostlife import HostEnd
 from kruntimes.temporal import DATA_CONVERTER
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
-from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
+from tests.replay.registered import WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
-# Every workflow the worker registers, so a new one is replayed (and needs a recorded history).
-WORKFLOWS = [*RUN_WORKFLOWS, *POOL_WORKFLOWS]
 
 
 def load(path: Path) -> WorkflowHistory:

@@ -4,7 +4,6 @@ a real client against a real Runtime Server."""
 
 from __future__ import annotations
 
-import socket
 import ssl
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.wire import frames
+from tests.invoke_port import accepted as _accepted
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 from tests.runtime.conftest import ECHO_SOURCE, Host, inline, reason, run_ref
 
@@ -81,29 +80,6 @@ def test_a_certificate_of_another_ca_is_refused_on_the_grpc_port(
 def test_an_expired_certificate_is_refused_on_the_grpc_port(host: Host) -> None:
     err = refused(stub(host, host.pki.expired(CONTROL_PLANE)).HostInfo, pb.HostInfoRequest())
     assert err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-
-
-def _accepted(address: str, context: ssl.SSLContext | None, *, server_hostname: str | None = None) -> bool:
-    """Whether the invoke port sends its accept frame to this client (and so would read its requests)."""
-    host, _, port = address.rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    try:
-        if context is not None:
-            sock = context.wrap_socket(sock, server_hostname=server_hostname)
-        sock.sendall(
-            frames.encode_request(1, pb.InvokeFunctionRequest(registration_id="x").SerializeToString())
-        )
-        data = b""
-        while len(data) < 9:
-            chunk = sock.recv(9 - len(data))
-            if not chunk:
-                return False
-            data += chunk
-    except (ssl.SSLError, ConnectionError, TimeoutError):
-        return False
-    finally:
-        sock.close()
-    return data == frames.encode_accepted()
 
 
 def test_the_invoke_port_accepts_a_gateway(host: Host) -> None:

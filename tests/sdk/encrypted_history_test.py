@@ -11,18 +11,12 @@ import pytest
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.client import Client, RunFailed
-from tests.sdk.stack import Platform, manifest, unique, workflow_show
+from tests.sdk.stack import Platform, history_json, manifest, unique
 
 SECRET = "hunter2-db-password-7f3a"
 OUTPUT = "the-output-marker-91c2"
 ENV_ECHO = "import os\ndef handle(p):\n    return {'password': os.environ['DB_PASSWORD']}\n"
 TASK = f"def handle(p):\n    return {{'marker': '{OUTPUT}'}}\n"
-
-
-async def history_json(platform: Platform, name: str) -> str:
-    code, out, err = await workflow_show(platform, name)
-    assert code == 0, err
-    return out
 
 
 async def test_the_env_of_a_run_never_appears_in_its_history(platform: Platform, krt: Client) -> None:

@@ -9,7 +9,6 @@ import pytest
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.api.status import RunStatus
 from kruntimes.client import (
     Client,
     HostNotFound,
@@ -20,6 +19,7 @@ from kruntimes.client import (
     WaitTimeout,
 )
 from kruntimes.lifecycle import TASK_QUEUE, RunInput, run_workflow_id
+from tests.sdk.moves import moved_off
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
 
@@ -159,17 +159,6 @@ async def test_hosts_lists_the_pool_hosts_with_their_used_slots(krt: Client) -> 
     hosts = {v.host.hostId: v for v in await krt.hosts()}
     view = hosts[ready.status.assignedHost or ""]
     assert view.host.runtime == "python" and view.host.address and 1 <= view.used <= view.host.capacity
-
-
-async def moved_off(krt: Client, name: str, host_uid: str, within: float = 60.0) -> RunStatus:
-    """The Run's status once it is Ready on another host than `host_uid`."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        status = await krt.status(name)
-        if status.phase is RunPhase.Ready and status.assignedHostUID != host_uid:
-            return status
-        assert asyncio.get_running_loop().time() < deadline, f"{name} did not move: {status}"
-        await asyncio.sleep(0.05)
 
 
 async def test_an_operator_drains_a_host_through_the_sdk_and_the_run_moves(krt: Client) -> None:

@@ -103,6 +103,13 @@ async def workflow_show(
     return proc.returncode, out.decode(), err.decode()
 
 
+async def history_json(platform: Platform, name: str) -> str:
+    """The Run `name`'s workflow history, as `temporal workflow show --output json` prints it."""
+    code, out, err = await workflow_show(platform, name)
+    assert code == 0, err
+    return out
+
+
 async def delete_runs(platform: Platform) -> None:
     """Delete every Run a test left, so its slots are free for the next test."""
     from kruntimes.client import Client

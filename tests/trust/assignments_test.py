@@ -17,18 +17,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 
-from kruntimes.assignments import Assignment, AssignmentError, Signer, Verifier
+from kruntimes.assignments import AssignmentError, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from tests.trust.assignment_data import ASSIGNMENT
 
-ASSIGNMENT = Assignment(
-    run_uid=str(uuid.uuid4()),
-    attempt=3,
-    host_id="python-0",
-    host_uid=str(uuid.uuid4()),
-    namespace="default",
-    name="hello",
-    runtime="python",
-)
 FIELDS = ("run_uid", "attempt", "host_id", "host_uid", "namespace", "name", "runtime")
 
 

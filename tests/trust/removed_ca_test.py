@@ -17,8 +17,8 @@ from kruntimes.pki import CA_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.server import HostOptions, RuntimeHost
+from tests.invoke_port import accepted
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
-from tests.runtime.peers_test import _accepted
 from tests.waiting import wait_until
 
 HOST = Identity.host(runtime="python", host_id="dropped-0")
@@ -66,12 +66,12 @@ def test_a_ca_dropped_from_the_bundle_is_refused_at_once_on_the_invoke_port(
     host, directory, second = dropped
     theirs = pki.impostor(second, GATEWAY).client_context()  # the second CA's gateway
     ours = pki.gateway.client_context()
-    assert _accepted(host.invoke_address, theirs, server_hostname=HOST.dns_name)
+    assert accepted(host.invoke_address, theirs, server_hostname=HOST.dns_name)
     (directory / CA_CERT).write_bytes(pki.authority.cert_pem)  # the second CA dropped
     assert wait_until(
-        lambda: not _accepted(host.invoke_address, theirs, server_hostname=HOST.dns_name), within=RELOAD_S
+        lambda: not accepted(host.invoke_address, theirs, server_hostname=HOST.dns_name), within=RELOAD_S
     ), "the invoke port still takes a gateway of the dropped CA"
-    assert _accepted(host.invoke_address, ours, server_hostname=HOST.dns_name)
+    assert accepted(host.invoke_address, ours, server_hostname=HOST.dns_name)
 
 
 def test_a_ca_dropped_from_the_bundle_is_refused_at_once_on_the_grpc_port(

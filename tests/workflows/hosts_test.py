@@ -21,7 +21,6 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.hostlife import HostEnd
 from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
-    QUERY_HOST,
     SIGNAL_CANCEL,
     SIGNAL_HOST_READY,
     SIGNAL_PROVIDER_REPORT,
@@ -31,7 +30,6 @@ from kruntimes.lifecycle import (
     HostActionResult,
     HostInput,
     HostReadySignal,
-    HostRecord,
     HostResult,
     ProviderReport,
     cleanup_workflow_id,
@@ -42,11 +40,17 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import HostState
 from kruntimes.wire import search
-from tests.pki import TestPKI
 from tests.procs import alive
 from tests.workflows.conftest import Platform, pool_host, run_manifest
+from tests.workflows.platform_hosts import (
+    BEAT_S,
+    address_of,
+    host_handle,
+    host_serving,
+    ready_elsewhere,
+    registrations,
+)
 
-BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s
 TASK = "def run(p):\n    return {'done': True}\n"
 
 
@@ -54,22 +58,8 @@ def record_of(platform: Platform, host_id: str) -> CreatedHost:
     return next(r for r in list_records(platform.state_dir) if r.hostId == host_id)
 
 
-def host_handle(platform: Platform, host_id: str) -> WorkflowHandle[Any, HostResult]:
-    return platform.client.get_workflow_handle(
-        host_workflow_id(platform.runtime(), host_id), result_type=HostResult
-    )
-
-
 async def host_ended(platform: Platform, host_id: str, timeout: float = 60.0) -> HostResult:
     return await asyncio.wait_for(host_handle(platform, host_id).result(), timeout)
-
-
-async def host_serving(platform: Platform, host_id: str) -> None:
-    async def ready() -> bool:
-        record = await host_handle(platform, host_id).query(QUERY_HOST, result_type=HostRecord)
-        return record is not None and record.state is HostState.Ready
-
-    await platform.eventually(ready, timeout=30, what=f"host {host_id} Ready on its HostWorkflow")
 
 
 async def phases(handle: WorkflowHandle[Any, Any]) -> list[str]:
@@ -82,29 +72,6 @@ async def phases(handle: WorkflowHandle[Any, Any]) -> list[str]:
             if payload is not None:
                 found.append(payload.data.decode().strip('"'))
     return found
-
-
-def registrations(pki: TestPKI, address: str) -> dict[str, str]:
-    """run uid → registration id on the host at `address`."""
-    with pki.channel(address, as_=pki.control_plane) as channel:
-        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
-    return {r.run_uid: r.registration_id for r in info.registrations}
-
-
-async def address_of(platform: Platform, host_id: str) -> str:
-    pool = await platform.pool()
-    found = next(h.address for h in pool.hosts if h.hostId == host_id)
-    assert found is not None
-    return found
-
-
-async def ready_elsewhere(platform: Platform, handle: WorkflowHandle[Any, Any], old_uid: str) -> Any:
-    async def moved() -> bool:
-        status = await platform.status(handle)
-        return status.phase is RunPhase.Ready and status.assignedHostUID != old_uid
-
-    await platform.eventually(moved, timeout=60, what="the Run Ready on another host")
-    return await platform.status(handle)
 
 
 async def test_a_killed_host_is_fenced_and_its_run_moves_without_spending_its_retries(

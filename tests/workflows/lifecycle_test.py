@@ -17,6 +17,7 @@ from kruntimes.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.workflows.conftest import Platform, run_manifest, temporal_list
+from tests.workflows.platform_hosts import address_of, ready_elsewhere
 
 
 def _invoke(platform: Platform, address: str, registration_uid: str) -> Any:
@@ -39,11 +40,6 @@ def _registrations(platform: Platform, address: str) -> list[str]:
         return [r.run_uid for r in info.registrations]
 
 
-async def _address(platform: Platform, host_id: str) -> str:
-    pool = await platform.pool()
-    return next(h.address for h in pool.hosts if h.hostId == host_id)  # type: ignore[return-value]
-
-
 @pytest.mark.parametrize("by_sdk", [False, True], ids=["run-admits", "starter-admits"])
 async def test_a_function_run_becomes_ready_and_answers_on_its_host(
     platform_factory, dev_server: DevServer, by_sdk: bool
@@ -60,7 +56,7 @@ async def test_a_function_run_becomes_ready_and_answers_on_its_host(
         assert status.endpoint.url == (
             f"https://127.0.0.1:8443/v1/namespaces/default/runtimes/{platform.runtime()}/functions/{run.metadata.uid}:invoke"
         )
-        address = await _address(platform, status.assignedHost)
+        address = await address_of(platform, status.assignedHost)
         assert _invoke(platform, address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
 
         async def listed() -> bool:
@@ -103,7 +99,7 @@ async def test_cancel_when_ready_unregisters_and_frees_the_slot(platform_factory
         run = run_manifest("to-cancel", runtime=platform.runtime())
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
         assert run.metadata.uid in _registrations(platform, address)
         await handle.signal(SIGNAL_CANCEL)
         final = await platform.wait_phase(handle, RunPhase.Cancelled)
@@ -117,7 +113,7 @@ async def test_delete_when_ready_runs_cleanup_and_closes_the_workflow(platform_f
         run = run_manifest("to-delete", runtime=platform.runtime())
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
         workspaces = list((platform.state_dir / "work").rglob(f"{run.metadata.uid}.*"))
         assert workspaces, "the registration has a workspace on the host"
         final = await handle.execute_update(UPDATE_DELETE, result_type=RunStatus)
@@ -231,7 +227,7 @@ async def test_an_idle_function_times_out_and_frees_its_slot(platform_factory) -
         run = run_manifest("idle", runtime=platform.runtime(), mode={"function": {"idleTimeoutSeconds": 1}})
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
         final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
         assert final.condition(ConditionType.Ready).reason == "IdleTimeout"  # type: ignore[union-attr]
         assert run.metadata.uid not in _registrations(platform, address)
@@ -243,7 +239,7 @@ async def test_the_total_timeout_ends_a_ready_function_and_frees_its_slot(platfo
         run = run_manifest("total", runtime=platform.runtime(), timeoutSeconds=2)
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await _address(platform, status.assignedHost)  # type: ignore[arg-type]
+        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
         final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
         assert final.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
         assert run.metadata.uid not in _registrations(platform, address)
@@ -305,16 +301,10 @@ async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_att
         record = next(r for r in list_records(platform.state_dir) if r.hostId == before.assignedHost)
         assert record.pid is not None
         os.kill(record.pid, signal.SIGKILL)  # our own host process
-
-        async def recovered() -> bool:
-            status = await platform.status(handle)
-            return status.phase is RunPhase.Ready and status.assignedHostUID != before.assignedHostUID
-
-        await platform.eventually(recovered, timeout=60, what="the Run Ready again on a new host")
-        after = await platform.status(handle)
+        after = await ready_elsewhere(platform, handle, before.assignedHostUID)
         assert after.attempt == before.attempt + 1
         pool = await platform.pool()
         assert before.assignedHostUID not in {h.hostUid for h in pool.hosts}
         assert [r.hostUid for r in pool.reservations] == [after.assignedHostUID]
-        address = await _address(platform, after.assignedHost)  # type: ignore[arg-type]
+        address = await address_of(platform, after.assignedHost)  # type: ignore[arg-type]
         assert _invoke(platform, address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]

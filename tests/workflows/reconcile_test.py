@@ -26,7 +26,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.procs import alive
 from tests.workflows.conftest import Platform, pool_host, run_manifest
-from tests.workflows.hosts_test import BEAT_S, address_of, host_serving, registrations
+from tests.workflows.platform_hosts import BEAT_S, address_of, host_serving, registrations
 
 # A grace of one second (twice the assignment timeout): what these tests leave behind is older.
 QUICK = {"minHosts": 1, "maxHosts": 2, "assignmentTimeoutSeconds": 0.5}

@@ -1,0 +1,8 @@
+"""Every workflow the worker registers: what a recorded history replays against (so a new one is
+replayed, and needs a recorded history)."""
+
+from __future__ import annotations
+
+from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
+
+WORKFLOWS = [*RUN_WORKFLOWS, *POOL_WORKFLOWS]
