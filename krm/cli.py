@@ -22,7 +22,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 from krm import errors, package
 from krm.directory import DirectoryFeed
@@ -34,23 +34,14 @@ from krm.multi import MultiEvaluator
 from krm.pod import PodEvaluator
 from krm.resources import API_VERSION, KIND, YamlError, dump, dump_all, load, load_all, parse_resource_list
 from krm.store import Store
-from kruntimes.cli_parser import NotKeyValue, key_values
+from kruntimes.cli_parser import NotKeyValue, Parser, UsageError, key_values
 
 OK, FAILED, USAGE, NOT_FOUND, UNAVAILABLE = 0, 1, 2, 3, 4
 RESULTS_FILE = "results.yaml"
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}; see `krt fn eval --help`")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="krt fn eval", description="Evaluate one KRM function on a package or a ResourceList.")
+    p = Parser(prog="krt fn eval", description="Evaluate one KRM function on a package or a ResourceList.")
     p.add_argument(
         "source", nargs="?", default=".", metavar="DIR|-", help="the package directory, or - for stdin"
     )
