@@ -117,6 +117,12 @@ PATCH_PARK_ANSWERS = "park-answers"
 # signal in the local activity.
 PATCH_SIGNAL_BUDGET = "signal-budget"
 SIGNAL_BUDGET = timedelta(seconds=1.5)
+# Every patch above holds for a pool run started with this one, decided in its first activation
+# before any activity (the others were asked for there already). The continue-as-new's patches
+# were asked for after a local activity's result in the same task; a task the worker completed
+# before it processed that result recorded them in a task of its own, and such a history did not
+# replay. Runs started before keep asking where they did.
+PATCH_AT_START = "pool-patches-at-start"
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
@@ -143,6 +149,7 @@ class RuntimePoolWorkflow:
         self._housekeeping = False
         self._park = False
         self._budget = False
+        self._at_start = False  # PATCH_AT_START
         self._index = admission.ReservationIndex()  # the reservations, by run uid and host
         self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
 
@@ -211,6 +218,7 @@ class RuntimePoolWorkflow:
         self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
         self._park = workflow.patched(PATCH_PARK_ANSWERS)
         self._budget = workflow.patched(PATCH_SIGNAL_BUDGET)
+        self._at_start = workflow.patched(PATCH_AT_START)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
@@ -239,7 +247,7 @@ class RuntimePoolWorkflow:
             if workflow.info().is_continue_as_new_suggested() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 carried = await self._carried()
-                if workflow.patched(PATCH_HANDOVER_APART):
+                if self._at_start or workflow.patched(PATCH_HANDOVER_APART):
                     # A new, short task to continue from: what arrives meanwhile is carried.
                     await workflow.sleep(
                         HANDOVER_PAUSE, summary=summaries.summary("continue as new in a task of its own")
@@ -255,7 +263,7 @@ class RuntimePoolWorkflow:
         HostWorkflow first (a host whose workflow cannot be told keeps its own here). Messages
         that arrive meanwhile wait in the inbox and are carried with it."""
         state = self._full()
-        if not workflow.patched(PATCH_SLOTS_ON_HOSTS):
+        if not (self._at_start or workflow.patched(PATCH_SLOTS_ON_HOSTS)):
             return state
         supervised = [h for h in state.hosts if h.supervised]
         signals: list[tuple[str, str, Message]] = [

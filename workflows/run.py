@@ -146,6 +146,20 @@ PATCH_MARK_DELETED = "mark-deleted"
 # A registration that is slow (the handoff gave it up, or the local activity ran out of its bound)
 # is done in an ordinary activity; Runs whose history registered only in local activities replay so.
 PATCH_REGISTER_ACTIVITY = "register-in-activity"
+# Every patch above holds for this Run, decided in its first activation before any activity. A
+# patch asked for later, in the code that follows a local activity's result, was recorded in a
+# task of its own when the worker completed the first task before it had processed that result,
+# and such a history did not replay (the marker is announced with the later task, the result is
+# replayed in the first). Runs started before keep asking for each patch where they did.
+PATCH_AT_START = "patches-at-start"
+PATCHES = (
+    PATCH_RECOVERY,
+    PATCH_REGISTRATION_LOST,
+    PATCH_CLOSE,
+    PATCH_HOST,
+    PATCH_MARK_DELETED,
+    PATCH_REGISTER_ACTIVITY,
+)
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
@@ -169,6 +183,7 @@ class RunWorkflow:
         self._attempt = 0
         self._failures = 0  # registration failures: what spec.retryPolicy counts
         self._indexed_host: str | None = None  # the KrtHost value last upserted
+        self._patches_at_start = False  # PATCH_AT_START
         self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
 
     # -- the API ---------------------------------------------------------------------------------
@@ -227,6 +242,7 @@ class RunWorkflow:
             raise ApplicationError(
                 "metadata.uid must be set when a Run is started", type="InvalidRun", non_retryable=True
             )
+        self._patches_at_start = self._decides_patches_at_start()  # first, before any activity
         self.run_ = run
         self.uid: str = run.metadata.uid
         wanted = search_typed.run_values(run)
@@ -263,7 +279,7 @@ class RunWorkflow:
         Run says KrtPhase=Deleted on both first, so no listing shows it again."""
         info = workflow.info()
         phase = search.DELETED if deleted else self._status.phase.value
-        if deleted and workflow.patched(PATCH_MARK_DELETED):
+        if deleted and self._patched(PATCH_MARK_DELETED):
             workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(search.DELETED)])
         await workflow.start_child_workflow(
             "RetentionWorkflow",
@@ -283,7 +299,7 @@ class RunWorkflow:
         cut_short = False
         if starter_admits and not self._answered():
             cut_short = await self._handoff()
-        if cut_short and not self._answered() and workflow.patched(PATCH_REGISTER_ACTIVITY):
+        if cut_short and not self._answered() and self._patched(PATCH_REGISTER_ACTIVITY):
             # The handoff ran out of its time: an answer handed to it may be lost, and the pool,
             # which holds the reservation, gives the same one again. Ask now, not after the grace.
             starter_admits = False
@@ -446,15 +462,23 @@ class RunWorkflow:
             if moved is not None:
                 return moved
 
+    def _decides_patches_at_start(self) -> bool:
+        return workflow.patched(PATCH_AT_START)
+
+    def _patched(self, patch: str) -> bool:
+        """Whether `patch` holds: for every Run started with PATCH_AT_START; else as recorded."""
+        assert patch in PATCHES
+        return self._patches_at_start or workflow.patched(patch)
+
     def _closes_when_finished(self) -> bool:
-        return workflow.patched(PATCH_CLOSE)
+        return self._patched(PATCH_CLOSE)
 
     def _indexes_host(self) -> bool:
-        return workflow.patched(PATCH_HOST)
+        return self._patched(PATCH_HOST)
 
     def _legacy(self) -> bool:
         """This Run recovers as Runs did before recoveries were counted apart (its history says so)."""
-        return not workflow.patched(PATCH_RECOVERY)
+        return not self._patched(PATCH_RECOVERY)
 
     async def _recover_legacy(self, end: Recover) -> End | None:
         # Fenced recovery: the pool proved the old host dead (its uid is gone), so a new
@@ -624,7 +648,7 @@ class RunWorkflow:
         retry = _no_retry_for(REGISTRATION_ERRORS)
         slow = self._register_slow and attempt == 1
         self._register_slow = False
-        if not (slow and workflow.patched(PATCH_REGISTER_ACTIVITY)):
+        if not (slow and self._patched(PATCH_REGISTER_ACTIVITY)):
             try:
                 registered: RegisterResult = await workflow.execute_local_activity(
                     "register_function",
@@ -639,7 +663,7 @@ class RunWorkflow:
             except (ActivityError, ApplicationError, ActivityTimeout) as err:
                 # A refusal is the function's own failure. Runs whose history registered only
                 # in local activities (retried within them) went on as after any failed attempt.
-                if _refused(err) or not workflow.patched(PATCH_REGISTER_ACTIVITY):
+                if _refused(err) or not self._patched(PATCH_REGISTER_ACTIVITY):
                     raise
         slowly: RegisterResult = await workflow.execute_activity(
             "register_function",
@@ -711,7 +735,7 @@ class RunWorkflow:
                     summary=summaries.summary(f"idle check on {self._assignment.hostId}"),
                 )
             except ActivityError as err:
-                if workflow.patched(PATCH_REGISTRATION_LOST):
+                if self._patched(PATCH_REGISTRATION_LOST):
                     # The host's supervisor decides whether it is lost; look again a little later.
                     idle_at = workflow.now() + timedelta(seconds=min(idle, UNREACHABLE_REARM_S))
                     continue
@@ -720,7 +744,7 @@ class RunWorkflow:
                 )
             verdict = idle_verdict(idle_seconds=idle, now=now, state=state)
             if isinstance(verdict, RegistrationGone):
-                if workflow.patched(PATCH_REGISTRATION_LOST):
+                if self._patched(PATCH_REGISTRATION_LOST):
                     return Reregister("the host no longer holds the registration", same_attempt=True)
                 return End(
                     RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration"
@@ -783,7 +807,7 @@ class RunWorkflow:
         """The cleanup finalizer, then the terminal phase: a Run shows its terminal phase only
         once its cleanup has unregistered it from its host and released its slot (or tried to)."""
         a = self._assignment
-        if self._register_slow and self._registration is None and workflow.patched(PATCH_REGISTER_ACTIVITY):
+        if self._register_slow and self._registration is None and self._patched(PATCH_REGISTER_ACTIVITY):
             # The handoff gave attempt 1's registration up, and the host may still have made it:
             # learn it (registering the same attempt again is idempotent) so the cleanup removes it.
             self._register_slow = False

@@ -42,6 +42,9 @@ class BeforeClosingRunWorkflow(RunWorkflow):
     async def run(self, input: RunInput) -> RunStatus:
         return await super().run(input)
 
+    def _decides_patches_at_start(self) -> bool:
+        return False
+
     def _closes_when_finished(self) -> bool:
         return False
 
