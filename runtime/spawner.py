@@ -161,31 +161,26 @@ class Spawner:
     def configure_seeds(self, base: SandboxSpec, *, count: int) -> None:
         """Keep `count` children planted with `base` waiting in the zygote, so a sandboxed spawn
         costs no fork and no namespace setup of its own (runtime/sandbox/child.py)."""
-        sock = self._sock
-        if sock is None:
-            return
-        message = json.dumps({"op": "seeds", "base": base.to_json(), "count": count}).encode()
-        with self._send_lock:
-            sock.send(message)
+        self._control({"op": "seeds", "base": base.to_json(), "count": count})
 
     def plant(self, base: SandboxSpec) -> None:
         """Ask the zygote for one seed planted with `base` (in one function's cgroup), planted
         when it has nothing else to do; a spawn of that cgroup then finds it waiting."""
-        sock = self._sock
-        if sock is None:
-            return
-        message = json.dumps({"op": "plant", "base": base.to_json()}).encode()
-        with self._send_lock:
-            sock.send(message)
+        self._control({"op": "plant", "base": base.to_json()})
 
     def retire(self, cgroup_procs: tuple[str, ...]) -> None:
         """No seed waits in this cgroup any longer (`plant`): its function starts a process per
         call, so a planted one would wait, for as long as it is registered, for that one call."""
+        if cgroup_procs:
+            self._control({"op": "retire", "cgroup": list(cgroup_procs)})
+
+    def _control(self, message: dict[str, object]) -> None:
+        """One message about seeds to the zygote (none once it is gone)."""
         sock = self._sock
-        if sock is None or not cgroup_procs:
+        if sock is None:
             return
         with self._send_lock:
-            sock.send(json.dumps({"op": "retire", "cgroup": list(cgroup_procs)}).encode())
+            sock.send(json.dumps(message).encode())
 
     def kill(self, pid: int) -> None:
         """Kill the process group of a child (no-op once it has been reaped)."""
