@@ -176,9 +176,10 @@ class Client:
         ``until`` defaults to Ready for a function Run and Succeeded for a task Run. Any other
         terminal phase raises RunFailed (a Succeeded Run is returned even when not asked for);
         ``timeout`` seconds without it raise WaitTimeout. The status changes only when one of the
-        Run's workflow tasks completes: the Run's history is long-polled and the status queried
-        after each completed task (``on_status`` sees each of those statuses); ``interval`` is
-        the pause before polling again should the long poll fail.
+        Run's workflow tasks completes: the Run's history is read and long-polled, and the status
+        queried when the Run indexes a phase waited for or a terminal one (with ``on_status``,
+        after each completed task, and ``on_status`` sees each of those statuses); ``interval``
+        is the pause before polling again should the long poll fail.
         """
         return await self._runs.wait(
             name, namespace, until=until, timeout=timeout, interval=interval, on_status=on_status

@@ -45,7 +45,7 @@ from kruntimes.sdk.errors import (
     WaitTimeout,
 )
 from kruntimes.sdk.results import Applied, HostView, RunObject
-from kruntimes.sdk.watch import TaskWatch
+from kruntimes.sdk.watch import POLL_INTERVAL_S, PhaseWatch, TaskWatch
 
 if TYPE_CHECKING:
     import temporalio.client
@@ -272,6 +272,10 @@ class Runs:
         indexed = until is None or all(
             RunPhase(p) in _INDEXED for p in ((until,) if isinstance(until, RunPhase | str) else until)
         )
+        if indexed and on_status is None:
+            return await self._wait_indexed(
+                handle, namespace=namespace, name=name, until=until, timeout=timeout
+            )
         tasks: TaskWatch | None = await self._watch(
             handle, namespace=namespace, name=name, phases_only=indexed
         )
@@ -288,12 +292,7 @@ class Runs:
                 raise RunFailed(run._replace(status=status))
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                names = " or ".join(sorted(p.value for p in wanted))
-                raise WaitTimeout(
-                    f"run {name!r} in namespace {namespace!r} is still {status.phase.value} after "
-                    f"{timeout:g} s (waiting for {names})",
-                    phase=status.phase,
-                )
+                raise self._wait_timeout(name, namespace, timeout, until, run, status.phase.value)
             if tasks is None:
                 tasks = await self._watch(handle, namespace=namespace, name=name, phases_only=indexed)
             try:
@@ -304,6 +303,88 @@ class Runs:
                 await asyncio.sleep(interval)
                 tasks = await self._watch(handle, namespace=namespace, name=name, phases_only=indexed)
             status = await self._status(handle, namespace=namespace, name=name, patient=True) or status
+
+    async def _wait_indexed(
+        self,
+        handle: Any,
+        *,
+        namespace: str,
+        name: str,
+        until: RunPhase | Iterable[RunPhase] | None,
+        timeout: float | None,
+    ) -> RunObject:
+        """`wait` for phases the Run always indexes, with no one watching the steps between: the
+        Run's history is read from its first event (the manifest) and long-polled, and the status
+        is queried only when the Run indexes a phase waited for or a terminal one. A create and
+        its wait cost one history stream and one query, however many phases the Run passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = RunPhase.Pending.value  # the last phase the history indexed
+        watch: PhaseWatch | None = None
+        run: Run | None = None
+        created: datetime | None = None
+        closed = False
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise self._wait_timeout(name, namespace, timeout, until, run, last)
+            if watch is None:
+                watch = PhaseWatch(handle)
+            try:
+                indexed = await asyncio.wait_for(
+                    self._rpc(watch.next(), namespace=namespace, name=name), remaining
+                )
+            except TimeoutError:
+                continue  # the deadline check above raises
+            except RunNotFound:
+                raise
+            except Exception:  # the long poll failed (a transient RPC error): read it again
+                watch = None
+                await asyncio.sleep(POLL_INTERVAL_S)
+                continue
+            if run is None and watch.started is not None:
+                run = await self._decoded_manifest(watch.started, handle)
+                created = watch.started.event_time.ToDatetime(tzinfo=UTC)
+            if indexed is None:  # closed or continued as new: ask the workflow
+                current = await self.get(name, namespace, patient=True)
+                run, created, closed = current, current.created, current.closed
+                status = current.status
+                watch = None
+            else:
+                last = indexed
+                wanted = _wanted(run, until) if run is not None else frozenset()
+                phase = RunPhase(indexed) if indexed in RunPhase.__members__ else None
+                if phase is not None and phase not in wanted and not is_terminal(phase):
+                    continue
+                found = await self._status(handle, namespace=namespace, name=name, patient=True)
+                while found is None:  # the query waited behind a task in flight: ask again
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise self._wait_timeout(name, namespace, timeout, until, run, last)
+                    found = await self._status(handle, namespace=namespace, name=name, patient=True)
+                status = found
+            if run is None:
+                raise RunNotFound(namespace, name)
+            if status.phase in _wanted(run, until) or status.phase is RunPhase.Succeeded:
+                return _object(run, status, created, closed=closed)
+            if is_terminal(status.phase):
+                raise RunFailed(_object(run, status, created, closed=closed))
+
+    @staticmethod
+    def _wait_timeout(
+        name: str,
+        namespace: str,
+        timeout: float | None,
+        until: RunPhase | Iterable[RunPhase] | None,
+        run: Run | None,
+        last: str,
+    ) -> WaitTimeout:
+        wanted = _wanted(run, until) if run is not None else frozenset({RunPhase.Ready})
+        names = " or ".join(sorted(p.value for p in wanted))
+        phase = RunPhase(last) if last in RunPhase.__members__ else RunPhase.Pending
+        return WaitTimeout(
+            f"run {name!r} in namespace {namespace!r} is still {phase.value} after "
+            f"{timeout:g} s (waiting for {names})",
+            phase=phase,
+        )
 
     async def _watch(self, handle: Any, *, namespace: str, name: str, phases_only: bool = False) -> TaskWatch:
         description = await self._rpc(handle.describe(), namespace=namespace, name=name)
@@ -443,6 +524,10 @@ class Runs:
         event = await self._rpc(first(), namespace=namespace, name=name)
         if event is None or not event.HasField("workflow_execution_started_event_attributes"):
             raise RunNotFound(namespace, name)
+        return await self._decoded_manifest(event, handle)
+
+    async def _decoded_manifest(self, event: Any, handle: Any) -> Run:
+        """The Run in a WorkflowExecutionStarted event's input."""
         payloads = event.workflow_execution_started_event_attributes.input.payloads
         client = await self.temporal()
         try:

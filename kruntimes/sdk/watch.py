@@ -43,3 +43,34 @@ class TaskWatch:
                     return
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 return
+
+
+class PhaseWatch:
+    """A Run's history from its first event, then long-polled: the event that started it (its
+    manifest and start time) and each phase it indexed (its KrtPhase upserts), in order. Read
+    from the start, nothing that happened before the watch began can be missed."""
+
+    def __init__(self, handle: Any) -> None:
+        self.events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+        self.started: Any = None  # the WorkflowExecutionStarted event, once read
+
+    async def next(self) -> str | None:
+        """The next phase the Run indexed (a RunPhase's value, or Deleted); None once its
+        history has ended (it closed, or continued as new)."""
+        from temporalio.api.enums.v1 import EventType
+        from temporalio.converter import PayloadConverter
+
+        from kruntimes.wire import search
+
+        while True:
+            try:
+                event = await self.events.__anext__()
+            except StopAsyncIteration:
+                return None
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                self.started = event
+            elif event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+                fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+                if search.PHASE in fields.indexed_fields:
+                    value = PayloadConverter.default.from_payload(fields.indexed_fields[search.PHASE])
+                    return str(value[0] if isinstance(value, list) and value else value)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
+from typing import Any
 
 import pytest
+import temporalio.client
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
@@ -19,6 +22,7 @@ from kruntimes.client import (
     WaitTimeout,
 )
 from kruntimes.lifecycle import TASK_QUEUE, RunInput, run_workflow_id
+from kruntimes.sdk.runs import Runs
 from tests.sdk.moves import moved_off
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
@@ -196,3 +200,45 @@ async def test_create_starts_the_run_on_the_configured_task_queue(platform: Plat
         assert (await handle.describe()).task_queue == queue
     finally:
         await handle.terminate("test done")
+
+
+class _Counting(temporalio.client.Interceptor):
+    """Counts the status queries and describes the SDK sends."""
+
+    def __init__(self) -> None:
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def intercept_client(
+        self, next: temporalio.client.OutboundInterceptor
+    ) -> temporalio.client.OutboundInterceptor:
+        calls = self.calls
+
+        class Outbound(temporalio.client.OutboundInterceptor):
+            async def query_workflow(self, input: temporalio.client.QueryWorkflowInput) -> Any:
+                calls["query"] += 1
+                return await super().query_workflow(input)
+
+            async def describe_workflow(
+                self, input: temporalio.client.DescribeWorkflowInput
+            ) -> temporalio.client.WorkflowExecutionDescription:
+                calls["describe"] += 1
+                return await super().describe_workflow(input)
+
+        return Outbound(next)
+
+
+async def test_wait_asks_the_status_once_when_the_run_is_ready_not_at_each_phase(
+    platform: Platform,
+) -> None:
+    counting = _Counting()
+    temporal = temporalio.client.Client(**{**platform.temporal.config(), "interceptors": [counting]})
+    runs = Runs(platform.config, temporal=temporal)
+    name = unique("once")
+    created = await runs.create(Run.from_dict(manifest(name)))
+    ready = await runs.wait(name, "default", until=None, timeout=60, interval=0.1, on_status=None)
+    assert ready.status.phase is RunPhase.Ready and ready.uid == created.uid
+    assert ready.status.endpoint is not None and ready.created is not None and not ready.closed
+    assert counting.calls == {"query": 1}  # the manifest and the phases come from the history
+    # A Run Ready long before is found in the history read from its start, and asked once.
+    again = await runs.wait(name, "default", until=RunPhase.Ready, timeout=60, interval=0.1, on_status=None)
+    assert again.status.phase is RunPhase.Ready and counting.calls == {"query": 2}
