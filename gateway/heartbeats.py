@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gateway.routes import HeartbeatRefused, RouteCache
+from gateway.routes import DeltaWithoutBase, HeartbeatRefused, RouteCache
 from kruntimes.pki import ANY_ROLE, PeerAuthorization, PeerTLS, Role, peer_identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
@@ -49,13 +49,19 @@ class HeartbeatService(hb_grpc.RouteHeartbeatServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no platform identity")
             raise AssertionError("unreachable: abort raises")
         last = 0
+        stream = object()  # what this stream's beats built in the route cache is marked with it
         skipped_before = 0
         async for beat in request_iterator:
             try:
-                skipped = await self.routes.apply(beat, peer=peer)
+                continues = last > 0 and beat.sequence == last + 1
+                skipped = await self.routes.apply(beat, peer=peer, stream=stream, continues=continues)
             except HeartbeatRefused as e:
                 log.warning("heartbeat refused", extra={"peer": str(peer), "error": str(e)})
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+                raise AssertionError("unreachable: abort raises") from None
+            except DeltaWithoutBase as e:  # the host starts its stream again, whole
+                log.info("heartbeat delta without its base", extra={"peer": str(peer), "error": str(e)})
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
                 raise AssertionError("unreachable: abort raises") from None
             if skipped != skipped_before:  # logged when it changes, not for every beat
                 log.warning(

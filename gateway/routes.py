@@ -1,10 +1,14 @@
 """The route cache: run uid → the host that serves it, fed only by host heartbeats.
 
-Each heartbeat is a full snapshot of one host incarnation (host uid), so applying it replaces
-everything that host said before. A host silent for `missed` intervals is forgotten, and a host
-that announces `leaving` at once. A new incarnation of the same host identity (same runtime and
-host id, new uid) replaces the old one. The invoke path only reads this structure: no Temporal,
-no Kubernetes.
+A whole heartbeat is a full snapshot of one host incarnation (host uid), so applying it replaces
+everything that host said before; a delta (what changed since the previous beat of the same
+stream: registrations added or changed, run uids removed) is applied to what the host said, and
+costs what it names, as does an empty delta (alive, nothing changed). A delta that does not
+follow the beat applied before it on its stream, or whose host is no longer held, is refused
+(`DeltaWithoutBase`): the host starts its stream again, whole. A host silent for `missed`
+intervals is forgotten, and a host that announces `leaving` at once. A new incarnation of the
+same host identity (same runtime and host id, new uid) replaces the old one. The invoke path only
+reads this structure: no Temporal, no Kubernetes.
 
 What a beat may claim (`apply`, with the identity of the certificate the beat came with):
 - the beat is about the sending host itself: its host id and runtime are the certificate's, and
@@ -80,6 +84,17 @@ class HeartbeatRefused(Exception):
     """The beat is not the sending host's to make (another host's id, runtime or uid)."""
 
 
+class DeltaWithoutBase(Exception):
+    """A delta that does not follow what this cache holds of its host (a gap in its stream, or
+    the host forgotten meanwhile): the host must start its stream again, whole."""
+
+
+def _gone(before: dict[str, Route], after: dict[str, Route], beat: hb.HostHeartbeat) -> list[str]:
+    """The run uids a delta took away from a host's routes: removed, or no longer routable."""
+    named = [*beat.removed, *(r.run_uid for r in beat.registrations)]
+    return [run_uid for run_uid in named if run_uid in before and run_uid not in after]
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     run_uid: str
@@ -109,8 +124,9 @@ class _Host:
     address: str
     expires: float
     routes: dict[str, Route]
-    digest: bytes = b""  # of the snapshot these routes came from (_digest)
-    skipped: int = 0  # its registrations that were not routed
+    digest: bytes = b""  # of the whole snapshot these routes came from (_digest); none after a delta
+    unrouted: frozenset[str] = frozenset()  # the run uids of its registrations not routed
+    stream: object | None = None  # the stream whose beats built this entry, as they said it
 
 
 class RouteCache:
@@ -142,21 +158,47 @@ class RouteCache:
             raise HeartbeatRefused(f"host uid {beat.host_uid} belongs to another host")
         return peer
 
-    async def apply(self, beat: hb.HostHeartbeat, *, peer: Identity) -> int:
-        """Apply one snapshot from the host whose certificate names `peer`; returns how many of
-        its registrations were skipped for want of a valid assignment. HeartbeatRefused if the
-        beat is not `peer`'s to send."""
+    async def apply(
+        self, beat: hb.HostHeartbeat, *, peer: Identity, stream: object | None = None, continues: bool = False
+    ) -> int:
+        """Apply one message from the host whose certificate names `peer`; returns how many of
+        its registrations are not routed for want of a valid assignment. `stream`: a token of
+        the stream the beat came on; `continues`: the beat follows, on that stream, the one
+        applied just before it. A delta is applied only to what its own stream built, every beat
+        of it in order: after anything else changed the host's entry (another stream, a route
+        dropped) the stream starts again, whole. HeartbeatRefused if the beat is not `peer`'s to
+        send; DeltaWithoutBase if it is a delta this cache cannot apply."""
         identity = self._sender(beat, peer)
         if beat.leaving:
             self.forget(beat.host_uid)
             return 0
         old = self._hosts.get(beat.host_uid)
-        digest = _digest(beat)
-        if old is not None and old.digest == digest and self._incarnations.get(identity) == beat.host_uid:
-            old.expires = self._clock() + self._missed * _interval_s(beat)
-            return old.skipped
+        if beat.delta:
+            if (
+                not continues
+                or stream is None
+                or old is None
+                or old.stream is not stream
+                or self._incarnations.get(identity) != beat.host_uid
+            ):
+                raise DeltaWithoutBase(f"a delta from {beat.host_uid} without the message before it")
+            if not beat.registrations and not beat.removed:  # alive, nothing changed
+                old.expires = self._clock() + self._missed * _interval_s(beat)
+                return len(old.unrouted)
+            digest = b""  # a whole snapshot after deltas is applied in full
+            routes = dict(old.routes)
+            unrouted = set(old.unrouted)
+            for run_uid in beat.removed[:MAX_REGISTRATIONS_PER_HOST]:
+                routes.pop(run_uid, None)
+                unrouted.discard(run_uid)
+        else:
+            digest = _digest(beat)
+            if old is not None and old.digest == digest and self._incarnations.get(identity) == beat.host_uid:
+                old.expires = self._clock() + self._missed * _interval_s(beat)
+                old.stream = stream  # what it holds is what this stream said
+                return len(old.unrouted)
+            routes, unrouted = {}, set()
         previous = old.routes if old is not None else {}
-        routes: dict[str, Route] = {}
         pending: list[pb.RegistrationState] = []
         address, invoke_address = beat.address, beat.invoke_address
         for r in beat.registrations[:MAX_REGISTRATIONS_PER_HOST]:
@@ -170,24 +212,32 @@ class RouteCache:
             ):
                 ready = r.phase == _READY
                 routes[r.run_uid] = prev if prev.ready is ready else replace(prev, ready=ready)
+                unrouted.discard(r.run_uid)
             else:
                 pending.append(r)
-        skipped = 0
+        failures = 0
         for i, r in enumerate(pending):
-            if skipped >= MAX_FAILED_VERIFICATIONS:
-                skipped += len(pending) - i  # the rest, unchecked
-                break
-            if i and i % VERIFY_BATCH == 0:
-                await asyncio.sleep(0)  # invokes run between the batches
-            route = self._verified(beat, r)
-            if route is None:
-                skipped += 1
+            route = None
+            if failures < MAX_FAILED_VERIFICATIONS and len(routes) < MAX_REGISTRATIONS_PER_HOST:
+                if i and i % VERIFY_BATCH == 0:
+                    await asyncio.sleep(0)  # invokes run between the batches
+                route = self._verified(beat, r)
+                failures += route is None
+            if route is None:  # the rest, once too many failed, unchecked
+                routes.pop(r.run_uid, None)
+                unrouted.add(r.run_uid)
             else:
                 routes[r.run_uid] = route
+                unrouted.discard(r.run_uid)
         if pending:  # the host may have changed while this snapshot was verified
             identity = self._sender(beat, peer)
-        self._commit(beat, identity, routes, digest=digest, skipped=skipped)
-        return skipped
+            if beat.delta and self._hosts.get(beat.host_uid) is not old:
+                raise DeltaWithoutBase(f"{beat.host_uid} was forgotten while its delta was applied")
+        if len(unrouted) > MAX_REGISTRATIONS_PER_HOST:  # bounded like the routes
+            unrouted = set(list(unrouted)[:MAX_REGISTRATIONS_PER_HOST])
+        touched = None if not beat.delta else {r.run_uid for r in beat.registrations}
+        self._commit(beat, identity, routes, digest=digest, unrouted=unrouted, touched=touched, stream=stream)
+        return len(unrouted)
 
     def _verified(self, beat: hb.HostHeartbeat, r: pb.RegistrationState) -> Route | None:
         try:
@@ -227,8 +277,12 @@ class RouteCache:
         routes: dict[str, Route],
         *,
         digest: bytes = b"",
-        skipped: int = 0,
+        unrouted: set[str] | None = None,
+        touched: set[str] | None = None,
+        stream: object | None = None,
     ) -> None:
+        """Make `routes` the host's; `touched`: the run uids a delta changed (None: any may have
+        changed, a whole snapshot), so a delta's commit costs what it changed."""
         host_uid = beat.host_uid
         earlier = self._incarnations.get(identity)
         if earlier is not None and earlier != host_uid:
@@ -237,14 +291,22 @@ class RouteCache:
         if old is None and len(self._hosts) >= MAX_HOSTS:
             return
         if old is not None:
-            for run_uid in old.routes.keys() - routes.keys():
+            gone = old.routes.keys() - routes.keys() if touched is None else _gone(old.routes, routes, beat)
+            for run_uid in gone:
                 self._unlink(run_uid, host_uid)
         self._hosts[host_uid] = _Host(
-            identity, beat.address, self._clock() + self._missed * _interval_s(beat), routes, digest, skipped
+            identity,
+            beat.address,
+            self._clock() + self._missed * _interval_s(beat),
+            routes,
+            digest,
+            frozenset(unrouted or ()),
+            stream,
         )
         self._incarnations[identity] = host_uid
         floors = self._floors
-        for run_uid, route in routes.items():
+        for run_uid in routes if touched is None else touched & routes.keys():
+            route = routes[run_uid]
             if route.attempt > 1 and route.attempt > floors.get(run_uid, 1):
                 floors.pop(run_uid, None)  # re-inserted last: the oldest floors go first
                 floors[run_uid] = route.attempt
@@ -305,6 +367,7 @@ class RouteCache:
         if host is not None:
             host.routes.pop(run_uid, None)
             host.digest = b""  # the next snapshot is applied in full, even if it did not change
+            host.stream = None  # and no delta: the host's stream starts again, whole
         self._unlink(run_uid, host_uid)
 
     def sweep(self) -> int:

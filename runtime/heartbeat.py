@@ -1,5 +1,7 @@
-"""Host → gateway heartbeats: a full snapshot of this host's registrations, sent at once on any
-change and otherwise every interval, on one long-lived client stream per gateway.
+"""Host → gateway heartbeats: this host's registrations, sent at once on any change and otherwise
+every interval, on one long-lived client stream per gateway. A stream's first message is whole,
+later ones carry what changed since the previous one (and, every WHOLE_EVERY_S, one is whole
+again): see proto/kruntimes/rpc/v1/heartbeat.proto.
 
 Each gateway gets its own thread that reconnects with backoff; a host with no reachable gateway
 keeps serving (invokes simply cannot reach it until a gateway hears from it). Streams are mutual
@@ -18,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import grpc
@@ -32,6 +35,20 @@ from runtime.discovery import GatewayDiscovery
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 5.0
+
+
+# A stream's message is whole again this often (the rest are deltas): it mends what a gateway
+# dropped on its own, such as a route the host refused, at a cost of one snapshot per interval.
+WHOLE_EVERY_S = 30.0
+
+
+@dataclass
+class _Sent:
+    """What one stream has said: the registrations by run uid (the host's own messages, reused
+    while unchanged) and when its last whole message went."""
+
+    states: dict[str, pb.RegistrationState] = field(default_factory=dict)
+    whole_at: float = 0.0
 
 
 class HeartbeatSender:
@@ -63,6 +80,7 @@ class HeartbeatSender:
         }
         self.isolation = isolation
         self.interval_s = interval_s
+        self.whole_every_s = WHOLE_EVERY_S
         self.snapshot = snapshot
         self._changed = threading.Condition()
         self._generation = 0
@@ -158,9 +176,28 @@ class HeartbeatSender:
         for thread in self._threads:
             thread.join(timeout_s)
 
-    def _message(self, sequence: int, *, leaving: bool = False) -> hb.HostHeartbeat:
+    def _message(
+        self, sequence: int, *, leaving: bool = False, sent: _Sent | None = None
+    ) -> hb.HostHeartbeat:
+        """The message numbered `sequence` of a stream. With `sent` (what the stream said so
+        far, updated here): whole if it is the stream's first or the last whole one is
+        `whole_every_s` old, else a delta against it."""
         sent_at = Timestamp()
         sent_at.FromDatetime(datetime.now(UTC))
+        registrations: list[pb.RegistrationState] = [] if leaving else self.snapshot()
+        removed: list[str] = []
+        delta = False
+        if sent is not None and not leaving:
+            now = time.monotonic()
+            current = {r.run_uid: r for r in registrations}
+            delta = sequence > 1 and now - sent.whole_at < self.whole_every_s
+            if delta:
+                removed = sorted(sent.states.keys() - current.keys())
+                # the host keeps one message per unchanged registration: identity says unchanged
+                registrations = [r for r in registrations if sent.states.get(r.run_uid) is not r]
+            else:
+                sent.whole_at = now
+            sent.states = current
         return hb.HostHeartbeat(
             host_id=self.identity["host_id"],
             host_uid=self.identity["host_uid"],
@@ -171,13 +208,16 @@ class HeartbeatSender:
             sequence=sequence,
             interval_ms=int(self.interval_s * 1000),
             sent_at=sent_at,
-            registrations=[] if leaving else self.snapshot(),
+            registrations=registrations,
             leaving=leaving,
+            delta=delta,
+            removed=removed,
         )
 
     def _messages(self, gateway: str = "") -> Iterator[hb.HostHeartbeat]:
         sequence = 0
         seen = -1
+        sent = _Sent()
         while True:
             with self._changed:
                 if not self._stopping and seen == self._generation:
@@ -190,7 +230,7 @@ class HeartbeatSender:
                 return
             with self._changed:
                 self._taken[gateway] = time.monotonic()
-            yield self._message(sequence)
+            yield self._message(sequence, sent=sent)
 
     def _run(self, gateway: str) -> None:
         backoff = 0.1

@@ -49,8 +49,8 @@ from runtime.service import (
     ALLOWED_ROLES,
     DEFAULT_ROLES,
     FunctionRuntimeService,
+    RegistrationStates,
     isolation_message,
-    registration_state,
 )
 from runtime.spawner import Spawner
 from runtime.tasks import Tasks
@@ -174,6 +174,7 @@ class RuntimeHost:
             on_change=self._registrations_changed,
             krm_concurrency=options.krm_concurrency,
         )
+        self.states = RegistrationStates(self.registry)  # what the watch and the heartbeats report
         self.tasks = Tasks(launcher=launcher)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
@@ -188,7 +189,7 @@ class RuntimeHost:
             host_uid=self.host_uid,
             runtime=options.runtime,
             interval_s=options.heartbeat_interval_s,
-            registrations=lambda: [registration_state(r) for r in self.registry.snapshot()],
+            registrations=self.states,
             running_tasks=self.tasks.running,
             isolation=self._isolation,
             gateways=self._gateway_links,
@@ -257,7 +258,7 @@ class RuntimeHost:
             invoke_address=self.invoke_address,
             interval_s=self.options.heartbeat_interval_s,
             tls=self.tls,
-            snapshot=lambda: [registration_state(r) for r in self.registry.snapshot()],
+            snapshot=self.states,
             isolation=isolation_message(self.in_force) if self.in_force is not None else None,
             discovery=GatewayDiscovery(interval_s=self.options.gateway_resolve_interval_s),
         )

@@ -377,6 +377,27 @@ def isolation_message(in_force: InForce) -> pb.HostIsolation:
     )
 
 
+class RegistrationStates:
+    """The host's registrations as messages, each built again only when it changed: the streams
+    that report them (route heartbeats, the supervision watch) tell an unchanged registration by
+    the identity of its message, so an idle host's beat costs a lookup per registration, not a
+    message. Safe to call from any thread (a race only builds a message twice)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._built: dict[str, tuple[tuple[object, ...], pb.RegistrationState]] = {}
+
+    def __call__(self) -> list[pb.RegistrationState]:
+        built = self._built
+        fresh: dict[str, tuple[tuple[object, ...], pb.RegistrationState]] = {}
+        for reg in self.registry.snapshot():
+            key = (reg.state, reg.in_flight, reg.last_activity, reg.assignment, reg.run)
+            held = built.get(reg.id)
+            fresh[reg.id] = held if held is not None and held[0] == key else (key, registration_state(reg))
+        self._built = fresh
+        return [state for _, state in fresh.values()]
+
+
 def registration_state(reg: Registration) -> pb.RegistrationState:
     state = pb.RegistrationState(
         run_uid=reg.run.run_uid,

@@ -102,7 +102,7 @@ class HostWatch:
             current = {r.registration_id: r for r in registrations}
             if delta:
                 removed = sorted(set(sent) - set(current))
-                registrations = [r for r in registrations if sent.get(r.registration_id) != r]
+                registrations = [r for r in registrations if _changed(sent.get(r.registration_id), r)]
             sent.clear()
             sent.update(current)
         return pb.HostReport(
@@ -153,3 +153,9 @@ class HostWatch:
         self.health.serving = False
         self.health.message = message
         self.changed()
+
+
+def _changed(before: pb.RegistrationState | None, now: pb.RegistrationState) -> bool:
+    """Whether a registration differs from what a stream reported (the host reuses an unchanged
+    registration's message: identity answers without comparing)."""
+    return before is not now and before != now

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from gateway.routes import MAX_FAILED_VERIFICATIONS, HeartbeatRefused, RouteCache
+from gateway.routes import MAX_FAILED_VERIFICATIONS, DeltaWithoutBase, HeartbeatRefused, RouteCache
 from kruntimes.assignments import Verifier
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
@@ -146,3 +146,70 @@ async def test_a_run_held_by_two_hosts_routes_to_the_live_highest_attempt(
     leaving.leaving = True
     await routes.apply(leaving, peer=HOST)
     assert routes.route(uid) is None and len(routes) == 0 and routes.hosts() == 0
+
+
+def delta(
+    host_uid: str, sequence: int, *changed: pb.RegistrationState, removed: tuple[str, ...] = ()
+) -> hb.HostHeartbeat:
+    message = beat(host_uid, *changed)
+    message.sequence, message.delta = sequence, True
+    message.removed.extend(removed)
+    return message
+
+
+async def test_a_delta_changes_only_what_it_names(pki: TestPKI, verifier: CountingVerifier) -> None:
+    """A stream's deltas cost what they name: an empty one renews the host, one with a new
+    registration checks that one, a removal takes exactly that route away."""
+    now = [0.0]
+    routes = RouteCache(verifier=verifier, clock=lambda: now[0])
+    host_uid = str(uuid.uuid4())
+    stream = object()
+    regs = [registration(pki, str(uuid.uuid4()), host_uid=host_uid) for _ in range(20)]
+    whole = beat(host_uid, *regs)
+    whole.sequence = 1
+    assert await routes.apply(whole, peer=HOST, stream=stream) == 0
+    kept = {r.run_uid: routes.route(r.run_uid) for r in regs}
+    now[0] = 2.5
+    assert await routes.apply(delta(host_uid, 2), peer=HOST, stream=stream, continues=True) == 0
+    now[0] = 5.0  # past the whole beat's expiry: the empty delta renewed it
+    assert all(routes.route(uid) is route for uid, route in kept.items())
+    added = registration(pki, str(uuid.uuid4()), host_uid=host_uid)
+    moved = registration(pki, regs[0].run_uid, host_uid=host_uid, attempt=2)
+    changes = delta(host_uid, 3, added, moved, removed=(regs[1].run_uid,))
+    assert await routes.apply(changes, peer=HOST, stream=stream, continues=True) == 0
+    assert verifier.calls == 22, "the two named registrations were checked, nothing else"
+    assert routes.route(added.run_uid) is not None
+    assert routes.route(regs[0].run_uid).attempt == 2  # type: ignore[union-attr]
+    assert routes.route(regs[1].run_uid) is None
+    assert all(routes.route(r.run_uid) is kept[r.run_uid] for r in regs[2:])
+    assert len(routes) == 20
+
+
+async def test_a_delta_without_its_base_is_refused_and_changes_nothing(
+    pki: TestPKI, verifier: CountingVerifier
+) -> None:
+    routes = RouteCache(verifier=verifier)
+    host_uid = str(uuid.uuid4())
+    stream, other = object(), object()
+    reg = registration(pki, str(uuid.uuid4()), host_uid=host_uid)
+    gone = delta(host_uid, 2, removed=(reg.run_uid,))
+    with pytest.raises(DeltaWithoutBase):  # the host is not known: nothing to apply it to
+        await routes.apply(gone, peer=HOST, stream=stream, continues=True)
+    whole = beat(host_uid, reg)
+    whole.sequence = 1
+    await routes.apply(whole, peer=HOST, stream=stream)
+    with pytest.raises(DeltaWithoutBase):  # a gap in the stream
+        await routes.apply(gone, peer=HOST, stream=stream, continues=False)
+    with pytest.raises(DeltaWithoutBase):  # another stream built what the cache holds
+        await routes.apply(gone, peer=HOST, stream=other, continues=True)
+    routes.drop(reg.run_uid, host_uid)  # the gateway changed the entry on its own
+    with pytest.raises(DeltaWithoutBase):
+        await routes.apply(delta(host_uid, 2), peer=HOST, stream=stream, continues=True)
+    await routes.apply(whole, peer=HOST, stream=stream)  # starting again, whole, mends it
+    assert routes.route(reg.run_uid) is not None
+    forger = delta(host_uid, 2, removed=(reg.run_uid,))
+    with pytest.raises(HeartbeatRefused):  # a delta is refused for another host like a whole beat
+        await routes.apply(
+            forger, peer=Identity.host(runtime="python", host_id="h-1"), stream=stream, continues=True
+        )
+    assert routes.route(reg.run_uid) is not None

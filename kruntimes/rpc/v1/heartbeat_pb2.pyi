@@ -4,9 +4,17 @@ isort:skip_file
 Host -> gateway heartbeats: the only source of the gateway's route cache.
 
 A host opens one Heartbeats stream per gateway and sends a HostHeartbeat at once on any
-registration change and otherwise every interval_ms. Each message is a full snapshot of the
-host's registrations (no deltas to reconcile). A gateway forgets a host that has been silent
-for three intervals, and forgets it at once when the stream ends with `leaving` set.
+registration change and otherwise every interval_ms. A stream's first message is whole: every
+registration of the host. Later ones are deltas (`delta`): the registrations added or changed
+since the stream's previous message, and the run uids of those removed (`removed`); a delta
+with neither says the host is alive and nothing changed. So what a gateway reads and applies
+per beat is what changed, not the host's registrations. Every so often a message is whole
+again, which mends anything the gateway dropped on its own (a route a host refused). A
+gateway that cannot apply a delta (a gap in `sequence`, or it no longer holds the host) ends
+the stream with FAILED_PRECONDITION; the host reconnects and starts whole. A gateway forgets
+a host that has been silent for three intervals, and forgets it at once when the stream ends
+with `leaving` set. Gateways must be upgraded before their hosts: one that predates deltas
+would take a delta for a whole snapshot.
 """
 
 from collections import abc as _abc
@@ -40,6 +48,8 @@ class HostHeartbeat(_message.Message):
     REGISTRATIONS_FIELD_NUMBER: _builtins.int
     LEAVING_FIELD_NUMBER: _builtins.int
     INVOKE_ADDRESS_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
     ISOLATION_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """stable name, e.g. python-0"""
@@ -57,10 +67,16 @@ class HostHeartbeat(_message.Message):
     """where the gateway sends invocations over the raw framed invoke protocol (host:port);
     empty from hosts without one: the gateway then calls InvokeFunction at `address`
     """
+    delta: _builtins.bool
+    """`registrations` holds only what changed since the previous message"""
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def registrations(self) -> _containers.RepeatedCompositeFieldContainer[_runtime_pb2.RegistrationState]: ...
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """with `delta`: the run uids no longer registered"""
+
     @_builtins.property
     def isolation(self) -> _runtime_pb2.HostIsolation:
         """how the host isolates its functions"""
@@ -78,11 +94,13 @@ class HostHeartbeat(_message.Message):
         registrations: _abc.Iterable[_runtime_pb2.RegistrationState] | None = ...,
         leaving: _builtins.bool = ...,
         invoke_address: _builtins.str = ...,
+        delta: _builtins.bool = ...,
+        removed: _abc.Iterable[_builtins.str] | None = ...,
         isolation: _runtime_pb2.HostIsolation | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["isolation", b"isolation", "sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "host_id", b"host_id", "host_uid", b"host_uid", "interval_ms", b"interval_ms", "invoke_address", b"invoke_address", "isolation", b"isolation", "leaving", b"leaving", "registrations", b"registrations", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "delta", b"delta", "host_id", b"host_id", "host_uid", b"host_uid", "interval_ms", b"interval_ms", "invoke_address", b"invoke_address", "isolation", b"isolation", "leaving", b"leaving", "registrations", b"registrations", "removed", b"removed", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,9 +4,17 @@ isort:skip_file
 Host -> gateway heartbeats: the only source of the gateway's route cache.
 
 A host opens one Heartbeats stream per gateway and sends a HostHeartbeat at once on any
-registration change and otherwise every interval_ms. Each message is a full snapshot of the
-host's registrations (no deltas to reconcile). A gateway forgets a host that has been silent
-for three intervals, and forgets it at once when the stream ends with `leaving` set.
+registration change and otherwise every interval_ms. A stream's first message is whole: every
+registration of the host. Later ones are deltas (`delta`): the registrations added or changed
+since the stream's previous message, and the run uids of those removed (`removed`); a delta
+with neither says the host is alive and nothing changed. So what a gateway reads and applies
+per beat is what changed, not the host's registrations. Every so often a message is whole
+again, which mends anything the gateway dropped on its own (a route a host refused). A
+gateway that cannot apply a delta (a gap in `sequence`, or it no longer holds the host) ends
+the stream with FAILED_PRECONDITION; the host reconnects and starts whole. A gateway forgets
+a host that has been silent for three intervals, and forgets it at once when the stream ends
+with `leaving` set. Gateways must be upgraded before their hosts: one that predates deltas
+would take a delta for a whole snapshot.
 """
 
 from collections import abc as _abc
