@@ -123,6 +123,15 @@ SIGNAL_BUDGET = timedelta(seconds=1.5)
 # before it processed that result recorded them in a task of its own, and such a history did not
 # replay. Runs started before keep asking where they did.
 PATCH_AT_START = "pool-patches-at-start"
+# Pools running this code continue as new once their run holds MAX_RUN_EVENTS events, not only
+# when the server suggests it (some 4,000 events with the dev server): a pool task the worker must
+# replay (an eviction, a task timed out on a loaded machine) replays the whole run, and 4,000
+# events of admissions took longer than the pool's task timeout, so the replayed task timed out
+# too and was replayed again: the pool, and every admission, stalled for tens of seconds at a
+# time (bench/scale.py). Earlier pools continue when the server suggests it. Asked for in the
+# first activation, with PATCH_AT_START.
+PATCH_BOUNDED_RUN = "pool-bounded-run"
+MAX_RUN_EVENTS = 1_000
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
@@ -150,6 +159,7 @@ class RuntimePoolWorkflow:
         self._park = False
         self._budget = False
         self._at_start = False  # PATCH_AT_START
+        self._bounded = False  # PATCH_BOUNDED_RUN
         self._index = admission.ReservationIndex()  # the reservations, by run uid and host
         self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
 
@@ -219,6 +229,7 @@ class RuntimePoolWorkflow:
         self._park = workflow.patched(PATCH_PARK_ANSWERS)
         self._budget = workflow.patched(PATCH_SIGNAL_BUDGET)
         self._at_start = workflow.patched(PATCH_AT_START)
+        self._bounded = workflow.patched(PATCH_BOUNDED_RUN)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
@@ -244,7 +255,7 @@ class RuntimePoolWorkflow:
             if self._housekeeping:
                 self._keep_hosts(outbox)
             await self._flush(outbox)
-            if workflow.info().is_continue_as_new_suggested() and not self._inbox:
+            if self._run_is_full() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 carried = await self._carried()
                 if self._at_start or workflow.patched(PATCH_HANDOVER_APART):
@@ -257,6 +268,14 @@ class RuntimePoolWorkflow:
                 workflow.continue_as_new(PoolInput(config=self.config, state=carried, pending=pending))
 
     # -- continue-as-new: the reservations of supervised hosts are kept by their HostWorkflows -----
+
+    def _run_is_full(self) -> bool:
+        """Whether this run should continue as new: the server suggests it, or (PATCH_BOUNDED_RUN)
+        it holds MAX_RUN_EVENTS events, so replaying it stays well within a task timeout."""
+        info = workflow.info()
+        if info.is_continue_as_new_suggested():
+            return True
+        return self._bounded and info.get_current_history_length() >= MAX_RUN_EVENTS
 
     async def _carried(self) -> PoolState:
         """The state to continue with: the reservations of every supervised host handed to its
