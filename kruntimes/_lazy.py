@@ -8,13 +8,26 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def loader(package: str, modules: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
+def loader(
+    package: str, modules: Mapping[str, str], namespace: dict[str, Any], *, rest: str | None = None
+) -> Callable[[str], Any]:
     """The `__getattr__` of ``package``: ``modules`` maps each name loaded on first use to the
-    module it comes from; a loaded name is kept in ``namespace`` (the package's globals), so it is
-    looked up there from then on."""
+    module it comes from; ``rest`` names a module whose ``__all__`` lists the package's other
+    exports, so that the list is written once, there (it is loaded by the first of those names,
+    and by the package's own ``__all__``). A loaded name is kept in ``namespace`` (the package's
+    globals), so it is looked up there from then on."""
+
+    def rest_exports() -> list[str]:
+        return list(importlib.import_module(rest).__all__) if rest is not None else []
 
     def __getattr__(name: str) -> Any:
+        if name == "__all__":
+            value: Any = sorted({*modules, *rest_exports()})
+            namespace[name] = value
+            return value
         module = modules.get(name)
+        if module is None and rest is not None and not name.startswith("_") and name in rest_exports():
+            module = rest
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)
