@@ -28,11 +28,7 @@ from workers.embedded import commands
 def _failed() -> kruntimes.RunFailed:
     run = prepare(Run.from_dict(manifest("a", namespace="team")))
     status = RunStatus(phase=RunPhase.Failed, message="no runtime 'x'")
-    return kruntimes.RunFailed(
-        kruntimes.RunObject(
-            apiVersion=run.apiVersion, kind=run.kind, metadata=run.metadata, spec=run.spec, status=status
-        )
-    )
+    return kruntimes.RunFailed(kruntimes.RunObject.of(run, status))
 
 
 ERRORS: list[tuple[BaseException, int, str]] = [

@@ -101,9 +101,7 @@ def test_apply_compares_spec_labels_and_uid() -> None:
 
 def test_a_run_object_prints_as_a_manifest_that_parses_back() -> None:
     run = prepare(Run.from_dict(manifest("x")))
-    obj = kruntimes.RunObject(
-        **{k: getattr(run, k) for k in ("apiVersion", "kind", "metadata", "spec")}, status=RunStatus()
-    )
+    obj = kruntimes.RunObject.of(run, RunStatus())
     document = obj.manifest()
     assert list(document) == ["apiVersion", "kind", "metadata", "spec", "status"]
     assert document["metadata"]["uid"] == run.metadata.uid
