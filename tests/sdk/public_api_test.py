@@ -79,7 +79,8 @@ def _printed(code: str) -> list[str]:
 
 def test_importing_kruntimes_stays_cheap_and_exports_client_lazily() -> None:
     code = (
-        "import sys, kruntimes; print('temporalio' in sys.modules, 'kruntimes.client' in sys.modules);"
+        "import sys, kruntimes; from kruntimes import logs, api;"  # submodules, asked of the package first
+        "print('temporalio' in sys.modules, 'kruntimes.client' in sys.modules);"
         "print(kruntimes.Client.__module__)"
     )
     assert _printed(code) == ["False", "False", "kruntimes.client"]
