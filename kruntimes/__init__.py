@@ -12,65 +12,15 @@ from typing import TYPE_CHECKING
 from kruntimes import _lazy
 
 if TYPE_CHECKING:
-    from kruntimes.api.run import Run
-    from kruntimes.client import (
-        Applied,
-        Busy,
-        Client,
-        ConfigError,
-        FunctionNotFound,
-        HostNotFound,
-        HostView,
-        InvocationFailed,
-        InvokeError,
-        InvokeResult,
-        KruntimesError,
-        NotReady,
-        OutcomeUnknown,
-        PayloadRejected,
-        RunAlreadyExists,
-        RunFailed,
-        RunNotFound,
-        RunObject,
-        SpecConflict,
-        Unauthorized,
-        WaitTimeout,
-    )
+    from kruntimes.api.run import Run as Run
 
-# Spelled out, as kruntimes.client's is (the same names and Run): a type checker takes re-exports
-# only from a literal __all__, and this module must not import kruntimes.client to read its list.
-# tests/sdk/public_api_test.py holds the two equal.
-__all__ = [
-    "Applied",
-    "Busy",
-    "Client",
-    "ConfigError",
-    "FunctionNotFound",
-    "HostNotFound",
-    "HostView",
-    "InvocationFailed",
-    "InvokeError",
-    "InvokeResult",
-    "KruntimesError",
-    "NotReady",
-    "OutcomeUnknown",
-    "PayloadRejected",
-    "Run",
-    "RunAlreadyExists",
-    "RunFailed",
-    "RunNotFound",
-    "RunObject",
-    "SpecConflict",
-    "Unauthorized",
-    "WaitTimeout",
-]
+    # kruntimes.client.__all__ is the one list of the SDK's names; the package exports them all.
+    from kruntimes.client import *  # noqa: F403
 
-# Each name → the module it is imported from: the Run model, else the SDK's facade.
-_LAZY: dict[str, str] = {name: "kruntimes.client" for name in __all__} | {"Run": "kruntimes.api.run"}
-
-
-__getattr__ = _lazy.loader(__name__, _LAZY, globals())
+# Run from the model; every name kruntimes.client.__all__ lists, from it (`__all__` included).
+__getattr__ = _lazy.loader(__name__, {"Run": "kruntimes.api.run"}, globals(), rest="kruntimes.client")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    exported: list[str] = __getattr__("__all__")
+    return sorted({*globals(), *exported})

@@ -56,7 +56,7 @@ from kruntimes.sdk.watch import POLL_INTERVAL_S
 if TYPE_CHECKING:
     import temporalio.client
 
-# Spelled out (kruntimes.__all__ repeats it, with Run): see kruntimes/__init__.py.
+# The one list of the SDK's names: kruntimes exports them (and Run) from it, on first use.
 __all__ = [
     "Applied",
     "Busy",

@@ -11,6 +11,7 @@ canonical UUID and every name a DNS-1123 label before anything touches a path or
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -118,6 +119,11 @@ def _run_ref(msg: pb.RunRef) -> RunRef:
     except ValueError as exc:
         raise errors.InvalidRequest(str(exc)) from exc
     return RunRef(msg.run_uid, msg.attempt, msg.namespace, msg.name, msg.runtime)
+
+
+def _run_fields(run: RunRef) -> dict[str, Any]:
+    """The fields of `run` as pb.RunRef names them (pb.RegistrationState has them too)."""
+    return dataclasses.asdict(run)
 
 
 def _config(msg: pb.FunctionConfig) -> FunctionConfig:
@@ -289,13 +295,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             fatal_error=reg.fatal_error,
             in_flight=reg.in_flight,
             last_activity=_timestamp(reg.last_activity),
-            run=pb.RunRef(
-                run_uid=reg.run.run_uid,
-                attempt=reg.run.attempt,
-                namespace=reg.run.namespace,
-                name=reg.run.name,
-                runtime=reg.run.runtime,
-            ),
+            run=pb.RunRef(**_run_fields(reg.run)),
             host_uid=self.registry.host_uid,
         )
 
@@ -400,11 +400,7 @@ class RegistrationStates:
 
 def registration_state(reg: Registration) -> pb.RegistrationState:
     state = pb.RegistrationState(
-        run_uid=reg.run.run_uid,
-        attempt=reg.run.attempt,
-        namespace=reg.run.namespace,
-        name=reg.run.name,
-        runtime=reg.run.runtime,
+        **_run_fields(reg.run),
         registration_id=reg.id,
         phase=_PHASES[reg.state],
         in_flight=reg.in_flight,

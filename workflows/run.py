@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -898,10 +899,5 @@ def _refused(err: BaseException | None) -> bool:
 
 
 def _no_retry_for(errors: list[str]) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=HOST_CALL_RETRY.initial_interval,
-        backoff_coefficient=HOST_CALL_RETRY.backoff_coefficient,
-        maximum_interval=HOST_CALL_RETRY.maximum_interval,
-        maximum_attempts=HOST_CALL_RETRY.maximum_attempts,
-        non_retryable_error_types=errors,
-    )
+    """HOST_CALL_RETRY, but never retrying `errors`."""
+    return dataclasses.replace(HOST_CALL_RETRY, non_retryable_error_types=errors)

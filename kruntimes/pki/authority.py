@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -61,6 +62,15 @@ MAX_SKEW = dt.timedelta(minutes=1)  # how far before issuance a certificate is v
 
 class AuthorityError(Exception):
     """The CA or a certificate directory cannot be read or written."""
+
+
+class IssueOptions(TypedDict, total=False):
+    """What `Authority.issue` takes beside the identity (and `write` hands on to it)."""
+
+    lifetime: dt.timedelta
+    dns_names: Iterable[str]
+    ip_addresses: Iterable[str]
+    now: dt.datetime | None
 
 
 @dataclass(frozen=True)
@@ -244,25 +254,20 @@ class Authority:
             not_after=not_after,
         )
 
-    def write(
-        self,
-        directory: Path,
-        identity: Identity,
-        *,
-        lifetime: dt.timedelta = DEFAULT_LIFETIME,
-        dns_names: Iterable[str] = (),
-        ip_addresses: Iterable[str] = (),
-        now: dt.datetime | None = None,
-    ) -> Issued:
-        """Issue a certificate for `identity` into the certificate directory `directory` (0700)."""
-        issued = self.issue(
-            identity, lifetime=lifetime, dns_names=dns_names, ip_addresses=ip_addresses, now=now
-        )
+    def write(self, directory: Path, identity: Identity, **options: Unpack[IssueOptions]) -> Issued:
+        """Issue a certificate for `identity` (as `issue` does) into the certificate directory
+        `directory` (0700)."""
+        issued = self.issue(identity, **options)
         private_directory(directory)
-        write_private(directory / TLS_KEY, issued.key_pem)
-        write_public(directory / TLS_CERT, issued.cert_pem)
-        write_public(directory / CA_CERT, self.bundle_pem)
+        files = self.directory_files(issued)
+        write_private(directory / TLS_KEY, files.pop(TLS_KEY))
+        for name, content in files.items():
+            write_public(directory / name, content)
         return issued
+
+    def directory_files(self, issued: Issued) -> dict[str, bytes]:
+        """The files of a certificate directory holding `issued`: name -> content (the key first)."""
+        return {TLS_KEY: issued.key_pem, TLS_CERT: issued.cert_pem, CA_CERT: self.bundle_pem}
 
     def renew_if_due(self, directory: Path, *, now: dt.datetime | None = None) -> Issued | None:
         """Re-issue the certificate in `directory` when it is `stale` (the same identity, names and

@@ -19,10 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kruntimes.pki.authority import (
-    CA_CERT,
     DEFAULT_LIFETIME,
-    TLS_CERT,
-    TLS_KEY,
     Authority,
     AuthorityError,
     AuthorityWatch,
@@ -82,12 +79,7 @@ class HostIssuer:
         """The same files as `issue` writes, in memory (for a Secret): name -> content."""
         authority = self.authority
         issued = authority.issue(Identity.host(runtime=runtime, host_id=host_id), lifetime=self.lifetime)
-        return {
-            TLS_CERT: issued.cert_pem,
-            TLS_KEY: issued.key_pem,
-            CA_CERT: authority.bundle_pem,
-            ASSIGNMENT_PUBLIC_KEY: self.assignment_public_key,
-        }
+        return {**authority.directory_files(issued), ASSIGNMENT_PUBLIC_KEY: self.assignment_public_key}
 
     def renew_due(self, directories: Iterable[Path], *, now: dt.datetime | None = None) -> int:
         """Re-issue the certificates due for renewal among `directories`; returns how many."""

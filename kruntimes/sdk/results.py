@@ -22,6 +22,21 @@ class RunObject(Run):
     created: datetime | None = Field(default=None, exclude=True)
     closed: bool = Field(default=False, exclude=True)
 
+    @classmethod
+    def of(
+        cls, run: Run, status: RunStatus, *, created: datetime | None = None, closed: bool = False
+    ) -> RunObject:
+        """The manifest `run` as the platform holds it, with `status`."""
+        return cls(
+            apiVersion=run.apiVersion,
+            kind=run.kind,
+            metadata=run.metadata,
+            spec=run.spec,
+            status=status,
+            created=created,
+            closed=closed,
+        )
+
     @property
     def name(self) -> str:
         return self.metadata.name

@@ -138,7 +138,7 @@ class Runs:
             )
         except WorkflowAlreadyStartedError as e:
             raise RunAlreadyExists(namespace, name) from e
-        return _object(run, RunStatus(), datetime.now(UTC), closed=False)
+        return RunObject.of(run, RunStatus(), created=datetime.now(UTC))
 
     async def apply(self, run: Run) -> Applied:
         """Create the Run unless a running one of that name has the same spec (then: a no-op)."""
@@ -175,8 +175,11 @@ class Runs:
             status = await self._query(handle, namespace=namespace, name=name)
         else:
             status = await self._final(handle, description, namespace=namespace, name=name)
-        return _object(
-            run, status, description.start_time, closed=description.status != WorkflowExecutionStatus.RUNNING
+        return RunObject.of(
+            run,
+            status,
+            created=description.start_time,
+            closed=description.status != WorkflowExecutionStatus.RUNNING,
         )
 
     async def status(self, name: str, namespace: str) -> RunStatus:
@@ -702,18 +705,6 @@ def _failed_status(cause: BaseException | None) -> RunStatus | None:
 def _first_attr(description: Any, key: str) -> str:
     values = (description.search_attributes or {}).get(key) or [""]
     return str(values[0])
-
-
-def _object(run: Run, status: RunStatus, created: datetime | None, *, closed: bool) -> RunObject:
-    return RunObject(
-        apiVersion=run.apiVersion,
-        kind=run.kind,
-        metadata=run.metadata,
-        spec=run.spec,
-        status=status,
-        created=created,
-        closed=closed,
-    )
 
 
 # Phases a Run always indexes (KrtPhase) in the task that enters them.

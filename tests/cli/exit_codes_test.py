@@ -10,29 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import kruntimes
 from kruntimes import cli, cli_commands, clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import ManifestError, Run
 from kruntimes.api.status import RunStatus
 from kruntimes.cli_parser import PASSTHROUGH, UsageError
-from kruntimes.client import (
-    Busy,
-    ConfigError,
-    FunctionNotFound,
-    InvocationFailed,
-    InvokeResult,
-    KruntimesError,
-    NotReady,
-    OutcomeUnknown,
-    PayloadRejected,
-    RunAlreadyExists,
-    RunFailed,
-    RunNotFound,
-    RunObject,
-    SpecConflict,
-    Unauthorized,
-    WaitTimeout,
-)
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.devserver import free_port
 from kruntimes.sdk.runs import prepare
@@ -42,14 +25,10 @@ from workers import krt
 from workers.embedded import commands
 
 
-def _failed() -> RunFailed:
+def _failed() -> kruntimes.RunFailed:
     run = prepare(Run.from_dict(manifest("a", namespace="team")))
     status = RunStatus(phase=RunPhase.Failed, message="no runtime 'x'")
-    return RunFailed(
-        RunObject(
-            apiVersion=run.apiVersion, kind=run.kind, metadata=run.metadata, spec=run.spec, status=status
-        )
-    )
+    return kruntimes.RunFailed(kruntimes.RunObject.of(run, status))
 
 
 ERRORS: list[tuple[BaseException, int, str]] = [
@@ -59,21 +38,21 @@ ERRORS: list[tuple[BaseException, int, str]] = [
         2,
         "spec.handler: wrong; metadata.name: bad",
     ),
-    (RunNotFound("team", "a"), 3, "`krt run list -n team`"),
-    (ConfigError("cannot reach Temporal at x: is `krt up` running?"), 4, "krt up"),
-    (RunAlreadyExists("default", "a"), 1, "`krt run delete a`"),
-    (SpecConflict("team", "a", ["spec.env"]), 1, "`krt run delete a -n team`"),
+    (kruntimes.RunNotFound("team", "a"), 3, "`krt run list -n team`"),
+    (kruntimes.ConfigError("cannot reach Temporal at x: is `krt up` running?"), 4, "krt up"),
+    (kruntimes.RunAlreadyExists("default", "a"), 1, "`krt run delete a`"),
+    (kruntimes.SpecConflict("team", "a", ["spec.env"]), 1, "`krt run delete a -n team`"),
     (_failed(), 1, "`krt run get a -n team -o yaml`"),
-    (WaitTimeout("still Pending"), 1, "still Pending"),
-    (Busy(429, "FunctionBusy", "busy", invocation_id="i", retry_after=2), 1, "retry in 2 s"),
-    (NotReady(503, "RunNotReady", "wait", invocation_id="i", retry_after=1), 1, "retry in 1 s"),
-    (Unauthorized(401, "Unauthenticated", "no", invocation_id="i"), 1, "KRT_TOKEN"),
-    (OutcomeUnknown(504, "InvocationTimeout", "late", invocation_id="i"), 1, "may have run"),
-    (FunctionNotFound(404, "RunNotFound", "gone", invocation_id="i"), 1, "RunNotFound"),
-    (PayloadRejected(413, "PayloadTooLarge", "big", invocation_id="i"), 1, "PayloadTooLarge"),
+    (kruntimes.WaitTimeout("still Pending"), 1, "still Pending"),
+    (kruntimes.Busy(429, "FunctionBusy", "busy", invocation_id="i", retry_after=2), 1, "retry in 2 s"),
+    (kruntimes.NotReady(503, "RunNotReady", "wait", invocation_id="i", retry_after=1), 1, "retry in 1 s"),
+    (kruntimes.Unauthorized(401, "Unauthenticated", "no", invocation_id="i"), 1, "KRT_TOKEN"),
+    (kruntimes.OutcomeUnknown(504, "InvocationTimeout", "late", invocation_id="i"), 1, "may have run"),
+    (kruntimes.FunctionNotFound(404, "RunNotFound", "gone", invocation_id="i"), 1, "RunNotFound"),
+    (kruntimes.PayloadRejected(413, "PayloadTooLarge", "big", invocation_id="i"), 1, "PayloadTooLarge"),
     (
-        InvocationFailed(
-            InvokeResult(
+        kruntimes.InvocationFailed(
+            kruntimes.InvokeResult(
                 invocationId="i",
                 status="HandlerError",
                 error={"type": "ValueError", "message": "boom"},
@@ -83,7 +62,7 @@ ERRORS: list[tuple[BaseException, int, str]] = [
         1,
         "the function failed: HandlerError: ValueError: boom (stderr: ValueError: boom)",
     ),  # fmt: skip
-    (KruntimesError("odd"), 1, "odd"),
+    (kruntimes.KruntimesError("odd"), 1, "odd"),
     (KeyboardInterrupt(), 130, "interrupted"),
     (RuntimeError("bug\nsecond line"), 1, "unexpected error: RuntimeError"),
 ]
@@ -176,7 +155,7 @@ def test_the_console_script_hands_every_other_command_to_the_sdk_cli(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async def fail(args: object) -> int:
-        raise RunNotFound("team", "a")
+        raise kruntimes.RunNotFound("team", "a")
 
     monkeypatch.setattr(cli_commands, "dispatch", fail)
     assert krt.run(["run", "get", "a", "-n", "team"]) == 3

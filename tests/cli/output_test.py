@@ -23,10 +23,7 @@ NOW = datetime(2030, 1, 1, tzinfo=UTC)
 def _run(name: str, phase: RunPhase = RunPhase.Ready, host: str | None = "python-0") -> RunObject:
     run = prepare(Run.from_dict(manifest(name)))
     status = RunStatus(phase=phase, attempt=1, assignedHost=host, assignedHostUID=host and "uid")
-    return RunObject(
-        apiVersion=run.apiVersion, kind=run.kind, metadata=run.metadata, spec=run.spec, status=status,
-        created=NOW - timedelta(seconds=75),
-    )  # fmt: skip
+    return RunObject.of(run, status, created=NOW - timedelta(seconds=75))
 
 
 def test_the_run_table_has_kubectl_columns_aligned() -> None:

@@ -25,7 +25,6 @@ from gateway.known import KnownRun
 from gateway.server import Gateway
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.pki import Identity
-from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.tls import TlsFiles
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
@@ -318,14 +317,22 @@ async def test_503_when_the_warm_process_cannot_restart(
     assert lines(path) == ["run"]  # the refused invocation never reached the function
 
 
-def _beat(
-    pki: TestPKI, *, host_id: str, host_uid: str, address: str, uid: str, attempt: int, registration_id: str
-) -> hb.HostHeartbeat:
-    """One host's snapshot holding one registration of `uid`, with its signed assignment."""
+async def _claim(
+    gateway: Gateway,
+    pki: TestPKI,
+    fn: Function,
+    *,
+    attempt: int,
+    host: tuple[str, str, str],
+    invoke_address: str | None = None,
+) -> None:
+    """Apply a snapshot of `host` (id, uid, address; signed for it) holding `attempt` of `fn`,
+    with its signed assignment: the gateway routes that attempt there from then on."""
+    host_id, host_uid, address = host
     held = registration(
-        pki, uid, host_id=host_id, host_uid=host_uid, attempt=attempt, registration_id=registration_id
+        pki, fn.uid, host_id=host_id, host_uid=host_uid, attempt=attempt, registration_id=fn.registration_id
     )
-    return heartbeat(
+    beat = heartbeat(
         host_id=host_id,
         host_uid=host_uid,
         address=address,
@@ -333,6 +340,9 @@ def _beat(
         interval_ms=60_000,
         registrations=[held],
     )
+    if invoke_address is not None:
+        beat.invoke_address = invoke_address
+    await gateway.routes.apply(beat, peer=Identity.host(runtime="python", host_id=host_id))
 
 
 @pytest.fixture
@@ -352,34 +362,28 @@ async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_drop
     await wait_route(gateway, fn.uid)
     # The gateway believes the host holds a newer attempt than it does (a snapshot claiming
     # attempt 2, signed for this host): the host's fence refuses the request, which never runs.
-    await gateway.routes.apply(
-        _beat(
-            pki,
-            host_id=main_host.host_id,
-            host_uid=main_host.host_uid,
-            address=main_host.address,
-            uid=fn.uid,
-            attempt=2,
-            registration_id=fn.registration_id,
-        ),
-        peer=Identity.host(runtime="python", host_id=main_host.host_id),
-    )
+    await _claim(gateway, pki, fn, attempt=2, host=(main_host.host_id, main_host.host_uid, main_host.address))
     stale = gateway.routes.route(fn.uid)
     assert stale is not None and stale.attempt == 2
     answer = await invoke(client, gateway, fn.uid, {"tag": "stale"})
     check_error(answer, 503, "RouteStale")
     retry_after(answer)
     assert gateway.routes.route(fn.uid) is None or gateway.routes.route(fn.uid) != stale  # dropped
-    await reassigned(gateway, main_host, path, fn, attempt=2)
-    assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
-        "slept": 0
-    }
-    assert lines(path) == ["real"]
+    await reassigned(gateway, client, main_host, path, fn, attempt=2)
 
 
-async def reassigned(gateway: Gateway, host: HostProcess, path: Path, fn: Function, *, attempt: int) -> None:
+async def reassigned(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    host: HostProcess,
+    path: Path,
+    fn: Function,
+    *,
+    attempt: int,
+) -> None:
     """Once the gateway has routed `attempt` of a Run, the host's earlier attempt is never routed
-    again, even from the host's next heartbeats: `fn` is registered at `attempt` on `host`."""
+    again, even from the host's next heartbeats: `fn` is registered at `attempt` on `host`, and
+    the next invocation is the first the function (recording into `path`) runs."""
     renewals: list[float] = []
 
     def beaten() -> bool:  # the host's entry is renewed by each beat it sends
@@ -393,6 +397,10 @@ async def reassigned(gateway: Gateway, host: HostProcess, path: Path, fn: Functi
     await host.register(gateway, RECORDED, env={"TEST_RECORD": str(path)}, uid=fn.uid, attempt=attempt)
     route = gateway.routes.route(fn.uid)
     assert route is not None and (route.attempt, route.host_uid) == (attempt, host.host_uid)
+    assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
+        "slept": 0
+    }
+    assert lines(path) == ["real"]
 
 
 async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_address(
@@ -408,18 +416,9 @@ async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_add
     # host's invoke port: the gateway expects the ghost's certificate there, finds the real host's
     # and sends nothing — 503, safe to retry, and the function never ran.
     ghost_uid = str(uuid.uuid4())
-    beat = _beat(
-        pki,
-        host_id="ghost",
-        host_uid=ghost_uid,
-        address=main_host.address,
-        uid=fn.uid,
-        attempt=2,
-        registration_id=fn.registration_id,
-    )
     assert real.invoke_address
-    beat.invoke_address = real.invoke_address
-    await gateway.routes.apply(beat, peer=Identity.host(runtime="python", host_id="ghost"))
+    ghost = ("ghost", ghost_uid, main_host.address)
+    await _claim(gateway, pki, fn, attempt=2, host=ghost, invoke_address=real.invoke_address)
     try:
         stale = gateway.routes.route(fn.uid)
         assert stale is not None and stale.host_uid == ghost_uid and stale.attempt == 2
@@ -429,11 +428,7 @@ async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_add
         assert lines(path) == []
     finally:
         gateway.routes.forget(ghost_uid)
-    await reassigned(gateway, main_host, path, fn, attempt=2)
-    assert (await invoke(client, gateway, fn.uid, {"tag": "real"})).expect(200).json["outputs"] == {
-        "slept": 0
-    }
-    assert lines(path) == ["real"]
+    await reassigned(gateway, client, main_host, path, fn, attempt=2)
 
 
 async def test_503_owner_unavailable_when_the_owner_refuses_the_connection(

@@ -15,6 +15,7 @@ from krm import config as fc
 from krm.pod import PodEvaluator
 from krm.store import Store
 from kruntimes.client import Client
+from tests import gated
 from tests.pki import TestPKI
 from tests.sdk.stack import Platform, start
 
@@ -23,18 +24,8 @@ RUNTIMES = [
     {"name": RUNTIME, "adapter": "krm", "runs": 16, "maxHosts": 2},
 ]
 
-# Makes a file in the directory STARTED, then waits (at most 60 s) until RELEASE exists, then
-# echoes its input and says which Run served it on stderr.
-GATED = """
-import os, pathlib, sys, time, uuid
-data = sys.stdin.read()
-pathlib.Path({started!r}, uuid.uuid4().hex).touch()
-release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
-while not release.exists() and time.monotonic() < deadline:
-    time.sleep(0.01)
-sys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])
-sys.stdout.write(data)
-"""
+# tests.gated's program, saying on stderr which Run served it.
+GATED = gated.GATED + 'import os\nsys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])\n'
 
 # Echoes, saying which Run served it.
 WHO = """

@@ -18,6 +18,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import krm as contract
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
+from tests import gated
 from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, serving
@@ -25,17 +26,6 @@ from tests.runtime_hosts import loopback_host
 from tests.waiting import wait_until
 
 CONCURRENCY = 2
-
-# Touches a file in STARTED, waits (at most 60 s) until RELEASE exists, echoes its input.
-GATED = """
-import pathlib, sys, time, uuid
-data = sys.stdin.read()
-pathlib.Path({started!r}, uuid.uuid4().hex).touch()
-release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
-while not release.exists() and time.monotonic() < deadline:
-    time.sleep(0.01)
-sys.stdout.write(data)
-"""
 
 # Holds an exclusive lock on the file its input names (it and the child it forks, both ignoring
 # SIGTERM), touches that name + ".started" and sleeps: the lock is free only when both are gone.
@@ -97,7 +87,7 @@ def in_threads(*calls: object) -> tuple[list[threading.Thread], dict[int, object
 
 def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: Host, scratch: Path) -> None:
     release = scratch / "release"
-    reg = register(krm_host, GATED.format(started=str(scratch), release=str(release)))
+    reg = register(krm_host, gated.GATED.format(started=str(scratch), release=str(release)))
     texts = [f"input-{i}-{uuid.uuid4().hex}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda t=t: invoke(krm_host, reg, t) for t in texts))
     try:

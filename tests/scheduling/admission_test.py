@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.scheduling import (
+from kruntimes.scheduling.admission import provider_name, select_provider
+from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
+from kruntimes.scheduling.model import (
     SHARED_POLICY,
     AssignToInstance,
     HostState,
@@ -17,10 +19,7 @@ from kruntimes.scheduling import (
     ScaleOutStatus,
     TenancyMode,
     TenantPolicy,
-    provider_name,
-    select_provider,
 )
-from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
 
 from .builders import DEDICATED_A, decide, dedicated, fill, host, hybrid, request, reservation, scale_out
 

@@ -6,7 +6,8 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kruntimes.scheduling import (
+from kruntimes.scheduling.admission import admit
+from kruntimes.scheduling.model import (
     SHARED_POLICY,
     AdmissionRequest,
     Decision,
@@ -18,7 +19,6 @@ from kruntimes.scheduling import (
     ScaleOutStatus,
     TenancyMode,
     TenantPolicy,
-    admit,
 )
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.scheduling import HostState, TenancyMode, TenantPolicy, candidates, free_slots
+from kruntimes.scheduling.admission import candidates, free_slots
+from kruntimes.scheduling.model import HostState, TenancyMode, TenantPolicy
 
 from .builders import dedicated, fill, host, hybrid, request, reservation
 

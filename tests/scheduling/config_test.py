@@ -15,7 +15,7 @@ from kruntimes.config import (
     load_config,
     parse_config,
 )
-from kruntimes.scheduling import SHARED_POLICY, TenancyMode, TenantPolicy
+from kruntimes.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
 
 
 def problems(data):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.scheduling import (
+from kruntimes.scheduling.admission import (
     ReservationConflict,
     ReservationIndex,
     admit,

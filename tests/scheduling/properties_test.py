@@ -11,18 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kruntimes.scheduling import (
-    AdmissionRequest,
-    AssignToInstance,
-    Host,
-    HostState,
-    QueueGlobally,
-    Reject,
-    RequestScaleOut,
-    Reservation,
-    ScaleOutReason,
-    ScaleOutRequest,
-    TenancyMode,
+from kruntimes.scheduling import model
+from kruntimes.scheduling.admission import (
     admit,
     candidates,
     next_from_queue,
@@ -44,22 +34,22 @@ TENANT_OF = dict(
     zip(RUNS, [None, "tenant-a", "tenant-b", "tenant-c", "tenant-s", "tenant-unknown"] * 2, strict=False)
 )
 SCOPES = [
-    (TenancyMode.Shared, None),
-    (TenancyMode.Dedicated, "tenant-a"),
-    (TenancyMode.Hybrid, "tenant-b"),
-    (TenancyMode.Hybrid, "tenant-c"),
-    (TenancyMode.Hybrid, None),  # unowned: never visible
-    (TenancyMode.Dedicated, "tenant-x"),
+    (model.TenancyMode.Shared, None),
+    (model.TenancyMode.Dedicated, "tenant-a"),
+    (model.TenancyMode.Hybrid, "tenant-b"),
+    (model.TenancyMode.Hybrid, "tenant-c"),
+    (model.TenancyMode.Hybrid, None),  # unowned: never visible
+    (model.TenancyMode.Dedicated, "tenant-x"),
 ]
 
 
 class Pool(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.hosts: dict[str, Host] = {}
-        self.reservations: tuple[Reservation, ...] = ()
-        self.queue: tuple[AdmissionRequest, ...] = ()
-        self.scale_outs: list[ScaleOutRequest] = []
+        self.hosts: dict[str, model.Host] = {}
+        self.reservations: tuple[model.Reservation, ...] = ()
+        self.queue: tuple[model.AdmissionRequest, ...] = ()
+        self.scale_outs: list[model.ScaleOutRequest] = []
         self.serial = 0
 
     def _uid(self, prefix: str) -> str:
@@ -75,7 +65,7 @@ class Pool(RuleBasedStateMachine):
         host_id=st.sampled_from(HOST_IDS),
         capacity=st.integers(1, 3),
         scope=st.sampled_from(SCOPES),
-        state=st.sampled_from(list(HostState)),
+        state=st.sampled_from(list(model.HostState)),
     )
     def add_host(self, host_id, capacity, scope, state):
         if host_id in self.hosts:
@@ -86,11 +76,11 @@ class Pool(RuleBasedStateMachine):
         )
 
     @precondition(lambda self: self.hosts)
-    @rule(data=st.data(), state=st.sampled_from(list(HostState)))
+    @rule(data=st.data(), state=st.sampled_from(list(model.HostState)))
     def change_host_state(self, data, state):
         host_id = data.draw(st.sampled_from(sorted(self.hosts)))
         old = self.hosts[host_id]
-        ready = state in (HostState.Ready, HostState.Draining, HostState.Terminating)
+        ready = state in (model.HostState.Ready, model.HostState.Draining, model.HostState.Terminating)
         self.hosts[host_id] = old._replace(
             state=state,
             address=old.address or f"{host_id}.local:1",
@@ -140,30 +130,30 @@ class Pool(RuleBasedStateMachine):
         queued = [q.runUid for q in self.queue]
         held = any(r.runUid == run for r in self.reservations)
         # A fresh request is only refused a slot when none fits; a queued one keeps its FIFO place.
-        if not isinstance(decision, AssignToInstance) and not held and run not in queued:
+        if not isinstance(decision, model.AssignToInstance) and not held and run not in queued:
             assert candidates(hosts=self._hosts(), reservations=self.reservations, request=req) == ()
-        if isinstance(decision, AssignToInstance):
+        if isinstance(decision, model.AssignToInstance):
             target = self.hosts[decision.hostId]
             assert target.hostUid == decision.hostUid
             self.reservations = reserve(reservations=self.reservations, request=req, host=target, at=T0)
-        elif isinstance(decision, QueueGlobally):
+        elif isinstance(decision, model.QueueGlobally):
             if run in queued:
                 assert decision.position == queued.index(run)
             else:
                 assert decision.position == len(queued)
                 self.queue = (*self.queue, req)
-        elif isinstance(decision, RequestScaleOut):
+        elif isinstance(decision, model.RequestScaleOut):
             assert run not in queued
             assert decision.position == len(queued)
-            existing = sum(1 for h in self.hosts.values() if h.state is not HostState.Lost)
+            existing = sum(1 for h in self.hosts.values() if h.state is not model.HostState.Lost)
             assert existing + len(self.scale_outs) < MAX_HOSTS
             self.queue = (*self.queue, req)
             self.scale_outs.append(
-                ScaleOutRequest(
+                model.ScaleOutRequest(
                     requestId=self._uid("so"),
                     runtime=RUNTIME,
                     provider=decision.provider,
-                    reason=ScaleOutReason.NoVisibleCapacity,
+                    reason=model.ScaleOutReason.NoVisibleCapacity,
                     slots=2,
                     tenant=decision.tenant,
                     policy=decision.policy,
@@ -172,7 +162,7 @@ class Pool(RuleBasedStateMachine):
                 )
             )
         else:
-            assert isinstance(decision, Reject)
+            assert isinstance(decision, model.Reject)
             assert run not in queued
             assert all(r.runUid != run for r in self.reservations)
 

@@ -6,11 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from kruntimes.scheduling import (
-    HostState,
+from kruntimes.scheduling.admission import (
     ReservationConflict,
-    ScaleOutStatus,
-    TenancyMode,
     assignment_overdue,
     free_slots,
     hosts_to_warm,
@@ -19,6 +16,7 @@ from kruntimes.scheduling import (
     reserve,
     withdraw,
 )
+from kruntimes.scheduling.model import HostState, ScaleOutStatus, TenancyMode
 
 from .builders import DEDICATED_A, T0, dedicated, fill, host, hybrid, request, reservation, scale_out
 

@@ -8,23 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import kruntimes
 from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.client import (
-    Busy,
-    Client,
-    ConfigError,
-    FunctionNotFound,
-    InvocationFailed,
-    InvokeError,
-    NotReady,
-    OutcomeUnknown,
-    PayloadRejected,
-    RunObject,
-    Unauthorized,
-)
 from kruntimes.clientconfig import ClientConfig
 from kruntimes.devserver import free_port
 from kruntimes.lifecycle import TASK_QUEUE
@@ -40,19 +28,19 @@ def _error_body(reason: str) -> bytes:
 @pytest.mark.parametrize(
     ("status", "kind"),
     [
-        (400, PayloadRejected),
-        (401, Unauthorized),
-        (403, Unauthorized),
-        (404, FunctionNotFound),
-        (413, PayloadRejected),
-        (429, Busy),
-        (502, OutcomeUnknown),
-        (503, NotReady),
-        (504, OutcomeUnknown),
-        (500, OutcomeUnknown),
+        (400, kruntimes.PayloadRejected),
+        (401, kruntimes.Unauthorized),
+        (403, kruntimes.Unauthorized),
+        (404, kruntimes.FunctionNotFound),
+        (413, kruntimes.PayloadRejected),
+        (429, kruntimes.Busy),
+        (502, kruntimes.OutcomeUnknown),
+        (503, kruntimes.NotReady),
+        (504, kruntimes.OutcomeUnknown),
+        (500, kruntimes.OutcomeUnknown),
     ],
 )
-def test_each_error_answer_raises_its_typed_error(status: int, kind: type[InvokeError]) -> None:
+def test_each_error_answer_raises_its_typed_error(status: int, kind: type[kruntimes.InvokeError]) -> None:
     with pytest.raises(kind) as caught:
         parse_answer(status, {"Retry-After": "3"}, _error_body("Why"), "ours")
     assert type(caught.value) is kind
@@ -60,10 +48,10 @@ def test_each_error_answer_raises_its_typed_error(status: int, kind: type[Invoke
 
 
 def test_busy_and_not_ready_carry_retry_after() -> None:
-    with pytest.raises(Busy) as busy:
+    with pytest.raises(kruntimes.Busy) as busy:
         parse_answer(429, {"Retry-After": "2"}, _error_body("FunctionBusy"), "x")
     assert busy.value.retry_after == 2.0
-    with pytest.raises(NotReady) as not_ready:
+    with pytest.raises(kruntimes.NotReady) as not_ready:
         parse_answer(503, {}, b"not json", "x")
     assert not_ready.value.retry_after == 1.0 and not_ready.value.reason == "HTTP503"
     assert not_ready.value.invocation_id == "x", "our id when the answer has none"
@@ -78,7 +66,7 @@ def test_a_handler_error_answer_is_invocation_failed_with_the_answer() -> None:
         "durationMs": 1.5,
         "error": {"type": "ValueError", "message": "boom"},
     }
-    with pytest.raises(InvocationFailed) as caught:
+    with pytest.raises(kruntimes.InvocationFailed) as caught:
         parse_answer(200, {}, json.dumps(body).encode(), "i")
     assert caught.value.result.stderr.data == "trace"
     assert str(caught.value) == "HandlerError: ValueError: boom"
@@ -113,9 +101,7 @@ def test_apply_compares_spec_labels_and_uid() -> None:
 
 def test_a_run_object_prints_as_a_manifest_that_parses_back() -> None:
     run = prepare(Run.from_dict(manifest("x")))
-    obj = RunObject(
-        **{k: getattr(run, k) for k in ("apiVersion", "kind", "metadata", "spec")}, status=RunStatus()
-    )
+    obj = kruntimes.RunObject.of(run, RunStatus())
     document = obj.manifest()
     assert list(document) == ["apiVersion", "kind", "metadata", "spec", "status"]
     assert document["metadata"]["uid"] == run.metadata.uid
@@ -123,25 +109,25 @@ def test_a_run_object_prints_as_a_manifest_that_parses_back() -> None:
 
 
 async def test_invoking_a_run_that_is_not_ready_fails_without_a_request() -> None:
-    async with Client(ClientConfig()) as client:
-        with pytest.raises(NotReady):
+    async with kruntimes.Client(ClientConfig()) as client:
+        with pytest.raises(kruntimes.NotReady):
             await client.invoke(RunStatus(phase=RunPhase.Scheduled), {})
-        with pytest.raises(FunctionNotFound) as finished:
+        with pytest.raises(kruntimes.FunctionNotFound) as finished:
             await client.invoke(RunStatus(phase=RunPhase.Failed), {})
     assert finished.value.reason == "RunFinished"
 
 
 async def test_an_unreachable_gateway_is_a_config_error() -> None:
     url = f"https://127.0.0.1:{free_port()}/v1/namespaces/default/runtimes/python/functions/u:invoke"
-    async with Client(ClientConfig()) as client:
-        with pytest.raises(ConfigError, match="cannot reach the gateway at https://127.0.0.1"):
+    async with kruntimes.Client(ClientConfig()) as client:
+        with pytest.raises(kruntimes.ConfigError, match="cannot reach the gateway at https://127.0.0.1"):
             await client.invoke(url, {"a": 1})
 
 
 async def test_an_unreachable_temporal_is_a_config_error_naming_krt_up() -> None:
     config = ClientConfig(temporalAddress=f"127.0.0.1:{free_port()}")
-    async with Client(config) as client:
-        with pytest.raises(ConfigError, match=r"cannot reach Temporal at .*is `krt up` running\?"):
+    async with kruntimes.Client(config) as client:
+        with pytest.raises(kruntimes.ConfigError, match=r"cannot reach Temporal at .*is `krt up` running\?"):
             await client.get("anything")
 
 

@@ -17,25 +17,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
 from activities.hosts.process import list_records, work_root
+from kruntimes import lifecycle
 from kruntimes.api.phases import RunPhase
 from kruntimes.hostlife import HostEnd
 from kruntimes.hosts import CreatedHost
-from kruntimes.lifecycle import (
-    SIGNAL_CANCEL,
-    SIGNAL_HOST_READY,
-    SIGNAL_PROVIDER_REPORT,
-    UPDATE_DELETE_HOST,
-    UPDATE_DRAIN_HOST,
-    HostActionInput,
-    HostActionResult,
-    HostInput,
-    HostReadySignal,
-    HostResult,
-    ProviderReport,
-    cleanup_workflow_id,
-    host_workflow_id,
-    pool_workflow_id,
-)
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import HostState
@@ -58,7 +43,7 @@ def record_of(platform: Platform, host_id: str) -> CreatedHost:
     return next(r for r in list_records(platform.state_dir) if r.hostId == host_id)
 
 
-async def host_ended(platform: Platform, host_id: str, timeout: float = 60.0) -> HostResult:
+async def host_ended(platform: Platform, host_id: str, timeout: float = 60.0) -> lifecycle.HostResult:
     return await asyncio.wait_for(host_handle(platform, host_id).result(), timeout)
 
 
@@ -111,10 +96,12 @@ async def test_a_provider_report_fences_only_the_incarnation_it_names(platform_f
         before = await platform.wait_phase(handle, RunPhase.Ready)
         await host_serving(platform, before.assignedHost)
         host = host_handle(platform, before.assignedHost)
-        older = ProviderReport(reason="OlderPodDeleted", hostUid=str(uuid.uuid4()))
-        await host.signal(SIGNAL_PROVIDER_REPORT, older)
-        current = ProviderReport(reason="PodDeleted", message="seen deleted", hostUid=before.assignedHostUID)
-        await host.signal(SIGNAL_PROVIDER_REPORT, current)
+        older = lifecycle.ProviderReport(reason="OlderPodDeleted", hostUid=str(uuid.uuid4()))
+        await host.signal(lifecycle.SIGNAL_PROVIDER_REPORT, older)
+        current = lifecycle.ProviderReport(
+            reason="PodDeleted", message="seen deleted", hostUid=before.assignedHostUID
+        )
+        await host.signal(lifecycle.SIGNAL_PROVIDER_REPORT, current)
 
         ended = await host_ended(platform, before.assignedHost)
         after = await ready_elsewhere(platform, handle, before.assignedHostUID)
@@ -175,7 +162,7 @@ async def test_idle_hosts_scale_in_down_to_the_warm_minimum(platform_factory) ->
         hosts = {s.assignedHost for s in statuses}
         assert len(hosts) == 2
         for h in handles:
-            await h.signal(SIGNAL_CANCEL)
+            await h.signal(lifecycle.SIGNAL_CANCEL)
         for h in handles:
             await platform.wait_phase(h, RunPhase.Cancelled)
 
@@ -202,19 +189,21 @@ async def test_a_host_stuck_before_ready_is_deleted_and_replaced_for_the_run_tha
         assert stuck.pid is not None
         os.kill(stuck.pid, signal.SIGSTOP)
         host = pool_host(stuck)
-        pool = platform.client.get_workflow_handle(pool_workflow_id(runtime))
-        await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId="injected", host=host))
+        pool = platform.client.get_workflow_handle(lifecycle.pool_workflow_id(runtime))
+        await pool.signal(
+            lifecycle.SIGNAL_HOST_READY, lifecycle.HostReadySignal(requestId="injected", host=host)
+        )
         await platform.client.start_workflow(
             "HostWorkflow",
-            HostInput(
+            lifecycle.HostInput(
                 host=host,
                 created=stuck,
-                poolWorkflowId=pool_workflow_id(runtime),
+                poolWorkflowId=lifecycle.pool_workflow_id(runtime),
                 stateDir=str(platform.state_dir),
                 watchIntervalSeconds=BEAT_S,
                 assignmentTimeoutSeconds=1.0,
             ),
-            id=host_workflow_id(runtime, stuck.hostId),
+            id=lifecycle.host_workflow_id(runtime, stuck.hostId),
             task_queue=platform.settings.run_task_queue,
         )
         try:
@@ -262,9 +251,9 @@ async def test_an_operator_drains_a_host_its_run_moves_and_the_host_is_deleted(p
         handle = await platform.start(run_manifest("moving", runtime=platform.runtime()))
         before = await platform.wait_phase(handle, RunPhase.Ready)
         drained = await host_handle(platform, before.assignedHost).execute_update(
-            UPDATE_DRAIN_HOST,
-            HostActionInput(message="maintenance", requestedBy="ops"),
-            result_type=HostActionResult,
+            lifecycle.UPDATE_DRAIN_HOST,
+            lifecycle.HostActionInput(message="maintenance", requestedBy="ops"),
+            result_type=lifecycle.HostActionResult,
         )
         assert drained.accepted and drained.state is HostState.Draining
         after = await ready_elsewhere(platform, handle, before.assignedHostUID)
@@ -287,7 +276,7 @@ async def test_an_operator_deletes_a_host_its_run_moves_once_it_is_gone(platform
         before = await platform.wait_phase(handle, RunPhase.Ready)
         record = record_of(platform, before.assignedHost)
         deleted = await host_handle(platform, before.assignedHost).execute_update(
-            UPDATE_DELETE_HOST, HostActionInput(), result_type=HostActionResult
+            lifecycle.UPDATE_DELETE_HOST, lifecycle.HostActionInput(), result_type=lifecycle.HostActionResult
         )
         assert deleted.accepted and deleted.state is HostState.Terminating
         assert record.pid is not None and not alive(record.pid), "acknowledged once it is gone"
@@ -305,9 +294,9 @@ async def test_cleanup_never_retries_against_a_host_proven_gone(platform_factory
         record = record_of(platform, before.assignedHost)
         assert record.pid is not None
         os.kill(record.pid, signal.SIGKILL)
-        await handle.signal(SIGNAL_CANCEL)  # before or after the loss is known: either way
+        await handle.signal(lifecycle.SIGNAL_CANCEL)  # before or after the loss is known: either way
         await platform.wait_phase(handle, RunPhase.Cancelled)
-        cleanup = platform.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid))  # type: ignore[arg-type]
+        cleanup = platform.client.get_workflow_handle(lifecycle.cleanup_workflow_id(run.metadata.uid))  # type: ignore[arg-type]
         await asyncio.wait_for(cleanup.result(), 30)
         attempts = [
             e.activity_task_started_event_attributes.attempt
