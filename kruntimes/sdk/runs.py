@@ -367,9 +367,9 @@ class Runs:
             if run is None:
                 raise RunNotFound(namespace, name)
             if status.phase in _wanted(run, until) or status.phase is RunPhase.Succeeded:
-                return _object(run, status, created, closed=closed)
+                return RunObject.of(run, status, created=created, closed=closed)
             if is_terminal(status.phase):
-                raise RunFailed(_object(run, status, created, closed=closed))
+                raise RunFailed(RunObject.of(run, status, created=created, closed=closed))
 
     @staticmethod
     def _wait_timeout(
