@@ -7,11 +7,14 @@ the launcher starts the entrypoint with posix_spawn, reports its end once nothin
 in the namespace, and the lane takes the next call. A call so costs no fork of the zygote, no
 namespace, no mounts and no cgroup migration: those are paid once per lane.
 
-A registration keeps its lanes (`Lanes`): as many as it had calls at once, started on demand,
-each ended after `LANE_IDLE_S` without a call (`sweep`), and all of them with the registration
-(`close`). A lane whose call timed out, was killed, or did not end clean (the launcher gone,
-stopped, or something of the call it could not end) is killed whole — its namespace, so the
-call's every process — and never used again; the next call starts a new lane.
+A registration keeps its lanes (`Lanes`): started on demand, one at a time (a call that finds
+none free while one is being started waits for whichever is free first: calls shorter than a
+lane's start share a few lanes instead of each starting its own), a krm registration's first
+when it registers; each ended after `LANE_IDLE_S` without a call (`sweep`), and all of them
+with the registration (`close`). A lane whose call timed out, was killed, or did not end
+clean (the launcher gone, stopped, or something of the call it could not end) is killed whole
+— its namespace, so the call's every process — and never used again; the next call starts a
+new lane.
 
 What the calls of one lane share is what the processes of one pod share: the function's
 uid, cgroup (memory, processes), workspace and private /tmp; never a process.
@@ -50,6 +53,7 @@ class Lane:
     exit: Exit
     ctl: socket.socket
     last_call: float
+    starting: bool = False  # started by a call that waits for it to start that call (`Lanes._take`)
 
     @property
     def alive(self) -> bool:
@@ -74,9 +78,11 @@ class Lanes:
         self._spawner = spawner
         self._spec = dataclasses.replace(spec, kind="launcher")
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._idle: list[Lane] = []
         self._all: set[Lane] = set()
         self._closed = False
+        self._starting = False  # a lane is being started and has not started a call yet
 
     def count(self) -> int:
         with self._lock:
@@ -93,29 +99,71 @@ class Lanes:
         """One call: `data` on stdin, wait for its end as `runtime.once.run_once` does for a
         process started directly (`on_start` gets the pid that kills it: its lane's)."""
         started = time.monotonic()
-        lane = self._take()
+        deadline = started + timeout_s
         try:
-            outcome = self._call(lane, data, started, timeout_s, stdout_limit, on_start)
-        except _NotTaken:
-            self._end(lane)
-            lane = self._take()  # once: a lane that died idle is no call's failure
+            lane = self._take(deadline)
             try:
-                outcome = self._call(lane, data, started, timeout_s, stdout_limit, on_start)
+                return self._call(lane, data, started, timeout_s, stdout_limit, on_start)
+            except _NotTaken:
+                self._end(lane)
+            finally:
+                self._started(lane)
+            lane = self._take(deadline)  # once more: a lane that died idle is no call's failure
+            try:
+                return self._call(lane, data, started, timeout_s, stdout_limit, on_start)
             except _NotTaken:
                 self._end(lane)
                 raise SpawnError("the function's launcher did not take the call") from None
-        return outcome
+            finally:
+                self._started(lane)
+        except TimeoutError:  # no lane was free in time: nothing of the call started
+            outcome = Outcome(Status.TIMED_OUT, exit_code=-9)
+            set_error(outcome, Status.TIMED_OUT, "Timeout", f"did not finish within {timeout_s:g}s")
+            outcome.duration_us = int((time.monotonic() - started) * 1e6)
+            return outcome
 
-    def _take(self) -> Lane:
-        with self._lock:
-            if self._closed:
-                raise SpawnError("the function is being unregistered")
-            while self._idle:
-                lane = self._idle.pop()
-                if lane.alive:
-                    return lane
-                self._forget(lane)
-        return self._start()
+    def prestart(self) -> None:
+        """Start a lane now, for the first call (a krm Run is called as soon as it is Ready)."""
+        lane = self._start()
+        self._give_back(lane)
+
+    def _take(self, deadline: float) -> Lane:
+        """An idle lane, or a new one. One lane is started at a time, and the next only once it
+        started its call: a call that waits meanwhile takes the first lane given back, so that
+        calls shorter than a lane's start share a few lanes instead of each starting its own."""
+        with self._changed:
+            while True:
+                if self._closed:
+                    raise SpawnError("the function is being unregistered")
+                while self._idle:
+                    lane = self._idle.pop()
+                    if lane.alive:
+                        return lane
+                    self._forget(lane)
+                if not self._starting:
+                    self._starting = True
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                self._changed.wait(remaining)
+        try:
+            lane = self._start()
+        except BaseException:
+            with self._changed:
+                self._starting = False
+                self._changed.notify_all()
+            raise
+        lane.starting = True
+        return lane
+
+    def _started(self, lane: Lane) -> None:
+        """The lane `_take` started has started its call, or will not: the next may be started."""
+        with self._changed:
+            if lane.starting:
+                lane.starting = False
+                self._starting = False
+                self._changed.notify_all()
 
     def _start(self) -> Lane:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -140,9 +188,10 @@ class Lanes:
 
     def _give_back(self, lane: Lane) -> None:
         lane.last_call = time.monotonic()
-        with self._lock:
+        with self._changed:
             if not self._closed and lane.alive:
                 self._idle.append(lane)
+                self._changed.notify()
                 return
         self._end(lane)
 
@@ -150,6 +199,7 @@ class Lanes:
         """(Under the lock.)"""
         self._all.discard(lane)
         lane.ctl.close()
+        self._changed.notify()  # a waiting call may start one instead
 
     def _end(self, lane: Lane) -> None:
         """Kill the lane (its namespace: everything of its calls) and forget it."""
@@ -169,9 +219,10 @@ class Lanes:
 
     def close(self) -> None:
         """End every lane (a call still in one ends with it) and wait for them, within bounds."""
-        with self._lock:
+        with self._changed:
             self._closed = True
             lanes, self._idle = list(self._all), []
+            self._changed.notify_all()
         for lane in lanes:
             self._end(lane)
         deadline = time.monotonic() + EXIT_GRACE_S
@@ -267,8 +318,10 @@ class Lanes:
             report = json.loads(message)
             if report["op"] == "started":
                 call.started = True
+                self._started(lane)
             elif report["op"] == "failed":  # as a direct start reports an exec that failed
                 call.started, call.code, call.clean = True, 127, True
+                self._started(lane)
                 outcome.stderr.feed(
                     f"kruntimes: function process failed to start: {report['error']}\n".encode()
                 )

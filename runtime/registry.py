@@ -232,10 +232,10 @@ class Registry:
     def _per_call(self, reg: Registration) -> None:
         """A function that starts a process per call (bash, krm): the seed planted with its
         identity would wait, two processes and their memory, for as long as the Run is
-        registered (500 idle bash Runs: 1,000 processes on one host). Its calls start lanes
-        when called, which end when idle; or each call is started directly."""
-        if reg.lease is not None and reg.lease.group is not None:
-            self.spawner.retire(reg.lease.group.procs_files)
+        registered (500 idle bash Runs: 1,000 processes on one host). Its calls run in lanes
+        started when it is called, which end when idle; or each call is started directly. A
+        krm Run is made to be called at once (by the pod evaluator): its first lane is
+        started now, from that seed, and ends like any other when idle."""
         spec = self._spec(reg, once=True)
         sandbox = spec.sandbox
         if self.lanes and sandbox is not None and sandbox.pid_namespace and sandbox.mount_namespace:
@@ -246,6 +246,13 @@ class Registry:
                         target=sweeper, args=(self._all_lanes, self._sweeping), name="lanes", daemon=True
                     )
                     self._sweeper.start()
+            if reg.config.adapter == krm_adapter.ADAPTER:
+                try:
+                    reg.lanes.prestart()
+                except SpawnError as exc:  # its first call starts one
+                    log.warning("could not start a lane ahead of the first call: %s", exc)
+        if reg.lease is not None and reg.lease.group is not None:
+            self.spawner.retire(reg.lease.group.procs_files)  # unused (or used) by now
 
     def _all_lanes(self) -> list[Lanes]:
         return [reg.lanes for reg in self.snapshot() if reg.lanes is not None]

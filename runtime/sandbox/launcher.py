@@ -146,15 +146,9 @@ def _scrub(contents: dict[str, tuple[int, frozenset[str]]]) -> bool:
 
 def _run(argv: list[str], env: dict[str, str], fds: list[int], restore: tuple[int, ...]) -> int | str:
     """Start one call's process; its pid, or why it did not start."""
+    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)]
     try:
-        return os.posix_spawn(
-            argv[0],
-            argv,
-            env,
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
-            setsid=True,
-            setsigdef=restore,
-        )
+        return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=restore)
     except OSError as exc:
         return f"{argv[0]}: {exc.strerror or exc}"
     finally:

@@ -43,7 +43,7 @@ status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlin
 print(json.dumps({
     "uid": os.getuid(), "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
     "pgid": os.getpgid(0), "capeff": int(status["CapEff"], 16), "nnp": int(status["NoNewPrivs"]),
-    "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+    "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0], "policy": os.sched_getscheduler(0),
 }))
 """
 
@@ -177,6 +177,7 @@ def test_each_call_runs_as_a_direct_start_would_and_calls_share_one_launcher(lan
         assert who["uid"] != 0 and who["capeff"] == 0 and who["nnp"] == 1
         assert who["sid"] == who["pid"] == who["pgid"], "each call leads a session of its own"
         assert who["fsize"] == FILE_LIMIT, "the host's limits hold for each call"
+        assert who["policy"] == os.SCHED_BATCH, "as every function process (runtime/zygote.py)"
     assert first["uid"] == second["uid"] and first["ppid"] == second["ppid"], "one launcher served both"
     assert first["pid"] != second["pid"]
     assert lanes_of(lane_host, reg).count() == 1
