@@ -17,7 +17,8 @@ clean (the launcher gone, stopped, or something of the call it could not end) is
 new lane.
 
 What the calls of one lane share is what the processes of one pod share: the function's
-uid, cgroup (memory, processes), workspace and private /tmp; never a process.
+uid, cgroup (memory, processes) and workspace; never a process, nor what a call left in the
+private /tmp and /dev/shm.
 """
 
 from __future__ import annotations

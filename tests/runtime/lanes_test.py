@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,8 +25,10 @@ from kruntimes.wire import krm as contract
 from runtime.lanes import LANE_IDLE_S, Lanes
 from runtime.limits import ProcessLimits
 from runtime.registry import Registration
+from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import processes_of
 from runtime.sandbox.policy import SandboxSettings
+from runtime.spawner import Exit, SpawnSpec
 from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.procs import alive
@@ -308,3 +311,50 @@ def test_the_launchers_die_when_the_host_is_killed(tmp_path: Path, pki: TestPKI)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class _Zygote:
+    """Stands in for the spawner: each spawn a new pid, which ends when killed."""
+
+    def __init__(self) -> None:
+        self.spawned: list[int] = []
+        self.killed: list[int] = []
+        self.exits: dict[int, Exit] = {}
+
+    def spawn(self, spec: SpawnSpec, fds: list[int]) -> tuple[int, Exit]:
+        assert spec.kind == "launcher" and len(fds) == 4
+        self.spawned.append(1000 + len(self.spawned))
+        self.exits[self.spawned[-1]] = Exit()
+        return self.spawned[-1], self.exits[self.spawned[-1]]
+
+    def kill(self, pid: int) -> None:
+        self.killed.append(pid)
+        self.exits[pid].set(-9)
+
+
+def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free() -> None:
+    zygote = _Zygote()
+    spec = SpawnSpec(
+        kind="exec",
+        cwd="/",
+        env={},
+        limits=ProcessLimits(),
+        argv=("/bin/true",),
+        sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
+    )
+    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    first = lanes._take(time.monotonic() + 5)
+    with pytest.raises(TimeoutError):  # the first has not started its call: no second start
+        lanes._take(time.monotonic() + 0.2)
+    assert zygote.spawned == [first.pid]
+    taken: list[object] = []
+    waiter = threading.Thread(target=lambda: taken.append(lanes._take(time.monotonic() + 30)))
+    waiter.start()
+    lanes._give_back(first)  # the first call ended before its lane's start was proven
+    waiter.join(30)
+    assert taken == [first] and zygote.spawned == [first.pid], "the waiting call took the free lane"
+    lanes._started(first)
+    second = lanes._take(time.monotonic() + 5)  # none free, none starting: a new one
+    assert second is not first and len(zygote.spawned) == 2
+    lanes.close()
+    assert set(zygote.killed) == {first.pid, second.pid}
