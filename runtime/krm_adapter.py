@@ -3,29 +3,42 @@ wrapper server would run it inside the function's pod.
 
 The handler is the entrypoint's command line (`kruntimes.api.names.krm_entrypoint`, resolved by
 `runtime.config.spawn_spec`: absolute, or a file of the function's source). Each
-invocation starts it as a one-shot process (the zygote, the function's sandbox, its limits, its
-process group killed at the end or at the timeout: `runtime.once.run_once`), writes the
-ResourceList of the payload to its stdin and answers its stdout, exit code and stderr by the
-contract of `kruntimes.wire.krm`. The exit code is data: a non-zero exit is a Succeeded
+invocation starts it as a one-shot process — in a lane of the function's sandbox
+(runtime/lanes.py), or where there is none straight from the zygote (`runtime.once.run_once`);
+either way under its limits, and everything it started killed at its end or at the timeout —,
+writes the ResourceList of the payload to its stdin and answers its stdout, exit code and
+stderr by the contract of `kruntimes.wire.krm`. The exit code is data: a non-zero exit is a Succeeded
 invocation whose outputs say so, and the caller (the pod evaluator) decides what it means.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from kruntimes.wire import krm as contract
 from runtime.capture import Capture
-from runtime.once import run_once
 from runtime.outcome import Outcome, Status, set_error
-from runtime.spawner import Spawner, SpawnSpec
 
 ADAPTER = "krm"
 
 
+class RunOnce(Protocol):
+    """How a process is started for one call and waited for (`runtime.lanes.Lanes.run`, or
+    `runtime.once.run_once` with its spawner and spec)."""
+
+    def __call__(
+        self,
+        data: bytes,
+        timeout_s: float,
+        *,
+        stdout_limit: int,
+        on_start: Callable[[int], None] | None = None,
+    ) -> Outcome: ...
+
+
 def invoke(
-    spawner: Spawner,
-    spec: SpawnSpec,
+    run: RunOnce,
     payload: bytes,
     timeout_s: float,
     *,
@@ -39,9 +52,7 @@ def invoke(
         outcome = Outcome(Status.HANDLER_ERROR)
         set_error(outcome, Status.HANDLER_ERROR, "InvalidPayload", str(exc))
         return outcome
-    outcome = run_once(
-        spawner, spec, stdin, timeout_s, stdout_limit=contract.MAX_STDOUT_BYTES, on_start=on_start
-    )
+    outcome = run(stdin, timeout_s, stdout_limit=contract.MAX_STDOUT_BYTES, on_start=on_start)
     if outcome.status is Status.TIMED_OUT:
         outcome.stdout = Capture()  # partial output is discarded
         return outcome

@@ -57,6 +57,13 @@ class Pump:
         self.ctl = ctl.fileno()
         self.poller.register(self.ctl, select.POLLIN)
 
+    def watch(self, fd: int) -> None:
+        """Let `fd` becoming readable end a `step` too (the caller reads it)."""
+        self.poller.register(fd, select.POLLIN)
+
+    def unwatch(self, fd: int) -> None:
+        self.poller.unregister(fd)
+
     def want_write(self, fd: int, data: bytes) -> None:
         self.writer, self.pending = fd, memoryview(data)
         self.poller.register(fd, select.POLLOUT | (select.POLLIN if fd == self.ctl else 0))

@@ -1,6 +1,8 @@
 """Function registrations keyed by Run UID: generations, fencing, idle clock, and how many
 invocations a registration takes at once: one, but a krm registration takes up to the host's
-`krm_concurrency` (each of its invocations is a one-shot process of its own)."""
+`krm_concurrency` (each of its invocations is a one-shot process of its own). A registration
+that starts a process per call (bash, krm) starts it in one of its lanes where its sandbox has
+a PID namespace (runtime/lanes.py), and straight from the zygote otherwise."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from runtime.errors import (
     UnknownRegistration,
 )
 from runtime.isolation import Lease
+from runtime.lanes import Lanes, sweeper
 from runtime.launch import Launcher
 from runtime.once import run_once
 from runtime.outcome import LoadFailed, Outcome, Status
@@ -112,8 +115,9 @@ class Registration:
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
     env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
     assignment: bytes = b""  # the serialized SignedAssignment it was registered with
-    # the one-shot processes of the invocations in flight (bash, krm)
+    # the one-shot processes of the invocations in flight (bash, krm): their lanes' pids
     once_pids: set[int] = field(default_factory=set)
+    lanes: Lanes | None = None  # where its calls run (bash, krm), when they run in lanes
 
     def __post_init__(self) -> None:
         self.busy = threading.Semaphore(self.capacity)
@@ -131,6 +135,7 @@ class Registry:
         host_uid: str,
         on_change: Callable[[], None] | None = None,
         krm_concurrency: int = DEFAULT_KRM_CONCURRENCY,
+        lanes: bool = True,
     ) -> None:
         if not 1 <= krm_concurrency <= MAX_KRM_CONCURRENCY:
             raise ValueError(f"krm_concurrency must be in [1, {MAX_KRM_CONCURRENCY}], got {krm_concurrency}")
@@ -145,6 +150,9 @@ class Registry:
         self._uid_locks: dict[str, threading.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # invocations that left the hot path
         self._closed = False
+        self.lanes = lanes  # per-call functions run their calls in lanes (where they can)
+        self._sweeping = threading.Event()
+        self._sweeper: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -204,11 +212,8 @@ class Registry:
             spec = self._spec(reg, once=False)
             if config.adapter == "python":
                 reg.process = WarmProcess.start(self.spawner, spec)
-            elif reg.lease is not None and reg.lease.group is not None:
-                # a process per call (bash, krm): the seed planted with this identity would wait,
-                # two processes and their memory, for as long as the Run is registered (500 idle
-                # bash Runs: 1,000 processes on one host). Each call is started directly.
-                self.spawner.retire(reg.lease.group.procs_files)
+            else:
+                self._per_call(reg)
         except LoadFailed as exc:
             self._close_registration(reg)
             raise HandlerLoadFailed(exc.kind, str(exc)) from exc
@@ -223,6 +228,34 @@ class Registry:
             # planted, its namespace and view built) while the function loads competes with it
             self.launcher.replenish()
         return reg
+
+    def _per_call(self, reg: Registration) -> None:
+        """A function that starts a process per call (bash, krm): the seed planted with its
+        identity would wait, two processes and their memory, for as long as the Run is
+        registered (500 idle bash Runs: 1,000 processes on one host). Its calls run in lanes
+        started when it is called, which end when idle; or each call is started directly. A
+        krm Run is made to be called at once (by the pod evaluator): its first lane is
+        started now, from that seed, and ends like any other when idle."""
+        spec = self._spec(reg, once=True)
+        sandbox = spec.sandbox
+        if self.lanes and sandbox is not None and sandbox.pid_namespace and sandbox.mount_namespace:
+            reg.lanes = Lanes(self.spawner, spec)
+            with self._lock:
+                if self._sweeper is None:
+                    self._sweeper = threading.Thread(
+                        target=sweeper, args=(self._all_lanes, self._sweeping), name="lanes", daemon=True
+                    )
+                    self._sweeper.start()
+            if reg.config.adapter == krm_adapter.ADAPTER:
+                try:
+                    reg.lanes.prestart()
+                except SpawnError as exc:  # its first call starts one
+                    log.warning("could not start a lane ahead of the first call: %s", exc)
+        if reg.lease is not None and reg.lease.group is not None:
+            self.spawner.retire(reg.lease.group.procs_files)  # unused (or used) by now
+
+    def _all_lanes(self) -> list[Lanes]:
+        return [reg.lanes for reg in self.snapshot() if reg.lanes is not None]
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:
         return self.launcher.spec(reg.run, reg.config, reg.workdir, lease=reg.lease, env=reg.env, once=once)
@@ -273,6 +306,9 @@ class Registry:
             if reg.process is not None:
                 reg.process.close()
                 reg.process = None
+            if reg.lanes is not None:
+                lanes, reg.lanes = reg.lanes, None
+                lanes.close()
             if reg.lease is not None:
                 lease, reg.lease = reg.lease, None
                 self.launcher.release(lease)
@@ -447,8 +483,12 @@ class Registry:
         self.on_change()
 
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
-        spec = self._spec(reg, once=True)
-
+        lanes = reg.lanes
+        run: krm_adapter.RunOnce = (
+            lanes.run
+            if lanes is not None
+            else functools.partial(run_once, self.spawner, self._spec(reg, once=True))
+        )
         mine: list[int] = []
 
         def started(pid: int) -> None:
@@ -457,15 +497,8 @@ class Registry:
 
         try:
             if reg.config.adapter == krm_adapter.ADAPTER:
-                return krm_adapter.invoke(self.spawner, spec, payload, timeout_s, on_start=started)
-            outcome = run_once(
-                self.spawner,
-                spec,
-                payload,
-                timeout_s,
-                stdout_limit=MAX_OUTPUTS_TOTAL_BYTES,
-                on_start=started,
-            )
+                return krm_adapter.invoke(run, payload, timeout_s, on_start=started)
+            outcome = run(payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started)
         except SpawnError as exc:
             raise HostUnavailable(str(exc)) from exc
         finally:
@@ -483,5 +516,6 @@ class Registry:
         with self._lock:
             self._closed = True
             regs = list(self._by_id.values())
+        self._sweeping.set()
         for reg in regs:
             self._teardown(reg, grace_s=0.0)

@@ -108,6 +108,10 @@ class HostOptions:
     health_listen: str | None = None
     # how many invocations a krm registration takes at once (each its own one-shot process)
     krm_concurrency: int = DEFAULT_KRM_CONCURRENCY
+    # the calls of a function that starts a process per call (bash, krm) run in lanes of its
+    # sandbox (runtime/lanes.py) where it has a PID namespace; False: each call started by the
+    # zygote (for comparisons)
+    lanes: bool = True
 
 
 class HostConfigError(Exception):
@@ -173,6 +177,7 @@ class RuntimeHost:
             host_uid=self.host_uid,
             on_change=self._registrations_changed,
             krm_concurrency=options.krm_concurrency,
+            lanes=options.lanes,
         )
         self.states = RegistrationStates(self.registry)  # what the watch and the heartbeats report
         self.tasks = Tasks(launcher=launcher)

@@ -31,7 +31,7 @@ class SpawnError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SpawnSpec:
-    kind: str  # "python" (warm), "python-once" or "exec"
+    kind: str  # "python" (warm), "python-once", "exec" or "launcher" (runtime/lanes.py)
     cwd: str
     env: dict[str, str]
     limits: ProcessLimits

@@ -40,7 +40,7 @@ from typing import Any
 
 from runtime import limits
 from runtime.adapters import python_worker
-from runtime.sandbox import child, fsview, syscalls
+from runtime.sandbox import child, fsview, launcher, syscalls
 
 MAX_MESSAGE = 256 * 1024
 # A seed plants (namespaces, view, the fork of its function process) at the lowest priority, so
@@ -103,6 +103,10 @@ def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
         child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
     if spec["kind"] == "exec":
         os.execve(spec["argv"][0], spec["argv"], env)
+    if spec["kind"] == "launcher":  # starts the function's processes, a call at a time
+        private = sandbox is not None and sandbox.mount_namespace
+        scratch = launcher.SCRATCH if private else ()
+        return launcher.serve(ctl_fd=CTL_FD, argv=list(spec["argv"]), env=env, scratch=scratch)
     return python_worker.main(
         ctl_fd=CTL_FD,
         workdir=spec["cwd"],

@@ -1,0 +1,360 @@
+"""Lanes (runtime/lanes.py): the calls of a krm function run one at a time in a call launcher
+inside the function's sandbox. Each call still gets everything a directly started process got
+(its uid, no capabilities, no_new_privs, its limits, a session of its own), nothing of a call
+outlives it, a timeout ends the call's every process, the launchers end with their
+registration and with the host, and a call that attacks its launcher harms only itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.wire import krm as contract
+from runtime.lanes import LANE_IDLE_S, Lanes
+from runtime.limits import ProcessLimits
+from runtime.registry import Registration
+from runtime.sandbox.child import SandboxSpec
+from runtime.sandbox.identity import processes_of
+from runtime.sandbox.policy import SandboxSettings
+from runtime.spawner import Exit, SpawnSpec
+from tests.locks import lock_free
+from tests.pki import TestPKI
+from tests.procs import alive
+from tests.runtime.conftest import Host, inline, serving
+from tests.runtime_hosts import loopback_host
+from tests.waiting import wait_until
+
+FILE_LIMIT = 16 * 1024 * 1024
+
+# What the call's process is: its ids, session, capabilities and limits.
+WHO = """
+import json, os, resource, sys
+sys.stdin.read()
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+print(json.dumps({
+    "uid": os.getuid(), "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
+    "pgid": os.getpgid(0), "capeff": int(status["CapEff"], 16), "nnp": int(status["NoNewPrivs"]),
+    "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0], "policy": os.sched_getscheduler(0),
+}))
+"""
+
+# What the call finds in its scratch directories, then leaves something in each.
+SCRATCH = """
+import json, os, sys
+sys.stdin.read()
+print(json.dumps(sorted(os.listdir("/tmp")) + sorted(os.listdir("/dev/shm"))))
+open("/tmp/left", "w").close()
+os.mkdir("/dev/shm/dir")
+open("/dev/shm/dir/file", "w").close()
+"""
+
+# Leaves a grandchild in a session of its own that ignores SIGTERM and holds a lock on the
+# file its input names (and the call's stdout), and answers once that one holds it.
+LEFTOVER = """
+import fcntl, os, signal, sys, time
+name = sys.stdin.read().strip()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        lock = open(name, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        open(name + ".started", "w").close()
+        time.sleep(60)
+    os._exit(0)
+while not os.path.exists(name + ".started"):
+    time.sleep(0.01)
+sys.stdout.write("left")
+"""
+
+# Holds a lock on the file its input names (it and its child, both ignoring SIGTERM), sleeps.
+HOLDER = """
+import fcntl, os, pathlib, signal, sys, time
+name = sys.stdin.read().strip()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = open(name, "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+os.fork()
+pathlib.Path(name + ".started").touch()
+time.sleep(60)
+"""
+
+# Does to its launcher (its parent) what its input says, then echoes "done".
+ATTACK = """
+import ctypes, os, signal, sys, time
+what = sys.stdin.read().strip()
+launcher = os.getppid()
+if what == "kill":
+    os.kill(launcher, signal.SIGKILL)
+    time.sleep(5)
+elif what == "stop":
+    os.kill(launcher, signal.SIGSTOP)
+elif what == "signals":
+    for sig in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE",
+                "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGXCPU", "SIGVTALRM", "SIGPROF", "SIGIO"):
+        os.kill(launcher, getattr(signal, sig))
+    time.sleep(0.2)
+elif what == "ptrace":
+    libc = ctypes.CDLL(None, use_errno=True)
+    attached = libc.ptrace(16, launcher, None, None)  # PTRACE_ATTACH
+    errors = [ctypes.get_errno() if attached != 0 else 0]
+    try:
+        open(f"/proc/{launcher}/mem", "rb").read(1)
+        errors.append(0)
+    except OSError as e:
+        errors.append(e.errno)
+    sys.stdout.write(" ".join(map(str, errors)) + " ")
+sys.stdout.write("done")
+"""
+
+
+@pytest.fixture(scope="module")
+def lane_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp("lane-host"),
+        host_id="lanes-0",
+        runtime="krm",
+        limits=ProcessLimits(file_size_bytes=FILE_LIMIT),
+        sandbox=SandboxSettings(shared=(str(shared),)),
+        krm_concurrency=2,
+    )
+    with serving(runtime, pki) as served:
+        in_force = served.runtime.in_force
+        if in_force is None or not in_force.pid_namespace:
+            pytest.skip("this host makes no PID namespaces: each call is started by the zygote")
+        yield served
+
+
+def register(host: Host, body: str) -> str:
+    return host.register(body, adapter="krm", handler=f"{sys.executable} main.py").registration_id
+
+
+def call(host: Host, reg: str, text: str = "", *, timeout_ms: int = 60_000) -> pb.InvokeFunctionResponse:
+    return host.invoke(reg, contract.encode_request(text.encode()), timeout_ms=timeout_ms)
+
+
+def answer(host: Host, reg: str, text: str = "", *, timeout_ms: int = 60_000) -> tuple[int, bytes]:
+    """(exit code, stdout) of one call that the host answered."""
+    got = call(host, reg, text, timeout_ms=timeout_ms)
+    assert got.status == pb.INVOCATION_STATUS_SUCCEEDED, got
+    exit_code, stdout, _written = contract.decode_outputs(json.loads(got.outputs_json))
+    return exit_code, stdout or b""
+
+
+def registration(host: Host, reg: str) -> Registration:
+    found = host.runtime.registry.get(reg)
+    assert found is not None
+    return found
+
+
+def lanes_of(host: Host, reg: str) -> Lanes:
+    lanes = registration(host, reg).lanes
+    assert lanes is not None, "a krm function with a PID namespace runs its calls in lanes"
+    return lanes
+
+
+def launchers(host: Host, reg: str) -> set[int]:
+    """The processes of the function's uid (between calls: its launchers alone)."""
+    lease = registration(host, reg).lease
+    assert lease is not None and lease.uid is not None
+    return set(processes_of(lease.uid))
+
+
+def test_each_call_runs_as_a_direct_start_would_and_calls_share_one_launcher(lane_host: Host) -> None:
+    reg = register(lane_host, WHO)
+    first, second = (json.loads(answer(lane_host, reg)[1]) for _ in range(2))
+    for who in (first, second):
+        assert who["uid"] != 0 and who["capeff"] == 0 and who["nnp"] == 1
+        assert who["sid"] == who["pid"] == who["pgid"], "each call leads a session of its own"
+        assert who["fsize"] == FILE_LIMIT, "the host's limits hold for each call"
+        assert who["policy"] == os.SCHED_BATCH, "as every function process (runtime/zygote.py)"
+    assert first["uid"] == second["uid"] and first["ppid"] == second["ppid"], "one launcher served both"
+    assert first["pid"] != second["pid"]
+    assert lanes_of(lane_host, reg).count() == 1
+
+
+def test_each_call_finds_empty_scratch_directories(lane_host: Host) -> None:
+    reg = register(lane_host, SCRATCH)
+    first, second = (json.loads(answer(lane_host, reg)[1]) for _ in range(2))
+    assert first == second, "what the first call left is gone; what the view put there stays"
+    assert not {"left", "dir"} & set(second)
+    assert lanes_of(lane_host, reg).count() == 1
+
+
+def test_what_a_call_leaves_running_is_gone_before_its_answer(lane_host: Host, scratch: Path) -> None:
+    reg = register(lane_host, LEFTOVER)
+    lock = scratch / "leftover"
+    assert answer(lane_host, reg, str(lock)) == (0, b"left")
+    assert lock_free(lock), "the double-forked grandchild ignoring SIGTERM is gone when the call answers"
+    again = scratch / "again"
+    assert answer(lane_host, reg, str(again)) == (0, b"left"), "the lane takes the next call"
+    assert lock_free(again)
+    assert lanes_of(lane_host, reg).count() == 1
+
+
+def test_a_timeout_ends_every_process_of_the_call_and_the_next_call_gets_a_new_lane(
+    lane_host: Host, scratch: Path
+) -> None:
+    reg = register(lane_host, HOLDER)
+    lock = scratch / "holder"
+    got = call(lane_host, reg, str(lock), timeout_ms=1500)
+    assert got.status == pb.INVOCATION_STATUS_TIMED_OUT, got
+    assert (scratch / "holder.started").exists()
+    assert wait_until(lambda: lock_free(lock), within=10), "the call and its child are gone"
+    follow = scratch / "follow"
+    got = call(lane_host, reg, str(follow), timeout_ms=1500)
+    assert got.status == pb.INVOCATION_STATUS_TIMED_OUT, "a new lane took it"
+    assert wait_until(lambda: lock_free(follow), within=10)
+
+
+def test_launchers_end_when_idle_and_with_their_registration(lane_host: Host) -> None:
+    reg = register(lane_host, WHO)
+    answer(lane_host, reg)
+    lanes = lanes_of(lane_host, reg)
+    idle = launchers(lane_host, reg)
+    assert len(idle) == 1, "between calls the launcher is the function's only process"
+    lanes.sweep(time.monotonic() + LANE_IDLE_S)
+    assert lanes.count() == 0 and wait_until(lambda: not any(alive(p) for p in idle))
+    answer(lane_host, reg)
+    running = launchers(lane_host, reg)
+    assert len(running) == 1 and lanes.count() == 1
+    lane_host.stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg))
+    assert wait_until(lambda: not any(alive(p) for p in running)), "the launcher ends with the lease"
+
+
+@pytest.mark.parametrize("attack", ["kill", "stop"])
+def test_a_call_that_kills_or_stops_its_launcher_fails_alone(lane_host: Host, attack: str) -> None:
+    reg = register(lane_host, ATTACK)
+    assert answer(lane_host, reg, "nothing") == (0, b"done")
+    got = call(lane_host, reg, attack, timeout_ms=3000)
+    if attack == "kill":  # ended with its namespace, as a process killed by SIGKILL
+        assert got.status == pb.INVOCATION_STATUS_SUCCEEDED, got
+        assert contract.decode_outputs(json.loads(got.outputs_json))[0] == 137
+    else:  # its end is never reported
+        assert got.status == pb.INVOCATION_STATUS_TIMED_OUT, got
+    assert answer(lane_host, reg, "nothing") == (0, b"done"), "the next call gets a new lane"
+    assert lanes_of(lane_host, reg).count() == 1
+
+
+def test_a_call_cannot_signal_away_or_trace_its_launcher(lane_host: Host) -> None:
+    reg = register(lane_host, ATTACK)
+    assert answer(lane_host, reg, "nothing") == (0, b"done")
+    before = launchers(lane_host, reg)
+    assert answer(lane_host, reg, "signals") == (0, b"done")
+    code, out = answer(lane_host, reg, "ptrace")
+    attach_errno, mem_errno, done = out.decode().split()
+    assert code == 0 and done == "done"
+    assert int(attach_errno) != 0 and int(mem_errno) != 0, "the launcher is not dumpable"
+    assert launchers(lane_host, reg) == before, "the same launcher took every call"
+
+
+def test_the_launchers_die_when_the_host_is_killed(tmp_path: Path, pki: TestPKI) -> None:
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers.host", "--host-id", "lanes-1", "--runtime", "krm"]
+        + [
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--ready-file",
+            str(ready),
+            *pki.host_args("lanes-1", "krm"),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(ready.exists, within=30), "host never wrote its ready file"
+        info = json.loads(ready.read_text())
+        run = pb.RunRef(run_uid=str(uuid.uuid4()), attempt=1, namespace="default", name="who", runtime="krm")
+        signed = pki.sign(
+            run_uid=run.run_uid,
+            attempt=1,
+            host_id="lanes-1",
+            host_uid=info["hostUid"],
+            name="who",
+            runtime="krm",
+        )
+        config = pb.FunctionConfig(
+            adapter="krm", handler=f"{sys.executable} main.py", inline=inline({"main.py": WHO})
+        )
+        with pki.channel(info["address"], as_=pki.control_plane) as channel:
+            reg = pb_grpc.FunctionRuntimeStub(channel).RegisterFunction(
+                pb.RegisterFunctionRequest(run=run, config=config, assignment=signed), timeout=30
+            )
+        with pki.channel(info["address"], as_=pki.gateway) as channel:
+            got = pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
+                pb.InvokeFunctionRequest(
+                    registration_id=reg.registration_id, payload=contract.encode_request(b"")
+                ),
+                timeout=30,
+            )
+        who = json.loads(contract.decode_outputs(json.loads(got.outputs_json))[1] or b"{}")
+        if who["ppid"] != 2:
+            pytest.skip("this host makes no PID namespaces: no launcher")
+        assert wait_until(lambda: len(processes_of(who["uid"])) == 1), "its launcher waits for calls"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert wait_until(lambda: processes_of(who["uid"]) == []), "the launcher must not outlive the host"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class _Zygote:
+    """Stands in for the spawner: each spawn a new pid, which ends when killed."""
+
+    def __init__(self) -> None:
+        self.spawned: list[int] = []
+        self.killed: list[int] = []
+        self.exits: dict[int, Exit] = {}
+
+    def spawn(self, spec: SpawnSpec, fds: list[int]) -> tuple[int, Exit]:
+        assert spec.kind == "launcher" and len(fds) == 4
+        self.spawned.append(1000 + len(self.spawned))
+        self.exits[self.spawned[-1]] = Exit()
+        return self.spawned[-1], self.exits[self.spawned[-1]]
+
+    def kill(self, pid: int) -> None:
+        self.killed.append(pid)
+        self.exits[pid].set(-9)
+
+
+def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free() -> None:
+    zygote = _Zygote()
+    spec = SpawnSpec(
+        kind="exec",
+        cwd="/",
+        env={},
+        limits=ProcessLimits(),
+        argv=("/bin/true",),
+        sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
+    )
+    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    first = lanes._take(time.monotonic() + 5)
+    with pytest.raises(TimeoutError):  # the first has not started its call: no second start
+        lanes._take(time.monotonic() + 0.2)
+    assert zygote.spawned == [first.pid]
+    taken: list[object] = []
+    waiter = threading.Thread(target=lambda: taken.append(lanes._take(time.monotonic() + 30)))
+    waiter.start()
+    lanes._give_back(first)  # the first call ended before its lane's start was proven
+    waiter.join(30)
+    assert taken == [first] and zygote.spawned == [first.pid], "the waiting call took the free lane"
+    lanes._started(first)
+    second = lanes._take(time.monotonic() + 5)  # none free, none starting: a new one
+    assert second is not first and len(zygote.spawned) == 2
+    lanes.close()
+    assert set(zygote.killed) == {first.pid, second.pid}
