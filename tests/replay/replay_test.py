@@ -82,6 +82,22 @@ def test_the_pool_handover_has_recorded_histories() -> None:
     assert {p.stem for p in FILES} >= {"pool_slots_handed_over", "pool_slots_read_back", "host_slots"}
 
 
+def test_the_pool_with_its_run_bounded_has_recorded_histories() -> None:
+    """The handover of a pool that decided pool-bounded-run in its first activation (continuing
+    as new at MAX_RUN_EVENTS as well as when the server suggests it), its next run and the
+    HostWorkflow it handed the slots to (record.py scale, recorded with that code: *_bounded)."""
+    names = {"pool_slots_handed_over_bounded", "pool_slots_read_back_bounded", "host_slots_bounded"}
+    assert {p.stem for p in FILES} >= names
+    marker = b'"id":"pool-bounded-run"'
+    handed = json.loads((HISTORIES / "pool_slots_handed_over_bounded.json").read_text())
+    patches = [
+        base64.b64decode(e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]["data"])
+        for e in handed["events"]
+        if e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_patch"
+    ]
+    assert any(marker in p for p in patches), "the pool asked for pool-bounded-run"
+
+
 def test_the_handover_apart_and_slow_registrations_have_recorded_histories() -> None:
     """A pool that continued as new in a task after its handover's (record.py apart), and Runs
     whose registration outlasted their workflow task and went to an ordinary activity, after the
