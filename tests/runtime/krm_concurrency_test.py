@@ -19,6 +19,7 @@ from kruntimes.wire import krm as contract
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import SandboxSettings
 from tests import gated
+from tests.gated import HOLDER
 from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, serving
@@ -26,19 +27,6 @@ from tests.runtime_hosts import loopback_host
 from tests.waiting import wait_until
 
 CONCURRENCY = 2
-
-# Holds an exclusive lock on the file its input names (it and the child it forks, both ignoring
-# SIGTERM), touches that name + ".started" and sleeps: the lock is free only when both are gone.
-HOLDER = """
-import fcntl, os, pathlib, signal, sys, time
-name = sys.stdin.read().strip()
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-lock = open(name, "a")
-fcntl.flock(lock, fcntl.LOCK_EX)
-os.fork()
-pathlib.Path(name + ".started").touch()
-time.sleep(60)
-"""
 
 
 @pytest.fixture(scope="module")

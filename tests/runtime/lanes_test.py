@@ -29,6 +29,7 @@ from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import processes_of
 from runtime.sandbox.policy import SandboxSettings
 from runtime.spawner import Exit, SpawnSpec
+from tests.gated import HOLDER
 from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.procs import alive
@@ -79,17 +80,6 @@ while not os.path.exists(name + ".started"):
 sys.stdout.write("left")
 """
 
-# Holds a lock on the file its input names (it and its child, both ignoring SIGTERM), sleeps.
-HOLDER = """
-import fcntl, os, pathlib, signal, sys, time
-name = sys.stdin.read().strip()
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-lock = open(name, "a")
-fcntl.flock(lock, fcntl.LOCK_EX)
-os.fork()
-pathlib.Path(name + ".started").touch()
-time.sleep(60)
-"""
 
 # Does to its launcher (its parent) what its input says, then echoes "done".
 ATTACK = """
