@@ -42,8 +42,6 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.api.status import (
         Condition,
         ConditionReason,
-        ConditionStatus,
-        ConditionType,
         Endpoint,
         EndpointProtocol,
         RunStatus,
@@ -861,13 +859,7 @@ class RunWorkflow:
         self._status = self._status._replace(**changes)
 
     def _phase(self, phase: RunPhase, reason: str, message: str, *, ready: bool, index: bool = True) -> None:
-        condition = Condition(
-            type=ConditionType.Ready,
-            status=ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
-            reason=reason,
-            message=message,
-            lastTransitionTime=workflow.now(),
-        )
+        condition = Condition.ready(ready, reason=reason, message=message, at=workflow.now())
         changed = phase != self._status.phase or not self._status.conditions
         self._status = self._status._replace(phase=phase, message=message).with_condition(condition)
         if changed and index:  # a phase that lasts only within this task is not indexed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Self
 
@@ -115,6 +116,17 @@ class Condition(ApiModel):
         if isinstance(value, bool):
             return ConditionStatus.TRUE if value else ConditionStatus.FALSE
         return value
+
+    @classmethod
+    def ready(cls, ready: bool, *, reason: str, message: str, at: datetime) -> Condition:
+        """The Ready condition, True or False since ``at``."""
+        return cls(
+            type=ConditionType.Ready,
+            status=ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
+            reason=reason,
+            message=message,
+            lastTransitionTime=at,
+        )
 
 
 class RunStatus(ApiModel):
