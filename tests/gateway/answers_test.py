@@ -345,18 +345,18 @@ async def _claim(
     await gateway.routes.apply(beat, peer=Identity.host(runtime="python", host_id=host_id))
 
 
+# The record file of a function that records each invocation's tag, and the function.
+Recorded = tuple[Path, Function]
+
+
 @pytest.fixture
-async def recorded(gateway: Gateway, main_host: HostProcess, records_dir: Path) -> tuple[Path, Function]:
+async def recorded(gateway: Gateway, main_host: HostProcess, records_dir: Path) -> Recorded:
     """RECORDED on the main host (`recording`): its record file and the function."""
     return await recording(main_host, gateway, records_dir, RECORDED)
 
 
 async def test_503_route_stale_when_the_host_fence_refuses_and_the_route_is_dropped(
-    gateway: Gateway,
-    client: aiohttp.ClientSession,
-    main_host: HostProcess,
-    recorded: tuple[Path, Function],
-    pki: TestPKI,
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, recorded: Recorded, pki: TestPKI
 ) -> None:
     path, fn = recorded
     await wait_route(gateway, fn.uid)
@@ -404,11 +404,7 @@ async def reassigned(
 
 
 async def test_503_owner_unavailable_when_another_host_answers_at_the_routes_address(
-    gateway: Gateway,
-    client: aiohttp.ClientSession,
-    main_host: HostProcess,
-    recorded: tuple[Path, Function],
-    pki: TestPKI,
+    gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, recorded: Recorded, pki: TestPKI
 ) -> None:
     path, fn = recorded
     real = await wait_route(gateway, fn.uid)
