@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -110,6 +111,10 @@ class Host:
         return self.stub.FunctionStatus(pb.FunctionStatusRequest(registration_id=registration_id))
 
 
+# The test hosts' bound on the size of a file a function process writes.
+FILE_LIMIT = 16 * 1024 * 1024
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory every function of the module's host sees (functions run as their own uid in
@@ -142,12 +147,41 @@ def host(
         pki,
         tmp_path_factory.mktemp("host"),
         host_id="test-0",
-        limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
+        limits=ProcessLimits(file_size_bytes=FILE_LIMIT),
         sandbox=SandboxSettings(shared=(str(shared),)),
         allowed_source_roots=(str(sources),),
     )
     with serving(runtime, pki) as served:
         yield served
+
+
+@contextlib.contextmanager
+def krm_serving(
+    tmp_path_factory: pytest.TempPathFactory,
+    pki: TestPKI,
+    shared: Path,
+    *,
+    host_id: str,
+    krm_concurrency: int,
+) -> Iterator[Host]:
+    """A krm host taking `krm_concurrency` invocations at once, whose functions see `shared`:
+    started, stopped after."""
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp(host_id),
+        host_id=host_id,
+        runtime="krm",
+        limits=ProcessLimits(file_size_bytes=FILE_LIMIT),
+        sandbox=SandboxSettings(shared=(str(shared),)),
+        krm_concurrency=krm_concurrency,
+    )
+    with serving(runtime, pki) as served:
+        yield served
+
+
+def register_krm(host: Host, body: str) -> str:
+    """The registration id of `body` (main.py) registered as a krm function run by this Python."""
+    return host.register(body, adapter="krm", handler=f"{sys.executable} main.py").registration_id
 
 
 @contextlib.contextmanager

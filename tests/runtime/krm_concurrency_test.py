@@ -5,7 +5,6 @@ its grace kills every one of them."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -16,14 +15,11 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import krm as contract
-from runtime.limits import ProcessLimits
-from runtime.sandbox.policy import SandboxSettings
 from tests import gated
 from tests.gated import HOLDER
 from tests.locks import lock_free
 from tests.pki import TestPKI
-from tests.runtime.conftest import Host, serving
-from tests.runtime_hosts import loopback_host
+from tests.runtime.conftest import Host, krm_serving, register_krm
 from tests.waiting import wait_until
 
 CONCURRENCY = 2
@@ -31,22 +27,8 @@ CONCURRENCY = 2
 
 @pytest.fixture(scope="module")
 def krm_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
-    runtime = loopback_host(
-        pki,
-        tmp_path_factory.mktemp("krm-host"),
-        host_id="krm-0",
-        runtime="krm",
-        limits=ProcessLimits(file_size_bytes=16 * 1024 * 1024),
-        sandbox=SandboxSettings(shared=(str(shared),)),
-        krm_concurrency=CONCURRENCY,
-    )
-    with serving(runtime, pki) as served:
+    with krm_serving(tmp_path_factory, pki, shared, host_id="krm-0", krm_concurrency=CONCURRENCY) as served:
         yield served
-
-
-def register(host: Host, body: str) -> str:
-    answer = host.register(body, adapter="krm", handler=f"{sys.executable} main.py")
-    return answer.registration_id
 
 
 def invoke(host: Host, registration_id: str, text: str, *, timeout_ms: int = 60_000) -> bytes:
@@ -75,7 +57,7 @@ def in_threads(*calls: object) -> tuple[list[threading.Thread], dict[int, object
 
 def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: Host, scratch: Path) -> None:
     release = scratch / "release"
-    reg = register(krm_host, gated.GATED.format(started=str(scratch), release=str(release)))
+    reg = register_krm(krm_host, gated.GATED.format(started=str(scratch), release=str(release)))
     texts = [f"input-{i}-{uuid.uuid4().hex}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda t=t: invoke(krm_host, reg, t) for t in texts))
     try:
@@ -95,7 +77,7 @@ def test_a_krm_registration_takes_its_bound_at_once_and_refuses_more(krm_host: H
 
 
 def test_unregistering_past_the_grace_kills_every_invocation_in_flight(krm_host: Host, scratch: Path) -> None:
-    reg = register(krm_host, HOLDER)
+    reg = register_krm(krm_host, HOLDER)
     locks = [scratch / f"lock-{i}" for i in range(CONCURRENCY)]
     threads, answers = in_threads(*(lambda p=p: invoke(krm_host, reg, str(p)) for p in locks))
     try:

@@ -27,17 +27,13 @@ from runtime.limits import ProcessLimits
 from runtime.registry import Registration
 from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import processes_of
-from runtime.sandbox.policy import SandboxSettings
 from runtime.spawner import Exit, SpawnSpec
 from tests.gated import HOLDER
 from tests.locks import lock_free
 from tests.pki import TestPKI
 from tests.procs import alive
-from tests.runtime.conftest import Host, inline, serving
-from tests.runtime_hosts import loopback_host
+from tests.runtime.conftest import FILE_LIMIT, Host, inline, krm_serving, register_krm
 from tests.waiting import wait_until
-
-FILE_LIMIT = 16 * 1024 * 1024
 
 # What the call's process is: its ids, session, capabilities and limits.
 WHO = """
@@ -112,24 +108,11 @@ sys.stdout.write("done")
 
 @pytest.fixture(scope="module")
 def lane_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
-    runtime = loopback_host(
-        pki,
-        tmp_path_factory.mktemp("lane-host"),
-        host_id="lanes-0",
-        runtime="krm",
-        limits=ProcessLimits(file_size_bytes=FILE_LIMIT),
-        sandbox=SandboxSettings(shared=(str(shared),)),
-        krm_concurrency=2,
-    )
-    with serving(runtime, pki) as served:
+    with krm_serving(tmp_path_factory, pki, shared, host_id="lanes-0", krm_concurrency=2) as served:
         in_force = served.runtime.in_force
         if in_force is None or not in_force.pid_namespace:
             pytest.skip("this host makes no PID namespaces: each call is started by the zygote")
         yield served
-
-
-def register(host: Host, body: str) -> str:
-    return host.register(body, adapter="krm", handler=f"{sys.executable} main.py").registration_id
 
 
 def call(host: Host, reg: str, text: str = "", *, timeout_ms: int = 60_000) -> pb.InvokeFunctionResponse:
@@ -164,7 +147,7 @@ def launchers(host: Host, reg: str) -> set[int]:
 
 
 def test_each_call_runs_as_a_direct_start_would_and_calls_share_one_launcher(lane_host: Host) -> None:
-    reg = register(lane_host, WHO)
+    reg = register_krm(lane_host, WHO)
     first, second = (json.loads(answer(lane_host, reg)[1]) for _ in range(2))
     for who in (first, second):
         assert who["uid"] != 0 and who["capeff"] == 0 and who["nnp"] == 1
@@ -177,7 +160,7 @@ def test_each_call_runs_as_a_direct_start_would_and_calls_share_one_launcher(lan
 
 
 def test_each_call_finds_empty_scratch_directories(lane_host: Host) -> None:
-    reg = register(lane_host, SCRATCH)
+    reg = register_krm(lane_host, SCRATCH)
     first, second = (json.loads(answer(lane_host, reg)[1]) for _ in range(2))
     assert first == second, "what the first call left is gone; what the view put there stays"
     assert not {"left", "dir"} & set(second)
@@ -185,7 +168,7 @@ def test_each_call_finds_empty_scratch_directories(lane_host: Host) -> None:
 
 
 def test_what_a_call_leaves_running_is_gone_before_its_answer(lane_host: Host, scratch: Path) -> None:
-    reg = register(lane_host, LEFTOVER)
+    reg = register_krm(lane_host, LEFTOVER)
     lock = scratch / "leftover"
     assert answer(lane_host, reg, str(lock)) == (0, b"left")
     assert lock_free(lock), "the double-forked grandchild ignoring SIGTERM is gone when the call answers"
@@ -198,7 +181,7 @@ def test_what_a_call_leaves_running_is_gone_before_its_answer(lane_host: Host, s
 def test_a_timeout_ends_every_process_of_the_call_and_the_next_call_gets_a_new_lane(
     lane_host: Host, scratch: Path
 ) -> None:
-    reg = register(lane_host, HOLDER)
+    reg = register_krm(lane_host, HOLDER)
     lock = scratch / "holder"
     got = call(lane_host, reg, str(lock), timeout_ms=1500)
     assert got.status == pb.INVOCATION_STATUS_TIMED_OUT, got
@@ -211,7 +194,7 @@ def test_a_timeout_ends_every_process_of_the_call_and_the_next_call_gets_a_new_l
 
 
 def test_launchers_end_when_idle_and_with_their_registration(lane_host: Host) -> None:
-    reg = register(lane_host, WHO)
+    reg = register_krm(lane_host, WHO)
     answer(lane_host, reg)
     lanes = lanes_of(lane_host, reg)
     idle = launchers(lane_host, reg)
@@ -227,7 +210,7 @@ def test_launchers_end_when_idle_and_with_their_registration(lane_host: Host) ->
 
 @pytest.mark.parametrize("attack", ["kill", "stop"])
 def test_a_call_that_kills_or_stops_its_launcher_fails_alone(lane_host: Host, attack: str) -> None:
-    reg = register(lane_host, ATTACK)
+    reg = register_krm(lane_host, ATTACK)
     assert answer(lane_host, reg, "nothing") == (0, b"done")
     got = call(lane_host, reg, attack, timeout_ms=3000)
     if attack == "kill":  # ended with its namespace, as a process killed by SIGKILL
@@ -240,7 +223,7 @@ def test_a_call_that_kills_or_stops_its_launcher_fails_alone(lane_host: Host, at
 
 
 def test_a_call_cannot_signal_away_or_trace_its_launcher(lane_host: Host) -> None:
-    reg = register(lane_host, ATTACK)
+    reg = register_krm(lane_host, ATTACK)
     assert answer(lane_host, reg, "nothing") == (0, b"done")
     before = launchers(lane_host, reg)
     assert answer(lane_host, reg, "signals") == (0, b"done")
