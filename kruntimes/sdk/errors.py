@@ -26,7 +26,7 @@ Library errors (temporalio, aiohttp) are wrapped with ``raise ... from e`` and n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from kruntimes.api.phases import RunPhase
@@ -41,11 +41,20 @@ class ConfigError(KruntimesError):
     pass
 
 
-class RunNotFound(KruntimesError):
+class _Named(KruntimesError):
+    """An error about the object `name` in `namespace`; the class's `text` says it (a format
+    string of both)."""
+
+    text: ClassVar[str]
+
     def __init__(self, namespace: str, name: str) -> None:
-        super().__init__(f"run {name!r} not found in namespace {namespace!r}")
+        super().__init__(self.text.format(namespace=namespace, name=name))
         self.namespace = namespace
         self.name = name
+
+
+class RunNotFound(_Named):
+    text = "run {name!r} not found in namespace {namespace!r}"
 
 
 class HostNotFound(KruntimesError):
@@ -54,29 +63,20 @@ class HostNotFound(KruntimesError):
         self.name = name
 
 
-class ScheduleNotFound(KruntimesError):
-    def __init__(self, namespace: str, name: str) -> None:
-        super().__init__(f"schedule {name!r} not found in namespace {namespace!r}")
-        self.namespace = namespace
-        self.name = name
+class ScheduleNotFound(_Named):
+    text = "schedule {name!r} not found in namespace {namespace!r}"
 
 
-class ScheduleAlreadyExists(KruntimesError):
-    def __init__(self, namespace: str, name: str) -> None:
-        super().__init__(f"schedule {name!r} already exists in namespace {namespace!r}")
-        self.namespace = namespace
-        self.name = name
+class ScheduleAlreadyExists(_Named):
+    text = "schedule {name!r} already exists in namespace {namespace!r}"
 
 
 class InvalidSchedule(KruntimesError, ValueError):
     """A schedule's name, cron expression, interval, overlap or template is not acceptable."""
 
 
-class RunAlreadyExists(KruntimesError):
-    def __init__(self, namespace: str, name: str) -> None:
-        super().__init__(f"run {name!r} already exists in namespace {namespace!r}")
-        self.namespace = namespace
-        self.name = name
+class RunAlreadyExists(_Named):
+    text = "run {name!r} already exists in namespace {namespace!r}"
 
 
 class SpecConflict(KruntimesError):
