@@ -4,6 +4,7 @@ waited for, invoked through the gateway over HTTPS and deleted through the SDK."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from krm import errors
 from krm.executable import ExecEvaluator
 from krm.multi import MultiEvaluator
+from krm.pod import PodEvaluator
 from krm.resources import parse_resource_list
 from kruntimes.client import Client
 from tests.krm import programs
@@ -266,28 +268,31 @@ async def test_the_chain_falls_back_to_pods_on_not_found_only(platform: Platform
             await pods.close()
 
 
-async def test_a_deadline_kills_the_function_and_keeps_the_run(platform: Platform) -> None:
+@contextlib.asynccontextmanager
+async def holder(platform: Platform, name: str) -> AsyncIterator[tuple[PodEvaluator, Path, Path]]:
+    """A warm evaluator of `name` served by HOLDER; with HOLDER's lock file and the file it touches
+    once it holds the lock."""
     shared = exchange(platform)
-    lock, started = shared / "lock", shared / "started"
-    body = HOLDER.format(lock=str(lock), started=str(started))
-    async with evaluator(platform, pod_config("holder", body)) as pods:
+    lock, held = shared / "lock", shared / "held"
+    async with evaluator(platform, pod_config(name, HOLDER.format(lock=str(lock), held=str(held)))) as pods:
         await pods.warm()
+        yield pods, lock, held
+
+
+async def test_a_deadline_kills_the_function_and_keeps_the_run(platform: Platform) -> None:
+    async with holder(platform, "holder") as (pods, lock, held):
         with pytest.raises(errors.DeadlineExceeded):
             await pods.evaluate(request(image("holder"), timeout=3))
-        assert started.exists(), "it ran"
+        assert held.exists(), "it ran"
         await eventually(lambda: lock_free(lock), timeout=30, what="the function's processes to end")
         assert [s for _, s, _ in pods.snapshot()["example.com/pod/holder:1.x"]] == ["ready"]
 
 
 async def test_a_cancelled_evaluation_deletes_its_run_and_its_processes(platform: Platform) -> None:
-    shared = exchange(platform)
-    lock, started = shared / "lock", shared / "started"
-    body = HOLDER.format(lock=str(lock), started=str(started))
-    async with evaluator(platform, pod_config("cancelled", body)) as pods:
-        await pods.warm()
+    async with holder(platform, "cancelled") as (pods, lock, held):
         ((name, _, _),) = pods.snapshot()["example.com/pod/cancelled:1.x"]
         evaluation = asyncio.create_task(pods.evaluate(request(image("cancelled"), timeout=120)))
-        await eventually(started.exists, timeout=60, what="the function to start")
+        await eventually(held.exists, timeout=60, what="the function to start")
         evaluation.cancel()
         with pytest.raises(asyncio.CancelledError):
             await evaluation

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,38 +37,42 @@ sys.stdout.write(data)
 """
 
 # Holds an exclusive lock on LOCK (it and the child it forks, which ignores SIGTERM as it does),
-# touches STARTED and sleeps: the lock is free again only when both processes are gone.
-HOLDER = """
-import fcntl, os, pathlib, signal, sys, time
-sys.stdin.read()
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# touches HELD and sleeps: the lock is free again only when both processes are gone.
+_HOLD = """signal.signal(signal.SIGTERM, signal.SIG_IGN)
 lock = open({lock!r}, "a")
 fcntl.flock(lock, fcntl.LOCK_EX)
 os.fork()
-pathlib.Path({started!r}).touch()
+pathlib.Path({held!r}).touch()
 time.sleep(60)
 """
 
-# Two kinds of evaluation on one Run: an input with "hold-me" in it does what HOLDER does (LOCK,
+# Does what _HOLD does, whatever its input.
+HOLDER = (
+    """
+import fcntl, os, pathlib, signal, sys, time
+sys.stdin.read()
+"""
+    + _HOLD
+)
+
+# Two kinds of evaluation on one Run: an input with "hold-me" in it does what _HOLD does (LOCK,
 # HELD); any other touches STARTED, waits (at most 60 s) until RELEASE exists and echoes its input,
 # saying which Run served it on stderr.
-SHARED = """
+SHARED = (
+    """
 import fcntl, os, pathlib, signal, sys, time
 data = sys.stdin.read()
 if "hold-me" in data:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    lock = open({lock!r}, "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    os.fork()
-    pathlib.Path({held!r}).touch()
-    time.sleep(60)
-pathlib.Path({started!r}).touch()
+"""
+    + textwrap.indent(_HOLD, "    ")
+    + """pathlib.Path({started!r}).touch()
 release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
 while not release.exists() and time.monotonic() < deadline:
     time.sleep(0.01)
 sys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])
 sys.stdout.write(data)
 """
+)
 
 
 @contextlib.asynccontextmanager
