@@ -9,6 +9,7 @@ import yaml
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
+from kruntimes.api.status import RunStatus
 from kruntimes.client import Client
 from tests.cli.conftest import krt, one_error_line
 from tests.sdk.moves import moved_off
@@ -136,32 +137,33 @@ async def test_hosts_list_shows_the_pool_hosts(platform: Platform) -> None:
     assert any(r.split()[1:3] == ["python", "Ready"] for r in rows)
 
 
-async def test_hosts_drain_moves_the_runs_off_a_host_and_says_so(platform: Platform) -> None:
+async def _moved_by(platform: Platform, verb: str, *flags: str) -> tuple[RunStatus, str, RunStatus]:
+    """`krt hosts VERB <the host of a new Ready Run> FLAGS`, which succeeds: the Run's status
+    before, what the command printed, and the Run's status once it is Ready on another host."""
     name = await _ready_run(platform)
     async with Client(platform.config) as client:
         before = await client.status(name)
-        done = await krt(platform, "hosts", "drain", before.assignedHost or "", "-m", "maintenance")
+        done = await krt(platform, "hosts", verb, before.assignedHost or "", *flags)
         assert done.code == 0, done.err
-        assert done.out == (
-            f"host {before.assignedHost} (python): drained, Draining: draining: the pool takes no new Run here\n"
-        )
-        moved = await moved_off(client, name, before.assignedHostUID or "")
-        assert moved.recoveries == 1
+        return before, done.out, await moved_off(client, name, before.assignedHostUID or "")
+
+
+async def test_hosts_drain_moves_the_runs_off_a_host_and_says_so(platform: Platform) -> None:
+    before, out, moved = await _moved_by(platform, "drain", "-m", "maintenance")
+    assert out == (
+        f"host {before.assignedHost} (python): drained, Draining: draining: the pool takes no new Run here\n"
+    )
+    assert moved.recoveries == 1
 
 
 async def test_hosts_delete_acknowledges_once_the_host_is_gone(platform: Platform) -> None:
-    name = await _ready_run(platform)
-    async with Client(platform.config) as client:
-        before = await client.status(name)
-        done = await krt(platform, "hosts", "delete", before.assignedHost or "", "-o", "json")
-        assert done.code == 0, done.err
-        result = json.loads(done.out)
-        assert (result["hostId"], result["state"], result["accepted"]) == (
-            before.assignedHost,
-            "Terminating",
-            True,
-        )
-        await moved_off(client, name, before.assignedHostUID or "")
+    before, out, _ = await _moved_by(platform, "delete", "-o", "json")
+    result = json.loads(out)
+    assert (result["hostId"], result["state"], result["accepted"]) == (
+        before.assignedHost,
+        "Terminating",
+        True,
+    )
 
 
 async def test_hosts_reconcile_reports_each_runtime(platform: Platform) -> None:
