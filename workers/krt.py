@@ -9,6 +9,7 @@ kruntimes.cli's; ^C is 130.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 
@@ -16,50 +17,14 @@ from kruntimes import cli
 from kruntimes.cli_parser import PASSTHROUGH
 
 
-def _host(argv: list[str]) -> int:
-    from workers import host
+def _entry(module: str, function: str = "main") -> Callable[[list[str]], int]:
+    """The command that hands its arguments to `function` of `module`, imported only when it runs
+    (a process loads what its own command needs); one that returns nothing exits OK."""
 
-    host.main(argv)
-    return cli.OK
+    def call(argv: list[str]) -> int:
+        return int(getattr(importlib.import_module(module), function)(argv) or cli.OK)
 
-
-def _install_host(argv: list[str]) -> int:
-    from workers import install_host
-
-    return install_host.main(argv)
-
-
-def _worker(argv: list[str]) -> int:
-    from workers import worker
-
-    worker.main(argv)
-    return cli.OK
-
-
-def _gateway(argv: list[str]) -> int:
-    from gateway import __main__ as gateway
-
-    gateway.main(argv)
-    return cli.OK
-
-
-def _codec_server(argv: list[str]) -> int:
-    from gateway import codec_server
-
-    codec_server.main(argv)
-    return cli.OK
-
-
-def _pki(argv: list[str]) -> int:
-    from kruntimes.pki import command
-
-    return command.main(argv)
-
-
-def _demo(argv: list[str]) -> int:
-    from workers import demo
-
-    return demo.main(argv)
+    return call
 
 
 def _embedded(entry: str) -> Callable[[list[str]], int]:
@@ -71,31 +36,19 @@ def _embedded(entry: str) -> Callable[[list[str]], int]:
     return call
 
 
-def _fn(argv: list[str]) -> int:
-    from workers import fn_runner
-
-    return fn_runner.main_fn(argv)
-
-
-def _fn_runner(argv: list[str]) -> int:
-    from workers import fn_runner
-
-    return fn_runner.main(argv)
-
-
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "host": _host,
-    "install-host": _install_host,
-    "worker": _worker,
-    "demo": _demo,
-    "gateway": _gateway,
-    "codec-server": _codec_server,
-    "pki": _pki,
+    "host": _entry("workers.host"),
+    "install-host": _entry("workers.install_host"),
+    "worker": _entry("workers.worker"),
+    "demo": _entry("workers.demo"),
+    "gateway": _entry("gateway.__main__"),
+    "codec-server": _entry("gateway.codec_server"),
+    "pki": _entry("kruntimes.pki.command"),
     "up": _embedded("up"),
     "down": _embedded("down"),
     "status": _embedded("status"),
-    "fn": _fn,
-    "fn-runner": _fn_runner,
+    "fn": _entry("workers.fn_runner", "main_fn"),
+    "fn-runner": _entry("workers.fn_runner"),
 }
 assert set(COMMANDS) == set(PASSTHROUGH)
 

@@ -218,3 +218,18 @@ def test_krt_main_ends_every_command_through_leave(
     krt.main(argv)
     capsys.readouterr()
     assert left == [krt.run(argv)]
+
+
+@pytest.mark.parametrize("command", sorted(PASSTHROUGH))
+def test_every_process_command_reaches_its_own_entry_point(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # COMMANDS names each entry point by its module: --help shows that the name still leads there.
+    code: object
+    try:
+        code = krt.run([command, "--help"])
+    except SystemExit as left:  # argparse's --help
+        code = left.code
+    captured = capsys.readouterr()
+    assert code == 0
+    assert (captured.out + captured.err).startswith(f"usage: krt {command}")
