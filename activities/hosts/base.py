@@ -8,7 +8,7 @@ provider boundary and anything that slips through becomes ``UnexpectedError``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -147,22 +147,16 @@ class HostManager:
         )
 
     async def create(self, spec: HostSpec) -> CreatedHost:
-        provider = self.provider(spec.provider)
-        return await _guarded(
-            provider.create(spec),
-            provider=provider.name,
-            operation=ProviderOperation.Create,
-            host=spec.hostId,
-            tenant=spec.tenant,
+        return await self._call(
+            spec.provider, ProviderOperation.Create, spec.hostId, lambda p: p.create(spec), tenant=spec.tenant
         )
 
     async def delete(self, *, provider: str, runtime: str, host_id: str, host_uid: str) -> bool:
-        found = self.provider(provider)
-        return await _guarded(
-            found.delete(runtime=runtime, host_id=host_id, host_uid=host_uid),
-            provider=found.name,
-            operation=ProviderOperation.Delete,
-            host=host_id,
+        return await self._call(
+            provider,
+            ProviderOperation.Delete,
+            host_id,
+            lambda p: p.delete(runtime=runtime, host_id=host_id, host_uid=host_uid),
         )
 
     async def verdict(
@@ -196,24 +190,28 @@ class HostManager:
         return deleted
 
     async def probe(self, host: CreatedHost) -> bool:
-        provider = self.provider(host.provider)
-        return await _guarded(
-            provider.probe(host),
-            provider=provider.name,
-            operation=ProviderOperation.Status,
-            host=host.hostId,
-        )
+        return await self._call(host.provider, ProviderOperation.Status, host.hostId, lambda p: p.probe(host))
 
     async def gone(self, host: CreatedHost) -> bool:
-        provider = self.provider(host.provider)
-        return await _guarded(
-            provider.gone(host), provider=provider.name, operation=ProviderOperation.Status, host=host.hostId
-        )
+        return await self._call(host.provider, ProviderOperation.Status, host.hostId, lambda p: p.gone(host))
 
     async def fence(self, host: CreatedHost) -> Fenced:
-        provider = self.provider(host.provider)
+        return await self._call(host.provider, ProviderOperation.Fence, host.hostId, lambda p: p.fence(host))
+
+    async def _call(
+        self,
+        name: str,
+        operation: ProviderOperation,
+        host: str,
+        call: Callable[[HostProvider], Awaitable[T]],
+        *,
+        tenant: str | None = None,
+    ) -> T:
+        """`call` of the provider named `name` (which must be known), its library errors as
+        `operation`'s unexpected errors on `host`."""
+        provider = self.provider(name)
         return await _guarded(
-            provider.fence(host), provider=provider.name, operation=ProviderOperation.Fence, host=host.hostId
+            call(provider), provider=provider.name, operation=operation, host=host, tenant=tenant
         )
 
 
