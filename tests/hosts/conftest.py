@@ -6,12 +6,13 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from activities.hosts import HostSpec, ProcessProvider, stop_all
+from activities.hosts import CreatedHost, HostSpec, ProcessProvider, stop_all
 from kruntimes.pki import HostIssuer
 from tests.pki import TestPKI
 from tests.procs import alive
@@ -27,6 +28,20 @@ def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec
         **changes,
     }
     return HostSpec.model_validate(fields)
+
+
+def host_record(provider: str, **changes: Any) -> CreatedHost:
+    """`provider`'s record of host python-0 (uid-1, at 127.0.0.1:1, created now), with `changes`."""
+    fields: dict[str, Any] = {
+        "provider": provider,
+        "runtime": "python",
+        "hostId": "python-0",
+        "hostUid": "uid-1",
+        "address": "127.0.0.1:1",
+        "createdAt": datetime.now(UTC),
+        **changes,
+    }
+    return CreatedHost.model_validate(fields)
 
 
 def host_pids(state_dir: Path) -> list[int]:

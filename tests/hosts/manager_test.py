@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from activities.hosts import AttachProvider, CreatedHost, HostManager, default_manager
+from activities.hosts import AttachProvider, HostManager, default_manager
 from kruntimes.pki import HostIssuer
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
-from tests.hosts.conftest import spec
+from tests.hosts.conftest import host_record, spec
 from tests.hosts.standin import StandInProvider
 
 
@@ -72,14 +71,7 @@ async def test_library_errors_from_a_provider_become_unexpected_errors_with_thei
 ) -> None:
     boom = RuntimeError("boom")
     manager = HostManager([StandInProvider("fake", fail=boom)])
-    host = CreatedHost(
-        provider="fake",
-        runtime="python",
-        hostId="python-0",
-        hostUid="uid-1",
-        address="127.0.0.1:1",
-        createdAt=datetime.now(UTC),
-    )
+    host = host_record("fake")
 
     calls = [
         (manager.create(spec(tmp_path, provider="fake", tenant="tenant-a")), ProviderOperation.Create),

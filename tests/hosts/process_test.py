@@ -20,7 +20,7 @@ from activities.hosts import process as process_module
 from activities.hosts.process import host_running
 from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
-from tests.hosts.conftest import gone, host_pids, spec
+from tests.hosts.conftest import gone, host_pids, host_record, spec
 from tests.pki import TestPKI
 from tests.procs import alive
 
@@ -170,15 +170,7 @@ async def test_delete_never_signals_a_recycled_pid(state_dir: Path) -> None:
     try:
         directory = state_dir / "hosts" / "python"
         directory.mkdir(parents=True)
-        record = CreatedHost(
-            provider="process",
-            runtime="python",
-            hostId="python-0",
-            hostUid="uid-1",
-            address="127.0.0.1:1",
-            pid=stranger.pid,
-            createdAt="2026-01-01T00:00:00Z",
-        )
+        record = host_record("process", pid=stranger.pid, createdAt="2026-01-01T00:00:00Z")
         (directory / "python-0.json").write_text(record.model_dump_json())
 
         deleted = await ProcessProvider(state_dir=state_dir).delete(
