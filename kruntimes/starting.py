@@ -24,6 +24,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.api.run import Run
+from kruntimes.futures import fail
 from kruntimes.lifecycle import (
     MAX_ADMISSIONS_PER_SIGNAL,
     SIGNAL_ADMIT,
@@ -115,12 +116,7 @@ class _Admissions:
                 error = err
             except BaseException as exc:  # no caller may wait forever for its admission's fate
                 for _, sent in [*batch, *self.pending]:
-                    if sent.done():
-                        continue
-                    if isinstance(exc, asyncio.CancelledError):
-                        sent.cancel()
-                    else:
-                        sent.set_exception(exc)
+                    fail(sent, exc)
                 self.pending.clear()
                 raise
             for _, sent in batch:

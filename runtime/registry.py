@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
+from kruntimes.futures import fail
 from runtime import krm_adapter, workspace
 from runtime.config import FunctionConfig, RunRef
 from runtime.errors import (
@@ -86,15 +87,6 @@ def _now() -> datetime:
 def _resolve(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
     if not future.done():  # the caller may have stopped waiting
         future.set_result(outcome)
-
-
-def _fail(future: asyncio.Future[Outcome], exc: BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(exc, asyncio.CancelledError):
-        future.cancel()
-    else:
-        future.set_exception(exc)
 
 
 @dataclass(eq=False)
@@ -389,7 +381,7 @@ class Registry:
         """The invocation is over: free the registration, then answer the caller."""
         self._release(reg)
         if isinstance(end, BaseException):
-            _fail(result, end)
+            fail(result, end)
         else:
             _resolve(result, end)
 
