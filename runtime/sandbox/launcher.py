@@ -26,12 +26,12 @@ Protocol on the SOCK_SEQPACKET socket `ctl_fd`, one JSON object per message:
            or {"op": "failed", "error": "..."} when it did not start
   exited   {"op": "exited", "code": C, "clean": B}  C as waitstatus_to_exitcode; B false when
            something of the call outlived the bound: the launcher exits after this message
-At end of file on the socket it exits. Standard library only: it runs in the forked zygote.
+At end of file on the socket it exits. Standard library only (and kruntimes.fdpass, which is):
+it runs in the forked zygote.
 """
 
 from __future__ import annotations
 
-import array
 import contextlib
 import ctypes
 import errno
@@ -42,6 +42,8 @@ import signal
 import socket
 import time
 from typing import Any
+
+from kruntimes import fdpass
 
 MAX_MESSAGE = 4096
 FDS = 3
@@ -80,18 +82,13 @@ def _shield() -> tuple[int, ...]:
 
 
 def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
-    fds = array.array("i")
-    data, ancillary, flags, _ = sock.recvmsg(
-        MAX_MESSAGE, socket.CMSG_SPACE(FDS * fds.itemsize), socket.MSG_CMSG_CLOEXEC
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    if not data or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != FDS:
-        for fd in fds:
-            os.close(fd)
-        return None  # the host went away, or does not speak this protocol: nothing to serve
-    return json.loads(data), list(fds)
+    try:
+        data, fds = fdpass.receive(sock, MAX_MESSAGE, FDS)
+    except ValueError:
+        return None  # the host does not speak this protocol: nothing to serve
+    if not data:
+        return None  # the host went away
+    return json.loads(data), fds
 
 
 def _clean() -> bool:
