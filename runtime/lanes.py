@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from kruntimes.api.limits import MAX_LOG_BYTES
 from runtime.capture import Capture
-from runtime.outcome import Outcome, Status, set_error
+from runtime.outcome import Outcome, Status, set_error, set_exit
 from runtime.pipes import POLL_TICK_S, Pump, child_pipes
 from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnError, SpawnSpec
 
@@ -281,15 +281,7 @@ class Lanes:
         if outcome.status is Status.TIMED_OUT:
             outcome.exit_code = lane.exit.code if lane.exit.code is not None else -9
             return outcome
-        code = call.code if call.code is not None else lane.exit.code
-        outcome.exit_code = code if code is not None else -9
-        if outcome.exit_code != 0 and outcome.status is Status.SUCCEEDED:
-            set_error(
-                outcome,
-                Status.HANDLER_ERROR,
-                "NonZeroExit",
-                f"the script exited with code {outcome.exit_code}",
-            )
+        set_exit(outcome, call.code if call.code is not None else lane.exit.code)
         return outcome
 
     def _wait(self, lane: Lane, pump: Pump, call: _Call, outcome: Outcome, deadline: float) -> None:
