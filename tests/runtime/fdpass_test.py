@@ -26,7 +26,9 @@ def pipes(count: int) -> list[int]:
     return fds
 
 
-def test_a_message_comes_with_its_descriptors_close_on_exec(pair: tuple[socket.socket, socket.socket]) -> None:
+def test_a_message_comes_with_its_descriptors_close_on_exec(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
     ours, theirs = pair
     r, w = os.pipe()
     try:
