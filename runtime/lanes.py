@@ -5,7 +5,9 @@ sandbox: a PID namespace of its own inside the function's cgroup, its view, its 
 limits. It takes one call at a time: the host sends it the call's stdin, stdout and stderr,
 the launcher starts the entrypoint with posix_spawn, reports its end once nothing else is left
 in the namespace, and the lane takes the next call. A call so costs no fork of the zygote, no
-namespace, no mounts and no cgroup migration: those are paid once per lane.
+namespace, no mounts and no cgroup migration: those are paid once per lane. A Python
+entrypoint's lane is the function's interpreter started once, and each call a fork of it
+(runtime/sandbox/launcher.py, "A Python lane"): the interpreter's start is paid once per lane too.
 
 A registration keeps its lanes (`Lanes`): started on demand, one at a time (a call that finds
 none free while one is being started waits for whichever is free first: calls shorter than a
@@ -84,6 +86,7 @@ class Lanes:
         self._all: set[Lane] = set()
         self._closed = False
         self._starting = False  # a lane is being started and has not started a call yet
+        self.forked = 0  # calls that were forks of a Python lane (runtime/sandbox/launcher.py)
 
     def count(self) -> int:
         with self._lock:
@@ -311,6 +314,9 @@ class Lanes:
             report = json.loads(message)
             if report["op"] == "started":
                 call.started = True
+                if report.get("forked"):
+                    with self._lock:
+                        self.forked += 1
                 self._started(lane)
             elif report["op"] == "failed":  # as a direct start reports an exec that failed
                 call.started, call.code, call.clean = True, 127, True
