@@ -18,8 +18,8 @@ A Python lane: where the entrypoint is `python SCRIPT ARGS...` with the zygote's
 interpreter and an environment that sets no PYTHON* variable (`forkable`), a call would spend
 most of its time starting that interpreter (30 ms of CPU here, site and .pth files, for a script
 that takes well under one). There the zygote execs, in place of the launcher it would run, the
-entrypoint's interpreter running this file (`python_lane`: `-E -s -c`, this file's text and
-kruntimes.fdpass's, read where the zygote imported them), and each call is a fork of that
+entrypoint's interpreter running this file (`python_lane`: `-E -s -c`, this file and
+kruntimes.fdpass compiled where the zygote imported them), and each call is a fork of that
 launcher that becomes the script as the interpreter would run it (`_script`: its own session,
 the call's descriptors as fresh standard streams, the interpreter's signal dispositions and
 `sys.modules` from before the launcher ran, `sys.argv`, `sys.path[0]`, a fresh `__main__`, the
@@ -53,23 +53,29 @@ it runs in the forked zygote, or alone in the function's interpreter.
 from __future__ import annotations
 
 import atexit
+import binascii
 import builtins
 import contextlib
 import ctypes
 import errno
 import importlib.machinery
 import io
-import json
+import marshal
 import os
 import resource
-import shutil
 import signal
-import socket
 import sys
 import time
-from typing import Any
+from _socket import socket
 
 from kruntimes import fdpass
+
+# What a Python lane imports is on each of its starts' path: typing, json, shutil and the
+# socket module's enums are left out of it (a third of what the launcher adds to the
+# interpreter's own start, here).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_MESSAGE = 4096
 FDS = 3
@@ -110,14 +116,14 @@ def _shield() -> dict[int, Any]:
     return before
 
 
-def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+def _receive(sock: socket) -> list[int] | None:
     try:
         data, fds = fdpass.receive(sock, MAX_MESSAGE, FDS)
     except ValueError:
         return None  # the host does not speak this protocol: nothing to serve
     if not data:
         return None  # the host went away
-    return json.loads(data), fds
+    return fds  # the request says nothing more than "run"
 
 
 def _clean() -> bool:
@@ -162,6 +168,8 @@ def _scrub(contents: dict[str, tuple[int, frozenset[str]]]) -> bool:
                     if entry.stat(follow_symlinks=False).st_dev != device:
                         return False  # not the call's: nothing it could have made
                     if entry.is_dir(follow_symlinks=False):
+                        import shutil  # only then: it is on a Python lane's start's path
+
                         shutil.rmtree(entry.path)
                     else:
                         os.unlink(entry.path)
@@ -187,17 +195,25 @@ def _run(argv: list[str], env: dict[str, str], fds: list[int], restore: tuple[in
 _PYTHON_ENV = "PYTHON"  # an environment that sets any PYTHON* variable: not a Python lane
 
 
-def _read(path: str) -> str:
+def _compiled(path: str, name: str) -> Any:
     with open(path) as source:
-        return source.read()
+        return compile(source.read(), name, "exec")
 
 
-# What a Python lane runs (read where the zygote imports this, before any view hides it; a
-# Python lane runs this file from that text, with no file of its own)
-_LANE_SOURCES = (
-    {"kruntimes.fdpass": _read(fdpass.__file__), "launcher": _read(__file__)}
+# What a Python lane runs, compiled where the zygote imports this (before any view hides the
+# files; the lane's interpreter is the zygote's, `forkable`): a Python lane has no file of its own
+_LANE_CODE = (
+    binascii.b2a_base64(
+        marshal.dumps(
+            {
+                "kruntimes.fdpass": _compiled(fdpass.__file__, "kruntimes/fdpass.py"),
+                "launcher": _compiled(__file__, "runtime/sandbox/launcher.py"),
+            }
+        ),
+        newline=False,
+    ).decode()
     if "__file__" in globals()
-    else {}
+    else ""
 )
 
 
@@ -221,15 +237,15 @@ def python_lane(argv: list[str]) -> list[str]:
         "import sys\n"
         "del sys.path[0]\n"
         "_loaded = frozenset(sys.modules)\n"
-        "import os, types\n"
-        f"_sources = {_LANE_SOURCES!r}\n"
+        "import binascii, marshal, os, types\n"
+        f"_code = marshal.loads(binascii.a2b_base64({_LANE_CODE!r}))\n"
         "_package = sys.modules['kruntimes'] = types.ModuleType('kruntimes')\n"
         "_package.__path__ = []\n"
         "_fdpass = sys.modules['kruntimes.fdpass'] = types.ModuleType('kruntimes.fdpass')\n"
         "_package.fdpass = _fdpass\n"
-        "exec(compile(_sources['kruntimes.fdpass'], 'kruntimes/fdpass.py', 'exec'), _fdpass.__dict__)\n"
+        "exec(_code['kruntimes.fdpass'], _fdpass.__dict__)\n"
         "_launcher = {'__name__': 'kruntimes_launcher'}\n"
-        "exec(compile(_sources['launcher'], 'runtime/sandbox/launcher.py', 'exec'), _launcher)\n"
+        "exec(_code['launcher'], _launcher)\n"
         "sys.exit(_launcher['serve'](ctl_fd=3, argv=sys.argv[1:], env=dict(os.environ),"
         " scratch=_launcher['SCRATCH'], loaded=_loaded))\n"
     )
@@ -409,7 +425,7 @@ def serve(
     _undumpable()
     dispositions = _shield()
     restore = tuple(sig for sig, handler in dispositions.items() if handler != signal.SIG_IGN)
-    sock = socket.socket(fileno=ctl_fd)
+    sock = socket(fileno=ctl_fd)
     if not _clean():  # what the start left (nothing; the namespace is new): the same rule
         return 1
     contents = _contents(scratch)
@@ -421,7 +437,7 @@ def serve(
             return 1
         if message is None:
             return 0
-        _request, fds = message
+        fds = message
         pid = code = clean = None  # nothing of the last call is left in this frame for a fork's
         if loaded is None:
             pid = _run(argv, env, fds, restore)
@@ -429,13 +445,16 @@ def serve(
             pid = _fork(argv, fds, dispositions, frozenset(sys.modules) - loaded)
         try:
             if isinstance(pid, str):
+                import json  # only then: it is on a Python lane's start's path
+
                 sock.send(json.dumps({"op": "failed", "error": pid}).encode())
                 continue
-            sock.send(json.dumps({"op": "started", "pid": pid, "forked": loaded is not None}).encode())
+            forked = "false" if loaded is None else "true"
+            sock.send(f'{{"op": "started", "pid": {pid}, "forked": {forked}}}'.encode())
             code = _wait(pid)
             # a call that changed what the next would inherit from this process ends the lane
             clean = _clean() and _scrub(contents) and _standing() == standing
-            sock.send(json.dumps({"op": "exited", "code": code, "clean": clean}).encode())
+            sock.send(f'{{"op": "exited", "code": {code}, "clean": {"true" if clean else "false"}}}'.encode())
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
                 raise
