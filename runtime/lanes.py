@@ -127,8 +127,20 @@ class Lanes:
             return outcome
 
     def prestart(self) -> None:
-        """Start a lane now, for the first call (a krm Run is called as soon as it is Ready)."""
-        lane = self._start()
+        """Start a lane now, for the first call (a krm Run is called as soon as it is Ready).
+        It counts as the lane being started until it started a call: calls that find it taken
+        meanwhile wait for it rather than start more (a Python lane takes tens of ms to start,
+        its calls a few)."""
+        with self._changed:
+            self._starting = True
+        try:
+            lane = self._start()
+        except BaseException:
+            with self._changed:
+                self._starting = False
+                self._changed.notify_all()
+            raise
+        lane.starting = True
         self._give_back(lane)
 
     def _take(self, deadline: float) -> Lane:
@@ -203,7 +215,9 @@ class Lanes:
         """(Under the lock.)"""
         self._all.discard(lane)
         lane.ctl.close()
-        self._changed.notify()  # a waiting call may start one instead
+        if lane.starting:  # it never started a call: another may be started
+            lane.starting = self._starting = False
+        self._changed.notify_all()  # a waiting call may start one instead
 
     def _end(self, lane: Lane) -> None:
         """Kill the lane (its namespace: everything of its calls) and forget it."""

@@ -445,3 +445,32 @@ def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free()
     assert second is not first and len(zygote.spawned) == 2
     lanes.close()
     assert set(zygote.killed) == {first.pid, second.pid}
+
+
+def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> None:
+    zygote = _Zygote()
+    spec = SpawnSpec(
+        kind="exec",
+        cwd="/",
+        env={},
+        limits=ProcessLimits(),
+        argv=("/bin/true",),
+        sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
+    )
+    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    lanes.prestart()
+    ahead = lanes._take(time.monotonic() + 5)
+    assert zygote.spawned == [ahead.pid], "the call took the lane started ahead"
+    with pytest.raises(TimeoutError):  # it has not started that call yet: no second start
+        lanes._take(time.monotonic() + 0.2)
+    lanes._started(ahead)
+    second = lanes._take(time.monotonic() + 5)
+    assert second is not ahead and len(zygote.spawned) == 2
+    lanes._started(second)
+    lanes.close()
+    again = Lanes(zygote, spec)  # type: ignore[arg-type]
+    again.prestart()
+    again.sweep(time.monotonic() + LANE_IDLE_S)  # ended idle, before any call
+    third = again._take(time.monotonic() + 5)
+    assert third.pid == zygote.spawned[-1] and len(zygote.spawned) == 4, "a new one is started"
+    again.close()
