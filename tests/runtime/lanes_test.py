@@ -474,3 +474,27 @@ def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> No
     third = again._take(time.monotonic() + 5)
     assert third.pid == zygote.spawned[-1] and len(zygote.spawned) == 4, "a new one is started"
     again.close()
+
+
+def test_a_call_waits_for_a_busy_lane_when_its_calls_end_sooner_than_a_lane_starts() -> None:
+    zygote = _Zygote()
+    spec = SpawnSpec(
+        kind="exec",
+        cwd="/",
+        env={},
+        limits=ProcessLimits(),
+        argv=("/bin/true",),
+        sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
+    )
+    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    busy = lanes._take(time.monotonic() + 5)
+    lanes._started(busy)
+    lanes._start_s, lanes._call_s = 1.0, 0.01  # as measured: starts take 1 s, calls 10 ms
+    with pytest.raises(TimeoutError):  # waiting for the busy one beats starting one
+        lanes._take(time.monotonic() + 0.2)
+    assert zygote.spawned == [busy.pid]
+    lanes._call_s = 2.0  # calls that outlast a start: one more lane is worth it
+    other = lanes._take(time.monotonic() + 5)
+    assert other is not busy and len(zygote.spawned) == 2
+    lanes._started(other)
+    lanes.close()
