@@ -142,15 +142,7 @@ class Lanes:
         its calls a few)."""
         with self._changed:
             self._starting = True
-        try:
-            lane = self._start()
-        except BaseException:
-            with self._changed:
-                self._starting = False
-                self._changed.notify_all()
-            raise
-        lane.starting = True
-        self._give_back(lane)
+        self._give_back(self._start_claimed())
 
     def _take(self, deadline: float) -> Lane:
         """An idle lane, or a new one. One lane is started at a time, and the next only once it
@@ -178,6 +170,11 @@ class Lanes:
                     self._changed.wait(min(remaining, self._start_s or remaining))
                 finally:
                     self._waiting -= 1
+        return self._start_claimed()
+
+    def _start_claimed(self) -> Lane:
+        """Start the lane this caller claimed the start of (`_starting`); it holds the claim
+        until it started a call (`_started`), or gives it up now if it cannot start."""
         try:
             lane = self._start()
         except BaseException:

@@ -419,8 +419,8 @@ class _Zygote:
         self.exits[pid].set(-9)
 
 
-def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free() -> None:
-    zygote = _Zygote()
+def fake_lanes(zygote: _Zygote) -> Lanes:
+    """Lanes of a krm function whose spawner is `zygote`."""
     spec = SpawnSpec(
         kind="exec",
         cwd="/",
@@ -429,7 +429,12 @@ def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free()
         argv=("/bin/true",),
         sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
     )
-    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    return Lanes(zygote, spec)  # type: ignore[arg-type]
+
+
+def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free() -> None:
+    zygote = _Zygote()
+    lanes = fake_lanes(zygote)
     first = lanes._take(time.monotonic() + 5)
     with pytest.raises(TimeoutError):  # the first has not started its call: no second start
         lanes._take(time.monotonic() + 0.2)
@@ -449,15 +454,7 @@ def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free()
 
 def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> None:
     zygote = _Zygote()
-    spec = SpawnSpec(
-        kind="exec",
-        cwd="/",
-        env={},
-        limits=ProcessLimits(),
-        argv=("/bin/true",),
-        sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
-    )
-    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    lanes = fake_lanes(zygote)
     lanes.prestart()
     ahead = lanes._take(time.monotonic() + 5)
     assert zygote.spawned == [ahead.pid], "the call took the lane started ahead"
@@ -468,7 +465,7 @@ def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> No
     assert second is not ahead and len(zygote.spawned) == 2
     lanes._started(second)
     lanes.close()
-    again = Lanes(zygote, spec)  # type: ignore[arg-type]
+    again = fake_lanes(zygote)
     again.prestart()
     again.sweep(time.monotonic() + LANE_IDLE_S)  # ended idle, before any call
     third = again._take(time.monotonic() + 5)
@@ -478,15 +475,7 @@ def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> No
 
 def test_a_call_waits_for_a_busy_lane_when_its_calls_end_sooner_than_a_lane_starts() -> None:
     zygote = _Zygote()
-    spec = SpawnSpec(
-        kind="exec",
-        cwd="/",
-        env={},
-        limits=ProcessLimits(),
-        argv=("/bin/true",),
-        sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
-    )
-    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    lanes = fake_lanes(zygote)
     busy = lanes._take(time.monotonic() + 5)
     lanes._started(busy)
     lanes._start_s, lanes._call_s = 1.0, 0.01  # as measured: starts take 1 s, calls 10 ms
