@@ -20,11 +20,13 @@ gateway over HTTPS, runtime hosts of a `krm` runtime), the same echo function on
   one invoke through the SDK, alternating; target p50 <= 1.2x;
 - 20 concurrent cold requests for one image: one creation, total time next to one cold
   request; target <= 1.5x. The Run takes `maxConcurrentEvaluations` (default 8) at once, so the
-  twenty run in waves on one Run; `twenty_less_one_cold_ms` is what the 19 others add. Each
-  evaluation starts a Python interpreter in its sandbox (about 30 ms of CPU here), so the 19 add
-  at least 19 x 30 ms / cores of CPU time: on two cores more than half a cold request. The same
-  again with a `/bin/sh` function (`exec cat`, `concurrent-sh`), whose start costs next to
-  nothing: there what the 19 add is the platform's own (waitlist, dispatch, one host's calls).
+  twenty run in waves on one Run; `twenty_less_one_cold_ms` is what the 19 others add. The
+  Python echo runs in a Python lane (docs/architecture.md): each evaluation is a fork of an
+  interpreter started once per lane (a few ms each), but each lane's start is an interpreter's
+  (30 ms of CPU here, most of it the venv's editable-install .pth), and the first evaluation
+  waits for the first lane. The same again with a `/bin/sh` function (`exec cat`,
+  `concurrent-sh`), whose start costs next to nothing: there what the 19 add is the platform's
+  own (waitlist, dispatch, one host's calls).
 Prints a table per part and a final JSON line each.
 """
 

@@ -5,7 +5,7 @@ The launcher holds the functions' limits itself (soft and hard alike, set at its
 child inherits them from the moment it exists: no instruction of a function runs before its
 limits hold. It starts each one with posix_spawn (its own process group, the three descriptors
 it was sent as stdin, stdout and stderr, the dispositions its interpreter set to "ignore" reset),
-which is as cheap as a vfork. Standard library only; run as
+which is as cheap as a vfork. Standard library only (and kruntimes.fdpass, which is); run as
 `python -I -S _launcher.py FD RESOURCE=VALUE ...`.
 
 Protocol on the SOCK_SEQPACKET socket FD, one JSON object per message:
@@ -20,7 +20,6 @@ so the evaluator replaces it long before (after a number of starts that cost hal
 
 from __future__ import annotations
 
-import array
 import contextlib
 import json
 import os
@@ -30,6 +29,10 @@ import signal
 import socket
 import sys
 from typing import Any
+
+if not __package__:  # run as a script (`python -I -S`): the shared package is beside this one's
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kruntimes import fdpass
 
 MAX_MESSAGE_BYTES = 256 * 1024
 FDS = 3
@@ -67,22 +70,10 @@ def _start(request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
 
 
 def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
-    fds = array.array("i")
-    data, ancillary, flags, _ = sock.recvmsg(
-        MAX_MESSAGE_BYTES, socket.CMSG_SPACE(FDS * fds.itemsize), socket.MSG_CMSG_CLOEXEC
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    data, fds = fdpass.receive(sock, MAX_MESSAGE_BYTES, FDS)  # ValueError: not one whole request
     if not data:
-        for fd in fds:
-            os.close(fd)
         return None
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != FDS:
-        for fd in fds:
-            os.close(fd)
-        raise ValueError("a request must be one whole message with three descriptors")
-    return json.loads(data), list(fds)
+    return json.loads(data), fds
 
 
 def main(fd: int, limits: list[tuple[int, int]]) -> None:

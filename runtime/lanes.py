@@ -5,12 +5,17 @@ sandbox: a PID namespace of its own inside the function's cgroup, its view, its 
 limits. It takes one call at a time: the host sends it the call's stdin, stdout and stderr,
 the launcher starts the entrypoint with posix_spawn, reports its end once nothing else is left
 in the namespace, and the lane takes the next call. A call so costs no fork of the zygote, no
-namespace, no mounts and no cgroup migration: those are paid once per lane.
+namespace, no mounts and no cgroup migration: those are paid once per lane. A Python
+entrypoint's lane is the function's interpreter started once, and each call a fork of it
+(runtime/sandbox/launcher.py, "A Python lane"): the interpreter's start is paid once per lane too.
 
 A registration keeps its lanes (`Lanes`): started on demand, one at a time (a call that finds
 none free while one is being started waits for whichever is free first: calls shorter than a
-lane's start share a few lanes instead of each starting its own), a krm registration's first
-when it registers; each ended after `LANE_IDLE_S` without a call (`sweep`), and all of them
+lane's start share a few lanes instead of each starting its own), and not at all while the
+calls in use are known to end, for those waiting, sooner than a lane is known to start (moving
+averages of both: a Python lane's calls take a few ms, its start tens); a krm registration's
+first when it registers, which counts as being started until it started a call; each ended
+after `LANE_IDLE_S` without a call (`sweep`), and all of them
 with the registration (`close`). A lane whose call timed out, was killed, or did not end
 clean (the launcher gone, stopped, or something of the call it could not end) is killed whole
 — its namespace, so the call's every process — and never used again; the next call starts a
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 
 from kruntimes.api.limits import MAX_LOG_BYTES
 from runtime.capture import Capture
-from runtime.outcome import Outcome, Status, set_error
+from runtime.outcome import Outcome, Status, set_error, set_exit
 from runtime.pipes import POLL_TICK_S, Pump, child_pipes
 from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnError, SpawnSpec
 
@@ -55,6 +60,7 @@ class Lane:
     ctl: socket.socket
     last_call: float
     starting: bool = False  # started by a call that waits for it to start that call (`Lanes._take`)
+    born: float = 0.0  # when it was spawned; 0 once it started its first call (`Lanes._ready`)
 
     @property
     def alive(self) -> bool:
@@ -84,6 +90,12 @@ class Lanes:
         self._all: set[Lane] = set()
         self._closed = False
         self._starting = False  # a lane is being started and has not started a call yet
+        self.forked = 0  # calls that were forks of a Python lane (runtime/sandbox/launcher.py)
+        self._waiting = 0  # calls in `_take` waiting for a lane
+        # how long a lane takes to start (spawn to its first call started) and a call to run
+        # on one (taken to given back), each a moving average; None until one was seen
+        self._start_s: float | None = None
+        self._call_s: float | None = None
 
     def count(self) -> int:
         with self._lock:
@@ -124,9 +136,13 @@ class Lanes:
             return outcome
 
     def prestart(self) -> None:
-        """Start a lane now, for the first call (a krm Run is called as soon as it is Ready)."""
-        lane = self._start()
-        self._give_back(lane)
+        """Start a lane now, for the first call (a krm Run is called as soon as it is Ready).
+        It counts as the lane being started until it started a call: calls that find it taken
+        meanwhile wait for it rather than start more (a Python lane takes tens of ms to start,
+        its calls a few)."""
+        with self._changed:
+            self._starting = True
+        self._give_back(self._start_claimed())
 
     def _take(self, deadline: float) -> Lane:
         """An idle lane, or a new one. One lane is started at a time, and the next only once it
@@ -141,13 +157,24 @@ class Lanes:
                     if lane.alive:
                         return lane
                     self._forget(lane)
-                if not self._starting:
+                if not self._starting and self._worth_starting():
                     self._starting = True
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
-                self._changed.wait(remaining)
+                self._waiting += 1
+                try:
+                    # a lane given back, a start over, or (waiting having been the better bet)
+                    # the time by which a lane should have been free: look again
+                    self._changed.wait(min(remaining, self._start_s or remaining))
+                finally:
+                    self._waiting -= 1
+        return self._start_claimed()
+
+    def _start_claimed(self) -> Lane:
+        """Start the lane this caller claimed the start of (`_starting`); it holds the claim
+        until it started a call (`_started`), or gives it up now if it cannot start."""
         try:
             lane = self._start()
         except BaseException:
@@ -157,6 +184,25 @@ class Lanes:
             raise
         lane.starting = True
         return lane
+
+    def _ready(self, lane: Lane, *, forked: bool) -> None:
+        """`lane` started a call: the first time, what its start took counts (from its spawn
+        to that call)."""
+        with self._lock:
+            self.forked += forked
+            if lane.born:
+                self._start_s = _average(self._start_s, time.monotonic() - lane.born)
+                lane.born = 0.0
+
+    def _worth_starting(self) -> bool:
+        """(Under the lock.) Whether a call that finds no lane free should start one rather than
+        wait for one of those in use: unless their calls are known to end, for the calls
+        already waiting and this one, sooner than a lane is known to start (a Python lane:
+        tens of ms a start, a few a call)."""
+        busy = len(self._all) - len(self._idle)
+        if busy == 0 or self._start_s is None or self._call_s is None:
+            return True
+        return self._call_s * (self._waiting + 1) / busy > self._start_s
 
     def _started(self, lane: Lane) -> None:
         """The lane `_take` started has started its call, or will not: the next may be started."""
@@ -178,7 +224,8 @@ class Lanes:
             os.close(null)
             theirs.close()
         ours.setblocking(False)
-        lane = Lane(pid=pid, exit=exit, ctl=ours, last_call=time.monotonic())
+        now = time.monotonic()
+        lane = Lane(pid=pid, exit=exit, ctl=ours, last_call=now, born=now)
         with self._lock:
             self._all.add(lane)
             closed = self._closed
@@ -200,7 +247,9 @@ class Lanes:
         """(Under the lock.)"""
         self._all.discard(lane)
         lane.ctl.close()
-        self._changed.notify()  # a waiting call may start one instead
+        if lane.starting:  # it never started a call: another may be started
+            lane.starting = self._starting = False
+        self._changed.notify_all()  # a waiting call may start one instead
 
     def _end(self, lane: Lane) -> None:
         """Kill the lane (its namespace: everything of its calls) and forget it."""
@@ -241,6 +290,7 @@ class Lanes:
         stdout_limit: int,
         on_start: Callable[[int], None] | None,
     ) -> Outcome:
+        taken = time.monotonic()
         outcome = Outcome(Status.SUCCEEDED, stdout=Capture(stdout_limit))
         out_r, out_w, err_r, err_w = child_pipes()
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -275,21 +325,15 @@ class Lanes:
                 os.close(pump.writer)
             outcome.duration_us = int((time.monotonic() - started) * 1e6)
         if call.clean:
+            with self._lock:
+                self._call_s = _average(self._call_s, time.monotonic() - taken)
             self._give_back(lane)
         if not call.started and call.gone:  # it may have started it: not tried again
             raise SpawnError("the function's launcher ended before it started the call")
         if outcome.status is Status.TIMED_OUT:
             outcome.exit_code = lane.exit.code if lane.exit.code is not None else -9
             return outcome
-        code = call.code if call.code is not None else lane.exit.code
-        outcome.exit_code = code if code is not None else -9
-        if outcome.exit_code != 0 and outcome.status is Status.SUCCEEDED:
-            set_error(
-                outcome,
-                Status.HANDLER_ERROR,
-                "NonZeroExit",
-                f"the script exited with code {outcome.exit_code}",
-            )
+        set_exit(outcome, call.code if call.code is not None else lane.exit.code)
         return outcome
 
     def _wait(self, lane: Lane, pump: Pump, call: _Call, outcome: Outcome, deadline: float) -> None:
@@ -319,6 +363,7 @@ class Lanes:
             report = json.loads(message)
             if report["op"] == "started":
                 call.started = True
+                self._ready(lane, forked=bool(report.get("forked")))
                 self._started(lane)
             elif report["op"] == "failed":  # as a direct start reports an exec that failed
                 call.started, call.code, call.clean = True, 127, True
@@ -329,6 +374,10 @@ class Lanes:
             elif report["op"] == "exited":
                 code = int(report["code"])
                 call.code, call.clean = (128 - code if code < 0 else code), bool(report["clean"])
+
+
+def _average(before: float | None, sample: float) -> float:
+    return sample if before is None else 0.7 * before + 0.3 * sample
 
 
 def sweeper(lanes: Callable[[], list[Lanes]], stop: threading.Event) -> None:

@@ -16,7 +16,7 @@ from kruntimes.api.limits import MAX_LOG_BYTES
 from runtime import framing
 from runtime.capture import Capture
 from runtime.framing import FrameTooLarge
-from runtime.outcome import Outcome, Status, apply_frame, set_error, set_too_large
+from runtime.outcome import Outcome, Status, apply_frame, set_error, set_exit, set_too_large
 from runtime.pipes import POLL_TICK_S, Pump, child_pipes
 from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnSpec
 
@@ -89,14 +89,7 @@ def run_once(
     if outcome.status is Status.TIMED_OUT:
         outcome.exit_code = exit.code if exit.code is not None else -9
     elif ctl is None:
-        outcome.exit_code = exit.code if exit.code is not None else -9
-        if outcome.exit_code != 0 and outcome.status is Status.SUCCEEDED:
-            set_error(
-                outcome,
-                Status.HANDLER_ERROR,
-                "NonZeroExit",
-                f"the script exited with code {outcome.exit_code}",
-            )
+        set_exit(outcome, exit.code)
     else:
         outcome.exit_code = 0 if outcome.status is Status.SUCCEEDED else 1
     return outcome

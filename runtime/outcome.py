@@ -53,6 +53,16 @@ def set_error(outcome: Outcome, status: Status, kind: str, message: str) -> None
     outcome.status, outcome.error_type, outcome.error_message = status, kind, message
 
 
+def set_exit(outcome: Outcome, code: int | None) -> None:
+    """A per-call process's exit code (-9 when none is known: it was killed), and a non-zero
+    one as the error of an outcome that had none (krm_adapter takes it back: there it is data)."""
+    outcome.exit_code = code if code is not None else -9
+    if outcome.exit_code != 0 and outcome.status is Status.SUCCEEDED:
+        set_error(
+            outcome, Status.HANDLER_ERROR, "NonZeroExit", f"the script exited with code {outcome.exit_code}"
+        )
+
+
 def apply_frame(outcome: Outcome, kind: int, body: bytes) -> None:
     """Settle `outcome` with the process's answer: a result frame, or an error frame."""
     if kind == framing.RESULT:

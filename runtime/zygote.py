@@ -106,7 +106,11 @@ def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
     if spec["kind"] == "launcher":  # starts the function's processes, a call at a time
         private = sandbox is not None and sandbox.mount_namespace
         scratch = launcher.SCRATCH if private else ()
-        return launcher.serve(ctl_fd=CTL_FD, argv=list(spec["argv"]), env=env, scratch=scratch)
+        argv = list(spec["argv"])
+        if private and launcher.forkable(argv, env):  # a Python lane: its calls are forks
+            lane = launcher.python_lane(argv)
+            os.execve(lane[0], lane, env)
+        return launcher.serve(ctl_fd=CTL_FD, argv=argv, env=env, scratch=scratch)
     return python_worker.main(
         ctl_fd=CTL_FD,
         workdir=spec["cwd"],

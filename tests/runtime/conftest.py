@@ -179,9 +179,10 @@ def krm_serving(
         yield served
 
 
-def register_krm(host: Host, body: str) -> str:
-    """The registration id of `body` (main.py) registered as a krm function run by this Python."""
-    return host.register(body, adapter="krm", handler=f"{sys.executable} main.py").registration_id
+def register_krm(host: Host, body: str, env: dict[str, str] | None = None) -> str:
+    """The registration id of `body` (main.py) registered as a krm function run by this Python,
+    with `env` in its environment."""
+    return host.register(body, adapter="krm", handler=f"{sys.executable} main.py", env=env).registration_id
 
 
 @contextlib.contextmanager

@@ -92,6 +92,10 @@ elif what == "signals":
                 "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGXCPU", "SIGVTALRM", "SIGPROF", "SIGIO"):
         os.kill(launcher, getattr(signal, sig))
     time.sleep(0.2)
+elif what == "lower":  # what the next call would inherit from its launcher
+    import resource
+    resource.prlimit(launcher, resource.RLIMIT_NOFILE, (64, 64))
+    os.setpriority(os.PRIO_PROCESS, launcher, 19)
 elif what == "ptrace":
     libc = ctypes.CDLL(None, use_errno=True)
     attached = libc.ptrace(16, launcher, None, None)  # PTRACE_ATTACH
@@ -113,6 +117,12 @@ def lane_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Pa
         if in_force is None or not in_force.pid_namespace:
             pytest.skip("this host makes no PID namespaces: each call is started by the zygote")
         yield served
+
+
+# An environment that sets a PYTHON* variable: the interpreter reads it at its start, so the
+# lane starts each call with posix_spawn instead of forking its Python lane.
+SPAWNED = {"PYTHONDONTWRITEBYTECODE": "1"}
+MODES = pytest.mark.parametrize("env", [{}, SPAWNED], ids=["forked", "spawned"])
 
 
 def call(host: Host, reg: str, text: str = "", *, timeout_ms: int = 60_000) -> pb.InvokeFunctionResponse:
@@ -159,16 +169,20 @@ def test_each_call_runs_as_a_direct_start_would_and_calls_share_one_launcher(lan
     assert lanes_of(lane_host, reg).count() == 1
 
 
-def test_each_call_finds_empty_scratch_directories(lane_host: Host) -> None:
-    reg = register_krm(lane_host, SCRATCH)
+@MODES
+def test_each_call_finds_empty_scratch_directories(lane_host: Host, env: dict[str, str]) -> None:
+    reg = register_krm(lane_host, SCRATCH, env)
     first, second = (json.loads(answer(lane_host, reg)[1]) for _ in range(2))
     assert first == second, "what the first call left is gone; what the view put there stays"
     assert not {"left", "dir"} & set(second)
     assert lanes_of(lane_host, reg).count() == 1
 
 
-def test_what_a_call_leaves_running_is_gone_before_its_answer(lane_host: Host, scratch: Path) -> None:
-    reg = register_krm(lane_host, LEFTOVER)
+@MODES
+def test_what_a_call_leaves_running_is_gone_before_its_answer(
+    lane_host: Host, scratch: Path, env: dict[str, str]
+) -> None:
+    reg = register_krm(lane_host, LEFTOVER, env)
     lock = scratch / "leftover"
     assert answer(lane_host, reg, str(lock)) == (0, b"left")
     assert lock_free(lock), "the double-forked grandchild ignoring SIGTERM is gone when the call answers"
@@ -176,6 +190,7 @@ def test_what_a_call_leaves_running_is_gone_before_its_answer(lane_host: Host, s
     assert answer(lane_host, reg, str(again)) == (0, b"left"), "the lane takes the next call"
     assert lock_free(again)
     assert lanes_of(lane_host, reg).count() == 1
+    assert lanes_of(lane_host, reg).forked == (0 if env else 2)
 
 
 def test_a_timeout_ends_every_process_of_the_call_and_the_next_call_gets_a_new_lane(
@@ -286,6 +301,88 @@ def test_the_launchers_die_when_the_host_is_killed(tmp_path: Path, pki: TestPKI)
             proc.wait()
 
 
+# What the interpreter is for the call, then state left behind in it every way a script can.
+FRESH = """
+import atexit, builtins, json, os, sys, threading, time
+sys.stdin.read()
+print(json.dumps({
+    "name": __name__, "file": __file__, "argv": sys.argv, "path0": sys.path[0],
+    "leaks": [hasattr(json, "leak"), "LEAK" in os.environ, hasattr(builtins, "leak"),
+              "leak" in globals(), "leaked" in sys.modules, threading.active_count()],
+    "launcher": sorted(m for m in sys.modules if m.startswith(("kruntimes", "runtime"))),
+}))
+json.leak = builtins.leak = leak = 1
+os.environ["LEAK"] = "1"
+sys.modules["leaked"] = json
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+atexit.register(lambda: sys.stdout.write("at exit"))
+"""
+
+# Ends as its input says.
+ENDS = """
+import sys
+how = sys.stdin.read().strip()
+sys.stdout.write("out ")
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise ValueError("raised")
+if how == "interrupt":
+    raise KeyboardInterrupt
+"""
+
+
+def test_a_python_entrypoints_calls_are_forks_of_its_lane_that_start_as_a_fresh_interpreter(
+    lane_host: Host,
+) -> None:
+    reg = register_krm(lane_host, FRESH)
+    first, second = (answer(lane_host, reg) for _ in range(2))
+    assert first[0] == second[0] == 0
+    assert first[1].endswith(b"at exit") and second[1].endswith(b"at exit"), "atexit ran at its end"
+    seen = [json.loads(out[: -len(b"at exit")]) for _, out in (first, second)]
+    for who in seen:
+        assert who["name"] == "__main__" and who["argv"] == ["main.py"]
+        assert who["file"].endswith("/main.py") and who["path0"] == os.path.dirname(who["file"])
+        assert who["launcher"] == [], "nothing of the launcher is left in sys.modules"
+    assert seen[0]["leaks"] == seen[1]["leaks"] == [False, False, False, False, False, 1], (
+        "nothing the first call left in its interpreter is in the second's"
+    )
+    lanes = lanes_of(lane_host, reg)
+    assert lanes.forked == 2 and lanes.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "error"),
+    [("", 0, b""), ("exit", 3, b""), ("raise", 1, b"ValueError: raised"), ("interrupt", 130, b"")],
+)
+@MODES
+def test_a_python_call_ends_with_the_interpreters_exit_code(
+    lane_host: Host, env: dict[str, str], how: str, code: int, error: bytes
+) -> None:
+    reg = register_krm(lane_host, ENDS, env)
+    got = call(lane_host, reg, how)
+    assert got.status == pb.INVOCATION_STATUS_SUCCEEDED, got
+    exit_code, stdout, _ = contract.decode_outputs(json.loads(got.outputs_json))
+    assert (exit_code, stdout) == (code, b"out "), "its exit code, its stdout flushed"
+    assert error in got.stderr.data
+    if how == "raise":
+        assert b'main.py", line 8, in <module>' in got.stderr.data
+        assert b"launcher" not in got.stderr.data, "the traceback starts at the script"
+    assert lanes_of(lane_host, reg).forked == (0 if env else 1)
+
+
+def test_a_call_that_lowers_what_its_launcher_passes_on_ends_its_lane(lane_host: Host) -> None:
+    reg = register_krm(lane_host, ATTACK)
+    assert answer(lane_host, reg, "nothing") == (0, b"done")
+    before = launchers(lane_host, reg)
+    assert answer(lane_host, reg, "lower") == (0, b"done")
+    assert answer(lane_host, reg, "nothing") == (0, b"done")
+    assert launchers(lane_host, reg).isdisjoint(before), "a new lane took the next call"
+    reg_who = register_krm(lane_host, WHO)
+    who = json.loads(answer(lane_host, reg_who)[1])
+    assert who["fsize"] == FILE_LIMIT
+
+
 class _Zygote:
     """Stands in for the spawner: each spawn a new pid, which ends when killed."""
 
@@ -305,8 +402,8 @@ class _Zygote:
         self.exits[pid].set(-9)
 
 
-def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free() -> None:
-    zygote = _Zygote()
+def fake_lanes(zygote: _Zygote) -> Lanes:
+    """Lanes of a krm function whose spawner is `zygote`."""
     spec = SpawnSpec(
         kind="exec",
         cwd="/",
@@ -315,7 +412,12 @@ def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free()
         argv=("/bin/true",),
         sandbox=SandboxSpec(pid_namespace=True, mount_namespace=True),
     )
-    lanes = Lanes(zygote, spec)  # type: ignore[arg-type]
+    return Lanes(zygote, spec)  # type: ignore[arg-type]
+
+
+def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free() -> None:
+    zygote = _Zygote()
+    lanes = fake_lanes(zygote)
     first = lanes._take(time.monotonic() + 5)
     with pytest.raises(TimeoutError):  # the first has not started its call: no second start
         lanes._take(time.monotonic() + 0.2)
@@ -331,3 +433,40 @@ def test_one_lane_is_started_at_a_time_and_a_waiting_call_takes_the_first_free()
     assert second is not first and len(zygote.spawned) == 2
     lanes.close()
     assert set(zygote.killed) == {first.pid, second.pid}
+
+
+def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> None:
+    zygote = _Zygote()
+    lanes = fake_lanes(zygote)
+    lanes.prestart()
+    ahead = lanes._take(time.monotonic() + 5)
+    assert zygote.spawned == [ahead.pid], "the call took the lane started ahead"
+    with pytest.raises(TimeoutError):  # it has not started that call yet: no second start
+        lanes._take(time.monotonic() + 0.2)
+    lanes._started(ahead)
+    second = lanes._take(time.monotonic() + 5)
+    assert second is not ahead and len(zygote.spawned) == 2
+    lanes._started(second)
+    lanes.close()
+    again = fake_lanes(zygote)
+    again.prestart()
+    again.sweep(time.monotonic() + LANE_IDLE_S)  # ended idle, before any call
+    third = again._take(time.monotonic() + 5)
+    assert third.pid == zygote.spawned[-1] and len(zygote.spawned) == 4, "a new one is started"
+    again.close()
+
+
+def test_a_call_waits_for_a_busy_lane_when_its_calls_end_sooner_than_a_lane_starts() -> None:
+    zygote = _Zygote()
+    lanes = fake_lanes(zygote)
+    busy = lanes._take(time.monotonic() + 5)
+    lanes._started(busy)
+    lanes._start_s, lanes._call_s = 1.0, 0.01  # as measured: starts take 1 s, calls 10 ms
+    with pytest.raises(TimeoutError):  # waiting for the busy one beats starting one
+        lanes._take(time.monotonic() + 0.2)
+    assert zygote.spawned == [busy.pid]
+    lanes._call_s = 2.0  # calls that outlast a start: one more lane is worth it
+    other = lanes._take(time.monotonic() + 5)
+    assert other is not busy and len(zygote.spawned) == 2
+    lanes._started(other)
+    lanes.close()
