@@ -25,7 +25,7 @@ from gateway.auth import (
 from gateway.listener import HttpLimits
 from gateway.server import Gateway, GatewayOptions
 from gateway.visibility import Visibility, VisibilityError
-from kruntimes import logs
+from kruntimes import logs, malloc
 from kruntimes import temporal_settings as temporal
 from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None, *, invoke_tls: bool = True) -> None:
     """`invoke_tls=False` is the invoke bench's plaintext baseline (bench/invoke.py); no flag."""
     args = parse_args(argv)
     logs.setup(args.log_level)
+    malloc.limit_arenas()  # before gRPC starts its threads
     try:
         # uvloop when installed: the same servers spend less CPU per request on it than on
         # asyncio's loop (bench/invoke.py runs its reference chain on both)
