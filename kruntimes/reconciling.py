@@ -162,17 +162,24 @@ def plan(snapshot: Snapshot) -> Plan:
     for queued in snapshot.queued:
         if _old(queued.requested_at, snapshot) and not _runs(snapshot, queued.workflow_id, queued.run_uid):
             out.release.append(queued.run_uid)
-    by_uid = {seen.host.hostUid: seen for seen in snapshot.hosts}
+    # Indexed once: each Ready Run looks up its own slots and each host's registrations, so a
+    # round costs the Runs once, not Ready Runs times reservations (10,000 Ready Runs: seconds).
+    slots_of: dict[str, list[Reservation]] = {}
+    for reservation in snapshot.reservations:
+        slots_of.setdefault(reservation.runUid, []).append(reservation)
+    registered = {
+        seen.host.hostUid: {reg.run_uid for reg in seen.registrations}
+        for seen in snapshot.hosts
+        if seen.registrations is not None
+    }
     for run_uid, workflow_id in snapshot.ready.items():
         if not _runs(snapshot, workflow_id, run_uid):
             continue
-        for reservation in snapshot.reservations:
-            if reservation.runUid != run_uid or not _old(reservation.reservedAt, snapshot):
+        for reservation in slots_of.get(run_uid, ()):
+            if not _old(reservation.reservedAt, snapshot):
                 continue
-            holder = by_uid.get(reservation.hostUid)
-            if holder is None or holder.registrations is None:
-                continue
-            if all(reg.run_uid != run_uid for reg in holder.registrations):
+            holding = registered.get(reservation.hostUid)
+            if holding is not None and run_uid not in holding:
                 out.registration_lost.append(Lost(workflow_id, run_uid, reservation.hostUid))
     pool_uids = {seen.host.hostUid for seen in snapshot.hosts}
     for record in snapshot.records:

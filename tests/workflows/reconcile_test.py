@@ -75,6 +75,29 @@ async def test_a_run_terminated_out_of_band_frees_its_slot_and_its_registration(
         assert registrations(platform.pki, address) == {}
 
 
+async def test_a_registration_of_a_run_whose_name_another_run_took_is_unregistered(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    """The Runs' uids come from visibility's pages: a Run of that name with another uid runs, so
+    the first one's registration and slot go, and the second one's stay."""
+    async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
+        first = run_manifest("reused", runtime=platform.runtime())
+        handle = await platform.start(first)
+        status = await platform.wait_phase(handle, RunPhase.Ready)
+        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
+        await handle.terminate("out of band")
+        second = run_manifest("reused", runtime=platform.runtime())
+        assert second.metadata.uid != first.metadata.uid
+        again = await platform.wait_phase(await platform.start(second), RunPhase.Ready)
+        await older_than_the_grace()
+
+        report = await collect(platform)
+
+        assert report.unregistered == [f"{first.metadata.uid} (RunReplaced)"]
+        assert report.released == [first.metadata.uid]
+        assert [r.runUid for r in (await platform.pool()).reservations] == [second.metadata.uid]
+        if again.assignedHost == status.assignedHost:
+            assert list(registrations(platform.pki, address)) == [second.metadata.uid]
+
+
 async def test_a_host_nobody_knows_is_deleted_and_dead_hosts_workspaces_removed(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
         stray = await platform.create_host("stray")
