@@ -17,14 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import timedelta
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.handoff import Mailbox
 from kruntimes.lifecycle import (
     QUERY_HOST,
+    QUERY_HOST_SLOTS_DIGEST,
     SIGNAL_ADMIT,
     SIGNAL_ASSIGNED,
     SIGNAL_HOST_COMMAND,
@@ -43,9 +46,11 @@ from kruntimes.lifecycle import (
     SignalBatch,
     SignalResult,
     pool_workflow_id,
+    slots_digest,
 )
 
 CONCURRENCY = 32
+DIGEST_TIMEOUT = timedelta(seconds=2)  # a HostWorkflow's slots digest (a query); else the signal
 # A parked answer its Run did not take is signalled, tried this many times this far apart; one
 # that still does not get there is asked for by the Run itself after its grace period.
 UNCLAIMED_TRIES = 3
@@ -100,6 +105,8 @@ class SignalActivities:
         else:
             return None
         async with gate:
+            if out.slots is not None and await self._holds(out.workflowId, out.slots):
+                return None  # it keeps these slots already: nothing to hand over
             try:
                 await self.client.get_workflow_handle(out.workflowId).signal(name, arg)
             except RPCError as err:
@@ -107,6 +114,23 @@ class SignalActivities:
                     return out.workflowId  # the Run is gone
                 raise
         return None
+
+    async def _holds(self, workflow_id: str, slots: HostSlots) -> bool:
+        """Whether that HostWorkflow runs and keeps exactly these slots (its digest of them), so
+        the handover needs no signal: a host full since the last handover (most of them, with
+        10,000 Ready Runs) costs a query, not ~65 KB in its history and a task. Anything else (a
+        closed or older workflow, an error, another incarnation's slots) is answered by the
+        signal, as before: a closed workflow's refusal keeps its slots in the pool's state."""
+        try:
+            held: str = await self.client.get_workflow_handle(workflow_id).query(
+                QUERY_HOST_SLOTS_DIGEST,
+                result_type=str,
+                reject_condition=QueryRejectCondition.NOT_OPEN,
+                rpc_timeout=DIGEST_TIMEOUT,
+            )
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+            return False
+        return held == slots_digest(slots.hostUid, slots.slots)
 
     @activity.defn(name="admit_run")
     async def admit_run(self, admit: AdmitSignal) -> bool:

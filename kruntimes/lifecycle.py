@@ -5,7 +5,10 @@ the SDK all import these; nothing here does I/O.
 
 from __future__ import annotations
 
-from datetime import datetime
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -57,6 +60,9 @@ SIGNAL_WATCH_READY = "watch_ready"
 QUERY_HOST = "host"
 # The slots the pool handed over, read after every signal sent before it (a query may not be).
 UPDATE_HOST_SLOTS = "read_slots"
+# What the workflow keeps of its host's slots, as `slots_digest`: the pool hands a host over only
+# when its HostWorkflow does not hold the same slots already.
+QUERY_HOST_SLOTS_DIGEST = "slots_digest"
 UPDATE_DRAIN_HOST = "drain"
 UPDATE_DELETE_HOST = "delete"
 # ReconcileWorkflow
@@ -229,6 +235,18 @@ class HostSlots(ApiModel):
 
     hostUid: str
     slots: list[Slot] = Field(default_factory=list)
+
+
+def slots_digest(host_uid: str, slots: Iterable[Slot]) -> str:
+    """A host's slots in 64 characters, the same for the same slots in any order: a HostWorkflow
+    answers it (`QUERY_HOST_SLOTS_DIGEST`) so that a handover sends its ~130 B per slot only to
+    the hosts whose slots changed since the last one."""
+    digest = hashlib.sha256(host_uid.encode())
+    for slot in sorted(slots, key=lambda s: s.runUid):
+        at = slot.reservedAt if slot.reservedAt.tzinfo is not None else slot.reservedAt.replace(tzinfo=UTC)
+        fields = [slot.runUid, slot.workflowId, slot.tenant, at.astimezone(UTC).isoformat()]
+        digest.update(b"\n" + json.dumps(fields).encode())
+    return digest.hexdigest()
 
 
 class HostSlotsInput(ApiModel):

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.lifecycle import (
         MAX_HOST_EVENTS,
         QUERY_HOST,
+        QUERY_HOST_SLOTS_DIGEST,
         SIGNAL_HOST_COMMAND,
         SIGNAL_HOST_LOST,
         SIGNAL_HOST_SLOTS,
@@ -69,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         WatchInput,
         WatchReady,
         WatchResult,
+        slots_digest,
     )
     from kruntimes.scheduling.model import HostState
     from kruntimes.wire import summaries
@@ -148,6 +150,13 @@ class HostWorkflow:
     @workflow.query(name=QUERY_HOST)
     def host(self) -> HostRecord | None:
         return self._record
+
+    @workflow.query(name=QUERY_HOST_SLOTS_DIGEST)
+    def slots_digest(self) -> str:
+        """`slots_digest` of the slots kept ("" before the record is made: nothing is kept yet)."""
+        if self._record is None:
+            return ""
+        return slots_digest(self._record.host.hostUid, self._record.slots)
 
     @workflow.update(name=UPDATE_DRAIN_HOST)
     async def drain(self, request: HostActionInput) -> HostActionResult:

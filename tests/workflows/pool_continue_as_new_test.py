@@ -10,10 +10,11 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowQueryFailedError
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -27,20 +28,24 @@ from kruntimes.lifecycle import (
     POOL_READING_BACK,
     POOL_TASK_QUEUE,
     QUERY_HOST,
+    QUERY_HOST_SLOTS_DIGEST,
     QUERY_POOL,
     SIGNAL_CANCEL,
     SIGNAL_CONFIGURE,
+    SIGNAL_HOST_SLOTS,
     UPDATE_HOST_SLOTS,
     HostInput,
     HostRecord,
     HostSlots,
     PlatformInfo,
+    PoolConfig,
     PoolInput,
     PoolState,
     Slot,
     host_workflow_id,
     pool_workflow_id,
     ready_host,
+    slots_digest,
 )
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect, query_pool
@@ -92,14 +97,7 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
             # did before (each configure is an event; the server soon suggests continuing).
             settled_run_id = (await pool.describe()).run_id
             config = pool_configs(settings, providers=["process"])[runtime]
-
-            async def continued() -> bool:
-                if (await pool.describe()).run_id not in (first_run_id, settled_run_id):
-                    return True
-                await pool.signal(SIGNAL_CONFIGURE, config)
-                return False
-
-            await platform.eventually(continued, what="the pool to continue as new")
+            await _continue_as_new(platform, pool, config, since=(first_run_id, settled_run_id))
             state = await platform.pool()
             assert len(state.hosts) == 1
             kept = {r.runUid for r in state.reservations}
@@ -142,6 +140,90 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
             late = await platform.start(run_manifest("can-late", runtime=runtime))
             status = await platform.wait_phase(late, RunPhase.Ready)
             assert status.assignedHost == state.hosts[0].hostId
+    finally:
+        for h in platform.started:
+            with contextlib.suppress(Exception):
+                await h.terminate("test finished")
+        await stop_all(tmp_path / "state")
+
+
+async def _continue_as_new(
+    platform: Platform, pool: WorkflowHandle[Any, Any], config: PoolConfig, *, since: tuple[str, ...]
+) -> str:
+    """Make the pool continue as new (each configure is an event; the server soon suggests it):
+    the id of a run that is none of `since`."""
+
+    async def continued() -> bool:
+        if (await pool.describe()).run_id not in since:
+            return True
+        await pool.signal(SIGNAL_CONFIGURE, config)
+        return False
+
+    await platform.eventually(continued, what="the pool to continue as new")
+    return (await pool.describe()).run_id
+
+
+async def _slots_signals(handle: WorkflowHandle[Any, Any]) -> int:
+    """The handovers a HostWorkflow received: its `slots` signals, over every run of it."""
+    count = 0
+    async for execution in handle._client.list_workflows(f"WorkflowId = '{handle.id}'"):
+        run = handle._client.get_workflow_handle(handle.id, run_id=execution.run_id)
+        async for event in run.fetch_history_events():
+            signaled = event.workflow_execution_signaled_event_attributes
+            count += event.HasField("workflow_execution_signaled_event_attributes") and (
+                signaled.signal_name == SIGNAL_HOST_SLOTS
+            )
+    return count
+
+
+async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
+    small_history_server: Client, tmp_path: Path, pki: TestPKI
+) -> None:
+    """A HostWorkflow that keeps the slots the pool would hand it (its digest answers for them)
+    gets no signal; one whose slots changed gets them, and the pool reads every slot back."""
+    client = small_history_server
+    runtime = "py-same"
+    settings = WorkerSettings(
+        temporal=TemporalSettings(),
+        config=parse_config(
+            {"runtimes": [{"name": runtime, "adapter": "python", "runs": 20, "maxHosts": 1}]}
+        ),
+        platform=PlatformInfo(stateDir=str(tmp_path / "state")),
+        trust=pki.worker_trust(),
+    )
+    platform = Platform(client, tmp_path / "state", {"python": runtime}, settings, pki)
+    pool = client.get_workflow_handle(pool_workflow_id(runtime))
+    config = pool_configs(settings, providers=["process"])[runtime]
+    try:
+        async with running_workers(client, settings):
+            handles = [await platform.start(run_manifest(f"same-{i}", runtime=runtime)) for i in range(3)]
+            await asyncio.gather(*(platform.wait_phase(h, RunPhase.Ready) for h in handles))
+            uids = {await _uid(h) for h in handles}
+            [host] = (await platform.pool()).hosts
+            host_wf = client.get_workflow_handle(host_workflow_id(runtime, host.hostId))
+            run_id = await _continue_as_new(platform, pool, config, since=((await pool.describe()).run_id,))
+            handed = await _slots_signals(host_wf)
+            assert handed >= 1
+            digest = await host_wf.query(QUERY_HOST_SLOTS_DIGEST, result_type=str)
+            record = await host_wf.query(QUERY_HOST, result_type=HostRecord)
+            assert {s.runUid for s in record.slots} == uids
+            assert digest == slots_digest(host.hostUid, record.slots)
+
+            # Nothing changed: the next handovers send nothing, and every slot comes back.
+            for _ in range(2):
+                run_id = await _continue_as_new(platform, pool, config, since=(run_id,))
+            assert await _slots_signals(host_wf) == handed
+            assert {r.runUid for r in (await platform.pool()).reservations} == uids
+
+            # One more Run on the host: the next handover hands the host its slots again.
+            late = await platform.start(run_manifest("same-late", runtime=runtime))
+            await platform.wait_phase(late, RunPhase.Ready)
+            uids.add(await _uid(late))
+            await _continue_as_new(platform, pool, config, since=(run_id,))
+            assert await _slots_signals(host_wf) == handed + 1
+            record = await host_wf.query(QUERY_HOST, result_type=HostRecord)
+            assert {s.runUid for s in record.slots} == uids
+            assert {r.runUid for r in (await platform.pool()).reservations} == uids
     finally:
         for h in platform.started:
             with contextlib.suppress(Exception):
