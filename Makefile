@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/codec.py
 	$(PY) bench/kubernetes.py
 	$(PY) bench/gateway_memory.py
+	$(PY) bench/reconcile.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
