@@ -18,9 +18,10 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError, WorkflowQueryRejectedError
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -50,7 +51,7 @@ from kruntimes.lifecycle import (
 )
 
 CONCURRENCY = 32
-DIGEST_TIMEOUT = timedelta(seconds=2)  # a HostWorkflow's slots digest (a query); else the signal
+DIGEST_TIMEOUT = timedelta(seconds=2)  # a query of a HostWorkflow's slots; else a signal or update
 # A parked answer its Run did not take is signalled, tried this many times this far apart; one
 # that still does not get there is asked for by the Run itself after its grace period.
 UNCLAIMED_TRIES = 3
@@ -150,6 +151,8 @@ class SignalActivities:
         """The slots a HostWorkflow keeps of its host (closed workflows answer too); none when
         the workflow is gone or supervises another incarnation."""
         handle = self.client.get_workflow_handle(ask.workflowId)
+        if ask.digest and (kept := await self._kept(handle, ask)) is not None:
+            return kept
         try:  # an update sees the handover signal applied; a query may not yet
             answer = await handle.execute_update(UPDATE_HOST_SLOTS, result_type=HostSlots)
         except RPCError as err:
@@ -165,6 +168,24 @@ class SignalActivities:
             raise
         if record is None or record.host.hostUid != ask.hostUid:
             return HostSlots(hostUid=ask.hostUid)
+        return HostSlots(hostUid=ask.hostUid, slots=record.slots)
+
+    async def _kept(self, handle: WorkflowHandle[Any, Any], ask: HostSlotsInput) -> HostSlots | None:
+        """The slots the HostWorkflow's record shows, if they are the very ones it was handed (its
+        digest is `ask.digest`): read with a query, which leaves no task and no events in its
+        history, as the update does. The query may be answered before a handover signal still in
+        flight is applied, but then the record shows the slots from before it, whose digest is
+        another (unless they are the same slots): None, and the update reads them."""
+        try:
+            record: HostRecord | None = await handle.query(
+                QUERY_HOST, result_type=HostRecord, rpc_timeout=DIGEST_TIMEOUT
+            )
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+            return None
+        if record is None or record.host.hostUid != ask.hostUid:
+            return None
+        if slots_digest(ask.hostUid, record.slots) != ask.digest:
+            return None
         return HostSlots(hostUid=ask.hostUid, slots=record.slots)
 
     def _handed_over(self, out: OutgoingSignal, runtime: str) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -250,10 +250,12 @@ def slots_digest(host_uid: str, slots: Iterable[Slot]) -> str:
 
 
 class HostSlotsInput(ApiModel):
-    """Read back what a HostWorkflow keeps of its host's slots (the pool after continue-as-new)."""
+    """Read back what a HostWorkflow keeps of its host's slots (the pool after continue-as-new);
+    `digest`: the slots_digest of what it was handed, if known."""
 
     workflowId: str
     hostUid: str
+    digest: str = ""
 
 
 class OutgoingSignal(ApiModel):
@@ -449,6 +451,9 @@ class PoolState(ApiModel):
     idleSince: dict[str, datetime] = Field(default_factory=dict)  # host uid → holds no reservation since
     # Host uids whose reservations (and their owners) are kept by the host's HostWorkflow, not here.
     slotsOnHosts: list[str] = Field(default_factory=list)
+    # Host uid → slots_digest of the slots it was handed: a HostWorkflow whose record shows them
+    # is read back with a query, with no update (and no task and events in its history).
+    slotsDigests: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -458,9 +463,12 @@ class PoolState(ApiModel):
         return data
 
 
-def carried_state(state: PoolState, *, on_hosts: set[str]) -> PoolState:
+def carried_state(
+    state: PoolState, *, on_hosts: set[str], digests: Mapping[str, str] | None = None
+) -> PoolState:
     """What the pool carries across continue-as-new: everything but the reservations (and their
-    owners) of the hosts in `on_hosts`, whose HostWorkflows were given them."""
+    owners) of the hosts in `on_hosts`, whose HostWorkflows were given them (`digests`: the
+    slots_digest of what each was given)."""
     kept = [r for r in state.reservations if r.hostUid not in on_hosts]
     held = {r.runUid for r in kept}
     return state.model_copy(
@@ -468,6 +476,7 @@ def carried_state(state: PoolState, *, on_hosts: set[str]) -> PoolState:
             "reservations": kept,
             "owners": {k: v for k, v in state.owners.items() if k in held},
             "slotsOnHosts": sorted(on_hosts),
+            "slotsDigests": {uid: d for uid, d in sorted((digests or {}).items()) if uid in on_hosts},
         }
     )
 

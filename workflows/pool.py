@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         carried_state,
         host_workflow_id,
         scale_out_workflow_id,
+        slots_digest,
     )
     from kruntimes.scheduling import admission
     from kruntimes.scheduling.model import (
@@ -285,13 +286,15 @@ class RuntimePoolWorkflow:
         if not (self._at_start or workflow.patched(PATCH_SLOTS_ON_HOSTS)):
             return state
         supervised = [h for h in state.hosts if h.supervised]
+        handed = self._slots_by_host(supervised)
         signals: list[tuple[str, str, Message]] = [
             (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots)
-            for h, slots in zip(supervised, self._slots_by_host(supervised), strict=True)
+            for h, slots in zip(supervised, handed, strict=True)
         ]
         gone = await self._send(signals) if signals else set()
         on_hosts = {h.hostUid for h in supervised if host_workflow_id(h.runtime, h.hostId) not in gone}
-        return carried_state(state, on_hosts=on_hosts)
+        digests = {slots.hostUid: slots_digest(slots.hostUid, slots.slots) for slots in handed}
+        return carried_state(state, on_hosts=on_hosts, digests=digests)
 
     def _slots_by_host(self, hosts: list[Host]) -> list[HostSlots]:
         """The slots of each of `hosts`, in one pass over the reservations (as slots_of gives
@@ -319,7 +322,11 @@ class RuntimePoolWorkflow:
             *(
                 workflow.execute_local_activity(
                     "host_slots",
-                    HostSlotsInput(workflowId=host_workflow_id(h.runtime, h.hostId), hostUid=h.hostUid),
+                    HostSlotsInput(
+                        workflowId=host_workflow_id(h.runtime, h.hostId),
+                        hostUid=h.hostUid,
+                        digest=self.state.slotsDigests.get(h.hostUid, ""),
+                    ),
                     result_type=HostSlots,
                     start_to_close_timeout=SLOTS_TIMEOUT,
                     retry_policy=SLOTS_RETRY,
@@ -342,7 +349,7 @@ class RuntimePoolWorkflow:
                 )
                 if slot.workflowId:
                     self._owners[slot.runUid] = slot.workflowId
-        self._update(slotsOnHosts=[])
+        self._update(slotsOnHosts=[], slotsDigests={})
 
     def _handle(self, msg: object, outbox: _Outbox) -> None:
         if isinstance(msg, AdmitSignal):
