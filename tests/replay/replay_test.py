@@ -98,6 +98,17 @@ def test_the_pool_with_its_run_bounded_has_recorded_histories() -> None:
     assert any(marker in p for p in patches), "the pool asked for pool-bounded-run"
 
 
+def test_a_handover_with_the_hosts_slots_digests_has_recorded_histories() -> None:
+    """A pool whose continue-as-new carried the digest of each host's slots, the run that read
+    them back with it and the HostWorkflow handed them (record.py scale with that code: *_digest)."""
+    names = {"pool_slots_handed_over_digest", "pool_slots_read_back_digest", "host_slots_digest"}
+    assert {p.stem for p in FILES} >= names
+    read_back = json.loads((HISTORIES / "pool_slots_read_back_digest.json").read_text())
+    started = read_back["events"][0]["workflowExecutionStartedEventAttributes"]
+    state = json.loads(base64.b64decode(started["input"]["payloads"][0]["data"]))["state"]
+    assert state["slotsOnHosts"] and set(state["slotsDigests"]) == set(state["slotsOnHosts"])
+
+
 def test_the_handover_apart_and_slow_registrations_have_recorded_histories() -> None:
     """A pool that continued as new in a task after its handover's (record.py apart), and Runs
     whose registration outlasted their workflow task and went to an ordinary activity, after the
