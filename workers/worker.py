@@ -32,7 +32,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
@@ -183,10 +183,17 @@ POOL_TASK_TIMEOUT = timedelta(seconds=4)
 
 
 def worker_tuning(sandboxed: bool) -> dict[str, Any]:
-    """The Worker options every kruntimes worker uses (the lifecycle bench's floor too)."""
+    """The Worker options every kruntimes worker uses (the lifecycle bench's floor too).
+
+    Workflow-task pollers scale with the backlog (the server says how much waits): by default a
+    worker keeps 5 polls open, of which one polls the task queue a new workflow's first task
+    comes on (the rest poll its sticky queue), and a burst of new Runs waited for that one poll
+    (bench/lifecycle.py, same loaded machine: the 300-Run burst 22.9-24.7 -> 29.0 Runs/s, the
+    plain-workflow floor 42-43 -> 50.8/s)."""
     return {
         "workflow_runner": workflow_runner(sandboxed),
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
+        "workflow_task_poller_behavior": PollerBehaviorAutoscaling(),
     }
 
 
