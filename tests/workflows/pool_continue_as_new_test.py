@@ -163,12 +163,12 @@ async def _continue_as_new(
     return (await pool.describe()).run_id
 
 
-async def _handovers(handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
+async def _handovers(client: Client, workflow_id: str) -> tuple[int, int]:
     """What a HostWorkflow's history holds of the pool's handovers, over every run of it: its
     `slots` signals and its `read_slots` updates."""
     signals = updates = 0
-    async for execution in handle._client.list_workflows(f"WorkflowId = '{handle.id}'"):
-        run = handle._client.get_workflow_handle(handle.id, run_id=execution.run_id)
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        run = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
         async for event in run.fetch_history_events():
             signaled = event.workflow_execution_signaled_event_attributes
             signals += event.HasField("workflow_execution_signaled_event_attributes") and (
@@ -207,7 +207,7 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
             [host] = (await platform.pool()).hosts
             host_wf = client.get_workflow_handle(host_workflow_id(runtime, host.hostId))
             run_id = await _continue_as_new(platform, pool, config, since=((await pool.describe()).run_id,))
-            handed, _ = await _handovers(host_wf)
+            handed, _ = await _handovers(client, host_wf.id)
             assert handed >= 1
             digest = await host_wf.query(QUERY_HOST_SLOTS_DIGEST, result_type=str)
             record = await host_wf.query(QUERY_HOST, result_type=HostRecord)
@@ -217,9 +217,9 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
             # Nothing changed: the next handovers send nothing, the read backs are queries (the
             # record shows what the pool handed over: its digest), and every slot comes back.
             run_id = await _continue_as_new(platform, pool, config, since=(run_id,))
-            _, updates = await _handovers(host_wf)
+            _, updates = await _handovers(client, host_wf.id)
             run_id = await _continue_as_new(platform, pool, config, since=(run_id,))
-            assert await _handovers(host_wf) == (handed, updates)
+            assert await _handovers(client, host_wf.id) == (handed, updates)
             assert {r.runUid for r in (await platform.pool()).reservations} == uids
 
             # One more Run on the host: the next handover hands the host its slots again.
@@ -227,7 +227,7 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
             await platform.wait_phase(late, RunPhase.Ready)
             uids.add(await _uid(late))
             await _continue_as_new(platform, pool, config, since=(run_id,))
-            assert (await _handovers(host_wf))[0] == handed + 1
+            assert (await _handovers(client, host_wf.id))[0] == handed + 1
             record = await host_wf.query(QUERY_HOST, result_type=HostRecord)
             assert {s.runUid for s in record.slots} == uids
             assert {r.runUid for r in (await platform.pool()).reservations} == uids
