@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -479,6 +479,53 @@ def carried_state(
             "slotsDigests": {uid: d for uid, d in sorted((digests or {}).items()) if uid in on_hosts},
         }
     )
+
+
+class PoolQuery(ApiModel):
+    """What a `pool` query asks for: the state without its reservations and owners
+    (`reservations` False), or only the reservations and owners of some hosts (`hosts`: uids).
+    The whole state grows ~230 B a Ready Run, past what the server takes as one answer (its
+    blob limit, 2 MB: ~9,000 Ready Runs); `kruntimes.temporal.query_pool` reads it in parts of
+    POOL_QUERY_SLOTS slots at most."""
+
+    reservations: bool = True
+    hosts: list[str] | None = None
+
+
+POOL_QUERY_SLOTS = 2000  # slots of hosts one part of a pool query covers (~460 KB answered)
+
+
+def pool_part(
+    state: PoolState,
+    reservations: Iterable[Reservation],
+    owners: Mapping[str, str],
+    ask: PoolQuery | None = None,
+) -> PoolState:
+    """The part of a pool's state that `ask` asks for (None: all of it) from `state` (without
+    its reservations and owners, as the pool keeps it), `reservations` and `owners`: with
+    `ask.hosts`, only the reservations and owners of those hosts (nothing else of the state)."""
+    if ask is not None and not ask.reservations:
+        return state.model_copy(update={"reservations": [], "owners": {}})
+    wanted = set(ask.hosts) if ask is not None and ask.hosts is not None else None
+    held = [r for r in reservations if wanted is None or r.hostUid in wanted]
+    whose = {r.runUid: owners[r.runUid] for r in held if r.runUid in owners}
+    if wanted is not None:
+        return PoolState(reservations=held, owners=whose)
+    return state.model_copy(update={"reservations": held, "owners": whose})
+
+
+def pool_query_parts(hosts: Sequence[Host]) -> list[list[str]]:
+    """The hosts' uids in groups of POOL_QUERY_SLOTS slots at most (a host bigger than that alone)."""
+    parts: list[list[str]] = []
+    slots = 0
+    for host in hosts:
+        if parts and slots + host.capacity <= POOL_QUERY_SLOTS:
+            parts[-1].append(host.hostUid)
+            slots += host.capacity
+        else:
+            parts.append([host.hostUid])
+            slots = host.capacity
+    return parts
 
 
 def slots_of(state: PoolState, *, host_uid: str) -> HostSlots:

@@ -37,7 +37,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime
 
 from kruntimes.codec import PLAIN
-from kruntimes.lifecycle import POOL_READING_BACK, QUERY_POOL, PoolState
+from kruntimes.lifecycle import POOL_READING_BACK, QUERY_POOL, PoolQuery, PoolState, pool_query_parts
 from kruntimes.temporal_settings import ENV, MAX_API_KEY_BYTES, TemporalSettings, add_arguments, settings_from
 from kruntimes.wire.summaries import Plain
 
@@ -155,15 +155,40 @@ async def connect(
 
 
 async def query_pool(client: Client, workflow_id: str, *, rpc_timeout: timedelta | None = None) -> PoolState:
-    """A pool's state. Right after the pool continued as new it refuses the query until it has
+    """A pool's state, read in parts: the state without its reservations first, then the
+    reservations and owners of POOL_QUERY_SLOTS slots' worth of hosts at a time (the whole of a
+    pool with ~9,000 Ready Runs is past what the server takes as one answer, 2 MB). The parts
+    are read one after another, so a Run that moved between hosts meanwhile can show on both or
+    neither; its readers (the reconciler, `krt hosts`) leave what is younger than a grace alone.
+    A pool that takes no argument (older code) is read whole."""
+    try:
+        summary = await _query_pool(client, workflow_id, PoolQuery(reservations=False), rpc_timeout)
+    except WorkflowQueryFailedError as err:
+        if POOL_READING_BACK in str(err):
+            raise
+        return await _query_pool(client, workflow_id, None, rpc_timeout)
+    reservations = []
+    owners: dict[str, str] = {}
+    for hosts in pool_query_parts(summary.hosts):
+        part = await _query_pool(client, workflow_id, PoolQuery(hosts=hosts), rpc_timeout)
+        reservations.extend(part.reservations)
+        owners.update(part.owners)
+    return summary.model_copy(update={"reservations": reservations, "owners": owners})
+
+
+async def _query_pool(
+    client: Client, workflow_id: str, ask: PoolQuery | None, rpc_timeout: timedelta | None
+) -> PoolState:
+    """One `pool` query. Right after the pool continued as new it refuses the query until it has
     read its hosts' reservations back (a state without them would show taken slots as free);
     that takes a few local activities, so this asks again for up to `POOL_SETTLE_S`."""
     deadline = time.monotonic() + POOL_SETTLE_S
     pause = 0.02
+    args = [] if ask is None else [ask]
     while True:
         try:
             state: PoolState = await client.get_workflow_handle(workflow_id).query(
-                QUERY_POOL, result_type=PoolState, rpc_timeout=rpc_timeout
+                QUERY_POOL, *args, result_type=PoolState, rpc_timeout=rpc_timeout
             )
             return state
         except WorkflowQueryFailedError as err:

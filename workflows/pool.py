@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         PoolConfig,
         PoolInput,
         PoolMessage,
+        PoolQuery,
         PoolState,
         ProbeInput,
         ProbeResult,
@@ -69,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         Slot,
         carried_state,
         host_workflow_id,
+        pool_part,
         scale_out_workflow_id,
         slots_digest,
     )
@@ -199,17 +201,17 @@ class RuntimePoolWorkflow:
         self._inbox.append(msg)
 
     @workflow.query(name=QUERY_POOL)
-    def pool(self) -> PoolState:
+    def pool(self, ask: PoolQuery | None = None) -> PoolState:
+        """The state, or the part `ask` asks for (the whole of a big pool is past what the server
+        takes as one answer: kruntimes.temporal.query_pool reads it in parts)."""
         if self.state.slotsOnHosts:  # without its hosts' reservations it would show taken slots free
             raise ApplicationError(POOL_READING_BACK, type="PoolReadingBack", non_retryable=True)
-        return self._full()
+        return pool_part(self.state, self._index.held.values(), self._owners, ask)
 
     def _full(self) -> PoolState:
         """The whole state: `self.state` with the reservations and owners, which the pool keeps
         indexed (`_index`, `_owners`) so that a decision costs the same at 10 and 10,000 Runs."""
-        return self.state.model_copy(
-            update={"reservations": list(self._index.held.values()), "owners": dict(self._owners)}
-        )
+        return pool_part(self.state, self._index.held.values(), self._owners)
 
     def _by_host_uid(self) -> dict[str, int]:
         load: dict[str, int] = {}

@@ -10,15 +10,19 @@ from datetime import UTC, datetime, timedelta
 
 from kruntimes.config import parse_config
 from kruntimes.lifecycle import (
+    POOL_QUERY_SLOTS,
     AdmitSignal,
     HostSlots,
     PoolConfig,
     PoolInput,
     PoolMessage,
+    PoolQuery,
     PoolState,
     QueuedRun,
     ReleaseSignal,
     carried_state,
+    pool_part,
+    pool_query_parts,
     run_workflow_id,
     slots_of,
 )
@@ -133,3 +137,31 @@ def test_messages_not_yet_decided_travel_with_the_pool_in_order() -> None:
     assert [
         m.message for m in PoolInput.model_validate({"config": _config(), "pending": carried}).pending
     ] == [messages[0]]
+
+
+def test_the_pool_query_of_10000_ready_runs_is_read_in_parts_each_under_the_warning_size() -> None:
+    """The whole state (~2.4 MB) is past the server's 2 MB limit for one answer: its parts (the
+    state without reservations, then POOL_QUERY_SLOTS slots' worth of hosts each) are each under
+    the warning size, and put together they are the whole state."""
+    full = _full_state()
+    kept = full.model_copy(update={"reservations": [], "owners": {}})
+    assert _size(pool_part(kept, full.reservations, full.owners)) > 2 * 1024 * 1024
+    summary = pool_part(kept, full.reservations, full.owners, PoolQuery(reservations=False))
+    assert summary.reservations == [] and summary.owners == {} and summary.hosts == full.hosts
+    assert _size(summary) < WARN_BYTES
+    parts = [
+        pool_part(kept, full.reservations, full.owners, PoolQuery(hosts=hosts))
+        for hosts in pool_query_parts(summary.hosts)
+    ]
+    assert len(parts) == HOSTS * CAPACITY // POOL_QUERY_SLOTS
+    assert all(_size(part) < 2 * WARN_BYTES for part in parts)
+    assert sorted(r.runUid for p in parts for r in p.reservations) == sorted(
+        r.runUid for r in full.reservations
+    )
+    assert {k: v for p in parts for k, v in p.owners.items()} == full.owners
+
+
+def test_a_host_bigger_than_a_part_is_a_part_of_its_own() -> None:
+    big, small = _host(0).model_copy(update={"capacity": POOL_QUERY_SLOTS + 1}), _host(1)
+    assert pool_query_parts([small, big, small]) == [[small.hostUid], [big.hostUid], [small.hostUid]]
+    assert pool_query_parts([]) == []

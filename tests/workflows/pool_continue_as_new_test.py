@@ -43,6 +43,7 @@ from kruntimes.lifecycle import (
     PoolState,
     Slot,
     host_workflow_id,
+    pool_query_parts,
     pool_workflow_id,
     ready_host,
     slots_digest,
@@ -236,6 +237,54 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
             with contextlib.suppress(Exception):
                 await h.terminate("test finished")
         await stop_all(tmp_path / "state")
+
+
+async def test_query_pool_reads_a_pool_in_parts_that_make_the_whole(tmp_path: Path, pki: TestPKI) -> None:
+    """Two hosts of 1,500 slots are two parts (POOL_QUERY_SLOTS each at most): the state read in
+    parts is the state read whole (which a pool of ~9,000 Ready Runs could not answer)."""
+    server = DevServer(state_dir=tmp_path / "temporal", persistent=False)
+    server.start()
+    try:
+        client = await connect(server.address, "default")
+        runtime = "py-parts"
+        settings = WorkerSettings(
+            temporal=TemporalSettings(),
+            config=parse_config(
+                {
+                    "runtimes": [
+                        {"name": runtime, "adapter": "python", "runs": 1500, "minHosts": 2, "maxHosts": 2}
+                    ]
+                }
+            ),
+            platform=PlatformInfo(stateDir=str(tmp_path / "state")),
+            trust=pki.worker_trust(),
+        )
+        platform = Platform(client, tmp_path / "state", {"python": runtime}, settings, pki)
+        pool = client.get_workflow_handle(pool_workflow_id(runtime))
+        try:
+            async with running_workers(client, settings):
+                handles = [await platform.start(run_manifest(f"part-{i}", runtime=runtime)) for i in range(4)]
+                await asyncio.gather(*(platform.wait_phase(h, RunPhase.Ready) for h in handles))
+
+                async def two_hosts() -> bool:
+                    return len((await query_pool(client, pool.id)).hosts) == 2
+
+                await platform.eventually(two_hosts, what="both warm hosts")
+                whole = await pool.query(QUERY_POOL, result_type=PoolState)
+                parts = await query_pool(client, pool.id)
+                assert len(pool_query_parts(parts.hosts)) == 2
+                assert sorted(parts.reservations, key=lambda r: r.runUid) == sorted(
+                    whole.reservations, key=lambda r: r.runUid
+                )
+                assert parts.owners == whole.owners and len(parts.owners) == 4
+                assert parts.model_copy(update={"reservations": whole.reservations}) == whole
+        finally:
+            for h in platform.started:
+                with contextlib.suppress(Exception):
+                    await h.terminate("test finished")
+            await stop_all(tmp_path / "state")
+    finally:
+        server.stop()
 
 
 async def _uid(handle) -> str:  # type: ignore[no-untyped-def]
