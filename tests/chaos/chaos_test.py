@@ -22,7 +22,6 @@ import os
 import signal
 import ssl
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -47,12 +46,12 @@ from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import connect
+from tests.krt_cli import krt
 from tests.procs import alive
 from tests.replay.registered import WORKFLOWS
 from tests.waiting import eventually
 from workers.embedded.layout import Layout, recorded_components
 
-ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ("f0", "f1", "f2", "f3")
 RECORDING = """\
 import os, time, uuid
@@ -308,20 +307,6 @@ def _host_info(state: Path, address: str) -> pb.HostInfoResponse:
             pb.HostInfoRequest(), timeout=10
         )
     return info
-
-
-def krt(state: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
-    env["KRT_STATE_DIR"] = str(state)
-    return subprocess.run(
-        [sys.executable, "-m", "workers.krt", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

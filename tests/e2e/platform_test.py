@@ -4,9 +4,7 @@ restart of the platform on the same state dir that keeps a Ready Run invokable."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,27 +12,17 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import krt_cli
 
 
 class Krt:
     def __init__(self, state: Path) -> None:
-        self.env = {**os.environ, "KRT_STATE_DIR": str(state)}
-        for var in ("KRT_TEMPORAL_ADDRESS", "KRT_GATEWAY_URL", "KRT_TOKEN", "KRT_CA_FILE"):
-            self.env.pop(var, None)
+        self.state = state
 
     def __call__(
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "workers.krt", *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            cwd=ROOT,
-            timeout=timeout,
-            check=False,
-        )
+        done = krt_cli.krt(self.state, *args, timeout=timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"krt {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
         return done

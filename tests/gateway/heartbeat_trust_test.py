@@ -44,6 +44,18 @@ def beat(host_id: str, host_uid: str, address: str, *registrations: pb.Registrat
     )
 
 
+def own(
+    pki: TestPKI, host_id: str, host_uid: str, uid: str, *, attempt: int = 1, address: str = "127.0.0.1:1"
+) -> hb.HostHeartbeat:
+    """A host's beat announcing its own genuine (signed) assignment of Run `uid`."""
+    return beat(
+        host_id,
+        host_uid,
+        address,
+        registration(pki, uid, host_id=host_id, host_uid=host_uid, attempt=attempt),
+    )
+
+
 async def send(gw: Gateway, tls: PeerTLS | None, *beats: hb.HostHeartbeat) -> hb.HeartbeatAck:
     """One heartbeat stream to the gateway presenting `tls` (None: plaintext)."""
 
@@ -77,7 +89,7 @@ async def test_plaintext_and_foreign_clients_are_refused_on_the_heartbeat_port(
 ) -> None:
     uid = str(uuid.uuid4())
     host_uid = str(uuid.uuid4())
-    forged = beat("hb-x", host_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-x", host_uid=host_uid))
+    forged = own(pki, "hb-x", host_uid, uid)
     assert await refused(gateway, None, forged) == grpc.StatusCode.UNAVAILABLE
     impostor = pki.impostor(other_ca, Identity.host(runtime="python", host_id="hb-x"))
     assert await refused(gateway, impostor, forged) == grpc.StatusCode.UNAVAILABLE
@@ -94,7 +106,7 @@ async def test_plaintext_and_foreign_clients_are_refused_on_the_heartbeat_port(
 @pytest.mark.parametrize("identity", [GATEWAY, CONTROL_PLANE], ids=["gateway", "control-plane"])
 async def test_only_hosts_may_send_heartbeats(gateway: Gateway, pki: TestPKI, identity: Identity) -> None:
     uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
-    forged = beat("hb-y", host_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-y", host_uid=host_uid))
+    forged = own(pki, "hb-y", host_uid, uid)
     assert await refused(gateway, pki.peer(identity), forged) == grpc.StatusCode.PERMISSION_DENIED
     assert gateway.routes.route(uid) is None
 
@@ -177,25 +189,9 @@ async def test_the_highest_signed_attempt_wins_and_a_replayed_lower_one_does_not
     old_uid, new_uid = str(uuid.uuid4()), str(uuid.uuid4())
     # attempt 2 on host hb-new, then the old host replays its (genuine) attempt 1
     await send(
-        gateway,
-        host(pki, "hb-new"),
-        beat(
-            "hb-new",
-            new_uid,
-            "127.0.0.1:2",
-            registration(pki, uid, host_id="hb-new", host_uid=new_uid, attempt=2),
-        ),
+        gateway, host(pki, "hb-new"), own(pki, "hb-new", new_uid, uid, attempt=2, address="127.0.0.1:2")
     )
-    await send(
-        gateway,
-        host(pki, "hb-old"),
-        beat(
-            "hb-old",
-            old_uid,
-            "127.0.0.1:1",
-            registration(pki, uid, host_id="hb-old", host_uid=old_uid, attempt=1),
-        ),
-    )
+    await send(gateway, host(pki, "hb-old"), own(pki, "hb-old", old_uid, uid, attempt=1))
     try:
         route = gateway.routes.route(uid)
         assert route is not None and (route.attempt, route.host_uid) == (2, new_uid)
@@ -208,13 +204,7 @@ async def test_a_beat_cannot_keep_its_routes_alive_for_long(gateway: Gateway, pk
     from gateway.routes import MAX_INTERVAL_MS, MISSED_INTERVALS
 
     uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
-    await send(
-        gateway,
-        host(pki, "hb-long"),
-        beat(
-            "hb-long", host_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-long", host_uid=host_uid)
-        ),
-    )
+    await send(gateway, host(pki, "hb-long"), own(pki, "hb-long", host_uid, uid))
     try:
         entry = gateway.routes._hosts[host_uid]  # (no public view of one host's expiry)
         assert entry.expires - time.monotonic() <= MISSED_INTERVALS * MAX_INTERVAL_MS / 1000
@@ -229,13 +219,8 @@ async def test_a_host_of_an_earlier_attempt_never_gets_the_run_back(
     moved to attempt 2, waiting for the new host to be gone (crashed, drained, cut off)."""
     uid = str(uuid.uuid4())
     old_uid, new_uid = str(uuid.uuid4()), str(uuid.uuid4())
-    old = beat("hb-was", old_uid, "127.0.0.1:1", registration(pki, uid, host_id="hb-was", host_uid=old_uid))
-    new = beat(
-        "hb-now",
-        new_uid,
-        "127.0.0.1:2",
-        registration(pki, uid, host_id="hb-now", host_uid=new_uid, attempt=2),
-    )
+    old = own(pki, "hb-was", old_uid, uid)
+    new = own(pki, "hb-now", new_uid, uid, attempt=2, address="127.0.0.1:2")
     try:
         await send(gateway, host(pki, "hb-was"), old)
         first = gateway.routes.route(uid)

@@ -13,7 +13,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kruntimes.scheduling import model
 from kruntimes.scheduling.admission import (
-    admit,
     candidates,
     next_from_queue,
     release,
@@ -23,7 +22,7 @@ from kruntimes.scheduling.admission import (
     withdraw,
 )
 
-from .builders import RUNTIME, T0, host, request
+from .builders import RUNTIME, T0, decide, host, request
 
 MAX_QUEUE = 4
 MAX_HOSTS = 4
@@ -117,13 +116,12 @@ class Pool(RuleBasedStateMachine):
     @rule(run=st.sampled_from(RUNS))
     def admit_run(self, run):
         req = request(run, tenant=TENANT_OF[run])
-        decision = admit(
-            request=req,
+        decision = decide(
+            req,
             hosts=self._hosts(),
             reservations=self.reservations,
             queue=self.queue,
-            pending_scale_outs=self.scale_outs,
-            runtime=RUNTIME,
+            pending=self.scale_outs,
             max_queue=MAX_QUEUE,
             max_hosts=MAX_HOSTS,
         )
