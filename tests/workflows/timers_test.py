@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,17 @@ HOUR = 3600
 DAY = 24 * HOUR
 
 
+TEST_SERVER_STARTUP = timedelta(seconds=60)
+
+
 @pytest.fixture(scope="module")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     server = Path(sys.executable).with_name("temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=DATA_CONVERTER, test_server_existing_path=str(server)
+        data_converter=DATA_CONVERTER,
+        test_server_existing_path=str(server),
+        # The SDK waits 5 s for it by default; with the suite loading both cores it once took longer.
+        test_server_startup_timeout=TEST_SERVER_STARTUP,
     )
     await env.client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
