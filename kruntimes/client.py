@@ -177,8 +177,10 @@ class Client:
         terminal phase raises RunFailed (a Succeeded Run is returned even when not asked for);
         ``timeout`` seconds without it raise WaitTimeout. The status changes only when one of the
         Run's workflow tasks completes: the Run's history is read and long-polled, and the status
-        queried when the Run indexes a phase waited for or a terminal one (with ``on_status``,
-        after each completed task, and ``on_status`` sees each of those statuses); ``interval``
+        is taken from it when the Run indexes a phase waited for or a terminal one (the status the
+        Run wrote with that phase; a Run started otherwise than by the SDK is queried). With
+        ``on_status`` the status is queried after each completed task, and ``on_status`` sees
+        each of those statuses; ``interval``
         is the pause before polling again should the long poll fail.
         """
         return await self._runs.wait(

@@ -157,6 +157,15 @@ class RunInput(ApiModel):
     # (kruntimes.starting.start_run): the pool then decides while the Run's first task runs, and
     # the Run asks the pool itself only if no answer came within its admission grace period.
     starterAdmits: bool = False
+    # True when the starter reads the status from the history (kruntimes.starting.start_run):
+    # the Run then writes its status to the STATUS_MEMO memo in the task that indexes each new
+    # phase, just before the KrtPhase upsert, and `wait` needs no status query. (False for Runs
+    # started otherwise, and in every history recorded before it: those Runs never upsert a memo.)
+    statusMemo: bool = False
+
+
+# The memo the Run writes its status (a RunStatus, through the data converter and its codec) to.
+STATUS_MEMO = "krtStatus"
 
 
 class Assignment(ApiModel):

@@ -64,7 +64,7 @@ async def start_run(
         raise ValueError("metadata.uid must be set when a Run is started")
     handle: WorkflowHandle[Any, Any] = await client.start_workflow(
         "RunWorkflow",
-        RunInput(run=run, starterAdmits=True),
+        RunInput(run=run, starterAdmits=True, statusMemo=True),
         id=run_workflow_id(run.metadata.namespace, run.metadata.name),
         task_queue=task_queue,
         search_attributes=search_typed.at_start(run),

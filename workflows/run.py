@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_HOST_LOST,
         SIGNAL_REGISTRATION_LOST,
         SIGNAL_REJECTED,
+        STATUS_MEMO,
         UPDATE_DELETE,
         Assignment,
         AwaitAssignmentInput,
@@ -183,6 +184,7 @@ class RunWorkflow:
         self._failures = 0  # registration failures: what spec.retryPolicy counts
         self._indexed_host: str | None = None  # the KrtHost value last upserted
         self._patches_at_start = False  # PATCH_AT_START
+        self._status_memo = False  # RunInput.statusMemo
         self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
 
     # -- the API ---------------------------------------------------------------------------------
@@ -242,6 +244,7 @@ class RunWorkflow:
                 "metadata.uid must be set when a Run is started", type="InvalidRun", non_retryable=True
             )
         self._patches_at_start = self._decides_patches_at_start()  # first, before any activity
+        self._status_memo = input.statusMemo
         self.run_ = run
         self.uid: str = run.metadata.uid
         wanted = search_typed.run_values(run)
@@ -868,6 +871,8 @@ class RunWorkflow:
             if host != self._indexed_host and self._indexes_host():
                 updates.append(search_typed.KRT_HOST.value_set(host))
                 self._indexed_host = host
+            if self._status_memo:  # first: `wait` takes it with the phase upsert that follows
+                workflow.upsert_memo({STATUS_MEMO: self._status})
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(summaries.run_current(self._status, reason=reason))
 

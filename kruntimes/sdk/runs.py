@@ -318,8 +318,10 @@ class Runs:
     ) -> RunObject:
         """`wait` for phases the Run always indexes, with no one watching the steps between: the
         Run's history is read from its first event (the manifest) and long-polled, and the status
-        is queried only when the Run indexes a phase waited for or a terminal one. A create and
-        its wait cost one history stream and one query, however many phases the Run passes."""
+        is read only when the Run indexes a phase waited for or a terminal one: the status it wrote
+        to its memo in that task (no query: a query waits behind whatever task of the Run the
+        worker runs first), else queried. A create and its wait cost one history stream, however
+        many phases the Run passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last = RunPhase.Pending.value  # the last phase the history indexed
         watch: PhaseWatch | None = None
@@ -358,7 +360,9 @@ class Runs:
                 phase = RunPhase(indexed) if indexed in RunPhase.__members__ else None
                 if phase is not None and phase not in wanted and not is_terminal(phase):
                     continue
-                found = await self._status(handle, namespace=namespace, name=name, patient=True)
+                found = await self._written_status(watch.status)
+                if found is None:  # a Run that writes no status memo: ask it
+                    found = await self._status(handle, namespace=namespace, name=name, patient=True)
                 while found is None:  # the query waited behind a task in flight: ask again
                     if deadline is not None and time.monotonic() >= deadline:
                         raise self._wait_timeout(name, namespace, timeout, until, run, last)
@@ -539,6 +543,18 @@ class Runs:
             raise KruntimesError(f"workflow {handle.id} does not hold a Run: {type(e).__name__}") from e
         run: Run = run_input.run
         return run
+
+    async def _written_status(self, payload: Any) -> RunStatus | None:
+        """The status a Run wrote to its history with a phase (PhaseWatch.status), decoded; None
+        if it wrote none, or one this client cannot read (then the Run is asked)."""
+        if payload is None:
+            return None
+        client = await self.temporal()
+        try:
+            [status] = await client.data_converter.decode([payload], [RunStatus])
+        except Exception:  # not one this client can read: the query's answer says why
+            return None
+        return status if isinstance(status, RunStatus) else None
 
     async def _query(self, handle: Any, *, namespace: str, name: str) -> RunStatus:
         status: RunStatus = await self._rpc(

@@ -53,6 +53,10 @@ class PhaseWatch:
     def __init__(self, handle: Any) -> None:
         self.events = handle.fetch_history_events(wait_new_event=True).__aiter__()
         self.started: Any = None  # the WorkflowExecutionStarted event, once read
+        # The status the Run wrote (its STATUS_MEMO payload, still encoded) with the phase `next`
+        # returned last: the memo upsert right before that phase's upsert, else None.
+        self.status: Any = None
+        self._memo: tuple[int, Any] | None = None  # (event id, payload) of the last status memo
 
     async def next(self) -> str | None:
         """The next phase the Run indexed (a RunPhase's value, or Deleted); None once its
@@ -60,8 +64,10 @@ class PhaseWatch:
         from temporalio.api.enums.v1 import EventType
         from temporalio.converter import PayloadConverter
 
+        from kruntimes.lifecycle import STATUS_MEMO
         from kruntimes.wire import search
 
+        self.status = None
         while True:
             try:
                 event = await self.events.__anext__()
@@ -69,8 +75,14 @@ class PhaseWatch:
                 return None
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 self.started = event
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+                memo = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+                if STATUS_MEMO in memo:
+                    self._memo = (event.event_id, memo[STATUS_MEMO])
             elif event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
                 fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
                 if search.PHASE in fields.indexed_fields:
                     value = PayloadConverter.default.from_payload(fields.indexed_fields[search.PHASE])
+                    if self._memo is not None and self._memo[0] == event.event_id - 1:
+                        self.status = self._memo[1]
                     return str(value[0] if isinstance(value, list) and value else value)

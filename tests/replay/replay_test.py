@@ -7,6 +7,7 @@ it with workflow.patched() or, when it is meant to break, re-record (`python -m 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from temporalio.worker import (
 from temporalio.workflow import ChildWorkflowHandle, NondeterminismError
 
 from kruntimes.hostlife import HostEnd
+from kruntimes.lifecycle import STATUS_MEMO
 from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.wire import search
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from tests.replay.registered import WORKFLOWS
 
@@ -107,6 +110,33 @@ def test_a_handover_with_the_hosts_slots_digests_has_recorded_histories() -> Non
     started = read_back["events"][0]["workflowExecutionStartedEventAttributes"]
     state = json.loads(base64.b64decode(started["input"]["payloads"][0]["data"]))["state"]
     assert state["slotsOnHosts"] and set(state["slotsDigests"]) == set(state["slotsOnHosts"])
+
+
+def test_runs_that_write_their_status_with_each_phase_have_recorded_histories() -> None:
+    """Runs started with RunInput.statusMemo (record.py endings with that code: *_status_memo):
+    each KrtPhase upsert follows the status memo of that phase, in the same task."""
+    names = [
+        "run_closed_cancelled_status_memo",
+        "run_closed_failed_status_memo",
+        "run_closed_succeeded_status_memo",
+        "run_deleted_marked_status_memo",
+    ]
+    assert {p.stem for p in FILES} >= set(names)
+    for name in names:
+        events = json.loads((HISTORIES / f"{name}.json").read_text())["events"]
+        phases = 0
+        for before, event in itertools.pairwise(events):
+            fields = event.get("upsertWorkflowSearchAttributesEventAttributes", {})
+            phase = fields.get("searchAttributes", {}).get("indexedFields", {}).get(search.PHASE)
+            value = None if phase is None else json.loads(base64.b64decode(phase["data"]))
+            value = value[0] if isinstance(value, list) else value
+            if value is None or value == search.DELETED:
+                continue
+            memo = before["workflowPropertiesModifiedEventAttributes"]["upsertedMemo"]["fields"]
+            status = json.loads(base64.b64decode(memo[STATUS_MEMO]["data"]))
+            assert status["phase"] == value, name
+            phases += 1
+        assert phases, name
 
 
 def test_the_handover_apart_and_slow_registrations_have_recorded_histories() -> None:

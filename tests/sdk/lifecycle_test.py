@@ -238,7 +238,33 @@ async def test_wait_asks_the_status_once_when_the_run_is_ready_not_at_each_phase
     ready = await runs.wait(name, "default", until=None, timeout=60, interval=0.1, on_status=None)
     assert ready.status.phase is RunPhase.Ready and ready.uid == created.uid
     assert ready.status.endpoint is not None and ready.created is not None and not ready.closed
-    assert counting.calls == {"query": 1}  # the manifest and the phases come from the history
-    # A Run Ready long before is found in the history read from its start, and asked once.
+    # The manifest, the phases and the status the Run wrote with its Ready all come from the
+    # history: no status query (one would wait behind whatever task the worker runs first).
+    assert counting.calls == {}
+    assert ready.status == await runs._query(
+        await runs._handle(name, "default"), namespace="default", name=name
+    )
+    assert counting.calls == {"query": 1}
+    # A Run Ready long before is found in the history read from its start, with its status.
     again = await runs.wait(name, "default", until=RunPhase.Ready, timeout=60, interval=0.1, on_status=None)
-    assert again.status.phase is RunPhase.Ready and counting.calls == {"query": 2}
+    assert again.status == ready.status and counting.calls == {"query": 1}
+
+
+async def test_wait_asks_the_status_of_a_run_that_writes_none_to_its_history(platform: Platform) -> None:
+    """A Run started without RunInput.statusMemo (by the plain Temporal SDK, or before the memo
+    existed) writes no status to its history: `wait` asks it once it is Ready."""
+    counting = _Counting()
+    temporal = temporalio.client.Client(**{**platform.temporal.config(), "interceptors": [counting]})
+    runs = Runs(platform.config, temporal=temporal)
+    name = unique("nomemo")
+    data = manifest(name)
+    data["metadata"]["uid"] = str(uuid.uuid4())
+    await platform.temporal.start_workflow(
+        "RunWorkflow",
+        RunInput(run=Run.from_dict(data)),
+        id=run_workflow_id("default", name),
+        task_queue=TASK_QUEUE,
+    )
+    ready = await runs.wait(name, "default", until=None, timeout=60, interval=0.1, on_status=None)
+    assert ready.status.phase is RunPhase.Ready and ready.status.endpoint is not None
+    assert counting.calls == {"query": 1}
