@@ -139,10 +139,8 @@ async def test_an_unknown_run_is_not_found_everywhere(krt: Client) -> None:
             await call
 
 
-async def test_a_run_started_with_the_plain_temporal_sdk_is_a_run_too(
-    krt: Client, platform: Platform
-) -> None:
-    name = unique("plain")
+async def _start_plainly(platform: Platform, name: str) -> dict[str, Any]:
+    """Start the Run `name` with the plain Temporal SDK (no kruntimes starter); its manifest."""
     data = manifest(name)
     data["metadata"]["uid"] = str(uuid.uuid4())
     await platform.temporal.start_workflow(
@@ -151,6 +149,14 @@ async def test_a_run_started_with_the_plain_temporal_sdk_is_a_run_too(
         id=run_workflow_id("default", name),
         task_queue=TASK_QUEUE,
     )
+    return data
+
+
+async def test_a_run_started_with_the_plain_temporal_sdk_is_a_run_too(
+    krt: Client, platform: Platform
+) -> None:
+    name = unique("plain")
+    data = await _start_plainly(platform, name)
     ready = await krt.wait(name)
     assert ready.uid == data["metadata"]["uid"]
     assert (await krt.invoke(ready, [1, 2])).outputs["echo"] == [1, 2]
@@ -257,14 +263,7 @@ async def test_wait_asks_the_status_of_a_run_that_writes_none_to_its_history(pla
     temporal = temporalio.client.Client(**{**platform.temporal.config(), "interceptors": [counting]})
     runs = Runs(platform.config, temporal=temporal)
     name = unique("nomemo")
-    data = manifest(name)
-    data["metadata"]["uid"] = str(uuid.uuid4())
-    await platform.temporal.start_workflow(
-        "RunWorkflow",
-        RunInput(run=Run.from_dict(data)),
-        id=run_workflow_id("default", name),
-        task_queue=TASK_QUEUE,
-    )
+    await _start_plainly(platform, name)
     ready = await runs.wait(name, "default", until=None, timeout=60, interval=0.1, on_status=None)
     assert ready.status.phase is RunPhase.Ready and ready.status.endpoint is not None
     assert counting.calls == {"query": 1}
