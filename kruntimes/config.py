@@ -377,8 +377,9 @@ class PlatformConfig(ApiModel):
     # Runs waiting for capacity, per runtime pool; beyond it admission rejects with QueueFull.
     queueLimit: StrictInt = Field(default=DEFAULT_QUEUE_LIMIT, ge=0, le=MAX_QUEUE_LIMIT)
     heartbeatIntervalSeconds: StrictFloat = Field(default=5.0, gt=0, le=3600.0, allow_inf_nan=False)
-    # How often each runtime's reconciler looks for orphans (and at every worker start); None:
-    # only at worker start and when an operator asks (`krt hosts reconcile`).
+    # How often each runtime's reconciler looks for orphans (and at every worker start), at least:
+    # a round that took long waits longer (kruntimes.reconciling.next_round_in); None: only at
+    # worker start and when an operator asks (`krt hosts reconcile`).
     reconcileIntervalSeconds: StrictFloat | None = Field(
         default=60.0, ge=1.0, le=DAY_SECONDS, allow_inf_nan=False
     )

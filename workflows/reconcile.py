@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         ReconcileInput,
         ReconcileReport,
     )
+    from kruntimes.reconciling import next_round_in
     from kruntimes.wire import summaries
     from workflows.common import failure_text
 
@@ -66,15 +67,20 @@ class ReconcileWorkflow:
         self._last = input.last
         for _ in range(MAX_ROUNDS):
             asked = self._asked
+            began = workflow.now()
             self._last = await self._round(input)
             self._covered = asked
             if self._asked > self._covered:
                 continue  # asked while the round ran: another one, from now
+            # Paced: a round that read many Runs waits longer for the next (kruntimes.reconciling.PACE).
+            wait = next_round_in(input.intervalSeconds, (workflow.now() - began).total_seconds())
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self._asked > self._covered,
-                    timeout=input.intervalSeconds,
-                    timeout_summary=summaries.summary(f"next round in {input.intervalSeconds:g} s"),
+                    timeout=wait,
+                    timeout_summary=summaries.summary(
+                        f"next round in {wait:g} s" if wait is not None else "next round when asked"
+                    ),
                 )
             if workflow.info().is_continue_as_new_suggested():
                 break

@@ -8,7 +8,17 @@ from datetime import timedelta
 from typing import Any
 
 from kruntimes.hosts import CreatedHost
-from kruntimes.reconciling import HostSeen, Queued, Registration, Snapshot, Workspace, plan
+from kruntimes.reconciling import (
+    PACE,
+    PACED_MAX_S,
+    HostSeen,
+    Queued,
+    Registration,
+    Snapshot,
+    Workspace,
+    next_round_in,
+    plan,
+)
 from tests.scheduling.builders import T0, host, reservation
 
 NOW = T0 + timedelta(hours=1)
@@ -167,3 +177,27 @@ def test_a_supervised_host_whose_supervisor_is_gone_is_supervised_again() -> Non
     seen = [HostSeen(H1, (reg("a"),)), HostSeen(H2, ()), HostSeen(unsupervised, ()), HostSeen(young, ())]
     decided = plan(snapshot(hosts=seen, supervisors=frozenset({"py-0"})))
     assert [h.hostId for h in decided.supervise] == ["py-1"]
+
+
+def test_a_quick_round_waits_the_interval() -> None:
+    assert next_round_in(60.0, 0.2) == 60.0
+    assert next_round_in(60.0, 0.0) == 60.0
+
+
+def test_a_long_round_waits_pace_times_as_long() -> None:
+    """The reconciler spends at most 1/PACE of the time on rounds, however many Runs they read."""
+    assert next_round_in(60.0, 10.0) == PACE * 10.0
+    assert next_round_in(1.0, 0.5) == PACE * 0.5
+
+
+def test_the_paced_wait_is_bounded_but_never_below_the_interval() -> None:
+    assert next_round_in(60.0, 3600.0) == PACED_MAX_S
+    assert next_round_in(2 * PACED_MAX_S, 3600.0) == 2 * PACED_MAX_S
+
+
+def test_no_interval_means_no_periodic_round() -> None:
+    assert next_round_in(None, 10.0) is None
+
+
+def test_a_negative_duration_counts_as_none() -> None:
+    assert next_round_in(5.0, -1.0) == 5.0

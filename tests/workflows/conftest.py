@@ -186,8 +186,11 @@ def new_platform(
 
 
 def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any]:
+    """The config: each runtime's settings overridden by `overrides[logical]`, and the top-level
+    settings by `overrides["config"]`."""
     adapter = {"python": "python", "bash": "bash"}
     return {
+        **overrides.get("config", {}),
         "runtimes": [
             {
                 "name": unique,
@@ -198,7 +201,7 @@ def platform_config(runtimes: dict[str, str], **overrides: Any) -> dict[str, Any
                 **overrides.get(logical, {}),
             }
             for logical, unique in runtimes.items()
-        ]
+        ],
     }
 
 

@@ -8,6 +8,7 @@ import asyncio
 import shutil
 from typing import Any
 
+import pytest
 from temporalio.client import WorkflowHandle
 
 from activities.hosts.process import list_records, work_root
@@ -22,6 +23,7 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     reconcile_workflow_id,
 )
+from kruntimes.reconciling import PACE, next_round_in
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.procs import alive
@@ -175,3 +177,61 @@ async def test_what_is_younger_than_the_grace_is_left_alone(platform_factory) ->
         report = await collect(platform)
         assert report.actions == 0 and dead.exists()
         shutil.rmtree(dead)
+
+
+def _round_and_wait(events: list[Any]) -> tuple[float, float] | None:
+    """The first periodic round in a reconciler's history: how long it took as the workflow saw
+    it (from the task that scheduled it to the task that saw it complete) and the wait that
+    followed (its timer); None before that timer is started."""
+    started_at = None  # the time of the latest WorkflowTaskStarted
+    began = took = None
+    completed = False
+    for event in events:
+        if event.HasField("workflow_task_started_event_attributes"):
+            started_at = event.event_time.ToDatetime()
+            if began is not None and took is None and completed:
+                took = (started_at - began).total_seconds()
+        elif event.HasField("activity_task_scheduled_event_attributes") and began is None:
+            began, completed = started_at, False
+        elif event.HasField("activity_task_completed_event_attributes") and began is not None:
+            completed = True
+        elif event.HasField("timer_started_event_attributes") and took is not None:
+            return (
+                took,
+                event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds(),
+            )
+    return None
+
+
+async def test_the_next_round_waits_in_proportion_to_the_last(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    """A round reads every Run of its runtime: the wait after it is next_round_in(interval, how
+    long it took), so the reconciler's share of the time stays bounded however many Runs there are."""
+    async with platform_factory(
+        heartbeat_s=BEAT_S, python=QUICK, config={"reconcileIntervalSeconds": 1.0}
+    ) as platform:
+        handle = reconciler(platform)
+        seen: list[tuple[float, float]] = []
+
+        async def timed() -> bool:
+            found = _round_and_wait([e async for e in handle.fetch_history_events()])
+            if found is not None:
+                seen.append(found)
+            return found is not None
+
+        await platform.eventually(timed, what="the reconciler's first timer")
+        took, wait = seen[-1]
+        assert took > 0
+        assert wait == pytest.approx(next_round_in(1.0, took), abs=0.005)
+        assert wait == pytest.approx(max(1.0, PACE * took), abs=0.005)
+
+
+async def test_without_an_interval_rounds_run_only_when_asked(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory(
+        heartbeat_s=BEAT_S, python=QUICK, config={"reconcileIntervalSeconds": None}
+    ) as platform:
+        first = await collect(platform)
+        second = await collect(platform)
+        assert second.at > first.at
+        events = [e async for e in reconciler(platform).fetch_history_events()]
+        assert not any(e.HasField("workflow_task_failed_event_attributes") for e in events)
+        assert not any(e.HasField("timer_started_event_attributes") for e in events)
