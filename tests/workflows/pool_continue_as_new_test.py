@@ -70,11 +70,10 @@ async def small_history_server(tmp_path: Path) -> AsyncIterator[Client]:
         server.stop()
 
 
-async def test_the_pool_continues_as_new_and_keeps_its_state(
-    small_history_server: Client, tmp_path: Path, pki: TestPKI
-) -> None:
-    client = small_history_server
-    runtime = "py-can"
+def _one_host_platform(
+    client: Client, runtime: str, tmp_path: Path, pki: TestPKI
+) -> tuple[WorkerSettings, Platform]:
+    """A python runtime of one host of 20 runs, on the given (small-history) server."""
     settings = WorkerSettings(
         temporal=TemporalSettings(),
         config=parse_config(
@@ -83,7 +82,15 @@ async def test_the_pool_continues_as_new_and_keeps_its_state(
         platform=PlatformInfo(stateDir=str(tmp_path / "state")),
         trust=pki.worker_trust(),
     )
-    platform = Platform(client, tmp_path / "state", {"python": runtime}, settings, pki)
+    return settings, Platform(client, tmp_path / "state", {"python": runtime}, settings, pki)
+
+
+async def test_the_pool_continues_as_new_and_keeps_its_state(
+    small_history_server: Client, tmp_path: Path, pki: TestPKI
+) -> None:
+    client = small_history_server
+    runtime = "py-can"
+    settings, platform = _one_host_platform(client, runtime, tmp_path, pki)
     pool = client.get_workflow_handle(pool_workflow_id(runtime))
     try:
         async with running_workers(client, settings):
@@ -189,15 +196,7 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
     gets no signal; one whose slots changed gets them, and the pool reads every slot back."""
     client = small_history_server
     runtime = "py-same"
-    settings = WorkerSettings(
-        temporal=TemporalSettings(),
-        config=parse_config(
-            {"runtimes": [{"name": runtime, "adapter": "python", "runs": 20, "maxHosts": 1}]}
-        ),
-        platform=PlatformInfo(stateDir=str(tmp_path / "state")),
-        trust=pki.worker_trust(),
-    )
-    platform = Platform(client, tmp_path / "state", {"python": runtime}, settings, pki)
+    settings, platform = _one_host_platform(client, runtime, tmp_path, pki)
     pool = client.get_workflow_handle(pool_workflow_id(runtime))
     config = pool_configs(settings, providers=["process"])[runtime]
     try:
