@@ -253,7 +253,7 @@ async def ensure_pools(client: Client, settings: WorkerSettings, *, providers: l
             start_signal=SIGNAL_RECONCILE,
             start_signal_args=[reconcile],  # a running reconciler takes the current config
             static_summary=summaries.summary(
-                f"reconcile {runtime.name} every {reconcile.intervalSeconds:g} s"
+                f"reconcile {runtime.name} every {reconcile.intervalSeconds:g} s or more (paced)"
                 if reconcile.intervalSeconds is not None
                 else f"reconcile {runtime.name} when asked"
             ),
