@@ -71,6 +71,13 @@ from kruntimes.temporal import TemporalSettings, connect
 from tests import waiting
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, pool_host, run_manifest
+from tests.workflows.platform_hosts import (
+    host_handle,
+    invoke_on_host,
+    ready_elsewhere,
+    ready_on_host,
+    registrations,
+)
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
 
@@ -135,17 +142,6 @@ async def completed_scale_out(client: Client, runtime: str) -> str:
 
     await eventually(any_completed, f"a completed scale-out of {runtime}")
     return sorted(ids)[0]
-
-
-def invoke(pki: TestPKI, address: str, run_uid: str) -> None:
-    """One invocation straight on the host (the gateway is not part of this), by HostInfo."""
-    with pki.channel(address, as_=pki.control_plane) as channel:
-        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
-    reg = next(r for r in info.registrations if r.run_uid == run_uid)
-    with pki.channel(address, as_=pki.gateway) as channel:
-        pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
-            pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b"{}"), timeout=10
-        )
 
 
 async def scenarios(p: Platform) -> None:
@@ -234,13 +230,9 @@ async def scenarios(p: Platform) -> None:
     # Idle timeout: one invocation right after Ready moves the idle clock once (a re-armed timer),
     # then nothing more comes.
     run = run_manifest("idle", runtime=py, mode={"function": {"idleTimeoutSeconds": 1}}, **TTL)
-    h = await p.start(run)
-    status = await p.wait_phase(h, RunPhase.Ready)
-    pool = await p.pool("python")
-    address = next(x.address for x in pool.hosts if x.hostId == status.assignedHost)
-    assert address is not None
+    h, _, address = await ready_on_host(p, run)
     assert run.metadata.uid is not None
-    await asyncio.to_thread(invoke, address, run.metadata.uid)
+    await asyncio.to_thread(invoke_on_host, p.pki, address, run.metadata.uid)
     await p.wait_phase(h, RunPhase.Timeout)
     await write_closed(h, "run_idle_timeout")
 
@@ -282,19 +274,6 @@ async def scenarios(p: Platform) -> None:
 BEAT_S = 0.5  # hosts report every half second: a lost one is noticed at once
 
 
-def host_handle(p: Platform, logical: str, host_id: str) -> WorkflowHandle[Any, Any]:
-    return p.client.get_workflow_handle(host_workflow_id(p.runtime(logical), host_id))
-
-
-async def moved(p: Platform, h: WorkflowHandle[Any, Any], old_uid: str | None) -> RunStatus:
-    async def ready_elsewhere() -> bool:
-        status = await p.status(h)
-        return status.phase is RunPhase.Ready and status.assignedHostUID != old_uid
-
-    await eventually(ready_elsewhere, "the Run Ready on another host")
-    return await p.status(h)
-
-
 def pid_of(p: Platform, host_uid: str | None) -> int:
     record = next(r for r in list_records(p.state_dir) if r.hostUid == host_uid)
     assert record.pid is not None
@@ -308,8 +287,8 @@ async def host_scenarios(p: Platform) -> None:
     h = await p.start(run_manifest("survivor", runtime=lost, **TTL))
     before = await p.wait_phase(h, RunPhase.Ready)
     os.kill(pid_of(p, before.assignedHostUID), signal.SIGKILL)
-    await write_closed(host_handle(p, "lost", before.assignedHost or ""), "host_lost")
-    await moved(p, h, before.assignedHostUID)
+    await write_closed(host_handle(p, before.assignedHost or "", "lost"), "host_lost")
+    await ready_elsewhere(p, h, before.assignedHostUID)
     await h.signal(SIGNAL_CANCEL)
     await write_closed(h, "run_host_lost_moved")
 
@@ -329,7 +308,7 @@ async def host_scenarios(p: Platform) -> None:
     assert address is not None
 
     async def watched() -> bool:
-        rec = await host_handle(p, "lost", before.assignedHost or "").query(
+        rec = await host_handle(p, before.assignedHost or "", "lost").query(
             QUERY_HOST, result_type=HostRecord
         )
         return rec is not None and rec.state is HostState.Ready
@@ -338,7 +317,8 @@ async def host_scenarios(p: Platform) -> None:
     old = await asyncio.to_thread(unregister_behind, p.pki, address, before.assignedHostUID or "")
 
     async def again() -> bool:
-        return await asyncio.to_thread(registration_of, p.pki, address, old[0]) not in (None, old[1])
+        found = await asyncio.to_thread(registrations, p.pki, address)
+        return found.get(old[0]) not in (None, old[1])
 
     await eventually(again, "the registration back")
     await p.wait_phase(h, RunPhase.Ready)
@@ -348,11 +328,11 @@ async def host_scenarios(p: Platform) -> None:
     # An operator drains a host: its Run moves (HostDraining), the drained host is deleted.
     h = await p.start(run_manifest("drained", runtime=ops, **TTL))
     before = await p.wait_phase(h, RunPhase.Ready)
-    drain = host_handle(p, "ops", before.assignedHost or "")
+    drain = host_handle(p, before.assignedHost or "", "ops")
     await drain.execute_update(
         UPDATE_DRAIN_HOST, HostActionInput(message="recording"), result_type=HostActionResult
     )
-    after = await moved(p, h, before.assignedHostUID)
+    after = await ready_elsewhere(p, h, before.assignedHostUID)
     await write_closed(drain, "host_drained")
     await h.signal(SIGNAL_CANCEL)
     await write_closed(h, "run_drained_moved")
@@ -360,10 +340,10 @@ async def host_scenarios(p: Platform) -> None:
     # An operator deletes a host.
     h = await p.start(run_manifest("evicted", runtime=ops, **TTL))
     before = await p.wait_phase(h, RunPhase.Ready)
-    delete = host_handle(p, "ops", before.assignedHost or "")
+    delete = host_handle(p, before.assignedHost or "", "ops")
     await delete.execute_update(UPDATE_DELETE_HOST, HostActionInput(), result_type=HostActionResult)
     await write_closed(delete, "host_deleted")
-    await moved(p, h, before.assignedHostUID)
+    await ready_elsewhere(p, h, before.assignedHostUID)
     await h.signal(SIGNAL_CANCEL)
     await closed(h)
     del after
@@ -382,13 +362,13 @@ async def host_scenarios(p: Platform) -> None:
     await eventually(one_left, "scale-in to one host")
     [kept] = (await p.pool("idle")).hosts
     gone = a.assignedHost if a.assignedHost != kept.hostId else b.assignedHost
-    await write_closed(host_handle(p, "idle", gone or ""), "host_scaled_in")
+    await write_closed(host_handle(p, gone or "", "idle"), "host_scaled_in")
 
     # A one-shot runtime: a task on a host of its own, deleted once the task ended.
     run = task_manifest("one-task", runtime=once, **TTL)
     h = await p.start(run)
     done = await p.wait_phase(h, RunPhase.Succeeded)
-    await write_closed(host_handle(p, "once", done.assignedHost or ""), "host_released")
+    await write_closed(host_handle(p, done.assignedHost or "", "once"), "host_released")
     await write_closed(h, "run_task_one_shot")
 
     # A host frozen before its supervisor heard from it: stuck, deleted, replaced for the Run.
@@ -433,7 +413,7 @@ async def host_scenarios(p: Platform) -> None:
     assert report.released and report.unregistered, report
     await write(reconciler, "reconcile")
     await write(p.client.get_workflow_handle(pool_workflow_id(ops)), "pool_housekeeping")
-    await write(host_handle(p, "ops", (await p.pool("ops")).hosts[0].hostId), "host_ready")
+    await write(host_handle(p, (await p.pool("ops")).hosts[0].hostId, "ops"), "host_ready")
 
 
 def unregister_behind(pki: TestPKI, address: str, host_uid: str) -> tuple[str, str]:
@@ -445,12 +425,6 @@ def unregister_behind(pki: TestPKI, address: str, host_uid: str) -> tuple[str, s
         [reg] = info.registrations
         stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=reg.registration_id), timeout=30)
     return reg.run_uid, reg.registration_id
-
-
-def registration_of(pki: TestPKI, address: str, run_uid: str) -> str | None:
-    with pki.channel(address, as_=pki.control_plane) as channel:
-        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
-    return next((r.registration_id for r in info.registrations if r.run_uid == run_uid), None)
 
 
 async def scale_scenarios(p: Platform, *, handed_over: str = "pool_slots_handed_over") -> None:

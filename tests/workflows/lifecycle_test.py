@@ -11,33 +11,18 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
 from kruntimes.api.status import ConditionType, RunStatus
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
-from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.workflows.conftest import Platform, run_manifest, temporal_list
-from tests.workflows.platform_hosts import address_of, ready_elsewhere
-
-
-def _invoke(platform: Platform, address: str, registration_uid: str) -> Any:
-    """A direct gRPC invoke on the assigned host (as a gateway), by the Run's registration (found
-    via HostInfo, as the control plane)."""
-    pki = platform.pki
-    with pki.channel(address, as_=pki.control_plane) as channel:
-        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
-    reg = next(r for r in info.registrations if r.run_uid == registration_uid)
-    with pki.channel(address, as_=pki.gateway) as channel:
-        answer = pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
-            pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b'{"hi": 1}'), timeout=10
-        )
-    return json.loads(answer.outputs_json)
-
-
-def _registrations(platform: Platform, address: str) -> list[str]:
-    with platform.pki.channel(address, as_=platform.pki.control_plane) as channel:
-        info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
-        return [r.run_uid for r in info.registrations]
+from tests.workflows.platform_hosts import (
+    address_of,
+    invoke_on_host,
+    ready_elsewhere,
+    ready_on_host,
+    registrations,
+)
 
 
 @pytest.mark.parametrize("by_sdk", [False, True], ids=["run-admits", "starter-admits"])
@@ -57,7 +42,8 @@ async def test_a_function_run_becomes_ready_and_answers_on_its_host(
             f"https://127.0.0.1:8443/v1/namespaces/default/runtimes/{platform.runtime()}/functions/{run.metadata.uid}:invoke"
         )
         address = await address_of(platform, status.assignedHost)
-        assert _invoke(platform, address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
+        answer = invoke_on_host(platform.pki, address, run.metadata.uid, b'{"hi": 1}')  # type: ignore[arg-type]
+        assert json.loads(answer.outputs_json)["echo"] == {"hi": 1}
 
         async def listed() -> bool:
             found = temporal_list(dev_server, f"KrtPhase='Ready' AND KrtRunUid='{run.metadata.uid}'")
@@ -90,39 +76,42 @@ async def _queued(platform: Platform, n: int) -> bool:
     return len((await platform.pool()).queue) == n
 
 
-async def _reserved(platform: Platform, n: int) -> bool:
-    return len((await platform.pool()).reservations) == n
+async def _slot_released(platform: Platform) -> None:
+    async def released() -> bool:
+        return not (await platform.pool()).reservations
+
+    await platform.eventually(released, what="the slot released")
+
+
+async def _unregistered_and_released(platform: Platform, run: Run, address: str) -> None:
+    """The Run's registration is gone from the host at `address`, and its slot is released."""
+    assert run.metadata.uid not in registrations(platform.pki, address)
+    await _slot_released(platform)
 
 
 async def test_cancel_when_ready_unregisters_and_frees_the_slot(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest("to-cancel", runtime=platform.runtime())
-        handle = await platform.start(run)
-        status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
-        assert run.metadata.uid in _registrations(platform, address)
+        handle, _, address = await ready_on_host(platform, run)
+        assert run.metadata.uid in registrations(platform.pki, address)
         await handle.signal(SIGNAL_CANCEL)
         final = await platform.wait_phase(handle, RunPhase.Cancelled)
         assert final.endpoint is None and final.completionTime is not None
-        assert run.metadata.uid not in _registrations(platform, address)
-        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+        await _unregistered_and_released(platform, run, address)
 
 
 async def test_delete_when_ready_runs_cleanup_and_closes_the_workflow(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest("to-delete", runtime=platform.runtime())
-        handle = await platform.start(run)
-        status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
+        handle, _, address = await ready_on_host(platform, run)
         workspaces = list((platform.state_dir / "work").rglob(f"{run.metadata.uid}.*"))
         assert workspaces, "the registration has a workspace on the host"
         final = await handle.execute_update(UPDATE_DELETE, result_type=RunStatus)
         assert final.phase is RunPhase.Cancelled
         result = await handle.result()  # the workflow closed
         assert result.phase is RunPhase.Cancelled
-        assert run.metadata.uid not in _registrations(platform, address)
         assert not any(p.exists() for p in workspaces)
-        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+        await _unregistered_and_released(platform, run, address)
 
 
 async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reason(platform_factory) -> None:  # type: ignore[no-untyped-def]
@@ -139,7 +128,7 @@ async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reas
         ready = status.condition(ConditionType.Ready)
         assert ready is not None and ready.reason == "RetriesExhausted"
         assert "nowhere_to_be_found" in status.message
-        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+        await _slot_released(platform)
 
 
 async def test_with_one_slot_a_second_run_waits_pending_until_the_first_ends(platform_factory) -> None:  # type: ignore[no-untyped-def]
@@ -178,7 +167,7 @@ async def test_task_mode_outcomes(
             assert status.outputs == check
         elif isinstance(check, str):
             assert check in status.message
-        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+        await _slot_released(platform)
 
 
 async def test_task_outputs_are_bounded(platform_factory) -> None:  # type: ignore[no-untyped-def]
@@ -215,35 +204,29 @@ async def test_fifty_runs_on_five_hosts_are_all_ready_and_no_slot_is_double_book
         assert len({r.runUid for r in pool.reservations}) == 50
         for host in pool.hosts:
             assert host.address is not None
-            assert len(_registrations(platform, host.address)) == per_host.get(host.hostId, 0) <= 10
+            assert len(registrations(platform.pki, host.address)) == per_host.get(host.hostId, 0) <= 10
 
 
 async def _hosts(platform: Platform, n: int) -> bool:
     return len((await platform.pool()).hosts) == n
 
 
-async def test_an_idle_function_times_out_and_frees_its_slot(platform_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("name", "spec", "reason"),
+    [
+        ("idle", {"mode": {"function": {"idleTimeoutSeconds": 1}}}, "IdleTimeout"),
+        ("total", {"timeoutSeconds": 2}, "Timeout"),
+    ],
+)
+async def test_a_timeout_ends_a_ready_function_and_frees_its_slot(
+    platform_factory, name: str, spec: dict[str, Any], reason: str
+) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
-        run = run_manifest("idle", runtime=platform.runtime(), mode={"function": {"idleTimeoutSeconds": 1}})
-        handle = await platform.start(run)
-        status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
+        run = run_manifest(name, runtime=platform.runtime(), **spec)
+        handle, _, address = await ready_on_host(platform, run)
         final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
-        assert final.condition(ConditionType.Ready).reason == "IdleTimeout"  # type: ignore[union-attr]
-        assert run.metadata.uid not in _registrations(platform, address)
-        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
-
-
-async def test_the_total_timeout_ends_a_ready_function_and_frees_its_slot(platform_factory) -> None:  # type: ignore[no-untyped-def]
-    async with platform_factory() as platform:
-        run = run_manifest("total", runtime=platform.runtime(), timeoutSeconds=2)
-        handle = await platform.start(run)
-        status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
-        final = await platform.wait_phase(handle, RunPhase.Timeout, timeout=30)
-        assert final.condition(ConditionType.Ready).reason == "Timeout"  # type: ignore[union-attr]
-        assert run.metadata.uid not in _registrations(platform, address)
-        await platform.eventually(lambda: _reserved(platform, 0), what="the slot released")
+        assert final.condition(ConditionType.Ready).reason == reason  # type: ignore[union-attr]
+        await _unregistered_and_released(platform, run, address)
 
 
 async def test_a_scale_out_that_cannot_succeed_fails_the_run_with_a_structured_reason(
@@ -307,4 +290,5 @@ async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_att
         assert before.assignedHostUID not in {h.hostUid for h in pool.hosts}
         assert [r.hostUid for r in pool.reservations] == [after.assignedHostUID]
         address = await address_of(platform, after.assignedHost)  # type: ignore[arg-type]
-        assert _invoke(platform, address, run.metadata.uid)["echo"] == {"hi": 1}  # type: ignore[arg-type]
+        answer = invoke_on_host(platform.pki, address, run.metadata.uid, b'{"hi": 1}')  # type: ignore[arg-type]
+        assert json.loads(answer.outputs_json)["echo"] == {"hi": 1}

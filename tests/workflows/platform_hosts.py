@@ -1,14 +1,16 @@
 """A test platform's hosts as its workflows and the hosts themselves see them: the heartbeat the
 host tests run with, a host's HostWorkflow and when it is Ready there, the address the pool holds
-for a host, the registrations a host holds, and a Run Ready again on another host."""
+for a host, a Run started and Ready on its host, the registrations a host holds, an invocation
+straight on a host, and a Run Ready again on another host."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from temporalio.client import WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
+from kruntimes.api.run import Run
 from kruntimes.lifecycle import QUERY_HOST, HostRecord, HostResult, host_workflow_id
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -19,9 +21,10 @@ from tests.workflows.conftest import Platform
 BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s
 
 
-def host_handle(platform: Platform, host_id: str) -> WorkflowHandle[Any, HostResult]:
+def host_handle(platform: Platform, host_id: str, logical: str = "python") -> WorkflowHandle[Any, HostResult]:
+    """The HostWorkflow of host `host_id` of the platform's runtime `logical`."""
     return platform.client.get_workflow_handle(
-        host_workflow_id(platform.runtime(), host_id), result_type=HostResult
+        host_workflow_id(platform.runtime(logical), host_id), result_type=HostResult
     )
 
 
@@ -40,11 +43,40 @@ def registrations(pki: TestPKI, address: str) -> dict[str, str]:
     return {r.run_uid: r.registration_id for r in info.registrations}
 
 
+def invoke_on_host(
+    pki: TestPKI, address: str, run_uid: str, payload: bytes = b"{}"
+) -> pb.InvokeFunctionResponse:
+    """One invocation straight on the host at `address` (as a gateway), of the Run's registration
+    there (found via HostInfo, as the control plane)."""
+    registration_id = registrations(pki, address)[run_uid]
+    with pki.channel(address, as_=pki.gateway) as channel:
+        answer: pb.InvokeFunctionResponse = pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
+            pb.InvokeFunctionRequest(registration_id=registration_id, payload=payload), timeout=10
+        )
+    return answer
+
+
 async def address_of(platform: Platform, host_id: str) -> str:
     pool = await platform.pool()
     found = next(h.address for h in pool.hosts if h.hostId == host_id)
     assert found is not None
     return found
+
+
+class OnHost(NamedTuple):
+    """A Run started and Ready: its handle, its host and the address the pool holds for that host."""
+
+    handle: WorkflowHandle[Any, Any]
+    host: str
+    address: str
+
+
+async def ready_on_host(platform: Platform, run: Run) -> OnHost:
+    """Start `run` (as plain Temporal does) and wait until it is Ready on a host."""
+    handle = await platform.start(run)
+    status = await platform.wait_phase(handle, RunPhase.Ready)
+    assert status.assignedHost is not None
+    return OnHost(handle, status.assignedHost, await address_of(platform, status.assignedHost))
 
 
 async def ready_elsewhere(platform: Platform, handle: WorkflowHandle[Any, Any], old_uid: str) -> Any:

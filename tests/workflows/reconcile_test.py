@@ -28,7 +28,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.procs import alive
 from tests.workflows.conftest import Platform, pool_host, run_manifest
-from tests.workflows.platform_hosts import BEAT_S, address_of, host_serving, registrations
+from tests.workflows.platform_hosts import BEAT_S, host_serving, ready_on_host, registrations
 
 # A grace of one second (twice the assignment timeout): what these tests leave behind is older.
 QUICK = {"minHosts": 1, "maxHosts": 2, "assignmentTimeoutSeconds": 0.5}
@@ -63,9 +63,7 @@ async def test_a_round_runs_at_worker_start(platform_factory) -> None:  # type: 
 async def test_a_run_terminated_out_of_band_frees_its_slot_and_its_registration(platform_factory) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
         run = run_manifest("terminated", runtime=platform.runtime())
-        handle = await platform.start(run)
-        status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
+        handle, _, address = await ready_on_host(platform, run)
         await handle.terminate("out of band")
         await older_than_the_grace()
 
@@ -82,9 +80,7 @@ async def test_a_registration_of_a_run_whose_name_another_run_took_is_unregister
     the first one's registration and slot go, and the second one's stay."""
     async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
         first = run_manifest("reused", runtime=platform.runtime())
-        handle = await platform.start(first)
-        status = await platform.wait_phase(handle, RunPhase.Ready)
-        address = await address_of(platform, status.assignedHost)  # type: ignore[arg-type]
+        handle, host, address = await ready_on_host(platform, first)
         await handle.terminate("out of band")
         second = run_manifest("reused", runtime=platform.runtime())
         assert second.metadata.uid != first.metadata.uid
@@ -96,7 +92,7 @@ async def test_a_registration_of_a_run_whose_name_another_run_took_is_unregister
         assert report.unregistered == [f"{first.metadata.uid} (RunReplaced)"]
         assert report.released == [first.metadata.uid]
         assert [r.runUid for r in (await platform.pool()).reservations] == [second.metadata.uid]
-        if again.assignedHost == status.assignedHost:
+        if again.assignedHost == host:
             assert list(registrations(platform.pki, address)) == [second.metadata.uid]
 
 

@@ -30,10 +30,9 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
-from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.platform_hosts import registrations
 from workflows.run import RunWorkflow
 
 SLOW_IMPORT = "import time\ntime.sleep(4)\ndef handle(p):\n    return p\n"
@@ -154,9 +153,7 @@ async def test_a_worker_killed_mid_registration_is_replaced_and_the_run_is_ready
         assert status.attempt == 1, "a retried RegisterFunction of the same attempt does not count again"
         records = list_records(state)
         assert len(records) == 1, "exactly one host was created"
-        with pki.channel(records[0].address, as_=pki.control_plane) as channel:
-            info = pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
-        assert [r.run_uid for r in info.registrations] == [run.metadata.uid]
+        assert list(registrations(pki, records[0].address)) == [run.metadata.uid]
         pool = await client.get_workflow_handle(pool_workflow_id(runtime)).query(
             QUERY_POOL, result_type=PoolState
         )
