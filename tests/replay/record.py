@@ -70,7 +70,7 @@ from kruntimes.scheduling.model import HostState
 from kruntimes.temporal import TemporalSettings, connect
 from tests import waiting
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform, pool_host, run_manifest
+from tests.workflows.conftest import UNLOADABLE, Platform, pool_host, run_manifest
 from tests.workflows.platform_hosts import (
     host_handle,
     invoke_on_host,
@@ -196,7 +196,7 @@ async def scenarios(p: Platform) -> None:
         run_manifest(
             "bad-handler",
             runtime=py,
-            source="import nowhere_to_be_found\n",
+            source=UNLOADABLE,
             retryPolicy={"limit": 2, "backoffSeconds": 0.1, "maxBackoffSeconds": 0.2},
             **TTL,
         )
@@ -503,7 +503,7 @@ async def ending_scenarios(p: Platform) -> None:
         run_manifest(
             "closed-failed",
             runtime=py,
-            source="import nowhere_to_be_found\n",
+            source=UNLOADABLE,
             retryPolicy={"limit": 1},
             **KEEP,
         ),

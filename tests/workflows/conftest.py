@@ -46,6 +46,7 @@ from workers.worker import WorkerSettings, running_workers
 from workflows.run import RunWorkflow
 
 ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
+UNLOADABLE = "import nowhere_to_be_found\n"  # a handler whose module fails to load, every attempt
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from kruntimes.api.run import Run
 from kruntimes.api.status import ConditionType, RunStatus
 from kruntimes.devserver import DevServer
 from kruntimes.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
-from tests.workflows.conftest import Platform, run_manifest, temporal_list
+from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest, temporal_list
 from tests.workflows.platform_hosts import (
     address_of,
     invoke_on_host,
@@ -119,7 +119,7 @@ async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reas
         run = run_manifest(
             "bad",
             runtime=platform.runtime(),
-            source="import nowhere_to_be_found\n",
+            source=UNLOADABLE,
             retryPolicy={"limit": 3, "backoffSeconds": 0.1, "maxBackoffSeconds": 0.2},
         )
         handle = await platform.start(run)
