@@ -1,13 +1,14 @@
-"""Whether a process a test started still runs, read from /proc (any user's process), and the
-processes below one known by pid and start time, so that a check or a kill long after they were
-seen never reaches a later process that got the same pid (pids wrap at /proc/sys/kernel/pid_max,
-32768 here, many times over in one run of the suite)."""
+"""Whether a process a test started still runs, read from /proc (any user's process), a process
+frozen for a while, and the processes below one known by pid and start time, so that a check or
+a kill long after they were seen never reaches a later process that got the same pid (pids wrap
+at /proc/sys/kernel/pid_max, 32768 here, many times over in one run of the suite)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,18 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The process stopped (SIGSTOP) inside the block and continued (SIGCONT) after it, unless it
+    is gone by then (a frozen host is fenced: killed)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal import connect
 from tests.krt_cli import krt
-from tests.procs import alive
+from tests.procs import alive, frozen
 from tests.replay.registered import WORKFLOWS
 from tests.waiting import eventually
 from workers.embedded.layout import Layout, recorded_components
@@ -371,8 +371,7 @@ async def test_a_frozen_host_is_fenced_before_its_runs_move_and_never_serves_aga
     pool = await chaos.pool()
     address = next(h.address for h in pool.hosts if h.hostUid == uid)
     old = {r.run_uid: r.registration_id for r in _host_info(chaos.state, address or "").registrations}
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with frozen(pid):
 
         async def moved_after_the_kill() -> bool:
             for name in await chaos.alive():
@@ -383,9 +382,6 @@ async def test_a_frozen_host_is_fenced_before_its_runs_move_and_never_serves_aga
             return True
 
         await chaos.eventually(moved_after_the_kill, f"the Runs of frozen host {host_id} Ready elsewhere")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
     assert not alive(pid), "fenced: the frozen host was killed"
     # as the gateway (the one role that may invoke): refused only because nothing serves there
     with _host_channel(chaos.state, address or "", as_gateway=True) as channel, pytest.raises(grpc.RpcError):

@@ -26,7 +26,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.hosts.conftest import gone, spec
 from tests.pki import TestPKI
-from tests.procs import alive
+from tests.procs import alive, frozen
 
 Signal = TypeVar("Signal")
 
@@ -259,13 +259,10 @@ async def test_a_frozen_host_is_lost_as_silent_and_a_probe_of_it_gets_no_answer(
     assert host.pid is not None
     watching = asyncio.create_task(watch(activities(), watch_of(host)))
     await asyncio.sleep(3 * INTERVAL_S)
-    os.kill(host.pid, signal.SIGSTOP)
-    try:
+    with frozen(host.pid):
         result = await watching
         assert (result.verdict, result.reason) == ("Lost", LossReason.Silent)
         assert await probe_host(host.address, host.hostUid, timeout_s=INTERVAL_S) is Probe.NoAnswer
-    finally:
-        os.kill(host.pid, signal.SIGCONT)
     assert await probe_host(host.address, host.hostUid, timeout_s=5) is Probe.Same
     assert await probe_host(host.address, "another-uid", timeout_s=5) is Probe.Other
 
@@ -276,12 +273,9 @@ async def test_a_host_frozen_before_its_first_report_is_left_to_the_stuck_timer(
     """Until its first report a host is still being assigned: no answer is not yet a loss."""
     host = await process.create(spec(state_dir))
     assert host.pid is not None
-    os.kill(host.pid, signal.SIGSTOP)
     ready: Told[WatchReady] = Told()
-    try:
+    with frozen(host.pid):
         result = await watch(activities(ready=ready), watch_of(host, tell_ready=True, max_s=6 * INTERVAL_S))
-    finally:
-        os.kill(host.pid, signal.SIGCONT)
     assert result.verdict == "Renew" and not ready.signals
 
 

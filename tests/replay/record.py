@@ -24,7 +24,6 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +41,12 @@ from kruntimes.lifecycle import (
     QUERY_HOST,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
-    SIGNAL_HOST_READY,
     UPDATE_COLLECT,
     UPDATE_DELETE,
     UPDATE_DELETE_HOST,
     UPDATE_DRAIN_HOST,
     HostActionInput,
     HostActionResult,
-    HostInput,
-    HostReadySignal,
     HostRecord,
     PlatformInfo,
     ReconcileReport,
@@ -70,13 +66,17 @@ from kruntimes.scheduling.model import HostState
 from kruntimes.temporal import TemporalSettings, connect
 from tests import waiting
 from tests.pki import TestPKI
-from tests.workflows.conftest import UNLOADABLE, Platform, pool_host, run_manifest
+from tests.procs import frozen
+from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest
 from tests.workflows.platform_hosts import (
+    BEAT_S,
     host_handle,
     invoke_on_host,
     ready_elsewhere,
     ready_on_host,
     registrations,
+    start_supervisor,
+    tell_pool,
 )
 from workers.worker import WorkerSettings, running_workers
 from workflows.run import ADMIT_GRACE
@@ -271,9 +271,6 @@ async def scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(pool_workflow_id(attach)), "pool_scale_out_failed")
 
 
-BEAT_S = 0.5  # hosts report every half second: a lost one is noticed at once
-
-
 def pid_of(p: Platform, host_uid: str | None) -> int:
     record = next(r for r in list_records(p.state_dir) if r.hostUid == host_uid)
     assert record.pid is not None
@@ -382,26 +379,11 @@ async def host_scenarios(p: Platform) -> None:
         )
     )
     assert created.pid is not None
-    os.kill(created.pid, signal.SIGSTOP)
-    host = pool_host(created)
-    await p.client.get_workflow_handle(pool_workflow_id(stuck)).signal(
-        SIGNAL_HOST_READY, HostReadySignal(requestId="recorded", host=host)
-    )
-    frozen = await p.client.start_workflow(
-        "HostWorkflow",
-        HostInput(
-            host=host, created=created, poolWorkflowId=pool_workflow_id(stuck), stateDir=str(p.state_dir),
-            watchIntervalSeconds=BEAT_S, assignmentTimeoutSeconds=1.0,
-        ),
-        id=host_workflow_id(stuck, created.hostId),
-        task_queue=p.settings.run_task_queue,
-    )  # fmt: skip
-    try:
-        await closed(frozen)
-    finally:
-        with suppress(ProcessLookupError):
-            os.kill(created.pid, signal.SIGCONT)
-    await write(frozen, "host_stuck")
+    with frozen(created.pid):
+        host = await tell_pool(p, created, logical="stuck", request_id="recorded")
+        supervisor = await start_supervisor(p, created, host, logical="stuck")
+        await closed(supervisor)
+    await write(supervisor, "host_stuck")
 
     # The reconciler: a Run terminated out of band; a round asked for frees what it held.
     h = await p.start(run_manifest("terminated", runtime=ops))

@@ -7,7 +7,6 @@ Updates; cleanup never retries against a host proven gone."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import uuid
@@ -25,8 +24,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import HostState
 from kruntimes.wire import search
-from tests.procs import alive
-from tests.workflows.conftest import Platform, pool_host, run_manifest
+from tests.procs import alive, frozen
+from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import (
     BEAT_S,
     address_of,
@@ -34,6 +33,8 @@ from tests.workflows.platform_hosts import (
     host_serving,
     ready_elsewhere,
     registrations,
+    start_supervisor,
+    tell_pool,
 )
 
 TASK = "def run(p):\n    return {'done': True}\n"
@@ -117,13 +118,9 @@ async def test_a_frozen_host_is_killed_before_its_run_registers_elsewhere(platfo
         before = await platform.wait_phase(handle, RunPhase.Ready)
         record = record_of(platform, before.assignedHost)
         assert record.pid is not None
-        os.kill(record.pid, signal.SIGSTOP)
-        try:
+        with frozen(record.pid):
             after = await ready_elsewhere(platform, handle, before.assignedHostUID)
             assert not alive(record.pid), "fenced: the frozen host was killed before the Run moved"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGCONT)
         assert after.recoveries == 1
         ended = await host_ended(platform, before.assignedHost)
         assert ended.state is HostState.Lost and "Silent" in ended.message
@@ -187,35 +184,14 @@ async def test_a_host_stuck_before_ready_is_deleted_and_replaced_for_the_run_tha
         # A host created as the scale-out creates one, frozen before its supervisor ever heard it.
         stuck = await platform.create_host("stuck")
         assert stuck.pid is not None
-        os.kill(stuck.pid, signal.SIGSTOP)
-        host = pool_host(stuck)
-        pool = platform.client.get_workflow_handle(lifecycle.pool_workflow_id(runtime))
-        await pool.signal(
-            lifecycle.SIGNAL_HOST_READY, lifecycle.HostReadySignal(requestId="injected", host=host)
-        )
-        await platform.client.start_workflow(
-            "HostWorkflow",
-            lifecycle.HostInput(
-                host=host,
-                created=stuck,
-                poolWorkflowId=lifecycle.pool_workflow_id(runtime),
-                stateDir=str(platform.state_dir),
-                watchIntervalSeconds=BEAT_S,
-                assignmentTimeoutSeconds=1.0,
-            ),
-            id=lifecycle.host_workflow_id(runtime, stuck.hostId),
-            task_queue=platform.settings.run_task_queue,
-        )
-        try:
+        with frozen(stuck.pid):
+            await start_supervisor(platform, stuck, await tell_pool(platform, stuck))
             # The pool believes the host Ready and assigns a Run to it; the registration hangs.
             handle = await platform.start(run_manifest("needs-a-host", runtime=runtime))
             ended = await host_ended(platform, stuck.hostId)
             assert (ended.state, ended.reason) == (HostState.Terminating, HostEnd.Stuck)
             assert not alive(stuck.pid)
             status = await platform.wait_phase(handle, RunPhase.Ready, timeout=60)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(stuck.pid, signal.SIGCONT)
         assert status.assignedHostUID != stuck.hostUid, "a new host replaced the stuck one"
         assert stuck.hostUid not in {h.hostUid for h in (await platform.pool()).hosts}
 

@@ -1,6 +1,6 @@
 """A test platform's hosts as its workflows and the hosts themselves see them: the heartbeat the
-host tests run with, a host's HostWorkflow and when it is Ready there, the address the pool holds
-for a host, a Run started and Ready on its host, the registrations a host holds, an invocation
+host tests run with, a host's HostWorkflow and when it is Ready there, a host a test created told
+to the pool and supervised as a scale-out would, the address the pool holds for a host, a Run started and Ready on its host, the registrations a host holds, an invocation
 straight on a host, and a Run Ready again on another host."""
 
 from __future__ import annotations
@@ -11,12 +11,22 @@ from temporalio.client import WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.lifecycle import QUERY_HOST, HostRecord, HostResult, host_workflow_id
+from kruntimes.hosts import CreatedHost
+from kruntimes.lifecycle import (
+    QUERY_HOST,
+    SIGNAL_HOST_READY,
+    HostInput,
+    HostReadySignal,
+    HostRecord,
+    HostResult,
+    host_workflow_id,
+    pool_workflow_id,
+)
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import HostState
+from kruntimes.scheduling.model import Host, HostState
 from tests.pki import TestPKI
-from tests.workflows.conftest import Platform
+from tests.workflows.conftest import Platform, pool_host
 
 BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s
 
@@ -34,6 +44,45 @@ async def host_serving(platform: Platform, host_id: str) -> None:
         return record is not None and record.state is HostState.Ready
 
     await platform.eventually(ready, timeout=30, what=f"host {host_id} Ready on its HostWorkflow")
+
+
+async def tell_pool(
+    platform: Platform,
+    created: CreatedHost,
+    *,
+    logical: str = "python",
+    supervised: bool = True,
+    request_id: str = "injected",
+) -> Host:
+    """Tell the pool of runtime `logical` that a host the test created is ready, as its scale-out
+    would; the pool's view of it."""
+    host = pool_host(created, supervised=supervised)
+    await platform.client.get_workflow_handle(pool_workflow_id(platform.runtime(logical))).signal(
+        SIGNAL_HOST_READY, HostReadySignal(requestId=request_id, host=host)
+    )
+    return host
+
+
+async def start_supervisor(
+    platform: Platform, created: CreatedHost, host: Host, *, logical: str = "python", stuck_s: float = 1.0
+) -> WorkflowHandle[Any, HostResult]:
+    """Start the HostWorkflow of a host the test created, as its scale-out would: watched every
+    BEAT_S, stuck if it has not reported after `stuck_s`."""
+    runtime = platform.runtime(logical)
+    return await platform.client.start_workflow(
+        "HostWorkflow",
+        HostInput(
+            host=host,
+            created=created,
+            poolWorkflowId=pool_workflow_id(runtime),
+            stateDir=str(platform.state_dir),
+            watchIntervalSeconds=BEAT_S,
+            assignmentTimeoutSeconds=stuck_s,
+        ),
+        id=host_workflow_id(runtime, created.hostId),
+        task_queue=platform.settings.run_task_queue,
+        result_type=HostResult,
+    )
 
 
 def registrations(pki: TestPKI, address: str) -> dict[str, str]:

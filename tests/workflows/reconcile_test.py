@@ -15,20 +15,17 @@ from activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
 from kruntimes.lifecycle import (
     QUERY_RECONCILE,
-    SIGNAL_HOST_READY,
     UPDATE_COLLECT,
-    HostReadySignal,
     ReconcileReport,
     host_workflow_id,
-    pool_workflow_id,
     reconcile_workflow_id,
 )
 from kruntimes.reconciling import PACE, next_round_in
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.procs import alive
-from tests.workflows.conftest import Platform, pool_host, run_manifest
-from tests.workflows.platform_hosts import BEAT_S, host_serving, ready_on_host, registrations
+from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.platform_hosts import BEAT_S, host_serving, ready_on_host, registrations, tell_pool
 
 # A grace of one second (twice the assignment timeout): what these tests leave behind is older.
 QUICK = {"minHosts": 1, "maxHosts": 2, "assignmentTimeoutSeconds": 0.5}
@@ -137,10 +134,7 @@ async def test_a_ready_run_whose_registration_vanished_unseen_is_told_and_regist
     async with platform_factory(heartbeat_s=BEAT_S, python={**QUICK, "minHosts": 0}) as platform:
         runtime = platform.runtime()
         created = await platform.create_host("unwatched")
-        await platform.client.get_workflow_handle(pool_workflow_id(runtime)).signal(
-            SIGNAL_HOST_READY,
-            HostReadySignal(requestId="injected", host=pool_host(created, supervised=False)),
-        )
+        await tell_pool(platform, created, supervised=False)
         run = run_manifest("unwatched", runtime=runtime)
         handle = await platform.start(run)
         status = await platform.wait_phase(handle, RunPhase.Ready)
