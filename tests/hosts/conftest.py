@@ -67,6 +67,15 @@ async def gone(pid: int, seconds: float = 10.0) -> bool:
     return not alive(pid)
 
 
+async def killed_host(process: ProcessProvider, state_dir: Path) -> CreatedHost:
+    """Host python-0 created, then SIGKILLed and gone: an older incarnation, as a next create finds it."""
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    os.kill(host.pid, signal.SIGKILL)
+    assert await gone(host.pid)
+    return host
+
+
 @pytest.fixture
 async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
     state = tmp_path / "state"

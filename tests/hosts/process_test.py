@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import os
-import signal
 import stat
 import subprocess
 import sys
@@ -19,8 +17,8 @@ from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_al
 from activities.hosts import process as process_module
 from activities.hosts.process import host_running
 from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
-from tests.hosts.conftest import gone, host_pids, host_record, spec
+from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
+from tests.hosts.conftest import gone, host_pids, host_record, killed_host, spec
 from tests.pki import TestPKI
 from tests.procs import alive
 
@@ -28,6 +26,15 @@ from tests.procs import alive
 def files_of(state_dir: Path, runtime: str = "python") -> list[str]:
     directory = state_dir / "hosts" / runtime
     return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+def _failed_leaving_its_log(error: ProviderError, state_dir: Path) -> ProviderFailure:
+    """A create that failed retryably and left nothing of python-0 but its log: its failure."""
+    failure = error.failure
+    assert (failure.reason, failure.retryable) == (FailureReason.OperationFailed, True)
+    assert files_of(state_dir) == ["python-0.log"]
+    assert host_pids(state_dir) == []
+    return failure
 
 
 async def test_create_starts_a_serving_host_on_loopback_and_records_it(
@@ -122,10 +129,7 @@ async def test_delete_of_another_incarnation_leaves_the_running_host_alone(
 
 
 async def test_a_killed_host_is_replaced_by_create(state_dir: Path, process: ProcessProvider) -> None:
-    old = await process.create(spec(state_dir))
-    assert old.pid is not None
-    os.kill(old.pid, signal.SIGKILL)
-    assert await gone(old.pid)
+    old = await killed_host(process, state_dir)
 
     new = await process.create(spec(state_dir))
 
@@ -192,16 +196,13 @@ async def test_a_host_that_exits_at_once_fails_retryably_and_leaves_nothing_runn
     with pytest.raises(ProviderError) as caught:
         await ProcessProvider(python="/bin/false", issuer=issuer).create(spec(state_dir))
 
-    failure = caught.value.failure
-    assert (failure.reason, failure.retryable) == (FailureReason.OperationFailed, True)
+    failure = _failed_leaving_its_log(caught.value, state_dir)
     assert (failure.provider, failure.operation, failure.host) == (
         "process",
         ProviderOperation.Create,
         "python-0",
     )
     assert "exited with status 1" in failure.message
-    assert files_of(state_dir) == ["python-0.log"]
-    assert host_pids(state_dir) == []
 
 
 async def test_a_host_that_cannot_use_its_state_directory_fails_with_its_log_tail(
@@ -213,12 +214,9 @@ async def test_a_host_that_cannot_use_its_state_directory_fails_with_its_log_tai
     with pytest.raises(ProviderError) as caught:
         await process.create(spec(state_dir, tenant="tenant-a"))
 
-    failure = caught.value.failure
-    assert (failure.reason, failure.retryable) == (FailureReason.OperationFailed, True)
+    failure = _failed_leaving_its_log(caught.value, state_dir)
     assert failure.tenant == "tenant-a"
     assert "NotADirectoryError" in failure.message
-    assert files_of(state_dir) == ["python-0.log"]
-    assert host_pids(state_dir) == []
 
 
 async def test_a_state_directory_that_cannot_be_created_is_rejected(

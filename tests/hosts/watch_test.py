@@ -24,7 +24,7 @@ from kruntimes.hostlife import LossReason, Probe, WatchRules
 from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.hosts.conftest import gone, spec
+from tests.hosts.conftest import gone, killed_host, spec
 from tests.pki import TestPKI
 from tests.procs import alive, frozen
 
@@ -356,10 +356,7 @@ async def test_the_fence_of_a_frozen_host_kills_it_and_removes_its_workspaces(
 async def test_the_fence_of_an_older_incarnation_leaves_the_new_one_alone(
     state_dir: Path, process: ProcessProvider
 ) -> None:
-    old = await process.create(spec(state_dir))
-    assert old.pid is not None
-    os.kill(old.pid, signal.SIGKILL)
-    assert await gone(old.pid)
+    old = await killed_host(process, state_dir)
     new = await process.create(spec(state_dir))
     assert new.hostUid != old.hostUid and new.pid is not None
 
