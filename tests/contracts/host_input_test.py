@@ -21,6 +21,8 @@ CREATED = CreatedHost(
     createdAt=T0,
 )
 HOST = ready_host(CREATED, capacity=4, at=T0, supervised=True)
+STATE_DIR = "/var/lib/krt"
+POOL = "pool/python"
 
 
 def _payload(value: HostInput) -> bytes:
@@ -33,11 +35,19 @@ def _as_recorded(*, watch_s: float, stuck_s: float) -> HostInput:
     return HostInput(
         host=HOST,
         created=CREATED,
-        poolWorkflowId="pool/python",
-        stateDir="/var/lib/krt",
+        poolWorkflowId=POOL,
+        stateDir=STATE_DIR,
         watchIntervalSeconds=watch_s,
         assignmentTimeoutSeconds=stuck_s,
     )
+
+
+def _check_built_as_recorded(
+    starter: ScaleOutInput | ReconcileInput, *, watch_s: float, stuck_s: float
+) -> None:
+    """The builder's input for `starter` is, byte for byte, the payload that starter recorded."""
+    built = host_input(starter, host=HOST, created=CREATED)
+    assert _payload(built) == _payload(_as_recorded(watch_s=watch_s, stuck_s=stuck_s))
 
 
 def test_a_new_host_is_watched_at_its_heartbeat_interval() -> None:
@@ -54,22 +64,20 @@ def test_a_new_host_is_watched_at_its_heartbeat_interval() -> None:
         hostId=CREATED.hostId,
         adapter="python",
         capacity=4,
-        stateDir="/var/lib/krt",
-        poolWorkflowId="pool/python",
+        stateDir=STATE_DIR,
+        poolWorkflowId=POOL,
         heartbeatIntervalSeconds=0.5,
         assignmentTimeoutSeconds=7.0,
     )
-    built = host_input(starter, host=HOST, created=CREATED)
-    assert _payload(built) == _payload(_as_recorded(watch_s=0.5, stuck_s=7.0))
+    _check_built_as_recorded(starter, watch_s=0.5, stuck_s=7.0)
 
 
 def test_a_reconciled_host_is_watched_at_the_reconcilers_interval() -> None:
     starter = ReconcileInput(
         runtime="python",
-        poolWorkflowId="pool/python",
-        stateDir="/var/lib/krt",
+        poolWorkflowId=POOL,
+        stateDir=STATE_DIR,
         watchIntervalSeconds=2.0,
         assignmentTimeoutSeconds=9.0,
     )
-    built = host_input(starter, host=HOST, created=CREATED)
-    assert _payload(built) == _payload(_as_recorded(watch_s=2.0, stuck_s=9.0))
+    _check_built_as_recorded(starter, watch_s=2.0, stuck_s=9.0)
