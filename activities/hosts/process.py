@@ -62,6 +62,14 @@ _KILL_WAIT_S = 5.0
 # Children this process spawned, kept until reaped so they never linger as zombies.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
+# A slot's files, each `{hostId}{suffix}` (see above). A ready file's name ends in the record's
+# suffix too: look for it first.
+_PID = ".pid"
+_READY = ".ready.json"
+_RECORD = ".json"
+_LOG = ".log"
+_TLS = ".tls"
+
 
 class _ReadyFile(ApiModel):
     pid: int
@@ -111,25 +119,28 @@ class _Slot:
     def of(cls, state_dir: Path, runtime: str, host_id: str) -> _Slot:
         return cls(state_dir / "hosts" / runtime, host_id)
 
+    def _file(self, suffix: str) -> Path:
+        return self.directory / f"{self.host_id}{suffix}"
+
     @property
     def record(self) -> Path:
-        return self.directory / f"{self.host_id}.json"
+        return self._file(_RECORD)
 
     @property
     def ready(self) -> Path:
-        return self.directory / f"{self.host_id}.ready.json"
+        return self._file(_READY)
 
     @property
     def pid_file(self) -> Path:
-        return self.directory / f"{self.host_id}.pid"
+        return self._file(_PID)
 
     @property
     def log(self) -> Path:
-        return self.directory / f"{self.host_id}.log"
+        return self._file(_LOG)
 
     @property
     def tls(self) -> Path:
-        return under(self.directory, f"{self.host_id}.tls")
+        return under(self.directory, f"{self.host_id}{_TLS}")
 
     def owns(self, pid: int) -> bool:
         """Whether ``pid`` is alive and is this slot's host (not a recycled pid)."""
@@ -431,8 +442,8 @@ class ProcessProvider:
 def list_records(state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
     """Every host recorded under ``state_dir``, of every runtime, by runtime then hostId."""
     hosts = []
-    for path in sorted(_absolute(state_dir).glob("hosts/*/*.json")):
-        if path.name.endswith(".ready.json"):
+    for path in sorted(_absolute(state_dir).glob(f"hosts/*/*{_RECORD}")):
+        if path.name.endswith(_READY):
             continue
         record = _read_record(path)
         if record is None:
@@ -444,7 +455,7 @@ def list_records(state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
 
 def certificate_dirs(state_dir: str | os.PathLike[str]) -> list[Path]:
     """The certificate directories of the hosts under ``state_dir``."""
-    return sorted(p for p in _absolute(state_dir).glob("hosts/*/*.tls") if p.is_dir())
+    return sorted(p for p in _absolute(state_dir).glob(f"hosts/*/*{_TLS}") if p.is_dir())
 
 
 def work_root(state_dir: str | os.PathLike[str]) -> Path:
@@ -488,7 +499,7 @@ async def stop_all(state_dir: str | os.PathLike[str], *, grace_s: float = 10.0) 
 def _slots(state_dir: Path) -> list[_Slot]:
     slots: dict[_Slot, None] = {}
     for path in sorted(state_dir.glob("hosts/*/*")):
-        for suffix in (".ready.json", ".json", ".pid"):
+        for suffix in (_READY, _RECORD, _PID):
             if path.name.endswith(suffix):
                 slots[_Slot(path.parent, path.name.removesuffix(suffix))] = None
                 break
