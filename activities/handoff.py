@@ -44,6 +44,7 @@ from kruntimes.lifecycle import (
     Handoff,
     RegisterInput,
     RegisterResult,
+    register_input,
 )
 
 Register = Callable[[RegisterInput], Awaitable[RegisterResult]]
@@ -272,20 +273,7 @@ class HandoffActivities:
             return Handoff(assignment=assignment, registerError=f"{REGISTER_SLOW}: no time left to register")
         try:
             registration = await asyncio.wait_for(
-                self.register(
-                    RegisterInput(
-                        address=assignment.address,
-                        runUid=request.runUid,
-                        attempt=1,
-                        namespace=run.metadata.namespace,
-                        name=run.metadata.name,
-                        runtime=run.spec.runtime,
-                        adapter=assignment.adapter,
-                        run=run,
-                        hostId=assignment.hostId,
-                        hostUid=assignment.hostUid,
-                    )
-                ),
+                self.register(register_input(assignment, run, run_uid=request.runUid, attempt=1)),
                 timeout=left,
             )
         except TimeoutError:

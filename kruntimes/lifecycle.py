@@ -9,7 +9,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -686,6 +686,22 @@ class RunOnHost(ApiModel):
     adapter: str
     run: Run
 
+    @classmethod
+    def of(cls, assignment: Assignment, run: Run, *, run_uid: str, attempt: int, **more: Any) -> Self:
+        """Attempt `attempt` of `run` (uid `run_uid`) on the host `assignment` names; `more`: the
+        fields of the call's own input."""
+        return cls(
+            address=assignment.address,
+            runUid=run_uid,
+            attempt=attempt,
+            namespace=run.metadata.namespace,
+            name=run.metadata.name,
+            runtime=run.spec.runtime,
+            adapter=assignment.adapter,
+            run=run,
+            **more,
+        )
+
 
 class RegisterInput(RunOnHost):
     # the assigned host incarnation, named in the signed assignment the host requires
@@ -945,6 +961,19 @@ def ready_host(
         assignedAt=at,
         readyAt=at,
         supervised=supervised,
+    )
+
+
+def register_input(assignment: Assignment, run: Run, *, run_uid: str, attempt: int) -> RegisterInput:
+    """What registering attempt `attempt` of `run` on its assigned host sends, whether the Run
+    registers (RunWorkflow) or the worker's handoff registers attempt 1 for it."""
+    return RegisterInput.of(
+        assignment,
+        run,
+        run_uid=run_uid,
+        attempt=attempt,
+        hostId=assignment.hostId,
+        hostUid=assignment.hostUid,
     )
 
 

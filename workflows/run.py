@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         admit_signal,
         cleanup_workflow_id,
         invoke_url,
+        register_input,
         retention_workflow_id,
         runtime_unknown,
     )
@@ -389,18 +390,7 @@ class RunWorkflow:
 
     def _register_input(self, attempt: int) -> RegisterInput:
         assert self._assignment is not None
-        return RegisterInput(
-            address=self._assignment.address,
-            runUid=self.uid,
-            attempt=attempt,
-            namespace=self.run_.metadata.namespace,
-            name=self.run_.metadata.name,
-            runtime=self.run_.spec.runtime,
-            adapter=self._assignment.adapter,
-            run=self.run_,
-            hostId=self._assignment.hostId,
-            hostUid=self._assignment.hostUid,
-        )
+        return register_input(self._assignment, self.run_, run_uid=self.uid, attempt=attempt)
 
     def _scheduled(self) -> None:
         """Record the assignment (Scheduled lasts only within this task: not indexed)."""
@@ -760,17 +750,7 @@ class RunWorkflow:
         deadline = self._deadline(self._start_running(index=True))
         self._update(attempt=1)
         limit = (deadline - workflow.now()).total_seconds() if deadline is not None else NO_TASK_LIMIT_S
-        task = TaskInput(
-            address=self._assignment.address,
-            runUid=self.uid,
-            attempt=1,
-            namespace=self.run_.metadata.namespace,
-            name=self.run_.metadata.name,
-            runtime=self.run_.spec.runtime,
-            adapter=self._assignment.adapter,
-            run=self.run_,
-            timeoutSeconds=limit,
-        )
+        task = TaskInput.of(self._assignment, self.run_, run_uid=self.uid, attempt=1, timeoutSeconds=limit)
         handle = workflow.start_activity(
             "execute_task",
             task,
