@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
@@ -23,6 +24,8 @@ from tests.workflows.platform_hosts import (
     ready_on_host,
     registrations,
 )
+
+ONE_SLOT = {"runs": 1, "maxHosts": 1}  # one host of one slot
 
 
 @pytest.mark.parametrize("by_sdk", [False, True], ids=["run-admits", "starter-admits"])
@@ -59,12 +62,8 @@ async def test_a_function_run_becomes_ready_and_answers_on_its_host(
 
 
 async def test_cancel_before_assignment_ends_cancelled_without_touching_a_host(platform_factory) -> None:  # type: ignore[no-untyped-def]
-    async with platform_factory(python={"runs": 1, "maxHosts": 1}) as platform:
-        first = await platform.start(run_manifest("holder", runtime=platform.runtime()))
-        await platform.wait_phase(first, RunPhase.Ready)
-        waiting = await platform.start(run_manifest("waiter", runtime=platform.runtime()))
-        await platform.eventually(lambda: _queued(platform, 1), what="the second Run queued")
-        assert (await platform.status(waiting)).phase is RunPhase.Pending
+    async with platform_factory(python=ONE_SLOT) as platform:
+        _, waiting = await _one_ready_one_queued(platform, "holder", "waiter")
         await waiting.signal(SIGNAL_CANCEL)
         await waiting.signal(SIGNAL_CANCEL)  # idempotent
         status = await platform.wait_phase(waiting, RunPhase.Cancelled)
@@ -74,6 +73,18 @@ async def test_cancel_before_assignment_ends_cancelled_without_touching_a_host(p
 
 async def _queued(platform: Platform, n: int) -> bool:
     return len((await platform.pool()).queue) == n
+
+
+async def _one_ready_one_queued(
+    platform: Platform, first: str, second: str
+) -> tuple[WorkflowHandle[Any, RunStatus], WorkflowHandle[Any, RunStatus]]:
+    """On a platform of ONE_SLOT: Run `first` Ready in the slot, Run `second` queued behind it."""
+    holder = await platform.start(run_manifest(first, runtime=platform.runtime()))
+    await platform.wait_phase(holder, RunPhase.Ready)
+    queued = await platform.start(run_manifest(second, runtime=platform.runtime()))
+    await platform.eventually(lambda: _queued(platform, 1), what="the second Run queued")
+    assert (await platform.status(queued)).phase is RunPhase.Pending
+    return holder, queued
 
 
 async def _slot_released(platform: Platform) -> None:
@@ -132,12 +143,8 @@ async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reas
 
 
 async def test_with_one_slot_a_second_run_waits_pending_until_the_first_ends(platform_factory) -> None:  # type: ignore[no-untyped-def]
-    async with platform_factory(python={"runs": 1, "maxHosts": 1}) as platform:
-        first = await platform.start(run_manifest("first", runtime=platform.runtime()))
-        await platform.wait_phase(first, RunPhase.Ready)
-        second = await platform.start(run_manifest("second", runtime=platform.runtime()))
-        await platform.eventually(lambda: _queued(platform, 1), what="the second Run queued")
-        assert (await platform.status(second)).phase is RunPhase.Pending
+    async with platform_factory(python=ONE_SLOT) as platform:
+        first, second = await _one_ready_one_queued(platform, "first", "second")
         await first.signal(SIGNAL_CANCEL)
         await platform.wait_phase(first, RunPhase.Cancelled)
         status = await platform.wait_phase(second, RunPhase.Ready)
