@@ -1,7 +1,8 @@
 """A test platform's hosts as its workflows and the hosts themselves see them: the heartbeat the
 host tests run with, a host's HostWorkflow and when it is Ready there, a host a test created told
-to the pool and supervised as a scale-out would, the address the pool holds for a host, a Run started and Ready on its host, the registrations a host holds, an invocation
-straight on a host, and a Run Ready again on another host."""
+to the pool and supervised as a scale-out would, the address the pool holds for a host, a Run
+started and Ready on its host, the registrations a host holds, an invocation straight on a host,
+and a Run Ready again on another host."""
 
 from __future__ import annotations
 
