@@ -10,7 +10,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from kruntimes.config import RuntimeConfig
 from kruntimes.lifecycle import POOL_TASK_QUEUE, TASK_QUEUE, PoolConfig
-from workers.worker import parse_args, settings_from, worker_tuning
+from workers.worker import DEFAULT_WORKFLOW_CACHE, parse_args, settings_from, worker_tuning
 
 TRUST = ["--peer-tls", "/pki/control-plane", "--assignment-key", "/pki/assignments.key"]
 
@@ -81,3 +81,15 @@ def test_a_pool_config_recorded_before_the_runs_queue_was_configurable_still_dec
     recorded = PoolConfig(runtime=runtime).model_dump(mode="json", by_alias=True)
     del recorded["runTaskQueue"]
     assert PoolConfig.model_validate(recorded).runTaskQueue == TASK_QUEUE
+
+
+def test_the_runs_workflow_cache_defaults_small_and_is_chosen_on_the_command_line(tmp_path: Path) -> None:
+    assert _settings(tmp_path).workflow_cache == DEFAULT_WORKFLOW_CACHE == 256  # type: ignore[attr-defined]
+    assert _settings(tmp_path, "--workflow-cache", "0").workflow_cache == 0  # type: ignore[attr-defined]
+    assert _settings(tmp_path, "--workflow-cache", "5000").workflow_cache == 5000  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", ["-1", "100001"])
+def test_a_workflow_cache_out_of_range_is_refused_with_a_clear_message(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(SystemExit, match="--workflow-cache takes 0 to 100,000"):
+        _settings(tmp_path, "--workflow-cache", bad)
