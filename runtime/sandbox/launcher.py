@@ -95,9 +95,14 @@ def _undumpable() -> None:
     _dumpable(0)
 
 
+_prctl: Any = None  # libc's prctl, found once: a CDLL makes a ctypes class, costly in each fork
+
+
 def _dumpable(value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_DUMPABLE, value, 0, 0, 0) != 0:
+    global _prctl
+    if _prctl is None:
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if _prctl(_PR_SET_DUMPABLE, value, 0, 0, 0) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"prctl PR_SET_DUMPABLE: {os.strerror(code)}")
 
