@@ -13,10 +13,15 @@ A registration keeps its lanes (`Lanes`): started on demand, one at a time (a ca
 none free while one is being started waits for whichever is free first: calls shorter than a
 lane's start share a few lanes instead of each starting its own), and not at all while the
 calls in use are known to end, for those waiting, sooner than a lane is known to start (moving
-averages of both: a Python lane's calls take a few ms, its start tens); a krm registration's
-first when it registers, which counts as being started until it started a call; each ended
-after `LANE_IDLE_S` without a call (`sweep`), and all of them
-with the registration (`close`). A lane whose call timed out, was killed, or did not end
+averages of both: a Python lane's calls take a few ms, its start tens); and with as many lanes
+in use as the host has CPUs, none for calls known to keep a CPU busy (their process's CPU time
+over its run time, which the launcher reports: another lane would end none sooner and its start
+takes CPU from them), nor, before any call ended, until a call in use has run longer than a
+lane takes to start (a burst of short calls on a new registration otherwise started a lane for
+each of its first calls, each a Python interpreter's start competing with the calls); a krm
+registration's first when it registers, which counts as being started until it started a
+call; each ended after `LANE_IDLE_S` without a call (`sweep`), and all of them with the
+registration (`close`). A lane whose call timed out, was killed, or did not end
 clean (the launcher gone, stopped, or something of the call it could not end) is killed whole
 — its namespace, so the call's every process — and never used again; the next call starts a
 new lane.
@@ -37,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kruntimes.api.limits import MAX_LOG_BYTES
 from runtime.capture import Capture
@@ -45,6 +51,9 @@ from runtime.pipes import POLL_TICK_S, Pump, child_pipes
 from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnError, SpawnSpec
 
 LANE_IDLE_S = 10.0  # a lane with no call for this long is ended (an idle Run holds no process)
+# calls whose process spends at least this share of its time on a CPU get no more lanes than
+# the CPUs: past them a lane adds a start and ends no call sooner
+CPU_BOUND_SHARE = 0.5
 _MESSAGE = 4096
 _RUN = json.dumps({"op": "run"}).encode()
 
@@ -61,6 +70,7 @@ class Lane:
     last_call: float
     starting: bool = False  # started by a call that waits for it to start that call (`Lanes._take`)
     born: float = 0.0  # when it was spawned; 0 once it started its first call (`Lanes._ready`)
+    taken: float = 0.0  # when its current call took it; 0 while it has none
 
     @property
     def alive(self) -> bool:
@@ -72,6 +82,7 @@ class _Call:
     started: bool = False
     code: int | None = None  # as the init of a namespace reports its function: 128 + N for signal N
     clean: bool = False
+    cpu_share: float | None = None  # the CPU seconds of its process per second it ran
     gone: bool = False  # end of file from the launcher
 
 
@@ -96,6 +107,9 @@ class Lanes:
         # on one (taken to given back), each a moving average; None until one was seen
         self._start_s: float | None = None
         self._call_s: float | None = None
+        # and the share of its time a call's process spent on a CPU (CPU seconds per second)
+        self._cpu_share: float | None = None
+        self._cpus = len(os.sched_getaffinity(0))  # the CPUs its calls may run on
 
     def count(self) -> int:
         with self._lock:
@@ -198,9 +212,21 @@ class Lanes:
         """(Under the lock.) Whether a call that finds no lane free should start one rather than
         wait for one of those in use: unless their calls are known to end, for the calls
         already waiting and this one, sooner than a lane is known to start (a Python lane:
-        tens of ms a start, a few a call)."""
+        tens of ms a start, a few a call). And with a lane per CPU in use, none while calls
+        are known to keep a CPU busy (`CPU_BOUND_SHARE`), nor, before any call ended, until a
+        call in use has run longer than a lane takes to start: a start would cost CPU the calls
+        need and end none of them sooner."""
         busy = len(self._all) - len(self._idle)
-        if busy == 0 or self._start_s is None or self._call_s is None:
+        if busy == 0:
+            return True
+        if busy >= self._cpus:
+            if self._cpu_share is not None and self._cpu_share >= CPU_BOUND_SHARE:
+                return False
+            if self._call_s is None:
+                now = time.monotonic()
+                running = max((now - lane.taken for lane in self._all if lane.taken), default=0.0)
+                return self._start_s is not None and running > self._start_s
+        if self._start_s is None or self._call_s is None:
             return True
         return self._call_s * (self._waiting + 1) / busy > self._start_s
 
@@ -236,6 +262,7 @@ class Lanes:
 
     def _give_back(self, lane: Lane) -> None:
         lane.last_call = time.monotonic()
+        lane.taken = 0.0
         with self._changed:
             if not self._closed and lane.alive:
                 self._idle.append(lane)
@@ -290,7 +317,7 @@ class Lanes:
         stdout_limit: int,
         on_start: Callable[[int], None] | None,
     ) -> Outcome:
-        taken = time.monotonic()
+        taken = lane.taken = time.monotonic()
         outcome = Outcome(Status.SUCCEEDED, stdout=Capture(stdout_limit))
         out_r, out_w, err_r, err_w = child_pipes()
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -327,6 +354,8 @@ class Lanes:
         if call.clean:
             with self._lock:
                 self._call_s = _average(self._call_s, time.monotonic() - taken)
+                if call.cpu_share is not None:
+                    self._cpu_share = _average(self._cpu_share, call.cpu_share)
             self._give_back(lane)
         if not call.started and call.gone:  # it may have started it: not tried again
             raise SpawnError("the function's launcher ended before it started the call")
@@ -374,6 +403,19 @@ class Lanes:
             elif report["op"] == "exited":
                 code = int(report["code"])
                 call.code, call.clean = (128 - code if code < 0 else code), bool(report["clean"])
+                call.cpu_share = _cpu_share(report)
+
+
+def _cpu_share(report: dict[str, Any]) -> float | None:
+    """The share of the time a call's process ran or could have run that it spent on a CPU
+    (what it waited for a CPU taken out of its run time: the same on a busy machine as on an
+    idle one); None when the launcher did not say."""
+    try:
+        cpu, wall, delay = (float(report[key]) for key in ("cpu", "wall", "delay"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    active = max(wall - delay, cpu)
+    return cpu / active if active > 0 else None
 
 
 def _average(before: float | None, sample: float) -> float:

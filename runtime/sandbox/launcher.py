@@ -44,8 +44,11 @@ Protocol on the SOCK_SEQPACKET socket `ctl_fd`, one JSON object per message:
   started  {"op": "started", "pid": P, "forked": F}  (P in the lane's namespace; F: a Python
            lane's fork)
            or {"op": "failed", "error": "..."} when it did not start
-  exited   {"op": "exited", "code": C, "clean": B}  C as waitstatus_to_exitcode; B false when
-           something of the call outlived the bound: the launcher exits after this message
+  exited   {"op": "exited", "code": C, "clean": B, "cpu": U, "wall": W, "delay": D}  C as
+           waitstatus_to_exitcode; B false when something of the call outlived the bound: the
+           launcher exits after this message; U the CPU seconds the call's process used (with
+           what it reaped), W the seconds from its start to its end, D the seconds it was
+           ready to run and waited for a CPU (0 where the kernel does not say)
 At end of file on the socket it exits. Standard library only (and kruntimes.fdpass, which is):
 it runs in the forked zygote, or alone in the function's interpreter.
 """
@@ -92,9 +95,14 @@ def _undumpable() -> None:
     _dumpable(0)
 
 
+_prctl: Any = None  # libc's prctl, found once: a CDLL makes a ctypes class, costly in each fork
+
+
 def _dumpable(value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_DUMPABLE, value, 0, 0, 0) != 0:
+    global _prctl
+    if _prctl is None:
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if _prctl(_PR_SET_DUMPABLE, value, 0, 0, 0) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"prctl PR_SET_DUMPABLE: {os.strerror(code)}")
 
@@ -391,13 +399,21 @@ def _flush() -> bool:
     return ok
 
 
-def _wait(pid: int) -> int:
+def _wait(pid: int) -> tuple[int, float, float]:
+    """The call's exit code, the CPU seconds its process used (with what it reaped) and the
+    seconds it waited for a CPU (read from its /proc entry while it is a zombie: the run delay
+    of its schedstat)."""
+    delay = 0.0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        with open(f"/proc/{pid}/schedstat", "rb") as stat:
+            delay = int(stat.read().split()[1]) / 1e9
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            _, status, usage = os.wait4(pid, 0)
         except InterruptedError:
             continue
-        return os.waitstatus_to_exitcode(status)
+        return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, delay
 
 
 def _standing() -> tuple[Any, ...]:
@@ -438,7 +454,9 @@ def serve(
         if message is None:
             return 0
         fds = message
-        pid = code = clean = None  # nothing of the last call is left in this frame for a fork's
+        # nothing of the last call is left in this frame for a fork's
+        pid = code = clean = cpu = wall = delay = None
+        began = time.monotonic()
         if loaded is None:
             pid = _run(argv, env, fds, restore)
         else:
@@ -451,10 +469,14 @@ def serve(
                 continue
             forked = "false" if loaded is None else "true"
             sock.send(f'{{"op": "started", "pid": {pid}, "forked": {forked}}}'.encode())
-            code = _wait(pid)
+            code, cpu, delay = _wait(pid)
+            wall = time.monotonic() - began
             # a call that changed what the next would inherit from this process ends the lane
             clean = _clean() and _scrub(contents) and _standing() == standing
-            sock.send(f'{{"op": "exited", "code": {code}, "clean": {"true" if clean else "false"}}}'.encode())
+            sock.send(
+                f'{{"op": "exited", "code": {code}, "clean": {"true" if clean else "false"}, '
+                f'"cpu": {cpu:.6f}, "wall": {wall:.6f}, "delay": {delay:.6f}}}'.encode()
+            )
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
                 raise

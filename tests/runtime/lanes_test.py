@@ -22,7 +22,8 @@ import pytest
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import krm as contract
-from runtime.lanes import LANE_IDLE_S, Lanes
+from runtime import lanes as runtime_lanes
+from runtime.lanes import LANE_IDLE_S, Lanes, _cpu_share
 from runtime.limits import ProcessLimits
 from runtime.registry import Registration
 from runtime.sandbox.child import SandboxSpec
@@ -470,3 +471,84 @@ def test_a_call_waits_for_a_busy_lane_when_its_calls_end_sooner_than_a_lane_star
     assert other is not busy and len(zygote.spawned) == 2
     lanes._started(other)
     lanes.close()
+
+
+def test_no_lane_past_the_cpus_for_calls_that_keep_a_cpu_busy() -> None:
+    zygote = _Zygote()
+    lanes = fake_lanes(zygote)
+    lanes._cpus = 1
+    busy = lanes._take(time.monotonic() + 5)
+    lanes._started(busy)
+    lanes._start_s, lanes._call_s = 0.01, 1.0  # calls that outlast a start many times
+    lanes._cpu_share = 0.9  # and spend 90% of it on a CPU: a second lane ends none sooner
+    with pytest.raises(TimeoutError):
+        lanes._take(time.monotonic() + 0.2)
+    assert zygote.spawned == [busy.pid]
+    lanes._cpu_share = 0.1  # calls that mostly wait: another lane serves the waiting sooner
+    other = lanes._take(time.monotonic() + 5)
+    assert other is not busy and len(zygote.spawned) == 2
+    lanes._started(other)
+    lanes.close()
+
+
+def test_before_any_call_ended_a_lane_per_cpu_and_more_only_once_a_call_outran_a_start() -> None:
+    zygote = _Zygote()
+    lanes = fake_lanes(zygote)
+    lanes._cpus = 2
+    first = lanes._take(time.monotonic() + 5)
+    lanes._started(first)
+    second = lanes._take(time.monotonic() + 5)  # nothing known of the calls: a lane per CPU
+    assert second is not first and len(zygote.spawned) == 2
+    lanes._started(second)
+    lanes._start_s = 10.0  # a lane takes 10 s to start
+    first.taken = second.taken = time.monotonic()  # their calls have just begun
+    with pytest.raises(TimeoutError):
+        lanes._take(time.monotonic() + 0.2)
+    assert len(zygote.spawned) == 2
+    first.taken -= 20.0  # one has run for longer than a lane takes to start
+    third = lanes._take(time.monotonic() + 5)
+    assert third not in (first, second) and len(zygote.spawned) == 3
+    lanes._started(third)
+    lanes.close()
+
+
+def test_a_calls_cpu_share_leaves_out_what_it_waited_for_a_cpu() -> None:
+    assert _cpu_share({"cpu": 0.01, "wall": 0.05, "delay": 0.04}) == pytest.approx(1.0)
+    assert _cpu_share({"cpu": 0.01, "wall": 0.05, "delay": 0.0}) == pytest.approx(0.2)
+    assert _cpu_share({"cpu": 0.02, "wall": 0.05, "delay": 0.04}) == 1.0, "never above one"
+    assert _cpu_share({"code": 0, "clean": True}) is None, "a launcher that does not say"
+
+
+# Burns the CPU time its input names (its own, whatever else runs), or sleeps that long.
+BURNS = """
+import sys, time
+how, seconds = sys.stdin.read().split()
+if how == "burn":
+    end = time.process_time() + float(seconds)
+    while time.process_time() < end:
+        pass
+else:
+    time.sleep(float(seconds))
+sys.stdout.write(how)
+"""
+
+
+@MODES
+def test_the_launcher_says_how_much_cpu_each_call_used_and_for_how_long_it_ran(
+    lane_host: Host, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports: list[dict[str, float]] = []
+
+    def seen(report: dict[str, float]) -> float | None:
+        reports.append(report)
+        return _cpu_share(report)
+
+    monkeypatch.setattr(runtime_lanes, "_cpu_share", seen)
+    reg = register_krm(lane_host, BURNS, env)
+    assert answer(lane_host, reg, "burn 0.2") == (0, b"burn")
+    assert answer(lane_host, reg, "sleep 0.2") == (0, b"sleep")
+    burned, slept = reports
+    assert burned["cpu"] >= 0.2 and burned["wall"] >= burned["cpu"], "its own CPU time, at least"
+    assert slept["wall"] >= 0.2 > slept["cpu"], "a sleep is time, not CPU"
+    for report in (burned, slept):
+        assert 0 <= report["delay"] <= report["wall"]
