@@ -360,10 +360,44 @@ async def kubernetes_hosts(
         await api_client.close()
 
 
+class RunningWorkers(list[Worker]):
+    """The Temporal workers of a process, and `ended`: done, with what happened, once one of them
+    stopped without being asked (its run raised, or returned): the process then serves only part
+    of its task queues (Runs would wait for a pool nobody polls), so its entry point exits and its
+    supervisor starts it again."""
+
+    def __init__(self, workers: Sequence[Worker]) -> None:
+        super().__init__(workers)
+        self.ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.stopping = False
+
+    def watch(self, worker: Worker, run: asyncio.Task[None]) -> None:
+        def done(task: asyncio.Task[None]) -> None:
+            if self.stopping or self.ended.done():
+                return
+            error = None if task.cancelled() else task.exception()
+            what = f"failed: {type(error).__name__}: {error}" if error else "stopped"
+            self.ended.set_result(f"the worker of task queue {worker.task_queue!r} {what}")
+
+        run.add_done_callback(done)
+
+
+async def until_stopped(stop: asyncio.Event, running: RunningWorkers) -> str | None:
+    """Wait until the process is asked to stop (None) or one of its workers ended on its own
+    (what happened)."""
+    asked = asyncio.ensure_future(stop.wait())
+    either: list[asyncio.Future[Any]] = [asked, running.ended]
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        asked.cancel()
+    return running.ended.result() if running.ended.done() else None
+
+
 @contextlib.asynccontextmanager
 async def running_workers(
     client: Client, settings: WorkerSettings, *, run_workflows: Sequence[type] = RUN_WORKFLOWS
-) -> AsyncIterator[list[Worker]]:
+) -> AsyncIterator[RunningWorkers]:
     """The workers of `settings.queues`; `run_workflows`: the Runs' queue's workflow classes (a
     test runs an earlier RunWorkflow to start Runs the current one takes over)."""
     peer_tls, signer, issuer = load_trust(settings.trust)
@@ -386,7 +420,7 @@ async def _running_workers(
     signer: Signer,
     issuer: HostIssuer | None,
     run_workflows: Sequence[type],
-) -> AsyncIterator[list[Worker]]:
+) -> AsyncIterator[RunningWorkers]:
     gateways = list(settings.platform.gatewayHeartbeats) or None  # the current ones, for the hosts
     host_manager = default_manager(
         state_dir=settings.platform.stateDir or None, issuer=issuer, kubernetes=kubernetes
@@ -442,7 +476,10 @@ async def _running_workers(
                 **tuning,
             )
         )
+    running = RunningWorkers(workers)
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    for worker, task in zip(workers, tasks, strict=True):
+        running.watch(worker, task)
     process = host_manager.provider("process")
     if issuer is not None and isinstance(process, ProcessProvider):
         every_s = min(60.0, issuer.lifetime.total_seconds() / 30)
@@ -462,8 +499,9 @@ async def _running_workers(
     try:
         if "pools" in settings.queues:
             await ensure_pools(client, settings, providers=list(host_manager.names))
-        yield workers
+        yield running
     finally:
+        running.stopping = True
         for w in workers:
             await w.shutdown()
         for t in tasks[len(workers) :]:
@@ -655,14 +693,17 @@ async def serve(settings: WorkerSettings) -> None:
     stop = stop_event()
     async with contextlib.AsyncExitStack() as stack:
         try:
-            await stack.enter_async_context(running_workers(client, settings))
+            running = await stack.enter_async_context(running_workers(client, settings))
         except kube.KubernetesConfigError as e:
             raise SystemExit(f"krt worker: {e}") from e
         log.info(
             "worker running",
             extra={"temporal": settings.temporal.address, "namespace": settings.temporal.namespace},
         )
-        await stop.wait()
+        ended = await until_stopped(stop, running)
+        if ended is not None:
+            log.error("a Temporal worker ended; exiting to be started again", extra={"reason": ended})
+            raise SystemExit(f"krt worker: {ended}")
 
 
 def main(argv: list[str] | None = None) -> None:
