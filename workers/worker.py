@@ -371,15 +371,20 @@ class RunningWorkers(list[Worker]):
         self.ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.stopping = False
 
-    def watch(self, worker: Worker, run: asyncio.Task[None]) -> None:
+    def start(self, worker: Worker) -> asyncio.Task[None]:
+        """Run `worker`, watched: its end, unless the process is stopping, is `ended`'s answer
+        (the error's type only, as every log here: its text is the library's)."""
+
         def done(task: asyncio.Task[None]) -> None:
             if self.stopping or self.ended.done():
                 return
             error = None if task.cancelled() else task.exception()
-            what = f"failed: {type(error).__name__}: {error}" if error else "stopped"
+            what = f"failed ({type(error).__name__})" if error else "stopped"
             self.ended.set_result(f"the worker of task queue {worker.task_queue!r} {what}")
 
+        run = asyncio.create_task(worker.run())
         run.add_done_callback(done)
+        return run
 
 
 async def until_stopped(stop: asyncio.Event, running: RunningWorkers) -> str | None:
@@ -477,9 +482,7 @@ async def _running_workers(
             )
         )
     running = RunningWorkers(workers)
-    tasks = [asyncio.create_task(w.run()) for w in workers]
-    for worker, task in zip(workers, tasks, strict=True):
-        running.watch(worker, task)
+    tasks = [running.start(w) for w in workers]
     process = host_manager.provider("process")
     if issuer is not None and isinstance(process, ProcessProvider):
         every_s = min(60.0, issuer.lifetime.total_seconds() / 30)

@@ -23,7 +23,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import krm as contract
 from runtime import lanes as runtime_lanes
-from runtime.lanes import LANE_IDLE_S, Lanes, _cpu_share
+from runtime.lanes import LANE_IDLE_S, Lane, Lanes, _cpu_share
 from runtime.limits import ProcessLimits
 from runtime.registry import Registration
 from runtime.sandbox.child import SandboxSpec
@@ -457,38 +457,44 @@ def test_a_lane_started_ahead_counts_as_starting_until_it_started_a_call() -> No
     again.close()
 
 
-def test_a_call_waits_for_a_busy_lane_when_its_calls_end_sooner_than_a_lane_starts() -> None:
+def _one_busy(*, cpus: int | None = None) -> tuple[_Zygote, Lanes, Lane]:
+    """Lanes of a stand-in zygote (on `cpus` CPUs, if given) with one lane started and taken."""
     zygote = _Zygote()
     lanes = fake_lanes(zygote)
+    if cpus is not None:
+        lanes._cpus = cpus
     busy = lanes._take(time.monotonic() + 5)
     lanes._started(busy)
-    lanes._start_s, lanes._call_s = 1.0, 0.01  # as measured: starts take 1 s, calls 10 ms
-    with pytest.raises(TimeoutError):  # waiting for the busy one beats starting one
-        lanes._take(time.monotonic() + 0.2)
-    assert zygote.spawned == [busy.pid]
-    lanes._call_s = 2.0  # calls that outlast a start: one more lane is worth it
-    other = lanes._take(time.monotonic() + 5)
-    assert other is not busy and len(zygote.spawned) == 2
-    lanes._started(other)
-    lanes.close()
+    return zygote, lanes, busy
 
 
-def test_no_lane_past_the_cpus_for_calls_that_keep_a_cpu_busy() -> None:
-    zygote = _Zygote()
-    lanes = fake_lanes(zygote)
-    lanes._cpus = 1
-    busy = lanes._take(time.monotonic() + 5)
-    lanes._started(busy)
-    lanes._start_s, lanes._call_s = 0.01, 1.0  # calls that outlast a start many times
-    lanes._cpu_share = 0.9  # and spend 90% of it on a CPU: a second lane ends none sooner
+def _waits_then_starts(zygote: _Zygote, lanes: Lanes, busy: Lane, **known: float) -> None:
+    """A call finds the one lane `busy` taken and waits rather than start another, until what
+    the lanes know of their calls becomes `known`: then it gets a second lane."""
     with pytest.raises(TimeoutError):
         lanes._take(time.monotonic() + 0.2)
     assert zygote.spawned == [busy.pid]
-    lanes._cpu_share = 0.1  # calls that mostly wait: another lane serves the waiting sooner
+    for name, value in known.items():
+        setattr(lanes, name, value)
     other = lanes._take(time.monotonic() + 5)
     assert other is not busy and len(zygote.spawned) == 2
     lanes._started(other)
     lanes.close()
+
+
+def test_a_call_waits_for_a_busy_lane_when_its_calls_end_sooner_than_a_lane_starts() -> None:
+    zygote, lanes, busy = _one_busy()
+    lanes._start_s, lanes._call_s = 1.0, 0.01  # as measured: starts take 1 s, calls 10 ms
+    # waiting for the busy one beats starting one, until calls outlast a start
+    _waits_then_starts(zygote, lanes, busy, _call_s=2.0)
+
+
+def test_no_lane_past_the_cpus_for_calls_that_keep_a_cpu_busy() -> None:
+    zygote, lanes, busy = _one_busy(cpus=1)
+    lanes._start_s, lanes._call_s = 0.01, 1.0  # calls that outlast a start many times
+    lanes._cpu_share = 0.9  # and spend 90% of it on a CPU: a second lane ends none sooner
+    # calls that mostly wait: another lane serves the waiting sooner
+    _waits_then_starts(zygote, lanes, busy, _cpu_share=0.1)
 
 
 def test_before_any_call_ended_a_lane_per_cpu_and_more_only_once_a_call_outran_a_start() -> None:
