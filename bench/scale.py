@@ -17,7 +17,11 @@ followed by its `wait` for Ready. Reported:
   worker and gateway RSS at 0, N/2 and N Ready Runs (target: gateway ≤ 100 MB at N);
   `krt run list -A`: the time until its first page is printed (target < 2 s), the process
      started cold as a user would run it;
-  a sample of invokes through the gateway (HTTPS, the SDK's invoke): p50/p99.
+  a sample of invokes through the gateway (HTTPS, the SDK's invoke): p50/p99;
+  CPU milliseconds per Run in the first and in the last 1,000 of the dev server, the worker, the
+  gateway, this process (the SDK's creates and waits) and the rest of the machine (the hosts and
+  their functions, mostly): on a machine the creates keep busy, a part that costs more per Run
+  as Runs accumulate is where the last thousand's lower rate comes from.
 
     .venv/bin/python bench/scale.py [--runs N] [--in-flight 32] [--invokes 200]
 
@@ -40,7 +44,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _benchlib import ROOT, embedded_platform, krt_env, percentile
+from _benchlib import CLK_TCK, ROOT, cpu_seconds, embedded_platform, krt_env, percentile
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
@@ -89,6 +93,29 @@ def _rss(state: Path) -> dict[str, float]:
     return {name: round(_rss_mb(components.get(name)), 1) for name in ("worker", "gateway")}
 
 
+CPU_PARTS = ("temporal", "worker", "gateway")
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy since boot (every CPU; /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / CLK_TCK  # all but idle and iowait
+
+
+def _cpu(state: Path) -> dict[str, float]:
+    """CPU seconds so far of each component, this process (the SDK's creates and waits) and the
+    rest of the machine (the hosts and their functions, mostly)."""
+    components = recorded_components(Layout(state))
+    used = {name: cpu_seconds(components[name]) if name in components else 0.0 for name in CPU_PARTS}
+    used["bench"] = cpu_seconds(os.getpid())
+    used["rest"] = _machine_busy_s() - sum(used.values())
+    return used
+
+
+def _cpu_per_run(before: dict[str, float], after: dict[str, float], runs: int) -> dict[str, float]:
+    return {k: round((after[k] - before[k]) * 1000 / max(runs, 1), 2) for k in after}
+
+
 class Created:
     __slots__ = ("began", "ready", "returned_wall")
 
@@ -101,6 +128,8 @@ async def _create_all(
 ) -> tuple[list[Created], dict[str, Any]]:
     created = [Created() for _ in range(n)]
     rss: dict[str, Any] = {"0": _rss(state)}
+    window = min(WINDOW, n // 2) or n
+    cpu: dict[int, dict[str, float]] = {0: _cpu(state)}  # at these counts of Runs Ready
     next_index = 0
     done = 0
     t0 = time.perf_counter()
@@ -120,6 +149,8 @@ async def _create_all(
             done += 1
             if done == n // 2:
                 rss["half"] = _rss(state)
+            if done in (window, n - window, n):
+                cpu[done] = _cpu(state)
             if done % 500 == 0:
                 elapsed = time.perf_counter() - t0
                 print(
@@ -130,6 +161,11 @@ async def _create_all(
 
     await asyncio.gather(*(loop() for _ in range(in_flight)))
     rss["n"] = _rss(state)
+    if n in cpu and n - window in cpu and window in cpu:
+        rss["cpu_ms_per_run"] = {
+            "first": _cpu_per_run(cpu[0], cpu[window], window),
+            "last": _cpu_per_run(cpu[n - window], cpu[n], window),
+        }
     return created[:next_index], rss  # every one started is Ready (or the bench failed)
 
 
@@ -318,7 +354,24 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             r["list_first_page_s"] < LIST_TARGET_S,
         ),
         (f"invoke p50/p99 (n={r['invokes']})", f"{r['invoke_p50_ms']} / {r['invoke_p99_ms']} ms", "", None),
+        *(
+            (
+                f"CPU ms per Run, first/last {r['window']}: {part}",
+                f"{first} / {last}" + (f" = {last / first:.2f}×" if first > 0 else ""),
+                "",
+                None,
+            )
+            for part, first, last in _cpu_rows(rss)
+        ),
     ]
+
+
+def _cpu_rows(rss: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """Where the last window's extra time went: each part's CPU per Run, first and last window."""
+    per_run = rss.get("cpu_ms_per_run")
+    if per_run is None:
+        return []
+    return [(part, per_run["first"][part], per_run["last"][part]) for part in per_run["first"]]
 
 
 def main() -> None:
