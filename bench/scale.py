@@ -21,7 +21,9 @@ followed by its `wait` for Ready. Reported:
   CPU milliseconds per Run in the first and in the last 1,000 of the dev server, the worker, the
   gateway, this process (the SDK's creates and waits) and the rest of the machine (the hosts and
   their functions, mostly): on a machine the creates keep busy, a part that costs more per Run
-  as Runs accumulate is where the last thousand's lower rate comes from.
+  as Runs accumulate is where the last thousand's lower rate comes from;
+  the CPU each of those parts uses per second with N Runs Ready and nothing asked of the
+  platform (IDLE_S): work that grows with the Runs held, not with the Runs created.
 
     .venv/bin/python bench/scale.py [--runs N] [--in-flight 32] [--invokes 200]
 
@@ -66,6 +68,7 @@ DEADLINE_S = 15 * 60
 # Creating stops this long before the deadline, so what was created is still measured (the bench
 # then says how many of N it reached in time).
 MEASURE_RESERVE_S = 150
+IDLE_S = 20.0  # the platform left alone with every Run Ready, its CPU measured
 SCRIPT = "cat\n"  # answers with what it was given
 
 
@@ -266,6 +269,11 @@ async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str,
         stop_at = began + DEADLINE_S - MEASURE_RESERVE_S
         created, rss = await _create_all(client, state, n, in_flight, stop_at)
         create_s = time.perf_counter() - t0
+        before, idle_began = _cpu(state), time.perf_counter()
+        await asyncio.sleep(IDLE_S)
+        idle = _cpu(state)
+        idle_s = time.perf_counter() - idle_began
+        rss["idle_cpu_per_s"] = {k: round((idle[k] - before[k]) / idle_s, 3) for k in idle}
         ready = len(created)
         window = min(WINDOW, ready // 2) or ready
         first, last = created[:window], created[-window:]
@@ -363,7 +371,16 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             )
             for part, first, last in _cpu_rows(rss)
         ),
+        *_idle_row(rss),
     ]
+
+
+def _idle_row(rss: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    idle = rss.get("idle_cpu_per_s")
+    if idle is None:
+        return []
+    parts = ", ".join(f"{k} {v:.3f}" for k, v in idle.items())
+    return [(f"idle at N for {IDLE_S:g} s: CPU s/s", f"{sum(idle.values()):.3f} ({parts})", "", None)]
 
 
 def _cpu_rows(rss: dict[str, Any]) -> list[tuple[str, float, float]]:
