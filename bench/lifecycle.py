@@ -38,11 +38,12 @@ Measured, in this order:
   each workflow's history gives the server's time of its completion (floor) or of the task that
   made it Ready (Run), from which the span and the per-item latencies are computed.
 
-`--host-work` tells the control plane's cost from the hosts' (a diagnostic; the targets are for
+`--host-work` tells the control plane's cost from a registration's (a diagnostic; the targets are for
 `real`): with `none` the handoff's registration is a pause of HOST_WORK_PAUSE_S and a made-up
 answer, so every Run is Ready without its host doing anything; with `beside` the real
-registration runs too, started beside the pause and not waited for, so the hosts do their work
-without its time on the Runs' path. docs/pool.md, "What bounds a burst", has what they showed.
+registration runs too, started beside the pause and not waited for, so the registration's work
+(the worker's call, the host's function start) is done without its time on the Runs' path.
+docs/pool.md, "What bounds a burst", has what they showed.
 
 The floor's worker runs workflow code the way the platform's worker does (without the SDK's
 sandbox, workers.worker.workflow_runner; `--sandbox` runs both inside it).
@@ -153,7 +154,8 @@ def host_work(mode: str) -> Callable[[Register], Register] | None:
     """What the handoff registers with under `--host-work`: None (the host, as the platform does)
     for "real"; for "none", a pause and a made-up registration, so the Run is Ready without its
     host doing anything; for "beside", the same, with the real registration started beside it
-    and not waited for: the hosts' work without its time on the Runs' path."""
+    and not waited for: the registration's work, the worker's and the host's, without its time on
+    the Runs' path."""
     if mode == "real":
         return None
 
