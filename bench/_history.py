@@ -14,7 +14,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from _benchlib import ms, percentile
@@ -313,11 +312,10 @@ def _admissions(ev: HistoryEvent) -> int:
 
 
 def _stamp(value: object) -> float:
-    """A marker's time (core writes a protobuf Timestamp as JSON) in seconds since the epoch."""
+    """A marker's time (core writes a protobuf Timestamp as {"seconds", "nanos"}) in seconds
+    since the epoch; NaN for anything else."""
     if isinstance(value, dict):
         return float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
-    if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return math.nan
 
 

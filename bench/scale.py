@@ -128,7 +128,7 @@ class Created:
 
 async def _create_all(
     client: Client, state: Path, n: int, in_flight: int, stop_at: float
-) -> tuple[list[Created], dict[str, Any]]:
+) -> tuple[list[Created], dict[str, Any], dict[str, Any]]:
     created = [Created() for _ in range(n)]
     rss: dict[str, Any] = {"0": _rss(state)}
     window = min(WINDOW, n // 2) or n
@@ -164,12 +164,13 @@ async def _create_all(
 
     await asyncio.gather(*(loop() for _ in range(in_flight)))
     rss["n"] = _rss(state)
+    per_run: dict[str, Any] = {}  # empty when creating stopped before N
     if n in cpu and n - window in cpu and window in cpu:
-        rss["cpu_ms_per_run"] = {
+        per_run = {
             "first": _cpu_per_run(cpu[0], cpu[window], window),
             "last": _cpu_per_run(cpu[n - window], cpu[n], window),
         }
-    return created[:next_index], rss  # every one started is Ready (or the bench failed)
+    return created[:next_index], rss, per_run  # every one started is Ready (or the bench failed)
 
 
 def _rate(window: list[Created]) -> float:
@@ -267,13 +268,13 @@ async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str,
     ):
         t0 = time.perf_counter()
         stop_at = began + DEADLINE_S - MEASURE_RESERVE_S
-        created, rss = await _create_all(client, state, n, in_flight, stop_at)
+        created, rss, cpu_per_run = await _create_all(client, state, n, in_flight, stop_at)
         create_s = time.perf_counter() - t0
         before, idle_began = _cpu(state), time.perf_counter()
         await asyncio.sleep(IDLE_S)
         idle = _cpu(state)
         idle_s = time.perf_counter() - idle_began
-        rss["idle_cpu_per_s"] = {k: round((idle[k] - before[k]) / idle_s, 3) for k in idle}
+        idle_cpu = {k: round((idle[k] - before[k]) / idle_s, 3) for k in idle}
         ready = len(created)
         window = min(WINDOW, ready // 2) or ready
         first, last = created[:window], created[-window:]
@@ -302,6 +303,8 @@ async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str,
         "wait_late_n": len(lateness),
         "pool": payloads,
         "rss_mb": rss,
+        "cpu_ms_per_run": cpu_per_run,
+        "idle_cpu_per_s": idle_cpu,
         "list_first_page_s": round(list_s, 3),
         "invoke_p50_ms": round(percentile(invoke_s, 50) * 1000, 1),
         "invoke_p99_ms": round(percentile(invoke_s, 99) * 1000, 1),
@@ -369,24 +372,21 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 "",
                 None,
             )
-            for part, first, last in _cpu_rows(rss)
+            for part, first, last in _cpu_rows(r["cpu_ms_per_run"])
         ),
-        *_idle_row(rss),
+        *_idle_row(r["idle_cpu_per_s"]),
     ]
 
 
-def _idle_row(rss: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
-    idle = rss.get("idle_cpu_per_s")
-    if idle is None:
-        return []
+def _idle_row(idle: dict[str, float]) -> list[tuple[str, str, str, bool | None]]:
     parts = ", ".join(f"{k} {v:.3f}" for k, v in idle.items())
     return [(f"idle at N for {IDLE_S:g} s: CPU s/s", f"{sum(idle.values()):.3f} ({parts})", "", None)]
 
 
-def _cpu_rows(rss: dict[str, Any]) -> list[tuple[str, float, float]]:
-    """Where the last window's extra time went: each part's CPU per Run, first and last window."""
-    per_run = rss.get("cpu_ms_per_run")
-    if per_run is None:
+def _cpu_rows(per_run: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """Where the last window's extra time went: each part's CPU per Run, first and last window
+    (none when creating stopped before N)."""
+    if not per_run:
         return []
     return [(part, per_run["first"][part], per_run["last"][part]) for part in per_run["first"]]
 
