@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,17 +76,22 @@ def krt(state: Path, *args: str, timeout: float = 240) -> subprocess.CompletedPr
 @contextlib.asynccontextmanager
 async def embedded_platform(*, prefix: str, runtimes: str) -> AsyncIterator[tuple[Path, ClientConfig]]:
     """`krt up --detach` in a new state directory whose runtimes file is ``runtimes``, and
-    `krt down` after: the state directory and the SDK's configuration of the platform."""
-    state = Path(tempfile.mkdtemp(prefix=prefix)) / "state"
-    state.mkdir()
-    (state / "runtimes.yaml").write_text(runtimes)
-    up = await asyncio.to_thread(krt, state, "up", "--detach")
-    if up.returncode != 0:
-        raise RuntimeError(f"krt up failed: {up.stderr.strip()}")
+    `krt down` after: the state directory and the SDK's configuration of the platform. The
+    directory is removed after `krt down` (a 10,000-Run platform leaves ~350 MB of SQLite)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    state = root / "state"
     try:
-        yield state, clientconfig.load({"KRT_STATE_DIR": str(state)})
+        state.mkdir()
+        (state / "runtimes.yaml").write_text(runtimes)
+        try:  # `krt down` after a failed `krt up` too: it stops what that one started
+            up = await asyncio.to_thread(krt, state, "up", "--detach")
+            if up.returncode != 0:
+                raise RuntimeError(f"krt up failed: {up.stderr.strip()}")
+            yield state, clientconfig.load({"KRT_STATE_DIR": str(state)})
+        finally:
+            await asyncio.to_thread(krt, state, "down")
     finally:
-        await asyncio.to_thread(krt, state, "down")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- server processes -------------------------------------------------------------------------
