@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -75,12 +76,14 @@ class _Seen:
 
 
 def registered(report: pb.HostReport) -> dict[str, Registered]:
+    """The report's registrations by id (a watch keeps one per Run on its host: the namespace's
+    string is shared, not one copy each)."""
     return {
         r.registration_id: Registered(
             registration_id=r.registration_id,
             run_uid=r.run_uid,
             attempt=r.attempt,
-            namespace=r.namespace,
+            namespace=sys.intern(r.namespace),
             name=r.name,
             ready=r.phase == pb.REGISTRATION_PHASE_READY,
         )

@@ -136,7 +136,7 @@ class WatchRules:
         return since is not None and now - since > self.not_serving_s
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Registered:
     """One registration as a host reported it."""
 

@@ -3,6 +3,10 @@ the same refusals, and one slot per Run."""
 
 from __future__ import annotations
 
+import tracemalloc
+import uuid
+from datetime import timedelta
+
 import pytest
 
 from kruntimes.scheduling.admission import (
@@ -13,6 +17,7 @@ from kruntimes.scheduling.admission import (
     reserve,
     reserve_in,
 )
+from kruntimes.scheduling.model import Reservation
 
 from .builders import T0, dedicated, fill, host, request
 
@@ -21,7 +26,7 @@ def test_reserving_in_the_index_keeps_one_slot_per_run_and_the_capacity() -> Non
     h, other = host("h1", capacity=2), host("h2", capacity=2)
     index = ReservationIndex()
     first = reserve_in(index=index, request=request("r1"), host=h, at=T0)
-    assert reserve_in(index=index, request=request("r1"), host=h, at=T0) is first, "the slot it holds"
+    assert reserve_in(index=index, request=request("r1"), host=h, at=T0) == first, "the slot it holds"
     with pytest.raises(ReservationConflict) as already:
         reserve_in(index=index, request=request("r1"), host=other, at=T0)
     assert already.value.reason == "AlreadyReserved"
@@ -30,7 +35,7 @@ def test_reserving_in_the_index_keeps_one_slot_per_run_and_the_capacity() -> Non
         reserve_in(index=index, request=request("r3"), host=h, at=T0)
     assert full.value.reason == "HostFull"
     assert len(index) == 2 and index.used("h1-uid") == 2
-    assert index.remove("r1") is first and index.remove("r1") is None
+    assert index.remove("r1") == first and index.remove("r1") is None
     assert index.used("h1-uid") == 1
     reserve_in(index=index, request=request("r3"), host=h, at=T0)
     assert sorted(index.held) == ["r2", "r3"]
@@ -79,3 +84,62 @@ def test_decisions_with_the_index_are_those_without() -> None:
         queue=queue, hosts=hosts, reservations=(), index=index
     )
     assert len(index) == len(reservations), "deciding does not reserve"
+
+
+def test_the_index_gives_back_each_reservation_as_it_was_added() -> None:
+    hosts = [host(f"h{i}", capacity=10) for i in range(3)]
+    added = [
+        Reservation(
+            runUid=f"r{i}",
+            hostId=hosts[i % 3].hostId,
+            hostUid=hosts[i % 3].hostUid,
+            tenant=None if i % 2 else "tenant-a",
+            reservedAt=T0 + timedelta(seconds=i),
+        )
+        for i in range(12)
+    ]
+    index = ReservationIndex(added)
+    assert list(index.held.values()) == added, "every field, in the order they were added"
+    assert index.held["r5"] == added[5] and index.held.get("nope") is None and "r5" in index.held
+    assert [row[0] for row in index.held.rows() if row[2] == "h1-uid"] == ["r1", "r4", "r7", "r10"]
+    assert index.remove("r4") == added[4]
+    assert list(index.held) == [r.runUid for r in added if r.runUid != "r4"]
+    assert index.used("h1-uid") == 3
+
+
+def test_a_held_slot_costs_a_fraction_of_its_model() -> None:
+    """The pool's worker keeps one entry per Ready Run: ~0.24 KB (its run uid and time included)
+    with its host's strings shared, where keeping the Reservation model took ~0.74 KB (10,000
+    Ready Runs: ~5 MB less)."""
+    h = host("h1", capacity=5000)
+
+    def arriving(n: int) -> list[Reservation]:  # as the pool decodes them: each string its own
+        def copy(s: str) -> str:
+            return s[:1] + s[1:]
+
+        return [
+            Reservation.model_validate(
+                {
+                    "runUid": str(uuid.uuid4()),
+                    "hostId": copy(h.hostId),
+                    "hostUid": copy(h.hostUid),
+                    "reservedAt": T0.isoformat(),
+                }
+            )
+            for _ in range(n)
+        ]
+
+    def retained(keep: type[dict[str, Reservation]] | type[ReservationIndex]) -> float:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            batch = arriving(5000)
+            kept: object = {r.runUid: r for r in batch} if keep is dict else ReservationIndex(batch)
+            del batch
+            return (tracemalloc.get_traced_memory()[0] - before) / 5000 if kept else 0.0
+        finally:
+            tracemalloc.stop()
+
+    per_slot, per_model = retained(ReservationIndex), retained(dict)
+    assert per_slot < 400, f"{per_slot:.0f} B per held slot"  # measured: ~235
+    assert per_slot * 2.5 < per_model, f"{per_slot:.0f} B per held slot, {per_model:.0f} B per kept model"
