@@ -7,7 +7,7 @@ lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler; `scale
 a pool handing its hosts' slots over across continue-as-new; `apart`, recorded alone: the same
 handover with the continue-as-new in a task of its own; `slow`: Runs whose registration outlasts
 their workflow task; `endings`: Runs that close as they finish, their retention, a scheduled
-Run); naming groups records
+Run; `alarm`: a pool's one timer for its next look moved earlier for a scale-in); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). Run it again after a deliberate workflow
 change (one that is meant to be incompatible) and commit the new histories with that change.
@@ -441,6 +441,27 @@ async def apart_scenarios(p: Platform) -> None:
     await scale_scenarios(p, handed_over="pool_handover_apart")
 
 
+async def alarm_scenarios(p: Platform) -> None:
+    """A pool that keeps one timer for its next look (pool-one-alarm): three Runs at once (two
+    scale-outs), each cancelled; the idle hosts' scale-in, due before the next probe, moves the
+    timer earlier, and it rings for the scale-in."""
+    idle = p.runtime("idle")
+    handles = await asyncio.gather(
+        *(p.start(run_manifest(f"alarm-{i}", runtime=idle, **TTL), by_sdk=True) for i in range(3))
+    )
+    for h in handles:
+        await p.wait_phase(h, RunPhase.Ready)
+    for h in handles:
+        await h.signal(SIGNAL_CANCEL)
+        await closed(h)
+
+    async def one_left() -> bool:
+        return len((await p.pool("idle")).hosts) == 1
+
+    await eventually(one_left, "scale-in to one host")
+    await write(p.client.get_workflow_handle(pool_workflow_id(idle)), "pool_one_alarm")
+
+
 SLOW_LOAD = "import time\ntime.sleep(8)\ndef handle(p):\n    return p\n"  # outlasts a Run's task timeout
 
 
@@ -553,6 +574,7 @@ GROUPS = {
     "apart": apart_scenarios,
     "slow": slow_scenarios,
     "endings": ending_scenarios,
+    "alarm": alarm_scenarios,
 }
 ALONE = {"scale", "apart"}  # their server continues pools as new early
 
@@ -606,6 +628,12 @@ async def main(groups: list[str]) -> None:
                                  "assignmentTimeoutSeconds": 1.0},
                             ]
                             if "hosts" in groups
+                            else []
+                        ),
+                        *(
+                            [{"name": runtimes["idle"], "adapter": "python", "runs": 1, "minHosts": 1,
+                              "maxHosts": 3, "scaleInDelaySeconds": 1.0}]
+                            if "alarm" in groups and "hosts" not in groups
                             else []
                         ),
                         *(

@@ -101,6 +101,20 @@ def test_the_pool_with_its_run_bounded_has_recorded_histories() -> None:
     assert any(marker in p for p in patches), "the pool asked for pool-bounded-run"
 
 
+def test_a_pool_with_one_alarm_has_a_recorded_history() -> None:
+    """A pool that asked for pool-one-alarm in its first activation (one timer for its next look
+    without a signal) and moved that timer earlier for a scale-in (record.py alarm)."""
+    history = json.loads((HISTORIES / "pool_one_alarm.json").read_text())
+    patches = [
+        base64.b64decode(e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]["data"])
+        for e in history["events"]
+        if e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_patch"
+    ]
+    assert any(b'"id":"pool-one-alarm"' in p for p in patches), "the pool asked for pool-one-alarm"
+    kinds = [e["eventType"] for e in history["events"]]
+    assert "EVENT_TYPE_TIMER_CANCELED" in kinds and "EVENT_TYPE_TIMER_FIRED" in kinds
+
+
 def test_a_handover_with_the_hosts_slots_digests_has_recorded_histories() -> None:
     """A pool whose continue-as-new carried the digest of each host's slots, the run that read
     them back with it and the HostWorkflow handed them (record.py scale with that code: *_digest)."""

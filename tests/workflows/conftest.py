@@ -163,11 +163,18 @@ def pool_host(created: CreatedHost, *, supervised: bool = True) -> Host:
 
 
 def new_platform(
-    client: Client, tmp_path: Path, pki: TestPKI, *, heartbeat_s: float = 5.0, **overrides: Any
+    client: Client,
+    tmp_path: Path,
+    pki: TestPKI,
+    *,
+    heartbeat_s: float = 5.0,
+    probe_s: float = 1.0,
+    **overrides: Any,
 ) -> Platform:
     """A platform with runtime settings of the test's choosing (`platform_config`'s overrides), on
     runtimes and task queues of its own: no other test's workers or workflows on them.
-    `heartbeat_s`: how often hosts heartbeat and report on their supervision stream."""
+    `heartbeat_s`: how often hosts heartbeat and report on their supervision stream; `probe_s`:
+    how often the pools probe their hosts."""
     suffix = uuid.uuid4().hex[:6]
     runtimes = {"python": f"py-{suffix}", "bash": f"sh-{suffix}"}
     settings = WorkerSettings(
@@ -179,7 +186,7 @@ def new_platform(
             heartbeatIntervalSeconds=heartbeat_s,
         ),
         trust=pki.worker_trust(),
-        probe_interval_s=1.0,
+        probe_interval_s=probe_s,
         run_task_queue=f"{TASK_QUEUE}-{suffix}",
         pool_task_queue=f"{POOL_TASK_QUEUE}-{suffix}",
     )
@@ -211,8 +218,10 @@ def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[C
     """Build a platform (`new_platform`) and run its workers; everything stops at teardown."""
 
     @asynccontextmanager
-    async def make(*, heartbeat_s: float = 5.0, **overrides: Any) -> AsyncIterator[Platform]:
-        platform = new_platform(client, tmp_path, pki, heartbeat_s=heartbeat_s, **overrides)
+    async def make(
+        *, heartbeat_s: float = 5.0, probe_s: float = 1.0, **overrides: Any
+    ) -> AsyncIterator[Platform]:
+        platform = new_platform(client, tmp_path, pki, heartbeat_s=heartbeat_s, probe_s=probe_s, **overrides)
         try:
             async with running_workers(client, platform.settings):
                 yield platform
