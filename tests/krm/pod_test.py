@@ -46,6 +46,16 @@ async def run_names(platform: Platform) -> set[str]:
         return {run.name for run in await client.list()}
 
 
+async def until_listed(platform: Platform, name: str) -> None:
+    """Until `krt run list` shows the Run `name`: it lists from Temporal's visibility, which
+    indexes a new Run a moment after it started (seconds on a loaded machine)."""
+
+    async def listed() -> bool:
+        return name in await run_names(platform)
+
+    await eventually(listed, timeout=30, what=f"Run {name} listed")
+
+
 async def test_results_exit_codes_and_garbage_come_back_as_from_the_exec_evaluator(
     platform: Platform,
 ) -> None:
@@ -89,7 +99,7 @@ async def test_twenty_concurrent_cold_requests_share_one_run(platform: Platform)
         ((name, state, _busy),) = pods.snapshot()["example.com/pod/who:1.x"]
         assert state == "ready"
         assert {answer.log.decode() for answer in answers} == {f"run={name}"}
-        assert name in await run_names(platform)
+        await until_listed(platform, name)
 
 
 async def test_one_run_takes_up_to_its_bound_of_evaluations_at_once(platform: Platform) -> None:
@@ -207,7 +217,7 @@ async def test_idle_runs_are_taken_least_recently_used_first(platform: Platform)
 async def test_the_ttl_is_the_runs_idle_timeout(platform: Platform) -> None:
     async with evaluator(platform, pod_config("ttl", WHO, ttl="2s")) as pods:
         first = (await pods.evaluate(request(image("ttl")))).log.decode().removeprefix("run=")
-        assert first in await run_names(platform)
+        await until_listed(platform, first)
 
         async def expired() -> bool:
             async with Client(platform.config) as client:
