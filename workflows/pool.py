@@ -140,8 +140,8 @@ ALARM_SLACK = timedelta(milliseconds=1)  # an alarm this much later than wanted 
 # the next host due for scale-in), started when that time first comes into view and cancelled only
 # when it moves earlier; earlier pools waited for each batch with a timeout, a timer started and
 # cancelled in every task of a burst (a quarter of the pool's events in a stream of creates: 245
-# of 1,000 for 1,000 creates, each also a timer task the server stored and fired later for
-# nothing). Asked for in the first activation, with PATCH_AT_START.
+# of the 904 that 1,000 creates added, each also a timer task the server stored and fired later
+# for nothing). Asked for in the first activation, with PATCH_AT_START.
 PATCH_ONE_ALARM = "pool-one-alarm"
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
