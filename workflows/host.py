@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         HostSlots,
         HostStateSignal,
         ProviderReport,
+        SlotRows,
         WatchInput,
         WatchReady,
         WatchResult,
@@ -110,6 +111,9 @@ class HostWorkflow:
         self._done = False
         self._serving = False  # the watch saw it serve
         self._slots: HostSlots | None = None  # the pool's, arrived before the record was made
+        # The slots the pool last handed over, kept compact; the record in memory holds none
+        # (`_full` puts them back for whoever reads the record).
+        self._slot_rows = SlotRows()
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class HostWorkflow:
         if self._record is None:
             self._slots = slots
         elif slots.hostUid == self._record.host.hostUid:
-            self._record = self._record._replace(slots=slots.slots)
+            self._slot_rows.replace(slots.slots)
 
     @workflow.update(name=UPDATE_HOST_SLOTS)
     async def read_slots(self) -> HostSlots:
@@ -145,18 +149,18 @@ class HostWorkflow:
         of a run (this workflow continued as new) handlers run before `run` has set it from the
         input, and answering then would hand the pool no slots."""
         await workflow.wait_condition(lambda: self._record is not None)
-        return HostSlots(hostUid=self._rec.host.hostUid, slots=self._rec.slots)
+        return HostSlots(hostUid=self._rec.host.hostUid, slots=self._slot_rows.slots())
 
     @workflow.query(name=QUERY_HOST)
     def host(self) -> HostRecord | None:
-        return self._record
+        return None if self._record is None else self._full()
 
     @workflow.query(name=QUERY_HOST_SLOTS_DIGEST)
     def slots_digest(self) -> str:
         """`slots_digest` of the slots kept ("" before the record is made: nothing is kept yet)."""
         if self._record is None:
             return ""
-        return slots_digest(self._record.host.hostUid, self._record.slots)
+        return slots_digest(self._record.host.hostUid, self._slot_rows.slots())
 
     @workflow.update(name=UPDATE_DRAIN_HOST)
     async def drain(self, request: HostActionInput) -> HostActionResult:
@@ -189,6 +193,10 @@ class HostWorkflow:
         assert self._record is not None
         return self._record
 
+    def _full(self) -> HostRecord:
+        """The record with the slots kept (the one in memory holds none)."""
+        return self._rec._replace(slots=self._slot_rows.slots())
+
     def _result(self, *, accepted: bool, message: str) -> HostActionResult:
         host = self._rec.host
         return HostActionResult(
@@ -204,10 +212,12 @@ class HostWorkflow:
 
     @workflow.run
     async def run(self, input: HostInput) -> HostResult:
+        if input.record is not None:  # its slots are kept once, compact: not in the input too
+            self._slot_rows.replace(input.record.slots)
+            self._record = input.record._replace(slots=[])
+            input = input._replace(record=None)
         self._input = input
-        if input.record is not None:
-            self._record = input.record
-        else:
+        if self._record is None:
             self._record = HostRecord(
                 host=input.host,
                 created=input.created,
@@ -219,6 +229,7 @@ class HostWorkflow:
             self._event(HostState.Assigned, "Created", self._rec.message)
         if self._slots is not None:
             self.slots(self._slots)
+            self._slots = None
         self._pool = workflow.get_external_workflow_handle(input.poolWorkflowId)
         ending = await self._supervise()
         if ending is not None:
@@ -255,7 +266,7 @@ class HostWorkflow:
                 return ending
             if workflow.info().is_continue_as_new_suggested() and not self._commands and not self._reports:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._input._replace(record=self._rec))
+                workflow.continue_as_new(self._input._replace(record=self._full()))
         return None
 
     async def _while_watching(self, watch: workflow.ActivityHandle[WatchResult]) -> _Ending | None:
