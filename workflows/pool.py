@@ -217,7 +217,8 @@ class RuntimePoolWorkflow:
         takes as one answer: kruntimes.temporal.query_pool reads it in parts)."""
         if self.state.slotsOnHosts:  # without its hosts' reservations it would show taken slots free
             raise ApplicationError(POOL_READING_BACK, type="PoolReadingBack", non_retryable=True)
-        return pool_part(self.state, self._index.held.values(), self._owners, ask)
+        hosts = None if ask is None or ask.hosts is None else set(ask.hosts)
+        return pool_part(self.state, self._index.held.of_hosts(hosts), self._owners, ask)
 
     def _full(self) -> PoolState:
         """The whole state: `self.state` with the reservations and owners, which the pool keeps

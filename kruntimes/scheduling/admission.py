@@ -14,6 +14,7 @@ Errors::
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -54,23 +55,19 @@ class ReservationConflict(ValueError):
 
 class Held(Mapping[str, Reservation]):
     """The reservations by run uid, each kept as a tuple (host id, host uid, tenant, reserved at)
-    with the host's and tenant's strings shared: ~0.24 KB a Run (its uid and time included) where
+    with the host's and tenant's strings shared (interned): ~0.24 KB a Run (its uid and time included) where
     keeping the Reservation model took ~0.74 KB (its __dict__, its fields-set, its own copies of
     the host's strings), for every Ready Run, in the pool's worker. Reading one
     builds its Reservation; ReservationIndex alone changes it (`put`, `take`)."""
 
-    __slots__ = ("_by_run", "_names")
+    __slots__ = ("_by_run",)
 
     def __init__(self) -> None:
         self._by_run: dict[str, tuple[str, str, str | None, datetime]] = {}
-        self._names: dict[str, str] = {}  # each host id, host uid and tenant, once
-
-    def _name(self, value: str) -> str:
-        return self._names.setdefault(value, value)
 
     def put(self, r: Reservation) -> None:
-        tenant = None if r.tenant is None else self._name(r.tenant)
-        self._by_run[r.runUid] = (self._name(r.hostId), self._name(r.hostUid), tenant, r.reservedAt)
+        tenant = None if r.tenant is None else sys.intern(r.tenant)
+        self._by_run[r.runUid] = (sys.intern(r.hostId), sys.intern(r.hostUid), tenant, r.reservedAt)
 
     def take(self, run_uid: str) -> Reservation | None:
         held = self._by_run.pop(run_uid, None)
@@ -87,6 +84,13 @@ class Held(Mapping[str, Reservation]):
 
     def __len__(self) -> int:
         return len(self._by_run)
+
+    def of_hosts(self, host_uids: Collection[str] | None) -> Iterator[Reservation]:
+        """The reservations on those host incarnations (None: every one), built one at a time as
+        they are read: a query for some hosts builds only theirs."""
+        for run_uid, held in self._by_run.items():
+            if host_uids is None or held[1] in host_uids:
+                yield _reservation(run_uid, held)
 
     def rows(self) -> Iterator[tuple[str, str, str, str | None, datetime]]:
         """Each reservation as (run uid, host id, host uid, tenant, reserved at), in the order

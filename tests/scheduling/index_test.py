@@ -102,6 +102,8 @@ def test_the_index_gives_back_each_reservation_as_it_was_added() -> None:
     assert list(index.held.values()) == added, "every field, in the order they were added"
     assert index.held["r5"] == added[5] and index.held.get("nope") is None and "r5" in index.held
     assert [row[0] for row in index.held.rows() if row[2] == "h1-uid"] == ["r1", "r4", "r7", "r10"]
+    assert list(index.held.of_hosts({"h1-uid", "h2-uid"})) == [r for r in added if r.hostUid != "h0-uid"]
+    assert list(index.held.of_hosts(None)) == added and list(index.held.of_hosts(set())) == []
     assert index.remove("r4") == added[4]
     assert list(index.held) == [r.runUid for r in added if r.runUid != "r4"]
     assert index.used("h1-uid") == 3
