@@ -31,10 +31,14 @@ class VisibilityError(Exception):
     """Temporal could not be asked (unreachable, refused, or the query was refused)."""
 
 
+RUNNING = 1  # temporal.api.enums.v1.WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
+
+
 @dataclass(frozen=True, slots=True)
 class Execution:
     workflow_id: str
     search_attributes: dict[str, str]  # keyword attributes, their first value
+    running: bool = True
 
 
 class Visibility:
@@ -90,6 +94,7 @@ class Visibility:
                 yield Execution(
                     workflow_id=info.execution.workflow_id,
                     search_attributes=_keywords(info.search_attributes),
+                    running=info.status == RUNNING,
                 )
             token = page.next_page_token
             if not token:

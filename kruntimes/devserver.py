@@ -11,6 +11,7 @@ attributes are cached instead of read from the database on every use.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -65,6 +66,14 @@ def temporal_binary() -> str:
     return found
 
 
+def _search_attribute_names(listed: object) -> set[str]:
+    """The custom attributes' names in `temporal operator search-attribute list -o json`."""
+    custom = listed.get("customAttributes") if isinstance(listed, dict) else None
+    if not isinstance(custom, dict):
+        raise ValueError("no customAttributes in the listing")
+    return {str(name) for name in custom}
+
+
 @dataclass
 class DevServer:
     state_dir: Path
@@ -108,6 +117,7 @@ class DevServer:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        earlier = self.persistent and (self.state_dir / "temporal.db").exists()
         log = open(self.log_file or self.state_dir / "temporal.log", "ab")  # noqa: SIM115 - owned by the child
         try:
             self.process = subprocess.Popen(
@@ -116,6 +126,28 @@ class DevServer:
         finally:
             log.close()
         self.wait_serving()
+        if earlier:
+            self.add_missing_search_attributes()
+
+    def add_missing_search_attributes(self) -> None:
+        """Register the search attributes a database from an earlier version lacks: the server
+        registers those of --search-attribute only when it creates its database, and a Run
+        upserting an attribute the namespace does not know fails its workflow task."""
+        where = ["--address", self.address, "--namespace", "default"]
+        listed = self._cli([temporal_binary(), "operator", "search-attribute", "list", *where, "-o", "json"])
+        if listed.returncode != 0:
+            raise DevServerError(f"cannot list the search attributes: {listed.stderr.strip()[:300]}")
+        try:
+            known = _search_attribute_names(json.loads(listed.stdout))
+        except ValueError as e:
+            raise DevServerError(f"cannot read the search attributes: {e}") from None
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            if name in known:
+                continue
+            create = [temporal_binary(), "operator", "search-attribute", "create", *where]
+            added = self._cli([*create, "--name", name, "--type", kind])
+            if added.returncode != 0:
+                raise DevServerError(f"cannot add the search attribute {name}: {added.stderr.strip()[:300]}")
 
     def wait_serving(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -2,8 +2,15 @@
 writes them (the dev server registers them, the starter sets them at the start, the workflow
 upserts them, the SDK and the gateway's known-Runs view read them).
 
-SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace; these are 7.
-Search attributes are indexes in plain text: never put a secret in one.
+SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace (these are 7)
+and 3 Datetime ones (KrtPhaseSince is one). Search attributes are indexes in plain text: never put
+a secret in one.
+
+KrtPhaseSince is when the Run's workflow last indexed its phase (its workflow time), upserted with
+every phase: `KrtPhaseSince >= T` lists the Runs whose phase changed since T from the attribute's
+own index, not by reading every Run (the gateway's known-Runs view refreshes that way). Only
+RunWorkflows carry it (not their RetentionWorkflows); a Run started before it existed carries it
+from its next phase change.
 
 KrtHost is the host id the Run is assigned to (status.assignedHost), upserted with the phase:
 `KrtHost='python-3' AND ExecutionStatus='Running'` lists the Runs on that host. A Run keeps the
@@ -31,10 +38,12 @@ MODE = "KrtMode"
 TENANT = "KrtTenant"
 RUN_UID = "KrtRunUid"
 HOST = "KrtHost"
+PHASE_SINCE = "KrtPhaseSince"
 
 # name → Temporal indexed value type, as `temporal operator search-attribute create` takes it
 DEFINITIONS: dict[str, str] = {
-    name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST)
+    **{name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST)},
+    PHASE_SINCE: "Datetime",
 }
 
 DELETED = "Deleted"  # the KrtPhase of a deleted Run (not a RunPhase: the Run no longer exists)

@@ -7,7 +7,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.wire.search import HOST, MODE, NAMESPACE, PHASE, RUN_UID, RUNTIME, TENANT
+from kruntimes.wire.search import HOST, MODE, NAMESPACE, PHASE, PHASE_SINCE, RUN_UID, RUNTIME, TENANT
 
 KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
 KRT_RUNTIME = SearchAttributeKey.for_keyword(RUNTIME)
@@ -16,6 +16,7 @@ KRT_MODE = SearchAttributeKey.for_keyword(MODE)
 KRT_TENANT = SearchAttributeKey.for_keyword(TENANT)
 KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
 KRT_HOST = SearchAttributeKey.for_keyword(HOST)
+KRT_PHASE_SINCE = SearchAttributeKey.for_datetime(PHASE_SINCE)
 
 
 def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:

@@ -1,5 +1,6 @@
 """The gateway's known-Runs view refreshes by what changed: after one full listing it reads only
-the Runs started, closed or finished since the last refresh, and a full listing mends the rest.
+the Runs started, terminated or whose phase changed (KrtPhaseSince) since the last refresh, and a
+full listing mends the rest.
 Real Temporal dev server; stand-in RunWorkflows carrying the search attributes the platform's do;
 the view reads them as the gateway does, over gRPC without the SDK (gateway/visibility.py)."""
 
@@ -29,16 +30,35 @@ from kruntimes.wire import search, search_typed
 class _StandIn:
     def __init__(self) -> None:
         self._phase: str | None = None
+        self._renew = False
+        self._close = False
 
     @workflow.run
     async def run(self) -> None:
-        await workflow.wait_condition(lambda: self._phase is not None)
-        workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(self._phase or "")])
+        await workflow.wait_condition(lambda: self._phase is not None or self._renew)
+        if self._renew:  # its next run carries the same search attributes (the same Run)
+            workflow.continue_as_new()
+        workflow.upsert_search_attributes(  # as the platform's RunWorkflow indexes a phase
+            [
+                search_typed.KRT_PHASE.value_set(self._phase or ""),
+                search_typed.KRT_PHASE_SINCE.value_set(workflow.now()),
+            ]
+        )
+        if self._close:  # as a finished Run's workflow closes (its retention lists it then)
+            return
         await workflow.wait_condition(lambda: False)
 
     @workflow.signal
     def finish(self, phase: str) -> None:
         self._phase = phase
+
+    @workflow.signal
+    def end(self, phase: str) -> None:
+        self._phase, self._close = phase, True
+
+    @workflow.signal
+    def renew(self) -> None:
+        self._renew = True
 
 
 @pytest.fixture
@@ -104,22 +124,44 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
         await asyncio.sleep(0.1)
     await view.refresh()
 
-    # Two more Runs, one of the old ones closed, one finished while its workflow still runs.
+    # Two more Runs, one of the old ones terminated, one finished while its workflow still runs,
+    # one whose workflow continued as new (its first run closed, the next one runs), one
+    # finished whose workflow closed.
     new = [await _start(client, queue, f"new-{i}") for i in range(2)]
     await old[0][1].terminate("deleted")
     await old[1][1].signal("finish", "Succeeded")
+    await old[2][1].signal("renew")
+    await old[3][1].signal("end", "Failed")
+    renewed = client.get_workflow_handle(old[2][1].id)  # its latest run
+
+    async def renewed_runs() -> bool:
+        return (await renewed.describe()).run_id != old[2][1].result_run_id
 
     def changed() -> bool:
         return (
             all(uid in view.runs for uid, _ in new)
             and old[0][0] not in view.runs
             and getattr(view.runs.get(old[1][0]), "phase", "") == "Succeeded"
+            and old[3][0] not in view.runs
         )
 
+    deadline = time.monotonic() + 30
+    while not await renewed_runs():
+        assert time.monotonic() < deadline, "the renewed Run never continued as new"
+        await asyncio.sleep(0.1)
+
     await _until(view, changed, "the changes", refresh=view.refresh)
-    # A narrow refresh read the changes, not the 13 Runs it already knew.
+    # Once visibility shows the renewed Run's first run closed, a refresh reads that too.
+    first_closed = f"WorkflowId='{old[2][1].id}' AND ExecutionStatus='ContinuedAsNew'"
+    deadline = time.monotonic() + 30
+    while not [e async for e in visibility.list(first_closed, limit=1)]:
+        assert time.monotonic() < deadline, "visibility never listed the renewed Run's first run"
+        await asyncio.sleep(0.1)
+    await view.refresh()
+    # A narrow refresh read the changes, not the 13 Runs it already knew; the Run whose first
+    # run closed is still known (its next run runs).
     assert view.listed < 12, view.listed
-    assert {uid for uid, _ in old[2:]} <= set(view.runs)
+    assert {uid for uid, _ in (old[2], *old[4:])} <= set(view.runs)
     assert view.runs[new[0][0]].name == "new-0" and view.runs[new[0][0]].runtime == "python"
 
     # What a narrow query cannot see (here: the view's own copy lost a Run) a full listing mends.
@@ -129,7 +171,7 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
     assert lost not in view.runs  # a narrow refresh does not bring back what did not change
     view.full_refresh_s = 0
     await view.refresh()
-    assert lost in view.runs and view.listed == 13
+    assert lost in view.runs and view.listed == 12
 
 
 async def test_visibility_pages_through_every_match_and_stops_at_the_limit(

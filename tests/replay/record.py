@@ -7,7 +7,8 @@ lifecycle, its HostWorkflow endings, the Runs that moved, the reconciler; `scale
 a pool handing its hosts' slots over across continue-as-new; `apart`, recorded alone: the same
 handover with the continue-as-new in a task of its own; `slow`: Runs whose registration outlasts
 their workflow task; `endings`: Runs that close as they finish, their retention, a scheduled
-Run; `alarm`: a pool's one timer for its next look moved earlier for a scale-in); naming groups records
+Run; `alarm`: a pool's one timer for its next look moved earlier for a scale-in; `since`: a Run
+indexing KrtPhaseSince with its phases); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). Run it again after a deliberate workflow
 change (one that is meant to be incompatible) and commit the new histories with that change.
@@ -462,6 +463,14 @@ async def alarm_scenarios(p: Platform) -> None:
     await write(p.client.get_workflow_handle(pool_workflow_id(idle)), "pool_one_alarm")
 
 
+async def since_scenarios(p: Platform) -> None:
+    """A Run that indexes KrtPhaseSince with each phase: Ready, then cancelled, and closed."""
+    h = await p.start(run_manifest("since", runtime=p.runtime("python"), **KEEP), by_sdk=True)
+    await p.wait_phase(h, RunPhase.Ready)
+    await h.signal(SIGNAL_CANCEL)
+    await write_closed(h, "run_phase_since")
+
+
 SLOW_LOAD = "import time\ntime.sleep(8)\ndef handle(p):\n    return p\n"  # outlasts a Run's task timeout
 
 
@@ -575,6 +584,7 @@ GROUPS = {
     "slow": slow_scenarios,
     "endings": ending_scenarios,
     "alarm": alarm_scenarios,
+    "since": since_scenarios,
 }
 ALONE = {"scale", "apart"}  # their server continues pools as new early
 

@@ -115,6 +115,24 @@ def test_a_pool_with_one_alarm_has_a_recorded_history() -> None:
     assert "EVENT_TYPE_TIMER_CANCELED" in kinds and "EVENT_TYPE_TIMER_FIRED" in kinds
 
 
+def _upserted(path: Path) -> list[dict[str, Any]]:
+    return [
+        e["upsertWorkflowSearchAttributesEventAttributes"]["searchAttributes"]["indexedFields"]
+        for e in json.loads(path.read_text())["events"]
+        if e["eventType"] == "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"
+    ]
+
+
+def test_a_run_indexing_when_its_phase_changed_has_a_recorded_history() -> None:
+    """A Run whose every phase upsert carries KrtPhaseSince (record.py since). The Run histories
+    recorded before it upserted the phase alone, and replay too: an upsert is matched by its
+    command, not by the attributes it sets (so KrtPhaseSince needed no patch)."""
+    phased = [u for u in _upserted(HISTORIES / "run_phase_since.json") if search.PHASE in u]
+    assert phased and all(search.PHASE_SINCE in u for u in phased)
+    before = [u for u in _upserted(HISTORIES / "run_closed_cancelled.json") if search.PHASE in u]
+    assert before and not any(search.PHASE_SINCE in u for u in before)
+
+
 def test_a_handover_with_the_hosts_slots_digests_has_recorded_histories() -> None:
     """A pool whose continue-as-new carried the digest of each host's slots, the run that read
     them back with it and the HostWorkflow handed them (record.py scale with that code: *_digest)."""

@@ -82,6 +82,9 @@ async def test_each_ending_closes_the_workflow_with_its_temporal_status(
     details = await done.static_details()
     assert "spec sha256" in details and "`TOKEN`" in details and "s3cr3t" not in details
     assert done.search_attributes["KrtHost"] == [result.assignedHost]
+    # KrtPhaseSince: when its last phase (Succeeded) was indexed, what the gateway's view asks by
+    (since,) = done.search_attributes["KrtPhaseSince"]
+    assert done.close_time is not None and done.start_time <= since <= done.close_time
     queried = await platform.temporal.get_workflow_handle(done.id).query(QUERY_STATUS, result_type=RunStatus)
     assert queried.phase is RunPhase.Succeeded, "the status query answers on a closed Run"
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!kruntimes/rpc/v1/visibility.proto\x12\x10kruntimes.rpc.v1\"m\n\x1dListWorkflowExecutionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\x0c\x12\r\n\x05query\x18\x04 \x01(\t\"q\n\x1eListWorkflowExecutionsResponse\x12\x36\n\nexecutions\x18\x01 \x03(\x0b\x32\".kruntimes.rpc.v1.VisibleExecution\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\x0c\"\x91\x01\n\x10VisibleExecution\x12\x37\n\texecution\x18\x01 \x01(\x0b\x32$.kruntimes.rpc.v1.VisibleExecutionId\x12\x44\n\x11search_attributes\x18\x0b \x01(\x0b\x32).kruntimes.rpc.v1.VisibleSearchAttributes\"9\n\x12VisibleExecutionId\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\xc7\x01\n\x17VisibleSearchAttributes\x12T\n\x0eindexed_fields\x18\x01 \x03(\x0b\x32<.kruntimes.rpc.v1.VisibleSearchAttributes.IndexedFieldsEntry\x1aV\n\x12IndexedFieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12/\n\x05value\x18\x02 \x01(\x0b\x32 .kruntimes.rpc.v1.VisiblePayload:\x02\x38\x01\"\x91\x01\n\x0eVisiblePayload\x12@\n\x08metadata\x18\x01 \x03(\x0b\x32..kruntimes.rpc.v1.VisiblePayload.MetadataEntry\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!kruntimes/rpc/v1/visibility.proto\x12\x10kruntimes.rpc.v1\"m\n\x1dListWorkflowExecutionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\x0c\x12\r\n\x05query\x18\x04 \x01(\t\"q\n\x1eListWorkflowExecutionsResponse\x12\x36\n\nexecutions\x18\x01 \x03(\x0b\x32\".kruntimes.rpc.v1.VisibleExecution\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\x0c\"\xa1\x01\n\x10VisibleExecution\x12\x37\n\texecution\x18\x01 \x01(\x0b\x32$.kruntimes.rpc.v1.VisibleExecutionId\x12\x0e\n\x06status\x18\x05 \x01(\x05\x12\x44\n\x11search_attributes\x18\x0b \x01(\x0b\x32).kruntimes.rpc.v1.VisibleSearchAttributes\"9\n\x12VisibleExecutionId\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\xc7\x01\n\x17VisibleSearchAttributes\x12T\n\x0eindexed_fields\x18\x01 \x03(\x0b\x32<.kruntimes.rpc.v1.VisibleSearchAttributes.IndexedFieldsEntry\x1aV\n\x12IndexedFieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12/\n\x05value\x18\x02 \x01(\x0b\x32 .kruntimes.rpc.v1.VisiblePayload:\x02\x38\x01\"\x91\x01\n\x0eVisiblePayload\x12@\n\x08metadata\x18\x01 \x03(\x0b\x32..kruntimes.rpc.v1.VisiblePayload.MetadataEntry\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,15 +40,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTWORKFLOWEXECUTIONSRESPONSE']._serialized_start=166
   _globals['_LISTWORKFLOWEXECUTIONSRESPONSE']._serialized_end=279
   _globals['_VISIBLEEXECUTION']._serialized_start=282
-  _globals['_VISIBLEEXECUTION']._serialized_end=427
-  _globals['_VISIBLEEXECUTIONID']._serialized_start=429
-  _globals['_VISIBLEEXECUTIONID']._serialized_end=486
-  _globals['_VISIBLESEARCHATTRIBUTES']._serialized_start=489
-  _globals['_VISIBLESEARCHATTRIBUTES']._serialized_end=688
-  _globals['_VISIBLESEARCHATTRIBUTES_INDEXEDFIELDSENTRY']._serialized_start=602
-  _globals['_VISIBLESEARCHATTRIBUTES_INDEXEDFIELDSENTRY']._serialized_end=688
-  _globals['_VISIBLEPAYLOAD']._serialized_start=691
-  _globals['_VISIBLEPAYLOAD']._serialized_end=836
-  _globals['_VISIBLEPAYLOAD_METADATAENTRY']._serialized_start=789
-  _globals['_VISIBLEPAYLOAD_METADATAENTRY']._serialized_end=836
+  _globals['_VISIBLEEXECUTION']._serialized_end=443
+  _globals['_VISIBLEEXECUTIONID']._serialized_start=445
+  _globals['_VISIBLEEXECUTIONID']._serialized_end=502
+  _globals['_VISIBLESEARCHATTRIBUTES']._serialized_start=505
+  _globals['_VISIBLESEARCHATTRIBUTES']._serialized_end=704
+  _globals['_VISIBLESEARCHATTRIBUTES_INDEXEDFIELDSENTRY']._serialized_start=618
+  _globals['_VISIBLESEARCHATTRIBUTES_INDEXEDFIELDSENTRY']._serialized_end=704
+  _globals['_VISIBLEPAYLOAD']._serialized_start=707
+  _globals['_VISIBLEPAYLOAD']._serialized_end=852
+  _globals['_VISIBLEPAYLOAD_METADATAENTRY']._serialized_start=805
+  _globals['_VISIBLEPAYLOAD_METADATAENTRY']._serialized_end=852
 # @@protoc_insertion_point(module_scope)

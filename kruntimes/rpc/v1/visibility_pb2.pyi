@@ -82,7 +82,10 @@ class VisibleExecution(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EXECUTION_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    status: _builtins.int
+    """temporal.api.enums.v1.WorkflowExecutionStatus: 1 is RUNNING"""
     @_builtins.property
     def execution(self) -> Global___VisibleExecutionId: ...
     @_builtins.property
@@ -91,11 +94,12 @@ class VisibleExecution(_message.Message):
         self,
         *,
         execution: Global___VisibleExecutionId | None = ...,
+        status: _builtins.int = ...,
         search_attributes: Global___VisibleSearchAttributes | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "search_attributes", b"search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "search_attributes", b"search_attributes", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
