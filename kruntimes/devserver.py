@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -49,7 +50,35 @@ class DevServerError(Exception):
     pass
 
 
+# Ports picked for our own listeners come from below the kernel's ephemeral range when it leaves
+# room: the dev server picks its internal services' ports from that range the way free_port once
+# did (bind to port 0, close, use), and a port both had picked made its worker service fail to
+# bind and the whole server crash after it had started serving (a make test run, 2026-12-05).
+PICKED_FROM = 20_000
+PICK_TRIES = 64
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int | None:
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return low if low - PICKED_FROM >= 1000 else None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at `host` now, outside the ephemeral range if possible."""
+    low = _ephemeral_low()
+    if low is not None:
+        for _ in range(PICK_TRIES):
+            port = random.randrange(PICKED_FROM, low)
+            with socket.socket() as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
