@@ -77,7 +77,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _benchlib import cpu_seconds, ms, percentile, session_cpu_seconds, table
+from _benchlib import cpu_seconds, ms, percentile, sessions_cpu_seconds, table
 from _faults import HOST_TARGET_S, WORKER_TARGET_S, fault_benches
 from _history import (
     CLOSED,
@@ -275,10 +275,15 @@ class CpuMeter:
         return pids
 
     def sample(self) -> dict[str, float]:
+        """One reading of /proc for the server and the hosts; this process's own CPU last, so
+        the reading is counted in the window it ends, not in the one it begins."""
+        hosts = self.host_sessions()
+        used = sessions_cpu_seconds([self.server_pid, *hosts])
+        own = cpu_seconds(os.getpid())
         return {
-            "worker+client": cpu_seconds(os.getpid()),
-            "temporal server": session_cpu_seconds(self.server_pid),
-            "hosts": sum(session_cpu_seconds(pid) for pid in self.host_sessions()),
+            "worker+client": own,
+            "temporal server": used[self.server_pid],
+            "hosts": sum(used[pid] for pid in hosts if pid != self.server_pid),
             "wall": time.perf_counter(),
         }
 
