@@ -283,7 +283,7 @@ class CpuMeter:
         return {
             "worker+client": own,
             "temporal server": used[self.server_pid],
-            "hosts": sum(used[pid] for pid in hosts if pid != self.server_pid),
+            "hosts": sum(used[pid] for pid in hosts),
             "wall": time.perf_counter(),
         }
 

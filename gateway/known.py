@@ -120,8 +120,9 @@ class KnownRuns:
         started = f"{QUERY} AND StartTime >= '{at}'"
         changed = f"{search.PHASE_SINCE} >= '{at}'"
         terminated = f"WorkflowType='RunWorkflow' AND ExecutionStatus='Terminated' AND CloseTime >= '{at}'"
-        answers = await asyncio.gather(*(self._narrow(q) for q in (terminated, started, changed)))
-        if any(answer is None for answer in answers):
+        found = await asyncio.gather(*(self._narrow(q) for q in (terminated, started, changed)))
+        answers = [answer for answer in found if answer is not None]
+        if len(answers) < len(found):
             return False
         # A Run is running if any of its executions the answers show runs (a closed one may be
         # an earlier run of its workflow); of the running ones the last answer's is kept (the
@@ -130,7 +131,6 @@ class KnownRuns:
         closed: set[str] = set()
         listed = 0
         for answer in answers:
-            assert answer is not None
             listed += len(answer)
             for execution in answer:
                 known = _known(execution)

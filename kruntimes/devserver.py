@@ -163,20 +163,24 @@ class DevServer:
         registers those of --search-attribute only when it creates its database, and a Run
         upserting an attribute the namespace does not know fails its workflow task."""
         where = ["--address", self.address, "--namespace", "default"]
-        listed = self._cli([temporal_binary(), "operator", "search-attribute", "list", *where, "-o", "json"])
-        if listed.returncode != 0:
-            raise DevServerError(f"cannot list the search attributes: {listed.stderr.strip()[:300]}")
+
+        def operator(what: str, *argv: str) -> str:
+            try:
+                done = self._cli([temporal_binary(), "operator", "search-attribute", *argv, *where])
+            except subprocess.TimeoutExpired:
+                raise DevServerError(f"cannot {what}: the temporal CLI did not answer") from None
+            if done.returncode != 0:
+                raise DevServerError(f"cannot {what}: {done.stderr.strip()[:300]}")
+            return done.stdout
+
+        listed = operator("list the search attributes", "list", "-o", "json")
         try:
-            known = _search_attribute_names(json.loads(listed.stdout))
+            known = _search_attribute_names(json.loads(listed))
         except ValueError as e:
             raise DevServerError(f"cannot read the search attributes: {e}") from None
         for name, kind in SEARCH_ATTRIBUTES.items():
-            if name in known:
-                continue
-            create = [temporal_binary(), "operator", "search-attribute", "create", *where]
-            added = self._cli([*create, "--name", name, "--type", kind])
-            if added.returncode != 0:
-                raise DevServerError(f"cannot add the search attribute {name}: {added.stderr.strip()[:300]}")
+            if name not in known:
+                operator(f"add the search attribute {name}", "create", "--name", name, "--type", kind)
 
     def wait_serving(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
