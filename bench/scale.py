@@ -23,7 +23,10 @@ followed by its `wait` for Ready. Reported:
   their functions, mostly): on a machine the creates keep busy, a part that costs more per Run
   as Runs accumulate is where the last thousand's lower rate comes from;
   the CPU each of those parts uses per second with N Runs Ready and nothing asked of the
-  platform (IDLE_S): work that grows with the Runs held, not with the Runs created.
+  platform (IDLE_S): work that grows with the Runs held, not with the Runs created;
+  the dev server's persistence (its SQLite) per Run in the first and the last 1,000, from its
+  own metrics: calls and milliseconds of each operation, the most costly ones named (a
+  diagnostic: whether the server's extra CPU per Run comes from more calls or dearer ones).
 
     .venv/bin/python bench/scale.py [--runs N] [--in-flight 32] [--invokes 200]
 
@@ -39,10 +42,13 @@ import asyncio
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +121,42 @@ def _cpu(state: Path) -> dict[str, float]:
     return used
 
 
+PERSISTENCE_OPS_SHOWN = 4
+_METRIC_LINE = re.compile(r'^persistence_(requests|latency_sum)\{[^}]*operation="([^"]+)"[^}]*\} (\S+)$')
+
+
+def _persistence(state: Path) -> dict[str, tuple[float, float]]:
+    """The dev server's persistence calls so far, by operation: (calls, seconds), from its
+    Prometheus endpoint; empty when it does not answer (the rows are then left out)."""
+    try:
+        port = json.loads(Layout(state).ports.read_text())["temporalMetrics"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except (OSError, ValueError, KeyError):
+        return {}
+    calls: dict[str, float] = defaultdict(float)
+    seconds: dict[str, float] = defaultdict(float)
+    for line in text.splitlines():
+        match = _METRIC_LINE.match(line)
+        if match:
+            kind, op, value = match.groups()
+            (calls if kind == "requests" else seconds)[op] += float(value)
+    return {op: (calls[op], seconds[op]) for op in calls}
+
+
+def _persistence_per_run(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], runs: int
+) -> dict[str, list[float]]:
+    """Each operation's calls and milliseconds per Run between two samples."""
+    out = {}
+    for op, (calls, seconds) in after.items():
+        calls0, seconds0 = before.get(op, (0.0, 0.0))
+        if calls > calls0:  # operations the window did not call are left out
+            per = 1 / max(runs, 1)
+            out[op] = [round((calls - calls0) * per, 3), round((seconds - seconds0) * 1000 * per, 3)]
+    return out
+
+
 def _cpu_per_run(before: dict[str, float], after: dict[str, float], runs: int) -> dict[str, float]:
     return {k: round((after[k] - before[k]) * 1000 / max(runs, 1), 2) for k in after}
 
@@ -133,6 +175,7 @@ async def _create_all(
     rss: dict[str, Any] = {"0": _rss(state)}
     window = min(WINDOW, n // 2) or n
     cpu: dict[int, dict[str, float]] = {0: _cpu(state)}  # at these counts of Runs Ready
+    persistence: dict[int, dict[str, tuple[float, float]]] = {0: _persistence(state)}
     next_index = 0
     done = 0
     t0 = time.perf_counter()
@@ -154,6 +197,7 @@ async def _create_all(
                 rss["half"] = _rss(state)
             if done in (window, n - window, n):
                 cpu[done] = _cpu(state)
+                persistence[done] = _persistence(state)
             if done % 500 == 0:
                 elapsed = time.perf_counter() - t0
                 print(
@@ -170,6 +214,11 @@ async def _create_all(
             "first": _cpu_per_run(cpu[0], cpu[window], window),
             "last": _cpu_per_run(cpu[n - window], cpu[n], window),
         }
+        if all(persistence.get(k) for k in (0, window, n - window, n)):
+            per_run["persistence"] = {
+                "first": _persistence_per_run(persistence[0], persistence[window], window),
+                "last": _persistence_per_run(persistence[n - window], persistence[n], window),
+            }
     return created[:next_index], rss, per_run  # every one started is Ready (or the bench failed)
 
 
@@ -375,7 +424,33 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             for part, first, last in _cpu_rows(r["cpu_ms_per_run"])
         ),
         *_idle_row(r["idle_cpu_per_s"]),
+        *_persistence_rows(r["cpu_ms_per_run"].get("persistence"), r["window"]),
     ]
+
+
+def _persistence_rows(per_run: dict[str, Any] | None, window: int) -> list[tuple[str, str, str, bool | None]]:
+    """The server's persistence per Run, first and last window: in all, then the operations that
+    cost the most in the last (calls per Run, and mean milliseconds a call)."""
+    if not per_run:
+        return []
+    first, last = per_run["first"], per_run["last"]
+
+    def total(side: dict[str, list[float]], i: int) -> float:
+        return round(sum(v[i] for v in side.values()), 2)
+
+    out: list[tuple[str, str, str, bool | None]] = [
+        (
+            f"server persistence per Run, first/last {window}",
+            f"{total(first, 0)} / {total(last, 0)} calls, {total(first, 1)} / {total(last, 1)} ms",
+            "",
+            None,
+        )
+    ]
+    for op in sorted(last, key=lambda o: -last[o][1])[:PERSISTENCE_OPS_SHOWN]:
+        (c0, ms0), (c1, ms1) = first.get(op, [0.0, 0.0]), last[op]
+        mean0, mean1 = (ms0 / c0 if c0 else 0.0), (ms1 / c1 if c1 else 0.0)
+        out.append((f"  {op}", f"{c0} / {c1} a Run, {mean0:.2f} / {mean1:.2f} ms a call", "", None))
+    return out
 
 
 def _idle_row(idle: dict[str, float]) -> list[tuple[str, str, str, bool | None]]:
