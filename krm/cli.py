@@ -112,11 +112,14 @@ def function_config(args: argparse.Namespace, pairs: dict[str, str] | None) -> d
     return value
 
 
-def read_input(source: str, stdin: TextIO) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The items (and a ResourceList's own functionConfig) of DIR or stdin."""
+def read_input(
+    source: str, stdin: TextIO, skipped: list[str] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The items (and a ResourceList's own functionConfig) of DIR or stdin; what DIR held that
+    was skipped (links, special files) is added to `skipped` when given."""
     if source != "-":
         try:
-            return package.read(Path(source)), None
+            return package.read(Path(source), skipped), None
         except package.PackageError as e:
             raise UsageError(str(e)) from e
     data = stdin.read()
@@ -227,10 +230,13 @@ def main(
     try:
         args, pairs = parse(argv)
         config = function_config(args, pairs)
-        items, own_config = read_input(args.source, stdin)
+        skipped: list[str] = []
+        items, own_config = read_input(args.source, stdin, skipped)
     except UsageError as e:
         stderr.write(f"krt: {e}\n")
         return USAGE
+    for path in skipped:
+        stderr.write(f"krt: warning: {path}: skipped (a symbolic link or a special file: not followed)\n")
     document: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "items": items}
     if config or own_config:
         document["functionConfig"] = config or own_config

@@ -8,12 +8,21 @@ it came from in the annotations `config.kubernetes.io/path` and `config.kubernet
 form first), orders each file's documents by index, removes the annotations, writes the files
 and deletes the package's YAML files that no longer hold anything. A new resource without a path
 goes to `<kind>_<name>.yaml`. Paths are checked: relative, inside the directory, YAML.
+
+A package may come from anywhere, so nothing in it is followed out of it: a symbolic link (to a
+file or a directory) or any other file that is not a regular one is skipped when reading and
+reported (a link to `~/.kube/config` would otherwise hand its credentials to the function), is
+never pruned, and is never written through (a resource whose path is one, or lies under a linked
+directory, is refused). Files are opened without following links and read up to the package's
+bound, so a FIFO or an endless file cannot hold the command.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,30 +42,72 @@ class PackageError(ValueError):
     """The package cannot be read or written as asked (the message says which file)."""
 
 
-def _files(root: Path) -> list[Path]:
-    found: list[Path] = []
+@dataclass
+class Files:
+    """A package's YAML files, and what was skipped as not a regular file (relative paths)."""
+
+    regular: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _files(root: Path) -> Files:
+    """The package's visible YAML files (os.walk does not enter linked directories; those and
+    linked or special files are skipped)."""
+    found = Files()
     for directory, subdirs, names in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        here = Path(directory)
+        entered = []
+        for d in sorted(subdirs):
+            if d.startswith("."):
+                continue
+            if (here / d).is_symlink():
+                found.skipped.append((here / d).relative_to(root).as_posix() + "/")
+            else:
+                entered.append(d)
+        subdirs[:] = entered
         for name in sorted(names):
-            if not name.startswith(".") and name.endswith((".yaml", ".yml")):
-                found.append(Path(directory) / name)
-                if len(found) > MAX_FILES:
-                    raise PackageError(f"{root}: more than {MAX_FILES} YAML files")
+            if name.startswith(".") or not name.endswith((".yaml", ".yml")):
+                continue
+            path = here / name
+            try:
+                regular = stat.S_ISREG(path.lstat().st_mode)
+            except OSError:
+                regular = False  # gone meanwhile
+            if not regular:
+                found.skipped.append(path.relative_to(root).as_posix())
+                continue
+            found.regular.append(path)
+            if len(found.regular) > MAX_FILES:
+                raise PackageError(f"{root}: more than {MAX_FILES} YAML files")
     return found
 
 
-def read(root: Path) -> list[dict[str, Any]]:
-    """The KRM resources of the package at `root`, annotated with where each came from."""
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of the regular file at `path`, not following a link (a file
+    swapped for a link or a FIFO since it was listed fails here rather than being read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        return f.read(limit + 1)
+
+
+def read(root: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """The KRM resources of the package at `root`, annotated with where each came from; what
+    was skipped (links, special files) is added to `skipped` when given."""
     if not root.is_dir():
         raise PackageError(f"{root} is not a directory")
     items: list[dict[str, Any]] = []
     total = 0
-    for path in _files(root):
+    files = _files(root)
+    if skipped is not None:
+        skipped.extend(files.skipped)
+    for path in files.regular:
         relative = path.relative_to(root).as_posix()
         try:
-            data = path.read_bytes()
+            data = _read_regular(path, MAX_PACKAGE_BYTES - total)
         except OSError as e:
-            raise PackageError(f"{relative}: cannot read: {e.strerror}") from e
+            raise PackageError(f"{relative}: cannot read: {e.strerror or e}") from e
         total += len(data)
         if total > MAX_PACKAGE_BYTES:
             raise PackageError(f"{root}: the package is over {MAX_PACKAGE_BYTES} bytes")
@@ -114,9 +165,26 @@ def _check(root: Path, relative: str) -> Path:
     candidate = Path(relative)
     if candidate.is_absolute() or ".." in candidate.parts or not relative.endswith((".yaml", ".yml")):
         raise PackageError(f"{relative!r}: a resource path must be a relative YAML file inside the package")
-    target = (root / candidate).resolve()
-    if not target.is_relative_to(root.resolve()):
+    base = root.resolve()
+    target = base / candidate
+    if not target.resolve().is_relative_to(base):
         raise PackageError(f"{relative!r} leaves the package directory")
+    step = base
+    for part in candidate.parts:
+        step = step / part
+        try:
+            mode = step.lstat().st_mode
+        except FileNotFoundError:
+            break  # created by the write, as a directory or a regular file
+        except OSError as e:
+            raise PackageError(f"{relative!r}: {e.strerror}") from e
+        if stat.S_ISLNK(mode):
+            link = step.relative_to(base)
+            raise PackageError(f"{relative!r}: {link} is a symbolic link; links are not written through")
+        if step != target and not stat.S_ISDIR(mode):
+            raise PackageError(f"{relative!r}: {step.relative_to(base)} is not a directory")
+        if step == target and not stat.S_ISREG(mode):
+            raise PackageError(f"{relative!r} is not a regular file")
     return target
 
 
@@ -141,10 +209,16 @@ def write(root: Path, items: list[dict[str, Any]], *, prune: bool) -> list[str]:
     for relative, documents in files.items():
         target = targets[relative]
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(dump_all(documents))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(target, flags, 0o666)
+        except OSError as e:
+            raise PackageError(f"{relative!r}: cannot write: {e.strerror}") from e
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dump_all(documents))
     if prune:
         kept = set(targets.values())
-        for path in _files(root):
+        for path in _files(root).regular:
             if path.resolve() not in kept:
                 path.unlink()
     return sorted(files)
