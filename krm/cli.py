@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import sys
 import time
@@ -154,7 +155,9 @@ def write_results(
         "items": [entry],
     }
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / RESULTS_FILE).write_text(dump(document))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(directory / RESULTS_FILE, flags, 0o666), "w", encoding="utf-8") as f:
+        f.write(dump(document))
 
 
 def _code(exc: errors.KrmError) -> int:
@@ -260,14 +263,19 @@ def main(
     exit_code = OK if failure is None else _code(failure)
     _report(stderr, name=name, evaluation=evaluation, error=failure, seconds=time.monotonic() - started)
     if args.results_dir is not None:
-        write_results(
-            args.results_dir,
-            what=what,
-            evaluation=evaluation,
-            error=None if failure is None else str(failure),
-            # the function's own exit code when it ran and failed, else this command's
-            exit_code=(evaluation.exit_code if evaluation is not None else 0) or exit_code,
-        )
+        try:
+            write_results(
+                args.results_dir,
+                what=what,
+                evaluation=evaluation,
+                error=None if failure is None else str(failure),
+                # the function's own exit code when it ran and failed, else this command's
+                exit_code=(evaluation.exit_code if evaluation is not None else 0) or exit_code,
+            )
+        except OSError as e:  # the package is left alone: nothing of this run is kept
+            where = e.filename or args.results_dir
+            stderr.write(f"krt: cannot write the results to {where}: {e.strerror or e}\n")
+            return exit_code if failure is not None else FAILED
     if failure is not None or evaluation is None:
         return exit_code
     try:

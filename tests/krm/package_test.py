@@ -124,3 +124,30 @@ def test_a_linked_package_directory_itself_is_read(hostile: Path, tmp_path: Path
     assert [i["metadata"]["name"] for i in items] == ["a"]
     package.write(alias, items, prune=True)
     assert (hostile / "app.yaml").is_file() and (hostile / "kube.yaml").is_symlink()
+
+
+def test_results_that_cannot_be_written_are_a_clear_error_and_leave_the_package_alone(
+    hostile: Path, tmp_path: Path
+) -> None:
+    before = (hostile / "app.yaml").read_text()
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    err = io.StringIO()
+    argv = [str(hostile), "--exec", "/bin/sed 's/name: a/name: changed/'"]
+    code = cli.main([*argv, "--results-dir", str(taken)], stdout=io.StringIO(), stderr=err)
+    assert code == cli.FAILED
+    assert f"krt: cannot write the results to {taken}: File exists" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
+    assert (hostile / "app.yaml").read_text() == before
+    assert cli.main(argv, stdout=io.StringIO(), stderr=io.StringIO()) == cli.OK
+    assert "name: changed" in (hostile / "app.yaml").read_text(), "the same run, results aside, writes"
+
+
+def test_results_are_not_written_through_a_link(hostile: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / cli.RESULTS_FILE).symlink_to(tmp_path / "outside" / "config.yaml")
+    err = io.StringIO()
+    code = cli.main([str(hostile), "--exec", "/bin/cat", "--results-dir", str(results)], stderr=err)
+    assert code == cli.FAILED and "cannot write the results" in err.getvalue()
+    assert list(load_all((tmp_path / "outside" / "config.yaml").read_text())) == [SECRET]
