@@ -205,12 +205,15 @@ def write(root: Path, items: list[dict[str, Any]], *, prune: bool) -> list[str]:
     longer hold a resource. The relative paths written."""
     files = layout(items)
     targets = {relative: _check(root, relative) for relative in files}
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PackageError(f"{root}: cannot create the directory: {e.strerror}") from e
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     for relative, documents in files.items():
         target = targets[relative]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(target, flags, 0o666)
         except OSError as e:
             raise PackageError(f"{relative!r}: cannot write: {e.strerror}") from e
@@ -220,5 +223,10 @@ def write(root: Path, items: list[dict[str, Any]], *, prune: bool) -> list[str]:
         kept = set(targets.values())
         for path in _files(root).regular:
             if path.resolve() not in kept:
-                path.unlink()
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass  # gone meanwhile
+                except OSError as e:
+                    raise PackageError(f"{path.relative_to(root)}: cannot remove: {e.strerror}") from e
     return sorted(files)

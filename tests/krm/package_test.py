@@ -151,3 +151,12 @@ def test_results_are_not_written_through_a_link(hostile: Path, tmp_path: Path) -
     code = cli.main([str(hostile), "--exec", "/bin/cat", "--results-dir", str(results)], stderr=err)
     assert code == cli.FAILED and "cannot write the results" in err.getvalue()
     assert list(load_all((tmp_path / "outside" / "config.yaml").read_text())) == [SECRET]
+
+
+def test_an_output_directory_that_cannot_be_made_is_a_clear_error(hostile: Path) -> None:
+    out = Path("/proc/self/krt-output")  # nothing may be created in /proc, whoever runs the test
+    err = io.StringIO()
+    code = cli.main([str(hostile), "--exec", "/bin/cat", "-o", str(out)], stderr=err)
+    assert code == cli.FAILED
+    assert f"krt: cannot write the output: {out}: cannot create the directory" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
