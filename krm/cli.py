@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import sys
 import time
@@ -155,9 +154,7 @@ def write_results(
         "items": [entry],
     }
     directory.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.fdopen(os.open(directory / RESULTS_FILE, flags, 0o666), "w", encoding="utf-8") as f:
-        f.write(dump(document))
+    package.write_file(directory / RESULTS_FILE, dump(document))
 
 
 def _code(exc: errors.KrmError) -> int:

@@ -92,6 +92,14 @@ def _read_regular(path: Path, limit: int) -> bytes:
         return f.read(limit + 1)
 
 
+def write_file(path: Path, text: str) -> None:
+    """Write `text` to the file at `path` (created or emptied first), never through a link
+    there: a link is ELOOP, raised as the OSError it is."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(path, flags, 0o666), "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def read(root: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
     """The KRM resources of the package at `root`, annotated with where each came from; what
     was skipped (links, special files) is added to `skipped` when given."""
@@ -209,16 +217,13 @@ def write(root: Path, items: list[dict[str, Any]], *, prune: bool) -> list[str]:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PackageError(f"{root}: cannot create the directory: {e.strerror}") from e
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     for relative, documents in files.items():
         target = targets[relative]
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, flags, 0o666)
+            write_file(target, dump_all(documents))
         except OSError as e:
             raise PackageError(f"{relative!r}: cannot write: {e.strerror}") from e
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dump_all(documents))
     if prune:
         kept = set(targets.values())
         for path in _files(root).regular:

@@ -74,7 +74,7 @@ def _copy_tree(root_fd: int, opened: Path, workdir: Path) -> None:
     it by descriptors (os.fwalk: a directory swapped for a link meanwhile is not entered). Links
     are copied as links, and refused when they point outside the source; anything that is not a
     directory, a regular file or a link is refused."""
-    owner = os.fstat(root_fd).st_uid
+    root = os.fstat(root_fd)
     budget = _Budget()
     modes: list[tuple[Path, int]] = []
     workdir.mkdir(mode=0o700)
@@ -96,12 +96,12 @@ def _copy_tree(root_fd: int, opened: Path, workdir: Path) -> None:
                 modes.append((dst, stat.S_IMODE(st.st_mode) & 0o777))
             elif stat.S_ISREG(st.st_mode):
                 budget.take(files=1)
-                _copy_file(name, dir_fd, dst, owner, shown, budget)
+                _copy_file(name, dir_fd, dst, root.st_uid, shown, budget)
             else:
                 raise SourceError(f"{shown}: not a regular file")
     for path, mode in reversed(modes):  # deepest first, so a read-only directory is filled first
         path.chmod(mode)
-    workdir.chmod(stat.S_IMODE(os.fstat(root_fd).st_mode) & 0o777)
+    workdir.chmod(stat.S_IMODE(root.st_mode) & 0o777)
 
 
 def workdir(root: Path, name: str) -> Path:
