@@ -1,5 +1,6 @@
 """One round of orphan collection for one runtime: read the snapshot kruntimes.reconciling needs,
-in its order (Ready Runs, the hosts' registrations, the pool, the Runs that run), decide with
+in its order (the known-Runs view refreshed, the hosts' registrations, the pool, the Runs they
+mention that the view does not show running), decide with
 `kruntimes.reconciling.plan`, and carry the plan out: unregister, release, tell, delete, remove,
 supervise. Each action is idempotent and its failure is reported, never raised: the next round
 tries again.
@@ -8,10 +9,10 @@ tries again.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import os
 import shutil
-from collections.abc import Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import grpc
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import WorkflowExecutionStatus as ExecutionStatus
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
@@ -28,6 +30,7 @@ from activities.hosts._rpc import host_channel
 from activities.hosts.base import HostManager
 from activities.hosts.process import host_running, list_records, work_root
 from kruntimes.hosts import CreatedHost
+from kruntimes.known_runs import Execution, KnownRuns, keyword
 from kruntimes.lifecycle import (
     MAX_REPORTED,
     SIGNAL_REGISTRATION_LOST,
@@ -73,23 +76,57 @@ def _first(attrs: Any, key: str) -> str:
 
 
 def _keyword(payload: Payload | None) -> str:
-    """A keyword search attribute's value as visibility sends it (JSON: a string, or a list whose
-    first item is it); "" when absent or not a keyword."""
+    """A keyword search attribute's value as visibility sends it; "" when absent or not one."""
     if payload is None:
         return ""
-    try:
-        value = json.loads(payload.data)
-    except ValueError:
-        return ""
-    if isinstance(value, list):
-        value = value[0] if value else ""
-    return value if isinstance(value, str) else ""
+    return keyword(payload.metadata.get("encoding"), payload.data) or ""
+
+
+_VIEWED = (search.RUN_UID, search.NAMESPACE, search.RUNTIME, search.PHASE)
+
+
+class _Listing:
+    """The known-Runs view's listings, through the worker's Temporal client: the service's pages
+    as they come (the SDK's list turns every execution into its typed description, memo and
+    every search attribute, which for 10,000 Runs took seconds of this process's event loop)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def list(self, query: str, *, limit: int) -> AsyncIterator[Execution]:
+        token = b""
+        seen = 0
+        while seen < limit:
+            page = await self.client.workflow_service.list_workflow_executions(
+                ListWorkflowExecutionsRequest(
+                    namespace=self.client.namespace,
+                    query=query,
+                    page_size=min(PAGE_SIZE, limit - seen),
+                    next_page_token=token,
+                ),
+                retry=True,
+                timeout=LIST_TIMEOUT,
+            )
+            for info in page.executions[: limit - seen]:
+                seen += 1
+                fields = info.search_attributes.indexed_fields
+                yield Execution(
+                    workflow_id=info.execution.workflow_id,
+                    search_attributes={k: _keyword(fields.get(k)) for k in _VIEWED},
+                    running=info.status == ExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING,
+                )
+            token = page.next_page_token
+            if not token:
+                return
 
 
 class ReconcileActivities:
-    def __init__(self, client: Client, manager: HostManager) -> None:
+    def __init__(self, client: Client, manager: HostManager, *, known: KnownRuns | None = None) -> None:
         self.client = client
         self.manager = manager
+        # Which Runs run, kept across rounds (every runtime's) and refreshed by what changed.
+        self.known = known if known is not None else KnownRuns(_Listing(client))
+        self._refreshing = asyncio.Lock()
 
     @activity.defn(name="reconcile")
     async def reconcile(self, input: ReconcileInput) -> ReconcileReport:
@@ -109,7 +146,7 @@ class ReconcileActivities:
     async def _collect_orphans(self, input: ReconcileInput, errors: list[str]) -> list[str]:
         """Hosts of providers that list their own (pods) which no pool knows, deleted after the grace."""
         try:
-            pool = await self._pool(input)
+            pool = await self._pool(input, reservations=False)
             return await self.manager.collect_orphans(
                 runtime=input.runtime,
                 known={h.hostUid for h in pool.hosts},
@@ -125,23 +162,46 @@ class ReconcileActivities:
     async def _snapshot(self, input: ReconcileInput) -> Snapshot:
         now = datetime.now(UTC)
         rt = input.runtime
-        ready = {
-            uid: wid
-            for wid, uid in (await self._runs(f"{search.RUNTIME}='{rt}' AND {search.PHASE}='Ready'")).items()
-            if uid
-        }
+        async with self._refreshing:  # rounds of several runtimes share the view
+            await self.known.refresh()
+        viewed = [(uid, run) for uid, run in self.known.runs.items() if run.runtime == rt]
+        ready = {uid: run.workflow_id for uid, run in viewed if run.phase == "Ready"}
+        running = {run.workflow_id: uid for uid, run in viewed}
+        del viewed
         activity.heartbeat()
-        first = await self._pool(input)
+        first = await self._pool(input, reservations=False)
         hosts = await _bounded(self._seen(h) for h in first.hosts)
         activity.heartbeat()
         pool = await self._pool(input)
-        running = await self._runs(f"{search.RUNTIME}='{rt}'")
-        mentioned = {_run_id(r) for seen in hosts for r in seen.registrations or ()}
-        mentioned |= set(pool.owners.values()) | {q.workflowId for q in pool.queue}
-        described = await _bounded(self._described(w) for w in sorted(mentioned - running.keys()))
-        running.update({w: uid for w, uid in described if uid is not None})
+        # Every Run the hosts and the pool mention that the view does not show running under
+        # that very run uid is asked for itself: started or replaced since the view was read, or
+        # a change visibility has not shown yet. What the view shows running is taken as
+        # running: a Run that ended since is collected by a later round.
+        mentioned: dict[str, set[str]] = {}
+        for seen in hosts:
+            for r in seen.registrations or ():
+                mentioned.setdefault(_run_id(r), set()).add(r.run_uid)
+        for uid, workflow_id in pool.owners.items():
+            mentioned.setdefault(workflow_id, set()).add(uid)
+        for q in pool.queue:
+            mentioned.setdefault(q.workflowId, set()).add(q.runUid)
+        unsure = sorted(
+            w for w, uids in mentioned.items() if w not in running or any(running[w] != u for u in uids)
+        )
+        for workflow_id, described in await _bounded(self._described(w) for w in unsure):
+            if described is None:
+                running.pop(workflow_id, None)
+            else:
+                running[workflow_id] = described
         activity.heartbeat()
         records = list_records(input.stateDir) if input.stateDir else []
+        answered = {seen.host.hostUid for seen in hosts if seen.registrations is not None}
+        live = {
+            (seen.host.hostUid, f"{r.run_uid}.{r.attempt}")
+            for seen in hosts
+            if seen.registrations is not None
+            for r in seen.registrations
+        }
         return Snapshot(
             now=now,
             grace_s=input.graceSeconds,
@@ -154,33 +214,9 @@ class ReconcileActivities:
             running=running,
             records=[r for r in records if r.runtime == rt and r.provider == "process"],
             live_uids=frozenset(r.hostUid for r in records if host_running(r)),
-            workspaces=_workspaces(input.stateDir) if input.stateDir else [],
+            workspaces=_workspaces(input.stateDir, answered, live) if input.stateDir else [],
             supervisors=await self._supervisors(rt),
         )
-
-    async def _runs(self, where: str) -> dict[str, str]:
-        """Workflow id → run uid of the running Runs matching `where` (visibility), read from the
-        service's pages as they come: the SDK's list turns every execution into its typed
-        description (memo, every search attribute), which for 10,000 Runs took seconds of this
-        process's event loop in every round."""
-        found: dict[str, str] = {}
-        query = f"WorkflowType='RunWorkflow' AND ExecutionStatus='Running' AND {where}"
-        token = b""
-        while True:
-            page = await self.client.workflow_service.list_workflow_executions(
-                ListWorkflowExecutionsRequest(
-                    namespace=self.client.namespace, query=query, page_size=PAGE_SIZE, next_page_token=token
-                ),
-                retry=True,
-                timeout=LIST_TIMEOUT,
-            )
-            for info in page.executions:
-                found[info.execution.workflow_id] = _keyword(
-                    info.search_attributes.indexed_fields.get(search.RUN_UID)
-                )
-            token = page.next_page_token
-            if not token:
-                return found
 
     async def _described(self, workflow_id: str) -> tuple[str, str | None]:
         """Whether that Run runs, from its workflow itself (visibility may lag behind it)."""
@@ -194,8 +230,8 @@ class ReconcileActivities:
             return workflow_id, None
         return workflow_id, _first(description.search_attributes, search.RUN_UID)
 
-    async def _pool(self, input: ReconcileInput) -> PoolState:
-        return await query_pool(self.client, input.poolWorkflowId)
+    async def _pool(self, input: ReconcileInput, *, reservations: bool = True) -> PoolState:
+        return await query_pool(self.client, input.poolWorkflowId, reservations=reservations)
 
     async def _seen(self, host: Host) -> HostSeen:
         if host.address is None:
@@ -312,18 +348,31 @@ async def _unregister(address: str, registration_id: str) -> None:
         )
 
 
-def _workspaces(state_dir: str) -> list[Workspace]:
+def _workspaces(state_dir: str, answered: set[str], live: set[tuple[str, str]]) -> list[Workspace]:
+    """The workspaces under the state dir's work/ that `plan` could remove: every host
+    incarnation's directory, and of the hosts that `answered`, the entries that are neither a
+    `live` registration's nor a task's. The rest it never removes, so they are not read (10,000
+    Ready Runs are 10,000 entries: a stat each, every round)."""
     root = work_root(state_dir)
     if not root.is_dir():
         return []
     found = []
-    for host_dir in sorted(root.iterdir()):
-        if not host_dir.is_dir() or host_dir.is_symlink():
+    with os.scandir(root) as hosts:
+        host_dirs = sorted((h for h in hosts if h.is_dir(follow_symlinks=False)), key=lambda h: h.name)
+    for host_dir in host_dirs:
+        path = Path(host_dir.path)
+        found.append(Workspace(host_dir.name, None, _modified(path)))
+        if host_dir.name not in answered:
             continue
-        found.append(Workspace(host_dir.name, None, _modified(host_dir)))
-        for entry in sorted(host_dir.iterdir()):
-            if entry.is_dir() and not entry.is_symlink():
-                found.append(Workspace(host_dir.name, entry.name, _modified(entry)))
+        with os.scandir(path) as entries:
+            names = sorted(
+                e.name
+                for e in entries
+                if e.is_dir(follow_symlinks=False)
+                and not e.name.startswith("task-")
+                and (host_dir.name, e.name) not in live
+            )
+        found.extend(Workspace(host_dir.name, name, _modified(path / name)) for name in names)
     return found
 
 

@@ -27,11 +27,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.auth import Authorizer
 from gateway.errors import BodyTimeout, ClientAborted, GatewayError
 from gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams, logged_target
-from gateway.known import KnownRuns
 from gateway.listener import GatewayProtocol, HttpLimits
 from gateway.metrics import GatewayMetrics
 from gateway.replies import error_answer, gateway_error_answer, router_reason
 from gateway.routes import RouteCache
+from kruntimes.known_runs import KnownRuns
 from kruntimes.wire.reasons import GatewayReason
 
 # the OpenAPI document, generated from gateway/bodies.py's models by `make openapi`

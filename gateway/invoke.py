@@ -40,13 +40,13 @@ from gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
-from gateway.known import KnownRuns
 from gateway.listener import HttpLimits, receive_body, send_continue
 from gateway.raw import RawError, RawUpstreams
 from gateway.routes import Route, RouteCache
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
 from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
 from kruntimes.api.phases import TERMINAL_PHASES
+from kruntimes.known_runs import KnownRuns
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

@@ -23,12 +23,12 @@ from gateway.app import GatewayState, build_app
 from gateway.auth import Authorizer
 from gateway.heartbeats import HeartbeatServer
 from gateway.invoke import Upstreams
-from gateway.known import KnownRuns
 from gateway.listener import HttpLimits, Listener
 from gateway.metrics import GatewayMetrics
 from gateway.routes import RouteCache
 from gateway.visibility import Visibility
 from kruntimes.assignments import Verifier
+from kruntimes.known_runs import KnownRuns
 from kruntimes.pki import PeerTLS, Role
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Temporal visibility for the gateway, over gRPC, without the Temporal SDK.
 
-The gateway reads one thing from Temporal: which Runs exist (gateway/known.py). The SDK's client
+The gateway reads one thing from Temporal: which Runs exist (kruntimes/known_runs.py). The SDK's client
 would cost the gateway process about 40 MB (its API modules and its core runtime) for that one
 call, so the gateway makes it itself: WorkflowService.ListWorkflowExecutions by its method path,
 with messages that carry the fields it reads (proto/kruntimes/rpc/v1/visibility.proto), over a
@@ -11,12 +11,11 @@ only, never in an error or a log line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import grpc
 
+from kruntimes.known_runs import Execution, keyword
 from kruntimes.rpc.v1 import visibility_pb2 as pb
 from kruntimes.temporal_settings import TemporalSettings
 
@@ -32,13 +31,6 @@ class VisibilityError(Exception):
 
 
 RUNNING = 1  # temporal.api.enums.v1.WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
-
-
-@dataclass(frozen=True, slots=True)
-class Execution:
-    workflow_id: str
-    search_attributes: dict[str, str]  # keyword attributes, their first value
-    running: bool = True
 
 
 class Visibility:
@@ -121,14 +113,7 @@ def _keywords(attributes: pb.VisibleSearchAttributes) -> dict[str, str]:
     """Each keyword (or text) attribute's value, the first of a list; others are left out."""
     found: dict[str, str] = {}
     for name, payload in attributes.indexed_fields.items():
-        if payload.metadata.get("encoding") != b"json/plain":
-            continue
-        try:
-            value = json.loads(payload.data)
-        except ValueError:
-            continue
-        if isinstance(value, list):
-            value = value[0] if value else None
-        if isinstance(value, str):
+        value = keyword(payload.metadata.get("encoding"), payload.data)
+        if value is not None:
             found[name] = value
     return found

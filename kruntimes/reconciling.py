@@ -2,11 +2,15 @@
 the Runs that run, the provider's records, the workspaces on disk), what is orphaned and what to
 do about it. Pure: the reconcile activity gathers the snapshot and carries the plan out.
 
-The snapshot is read in an order that makes a stale view safe: the Runs Ready in visibility
-first, then every host's registrations, then the pool, then the Runs that run. So a registration
-or reservation seen existed before the Runs were listed (its Run is listed unless it ended), and
-whatever is younger than the grace period (twice the runtime's assignment timeout) is being
-created right now and is left alone:
+The snapshot is read in an order that makes a stale view safe: which Runs run and which are
+Ready first (the reconciler's known-Runs view, kruntimes.known_runs, refreshed by what changed
+since its last round), then every host's registrations, then the pool; last, every Run the hosts
+and the pool mention that the view does not show running under that very run uid is asked for
+itself (started or replaced since the view was read, or not shown by visibility yet). So a
+registration or reservation is judged against its own Run as it is now, unless the view shows
+that Run running: one that ended since is left for a later round (the view learns of its end at
+its next refresh, or its next full listing). Whatever is younger than the grace period (twice the
+runtime's assignment timeout) is being created right now and is left alone:
 
 - a registration whose Run is closed, unknown or another Run of that name: unregistered; one its
   Run holds no slot for on that host (a stale attempt): unregistered once older than the grace;
@@ -74,8 +78,9 @@ class Snapshot:
     owners: Mapping[str, str]  # run uid → workflow id (the pool's)
     queued: Sequence[Queued]
     provisioning: frozenset[str]  # host ids of scale-outs still under way
-    # Workflow id → run uid ("" when not indexed yet) of the Runs that run, read last: every
-    # workflow id the hosts and the pool mention is in it if (and only if) that Run runs.
+    # Workflow id → run uid ("" when not indexed yet) of the Runs that run: every workflow id the
+    # hosts and the pool mention is in it if that Run runs (and, but for one that ended since the
+    # view was read, only then).
     running: Mapping[str, str]
     records: Sequence[CreatedHost]  # the provider's hosts of this runtime
     live_uids: frozenset[str]  # host uids whose process runs (every runtime of the state dir)
@@ -220,13 +225,12 @@ def plan(snapshot: Snapshot) -> Plan:
     return out
 
 
-# A periodic round reads every Run of its runtime (two visibility listings, the whole pool, every
-# host's registrations), so it costs in proportion to the Runs. Paced, the reconciler waits at
-# least PACE times as long as its last round took before the next, so it takes at most 1/PACE of
-# the time however many Runs there are (at 10,000 Ready Runs a round every minute held a quarter
-# of a core of the dev server and the worker's listing and planning besides). PACED_MAX_S bounds
-# the wait after a round that took long because it failed and was retried, not because it had
-# much to read.
+# A periodic round reads every Run of its runtime (the whole pool, every host's registrations;
+# and from visibility what changed since the last round, every Run at a full listing), so it
+# costs in proportion to the Runs. Paced, the reconciler waits at least PACE times as long as its
+# last round took before the next, so it takes at most 1/PACE of the time however many Runs there
+# are. PACED_MAX_S bounds the wait after a round that took long because it failed and was
+# retried, not because it had much to read.
 PACE = 20.0
 PACED_MAX_S = 900.0
 

@@ -154,26 +154,32 @@ async def connect(
     )
 
 
-async def query_pool(client: Client, workflow_id: str, *, rpc_timeout: timedelta | None = None) -> PoolState:
+async def query_pool(
+    client: Client, workflow_id: str, *, rpc_timeout: timedelta | None = None, reservations: bool = True
+) -> PoolState:
     """A pool's state, read in parts: the state without its reservations first, then the
     reservations and owners of POOL_QUERY_SLOTS slots' worth of hosts at a time (the whole of a
     pool with ~9,000 Ready Runs is past what the server takes as one answer, 2 MB). The parts
     are read one after another, so a Run that moved between hosts meanwhile can show on both or
     neither; its readers (the reconciler, `krt hosts`) leave what is younger than a grace alone.
-    A pool that takes no argument (older code) is read whole."""
+    With `reservations` False only the first part is read: the hosts, the queue and the
+    scale-outs, no reservation or owner. A pool that takes no argument (older code) is read
+    whole."""
     try:
         summary = await _query_pool(client, workflow_id, PoolQuery(reservations=False), rpc_timeout)
     except WorkflowQueryFailedError as err:
         if POOL_READING_BACK in str(err):
             raise
         return await _query_pool(client, workflow_id, None, rpc_timeout)
-    reservations = []
+    if not reservations:
+        return summary
+    held = []
     owners: dict[str, str] = {}
     for hosts in pool_query_parts(summary.hosts):
         part = await _query_pool(client, workflow_id, PoolQuery(hosts=hosts), rpc_timeout)
-        reservations.extend(part.reservations)
+        held.extend(part.reservations)
         owners.update(part.owners)
-    return summary.model_copy(update={"reservations": reservations, "owners": owners})
+    return summary.model_copy(update={"reservations": held, "owners": owners})
 
 
 async def _query_pool(

@@ -53,6 +53,7 @@ from kruntimes.assignments import AssignmentError, Signer
 from kruntimes.cli import leave
 from kruntimes.config import PlatformConfig, load_config
 from kruntimes.hosts import HostDefaults
+from kruntimes.known_runs import KnownRuns
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     SIGNAL_CONFIGURE,
@@ -366,10 +367,11 @@ class RunningWorkers(list[Worker]):
     of its task queues (Runs would wait for a pool nobody polls), so its entry point exits and its
     supervisor starts it again."""
 
-    def __init__(self, workers: Sequence[Worker]) -> None:
+    def __init__(self, workers: Sequence[Worker], *, known: KnownRuns | None = None) -> None:
         super().__init__(workers)
         self.ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.stopping = False
+        self.known = known  # the reconciler's view of which Runs run, kept across its rounds
 
     def start(self, worker: Worker) -> asyncio.Task[None]:
         """Run `worker`, watched: its end, unless the process is stopping, is `ended`'s answer
@@ -497,7 +499,7 @@ async def _running_workers(
                 **tuning,
             )
         )
-    running = RunningWorkers(workers)
+    running = RunningWorkers(workers, known=reconciler.known)
     tasks = [running.start(w) for w in workers]
     process = host_manager.provider("process")
     if issuer is not None and isinstance(process, ProcessProvider):

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 CODE = (
-    "import sys, gateway.__main__, gateway.server, gateway.known, gateway.visibility, gateway.app\n"
+    "import sys, gateway.__main__, gateway.server, gateway.visibility, gateway.app\n"
     "from kruntimes.wire import search\n"
     "search.listed(namespace='default')\n"
     "gateway.__main__.temporal_settings(gateway.__main__.parse_args(['--temporal-address', '127.0.0.1:1', '--cert', 'c', '--key', 'k', '--peer-tls', 'p', '--assignment-public-key', 'a']))\n"

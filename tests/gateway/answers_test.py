@@ -21,9 +21,9 @@ import pytest
 
 from gateway import openapi
 from gateway.auth import Principal, Resource
-from gateway.known import KnownRun
 from gateway.server import Gateway
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
+from kruntimes.known_runs import KnownRun
 from kruntimes.pki import Identity
 from kruntimes.tls import TlsFiles
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER

@@ -26,6 +26,7 @@ from kruntimes.api.status import RunStatus
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
 from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.known_runs import KnownRuns
 from kruntimes.lifecycle import (
     POOL_TASK_QUEUE,
     QUERY_STATUS,
@@ -82,6 +83,7 @@ class Platform:
     settings: WorkerSettings
     pki: TestPKI
     started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
+    known: KnownRuns | None = None  # the reconciler's view of which Runs run, once workers run
 
     def runtime(self, name: str = "python") -> str:
         return self.runtimes[name]
@@ -223,7 +225,8 @@ def platform_factory(client: Client, tmp_path: Path, pki: TestPKI) -> Iterator[C
     ) -> AsyncIterator[Platform]:
         platform = new_platform(client, tmp_path, pki, heartbeat_s=heartbeat_s, probe_s=probe_s, **overrides)
         try:
-            async with running_workers(client, platform.settings):
+            async with running_workers(client, platform.settings) as running:
+                platform.known = running.known
                 yield platform
         finally:
             await platform.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -91,6 +92,41 @@ async def test_a_registration_of_a_run_whose_name_another_run_took_is_unregister
         assert [r.runUid for r in (await platform.pool()).reservations] == [second.metadata.uid]
         if again.assignedHost == host:
             assert list(registrations(platform.pki, address)) == [second.metadata.uid]
+
+
+async def test_a_round_reads_what_changed_and_a_stale_view_never_costs_a_live_run_its_slot(
+    platform_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    """The reconciler keeps which Runs run across rounds (kruntimes.known_runs) and reads only what
+    changed since its last round. A Run the hosts or the pool mention that its view does not show
+    running under that run uid (here: the view lost it, or shows another Run of its name) is
+    asked for itself, so a view that is behind never unregisters or releases a live Run."""
+    async with platform_factory(heartbeat_s=BEAT_S, python=QUICK) as platform:
+        known = platform.known
+        assert known is not None
+        # Narrow refreshes only, looking back half a second (visibility's lag here is less).
+        known.full_refresh_s, known.margin = 3600, timedelta(seconds=0.5)
+        runs = [run_manifest(f"viewed-{i}", runtime=platform.runtime()) for i in range(3)]
+        placed = [await ready_on_host(platform, run) for run in runs]
+        uids = {run.metadata.uid for run in runs}
+        await older_than_the_grace()  # also longer than the margin: the next round reads none of them
+        assert (await collect(platform)).actions == 0
+        assert uids <= set(known.runs)
+
+        lost, replaced = runs[0].metadata.uid, runs[1].metadata.uid
+        other = known.runs[replaced]
+        known.runs = {uid: run for uid, run in known.runs.items() if uid not in (lost, replaced)}
+        known.runs["another-run-of-that-name"] = other
+        report = await collect(platform)
+
+        assert (report.unregistered, report.released, report.registrationsLost) == ([], [], [])
+        for run, (_, _, address) in zip(runs, placed, strict=True):
+            assert run.metadata.uid in registrations(platform.pki, address)
+        assert uids <= {r.runUid for r in (await platform.pool()).reservations}
+        assert lost not in known.runs  # the round's refresh was narrow: it read none of the three
+        known.full_refresh_s = 0  # a full listing mends the view
+        assert (await collect(platform)).actions == 0
+        assert uids <= set(known.runs) and "another-run-of-that-name" not in known.runs
 
 
 async def test_a_host_nobody_knows_is_deleted_and_dead_hosts_workspaces_removed(platform_factory) -> None:  # type: ignore[no-untyped-def]
