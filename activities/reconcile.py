@@ -164,10 +164,14 @@ class ReconcileActivities:
         rt = input.runtime
         async with self._refreshing:  # rounds of several runtimes share the view
             await self.known.refresh()
-        viewed = [(uid, run) for uid, run in self.known.runs.items() if run.runtime == rt]
-        ready = {uid: run.workflow_id for uid, run in viewed if run.phase == "Ready"}
-        running = {run.workflow_id: uid for uid, run in viewed}
-        del viewed
+        ready: dict[str, str] = {}  # run uid → workflow id
+        running: dict[str, str] = {}  # workflow id → run uid
+        for uid, run in self.known.runs.items():
+            if run.runtime == rt:
+                workflow_id = run.workflow_id
+                running[workflow_id] = uid
+                if run.phase == "Ready":
+                    ready[uid] = workflow_id
         activity.heartbeat()
         first = await self._pool(input, reservations=False)
         hosts = await _bounded(self._seen(h) for h in first.hosts)

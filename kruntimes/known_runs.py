@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -73,11 +74,21 @@ class Lister(Protocol):
     def list(self, query: str, *, limit: int) -> AsyncIterator[Execution]: ...
 
 
+# A JSON string with nothing escaped (every keyword the platform indexes): its text is what lies
+# between the quotes, read without a JSON parser (a listing decodes four of them a Run).
+_PLAIN_STRING = re.compile(rb'"[^"\\\x00-\x1f]*"')
+
+
 def keyword(encoding: bytes | None, data: bytes) -> str | None:
     """A keyword (or text) search attribute's value as visibility sends it (JSON: a string, or a
     list whose first item is it); None when it is not one."""
     if encoding != b"json/plain":
         return None
+    if _PLAIN_STRING.fullmatch(data):
+        try:
+            return data[1:-1].decode()
+        except UnicodeDecodeError:
+            return None
     try:
         value = json.loads(data)
     except ValueError:

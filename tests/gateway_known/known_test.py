@@ -7,6 +7,7 @@ the view reads them as the gateway does, over gRPC without the SDK (gateway/visi
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,7 +22,7 @@ from temporalio.worker import Worker
 
 from gateway.visibility import Visibility, VisibilityError
 from kruntimes.devserver import DevServer, free_port
-from kruntimes.known_runs import KnownRuns
+from kruntimes.known_runs import KnownRuns, keyword
 from kruntimes.lifecycle import run_workflow_id
 from kruntimes.temporal import TemporalSettings, connect
 from kruntimes.wire import search, search_typed
@@ -206,3 +207,31 @@ async def test_visibility_says_why_it_cannot_list(temporal: tuple[Client, str, V
     nobody = TemporalSettings(address=f"127.0.0.1:{free_port()}")
     with pytest.raises(VisibilityError, match="^UNAVAILABLE: "):
         await Visibility.connect(nobody)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'"abc"',
+        b'"a\\"b"',
+        b'["x","y"]',
+        b"[]",
+        b"12",
+        b'"\\u00e9"',
+        '"é"'.encode(),
+        b'"\xff"',
+        b'"a\nb"',
+        b'""',
+        b'"x',
+    ],
+)
+def test_a_keyword_reads_as_json_would(data: bytes) -> None:
+    """An unescaped string is read without a JSON parser; every value reads as json.loads reads it."""
+    try:
+        expected = json.loads(data)
+    except ValueError:
+        expected = None
+    if isinstance(expected, list):
+        expected = expected[0] if expected else None
+    assert keyword(b"json/plain", data) == (expected if isinstance(expected, str) else None)
+    assert keyword(b"binary/plain", data) is None
