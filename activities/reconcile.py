@@ -124,8 +124,9 @@ class ReconcileActivities:
     def __init__(self, client: Client, manager: HostManager, *, known: KnownRuns | None = None) -> None:
         self.client = client
         self.manager = manager
-        # Which Runs run, kept across rounds (every runtime's) and refreshed by what changed.
-        self.known = known if known is not None else KnownRuns(_Listing(client))
+        # Which Runs run, kept across rounds (every runtime's) and refreshed by what changed; the
+        # rounds are a minute or more apart, so each looks back the whole margin.
+        self.known = known if known is not None else KnownRuns(_Listing(client), lookback_every=1)
         self._refreshing = asyncio.Lock()
 
     @activity.defn(name="reconcile")

@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -116,10 +116,10 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
     client, queue, visibility = temporal
     old = [await _start(client, queue, f"old-{i}") for i in range(12)]
     started = time.monotonic()
-    # The narrow queries look back MARGIN before the last refresh began (visibility is written
-    # a little after the change); here 2 s, and the first 12 are older than that before the
-    # changes start, so a narrow refresh that read them all would show.
-    view = KnownRuns(visibility, full_refresh_s=3600, margin=timedelta(seconds=2))
+    # The narrow queries look back the margin before the last refresh began (visibility is written
+    # a little after the change), here every refresh and 2 s; the first 12 are older than that
+    # before the changes start, so a narrow refresh that read them all would show.
+    view = KnownRuns(visibility, full_refresh_s=3600, margin=timedelta(seconds=2), lookback_every=1)
     await _until(view, lambda: len(view.runs) == 12, "the first 12 Runs", refresh=view.refresh)
     assert view.listed == 12  # the first refresh is a full listing
     while time.monotonic() - started < 3:  # a clock, not a state: nothing to wait on instead
@@ -175,6 +175,36 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
     view.full_refresh_s = 0
     await view.refresh()
     assert lost in view.runs and view.listed == 12
+
+
+async def test_a_change_visibility_shows_late_is_read_by_the_next_look_back(
+    temporal: tuple[Client, str, Visibility],
+) -> None:
+    """Between look backs a refresh asks only from a moment before the last one began, so a new
+    Run is not listed again and again; a change that reached visibility after the refresh that
+    should have read it (here: the view's clock moved past it) is read by the next look back."""
+    client, queue, visibility = temporal
+    view = KnownRuns(
+        visibility,
+        full_refresh_s=3600,
+        margin=timedelta(seconds=30),
+        near_margin=timedelta(0),
+        lookback_every=3,
+    )
+    await view.refresh()  # full
+    uid, _ = await _start(client, queue, "late")
+    await _until(view, lambda: uid in view.runs, "the new Run", refresh=view.refresh)
+    view._near = 0  # a look back just happened: the next two refreshes are near ones
+    await view.refresh()
+    assert view.listed == 0  # the last refresh read it: this one asks from after its start
+
+    late, _ = await _start(client, queue, "later")
+    # As if visibility showed it only after the next refresh had begun: that refresh misses it.
+    view._since = datetime.now(UTC) + timedelta(seconds=5)
+    await view.refresh()
+    assert late not in view.runs and view._near == 2
+    await view.refresh()  # the third: a look back
+    assert late in view.runs and view._near == 0
 
 
 async def test_visibility_pages_through_every_match_and_stops_at_the_limit(
