@@ -43,7 +43,7 @@ from kruntimes.lifecycle import (
     host_input,
     host_workflow_id,
 )
-from kruntimes.reconciling import HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
+from kruntimes.reconciling import HeldEntries, HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.scheduling.model import PROVIDER_LABEL, Host
@@ -200,13 +200,6 @@ class ReconcileActivities:
                 running[workflow_id] = described
         activity.heartbeat()
         records = list_records(input.stateDir) if input.stateDir else []
-        answered = {seen.host.hostUid for seen in hosts if seen.registrations is not None}
-        live = {
-            (seen.host.hostUid, f"{r.run_uid}.{r.attempt}")
-            for seen in hosts
-            if seen.registrations is not None
-            for r in seen.registrations
-        }
         return Snapshot(
             now=now,
             grace_s=input.graceSeconds,
@@ -219,7 +212,7 @@ class ReconcileActivities:
             running=running,
             records=[r for r in records if r.runtime == rt and r.provider == "process"],
             live_uids=frozenset(r.hostUid for r in records if host_running(r)),
-            workspaces=_workspaces(input.stateDir, answered, live) if input.stateDir else [],
+            workspaces=_workspaces(input.stateDir, HeldEntries.of(hosts)) if input.stateDir else [],
             supervisors=await self._supervisors(rt),
         )
 
@@ -353,11 +346,11 @@ async def _unregister(address: str, registration_id: str) -> None:
         )
 
 
-def _workspaces(state_dir: str, answered: set[str], live: set[tuple[str, str]]) -> list[Workspace]:
+def _workspaces(state_dir: str, held: HeldEntries) -> list[Workspace]:
     """The workspaces under the state dir's work/ that `plan` could remove: every host
-    incarnation's directory, and of the hosts that `answered`, the entries that are neither a
-    `live` registration's nor a task's. The rest it never removes, so they are not read (10,000
-    Ready Runs are 10,000 entries: a stat each, every round)."""
+    incarnation's directory, and the entries `held` says are removable. The rest it never
+    removes, so they are not read (10,000 Ready Runs are 10,000 entries: a stat each, every
+    round)."""
     root = work_root(state_dir)
     if not root.is_dir():
         return []
@@ -367,15 +360,13 @@ def _workspaces(state_dir: str, answered: set[str], live: set[tuple[str, str]]) 
     for host_dir in host_dirs:
         path = Path(host_dir.path)
         found.append(Workspace(host_dir.name, None, _modified(path)))
-        if host_dir.name not in answered:
+        if host_dir.name not in held.answered:
             continue
         with os.scandir(path) as entries:
             names = sorted(
                 e.name
                 for e in entries
-                if e.is_dir(follow_symlinks=False)
-                and not e.name.startswith("task-")
-                and (host_dir.name, e.name) not in live
+                if e.is_dir(follow_symlinks=False) and held.removable(host_dir.name, e.name)
             )
         found.extend(Workspace(host_dir.name, name, _modified(path / name)) for name in names)
     return found

@@ -168,17 +168,14 @@ class KnownRuns:
         if self.client is None:
             return
         begun, since, looked_back = datetime.now(UTC), self._since, self._looked_back
-        due = time.monotonic() - self._full_at >= self.full_refresh_s
         look_back = self._near + 1 >= self.lookback_every
-        if since is None or looked_back is None or due:
+        if since is None or looked_back is None or time.monotonic() - self._full_at >= self.full_refresh_s:
+            start = None
+        else:
+            start = looked_back - self.margin if look_back else since - self.near_margin
+        if start is None or not await self._changes(start):
             await self._full()
-            look_back = True
-        elif look_back:
-            if not await self._changes(looked_back - self.margin):
-                await self._full()
-        elif not await self._changes(since - self.near_margin):
-            await self._full()
-            look_back = True
+            look_back = True  # a full listing reads all that a look back would
         self._since = begun
         if look_back:
             self._looked_back, self._near = begun, 0

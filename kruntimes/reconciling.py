@@ -126,6 +126,33 @@ class Plan:
         )
 
 
+@dataclass(frozen=True)
+class HeldEntries:
+    """Which registration workspaces (a host's `{run uid}.{attempt}` entries) the hosts that
+    answered still hold: `plan` removes an entry only of a host that answered and neither held
+    nor a task's; the reconcile activity reads no other entry from disk."""
+
+    answered: frozenset[str]  # host uids
+    live: frozenset[tuple[str, str]]  # (host uid, entry)
+
+    @classmethod
+    def of(cls, hosts: Sequence[HostSeen]) -> HeldEntries:
+        seen = [h for h in hosts if h.registrations is not None]
+        return cls(
+            answered=frozenset(h.host.hostUid for h in seen),
+            live=frozenset(
+                (h.host.hostUid, f"{reg.run_uid}.{reg.attempt}")
+                for h in seen
+                for reg in h.registrations or ()
+            ),
+        )
+
+    def removable(self, host_uid: str, entry: str) -> bool:
+        return (
+            host_uid in self.answered and not entry.startswith("task-") and (host_uid, entry) not in self.live
+        )
+
+
 def _old(at: datetime, snapshot: Snapshot) -> bool:
     return snapshot.now - at > timedelta(seconds=snapshot.grace_s)
 
@@ -194,24 +221,14 @@ def plan(snapshot: Snapshot) -> Plan:
             and _old(record.createdAt, snapshot)
         ):
             out.delete.append(record)
-    live_registrations = {
-        (seen.host.hostUid, f"{reg.run_uid}.{reg.attempt}")
-        for seen in snapshot.hosts
-        if seen.registrations is not None
-        for reg in seen.registrations
-    }
-    answered = {seen.host.hostUid for seen in snapshot.hosts if seen.registrations is not None}
+    held = HeldEntries.of(snapshot.hosts)
     for space in snapshot.workspaces:
         if not _old(space.modified, snapshot):
             continue
         if space.entry is None:
             if space.host_uid not in snapshot.live_uids:
                 out.remove.append(space)
-        elif (
-            space.host_uid in answered
-            and not space.entry.startswith("task-")
-            and (space.host_uid, space.entry) not in live_registrations
-        ):
+        elif held.removable(space.host_uid, space.entry):
             out.remove.append(space)
     for seen in snapshot.hosts:
         host = seen.host
