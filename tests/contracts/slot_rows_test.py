@@ -3,6 +3,7 @@ back as the pool handed them over."""
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -26,7 +27,9 @@ def _handed_over(n: int) -> list[Slot]:
             for i in range(n)
         ],
     )
-    return HostSlots.model_validate_json(sent.model_dump_json()).slots
+    # through json.loads: pydantic's own JSON parser keeps the short strings it read in a cache
+    # of its own, which would count here as kept
+    return HostSlots.model_validate(json.loads(sent.model_dump_json())).slots
 
 
 def test_the_rows_give_back_the_slots_as_handed_over() -> None:
@@ -40,9 +43,10 @@ def test_the_rows_give_back_the_slots_as_handed_over() -> None:
     assert rows.slots() == [] and len(rows) == 0
 
 
-def test_a_kept_slot_costs_less_than_half_its_model() -> None:
-    """~0.29 KB a slot kept as a row where the decoded Slot model took ~0.63 KB (10,000 Ready
-    Runs: ~3.4 MB less in the worker)."""
+def test_a_kept_slot_costs_a_fifth_of_its_model() -> None:
+    """~0.13 KB a slot kept in the rows' one JSON document where the decoded Slot model took
+    ~0.7 KB (and a tuple of its fields ~0.29 KB): with 10,000 Ready Runs the HostWorkflows keep
+    ~1.3 MB in 20 allocations instead of ~2.9 MB in some 50,000."""
 
     def retained(compact: bool) -> float:
         tracemalloc.start()
@@ -56,4 +60,4 @@ def test_a_kept_slot_costs_less_than_half_its_model() -> None:
             tracemalloc.stop()
 
     per_row, per_model = retained(True), retained(False)
-    assert per_row * 2 < per_model, f"{per_row:.0f} B per row, {per_model:.0f} B per Slot model"
+    assert per_row * 4 < per_model, f"{per_row:.0f} B per row, {per_model:.0f} B per Slot model"
