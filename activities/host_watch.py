@@ -17,12 +17,19 @@ and is gone (or not ready) in the next is signalled to its Run at once (`registr
 Run decides whether that concerns it. Every watch request names the gateways' current heartbeat
 addresses (those this worker was started with), so the host's heartbeats follow the gateways.
 
-The watch asks for deltas: after a stream's first report (every registration), each report holds
-only the registrations that changed and the ids of those removed, and the watch keeps the whole
-picture itself, so a report costs what changed, not the host's registrations. A report whose
-sequence is not the previous one's plus one means one was missed: the watch reconnects, and the
-new stream's first report is whole again. A host that does not know deltas sends whole reports
-(`delta` unset), which are taken as they are.
+The watch asks for losses: the host itself reports each registration that stopped serving, with
+its Run's identity, numbered in a journal (runtime/watch.py), so the watch keeps nothing per
+registration (a Ready Run costs the worker no memory here) and only its place in the journal. A
+report whose sequence is not the previous one's plus one means one was missed: the watch
+reconnects and resumes after the last loss it took, so a broken stream misses none the host still
+holds (one away for longer than the host's journal is told so, and leaves the rest to the
+reconciler). A watch that renews starts from the host's losses at its first report.
+
+A host that does not report losses (an older one) is watched as before: the watch asks for
+deltas (after a stream's first report, every registration, each report holds only the
+registrations that changed and the ids of those removed), keeps the whole picture itself, and
+finds the losses by comparing; after a missed report the new stream's first report is whole
+again. A host that does not know deltas sends whole reports (`delta` unset), taken as they are.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.hosts._rpc import host_channel
+from kruntimes.api.names import validate_dns1123_label, validate_run_uid
 from kruntimes.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
 from kruntimes.lifecycle import (
     SIGNAL_REGISTRATION_LOST,
@@ -59,6 +67,9 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_S = 1.0  # the activity's own heartbeat, whatever the host does
+# A report's losses the watch acts on: a host's journal holds 1,024 (runtime/watch.py), so a
+# report with more is not a host's; past these, the reconciler finds the Runs.
+MAX_LOSSES = 1024
 SILENT = "no report"
 MISSED = "a report was missed"
 
@@ -73,6 +84,10 @@ class _Seen:
     not_serving_since: float | None = None
     previous: dict[str, Registered] | None = None  # every registration the host reported, by id
     sequence: int = 0  # of the current stream's last report
+    # In the journal of a host that reports losses: the last position taken, and whether there
+    # is one to resume after (the watch's first stream has none).
+    lost_position: int = 0
+    resume: bool = False
 
 
 def registered(report: pb.HostReport) -> dict[str, Registered]:
@@ -89,6 +104,23 @@ def registered(report: pb.HostReport) -> dict[str, Registered]:
         )
         for r in report.registrations
     }
+
+
+# What a host may call a registration it lost: its id is opaque, but short.
+MAX_REGISTRATION_ID = 256
+
+
+def _names_a_run(reg: pb.RegistrationState) -> bool:
+    """Whether a loss a host reports names a Run the way a Run is named (a host is trusted about
+    its own Runs, and a Run ignores a loss of another host's; this keeps what a broken or hostile
+    host sends out of workflow ids and Temporal's history)."""
+    try:
+        validate_run_uid(reg.run_uid)
+        validate_dns1123_label(reg.namespace, field="namespace")
+        validate_dns1123_label(reg.name, field="name")
+    except ValueError:
+        return False
+    return 0 < len(reg.registration_id) <= MAX_REGISTRATION_ID and reg.registration_id.isprintable()
 
 
 SignalRun = Callable[[str, RegistrationLostSignal], Awaitable[None]]
@@ -130,8 +162,14 @@ class HostWatchActivities:
         # The gateways' heartbeat addresses this worker knows; None: leave the host's alone.
         self.gateways = gateways
 
-    def _request(self, interval_s: float) -> pb.WatchHostRequest:
-        request = pb.WatchHostRequest(interval_ms=max(1, round(interval_s * 1000)), deltas=True)
+    def _request(self, interval_s: float, seen: _Seen) -> pb.WatchHostRequest:
+        request = pb.WatchHostRequest(
+            interval_ms=max(1, round(interval_s * 1000)),
+            deltas=True,
+            losses=True,
+            resume=seen.resume,
+            lost_after=seen.lost_position,
+        )
         if self.gateways:
             request.gateways.extend(self.gateways)
             request.set_gateways = True
@@ -188,7 +226,7 @@ class HostWatchActivities:
         seen: _Seen,
     ) -> WatchResult | str:
         """Read reports until a verdict (returned) or a problem with the stream (its text)."""
-        call = stub.WatchHost(self._request(input.intervalSeconds))
+        call = stub.WatchHost(self._request(input.intervalSeconds, seen))
         seen.sequence = 0  # a new stream numbers its reports from 1
         try:
             while True:
@@ -237,6 +275,8 @@ class HostWatchActivities:
                 reason=LossReason.NotServing,
                 message=report.health.message or "the host reports that it does not serve",
             )
+        if report.reports_losses:
+            return await self._reported_losses(input, seen, report)
         if report.delta and (seen.previous is None or report.sequence != seen.sequence + 1):
             return f"{MISSED}: {report.sequence} after {seen.sequence}"
         seen.sequence = report.sequence
@@ -256,6 +296,39 @@ class HostWatchActivities:
         await self._losses(input, before, {i: seen.previous[i] for i in touched if i in seen.previous})
         return None
 
+    async def _reported_losses(self, input: WatchInput, seen: _Seen, report: pb.HostReport) -> str | None:
+        """Tell the Runs of the losses a host reports; a problem with the stream (its text), or
+        None to read on."""
+        if report.sequence != seen.sequence + 1:
+            return f"{MISSED}: {report.sequence} after {seen.sequence}"
+        seen.sequence = report.sequence
+        if report.lost_truncated:
+            log.warning(
+                "the host no longer holds every registration lost while the watch was away; "
+                "the reconciler finds their Runs",
+                extra={"host": input.hostId, "after": seen.lost_position},
+            )
+        if len(report.lost) > MAX_LOSSES:
+            log.warning(
+                "a report names more lost registrations than a host keeps; the reconciler finds the rest",
+                extra={"host": input.hostId, "lost": len(report.lost)},
+            )
+        for loss in report.lost[:MAX_LOSSES]:
+            reg = loss.registration
+            if not _names_a_run(reg):
+                log.warning("a lost registration names no Run", extra={"host": input.hostId})
+                continue
+            await self._tell_lost(
+                input,
+                reg.run_uid,
+                reg.registration_id,
+                run_workflow_id(reg.namespace, reg.name),
+                gone=loss.gone,
+            )
+        seen.lost_position = report.lost_position
+        seen.resume = True
+        return None
+
     async def _tell_ready(self, input: WatchInput, seen: _Seen) -> None:
         try:
             await self.signal_ready(
@@ -272,21 +345,29 @@ class HostWatchActivities:
     ) -> None:
         for loss in registration_losses(previous, current):
             reg = loss.registration
-            signal = RegistrationLostSignal(
-                runUid=reg.run_uid,
-                hostUid=input.hostUid,
-                registrationId=reg.registration_id,
-                reason="NotReady" if loss.because == "NotReady" else "Unregistered",
-                message=f"host {input.hostId} reports registration {reg.registration_id} "
-                f"{'not ready' if loss.because == 'NotReady' else 'gone'}",
+            workflow_id = run_workflow_id(reg.namespace, reg.name)
+            await self._tell_lost(
+                input, reg.run_uid, reg.registration_id, workflow_id, gone=loss.because != "NotReady"
             )
-            try:
-                await self.signal_run(run_workflow_id(reg.namespace, reg.name), signal)
-            except Exception as err:  # the watch goes on; the reconciler finds what this misses
-                log.warning(
-                    "cannot tell a Run its registration is lost",
-                    extra={"run_uid": reg.run_uid, "error": type(err).__name__},
-                )
+
+    async def _tell_lost(
+        self, input: WatchInput, run_uid: str, registration_id: str, workflow_id: str, *, gone: bool
+    ) -> None:
+        signal = RegistrationLostSignal(
+            runUid=run_uid,
+            hostUid=input.hostUid,
+            registrationId=registration_id,
+            reason="Unregistered" if gone else "NotReady",
+            message=f"host {input.hostId} reports registration {registration_id} "
+            f"{'gone' if gone else 'not ready'}",
+        )
+        try:
+            await self.signal_run(workflow_id, signal)
+        except Exception as err:  # the watch goes on; the reconciler finds what this misses
+            log.warning(
+                "cannot tell a Run its registration is lost",
+                extra={"run_uid": run_uid, "error": type(err).__name__},
+            )
 
 
 async def _read(call: Any, timeout_s: float) -> Any:

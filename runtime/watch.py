@@ -16,6 +16,13 @@ the ids of those removed, so what the watcher reads and compares is proportional
 not to the host's registrations. Reports are numbered per stream: a gap means one was missed,
 and the watcher watches anew (its first report is whole again).
 
+A watcher that asks for losses is told by the host which registrations stopped serving (were
+ready when the host last looked, and are gone or not ready now), so it needs to keep nothing per
+registration to tell their Runs. The host looks at every report it builds (for any stream) and
+numbers each loss in a journal of its incarnation (the last LOSS_JOURNAL of them); a stream
+carries the losses after its previous report, and a watcher that reconnects resumes after the
+last position it took, so a broken stream loses none the host still holds.
+
 Everything here runs on the host's event loop; `changed` may be called from any thread.
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
@@ -36,6 +44,10 @@ MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
 # Watchers of one host at once (the HostWorkflow's activity, plus a restarted one for a while).
 MAX_WATCHERS = 16
+# Losses a host keeps for watchers that resume (~0.2 KB each): a watcher away for more than this
+# many misses the oldest, and the reconciler finds those Runs (their registrations are gone).
+LOSS_JOURNAL = 1024
+_READY = pb.REGISTRATION_PHASE_READY
 
 
 class Health:
@@ -60,6 +72,7 @@ class HostWatch:
         gateways: Callable[[], list[pb.GatewayLink]],
         set_gateways: Callable[[list[str]], None],
         health: Health,
+        journal: int = LOSS_JOURNAL,
     ) -> None:
         self.host_id = host_id
         self.host_uid = host_uid
@@ -73,6 +86,9 @@ class HostWatch:
         self.health = health
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeups: set[asyncio.Event] = set()
+        self._serving: dict[str, pb.RegistrationState] = {}  # ready when the host last looked
+        self._journal: deque[pb.RegistrationLoss] = deque(maxlen=journal)
+        self._position = 0  # of the last loss journalled
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the watchers run on (the host's)."""
@@ -90,22 +106,29 @@ class HostWatch:
         for event in self._wakeups:
             event.set()
 
-    def report(self, sequence: int, sent: dict[str, pb.RegistrationState] | None = None) -> pb.HostReport:
+    def report(
+        self,
+        sequence: int,
+        sent: dict[str, pb.RegistrationState] | None = None,
+        losses: LossCursor | None = None,
+    ) -> pb.HostReport:
         """The report numbered `sequence`. With `sent` (what this stream reported so far, by
-        registration id, updated here), a delta against it unless it is the stream's first."""
+        registration id, updated here), a delta against it unless it is the stream's first. With
+        `losses` (where this stream is in the journal, moved here), the losses after it."""
         sent_at = Timestamp()
         sent_at.FromDatetime(datetime.now(UTC))
         registrations = self.registrations()
+        current = {r.registration_id: r for r in registrations}
+        self._look(current)
         delta = sent is not None and sequence > 1
         removed: list[str] = []
         if sent is not None:
-            current = {r.registration_id: r for r in registrations}
             if delta:
                 removed = sorted(set(sent) - set(current))
                 registrations = [r for r in registrations if _changed(sent.get(r.registration_id), r)]
             sent.clear()
             sent.update(current)
-        return pb.HostReport(
+        report = pb.HostReport(
             host_id=self.host_id,
             host_uid=self.host_uid,
             runtime=self.runtime,
@@ -119,6 +142,42 @@ class HostWatch:
             delta=delta,
             removed=removed,
         )
+        if losses is not None:
+            report.reports_losses = True
+            lost, report.lost_truncated = self._losses_after(losses.after)
+            report.lost.extend(lost)
+            report.lost_position = losses.after = self._position
+        return report
+
+    def _look(self, current: dict[str, pb.RegistrationState]) -> None:
+        """Journal every registration that was ready when the host last looked and is not now."""
+        serving = {i: r for i, r in current.items() if r.phase == _READY}
+        for reg_id, before in self._serving.items():
+            if reg_id in serving:
+                continue
+            now = current.get(reg_id)
+            self._position += 1
+            self._journal.append(
+                pb.RegistrationLoss(
+                    position=self._position, registration=_identity(now or before), gone=now is None
+                )
+            )
+        self._serving = serving
+
+    def _losses_after(self, after: int | None) -> tuple[list[pb.RegistrationLoss], bool]:
+        """The journalled losses after position `after` (None: from now on, none), and whether
+        the journal no longer holds some of them (or `after` is not a position of this host)."""
+        if after is None or after == self._position:
+            return [], False
+        if after > self._position:  # not ours: another incarnation's, or made up
+            return [], True
+        lost: list[pb.RegistrationLoss] = []
+        for loss in reversed(self._journal):
+            if loss.position <= after:
+                break
+            lost.append(loss)
+        lost.reverse()
+        return lost, not lost or lost[0].position != after + 1
 
     def interval_of(self, request: pb.WatchHostRequest) -> float:
         if request.interval_ms == 0:
@@ -135,12 +194,15 @@ class HostWatch:
         wakeup = asyncio.Event()
         self._wakeups.add(wakeup)
         sent: dict[str, pb.RegistrationState] | None = {} if request.deltas else None
+        losses = None
+        if request.losses:
+            losses = LossCursor(request.lost_after if request.resume else None)
         try:
             sequence = 0
             while True:
                 sequence += 1
                 wakeup.clear()
-                yield self.report(sequence, sent)
+                yield self.report(sequence, sent, losses)
                 if not self.health.serving:
                     return
                 with contextlib.suppress(TimeoutError):
@@ -153,6 +215,29 @@ class HostWatch:
         self.health.serving = False
         self.health.message = message
         self.changed()
+
+
+class LossCursor:
+    """Where one stream is in its host's journal of losses (None: at its first report, from
+    then on)."""
+
+    __slots__ = ("after",)
+
+    def __init__(self, after: int | None) -> None:
+        self.after = after
+
+
+def _identity(registration: pb.RegistrationState) -> pb.RegistrationState:
+    """What a loss tells of its registration: who it is and its phase, not its assignment."""
+    return pb.RegistrationState(
+        run_uid=registration.run_uid,
+        attempt=registration.attempt,
+        namespace=registration.namespace,
+        name=registration.name,
+        runtime=registration.runtime,
+        registration_id=registration.registration_id,
+        phase=registration.phase,
+    )
 
 
 def _changed(before: pb.RegistrationState | None, now: pb.RegistrationState) -> bool:

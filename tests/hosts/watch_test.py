@@ -217,6 +217,109 @@ async def test_the_watch_keeps_the_whole_picture_from_deltas_and_reconnects_when
     assert sorted(seen.previous) == ["reg-a", "reg-c"], "nothing of a report after a gap is taken"
 
 
+def _uid(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+
+
+def _losses(sequence: int, position: int, *lost: tuple[str, bool], truncated: bool = False) -> pb.HostReport:
+    """A report of a host that tells its losses: `lost` (name, gone) at positions up to `position`."""
+    return pb.HostReport(
+        host_uid="uid-1",
+        sequence=sequence,
+        health=pb.HostHealth(serving=True),
+        delta=sequence > 1,
+        reports_losses=True,
+        lost_position=position,
+        lost_truncated=truncated,
+        lost=[
+            pb.RegistrationLoss(
+                position=position - len(lost) + 1 + i,
+                gone=gone,
+                registration=pb.RegistrationState(
+                    run_uid=_uid(n),
+                    attempt=1,
+                    namespace="default",
+                    name=n,
+                    registration_id=f"reg-{n}",
+                    phase=pb.REGISTRATION_PHASE_NOT_READY,
+                ),
+            )
+            for i, (n, gone) in enumerate(lost)
+        ],
+    )
+
+
+async def test_a_host_that_tells_its_losses_costs_the_watch_nothing_per_registration_and_none_is_missed() -> (
+    None
+):
+    told: Told[RegistrationLostSignal] = Told()
+    watch_activities = activities(told=told)
+    input = WatchInput(
+        runtime="python",
+        hostId="python-0",
+        hostUid="uid-1",
+        address="127.0.0.1:1",
+        intervalSeconds=INTERVAL_S,
+        maxSeconds=BOUND_S,
+    )
+    rules, seen = WatchRules(interval_s=INTERVAL_S), _Seen()
+
+    async def read(report: pb.HostReport) -> object:
+        return await watch_activities._report(input, rules, seen, report)
+
+    first = watch_activities._request(INTERVAL_S, seen)
+    assert first.losses and not first.resume, "the watch's first stream takes losses from now on"
+    assert await read(_losses(1, 7)) is None
+    assert await read(_losses(2, 9, ("a", True), ("b", False))) is None
+    assert [(w, lost.runUid, lost.registrationId, lost.reason, lost.hostUid) for w, lost in told.signals] == [
+        ("run/default/a", _uid("a"), "reg-a", "Unregistered", "uid-1"),
+        ("run/default/b", _uid("b"), "reg-b", "NotReady", "uid-1"),
+    ]
+    assert seen.previous is None, "nothing is kept per registration"
+    assert seen.lost_position == 9
+
+    missed = await read(_losses(4, 10, ("c", True)))  # 3 never came
+    assert isinstance(missed, str) and missed.startswith("a report was missed")
+    assert len(told.signals) == 2 and seen.lost_position == 9, "nothing of a report after a gap is taken"
+    again = watch_activities._request(INTERVAL_S, seen)
+    assert (again.losses, again.resume, again.lost_after) == (True, True, 9), "the next stream resumes"
+
+    seen.sequence = 0  # a new stream numbers from 1
+    assert await read(_losses(1, 12, ("c", True), truncated=True)) is None
+    assert told.signals[-1][0] == "run/default/c" and seen.lost_position == 12
+
+    # what a broken or hostile host names is not a Run's: told to nobody
+    hostile = _losses(2, 15, ("UPPER", True), ("d", True), ("e", True))
+    hostile.lost[1].registration.namespace = "../pool"
+    hostile.lost[2].registration.run_uid = "not-a-uid"
+    assert await read(hostile) is None
+    assert len(told.signals) == 3 and seen.lost_position == 15
+
+
+async def test_a_stream_that_resumes_is_told_the_losses_of_a_host_while_nobody_watched(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI
+) -> None:
+    host = await process.create(spec(state_dir))
+    kept = await asyncio.to_thread(register, pki, host, name="kept")
+    removed = await asyncio.to_thread(register, pki, host, name="removed")
+    [first] = await first_reports(pki, host, 1, deltas=True, losses=True)
+    assert first.reports_losses and not first.lost
+    await asyncio.to_thread(unregister, pki, host, removed.registration_id)
+    [fresh] = await first_reports(pki, host, 1, deltas=True, losses=True)
+    assert not fresh.lost, "a stream that does not resume is told losses from now on"
+    [resumed] = await first_reports(
+        pki, host, 1, deltas=True, losses=True, resume=True, lost_after=first.lost_position
+    )
+    [loss] = resumed.lost
+    assert (loss.registration.registration_id, loss.registration.name, loss.gone) == (
+        removed.registration_id,
+        "removed",
+        True,
+    )
+    assert loss.position == resumed.lost_position == first.lost_position + 1
+    assert {r.registration_id for r in resumed.registrations} == {kept.registration_id}
+
+
 async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_goes_on(
     state_dir: Path, process: ProcessProvider
 ) -> None:

@@ -926,6 +926,9 @@ class WatchHostRequest(_message.Message):
     GATEWAYS_FIELD_NUMBER: _builtins.int
     SET_GATEWAYS_FIELD_NUMBER: _builtins.int
     DELTAS_FIELD_NUMBER: _builtins.int
+    LOSSES_FIELD_NUMBER: _builtins.int
+    RESUME_FIELD_NUMBER: _builtins.int
+    LOST_AFTER_FIELD_NUMBER: _builtins.int
     interval_ms: _builtins.int
     """between reports; 0: the host's heartbeat interval"""
     set_gateways: _builtins.bool
@@ -933,6 +936,15 @@ class WatchHostRequest(_message.Message):
     """With deltas, every report after the stream's first carries only what changed since the
     previous one (HostReport.delta); the first report of a stream is always whole.
     """
+    losses: _builtins.bool
+    """With losses, the host tells the registrations that stop serving itself (HostReport.lost), so
+    a watcher keeps nothing per registration. A host numbers every such loss in a journal of its
+    incarnation; with resume, the stream's first report carries the losses after lost_after (the
+    lost_position of the last report the watcher took, on an earlier stream): a watcher that
+    reconnects misses none the host still holds. Without resume, losses from now on.
+    """
+    resume: _builtins.bool
+    lost_after: _builtins.int
     @_builtins.property
     def gateways(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """With set_gateways, the host replaces its heartbeat targets by these (an empty list: none)."""
@@ -944,14 +956,51 @@ class WatchHostRequest(_message.Message):
         gateways: _abc.Iterable[_builtins.str] | None = ...,
         set_gateways: _builtins.bool = ...,
         deltas: _builtins.bool = ...,
+        losses: _builtins.bool = ...,
+        resume: _builtins.bool = ...,
+        lost_after: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "gateways", b"gateways", "interval_ms", b"interval_ms", "set_gateways", b"set_gateways"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "gateways", b"gateways", "interval_ms", b"interval_ms", "losses", b"losses", "lost_after", b"lost_after", "resume", b"resume", "set_gateways", b"set_gateways"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchHostRequest: _TypeAlias = WatchHostRequest  # noqa: Y015
+
+@_typing.final
+class RegistrationLoss(_message.Message):
+    """A registration that served (ready) when the host last looked and no longer does: gone, or
+    still registered but not ready.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    REGISTRATION_FIELD_NUMBER: _builtins.int
+    GONE_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    """in the host's journal: 1, 2, ... per host incarnation"""
+    gone: _builtins.bool
+    """unregistered; else registered but not ready"""
+    @_builtins.property
+    def registration(self) -> Global___RegistrationState:
+        """its identity (no assignment) and its phase now"""
+
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        registration: Global___RegistrationState | None = ...,
+        gone: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["registration", b"registration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gone", b"gone", "position", b"position", "registration", b"registration"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegistrationLoss: _TypeAlias = RegistrationLoss  # noqa: Y015
 
 @_typing.final
 class HostHealth(_message.Message):
@@ -1037,6 +1086,10 @@ class HostReport(_message.Message):
     GATEWAYS_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
     REMOVED_FIELD_NUMBER: _builtins.int
+    REPORTS_LOSSES_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    LOST_POSITION_FIELD_NUMBER: _builtins.int
+    LOST_TRUNCATED_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     host_uid: _builtins.str
     runtime: _builtins.str
@@ -1049,6 +1102,15 @@ class HostReport(_message.Message):
     `removed` the ids of those gone since. A watcher that gets a sequence other than the last
     one plus one has missed a report and watches anew (a stream's first report is whole).
     """
+    reports_losses: _builtins.bool
+    """A report of a stream that asked for losses (WatchHostRequest.losses; a host that does not
+    know them leaves reports_losses unset): `lost` holds the losses after the stream's previous
+    report (in its first, after lost_after or none), in journal order, and lost_position the
+    journal's position after them. lost_truncated: the host no longer holds every loss after
+    lost_after (it keeps its last LOSS_JOURNAL); those are the reconciler's to find.
+    """
+    lost_position: _builtins.int
+    lost_truncated: _builtins.bool
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1065,6 +1127,8 @@ class HostReport(_message.Message):
     def gateways(self) -> _containers.RepeatedCompositeFieldContainer[Global___GatewayLink]: ...
     @_builtins.property
     def removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def lost(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegistrationLoss]: ...
     def __init__(
         self,
         *,
@@ -1080,10 +1144,14 @@ class HostReport(_message.Message):
         gateways: _abc.Iterable[Global___GatewayLink] | None = ...,
         delta: _builtins.bool = ...,
         removed: _abc.Iterable[_builtins.str] | None = ...,
+        reports_losses: _builtins.bool = ...,
+        lost: _abc.Iterable[Global___RegistrationLoss] | None = ...,
+        lost_position: _builtins.int = ...,
+        lost_truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "registrations", b"registrations", "removed", b"removed", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "lost", b"lost", "lost_position", b"lost_position", "lost_truncated", b"lost_truncated", "registrations", b"registrations", "removed", b"removed", "reports_losses", b"reports_losses", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
