@@ -211,7 +211,8 @@ class RouteCache:
                 and prev.invoke_address == invoke_address
             ):
                 ready = r.phase == _READY
-                routes[r.run_uid] = prev if prev.ready is ready else replace(prev, ready=ready)
+                # keyed by the route's own uid string: the beat's copy is not kept as well
+                routes[prev.run_uid] = prev if prev.ready is ready else replace(prev, ready=ready)
                 unrouted.discard(r.run_uid)
             else:
                 pending.append(r)
@@ -227,7 +228,7 @@ class RouteCache:
                 routes.pop(r.run_uid, None)
                 unrouted.add(r.run_uid)
             else:
-                routes[r.run_uid] = route
+                routes[route.run_uid] = route
                 unrouted.discard(r.run_uid)
         if pending:  # the host may have changed while this snapshot was verified
             identity = self._sender(beat, peer)
@@ -314,9 +315,11 @@ class RouteCache:
                     del floors[next(iter(floors))]
             held = self._routes.get(run_uid)
             if held is None or (isinstance(held, Route) and held.host_uid == host_uid):
-                self._routes[run_uid] = route
+                if held is not None and held.run_uid is not route.run_uid:
+                    del self._routes[run_uid]  # an assignment keeps the old key: the old string
+                self._routes[route.run_uid] = route  # keyed by the route's own uid string
             elif isinstance(held, Route):
-                self._routes[run_uid] = {held.host_uid: held, host_uid: route}
+                self._routes[route.run_uid] = {held.host_uid: held, host_uid: route}
             else:
                 held[host_uid] = route
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from gateway.routes import RouteCache
+from gateway.routes import Route, RouteCache
 from kruntimes.assignments import Verifier
 from kruntimes.pki import Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
@@ -77,3 +77,7 @@ async def test_the_stream_carries_what_changed_and_the_gateway_ends_with_the_hos
     whole = await next_beat()
     assert not whole.delta and len(whole.registrations) == len(held)
     assert len(routes) == len(held)
+    # one copy of a Run's uid a route (10,000 routes: ~0.85 MB each copy), not the beats' as well
+    index = [(k, r) for k, r in routes._routes.items() if isinstance(r, Route)]
+    assert len(index) == len(held) and all(key is route.run_uid for key, route in index)
+    assert all(key is route.run_uid for key, route in routes._hosts[HOST_UID].routes.items())
