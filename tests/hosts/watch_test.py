@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -190,8 +191,10 @@ def _report(sequence: int, *names: str, delta: bool = True, removed: tuple[str, 
     )
 
 
-async def test_the_watch_keeps_the_whole_picture_from_deltas_and_reconnects_when_one_is_missed() -> None:
-    told: Told[RegistrationLostSignal] = Told()
+def reader(
+    told: Told[RegistrationLostSignal],
+) -> tuple[HostWatchActivities, _Seen, Callable[[pb.HostReport], Awaitable[object]]]:
+    """A watch of a made-up host python-0 (uid-1), what it has seen, and how it reads a report."""
     watch_activities = activities(told=told)
     input = WatchInput(
         runtime="python",
@@ -205,6 +208,13 @@ async def test_the_watch_keeps_the_whole_picture_from_deltas_and_reconnects_when
 
     async def read(report: pb.HostReport) -> object:
         return await watch_activities._report(input, rules, seen, report)
+
+    return watch_activities, seen, read
+
+
+async def test_the_watch_keeps_the_whole_picture_from_deltas_and_reconnects_when_one_is_missed() -> None:
+    told: Told[RegistrationLostSignal] = Told()
+    _, seen, read = reader(told)
 
     assert await read(_report(1, "a", "b", delta=False)) is None
     assert await read(_report(2, "c")) is None
@@ -253,19 +263,7 @@ async def test_a_host_that_tells_its_losses_costs_the_watch_nothing_per_registra
     None
 ):
     told: Told[RegistrationLostSignal] = Told()
-    watch_activities = activities(told=told)
-    input = WatchInput(
-        runtime="python",
-        hostId="python-0",
-        hostUid="uid-1",
-        address="127.0.0.1:1",
-        intervalSeconds=INTERVAL_S,
-        maxSeconds=BOUND_S,
-    )
-    rules, seen = WatchRules(interval_s=INTERVAL_S), _Seen()
-
-    async def read(report: pb.HostReport) -> object:
-        return await watch_activities._report(input, rules, seen, report)
+    watch_activities, seen, read = reader(told)
 
     first = watch_activities._request(INTERVAL_S, seen)
     assert first.losses and not first.resume, "the watch's first stream takes losses from now on"
