@@ -19,7 +19,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,21 +69,40 @@ def _ephemeral_low() -> int | None:
     return low if low - PICKED_FROM >= 1000 else None
 
 
+# Ports this process picked lately are not picked again: a port is free when picked but taken
+# only when its user binds it, so two picks close together (a dev server's four ports, a
+# platform's) could name the same one, and the second listener failed to bind ("address already
+# in use": a dev server that exited at start in a make test run, 2026-12-05).
+RECENT_PICKS = 512
+_picked: deque[int] = deque(maxlen=RECENT_PICKS)
+_picked_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on at `host` now, outside the ephemeral range if possible."""
+    """A TCP port nothing listens on at `host` now, outside the ephemeral range if possible, and
+    none of the last RECENT_PICKS this process picked."""
     low = _ephemeral_low()
     if low is not None:
         for _ in range(PICK_TRIES):
             port = random.randrange(PICKED_FROM, low)
+            with _picked_lock:
+                if port in _picked:
+                    continue
             with socket.socket() as sock:
                 try:
                     sock.bind((host, port))
                 except OSError:
                     continue
-                return port
+            return _remember(port)
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        return _remember(int(sock.getsockname()[1]))
+
+
+def _remember(port: int) -> int:
+    with _picked_lock:
+        _picked.append(port)
+    return port
 
 
 def temporal_binary() -> str:

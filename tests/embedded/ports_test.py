@@ -33,3 +33,11 @@ def test_a_port_in_use_is_not_picked() -> None:
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_process_does_not_pick_a_port_it_picked_lately() -> None:
+    """Picked ports are bound later by whoever asked: 400 picks from the ~12,000 below the
+    ephemeral range would name some port twice almost every time (a dev server's four ports once
+    did, and it exited at start), unless the picker remembers what it handed out."""
+    ports = [free_port() for _ in range(400)]
+    assert len(set(ports)) == len(ports)
