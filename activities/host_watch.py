@@ -110,17 +110,17 @@ def registered(report: pb.HostReport) -> dict[str, Registered]:
 MAX_REGISTRATION_ID = 256
 
 
-def _names_a_run(reg: pb.RegistrationState) -> bool:
-    """Whether a loss a host reports names a Run the way a Run is named (a host is trusted about
-    its own Runs, and a Run ignores a loss of another host's; this keeps what a broken or hostile
-    host sends out of workflow ids and Temporal's history)."""
+def _names_a_run(run_uid: str, registration_id: str, namespace: str, name: str) -> bool:
+    """Whether a lost registration a host reports names a Run the way a Run is named (a host is
+    trusted about its own Runs, and a Run ignores a loss of another host's; this keeps what a
+    broken or hostile host sends out of workflow ids and Temporal's history)."""
     try:
-        validate_run_uid(reg.run_uid)
-        validate_dns1123_label(reg.namespace, field="namespace")
-        validate_dns1123_label(reg.name, field="name")
+        validate_run_uid(run_uid)
+        validate_dns1123_label(namespace, field="namespace")
+        validate_dns1123_label(name, field="name")
     except ValueError:
         return False
-    return 0 < len(reg.registration_id) <= MAX_REGISTRATION_ID and reg.registration_id.isprintable()
+    return 0 < len(registration_id) <= MAX_REGISTRATION_ID and registration_id.isprintable()
 
 
 SignalRun = Callable[[str, RegistrationLostSignal], Awaitable[None]]
@@ -315,15 +315,8 @@ class HostWatchActivities:
             )
         for loss in report.lost[:MAX_LOSSES]:
             reg = loss.registration
-            if not _names_a_run(reg):
-                log.warning("a lost registration names no Run", extra={"host": input.hostId})
-                continue
             await self._tell_lost(
-                input,
-                reg.run_uid,
-                reg.registration_id,
-                run_workflow_id(reg.namespace, reg.name),
-                gone=loss.gone,
+                input, reg.run_uid, reg.registration_id, reg.namespace, reg.name, gone=loss.gone
             )
         seen.lost_position = report.lost_position
         seen.resume = True
@@ -345,14 +338,16 @@ class HostWatchActivities:
     ) -> None:
         for loss in registration_losses(previous, current):
             reg = loss.registration
-            workflow_id = run_workflow_id(reg.namespace, reg.name)
-            await self._tell_lost(
-                input, reg.run_uid, reg.registration_id, workflow_id, gone=loss.because != "NotReady"
-            )
+            gone = loss.because != "NotReady"
+            await self._tell_lost(input, reg.run_uid, reg.registration_id, reg.namespace, reg.name, gone=gone)
 
     async def _tell_lost(
-        self, input: WatchInput, run_uid: str, registration_id: str, workflow_id: str, *, gone: bool
+        self, input: WatchInput, run_uid: str, registration_id: str, namespace: str, name: str, *, gone: bool
     ) -> None:
+        """Signal a lost registration to its Run; one whose names are not a Run's is told to nobody."""
+        if not _names_a_run(run_uid, registration_id, namespace, name):
+            log.warning("a lost registration names no Run", extra={"host": input.hostId})
+            return
         signal = RegistrationLostSignal(
             runUid=run_uid,
             hostUid=input.hostUid,
@@ -362,7 +357,7 @@ class HostWatchActivities:
             f"{'gone' if gone else 'not ready'}",
         )
         try:
-            await self.signal_run(workflow_id, signal)
+            await self.signal_run(run_workflow_id(namespace, name), signal)
         except Exception as err:  # the watch goes on; the reconciler finds what this misses
             log.warning(
                 "cannot tell a Run its registration is lost",

@@ -170,6 +170,10 @@ async def test_a_watcher_asking_for_deltas_gets_every_registration_first_then_on
     assert list(gone.removed) == [first.registration_id] and not gone.registrations
 
 
+def _uid(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+
+
 def _report(sequence: int, *names: str, delta: bool = True, removed: tuple[str, ...] = ()) -> pb.HostReport:
     return pb.HostReport(
         host_uid="uid-1",
@@ -179,7 +183,7 @@ def _report(sequence: int, *names: str, delta: bool = True, removed: tuple[str, 
         removed=list(removed),
         registrations=[
             pb.RegistrationState(
-                run_uid=f"run-{n}",
+                run_uid=_uid(n),
                 attempt=1,
                 namespace="default",
                 name=n,
@@ -225,10 +229,10 @@ async def test_the_watch_keeps_the_whole_picture_from_deltas_and_reconnects_when
     missed = await read(_report(5, "d"))  # 4 never came
     assert isinstance(missed, str) and missed.startswith("a report was missed")
     assert sorted(seen.previous) == ["reg-a", "reg-c"], "nothing of a report after a gap is taken"
-
-
-def _uid(name: str) -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+    seen.sequence = 0
+    assert await read(_report(1, "a", "c", "Not-A-Label", delta=False)) is None
+    assert await read(_report(2, removed=("reg-Not-A-Label",))) is None
+    assert len(told.signals) == 1, "a hostile name is told to nobody, in this path too"
 
 
 def _losses(sequence: int, position: int, *lost: tuple[str, bool], truncated: bool = False) -> pb.HostReport:
