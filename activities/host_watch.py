@@ -11,8 +11,11 @@ only with a verdict for its HostWorkflow:
 With tellReady it signals its HostWorkflow (`watch_ready`) at the first report that says the host
 serves, and goes on watching: a watch that ended there would miss what happens until the next.
 
-A broken stream or a silent one is followed by one HostInfo probe: the same incarnation answering
-means the stream alone failed, and the watch reconnects. A registration that served in one report
+A broken stream or a silent one is followed by one probe (`probe_host`): a TCP connection, a TLS
+handshake that verifies the server as this very host, then HostInfo. The same incarnation
+answering means the stream alone failed, and the watch reconnects; a server whose certificate is
+not the host's (the dead host's port taken by another process) is no more the host than another
+incarnation is. A registration that served in one report
 and is gone (or not ready) in the next is signalled to its Run at once (`registration_lost`); the
 Run decides whether that concerns it. Every watch request names the gateways' current heartbeat
 addresses (those this worker was started with), so the host's heartbeats follow the gateways.
@@ -48,7 +51,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.hosts._rpc import host_channel
+from activities.hosts._rpc import Handshake, handshake, host_channel
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
 from kruntimes.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
 from kruntimes.lifecycle import (
@@ -194,6 +197,7 @@ class HostWatchActivities:
         rules = WatchRules(interval_s=input.intervalSeconds)
         deadline = time.monotonic() + input.maxSeconds
         state = _Seen()
+        unanswered = 0  # probes in a row that got no answer
         while True:
             # A channel per stream: one that just failed would refuse calls while it backs off.
             # Verified as exactly this host: it is told the gateways and trusted about its Runs.
@@ -203,9 +207,12 @@ class HostWatchActivities:
                 )
             if isinstance(outcome, WatchResult):
                 return outcome
-            probe = await probe_host(input.address, input.hostUid, timeout_s=rules.probe_timeout_s)
+            probe = await probe_host(
+                input.address, input.hostUid, host=_identity(input), timeout_s=rules.probe_timeout_s
+            )
             if probe is Probe.Same:
                 state.reconnects += 1
+            unanswered = unanswered + 1 if probe is Probe.NoAnswer else 0
             loss = rules.after_probe(
                 probe, silent=outcome.startswith(SILENT), reported=state.reported, reconnects=state.reconnects
             )
@@ -214,8 +221,9 @@ class HostWatchActivities:
             log.info(
                 "host watch reconnects", extra={"host": input.hostId, "problem": outcome, "probe": probe}
             )
-            if probe is Probe.Same:
-                await asyncio.sleep(min(0.05 * state.reconnects, rules.probe_timeout_s))
+            # A probe may come back at once (a connection closed halfway): reconnect at a pace.
+            if probe is Probe.Same or unanswered:
+                await asyncio.sleep(min(0.05 * max(state.reconnects, unanswered), rules.probe_timeout_s))
 
     async def _stream(
         self,
@@ -388,20 +396,27 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()  # seen: a cancelled call's read ends in an error nobody waits for
 
 
-async def probe_host(address: str, host_uid: str, *, timeout_s: float) -> Probe:
+async def probe_host(address: str, host_uid: str, *, host: Identity, timeout_s: float) -> Probe:
     """Who answers at `address`: nothing listens (Refused), nobody in time (NoAnswer: a frozen
-    process still accepts connections), or the same or another incarnation (HostInfo)."""
-    host, _, port = address.rpartition(":")
+    process still accepts connections), a server that is not host `host` (Other: its port was
+    taken by another process, whose certificate does not name the host or who does not speak
+    TLS), or the same or another incarnation of it (HostInfo)."""
+    name, _, port = address.rpartition(":")
     try:
         async with asyncio.timeout(timeout_s):
-            _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            _, writer = await asyncio.open_connection(name.strip("[]"), int(port))
         writer.close()
     except (ConnectionRefusedError, ConnectionResetError):
         return Probe.Refused
     except (TimeoutError, OSError, ValueError):
         return Probe.NoAnswer
+    shook = await handshake(address, host=host, timeout_s=timeout_s)
+    if shook is Handshake.Stranger:
+        return Probe.Other
+    if shook is Handshake.Unfinished:
+        return Probe.NoAnswer
     try:
-        async with host_channel(address) as channel:
+        async with host_channel(address, host=host) as channel:
             info = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(
                 pb.HostInfoRequest(), timeout=timeout_s
             )

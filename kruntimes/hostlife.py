@@ -65,7 +65,7 @@ class Probe(StrEnum):
     """What asking a silent host who it is (HostInfo) found."""
 
     Same = "Same"  # the same incarnation answered: alive, its stream is what failed
-    Other = "Other"  # another incarnation answers at its address: the watched one is gone
+    Other = "Other"  # another incarnation, or a server that is not the host, answers at its address
     Refused = "Refused"  # nothing listens at its address: its process is gone or going
     NoAnswer = "NoAnswer"  # the probe timed out: frozen, or the network is cut
 
@@ -73,7 +73,7 @@ class Probe(StrEnum):
 class LossReason(StrEnum):
     Silent = "Silent"  # reported before, then nothing for the silence window and no probe answer
     Unreachable = "Unreachable"  # nothing listens at its address
-    Replaced = "Replaced"  # another incarnation answers at its address
+    Replaced = "Replaced"  # another incarnation, or a server that is not the host, answers at its address
     NotServing = "NotServing"  # reports that it does not serve, for longer than the window
     Unstable = "Unstable"  # answers probes but its stream keeps failing
     ProviderLost = "ProviderLost"  # its provider reported it lost or not ready

@@ -14,7 +14,10 @@ Errors::
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from dataclasses import dataclass
+from enum import StrEnum
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -80,6 +83,41 @@ def host_channel(address: str, *, host: Identity | None = None) -> grpc.aio.Chan
     return grpc.aio.secure_channel(
         address, tls.channel_credentials(), options=tls.channel_options(host or Role.HOST)
     )
+
+
+class Handshake(StrEnum):
+    """What a TLS handshake as the control plane with the server at an address found."""
+
+    Verified = "Verified"  # its certificate names the host asked for, signed by the platform CA
+    Stranger = "Stranger"  # it is not that host: another certificate, or it does not speak TLS
+    Unfinished = "Unfinished"  # no answer in time, or the connection closed halfway
+
+
+async def handshake(address: str, *, host: Identity, timeout_s: float) -> Handshake:
+    """Shake hands with the server at ``address`` as a channel to `host` does (the control plane's
+    certificate, the server verified as `host`), then close. A port is reused: once a host's
+    process is gone, another server may listen at its address, and answers a TCP connection as
+    the host did; only its certificate tells it apart. The server's answer to our certificate is
+    not awaited (TLS 1.3 sends it after the handshake): a grpc call finds that."""
+    check_address(address)
+    name, _, port = address.rpartition(":")
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(
+                name.strip("[]"),
+                int(port),
+                ssl=_tls().client_context(),
+                server_hostname=host.dns_name,
+                ssl_handshake_timeout=timeout_s,
+            )
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError):
+        return Handshake.Unfinished  # closed halfway: a process on its way out, say
+    except ssl.SSLError:  # the certificate (SSLCertVerificationError), or not TLS at all
+        return Handshake.Stranger
+    except (TimeoutError, OSError):
+        return Handshake.Unfinished
+    writer.close()
+    return Handshake.Verified
 
 
 def check_address(address: str) -> str:

@@ -6,10 +6,14 @@ process provider's fence of a lost host."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
+import ssl
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -23,6 +27,7 @@ from gateway.heartbeats import HeartbeatServer
 from gateway.routes import RouteCache
 from kruntimes.hostlife import LossReason, Probe, WatchRules
 from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
+from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.hosts.conftest import gone, killed_host, spec
@@ -32,6 +37,7 @@ from tests.procs import alive, frozen
 Signal = TypeVar("Signal")
 
 INTERVAL_S = 0.3
+PYTHON_0 = Identity.host(runtime="python", host_id="python-0")
 BOUND_S = 30.0  # no watch here takes anywhere near this long
 ECHO = "def handle(p):\n    return {'echo': p}\n"
 
@@ -73,6 +79,15 @@ def activities(
 
 async def watch(activities: HostWatchActivities, input: WatchInput) -> WatchResult:
     return await asyncio.wait_for(ActivityEnvironment().run(activities.watch_host, input), BOUND_S)
+
+
+async def probe(host: CreatedHost, host_uid: str | None = None, *, timeout_s: float = 5) -> Probe:
+    return await probe_host(
+        host.address,
+        host_uid or host.hostUid,
+        host=Identity.host(runtime=host.runtime, host_id=host.hostId),
+        timeout_s=timeout_s,
+    )
 
 
 def register(pki: TestPKI, host: CreatedHost, *, name: str = "fn") -> pb.RegisterFunctionResponse:
@@ -367,9 +382,9 @@ async def test_a_frozen_host_is_lost_as_silent_and_a_probe_of_it_gets_no_answer(
     with frozen(host.pid):
         result = await watching
         assert (result.verdict, result.reason) == ("Lost", LossReason.Silent)
-        assert await probe_host(host.address, host.hostUid, timeout_s=INTERVAL_S) is Probe.NoAnswer
-    assert await probe_host(host.address, host.hostUid, timeout_s=5) is Probe.Same
-    assert await probe_host(host.address, "another-uid", timeout_s=5) is Probe.Other
+        assert await probe(host, timeout_s=INTERVAL_S) is Probe.NoAnswer
+    assert await probe(host) is Probe.Same
+    assert await probe(host, "another-uid") is Probe.Other
 
 
 async def test_a_host_frozen_before_its_first_report_is_left_to_the_stuck_timer(
@@ -473,4 +488,97 @@ async def test_the_fence_of_an_older_incarnation_leaves_the_new_one_alone(
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1"])
 async def test_a_probe_of_an_address_nobody_listens_on_is_refused(address: str) -> None:
-    assert await probe_host(address, "uid", timeout_s=2) is Probe.Refused
+    assert await probe_host(address, "uid", host=PYTHON_0, timeout_s=2) is Probe.Refused
+
+
+# -- a stranger at a host's address ---------------------------------------------------------------
+# A host's port is free once its process is gone, and any process may listen there next: it
+# answers a TCP connection as the host did, and only its certificate tells it apart.
+
+Stranger = Callable[[TestPKI, Path], "ssl.SSLContext | None"]
+
+
+def _another_platforms_host(pki: TestPKI, tmp: Path) -> ssl.SSLContext:
+    return TestPKI.create(tmp / "other").peer(PYTHON_0).server_context()
+
+
+def _another_host_of_this_platform(pki: TestPKI, tmp: Path) -> ssl.SSLContext:
+    return pki.peer(Identity.host(runtime="python", host_id="python-9")).server_context()
+
+
+def _this_hosts_expired_certificate(pki: TestPKI, tmp: Path) -> ssl.SSLContext:
+    return pki.expired(PYTHON_0).server_context()
+
+
+def _not_tls(pki: TestPKI, tmp: Path) -> None:
+    return None  # answers in plain HTTP
+
+
+STRANGERS: dict[str, Stranger] = {
+    "another platform's host": _another_platforms_host,
+    "another host of this platform": _another_host_of_this_platform,
+    "this host's expired certificate": _this_hosts_expired_certificate,
+    "a server that does not speak TLS": _not_tls,
+}
+
+
+def listening(port: int = 0) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def stranger_on(sock: socket.socket, context: ssl.SSLContext | None) -> AsyncIterator[str]:
+    """A server on `sock` that is not a Runtime Server: with `context` it serves TLS with that
+    certificate and holds every connection; without, it answers in HTTP."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if context is None:
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        with contextlib.suppress(OSError):
+            await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(answer, sock=sock, ssl=context)
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("make", STRANGERS.values(), ids=STRANGERS.keys())
+async def test_a_probe_answered_by_a_stranger_is_another_host(
+    make: Stranger, pki: TestPKI, tmp_path: Path
+) -> None:
+    async with stranger_on(listening(), make(pki, tmp_path)) as address:
+        assert await probe_host(address, "uid", host=PYTHON_0, timeout_s=5) is Probe.Other
+
+
+async def test_a_host_whose_port_a_stranger_took_is_lost_as_replaced(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI, tmp_path: Path
+) -> None:
+    """Before, the probe took a stranger's refused handshake for no answer, and the watch
+    reconnected to it for ever: the host stayed, its Runs stuck on it."""
+    host = await process.create(spec(state_dir))
+    assert host.pid is not None
+    ready: Told[WatchReady] = Told()
+    watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
+    try:
+        await asyncio.wait_for(ready.arrived.wait(), BOUND_S)  # the host reports
+        port = int(host.address.rpartition(":")[2])
+        context = _another_platforms_host(pki, tmp_path)
+        # The kill and the stranger's bind with no await between: the watch cannot look before.
+        os.kill(host.pid, signal.SIGKILL)  # our own host process
+        for _ in range(int(BOUND_S / 0.01)):
+            if not alive(host.pid):
+                break
+            time.sleep(0.01)
+        async with stranger_on(listening(port), context):
+            result = await watching
+    finally:
+        watching.cancel()
+    assert (result.verdict, result.reason) == ("Lost", LossReason.Replaced)
