@@ -26,7 +26,9 @@ registration (a Ready Run costs the worker no memory here) and only its place in
 report whose sequence is not the previous one's plus one means one was missed: the watch
 reconnects and resumes after the last loss it took, so a broken stream misses none the host still
 holds (one away for longer than the host's journal is told so, and leaves the rest to the
-reconciler). A watch that renews starts from the host's losses at its first report.
+reconciler). A watch that renews (WatchResult.lostAfter, which its HostWorkflow passes to the
+next watch and carries across continue-as-new) or is retried (the position in its heartbeat
+details) resumes after the place the one before it left, so a loss while none watched is told.
 
 A host that does not report losses (an older one) is watched as before: the watch asks for
 deltas (after a stream's first report, every registration, each report holds only the
@@ -152,6 +154,15 @@ def signal_ready_with(client: Client) -> SignalReady:
     return signal
 
 
+def _resume_after(input: WatchInput) -> int | None:
+    """The journal position to resume after: the last one an earlier attempt of this watch
+    heartbeated, else where the previous watch left it (WatchInput.lostAfter), else none."""
+    details = activity.info().heartbeat_details
+    if details and isinstance(details[0], int) and not isinstance(details[0], bool) and details[0] >= 0:
+        return details[0]
+    return input.lostAfter
+
+
 def _identity(input: WatchInput) -> Identity:
     return Identity.host(runtime=input.runtime, host_id=input.hostId)
 
@@ -180,23 +191,29 @@ class HostWatchActivities:
 
     @activity.defn(name="watch_host")
     async def watch_host(self, input: WatchInput) -> WatchResult:
-        beat = asyncio.create_task(self._heartbeat())
+        state = _Seen()
+        after = _resume_after(input)
+        if after is not None:
+            state.lost_position, state.resume = after, True
+        beat = asyncio.create_task(self._heartbeat(state))
         try:
-            return await self._watch(input)
+            result = await self._watch(input, state)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+        return result._replace(lostAfter=state.lost_position) if state.resume else result
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, state: _Seen) -> None:
+        """Alive, with the journal's position: a retry of this watch (its worker died, say)
+        resumes after it."""
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*((state.lost_position,) if state.resume else ()))
             await asyncio.sleep(HEARTBEAT_EVERY_S)
 
-    async def _watch(self, input: WatchInput) -> WatchResult:
+    async def _watch(self, input: WatchInput, state: _Seen) -> WatchResult:
         rules = WatchRules(interval_s=input.intervalSeconds)
         deadline = time.monotonic() + input.maxSeconds
-        state = _Seen()
         unanswered = 0  # probes in a row that got no answer
         while True:
             # A channel per stream: one that just failed would refuse calls while it backs off.

@@ -839,6 +839,8 @@ class HostRecord(ApiModel):
     # The run slots of this host and the Runs holding them, as the pool last handed them over
     # (before it continued as new; the pool holds the current ones while it runs).
     slots: list[Slot] = Field(default_factory=list)
+    # The host's loss journal: the last position a watch took (the next watch resumes after it).
+    lostAfter: int | None = Field(default=None, ge=0)
 
 
 class HostInput(ApiModel):
@@ -899,6 +901,9 @@ class WatchInput(ApiModel):
     # watch goes on, so that nothing the host does between that report and the next goes unseen.
     tellReady: bool = False
     maxSeconds: float = Field(default=3600.0, gt=0)  # then return Renew (bounds one activity)
+    # Where the previous watch of this incarnation left the host's loss journal: this one resumes
+    # after it, so a loss between two watches is told too. None: from the first report on.
+    lostAfter: int | None = Field(default=None, ge=0)
 
 
 class WatchReady(ApiModel):
@@ -912,6 +917,7 @@ class WatchResult(ApiModel):
     verdict: Literal["Lost", "Renew"]
     reason: str = ""  # a kruntimes.hostlife.LossReason when Lost
     message: StatusMessage = ""
+    lostAfter: int | None = Field(default=None, ge=0)  # the journal's last position it took
 
 
 class DeleteHostInput(ApiModel):

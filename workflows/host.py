@@ -316,6 +316,8 @@ class HostWorkflow:
         except ActivityError as err:  # its retry policy retries every failure; a bug shows here
             workflow.logger.warning("the host watch failed: %s", failure_text(err))
             return None
+        if result.lostAfter is not None:
+            self._record = self._rec._replace(lostAfter=result.lostAfter)
         if result.verdict == "Lost":
             return _Ending(HostEnd.Lost, f"{result.reason}: {result.message}")
         return None
@@ -331,6 +333,7 @@ class HostWorkflow:
             intervalSeconds=self._input.watchIntervalSeconds,
             tellReady=self._rec.state is HostState.Assigned,
             maxSeconds=WATCH_MAX_S,
+            lostAfter=self._rec.lostAfter,
         )
 
     # -- endings -----------------------------------------------------------------------------------

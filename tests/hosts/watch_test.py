@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -582,3 +583,38 @@ async def test_a_host_whose_port_a_stranger_took_is_lost_as_replaced(
     finally:
         watching.cancel()
     assert (result.verdict, result.reason) == ("Lost", LossReason.Replaced)
+
+
+def retried(position: int) -> ActivityEnvironment:
+    """An environment of the watch's second attempt whose first heartbeated `position`."""
+    environment = ActivityEnvironment()
+    environment.info = dataclasses.replace(environment.info, attempt=2, heartbeat_details=[position])
+    return environment
+
+
+@pytest.mark.parametrize("how", ["the next watch", "a retried attempt"])
+async def test_a_watch_resumes_where_the_previous_watch_or_attempt_left_the_journal(
+    state_dir: Path, process: ProcessProvider, pki: TestPKI, how: str
+) -> None:
+    """A watch renews every hour, and one whose worker died is retried: a registration lost
+    while no watch ran is told to the next one, which resumes after the place the previous one
+    left (its WatchResult.lostAfter, passed on by the HostWorkflow; or the heartbeat of the
+    attempt before)."""
+    host = await process.create(spec(state_dir))
+    await asyncio.to_thread(register, pki, host, name="kept")
+    lost = await asyncio.to_thread(register, pki, host, name="lost")
+    first = await watch(activities(), watch_of(host, max_s=3 * INTERVAL_S))
+    assert first.verdict == "Renew" and first.lostAfter is not None
+    await asyncio.to_thread(unregister, pki, host, lost.registration_id)  # while nobody watches
+    told: Told[RegistrationLostSignal] = Told()
+    if how == "the next watch":
+        environment, input = ActivityEnvironment(), watch_of(host)._replace(lostAfter=first.lostAfter)
+    else:
+        environment, input = retried(first.lostAfter), watch_of(host)
+    renewed = asyncio.create_task(environment.run(activities(told=told).watch_host, input))
+    try:
+        await asyncio.wait_for(told.arrived.wait(), BOUND_S)
+    finally:
+        renewed.cancel()
+    [(_, loss)] = told.signals
+    assert (loss.registrationId, loss.reason) == (lost.registration_id, "Unregistered")
