@@ -13,9 +13,11 @@ Protocol on the SOCK_SEQPACKET socket FD, one JSON object per message:
            with three descriptors (SCM_RIGHTS): the child's stdin, stdout and stderr
   started  {"id": N, "pid": P}  or  {"id": N, "errno": E, "error": "..."} when it did not start
   exited   {"id": N, "code": C}  (C negative: killed by signal -C), after its started
-The child leads its own process group (its pid). At end of file on the socket every group still
-running is killed and the launcher exits. Its own CPU time counts against the CPU limit it holds,
-so the evaluator replaces it long before (after a number of starts that cost half the limit).
+The child leads its own process group (its pid). When it ends, what it left in that group is
+killed before it is reaped: a group is signalled only while its leader's pid cannot be reused.
+At end of file on the socket every group still running is killed and the launcher exits. Its own
+CPU time counts against the CPU limit it holds, so the evaluator replaces it long before (after a
+number of starts that cost half the limit).
 """
 
 from __future__ import annotations
@@ -107,6 +109,10 @@ def main(fd: int, limits: list[tuple[int, int]]) -> None:
                     selector.unregister(key.fd)
                     ident, pidfd = running.pop(pid)
                     os.close(pidfd)
+                    # What the function left in its group goes with it, while the number is still
+                    # ours: until it is reaped, no other process can be given it or its group's.
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
                     _, status = os.waitpid(pid, 0)
                     sock.send(json.dumps({"id": ident, "code": os.waitstatus_to_exitcode(status)}).encode())
     except (BrokenPipeError, ConnectionResetError):

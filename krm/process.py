@@ -88,8 +88,11 @@ class Started:
         self.killed = False
 
     def kill(self) -> None:
-        """SIGKILL to its whole group, now or as soon as it has started."""
+        """SIGKILL to its whole group, now or as soon as it has started; nothing once it has
+        exited (the launcher killed its group then, and the number may be another's now)."""
         self.killed = True
+        if self.exited.done():
+            return
         if self.pid.done() and not self.pid.exception():
             kill_group(self.pid.result())
 
@@ -259,8 +262,8 @@ def start_process(
 
 
 def kill_group(pid: int) -> None:
-    # The group id is the leader's pid, and Linux does not hand that number out again while any
-    # member of the group lives, so this reaches our group or nothing.
+    # Only while the leader is not reaped (the launcher reaps it and then says it exited): its
+    # pid, and so its group id, cannot be given to another process until then.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
@@ -400,8 +403,7 @@ async def run(
         try:
             # `deadline` is on time.monotonic(); the loop's clock may be another monotonic clock.
             async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())) as timer:
-                code = await asyncio.shield(started.exited)
-                started.kill()
+                code = await asyncio.shield(started.exited)  # its group killed with it
                 await asyncio.gather(out.done, err.done)
         except TimeoutError as e:
             if timer.expired():

@@ -61,6 +61,7 @@ def functions(tmp_path: Path) -> Path:
     programs.write(directory, "noisy", programs.NOISY)
     programs.write(directory, "sleeper", programs.SLEEPER, pids=pids)
     programs.write(directory, "stubborn", programs.STUBBORN, pids=pids)
+    programs.write(directory, "leaver", programs.LEAVER, pids=pids)
     return directory
 
 

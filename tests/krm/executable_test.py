@@ -185,3 +185,29 @@ async def test_a_launcher_is_replaced_after_its_starts_and_ends_when_its_last_pr
     second = process.Launcher.current(evaluator.limits)
     assert second is not first and second.starts == 1
     await eventually(lambda: first.process.poll() is not None, timeout=10, what="the first launcher ended")
+
+
+async def test_what_a_function_leaves_in_its_group_ends_with_it(functions: Path, pid_file: Path) -> None:
+    """Its child holds its stdout open: the answer comes once the group is killed with it."""
+    evaluator = ExecEvaluator(store_with(functions, "leaver"))
+    answer = await asyncio.wait_for(evaluator.evaluate(request("example.com/fn/leaver:v1.0.0")), 30)
+    assert answer.exit_code == 0 and answer.resource_list
+    [child] = programs.pids(pid_file)
+    await eventually(lambda: not alive(child), timeout=5, what=f"the child {child} gone")
+
+
+async def test_a_function_that_exited_is_never_signalled_again() -> None:
+    """Its pid is free once the launcher reaped it, and may lead another group by then (a host
+    started in its own session, say): a kill after the exit must not reach that group."""
+    loop = asyncio.get_running_loop()
+    other = await asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+    try:
+        started = process.Started(loop)
+        started._started(other.pid)  # as if the function's number were the other group's now
+        started.exited.set_result(0)
+        started.kill()
+        with pytest.raises(TimeoutError):  # a SIGKILL ends it within milliseconds
+            await asyncio.wait_for(other.wait(), 1.0)
+    finally:
+        other.kill()
+        await other.wait()

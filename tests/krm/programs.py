@@ -88,6 +88,20 @@ time.sleep(60)
 """
 
 
+# Answers and exits, leaving a child in its process group that holds its stdout open.
+LEAVER = """
+import os, sys, time
+data = sys.stdin.read()
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+with open({pids!r}, "a") as f:
+    f.write(f"{{child}}\\n")
+sys.stdout.write(data)
+"""
+
+
 def write(directory: Path, name: str, body: str, **fmt: str) -> Path:
     path = directory / name
     path.write_text(f"#!{sys.executable}\n" + (body.format(**fmt) if fmt else body))
