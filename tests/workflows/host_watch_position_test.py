@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,20 +16,15 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
     QUERY_HOST,
-    HostInput,
     HostRecord,
     HostResult,
     WatchInput,
     WatchResult,
-    host_workflow_id,
-    pool_workflow_id,
-    ready_host,
 )
-from kruntimes.scheduling.model import HostState
 from tests.waiting import eventually
+from tests.workflows.platform_hosts import carried_host
 from workflows.host import HostWorkflow
 
 
@@ -56,31 +50,10 @@ async def supervising(
     client: Client, tmp_path: Path, watches: Watches, *, carried: int | None = None
 ) -> AsyncIterator[WorkflowHandle[HostWorkflow, HostResult]]:
     """A Ready host's HostWorkflow, as continued as new with `carried` as the journal's place."""
-    runtime, now = "py-watch", datetime.now(UTC)
-    created = CreatedHost(
-        provider="process",
-        runtime=runtime,
-        hostId=f"{runtime}-{uuid.uuid4().hex[:6]}",
-        hostUid=str(uuid.uuid4()),
-        address="127.0.0.1:9",
-        createdAt=now,
-    )
-    host = ready_host(created, capacity=4, at=now, supervised=True)
-    record = HostRecord(host=host, created=created, state=HostState.Ready, since=now, lostAfter=carried)
+    workflow_id, input = carried_host("py-watch", tmp_path / "state", lost_after=carried)
     queue = f"hosts-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=queue, workflows=[HostWorkflow], activities=[watches.watch_host]):
-        handle = await client.start_workflow(
-            HostWorkflow.run,
-            HostInput(
-                host=host,
-                created=created,
-                poolWorkflowId=pool_workflow_id(runtime),
-                stateDir=str(tmp_path / "state"),
-                record=record,
-            ),
-            id=host_workflow_id(runtime, host.hostId),
-            task_queue=queue,
-        )
+        handle = await client.start_workflow(HostWorkflow.run, input, id=workflow_id, task_queue=queue)
         try:
             yield handle
         finally:

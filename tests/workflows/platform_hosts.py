@@ -2,10 +2,13 @@
 host tests run with, a host's HostWorkflow and when it is Ready there, a host a test created told
 to the pool and supervised as a scale-out would, the address the pool holds for a host, a Run
 started and Ready on its host, the registrations a host holds, an invocation straight on a host,
-and a Run Ready again on another host."""
+and a Run Ready again on another host, and a Ready host's HostWorkflow input as it continued as new."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from temporalio.client import WorkflowHandle
@@ -20,8 +23,10 @@ from kruntimes.lifecycle import (
     HostReadySignal,
     HostRecord,
     HostResult,
+    Slot,
     host_workflow_id,
     pool_workflow_id,
+    ready_host,
 )
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -138,3 +143,31 @@ async def ready_elsewhere(platform: Platform, handle: WorkflowHandle[Any, Any], 
 
     await platform.eventually(moved, timeout=60, what="the Run Ready on another host")
     return await platform.status(handle)
+
+
+def carried_host(
+    runtime: str, state_dir: Path, *, slots: list[Slot] | None = None, lost_after: int | None = None
+) -> tuple[str, HostInput]:
+    """The workflow id and input of a Ready host's HostWorkflow as it continued as new, carrying
+    `slots` and the place `lost_after` its watch left the host's loss journal (the host, at
+    127.0.0.1:9, runs nowhere)."""
+    now = datetime.now(UTC)
+    created = CreatedHost(
+        provider="process",
+        runtime=runtime,
+        hostId=f"{runtime}-{uuid.uuid4().hex[:6]}",
+        hostUid=str(uuid.uuid4()),
+        address="127.0.0.1:9",
+        createdAt=now,
+    )
+    host = ready_host(created, capacity=4, at=now, supervised=True)
+    record = HostRecord(
+        host=host, created=created, state=HostState.Ready, since=now, slots=slots or [], lostAfter=lost_after
+    )
+    return host_workflow_id(runtime, host.hostId), HostInput(
+        host=host,
+        created=created,
+        poolWorkflowId=pool_workflow_id(runtime),
+        stateDir=str(state_dir),
+        record=record,
+    )

@@ -23,7 +23,6 @@ from activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.config import parse_config
 from kruntimes.devserver import DevServer
-from kruntimes.hosts import CreatedHost
 from kruntimes.lifecycle import (
     POOL_READING_BACK,
     POOL_TASK_QUEUE,
@@ -34,7 +33,6 @@ from kruntimes.lifecycle import (
     SIGNAL_CONFIGURE,
     SIGNAL_HOST_SLOTS,
     UPDATE_HOST_SLOTS,
-    HostInput,
     HostRecord,
     HostSlots,
     PlatformInfo,
@@ -45,13 +43,13 @@ from kruntimes.lifecycle import (
     host_workflow_id,
     pool_query_parts,
     pool_workflow_id,
-    ready_host,
     slots_digest,
 )
 from kruntimes.scheduling.model import Host, HostState
 from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect, query_pool
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
+from tests.workflows.platform_hosts import carried_host
 from workers.worker import WorkerSettings, pool_configs, running_workers
 from workflows.host import HostWorkflow
 
@@ -398,30 +396,15 @@ async def test_a_host_workflow_that_just_continued_as_new_answers_read_slots_wit
     new with, where handlers run before `run` has set the carried record: it must answer the
     carried slots, not none."""
     client = small_history_server
-    runtime = "py-hw"
-    now = datetime.now(UTC)
-    created = CreatedHost(
-        provider="process",
-        runtime=runtime,
-        hostId=f"{runtime}-0",
-        hostUid=str(uuid.uuid4()),
-        address="127.0.0.1:9",
-        createdAt=now,
-    )
-    host = ready_host(created, capacity=4, at=now, supervised=True)
-    slot = Slot(runUid=str(uuid.uuid4()), workflowId="run/default/held", reservedAt=now)
-    record = HostRecord(host=host, created=created, state=HostState.Ready, since=now, slots=[slot])
+    slot = Slot(runUid=str(uuid.uuid4()), workflowId="run/default/held", reservedAt=datetime.now(UTC))
+    workflow_id, input = carried_host("py-hw", tmp_path / "state", slots=[slot])
+    assert input.record is not None
+    host = input.record.host
     queue = f"hosts-{uuid.uuid4().hex[:8]}"
     start = WithStartWorkflowOperation(
         HostWorkflow.run,
-        HostInput(
-            host=host,
-            created=created,
-            poolWorkflowId=pool_workflow_id(runtime),
-            stateDir=str(tmp_path / "state"),
-            record=record,
-        ),
-        id=host_workflow_id(runtime, host.hostId),
+        input,
+        id=workflow_id,
         task_queue=queue,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
     )
@@ -449,6 +432,4 @@ async def test_a_host_workflow_that_just_continued_as_new_answers_read_slots_wit
         assert accepted == [first_task + 1], "the update was not in the run's first task"
     finally:
         with contextlib.suppress(Exception):
-            await client.get_workflow_handle(host_workflow_id(runtime, host.hostId)).terminate(
-                "test finished"
-            )
+            await client.get_workflow_handle(workflow_id).terminate("test finished")
