@@ -143,6 +143,14 @@ ALARM_SLACK = timedelta(milliseconds=1)  # an alarm this much later than wanted 
 # of the 904 that 1,000 creates added, each also a timer task the server stored and fired later
 # for nothing). Asked for in the first activation, with PATCH_AT_START.
 PATCH_ONE_ALARM = "pool-one-alarm"
+# Pools running this code hand over, before they continue as new, only the slots of the hosts
+# whose reservations changed in the run (a host's HostWorkflow keeps what it was given, and the
+# pool read exactly that back at the run's start): a handover at 10,000 Ready Runs built and sent
+# every host's slots (a Slot model each, one local activity's input of ~1.3 MB) and asked every
+# HostWorkflow for its digest, to signal the two or three hosts that had new Runs (bench/scale.py:
+# ~0.35 ms of the worker's CPU a Run in the last thousand, none in the first). Earlier pools hand
+# over every host's. Asked for in the first activation, with PATCH_AT_START.
+PATCH_HANDOVER_CHANGED = "pool-handover-changed"
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
@@ -176,6 +184,10 @@ class RuntimePoolWorkflow:
         self._alarm_at: datetime | None = None
         self._index = admission.ReservationIndex()  # the reservations, by run uid and host
         self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
+        self._changed_only = False  # PATCH_HANDOVER_CHANGED
+        # host uid → the slots_digest of what its HostWorkflow keeps, for the hosts whose slots
+        # the pool read back whole at the run's start (unchanged since unless in _index.changed)
+        self._handed: dict[str, str] = {}
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -246,6 +258,7 @@ class RuntimePoolWorkflow:
         self._at_start = workflow.patched(PATCH_AT_START)
         self._bounded = workflow.patched(PATCH_BOUNDED_RUN)
         self._one_alarm = workflow.patched(PATCH_ONE_ALARM)
+        self._changed_only = workflow.patched(PATCH_HANDOVER_CHANGED)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
@@ -301,6 +314,8 @@ class RuntimePoolWorkflow:
         """The state to continue with: the reservations of every supervised host handed to its
         HostWorkflow first (a host whose workflow cannot be told keeps its own here). Messages
         that arrive meanwhile wait in the inbox and are carried with it."""
+        if self._changed_only:
+            return await self._carried_changed()
         state = self._full()
         if not (self._at_start or workflow.patched(PATCH_SLOTS_ON_HOSTS)):
             return state
@@ -313,6 +328,33 @@ class RuntimePoolWorkflow:
         gone = await self._send(signals) if signals else set()
         on_hosts = {h.hostUid for h in supervised if host_workflow_id(h.runtime, h.hostId) not in gone}
         digests = {slots.hostUid: slots_digest(slots.hostUid, slots.slots) for slots in handed}
+        return carried_state(state, on_hosts=on_hosts, digests=digests)
+
+    async def _carried_changed(self) -> PoolState:
+        """`_carried` (PATCH_HANDOVER_CHANGED): a supervised host whose HostWorkflow keeps the
+        very slots the pool holds for it (read back whole at the start, none changed since) is
+        carried on its host as it is; only the others' slots are built and handed over."""
+        supervised = [h for h in self.state.hosts if h.supervised]
+        # A host on its way out goes through the handover as before: its HostWorkflow may have
+        # closed, and one that cannot be told keeps the host's slots in the pool's state.
+        kept = {
+            h.hostUid
+            for h in supervised
+            if h.hostUid in self._handed
+            and h.hostUid not in self._index.changed
+            and h.state is not HostState.Terminating
+        }
+        changed = [h for h in supervised if h.hostUid not in kept]
+        handed = self._slots_by_host(changed)
+        signals: list[tuple[str, str, Message]] = [
+            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots)
+            for h, slots in zip(changed, handed, strict=True)
+        ]
+        gone = await self._send(signals) if signals else set()
+        on_hosts = kept | {h.hostUid for h in changed if host_workflow_id(h.runtime, h.hostId) not in gone}
+        digests = {uid: self._handed[uid] for uid in kept}
+        digests.update({slots.hostUid: slots_digest(slots.hostUid, slots.slots) for slots in handed})
+        state = pool_part(self.state, self._index.held.not_on(on_hosts), self._owners)
         return carried_state(state, on_hosts=on_hosts, digests=digests)
 
     def _slots_by_host(self, hosts: list[Host]) -> list[HostSlots]:
@@ -347,9 +389,12 @@ class RuntimePoolWorkflow:
                 for h in wanted
             )
         )
+        changed_before = set(self._index.changed)  # the carried reservations' hosts
         for host, answer in zip(wanted, answers, strict=True):
+            whole = True
             for slot in answer.slots:
                 if slot.runUid in self._index.held:
+                    whole = False
                     continue  # a Run holds one slot at most
                 self._index.add(
                     Reservation(
@@ -362,6 +407,13 @@ class RuntimePoolWorkflow:
                 )
                 if slot.workflowId:
                     self._owners[slot.runUid] = slot.workflowId
+            if self._changed_only and whole and host.hostUid not in changed_before:
+                # its HostWorkflow keeps exactly what the pool now holds for it
+                self._handed[host.hostUid] = slots_digest(host.hostUid, answer.slots)
+                changed_before.discard(host.hostUid)
+            else:
+                changed_before.add(host.hostUid)
+        self._index.changed = changed_before
         self._update(slotsOnHosts=[], slotsDigests={})
 
     def _handle(self, msg: object, outbox: _Outbox) -> None:

@@ -92,6 +92,12 @@ class Held(Mapping[str, Reservation]):
             if host_uids is None or held[1] in host_uids:
                 yield _reservation(run_uid, held)
 
+    def not_on(self, host_uids: Collection[str]) -> Iterator[Reservation]:
+        """The reservations on every host incarnation but those, built one at a time."""
+        for run_uid, held in self._by_run.items():
+            if held[1] not in host_uids:
+                yield _reservation(run_uid, held)
+
     def rows(self) -> Iterator[tuple[str, str, str, str | None, datetime]]:
         """Each reservation as (run uid, host id, host uid, tenant, reserved at), in the order
         they were added, without building its model."""
@@ -111,13 +117,15 @@ class ReservationIndex:
     """The reservations by run uid and the load of each host: what admission reads of them, kept
     up to date by a caller that applies one reservation at a time (the pool), so that a decision
     costs the same with 10 Ready Runs as with 10,000. ``add``/``remove`` keep both in step; `held`
-    keeps each reservation compact (`Held`)."""
+    keeps each reservation compact (`Held`); `changed` gathers the host incarnations whose
+    reservations they changed (the caller clears what it has dealt with)."""
 
-    __slots__ = ("held", "load")
+    __slots__ = ("changed", "held", "load")
 
     def __init__(self, reservations: Iterable[Reservation] = ()) -> None:
         self.held = Held()
         self.load: Counter[_HostKey] = Counter()
+        self.changed: set[str] = set()
         for r in reservations:
             self.add(r)
 
@@ -126,10 +134,12 @@ class ReservationIndex:
             raise ReservationConflict("AlreadyReserved", f"run {reservation.runUid} already holds a slot")
         self.held.put(reservation)
         self.load[(reservation.hostId, reservation.hostUid)] += 1
+        self.changed.add(reservation.hostUid)
 
     def remove(self, run_uid: str) -> Reservation | None:
         reservation = self.held.take(run_uid)
         if reservation is not None:
+            self.changed.add(reservation.hostUid)
             key = (reservation.hostId, reservation.hostUid)
             self.load[key] -= 1
             if self.load[key] <= 0:

@@ -144,6 +144,23 @@ def test_a_handover_with_the_hosts_slots_digests_has_recorded_histories() -> Non
     assert state["slotsOnHosts"] and set(state["slotsDigests"]) == set(state["slotsOnHosts"])
 
 
+def test_a_handover_of_the_changed_hosts_only_has_recorded_histories() -> None:
+    """Pools that asked for pool-handover-changed: a run that handed its hosts' slots over (all
+    of them changed in its run) and the run that read them back, with the HostWorkflow handed
+    them (record.py scale with that code: *_changed)."""
+    names = {"pool_slots_handed_over_changed", "pool_slots_read_back_changed", "host_slots_changed"}
+    assert {p.stem for p in FILES} >= names
+    for name in ("pool_slots_handed_over_changed", "pool_slots_read_back_changed"):
+        patches = [
+            base64.b64decode(
+                e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]["data"]
+            )
+            for e in json.loads((HISTORIES / f"{name}.json").read_text())["events"]
+            if e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_patch"
+        ]
+        assert any(b'"id":"pool-handover-changed"' in p for p in patches), name
+
+
 def test_runs_that_write_their_status_with_each_phase_have_recorded_histories() -> None:
     """Runs started with RunInput.statusMemo (record.py endings with that code: *_status_memo):
     each KrtPhase upsert follows the status memo of that phase, in the same task."""
