@@ -53,7 +53,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.hosts._rpc import Handshake, handshake, host_channel
+from activities.hosts._rpc import Handshake, HostRpcError, handshake, host_channel
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
 from kruntimes.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
 from kruntimes.lifecycle import (
@@ -413,25 +413,24 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()  # seen: a cancelled call's read ends in an error nobody waits for
 
 
+_PROBE_OF = {
+    Handshake.Refused: Probe.Refused,
+    Handshake.Stranger: Probe.Other,
+    Handshake.Unfinished: Probe.NoAnswer,
+}
+
+
 async def probe_host(address: str, host_uid: str, *, host: Identity, timeout_s: float) -> Probe:
     """Who answers at `address`: nothing listens (Refused), nobody in time (NoAnswer: a frozen
     process still accepts connections), a server that is not host `host` (Other: its port was
     taken by another process, whose certificate does not name the host or who does not speak
     TLS), or the same or another incarnation of it (HostInfo)."""
-    name, _, port = address.rpartition(":")
     try:
-        async with asyncio.timeout(timeout_s):
-            _, writer = await asyncio.open_connection(name.strip("[]"), int(port))
-        writer.close()
-    except (ConnectionRefusedError, ConnectionResetError):
-        return Probe.Refused
-    except (TimeoutError, OSError, ValueError):
+        shook = await handshake(address, host=host, timeout_s=timeout_s)
+    except HostRpcError:  # not host:port
         return Probe.NoAnswer
-    shook = await handshake(address, host=host, timeout_s=timeout_s)
-    if shook is Handshake.Stranger:
-        return Probe.Other
-    if shook is Handshake.Unfinished:
-        return Probe.NoAnswer
+    if shook is not Handshake.Verified:
+        return _PROBE_OF[shook]
     try:
         async with host_channel(address, host=host) as channel:
             info = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(

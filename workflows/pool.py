@@ -319,15 +319,7 @@ class RuntimePoolWorkflow:
         state = self._full()
         if not (self._at_start or workflow.patched(PATCH_SLOTS_ON_HOSTS)):
             return state
-        supervised = [h for h in state.hosts if h.supervised]
-        handed = self._slots_by_host(supervised)
-        signals: list[tuple[str, str, Message]] = [
-            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots)
-            for h, slots in zip(supervised, handed, strict=True)
-        ]
-        gone = await self._send(signals) if signals else set()
-        on_hosts = {h.hostUid for h in supervised if host_workflow_id(h.runtime, h.hostId) not in gone}
-        digests = {slots.hostUid: slots_digest(slots.hostUid, slots.slots) for slots in handed}
+        on_hosts, digests = await self._hand_over([h for h in state.hosts if h.supervised])
         return carried_state(state, on_hosts=on_hosts, digests=digests)
 
     async def _carried_changed(self) -> PoolState:
@@ -344,18 +336,23 @@ class RuntimePoolWorkflow:
             and h.hostUid not in self._index.changed
             and h.state is not HostState.Terminating
         }
-        changed = [h for h in supervised if h.hostUid not in kept]
-        handed = self._slots_by_host(changed)
-        signals: list[tuple[str, str, Message]] = [
-            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots)
-            for h, slots in zip(changed, handed, strict=True)
-        ]
-        gone = await self._send(signals) if signals else set()
-        on_hosts = kept | {h.hostUid for h in changed if host_workflow_id(h.runtime, h.hostId) not in gone}
-        digests = {uid: self._handed[uid] for uid in kept}
-        digests.update({slots.hostUid: slots_digest(slots.hostUid, slots.slots) for slots in handed})
+        on_hosts, digests = await self._hand_over([h for h in supervised if h.hostUid not in kept])
+        on_hosts |= kept
+        digests.update({uid: self._handed[uid] for uid in kept})
         state = pool_part(self.state, self._index.held.not_on(on_hosts), self._owners)
         return carried_state(state, on_hosts=on_hosts, digests=digests)
+
+    async def _hand_over(self, hosts: list[Host]) -> tuple[set[str], dict[str, str]]:
+        """Hand each of `hosts`' HostWorkflow its slots (one local activity, none for no host):
+        the uids of the hosts whose workflow took them, and each host's slots_digest."""
+        handed = self._slots_by_host(hosts)
+        signals: list[tuple[str, str, Message]] = [
+            (host_workflow_id(h.runtime, h.hostId), SIGNAL_HOST_SLOTS, slots)
+            for h, slots in zip(hosts, handed, strict=True)
+        ]
+        gone = await self._send(signals) if signals else set()
+        on_hosts = {h.hostUid for h in hosts if host_workflow_id(h.runtime, h.hostId) not in gone}
+        return on_hosts, {slots.hostUid: slots_digest(slots.hostUid, slots.slots) for slots in handed}
 
     def _slots_by_host(self, hosts: list[Host]) -> list[HostSlots]:
         """The slots of each of `hosts`, in one pass over the reservations (as slots_of gives

@@ -90,6 +90,7 @@ class Handshake(StrEnum):
 
     Verified = "Verified"  # its certificate names the host asked for, signed by the platform CA
     Stranger = "Stranger"  # it is not that host: another certificate, or it does not speak TLS
+    Refused = "Refused"  # nothing listens there
     Unfinished = "Unfinished"  # no answer in time, or the connection closed halfway
 
 
@@ -114,6 +115,8 @@ async def handshake(address: str, *, host: Identity, timeout_s: float) -> Handsh
         return Handshake.Unfinished  # closed halfway: a process on its way out, say
     except ssl.SSLError:  # the certificate (SSLCertVerificationError), or not TLS at all
         return Handshake.Stranger
+    except ConnectionRefusedError:
+        return Handshake.Refused
     except (TimeoutError, OSError):
         return Handshake.Unfinished
     writer.close()

@@ -188,11 +188,24 @@ async def _handovers(client: Client, workflow_id: str) -> tuple[int, int]:
     return signals, updates
 
 
+async def _local_activities(client: Client, workflow_id: str, run_id: str) -> list[str]:
+    """The types of the local activities one run of a workflow ran, in order (its markers)."""
+    found = []
+    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+        marker = event.marker_recorded_event_attributes
+        if event.HasField("marker_recorded_event_attributes") and marker.marker_name == "core_local_activity":
+            found.append(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
+    return found
+
+
 async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
     small_history_server: Client, tmp_path: Path, pki: TestPKI
 ) -> None:
     """A HostWorkflow that keeps the slots the pool would hand it (its digest answers for them)
-    gets no signal; one whose slots changed gets them, and the pool reads every slot back."""
+    gets no signal; one whose slots changed gets them, and the pool reads every slot back. A run
+    that changed no host's reservations continues handing nothing over, not even a look at the
+    digests (at 10,000 Ready Runs every handover built and sent every host's slots, to signal the
+    few that had new Runs)."""
     client = small_history_server
     runtime = "py-same"
     settings, platform = _one_host_platform(client, runtime, tmp_path, pki)
@@ -205,7 +218,9 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
             uids = {await _uid(h) for h in handles}
             [host] = (await platform.pool()).hosts
             host_wf = client.get_workflow_handle(host_workflow_id(runtime, host.hostId))
-            run_id = await _continue_as_new(platform, pool, config, since=((await pool.describe()).run_id,))
+            first = (await pool.describe()).run_id
+            run_id = await _continue_as_new(platform, pool, config, since=(first,))
+            assert "signal_runs" in await _local_activities(client, pool.id, first)
             handed, _ = await _handovers(client, host_wf.id)
             assert handed >= 1
             digest = await host_wf.query(QUERY_HOST_SLOTS_DIGEST, result_type=str)
@@ -215,10 +230,14 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
 
             # Nothing changed: the next handovers send nothing, the read backs are queries (the
             # record shows what the pool handed over: its digest), and every slot comes back.
+            unchanged = [run_id]
             run_id = await _continue_as_new(platform, pool, config, since=(run_id,))
             _, updates = await _handovers(client, host_wf.id)
+            unchanged.append(run_id)
             run_id = await _continue_as_new(platform, pool, config, since=(run_id,))
             assert await _handovers(client, host_wf.id) == (handed, updates)
+            for unchanged_run in unchanged:
+                assert "signal_runs" not in await _local_activities(client, pool.id, unchanged_run)
             assert {r.runUid for r in (await platform.pool()).reservations} == uids
 
             # One more Run on the host: the next handover hands the host its slots again.
@@ -226,62 +245,7 @@ async def test_a_handover_signals_only_the_hosts_whose_slots_changed(
             await platform.wait_phase(late, RunPhase.Ready)
             uids.add(await _uid(late))
             await _continue_as_new(platform, pool, config, since=(run_id,))
-            assert (await _handovers(client, host_wf.id))[0] == handed + 1
-            record = await host_wf.query(QUERY_HOST, result_type=HostRecord)
-            assert {s.runUid for s in record.slots} == uids
-            assert {r.runUid for r in (await platform.pool()).reservations} == uids
-    finally:
-        for h in platform.started:
-            with contextlib.suppress(Exception):
-                await h.terminate("test finished")
-        await stop_all(tmp_path / "state")
-
-
-async def _local_activities(client: Client, workflow_id: str, run_id: str) -> list[str]:
-    """The types of the local activities one run of a workflow ran, in order (its markers)."""
-    found = []
-    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
-        marker = event.marker_recorded_event_attributes
-        if event.HasField("marker_recorded_event_attributes") and marker.marker_name == "core_local_activity":
-            found.append(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
-    return found
-
-
-async def test_a_run_in_which_no_host_changed_continues_without_a_handover(
-    small_history_server: Client, tmp_path: Path, pki: TestPKI
-) -> None:
-    """A host's HostWorkflow keeps the slots it was handed and the pool read exactly those back:
-    a run that changed none of them continues as new handing nothing over (at 10,000 Ready Runs
-    every handover built and sent every host's slots, to signal the few that had new Runs)."""
-    client = small_history_server
-    runtime = "py-kept"
-    settings, platform = _one_host_platform(client, runtime, tmp_path, pki)
-    pool = client.get_workflow_handle(pool_workflow_id(runtime))
-    config = pool_configs(settings, providers=["process"])[runtime]
-    try:
-        async with running_workers(client, settings):
-            handles = [await platform.start(run_manifest(f"kept-{i}", runtime=runtime)) for i in range(3)]
-            await asyncio.gather(*(platform.wait_phase(h, RunPhase.Ready) for h in handles))
-            uids = {await _uid(h) for h in handles}
-            [host] = (await platform.pool()).hosts
-            host_wf = client.get_workflow_handle(host_workflow_id(runtime, host.hostId))
-            first = (await pool.describe()).run_id
-            second = await _continue_as_new(platform, pool, config, since=(first,))
-            assert "signal_runs" in await _local_activities(client, pool.id, first), "the first hands over"
-            handed, _ = await _handovers(client, host_wf.id)
-
-            # The second run read the slots back and changed nothing: it hands nothing over.
-            third = await _continue_as_new(platform, pool, config, since=(second,))
-            assert "signal_runs" not in await _local_activities(client, pool.id, second)
-            assert (await _handovers(client, host_wf.id))[0] == handed
-            assert {r.runUid for r in (await platform.pool()).reservations} == uids
-
-            # A Run more in the third: its handover gives the host its slots, the new one with them.
-            late = await platform.start(run_manifest("kept-late", runtime=runtime))
-            await platform.wait_phase(late, RunPhase.Ready)
-            uids.add(await _uid(late))
-            await _continue_as_new(platform, pool, config, since=(third,))
-            assert "signal_runs" in await _local_activities(client, pool.id, third)
+            assert "signal_runs" in await _local_activities(client, pool.id, run_id)
             assert (await _handovers(client, host_wf.id))[0] == handed + 1
             record = await host_wf.query(QUERY_HOST, result_type=HostRecord)
             assert {s.runUid for s in record.slots} == uids
