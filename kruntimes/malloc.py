@@ -52,6 +52,11 @@ def _function(name: str, restype: Any, *argtypes: Any) -> Any:
 _mallopt = _function("mallopt", ctypes.c_int, ctypes.c_int, ctypes.c_int)
 _mallinfo2 = _function("mallinfo2", _MallInfo2)
 _malloc_trim = _function("malloc_trim", ctypes.c_int, ctypes.c_size_t)
+_prctl = _function(
+    "prctl", ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong
+)
+PR_SET_NAME = 15
+THREAD_NAME = "malloc-trim"  # also the thread's name in the system (ps -L, /proc/PID/task/*/comm)
 
 
 def limit_arenas(count: int = 2) -> bool:
@@ -95,11 +100,13 @@ class Trimmer:
             return True
         if held() is None:
             return False
-        self._thread = threading.Thread(target=self._run, name="malloc-trim", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
         return True
 
     def _run(self) -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_NAME, THREAD_NAME.encode(), 0, 0, 0)
         at_trim: tuple[int, int] | None = None  # (in use, free) right after the last trim
         while not self._stop.wait(self.interval_s):
             now = held()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kruntimes import malloc
+from tests.procs import thread_names
 from tests.waiting import wait_until
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt and malloc_trim are glibc's")
@@ -44,6 +45,7 @@ def test_the_trimmer_gives_back_what_a_burst_left_free() -> None:
     assert trimmer.start() is True
     try:
         assert wait_until(lambda: trimmer.trims >= 1, within=10.0), "the trimmer never trimmed"
+        assert malloc.THREAD_NAME in thread_names(), "its thread is not named in the system"
         given_back = before - rss_bytes()
         assert given_back > 24 * 1024 * 1024, f"only {given_back >> 20} MB given back"
         trims = trimmer.trims

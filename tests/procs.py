@@ -13,6 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def thread_names(pid: int | str = "self") -> set[str]:
+    """The system's names of a process's threads (/proc/PID/task/*/comm)."""
+    names = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            names.add((task / "comm").read_text().strip())
+    return names
+
+
 def alive(pid: int) -> bool:
     """The process exists and is neither a zombie nor dead (a zombie nobody reaped yet has
     stopped running)."""
