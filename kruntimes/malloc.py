@@ -38,11 +38,20 @@ class _MallInfo2(ctypes.Structure):
     ]
 
 
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # the process's own C library, opened once
+
+
 def _function(name: str, restype: Any, *argtypes: Any) -> Any:
     """libc's function `name` typed, or None where there is none (not glibc, or too old)."""
-    try:
-        function = getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
+    function = getattr(_LIBC, name, None)
+    if function is None:
         return None
     function.argtypes = list(argtypes)
     function.restype = restype
