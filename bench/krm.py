@@ -4,8 +4,9 @@ next to the same function invoked on its Run through the gateway, in one run.
     .venv/bin/python bench/krm.py [--calls 300] [--rounds 5] [--only exec|pods]
 
 A trivial function (echo: the ResourceList from stdin to stdout) is evaluated through
-`ExecEvaluator.evaluate` (FunctionConfig lookup, process group, limits, bounded reads, output
-parsed as a ResourceList with its results) and spawned directly (`asyncio.create_subprocess_exec`
+`ExecEvaluator.evaluate` (FunctionConfig lookup, the function sandbox as `krt fn-runner` makes it
+as root, else process group and limits; bounded reads, output parsed as a ResourceList with its
+results) and spawned directly (`asyncio.create_subprocess_exec`
 with the same stdin, output read whole). Two programs: a Python script and a `/bin/sh` one
 (`exec cat`, a much cheaper start, so our own overhead shows more). The two paths alternate call
 by call in several rounds, so background load hits both alike.
@@ -44,10 +45,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from krm import config as fc
+from krm import process
 from krm.evaluation import Request
 from krm.executable import ExecEvaluator
 from krm.resources import resource_list
 from krm.store import Store
+from runtime.sandbox.policy import Network
+from workers.fn_sandbox import sandboxed_runner
 
 TARGET = 1.3
 PROGRAMS = {
@@ -80,7 +84,9 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(name: str, path: Path, data: bytes, *, calls: int, rounds: int) -> dict[str, float]:
+async def measure(
+    name: str, path: Path, data: bytes, *, calls: int, rounds: int, runner: process.Runner
+) -> dict[str, float]:
     store = Store(functions_dir=path.parent)
     store.put(
         "bench",
@@ -94,7 +100,7 @@ async def measure(name: str, path: Path, data: bytes, *, calls: int, rounds: int
             source="bench",
         ),
     )
-    evaluator = ExecEvaluator(store)
+    evaluator = ExecEvaluator(store, runner=runner)
     image = f"bench/{name}:v1.0.0"
     evaluated: list[float] = []
     spawned: list[float] = []
@@ -311,13 +317,23 @@ async def main() -> None:
     if args.only == "pods":
         return
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="krm-bench-") as tmp:
-        for name, body in PROGRAMS.items():
-            path = Path(tmp) / f"echo-{name}"
-            path.write_text(body)
-            path.chmod(0o755)
-            results[name] = await measure(name, path, data, calls=args.calls, rounds=args.rounds)
+    # as `krt fn-runner` runs binaries: in the function sandbox where it can (root)
+    sandbox, isolation = sandboxed_runner(max_parallel=8, network=Network.NONE)
+    try:
+        with tempfile.TemporaryDirectory(prefix="krm-bench-") as tmp:
+            Path(tmp).chmod(0o755)
+            for name, body in PROGRAMS.items():
+                path = Path(tmp) / f"echo-{name}"
+                path.write_text(body)
+                path.chmod(0o755)
+                results[name] = await measure(
+                    name, path, data, calls=args.calls, rounds=args.rounds, runner=sandbox or process.run
+                )
+    finally:
+        if sandbox is not None:
+            sandbox.close()
     print(f"trivial function, {len(data)}-byte ResourceList, {args.calls} calls per path")
+    print(f"functions: {isolation}")
     print(
         f"{'program':8} {'eval p50':>9} {'spawn p50':>10} {'eval p99':>9} {'spawn p99':>10} "
         f"{'p50 ratio':>10}  per round"
@@ -330,7 +346,7 @@ async def main() -> None:
             f"{r['ratio_min_round']:.2f}–{r['ratio_max_round']:.2f}"
             f"  target ≤ {TARGET}×: {met}"
         )
-    print(json.dumps({"bench": "krm-exec", "target": TARGET, "results": results}))
+    print(json.dumps({"bench": "krm-exec", "target": TARGET, "isolation": isolation, "results": results}))
 
 
 if __name__ == "__main__":

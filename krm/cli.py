@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from krm import errors, package
+from krm import errors, package, process
 from krm.directory import DirectoryFeed
 from krm.evaluation import Evaluation, Request
 from krm.evaluator import Evaluator
@@ -165,7 +167,22 @@ def _code(exc: errors.KrmError) -> int:
     return FAILED
 
 
-async def _evaluate(args: argparse.Namespace, request: Request) -> Evaluation:
+def exec_argv(command: str) -> list[str]:
+    """`--exec`'s command line, its program found as a shell finds it: a name without a slash on
+    PATH, a relative path from here (the function starts elsewhere, in a directory of its own)."""
+    argv = shlex.split(command)
+    if not argv:
+        raise errors.SystemError_("--exec names no program")
+    if "/" not in argv[0]:
+        found = shutil.which(argv[0])
+        if found is None:
+            raise errors.SystemError_(f"cannot start {argv[0]}: not found on PATH")
+        argv[0] = found
+    argv[0] = os.path.abspath(argv[0])
+    return argv
+
+
+async def _evaluate(args: argparse.Namespace, request: Request, runner: process.Runner | None) -> Evaluation:
     if args.runner is not None:
         from krm.client import RemoteEvaluator
 
@@ -175,9 +192,9 @@ async def _evaluate(args: argparse.Namespace, request: Request) -> Evaluation:
         finally:
             await remote.close()
     store = Store(functions_dir=args.functions)
-    executor = ExecEvaluator(store)
+    executor = ExecEvaluator(store, runner=runner or process.run)
     if args.exec_command is not None:
-        return await executor.run(shlex.split(args.exec_command), request)
+        return await executor.run(exec_argv(args.exec_command), request)
     if args.fn_configs is not None:
         DirectoryFeed(store, args.fn_configs).scan()
         for where, problem in store.errors().items():
@@ -225,7 +242,10 @@ def main(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    runner: process.Runner | None = None,
 ) -> int:
+    """`krt fn eval`; `runner` runs the exec evaluator's processes (default: as this process's
+    own user, `krm.process.run`)."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     try:
         args, pairs = parse(argv)
@@ -253,7 +273,7 @@ def main(
             )
         image = args.image or "exec"
         request = Request.new(image=image, tag=args.tag, resource_list=data, timeout=args.timeout)
-        evaluation = asyncio.run(_evaluate(args, request))
+        evaluation = asyncio.run(_evaluate(args, request, runner))
     except errors.KrmError as e:
         failure = e
         evaluation = e.evaluation if isinstance(e, errors.ExecutionError) else None

@@ -1,7 +1,9 @@
 """The exec evaluator: a function image served by a local binary, run as a direct process.
 
 The FunctionConfig store maps the image (and its tag, by the rules of `krm.tags`) to a binary;
-no mapping is NotFound. The binary is run by `krm.process.run` with the ResourceList on stdin.
+no mapping is NotFound. The binary is run by the evaluator's runner with the ResourceList on
+stdin: in the function sandbox (own uid, PID and mount namespaces, no network, the platform's
+state hidden: workers/fn_sandbox.py) where the process can make one, else `krm.process.run`.
 Exit 0 with a ResourceList on stdout is the answer; a non-zero exit is FunctionFailed with the
 results kept; exit 0 with anything else on stdout is InvalidOutput; a binary that cannot start is
 a SystemError. At most `max_parallel` functions run at once and `max_waiting` more wait; past that
@@ -72,9 +74,11 @@ class ExecEvaluator:
         limits: process.Limits | None = None,
         max_parallel: int = 8,
         max_waiting: int = 64,
+        runner: process.Runner = process.run,
     ) -> None:
         self.store = store
         self.limits = limits or process.Limits()
+        self.runner = runner
         self._slots = asyncio.Semaphore(max_parallel)
         self._admitted = 0
         self._bound = max_parallel + max_waiting
@@ -102,7 +106,7 @@ class ExecEvaluator:
             self._admitted -= 1
             raise
         try:
-            outcome = await process.run(
+            outcome = await self.runner(
                 argv,
                 stdin=request.resource_list,
                 deadline=request.deadline,

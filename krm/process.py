@@ -4,8 +4,10 @@
 (`krm/_launcher.py`), a small single-threaded helper process this one keeps per event loop,
 which forks, sets the limits in the child and only then execs the binary, so no instruction of
 the function runs before its limits hold (a hook between fork and exec in this multi-threaded
-process could hang on a lock another thread held). The runtime's function sandbox (own uid,
-namespaces) replaces it later. Everything else here is the same for any start:
+process could hang on a lock another thread held). This is how binaries run where this process
+cannot sandbox them (not root): as its own user. As root, `krt fn-runner` and `krt fn eval` run
+them in the function sandbox instead (a `Runner`: workers/fn_sandbox.py, runtime/binaries.py).
+Everything else here is the same for any start:
 
 - the process leads its own process group, in a fresh empty working directory with a clean
   environment, under resource limits (open files, processes, address space, CPU seconds, file
@@ -38,6 +40,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from krm import errors
 from kruntimes import rlimits
@@ -72,6 +75,24 @@ class Outcome:
     stderr: bytes
     stderr_truncated: bool
     exit_code: int  # negative: killed by that signal
+
+
+class Runner(Protocol):
+    """How the exec evaluator runs a function process to completion: `run` below (this process's
+    own user, under limits), or the function sandbox where there is one (workers/fn_sandbox.py).
+    It raises the evaluation's errors (`krm.errors`): DeadlineExceeded, OutputTooLarge, and
+    SystemError_ for a binary that cannot start."""
+
+    async def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes,
+        deadline: float,
+        limits: Limits,
+        max_stdout: int,
+        max_stderr: int,
+    ) -> Outcome: ...
 
 
 class LauncherGone(OSError):

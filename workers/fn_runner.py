@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from krm import cli as fn_cli
-from krm import errors
+from krm import errors, process
 from krm.directory import DirectoryFeed
 from krm.executable import ExecEvaluator
 from krm.multi import MultiEvaluator
@@ -33,6 +33,8 @@ from krm.service import EvaluatorServer
 from krm.store import Store
 from kruntimes import logs
 from kruntimes.cli import leave
+from runtime.sandbox.policy import Network
+from workers.fn_sandbox import FirstUse, sandboxed_runner, secret_paths
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     cluster.add_argument("--kubernetes-api", metavar="URL", help="watch this API server as it is (no auth)")
     parser.add_argument("--namespace", help="watch one namespace (default: all)")
     parser.add_argument("--max-parallel", type=int, default=8, help="functions running at once")
+    parser.add_argument(
+        "--fn-network",
+        choices=[n.value for n in Network],
+        default=Network.NONE.value,
+        help="the network of binaryExecutor functions (default none, as kpt fn eval's)",
+    )
     parser.add_argument(
         "--pods",
         action="store_true",
@@ -85,7 +93,15 @@ async def serve(args: argparse.Namespace) -> None:
         platform = Client.from_config()
     pods = PodEvaluator(store, client=platform, runtime=args.pod_runtime, namespace=args.pod_namespace)
     warming = asyncio.create_task(_warm(pods))
-    evaluator = MultiEvaluator([ExecEvaluator(store, max_parallel=args.max_parallel), pods])
+    runner, isolation = sandboxed_runner(
+        max_parallel=args.max_parallel,
+        network=Network(args.fn_network),
+        hide=secret_paths(kubeconfig=args.kubeconfig),
+    )
+    log.info("binaryExecutor functions: %s", isolation)
+    evaluator = MultiEvaluator(
+        [ExecEvaluator(store, max_parallel=args.max_parallel, runner=runner or process.run), pods]
+    )
     server = EvaluatorServer(evaluator, listen=args.listen)
     await server.start()
     host = args.listen.rsplit(":", 1)[0]
@@ -103,6 +119,8 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await server.stop()
+        if runner is not None:
+            runner.close()
         warming.cancel()
         await pods.close()
         if platform is not None:
@@ -142,7 +160,11 @@ def main_fn(argv: list[str]) -> int:
     if argv[0] != "eval":
         print(f"krt: unknown fn command {argv[0]!r}; the one command is `krt fn eval`", file=sys.stderr)
         return fn_cli.USAGE
-    return fn_cli.main(argv[1:])
+    runner = FirstUse(network=Network.NONE, hide=secret_paths(), err=sys.stderr)
+    try:
+        return fn_cli.main(argv[1:], runner=runner)
+    finally:
+        runner.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,235 @@
+"""The exec evaluator's functions in the function sandbox: a binary run once per evaluation, as a
+host runs a krm function's entrypoint once per call (`krt fn-runner`, `krt fn eval --exec`).
+
+Each binary (its command line) is a function of its own here, as a registration is on a host: an
+identity (`runtime.isolation.Lease`: a uid claimed on this machine, a cgroup with its limits) and
+lanes in its sandbox (runtime/lanes.py: PID and mount namespaces, the file system view without
+the hidden directories, no network unless asked, no capabilities). Each evaluation starts the
+binary in a lane with the ResourceList on stdin, in a working directory of its own: the lane's
+private /tmp, which the lane empties after every call, as it ends every process the call left.
+So an evaluation sees nothing of an earlier one but what the binary's own directory holds.
+
+A binary not evaluated for `IDLE_S` gives its identity back (its lanes ended long before, after
+`runtime.lanes.LANE_IDLE_S`); at most `MAX_BINARIES` are kept, the least recently used given back
+first. Blocking and thread-safe: the caller runs `run` in a thread and, to cancel it, `kill`s the
+pid `on_start` gave it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.isolation import FunctionIsolation, Lease
+from runtime.lanes import Lanes
+from runtime.limits import ProcessLimits
+from runtime.outcome import Outcome
+from runtime.sandbox.policy import InForce, SandboxSettings
+from runtime.spawner import Spawner, SpawnSpec
+
+log = logging.getLogger(__name__)
+
+MAX_BINARIES = 64  # binaries with an identity at once
+IDLE_S = 300.0  # a binary not evaluated for this long gives its identity back
+SWEEP_S = 5.0
+SCRATCH = "/tmp"  # the lane's private tmpfs, emptied after each call: each evaluation's own
+ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class SandboxUnavailable(Exception):
+    """This process cannot make the namespaces a sandboxed evaluation needs (it is not root)."""
+
+
+@dataclass(eq=False)
+class _Binary:
+    lease: Lease
+    workdir: Path
+    lanes: Lanes
+    last_used: float
+    running: int = 0
+
+
+class SandboxedBinaries:
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        *,
+        limits: ProcessLimits,
+        hide: tuple[str, ...] = (),
+        work_root: Path | None = None,
+    ) -> None:
+        self.limits = limits
+        self._own_root = work_root is None
+        self.work_root = work_root if work_root is not None else Path(tempfile.mkdtemp(prefix="krt-fn-"))
+        self.spawner = Spawner()
+        self.isolation = FunctionIsolation(
+            settings, host_uid=f"fn-{secrets.token_hex(8)}", hide=(*hide, str(self.work_root))
+        )
+        self.in_force: InForce | None = None
+        self._lock = threading.Lock()
+        self._binaries: dict[tuple[str, ...], _Binary] = {}
+        self._closed = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    def start(self) -> InForce:
+        """Start the zygote and the isolation; SandboxUnavailable where there are no namespaces
+        (lanes need PID and mount namespaces), IsolationUnavailable where the settings cannot be
+        honoured."""
+        self.isolation.check()
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        self.work_root.chmod(0o711)
+        self.spawner.start()
+        try:
+            if not self.spawner.namespaces:
+                raise SandboxUnavailable("this process cannot make PID and mount namespaces (it is not root)")
+            self.in_force = self.isolation.start(
+                namespaces=True,
+                network_namespaces=self.spawner.network_namespaces,
+                work_root=self.work_root,
+            )
+        except BaseException:
+            self.spawner.close()
+            raise
+        self._sweeper = threading.Thread(target=self._sweep_loop, name="binaries", daemon=True)
+        self._sweeper.start()
+        return self.in_force
+
+    def run(
+        self,
+        argv: tuple[str, ...],
+        data: bytes,
+        timeout_s: float,
+        *,
+        stdout_limit: int,
+        on_start: Callable[[int], None] | None = None,
+    ) -> Outcome:
+        """One evaluation of `argv` (its first item an absolute path): `data` on stdin, until it
+        ends or `timeout_s` (then killed, with everything it started)."""
+        binary = self._take(argv)
+        try:
+            return binary.lanes.run(data, timeout_s, stdout_limit=stdout_limit, on_start=on_start)
+        finally:
+            with self._lock:
+                binary.running -= 1
+                binary.last_used = time.monotonic()
+
+    def kill(self, pid: int) -> None:
+        """End the lane `on_start` named (a cancelled evaluation): its namespace, every process."""
+        self.spawner.kill(pid)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._binaries)
+
+    def _take(self, argv: tuple[str, ...]) -> _Binary:
+        evicted: list[_Binary] = []
+        try:
+            with self._lock:
+                if self._closed.is_set():
+                    raise SandboxUnavailable("the sandbox is closed")
+                binary = self._binaries.get(argv)
+                if binary is None:
+                    while len(self._binaries) >= MAX_BINARIES:
+                        idle = [b for b in self._binaries.values() if b.running == 0]
+                        if not idle:
+                            break  # every one is in use: one more, given back when idle
+                        oldest = min(idle, key=lambda b: b.last_used)
+                        evicted.append(self._forget(oldest))
+                    binary = self._binaries[argv] = self._new(argv)
+                binary.running += 1
+                return binary
+        finally:
+            for each in evicted:
+                self._give_back(each)
+
+    def _new(self, argv: tuple[str, ...]) -> _Binary:
+        """(Under the lock.) The binary's identity, workspace and lanes."""
+        slot = f"fn-{secrets.token_hex(6)}"
+        workdir = self.work_root / slot
+        workdir.mkdir(mode=0o700)
+        try:
+            lease = self.isolation.lease(slot)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        try:
+            lease.own(workdir)
+            sandbox = lease.sandbox(workdir)
+            # the binary's directory with its real content, wherever it lies
+            home = os.path.dirname(os.path.realpath(argv[0]))
+            sandbox = dataclasses.replace(sandbox, keep=(*sandbox.keep, home))
+            spec = SpawnSpec(
+                kind="exec",
+                cwd=SCRATCH,
+                env={"PATH": ENV_PATH, "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8"},
+                limits=self.limits,
+                argv=argv,
+                sandbox=sandbox,
+            )
+            lanes = Lanes(self.spawner, spec)
+        except BaseException:
+            self.isolation.release(lease)
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return _Binary(lease=lease, workdir=workdir, lanes=lanes, last_used=time.monotonic())
+
+    def _forget(self, binary: _Binary) -> _Binary:
+        """(Under the lock.)"""
+        for argv, each in list(self._binaries.items()):
+            if each is binary:
+                del self._binaries[argv]
+        return binary
+
+    def _give_back(self, binary: _Binary) -> None:
+        """End its lanes (every process of its calls), then free its identity and workspace."""
+        try:
+            binary.lanes.close()
+        finally:
+            self.isolation.release(binary.lease)
+            shutil.rmtree(binary.workdir, ignore_errors=True)
+
+    def _sweep_loop(self) -> None:
+        while not self._closed.wait(SWEEP_S):
+            now = time.monotonic()
+            with self._lock:
+                binaries = list(self._binaries.values())
+                stale = [b for b in binaries if b.running == 0 and now - b.last_used >= IDLE_S]
+                for binary in stale:
+                    self._forget(binary)
+            for binary in binaries:
+                with contextlib.suppress(Exception):
+                    binary.lanes.sweep(now)
+            for binary in stale:
+                try:
+                    self._give_back(binary)
+                except Exception:
+                    log.exception("giving back an idle binary's identity failed")
+
+    def close(self) -> None:
+        """End every lane and give every identity back; stop the zygote."""
+        self._closed.set()
+        with self._lock:
+            binaries, self._binaries = list(self._binaries.values()), {}
+        try:
+            for binary in binaries:
+                try:
+                    self._give_back(binary)
+                except Exception:
+                    log.exception("giving back a binary's identity failed")
+        finally:
+            self.isolation.close()
+            self.spawner.close()
+            if self._sweeper is not None:
+                self._sweeper.join(SWEEP_S + 1)
+            if self._own_root:
+                shutil.rmtree(self.work_root, ignore_errors=True)

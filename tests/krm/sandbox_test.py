@@ -1,0 +1,229 @@
+"""The exec evaluator's binaries run in the function sandbox (runtime/binaries.py through
+workers/fn_sandbox.py), as `krt fn-runner` and `krt fn eval --exec` run them as root: a uid of
+their own, their own PID namespace, no network, the platform's state directory hidden, a fresh
+working directory for every evaluation, nothing of an evaluation left running after it, and a
+deadline or a cancellation that kills the function at once.
+
+Each probe is a real function process asked about its world by a real evaluation; the network
+probe dials a real listener of this test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from krm import errors
+from krm.evaluation import Request
+from krm.executable import ExecEvaluator
+from krm.resources import resource_list
+from runtime.binaries import SandboxedBinaries
+from runtime.limits import ProcessLimits
+from runtime.sandbox.policy import Network, SandboxSettings
+from tests.krm import programs
+from tests.krm.conftest import eventually, items, store_with
+from workers.fn_sandbox import SandboxRunner
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="switching uids needs root (not root, `krt fn eval` says it runs unsandboxed)"
+)
+
+# Tells what it can see and do on stderr (JSON), leaves a file in its working directory and a
+# process behind it, and answers its input.
+PROBE = """
+import json, os, socket, subprocess, sys
+data = sys.stdin.read()
+facts = {{"uid": os.getuid(), "cwd": os.getcwd(), "entries": sorted(os.listdir(".")),
+          "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}}
+try:
+    open({secret!r}).read()
+    facts["secret"] = "read"
+except OSError as e:
+    facts["secret"] = type(e).__name__
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+    facts["net"] = "connected"
+except OSError as e:
+    facts["net"] = type(e).__name__
+try:
+    os.kill({runner}, 0)
+    facts["runner"] = "signalable"
+except OSError as e:
+    facts["runner"] = type(e).__name__
+open("left-behind", "w").write("x")
+subprocess.Popen(["/bin/sh", "-c", "sleep 300", {token!r}], start_new_session=True)
+sys.stderr.write(json.dumps(facts))
+sys.stdout.write(data)
+"""
+
+
+def _with_token(token: str) -> list[int]:
+    """This machine's processes whose command line holds `token`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[socket.socket, int]]:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setblocking(False)
+    try:
+        yield server, server.getsockname()[1]
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    path = state / "client.json"
+    path.write_text('{"token": "not for functions"}')
+    path.chmod(0o644)
+    return path
+
+
+@pytest.fixture
+async def sandboxed(secret: Path) -> AsyncIterator[SandboxRunner]:
+    binaries = SandboxedBinaries(
+        SandboxSettings(network=Network.NONE), limits=ProcessLimits(), hide=(str(secret.parent),)
+    )
+    binaries.start()
+    runner = SandboxRunner(binaries, max_parallel=4)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+def _request(image: str, *, timeout: float = 30.0) -> Request:
+    return Request.new(image=image, resource_list=resource_list(items()), timeout=timeout)
+
+
+async def test_a_binary_runs_as_its_own_user_in_its_own_namespaces(
+    sandboxed: SandboxRunner, functions: Path, secret: Path, listener: tuple[socket.socket, int]
+) -> None:
+    server, port = listener
+    token = f"krt-probe-{uuid.uuid4().hex}"
+    programs.write(
+        functions, "probe", PROBE, secret=str(secret), port=str(port), runner=str(os.getpid()), token=token
+    )
+    evaluator = ExecEvaluator(store_with(functions, "probe"), runner=sandboxed)
+    first = await evaluator.evaluate(_request("example.com/fn/probe:v1.0.0"))
+    facts = json.loads(first.log)
+    assert facts["uid"] not in (0, os.getuid()), "a uid of its own, not the runner's"
+    assert facts["secret"] == "FileNotFoundError", "the state directory is hidden"
+    assert facts["net"] != "connected", "no network"
+    with pytest.raises(BlockingIOError):
+        server.accept()  # nothing reached this test's listener
+    assert facts["runner"] == "ProcessLookupError", "the runner is not in its PID namespace"
+    assert len(facts["pids"]) <= 5, facts["pids"]
+    # its working directory is its private /tmp, which holds nothing but the way to the paths its
+    # view shows (its binary's directory); the next evaluation finds it as the first did
+    assert facts["cwd"] == "/tmp" and "left-behind" not in facts["entries"]
+    second = json.loads((await evaluator.evaluate(_request("example.com/fn/probe:v1.0.0"))).log)
+    assert second["entries"] == facts["entries"], "nothing the first evaluation left"
+    await eventually(lambda: not _with_token(token), timeout=10, what="the left-behind processes are gone")
+
+
+async def test_two_binaries_have_two_identities(sandboxed: SandboxRunner, functions: Path) -> None:
+    uid = "import os, sys\ndata = sys.stdin.read()\nsys.stderr.write(str(os.getuid()))\nsys.stdout.write(data)\n"
+    programs.write(functions, "one", uid)
+    programs.write(functions, "two", uid)
+    evaluator = ExecEvaluator(store_with(functions, "one", "two"), runner=sandboxed)
+    one = await evaluator.evaluate(_request("example.com/fn/one:v1.0.0"))
+    two = await evaluator.evaluate(_request("example.com/fn/two:v1.0.0"))
+    assert int(one.log) != int(two.log)
+    assert sandboxed.binaries.count() == 2
+
+
+async def test_a_deadline_kills_the_function_and_everything_it_started(
+    sandboxed: SandboxRunner, functions: Path
+) -> None:
+    program = "stubborn"  # it ignores SIGTERM
+    token = f"krt-deadline-{uuid.uuid4().hex}"
+    body = (
+        "import signal, subprocess, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"subprocess.Popen(['/bin/sh', '-c', 'sleep 300', {token!r}])\nsys.stdout.write('partial')\nsys.stdout.flush()\n"
+        "time.sleep(300)\n"
+    )
+    programs.write(functions, program, body)
+    evaluator = ExecEvaluator(store_with(functions, program), runner=sandboxed)
+    with pytest.raises(errors.DeadlineExceeded):
+        await evaluator.evaluate(_request(f"example.com/fn/{program}:v1.0.0", timeout=1.0))
+    await eventually(lambda: not _with_token(token), timeout=10, what="nothing of it left")
+
+
+async def test_a_cancelled_evaluation_kills_the_function_at_once(
+    sandboxed: SandboxRunner, functions: Path
+) -> None:
+    token = f"krt-cancel-{uuid.uuid4().hex}"
+    programs.write(
+        functions,
+        "sleeper",
+        f"import subprocess, time\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 300', {token!r}])\ntime.sleep(300)\n",
+    )
+    evaluator = ExecEvaluator(store_with(functions, "sleeper"), runner=sandboxed)
+    task = asyncio.create_task(evaluator.evaluate(_request("example.com/fn/sleeper:v1.0.0", timeout=60)))
+    await eventually(lambda: bool(_with_token(token)), timeout=10, what="the function runs")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: not _with_token(token), timeout=10, what="nothing of it left")
+
+
+async def test_a_binary_that_cannot_start_is_a_system_error(
+    sandboxed: SandboxRunner, functions: Path
+) -> None:
+    (functions / "not-executable").write_text("#!/bin/sh\ncat\n")
+    evaluator = ExecEvaluator(store_with(functions, "not-executable"), runner=sandboxed)
+    with pytest.raises(errors.SystemError_, match="not-executable"):
+        await evaluator.evaluate(_request("example.com/fn/not-executable:v1.0.0"))
+
+
+async def test_output_past_the_bound_is_refused(sandboxed: SandboxRunner, functions: Path) -> None:
+    programs.write(
+        functions, "flood", "import sys\nsys.stdin.read()\nsys.stdout.write('x' * (5 * 1024 * 1024))\n"
+    )
+    evaluator = ExecEvaluator(store_with(functions, "flood"), runner=sandboxed)
+    with pytest.raises(errors.OutputTooLarge):
+        await evaluator.evaluate(_request("example.com/fn/flood:v1.0.0"))
+
+
+def test_krt_fn_eval_exec_runs_the_binary_sandboxed(functions: Path, secret: Path, tmp_path: Path) -> None:
+    programs.write(
+        functions,
+        "who",
+        f"import os, sys\ndata = sys.stdin.read()\n"
+        f"try:\n    open({str(secret)!r}).read()\n    seen = 'read'\nexcept OSError as e:\n    seen = type(e).__name__\n"
+        "sys.stderr.write(f'uid={os.getuid()} secret={seen}')\nsys.exit(3)\n",
+    )
+    krt = Path(sys.executable).with_name("krt")
+    done = subprocess.run(
+        [str(krt), "fn", "eval", "-", "--exec", str(functions / "who")],
+        input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KRT_STATE_DIR": str(secret.parent)},
+        check=False,
+    )
+    assert done.returncode != 0, done.stderr
+    assert "secret=FileNotFoundError" in done.stderr, done.stderr
+    uid = int(done.stderr.split("uid=", 1)[1].split()[0])
+    assert uid not in (0, os.getuid())
