@@ -22,8 +22,6 @@ import dataclasses
 import logging
 import os
 import secrets
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -53,7 +51,6 @@ class SandboxUnavailable(Exception):
 @dataclass(eq=False)
 class _Binary:
     lease: Lease
-    workdir: Path
     lanes: Lanes
     last_used: float
     running: int = 0
@@ -66,15 +63,10 @@ class SandboxedBinaries:
         *,
         limits: ProcessLimits,
         hide: tuple[str, ...] = (),
-        work_root: Path | None = None,
     ) -> None:
         self.limits = limits
-        self._own_root = work_root is None
-        self.work_root = work_root if work_root is not None else Path(tempfile.mkdtemp(prefix="krt-fn-"))
         self.spawner = Spawner()
-        self.isolation = FunctionIsolation(
-            settings, host_uid=f"fn-{secrets.token_hex(8)}", hide=(*hide, str(self.work_root))
-        )
+        self.isolation = FunctionIsolation(settings, host_uid=f"fn-{secrets.token_hex(8)}", hide=hide)
         self.in_force: InForce | None = None
         self._lock = threading.Lock()
         self._binaries: dict[tuple[str, ...], _Binary] = {}
@@ -86,8 +78,6 @@ class SandboxedBinaries:
         (lanes need PID and mount namespaces), IsolationUnavailable where the settings cannot be
         honoured."""
         self.isolation.check()
-        self.work_root.mkdir(parents=True, exist_ok=True)
-        self.work_root.chmod(0o711)
         self.spawner.start()
         try:
             if not self.spawner.namespaces:
@@ -95,7 +85,7 @@ class SandboxedBinaries:
             self.in_force = self.isolation.start(
                 namespaces=True,
                 network_namespaces=self.spawner.network_namespaces,
-                work_root=self.work_root,
+                work_root=Path("/"),  # no workspaces: each evaluation's directory is its /tmp
             )
         except BaseException:
             self.spawner.close()
@@ -153,21 +143,13 @@ class SandboxedBinaries:
                 self._give_back(each)
 
     def _new(self, argv: tuple[str, ...]) -> _Binary:
-        """(Under the lock.) The binary's identity, workspace and lanes."""
-        slot = f"fn-{secrets.token_hex(6)}"
-        workdir = self.work_root / slot
-        workdir.mkdir(mode=0o700)
+        """(Under the lock.) The binary's identity and lanes. No workspace: nothing of its own
+        outlives an evaluation but what its uid may write on the host's file system."""
+        lease = self.isolation.lease(f"fn-{secrets.token_hex(6)}")
         try:
-            lease = self.isolation.lease(slot)
-        except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise
-        try:
-            lease.own(workdir)
-            sandbox = lease.sandbox(workdir)
             # the binary's directory with its real content, wherever it lies
             home = os.path.dirname(os.path.realpath(argv[0]))
-            sandbox = dataclasses.replace(sandbox, keep=(*sandbox.keep, home))
+            sandbox = dataclasses.replace(lease.base, keep=(*lease.base.keep, home))
             spec = SpawnSpec(
                 kind="exec",
                 cwd=SCRATCH,
@@ -179,9 +161,8 @@ class SandboxedBinaries:
             lanes = Lanes(self.spawner, spec)
         except BaseException:
             self.isolation.release(lease)
-            shutil.rmtree(workdir, ignore_errors=True)
             raise
-        return _Binary(lease=lease, workdir=workdir, lanes=lanes, last_used=time.monotonic())
+        return _Binary(lease=lease, lanes=lanes, last_used=time.monotonic())
 
     def _forget(self, binary: _Binary) -> _Binary:
         """(Under the lock.)"""
@@ -191,12 +172,11 @@ class SandboxedBinaries:
         return binary
 
     def _give_back(self, binary: _Binary) -> None:
-        """End its lanes (every process of its calls), then free its identity and workspace."""
+        """End its lanes (every process of its calls), then free its identity."""
         try:
             binary.lanes.close()
         finally:
             self.isolation.release(binary.lease)
-            shutil.rmtree(binary.workdir, ignore_errors=True)
 
     def _sweep_loop(self) -> None:
         while not self._closed.wait(SWEEP_S):
@@ -231,5 +211,3 @@ class SandboxedBinaries:
             self.spawner.close()
             if self._sweeper is not None:
                 self._sweeper.join(SWEEP_S + 1)
-            if self._own_root:
-                shutil.rmtree(self.work_root, ignore_errors=True)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,14 +24,15 @@ from pathlib import Path
 import pytest
 
 from krm import errors
+from krm.client import RemoteEvaluator
 from krm.evaluation import Request
 from krm.executable import ExecEvaluator
-from krm.resources import resource_list
+from krm.resources import dump, resource_list
 from runtime.binaries import SandboxedBinaries
 from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import Network, SandboxSettings
 from tests.krm import programs
-from tests.krm.conftest import eventually, items, store_with
+from tests.krm.conftest import eventually, function_config, items, store_with
 from workers.fn_sandbox import SandboxRunner
 
 pytestmark = pytest.mark.skipif(
@@ -227,3 +229,66 @@ def test_krt_fn_eval_exec_runs_the_binary_sandboxed(functions: Path, secret: Pat
     assert "secret=FileNotFoundError" in done.stderr, done.stderr
     uid = int(done.stderr.split("uid=", 1)[1].split()[0])
     assert uid not in (0, os.getuid())
+
+
+async def test_krt_fn_runner_runs_binaries_sandboxed(
+    functions: Path, secret: Path, tmp_path: Path, listener: tuple[socket.socket, int]
+) -> None:
+    """The runner as a real process, asked over gRPC: its binaryExecutor function runs as another
+    uid, without the network, the runner's state directory hidden from it."""
+    server, port = listener
+    token = f"krt-runner-{uuid.uuid4().hex}"
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    ready = tmp_path / "ready.json"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
+            "--functions", str(functions), "--fn-configs", str(configs), "--poll", "0.05", "--log-level", "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "KRT_STATE_DIR": str(secret.parent)},
+    )  # fmt: skip
+    try:
+        await eventually(lambda: ready.exists() or process.poll() is not None, timeout=30, what="it serves")
+        assert process.poll() is None, "the runner exited"
+        programs.write(
+            functions,
+            "probe",
+            PROBE,
+            secret=str(secret),
+            port=str(port),
+            runner=str(process.pid),
+            token=token,
+        )
+        config = function_config("probe", prefixes=["example.com/fn/probe"], path="probe", tags=["1.x"])
+        (configs / "probe.yaml").write_text(dump(config))
+        remote = RemoteEvaluator(json.loads(ready.read_text())["address"])
+        try:
+
+            async def served() -> bool:
+                try:
+                    await remote.evaluate(_request("example.com/fn/probe:v1.0.0"))
+                except errors.NotFound:
+                    return False
+                return True
+
+            await eventually(served, timeout=10, what="the FunctionConfig is served")
+            facts = json.loads((await remote.evaluate(_request("example.com/fn/probe:v1.0.0"))).log)
+        finally:
+            await remote.close()
+        assert facts["uid"] not in (0, os.getuid())
+        assert facts["secret"] == "FileNotFoundError"
+        assert facts["net"] != "connected"
+        with pytest.raises(BlockingIOError):
+            server.accept()
+        assert facts["runner"] == "ProcessLookupError", "the runner is out of its reach"
+        await eventually(
+            lambda: not _with_token(token), timeout=10, what="the left-behind processes are gone"
+        )
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
