@@ -23,6 +23,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,6 +63,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--functions", type=Path, metavar="DIR", help="where relative binary paths are found")
     p.add_argument("--fn-configs", type=Path, metavar="DIR", help="a directory of FunctionConfig YAML files")
     p.add_argument("--runner", metavar="ADDRESS", help="evaluate on a running `krt fn-runner` (host:port)")
+    p.add_argument(
+        "--network",
+        action="store_true",
+        help="let a binary reach the network (as root it runs sandboxed, by default with none)",
+    )
     p.add_argument(
         "--pods",
         action="store_true",
@@ -182,7 +188,9 @@ def exec_argv(command: str) -> list[str]:
     return argv
 
 
-async def _evaluate(args: argparse.Namespace, request: Request, runner: process.Runner | None) -> Evaluation:
+async def _evaluate(
+    args: argparse.Namespace, request: Request, runner: Callable[[bool], process.Runner] | None
+) -> Evaluation:
     if args.runner is not None:
         from krm.client import RemoteEvaluator
 
@@ -192,7 +200,7 @@ async def _evaluate(args: argparse.Namespace, request: Request, runner: process.
         finally:
             await remote.close()
     store = Store(functions_dir=args.functions)
-    executor = ExecEvaluator(store, runner=runner or process.run)
+    executor = ExecEvaluator(store, runner=runner(args.network) if runner is not None else process.run)
     if args.exec_command is not None:
         return await executor.run(exec_argv(args.exec_command), request)
     if args.fn_configs is not None:
@@ -242,10 +250,10 @@ def main(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
-    runner: process.Runner | None = None,
+    runner: Callable[[bool], process.Runner] | None = None,
 ) -> int:
-    """`krt fn eval`; `runner` runs the exec evaluator's processes (default: as this process's
-    own user, `krm.process.run`)."""
+    """`krt fn eval`; `runner(network)` gives what runs the exec evaluator's processes, with the
+    network or without (default: as this process's own user, `krm.process.run`)."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     try:
         args, pairs = parse(argv)

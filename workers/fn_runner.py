@@ -98,7 +98,10 @@ async def serve(args: argparse.Namespace) -> None:
         network=Network(args.fn_network),
         hide=secret_paths(kubeconfig=args.kubeconfig),
     )
-    log.info("binaryExecutor functions: %s", isolation)
+    if runner is None:
+        log.warning("binaryExecutor functions run unsandboxed (%s)", isolation)
+    else:
+        log.info("binaryExecutor functions: %s", isolation)
     evaluator = MultiEvaluator(
         [ExecEvaluator(store, max_parallel=args.max_parallel, runner=runner or process.run), pods]
     )
@@ -160,11 +163,18 @@ def main_fn(argv: list[str]) -> int:
     if argv[0] != "eval":
         print(f"krt: unknown fn command {argv[0]!r}; the one command is `krt fn eval`", file=sys.stderr)
         return fn_cli.USAGE
-    runner = FirstUse(network=Network.NONE, hide=secret_paths(), err=sys.stderr)
+    made: list[FirstUse] = []
+
+    def runner(network: bool) -> FirstUse:
+        chosen = Network.HOST if network else Network.NONE
+        made.append(FirstUse(network=chosen, hide=secret_paths(), err=sys.stderr))
+        return made[-1]
+
     try:
         return fn_cli.main(argv[1:], runner=runner)
     finally:
-        runner.close()
+        for each in made:
+            each.close()
 
 
 if __name__ == "__main__":

@@ -292,3 +292,38 @@ async def test_krt_fn_runner_runs_binaries_sandboxed(
         if process.poll() is None:
             process.kill()
             process.wait(10)
+
+
+def test_krt_fn_eval_network_is_asked_for(functions: Path, listener: tuple[socket.socket, int]) -> None:
+    """`krt fn eval --exec` gives a binary no network; with --network it reaches this test's
+    listener."""
+    server, port = listener
+    programs.write(
+        functions,
+        "dial",
+        "import socket, sys\ndata = sys.stdin.read()\n"
+        f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n    got = 'connected'\n"
+        "except OSError as e:\n    got = type(e).__name__\nsys.stderr.write(got)\nsys.exit(3)\n",
+    )
+    krt = Path(sys.executable).with_name("krt")
+
+    def dial(*flags: str) -> str:
+        done = subprocess.run(
+            [str(krt), "fn", "eval", "-", "--exec", str(functions / "dial"), *flags],
+            input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return done.stderr
+
+    without = dial()
+    assert "connected" not in without, without
+    with pytest.raises(BlockingIOError):
+        server.accept()
+    with_network = dial("--network")
+    assert "stderr: connected" in with_network, with_network
+    server.setblocking(True)
+    server.settimeout(5)
+    server.accept()[0].close()  # the connection it made
