@@ -48,6 +48,11 @@ class SandboxUnavailable(Exception):
     """This process cannot make the namespaces a sandboxed evaluation needs (it is not root)."""
 
 
+class HiddenBinary(Exception):
+    """The binary lies in a directory functions must never see: showing it its own directory
+    would show them that."""
+
+
 @dataclass(eq=False)
 class _Binary:
     lease: Lease
@@ -145,10 +150,13 @@ class SandboxedBinaries:
     def _new(self, argv: tuple[str, ...]) -> _Binary:
         """(Under the lock.) The binary's identity and lanes. No workspace: nothing of its own
         outlives an evaluation but what its uid may write on the host's file system."""
+        # the binary's directory with its real content, wherever it lies but in a hidden one
+        home = os.path.dirname(os.path.realpath(argv[0]))
+        for hidden in self.isolation.hide:
+            if home == hidden or home.startswith(hidden.rstrip("/") + "/"):
+                raise HiddenBinary(f"{argv[0]} lies in {hidden}, which functions must not see")
         lease = self.isolation.lease(f"fn-{secrets.token_hex(6)}")
         try:
-            # the binary's directory with its real content, wherever it lies
-            home = os.path.dirname(os.path.realpath(argv[0]))
             sandbox = dataclasses.replace(lease.base, keep=(*lease.base.keep, home))
             spec = SpawnSpec(
                 kind="exec",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from krm import errors, process
-from runtime.binaries import SandboxedBinaries, SandboxUnavailable
+from runtime.binaries import HiddenBinary, SandboxedBinaries, SandboxUnavailable
 from runtime.isolation import describe
 from runtime.limits import ProcessLimits
 from runtime.outcome import Outcome, Status
@@ -85,7 +85,7 @@ class SandboxRunner:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(running), KILL_WAIT_S)
             raise
-        except (SpawnError, NoFreeUid, SandboxUnavailable, OSError) as e:
+        except (SpawnError, NoFreeUid, SandboxUnavailable, HiddenBinary, OSError) as e:
             raise errors.SystemError_(f"cannot start {argv[0]}: {e}") from e
         if outcome.status is Status.TIMED_OUT:
             raise errors.DeadlineExceeded("the function ran past its deadline and was killed")

@@ -327,3 +327,17 @@ def test_krt_fn_eval_network_is_asked_for(functions: Path, listener: tuple[socke
     server.setblocking(True)
     server.settimeout(5)
     server.accept()[0].close()  # the connection it made
+
+
+async def test_a_binary_in_a_hidden_directory_is_not_run(sandboxed: SandboxRunner, secret: Path) -> None:
+    """Its own directory is shown to a binary: one in the state directory is refused, so that
+    the directory stays hidden (a link to it from elsewhere is followed first)."""
+    inside = programs.write(secret.parent, "fn", "import sys\nsys.stdout.write(sys.stdin.read())\n")
+    link_dir = secret.parent.parent / "links"
+    link_dir.mkdir()
+    (link_dir / "fn").symlink_to(inside)
+    evaluator = ExecEvaluator(store_with(secret.parent, "fn"), runner=sandboxed)
+    for argv in ([str(inside)], [str(link_dir / "fn")]):
+        with pytest.raises(errors.SystemError_, match="functions must not see"):
+            await evaluator.run(argv, _request("example.com/fn/fn:v1.0.0"))
+    assert sandboxed.binaries.count() == 0
