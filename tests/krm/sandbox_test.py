@@ -341,3 +341,28 @@ async def test_a_binary_in_a_hidden_directory_is_not_run(sandboxed: SandboxRunne
         with pytest.raises(errors.SystemError_, match="functions must not see"):
             await evaluator.run(argv, _request("example.com/fn/fn:v1.0.0"))
     assert sandboxed.binaries.count() == 0
+
+
+async def test_concurrent_evaluations_each_get_their_own_answer(
+    sandboxed: SandboxRunner, functions: Path
+) -> None:
+    """Twelve evaluations of one binary at once, four running at a time in its lanes: each gets
+    back what it sent, and the binary holds one identity."""
+    programs.write(
+        functions,
+        "echo-slow",
+        "import sys, time\ndata = sys.stdin.read()\ntime.sleep(0.05)\nsys.stdout.write(data)\n",
+    )
+    evaluator = ExecEvaluator(store_with(functions, "echo-slow"), runner=sandboxed, max_parallel=4)
+    sent = [
+        resource_list([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}}])
+        for i in range(12)
+    ]
+    answers = await asyncio.gather(
+        *(
+            evaluator.evaluate(Request.new(image="example.com/fn/echo-slow:v1.0.0", resource_list=data))
+            for data in sent
+        )
+    )
+    assert [a.resource_list for a in answers] == sent
+    assert sandboxed.binaries.count() == 1
