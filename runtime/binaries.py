@@ -109,10 +109,13 @@ class SandboxedBinaries:
         on_start: Callable[[int], None] | None = None,
     ) -> Outcome:
         """One evaluation of `argv` (its first item an absolute path): `data` on stdin, until it
-        ends or `timeout_s` (then killed, with everything it started)."""
+        ends, writes more than `stdout_limit` to stdout, or `timeout_s` passes (the last two kill
+        it, with everything it started)."""
         binary = self._take(argv)
         try:
-            return binary.lanes.run(data, timeout_s, stdout_limit=stdout_limit, on_start=on_start)
+            return binary.lanes.run(
+                data, timeout_s, stdout_limit=stdout_limit, on_start=on_start, stop_past_limit=True
+            )
         finally:
             with self._lock:
                 binary.running -= 1

@@ -58,6 +58,10 @@ _MESSAGE = 4096
 _RUN = json.dumps({"op": "run"}).encode()
 
 
+class _PastLimit(Exception):
+    """The call wrote more to stdout than it may (`stop_past_limit`)."""
+
+
 class _NotTaken(Exception):
     """The lane was gone before it could take the call: nothing of it started."""
 
@@ -122,22 +126,25 @@ class Lanes:
         *,
         stdout_limit: int = MAX_LOG_BYTES,
         on_start: Callable[[int], None] | None = None,
+        stop_past_limit: bool = False,
     ) -> Outcome:
         """One call: `data` on stdin, wait for its end as `runtime.once.run_once` does for a
-        process started directly (`on_start` gets the pid that kills it: its lane's)."""
+        process started directly (`on_start` gets the pid that kills it: its lane's). With
+        `stop_past_limit`, a call that writes more than `stdout_limit` to stdout is killed then,
+        with its lane (`outcome.stdout.total` says it went past): its answer is refused anyway."""
         started = time.monotonic()
         deadline = started + timeout_s
         try:
             lane = self._take(deadline)
             try:
-                return self._call(lane, data, started, timeout_s, stdout_limit, on_start)
+                return self._call(lane, data, started, timeout_s, stdout_limit, on_start, stop_past_limit)
             except _NotTaken:
                 self._end(lane)
             finally:
                 self._started(lane)
             lane = self._take(deadline)  # once more: a lane that died idle is no call's failure
             try:
-                return self._call(lane, data, started, timeout_s, stdout_limit, on_start)
+                return self._call(lane, data, started, timeout_s, stdout_limit, on_start, stop_past_limit)
             except _NotTaken:
                 self._end(lane)
                 raise SpawnError("the function's launcher did not take the call") from None
@@ -316,6 +323,7 @@ class Lanes:
         timeout_s: float,
         stdout_limit: int,
         on_start: Callable[[int], None] | None,
+        stop_past_limit: bool = False,
     ) -> Outcome:
         taken = lane.taken = time.monotonic()
         outcome = Outcome(Status.SUCCEEDED, stdout=Capture(stdout_limit))
@@ -338,7 +346,9 @@ class Lanes:
         pump.watch(lane.ctl.fileno())
         pump.want_write(in_w, data)
         try:
-            self._wait(lane, pump, call, outcome, started + timeout_s)
+            self._wait(lane, pump, call, outcome, started + timeout_s, stop_past_limit)
+        except _PastLimit:
+            pass  # not clean: the lane ends below, and the call with it
         except TimeoutError:
             set_error(outcome, Status.TIMED_OUT, "Timeout", f"did not finish within {timeout_s:g}s")
         finally:
@@ -365,7 +375,9 @@ class Lanes:
         set_exit(outcome, call.code if call.code is not None else lane.exit.code)
         return outcome
 
-    def _wait(self, lane: Lane, pump: Pump, call: _Call, outcome: Outcome, deadline: float) -> None:
+    def _wait(
+        self, lane: Lane, pump: Pump, call: _Call, outcome: Outcome, deadline: float, stop_past_limit: bool
+    ) -> None:
         """Until the launcher reported the call's end and its output pipes are closed."""
         while not ((call.code is not None or call.gone) and not pump.open_readers):
             if call.gone and not call.started:
@@ -374,6 +386,9 @@ class Lanes:
             if remaining <= 0:
                 raise TimeoutError
             pump.step(min(remaining, POLL_TICK_S))
+            if stop_past_limit and outcome.stdout.total > outcome.stdout.limit:
+                call.clean = False
+                raise _PastLimit
             if not call.gone:
                 self._read(lane, pump, call, outcome)
 

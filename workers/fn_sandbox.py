@@ -71,9 +71,7 @@ class SandboxRunner:
                 self.binaries.kill(pid)
 
         def call() -> Outcome:
-            return self.binaries.run(
-                tuple(argv), stdin, timeout_s, stdout_limit=max_stdout + 1, on_start=started
-            )
+            return self.binaries.run(tuple(argv), stdin, timeout_s, stdout_limit=max_stdout, on_start=started)
 
         running = loop.run_in_executor(self._threads, call)
         try:

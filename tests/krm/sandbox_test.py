@@ -198,13 +198,22 @@ async def test_a_binary_that_cannot_start_is_a_system_error(
         await evaluator.evaluate(_request("example.com/fn/not-executable:v1.0.0"))
 
 
-async def test_output_past_the_bound_is_refused(sandboxed: SandboxRunner, functions: Path) -> None:
+async def test_output_past_the_bound_is_refused_and_stops_the_function(
+    sandboxed: SandboxRunner, functions: Path
+) -> None:
+    """A function that writes without end is stopped once it is past the bound, not at its
+    deadline (which would be DeadlineExceeded), and nothing of it is left."""
+    token = f"krt-flood-{uuid.uuid4().hex}"
     programs.write(
-        functions, "flood", "import sys\nsys.stdin.read()\nsys.stdout.write('x' * (5 * 1024 * 1024))\n"
+        functions,
+        "flood",
+        f"import subprocess, sys\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 300', {token!r}])\n"
+        "sys.stdin.read()\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
     )
     evaluator = ExecEvaluator(store_with(functions, "flood"), runner=sandboxed)
     with pytest.raises(errors.OutputTooLarge):
-        await evaluator.evaluate(_request("example.com/fn/flood:v1.0.0"))
+        await evaluator.evaluate(_request("example.com/fn/flood:v1.0.0", timeout=60))
+    await eventually(lambda: not _with_token(token), timeout=10, what="nothing of it left")
 
 
 def test_krt_fn_eval_exec_runs_the_binary_sandboxed(functions: Path, secret: Path, tmp_path: Path) -> None:
