@@ -489,6 +489,8 @@ class Registry:
 
         try:
             if reg.config.adapter == krm_adapter.ADAPTER:
+                if lanes is not None:  # an answer past the bound is refused: stop the function then
+                    run = functools.partial(lanes.run, stop_past_limit=True)
                 return krm_adapter.invoke(run, payload, timeout_s, on_start=started)
             outcome = run(payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started)
         except SpawnError as exc:

@@ -313,3 +313,26 @@ async def test_a_cancelled_evaluation_deletes_its_run_and_its_processes(platform
 
         await eventually(deleted, timeout=60, what="its Run to be deleted")
         assert pods.snapshot()["example.com/pod/cancelled:1.x"] == []
+
+
+FLOOD = """
+import sys
+data = sys.stdin.read()
+if "flood" in data:
+    while True:
+        sys.stdout.write("x" * 65536)
+sys.stdout.write(data)
+"""
+
+
+async def test_output_past_the_bound_is_refused_and_stops_the_function(platform: Platform) -> None:
+    """A function that writes without end is OutputTooLarge once it is past the bound, not
+    DeadlineExceeded at its deadline, and its Run answers the next evaluation."""
+    async with evaluator(platform, pod_config("flood", FLOOD)) as pods:
+        with pytest.raises(errors.OutputTooLarge):
+            await pods.evaluate(request(image("flood"), config={"data": {"mode": "flood"}}, timeout=60))
+        answer = await pods.evaluate(request(image("flood")))
+        assert [i["metadata"]["name"] for i in parse_resource_list(answer.resource_list)["items"]] == [
+            "one",
+            "two",
+        ]
