@@ -4,8 +4,6 @@ FunctionConfig directory while running, answers `krt fn eval --runner`, stops on
 from __future__ import annotations
 
 import asyncio
-import json
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,32 +15,13 @@ from krm import errors
 from krm.client import RemoteEvaluator
 from krm.resources import dump, load_all
 from tests.krm.conftest import eventually, function_config, request
+from tests.krm.runner_process import fn_runner
 
 
 @pytest.fixture
 async def runner(tmp_path: Path, functions: Path) -> AsyncIterator[tuple[str, Path]]:
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    ready = tmp_path / "ready.json"
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
-            "--functions", str(functions), "--fn-configs", str(configs), "--poll", "0.05", "--log-level", "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        await eventually(
-            lambda: ready.exists() or process.poll() is not None, timeout=30, what="the runner serves"
-        )
-        assert process.poll() is None, "the runner exited"
-        yield json.loads(ready.read_text())["address"], configs
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(process.wait, 20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+    async with fn_runner(tmp_path, functions) as served:
+        yield served.address, served.configs
 
 
 async def test_the_runner_applies_config_changes_while_serving(runner) -> None:

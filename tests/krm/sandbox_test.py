@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import Network, SandboxSettings
 from tests.krm import programs
 from tests.krm.conftest import eventually, function_config, items, store_with
+from tests.krm.runner_process import fn_runner
 from workers.fn_sandbox import SandboxRunner
 
 pytestmark = pytest.mark.skipif(
@@ -247,60 +247,33 @@ async def test_krt_fn_runner_runs_binaries_sandboxed(
     uid, without the network, the runner's state directory hidden from it."""
     server, port = listener
     token = f"krt-runner-{uuid.uuid4().hex}"
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    ready = tmp_path / "ready.json"
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
-            "--functions", str(functions), "--fn-configs", str(configs), "--poll", "0.05", "--log-level", "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-        env={**os.environ, "KRT_STATE_DIR": str(secret.parent)},
-    )  # fmt: skip
-    try:
-        await eventually(lambda: ready.exists() or process.poll() is not None, timeout=30, what="it serves")
-        assert process.poll() is None, "the runner exited"
+    async with fn_runner(tmp_path, functions, env={"KRT_STATE_DIR": str(secret.parent)}) as served:
         programs.write(
-            functions,
-            "probe",
-            PROBE,
-            secret=str(secret),
-            port=str(port),
-            runner=str(process.pid),
-            token=token,
+            functions, "probe", PROBE, secret=str(secret), port=str(port), runner=str(served.pid), token=token
         )
         config = function_config("probe", prefixes=["example.com/fn/probe"], path="probe", tags=["1.x"])
-        (configs / "probe.yaml").write_text(dump(config))
-        remote = RemoteEvaluator(json.loads(ready.read_text())["address"])
+        (served.configs / "probe.yaml").write_text(dump(config))
+        remote = RemoteEvaluator(served.address)
         try:
 
-            async def served() -> bool:
+            async def known() -> bool:
                 try:
                     await remote.evaluate(_request("example.com/fn/probe:v1.0.0"))
                 except errors.NotFound:
                     return False
                 return True
 
-            await eventually(served, timeout=10, what="the FunctionConfig is served")
+            await eventually(known, timeout=10, what="the FunctionConfig is served")
             facts = json.loads((await remote.evaluate(_request("example.com/fn/probe:v1.0.0"))).log)
         finally:
             await remote.close()
-        assert facts["uid"] not in (0, os.getuid())
-        assert facts["secret"] == "FileNotFoundError"
-        assert facts["net"] != "connected"
-        with pytest.raises(BlockingIOError):
-            server.accept()
-        assert facts["runner"] == "ProcessLookupError", "the runner is out of its reach"
-        await eventually(
-            lambda: not _with_token(token), timeout=10, what="the left-behind processes are gone"
-        )
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(process.wait, 20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+    assert facts["uid"] not in (0, os.getuid())
+    assert facts["secret"] == "FileNotFoundError"
+    assert facts["net"] != "connected"
+    with pytest.raises(BlockingIOError):
+        server.accept()
+    assert facts["runner"] == "ProcessLookupError", "the runner is out of its reach"
+    await eventually(lambda: not _with_token(token), timeout=10, what="the left-behind processes are gone")
 
 
 def test_krt_fn_eval_network_is_asked_for(functions: Path, listener: tuple[socket.socket, int]) -> None:

@@ -1,0 +1,53 @@
+"""`krt fn-runner` as a real process for tests: serving on a port picked at run time, reading a
+FunctionConfig directory, stopped with SIGTERM (and its exit code checked) at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.krm.conftest import eventually
+
+
+@dataclass
+class RunnerProcess:
+    address: str
+    configs: Path
+    pid: int
+
+
+@contextlib.asynccontextmanager
+async def fn_runner(
+    tmp_path: Path, functions: Path, *, env: dict[str, str] | None = None
+) -> AsyncIterator[RunnerProcess]:
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    ready = tmp_path / "ready.json"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
+            "--functions", str(functions), "--fn-configs", str(configs), "--poll", "0.05", "--log-level", "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    try:
+        await eventually(
+            lambda: ready.exists() or process.poll() is not None, timeout=30, what="the runner serves"
+        )
+        assert process.poll() is None, "the runner exited"
+        yield RunnerProcess(json.loads(ready.read_text())["address"], configs, process.pid)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
