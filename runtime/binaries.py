@@ -66,15 +66,13 @@ class SandboxedBinaries:
         self,
         settings: SandboxSettings,
         *,
-        limits: ProcessLimits,
         hide: tuple[str, ...] = (),
     ) -> None:
-        self.limits = limits
         self.spawner = Spawner()
         self.isolation = FunctionIsolation(settings, host_uid=f"fn-{secrets.token_hex(8)}", hide=hide)
         self.in_force: InForce | None = None
         self._lock = threading.Lock()
-        self._binaries: dict[tuple[str, ...], _Binary] = {}
+        self._binaries: dict[tuple[tuple[str, ...], ProcessLimits], _Binary] = {}
         self._closed = threading.Event()
         self._sweeper: threading.Thread | None = None
 
@@ -105,13 +103,14 @@ class SandboxedBinaries:
         data: bytes,
         timeout_s: float,
         *,
+        limits: ProcessLimits,
         stdout_limit: int,
         on_start: Callable[[int], None] | None = None,
     ) -> Outcome:
-        """One evaluation of `argv` (its first item an absolute path): `data` on stdin, until it
-        ends, writes more than `stdout_limit` to stdout, or `timeout_s` passes (the last two kill
-        it, with everything it started)."""
-        binary = self._take(argv)
+        """One evaluation of `argv` (its first item an absolute path) under `limits`: `data` on
+        stdin, until it ends, writes more than `stdout_limit` to stdout, or `timeout_s` passes
+        (the last two kill it, with everything it started)."""
+        binary = self._take(argv, limits)
         try:
             return binary.lanes.run(
                 data, timeout_s, stdout_limit=stdout_limit, on_start=on_start, stop_past_limit=True
@@ -129,13 +128,14 @@ class SandboxedBinaries:
         with self._lock:
             return len(self._binaries)
 
-    def _take(self, argv: tuple[str, ...]) -> _Binary:
+    def _take(self, argv: tuple[str, ...], limits: ProcessLimits) -> _Binary:
         evicted: list[_Binary] = []
         try:
             with self._lock:
                 if self._closed.is_set():
                     raise SandboxUnavailable("the sandbox is closed")
-                binary = self._binaries.get(argv)
+                key = (argv, limits)  # a binary's lanes hold the limits they were started with
+                binary = self._binaries.get(key)
                 if binary is None:
                     while len(self._binaries) >= MAX_BINARIES:
                         idle = [b for b in self._binaries.values() if b.running == 0]
@@ -143,14 +143,14 @@ class SandboxedBinaries:
                             break  # every one is in use: one more, given back when idle
                         oldest = min(idle, key=lambda b: b.last_used)
                         evicted.append(self._forget(oldest))
-                    binary = self._binaries[argv] = self._new(argv)
+                    binary = self._binaries[key] = self._new(argv, limits)
                 binary.running += 1
                 return binary
         finally:
             for each in evicted:
                 self._give_back(each)
 
-    def _new(self, argv: tuple[str, ...]) -> _Binary:
+    def _new(self, argv: tuple[str, ...], limits: ProcessLimits) -> _Binary:
         """(Under the lock.) The binary's identity and lanes. No workspace: nothing of its own
         outlives an evaluation but what its uid may write on the host's file system."""
         # the binary's directory with its real content, wherever it lies but in a hidden one
@@ -165,7 +165,7 @@ class SandboxedBinaries:
                 kind="exec",
                 cwd=SCRATCH,
                 env={"PATH": ENV_PATH, "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8"},
-                limits=self.limits,
+                limits=limits,
                 argv=argv,
                 sandbox=sandbox,
             )
@@ -177,9 +177,9 @@ class SandboxedBinaries:
 
     def _forget(self, binary: _Binary) -> _Binary:
         """(Under the lock.)"""
-        for argv, each in list(self._binaries.items()):
+        for key, each in list(self._binaries.items()):
             if each is binary:
-                del self._binaries[argv]
+                del self._binaries[key]
         return binary
 
     def _give_back(self, binary: _Binary) -> None:

@@ -476,8 +476,10 @@ class Registry:
 
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
         lanes = reg.lanes
+        krm = reg.config.adapter == krm_adapter.ADAPTER
         run: krm_adapter.RunOnce = (
-            lanes.run
+            # a krm answer past the stdout bound is refused: its lane stops the function then
+            functools.partial(lanes.run, stop_past_limit=krm)
             if lanes is not None
             else functools.partial(run_once, self.spawner, self._spec(reg, once=True))
         )
@@ -488,9 +490,7 @@ class Registry:
             reg.once_pids.add(pid)  # an unregistration past its grace kills it
 
         try:
-            if reg.config.adapter == krm_adapter.ADAPTER:
-                if lanes is not None:  # an answer past the bound is refused: stop the function then
-                    run = functools.partial(lanes.run, stop_past_limit=True)
+            if krm:
                 return krm_adapter.invoke(run, payload, timeout_s, on_start=started)
             outcome = run(payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started)
         except SpawnError as exc:

@@ -106,7 +106,12 @@ async def serve(args: argparse.Namespace) -> None:
         [ExecEvaluator(store, max_parallel=args.max_parallel, runner=runner or process.run), pods]
     )
     server = EvaluatorServer(evaluator, listen=args.listen)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:
+        if runner is not None:
+            runner.close()  # its zygote and the identities it holds
+        raise
     host = args.listen.rsplit(":", 1)[0]
     address = f"{host}:{server.port}"
     log.info("fn-runner serving on %s", address)

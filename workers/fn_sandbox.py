@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from krm import errors, process
+from kruntimes import clientconfig
 from runtime.binaries import HiddenBinary, SandboxedBinaries, SandboxUnavailable
 from runtime.isolation import describe
 from runtime.limits import ProcessLimits
@@ -55,7 +57,6 @@ class SandboxRunner:
         max_stdout: int,
         max_stderr: int,
     ) -> process.Outcome:
-        del limits  # the sandbox's, set when it was made (`sandboxed_runner`)
         timeout_s = deadline - time.monotonic()
         if timeout_s <= 0:
             raise errors.DeadlineExceeded("the deadline passed before the function started")
@@ -70,8 +71,12 @@ class SandboxRunner:
             if cancelled:
                 self.binaries.kill(pid)
 
+        limited = ProcessLimits(**dataclasses.asdict(limits))  # the same five bounds
+
         def call() -> Outcome:
-            return self.binaries.run(tuple(argv), stdin, timeout_s, stdout_limit=max_stdout, on_start=started)
+            return self.binaries.run(
+                tuple(argv), stdin, timeout_s, limits=limited, stdout_limit=max_stdout, on_start=started
+            )
 
         running = loop.run_in_executor(self._threads, call)
         try:
@@ -112,18 +117,7 @@ def sandboxed_runner(
     process cannot (then the binaries run as its own user) and why."""
     if os.geteuid() != 0:
         return None, "same-user: not root, so functions run as you and can read what you can"
-    limits = process.Limits()
-    binaries = SandboxedBinaries(
-        SandboxSettings(network=network),
-        limits=ProcessLimits(
-            open_files=limits.open_files,
-            processes=limits.processes,
-            address_space_bytes=limits.address_space_bytes,
-            cpu_seconds=limits.cpu_seconds,
-            file_size_bytes=limits.file_size_bytes,
-        ),
-        hide=tuple(str(p) for p in hide),
-    )
+    binaries = SandboxedBinaries(SandboxSettings(network=network), hide=tuple(str(p) for p in hide))
     try:
         in_force = binaries.start()
     except (SandboxUnavailable, IsolationUnavailable, SpawnError) as e:
@@ -137,8 +131,6 @@ def secret_paths(*, kubeconfig: str | None = None) -> list[Path]:
     """What a function must never see of this machine, beyond what the sandbox hides anyway: the
     platform's state directory (client.json: a bearer token; on the embedded platform its keys),
     a kubeconfig's directory, and a pod's service account token."""
-    from kruntimes import clientconfig
-
     paths = [clientconfig.state_dir()]
     if kubeconfig:
         paths.append(Path(kubeconfig).expanduser().resolve().parent)
@@ -155,25 +147,15 @@ class FirstUse:
         self._runner: SandboxRunner | None = None
         self._made = False
 
-    async def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes,
-        deadline: float,
-        limits: process.Limits,
-        max_stdout: int,
-        max_stderr: int,
-    ) -> process.Outcome:
+    async def __call__(self, argv: Sequence[str], **how: Any) -> process.Outcome:
+        """`process.Runner`'s call, passed on as it came."""
         if not self._made:
             self._made = True
             self._runner, isolation = sandboxed_runner(max_parallel=8, network=self.network, hide=self.hide)
             if self._runner is None:
                 self.err.write(f"krt: the function runs unsandboxed ({isolation})\n")
         run: process.Runner = self._runner or process.run
-        return await run(
-            argv, stdin=stdin, deadline=deadline, limits=limits, max_stdout=max_stdout, max_stderr=max_stderr
-        )
+        return await run(argv, **how)
 
     def close(self) -> None:
         if self._runner is not None:

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors
+from krm import errors, process
 from krm.client import RemoteEvaluator
 from krm.evaluation import Request
 from krm.executable import ExecEvaluator
 from krm.resources import dump, resource_list
 from runtime.binaries import SandboxedBinaries
-from runtime.limits import ProcessLimits
 from runtime.sandbox.policy import Network, SandboxSettings
 from tests.krm import programs
 from tests.krm.conftest import eventually, function_config, items, store_with
@@ -102,9 +101,7 @@ def secret(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def sandboxed(secret: Path) -> AsyncIterator[SandboxRunner]:
-    binaries = SandboxedBinaries(
-        SandboxSettings(network=Network.NONE), limits=ProcessLimits(), hide=(str(secret.parent),)
-    )
+    binaries = SandboxedBinaries(SandboxSettings(network=Network.NONE), hide=(str(secret.parent),))
     binaries.start()
     runner = SandboxRunner(binaries, max_parallel=4)
     try:
@@ -348,3 +345,18 @@ async def test_concurrent_evaluations_each_get_their_own_answer(
     )
     assert [a.resource_list for a in answers] == sent
     assert sandboxed.binaries.count() == 1
+
+
+async def test_the_evaluators_limits_hold_in_the_sandbox(sandboxed: SandboxRunner, functions: Path) -> None:
+    """The evaluator's limits are the function's, and a binary under other limits gets lanes of
+    its own: each evaluation sees the bound its evaluator set."""
+    programs.write(
+        functions,
+        "nofile",
+        "import resource, sys\ndata = sys.stdin.read()\n"
+        "sys.stderr.write(str(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))\nsys.stdout.write(data)\n",
+    )
+    store = store_with(functions, "nofile")
+    for bound in (32, 64):
+        evaluator = ExecEvaluator(store, runner=sandboxed, limits=process.Limits(open_files=bound))
+        assert int((await evaluator.evaluate(_request("example.com/fn/nofile:v1.0.0"))).log) == bound
