@@ -90,6 +90,7 @@ class Lease:
             network_none=self.base.network_none,
             keep=(*self.base.keep, str(workdir)),
             hide=self.base.hide,
+            writable=(*self.base.writable, str(workdir)),
             cgroup_procs=self.base.cgroup_procs,
             tmp_bytes=self.base.tmp_bytes,
             foreign_uid=self.base.foreign_uid,
@@ -124,9 +125,8 @@ class FunctionIsolation:
         self._switch_uids = switch_uids
         self.host_uid = host_uid
         self.hide = tuple(sorted({os.path.realpath(h) for h in (*settings.hide, *hide)}))
-        self.keep = tuple(
-            sorted({*(keep if keep is not None else python_paths()), *map(os.path.realpath, settings.shared)})
-        )
+        self.shared = tuple(sorted({os.path.realpath(p) for p in settings.shared}))
+        self.keep = tuple(sorted({*(keep if keep is not None else python_paths()), *self.shared}))
         self.pool: UidPool | None = None
         self.cgroups: cgroups.Cgroups | None = None
         self.in_force: InForce | None = None
@@ -260,6 +260,7 @@ class FunctionIsolation:
                 network_none=self._network,
                 keep=self.keep,
                 hide=self.hide,
+                writable=self.shared,
                 cgroup_procs=group.procs_files if group is not None else (),
                 tmp_bytes=self.settings.tmp_bytes,
                 foreign_uid=claim is not None,
@@ -283,6 +284,7 @@ class FunctionIsolation:
             network_none=self._network,
             keep=self.keep,
             hide=self.hide,
+            writable=self.shared,
             tmp_bytes=self.settings.tmp_bytes,
             foreign_uid=self.pool is not None,
         )

@@ -130,8 +130,8 @@ def _seed(
 ) -> None:
     """Runs in a new seed (the zygote's child, PID 1 of a namespace of its own); never returns.
     Its function process waits on `theirs` for one assignment: {"spec", "grow": [[kind, path,
-    options], ...]} with the function's descriptors (stdin, stdout, stderr[, control]) and one
-    per bind of `grow`, in order."""
+    options], ...], "writable": [path, ...]} with the function's descriptors (stdin, stdout,
+    stderr[, control]) and one per bind of `grow`, in order."""
     global _work_nice
     code = 127
     try:
@@ -154,7 +154,8 @@ def _seed(
         assignment = json.loads(msg)
         spec = assignment["spec"]
         more = fsview.Plan(
-            tuple(fsview.Op(kind, path, options) for kind, path, options in assignment["grow"])
+            tuple(fsview.Op(kind, path, options) for kind, path, options in assignment["grow"]),
+            tuple(assignment["writable"]),
         )
         binds = more.binds
         stdio, sources = (
@@ -334,7 +335,9 @@ class Zygote:
             self._at_work(seed.pid)
             try:
                 grow = [[op.kind, op.path, op.options] for op in more.ops]
-                message = json.dumps({"spec": request["spec"], "grow": grow}).encode()
+                message = json.dumps(
+                    {"spec": request["spec"], "grow": grow, "writable": list(more.writable)}
+                ).encode()
                 socket.send_fds(seed.ours, [message], fds + opened)
             except OSError:
                 continue  # that seed died: try the next

@@ -43,6 +43,9 @@ class SandboxSpec:
     network_none: bool = False
     keep: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
+    # kept paths the function may write (its workspace, shared directories); with a mount
+    # namespace every other path of the host is read-only to it (fsview.seal)
+    writable: tuple[str, ...] = ()
     cgroup_procs: tuple[str, ...] = ()
     tmp_bytes: int = 64 * 1024 * 1024
     # the function runs as another uid than the files' owner: directories closed to others
@@ -62,6 +65,7 @@ class SandboxSpec:
             network_none=bool(raw.get("network_none")),
             keep=tuple(raw.get("keep", ())),
             hide=tuple(raw.get("hide", ())),
+            writable=tuple(raw.get("writable", ())),
             cgroup_procs=tuple(raw.get("cgroup_procs", ())),
             tmp_bytes=int(raw.get("tmp_bytes", 64 * 1024 * 1024)),
             foreign_uid=bool(raw.get("foreign_uid", raw.get("uid") is not None)),
@@ -108,6 +112,11 @@ def probe() -> tuple[bool, bool]:
             try:
                 syscalls.unshare(flags)
                 syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+                if flags & syscalls.CLONE_NEWPID:
+                    # the view is sealed read-only (Linux 5.12), and IPC is the function's own:
+                    # without either, no namespaces (the host says so)
+                    syscalls.unshare(syscalls.CLONE_NEWIPC)
+                    syscalls.mount_setattr("/", add=syscalls.MOUNT_ATTR_RDONLY, recursive=True)
                 code = 0
             finally:
                 os._exit(code)
@@ -119,26 +128,43 @@ def probe() -> tuple[bool, bool]:
 def view(spec: SandboxSpec) -> fsview.Plan:
     """The file system view of `spec` as fsview plans it, from the real file system."""
     scratch = {"/tmp": spec.tmp_bytes, "/dev/shm": spec.tmp_bytes}
-    return fsview.plan(keep=spec.keep, hide=spec.hide, scratch=scratch, needs_traversal=spec.foreign_uid)
+    return fsview.plan(
+        keep=spec.keep,
+        hide=spec.hide,
+        scratch=scratch,
+        writable=spec.writable,
+        needs_traversal=spec.foreign_uid,
+    )
 
 
-def _namespaces(spec: SandboxSpec, planned: fsview.Plan | None = None) -> None:
-    """A mount (and network) namespace of this process's own, with the view of `spec` (as
-    `planned` when given)."""
-    syscalls.unshare(syscalls.CLONE_NEWNS | (syscalls.CLONE_NEWNET if spec.network_none else 0))
+def _namespaces(spec: SandboxSpec, planned: fsview.Plan | None = None) -> fsview.Plan:
+    """Mount, IPC (and network) namespaces of this process's own, with the view of `spec` (as
+    `planned` when given), which it returns; not sealed yet (`_seal`). The IPC namespace keeps
+    System V shared memory, semaphores and message queues, and POSIX message queues, to the
+    function: none of another's can be reached, and what it leaves ends with its namespace."""
+    syscalls.unshare(
+        syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC | (syscalls.CLONE_NEWNET if spec.network_none else 0)
+    )
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
-    fsview.apply(planned if planned is not None else view(spec))
+    applied = planned if planned is not None else view(spec)
+    fsview.apply(applied)
     flags = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
     syscalls.mount("proc", "/proc", "proc", flags, PROC_OPTIONS)
     if spec.network_none:
         syscalls.loopback_up()
+    return applied
+
+
+def _seal(writable: tuple[str, ...]) -> None:
+    """The view read-only but the mounts at `writable` and the namespace's own /proc."""
+    fsview.seal((*writable, "/proc"))
 
 
 def enter(spec: SandboxSpec) -> None:
     """Runs in the freshly forked child; returns in the function process (see the docstring)."""
     cgroups.join(spec.cgroup_procs)
     if spec.mount_namespace:
-        _namespaces(spec)
+        _seal(_namespaces(spec).writable)
     if not spec.pid_namespace:
         return
     function = os.fork()
@@ -162,7 +188,8 @@ def growth(spec: SandboxSpec, base: SandboxSpec, planted: fsview.Plan | None = N
     """What a process planted with `base` (the view `planted`, when known) must add to its view
     to have the view of `spec` (planned where the real file system is visible: in the zygote)."""
     done = set((planted if planted is not None else view(base)).ops)
-    return fsview.Plan(tuple(op for op in view(spec).ops if op not in done))
+    whole = view(spec)
+    return fsview.Plan(tuple(op for op in whole.ops if op not in done), whole.writable)
 
 
 def grow(spec: SandboxSpec, base: SandboxSpec, more: fsview.Plan, trees: dict[str, int]) -> None:
@@ -172,6 +199,7 @@ def grow(spec: SandboxSpec, base: SandboxSpec, more: fsview.Plan, trees: dict[st
     if not base.cgroup_procs:
         cgroups.join(spec.cgroup_procs)
     fsview.apply(more, trees=trees)
+    _seal(more.writable)
 
 
 def _init(function: int) -> None:

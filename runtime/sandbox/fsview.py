@@ -13,6 +13,13 @@ the state directory). The view is built from three operations in the function's 
 
 `plan` decides them (pure: it takes the stat of each path); `apply` runs them. Bind sources are
 opened before any tmpfs covers their ancestors, so they stay reachable.
+
+Then `seal` makes every mount of the view read-only but the scratch directories and the kept
+paths the function may write (`writable`: its workspace, the operator's shared directories),
+each of which is a mount of its own for that (a bind onto itself where nothing covers it). A
+function so writes nowhere else on the host, whatever the permissions there: not in a
+world-writable directory like /var/tmp or /run/lock, where what it left would outlive it, be
+found by the next holder of its uid, or fill the host's disk.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ class Op:
 @dataclass(frozen=True)
 class Plan:
     ops: tuple[Op, ...] = ()
+    # the mounts `seal` leaves writable: the scratch tmpfs and the binds of writable kept paths
+    writable: tuple[str, ...] = ()
 
     @property
     def binds(self) -> tuple[str, ...]:
@@ -67,6 +76,7 @@ def traversable_by_other(st: os.stat_result) -> bool:
 class _Planner:
     hide: frozenset[str]
     scratch: dict[str, int]
+    writable: frozenset[str]
     stat_of: Stat
     needs_traversal: bool
     decided: dict[str, str] = field(default_factory=dict)  # path → "tmpfs" | "mkdir" | "bind"
@@ -92,6 +102,8 @@ class _Planner:
                 continue
             if real:
                 if last and keep:
+                    if path in self.writable and path != "/":
+                        self.decided[path] = "bind"  # a mount of its own, which `seal` spares
                     return
                 if self.covers(path):
                     self.decided[path] = "tmpfs"
@@ -107,20 +119,28 @@ def plan(
     keep: Iterable[str],
     hide: Iterable[str],
     scratch: Mapping[str, int] | None = None,
+    writable: Iterable[str] = (),
     needs_traversal: bool,
     stat_of: Stat = _real_stat,
 ) -> Plan:
     """The operations that make every existing `keep` path reachable with its real content,
     every `hide` directory empty and every `scratch` directory (path → size in bytes) a private
-    writable tmpfs. `needs_traversal`: the function runs as another uid than the owner of the
-    files, so directories without the others' x bit block it and are covered."""
+    writable tmpfs; the kept paths also in `writable` stay writable after `seal`.
+    `needs_traversal`: the function runs as another uid than the owner of the files, so
+    directories without the others' x bit block it and are covered."""
     hidden = frozenset(os.path.normpath(h) for h in hide if _is_dir(stat_of(os.path.normpath(h))))
     scratches = {
         os.path.normpath(path): size
         for path, size in (scratch or {}).items()
         if _is_dir(stat_of(os.path.normpath(path)))
     }
-    planner = _Planner(hide=hidden, scratch=scratches, stat_of=stat_of, needs_traversal=needs_traversal)
+    planner = _Planner(
+        hide=hidden,
+        scratch=scratches,
+        writable=frozenset(os.path.normpath(w) for w in writable),
+        stat_of=stat_of,
+        needs_traversal=needs_traversal,
+    )
     kept = sorted({os.path.normpath(k) for k in keep if stat_of(os.path.normpath(k)) is not None})
     for path in kept:
         planner.walk(path, keep=True)
@@ -131,7 +151,12 @@ def plan(
         for path, kind in planner.decided.items()
     ]
     ops.sort(key=lambda op: (op.path.count("/") if op.path != "/" else 0, op.path))
-    return Plan(tuple(ops))
+    spared = tuple(
+        op.path
+        for op in ops
+        if op.path in (scratches if op.kind == "tmpfs" else planner.writable if op.kind == "bind" else ())
+    )
+    return Plan(tuple(ops), spared)
 
 
 def _tmpfs_options(path: str, scratch: Mapping[str, int]) -> str:
@@ -169,7 +194,9 @@ def apply(view: Plan, *, trees: dict[str, int] | None = None) -> None:
             else:
                 source = trees.get(op.path, sources.get(op.path))
                 assert source is not None
-                if stat.S_ISDIR(os.fstat(source).st_mode):
+                if os.path.lexists(op.path):
+                    pass  # a path bound onto itself (nothing covers it): its own mount for `seal`
+                elif stat.S_ISDIR(os.fstat(source).st_mode):
                     os.mkdir(op.path, COVER_MODE)
                 else:
                     os.close(os.open(op.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
@@ -182,3 +209,12 @@ def apply(view: Plan, *, trees: dict[str, int] | None = None) -> None:
     finally:
         for fd in sources.values():
             os.close(fd)
+
+
+def seal(writable: Iterable[str]) -> None:
+    """Make every mount of this (private) mount namespace read-only, but those at `writable`
+    (each a mount point of its own: a plan's `writable`, /proc) keep their write access. Other
+    mount flags (nosuid, nodev, noexec) stay as they are."""
+    syscalls.mount_setattr("/", add=syscalls.MOUNT_ATTR_RDONLY, recursive=True)
+    for path in writable:
+        syscalls.mount_setattr(path, clear=syscalls.MOUNT_ATTR_RDONLY)

@@ -79,7 +79,7 @@ class InForce:
         parts = [
             "own uid per function" if self.isolation is Isolation.UID else "same user as the host",
             "PID namespace" if self.pid_namespace else "no PID namespace",
-            "private mounts" if self.mount_namespace else "shared mounts",
+            "private read-only mounts and IPC" if self.mount_namespace else "shared mounts",
             f"network {self.network.value}",
             self.cgroup if self.cgroup != "none" else "no cgroup (rlimits only)",
         ]

@@ -14,6 +14,7 @@ import socket
 import struct
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -122,6 +123,37 @@ def move_mount(tree: int, target: str) -> None:
         ctypes.c_int(_AT_FDCWD),
         os.fsencode(target),
         ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+    )
+
+
+_SYS_MOUNT_SETATTR = 442  # Linux 5.12
+MOUNT_ATTR_RDONLY = 0x1
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def mount_setattr(path: str, *, add: int = 0, clear: int = 0, recursive: bool = False) -> None:
+    """Set (`add`) and clear (`clear`) MOUNT_ATTR_* flags of the mount at `path`, and with
+    `recursive` of every mount under it, in this mount namespace; the mounts' other flags are
+    left as they are."""
+    attr = _MountAttr(add, clear, 0, 0)
+    _call(
+        f"mount_setattr {path}",
+        "syscall",
+        ctypes.c_long,
+        ctypes.c_long(_SYS_MOUNT_SETATTR),
+        ctypes.c_int(_AT_FDCWD),
+        os.fsencode(path),
+        ctypes.c_uint(AT_RECURSIVE if recursive else 0),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
     )
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -434,3 +436,75 @@ def test_in_network_none_proc_net_shows_no_socket_of_the_machine(
     assert f":{port:04X} " in Path("/proc/net/tcp").read_text(), "the host's own view lists the listener"
     seen = attacker.run("result = open('/proc/net/tcp').read() + open('/proc/net/unix').read()")
     assert f":{port:04X} " not in seen, "the function's network namespace holds only its own sockets"
+
+
+@pytest.fixture
+def world_writable() -> Iterator[Path]:
+    """A directory anyone may write on the host's own file system, outside /tmp (every function
+    has a /tmp of its own): in /var/tmp where there is one, else at the root."""
+    parent = Path("/var/tmp") if Path("/var/tmp").is_dir() else Path("/")
+    made = parent / f"krt-world-writable-{uuid.uuid4().hex[:8]}"
+    made.mkdir()
+    made.chmod(0o1777)
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made)
+
+
+WRITE = """
+import errno
+found = {}
+for path in PATHS:
+    try:
+        with open(path, "w") as f:
+            f.write("left by a function")
+        found[path] = "written"
+    except OSError as exc:
+        found[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+result = found
+"""
+
+
+def test_a_function_writes_nowhere_on_the_host_but_its_workspace_tmp_and_dev_shm(
+    attacker: Function, world_writable: Path
+) -> None:
+    # Permissions would let any uid write there: what the next holder of the uid would find,
+    # what another tenant's function would read, what would fill the host's disk.
+    host_paths = [str(world_writable / "left"), "/var/tmp/krt-left-by-a-function", "/run/lock/krt-left"]
+    own = [str(attacker.workdir / "mine"), "/tmp/mine", "/dev/shm/mine"]
+    seen = attacker.run(f"PATHS = {host_paths + own!r}\n" + WRITE)
+    assert seen[str(world_writable / "left")] == "EROFS", seen
+    assert all(seen[path] != "written" for path in host_paths), seen
+    assert not any(os.path.lexists(path) for path in host_paths), "nothing reached the host"
+    assert all(seen[path] == "written" for path in own), seen
+    assert (attacker.workdir / "mine").read_text() == "left by a function", "its workspace is the real one"
+
+
+def _shm_keys(table: str) -> set[int]:
+    """The keys of a /proc/sysvipc/shm listing."""
+    return {int(line.split()[0]) for line in table.splitlines()[1:] if line.strip()}
+
+
+def test_system_v_shared_memory_is_the_functions_own(attacker: Function, target: HostUnderAttack) -> None:
+    key = 0x6B7274  # what a second tenant's function would look the segment up by
+    made = attacker.run(
+        f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+shmid = libc.shmget({key}, 4096, 0o1000 | 0o666)  # IPC_CREAT, readable and writable by anyone
+result = [shmid, open("/proc/sysvipc/shm").read()]
+"""
+    )
+    assert made[0] >= 0 and key in _shm_keys(made[1]), "the function made its segment"
+    assert key not in _shm_keys(Path("/proc/sysvipc/shm").read_text()), "the host's IPC is not its"
+    other = target.register(ATTACKER)
+    try:
+        found = other.run(
+            f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nresult = libc.shmget({key}, 0, 0)"
+        )
+        assert found == -1, "another function cannot attach it"
+    finally:
+        target.stub.UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=other.registration_id, grace_ms=100), timeout=30
+        )

@@ -120,3 +120,26 @@ def test_operations_come_parents_first():
     for i, op in enumerate(ops):
         for later in ops[i + 1 :]:
             assert not op.path.startswith(later.path + "/"), f"{later.path} must come before {op.path}"
+
+
+def test_what_stays_writable_is_the_scratch_and_the_writable_kept_paths_each_a_mount_of_its_own():
+    view = plan(
+        keep=["/usr/lib", "/srv/state", "/tmp/t/state/work/host/run.1"],
+        hide=["/tmp/t/state"],
+        scratch={"/tmp": 1 << 20},
+        writable=["/srv/state", "/tmp/t/state/work/host/run.1"],
+        needs_traversal=True,
+        stat_of=TREE,
+    )
+    kinds = {o.path: o.kind for o in view.ops}
+    # a writable path nothing covers is bound onto itself: the seal spares that mount only
+    assert kinds["/srv/state"] == "bind"
+    assert "/usr/lib" not in kinds, "a read-only kept path needs nothing (the seal covers it)"
+    assert kinds["/tmp/t/state/work/host/run.1"] == "bind"
+    assert set(view.writable) == {"/tmp", "/srv/state", "/tmp/t/state/work/host/run.1"}
+    assert "/srv" not in view.writable and "/" not in view.writable
+
+
+def test_a_writable_path_that_is_not_kept_or_does_not_exist_is_never_spared():
+    view = plan(keep=[], hide=[], writable=["/srv/state", "/nope"], needs_traversal=True, stat_of=TREE)
+    assert view.ops == () and view.writable == ()
