@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.sandbox import cgroups
+from runtime.sandbox import cgroups, seccomp
 from runtime.sandbox.child import SandboxSpec
 from runtime.sandbox.identity import Claim, NoFreeUid, UidPool
 from runtime.sandbox.policy import (
@@ -177,7 +177,10 @@ class FunctionIsolation:
             pid_namespace=namespaces,
             mount_namespace=namespaces,
             cgroup=self.cgroups.describe() if self.cgroups is not None else "none",
+            seccomp=seccomp.program() is not None,
         )
+        if not self.in_force.seccomp:
+            log.warning("functions run without a syscall filter: %s", seccomp.unavailable())
         log.info("function isolation", extra={"isolation": self.in_force.describe()})
         return self.in_force
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from runtime import limits
 from runtime.adapters import python_worker
-from runtime.sandbox import child, fsview, launcher, syscalls
+from runtime.sandbox import child, fsview, launcher, seccomp, syscalls
 
 MAX_MESSAGE = 256 * 1024
 # A seed plants (namespaces, view, the fork of its function process) at the lowest priority, so
@@ -207,6 +207,7 @@ class Zygote:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
         self.namespaces, self.network_namespaces = child.probe()
+        seccomp.program()  # built once, here: every child installs it (child.drop)
         self.pids = child.PidSpace() if self.namespaces else None
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.generic: child.SandboxSpec | None = None  # the base of the generic seeds

@@ -29,7 +29,7 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.sandbox import cgroups, fsview, syscalls
+from runtime.sandbox import cgroups, fsview, seccomp, syscalls
 
 PROC_OPTIONS = "hidepid=invisible"
 
@@ -226,7 +226,8 @@ def _init(function: int) -> None:
 
 def drop(spec: SandboxSpec) -> None:
     """The function process's last privileged step: its own uid and gid, no supplementary
-    groups, an empty capability bounding set, no_new_privs, death with its parent."""
+    groups, an empty capability bounding set, no_new_privs, death with its parent, the syscall
+    filter (runtime/sandbox/seccomp.py)."""
     if spec.uid is not None and spec.gid is not None:
         syscalls.drop_bounding_set()
         os.setgroups([])
@@ -235,3 +236,6 @@ def drop(spec: SandboxSpec) -> None:
     syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
     # after the uid change, which clears the parent-death signal
     syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
+    bpf = seccomp.program()  # built by the zygote before it forked (runtime/zygote.py)
+    if bpf is not None:
+        seccomp.install(bpf)

@@ -74,6 +74,7 @@ class InForce:
     pid_namespace: bool
     mount_namespace: bool
     cgroup: str  # "cgroup v1", "cgroup v2" or "none"
+    seccomp: bool = False  # the syscall filter (runtime/sandbox/seccomp.py)
 
     def describe(self) -> str:
         parts = [
@@ -82,6 +83,7 @@ class InForce:
             "private read-only mounts and IPC" if self.mount_namespace else "shared mounts",
             f"network {self.network.value}",
             self.cgroup if self.cgroup != "none" else "no cgroup (rlimits only)",
+            "syscall filter" if self.seccomp else "no syscall filter",
         ]
         return ", ".join(parts)
 
@@ -92,4 +94,5 @@ class InForce:
             "pidNamespace": self.pid_namespace,
             "mountNamespace": self.mount_namespace,
             "cgroup": self.cgroup,
+            "seccomp": self.seccomp,
         }

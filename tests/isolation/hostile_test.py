@@ -19,6 +19,7 @@ import pytest
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.limits import ProcessLimits
+from runtime.sandbox import seccomp
 from runtime.sandbox.identity import present, processes_of
 from tests.isolation.conftest import (
     ATTACKER,
@@ -508,3 +509,42 @@ result = [shmid, open("/proc/sysvipc/shm").read()]
         target.stub.UnregisterFunction(
             pb.UnregisterFunctionRequest(registration_id=other.registration_id, grace_ms=100), timeout=30
         )
+
+
+def test_the_kernel_surface_a_function_does_not_need_is_filtered(attacker: Function) -> None:
+    resolve = seccomp._library().seccomp_syscall_resolve_name  # this machine's numbers
+    calls = ("unshare", "clone3", "keyctl", "io_uring_setup", "bpf", "userfaultfd")
+    numbers = {name: resolve(name.encode()) for name in calls}
+    seen = attacker.run(
+        f"NR = {numbers!r}\n"
+        + """
+import ctypes, errno, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    result = libc.syscall(*args)
+    return "ok" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+done = []
+thread = threading.Thread(target=lambda: done.append(1))
+thread.start()
+thread.join()
+result = {
+    "seccomp": [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0],
+    # a user namespace: every capability inside it, and the kernel code behind them
+    "userns": call(NR["unshare"], 0x10000000),
+    "clone3": call(NR["clone3"], 0, 0),
+    "keyring": call(NR["keyctl"], 0, ctypes.c_long(-3), 0),  # KEYCTL_GET_KEYRING_ID, session
+    "io_uring": call(NR["io_uring_setup"], 8, 0),
+    "bpf": call(NR["bpf"], 0, 0, 0),
+    "userfaultfd": call(NR["userfaultfd"], 0),
+    # what functions do is not touched: threads, processes, fork
+    "thread": done,
+    "process": subprocess.run(["/bin/sh", "-c", "echo started"], capture_output=True, text=True).stdout,
+    "fork": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) if (pid := os.fork()) else os._exit(7),
+}
+"""
+    )
+    assert seen["seccomp"] == "2", "a filter is in force"
+    assert seen["userns"] == "EPERM" and seen["keyring"] == "EPERM", seen
+    assert seen["bpf"] == "EPERM" and seen["userfaultfd"] == "EPERM", seen
+    assert seen["clone3"] == "ENOSYS" and seen["io_uring"] == "ENOSYS", seen
+    assert seen["thread"] == [1] and seen["process"] == "started\n" and seen["fork"] == 7, seen
