@@ -27,7 +27,11 @@ gateway over HTTPS, runtime hosts of a `krm` runtime), the same echo function on
   (30 ms of CPU here, most of it the venv's editable-install .pth), and the first evaluation
   waits for the first lane. The same again with a `/bin/sh` function (`exec cat`,
   `concurrent-sh`), whose start costs next to nothing: there what the 19 add is the platform's
-  own (waitlist, dispatch, one host's calls).
+  own (waitlist, dispatch, one host's calls). Each concurrent part also prints what the target
+  leaves the 19 evaluations beyond the first (`budget_for_19_ms`: 0.5x one cold request), and
+  `concurrent-sh` the floor under them on this machine (`floor_19_direct_ms`: the same program
+  run 19 times with the same stdin directly, no sandbox and no platform, on a thread per CPU;
+  a lane's call is that spawn, where a Python lane's is a fork, so the Python part has none).
 Prints a table per part and a final JSON line each.
 """
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -145,6 +150,30 @@ POD_FUNCTIONS = {
     "sh": ("main.sh", "exec cat\n", ["/bin/sh", "main.sh"]),
 }
 POD_TARGETS = {"warm": 1.5, "cold": 1.2, "concurrent": 1.5, "concurrent-sh": 1.5}
+
+
+def nineteen_direct(function: str, data: bytes, *, samples: int = 7) -> float:
+    """The floor under what 19 evaluations beyond the first can take on this machine: the same
+    program run 19 times with the same stdin, directly (no sandbox, no platform), on a thread
+    per CPU with nothing else to do; the median of `samples` (seconds)."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    file, body, entrypoint = POD_FUNCTIONS[function]
+    with tempfile.TemporaryDirectory(prefix="krm-floor-") as tmp:
+        (Path(tmp) / file).write_text(body)
+
+        def one(_: int) -> bytes:
+            return subprocess.run(entrypoint, input=data, capture_output=True, cwd=tmp, check=True).stdout
+
+        spans = []
+        with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as threads:
+            list(threads.map(one, range(4)))  # warm the page cache
+            for _ in range(samples):
+                start_at = time.perf_counter()
+                assert all(out == data for out in threads.map(one, range(19)))
+                spans.append(time.perf_counter() - start_at)
+    return statistics.median(spans)
 
 
 def _pod_config(name: str, *, function: str = "python", **executor: object) -> fc.FunctionConfig:
@@ -285,8 +314,12 @@ async def pods_bench(data: bytes, *, calls: int, cold: int) -> dict[str, dict[st
                         # what the 19 evaluations beside the first add to one cold request
                         "twenty_less_one_cold_ms": (statistics.median(twenty) - statistics.median(single))
                         * 1e3,
+                        # what the target leaves them
+                        "budget_for_19_ms": (POD_TARGETS[part] - 1) * statistics.median(single) * 1e3,
                         "ratio_p50": statistics.median(twenty) / statistics.median(single),
                     }
+                    if function == "sh":  # a lane's call is that spawn (a Python lane's a fork)
+                        results[part]["floor_19_direct_ms"] = nineteen_direct(function, data) * 1e3
             finally:
                 with contextlib.suppress(Exception):
                     await pods.close()
