@@ -86,7 +86,11 @@ def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(
                 run_uid=str(uuid.uuid4()), attempt=1, namespace="default", name="fn", runtime="python"
             )
             source = pb.InlineFile(
-                name="main.py", content=b"import os\ndef handle(p):\n    return os.getuid()\n"
+                name="main.py",
+                content=b"import os\n"
+                b"def handle(p):\n"
+                b"    status = open('/proc/self/status').read().split('Seccomp:')[1].split()[0]\n"
+                b"    return [os.getuid(), status]\n",
             )
             reg = stub.RegisterFunction(
                 pb.RegisterFunctionRequest(
@@ -103,6 +107,8 @@ def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(
             answer = pb_grpc.FunctionRuntimeStub(gw).InvokeFunction(
                 pb.InvokeFunctionRequest(registration_id=reg.registration_id), timeout=30
             )
-            assert json.loads(answer.outputs_json)["result"] == os.geteuid(), "it runs as the host's user"
+            uid, seccomp_mode = json.loads(answer.outputs_json)["result"]
+            assert uid == os.geteuid(), "it runs as the host's user"
+            assert seccomp_mode == "2" and "no syscall filter" not in info.isolation.summary, "and filtered"
     finally:
         host.stop(grace_s=1)
