@@ -14,7 +14,9 @@ followed by its `wait` for Ready. Reported:
   the largest payload in the pool's histories (every run of pool/bash: the input each run
      started with, which is what continue-as-new carried, and the largest event; target: the
      carried input < 256 KB);
-  worker and gateway RSS at 0, N/2 and N Ready Runs (target: gateway ≤ 100 MB at N);
+  worker and gateway RSS at 0, N/2 and N Ready Runs (target: gateway ≤ 100 MB at N), and the
+     worker's at N once more after it was killed and started again by its supervisor (what
+     holding N idle Ready Runs costs it, without what the burst that made them left behind);
   `krt run list -A`: the time until its first page is printed (target < 2 s), the process
      started cold as a user would run it;
   a sample of invokes through the gateway (HTTPS, the SDK's invoke): p50/p99;
@@ -43,6 +45,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +78,8 @@ DEADLINE_S = 15 * 60
 # then says how many of N it reached in time).
 MEASURE_RESERVE_S = 150
 IDLE_S = 20.0  # the platform left alone with every Run Ready, its CPU measured
+RESTART_TIMEOUT_S = 120.0  # the worker killed at N: until it serves again
+RESTART_SETTLE_S = 30.0  # then this long before its RSS is read
 SCRIPT = "cat\n"  # answers with what it was given
 
 
@@ -305,6 +310,26 @@ async def _invokes(client: Client, n_runs: int, count: int) -> list[float]:
     return latencies
 
 
+async def _restarted_worker(client: Client, state: Path) -> dict[str, float]:
+    """The worker's RSS holding the N Ready Runs without the burst that made them: the worker is
+    killed (SIGKILL, by the pid the platform recorded) and its supervisor starts it again; once
+    a new Run is Ready through it and RESTART_SETTLE_S more have passed (its hosts' and pools'
+    workflows replayed, a reconcile round), what it holds is what N idle Ready Runs cost it."""
+    layout = Layout(state)
+    old = recorded_components(layout).get("worker")
+    if old is None:
+        return {"worker": float("nan")}
+    os.kill(old, signal.SIGKILL)
+    async with asyncio.timeout(RESTART_TIMEOUT_S):
+        while recorded_components(layout).get("worker") in (None, old):
+            await asyncio.sleep(0.2)
+        name = f"scale-restarted-{uuid.uuid4().hex[:6]}"
+        await client.create(_run(name))
+        await client.wait(name, timeout=RESTART_TIMEOUT_S)
+    await asyncio.sleep(RESTART_SETTLE_S)
+    return {"worker": _rss(state)["worker"]}
+
+
 async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str, Any]:
     hosts = math.ceil(n / HOST_RUNS) + 1
     runtimes = (
@@ -332,6 +357,7 @@ async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str,
         list_s = await asyncio.to_thread(_list_first_page, state)
         invoke_s = await _invokes(client, ready, invokes)
         rss["after"] = _rss(state)
+        rss["restarted"] = await _restarted_worker(client, state)
     first_rate, last_rate = _rate(first), _rate(last)
     latency = [c.ready - c.began for c in created]
     return {
@@ -398,6 +424,12 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         (
             "worker RSS at 0 / N/2 / N",
             f"{rss['0']['worker']} / {rss.get('half', {}).get('worker')} / {rss['n']['worker']} MB",
+            "",
+            None,
+        ),
+        (
+            "worker RSS at N after a restart (N idle Ready Runs, no burst)",
+            f"{rss.get('restarted', {}).get('worker')} MB",
             "",
             None,
         ),
