@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from _benchlib import CLK_TCK, ROOT, cpu_seconds, embedded_platform, krt_env, percentile
+from temporalio.client import WorkflowExecutionStatus
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
@@ -104,7 +105,25 @@ def _rss_mb(pid: int | None) -> float:
 
 def _rss(state: Path) -> dict[str, float]:
     components = recorded_components(Layout(state))
-    return {name: round(_rss_mb(components.get(name)), 1) for name in ("worker", "gateway")}
+    rss = {name: round(_rss_mb(components.get(name)), 1) for name in ("worker", "gateway")}
+    return {**rss, "cached": _cached_workflows(state)}
+
+
+def _cached_workflows(state: Path) -> float:
+    """How many workflows the worker keeps in Temporal's cache (the SDK's sticky cache, summed
+    over its task queues), from its Prometheus endpoint; NaN when it does not answer."""
+    try:
+        port = json.loads(Layout(state).ports.read_text())["workerMetrics"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except (OSError, ValueError, KeyError):
+        return float("nan")
+    sizes = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("temporal_sticky_cache_size")
+    ]
+    return sum(sizes) if sizes else float("nan")
 
 
 CPU_PARTS = ("temporal", "worker", "gateway")
@@ -263,17 +282,25 @@ async def _pool_payloads(client: Client) -> dict[str, Any]:
     carried: list[int] = []
     largest, largest_type = 0, ""
     runs = 0
+    histories: list[int] = []  # each run's whole history: what a worker replays to take it up
+    current = 0
     async for execution in temporal.list_workflows(f"WorkflowId = '{pool_workflow_id(RUNTIME)}'"):
         runs += 1
         handle = temporal.get_workflow_handle(execution.id, run_id=execution.run_id)
+        histories.append(0)
         async for event in handle.fetch_history_events():
             size = event.ByteSize()
+            histories[-1] += size
             if event.HasField("workflow_execution_started_event_attributes"):
                 carried.append(event.workflow_execution_started_event_attributes.input.ByteSize())
             if size > largest:
                 largest, largest_type = size, event.WhichOneof("attributes") or ""
+        if execution.status == WorkflowExecutionStatus.RUNNING:
+            current = histories[-1]
     return {
         "runs": runs,
+        "largest_history_bytes": max(histories, default=0),
+        "current_history_bytes": current,
         "largest_carried_bytes": max(carried, default=0),
         "largest_event_bytes": largest,
         "largest_event": largest_type.removesuffix("_event_attributes"),
@@ -327,7 +354,8 @@ async def _restarted_worker(client: Client, state: Path) -> dict[str, float]:
         await client.create(_run(name))
         await client.wait(name, timeout=RESTART_TIMEOUT_S)
     await asyncio.sleep(RESTART_SETTLE_S)
-    return {"worker": _rss(state)["worker"]}
+    now = _rss(state)
+    return {"worker": now["worker"], "cached": now["cached"]}
 
 
 async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str, Any]:
@@ -416,6 +444,13 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             r["pool"]["largest_carried_bytes"] < PAYLOAD_TARGET,
         ),
         (
+            "pool: largest history of a run / the running one's",
+            f"{r['pool']['largest_history_bytes'] / 1e6:.1f} / "
+            f"{r['pool']['current_history_bytes'] / 1e6:.1f} MB",
+            "",
+            None,
+        ),
+        (
             "pool: largest event",
             f"{r['pool']['largest_event_bytes'] / 1024:.1f} KB ({r['pool']['largest_event']})",
             "< 256 KB",
@@ -430,6 +465,12 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         (
             "worker RSS at N after a restart (N idle Ready Runs, no burst)",
             f"{rss.get('restarted', {}).get('worker')} MB",
+            "",
+            None,
+        ),
+        (
+            "workflows in the worker's cache at 0 / N / N after the restart",
+            f"{rss['0'].get('cached')} / {rss['n'].get('cached')} / {rss.get('restarted', {}).get('cached')}",
             "",
             None,
         ),
