@@ -207,7 +207,8 @@ class Zygote:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us
         self.namespaces, self.network_namespaces = child.probe()
-        seccomp.program()  # built once, here: every child installs it (child.drop)
+        for network_none in (False, True):  # built once, here: every child installs one (child.drop)
+            seccomp.program(network_none=network_none)
         self.pids = child.PidSpace() if self.namespaces else None
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.generic: child.SandboxSpec | None = None  # the base of the generic seeds

@@ -236,6 +236,6 @@ def drop(spec: SandboxSpec) -> None:
     syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
     # after the uid change, which clears the parent-death signal
     syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
-    bpf = seccomp.program()  # built by the zygote before it forked (runtime/zygote.py)
+    bpf = seccomp.program(network_none=spec.network_none)  # built by the zygote before it forked
     if bpf is not None:
         seccomp.install(bpf)

@@ -12,7 +12,12 @@ the whole machine or a known way out of a container:
 - **keyrings** (`keyctl`, `add_key`, `request_key`): not namespaced; refused;
 - `bpf`, `perf_event_open`, `userfaultfd`: refused;
 - **io_uring** (`io_uring_setup`, `_enter`, `_register`): ENOSYS, so runtimes that try it fall
-  back to ordinary I/O.
+  back to ordinary I/O;
+- with `network: none`, **Unix sockets of its own making** (`socket(AF_UNIX, ...)`): a network
+  namespace does not scope a socket that has a path, and a read-only mount does not stop a
+  connect, so a world-connectable socket of the host (a database's, the system bus, the
+  journal) would be a way out. `socketpair` stays (asyncio's wake-up pipe, a process talking
+  to its own children), as does every socket the function was handed.
 
 Everything else is allowed. The filter is built once with libseccomp (the system's library,
 through ctypes: it knows each architecture's numbers and refuses the other ABIs of the machine,
@@ -36,8 +41,10 @@ CLONE_NEWUSER = syscalls.CLONE_NEWUSER
 REFUSED = ("keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd")
 ABSENT = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register")
 NAMESPACED = ("unshare", "clone")  # refused when their flags (argument 0) ask for CLONE_NEWUSER
+AF_UNIX = 1
 
 _ACT_ALLOW = 0x7FFF0000
+_CMP_EQ = 4
 _CMP_MASKED_EQ = 7
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -61,7 +68,7 @@ class _SockFprog(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_built: tuple[bytes | None, str] | None = None
+_built: dict[bool, tuple[bytes | None, str]] = {}  # by network_none
 
 
 def _library() -> ctypes.CDLL:
@@ -82,7 +89,7 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-def _build() -> bytes:
+def _build(network_none: bool) -> bytes:
     lib = _library()
     ctx = lib.seccomp_init(_ACT_ALLOW)
     if not ctx:
@@ -104,6 +111,8 @@ def _build() -> bytes:
             rule(name, _act_errno(errno.ENOSYS))
         for name in NAMESPACED:
             rule(name, _act_errno(errno.EPERM), _ArgCmp(0, _CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+        if network_none:
+            rule("socket", _act_errno(errno.EPERM), _ArgCmp(0, _CMP_EQ, AF_UNIX, 0))
         fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
         try:
             result = lib.seccomp_export_bpf(ctx, fd)
@@ -117,24 +126,22 @@ def _build() -> bytes:
         lib.seccomp_release(ctx)
 
 
-def program() -> bytes | None:
-    """The filter as a BPF program (built once per process), or None where it cannot be built
-    (no libseccomp): see `unavailable`."""
-    global _built
+def program(*, network_none: bool = False) -> bytes | None:
+    """The filter for a function with or without `network: none` as a BPF program (each built
+    once per process), or None where it cannot be built (no libseccomp): see `unavailable`."""
     with _lock:
-        if _built is None:
+        if network_none not in _built:
             try:
-                _built = (_build(), "")
+                _built[network_none] = (_build(network_none), "")
             except (OSError, AttributeError) as exc:
-                _built = (None, f"no syscall filter ({exc})")
-        return _built[0]
+                _built[network_none] = (None, f"no syscall filter ({exc})")
+        return _built[network_none][0]
 
 
 def unavailable() -> str:
     """Why there is no filter ("" when there is one)."""
     program()
-    assert _built is not None
-    return _built[1]
+    return _built[False][1]
 
 
 def install(bpf: bytes) -> None:

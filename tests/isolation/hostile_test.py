@@ -548,3 +548,34 @@ result = {
     assert seen["bpf"] == "EPERM" and seen["userfaultfd"] == "EPERM", seen
     assert seen["clone3"] == "ENOSYS" and seen["io_uring"] == "ENOSYS", seen
     assert seen["thread"] == [1] and seen["process"] == "started\n" and seen["fork"] == 7, seen
+
+
+def test_in_network_none_no_unix_socket_of_the_host_is_reachable(
+    attacker: Function, world_writable: Path
+) -> None:
+    # A socket with a path is not scoped by the network namespace, and a read-only mount does
+    # not stop a connect: one anyone may connect to (a database's, the system bus) is a way out.
+    path = world_writable / "open.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        path.chmod(0o777)
+        listener.listen()
+        listener.settimeout(0.2)
+        seen = attacker.run(
+            f"""
+import errno, socket
+try:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect({str(path)!r})
+        reached = "connected"
+except OSError as exc:
+    reached = errno.errorcode.get(exc.errno, str(exc.errno))
+a, b = socket.socketpair()
+a.sendall(b"own")
+result = [reached, b.recv(3).decode()]
+"""
+        )
+        with contextlib.suppress(TimeoutError):
+            listener.accept()[0].close()
+            seen.append("accepted")
+    assert seen == ["EPERM", "own"], "no connection; its own socketpair still works"
