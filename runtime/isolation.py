@@ -43,6 +43,11 @@ from runtime.sandbox.policy import (
 
 log = logging.getLogger(__name__)
 
+# Where a machine or a pod keeps secrets for its own processes, hidden from every function
+# (when they exist as a function's view is made): a Kubernetes service account's token and CA
+# (a host pod whose template mounts one), Docker's and Swarm's secrets (a host in a container).
+MACHINE_SECRETS = ("/var/run/secrets", "/run/secrets")
+
 WORKSPACE_MODE = 0o700
 PREPARE_RETRY_S = 1.0  # after a lease could not be made ahead of demand
 PREPARE_STOP_S = 10.0  # how long `close` waits for the preparing thread
@@ -124,7 +129,7 @@ class FunctionIsolation:
         self.settings = settings
         self._switch_uids = switch_uids
         self.host_uid = host_uid
-        self.hide = tuple(sorted({os.path.realpath(h) for h in (*settings.hide, *hide)}))
+        self.hide = tuple(sorted({os.path.realpath(h) for h in (*settings.hide, *hide, *MACHINE_SECRETS)}))
         self.shared = tuple(sorted({os.path.realpath(p) for p in settings.shared}))
         self.keep = tuple(sorted({*(keep if keep is not None else python_paths()), *self.shared}))
         self.pool: UidPool | None = None

@@ -39,7 +39,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from runtime.discovery import DEFAULT_INTERVAL_S, GatewayDiscovery
 from runtime.heartbeat import HeartbeatSender
 from runtime.invoke import InvokeListener
-from runtime.isolation import FunctionIsolation
+from runtime.isolation import MACHINE_SECRETS, FunctionIsolation
 from runtime.launch import Launcher
 from runtime.limits import ProcessLimits
 from runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
@@ -161,7 +161,8 @@ class RuntimeHost:
         self.in_force: InForce | None = None
         hidden = options.sandbox.hide if options.sandbox is not None else ()
         sources = SourcePolicy(
-            allowed_roots=options.allowed_source_roots, forbidden=(str(options.state_dir), *hidden)
+            allowed_roots=options.allowed_source_roots,
+            forbidden=(str(options.state_dir), *hidden, *MACHINE_SECRETS),
         )
         secrets = FileSecrets(options.secrets_dir or options.state_dir / "secrets")
         launcher = Launcher(

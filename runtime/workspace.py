@@ -135,7 +135,7 @@ class SourcePolicy:
             if real == guarded or guarded in real.parents or real in guarded.parents:
                 raise SourceError(
                     f"source path {_short(source_path)} is or holds a directory of the platform's "
-                    "state; it is never a source"
+                    "state or of the machine's secrets; it is never a source"
                 )
         if not any(real == root or root in real.parents for root in map(_real, self.allowed_roots)):
             raise SourceError(

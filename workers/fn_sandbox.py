@@ -128,13 +128,13 @@ def sandboxed_runner(
 
 
 def secret_paths(*, kubeconfig: str | None = None) -> list[Path]:
-    """What a function must never see of this machine, beyond what the sandbox hides anyway: the
-    platform's state directory (client.json: a bearer token; on the embedded platform its keys),
-    a kubeconfig's directory, and a pod's service account token."""
+    """What a function must never see of this machine, beyond what the sandbox hides anyway
+    (runtime.isolation.MACHINE_SECRETS: a pod's service account token, Docker's secrets): the
+    platform's state directory (client.json: a bearer token; on the embedded platform its keys)
+    and a kubeconfig's directory."""
     paths = [clientconfig.state_dir()]
     if kubeconfig:
         paths.append(Path(kubeconfig).expanduser().resolve().parent)
-    paths.extend(p for p in (Path("/var/run/secrets"), Path("/run/secrets")) if p.exists())
     return paths
 
 

@@ -579,3 +579,33 @@ result = [reached, b.recv(3).decode()]
             listener.accept()[0].close()
             seen.append("accepted")
     assert seen == ["EPERM", "own"], "no connection; its own socketpair still works"
+
+
+def test_the_machines_own_secrets_are_out_of_reach(target: HostUnderAttack) -> None:
+    # A host pod whose template mounts a service account token, a host in a container with
+    # Docker secrets: files any uid may read, there for the host's own processes.
+    made = not Path("/run/secrets").exists()
+    secret = Path("/run/secrets") / f"krt-test-{uuid.uuid4().hex[:8]}"
+    secret.parent.mkdir(exist_ok=True)
+    secret.write_text("machine-secret")
+    secret.chmod(0o444)
+    try:
+        other = target.register(ATTACKER)
+        try:
+            seen = _read(other, [str(secret), f"/var/run/secrets/{secret.name}"])
+        finally:
+            target.stub.UnregisterFunction(
+                pb.UnregisterFunctionRequest(registration_id=other.registration_id, grace_ms=100), timeout=30
+            )
+        assert all(value in ("FileNotFoundError", "PermissionError") for value in seen.values()), seen
+        with pytest.raises(grpc.RpcError, match="secrets"):
+            target.stub.RegisterFunction(
+                target.registration(
+                    pb.FunctionConfig(adapter="python", handler="main:handle", source_path=str(secret.parent))
+                ),
+                timeout=30,
+            )
+    finally:
+        secret.unlink()
+        if made:
+            secret.parent.rmdir()
