@@ -112,12 +112,7 @@ def _rss(state: Path) -> dict[str, float]:
 def _cached_workflows(state: Path) -> float:
     """How many workflows the worker keeps in Temporal's cache (the SDK's sticky cache, summed
     over its task queues), from its Prometheus endpoint; NaN when it does not answer."""
-    try:
-        port = json.loads(Layout(state).ports.read_text())["workerMetrics"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-            text = answer.read().decode()
-    except (OSError, ValueError, KeyError):
-        return float("nan")
+    text = _metrics(state, "workerMetrics") or ""
     sizes = [
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
@@ -149,14 +144,23 @@ PERSISTENCE_OPS_SHOWN = 4
 _METRIC_LINE = re.compile(r'^persistence_(requests|latency_sum)\{[^}]*operation="([^"]+)"[^}]*\} (\S+)$')
 
 
+def _metrics(state: Path, port_name: str) -> str | None:
+    """What the Prometheus endpoint on the platform's port `port_name` says now; None when it
+    does not answer."""
+    try:
+        port = json.loads(Layout(state).ports.read_text())[port_name]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text: str = answer.read().decode()
+    except (OSError, ValueError, KeyError):
+        return None
+    return text
+
+
 def _persistence(state: Path) -> dict[str, tuple[float, float]]:
     """The dev server's persistence calls so far, by operation: (calls, seconds), from its
     Prometheus endpoint; empty when it does not answer (the rows are then left out)."""
-    try:
-        port = json.loads(Layout(state).ports.read_text())["temporalMetrics"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-            text = answer.read().decode()
-    except (OSError, ValueError, KeyError):
+    text = _metrics(state, "temporalMetrics")
+    if text is None:
         return {}
     calls: dict[str, float] = defaultdict(float)
     seconds: dict[str, float] = defaultdict(float)
@@ -338,14 +342,14 @@ async def _invokes(client: Client, n_runs: int, count: int) -> list[float]:
 
 
 async def _restarted_worker(client: Client, state: Path) -> dict[str, float]:
-    """The worker's RSS holding the N Ready Runs without the burst that made them: the worker is
+    """`_rss` of a worker holding the N Ready Runs without the burst that made them: the worker is
     killed (SIGKILL, by the pid the platform recorded) and its supervisor starts it again; once
     a new Run is Ready through it and RESTART_SETTLE_S more have passed (its hosts' and pools'
     workflows replayed, a reconcile round), what it holds is what N idle Ready Runs cost it."""
     layout = Layout(state)
     old = recorded_components(layout).get("worker")
     if old is None:
-        return {"worker": float("nan")}
+        return _rss(state)  # no worker to restart: NaN
     os.kill(old, signal.SIGKILL)
     async with asyncio.timeout(RESTART_TIMEOUT_S):
         while recorded_components(layout).get("worker") in (None, old):
@@ -354,8 +358,7 @@ async def _restarted_worker(client: Client, state: Path) -> dict[str, float]:
         await client.create(_run(name))
         await client.wait(name, timeout=RESTART_TIMEOUT_S)
     await asyncio.sleep(RESTART_SETTLE_S)
-    now = _rss(state)
-    return {"worker": now["worker"], "cached": now["cached"]}
+    return _rss(state)
 
 
 async def bench(n: int, in_flight: int, invokes: int, began: float) -> dict[str, Any]:

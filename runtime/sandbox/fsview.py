@@ -154,7 +154,8 @@ def plan(
     spared = tuple(
         op.path
         for op in ops
-        if op.path in (scratches if op.kind == "tmpfs" else planner.writable if op.kind == "bind" else ())
+        if (op.kind == "tmpfs" and op.path in scratches)
+        or (op.kind == "bind" and op.path in planner.writable)
     )
     return Plan(tuple(ops), spared)
 
