@@ -48,8 +48,12 @@ docs/pool.md, "What bounds a burst", has what they showed.
 The floor's worker runs workflow code the way the platform's worker does (without the SDK's
 sandbox, workers.worker.workflow_runner; `--sandbox` runs both inside it).
 
-Also printed: the CPU seconds the worker process (with the bench client), the dev server and the
-hosts used during each burst (/proc), to show which one limits the rate.
+Also printed: the CPU seconds the worker process (with the bench client), the dev server, the
+hosts and the whole machine (/proc/stat) used during each burst, from its first start until all
+its items are seen done (not the history reads after), to show which one limits the rate. The
+machine's figure is the one that counts the function processes: each runs in a session of its
+own, outside its host's. Its busy CPU per item, floor against Run, bounds the ratio a burst that
+keeps every CPU busy can reach.
 
 Prints a table (figure, floor, ratio, target) and a final JSON line {"bench": "lifecycle", ...}.
 With --profile it also prints where create→Ready goes, from the workflow histories (Run, pool,
@@ -64,6 +68,7 @@ import asyncio
 import contextlib
 import json
 import math
+import mmap
 import os
 import shutil
 import statistics
@@ -77,7 +82,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _benchlib import cpu_seconds, ms, percentile, sessions_cpu_seconds, table
+from _benchlib import CLK_TCK, cpu_seconds, ms, percentile, sessions_cpu_seconds, table
 from _faults import HOST_TARGET_S, WORKER_TARGET_S, fault_benches
 from _history import (
     CLOSED,
@@ -284,6 +289,7 @@ class CpuMeter:
             "worker+client": own,
             "temporal server": used[self.server_pid],
             "hosts": sum(used[pid] for pid in hosts),
+            "machine": machine_busy_seconds(),
             "wall": time.perf_counter(),
         }
 
@@ -292,10 +298,26 @@ class CpuMeter:
         return {k: round(after[k] - before[k], 2) for k in before}
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine was busy (every CPU, user and kernel, not idle or waiting on
+    I/O) since boot, from /proc/stat. Per-process figures miss what a host's function processes
+    use: each runs in a session of its own, and their forks and copy-on-write faults are most of it."""
+    with open("/proc/stat") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:]]
+    idle, iowait = ticks[3], ticks[4]
+    return (sum(ticks[:8]) - idle - iowait) / CLK_TCK
+
+
 def cpu_text(used: dict[str, float]) -> str:
     wall = used["wall"]
-    parts = [f"{k} {v:.1f} s ({v / wall:.0%})" for k, v in used.items() if k != "wall"]
-    return f"CPU over {wall:.1f} s: " + ", ".join(parts)
+    named = ("worker+client", "temporal server", "hosts")
+    parts = [f"{k} {used[k]:.1f} s ({used[k] / wall:.0%})" for k in named]
+    rest = used["machine"] - sum(used[k] for k in named)
+    parts.append(f"the rest (function processes, kernel threads, other) {rest:.1f} s")
+    return (
+        f"CPU over {wall:.1f} s: the machine {used['machine']:.1f} s "
+        f"({used['machine'] / wall / (os.cpu_count() or 1):.0%} of its CPUs): " + ", ".join(parts)
+    )
 
 
 # --- the floor ------------------------------------------------------------------------------------
@@ -335,7 +357,7 @@ async def count_until(client: Client, query: str, n: int, timeout_s: float) -> N
         await asyncio.sleep(BURST_POLL_S)
 
 
-async def floor_burst(client: Client, tag: str) -> Burst:
+async def floor_burst(client: Client, tag: str, meter: CpuMeter) -> Burst:
     starts = asyncio.Semaphore(START_CONCURRENCY)
     ids = [f"floor-burst-{tag}-{i}" for i in range(BURST)]
     started: dict[str, float] = {}
@@ -346,9 +368,11 @@ async def floor_burst(client: Client, tag: str) -> Burst:
             await client.start_workflow(Floor3LA.run, i, id=ids[i], task_queue=FLOOR_TASK_QUEUE)
 
     since = datetime.now(UTC) - timedelta(seconds=1)
+    cpu0 = meter.sample()
     await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(BURST))), BURST_TIMEOUT_S)
     query = f"WorkflowType='Floor3LA' AND ExecutionStatus='Completed' AND StartTime >= '{since.isoformat()}'"
     await count_until(client, query, BURST, BURST_TIMEOUT_S)
+    cpu = meter.used(cpu0, meter.sample())  # the burst alone, not the history reads below
 
     def completed(ev: HistoryEvent) -> bool:
         return ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
@@ -363,7 +387,52 @@ async def floor_burst(client: Client, tag: str) -> Burst:
         done=len(done),
         failed=BURST - len(done),
         latencies=[end - started[wid] for wid, end in done.items()],
+        notes={"cpu": cpu},
     )
+
+
+PAGE_PROBE_PAGES = 8192  # 32 MiB
+
+
+def page_costs_us() -> dict[str, float]:
+    """What this machine charges for memory, in µs a page: a first write to fresh anonymous
+    memory, and the copy a forked child makes when it first writes a page it shares with its
+    parent (each function process takes ~1,300 of these as it starts: runtime/zygote.py). On a
+    virtual machine that hands free memory back to its hypervisor, both cost several times what
+    they cost on hardware."""
+    size, step = PAGE_PROBE_PAGES * mmap.PAGESIZE, mmap.PAGESIZE
+    fresh = mmap.mmap(-1, size)
+    t0 = time.perf_counter()
+    for offset in range(0, size, step):
+        fresh[offset] = 1
+    fresh_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for offset in range(0, size, step):  # the loop alone, every page already ours
+        fresh[offset] = 2
+    loop_s = time.perf_counter() - t0
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: time its copies, report them, leave without cleaning up
+        t0 = time.perf_counter()
+        for offset in range(0, size, step):
+            fresh[offset] = 3
+        os.write(write, repr(time.perf_counter() - t0).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        cow_s = float(answer.read())
+    os.waitpid(pid, 0)
+    fresh.close()
+    pages = PAGE_PROBE_PAGES
+    return {
+        "fresh_page_us": round((fresh_s - loop_s) * 1e6 / pages, 2),
+        "copy_on_write_us": round((cow_s - loop_s) * 1e6 / pages, 2),
+    }
+
+
+def per_item_ms(burst: Burst) -> float:
+    """The machine's busy CPU over a burst (first start → all done) per item done."""
+    return 1000 * burst.notes["cpu"]["machine"] / burst.done if burst.done else math.nan
 
 
 def combined(rounds: list[Burst]) -> Burst:
@@ -427,7 +496,7 @@ class BurstRun:
     ready_wall: float  # the server's time of that event
 
 
-async def run_burst(client: Client, runtime: str, tag: str) -> tuple[Burst, list[BurstRun]]:
+async def run_burst(client: Client, runtime: str, tag: str, meter: CpuMeter) -> tuple[Burst, list[BurstRun]]:
     starts = asyncio.Semaphore(START_CONCURRENCY)
 
     async def one(i: int) -> tuple[WorkflowHandle[Any, Any], float, float]:
@@ -435,9 +504,11 @@ async def run_burst(client: Client, runtime: str, tag: str) -> tuple[Burst, list
             t0_wall, t0 = time.time(), time.perf_counter()
             return await start_run(client, run_manifest(f"burst-{tag}-{i}", runtime)), t0, t0_wall
 
+    cpu0 = meter.sample()
     begun = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(BURST))), BURST_TIMEOUT_S)
     query = f"WorkflowType='RunWorkflow' AND {search.RUNTIME}='{runtime}' AND {search.PHASE}='Ready'"
     await count_until(client, query, BURST, BURST_TIMEOUT_S)
+    cpu = meter.used(cpu0, meter.sample())  # the burst alone, not the history reads below
 
     def ready(ev: HistoryEvent) -> bool:
         return phase_upserted(ev) == RunPhase.Ready.value
@@ -455,6 +526,7 @@ async def run_burst(client: Client, runtime: str, tag: str) -> tuple[Burst, list
         done=len(ok),
         failed=BURST - len(ok),
         latencies=[r.ready - r.t0 for r in ok],
+        notes={"cpu": cpu},
     )
     return burst, ok
 
@@ -608,17 +680,14 @@ async def bench(
         run_rounds: list[Burst] = []
         burst_runs: list[list[BurstRun]] = []
         for r, burst_rt in enumerate(burst_rts):
-            cpu0 = meter.sample()
             fb: Burst = await phase(
-                f"floor burst {r + 1}/{BURST_ROUNDS}: {BURST}", lambda r=r: floor_burst(client, f"{tag}-{r}")
+                f"floor burst {r + 1}/{BURST_ROUNDS}: {BURST}",
+                lambda r=r: floor_burst(client, f"{tag}-{r}", meter),
             )
-            cpu1 = meter.sample()
             rb, runs = await phase(
                 f"Run burst {r + 1}/{BURST_ROUNDS}: {BURST} on {BURST_HOSTS} hosts × {BURST_RUNS_PER_HOST}",
-                lambda r=r, burst_rt=burst_rt: run_burst(client, burst_rt, f"{tag}-{r}"),
+                lambda r=r, burst_rt=burst_rt: run_burst(client, burst_rt, f"{tag}-{r}", meter),
             )
-            cpu2 = meter.sample()
-            fb.notes["cpu"], rb.notes["cpu"] = meter.used(cpu0, cpu1), meter.used(cpu1, cpu2)
             floor_rounds.append(fb)
             run_rounds.append(rb)
             burst_runs.append(runs)
@@ -715,6 +784,11 @@ async def bench(
     )
     print(f"floor bursts {cpu_text(fburst.notes['cpu'])}")
     print(f"Run bursts   {cpu_text(rburst.notes['cpu'])}")
+    floor_item, run_item = per_item_ms(fburst), per_item_ms(rburst)
+    print(
+        f"the machine's CPU per item: floor workflow {floor_item:.1f} ms, Run {run_item:.1f} ms; "
+        f"a burst that uses every CPU cannot beat {floor_item / run_item:.2f}x the floor"
+    )
     print(f"server: temporal dev server, SQLite file, {', '.join(THROUGHPUT_SETTINGS)}")
     print(f"workflow code: {'in' if sandboxed else 'without'} the SDK's sandbox (Runs and floor alike)")
     return {
@@ -745,6 +819,7 @@ async def bench(
             "p99_ms": ms(percentile(rburst.latencies, 99)),
             "met": rows[3].met,
             "cpu_s": rburst.notes["cpu"],
+            "machine_cpu_ms_per_item": {"floor": round(floor_item, 1), "run": round(run_item, 1)},
             "rounds": [
                 {"floor_per_s": round(f.rate, 1), "runs_per_s": round(b.rate, 1)}
                 for f, b in zip(floor_rounds, run_rounds, strict=True)
@@ -837,6 +912,12 @@ def main() -> None:
         beside = args.host_work == "beside"
         also = ", the real one beside it" if beside else ", none on a host"
         print(f"host work: {args.host_work} ({pause}{also})")
+    if not args.faults:
+        pages = result["page_costs_us"] = page_costs_us()
+        print(
+            f"this machine's memory: a fresh page {pages['fresh_page_us']} µs, a copy-on-write copy "
+            f"{pages['copy_on_write_us']} µs (written once each, {PAGE_PROBE_PAGES} pages)"
+        )
     load1 = os.getloadavg()[0]
     print(f"load average (1 min) at start {load0:.2f}, at end {load1:.2f} on {os.cpu_count()} CPUs")
     result["wall_s"] = round(time.perf_counter() - t0, 1)
