@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/runtime_server.py
 	$(PY) bench/invoke.py
 	$(PY) bench/lifecycle.py
+	$(PY) bench/function_start.py
 	$(PY) bench/codec.py
 	$(PY) bench/kubernetes.py
 	$(PY) bench/gateway_memory.py

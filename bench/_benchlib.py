@@ -208,6 +208,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine was busy (every CPU, user and kernel, not idle or waiting on
+    I/O) since boot, from /proc/stat. Per-process figures miss what a host's function processes
+    use: each runs in a session of its own, and their forks and copy-on-write faults are most of it."""
+    with open("/proc/stat") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:]]
+    idle, iowait = ticks[3], ticks[4]
+    return (sum(ticks[:8]) - idle - iowait) / CLK_TCK
+
+
 def sessions_cpu_seconds(sessions: Iterable[int]) -> dict[int, float]:
     """utime + stime of every live process in each of `sessions`, plus the reaped children of its
     leader, from one reading of /proc (a reading costs this process milliseconds when thousands
@@ -306,6 +316,30 @@ def check_invoke(raw: bytes) -> None:
     response = pb.InvokeFunctionResponse.FromString(raw)
     if response.status != pb.INVOCATION_STATUS_SUCCEEDED:
         raise BenchError(f"invoke: {pb.InvocationStatus.Name(response.status)} {response.error}")
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+PAGE_PROBE = Path(__file__).resolve().with_name("_page_probe.py")
+PAGE_PROBE_PAGES = 8192  # 32 MiB
+
+
+def page_costs_us() -> dict[str, float]:
+    """What this machine charges for memory, in µs a page: a first write to fresh anonymous
+    memory, and the copy a forked child makes when it first writes a page it shares with its
+    parent (each function process takes hundreds of these as it starts: runtime/zygote.py). On a
+    virtual machine that hands free memory back to its hypervisor, both cost several times what
+    they cost on hardware. Measured in a process of its own (bench/_page_probe.py): a bench's
+    own process has gRPC's threads, and forking it would copy its page tables too."""
+    done = subprocess.run(
+        [sys.executable, str(PAGE_PROBE), str(PAGE_PROBE_PAGES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
 
 
 # --- numbers ----------------------------------------------------------------------------------

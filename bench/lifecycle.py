@@ -68,7 +68,6 @@ import asyncio
 import contextlib
 import json
 import math
-import mmap
 import os
 import shutil
 import statistics
@@ -82,7 +81,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _benchlib import CLK_TCK, cpu_seconds, ms, percentile, sessions_cpu_seconds, table
+from _benchlib import (
+    PAGE_PROBE_PAGES,
+    cpu_seconds,
+    machine_busy_seconds,
+    ms,
+    page_costs_us,
+    percentile,
+    sessions_cpu_seconds,
+    table,
+)
 from _faults import HOST_TARGET_S, WORKER_TARGET_S, fault_benches
 from _history import (
     CLOSED,
@@ -298,16 +306,6 @@ class CpuMeter:
         return {k: round(after[k] - before[k], 2) for k in before}
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine was busy (every CPU, user and kernel, not idle or waiting on
-    I/O) since boot, from /proc/stat. Per-process figures miss what a host's function processes
-    use: each runs in a session of its own, and their forks and copy-on-write faults are most of it."""
-    with open("/proc/stat") as stat:
-        ticks = [int(v) for v in stat.readline().split()[1:]]
-    idle, iowait = ticks[3], ticks[4]
-    return (sum(ticks[:8]) - idle - iowait) / CLK_TCK
-
-
 def cpu_text(used: dict[str, float]) -> str:
     wall = used["wall"]
     named = ("worker+client", "temporal server", "hosts")
@@ -389,45 +387,6 @@ async def floor_burst(client: Client, tag: str, meter: CpuMeter) -> Burst:
         latencies=[end - started[wid] for wid, end in done.items()],
         notes={"cpu": cpu},
     )
-
-
-PAGE_PROBE_PAGES = 8192  # 32 MiB
-
-
-def page_costs_us() -> dict[str, float]:
-    """What this machine charges for memory, in µs a page: a first write to fresh anonymous
-    memory, and the copy a forked child makes when it first writes a page it shares with its
-    parent (each function process takes ~1,300 of these as it starts: runtime/zygote.py). On a
-    virtual machine that hands free memory back to its hypervisor, both cost several times what
-    they cost on hardware."""
-    size, step = PAGE_PROBE_PAGES * mmap.PAGESIZE, mmap.PAGESIZE
-    fresh = mmap.mmap(-1, size)
-    t0 = time.perf_counter()
-    for offset in range(0, size, step):
-        fresh[offset] = 1
-    fresh_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for offset in range(0, size, step):  # the loop alone, every page already ours
-        fresh[offset] = 2
-    loop_s = time.perf_counter() - t0
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: time its copies, report them, leave without cleaning up
-        t0 = time.perf_counter()
-        for offset in range(0, size, step):
-            fresh[offset] = 3
-        os.write(write, repr(time.perf_counter() - t0).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as answer:
-        cow_s = float(answer.read())
-    os.waitpid(pid, 0)
-    fresh.close()
-    pages = PAGE_PROBE_PAGES
-    return {
-        "fresh_page_us": round((fresh_s - loop_s) * 1e6 / pages, 2),
-        "copy_on_write_us": round((cow_s - loop_s) * 1e6 / pages, 2),
-    }
 
 
 def per_item_ms(burst: Burst) -> float:
