@@ -4,9 +4,11 @@ benches measure the platform with the mutual TLS it always has."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import grpc
+from _benchlib import register_request
 
 from kruntimes.assignments import Assignment, Signer
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, Authority, HostIssuer, Identity, PeerTLS, Role
@@ -60,6 +62,17 @@ class BenchPKI:
         return grpc.aio.secure_channel(
             address, tls.channel_credentials(), options=tls.channel_options(Role.HOST)
         )
+
+    def register_request(
+        self, index: int, *, host_id: str, host_uid: str, namespace: str
+    ) -> pb.RegisterFunctionRequest:
+        """Function `fn-<index>` (bench/_benchlib.register_request) for a new Run, with the control
+        plane's signed assignment of it to the host."""
+        run_uid = str(uuid.uuid4())
+        signed = self.sign(
+            run_uid=run_uid, host_id=host_id, host_uid=host_uid, name=f"fn-{index}", namespace=namespace
+        )
+        return register_request(index, namespace=namespace, run_uid=run_uid, assignment=signed)
 
     def sign(
         self, *, run_uid: str, host_id: str, host_uid: str, name: str, namespace: str

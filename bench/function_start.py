@@ -33,7 +33,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,15 +74,9 @@ async def register_batch(hosts: list[Host], per_host: int, pki: BenchPKI) -> tup
 
     async def one(host: Host, i: int) -> None:
         assert host.stub is not None
-        run_uid = str(uuid.uuid4())
-        signed = pki.sign(
-            run_uid=run_uid,
-            host_id=host.host_id,
-            host_uid=host.server.ready["hostUid"],
-            name=f"fn-{i}",
-            namespace="bench",
+        request = pki.register_request(
+            i, host_id=host.host_id, host_uid=host.server.ready["hostUid"], namespace="bench"
         )
-        request = lib.register_request(i, namespace="bench", run_uid=run_uid, assignment=signed)
         response = await host.stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
         host.registered.append(response.registration_id)
 

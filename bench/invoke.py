@@ -165,17 +165,11 @@ async def register_functions(
     stub = pb_grpc.FunctionRuntimeStub(channel)
     functions = []
     for i in range(FUNCTIONS):
-        run_uid = str(uuid.uuid4())
-        signed = pki.sign(
-            run_uid=run_uid,
-            host_id=host_id,
-            host_uid=host.ready["hostUid"],
-            name=f"fn-{i}",
-            namespace=NAMESPACE,
+        request = pki.register_request(
+            i, host_id=host_id, host_uid=host.ready["hostUid"], namespace=NAMESPACE
         )
-        request = lib.register_request(i, namespace=NAMESPACE, run_uid=run_uid, assignment=signed)
         response = await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
-        functions.append(Function(run_uid, response.registration_id, response.host_uid))
+        functions.append(Function(request.run.run_uid, response.registration_id, response.host_uid))
     return functions
 
 

@@ -44,7 +44,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,15 +182,9 @@ async def register_functions(targets: list[Target], pki: BenchPKI) -> list[Regis
             print(f"warning: registration stopped after {i} functions (time bound)", file=sys.stderr)
             break
         for (stub, invoke, target), regs in zip(calls, all_regs, strict=True):
-            run_uid = str(uuid.uuid4())
-            signed = pki.sign(
-                run_uid=run_uid,
-                host_id=target.host_id,
-                host_uid=target.host.ready["hostUid"],
-                name=f"fn-{i}",
-                namespace="bench",
+            request = pki.register_request(
+                i, host_id=target.host_id, host_uid=target.host.ready["hostUid"], namespace="bench"
             )
-            request = lib.register_request(i, namespace="bench", run_uid=run_uid, assignment=signed)
             t0 = time.perf_counter()
             response = await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
             t1 = time.perf_counter()
