@@ -43,6 +43,7 @@ from _pki import CONTROL_PLANE, BenchPKI
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from runtime.server import HostOptions
 
 KINDS = ("sandboxed", "unsandboxed")
 BARE_HOST = Path(__file__).resolve().with_name("_host_unsandboxed.py")
@@ -107,9 +108,9 @@ async def unregister_all(hosts: list[Host]) -> None:
 
 
 def seeds(host: Host) -> int:
-    """The processes a host keeps with no function: its seeds (an init and a waiting process
-    each), which it plants again after use."""
-    return 4 if host.kind == "sandboxed" else 0
+    """The processes a host keeps with no function: its seeds (`HostOptions.seeds`, the bench's
+    hosts' default; an init and a waiting process each), which it plants again after use."""
+    return 2 * HostOptions.seeds if host.kind == "sandboxed" else 0
 
 
 def memory(hosts: list[Host]) -> dict[str, float]:

@@ -33,6 +33,7 @@ import _thread
 import ctypes
 import errno
 import os
+import socket
 
 from runtime.sandbox import syscalls
 
@@ -40,7 +41,6 @@ CLONE_NEWUSER = syscalls.CLONE_NEWUSER
 REFUSED = ("keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd")
 ABSENT = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register")
 NAMESPACED = ("unshare", "clone")  # refused when their flags (argument 0) ask for CLONE_NEWUSER
-AF_UNIX = 1
 
 _ACT_ALLOW = 0x7FFF0000
 _CMP_EQ = 4
@@ -120,7 +120,7 @@ def _build(network_none: bool) -> bytes:
         for name in NAMESPACED:
             rule(name, _act_errno(errno.EPERM), _ArgCmp(0, _CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
         if network_none:
-            rule("socket", _act_errno(errno.EPERM), _ArgCmp(0, _CMP_EQ, AF_UNIX, 0))
+            rule("socket", _act_errno(errno.EPERM), _ArgCmp(0, _CMP_EQ, socket.AF_UNIX, 0))
         fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
         try:
             result = lib.seccomp_export_bpf(ctx, fd)
