@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy kruntimes runtime workers workflows activities gateway krm
+	$(VENV)/bin/mypy kruntimes
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -33,10 +33,10 @@ proto: $(STAMP)
 	$(PY) proto/generate.py
 
 openapi: $(STAMP)
-	$(PY) -m gateway.openapi
+	$(PY) -m kruntimes.gateway.openapi
 
 demo: $(STAMP)
-	$(PY) -m workers.demo
+	$(PY) -m kruntimes.workers.demo
 
 bench: $(STAMP)
 	$(PY) bench/runtime_server.py

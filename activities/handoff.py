@@ -37,7 +37,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     POOL_TASK_QUEUE,
     Assignment,
     AwaitAssignmentInput,

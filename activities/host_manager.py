@@ -8,14 +8,21 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
-from activities.hosts._rpc import HostRpcError, identify
-from activities.hosts.base import HostManager
-from activities.hosts.process import host_running, list_records
-from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.lifecycle import DeleteHostInput, FenceInput, FenceResult, HostCall, ProbeInput, ProbeResult
-from kruntimes.scheduling.failures import ProviderError
-from kruntimes.scheduling.model import PROVIDER_LABEL, Host
+from kruntimes.activities.heartbeat import heartbeating
+from kruntimes.activities.hosts._rpc import HostRpcError, identify
+from kruntimes.activities.hosts.base import HostManager
+from kruntimes.activities.hosts.process import host_running, list_records
+from kruntimes.contracts.lifecycle import (
+    DeleteHostInput,
+    FenceInput,
+    FenceResult,
+    HostCall,
+    ProbeInput,
+    ProbeResult,
+)
+from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.decisions.scheduling.failures import ProviderError
+from kruntimes.decisions.scheduling.model import PROVIDER_LABEL, Host
 
 __all__ = ["DeleteHostInput", "HostActivities", "ProbeActivities"]
 

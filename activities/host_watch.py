@@ -5,7 +5,7 @@ heartbeats while it watches (a dead worker's watch is retried elsewhere within s
 only with a verdict for its HostWorkflow:
 
     Lost    the host is dead, frozen, replaced, not serving, or its stream keeps failing
-            (kruntimes.hostlife.WatchRules decides; the reason is a LossReason)
+            (kruntimes.decisions.hostlife.WatchRules decides; the reason is a LossReason)
     Renew   it watched for maxSeconds: the workflow starts the next watch
 
 With tellReady it signals its HostWorkflow (`watch_ready`) at the first report that says the host
@@ -53,10 +53,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.hosts._rpc import Handshake, HostRpcError, handshake, host_channel
+from kruntimes.activities.hosts._rpc import Handshake, HostRpcError, handshake, host_channel
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
-from kruntimes.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     SIGNAL_REGISTRATION_LOST,
     SIGNAL_WATCH_READY,
     RegistrationLostSignal,
@@ -65,6 +64,7 @@ from kruntimes.lifecycle import (
     WatchResult,
     run_workflow_id,
 )
+from kruntimes.decisions.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

@@ -1,7 +1,7 @@
-"""One round of orphan collection for one runtime: read the snapshot kruntimes.reconciling needs,
+"""One round of orphan collection for one runtime: read the snapshot kruntimes.decisions.reconciling needs,
 in its order (the known-Runs view refreshed, the hosts' registrations, the pool, the Runs they
 mention that the view does not show running), decide with
-`kruntimes.reconciling.plan`, and carry the plan out: unregister, release, tell, delete, remove,
+`kruntimes.decisions.reconciling.plan`, and carry the plan out: unregister, release, tell, delete, remove,
 supervise. Each action is idempotent and its failure is reported, never raised: the next round
 tries again.
 """
@@ -26,12 +26,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.hosts._rpc import host_channel
-from activities.hosts.base import HostManager
-from activities.hosts.process import host_running, list_records, work_root
-from kruntimes.hosts import CreatedHost
-from kruntimes.known_runs import Execution, KnownRuns, keyword
-from kruntimes.lifecycle import (
+from kruntimes.activities.hosts._rpc import host_channel
+from kruntimes.activities.hosts.base import HostManager
+from kruntimes.activities.hosts.process import host_running, list_records, work_root
+from kruntimes.contracts.lifecycle import (
     MAX_REPORTED,
     SIGNAL_REGISTRATION_LOST,
     SIGNAL_RELEASE,
@@ -43,11 +41,22 @@ from kruntimes.lifecycle import (
     host_input,
     host_workflow_id,
 )
-from kruntimes.reconciling import HeldEntries, HostSeen, Plan, Queued, Registration, Snapshot, Workspace, plan
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.reconciling import (
+    HeldEntries,
+    HostSeen,
+    Plan,
+    Queued,
+    Registration,
+    Snapshot,
+    Workspace,
+    plan,
+)
+from kruntimes.decisions.scheduling.model import PROVIDER_LABEL, Host
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import PROVIDER_LABEL, Host
-from kruntimes.temporal import query_pool
+from kruntimes.temporal.connect import query_pool
+from kruntimes.temporal.known_runs import Execution, KnownRuns, keyword
 from kruntimes.wire import search, summaries
 
 log = logging.getLogger(__name__)

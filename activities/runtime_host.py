@@ -3,7 +3,7 @@
 Failures become ApplicationErrors whose type is the host's stable reason: transport trouble
 (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED) is retryable, everything the host decided is not.
 
-Registering signs the assignment (kruntimes.assignments) here, in the activity: the signing key
+Registering signs the assignment (kruntimes.pki.assignments) here, in the activity: the signing key
 lives in the worker process and never reaches workflow code or Temporal history. The channel for
 a registration verifies that the server is exactly the assigned host.
 
@@ -23,11 +23,10 @@ import grpc
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
-from activities.hosts._rpc import credentials_generation, host_channel
+from kruntimes.activities.heartbeat import heartbeating
+from kruntimes.activities.hosts._rpc import credentials_generation, host_channel
 from kruntimes.api.run import Run
-from kruntimes.assignments import Assignment, AssignmentError, Signer
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     CancelTaskInput,
     FunctionState,
     HostCall,
@@ -40,6 +39,7 @@ from kruntimes.lifecycle import (
     UnregisterInput,
 )
 from kruntimes.pki import Identity, IdentityError
+from kruntimes.pki.assignments import Assignment, AssignmentError, Signer
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire.reasons import HostReason, reason_of

@@ -5,7 +5,7 @@ wake-up of the pool per Run, and managed 11-13 signals/s on SQLite; sent concurr
 activity they cost nothing in the pool's history (measured 3-4x faster for a burst).
 
 A Run whose pool lives in the same worker process and that waits for the answer in its first
-workflow task gets its assignment handed over in memory instead (activities.handoff). So does a
+workflow task gets its assignment handed over in memory instead (kruntimes.activities.handoff). So does a
 Run its starter admitted whose first task has not asked yet, when the Runs' tasks run in this
 process too: the answer waits for that task in the mailbox, and is signalled only if the task
 does not take it within a few seconds (`_unclaimed`). A burst of Runs then costs the server no
@@ -25,8 +25,8 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError, 
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.handoff import Mailbox
-from kruntimes.lifecycle import (
+from kruntimes.activities.handoff import Mailbox
+from kruntimes.contracts.lifecycle import (
     QUERY_HOST,
     QUERY_HOST_SLOTS_DIGEST,
     SIGNAL_ADMIT,

@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kruntimes import clientconfig  # noqa: E402 - needs the root on sys.path
-from kruntimes.clientconfig import ClientConfig  # noqa: E402 - needs the root on sys.path
 from kruntimes.rpc.v1 import runtime_pb2 as pb  # noqa: E402 - needs the root on sys.path
-from kruntimes.serving import stop_event, write_ready_file  # noqa: E402 - needs the root on sys.path
+from kruntimes.sdk import config as clientconfig  # noqa: E402 - needs the root on sys.path
+from kruntimes.sdk.config import ClientConfig  # noqa: E402 - needs the root on sys.path
+from kruntimes.system.serving import stop_event, write_ready_file  # noqa: E402 - needs the root on sys.path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 30.0
@@ -68,7 +68,7 @@ def krt_env(state: Path) -> dict[str, str]:
 def krt(state: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """`krt ARGS` against the embedded platform in ``state``, its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "workers.krt", *args],
+        [sys.executable, "-m", "kruntimes.workers.krt", *args],
         capture_output=True, text=True, env=krt_env(state), cwd=ROOT, timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -265,7 +265,7 @@ def zygote_of(host_pid: int) -> int | None:
     """The runtime host's zygote (the parent of its function processes)."""
     kids = children(host_pid)
     for pid in kids:
-        if "runtime.zygote" in cmdline(pid):
+        if "kruntimes.runtime.zygote" in cmdline(pid):
             return pid
     return kids[0] if len(kids) == 1 else None
 

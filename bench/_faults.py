@@ -26,14 +26,14 @@ from typing import Any
 import aiohttp
 from _benchlib import embedded_platform, percentile
 
-from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client
-from kruntimes.lifecycle import PoolState, pool_workflow_id
-from kruntimes.scheduling.model import HostState
-from kruntimes.temporal import connect, query_pool
-from workers.embedded.layout import Layout, recorded_components
+from kruntimes.contracts.lifecycle import PoolState, pool_workflow_id
+from kruntimes.decisions.scheduling.model import HostState
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.client import Client
+from kruntimes.temporal.connect import connect, query_pool
+from kruntimes.workers.embedded.layout import Layout, recorded_components
 
 HOST_ROUNDS, HOST_RUNS = 5, 6
 WORKER_ROUNDS, WORKER_RUNS = 3, 5
@@ -136,7 +136,7 @@ async def _replaced(p: _Platform, worker: int) -> bool:
 
 
 def _records(state: Path) -> list[Any]:
-    from activities.hosts.process import list_records
+    from kruntimes.activities.hosts.process import list_records
 
     return list_records(state)
 

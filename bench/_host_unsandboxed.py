@@ -8,8 +8,8 @@ import dataclasses
 
 import _benchlib  # noqa: F401  (puts the repo root on sys.path)
 
-from kruntimes import logs
-from workers.host import options_from, parse_args, serve
+from kruntimes.system import logs
+from kruntimes.workers.host import options_from, parse_args, serve
 
 
 def main() -> None:

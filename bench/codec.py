@@ -1,11 +1,11 @@
-"""Benchmark: what the payload codec (AES-256-GCM, kruntimes/codec.py) costs on warm create → Ready.
+"""Benchmark: what the payload codec (AES-256-GCM, kruntimes/temporal/codec.py) costs on warm create → Ready.
 
     .venv/bin/python bench/codec.py [--runs N]
 
 Two sets of workers in this process on one Temporal dev server (SQLite file, its throughput
 settings, as the embedded platform runs it): one whose client encrypts every payload and one
 whose client does not, each with its own task queues and a runtime with one warm host. Runs are
-created as the SDK creates them (kruntimes.starting.start_run), alternating between the two, one
+created as the SDK creates them (kruntimes.sdk.starting.start_run), alternating between the two, one
 at a time (create → Ready measured as bench/lifecycle.py measures it: until the Run's history
 records the task that made it Ready), so background load hits both alike. Target: the codec's
 p50 ≤ 1.1× the plain p50.
@@ -30,13 +30,13 @@ import _benchlib as lib
 from _pki import BenchPKI
 from lifecycle import create_until_ready, run_manifest, wait_hosts, wait_terminal
 
-from activities.hosts.process import stop_all
-from kruntimes.codec import ensure_key
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import SIGNAL_CANCEL, PlatformInfo
-from kruntimes.temporal import TemporalSettings, connect
-from workers.worker import WorkerSettings, running_workers
+from kruntimes.activities.hosts.process import stop_all
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, PlatformInfo
+from kruntimes.temporal.codec import ensure_key
+from kruntimes.temporal.connect import TemporalSettings, connect
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.workers.worker import WorkerSettings, running_workers
 
 TARGET = 1.1
 WARMUP = 4

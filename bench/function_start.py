@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/function_start.py [--hosts 5] [--per-host 60] [--rounds 3]
 
-Starts HOSTS runtime hosts with function isolation (`python -m workers.host`: as root, each
+Starts HOSTS runtime hosts with function isolation (`python -m kruntimes.workers.host`: as root, each
 function its own uid, PID, mount and IPC namespaces, cgroup and syscall filter) and HOSTS without
 (bench/_host_unsandboxed.py), all on 127.0.0.1 with ports picked at run time, python runtime.
 Each round registers PER_HOST Python echo functions on every host of one kind at once (all of
@@ -43,7 +43,7 @@ from _pki import CONTROL_PLANE, BenchPKI
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.server import HostOptions
+from kruntimes.runtime.server import HostOptions
 
 KINDS = ("sandboxed", "unsandboxed")
 BARE_HOST = Path(__file__).resolve().with_name("_host_unsandboxed.py")
@@ -61,7 +61,7 @@ class Host:
 
 
 def host_argv(kind: str, host_id: str, state: Path, pki: BenchPKI) -> list[str]:
-    program = ["-m", "workers.host"] if kind == "sandboxed" else [str(BARE_HOST)]
+    program = ["-m", "kruntimes.workers.host"] if kind == "sandboxed" else [str(BARE_HOST)]
     return [
         sys.executable,
         *program,

@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _benchlib import BenchError, note, print_json_line, table
 
-from kruntimes.devserver import DevServer
 from kruntimes.pki import Identity, Role
+from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.tls import ensure_tls
+from kruntimes.temporal.devserver import DevServer
 from tests.pki import GATEWAY, TestPKI
 
 TARGET_MB = 100.0
@@ -117,7 +117,7 @@ async def fill_known(address: str, count: int) -> None:
     """`count` running RunWorkflows with the Runs' search attributes (no worker polls their queue)."""
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-    from kruntimes.temporal import connect
+    from kruntimes.temporal.connect import connect
     from kruntimes.wire import search_typed
 
     client = await connect(address, "default")

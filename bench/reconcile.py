@@ -1,4 +1,4 @@
-"""Benchmark: one reconciler round's decision (`kruntimes.reconciling.plan`) at 10,000 Ready Runs
+"""Benchmark: one reconciler round's decision (`kruntimes.decisions.reconciling.plan`) at 10,000 Ready Runs
 next to the same at 1,000, in one run.
 
     .venv/bin/python bench/reconcile.py [--runs 10000] [--base 1000] [--repeat 5]
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _benchlib import print_json_line, table
 
-from kruntimes.reconciling import HostSeen, Registration, Snapshot, plan
-from kruntimes.scheduling.model import Host, HostState, Reservation, TenancyMode
+from kruntimes.decisions.reconciling import HostSeen, Registration, Snapshot, plan
+from kruntimes.decisions.scheduling.model import Host, HostState, Reservation, TenancyMode
 
 HOST_RUNS = 500
 TARGET = 1.5

@@ -5,7 +5,7 @@
 Every server runs in its own process on 127.0.0.1 with a port picked at run time, so server CPU
 (utime + stime from /proc/<pid>/stat) is not mixed with the client's: a sync gRPC echo, a
 grpc.aio echo, a grpc.aio echo on uvloop (bench/_echo_server.py) and the runtime host
-(`python -m workers.host`). Every one serves mutual TLS with a host certificate of the bench's CA
+(`python -m kruntimes.workers.host`). Every one serves mutual TLS with a host certificate of the bench's CA
 (bench/_pki.py), as hosts always do; the client presents a gateway's certificate (invoking, the
 echo) and the control plane's (registering). The client is one grpc.aio channel per server (uvloop when
 importable) sending the same ~10-byte payload on every path; the invoke request is serialized
@@ -22,7 +22,7 @@ Also measured, first: registration cost (RegisterFunction -> first InvokeFunctio
 functions one after another) and the memory of the function processes with 50 registered (PSS
 and RSS per function, from /proc/<pid>/smaps_rollup of the zygote's children).
 
-What isolation costs: the same host with isolation (`python -m workers.host`, root: a uid per
+What isolation costs: the same host with isolation (`python -m kruntimes.workers.host`, root: a uid per
 function) and without (bench/_host_unsandboxed.py), in one run. Registration alternates between
 the two hosts function by function; its ratio is the median over rounds of 10 function pairs of
 p50(on) / p50(off). The warm invoke is measured in 48 alternating blocks of 25 sequential
@@ -470,7 +470,15 @@ async def run(client_loop: str) -> None:
         tmp = Path(tmp_name)
         (tmp / "host-state").mkdir()
         pki = BenchPKI(tmp / "pki")
-        host_argv = [sys.executable, "-m", "workers.host", "--host-id", "bench-0", "--runtime", "python"]
+        host_argv = [
+            sys.executable,
+            "-m",
+            "kruntimes.workers.host",
+            "--host-id",
+            "bench-0",
+            "--runtime",
+            "python",
+        ]
         host_argv += [
             "--state-dir",
             str(tmp / "host-state"),

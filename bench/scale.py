@@ -60,10 +60,10 @@ from temporalio.client import WorkflowExecutionStatus
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client
-from kruntimes.lifecycle import pool_workflow_id, run_workflow_id
+from kruntimes.contracts.lifecycle import pool_workflow_id, run_workflow_id
+from kruntimes.sdk.client import Client
 from kruntimes.wire import search
-from workers.embedded.layout import Layout, recorded_components
+from kruntimes.workers.embedded.layout import Layout, recorded_components
 
 RUNTIME = "bash"
 HOST_RUNS = 500
@@ -315,7 +315,7 @@ def _list_first_page(state: Path) -> float:
     """Seconds from starting `krt run list -A` until its first page is printed (then stopped)."""
     began = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-m", "workers.krt", "run", "list", "-A"],
+        [sys.executable, "-m", "kruntimes.workers.krt", "run", "list", "-A"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=krt_env(state), cwd=ROOT,
     )  # fmt: skip
     try:

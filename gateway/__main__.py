@@ -1,8 +1,8 @@
-"""`krt gateway` / `python -m gateway`: the HTTPS invoke gateway.
+"""`krt gateway` / `python -m kruntimes.gateway`: the HTTPS invoke gateway.
 
 Temporal is optional here: with `--temporal-address` (or KRT_TEMPORAL_ADDRESS) the gateway keeps
 the known-Runs view (a route-cache miss for a Run that exists answers 503, not 404), connecting
-with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal). It only lists
+with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal.connect). It only lists
 RunWorkflows; the invoke path never calls Temporal.
 """
 
@@ -15,22 +15,16 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from gateway.auth import (
-    Authorizer,
-    CachingAuthorizer,
-    EmbeddedAuthorizer,
-    RoleBindings,
-    TokenFile,
-)
-from gateway.listener import HttpLimits
-from gateway.server import Gateway, GatewayOptions
-from gateway.visibility import Visibility, VisibilityError
-from kruntimes import logs, malloc
-from kruntimes import temporal_settings as temporal
-from kruntimes.assignments import AssignmentError, Verifier
+from kruntimes.gateway.auth import Authorizer, CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.listener import HttpLimits
+from kruntimes.gateway.server import Gateway, GatewayOptions
+from kruntimes.gateway.visibility import Visibility, VisibilityError
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
-from kruntimes.serving import stop_event, write_ready_file
-from kruntimes.temporal_settings import TemporalSettings
+from kruntimes.pki.assignments import AssignmentError, Verifier
+from kruntimes.system import logs, malloc
+from kruntimes.system.serving import stop_event, write_ready_file
+from kruntimes.temporal import settings as temporal
+from kruntimes.temporal.settings import TemporalSettings
 
 GC_THRESHOLDS = (20_000, 50, 100)
 VERIFY_CACHE = 1024  # verified assignments the verifier keeps (the route cache keeps the rest)
@@ -165,7 +159,7 @@ def authorizer_from(args: argparse.Namespace) -> Authorizer:
     if args.auth == "kubernetes":
         if not args.kubernetes_api:
             raise SystemExit("krt gateway: --auth kubernetes needs --kubernetes-api")
-        from gateway.auth.kubernetes import KubernetesAuthorizer  # its client only when used
+        from kruntimes.gateway.auth.kubernetes import KubernetesAuthorizer  # its client only when used
 
         ca = str(args.kubernetes_ca) if args.kubernetes_ca else None
         inner = KubernetesAuthorizer(args.kubernetes_api, ca_file=ca)
@@ -218,7 +212,7 @@ async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     # Each host's snapshots and each visibility page are large and short-lived: what glibc keeps
-    # of them after they are freed is given back (kruntimes.malloc; bench/scale.py read the
+    # of them after they are freed is given back (kruntimes.system.malloc; bench/scale.py read the
     # gateway at 101.0–101.6 MB with 10,000 routes without it, 89.4 with it)
     trimmer = malloc.Trimmer()
     trimmer.start()

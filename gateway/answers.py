@@ -32,7 +32,6 @@ import json
 import re
 from typing import Any
 
-from gateway.errors import UpstreamFailed, UpstreamTimeout
 from kruntimes.api._text import truncate_utf8
 from kruntimes.api.limits import (
     MAX_INVOCATION_ERROR_MESSAGE_BYTES,
@@ -44,6 +43,7 @@ from kruntimes.api.limits import (
     MAX_OUTPUTS_TOTAL_BYTES,
 )
 from kruntimes.api.outputs import OutputsError, validate_outputs
+from kruntimes.gateway.errors import UpstreamFailed, UpstreamTimeout
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire.reasons import GatewayReason as R
 

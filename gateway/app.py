@@ -24,14 +24,14 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.auth import Authorizer
-from gateway.errors import BodyTimeout, ClientAborted, GatewayError
-from gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams, logged_target
-from gateway.listener import GatewayProtocol, HttpLimits
-from gateway.metrics import GatewayMetrics
-from gateway.replies import error_answer, gateway_error_answer, router_reason
-from gateway.routes import RouteCache
-from kruntimes.known_runs import KnownRuns
+from kruntimes.gateway.auth import Authorizer
+from kruntimes.gateway.errors import BodyTimeout, ClientAborted, GatewayError
+from kruntimes.gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams, logged_target
+from kruntimes.gateway.listener import GatewayProtocol, HttpLimits
+from kruntimes.gateway.metrics import GatewayMetrics
+from kruntimes.gateway.replies import error_answer, gateway_error_answer, router_reason
+from kruntimes.gateway.routes import RouteCache
+from kruntimes.temporal.known_runs import KnownRuns
 from kruntimes.wire.reasons import GatewayReason
 
 # the OpenAPI document, generated from gateway/bodies.py's models by `make openapi`

@@ -1,6 +1,6 @@
 """`krt codec-server`: the Temporal codec server protocol over the kruntimes payload codec, so that
 people allowed to (the `temporal` CLI's `--codec-endpoint`, the Temporal UI's data encoder) read
-the encrypted payloads of history (kruntimes.codec) without holding the keys themselves.
+the encrypted payloads of history (kruntimes.temporal.codec) without holding the keys themselves.
 
     POST /decode   {"payloads": [Payload, ...]} in protobuf JSON → the same, decrypted
     POST /encode   {"payloads": [...]} → the same, encrypted with the active key
@@ -8,7 +8,7 @@ the encrypted payloads of history (kruntimes.codec) without holding the keys the
 
 Rules:
 - every POST carries `Authorization: Bearer <token>`; the token is looked up in the token file
-  (gateway.auth.TokenFile, the embedded gateway's format, reloaded on change) and its user must be
+  (kruntimes.gateway.auth.TokenFile, the embedded gateway's format, reloaded on change) and its user must be
   in one of the allowed groups (default `admins`): 401 Unauthenticated without a known token, 403
   Forbidden outside the groups. Tokens are never logged; the log names the user.
 - `X-Namespace` (which the CLI and the UI send) is accepted and logged; the keys are the
@@ -40,14 +40,14 @@ from aiohttp import web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from gateway.auth import Principal, TokenFile, TokenFileError, bearer_token
-from gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, Unauthenticated
-from gateway.listener import HttpLimits, Listener, receive_body, send_continue
-from gateway.metrics import GatewayMetrics
-from gateway.replies import error_answer, gateway_error_answer, router_reason
-from kruntimes import logs
-from kruntimes.codec import CodecError, EncryptionCodec, Keyring
-from kruntimes.serving import stop_event, write_ready_file
+from kruntimes.gateway.auth import Principal, TokenFile, TokenFileError, bearer_token
+from kruntimes.gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, Unauthenticated
+from kruntimes.gateway.listener import HttpLimits, Listener, receive_body, send_continue
+from kruntimes.gateway.metrics import GatewayMetrics
+from kruntimes.gateway.replies import error_answer, gateway_error_answer, router_reason
+from kruntimes.system import logs
+from kruntimes.system.serving import stop_event, write_ready_file
+from kruntimes.temporal.codec import CodecError, EncryptionCodec, Keyring
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason as R
 

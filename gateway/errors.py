@@ -5,7 +5,7 @@ middleware in gateway/app.py).
 GatewayError                    500  InternalError        (also any exception nobody expected)
  ├── BadRequest                 400  InvalidRequest | InvalidInvocationId | MalformedJSON | InvalidTimeout
  │                                   | MalformedRequest (the HTTP parser's refusals, gateway/listener.py)
- ├── AuthError                       the Authorizer's refusals (gateway.auth)
+ ├── AuthError                       the Authorizer's refusals (kruntimes.gateway.auth)
  │    ├── Unauthenticated       401  Unauthenticated
  │    ├── Forbidden             403  Forbidden
  │    └── AuthUnavailable       503  AuthorizationUnavailable  (+ Retry-After)
@@ -72,7 +72,7 @@ class BadRequest(GatewayError):
 
 
 class AuthError(GatewayError):
-    """The Authorizer's refusals: raised by gateway.auth, never an allow."""
+    """The Authorizer's refusals: raised by kruntimes.gateway.auth, never an allow."""
 
 
 class Unauthenticated(AuthError):

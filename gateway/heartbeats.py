@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gateway.routes import DeltaWithoutBase, HeartbeatRefused, RouteCache
+from kruntimes.gateway.routes import DeltaWithoutBase, HeartbeatRefused, RouteCache
 from kruntimes.pki import ANY_ROLE, PeerAuthorization, PeerTLS, Role, peer_identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc

@@ -25,9 +25,12 @@ import grpc
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from gateway.answers import answer_body
-from gateway.auth import Authorizer, Resource, bearer_token
-from gateway.errors import (
+from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
+from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
+from kruntimes.api.phases import TERMINAL_PHASES
+from kruntimes.gateway.answers import answer_body
+from kruntimes.gateway.auth import Authorizer, Resource, bearer_token
+from kruntimes.gateway.errors import (
     BadRequest,
     Busy,
     ClientAborted,
@@ -40,21 +43,18 @@ from gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
-from gateway.listener import HttpLimits, receive_body, send_continue
-from gateway.raw import RawError, RawUpstreams
-from gateway.routes import Route, RouteCache
-from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
-from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
-from kruntimes.api.phases import TERMINAL_PHASES
-from kruntimes.known_runs import KnownRuns
+from kruntimes.gateway.listener import HttpLimits, receive_body, send_continue
+from kruntimes.gateway.raw import RawError, RawUpstreams
+from kruntimes.gateway.routes import Route, RouteCache
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.temporal.known_runs import KnownRuns
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason as R
 from kruntimes.wire.reasons import HostReason, reason_of
 
-log = logging.getLogger("gateway.invoke")
+log = logging.getLogger("kruntimes.gateway.invoke")
 
 # where the middleware finds the invocation id of a request (a typed key: plain strings warn)
 INVOCATION_ID = web.RequestKey("invocation_id", str)

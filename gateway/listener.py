@@ -62,9 +62,9 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 from multidict import CIMultiDict
 
-from gateway.errors import BadRequest, BodyTimeout, GatewayError, PayloadTooLarge
-from gateway.metrics import GatewayMetrics
-from gateway.replies import gateway_error_answer
+from kruntimes.gateway.errors import BadRequest, BodyTimeout, GatewayError, PayloadTooLarge
+from kruntimes.gateway.metrics import GatewayMetrics
+from kruntimes.gateway.replies import gateway_error_answer
 from kruntimes.wire.reasons import GatewayReason as R
 
 log = logging.getLogger("gateway.http")

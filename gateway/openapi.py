@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from gateway.bodies import ErrorBody, InvokeAnswer
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
+from kruntimes.gateway.bodies import ErrorBody, InvokeAnswer
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
 

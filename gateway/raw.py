@@ -31,7 +31,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason
 
-log = logging.getLogger("gateway.raw")
+log = logging.getLogger("kruntimes.gateway.raw")
 
 CONNECT_TIMEOUT_S = 5.0  # connecting, the TLS handshake and the host's accept frame together
 

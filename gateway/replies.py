@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.errors import GatewayError
+from kruntimes.gateway.errors import GatewayError
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
 

@@ -13,7 +13,7 @@ reads this structure: no Temporal, no Kubernetes.
 What a beat may claim (`apply`, with the identity of the certificate the beat came with):
 - the beat is about the sending host itself: its host id and runtime are the certificate's, and
   its host uid is not another host's (else `HeartbeatRefused`, the whole beat);
-- a registration becomes a route only if its signed assignment verifies (kruntimes.assignments)
+- a registration becomes a route only if its signed assignment verifies (kruntimes.pki.assignments)
   and names that run, attempt, namespace, name and runtime, and the beat's host id and host uid;
   any other registration is skipped (counted in the result);
 - the interval is held to [100 ms, MAX_INTERVAL_MS], so no beat keeps a route alive for long;
@@ -43,8 +43,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.pki import Identity, Role
+from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 

@@ -19,17 +19,17 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from gateway.app import GatewayState, build_app
-from gateway.auth import Authorizer
-from gateway.heartbeats import HeartbeatServer
-from gateway.invoke import Upstreams
-from gateway.listener import HttpLimits, Listener
-from gateway.metrics import GatewayMetrics
-from gateway.routes import RouteCache
-from gateway.visibility import Visibility
-from kruntimes.assignments import Verifier
-from kruntimes.known_runs import KnownRuns
+from kruntimes.gateway.app import GatewayState, build_app
+from kruntimes.gateway.auth import Authorizer
+from kruntimes.gateway.heartbeats import HeartbeatServer
+from kruntimes.gateway.invoke import Upstreams
+from kruntimes.gateway.listener import HttpLimits, Listener
+from kruntimes.gateway.metrics import GatewayMetrics
+from kruntimes.gateway.routes import RouteCache
+from kruntimes.gateway.visibility import Visibility
 from kruntimes.pki import PeerTLS, Role
+from kruntimes.pki.assignments import Verifier
+from kruntimes.temporal.known_runs import KnownRuns
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """Temporal visibility for the gateway, over gRPC, without the Temporal SDK.
 
-The gateway reads one thing from Temporal: which Runs exist (kruntimes/known_runs.py). The SDK's client
-would cost the gateway process about 40 MB (its API modules and its core runtime) for that one
+The gateway reads one thing from Temporal: which Runs exist (kruntimes/temporal/known_runs.py). The SDK's
+client would cost the gateway process about 40 MB (its API modules and its core runtime) for that one
 call, so the gateway makes it itself: WorkflowService.ListWorkflowExecutions by its method path,
 with messages that carry the fields it reads (proto/kruntimes/rpc/v1/visibility.proto), over a
 gRPC channel with the TLS, mTLS or API key of the same settings every process takes
-(kruntimes.temporal_settings). Every call has a deadline; an API key goes in the call's metadata
+(kruntimes.temporal.settings). Every call has a deadline; an API key goes in the call's metadata
 only, never in an error or a log line.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from kruntimes.known_runs import Execution, keyword
 from kruntimes.rpc.v1 import visibility_pb2 as pb
-from kruntimes.temporal_settings import TemporalSettings
+from kruntimes.temporal.known_runs import Execution, keyword
+from kruntimes.temporal.settings import TemporalSettings
 
 METHOD = "/temporal.api.workflowservice.v1.WorkflowService/ListWorkflowExecutions"
 PAGE_SIZE = 1000

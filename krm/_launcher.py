@@ -5,7 +5,7 @@ The launcher holds the functions' limits itself (soft and hard alike, set at its
 child inherits them from the moment it exists: no instruction of a function runs before its
 limits hold. It starts each one with posix_spawn (its own process group, the three descriptors
 it was sent as stdin, stdout and stderr, the dispositions its interpreter set to "ignore" reset),
-which is as cheap as a vfork. Standard library only (and kruntimes.fdpass, which is); run as
+which is as cheap as a vfork. Standard library only (and kruntimes.system.fdpass, which is); run as
 `python -I -S _launcher.py FD RESOURCE=VALUE ...`.
 
 Protocol on the SOCK_SEQPACKET socket FD, one JSON object per message:
@@ -34,7 +34,7 @@ from typing import Any
 
 if not __package__:  # run as a script (`python -I -S`): the shared package is beside this one's
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kruntimes import fdpass
+from kruntimes.system import fdpass
 
 MAX_MESSAGE_BYTES = 256 * 1024
 FDS = 3

@@ -4,7 +4,7 @@
                 [--fn-config FILE | -- key=value ...] [-o stdout|unwrap|DIR] [--results-dir DIR]
                 [--timeout S] [--functions DIR] [--fn-configs DIR] [--runner ADDRESS | --pods]
 
-DIR (default `.`) is read as a package (`krm.package`) and, unless `-o` says otherwise, written back
+DIR (default `.`) is read as a package (`kruntimes.krm.package`) and, unless `-o` says otherwise, written back
 in place when the function succeeds; `-` reads a ResourceList (or plain resources) from stdin and
 prints to stdout. `--image` evaluates in this process with the multi evaluator (exec, then pod) over
 the FunctionConfigs of `--fn-configs`, or on a running `krt fn-runner` with `--runner`; `--exec`
@@ -27,17 +27,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from krm import errors, package, process
-from krm.directory import DirectoryFeed
-from krm.evaluation import Evaluation, Request
-from krm.evaluator import Evaluator
-from krm.executable import ExecEvaluator
-from krm.limits import DEFAULT_TIMEOUT_SECONDS, MAX_RESOURCE_LIST_BYTES
-from krm.multi import MultiEvaluator
-from krm.pod import PodEvaluator
-from krm.resources import API_VERSION, KIND, YamlError, dump, dump_all, load, load_all, parse_resource_list
-from krm.store import Store
-from kruntimes.cli_parser import NotKeyValue, Parser, UsageError, key_values
+from kruntimes.cli.parser import NotKeyValue, Parser, UsageError, key_values
+from kruntimes.krm import errors, package, process
+from kruntimes.krm.directory import DirectoryFeed
+from kruntimes.krm.evaluation import Evaluation, Request
+from kruntimes.krm.evaluator import Evaluator
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.limits import DEFAULT_TIMEOUT_SECONDS, MAX_RESOURCE_LIST_BYTES
+from kruntimes.krm.multi import MultiEvaluator
+from kruntimes.krm.pod import PodEvaluator
+from kruntimes.krm.resources import (
+    API_VERSION,
+    KIND,
+    YamlError,
+    dump,
+    dump_all,
+    load,
+    load_all,
+    parse_resource_list,
+)
+from kruntimes.krm.store import Store
 
 OK, FAILED, USAGE, NOT_FOUND, UNAVAILABLE = 0, 1, 2, 3, 4
 RESULTS_FILE = "results.yaml"
@@ -192,7 +201,7 @@ async def _evaluate(
     args: argparse.Namespace, request: Request, runner: Callable[[bool], process.Runner] | None
 ) -> Evaluation:
     if args.runner is not None:
-        from krm.client import RemoteEvaluator
+        from kruntimes.krm.client import RemoteEvaluator
 
         remote = RemoteEvaluator(args.runner)
         try:
@@ -209,7 +218,7 @@ async def _evaluate(
             print(f"krt: warning: {where}: {problem}", file=sys.stderr)
     client = None
     if args.pods:
-        from kruntimes.client import Client
+        from kruntimes.sdk.client import Client
 
         client = Client.from_config()
     pods = PodEvaluator(store, client=client, namespace=args.namespace)
@@ -253,7 +262,7 @@ def main(
     runner: Callable[[bool], process.Runner] | None = None,
 ) -> int:
     """`krt fn eval`; `runner(network)` gives what runs the exec evaluator's processes, with the
-    network or without (default: as this process's own user, `krm.process.run`)."""
+    network or without (default: as this process's own user, `kruntimes.krm.process.run`)."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     try:
         args, pairs = parse(argv)

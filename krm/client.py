@@ -1,6 +1,6 @@
 """RemoteEvaluator: the Evaluator interface over gRPC to a running `krt fn-runner`.
 
-The runner's errors come back as the same `krm.errors` classes (by the `krt-reason` trailer),
+The runner's errors come back as the same `kruntimes.krm.errors` classes (by the `krt-reason` trailer),
 a failure with what the function produced; gRPC's own errors (unreachable, deadline) map by code.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from krm import errors
-from krm.evaluation import Evaluation, Request
-from krm.protocol import EVALUATION_KEY, REASON_KEY, from_proto
-from krm.service import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
+from kruntimes.krm import errors
+from kruntimes.krm.evaluation import Evaluation, Request
+from kruntimes.krm.protocol import EVALUATION_KEY, REASON_KEY, from_proto
+from kruntimes.krm.service import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 

@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from krm import tags
-from krm.evaluation import check_image
-from krm.resources import describe
+from kruntimes.krm import tags
+from kruntimes.krm.evaluation import check_image
+from kruntimes.krm.resources import describe
 
 API_VERSION = "kruntimes.io/v1alpha1"
 KIND = "FunctionConfig"

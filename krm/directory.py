@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from krm import config as fc
-from krm.resources import YamlError, load_all
-from krm.store import Store
+from kruntimes.krm import config as fc
+from kruntimes.krm.resources import YamlError, load_all
+from kruntimes.krm.store import Store
 
 log = logging.getLogger(__name__)
 

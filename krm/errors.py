@@ -1,5 +1,5 @@
 """The errors of KRM function evaluation. Each has a stable `reason` (gRPC trailing metadata
-`krt-reason`, results files, logs) and one gRPC code, mapped in `krm.service` alone.
+`krt-reason`, results files, logs) and one gRPC code, mapped in `kruntimes.krm.service` alone.
 
 KrmError
  ├── NotFound               no evaluator has this image/tag (the multi   NOT_FOUND
@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from krm.evaluation import Evaluation
+    from kruntimes.krm.evaluation import Evaluation
 
 
 # Each error class by its reason, filled in as the classes are defined (KrmError.__init_subclass__).

@@ -5,15 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from krm import errors
-from krm.limits import (
+from kruntimes.krm import errors
+from kruntimes.krm.limits import (
     DEFAULT_TIMEOUT_SECONDS,
     MAX_IMAGE_BYTES,
     MAX_RESOURCE_LIST_BYTES,
     MAX_TAG_BYTES,
     MAX_TIMEOUT_SECONDS,
 )
-from krm.resources import Result
+from kruntimes.krm.resources import Result
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """The exec evaluator: a function image served by a local binary, run as a direct process.
 
-The FunctionConfig store maps the image (and its tag, by the rules of `krm.tags`) to a binary;
+The FunctionConfig store maps the image (and its tag, by the rules of `kruntimes.krm.tags`) to a binary;
 no mapping is NotFound. The binary is run by the evaluator's runner with the ResourceList on
 stdin: in the function sandbox (own uid, PID and mount namespaces, no network, the platform's
-state hidden: workers/fn_sandbox.py) where the process can make one, else `krm.process.run`.
+state hidden: workers/fn_sandbox.py) where the process can make one, else `kruntimes.krm.process.run`.
 Exit 0 with a ResourceList on stdout is the answer; a non-zero exit is FunctionFailed with the
 results kept; exit 0 with anything else on stdout is InvalidOutput; a binary that cannot start is
 a SystemError. At most `max_parallel` functions run at once and `max_waiting` more wait; past that
@@ -16,11 +16,11 @@ import asyncio
 import signal
 from collections.abc import Sequence
 
-from krm import errors, process
-from krm.evaluation import Evaluation, Request
-from krm.limits import MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES
-from krm.resources import YamlError, output_results
-from krm.store import Store
+from kruntimes.krm import errors, process
+from kruntimes.krm.evaluation import Evaluation, Request
+from kruntimes.krm.limits import MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES
+from kruntimes.krm.resources import YamlError, output_results
+from kruntimes.krm.store import Store
 
 
 def _exit_code(code: int) -> int:

@@ -22,10 +22,10 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from krm import config as fc
-from krm import errors
-from krm.store import Store
-from kruntimes.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
+from kruntimes.krm import config as fc
+from kruntimes.krm import errors
+from kruntimes.krm.store import Store
+from kruntimes.system.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from krm import errors
-from krm.evaluation import Evaluation, Request
-from krm.evaluator import Evaluator
+from kruntimes.krm import errors
+from kruntimes.krm.evaluation import Evaluation, Request
+from kruntimes.krm.evaluator import Evaluator
 
 
 class MultiEvaluator:

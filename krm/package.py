@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from krm.resources import YamlError, dump_all, load_all
+from kruntimes.krm.resources import YamlError, dump_all, load_all
 
 PATH = "config.kubernetes.io/path"
 INDEX = "config.kubernetes.io/index"

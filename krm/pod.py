@@ -51,14 +51,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from krm import errors, process
-from krm.config import PodExecutor
-from krm.evaluation import Evaluation, Request
-from krm.executable import interpret
-from krm.limits import MAX_TIMEOUT_SECONDS
-from krm.store import PodTarget, Store
 from kruntimes.api.run import Run
-from kruntimes.client import (
+from kruntimes.krm import errors, process
+from kruntimes.krm.config import PodExecutor
+from kruntimes.krm.evaluation import Evaluation, Request
+from kruntimes.krm.executable import interpret
+from kruntimes.krm.limits import MAX_TIMEOUT_SECONDS
+from kruntimes.krm.store import PodTarget, Store
+from kruntimes.sdk.client import (
     Busy,
     Client,
     FunctionNotFound,

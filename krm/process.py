@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from krm import errors
-from kruntimes import rlimits
+from kruntimes.krm import errors
+from kruntimes.system import rlimits
 
 MiB = 1024 * 1024
 CHUNK = 64 * 1024
@@ -65,7 +65,7 @@ class Limits:
     file_size_bytes: int = 64 * MiB
 
     def pairs(self) -> list[tuple[int, int]]:
-        """(resource, value) of each limit, soft and hard alike (kruntimes.rlimits)."""
+        """(resource, value) of each limit, soft and hard alike (kruntimes.system.rlimits)."""
         return rlimits.pairs(self)
 
 
@@ -80,7 +80,7 @@ class Outcome:
 class Runner(Protocol):
     """How the exec evaluator runs a function process to completion: `run` below (this process's
     own user, under limits), or the function sandbox where there is one (workers/fn_sandbox.py).
-    It raises the evaluation's errors (`krm.errors`): DeadlineExceeded, OutputTooLarge, and
+    It raises the evaluation's errors (`kruntimes.krm.errors`): DeadlineExceeded, OutputTooLarge, and
     SystemError_ for a binary that cannot start."""
 
     async def __call__(

@@ -8,8 +8,8 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 
-from krm.evaluation import Evaluation
-from krm.resources import FieldRef, FileRef, ResourceRef, Result
+from kruntimes.krm.evaluation import Evaluation
+from kruntimes.krm.resources import FieldRef, FileRef, ResourceRef, Result
 from kruntimes.rpc.v1 import krm_pb2 as pb
 
 REASON_KEY = "krt-reason"

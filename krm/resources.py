@@ -19,8 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from krm import errors
-from krm.limits import MAX_RESULT_VALUE_NODES, MAX_RESULTS
+from kruntimes.krm import errors
+from kruntimes.krm.limits import MAX_RESULT_VALUE_NODES, MAX_RESULTS
 
 API_VERSION = "config.kubernetes.io/v1"
 KIND = "ResourceList"

@@ -10,11 +10,16 @@ from typing import Any, NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from krm import errors
-from krm.evaluation import Request
-from krm.evaluator import Evaluator
-from krm.limits import DEFAULT_TIMEOUT_SECONDS, MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES, MAX_TIMEOUT_SECONDS
-from krm.protocol import EVALUATION_KEY, REASON_KEY, failure_trailer, to_proto
+from kruntimes.krm import errors
+from kruntimes.krm.evaluation import Request
+from kruntimes.krm.evaluator import Evaluator
+from kruntimes.krm.limits import (
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_LOG_BYTES,
+    MAX_RESOURCE_LIST_BYTES,
+    MAX_TIMEOUT_SECONDS,
+)
+from kruntimes.krm.protocol import EVALUATION_KEY, REASON_KEY, failure_trailer, to_proto
 from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 

@@ -1,6 +1,6 @@
 """The in-memory FunctionConfig store: what the evaluators read, what the feeders write.
 
-Feeders (`krm.directory`, `krm.kubernetes`) each own one *source* (a name such as `dir` or
+Feeders (`kruntimes.krm.directory`, `kruntimes.krm.kubernetes`) each own one *source* (a name such as `dir` or
 `kubernetes`) and replace, add or remove that source's FunctionConfigs; every change is seen by
 the next lookup, so nothing restarts. Lookups go over all sources in a fixed order (source,
 then namespace/name), so the same store contents always give the same answer.
@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from krm import errors, tags
-from krm.config import FunctionConfig, PodExecutor
+from kruntimes.krm import errors, tags
+from kruntimes.krm.config import FunctionConfig, PodExecutor
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Store:
         }
 
     def binary(self, image: str, tag: str) -> Binary:
-        """The binary for `image` at `tag` by the tag rules of `krm.tags`; NotFound otherwise."""
+        """The binary for `image` at `tag` by the tag rules of `kruntimes.krm.tags`; NotFound otherwise."""
         name = tags.split_image(image)[0]
         candidates = []
         for config in self.configs():

@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 
 import semver
 
-from krm import errors
+from kruntimes.krm import errors
 
 T = TypeVar("T")
 Version = semver.Version

@@ -2,7 +2,7 @@
 host runs a krm function's entrypoint once per call (`krt fn-runner`, `krt fn eval --exec`).
 
 Each binary (its command line) is a function of its own here, as a registration is on a host: an
-identity (`runtime.isolation.Lease`: a uid claimed on this machine, a cgroup with its limits) and
+identity (`kruntimes.runtime.isolation.Lease`: a uid claimed on this machine, a cgroup with its limits) and
 lanes in its sandbox (runtime/lanes.py: PID and mount namespaces, the file system view without
 the hidden directories, no network unless asked, no capabilities). Each evaluation starts the
 binary in a lane with the ResourceList on stdin, in a working directory of its own: the lane's
@@ -10,7 +10,7 @@ private /tmp, which the lane empties after every call, as it ends every process 
 So an evaluation sees nothing of an earlier one but what the binary's own directory holds.
 
 A binary not evaluated for `IDLE_S` gives its identity back (its lanes ended long before, after
-`runtime.lanes.LANE_IDLE_S`); at most `MAX_BINARIES` are kept, the least recently used given back
+`kruntimes.runtime.lanes.LANE_IDLE_S`); at most `MAX_BINARIES` are kept, the least recently used given back
 first. Blocking and thread-safe: the caller runs `run` in a thread and, to cancel it, `kill`s the
 pid `on_start` gave it.
 """
@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.isolation import FunctionIsolation, Lease
-from runtime.lanes import Lanes
-from runtime.limits import ProcessLimits
-from runtime.outcome import Outcome
-from runtime.sandbox.policy import InForce, SandboxSettings
-from runtime.spawner import Spawner, SpawnSpec
+from kruntimes.runtime.isolation import FunctionIsolation, Lease
+from kruntimes.runtime.lanes import Lanes
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.outcome import Outcome
+from kruntimes.runtime.sandbox.policy import InForce, SandboxSettings
+from kruntimes.runtime.spawner import Spawner, SpawnSpec
 
 log = logging.getLogger(__name__)
 

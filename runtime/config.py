@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kruntimes.api.names import krm_entrypoint, validate_env_name, validate_handler
-from runtime import workspace
-from runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
-from runtime.limits import ProcessLimits
-from runtime.sandbox.child import SandboxSpec
-from runtime.secrets import FileSecrets
-from runtime.spawner import SpawnSpec
+from kruntimes.runtime import workspace
+from kruntimes.runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.sandbox.child import SandboxSpec
+from kruntimes.runtime.secrets import FileSecrets
+from kruntimes.runtime.spawner import SpawnSpec
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 

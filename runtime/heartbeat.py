@@ -9,7 +9,7 @@ TLS with the host's platform certificate; the gateway must present a gateway cer
 platform CA. Each reconnection uses the certificate files as they are then. The gateways may be
 replaced while the host runs (`set_gateways`, from the supervision stream): a gateway dropped from
 the list gets a last `leaving` heartbeat, a new one its own thread. A gateway given as
-`dns+all://NAME:PORT` stands for every address NAME resolves to (runtime.discovery), resolved
+`dns+all://NAME:PORT` stands for every address NAME resolves to (kruntimes.runtime.discovery), resolved
 again every `discovery.interval_s`: an address that appears gets a stream, one that goes a last
 `leaving` heartbeat.
 """
@@ -30,7 +30,7 @@ from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from runtime.discovery import GatewayDiscovery
+from kruntimes.runtime.discovery import GatewayDiscovery
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ gateway, many requests in flight on it; the frames, their size rules and the err
 body are kruntimes.wire.frames. An error answer carries the gRPC status name, reason and details
 the gRPC InvokeFunction would have answered, so callers map both alike.
 
-The request goes through `runtime.service.begin_invoke`, exactly what the gRPC servicer runs
+The request goes through `kruntimes.runtime.service.begin_invoke`, exactly what the gRPC servicer runs
 (validation, payload bound, fence, registry one-in-flight rule, timeouts), on the host's event
 loop, the one that serves gRPC too: the exchange with the function process runs on that loop,
 so a request costs no thread hop. A frame length outside the request bounds closes that
@@ -34,12 +34,12 @@ from google.protobuf.message import DecodeError
 
 from kruntimes.pki import PeerTLS, Role, identity_of_peercert
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.runtime import errors
+from kruntimes.runtime.outcome import Outcome
+from kruntimes.runtime.registry import Registry
+from kruntimes.runtime.service import begin_invoke, invoke_response
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason
-from runtime import errors
-from runtime.outcome import Outcome
-from runtime.registry import Registry
-from runtime.service import begin_invoke, invoke_response
 
 log = logging.getLogger(__name__)
 

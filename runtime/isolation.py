@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.sandbox import cgroups, seccomp
-from runtime.sandbox.child import SandboxSpec
-from runtime.sandbox.identity import Claim, NoFreeUid, UidPool
-from runtime.sandbox.policy import (
+from kruntimes.runtime.sandbox import cgroups, seccomp
+from kruntimes.runtime.sandbox.child import SandboxSpec
+from kruntimes.runtime.sandbox.identity import Claim, NoFreeUid, UidPool
+from kruntimes.runtime.sandbox.policy import (
     InForce,
     Isolation,
     IsolationUnavailable,
@@ -65,10 +65,9 @@ def python_paths() -> tuple[str, ...]:
     for path in [sys.base_prefix, sys.prefix, *entries]:
         if path and os.path.isabs(path) and os.path.isdir(path):
             found.add(os.path.realpath(path))
-    for package in ("kruntimes", "runtime"):
-        module = sys.modules.get(package)
-        if module is not None and module.__file__:
-            found.add(os.path.dirname(os.path.dirname(os.path.realpath(module.__file__))))
+    module = sys.modules.get("kruntimes")
+    if module is not None and module.__file__:
+        found.add(os.path.dirname(os.path.dirname(os.path.realpath(module.__file__))))
     return tuple(sorted(found))
 
 

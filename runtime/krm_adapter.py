@@ -2,9 +2,9 @@
 wrapper server would run it inside the function's pod.
 
 The handler is the entrypoint's command line (`kruntimes.api.names.krm_entrypoint`, resolved by
-`runtime.config.spawn_spec`: absolute, or a file of the function's source). Each
+`kruntimes.runtime.config.spawn_spec`: absolute, or a file of the function's source). Each
 invocation starts it as a one-shot process — in a lane of the function's sandbox
-(runtime/lanes.py), or where there is none straight from the zygote (`runtime.once.run_once`);
+(runtime/lanes.py), or where there is none straight from the zygote (`kruntimes.runtime.once.run_once`);
 either way under its limits, and everything it started killed at its end or at the timeout —,
 writes the ResourceList of the payload to its stdin and answers its stdout, exit code and
 stderr by the contract of `kruntimes.wire.krm`. The exit code is data: a non-zero exit is a Succeeded
@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from kruntimes.runtime.capture import Capture
+from kruntimes.runtime.outcome import Outcome, Status, set_error
 from kruntimes.wire import krm as contract
-from runtime.capture import Capture
-from runtime.outcome import Outcome, Status, set_error
 
 ADAPTER = "krm"
 
 
 class RunOnce(Protocol):
-    """How a process is started for one call and waited for (`runtime.lanes.Lanes.run`, or
-    `runtime.once.run_once` with its spawner and spec)."""
+    """How a process is started for one call and waited for (`kruntimes.runtime.lanes.Lanes.run`, or
+    `kruntimes.runtime.once.run_once` with its spawner and spec)."""
 
     def __call__(
         self,

@@ -45,10 +45,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kruntimes.api.limits import MAX_LOG_BYTES
-from runtime.capture import Capture
-from runtime.outcome import Outcome, Status, set_error, set_exit
-from runtime.pipes import POLL_TICK_S, Pump, child_pipes
-from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnError, SpawnSpec
+from kruntimes.runtime.capture import Capture
+from kruntimes.runtime.outcome import Outcome, Status, set_error, set_exit
+from kruntimes.runtime.pipes import POLL_TICK_S, Pump, child_pipes
+from kruntimes.runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnError, SpawnSpec
 
 LANE_IDLE_S = 10.0  # a lane with no call for this long is ended (an idle Run holds no process)
 # calls whose process spends at least this share of its time on a CPU get no more lanes than
@@ -128,7 +128,7 @@ class Lanes:
         on_start: Callable[[int], None] | None = None,
         stop_past_limit: bool = False,
     ) -> Outcome:
-        """One call: `data` on stdin, wait for its end as `runtime.once.run_once` does for a
+        """One call: `data` on stdin, wait for its end as `kruntimes.runtime.once.run_once` does for a
         process started directly (`on_start` gets the pid that kills it: its lane's). With
         `stop_past_limit`, a call that writes more than `stdout_limit` to stdout is killed then,
         with its lane (`outcome.stdout.total` says it went past): its answer is refused anyway."""

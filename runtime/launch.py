@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime import workspace
-from runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
-from runtime.isolation import FunctionIsolation, Lease
-from runtime.limits import ProcessLimits
-from runtime.secrets import FileSecrets
-from runtime.spawner import Spawner, SpawnSpec
-from runtime.workspace import SourcePolicy
+from kruntimes.runtime import workspace
+from kruntimes.runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
+from kruntimes.runtime.isolation import FunctionIsolation, Lease
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.secrets import FileSecrets
+from kruntimes.runtime.spawner import Spawner, SpawnSpec
+from kruntimes.runtime.workspace import SourcePolicy
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from kruntimes.rlimits import apply as apply  # the one place limits are lowered
+from kruntimes.system.rlimits import apply as apply  # the one place limits are lowered
 
 MiB = 1024 * 1024
 

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 
 from kruntimes.api.limits import MAX_LOG_BYTES
-from runtime import framing
-from runtime.capture import Capture
-from runtime.framing import FrameTooLarge
-from runtime.outcome import Outcome, Status, apply_frame, set_error, set_exit, set_too_large
-from runtime.pipes import POLL_TICK_S, Pump, child_pipes
-from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnSpec
+from kruntimes.runtime import framing
+from kruntimes.runtime.capture import Capture
+from kruntimes.runtime.framing import FrameTooLarge
+from kruntimes.runtime.outcome import Outcome, Status, apply_frame, set_error, set_exit, set_too_large
+from kruntimes.runtime.pipes import POLL_TICK_S, Pump, child_pipes
+from kruntimes.runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnSpec
 
 
 def run_once(

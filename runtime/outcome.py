@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
-from runtime import framing
-from runtime.capture import Capture
+from kruntimes.runtime import framing
+from kruntimes.runtime.capture import Capture
 
 
 class Status(enum.Enum):

@@ -11,8 +11,8 @@ import os
 import select
 import socket
 
-from runtime.capture import Capture
-from runtime.framing import pop_frame
+from kruntimes.runtime.capture import Capture
+from kruntimes.runtime.framing import pop_frame
 
 READ_CHUNK = 65536
 POLL_TICK_S = 0.1  # how often a blocking wait re-checks that its process is still alive

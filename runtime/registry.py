@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
-from kruntimes.futures import fail
-from runtime import krm_adapter, workspace
-from runtime.config import FunctionConfig, RunRef
-from runtime.errors import (
+from kruntimes.runtime import krm_adapter, workspace
+from kruntimes.runtime.config import FunctionConfig, RunRef
+from kruntimes.runtime.errors import (
     ConcurrencyLimit,
     FenceMismatch,
     HandlerLoadFailed,
@@ -33,16 +32,17 @@ from runtime.errors import (
     StaleAttempt,
     UnknownRegistration,
 )
-from runtime.isolation import Lease
-from runtime.lanes import Lanes, sweeper
-from runtime.launch import Launcher
-from runtime.once import run_once
-from runtime.outcome import LoadFailed, Outcome, Status
-from runtime.results import check_outputs, parse_script_outputs
-from runtime.sandbox.child import SandboxSpec
-from runtime.sandbox.identity import NoFreeUid
-from runtime.spawner import SpawnError, SpawnSpec
-from runtime.warm import WarmProcess
+from kruntimes.runtime.isolation import Lease
+from kruntimes.runtime.lanes import Lanes, sweeper
+from kruntimes.runtime.launch import Launcher
+from kruntimes.runtime.once import run_once
+from kruntimes.runtime.outcome import LoadFailed, Outcome, Status
+from kruntimes.runtime.results import check_outputs, parse_script_outputs
+from kruntimes.runtime.sandbox.child import SandboxSpec
+from kruntimes.runtime.sandbox.identity import NoFreeUid
+from kruntimes.runtime.spawner import SpawnError, SpawnSpec
+from kruntimes.runtime.warm import WarmProcess
+from kruntimes.system.futures import fail
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from kruntimes.api.limits import (
     MAX_OUTPUT_VALUE_BYTES,
     MAX_OUTPUTS_TOTAL_BYTES,
 )
-from runtime.outcome import Outcome, Status
+from kruntimes.runtime.outcome import Outcome, Status
 
 
 def _reject_constant(name: str) -> object:

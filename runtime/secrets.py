@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kruntimes.api.limits import MAX_ENV_VALUE_BYTES, MAX_SECRET_BYTES, MAX_SECRET_KEYS
 from kruntimes.api.names import validate_dns1123_label, validate_env_name
-from runtime.errors import InvalidRequest, SecretNotFound
+from kruntimes.runtime.errors import InvalidRequest, SecretNotFound
 
 
 class FileSecrets:

@@ -2,7 +2,7 @@
 
 Every port is mutual TLS with the host's platform certificate (`HostOptions.tls`, issued for
 `host/<runtime>/<host-id>`): the gRPC server requires client certificates of the platform CA and
-lets each role call only its methods (runtime.service.ALLOWED_ROLES), the invoke port accepts
+lets each role call only its methods (kruntimes.runtime.service.ALLOWED_ROLES), the invoke port accepts
 only gateways, heartbeats go to gateways with the same certificate. Registering needs the control
 plane's signed assignment (`HostOptions.assignments` holds its public key). A host without them
 does not start.
@@ -32,30 +32,30 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
-from kruntimes.assignments import Verifier
 from kruntimes.pki import Identity, IdentityError, PeerAuthorization, PeerTLS
+from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.discovery import DEFAULT_INTERVAL_S, GatewayDiscovery
-from runtime.heartbeat import HeartbeatSender
-from runtime.invoke import InvokeListener
-from runtime.isolation import MACHINE_SECRETS, FunctionIsolation
-from runtime.launch import Launcher
-from runtime.limits import ProcessLimits
-from runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
-from runtime.sandbox.policy import InForce, SandboxSettings
-from runtime.secrets import FileSecrets
-from runtime.service import (
+from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, GatewayDiscovery
+from kruntimes.runtime.heartbeat import HeartbeatSender
+from kruntimes.runtime.invoke import InvokeListener
+from kruntimes.runtime.isolation import MACHINE_SECRETS, FunctionIsolation
+from kruntimes.runtime.launch import Launcher
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
+from kruntimes.runtime.sandbox.policy import InForce, SandboxSettings
+from kruntimes.runtime.secrets import FileSecrets
+from kruntimes.runtime.service import (
     ALLOWED_ROLES,
     DEFAULT_ROLES,
     FunctionRuntimeService,
     RegistrationStates,
     isolation_message,
 )
-from runtime.spawner import Spawner
-from runtime.tasks import Tasks
-from runtime.watch import Health, HostWatch
-from runtime.workspace import SourcePolicy
+from kruntimes.runtime.spawner import Spawner
+from kruntimes.runtime.tasks import Tasks
+from kruntimes.runtime.watch import Health, HostWatch
+from kruntimes.runtime.workspace import SourcePolicy
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class HostOptions:
     state_dir: Path
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     max_workers: int = 64  # threads for blocking work (spawning, workspaces, tasks, teardown)
-    # where heartbeats go: gateways' heartbeat addresses, or dns+all://NAME:PORT (runtime.discovery)
+    # where heartbeats go: gateways' heartbeat addresses, or dns+all://NAME:PORT (kruntimes.runtime.discovery)
     gateways: tuple[str, ...] = ()
     heartbeat_interval_s: float = 5.0
     gateway_resolve_interval_s: float = DEFAULT_INTERVAL_S  # how often such names are resolved again

@@ -4,7 +4,7 @@ Who may call what is decided before a method runs (`ALLOWED_ROLES`, enforced by 
 kruntimes.pki.PeerAuthorization from the caller's platform certificate): InvokeFunction only a
 gateway, the health service any platform identity, every other method — those listed here and any
 added later — only the control plane. RegisterFunction then needs the control plane's signed
-assignment naming the run, its attempt and this host (kruntimes.assignments). Every run uid is a
+assignment naming the run, its attempt and this host (kruntimes.pki.assignments). Every run uid is a
 canonical UUID and every name a DNS-1123 label before anything touches a path or a map.
 """
 
@@ -30,19 +30,19 @@ from kruntimes.api.limits import (
     MAX_TIMEOUT_SECONDS,
 )
 from kruntimes.api.names import validate_dns1123_label, validate_invocation_id, validate_run_uid
-from kruntimes.assignments import AssignmentError, Verifier
 from kruntimes.pki import ANY_ROLE, Role
+from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.runtime import errors
+from kruntimes.runtime.capture import Capture
+from kruntimes.runtime.config import FunctionConfig, RunRef
+from kruntimes.runtime.outcome import Outcome, Status
+from kruntimes.runtime.registry import Registration, Registry, State
+from kruntimes.runtime.sandbox.policy import InForce
+from kruntimes.runtime.tasks import Tasks
+from kruntimes.runtime.watch import HostWatch
 from kruntimes.wire.reasons import HostReason, trailer
-from runtime import errors
-from runtime.capture import Capture
-from runtime.config import FunctionConfig, RunRef
-from runtime.outcome import Outcome, Status
-from runtime.registry import Registration, Registry, State
-from runtime.sandbox.policy import InForce
-from runtime.tasks import Tasks
-from runtime.watch import HostWatch
 
 log = logging.getLogger(__name__)
 

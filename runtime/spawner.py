@@ -15,9 +15,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.limits import ProcessLimits
-from runtime.sandbox.child import SandboxSpec
-from runtime.zygote import MAX_MESSAGE
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.sandbox.child import SandboxSpec
+from kruntimes.runtime.zygote import MAX_MESSAGE
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class Spawner:
     def _start_locked(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.zygote", "--fd", str(theirs.fileno())],
+            [sys.executable, "-m", "kruntimes.runtime.zygote", "--fd", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             start_new_session=True,

@@ -9,15 +9,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
-from runtime import workspace
-from runtime.config import FunctionConfig, RunRef
-from runtime.errors import HostUnavailable, RegistrationConflict
-from runtime.launch import Launcher
-from runtime.once import run_once
-from runtime.outcome import Outcome, Status, set_error
-from runtime.results import check_outputs, parse_script_outputs
-from runtime.sandbox.identity import NoFreeUid
-from runtime.spawner import SpawnError
+from kruntimes.runtime import workspace
+from kruntimes.runtime.config import FunctionConfig, RunRef
+from kruntimes.runtime.errors import HostUnavailable, RegistrationConflict
+from kruntimes.runtime.launch import Launcher
+from kruntimes.runtime.once import run_once
+from kruntimes.runtime.outcome import Outcome, Status, set_error
+from kruntimes.runtime.results import check_outputs, parse_script_outputs
+from kruntimes.runtime.sandbox.identity import NoFreeUid
+from kruntimes.runtime.spawner import SpawnError
 
 RETAIN_RESULTS = 1000  # finished executions remembered for callers that retry
 RETAIN_SECONDS = 3600.0

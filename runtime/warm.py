@@ -21,12 +21,20 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from runtime import framing
-from runtime.capture import Capture
-from runtime.framing import MAX_FRAME, FrameTooLarge, pop_frame
-from runtime.outcome import LoadFailed, Outcome, Status, apply_frame, error_fields, set_error, set_too_large
-from runtime.pipes import POLL_TICK_S, READ_CHUNK, Pump, child_pipes, read_chunk
-from runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnSpec
+from kruntimes.runtime import framing
+from kruntimes.runtime.capture import Capture
+from kruntimes.runtime.framing import MAX_FRAME, FrameTooLarge, pop_frame
+from kruntimes.runtime.outcome import (
+    LoadFailed,
+    Outcome,
+    Status,
+    apply_frame,
+    error_fields,
+    set_error,
+    set_too_large,
+)
+from kruntimes.runtime.pipes import POLL_TICK_S, READ_CHUNK, Pump, child_pipes, read_chunk
+from kruntimes.runtime.spawner import EXIT_GRACE_S, Exit, Spawner, SpawnSpec
 
 LOAD_TIMEOUT_S = 60.0
 MAX_DRAIN_READS = 256  # one drain of the output pipes reads at most this many chunks

@@ -15,8 +15,8 @@ from kruntimes.api.limits import (
     MAX_SOURCE_DIR_FILES,
 )
 from kruntimes.api.names import validate_relative_file_name
-from kruntimes.paths import PathEscape, under
-from runtime.errors import InvalidRequest
+from kruntimes.runtime.errors import InvalidRequest
+from kruntimes.system.paths import PathEscape, under
 
 
 class SourceError(Exception):

@@ -38,9 +38,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from runtime import limits
-from runtime.adapters import python_worker
-from runtime.sandbox import child, fsview, launcher, seccomp, syscalls
+from kruntimes.runtime import limits
+from kruntimes.runtime.adapters import python_worker
+from kruntimes.runtime.sandbox import child, fsview, launcher, seccomp, syscalls
 
 MAX_MESSAGE = 256 * 1024
 # A seed plants (namespaces, view, the fork of its function process) at the lowest priority, so

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from activities.hosts._rpc import use_peer_tls
-from kruntimes.devserver import DevServer
+from kruntimes.activities.hosts._rpc import use_peer_tls
+from kruntimes.temporal.devserver import DevServer
 from tests.pki import TestPKI
 from tests.sdk.stack import Platform, delete_runs, shared_platform
 
@@ -15,7 +15,7 @@ from tests.sdk.stack import Platform, delete_runs, shared_platform
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
     """The session's platform CA and assignment key; channels the control plane makes to hosts
-    (activities.hosts._rpc.host_channel) present its control-plane certificate."""
+    (kruntimes.activities.hosts._rpc.host_channel) present its control-plane certificate."""
     created = TestPKI.create(tmp_path_factory.mktemp("pki"))
     use_peer_tls(created.control_plane)
     return created

@@ -8,7 +8,11 @@ import sys
 
 def test_the_demo_deploys_and_invokes_both_examples() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "workers.demo"], capture_output=True, text=True, timeout=240, check=False
+        [sys.executable, "-m", "kruntimes.workers.demo"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert "'greeting': 'hello, kruntimes'" in done.stdout

@@ -1,4 +1,4 @@
-"""kruntimes.futures.fail: how the side doing the work ends a waiter's future with an error."""
+"""kruntimes.system.futures.fail: how the side doing the work ends a waiter's future with an error."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kruntimes.futures import fail
+from kruntimes.system.futures import fail
 
 
 async def test_an_error_becomes_the_futures_exception() -> None:

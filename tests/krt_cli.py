@@ -1,5 +1,5 @@
 """`krt` commands against the embedded platform of one state directory, as a user types them: a
-child `python -m workers.krt` from the repository root whose environment names that state
+child `python -m kruntimes.workers.krt` from the repository root whose environment names that state
 directory and no other `KRT_*` setting of the calling process (which would point it elsewhere)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def krt(state: Path, *args: str, timeout: float = 180) -> subprocess.CompletedPr
     """`krt ARGS` against the embedded platform in ``state``, its output captured; never raises
     on a non-zero exit (the caller checks ``returncode``)."""
     return subprocess.run(
-        [sys.executable, "-m", "workers.krt", *args],
+        [sys.executable, "-m", "kruntimes.workers.krt", *args],
         capture_output=True,
         text=True,
         env=krt_env(state),

@@ -1,4 +1,4 @@
-"""kruntimes.malloc: the allocator takes the arena limit where it is glibc's (this machine's), and
+"""kruntimes.system.malloc: the allocator takes the arena limit where it is glibc's (this machine's), and
 the trimmer gives back the free memory a burst of short-lived allocations left behind."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kruntimes import malloc
+from kruntimes.system import malloc
 from tests.procs import thread_names
 from tests.waiting import wait_until
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 from cryptography import x509
 
-from kruntimes.assignments import Assignment, Signer, Verifier
 from kruntimes.pki import (
     ASSIGNMENT_PUBLIC_KEY,
     CA_CERT,
@@ -24,8 +23,9 @@ from kruntimes.pki import (
     PeerTLS,
     Role,
 )
+from kruntimes.pki.assignments import Assignment, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from workers.worker import WorkerTrust
+from kruntimes.workers.worker import WorkerTrust
 
 CONTROL_PLANE = Identity.control_plane("test-worker")
 GATEWAY = Identity.gateway("test-gateway")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime.server import HostOptions, RuntimeHost
+from kruntimes.runtime.server import HostOptions, RuntimeHost
 from tests.pki import TestPKI
 
 

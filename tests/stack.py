@@ -14,21 +14,21 @@ from typing import Any
 
 from temporalio.client import Client as TemporalClient
 
-from activities.hosts.kubernetes import KubernetesAccess
-from activities.hosts.process import stop_all
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.server import Gateway, GatewayOptions
-from gateway.visibility import Visibility
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.codec import ensure_key
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.hosts import HostDefaults
-from kruntimes.lifecycle import PlatformInfo
-from kruntimes.temporal import TemporalSettings, connect
-from kruntimes.tls import TlsFiles, ensure_tls
+from kruntimes.activities.hosts.kubernetes import KubernetesAccess
+from kruntimes.activities.hosts.process import stop_all
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import PlatformInfo
+from kruntimes.contracts.providers import HostDefaults
+from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.server import Gateway, GatewayOptions
+from kruntimes.gateway.visibility import Visibility
+from kruntimes.pki.local import TlsFiles, ensure_tls
+from kruntimes.sdk.config import ClientConfig
+from kruntimes.temporal.codec import ensure_key
+from kruntimes.temporal.connect import TemporalSettings, connect
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.workers.worker import WorkerSettings, running_workers
 from tests.pki import TestPKI
-from workers.worker import WorkerSettings, running_workers
 
 # Every user in a stack's token file belongs to `devs` or to a group bound to nothing.
 BINDINGS = "bindings:\n- namespace: '*'\n  groups: [devs]\n"

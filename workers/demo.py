@@ -19,14 +19,14 @@ import time
 import uuid
 from pathlib import Path
 
-from kruntimes import clientconfig
 from kruntimes.api.run import Run
-from kruntimes.cli import leave
-from kruntimes.client import Client, KruntimesError
-from kruntimes.devserver import temporal_binary
-from workers.embedded.commands import down, up
-from workers.embedded.errors import PlatformError
-from workers.embedded.layout import Layout
+from kruntimes.cli.main import leave
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.client import Client, KruntimesError
+from kruntimes.temporal.devserver import temporal_binary
+from kruntimes.workers.embedded.commands import down, up
+from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.layout import Layout
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 READY_TIMEOUT_S = 90.0

@@ -23,18 +23,18 @@ import signal
 import sys
 from pathlib import Path
 
-from krm import cli as fn_cli
-from krm import errors, process
-from krm.directory import DirectoryFeed
-from krm.executable import ExecEvaluator
-from krm.multi import MultiEvaluator
-from krm.pod import PodEvaluator
-from krm.service import EvaluatorServer
-from krm.store import Store
-from kruntimes import logs
-from kruntimes.cli import leave
-from runtime.sandbox.policy import Network
-from workers.fn_sandbox import FirstUse, sandboxed_runner, secret_paths
+from kruntimes.cli.main import leave
+from kruntimes.krm import cli as fn_cli
+from kruntimes.krm import errors, process
+from kruntimes.krm.directory import DirectoryFeed
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.multi import MultiEvaluator
+from kruntimes.krm.pod import PodEvaluator
+from kruntimes.krm.service import EvaluatorServer
+from kruntimes.krm.store import Store
+from kruntimes.runtime.sandbox.policy import Network
+from kruntimes.system import logs
+from kruntimes.workers.fn_sandbox import FirstUse, sandboxed_runner, secret_paths
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ async def serve(args: argparse.Namespace) -> None:
         feed.scan()
         feeds.append(asyncio.create_task(feed.run()))
     if args.kubeconfig or args.in_cluster or args.kubernetes_api:
-        from krm import kubernetes  # the client loads only when a watch is asked for
+        from kruntimes.krm import kubernetes  # the client loads only when a watch is asked for
 
         api_client = await kubernetes.connect(
             host=args.kubernetes_api, kubeconfig=args.kubeconfig, in_cluster=args.in_cluster
@@ -88,7 +88,7 @@ async def serve(args: argparse.Namespace) -> None:
         )
     platform = None
     if args.pods:
-        from kruntimes.client import Client
+        from kruntimes.sdk.client import Client
 
         platform = Client.from_config()
     pods = PodEvaluator(store, client=platform, runtime=args.pod_runtime, namespace=args.pod_namespace)

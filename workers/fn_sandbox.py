@@ -1,10 +1,10 @@
 """The exec evaluator's functions in the function sandbox (runtime/binaries.py), as the exec
-evaluator runs a process (`krm.process.Runner`): wiring between the two, which do not know each
+evaluator runs a process (`kruntimes.krm.process.Runner`): wiring between the two, which do not know each
 other.
 
 `sandboxed_runner` gives the runner and what isolation is in force. Where this process cannot
 sandbox (not root: no uids to switch to, no namespaces to make) it gives None, and the exec
-evaluator starts binaries as this process's own user (`krm.process.run`); the caller says so.
+evaluator starts binaries as this process's own user (`kruntimes.krm.process.run`); the caller says so.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from krm import errors, process
-from kruntimes import clientconfig
-from runtime.binaries import HiddenBinary, SandboxedBinaries, SandboxUnavailable
-from runtime.isolation import describe
-from runtime.limits import ProcessLimits
-from runtime.outcome import Outcome, Status
-from runtime.sandbox.identity import NoFreeUid
-from runtime.sandbox.policy import IsolationUnavailable, Network, SandboxSettings
-from runtime.spawner import SpawnError
+from kruntimes.krm import errors, process
+from kruntimes.runtime.binaries import HiddenBinary, SandboxedBinaries, SandboxUnavailable
+from kruntimes.runtime.isolation import describe
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.outcome import Outcome, Status
+from kruntimes.runtime.sandbox.identity import NoFreeUid
+from kruntimes.runtime.sandbox.policy import IsolationUnavailable, Network, SandboxSettings
+from kruntimes.runtime.spawner import SpawnError
+from kruntimes.sdk import config as clientconfig
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ KILL_WAIT_S = 5.0  # how long a cancelled evaluation waits for its lane to be go
 
 
 class SandboxRunner:
-    """`krm.process.Runner` on SandboxedBinaries; at most `max_parallel` evaluations at once
+    """`kruntimes.krm.process.Runner` on SandboxedBinaries; at most `max_parallel` evaluations at once
     (threads of its own: a lane's call blocks one)."""
 
     def __init__(self, binaries: SandboxedBinaries, *, max_parallel: int) -> None:
@@ -129,7 +129,7 @@ def sandboxed_runner(
 
 def secret_paths(*, kubeconfig: str | None = None) -> list[Path]:
     """What a function must never see of this machine, beyond what the sandbox hides anyway
-    (runtime.isolation.MACHINE_SECRETS: a pod's service account token, Docker's secrets): the
+    (kruntimes.runtime.isolation.MACHINE_SECRETS: a pod's service account token, Docker's secrets): the
     platform's state directory (client.json: a bearer token; on the embedded platform its keys)
     and a kubeconfig's directory."""
     paths = [clientconfig.state_dir()]

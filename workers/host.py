@@ -1,4 +1,4 @@
-"""The runtime host process: `krt host` or `python -m workers.host`.
+"""The runtime host process: `krt host` or `python -m kruntimes.workers.host`.
 
 Starts the Runtime Server and, with --ready-file, writes {"pid", "address", "hostUid"} there
 once it serves (the process host provider waits for that file). --peer-tls and
@@ -14,17 +14,17 @@ import threading
 import uuid
 from pathlib import Path
 
-from kruntimes import logs
-from kruntimes.assignments import AssignmentError, Verifier
-from kruntimes.config import ResourceLimits
+from kruntimes.config.platform import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
-from kruntimes.serving import STOP_SIGNALS, write_ready_file
-from runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
-from runtime.limits import ProcessLimits
-from runtime.registry import DEFAULT_KRM_CONCURRENCY, MAX_KRM_CONCURRENCY
-from runtime.sandbox.identity import UidRange
-from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
-from runtime.server import HostConfigError, HostOptions, RuntimeHost
+from kruntimes.pki.assignments import AssignmentError, Verifier
+from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, MAX_KRM_CONCURRENCY
+from kruntimes.runtime.sandbox.identity import UidRange
+from kruntimes.runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
+from kruntimes.runtime.server import HostConfigError, HostOptions, RuntimeHost
+from kruntimes.system import logs
+from kruntimes.system.serving import STOP_SIGNALS, write_ready_file
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -19,11 +19,11 @@ import shutil
 import sys
 from pathlib import Path
 
-import workers
+import kruntimes
 
 LAUNCHER = """#!/bin/sh
 # Written by `krt install-host`: this installation's krt, run from where it is installed.
-PYTHONPATH={path}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -m workers.krt "$@"
+PYTHONPATH={path}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -m kruntimes.workers.krt "$@"
 """
 
 
@@ -35,7 +35,7 @@ def install(target: Path, *, bundle: Path | None) -> Path:
             raise ValueError(f"{bundle} is not a host bundle: it has no bin/krt")
         shutil.copytree(bundle, target, symlinks=True, dirs_exist_ok=True)
     else:
-        root = Path(workers.__file__).resolve().parent.parent
+        root = Path(kruntimes.__file__).parent.parent  # the directory kruntimes is imported from
         krt.parent.mkdir(parents=True, exist_ok=True)
         krt.write_text(LAUNCHER.format(path=shlex.quote(str(root)), python=shlex.quote(sys.executable)))
     krt.chmod(0o755)

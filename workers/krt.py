@@ -3,8 +3,8 @@
 `krt host|install-host|worker|gateway|codec-server|pki|demo|up|down|status` hand their arguments, as
 they are, to
 the process entry points (of this package, and the gateway's); every other command line goes to
-`kruntimes.cli` (the SDK's commands, the help and the usage errors). The exit codes are
-kruntimes.cli's; ^C is 130.
+`kruntimes.cli.main` (the SDK's commands, the help and the usage errors). The exit codes are
+kruntimes.cli.main's; ^C is 130.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from kruntimes import cli
-from kruntimes.cli_parser import PASSTHROUGH
+from kruntimes.cli import main as cli
+from kruntimes.cli.parser import PASSTHROUGH
 
 
 def _entry(module: str, function: str = "main") -> Callable[[list[str]], int]:
@@ -29,7 +29,7 @@ def _entry(module: str, function: str = "main") -> Callable[[list[str]], int]:
 
 def _embedded(entry: str) -> Callable[[list[str]], int]:
     def call(argv: list[str]) -> int:
-        from workers.embedded import commands
+        from kruntimes.workers.embedded import commands
 
         return int(commands.MAIN[entry](argv) or cli.OK)
 
@@ -37,18 +37,18 @@ def _embedded(entry: str) -> Callable[[list[str]], int]:
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "host": _entry("workers.host"),
-    "install-host": _entry("workers.install_host"),
-    "worker": _entry("workers.worker"),
-    "demo": _entry("workers.demo"),
-    "gateway": _entry("gateway.__main__"),
-    "codec-server": _entry("gateway.codec_server"),
+    "host": _entry("kruntimes.workers.host"),
+    "install-host": _entry("kruntimes.workers.install_host"),
+    "worker": _entry("kruntimes.workers.worker"),
+    "demo": _entry("kruntimes.workers.demo"),
+    "gateway": _entry("kruntimes.gateway.__main__"),
+    "codec-server": _entry("kruntimes.gateway.codec_server"),
     "pki": _entry("kruntimes.pki.command"),
     "up": _embedded("up"),
     "down": _embedded("down"),
     "status": _embedded("status"),
-    "fn": _entry("workers.fn_runner", "main_fn"),
-    "fn-runner": _entry("workers.fn_runner"),
+    "fn": _entry("kruntimes.workers.fn_runner", "main_fn"),
+    "fn-runner": _entry("kruntimes.workers.fn_runner"),
 }
 assert set(COMMANDS) == set(PASSTHROUGH)
 

@@ -1,4 +1,4 @@
-"""The Temporal worker: `krt worker` or `python -m workers.worker`.
+"""The Temporal worker: `krt worker` or `python -m kruntimes.workers.worker`.
 
 Registers every workflow and activity, reads the platform config once, makes sure each runtime's
 pool workflow runs with the current config, and exposes the SDK's metrics for Prometheus.
@@ -35,26 +35,22 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
-from activities.host_manager import HostActivities, ProbeActivities
-from activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
-from activities.hosts import ProcessProvider, default_manager
-from activities.hosts import kubernetes as kube
-from activities.hosts._rpc import use_peer_tls
-from activities.hosts.events import HostEvent, HostWorkflowRoute, WorkflowSignals
-from activities.hosts.kubernetes_pods import check_control_plane_id
-from activities.hosts.kubernetes_watch import PodWatch
-from activities.reconcile import ReconcileActivities
-from activities.retention import RetentionActivities
-from activities.runtime_host import RuntimeHostActivities
-from activities.signals import SignalActivities
-from kruntimes import logs, malloc, temporal
-from kruntimes.assignments import AssignmentError, Signer
-from kruntimes.cli import leave
-from kruntimes.config import PlatformConfig, load_config
-from kruntimes.hosts import HostDefaults
-from kruntimes.known_runs import KnownRuns
-from kruntimes.lifecycle import (
+from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
+from kruntimes.activities.host_manager import HostActivities, ProbeActivities
+from kruntimes.activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
+from kruntimes.activities.hosts import ProcessProvider, default_manager
+from kruntimes.activities.hosts import kubernetes as kube
+from kruntimes.activities.hosts._rpc import use_peer_tls
+from kruntimes.activities.hosts.events import HostEvent, HostWorkflowRoute, WorkflowSignals
+from kruntimes.activities.hosts.kubernetes_pods import check_control_plane_id
+from kruntimes.activities.hosts.kubernetes_watch import PodWatch
+from kruntimes.activities.reconcile import ReconcileActivities
+from kruntimes.activities.retention import RetentionActivities
+from kruntimes.activities.runtime_host import RuntimeHostActivities
+from kruntimes.activities.signals import SignalActivities
+from kruntimes.cli.main import leave
+from kruntimes.config.platform import PlatformConfig, load_config
+from kruntimes.contracts.lifecycle import (
     POOL_TASK_QUEUE,
     SIGNAL_CONFIGURE,
     SIGNAL_RECONCILE,
@@ -66,6 +62,8 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     reconcile_workflow_id,
 )
+from kruntimes.contracts.providers import HostDefaults
+from kruntimes.decisions.scheduling.failures import ProviderError
 from kruntimes.pki import (
     DEFAULT_LIFETIME,
     AuthorityError,
@@ -75,19 +73,22 @@ from kruntimes.pki import (
     PeerTLSError,
     Role,
 )
+from kruntimes.pki.assignments import AssignmentError, Signer
 from kruntimes.pki.authority import check_lifetime
-from kruntimes.scheduling.failures import ProviderError
-from kruntimes.serving import stop_event
-from kruntimes.temporal import TemporalSettings
+from kruntimes.system import logs, malloc
+from kruntimes.system.serving import stop_event
+from kruntimes.temporal import connect as temporal
+from kruntimes.temporal.connect import TemporalSettings
+from kruntimes.temporal.known_runs import KnownRuns
 from kruntimes.wire import summaries
-from workflows.cleanup import CleanupWorkflow
-from workflows.host import HostWorkflow
-from workflows.pool import RuntimePoolWorkflow
-from workflows.reconcile import ReconcileWorkflow
-from workflows.retention import RetentionWorkflow
-from workflows.run import RunWorkflow
-from workflows.scaleout import ScaleOutWorkflow
-from workflows.scheduled import ScheduledRunWorkflow
+from kruntimes.workflows.cleanup import CleanupWorkflow
+from kruntimes.workflows.host import HostWorkflow
+from kruntimes.workflows.pool import RuntimePoolWorkflow
+from kruntimes.workflows.reconcile import ReconcileWorkflow
+from kruntimes.workflows.retention import RetentionWorkflow
+from kruntimes.workflows.run import RunWorkflow
+from kruntimes.workflows.scaleout import ScaleOutWorkflow
+from kruntimes.workflows.scheduled import ScheduledRunWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -715,7 +716,7 @@ async def serve(settings: WorkerSettings) -> None:
     # A reconcile lists every Run, a visibility page of 1,000 at a time, through the Temporal
     # core on its own threads: glibc keeps what those pages took in the threads' arenas after
     # they are freed (18 MB of a restarted worker's RSS at 2,000 Runs). The trimmer gives it back
-    # (kruntimes.malloc; docs/pool.md, "The worker's memory").
+    # (kruntimes.system.malloc; docs/pool.md, "The worker's memory").
     trimmer = malloc.Trimmer()
     trimmer.start()
     async with contextlib.AsyncExitStack() as stack:

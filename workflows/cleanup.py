@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         SIGNAL_RELEASE,
         CancelTaskInput,
         CleanupInput,
@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         pool_workflow_id,
     )
     from kruntimes.wire import summaries
-    from workflows.common import CLEANUP_RETRY, failure_text
+    from kruntimes.workflows.common import CLEANUP_RETRY, failure_text
 
 
 @workflow.defn(name="CleanupWorkflow")

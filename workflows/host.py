@@ -7,7 +7,7 @@
 Started by the ScaleOutWorkflow that created the host. A long-running, heartbeating activity
 (`watch_host`) holds the host's WatchHost stream: the host's first report that it serves makes it
 Ready (the watch says so with `watch_ready` and goes on); a host dead, frozen, replaced or not
-serving makes it Lost within seconds (the rules are kruntimes.hostlife.WatchRules). A host not
+serving makes it Lost within seconds (the rules are kruntimes.decisions.hostlife.WatchRules). A host not
 Ready after twice its assignment timeout is stuck: it is deleted, and the pool replaces it if it
 is still needed.
 
@@ -23,7 +23,7 @@ or from an operator (the `drain` and `delete` Updates, acknowledged once the poo
 recorded in this history). A host's provider may report it lost or not ready (`provider_report`,
 e.g. from a pod watch): the host is then lost to the platform, fenced, and its Runs move.
 
-Every decision is a function of kruntimes.hostlife; this module only sequences them.
+Every decision is a function of kruntimes.decisions.hostlife; this module only sequences them.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.hostlife import HostEnd, can_transition_host, stuck_at
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         MAX_HOST_EVENTS,
         QUERY_HOST,
         QUERY_HOST_SLOTS_DIGEST,
@@ -73,9 +72,10 @@ with workflow.unsafe.imports_passed_through():
         WatchResult,
         slots_digest,
     )
-    from kruntimes.scheduling.model import HostState
+    from kruntimes.decisions.hostlife import HostEnd, can_transition_host, stuck_at
+    from kruntimes.decisions.scheduling.model import HostState
     from kruntimes.wire import summaries
-    from workflows.common import failure_text
+    from kruntimes.workflows.common import failure_text
 
 # The watch heartbeats every second: a dead worker's watch is retried elsewhere this soon.
 WATCH_HEARTBEAT_TIMEOUT = timedelta(seconds=10)

@@ -1,7 +1,7 @@
 """RuntimePoolWorkflow (pool/{runtime}): the only place capacity of a runtime is reserved.
 
 Admission requests arrive as signals and are decided in batches, one batch per workflow task, by
-the pure functions of kruntimes.scheduling; answers go back to the Runs as signals. Signals, not
+the pure functions of kruntimes.decisions.scheduling; answers go back to the Runs as signals. Signals, not
 updates: a burst of Runs updating one workflow was measured at 0.7-10/s with timeouts, while
 signals are batched. State is carried across continue-as-new.
 
@@ -10,7 +10,7 @@ is reported once fenced (host_lost: its slots are released and its Runs register
 while not fenced yet, so that its Runs stop being Ready; a host draining or terminating takes no
 new Run (host_state). The pool's own housekeeping, after every batch: a draining host that holds
 no reservation any more, and a one-shot host whose Run ended, are deleted; hosts idle beyond the
-runtime's scaleInDelaySeconds are drained and deleted down to minHosts (kruntimes.hostlife
+runtime's scaleInDelaySeconds are drained and deleted down to minHosts (kruntimes.decisions.hostlife
 decides); the HostWorkflow carries the deletion out (the `command` signal).
 """
 
@@ -26,9 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.hostlife import HostEnd, drained, next_scale_in, scale_in, track_idle
-    from kruntimes.hosts import host_sandbox
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         POOL_READING_BACK,
         QUERY_POOL,
         SIGNAL_ADMIT,
@@ -74,8 +72,10 @@ with workflow.unsafe.imports_passed_through():
         scale_out_workflow_id,
         slots_digest,
     )
-    from kruntimes.scheduling import admission
-    from kruntimes.scheduling.model import (
+    from kruntimes.contracts.providers import host_sandbox
+    from kruntimes.decisions.hostlife import HostEnd, drained, next_scale_in, scale_in, track_idle
+    from kruntimes.decisions.scheduling import admission
+    from kruntimes.decisions.scheduling.model import (
         PROVIDER_LABEL,
         SHARED_POLICY,
         AdmissionRequest,
@@ -112,7 +112,7 @@ PATCH_HANDOVER_APART = "handover-apart"
 HANDOVER_PAUSE = timedelta(milliseconds=1)
 # Pools running this code mark the assignments that answer a starter's admission: the signalling
 # activity may leave such an answer for the Run's first task in the mailbox instead of signalling
-# it (activities.handoff.Mailbox.park). Earlier pools had every answer signalled.
+# it (kruntimes.activities.handoff.Mailbox.park). Earlier pools had every answer signalled.
 PATCH_PARK_ANSWERS = "park-answers"
 # Pools running this code give the local activity that signals a batch SIGNAL_BUDGET (it holds
 # the pool's workflow task, which a slow server kept open for seconds, into timeouts and replays of
@@ -226,7 +226,7 @@ class RuntimePoolWorkflow:
     @workflow.query(name=QUERY_POOL)
     def pool(self, ask: PoolQuery | None = None) -> PoolState:
         """The state, or the part `ask` asks for (the whole of a big pool is past what the server
-        takes as one answer: kruntimes.temporal.query_pool reads it in parts)."""
+        takes as one answer: kruntimes.temporal.connect.query_pool reads it in parts)."""
         if self.state.slotsOnHosts:  # without its hosts' reservations it would show taken slots free
             raise ApplicationError(POOL_READING_BACK, type="PoolReadingBack", non_retryable=True)
         hosts = None if ask is None or ask.hosts is None else set(ask.hosts)

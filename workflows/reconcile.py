@@ -1,7 +1,7 @@
 """ReconcileWorkflow (reconcile/{runtime}): the orphan collection of one runtime.
 
 A round (the `reconcile` activity) reads what the runtime's pool, hosts, provider and disk hold,
-lets kruntimes.reconciling decide what is orphaned (registrations of Runs that are gone,
+lets kruntimes.decisions.reconciling decide what is orphaned (registrations of Runs that are gone,
 reservations of Runs terminated out of band, hosts the pool does not know, workspaces nobody
 holds, Ready Runs whose registration vanished, hosts whose HostWorkflow is gone) and repairs it,
 leaving alone whatever is younger than the grace period (being created right now).
@@ -21,16 +21,16 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         QUERY_RECONCILE,
         SIGNAL_RECONCILE,
         UPDATE_COLLECT,
         ReconcileInput,
         ReconcileReport,
     )
-    from kruntimes.reconciling import next_round_in
+    from kruntimes.decisions.reconciling import next_round_in
     from kruntimes.wire import summaries
-    from workflows.common import failure_text
+    from kruntimes.workflows.common import failure_text
 
 ROUND_TIMEOUT = timedelta(minutes=5)
 ROUND_HEARTBEAT = timedelta(seconds=30)
@@ -72,7 +72,7 @@ class ReconcileWorkflow:
             self._covered = asked
             if self._asked > self._covered:
                 continue  # asked while the round ran: another one, from now
-            # Paced: a round that read many Runs waits longer for the next (kruntimes.reconciling.PACE).
+            # Paced: a round that read many Runs waits longer for the next (decisions.reconciling.PACE).
             wait = next_round_in(input.intervalSeconds, (workflow.now() - began).total_seconds())
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(

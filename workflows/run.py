@@ -8,7 +8,7 @@ Capacity comes from the runtime's pool workflow (admission by signal, the answer
 Registration failures retry per spec.retryPolicy, each retry a new `attempt`; transport retries of
 one RegisterFunction stay within the attempt. The idle clock lives in the Runtime Server: the
 workflow reads FunctionStatus.lastActivity only when its idle timer fires, then re-arms or ends
-the Run (kruntimes.lifecycle_rules decides, as it decides the registration backoff).
+the Run (kruntimes.decisions.runlife decides, as it decides the registration backoff).
 Every terminal path runs the cleanup finalizer (CleanupWorkflow), which releases the slot.
 
 Ready never lies. The moment the Run's host is lost (the pool's `host_lost`) it leaves Ready:
@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         EndpointProtocol,
         RunStatus,
     )
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         DEFAULT_RETENTION_SECONDS,
         QUERY_STATUS,
         SIGNAL_ASSIGNED,
@@ -82,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
         retention_workflow_id,
         runtime_unknown,
     )
-    from kruntimes.lifecycle_rules import (
+    from kruntimes.decisions.runlife import (
         IdleExpired,
         RegistrationGone,
         idle_verdict,
@@ -91,25 +91,19 @@ with workflow.unsafe.imports_passed_through():
         retries_exhausted,
     )
     from kruntimes.wire import reasons, search, search_typed, summaries
-    from workflows.common import (
-        HOST_CALL_RETRY,
-        End,
-        Recover,
-        Reregister,
-        failure_text,
-    )
+    from kruntimes.workflows.common import HOST_CALL_RETRY, End, Recover, Reregister, failure_text
 
 REGISTER_TIMEOUT = timedelta(seconds=120)
 ADMIT_TIMEOUT = timedelta(seconds=30)
 # A Run whose starter sends its admission (RunInput.starterAdmits) asks the pool itself only when
 # no answer came within this long: the starter failed between the start and the admission.
 ADMIT_GRACE = timedelta(seconds=10)
-# How long the first task waits for the pool's answer in-process (activities.signals.Mailbox)
+# How long the first task waits for the pool's answer in-process (kruntimes.activities.signals.Mailbox)
 # before it completes and leaves the answer to the signal.
 HANDOFF_WAIT = timedelta(seconds=2)
 # The whole handoff (the wait for the answer, attempt 1's registration) holds the Run's workflow
 # task open: it ends within this, and within
-# HANDOFF_TASK_SHARE of the task's own timeout (kruntimes.starting.RUN_TASK_TIMEOUT is 5 s), so
+# HANDOFF_TASK_SHARE of the task's own timeout (kruntimes.sdk.starting.RUN_TASK_TIMEOUT is 5 s), so
 # that the task completes before the SDK would have to extend it (at 80%) or the server time it
 # out; a registration it could not finish is done in an ordinary activity.
 HANDOFF_BOUND = timedelta(seconds=3)
@@ -329,7 +323,7 @@ class RunWorkflow:
 
     async def _handoff(self) -> bool:
         """The pool's answer, and attempt 1 registered on it, within this task when the pool
-        decides in this worker process (activities.handoff; the pool then sends no signal). A
+        decides in this worker process (kruntimes.activities.handoff; the pool then sends no signal). A
         pool elsewhere answers nothing at once and the signal brings the answer. True when the
         activity was cut short by its timeout (an answer handed to it is then lost)."""
         # (A local activity's timeouts are not part of its recorded marker: Runs that waited
@@ -597,7 +591,7 @@ class RunWorkflow:
             attempt = self._attempt
             self._update(attempt=attempt)
             if attempt == 1 and self._registration is not None:
-                break  # registered by the handoff (activities.handoff)
+                break  # registered by the handoff (kruntimes.activities.handoff)
             try:
                 self._registration = await self._register_once(attempt)
                 break

@@ -16,8 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         SIGNAL_HOST_READY,
         SIGNAL_SCALE_OUT_FAILED,
         HostReadySignal,
@@ -27,10 +26,11 @@ with workflow.unsafe.imports_passed_through():
         host_workflow_id,
         ready_host,
     )
-    from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
-    from kruntimes.scheduling.model import ScaleOutRequest, ScaleOutStatus
+    from kruntimes.contracts.providers import CreatedHost, HostSandbox, HostSpec
+    from kruntimes.decisions.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
+    from kruntimes.decisions.scheduling.model import ScaleOutRequest, ScaleOutStatus
     from kruntimes.wire import summaries
-    from workflows.common import failure_text
+    from kruntimes.workflows.common import failure_text
 
 CREATE_TIMEOUT = timedelta(seconds=90)
 # New hosts get a HostWorkflow; histories recorded before it replay without one.

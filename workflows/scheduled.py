@@ -16,14 +16,9 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.status import RunStatus
-    from kruntimes.lifecycle import (
-        RunInput,
-        ScheduledRunInput,
-        run_workflow_id,
-        scheduled_run_name,
-    )
+    from kruntimes.contracts.lifecycle import RunInput, ScheduledRunInput, run_workflow_id, scheduled_run_name
     from kruntimes.wire import search_typed, summaries
-    from workflows.common import failure_text, failure_type
+    from kruntimes.workflows.common import failure_text, failure_type
 
 
 # Set by the schedule on what it starts: the action's scheduled time (a trigger's is its own).

@@ -2,17 +2,17 @@
 
 ``process`` starts detached local hosts (the embedded default), ``attach`` adopts running ones,
 ``kubernetes`` (activities/hosts/kubernetes.py, registered when a runtime uses it) runs pods.
-Every failure is a ``kruntimes.scheduling.failures.ProviderError``.
+Every failure is a ``kruntimes.decisions.scheduling.failures.ProviderError``.
 """
 
 from __future__ import annotations
 
 import os
 
-from activities.hosts.attach import AttachProvider
-from activities.hosts.base import FencingProvider, HostManager, HostProvider, provider_error
-from activities.hosts.process import ProcessProvider, list_records, stop_all
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.activities.hosts.attach import AttachProvider
+from kruntimes.activities.hosts.base import FencingProvider, HostManager, HostProvider, provider_error
+from kruntimes.activities.hosts.process import ProcessProvider, list_records, stop_all
+from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.pki import HostIssuer
 
 __all__ = [

@@ -22,11 +22,11 @@ from enum import StrEnum
 import grpc
 from grpc_health.v1 import health_pb2
 
-from kruntimes.hosts import CreatedHost
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.scheduling.failures import FailureReason
 from kruntimes.pki import Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.failures import FailureReason
 
 # The stubs of grpc_health type HealthStub without its methods; call the method by name instead.
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from activities.hosts._rpc import HostRpcError, identify, serves, unregister_all
-from activities.hosts.base import Fenced, spec_error
-from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves, unregister_all
+from kruntimes.activities.hosts.base import Fenced, spec_error
+from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 
 class AttachProvider:

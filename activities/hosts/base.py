@@ -13,8 +13,13 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
+from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.decisions.scheduling.failures import (
+    FailureReason,
+    ProviderError,
+    ProviderFailure,
+    ProviderOperation,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

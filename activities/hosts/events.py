@@ -20,7 +20,7 @@ from enum import StrEnum
 
 from temporalio.client import Client
 
-from kruntimes.lifecycle import SIGNAL_PROVIDER_REPORT, ProviderReport, host_workflow_id
+from kruntimes.contracts.lifecycle import SIGNAL_PROVIDER_REPORT, ProviderReport, host_workflow_id
 
 log = logging.getLogger(__name__)
 

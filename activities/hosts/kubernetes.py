@@ -46,14 +46,14 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from activities.hosts import kubernetes_pods as pods
-from activities.hosts._rpc import HostRpcError, identify, serves
-from activities.hosts.base import Fenced, provider_error
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves
+from kruntimes.activities.hosts.base import Fenced, provider_error
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.config.platform import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
+from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from kruntimes.pki import CA_CERT, TLS_CERT, HostIssuer
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 
 __all__ = [
     "SECRET_VERBS",

@@ -26,11 +26,11 @@ from typing import Any
 
 import kubernetes_validate
 
-from activities.hosts.process import host_flags
-from kruntimes.config import KubernetesRuntime
-from kruntimes.hosts import HostSpec
+from kruntimes.activities.hosts.process import host_flags
+from kruntimes.config.platform import KubernetesRuntime
+from kruntimes.contracts.providers import HostSpec
+from kruntimes.decisions.scheduling.failures import FailureReason
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, CA_CERT, TLS_CERT, TLS_KEY
-from kruntimes.scheduling.failures import FailureReason
 
 APP_NAME = "kruntimes-host"
 MANAGED_BY = "kruntimes"

@@ -19,10 +19,10 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client as k8s
 
-from activities.hosts import kubernetes_pods as pods
-from activities.hosts.events import HostEvent, HostEventKind, HostEventSink
-from activities.hosts.kubernetes import API_TIMEOUT_S, ApiFailure, PodApi
-from kruntimes.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.activities.hosts.events import HostEvent, HostEventKind, HostEventSink
+from kruntimes.activities.hosts.kubernetes import API_TIMEOUT_S, ApiFailure, PodApi
+from kruntimes.system.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
 
 log = logging.getLogger(__name__)
 

@@ -35,14 +35,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
-from activities.hosts.base import Fenced, provider_error, spec_error
+from kruntimes.activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
+from kruntimes.activities.hosts.base import Fenced, provider_error, spec_error
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.hosts import CreatedHost, HostSandbox, HostSpec
-from kruntimes.paths import under
+from kruntimes.contracts.providers import CreatedHost, HostSandbox, HostSpec
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, HostIssuer
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+from kruntimes.system.paths import under
 
 __all__ = [
     "ProcessProvider",
@@ -173,7 +173,7 @@ class _Slot:
 
 
 class ProcessProvider:
-    """Hosts as detached ``python -m workers.host`` processes on this machine, listening on 127.0.0.1.
+    """Hosts as detached ``python -m kruntimes.workers.host`` processes on this machine, on 127.0.0.1.
 
     ``state_dir`` is where ``delete`` looks for records when this provider has not created the host
     itself (e.g. after a worker restart); the state directories of created hosts are remembered.
@@ -329,7 +329,15 @@ class ProcessProvider:
                 FailureReason.OperationRejected, spec, "the process provider has no certificate issuer"
             )
         self.issuer.issue(slot.tls, runtime=spec.runtime, host_id=spec.hostId)
-        argv = [self.python, "-m", "workers.host", "--host-id", spec.hostId, "--runtime", spec.runtime]
+        argv = [
+            self.python,
+            "-m",
+            "kruntimes.workers.host",
+            "--host-id",
+            spec.hostId,
+            "--runtime",
+            spec.runtime,
+        ]
         argv += ["--listen", "127.0.0.1:0", "--state-dir", str(state_dir), "--ready-file", str(slot.ready)]
         argv += [
             "--peer-tls",

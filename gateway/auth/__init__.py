@@ -10,7 +10,7 @@ some 60 MB of memory, which a gateway with the embedded authorizer does not pay.
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.auth.base import (
+from kruntimes.gateway.auth.base import (
     AuthError,
     Authorizer,
     AuthUnavailable,
@@ -22,18 +22,18 @@ from gateway.auth.base import (
     bearer_token,
     check_token,
 )
-from gateway.auth.bindings import Binding, EmbeddedAuthorizer, RoleBindings
-from gateway.auth.cache import CacheStats, CachingAuthorizer, cache_key
-from gateway.auth.jwt import token_expiry
-from gateway.auth.tokens import TokenFile, TokenFileError
+from kruntimes.gateway.auth.bindings import Binding, EmbeddedAuthorizer, RoleBindings
+from kruntimes.gateway.auth.cache import CacheStats, CachingAuthorizer, cache_key
+from kruntimes.gateway.auth.jwt import token_expiry
+from kruntimes.gateway.auth.tokens import TokenFile, TokenFileError
 
 if TYPE_CHECKING:
-    from gateway.auth.kubernetes import KubernetesAuthorizer
+    from kruntimes.gateway.auth.kubernetes import KubernetesAuthorizer
 
 
 def __getattr__(name: str) -> Any:
     if name == "KubernetesAuthorizer":
-        from gateway.auth.kubernetes import KubernetesAuthorizer
+        from kruntimes.gateway.auth.kubernetes import KubernetesAuthorizer
 
         return KubernetesAuthorizer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.errors import AuthError, AuthUnavailable, Forbidden, Unauthenticated
+from kruntimes.gateway.errors import AuthError, AuthUnavailable, Forbidden, Unauthenticated
 
 MAX_TOKEN_BYTES = 8 * 1024
 

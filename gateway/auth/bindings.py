@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway.auth.base import Forbidden, Principal, Resource, Unauthenticated
-from gateway.auth.tokens import TokenFile
+from kruntimes.gateway.auth.base import Forbidden, Principal, Resource, Unauthenticated
+from kruntimes.gateway.auth.tokens import TokenFile
 
 ANY_NAMESPACE = "*"
 

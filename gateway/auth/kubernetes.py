@@ -13,7 +13,14 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gateway.auth.base import AuthUnavailable, Forbidden, Principal, Resource, Unauthenticated, check_token
+from kruntimes.gateway.auth.base import (
+    AuthUnavailable,
+    Forbidden,
+    Principal,
+    Resource,
+    Unauthenticated,
+    check_token,
+)
 
 RUNS_GROUP = "kruntimes.io"
 RUNS_RESOURCE = "runs"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.auth.base import Principal, Unauthenticated, check_token
+from kruntimes.gateway.auth.base import Principal, Unauthenticated, check_token
 from kruntimes.wire import tokens as token_format
 from kruntimes.wire.tokens import TokenEntry, TokenFormatError
 

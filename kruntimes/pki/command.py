@@ -23,9 +23,9 @@ from typing import Any
 
 from cryptography import x509
 
-from kruntimes import clientconfig
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.authority import DEFAULT_LIFETIME, AuthorityError, check_lifetime
+from kruntimes.sdk import config as clientconfig
 
 LOCAL = ("ca-status", "rotate-ca")
 

@@ -2,7 +2,7 @@
 the CA bundle, and the public key its assignments are verified with.
 
     <directory>/tls.crt tls.key ca.crt     kruntimes.pki.authority's layout
-    <directory>/assignments.pub            the control plane's assignment key (kruntimes.assignments)
+    <directory>/assignments.pub            the control plane's assignment key (kruntimes.pki.assignments)
 
 `renew_due` re-issues, in every directory given, the certificates that are stale (due for renewal,
 or not of the CA's current key and bundle: Authority.stale); a worker calls it periodically for

@@ -1,4 +1,4 @@
-"""The SDK's parts, behind the one public facade `kruntimes.Client` (kruntimes.client):
+"""The SDK's parts, behind the one public facade `kruntimes.Client` (kruntimes.sdk.client):
 
     errors    the error tree every SDK call raises from
     results   what the calls return: RunObject, Applied, HostView, InvokeResult
@@ -8,7 +8,7 @@
     invoke    the HTTPS invoke client: a target to its endpoint, one POST, the answer to a result
               or a typed error
 
-Apps (and the SDK's tests) import the SDK's names from `kruntimes` or `kruntimes.client`; these
+Apps (and the SDK's tests) import the SDK's names from `kruntimes` or `kruntimes.sdk.client`; these
 modules and the CLI import each from the module that defines it. `import kruntimes` loads none
 of these modules until a name is used, and they import temporalio and aiohttp only when a call
 needs them.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any
 
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     UPDATE_COLLECT,
     UPDATE_DELETE_HOST,
     UPDATE_DRAIN_HOST,

@@ -14,7 +14,7 @@ from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYT
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
 from kruntimes.api.status import Endpoint, RunStatus
-from kruntimes.clientconfig import ClientConfig
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
     Busy,
     ConfigError,

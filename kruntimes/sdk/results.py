@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.scheduling.model import Host
+from kruntimes.decisions.scheduling.model import Host
 
 
 class RunObject(Run):

@@ -24,8 +24,7 @@ from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     QUERY_STATUS,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
@@ -35,6 +34,7 @@ from kruntimes.lifecycle import (
     retention_workflow_id,
     run_workflow_id,
 )
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
     ConfigError,
     KruntimesError,
@@ -76,7 +76,7 @@ class Runs:
         """The Temporal client (pydantic data converter), connected on first use."""
         async with self._connecting:
             if self._temporal is None:
-                from kruntimes.temporal import connect
+                from kruntimes.temporal.connect import connect
 
                 try:
                     self._temporal = await connect(self.config.temporal_settings())
@@ -124,7 +124,7 @@ class Runs:
         """Start the Run on the configured task queue; RunAlreadyExists while one of that name runs."""
         from temporalio.exceptions import WorkflowAlreadyStartedError
 
-        from kruntimes.starting import start_run
+        from kruntimes.sdk.starting import start_run
 
         run = prepare(run)
         name, namespace = run.metadata.name, run.metadata.namespace
@@ -496,7 +496,7 @@ class Runs:
 
         await self._rpc(collect(), namespace="*", name="*")
 
-        from kruntimes.temporal import query_pool
+        from kruntimes.temporal.connect import query_pool
 
         async def pool(workflow_id: str) -> PoolState | None:
             try:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.run import Run
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     MAX_SCHEDULE_NAME,
     ScheduledRunInput,
     schedule_id,

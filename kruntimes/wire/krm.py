@@ -1,5 +1,5 @@
-"""The `krm` adapter's invocation contract, shared by the Runtime Server (runtime.krm_adapter) and
-the pod evaluator (krm.pod): what a KRM function's invocation carries in and what it answers.
+"""The `krm` adapter's invocation contract, shared by the Runtime Server (kruntimes.runtime.krm_adapter) and
+the pod evaluator (kruntimes.krm.pod): what a KRM function's invocation carries in and what it answers.
 
 Request payload (JSON):   {"resourceList": "<the ResourceList as YAML text>"}
 Outputs (a bounded outputs object, kruntimes.api.outputs):

@@ -31,7 +31,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 class Plain(str):
-    """Text for operators that is stored unencrypted (kruntimes.temporal.PayloadConverter)."""
+    """Text for operators that is stored unencrypted (kruntimes.temporal.connect.PayloadConverter)."""
 
     __slots__ = ()
 

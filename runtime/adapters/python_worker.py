@@ -25,7 +25,7 @@ from typing import Any
 
 from kruntimes.api import outputs as api_outputs
 from kruntimes.api.limits import MAX_OUTPUT_KEY_BYTES, MAX_OUTPUT_KEYS, MAX_OUTPUT_VALUE_BYTES
-from runtime import framing
+from kruntimes.runtime import framing
 
 MAX_ERROR_MESSAGE = 4096
 RECV_SIZE = 65536

@@ -29,7 +29,7 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.sandbox import cgroups, fsview, seccomp, syscalls
+from kruntimes.runtime.sandbox import cgroups, fsview, seccomp, syscalls
 
 PROC_OPTIONS = "hidepid=invisible"
 

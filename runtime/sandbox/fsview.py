@@ -29,7 +29,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from runtime.sandbox import syscalls
+from kruntimes.runtime.sandbox import syscalls
 
 COVER_MODE = 0o711  # traversable, not listable: only the names we create lead anywhere
 

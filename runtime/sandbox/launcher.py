@@ -19,7 +19,7 @@ interpreter and an environment that sets no PYTHON* variable (`forkable`), a cal
 most of its time starting that interpreter (30 ms of CPU here, site and .pth files, for a script
 that takes well under one). There the zygote execs, in place of the launcher it would run, the
 entrypoint's interpreter running this file (`python_lane`: `-E -s -c`, this file and
-kruntimes.fdpass compiled where the zygote imported them), and each call is a fork of that
+kruntimes.system.fdpass compiled where the zygote imported them), and each call is a fork of that
 launcher that becomes the script as the interpreter would run it (`_script`: its own session,
 the call's descriptors as fresh standard streams, the interpreter's signal dispositions and
 `sys.modules` from before the launcher ran, `sys.argv`, `sys.path[0]`, a fresh `__main__`, the
@@ -49,7 +49,7 @@ Protocol on the SOCK_SEQPACKET socket `ctl_fd`, one JSON object per message:
            launcher exits after this message; U the CPU seconds the call's process used (with
            what it reaped), W the seconds from its start to its end, D the seconds it was
            ready to run and waited for a CPU (0 where the kernel does not say)
-At end of file on the socket it exits. Standard library only (and kruntimes.fdpass, which is):
+At end of file on the socket it exits. Standard library only (and kruntimes.system.fdpass, which is):
 it runs in the forked zygote, or alone in the function's interpreter.
 """
 
@@ -71,7 +71,7 @@ import sys
 import time
 from _socket import socket
 
-from kruntimes import fdpass
+from kruntimes.system import fdpass
 
 # What a Python lane imports is on each of its starts' path: typing, json, shutil and the
 # socket module's enums are left out of it (a third of what the launcher adds to the
@@ -214,7 +214,7 @@ _LANE_CODE = (
     binascii.b2a_base64(
         marshal.dumps(
             {
-                "kruntimes.fdpass": _compiled(fdpass.__file__, "kruntimes/fdpass.py"),
+                "kruntimes.system.fdpass": _compiled(fdpass.__file__, "kruntimes/system/fdpass.py"),
                 "launcher": _compiled(__file__, "runtime/sandbox/launcher.py"),
             }
         ),
@@ -249,9 +249,9 @@ def python_lane(argv: list[str]) -> list[str]:
         f"_code = marshal.loads(binascii.a2b_base64({_LANE_CODE!r}))\n"
         "_package = sys.modules['kruntimes'] = types.ModuleType('kruntimes')\n"
         "_package.__path__ = []\n"
-        "_fdpass = sys.modules['kruntimes.fdpass'] = types.ModuleType('kruntimes.fdpass')\n"
+        "_fdpass = sys.modules['kruntimes.system.fdpass'] = types.ModuleType('kruntimes.system.fdpass')\n"
         "_package.fdpass = _fdpass\n"
-        "exec(_code['kruntimes.fdpass'], _fdpass.__dict__)\n"
+        "exec(_code['kruntimes.system.fdpass'], _fdpass.__dict__)\n"
         "_launcher = {'__name__': 'kruntimes_launcher'}\n"
         "exec(_code['launcher'], _launcher)\n"
         "sys.exit(_launcher['serve'](ctl_fd=3, argv=sys.argv[1:], env=dict(os.environ),"

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from runtime.sandbox import syscalls
-from runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
+from kruntimes.runtime.sandbox import syscalls
+from kruntimes.runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
 
 MiB = 1024 * 1024
 

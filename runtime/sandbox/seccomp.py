@@ -35,7 +35,7 @@ import errno
 import os
 import socket
 
-from runtime.sandbox import syscalls
+from kruntimes.runtime.sandbox import syscalls
 
 CLONE_NEWUSER = syscalls.CLONE_NEWUSER
 REFUSED = ("keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd")

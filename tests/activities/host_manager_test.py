@@ -1,4 +1,4 @@
-"""activities.host_manager.HostActivities in an ActivityEnvironment, with a stand-in host provider:
+"""kruntimes.activities.host_manager.HostActivities in an ActivityEnvironment, with a stand-in host provider:
 hosts are created and deleted through the manager, slow creates heartbeat, and every provider
 failure becomes an ApplicationError typed by its reason, retryable per the catalogue (or as the
 provider said), with the structured ProviderFailure as its details."""
@@ -12,10 +12,10 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.host_manager import DeleteHostInput, HostActivities
-from activities.hosts.base import HostManager, provider_error
-from kruntimes.hosts import HostSpec
-from kruntimes.scheduling.failures import (
+from kruntimes.activities.host_manager import DeleteHostInput, HostActivities
+from kruntimes.activities.hosts.base import HostManager, provider_error
+from kruntimes.contracts.providers import HostSpec
+from kruntimes.decisions.scheduling.failures import (
     DEFAULT_RETRYABLE,
     FailureReason,
     ProviderError,

@@ -1,4 +1,4 @@
-"""activities.runtime_host.RuntimeHostActivities in an ActivityEnvironment, against a real Runtime
+"""kruntimes.activities.runtime_host.RuntimeHostActivities in an ActivityEnvironment, against a real Runtime
 Server and against a scripted FunctionRuntime server: what each activity sends, what it returns,
 and how a gRPC failure becomes an ApplicationError (type the host's krt-reason, retryable exactly
 for transport trouble, nothing of the request in the message)."""
@@ -18,12 +18,12 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.runtime_host import RuntimeHostActivities
-from kruntimes.assignments import Assignment
-from kruntimes.devserver import free_port
-from kruntimes.lifecycle import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
+from kruntimes.activities.runtime_host import RuntimeHostActivities
+from kruntimes.contracts.lifecycle import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
+from kruntimes.pki.assignments import Assignment
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.temporal.connect import DATA_CONVERTER
+from kruntimes.temporal.devserver import free_port
 from tests.activities.conftest import (
     Abort,
     RealHost,

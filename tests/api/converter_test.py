@@ -1,11 +1,11 @@
-"""The data converter every kruntimes process uses (kruntimes.temporal)."""
+"""The data converter every kruntimes process uses (kruntimes.temporal.connect)."""
 
 from __future__ import annotations
 
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, pydantic_data_converter
 
-from kruntimes.lifecycle import RunInput
-from kruntimes.temporal import DATA_CONVERTER, PayloadConverter
+from kruntimes.contracts.lifecycle import RunInput
+from kruntimes.temporal.connect import DATA_CONVERTER, PayloadConverter
 from tests.workflows.conftest import run_manifest
 
 

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from kruntimes import secrets
+from kruntimes.config import secret_store as secrets
 
 
 def test_create_list_replace_delete(tmp_path):

@@ -35,22 +35,23 @@ import pytest
 from temporalio.client import Client as Temporal
 from temporalio.worker import Replayer
 
-from activities.hosts.process import list_records, work_root
-from kruntimes import clientconfig, malloc
+from kruntimes.activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client
-from kruntimes.devserver import temporal_binary
-from kruntimes.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
+from kruntimes.contracts.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
 from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.temporal import connect
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.client import Client
+from kruntimes.system import malloc
+from kruntimes.temporal.connect import connect
+from kruntimes.temporal.devserver import temporal_binary
+from kruntimes.workers.embedded.layout import Layout, recorded_components
 from tests.krt_cli import krt
 from tests.procs import alive, frozen, thread_names
 from tests.replay.registered import WORKFLOWS
 from tests.waiting import eventually
-from workers.embedded.layout import Layout, recorded_components
 
 FUNCTIONS = ("f0", "f1", "f2", "f3")
 RECORDING = """\
@@ -258,7 +259,7 @@ class Chaos:
                     cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
                     pid = int(entry.name)
                     if (
-                        "workers.host" in cmdline
+                        "kruntimes.workers.host" in cmdline
                         and str(self.state) in cmdline
                         and pid not in pids
                         and alive(pid)
@@ -438,7 +439,7 @@ async def test_a_killed_gateway_is_started_again_on_its_ports(chaos: Chaos) -> N
 async def test_the_platforms_gateway_and_worker_give_back_the_memory_glibc_keeps(
     chaos: Chaos, component: str
 ) -> None:
-    """The gateway and the worker `krt up` runs trim their allocators (kruntimes.malloc.Trimmer,
+    """The gateway and the worker `krt up` runs trim their allocators (kruntimes.system.malloc.Trimmer,
     the thread named so in the system): without it the gateway held 14 MB of freed heap at 10,000
     routes, and a restarted worker 18 MB of a reconcile's listing at 2,000 Runs."""
     assert malloc.THREAD_NAME in thread_names(chaos.components()[component])

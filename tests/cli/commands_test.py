@@ -10,7 +10,7 @@ import yaml
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.client import Client
+from kruntimes.sdk.client import Client
 from tests.cli.conftest import krt, one_error_line
 from tests.sdk.moves import moved_off
 from tests.sdk.stack import ECHO, FAILING, Platform, manifest, unique

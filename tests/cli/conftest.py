@@ -20,7 +20,7 @@ async def krt(platform: Platform, *args: str, stdin: str | None = None, cwd: Pat
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "kruntimes.cli",
+        "kruntimes.cli.main",
         *args,
         env=platform.env(),
         cwd=cwd,

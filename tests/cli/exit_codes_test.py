@@ -11,18 +11,20 @@ from pathlib import Path
 import pytest
 
 import kruntimes
-from kruntimes import cli, cli_commands, clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import ManifestError, Run
 from kruntimes.api.status import RunStatus
-from kruntimes.cli_parser import PASSTHROUGH, UsageError
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.devserver import free_port
+from kruntimes.cli import commands as cli_commands
+from kruntimes.cli import main as cli
+from kruntimes.cli.parser import PASSTHROUGH, UsageError
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.runs import prepare
+from kruntimes.temporal.devserver import free_port
+from kruntimes.workers import krt
+from kruntimes.workers.embedded import commands
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import manifest
-from workers import krt
-from workers.embedded import commands
 
 
 def _failed() -> kruntimes.RunFailed:
@@ -169,18 +171,18 @@ def test_the_sdk_cli_alone_points_process_commands_at_the_console_script(
 ) -> None:
     assert cli.run([command, "--help"]) == 1
     captured = capsys.readouterr()
-    assert f"python -m workers.krt {command}" in one_error_line(captured.err) and captured.out == ""
+    assert f"python -m kruntimes.workers.krt {command}" in one_error_line(captured.err) and captured.out == ""
 
 
 def test_the_krt_script_is_the_console_script_module() -> None:
     scripts = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
         "scripts"
     ]
-    assert scripts == {"krt": "workers.krt:main"}
+    assert scripts == {"krt": "kruntimes.workers.krt:main"}
     assert set(krt.COMMANDS) == set(PASSTHROUGH)
 
 
-@pytest.mark.parametrize("entry", ["kruntimes.cli", "workers.krt"])
+@pytest.mark.parametrize("entry", ["kruntimes.cli.main", "kruntimes.workers.krt"])
 def test_a_command_that_loaded_the_temporal_client_leaves_with_its_code_its_output_and_its_exit_handlers(
     tmp_path: Path, entry: str
 ) -> None:
@@ -208,7 +210,7 @@ def test_a_command_that_loaded_the_temporal_client_leaves_with_its_code_its_outp
 def test_krt_main_ends_every_command_through_leave(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    # workers.krt's own commands (up, fn, ...) once left with sys.exit and so met the teardown abort.
+    # kruntimes.workers.krt's own commands (up, fn, ...) once left with sys.exit and so met the teardown abort.
     left: list[int] = []
 
     def leave(code: int) -> None:

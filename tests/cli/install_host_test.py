@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from workers import install_host
+from kruntimes.workers import install_host
 
 
 def test_without_a_bundle_it_writes_a_launcher_of_this_installation(tmp_path: Path) -> None:

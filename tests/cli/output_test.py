@@ -11,9 +11,9 @@ import yaml
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.cli_output import Progress, age, hosts_table, render, run_list_document, runs_table
-from kruntimes.client import HostView, RunObject
-from kruntimes.scheduling.model import Host, HostState
+from kruntimes.cli.output import Progress, age, hosts_table, render, run_list_document, runs_table
+from kruntimes.decisions.scheduling.model import Host, HostState
+from kruntimes.sdk.client import HostView, RunObject
 from kruntimes.sdk.runs import prepare
 from tests.sdk.stack import manifest
 

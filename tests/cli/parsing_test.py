@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kruntimes import cli
-from kruntimes.cli_commands import manifest_from_flags, parse_env, read_manifests
-from kruntimes.cli_parser import NotKeyValue, UsageError, key_values, parse
+from kruntimes.cli import main as cli
+from kruntimes.cli.commands import manifest_from_flags, parse_env, read_manifests
+from kruntimes.cli.parser import NotKeyValue, UsageError, key_values, parse
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import manifest
 

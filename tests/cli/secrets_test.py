@@ -9,7 +9,7 @@ import pytest
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client, RunFailed
+from kruntimes.sdk.client import Client, RunFailed
 from tests.cli.conftest import krt
 from tests.sdk.stack import Platform, history_json, manifest, unique
 

@@ -8,7 +8,15 @@ import os
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from kruntimes.codec import ENCODING, KEY_ID, CodecError, EncryptionCodec, Keyring, add_key, ensure_key
+from kruntimes.temporal.codec import (
+    ENCODING,
+    KEY_ID,
+    CodecError,
+    EncryptionCodec,
+    Keyring,
+    add_key,
+    ensure_key,
+)
 
 
 def _payload(text: bytes) -> Payload:
@@ -99,8 +107,8 @@ def test_ensure_key_keeps_existing_keys(tmp_path):
 
 
 async def test_only_summaries_the_converter_marked_stay_unencrypted(tmp_path):
-    from kruntimes.codec import PLAIN
-    from kruntimes.temporal import data_converter
+    from kruntimes.temporal.codec import PLAIN
+    from kruntimes.temporal.connect import data_converter
     from kruntimes.wire.summaries import summary
 
     codec = EncryptionCodec(Keyring.load(ensure_key(tmp_path)))
@@ -130,8 +138,8 @@ def test_failures_are_sealed_but_the_pools_read_back_refusal_stays_plain() -> No
     from temporalio.api.failure.v1 import Failure
     from temporalio.exceptions import ApplicationError
 
-    from kruntimes.lifecycle import POOL_READING_BACK
-    from kruntimes.temporal import PayloadConverter, SealedFailureConverter
+    from kruntimes.contracts.lifecycle import POOL_READING_BACK
+    from kruntimes.temporal.connect import PayloadConverter, SealedFailureConverter
 
     converter, payloads = SealedFailureConverter(), PayloadConverter()
     sealed = Failure()

@@ -21,13 +21,19 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.auth import TokenFile
-from gateway.codec_server import CodecOptions, CodecServer, options_from, parse_args, ssl_context_from
-from gateway.listener import HttpLimits
 from kruntimes.api.run import Run
-from kruntimes.client import Client
-from kruntimes.codec import EncryptionCodec, Keyring
-from kruntimes.tls import ensure_tls
+from kruntimes.gateway.auth import TokenFile
+from kruntimes.gateway.codec_server import (
+    CodecOptions,
+    CodecServer,
+    options_from,
+    parse_args,
+    ssl_context_from,
+)
+from kruntimes.gateway.listener import HttpLimits
+from kruntimes.pki.local import ensure_tls
+from kruntimes.sdk.client import Client
+from kruntimes.temporal.codec import EncryptionCodec, Keyring
 from tests.gateway.rawhttp import Connection, request, trickling
 from tests.sdk.stack import Platform, manifest, unique, workflow_show
 
@@ -53,7 +59,15 @@ async def codec_server(platform: Platform, tokens: Path, *extra: str) -> AsyncIt
     """`krt codec-server` as a process (stopped by its pid); yields its URL."""
     ready = tokens.parent / f"ready-{uuid.uuid4().hex[:6]}.json"
     log = ready.with_suffix(".log")
-    argv = ["-m", "workers.krt", "codec-server", "--listen", "127.0.0.1:0", "--token-file", str(tokens)]
+    argv = [
+        "-m",
+        "kruntimes.workers.krt",
+        "codec-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(tokens),
+    ]
     argv += ["--codec-keys", str(platform.config.codecKeys), "--ready-file", str(ready), *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KRT_")}
     with open(log, "wb") as out:
@@ -138,7 +152,7 @@ def payloads(*data: bytes) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def codec_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kruntimes.codec import ensure_key
+    from kruntimes.temporal.codec import ensure_key
 
     return ensure_key(tmp_path_factory.mktemp("codec-keys") / "keys")
 

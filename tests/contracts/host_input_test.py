@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kruntimes.hosts import CreatedHost
-from kruntimes.lifecycle import HostInput, ReconcileInput, ScaleOutInput, host_input, ready_host
-from kruntimes.scheduling.model import ScaleOutReason, ScaleOutRequest
-from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.contracts.lifecycle import HostInput, ReconcileInput, ScaleOutInput, host_input, ready_host
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.scheduling.model import ScaleOutReason, ScaleOutRequest
+from kruntimes.temporal.connect import DATA_CONVERTER
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 CREATED = CreatedHost(

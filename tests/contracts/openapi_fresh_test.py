@@ -3,7 +3,7 @@ generates from the answer bodies' models and the reasons catalogue."""
 
 from __future__ import annotations
 
-from gateway import openapi
+from kruntimes.gateway import openapi
 
 
 def test_the_served_openapi_document_is_fresh() -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from kruntimes.config import parse_config
-from kruntimes.lifecycle import (
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import (
     POOL_QUERY_SLOTS,
     AdmitSignal,
     HostSlots,
@@ -26,8 +26,8 @@ from kruntimes.lifecycle import (
     run_workflow_id,
     slots_of,
 )
-from kruntimes.scheduling.model import AdmissionRequest, Host, HostState, Reservation
-from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.decisions.scheduling.model import AdmissionRequest, Host, HostState, Reservation
+from kruntimes.temporal.connect import DATA_CONVERTER
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 WARN_BYTES = 256 * 1024  # Temporal warns about a payload above this

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import Principal, TokenFile
-from workers.embedded.errors import PlatformError
-from workers.embedded.layout import PORT_NAMES, Layout, admin_token, ports, recheck_ports
+from kruntimes.gateway.auth import Principal, TokenFile
+from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.layout import PORT_NAMES, Layout, admin_token, ports, recheck_ports
 
 
 def test_a_layout_is_a_frozen_value_naming_the_files_of_its_root(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_the_platform_pki_is_made_once_private_and_names_each_component(tmp_path
     from cryptography import x509
 
     from kruntimes.pki import PeerTLS, Role, identity_of
-    from workers.embedded.layout import ensure_pki
+    from kruntimes.workers.embedded.layout import ensure_pki
 
     layout = Layout(tmp_path)
     layout.root.mkdir(exist_ok=True)

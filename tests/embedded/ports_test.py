@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from kruntimes.devserver import EPHEMERAL_RANGE, PICKED_FROM, free_port
+from kruntimes.temporal.devserver import EPHEMERAL_RANGE, PICKED_FROM, free_port
 
 
 def test_a_picked_port_is_free_and_below_the_ephemeral_range() -> None:

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from kruntimes.devserver import DevServer, temporal_binary
+from kruntimes.temporal.devserver import DevServer, temporal_binary
 from kruntimes.wire import search
 
 

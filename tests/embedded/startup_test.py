@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kruntimes.devserver import DevServer
-from workers.embedded.errors import PlatformError
-from workers.embedded.layout import Layout, prepare
-from workers.embedded.supervise import _wait_min_hosts, run_foreground
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.layout import Layout, prepare
+from kruntimes.workers.embedded.supervise import _wait_min_hosts, run_foreground
 
 
 def test_a_bad_runtimes_file_is_refused_before_anything_starts(tmp_path: Path) -> None:

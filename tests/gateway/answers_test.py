@@ -19,13 +19,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway import openapi
-from gateway.auth import Principal, Resource
-from gateway.server import Gateway
 from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
-from kruntimes.known_runs import KnownRun
+from kruntimes.gateway import openapi
+from kruntimes.gateway.auth import Principal, Resource
+from kruntimes.gateway.server import Gateway
 from kruntimes.pki import Identity
-from kruntimes.tls import TlsFiles
+from kruntimes.pki.local import TlsFiles
+from kruntimes.temporal.known_runs import KnownRun
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
 from tests.beats import heartbeat, registration

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.server import Gateway
+from kruntimes.gateway.server import Gateway
 from tests.gateway.conftest import Answer, HostProcess, invoke, lines, recording
 
 PARALLEL = 50

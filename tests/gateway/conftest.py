@@ -28,14 +28,14 @@ import aiohttp
 import grpc
 import pytest
 
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.bodies import ErrorBody, InvokeAnswer
-from gateway.routes import Route
-from gateway.server import Gateway
-from kruntimes.logs import JsonFormatter
+from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.bodies import ErrorBody, InvokeAnswer
+from kruntimes.gateway.routes import Route
+from kruntimes.gateway.server import Gateway
+from kruntimes.pki.local import TlsFiles, ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.tls import TlsFiles, ensure_tls
+from kruntimes.system.logs import JsonFormatter
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.reasons import gateway_reason
 from tests.pki import TestPKI
@@ -387,7 +387,7 @@ class Hosts:
             [
                 sys.executable,
                 "-m",
-                "workers.host",
+                "kruntimes.workers.host",
                 "--host-id",
                 host_id,
                 "--runtime",

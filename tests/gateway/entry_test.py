@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.__main__ import limits_from, parse_args, temporal_settings
-from gateway.listener import HttpLimits
+from kruntimes.gateway.__main__ import limits_from, parse_args, temporal_settings
+from kruntimes.gateway.listener import HttpLimits
 
 REQUIRED = ["--cert", "c.pem", "--key", "k.pem", "--peer-tls", "pki", "--assignment-public-key", "a.pub"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from gateway.server import Gateway
-from kruntimes.tls import TlsFiles
+from kruntimes.gateway.server import Gateway
+from kruntimes.pki.local import TlsFiles
 from tests.gateway.conftest import ALICE, BOGUS, Function
 from tests.gateway.rawhttp import Connection, RawAnswer, request
 

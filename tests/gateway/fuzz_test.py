@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from gateway.bodies import ErrorBody
-from gateway.server import Gateway
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.gateway.bodies import ErrorBody
+from kruntimes.gateway.server import Gateway
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
 from kruntimes.wire.reasons import GatewayReason, gateway_reason

@@ -8,8 +8,8 @@ import time
 
 import aiohttp
 
-from gateway.routes import MISSED_INTERVALS
-from gateway.server import Gateway
+from kruntimes.gateway.routes import MISSED_INTERVALS
+from kruntimes.gateway.server import Gateway
 from tests.gateway.conftest import HEARTBEAT_S, Hosts, invoke, wait_for, wait_route
 
 ECHO = """

@@ -12,7 +12,7 @@ import aiohttp
 import grpc
 import pytest
 
-from gateway.server import Gateway
+from kruntimes.gateway.server import Gateway
 from kruntimes.pki import Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
@@ -201,7 +201,7 @@ async def test_the_highest_signed_attempt_wins_and_a_replayed_lower_one_does_not
 
 
 async def test_a_beat_cannot_keep_its_routes_alive_for_long(gateway: Gateway, pki: TestPKI) -> None:
-    from gateway.routes import MAX_INTERVAL_MS, MISSED_INTERVALS
+    from kruntimes.gateway.routes import MAX_INTERVAL_MS, MISSED_INTERVALS
 
     uid, host_uid = str(uuid.uuid4()), str(uuid.uuid4())
     await send(gateway, host(pki, "hb-long"), own(pki, "hb-long", host_uid, uid))

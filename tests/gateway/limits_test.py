@@ -22,11 +22,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.listener import LINGERING_S, HttpLimits, Listener
-from gateway.metrics import GatewayMetrics
-from gateway.server import Gateway
-from kruntimes.tls import TlsFiles
+from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.listener import LINGERING_S, HttpLimits, Listener
+from kruntimes.gateway.metrics import GatewayMetrics
+from kruntimes.gateway.server import Gateway
+from kruntimes.pki.local import TlsFiles
 from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, recording, wait_for
 from tests.gateway.rawhttp import TRICKLE_S, Connection, request, trickling
 from tests.pki import TestPKI

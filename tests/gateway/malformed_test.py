@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.bodies import ErrorBody
-from gateway.server import Gateway
-from kruntimes.tls import TlsFiles
+from kruntimes.gateway.bodies import ErrorBody
+from kruntimes.gateway.server import Gateway
+from kruntimes.pki.local import TlsFiles
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from tests.gateway.conftest import ALICE, Function, LogCapture
 from tests.gateway.rawhttp import Connection

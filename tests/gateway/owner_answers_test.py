@@ -15,12 +15,12 @@ import aiohttp
 import grpc
 import pytest
 
-from gateway.server import Gateway
 from kruntimes.api.limits import MAX_LOG_BYTES
+from kruntimes.gateway.server import Gateway
 from kruntimes.pki import Identity
+from kruntimes.pki.local import TlsFiles
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.tls import TlsFiles
 from kruntimes.wire import frames
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from tests.beats import heartbeat, registration

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import AuthUnavailable, Forbidden, Unauthenticated, bearer_token
+from kruntimes.gateway.auth import AuthUnavailable, Forbidden, Unauthenticated, bearer_token
 from tests.gateway_auth.helpers import issue
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import (
+from kruntimes.gateway.auth import (
     EmbeddedAuthorizer,
     Forbidden,
     Principal,

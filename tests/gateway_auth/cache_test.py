@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from gateway.auth import (
+from kruntimes.gateway.auth import (
     AuthUnavailable,
     CachingAuthorizer,
     Forbidden,

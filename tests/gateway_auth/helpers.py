@@ -1,4 +1,4 @@
-"""Tokens, clocks and stand-in authorizers for the gateway.auth tests.
+"""Tokens, clocks and stand-in authorizers for the kruntimes.gateway.auth tests.
 
 Every token a test makes comes from `issue` (or `jwt`), so the log check in conftest can look
 for all of them.
@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from gateway.auth import Forbidden, Principal, Resource
+from kruntimes.gateway.auth import Forbidden, Principal, Resource
 
 ISSUED: set[str] = set()
 

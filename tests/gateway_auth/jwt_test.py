@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from gateway.auth import token_expiry
+from kruntimes.gateway.auth import token_expiry
 from tests.gateway_auth.helpers import issue, jwt
 
 

@@ -18,7 +18,7 @@ import pytest
 # kmock exports Response but leaves it out of __all__.
 from kmock import KubernetesScaffold, Request, Response  # type: ignore[attr-defined]
 
-from gateway.auth import (
+from kruntimes.gateway.auth import (
     AuthUnavailable,
     CachingAuthorizer,
     Forbidden,

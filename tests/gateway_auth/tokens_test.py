@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.auth import Principal, TokenFile, TokenFileError
+from kruntimes.gateway.auth import Principal, TokenFile, TokenFileError
 from kruntimes.wire import tokens as token_format
 from kruntimes.wire.tokens import TokenEntry, TokenFormatError
 from tests.gateway_auth.helpers import FakeClock, issue, write_file
@@ -161,7 +161,11 @@ def test_a_failed_reload_keeps_the_previous_table_and_warns_once(
     clock.advance(1)
     assert tokens.principal(alice) is not None
 
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "gateway.auth.tokens"]
+    warnings = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name == "kruntimes.gateway.auth.tokens"
+    ]
     assert len(warnings) == 1
     assert str(path) in warnings[0].getMessage()
     assert "lines 1 and 2" in warnings[0].getMessage()

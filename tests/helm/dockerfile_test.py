@@ -21,8 +21,8 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
+from kruntimes.workers import krt
 from tests.helm.conftest import ROOT
-from workers import krt
 
 DOCKERFILE = ROOT / "Dockerfile"
 

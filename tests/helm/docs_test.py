@@ -16,15 +16,16 @@ from typing import Any
 import helm_python
 import pytest
 
-from kruntimes import clientconfig, temporal
-from kruntimes.cli_parser import parse as parse_krt
-from kruntimes.codec import Keyring
-from kruntimes.lifecycle import invoke_url
-from runtime.discovery import split_target
+from kruntimes.cli.parser import parse as parse_krt
+from kruntimes.contracts.lifecycle import invoke_url
+from kruntimes.runtime.discovery import split_target
+from kruntimes.sdk import config as clientconfig
+from kruntimes.temporal import connect as temporal
+from kruntimes.temporal.codec import Keyring
+from kruntimes.workers import host as host_main
+from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import CHART, NAMESPACE, RELEASE, ROOT, Rendered, claimed_versions, pod_spec, render
 from tests.helm.host_pods import built_pods
-from workers import host as host_main
-from workers import worker as worker_main
 
 README = ROOT / "README.md"
 SHELL_TIMEOUT_S = 30.0

@@ -7,12 +7,12 @@ from typing import Any
 
 import yaml
 
-from activities.hosts import kubernetes as kube
-from activities.hosts import kubernetes_pods as pods
-from kruntimes.config import KUBERNETES_PROVIDER, parse_config
-from kruntimes.hosts import HostSpec
+from kruntimes.activities.hosts import kubernetes as kube
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.config.platform import KUBERNETES_PROVIDER, parse_config
+from kruntimes.contracts.providers import HostSpec
+from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import Rendered, runtimes_file, worker_args
-from workers import worker as worker_main
 
 
 def built_pods(chart: Rendered) -> list[dict[str, Any]]:

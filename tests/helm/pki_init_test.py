@@ -25,16 +25,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from kmock import Server
 
-from gateway import __main__ as gateway_main
-from kruntimes.assignments import Verifier
+from kruntimes.gateway import __main__ as gateway_main
 from kruntimes.pki import Authority, Identity, PeerTLS, Role, identity_of
 from kruntimes.pki import cluster as pki
 from kruntimes.pki import rotation as ca_rotation
+from kruntimes.pki.assignments import Verifier
+from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import NAMESPACE, ROOT, Rendered, pod_spec, rendered
 from tests.kubernetes.cluster import Cluster
 from tests.kubernetes.verbs import VERB_OF
 from tests.trust.assignment_data import ASSIGNMENT
-from workers import worker as worker_main
 
 CASE = "no-cert-manager"
 COMMAND_S = 60.0
@@ -57,7 +57,15 @@ class Env:
 
     async def krt_pki(self, *extra: str) -> subprocess.CompletedProcess[str]:
         """The hook Job's command line, as a process, against the emulator."""
-        argv = [sys.executable, "-m", "workers.krt", "pki", "init-cluster", *self.job_args(), *extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "kruntimes.workers.krt",
+            "pki",
+            "init-cluster",
+            *self.job_args(),
+            *extra,
+        ]
         argv += ["--api-server", self.url]
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
         return await asyncio.to_thread(

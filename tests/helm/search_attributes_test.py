@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kruntimes.devserver import DevServer, temporal_binary
+from kruntimes.temporal.devserver import DevServer, temporal_binary
 from kruntimes.wire import search
 from tests.helm.conftest import pod_spec, render, rendered
 from tests.temporal_tls.pki import make_pki

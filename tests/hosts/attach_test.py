@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from activities.hosts import AttachProvider, HostManager, ProcessProvider
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+from kruntimes.activities.hosts import AttachProvider, HostManager, ProcessProvider
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import spec
 from tests.pki import TestPKI
 from tests.procs import alive

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from activities.hosts import CreatedHost, HostSpec, ProcessProvider, stop_all
+from kruntimes.activities.hosts import CreatedHost, HostSpec, ProcessProvider, stop_all
 from kruntimes.pki import HostIssuer
 from tests.pki import TestPKI
 from tests.procs import alive

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.hosts import AttachProvider, HostManager, default_manager
+from kruntimes.activities.hosts import AttachProvider, HostManager, default_manager
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from kruntimes.pki import HostIssuer
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import host_record, spec
 from tests.hosts.standin import StandInProvider
 
@@ -92,7 +92,7 @@ async def test_library_errors_from_a_provider_become_unexpected_errors_with_thei
 
 
 async def test_provider_errors_pass_through_unchanged(tmp_path: Path) -> None:
-    from activities.hosts import provider_error
+    from kruntimes.activities.hosts import provider_error
 
     error = provider_error(FailureReason.CircuitOpen, provider="fake", operation=ProviderOperation.Create)
     manager = HostManager([StandInProvider("fake", fail=error)])

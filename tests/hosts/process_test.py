@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from activities.hosts import CreatedHost, ProcessProvider, list_records, stop_all
-from activities.hosts import process as process_module
-from activities.hosts.process import host_running
+from kruntimes.activities.hosts import CreatedHost, ProcessProvider, list_records, stop_all
+from kruntimes.activities.hosts import process as process_module
+from kruntimes.activities.hosts.process import host_running
+from kruntimes.decisions.scheduling.failures import (
+    FailureReason,
+    ProviderError,
+    ProviderFailure,
+    ProviderOperation,
+)
 from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
-from kruntimes.scheduling.failures import FailureReason, ProviderError, ProviderFailure, ProviderOperation
 from tests.hosts.conftest import gone, host_pids, host_record, killed_host, spec
 from tests.pki import TestPKI
 from tests.procs import alive

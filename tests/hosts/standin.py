@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from kruntimes.hosts import CreatedHost, HostSpec
+from kruntimes.contracts.providers import CreatedHost, HostSpec
 
 HOLD_BOUND_S = 30.0  # a held create waits at most this for its release
 

@@ -22,13 +22,13 @@ from typing import Generic, TypeVar
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.host_watch import HostWatchActivities, _Seen, probe_host
-from activities.hosts import CreatedHost, ProcessProvider
-from activities.hosts.process import work_root
-from gateway.heartbeats import HeartbeatServer
-from gateway.routes import RouteCache
-from kruntimes.hostlife import LossReason, Probe, WatchRules
-from kruntimes.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
+from kruntimes.activities.host_watch import HostWatchActivities, _Seen, probe_host
+from kruntimes.activities.hosts import CreatedHost, ProcessProvider
+from kruntimes.activities.hosts.process import work_root
+from kruntimes.contracts.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
+from kruntimes.decisions.hostlife import LossReason, Probe, WatchRules
+from kruntimes.gateway.heartbeats import HeartbeatServer
+from kruntimes.gateway.routes import RouteCache
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

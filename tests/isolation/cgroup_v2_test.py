@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.sandbox import cgroups
+from kruntimes.runtime.sandbox import cgroups
 
 
 def _own_v2_path() -> str:

@@ -22,9 +22,9 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.limits import ProcessLimits
-from runtime.sandbox.policy import Network, SandboxSettings
-from runtime.server import RuntimeHost
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.sandbox.policy import Network, SandboxSettings
+from kruntimes.runtime.server import RuntimeHost
 from tests.pki import TestPKI
 from tests.runtime_hosts import loopback_host
 

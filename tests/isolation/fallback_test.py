@@ -13,8 +13,8 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.isolation import FunctionIsolation
-from runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
+from kruntimes.runtime.isolation import FunctionIsolation
+from kruntimes.runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
 from tests.pki import TestPKI
 from tests.runtime_hosts import loopback_host
 

@@ -18,9 +18,9 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.limits import ProcessLimits
-from runtime.sandbox import seccomp
-from runtime.sandbox.identity import present, processes_of
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.sandbox import seccomp
+from kruntimes.runtime.sandbox.identity import present, processes_of
 from tests.isolation.conftest import (
     ATTACKER,
     FILE_LIMIT,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.limits import ProcessLimits
-from runtime.spawner import Spawner, SpawnSpec
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.spawner import Spawner, SpawnSpec
 from tests.waiting import wait_until
 
 

@@ -9,10 +9,10 @@ import threading
 import uuid
 from pathlib import Path
 
-from runtime.isolation import FunctionIsolation, Lease
-from runtime.sandbox.child import SandboxSpec
-from runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
-from runtime.sandbox.policy import Isolation, SandboxSettings
+from kruntimes.runtime.isolation import FunctionIsolation, Lease
+from kruntimes.runtime.sandbox.child import SandboxSpec
+from kruntimes.runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
+from kruntimes.runtime.sandbox.policy import Isolation, SandboxSettings
 from tests.sandbox.conftest import ROOT
 from tests.waiting import wait_until
 

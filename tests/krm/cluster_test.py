@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from activities.hosts import kubernetes_pods as pods
-from krm.resources import parse_resource_list, resource_list
-from kruntimes import clientconfig
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.krm.resources import parse_resource_list, resource_list
+from kruntimes.sdk import config as clientconfig
 from tests.krm import programs
 from tests.krm.conftest import items
 from tests.kubernetes.platform import IMAGE, kube_platform, kubernetes_runtime
@@ -67,7 +67,16 @@ async def test_krt_fn_eval_pods_runs_the_function_on_a_pod_of_its_own_image(
             client_dir = root / "client"
             client_dir.mkdir()
             clientconfig.write(client_dir, platform.config)
-            argv = [sys.executable, "-m", "workers.krt", "fn", "eval", "-", "--image", f"{FN_IMAGE}:v0.2.1"]
+            argv = [
+                sys.executable,
+                "-m",
+                "kruntimes.workers.krt",
+                "fn",
+                "eval",
+                "-",
+                "--image",
+                f"{FN_IMAGE}:v0.2.1",
+            ]
             argv += ["--fn-configs", str(configs), "--pods", "--timeout", "120", "--", "team=a"]
             env = {**{k: v for k, v in os.environ.items() if not k.startswith("KRT_")}}
             env["KRT_STATE_DIR"] = str(client_dir)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from krm import config as fc
-from krm import errors
-from krm.store import Store
+from kruntimes.krm import config as fc
+from kruntimes.krm import errors
+from kruntimes.krm.store import Store
 from tests.krm.conftest import function_config
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from krm.evaluation import Request
-from krm.resources import resource_list
-from krm.store import Store
+from kruntimes.krm.evaluation import Request
+from kruntimes.krm.resources import resource_list
+from kruntimes.krm.store import Store
 from tests import waiting
 from tests.krm import programs
 
@@ -72,7 +72,7 @@ def pid_file(tmp_path: Path) -> Path:
 
 def store_with(functions: Path, *binaries: str) -> Store:
     """A store where `example.com/fn/NAME` at any 1.x version runs the binary NAME."""
-    from krm import config as fc
+    from kruntimes.krm import config as fc
 
     store = Store(functions_dir=functions)
     store.replace(

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from krm import errors
-from krm.store import Store
 from kruntimes.api import outputs as api_outputs
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.krm import errors
+from kruntimes.krm.store import Store
 from kruntimes.wire import krm as contract
 from tests.krm.pods import WHO, pod_config
 

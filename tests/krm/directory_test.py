@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors
-from krm.directory import DirectoryFeed
-from krm.executable import ExecEvaluator
-from krm.resources import dump, dump_all, parse_resource_list
-from krm.store import Store
+from kruntimes.krm import errors
+from kruntimes.krm.directory import DirectoryFeed
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.resources import dump, dump_all, parse_resource_list
+from kruntimes.krm.store import Store
 from tests.krm.conftest import eventually, function_config, request
 
 IMAGE = "example.com/fn/labels:v1.0.0"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors, process
-from krm.executable import ExecEvaluator
-from krm.limits import MAX_LOG_BYTES
-from krm.resources import parse_resource_list
+from kruntimes.krm import errors, process
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.limits import MAX_LOG_BYTES
+from kruntimes.krm.resources import parse_resource_list
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
 from tests.procs import alive

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors
-from krm.client import RemoteEvaluator
-from krm.resources import dump, load_all
+from kruntimes.krm import errors
+from kruntimes.krm.client import RemoteEvaluator
+from kruntimes.krm.resources import dump, load_all
 from tests.krm.conftest import eventually, function_config, request
 from tests.krm.runner_process import fn_runner
 

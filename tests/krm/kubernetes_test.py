@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from kmock import KubernetesEmulator, ResourceInfo, Response  # type: ignore[attr-defined]
 
-from krm import errors, kubernetes
-from krm.executable import ExecEvaluator
-from krm.store import Store
+from kruntimes.krm import errors, kubernetes
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.store import Store
 from tests.krm.conftest import eventually, function_config, request
 
 NS = "kruntimes"

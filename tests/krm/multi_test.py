@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors
-from krm.evaluation import Evaluation, Request
-from krm.executable import ExecEvaluator
-from krm.multi import MultiEvaluator
-from krm.pod import PodEvaluator
+from kruntimes.krm import errors
+from kruntimes.krm.evaluation import Evaluation, Request
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.multi import MultiEvaluator
+from kruntimes.krm.pod import PodEvaluator
 from tests.krm.conftest import request, store_with
 
 

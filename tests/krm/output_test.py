@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from krm import errors
-from krm.resources import YamlError, output_results, parse_resource_list, parse_results
+from kruntimes.krm import errors
+from kruntimes.krm.resources import YamlError, output_results, parse_resource_list, parse_results
 
 HEAD = "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\n"
 OUTPUTS = {
@@ -66,6 +66,6 @@ def test_results_are_read_whole() -> None:
 
 @pytest.mark.parametrize("name", ["plain", "no items", "null items", "json", "quoted", "function config"])
 def test_usual_outputs_without_results_are_checked_without_building_them(name: str) -> None:
-    from krm.resources import _plainly_without_results
+    from kruntimes.krm.resources import _plainly_without_results
 
     assert _plainly_without_results(OUTPUTS[name].encode())

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from krm import cli, package
-from krm.resources import dump, load_all, parse_resource_list
+from kruntimes.krm import cli, package
+from kruntimes.krm.resources import dump, load_all, parse_resource_list
 
 SECRET = {"apiVersion": "v1", "kind": "Config", "metadata": {"name": "kubeconfig"}, "token": "s3cr3t"}
 

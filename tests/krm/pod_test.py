@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors
-from krm.executable import ExecEvaluator
-from krm.multi import MultiEvaluator
-from krm.pod import PodEvaluator
-from krm.resources import parse_resource_list
-from kruntimes.client import Client
+from kruntimes.krm import errors
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.multi import MultiEvaluator
+from kruntimes.krm.pod import PodEvaluator
+from kruntimes.krm.resources import parse_resource_list
+from kruntimes.sdk.client import Client
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
 from tests.krm.pods import GATED, HOLDER, SHARED, WHO, evaluator, image, krm_platform, pod_config
@@ -260,7 +260,7 @@ async def test_the_chain_falls_back_to_pods_on_not_found_only(platform: Platform
     store.put("pods", pod_config("chained", WHO))
     store.put("pods", pod_config("exit-1", WHO, prefix="example.com/fn/exit-1"))  # never reached
     async with Client(platform.config) as client:
-        from krm.pod import PodEvaluator
+        from kruntimes.krm.pod import PodEvaluator
 
         pods = PodEvaluator(store, client=client, runtime="krm")
         chain = MultiEvaluator([ExecEvaluator(store), pods])

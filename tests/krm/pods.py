@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from krm import config as fc
-from krm.pod import PodEvaluator
-from krm.store import Store
-from kruntimes.client import Client
+from kruntimes.krm import config as fc
+from kruntimes.krm.pod import PodEvaluator
+from kruntimes.krm.store import Store
+from kruntimes.sdk.client import Client
 from tests import gated
 from tests.pki import TestPKI
 from tests.sdk.stack import Platform, start

@@ -33,7 +33,7 @@ async def fn_runner(
     ready = tmp_path / "ready.json"
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
+            sys.executable, "-m", "kruntimes.workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
             "--functions", str(functions), "--fn-configs", str(configs), "--poll", "0.05", "--log-level", "warning",
         ],
         stdout=subprocess.DEVNULL,

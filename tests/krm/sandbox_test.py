@@ -22,17 +22,17 @@ from pathlib import Path
 
 import pytest
 
-from krm import errors, process
-from krm.client import RemoteEvaluator
-from krm.evaluation import Request
-from krm.executable import ExecEvaluator
-from krm.resources import dump, resource_list
-from runtime.binaries import SandboxedBinaries
-from runtime.sandbox.policy import Network, SandboxSettings
+from kruntimes.krm import errors, process
+from kruntimes.krm.client import RemoteEvaluator
+from kruntimes.krm.evaluation import Request
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.resources import dump, resource_list
+from kruntimes.runtime.binaries import SandboxedBinaries
+from kruntimes.runtime.sandbox.policy import Network, SandboxSettings
+from kruntimes.workers.fn_sandbox import SandboxRunner
 from tests.krm import programs
 from tests.krm.conftest import eventually, function_config, items, store_with
 from tests.krm.runner_process import fn_runner
-from workers.fn_sandbox import SandboxRunner
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="switching uids needs root (not root, `krt fn eval` says it runs unsandboxed)"

@@ -10,15 +10,15 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from krm import errors
-from krm.client import RemoteEvaluator
-from krm.executable import ExecEvaluator
-from krm.limits import MAX_RESOURCE_LIST_BYTES
-from krm.multi import MultiEvaluator
-from krm.pod import PodEvaluator
-from krm.protocol import EVALUATION_KEY, REASON_KEY
-from krm.resources import parse_resource_list
-from krm.service import EvaluatorServer
+from kruntimes.krm import errors
+from kruntimes.krm.client import RemoteEvaluator
+from kruntimes.krm.executable import ExecEvaluator
+from kruntimes.krm.limits import MAX_RESOURCE_LIST_BYTES
+from kruntimes.krm.multi import MultiEvaluator
+from kruntimes.krm.pod import PodEvaluator
+from kruntimes.krm.protocol import EVALUATION_KEY, REASON_KEY
+from kruntimes.krm.resources import parse_resource_list
+from kruntimes.krm.service import EvaluatorServer
 from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 from tests.krm import programs

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from krm import errors, tags
-from krm.tags import Candidate, parse_constraint, parse_version, select
+from kruntimes.krm import errors, tags
+from kruntimes.krm.tags import Candidate, parse_constraint, parse_version, select
 
 
 def allows(constraint: str, version: str) -> bool:

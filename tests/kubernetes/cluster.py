@@ -756,7 +756,7 @@ class TestKubelet:
         argv = [_expand(a, env) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
         argv = [_mapped(a, mounts) for a in argv]
         if argv and argv[0] == "krt":
-            argv = [sys.executable, "-m", "workers.krt", *argv[1:]]
+            argv = [sys.executable, "-m", "kruntimes.workers.krt", *argv[1:]]
         process_env = {**{k: v for k, v in os.environ.items() if not k.startswith("KRT_")}, **env}
         return argv, process_env
 

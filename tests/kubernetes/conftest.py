@@ -13,9 +13,9 @@ import pytest
 from kmock import Server
 from kubernetes_asyncio import client as k8s
 
-from activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
-from kruntimes.config import KubernetesPodTemplate, KubernetesRuntime
-from kruntimes.hosts import HostSpec
+from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
+from kruntimes.config.platform import KubernetesPodTemplate, KubernetesRuntime
+from kruntimes.contracts.providers import HostSpec
 from kruntimes.pki import HostIssuer
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
 from tests.pki import TestPKI

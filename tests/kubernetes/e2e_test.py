@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from activities.hosts.kubernetes import (
+from kruntimes.activities.hosts.kubernetes import (
     KubernetesAccess,
     KubernetesProvider,
     OrphanCollector,
@@ -19,8 +19,8 @@ from activities.hosts.kubernetes import (
 )
 from kruntimes.api import Run
 from kruntimes.api.phases import RunPhase
-from kruntimes.client import Client
-from kruntimes.config import parse_config
+from kruntimes.config.platform import parse_config
+from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
 from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process
 from tests.waiting import eventually

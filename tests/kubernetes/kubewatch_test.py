@@ -1,4 +1,4 @@
-"""One watch response as kruntimes.kubewatch reads it: events one per line whatever the chunks,
+"""One watch response as kruntimes.system.kubewatch reads it: events one per line whatever the chunks,
 an ERROR event raising (410 WatchGone, any other WatchFailed) instead of being handed on, and the
 bounds on what is not a watch stream."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kruntimes.kubewatch import MAX_EVENT_BYTES, WatchFailed, WatchGone, watch_events
+from kruntimes.system.kubewatch import MAX_EVENT_BYTES, WatchFailed, WatchGone, watch_events
 
 
 class Content:

@@ -3,7 +3,7 @@ pods; a pod no pool knows is deleted once it stayed unknown for the grace period
 
 from __future__ import annotations
 
-from activities.hosts.kubernetes import OrphanCollector
+from kruntimes.activities.hosts.kubernetes import OrphanCollector
 from tests.kubernetes.conftest import spec
 from tests.waiting import eventually
 
@@ -44,7 +44,7 @@ async def test_an_unknown_pod_is_collected_only_after_the_grace_and_a_known_one_
 
 
 async def test_the_reconcilers_collection_takes_one_runtime_and_spares_the_pods_being_created(env) -> None:
-    from activities.hosts.base import HostManager
+    from kruntimes.activities.hosts.base import HostManager
     from tests.kubernetes.conftest import runtime
 
     provider = env.provider(runtimes={"python": runtime(), "bash": runtime()})

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from kmock import Server
 
-from activities.hosts.kubernetes import KubernetesAccess
+from kruntimes.activities.hosts.kubernetes import KubernetesAccess
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
 from tests.pki import TestPKI
 from tests.stack import Stack, inline_manifest, running_stack
@@ -103,7 +103,7 @@ class KubePlatform(Stack):
         a kubeconfig file."""
         config = self.root / f"runtimes-{queue}.yaml"
         config.write_text(yaml.safe_dump({"runtimes": runtimes}))
-        argv = [sys.executable, "-m", "workers.krt", "worker"]
+        argv = [sys.executable, "-m", "kruntimes.workers.krt", "worker"]
         argv += ["--temporal-address", self.dev_server.address, "--config", str(config)]
         argv += ["--state-dir", str(self.state_dir), "--gateway-url", self.config.gatewayUrl]
         argv += ["--ca-file", str(self.tls_ca), "--gateway-heartbeat", self.gateway.heartbeat_address]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from activities.hosts import kubernetes_pods as pods
-from activities.hosts.kubernetes import KubernetesConfigError, validate_templates
-from kruntimes.config import ConfigError, KubernetesPodTemplate, ResourceLimits, parse_config
-from kruntimes.hosts import HostSandbox
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.activities.hosts.kubernetes import KubernetesConfigError, validate_templates
+from kruntimes.config.platform import ConfigError, KubernetesPodTemplate, ResourceLimits, parse_config
+from kruntimes.contracts.providers import HostSandbox
 from tests.kubernetes.conftest import IMAGE, runtime, spec
 
 FULL = KubernetesPodTemplate(

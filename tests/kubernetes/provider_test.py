@@ -12,12 +12,12 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2
 
-from activities.hosts import kubernetes_pods as pods
-from activities.hosts._rpc import identify
-from kruntimes.config import KubernetesPodTemplate
+from kruntimes.activities.hosts import kubernetes_pods as pods
+from kruntimes.activities.hosts._rpc import identify
+from kruntimes.config.platform import KubernetesPodTemplate
+from kruntimes.decisions.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from kruntimes.pki import CA_CERT, CA_KEY, AuthorityWatch, HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.pki import rotation as ca_rotation
-from kruntimes.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.waiting import eventually
 
@@ -135,7 +135,7 @@ async def test_refused_creates_report_the_reason_and_leave_no_pod(env, status, a
 
 
 async def test_an_unreachable_api_is_api_unavailable(env) -> None:
-    from activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
+    from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
     from tests.kubernetes.cluster import free_port
     from tests.kubernetes.conftest import runtime
 

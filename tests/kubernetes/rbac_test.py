@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from activities.hosts.events import HostEventKind, HostEventQueue
-from activities.hosts.kubernetes import SECRET_VERBS, VERBS, OrphanCollector
-from activities.hosts.kubernetes_watch import PodWatch
+from kruntimes.activities.hosts.events import HostEventKind, HostEventQueue
+from kruntimes.activities.hosts.kubernetes import SECRET_VERBS, VERBS, OrphanCollector
+from kruntimes.activities.hosts.kubernetes_watch import PodWatch
 from tests.kubernetes.conftest import NAMESPACE, spec
 from tests.kubernetes.verbs import VERB_OF
 from tests.waiting import eventually

@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from activities.hosts.events import HostEventKind, HostEventQueue
-from activities.hosts.kubernetes_watch import PodWatch
+from kruntimes.activities.hosts.events import HostEventKind, HostEventQueue
+from kruntimes.activities.hosts.kubernetes_watch import PodWatch
 from tests.kubernetes.conftest import NAMESPACE, spec
 from tests.waiting import eventually
 

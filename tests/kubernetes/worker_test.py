@@ -11,17 +11,17 @@ import pytest
 import yaml
 from kmock import Response, namespace  # type: ignore[attr-defined]
 
-from activities.host_manager import ProbeActivities
-from activities.hosts import default_manager
-from activities.hosts.kubernetes import KubernetesAccess, KubernetesConfigError, connect
-from kruntimes.config import parse_config
-from kruntimes.lifecycle import PlatformInfo, ProbeInput, ready_host
-from kruntimes.temporal import TemporalSettings
+from kruntimes.activities.host_manager import ProbeActivities
+from kruntimes.activities.hosts import default_manager
+from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesConfigError, connect
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import PlatformInfo, ProbeInput, ready_host
+from kruntimes.temporal.connect import TemporalSettings
+from kruntimes.workers.worker import WorkerSettings, kubernetes_hosts, parse_args, settings_from
 from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.pki import TestPKI
 from tests.waiting import eventually
-from workers.worker import WorkerSettings, kubernetes_hosts, parse_args, settings_from
 
 
 def runtimes_file(tmp_path, **template) -> str:

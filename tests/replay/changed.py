@@ -10,8 +10,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.status import RunStatus
-    from kruntimes.lifecycle import RunInput
-    from workflows.run import RunWorkflow
+    from kruntimes.contracts.lifecycle import RunInput
+    from kruntimes.workflows.run import RunWorkflow
 
 
 @workflow.defn(name="RunWorkflow")

@@ -30,15 +30,13 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
-from activities.hosts import ProcessProvider
-from activities.hosts.process import list_records, stop_all
+from kruntimes.activities.hosts import ProcessProvider
+from kruntimes.activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.hosts import HostSpec
-from kruntimes.lifecycle import (
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import (
     QUERY_HOST,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
@@ -61,10 +59,14 @@ from kruntimes.lifecycle import (
     run_workflow_id,
     scheduled_workflow_id,
 )
+from kruntimes.contracts.providers import HostSpec
+from kruntimes.decisions.scheduling.model import HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import HostState
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.temporal.connect import TemporalSettings, connect
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workflows.run import ADMIT_GRACE
 from tests import waiting
 from tests.pki import TestPKI
 from tests.procs import frozen
@@ -79,8 +81,6 @@ from tests.workflows.platform_hosts import (
     start_supervisor,
     tell_pool,
 )
-from workers.worker import WorkerSettings, running_workers
-from workflows.run import ADMIT_GRACE
 
 HISTORIES = Path(__file__).parent / "histories"
 TTL = {"ttlSecondsAfterFinished": 1}  # finished Runs close a second later: complete histories

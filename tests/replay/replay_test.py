@@ -26,9 +26,9 @@ from temporalio.worker import (
 )
 from temporalio.workflow import ChildWorkflowHandle, NondeterminismError
 
-from kruntimes.hostlife import HostEnd
-from kruntimes.lifecycle import STATUS_MEMO
-from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.contracts.lifecycle import STATUS_MEMO
+from kruntimes.decisions.hostlife import HostEnd
+from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.wire import search
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from tests.replay.registered import WORKFLOWS

@@ -18,11 +18,11 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.sandbox.identity import processes_of
+from kruntimes.runtime.sandbox.policy import SandboxSettings
+from kruntimes.runtime.server import RuntimeHost
 from kruntimes.wire.reasons import reason_of
-from runtime.limits import ProcessLimits
-from runtime.sandbox.identity import processes_of
-from runtime.sandbox.policy import SandboxSettings
-from runtime.server import RuntimeHost
 from tests.pki import TestPKI
 from tests.procs import alive
 from tests.runtime_hosts import loopback_host

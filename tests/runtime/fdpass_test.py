@@ -1,4 +1,4 @@
-"""kruntimes.fdpass: what both call launchers take from their socket — a message with exactly
+"""kruntimes.system.fdpass: what both call launchers take from their socket — a message with exactly
 its descriptors, end of file, or a ValueError (the descriptors of a malformed one closed)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kruntimes import fdpass
+from kruntimes.system import fdpass
 
 
 @pytest.fixture

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.server import Gateway, GatewayOptions
+from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.server import Gateway, GatewayOptions
 from kruntimes.pki import PeerTLS, Role
-from kruntimes.tls import ensure_tls
-from runtime import discovery
-from runtime.discovery import GatewayDiscovery, resolve_all, split_target
-from runtime.heartbeat import HeartbeatSender
+from kruntimes.pki.local import ensure_tls
+from kruntimes.runtime import discovery
+from kruntimes.runtime.discovery import GatewayDiscovery, resolve_all, split_target
+from kruntimes.runtime.heartbeat import HeartbeatSender
+from kruntimes.workers import host as host_main
 from tests.pki import TestPKI
 from tests.waiting import eventually
-from workers import host as host_main
 
 NAME, PORT = "gateways.krt.test", 9443
 TARGET = f"dns+all://{NAME}:{PORT}"

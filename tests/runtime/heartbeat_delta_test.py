@@ -8,12 +8,12 @@ from __future__ import annotations
 import random
 import uuid
 
-from gateway.routes import Route, RouteCache
-from kruntimes.assignments import Verifier
+from kruntimes.gateway.routes import Route, RouteCache
 from kruntimes.pki import Identity, PeerTLS, Role
+from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from runtime.heartbeat import HeartbeatSender
+from kruntimes.runtime.heartbeat import HeartbeatSender
 from tests.beats import registration
 from tests.pki import TestPKI
 

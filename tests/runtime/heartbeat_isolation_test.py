@@ -12,7 +12,7 @@ import grpc
 
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
-from runtime.service import isolation_message
+from kruntimes.runtime.service import isolation_message
 from tests.pki import TestPKI
 from tests.runtime_hosts import loopback_host
 

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.server import HostConfigError, HostOptions, RuntimeHost
+from kruntimes.runtime.server import HostConfigError, HostOptions, RuntimeHost
 from tests.pki import TestPKI
 from tests.procs import alive
 from tests.runtime.conftest import IDENTITY, function_gone, inline
@@ -55,11 +55,11 @@ def register_identity_function(
 def host_process(
     tmp_path: Path, host_id: str, pki: TestPKI
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
-    """`python -m workers.host` (its ports picked at run time) and what it wrote to its ready file;
+    """`python -m kruntimes.workers.host` (its ports picked at run time) and what it wrote to its ready file;
     killed at the end if it still runs."""
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.host", "--host-id", host_id, "--runtime", "python"]
+        [sys.executable, "-m", "kruntimes.workers.host", "--host-id", host_id, "--runtime", "python"]
         + ["--state-dir", str(tmp_path / "state"), "--ready-file", str(ready), *pki.host_args(host_id)],
         stderr=subprocess.DEVNULL,
     )
@@ -130,7 +130,7 @@ def test_a_host_starts_only_with_its_own_certificate_and_the_assignment_key(
         RuntimeHost(HostOptions(**base, tls=pki.host_tls("t-2"), assignments=pki.verifier()))  # type: ignore[arg-type]
     # and `krt host` refuses to start without them
     done = subprocess.run(
-        [sys.executable, "-m", "workers.host", "--host-id", "t-1", "--runtime", "python"]
+        [sys.executable, "-m", "kruntimes.workers.host", "--host-id", "t-1", "--runtime", "python"]
         + ["--state-dir", str(tmp_path / "state")],
         capture_output=True,
         timeout=60,

@@ -21,14 +21,14 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.runtime import lanes as runtime_lanes
+from kruntimes.runtime.lanes import LANE_IDLE_S, Lane, Lanes, _cpu_share
+from kruntimes.runtime.limits import ProcessLimits
+from kruntimes.runtime.registry import Registration
+from kruntimes.runtime.sandbox.child import SandboxSpec
+from kruntimes.runtime.sandbox.identity import processes_of
+from kruntimes.runtime.spawner import Exit, SpawnSpec
 from kruntimes.wire import krm as contract
-from runtime import lanes as runtime_lanes
-from runtime.lanes import LANE_IDLE_S, Lane, Lanes, _cpu_share
-from runtime.limits import ProcessLimits
-from runtime.registry import Registration
-from runtime.sandbox.child import SandboxSpec
-from runtime.sandbox.identity import processes_of
-from runtime.spawner import Exit, SpawnSpec
 from tests.gated import HOLDER
 from tests.locks import lock_free
 from tests.pki import TestPKI
@@ -253,7 +253,7 @@ def test_a_call_cannot_signal_away_or_trace_its_launcher(lane_host: Host) -> Non
 def test_the_launchers_die_when_the_host_is_killed(tmp_path: Path, pki: TestPKI) -> None:
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.host", "--host-id", "lanes-1", "--runtime", "krm"]
+        [sys.executable, "-m", "kruntimes.workers.host", "--host-id", "lanes-1", "--runtime", "krm"]
         + [
             "--state-dir",
             str(tmp_path / "state"),

@@ -5,7 +5,7 @@ per registration itself."""
 from __future__ import annotations
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from runtime.watch import Health, HostWatch, LossCursor
+from kruntimes.runtime.watch import Health, HostWatch, LossCursor
 
 READY = pb.REGISTRATION_PHASE_READY
 NOT_READY = pb.REGISTRATION_PHASE_NOT_READY

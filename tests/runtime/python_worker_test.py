@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kruntimes.api import outputs as api_outputs
-from runtime import framing
-from runtime.adapters.python_worker import encode_result
+from kruntimes.runtime import framing
+from kruntimes.runtime.adapters.python_worker import encode_result
 
 
 def _reference(result: Any) -> tuple[int, bytes]:

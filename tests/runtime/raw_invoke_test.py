@@ -16,15 +16,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 
-from gateway.raw import RawClient, RawError
-from gateway.routes import RouteCache
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.gateway.raw import RawClient, RawError
+from kruntimes.gateway.routes import RouteCache
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.runtime.server import MAX_MESSAGE_BYTES
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason, trailer
-from runtime.server import MAX_MESSAGE_BYTES
 from tests.beats import heartbeat, registration
 from tests.pki import TestPKI
 from tests.runtime.conftest import Host, reason
@@ -462,7 +462,7 @@ class _FakeUpstreams:
     async def invoke_grpc(
         self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
     ) -> pb.InvokeFunctionResponse:
-        from gateway.invoke import NotConnected
+        from kruntimes.gateway.invoke import NotConnected
 
         self.calls.append(f"grpc {address} {host.name}")
         if self.failure == NOT_SENT:
@@ -493,8 +493,8 @@ NOT_SENT = (grpc.StatusCode.UNAVAILABLE, "", "not sent")  # the connection was n
 def test_the_raw_path_and_the_grpc_fallback_answer_alike(
     pki: TestPKI, failure: tuple[grpc.StatusCode, str, str] | None
 ) -> None:
-    from gateway.errors import GatewayError
-    from gateway.invoke import InvokeHandler
+    from kruntimes.gateway.errors import GatewayError
+    from kruntimes.gateway.invoke import InvokeHandler
 
     uid = str(uuid.uuid4())
 

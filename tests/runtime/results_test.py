@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kruntimes.api import outputs as api_outputs
-from runtime.outcome import Outcome, Status
-from runtime.results import check_outputs
+from kruntimes.runtime.outcome import Outcome, Status
+from kruntimes.runtime.results import check_outputs
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kruntimes import secrets
+from kruntimes.config import secret_store as secrets
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.runtime.conftest import Host, inline, reason
 

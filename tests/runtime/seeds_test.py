@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from runtime.sandbox.child import SandboxSpec, growth
-from runtime.sandbox.fsview import Op
+from kruntimes.runtime.sandbox.child import SandboxSpec, growth
+from kruntimes.runtime.sandbox.fsview import Op
 from tests.runtime.conftest import Host
 from tests.waiting import wait_until
 

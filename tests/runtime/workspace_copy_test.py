@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kruntimes.api.limits import MAX_SOURCE_DIR_BYTES
-from runtime.workspace import SourceError, SourcePolicy, open_source, prepare
+from kruntimes.runtime.workspace import SourceError, SourcePolicy, open_source, prepare
 
 OTHER_UID = 64_000  # a uid that owns nothing here
 

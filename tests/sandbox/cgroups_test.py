@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from runtime.sandbox import cgroups
+from kruntimes.runtime.sandbox import cgroups
 from tests.sandbox.conftest import needs_root
 from tests.waiting import wait_until
 

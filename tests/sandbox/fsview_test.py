@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from runtime.sandbox.fsview import Op, plan
+from kruntimes.runtime.sandbox.fsview import Op, plan
 
 
 def _tree(modes: dict[str, int]):

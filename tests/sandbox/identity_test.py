@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, present, processes_of
+from kruntimes.runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, present, processes_of
 from tests.sandbox.conftest import needs_root
 from tests.waiting import wait_until
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.scheduling.admission import provider_name, select_provider
-from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
-from kruntimes.scheduling.model import (
+from kruntimes.decisions.scheduling.admission import provider_name, select_provider
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
+from kruntimes.decisions.scheduling.model import (
     SHARED_POLICY,
     AssignToInstance,
     HostState,

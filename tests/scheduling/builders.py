@@ -6,8 +6,8 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kruntimes.scheduling.admission import admit
-from kruntimes.scheduling.model import (
+from kruntimes.decisions.scheduling.admission import admit
+from kruntimes.decisions.scheduling.model import (
     SHARED_POLICY,
     AdmissionRequest,
     Decision,

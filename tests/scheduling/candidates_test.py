@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.scheduling.admission import candidates, free_slots
-from kruntimes.scheduling.model import HostState, TenancyMode, TenantPolicy
+from kruntimes.decisions.scheduling.admission import candidates, free_slots
+from kruntimes.decisions.scheduling.model import HostState, TenancyMode, TenantPolicy
 
 from .builders import dedicated, fill, host, hybrid, request, reservation
 

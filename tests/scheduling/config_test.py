@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from kruntimes.config import (
+from kruntimes.config.platform import (
     ConfigError,
     PlatformConfig,
     RuntimeConfig,
@@ -15,7 +15,7 @@ from kruntimes.config import (
     load_config,
     parse_config,
 )
-from kruntimes.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
+from kruntimes.decisions.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
 
 
 def problems(data):

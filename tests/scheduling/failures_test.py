@@ -7,7 +7,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from kruntimes.scheduling.failures import (
+from kruntimes.decisions.scheduling.failures import (
     DEFAULT_RETRYABLE,
     FailureReason,
     ProviderError,

@@ -1,4 +1,4 @@
-"""kruntimes.hostlife: the host state machine, what a watch concludes, registration losses, stuck
+"""kruntimes.decisions.hostlife: the host state machine, what a watch concludes, registration losses, stuck
 hosts, idle tracking and the scale-in choice (with properties over generated pools)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kruntimes.hostlife import (
+from kruntimes.decisions.hostlife import (
     LossReason,
     LostBecause,
     Probe,
@@ -24,7 +24,7 @@ from kruntimes.hostlife import (
     stuck_at,
     track_idle,
 )
-from kruntimes.scheduling.model import Host, HostState, TenancyMode
+from kruntimes.decisions.scheduling.model import Host, HostState, TenancyMode
 from tests.scheduling.builders import T0, dedicated, fill, host, reservation
 
 S = HostState

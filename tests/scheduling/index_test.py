@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from kruntimes.scheduling.admission import (
+from kruntimes.decisions.scheduling.admission import (
     ReservationConflict,
     ReservationIndex,
     admit,
@@ -17,7 +17,7 @@ from kruntimes.scheduling.admission import (
     reserve,
     reserve_in,
 )
-from kruntimes.scheduling.model import Reservation
+from kruntimes.decisions.scheduling.model import Reservation
 
 from .builders import T0, dedicated, fill, host, request
 

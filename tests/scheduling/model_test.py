@@ -9,8 +9,8 @@ from pydantic import BaseModel, ValidationError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from kruntimes.api.limits import MAX_STATUS_MESSAGE_BYTES
-from kruntimes.scheduling import model
-from kruntimes.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
+from kruntimes.decisions.scheduling import model
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
 
 from .builders import DEDICATED_A, HYBRID_B, T0, host, request, reservation, scale_out
 

@@ -11,8 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kruntimes.scheduling import model
-from kruntimes.scheduling.admission import (
+from kruntimes.decisions.scheduling import model
+from kruntimes.decisions.scheduling.admission import (
     candidates,
     next_from_queue,
     release,

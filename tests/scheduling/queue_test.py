@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kruntimes.scheduling.admission import next_from_queue, withdraw
-from kruntimes.scheduling.model import AssignToInstance, HostState
+from kruntimes.decisions.scheduling.admission import next_from_queue, withdraw
+from kruntimes.decisions.scheduling.model import AssignToInstance, HostState
 
 from .builders import dedicated, fill, host, hybrid, request, reservation
 

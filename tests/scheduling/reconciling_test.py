@@ -1,4 +1,4 @@
-"""kruntimes.reconciling.plan: each kind of orphan found and repaired, and what is younger than
+"""kruntimes.decisions.reconciling.plan: each kind of orphan found and repaired, and what is younger than
 the grace period (being created right now) or still held left alone."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from kruntimes.hosts import CreatedHost
-from kruntimes.reconciling import (
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.reconciling import (
     PACE,
     PACED_MAX_S,
     HostSeen,

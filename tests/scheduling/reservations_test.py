@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from kruntimes.scheduling.admission import (
+from kruntimes.decisions.scheduling.admission import (
     ReservationConflict,
     assignment_overdue,
     free_slots,
@@ -16,7 +16,7 @@ from kruntimes.scheduling.admission import (
     reserve,
     withdraw,
 )
-from kruntimes.scheduling.model import HostState, ScaleOutStatus, TenancyMode
+from kruntimes.decisions.scheduling.model import HostState, ScaleOutStatus, TenancyMode
 
 from .builders import DEDICATED_A, T0, dedicated, fill, host, hybrid, request, reservation, scale_out
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.scheduling.admission import is_visible, visible_hosts
-from kruntimes.scheduling.model import HostState, TenancyMode, TenantPolicy
+from kruntimes.decisions.scheduling.admission import is_visible, visible_hosts
+from kruntimes.decisions.scheduling.model import HostState, TenancyMode, TenantPolicy
 
 from .builders import dedicated, host, hybrid, request
 

@@ -14,7 +14,7 @@ import time
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.clientconfig import ClientConfig
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.runs import Runs
 
 
@@ -54,7 +54,7 @@ async def main(address: str, runtime: str, count: int, in_flight: int) -> None:
 if __name__ == "__main__":
     address, runtime, count, in_flight = sys.argv[1:5]
     asyncio.run(main(address, runtime, int(count), int(in_flight)))
-    # As `krt` does (kruntimes/cli.py main): the Temporal client's Rust threads can crash the
+    # As `krt` does (kruntimes/cli/main.py main): the Temporal client's Rust threads can crash the
     # interpreter's teardown (SIGSEGV, SIGABRT) after the work is done; the answer is printed,
     # so the process leaves without a teardown.
     sys.stdout.flush()

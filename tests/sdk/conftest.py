@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kruntimes.client import Client
+from kruntimes.sdk.client import Client
 from tests.sdk.stack import Platform
 
 

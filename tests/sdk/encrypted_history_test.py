@@ -10,7 +10,7 @@ import pytest
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client, RunFailed
+from kruntimes.sdk.client import Client, RunFailed
 from tests.sdk.stack import Platform, history_json, manifest, unique
 
 SECRET = "hunter2-db-password-7f3a"

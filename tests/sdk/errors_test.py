@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 import kruntimes
-from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.devserver import free_port
-from kruntimes.lifecycle import TASK_QUEUE
+from kruntimes.contracts.lifecycle import TASK_QUEUE
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.invoke import parse_answer
 from kruntimes.sdk.runs import differences, prepare
+from kruntimes.temporal.devserver import free_port
 from tests.sdk.stack import manifest
 
 

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from kruntimes.api.run import Run
-from kruntimes.client import (
+from kruntimes.contracts.lifecycle import invoke_url
+from kruntimes.sdk.client import (
     Busy,
     Client,
     FunctionNotFound,
@@ -18,7 +19,6 @@ from kruntimes.client import (
     RunObject,
     Unauthorized,
 )
-from kruntimes.lifecycle import invoke_url
 from tests.sdk.stack import FAILING, OTHER_TOKEN, RUNTIME, SLEEPY, TASK, Platform, manifest, unique
 from tests.waiting import eventually
 

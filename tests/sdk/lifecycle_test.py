@@ -12,7 +12,8 @@ import temporalio.client
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import (
+from kruntimes.contracts.lifecycle import TASK_QUEUE, RunInput, run_workflow_id
+from kruntimes.sdk.client import (
     Client,
     HostNotFound,
     RunAlreadyExists,
@@ -21,7 +22,6 @@ from kruntimes.client import (
     SpecConflict,
     WaitTimeout,
 )
-from kruntimes.lifecycle import TASK_QUEUE, RunInput, run_workflow_id
 from kruntimes.sdk.runs import Runs
 from tests.sdk.moves import moved_off
 from tests.sdk.stack import TASK, Platform, manifest, unique

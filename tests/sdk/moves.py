@@ -6,7 +6,7 @@ import asyncio
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import RunStatus
-from kruntimes.client import Client
+from kruntimes.sdk.client import Client
 
 
 async def moved_off(krt: Client, name: str, host_uid: str, within: float = 60.0) -> RunStatus:

@@ -18,10 +18,10 @@ from temporalio.exceptions import ApplicationError
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.client import Client, RunNotFound
-from kruntimes.codec import ENCODING
-from kruntimes.devserver import temporal_binary
-from kruntimes.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
+from kruntimes.contracts.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
+from kruntimes.sdk.client import Client, RunNotFound
+from kruntimes.temporal.codec import ENCODING
+from kruntimes.temporal.devserver import temporal_binary
 from tests.sdk.stack import TASK, Platform, manifest, unique
 
 KEEP = {"ttlSecondsAfterFinished": 120}

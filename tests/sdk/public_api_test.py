@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import kruntimes
-import kruntimes.client
+import kruntimes.sdk.client
 from kruntimes.api.run import Run
 
 # Each exported error → the exported error it derives from, as kruntimes.sdk.errors draws the tree.
@@ -39,19 +39,19 @@ def test_kruntimes_exports_the_client_its_errors_and_results_and_run() -> None:
 
 
 def test_kruntimes_client_exports_the_client_its_errors_and_results() -> None:
-    assert kruntimes.client.__all__ == sorted(kruntimes.client.__all__)
-    assert set(kruntimes.client.__all__) == {"Client", *ERRORS, *RESULTS}
+    assert kruntimes.sdk.client.__all__ == sorted(kruntimes.sdk.client.__all__)
+    assert set(kruntimes.sdk.client.__all__) == {"Client", *ERRORS, *RESULTS}
 
 
 def test_each_exported_name_resolves_to_its_one_definition() -> None:
-    for name in kruntimes.client.__all__:
+    for name in kruntimes.sdk.client.__all__:
         value = getattr(kruntimes, name)
-        assert value is getattr(kruntimes.client, name), name
+        assert value is getattr(kruntimes.sdk.client, name), name
         assert value.__name__ == name
         assert (
             value.__module__
             == {
-                "Client": "kruntimes.client",
+                "Client": "kruntimes.sdk.client",
                 **dict.fromkeys(ERRORS, "kruntimes.sdk.errors"),
                 **dict.fromkeys(RESULTS, "kruntimes.sdk.results"),
             }[name]
@@ -79,15 +79,13 @@ def _printed(code: str) -> list[str]:
 
 def test_importing_kruntimes_stays_cheap_and_exports_client_lazily() -> None:
     code = (
-        "import sys, kruntimes; from kruntimes import logs, api;"  # submodules, asked of the package first
-        "print('temporalio' in sys.modules, 'kruntimes.client' in sys.modules);"
+        "import sys, kruntimes; from kruntimes.system import logs; from kruntimes import api;"  # submodules, asked of the package first
+        "print('temporalio' in sys.modules, 'kruntimes.sdk.client' in sys.modules);"
         "print(kruntimes.Client.__module__)"
     )
-    assert _printed(code) == ["False", "False", "kruntimes.client"]
+    assert _printed(code) == ["False", "False", "kruntimes.sdk.client"]
 
 
 def test_importing_the_client_module_loads_no_client_library() -> None:
-    code = (
-        "import sys, kruntimes.client; print(*(m in sys.modules for m in ('temporalio', 'aiohttp', 'grpc')))"
-    )
+    code = "import sys, kruntimes.sdk.client; print(*(m in sys.modules for m in ('temporalio', 'aiohttp', 'grpc')))"
     assert _printed(code) == ["False", "False", "False"]

@@ -16,11 +16,11 @@ import yaml
 
 from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
 from kruntimes.api.run import Run
-from kruntimes.client import Client
-from kruntimes.codec import ENCODING
-from kruntimes.lifecycle import SCHEDULED_STAMP, schedule_id
+from kruntimes.contracts.lifecycle import SCHEDULED_STAMP, schedule_id
+from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import InvalidSchedule, ScheduleAlreadyExists, ScheduleNotFound
 from kruntimes.sdk.schedules import check_cron, parse_duration
+from kruntimes.temporal.codec import ENCODING
 from tests.cli.conftest import krt as krt_cli
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import TASK, Platform, manifest, unique

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from kruntimes import clientconfig
-from kruntimes.devserver import temporal_binary
-from kruntimes.hosts import HostDefaults
-from kruntimes.lifecycle import run_workflow_id
+from kruntimes.contracts.lifecycle import run_workflow_id
+from kruntimes.contracts.providers import HostDefaults
+from kruntimes.sdk import config as clientconfig
+from kruntimes.temporal.devserver import temporal_binary
 from tests.pki import TestPKI
 from tests.stack import Stack, inline_manifest, running_stack
 
@@ -112,7 +112,7 @@ async def history_json(platform: Platform, name: str) -> str:
 
 async def delete_runs(platform: Platform) -> None:
     """Delete every Run a test left, so its slots are free for the next test."""
-    from kruntimes.client import Client
+    from kruntimes.sdk.client import Client
 
     async with Client(platform.config) as client:
         runs = await client.list()

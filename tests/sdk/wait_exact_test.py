@@ -14,15 +14,15 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client as TemporalClient
 
-from activities.hosts.process import stop_all
+from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import PlatformInfo, run_workflow_id
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import PlatformInfo, run_workflow_id
+from kruntimes.temporal.connect import TemporalSettings, connect
+from kruntimes.temporal.devserver import DevServer
 from kruntimes.wire import search
+from kruntimes.workers.worker import WorkerSettings, running_workers
 from tests.pki import TestPKI
-from workers.worker import WorkerSettings, running_workers
 
 RUNTIME = "bash-wait"
 RUNS = 200

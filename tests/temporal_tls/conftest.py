@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client as TemporalClient
 
-from kruntimes.devserver import DevServer
-from kruntimes.temporal import TemporalSettings, connect
+from kruntimes.temporal.connect import TemporalSettings, connect
+from kruntimes.temporal.devserver import DevServer
 from tests.temporal_tls.pki import Pair, Pki, make_pki
 from tests.temporal_tls.proxy import TemporalProxy
 

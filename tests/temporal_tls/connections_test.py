@@ -19,13 +19,13 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from kruntimes import clientconfig
-from kruntimes.client import Client
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.lifecycle import run_workflow_id
+from kruntimes.contracts.lifecycle import run_workflow_id
+from kruntimes.pki.local import ensure_tls
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.client import Client
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import ConfigError
-from kruntimes.temporal import connect
-from kruntimes.tls import ensure_tls
+from kruntimes.temporal.connect import connect
 from kruntimes.wire import search_typed
 from tests.pki import GATEWAY, TestPKI
 from tests.temporal_tls.conftest import (
@@ -40,7 +40,7 @@ from tests.temporal_tls.conftest import (
 )
 from tests.waiting import eventually
 
-UNREACHABLE = 4  # kruntimes.cli's exit code for a ConfigError
+UNREACHABLE = 4  # kruntimes.cli.main's exit code for a ConfigError
 WAIT_S = 30.0
 
 
@@ -103,7 +103,7 @@ async def test_the_cli_connects_with_krt_variables(
     stack: Stack, access: dict[str, Access], name: str
 ) -> None:
     code, out, err = await run(
-        ["-m", "workers.krt", "run", "list", "-o", "json"], env=cli_env(stack, access[name].env())
+        ["-m", "kruntimes.workers.krt", "run", "list", "-o", "json"], env=cli_env(stack, access[name].env())
     )
     assert code == 0, err
     assert json.loads(out)["kind"] == "RunList"
@@ -114,11 +114,11 @@ async def test_the_cli_connects_with_krt_variables(
 async def test_the_cli_connects_with_client_json(stack: Stack, access: dict[str, Access], name: str) -> None:
     env = cli_env(stack, {})
     clientconfig.write(Path(env["KRT_STATE_DIR"]), ClientConfig(**access[name].client_json()))
-    code, out, err = await run(["-m", "workers.krt", "run", "list", "-o", "json"], env=env)
+    code, out, err = await run(["-m", "kruntimes.workers.krt", "run", "list", "-o", "json"], env=env)
     assert code == 0, err
     secret_free(out + err)
     # `krt config view` shows where it connects, and no secret
-    code, out, err = await run(["-m", "workers.krt", "config", "view", "-o", "json"], env=env)
+    code, out, err = await run(["-m", "kruntimes.workers.krt", "config", "view", "-o", "json"], env=env)
     assert code == 0, err
     assert json.loads(out)["temporalAddress"] == access[name].proxy.address
     secret_free(out + err)
@@ -128,7 +128,9 @@ async def test_the_cli_connects_with_client_json(stack: Stack, access: dict[str,
 async def test_the_cli_is_refused_without_the_right_credentials(
     stack: Stack, access: dict[str, Access], name: str
 ) -> None:
-    code, out, err = await run(["-m", "workers.krt", "run", "list"], env=cli_env(stack, access[name].env()))
+    code, out, err = await run(
+        ["-m", "kruntimes.workers.krt", "run", "list"], env=cli_env(stack, access[name].env())
+    )
     assert code == UNREACHABLE, (code, err)
     assert "cannot reach Temporal" in err
     secret_free(out + err)
@@ -154,7 +156,7 @@ def worker_argv(stack: Stack, how: Access, queue: str, pki: TestPKI) -> list[str
     trust = pki.worker_trust()
     return [
         "-m",
-        "workers.worker",
+        "kruntimes.workers.worker",
         *how.flags(),
         *("--peer-tls", str(trust.peer_tls), "--assignment-key", str(trust.assignment_key)),
         *("--platform-ca", str(trust.platform_ca)),
@@ -232,7 +234,16 @@ def gateway_argv(stack: Stack, how: Access, ready: Path, pki: TestPKI) -> tuple[
     tokens.write_text(f'{token},alice,1000,"devs"\n')
     tokens.chmod(0o600)
     bindings.write_text("bindings:\n  - namespace: default\n    users: [alice]\n")
-    argv = ["-m", "gateway", "--listen", "127.0.0.1:0", "--cert", str(tls.cert), "--key", str(tls.key)]
+    argv = [
+        "-m",
+        "kruntimes.gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        str(tls.cert),
+        "--key",
+        str(tls.key),
+    ]
     argv += ["--token-file", str(tokens), "--role-bindings", str(bindings), "--ready-file", str(ready)]
     argv += ["--peer-tls", str(pki.directory(GATEWAY)), "--assignment-public-key", str(pki.public_key)]
     return [*argv, *how.flags(), "--log-level", "warning"], token

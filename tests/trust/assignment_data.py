@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from kruntimes.assignments import Assignment
+from kruntimes.pki.assignments import Assignment
 
 ASSIGNMENT = Assignment(
     run_uid=str(uuid.uuid4()),

@@ -1,4 +1,4 @@
-"""Signed assignments (kruntimes.assignments): what the control plane signs, and that no change
+"""Signed assignments (kruntimes.pki.assignments): what the control plane signs, and that no change
 to any field, byte or key gets past a verifier."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 
-from kruntimes.assignments import AssignmentError, Signer, Verifier
+from kruntimes.pki.assignments import AssignmentError, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.trust.assignment_data import ASSIGNMENT
 

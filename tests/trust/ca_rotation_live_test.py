@@ -24,8 +24,7 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.server import Gateway
-from kruntimes.assignments import Assignment, Signer, Verifier
+from kruntimes.gateway.server import Gateway
 from kruntimes.pki import (
     CA_CERT,
     TLS_CERT,
@@ -36,13 +35,14 @@ from kruntimes.pki import (
     Role,
 )
 from kruntimes.pki import rotation as ca_rotation
+from kruntimes.pki.assignments import Assignment, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.workers.embedded.layout import Layout, ensure_pki
+from kruntimes.workers.embedded.supervise import renew_platform_certificates
 from tests.pki import presented_serial
 from tests.trust.hop import echo_registration, host_process, token_gateway
 from tests.waiting import eventually
-from workers.embedded.layout import Layout, ensure_pki
-from workers.embedded.supervise import renew_platform_certificates
 
 LIFETIME = dt.timedelta(hours=1)  # every certificate's; the phases are reached by the clock given
 TOKEN = f"tok-ca-rotation-{uuid.uuid4().hex}"

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from kruntimes.pki import PeerAuthorization, PeerTLS, Role, peer_identity
+from kruntimes.runtime.service import ALLOWED_ROLES, DEFAULT_ROLES
 from kruntimes.wire.reasons import reason_of
-from runtime.service import ALLOWED_ROLES, DEFAULT_ROLES
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
 SERVICE = "kruntimes.rpc.v1.FunctionRuntime"

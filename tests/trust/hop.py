@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
-from gateway.server import Gateway
-from kruntimes.assignments import Verifier
+from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.server import Gateway
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, PeerTLS
+from kruntimes.pki.assignments import Verifier
+from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.tls import ensure_tls
 from tests.stack import local_gateway_options
 from tests.waiting import eventually
 
@@ -53,14 +53,14 @@ def token_gateway(root: Path, token: str, *, peer_tls: PeerTLS, assignments: Ver
 async def host_process(
     root: Path, host_id: str, *, tls: Path, gateway: Gateway
 ) -> AsyncIterator[dict[str, Any]]:
-    """`python -m workers.host` as python host `host_id` with the certificate directory `tls`
+    """`python -m kruntimes.workers.host` as python host `host_id` with the certificate directory `tls`
     (its assignment public key beside the certificate), heartbeating to `gateway` every 0.2 s;
     what it wrote to its ready file. Stopped at the end (SIGTERM, then SIGKILL)."""
     ready = root / f"{host_id}.ready.json"
     log_path = root / f"{host_id}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.host", "--host-id", host_id, "--runtime", "python"]
+            [sys.executable, "-m", "kruntimes.workers.host", "--host-id", host_id, "--runtime", "python"]
             + ["--state-dir", str(root / f"{host_id}.state"), "--ready-file", str(ready)]
             + ["--gateway", gateway.heartbeat_address, "--heartbeat-interval", "0.2"]
             + ["--peer-tls", str(tls), "--assignment-public-key", str(tls / ASSIGNMENT_PUBLIC_KEY)],

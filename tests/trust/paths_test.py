@@ -1,4 +1,4 @@
-"""kruntimes.paths.under: a path made of identifiers stays under its root, or is refused."""
+"""kruntimes.system.paths.under: a path made of identifiers stays under its root, or is refused."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kruntimes.paths import PathEscape, under
-from runtime import errors, workspace
+from kruntimes.runtime import errors, workspace
+from kruntimes.system.paths import PathEscape, under
 
 
 def test_plain_components_are_joined_under_the_root(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from kruntimes.pki import CA_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from runtime.server import HostOptions, RuntimeHost
+from kruntimes.runtime.server import HostOptions, RuntimeHost
 from tests.invoke_port import accepted
 from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 from tests.waiting import wait_until

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from gateway.routes import MAX_FAILED_VERIFICATIONS, DeltaWithoutBase, HeartbeatRefused, RouteCache
-from kruntimes.assignments import Verifier
+from kruntimes.gateway.routes import MAX_FAILED_VERIFICATIONS, DeltaWithoutBase, HeartbeatRefused, RouteCache
 from kruntimes.pki import Identity
+from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.beats import heartbeat, registration

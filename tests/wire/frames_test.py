@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.runtime.server import MAX_MESSAGE_BYTES
 from kruntimes.wire import frames
 from kruntimes.wire.frames import (
     MAX_LENGTH,
@@ -21,7 +22,6 @@ from kruntimes.wire.frames import (
     FrameError,
     RequestDecoder,
 )
-from runtime.server import MAX_MESSAGE_BYTES
 
 # No example database: tests must not write outside the tree they own.
 checked = settings(database=None, max_examples=200, deadline=None)

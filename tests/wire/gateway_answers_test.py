@@ -16,10 +16,6 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import auth, errors, openapi
-from gateway.answers import SUCCESS_STATUS, answer_body, parse_outputs
-from gateway.app import error_answer, gateway_error_answer, router_reason
-from gateway.bodies import ErrorBody, InvocationStatus, InvokeAnswer
 from kruntimes.api.limits import (
     MAX_INVOCATION_ERROR_MESSAGE_BYTES,
     MAX_LOG_BYTES,
@@ -28,6 +24,10 @@ from kruntimes.api.limits import (
     MAX_OUTPUTS_TOTAL_BYTES,
 )
 from kruntimes.api.outputs import OutputsError, validate_outputs
+from kruntimes.gateway import auth, errors, openapi
+from kruntimes.gateway.answers import SUCCESS_STATUS, answer_body, parse_outputs
+from kruntimes.gateway.app import error_answer, gateway_error_answer, router_reason
+from kruntimes.gateway.bodies import ErrorBody, InvocationStatus, InvokeAnswer
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason

@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from kruntimes.runtime import errors
+from kruntimes.runtime.service import status_code
 from kruntimes.wire import reasons
 from kruntimes.wire.reasons import GatewayReason, HostReason
-from runtime import errors
-from runtime.service import status_code
+from kruntimes.workflows.run import REGISTRATION_ERRORS
 from tests.wire.classes import tree
-from workflows.run import REGISTRATION_ERRORS
 
 
 def test_the_catalogue_imports_nothing_workflows_may_not() -> None:

@@ -15,16 +15,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import RunStatus
-from kruntimes.lifecycle import (
-    SIGNAL_CANCEL,
-    UPDATE_DELETE,
-    retention_workflow_id,
-)
+from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, UPDATE_DELETE, retention_workflow_id
+from kruntimes.workers.worker import RUN_WORKFLOWS, running_workers
+from kruntimes.workflows.run import RunWorkflow
 from tests.pki import TestPKI
 from tests.replay.changed import BeforeClosingRunWorkflow
 from tests.workflows.conftest import new_platform, run_manifest
-from workers.worker import RUN_WORKFLOWS, running_workers
-from workflows.run import RunWorkflow
 
 KEEP = {"ttlSecondsAfterFinished": 600}
 

@@ -18,16 +18,13 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.hosts import ProcessProvider
-from activities.hosts.process import stop_all
+from kruntimes.activities.hosts import ProcessProvider
+from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.known_runs import KnownRuns
-from kruntimes.lifecycle import (
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import (
     POOL_TASK_QUEUE,
     QUERY_STATUS,
     TASK_QUEUE,
@@ -38,13 +35,16 @@ from kruntimes.lifecycle import (
     ready_host,
     run_workflow_id,
 )
-from kruntimes.scheduling.model import Host
-from kruntimes.starting import start_run
-from kruntimes.temporal import TemporalSettings, connect, query_pool
+from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.decisions.scheduling.model import Host
+from kruntimes.sdk.starting import start_run
+from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.temporal.known_runs import KnownRuns
+from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workflows.run import RunWorkflow
 from tests.pki import TestPKI
 from tests.waiting import eventually
-from workers.worker import WorkerSettings, running_workers
-from workflows.run import RunWorkflow
 
 ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
 UNLOADABLE = "import nowhere_to_be_found\n"  # a handler whose module fails to load, every attempt
@@ -90,7 +90,7 @@ class Platform:
 
     async def start(self, run: Run, *, by_sdk: bool = False) -> WorkflowHandle[Any, RunStatus]:
         """Start a Run as plain Temporal does (the Run asks its pool for admission), or with
-        `by_sdk` as the SDK does (kruntimes.starting: the starter sends the admission)."""
+        `by_sdk` as the SDK does (kruntimes.sdk.starting: the starter sends the admission)."""
         queue = self.settings.run_task_queue
         if by_sdk:
             handle = await start_run(self.client, run, task_queue=queue)
@@ -252,7 +252,7 @@ def host_pids(state_dir: Path) -> list[int]:
 
 
 def temporal_list(dev_server: DevServer, query: str) -> list[str]:
-    from kruntimes.devserver import temporal_binary
+    from kruntimes.temporal.devserver import temporal_binary
 
     done = subprocess.run(
         [

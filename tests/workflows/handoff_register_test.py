@@ -8,13 +8,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.handoff import Register
+from kruntimes.activities.handoff import Register
 from kruntimes.api.phases import RunPhase
-from kruntimes.lifecycle import RegisterInput, RegisterResult
+from kruntimes.contracts.lifecycle import RegisterInput, RegisterResult
+from kruntimes.workers.worker import running_workers
 from tests.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest
 from tests.workflows.platform_hosts import address_of, invoke_on_host
-from workers.worker import running_workers
 
 ATTEMPTS = 10  # Runs created one after another until one is handed over in-process
 

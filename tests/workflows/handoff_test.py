@@ -1,4 +1,4 @@
-"""activities.handoff.HandoffActivities: the pool's answer and attempt 1's registration in-process."""
+"""kruntimes.activities.handoff.HandoffActivities: the pool's answer and attempt 1's registration in-process."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.handoff import REGISTER_SLOW, HandoffActivities, Mailbox, pools_polled_only_by
+from kruntimes.activities.handoff import REGISTER_SLOW, HandoffActivities, Mailbox, pools_polled_only_by
 from kruntimes.api.phases import RunPhase
-from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import POOL_TASK_QUEUE, AwaitAssignmentInput, RegisterInput, RegisterResult
-from kruntimes.temporal import connect
+from kruntimes.contracts.lifecycle import POOL_TASK_QUEUE, AwaitAssignmentInput, RegisterInput, RegisterResult
+from kruntimes.temporal.connect import connect
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.workers.worker import POOL_WORKFLOWS
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting
-from workers.worker import POOL_WORKFLOWS
 
 
 class Registrations:
@@ -128,7 +128,7 @@ async def _eventually(check: Callable[[], Awaitable[bool]], want: bool) -> None:
     raise AssertionError(f"never {want}")
 
 
-SLOW_LOAD_S = 8  # longer than the Run's workflow task timeout (kruntimes.starting: 5 s)
+SLOW_LOAD_S = 8  # longer than the Run's workflow task timeout (kruntimes.sdk.starting: 5 s)
 SLOW = f"import time\ntime.sleep({SLOW_LOAD_S})\ndef handle(p):\n    return p\n"
 
 

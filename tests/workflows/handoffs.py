@@ -1,4 +1,4 @@
-"""Helpers of the in-process handoff tests (activities.handoff): a pool's answer, and waiting until
+"""Helpers of the in-process handoff tests (kruntimes.activities.handoff): a pool's answer, and waiting until
 a Run waits for it in a Mailbox."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from activities.handoff import Mailbox
-from kruntimes.lifecycle import Assignment, PlatformInfo
+from kruntimes.activities.handoff import Mailbox
+from kruntimes.contracts.lifecycle import Assignment, PlatformInfo
 
 WAIT_BOUND_S = 10.0
 

@@ -16,16 +16,10 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from kruntimes.lifecycle import (
-    QUERY_HOST,
-    HostRecord,
-    HostResult,
-    WatchInput,
-    WatchResult,
-)
+from kruntimes.contracts.lifecycle import QUERY_HOST, HostRecord, HostResult, WatchInput, WatchResult
+from kruntimes.workflows.host import HostWorkflow
 from tests.waiting import eventually
 from tests.workflows.platform_hosts import carried_host
-from workflows.host import HostWorkflow
 
 
 class Watches:

@@ -15,14 +15,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.hosts.process import list_records, work_root
-from kruntimes import lifecycle
+from kruntimes.activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
-from kruntimes.hostlife import HostEnd
-from kruntimes.hosts import CreatedHost
+from kruntimes.contracts import lifecycle
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.hostlife import HostEnd
+from kruntimes.decisions.scheduling.model import HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import HostState
 from kruntimes.wire import search
 from tests.procs import alive, frozen
 from tests.workflows.conftest import Platform, run_manifest

@@ -1,4 +1,4 @@
-"""kruntimes.lifecycle_rules: the registration backoff and the idle timer's verdict."""
+"""kruntimes.decisions.runlife: the registration backoff and the idle timer's verdict."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from kruntimes.api.limits import MAX_BACKOFF_MULTIPLIER, MAX_BACKOFF_SECONDS, MAX_RETRY_LIMIT
 from kruntimes.api.spec import RetryPolicy
-from kruntimes.lifecycle import FunctionState
-from kruntimes.lifecycle_rules import (
+from kruntimes.contracts.lifecycle import FunctionState
+from kruntimes.decisions.runlife import (
     IdleExpired,
     IdleRearm,
     RegistrationGone,

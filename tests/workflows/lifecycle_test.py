@@ -14,8 +14,8 @@ from temporalio.client import WorkflowHandle
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import ConditionType, RunStatus
-from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
+from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
+from kruntimes.temporal.devserver import DevServer
 from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest, temporal_list
 from tests.workflows.platform_hosts import (
     address_of,
@@ -282,7 +282,7 @@ async def test_a_ready_run_whose_host_dies_recovers_on_a_new_host_with_a_new_att
     import os
     import signal
 
-    from activities.hosts.process import list_records
+    from kruntimes.activities.hosts.process import list_records
 
     async with platform_factory(python={"maxHosts": 2}) as platform:
         run = run_manifest("phoenix", runtime=platform.runtime())

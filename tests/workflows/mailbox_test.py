@@ -1,11 +1,11 @@
-"""activities.handoff.Mailbox: the pool's answers handed to Runs waiting in the same process."""
+"""kruntimes.activities.handoff.Mailbox: the pool's answers handed to Runs waiting in the same process."""
 
 from __future__ import annotations
 
 import asyncio
 
-from activities.handoff import Mailbox
-from kruntimes.lifecycle import AwaitAssignmentInput
+from kruntimes.activities.handoff import Mailbox
+from kruntimes.contracts.lifecycle import AwaitAssignmentInput
 from tests.workflows.handoffs import assignment, until_waiting
 
 

@@ -15,8 +15,7 @@ from temporalio.client import WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.hosts import CreatedHost
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     QUERY_HOST,
     SIGNAL_HOST_READY,
     HostInput,
@@ -28,9 +27,10 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     ready_host,
 )
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.scheduling.model import Host, HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.scheduling.model import Host, HostState
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, pool_host
 

@@ -12,11 +12,11 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.hosts.process import stop_all
+from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.lifecycle import SIGNAL_CANCEL, pool_workflow_id
+from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, pool_workflow_id
+from kruntimes.workflows.pool import PATCH_ONE_ALARM
 from tests.workflows.conftest import Platform, run_manifest
-from workflows.pool import PATCH_ONE_ALARM
 
 MARKER = "core_patch"
 

@@ -20,11 +20,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.hosts.process import stop_all
+from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.config import parse_config
-from kruntimes.devserver import DevServer
-from kruntimes.lifecycle import (
+from kruntimes.config.platform import parse_config
+from kruntimes.contracts.lifecycle import (
     POOL_READING_BACK,
     POOL_TASK_QUEUE,
     QUERY_HOST,
@@ -46,13 +45,14 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     slots_digest,
 )
-from kruntimes.scheduling.model import Host, HostState
-from kruntimes.temporal import DATA_CONVERTER, TemporalSettings, connect, query_pool
+from kruntimes.decisions.scheduling.model import Host, HostState
+from kruntimes.temporal.connect import DATA_CONVERTER, TemporalSettings, connect, query_pool
+from kruntimes.temporal.devserver import DevServer
+from kruntimes.workers.worker import WorkerSettings, pool_configs, running_workers
+from kruntimes.workflows.host import HostWorkflow
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import carried_host
-from workers.worker import WorkerSettings, pool_configs, running_workers
-from workflows.host import HostWorkflow
 
 
 @pytest.fixture

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle
 
-from activities.hosts.process import list_records, work_root
+from kruntimes.activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     QUERY_RECONCILE,
     UPDATE_COLLECT,
     ReconcileReport,
     host_workflow_id,
     reconcile_workflow_id,
 )
-from kruntimes.reconciling import PACE, next_round_in
+from kruntimes.decisions.reconciling import PACE, next_round_in
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.procs import alive
@@ -97,7 +97,7 @@ async def test_a_registration_of_a_run_whose_name_another_run_took_is_unregister
 async def test_a_round_reads_what_changed_and_a_stale_view_never_costs_a_live_run_its_slot(
     platform_factory,
 ) -> None:  # type: ignore[no-untyped-def]
-    """The reconciler keeps which Runs run across rounds (kruntimes.known_runs) and reads only what
+    """The reconciler keeps which Runs run across rounds (kruntimes.temporal.known_runs) and reads only what
     changed since its last round. A Run the hosts or the pool mention that its view does not show
     running under that run uid (here: the view lost it, or shows another Run of its name) is
     asked for itself, so a view that is behind never unregisters or releases a live Run."""

@@ -1,5 +1,5 @@
 """A Run whose first workflow task was completed before the worker had processed its handoff's
-result replays: its patches are decided at its start (workflows.run.PATCH_AT_START).
+result replays: its patches are decided at its start (kruntimes.workflows.run.PATCH_AT_START).
 
 The worker may complete a task whose local activity has finished (its marker recorded) before
 the workflow reacted to the result; the reaction (the Run's phase, its host) then comes in a
@@ -20,12 +20,12 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from kruntimes.api.phases import RunPhase
-from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.temporal.connect import DATA_CONVERTER
+from kruntimes.workers.worker import running_workers
+from kruntimes.workflows.run import PATCH_AT_START
 from tests.pki import TestPKI
 from tests.replay.registered import WORKFLOWS
 from tests.workflows.conftest import new_platform, run_manifest
-from workers.worker import running_workers
-from workflows.run import PATCH_AT_START
 
 COMMAND_EVENTS = {
     EventType.EVENT_TYPE_MARKER_RECORDED,

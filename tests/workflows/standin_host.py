@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.lifecycle import (
+    from kruntimes.contracts.lifecycle import (
         SIGNAL_HOST_COMMAND,
         SIGNAL_HOST_LOST,
         HostCommand,

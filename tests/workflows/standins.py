@@ -7,9 +7,8 @@ from datetime import datetime
 
 from temporalio import activity
 
-from activities.host_manager import DeleteHostInput
-from kruntimes.hosts import CreatedHost, HostSpec
-from kruntimes.lifecycle import (
+from kruntimes.activities.host_manager import DeleteHostInput
+from kruntimes.contracts.lifecycle import (
     CancelTaskInput,
     DeleteExecutionInput,
     FunctionState,
@@ -22,6 +21,7 @@ from kruntimes.lifecycle import (
     TaskResult,
     UnregisterInput,
 )
+from kruntimes.contracts.providers import CreatedHost, HostSpec
 from tests.hosts.standin import StandInProvider
 
 

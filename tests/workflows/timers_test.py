@@ -21,13 +21,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.handoff import HandoffActivities, Mailbox, Register
-from activities.signals import SignalActivities
+from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register
+from kruntimes.activities.signals import SignalActivities
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
-from kruntimes.config import RuntimeConfig
-from kruntimes.devserver import SEARCH_ATTRIBUTES
-from kruntimes.lifecycle import (
+from kruntimes.config.platform import RuntimeConfig
+from kruntimes.contracts.lifecycle import (
     POOL_TASK_QUEUE,
     QUERY_POOL,
     QUERY_STATUS,
@@ -50,16 +49,17 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
-from kruntimes.starting import admit, start_run
-from kruntimes.temporal import DATA_CONVERTER
+from kruntimes.sdk.starting import admit, start_run
+from kruntimes.temporal.connect import DATA_CONVERTER
+from kruntimes.temporal.devserver import SEARCH_ATTRIBUTES
+from kruntimes.workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
+from kruntimes.workflows.pool import RuntimePoolWorkflow
+from kruntimes.workflows.run import ADMIT_GRACE, RunWorkflow
 from tests.waiting import eventually
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting
 from tests.workflows.standin_host import StandInHostWorkflow
 from tests.workflows.standins import FakeHosts
-from workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
-from workflows.pool import RuntimePoolWorkflow
-from workflows.run import ADMIT_GRACE, RunWorkflow
 
 HOUR = 3600
 DAY = 24 * HOUR

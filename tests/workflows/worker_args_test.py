@@ -8,9 +8,9 @@ import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from kruntimes.config import RuntimeConfig
-from kruntimes.lifecycle import POOL_TASK_QUEUE, TASK_QUEUE, PoolConfig
-from workers.worker import DEFAULT_WORKFLOW_CACHE, parse_args, settings_from, worker_tuning
+from kruntimes.config.platform import RuntimeConfig
+from kruntimes.contracts.lifecycle import POOL_TASK_QUEUE, TASK_QUEUE, PoolConfig
+from kruntimes.workers.worker import DEFAULT_WORKFLOW_CACHE, parse_args, settings_from, worker_tuning
 
 TRUST = ["--peer-tls", "/pki/control-plane", "--assignment-key", "/pki/assignments.key"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from kruntimes.workers.worker import running_workers, until_stopped
 from tests.pki import TestPKI
 from tests.workflows.conftest import new_platform
-from workers.worker import running_workers, until_stopped
 
 
 async def test_a_temporal_worker_that_stops_on_its_own_ends_the_wait_with_its_task_queue(

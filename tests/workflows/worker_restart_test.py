@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.hosts.process import list_records, stop_all
+from kruntimes.activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.devserver import DevServer, free_port
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     POOL_TASK_QUEUE,
     QUERY_POOL,
     TASK_QUEUE,
@@ -30,10 +29,11 @@ from kruntimes.lifecycle import (
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.temporal.devserver import DevServer, free_port
+from kruntimes.workflows.run import RunWorkflow
 from tests.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import registrations
-from workflows.run import RunWorkflow
 
 SLOW_IMPORT = "import time\ntime.sleep(4)\ndef handle(p):\n    return p\n"
 
@@ -103,7 +103,7 @@ def worker_process(
     state = tmp_path / "state"
     metrics = f"127.0.0.1:{free_port()}"
     worker = WorkerProcess(
-        [sys.executable, "-m", "workers.worker", "--temporal-address", dev_server.address]
+        [sys.executable, "-m", "kruntimes.workers.worker", "--temporal-address", dev_server.address]
         + [
             "--state-dir",
             str(state),

@@ -18,11 +18,11 @@ from temporalio.worker import (
 )
 
 from kruntimes.api.phases import RunPhase
-from kruntimes.lifecycle import SIGNAL_CANCEL
+from kruntimes.contracts.lifecycle import SIGNAL_CANCEL
+from kruntimes.workers.worker import running_workers
 from tests.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest
 from tests.workflows.platform_hosts import ready_on_host, registrations
-from workers.worker import running_workers
 
 CACHE = 2  # fewer than the Runs, the HostWorkflow and the scale-out this test starts
 

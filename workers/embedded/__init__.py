@@ -10,5 +10,5 @@ platform recovers onto a new one). SIGINT or SIGTERM stops everything it started
     commands   the three entry points: arguments, what they print, exit codes
     errors     PlatformError
 
-`python -m workers.embedded up|down|status` runs one of them (`krt up --detach` starts `up` so).
+`python -m kruntimes.workers.embedded up|down|status` runs one of them (`krt up --detach` starts `up` so).
 """

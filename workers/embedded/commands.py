@@ -10,12 +10,14 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from activities.hosts.process import host_running, list_records
-from kruntimes import cli_output, clientconfig, logs
-from kruntimes.devserver import DevServerError
-from workers.embedded import supervise
-from workers.embedded.errors import PlatformError
-from workers.embedded.layout import Layout, recorded_components
+from kruntimes.activities.hosts.process import host_running, list_records
+from kruntimes.cli import output as cli_output
+from kruntimes.sdk import config as clientconfig
+from kruntimes.system import logs
+from kruntimes.temporal.devserver import DevServerError
+from kruntimes.workers.embedded import supervise
+from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.layout import Layout, recorded_components
 
 STATUS_COLUMNS = ("COMPONENT", "STATE", "PID", "ISOLATION")
 

@@ -6,12 +6,12 @@
     tokens.csv          the gateway's token file (0600) with the generated admin token
     rolebindings.yaml   who may invoke which namespace's Runs
     runtimes.yaml       the runtimes and their pools
-    client.json         where the CLI and SDK find the platform (kruntimes.clientconfig)
+    client.json         where the CLI and SDK find the platform (kruntimes.sdk.config)
     gateway.ready.json  the gateway's URL and heartbeat address, written once it serves
     logs/  tls/  temporal/  hosts/
                         the components' logs, the gateway's serving CA and certificate, the dev
                         server's SQLite, the process hosts' records and certificates
-                        (activities.hosts.process)
+                        (kruntimes.activities.hosts.process)
     pki/                (0700) the platform CA of the internal hops (ca.crt, ca.key 0600, the
                         trust bundle bundle.crt and the rotation state ca-state.json 0600:
                         kruntimes.pki.rotation), the assignment signing key (assignments.key
@@ -36,17 +36,17 @@ from typing import Any
 
 from cryptography import x509
 
-from kruntimes import clientconfig
-from kruntimes.assignments import Signer
-from kruntimes.codec import ensure_key
-from kruntimes.devserver import free_port
 from kruntimes.pki import CA_CERT, DEFAULT_LIFETIME, TLS_CERT, Authority, Identity, IdentityError, identity_of
 from kruntimes.pki import rotation as ca_rotation
+from kruntimes.pki.assignments import Signer
 from kruntimes.pki.authority import CA_LIFETIME
-from kruntimes.tls import ensure_tls
+from kruntimes.pki.local import ensure_tls
+from kruntimes.sdk import config as clientconfig
+from kruntimes.temporal.codec import ensure_key
+from kruntimes.temporal.devserver import free_port
 from kruntimes.wire import tokens as token_format
 from kruntimes.wire.tokens import TokenEntry, TokenFormatError
-from workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.errors import PlatformError
 
 PORT_NAMES = (
     "temporal",

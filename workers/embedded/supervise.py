@@ -34,16 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activities.hosts.process import stop_all
-from kruntimes import clientconfig
-from kruntimes.config import ConfigError, load_config
-from kruntimes.devserver import DevServer, DevServerError
+from kruntimes.activities.hosts.process import stop_all
+from kruntimes.config.platform import ConfigError, load_config
 from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
 from kruntimes.pki import rotation as ca_rotation
-from kruntimes.tls import TlsFiles, ensure_tls
-from runtime.sandbox.policy import can_switch_uid
-from workers.embedded.errors import PlatformError
-from workers.embedded.layout import (
+from kruntimes.pki.local import TlsFiles, ensure_tls
+from kruntimes.runtime.sandbox.policy import can_switch_uid
+from kruntimes.sdk import config as clientconfig
+from kruntimes.temporal.devserver import DevServer, DevServerError
+from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.layout import (
     Layout,
     platform_certificates,
     prepare,
@@ -63,7 +63,7 @@ RENEW_CHECK_S = 60.0  # how often the running platform looks for certificates du
 # `krt up --detach` waits this much longer than the platform itself takes to give up starting.
 DETACH_EXTRA_S = 30.0
 # What `krt up --detach` runs in the background: this package's `up`, in the foreground.
-DETACHED_MODULE = "workers.embedded"
+DETACHED_MODULE = "kruntimes.workers.embedded"
 
 
 def alive(pid: int) -> bool:
@@ -205,8 +205,8 @@ async def _wait_min_hosts(
 ) -> None:
     """Until every runtime's pool has its warm hosts; fails at `deadline`, or as soon as the
     worker that makes them exited (with the last line of its log)."""
-    from kruntimes.lifecycle import pool_workflow_id
-    from kruntimes.temporal import TemporalSettings, connect, query_pool
+    from kruntimes.contracts.lifecycle import pool_workflow_id
+    from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
 
     client = await connect(TemporalSettings(address=address, codecKeys=str(layout.codec_keys)))
     runtimes = layout.runtimes
@@ -264,7 +264,7 @@ def _worker_argv(
     return [
         sys.executable,
         "-m",
-        "workers.worker",
+        "kruntimes.workers.worker",
         "--temporal-address",
         temporal,
         "--state-dir",

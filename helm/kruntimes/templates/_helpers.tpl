@@ -52,7 +52,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/* The control plane as the label value the provider puts on its host pods: 16 hex of its
-SHA-256 (activities.hosts.kubernetes_pods.control_plane_label). */}}
+SHA-256 (kruntimes.activities.hosts.kubernetes_pods.control_plane_label). */}}
 {{- define "kruntimes.controlPlaneLabel" -}}
 {{- include "kruntimes.controlPlaneId" . | sha256sum | trunc 16 }}
 {{- end }}
@@ -117,7 +117,7 @@ Secrets: without cert-manager and without existing Secrets (all three or none). 
 https://{{ include "kruntimes.gatewayHost" . }}{{ if ne (int .Values.gateway.service.port) 443 }}:{{ .Values.gateway.service.port }}{{ end }}
 {{- end }}
 
-{{/* The Temporal connection flags (kruntimes.temporal.add_arguments) and their mounts. */}}
+{{/* The Temporal connection flags (kruntimes.temporal.connect.add_arguments) and their mounts. */}}
 {{- define "kruntimes.temporalArgs" -}}
 - --temporal-address
 - {{ required "temporal.address is required (host:port of the Temporal frontend)" .Values.temporal.address | quote }}

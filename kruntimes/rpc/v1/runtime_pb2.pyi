@@ -316,7 +316,7 @@ Global___Assignment: _TypeAlias = Assignment  # noqa: Y015
 
 @_typing.final
 class SignedAssignment(_message.Message):
-    """An Assignment signed by the control plane (Ed25519; kruntimes/assignments.py). The signature
+    """An Assignment signed by the control plane (Ed25519; kruntimes/pki/assignments.py). The signature
     covers exactly the bytes of `assignment` (after a fixed context prefix), so a verifier never
     re-encodes anything; hosts and gateways hold only the public key.
     """

@@ -3,7 +3,7 @@ back (CreatedHost). Activities, the scale-out workflow and the worker share it.
 
 Besides create, delete and probe, a provider proves that a host incarnation cannot serve: `gone`
 (no side effects) and `fence` (make it so, then prove it), the step before the Runs of a lost host
-move (activities.hosts.base.HostProvider says what counts as proof for each kind of provider)."""
+move (kruntimes.activities.hosts.base.HostProvider says what counts as proof for each kind of provider)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pydantic import AfterValidator, AwareDatetime, Field
 
 from kruntimes.api._base import ApiModel, StrictInt
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config import ResourceLimits, RuntimeConfig
-from kruntimes.scheduling.failures import ProviderName
-from kruntimes.scheduling.model import Identity, RuntimeName, TenantName
+from kruntimes.config.platform import ResourceLimits, RuntimeConfig
+from kruntimes.decisions.scheduling.failures import ProviderName
+from kruntimes.decisions.scheduling.model import Identity, RuntimeName, TenantName
 
 
 def _host_id(value: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from kruntimes.scheduling.model import Host, HostState, Reservation, TenancyMode
+from kruntimes.decisions.scheduling.model import Host, HostState, Reservation, TenancyMode
 
 # --- states -----------------------------------------------------------------------------------
 

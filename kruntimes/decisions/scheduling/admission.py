@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from kruntimes.scheduling.model import (
+from kruntimes.decisions.scheduling.model import (
     COUNTED_STATES,
     PROVISIONING_STATES,
     AdmissionRequest,

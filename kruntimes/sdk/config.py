@@ -4,7 +4,7 @@
 come from, in order: the environment (the KRT_* variables of `ENV`), then that file, then
 defaults. The state directory is KRT_STATE_DIR, by default ~/.kruntimes. The Temporal
 connection takes TLS (mTLS) files, an API key (or its file) and the payload codec's key
-directory, as `kruntimes.temporal.TemporalSettings` does.
+directory, as `kruntimes.temporal.connect.TemporalSettings` does.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel
-from kruntimes.lifecycle import TASK_QUEUE
+from kruntimes.contracts.lifecycle import TASK_QUEUE
 
 if TYPE_CHECKING:
-    from kruntimes.temporal import TemporalSettings
+    from kruntimes.temporal.connect import TemporalSettings
 
 CLIENT_FILE = "client.json"
 ENV = {
@@ -73,7 +73,7 @@ class ClientConfig(ApiModel):
         return data
 
     def temporal_settings(self) -> TemporalSettings:
-        from kruntimes.temporal import TemporalSettings
+        from kruntimes.temporal.connect import TemporalSettings
 
         return TemporalSettings(
             address=self.temporalAddress,

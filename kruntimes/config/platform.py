@@ -79,8 +79,8 @@ from kruntimes.api.limits import (
     MAX_INVOKE_TIMEOUT_SECONDS,
 )
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.scheduling.failures import ProviderName
-from kruntimes.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
+from kruntimes.decisions.scheduling.failures import ProviderName
+from kruntimes.decisions.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
 
 DEFAULT_RUNS = 10
 KUBERNETES_PROVIDER = "kubernetes"
@@ -378,7 +378,7 @@ class PlatformConfig(ApiModel):
     queueLimit: StrictInt = Field(default=DEFAULT_QUEUE_LIMIT, ge=0, le=MAX_QUEUE_LIMIT)
     heartbeatIntervalSeconds: StrictFloat = Field(default=5.0, gt=0, le=3600.0, allow_inf_nan=False)
     # How often each runtime's reconciler looks for orphans (and at every worker start), at least:
-    # a round that took long waits longer (kruntimes.reconciling.next_round_in); None: only at
+    # a round that took long waits longer (kruntimes.decisions.reconciling.next_round_in); None: only at
     # worker start and when an operator asks (`krt hosts reconcile`).
     reconcileIntervalSeconds: StrictFloat | None = Field(
         default=60.0, ge=1.0, le=DAY_SECONDS, allow_inf_nan=False

@@ -24,8 +24,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.api.run import Run
-from kruntimes.futures import fail
-from kruntimes.lifecycle import (
+from kruntimes.contracts.lifecycle import (
     MAX_ADMISSIONS_PER_SIGNAL,
     SIGNAL_ADMIT,
     SIGNAL_ADMIT_MANY,
@@ -40,6 +39,7 @@ from kruntimes.lifecycle import (
     run_workflow_id,
     runtime_unknown,
 )
+from kruntimes.system.futures import fail
 from kruntimes.wire import search_typed, summaries
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ converter.
 
 Tenancy: a host is Shared (the shared pool, no owner), Dedicated or Hybrid (owned by a tenant or a
 tenant group). A tenant's ``TenantPolicy`` says which of those it may see; the rules are
-``kruntimes.scheduling.admission.is_visible``.
+``kruntimes.decisions.scheduling.admission.is_visible``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 
 from kruntimes.api._base import ApiModel, StatusMessage, StrictBool, StrictInt
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.scheduling.failures import ProviderFailure, ProviderName
+from kruntimes.decisions.scheduling.failures import ProviderFailure, ProviderName
 
 
 def _label(field: str) -> AfterValidator:

@@ -8,7 +8,7 @@
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 
 This module is the SDK's side: the process entry points live above it, in workers/, and the `krt`
-console script (workers.krt) dispatches them before handing every other command line to `run`.
+console script (kruntimes.workers.krt) dispatches them before handing every other command line to `run`.
 
 Exit codes: 0 ok, 1 the operation failed (a Run failed, an invocation was refused or failed),
 2 usage error, 3 not found, 4 the platform is not reachable or not configured. Errors are one
@@ -25,7 +25,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from kruntimes.cli_parser import PASSTHROUGH, UsageError
+from kruntimes.cli.parser import PASSTHROUGH, UsageError
 
 OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4
 INTERRUPTED = 130
@@ -116,19 +116,19 @@ def run(argv: list[str]) -> int:
     """Run one command line and return its exit code."""
     if argv and argv[0] in PASSTHROUGH:
         print(
-            f"krt: `krt {argv[0]}` is run by the `krt` command (or `python -m workers.krt {argv[0]}`), "
-            "not by kruntimes.cli",
+            f"krt: `krt {argv[0]}` is run by the `krt` command "
+            f"(or `python -m kruntimes.workers.krt {argv[0]}`), not by kruntimes.cli.main",
             file=sys.stderr,
         )
         return FAILED
-    from kruntimes import cli_parser
+    from kruntimes.cli import parser as cli_parser
 
     if not argv:
         cli_parser.build().print_help(sys.stderr)
         return USAGE
     try:
         args = cli_parser.parse(argv)
-        from kruntimes import cli_commands
+        from kruntimes.cli import commands as cli_commands
 
         return asyncio.run(cli_commands.dispatch(args))
     except SystemExit as e:  # --help

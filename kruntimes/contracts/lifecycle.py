@@ -15,10 +15,10 @@ from pydantic import Field, model_validator
 
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.run import Run
-from kruntimes.config import RuntimeConfig, TenantConfig
-from kruntimes.hosts import CreatedHost, HostDefaults, HostSandbox
-from kruntimes.scheduling.failures import ProviderFailure
-from kruntimes.scheduling.model import (
+from kruntimes.config.platform import RuntimeConfig, TenantConfig
+from kruntimes.contracts.providers import CreatedHost, HostDefaults, HostSandbox
+from kruntimes.decisions.scheduling.failures import ProviderFailure
+from kruntimes.decisions.scheduling.model import (
     PROVIDER_LABEL,
     AdmissionRequest,
     Host,
@@ -154,10 +154,10 @@ class PlatformInfo(ApiModel):
 class RunInput(ApiModel):
     run: Run  # metadata.uid is set by whoever starts the workflow (the SDK, the CLI)
     # True when the starter hands the Run's admission to its pool itself, right after the start
-    # (kruntimes.starting.start_run): the pool then decides while the Run's first task runs, and
+    # (kruntimes.sdk.starting.start_run): the pool then decides while the Run's first task runs, and
     # the Run asks the pool itself only if no answer came within its admission grace period.
     starterAdmits: bool = False
-    # True when the starter reads the status from the history (kruntimes.starting.start_run):
+    # True when the starter reads the status from the history (kruntimes.sdk.starting.start_run):
     # the Run then writes its status to the STATUS_MEMO memo in the task that indexes each new
     # phase, just before the KrtPhase upsert, and `wait` needs no status query. (False for Runs
     # started otherwise, and in every history recorded before it: those Runs never upsert a memo.)
@@ -224,7 +224,7 @@ class HostCommand(ApiModel):
     """To a HostWorkflow: drain its host (take no new Run, move the Runs), or delete it now."""
 
     action: Literal["drain", "delete"]
-    reason: str  # a kruntimes.hostlife.HostEnd, or Operator
+    reason: str  # a kruntimes.decisions.hostlife.HostEnd, or Operator
     message: StatusMessage = ""
 
 
@@ -307,7 +307,7 @@ class OutgoingSignal(ApiModel):
     workflowId: str
     assigned: Assignment | None = None
     # The assignment answers a starter's admission: it may wait for its Run in the process where
-    # the Run's first task will look for it, instead of being signalled (activities.handoff).
+    # the Run's first task will look for it, instead of being signalled (kruntimes.activities.handoff).
     park: bool = False
     rejected: Rejection | None = None
     hostLost: HostLostSignal | None = None
@@ -349,7 +349,7 @@ class AdmitSignal(ApiModel):
     # A Run moving off a draining host: its slot there (this host uid) is released first.
     leaving: str | None = None
     # Sent by the Run's starter: the Run looks for the answer in its pool's process first, in its
-    # first workflow task (activities.handoff), so an answer ready before that task may wait there.
+    # first workflow task (kruntimes.activities.handoff), so an answer ready before that task may wait there.
     handoff: bool = False
 
 
@@ -426,7 +426,7 @@ class PoolConfig(ApiModel):
     probeIntervalSeconds: float | None = Field(default=60.0, gt=0)
     # The task queue of the Runs' workers, where the pool starts its ScaleOutWorkflows.
     runTaskQueue: str = Field(default=TASK_QUEUE, min_length=1)
-    # What the pool's hosts are told about isolation (kruntimes.hosts.host_sandbox).
+    # What the pool's hosts are told about isolation (kruntimes.contracts.providers.host_sandbox).
     hostDefaults: HostDefaults = Field(default_factory=lambda: HostDefaults())
 
 
@@ -527,7 +527,7 @@ class PoolQuery(ApiModel):
     """What a `pool` query asks for: the state without its reservations and owners
     (`reservations` False), or only the reservations and owners of some hosts (`hosts`: uids).
     The whole state grows ~230 B a Ready Run, past what the server takes as one answer (its
-    blob limit, 2 MB: ~9,000 Ready Runs); `kruntimes.temporal.query_pool` reads it in parts of
+    blob limit, 2 MB: ~9,000 Ready Runs); `kruntimes.temporal.connect.query_pool` reads it in parts of
     POOL_QUERY_SLOTS slots at most."""
 
     reservations: bool = True
@@ -915,7 +915,7 @@ class WatchReady(ApiModel):
 
 class WatchResult(ApiModel):
     verdict: Literal["Lost", "Renew"]
-    reason: str = ""  # a kruntimes.hostlife.LossReason when Lost
+    reason: str = ""  # a kruntimes.decisions.hostlife.LossReason when Lost
     message: StatusMessage = ""
     lostAfter: int | None = Field(default=None, ge=0)  # the journal's last position it took
 

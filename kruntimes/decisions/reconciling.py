@@ -3,7 +3,7 @@ the Runs that run, the provider's records, the workspaces on disk), what is orph
 do about it. Pure: the reconcile activity gathers the snapshot and carries the plan out.
 
 The snapshot is read in an order that makes a stale view safe: which Runs run and which are
-Ready first (the reconciler's known-Runs view, kruntimes.known_runs, refreshed by what changed
+Ready first (the reconciler's known-Runs view, kruntimes.temporal.known_runs, refreshed by what changed
 since its last round), then every host's registrations, then the pool; last, every Run the hosts
 and the pool mention that the view does not show running under that very run uid is asked for
 itself (started or replaced since the view was read, or not shown by visibility yet). So a
@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from kruntimes.hosts import CreatedHost
-from kruntimes.scheduling.model import Host, Reservation
+from kruntimes.contracts.providers import CreatedHost
+from kruntimes.decisions.scheduling.model import Host, Reservation
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """How to reach Temporal, without the Temporal SDK: the settings and the --temporal-* flags of the
-entry points. The SDK client is made from them by `kruntimes.temporal.connect`; the gateway, which
+entry points. The SDK client is made from them by `kruntimes.temporal.connect.connect`; the gateway, which
 never loads the SDK, reads its visibility over gRPC with the same settings (gateway/visibility.py).
 
     TemporalSettings   address, namespace, TLS files, API key (or its file), codec key directory
@@ -40,7 +40,7 @@ class TemporalSettings:
     tlsServerName: str | None = None
     apiKey: str | None = dataclasses.field(default=None, repr=False)
     apiKeyFile: str | None = None
-    codecKeys: str | None = None  # directory of payload codec keys (kruntimes.codec)
+    codecKeys: str | None = None  # directory of payload codec keys (kruntimes.temporal.codec)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -96,7 +96,7 @@ class TemporalSettings:
     def codec(self) -> PayloadCodec | None:
         if self.codecKeys is None:
             return None
-        from kruntimes.codec import EncryptionCodec, Keyring
+        from kruntimes.temporal.codec import EncryptionCodec, Keyring
 
         return EncryptionCodec(Keyring.load(self.codecKeys))
 
@@ -118,7 +118,7 @@ _FLAGS: dict[str, tuple[str, str]] = {
     "tlsCa": ("--temporal-tls-ca", "CA bundle (PEM) of Temporal's server certificate"),
     "tlsServerName": ("--temporal-tls-server-name", "the server name to verify"),
     "apiKeyFile": ("--temporal-api-key-file", "a file holding a Temporal API key"),
-    "codecKeys": ("--codec-keys", "directory of payload encryption keys (kruntimes.codec)"),
+    "codecKeys": ("--codec-keys", "directory of payload encryption keys (kruntimes.temporal.codec)"),
 }
 ENV: dict[str, str] = {
     "address": "KRT_TEMPORAL_ADDRESS",

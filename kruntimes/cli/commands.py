@@ -1,6 +1,6 @@
-"""The `krt` commands that talk to the platform, each a thin layer over the SDK (kruntimes.client).
+"""The `krt` commands that talk to the platform, each a thin layer over the SDK (kruntimes.sdk.client).
 
-Every command returns its exit code; errors are raised and mapped to one line by kruntimes.cli.
+Every command returns its exit code; errors are raised and mapped to one line by kruntimes.cli.main.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from typing import Any, TextIO
 
 import yaml
 
-from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run
-from kruntimes.cli_output import (
+from kruntimes.cli.output import (
     Progress,
     host_document,
     hosts_table,
@@ -27,9 +26,10 @@ from kruntimes.cli_output import (
     runs_table,
     schedules_table,
 )
-from kruntimes.cli_parser import NotKeyValue, UsageError, key_values
-from kruntimes.client import Client
-from kruntimes.clientconfig import ClientConfig
+from kruntimes.cli.parser import NotKeyValue, UsageError, key_values
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.client import Client
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed
 from kruntimes.sdk.results import RunObject
 
@@ -312,7 +312,7 @@ async def hosts_list(args: argparse.Namespace, client: Client, io: Io) -> int:
 
 def secret_command(args: argparse.Namespace, io: Io) -> int:
     """`krt secret create|list|delete`: the embedded store in the state directory (no Temporal)."""
-    from kruntimes import secrets
+    from kruntimes.config import secret_store as secrets
 
     state = Path(load_config().stateDir)
     namespace = args.namespace or "default"

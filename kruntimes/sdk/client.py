@@ -22,12 +22,12 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from kruntimes import clientconfig
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.clientconfig import ClientConfig
-from kruntimes.lifecycle import HostActionResult, ReconcileReport
+from kruntimes.contracts.lifecycle import HostActionResult, ReconcileReport
+from kruntimes.sdk import config as clientconfig
+from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
     Busy,
     ConfigError,

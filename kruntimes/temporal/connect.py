@@ -8,7 +8,7 @@ server listens on loopback only.
     TemporalSettings   address, namespace, TLS files, API key (or its file), codec key directory
     add_arguments      the --temporal-* flags of an entry point (worker, gateway, codec server)
     settings_from      those flags (and KRT_TEMPORAL_* variables) → TemporalSettings
-                       (these three live in kruntimes.temporal_settings, which loads no SDK)
+                       (these three live in kruntimes.temporal.settings, which loads no SDK)
     connect            a Client with all of it
 """
 
@@ -36,12 +36,18 @@ from temporalio.converter import PayloadConverter as SdkPayloadConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime
 
-from kruntimes.codec import PLAIN
-from kruntimes.lifecycle import POOL_READING_BACK, QUERY_POOL, PoolQuery, PoolState, pool_query_parts
-from kruntimes.temporal_settings import ENV, MAX_API_KEY_BYTES, TemporalSettings, add_arguments, settings_from
+from kruntimes.contracts.lifecycle import (
+    POOL_READING_BACK,
+    QUERY_POOL,
+    PoolQuery,
+    PoolState,
+    pool_query_parts,
+)
+from kruntimes.temporal.codec import PLAIN
+from kruntimes.temporal.settings import ENV, MAX_API_KEY_BYTES, TemporalSettings, add_arguments, settings_from
 from kruntimes.wire.summaries import Plain
 
-__all__ = [  # the settings and flags are kruntimes.temporal_settings', named here too
+__all__ = [  # the settings and flags are kruntimes.temporal.settings', named here too
     "DATA_CONVERTER",
     "ENV",
     "MAX_API_KEY_BYTES",

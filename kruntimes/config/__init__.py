@@ -1,0 +1,3 @@
+"""What the platform is configured with, read once at an entry point: `platform` (runtimes,
+tenants, pool limits) and `secret_store` (the embedded platform's secrets a Run's `envFrom`
+names)."""
