@@ -37,15 +37,9 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from kruntimes.contracts.lifecycle import (
-    POOL_TASK_QUEUE,
-    Assignment,
-    AwaitAssignmentInput,
-    Handoff,
-    RegisterInput,
-    RegisterResult,
-    register_input,
-)
+from kruntimes.contracts.hostcalls import Handoff, RegisterInput, RegisterResult, register_input
+from kruntimes.contracts.names import POOL_TASK_QUEUE
+from kruntimes.contracts.run import Assignment, AwaitAssignmentInput
 
 Register = Callable[[RegisterInput], Awaitable[RegisterResult]]
 

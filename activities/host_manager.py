@@ -12,15 +12,10 @@ from kruntimes.activities.heartbeat import heartbeating
 from kruntimes.activities.hosts._rpc import HostRpcError, identify
 from kruntimes.activities.hosts.base import HostManager
 from kruntimes.activities.hosts.process import host_running, list_records
-from kruntimes.contracts.lifecycle import (
-    DeleteHostInput,
-    FenceInput,
-    FenceResult,
-    HostCall,
-    ProbeInput,
-    ProbeResult,
-)
+from kruntimes.contracts.host import DeleteHostInput, FenceInput, FenceResult
+from kruntimes.contracts.hostcalls import HostCall
 from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.contracts.run import ProbeInput, ProbeResult
 from kruntimes.decisions.scheduling.failures import ProviderError
 from kruntimes.decisions.scheduling.model import PROVIDER_LABEL, Host
 

@@ -55,15 +55,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.activities.hosts._rpc import Handshake, HostRpcError, handshake, host_channel
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
-from kruntimes.contracts.lifecycle import (
-    SIGNAL_REGISTRATION_LOST,
-    SIGNAL_WATCH_READY,
-    RegistrationLostSignal,
-    WatchInput,
-    WatchReady,
-    WatchResult,
-    run_workflow_id,
-)
+from kruntimes.contracts.host import WatchInput, WatchReady, WatchResult
+from kruntimes.contracts.names import SIGNAL_REGISTRATION_LOST, SIGNAL_WATCH_READY, run_workflow_id
+from kruntimes.contracts.run import RegistrationLostSignal
 from kruntimes.decisions.hostlife import LossReason, Probe, Registered, WatchRules, registration_losses
 from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb

@@ -29,19 +29,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from kruntimes.activities.hosts._rpc import host_channel
 from kruntimes.activities.hosts.base import HostManager
 from kruntimes.activities.hosts.process import host_running, list_records, work_root
-from kruntimes.contracts.lifecycle import (
-    MAX_REPORTED,
-    SIGNAL_REGISTRATION_LOST,
-    SIGNAL_RELEASE,
-    PoolState,
-    ReconcileInput,
-    ReconcileReport,
-    RegistrationLostSignal,
-    ReleaseSignal,
-    host_input,
-    host_workflow_id,
-)
+from kruntimes.contracts.host import host_input
+from kruntimes.contracts.names import SIGNAL_REGISTRATION_LOST, SIGNAL_RELEASE, host_workflow_id
+from kruntimes.contracts.pool import PoolState, ReleaseSignal
 from kruntimes.contracts.providers import CreatedHost
+from kruntimes.contracts.reconcile import MAX_REPORTED, ReconcileInput, ReconcileReport
+from kruntimes.contracts.run import RegistrationLostSignal
 from kruntimes.decisions.reconciling import (
     HeldEntries,
     HostSeen,

@@ -9,7 +9,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from kruntimes.contracts.lifecycle import DeleteExecutionInput
+from kruntimes.contracts.retention import DeleteExecutionInput
 
 
 class RetentionActivities:

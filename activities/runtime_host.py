@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 from kruntimes.activities.heartbeat import heartbeating
 from kruntimes.activities.hosts._rpc import credentials_generation, host_channel
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.hostcalls import (
     CancelTaskInput,
     FunctionState,
     HostCall,

@@ -26,7 +26,8 @@ from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.activities.handoff import Mailbox
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.host import HostRecord
+from kruntimes.contracts.names import (
     QUERY_HOST,
     QUERY_HOST_SLOTS_DIGEST,
     SIGNAL_ADMIT,
@@ -37,16 +38,16 @@ from kruntimes.contracts.lifecycle import (
     SIGNAL_REJECTED,
     SIGNAL_RELEASE,
     UPDATE_HOST_SLOTS,
-    AdmitSignal,
+    pool_workflow_id,
+)
+from kruntimes.contracts.pool import AdmitSignal, ReleaseSignal
+from kruntimes.contracts.run import (
     Assignment,
-    HostRecord,
     HostSlots,
     HostSlotsInput,
     OutgoingSignal,
-    ReleaseSignal,
     SignalBatch,
     SignalResult,
-    pool_workflow_id,
     slots_digest,
 )
 

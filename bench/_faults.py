@@ -28,7 +28,8 @@ from _benchlib import embedded_platform, percentile
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import PoolState, pool_workflow_id
+from kruntimes.contracts.names import pool_workflow_id
+from kruntimes.contracts.pool import PoolState
 from kruntimes.decisions.scheduling.model import HostState
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.client import Client

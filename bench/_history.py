@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from kruntimes.contracts.lifecycle import pool_workflow_id
+from kruntimes.contracts.names import pool_workflow_id
 from kruntimes.wire import search
 
 

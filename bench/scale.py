@@ -60,7 +60,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import pool_workflow_id, run_workflow_id
+from kruntimes.contracts.names import pool_workflow_id, run_workflow_id
 from kruntimes.sdk.client import Client
 from kruntimes.wire import search
 from kruntimes.workers.embedded.layout import Layout, recorded_components

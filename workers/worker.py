@@ -50,19 +50,18 @@ from kruntimes.activities.runtime_host import RuntimeHostActivities
 from kruntimes.activities.signals import SignalActivities
 from kruntimes.cli.main import leave
 from kruntimes.config.platform import PlatformConfig, load_config
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import (
     POOL_TASK_QUEUE,
     SIGNAL_CONFIGURE,
     SIGNAL_RECONCILE,
     TASK_QUEUE,
-    PlatformInfo,
-    PoolConfig,
-    PoolInput,
-    ReconcileInput,
     pool_workflow_id,
     reconcile_workflow_id,
 )
+from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.pool import PoolConfig, PoolInput
 from kruntimes.contracts.providers import HostDefaults
+from kruntimes.contracts.reconcile import ReconcileInput
 from kruntimes.decisions.scheduling.failures import ProviderError
 from kruntimes.pki import (
     DEFAULT_LIFETIME,

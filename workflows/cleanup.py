@@ -16,16 +16,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import (
-        SIGNAL_RELEASE,
-        CancelTaskInput,
-        CleanupInput,
-        CleanupResult,
-        HostCall,
-        ReleaseSignal,
-        UnregisterInput,
-        pool_workflow_id,
-    )
+    from kruntimes.contracts.cleanup import CleanupInput, CleanupResult
+    from kruntimes.contracts.hostcalls import CancelTaskInput, HostCall, UnregisterInput
+    from kruntimes.contracts.names import SIGNAL_RELEASE, pool_workflow_id
+    from kruntimes.contracts.pool import ReleaseSignal
     from kruntimes.wire import summaries
     from kruntimes.workflows.common import CLEANUP_RETRY, failure_text
 

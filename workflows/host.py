@@ -39,8 +39,23 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import (
+    from kruntimes.contracts.host import (
         MAX_HOST_EVENTS,
+        DeleteHostInput,
+        FenceInput,
+        FenceResult,
+        HostActionInput,
+        HostActionResult,
+        HostEvent,
+        HostInput,
+        HostRecord,
+        HostResult,
+        ProviderReport,
+        WatchInput,
+        WatchReady,
+        WatchResult,
+    )
+    from kruntimes.contracts.names import (
         QUERY_HOST,
         QUERY_HOST_SLOTS_DIGEST,
         SIGNAL_HOST_COMMAND,
@@ -52,26 +67,9 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_DELETE_HOST,
         UPDATE_DRAIN_HOST,
         UPDATE_HOST_SLOTS,
-        DeleteHostInput,
-        FenceInput,
-        FenceResult,
-        HostActionInput,
-        HostActionResult,
-        HostCommand,
-        HostEvent,
-        HostInput,
-        HostLostSignal,
-        HostRecord,
-        HostResult,
-        HostSlots,
-        HostStateSignal,
-        ProviderReport,
-        SlotRows,
-        WatchInput,
-        WatchReady,
-        WatchResult,
-        slots_digest,
     )
+    from kruntimes.contracts.pool import HostStateSignal
+    from kruntimes.contracts.run import HostCommand, HostLostSignal, HostSlots, SlotRows, slots_digest
     from kruntimes.decisions.hostlife import HostEnd, can_transition_host, stuck_at
     from kruntimes.decisions.scheduling.model import HostState
     from kruntimes.wire import summaries

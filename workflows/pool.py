@@ -26,7 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import (
+    from kruntimes.contracts.names import (
         POOL_READING_BACK,
         QUERY_POOL,
         SIGNAL_ADMIT,
@@ -41,38 +41,42 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
         SIGNAL_SCALE_OUT_FAILED,
+        host_workflow_id,
+        scale_out_workflow_id,
+    )
+    from kruntimes.contracts.pool import (
         AdmitMany,
         AdmitSignal,
-        Assignment,
-        HostCommand,
-        HostLostSignal,
         HostReadySignal,
-        HostSlots,
-        HostSlotsInput,
         HostStateSignal,
-        OutgoingSignal,
         PoolConfig,
         PoolInput,
         PoolMessage,
         PoolQuery,
         PoolState,
-        ProbeInput,
-        ProbeResult,
         QueuedRun,
-        Rejection,
         ReleaseSignal,
         ScaleOutFailedSignal,
-        ScaleOutInput,
+        carried_state,
+        pool_part,
+    )
+    from kruntimes.contracts.providers import host_sandbox
+    from kruntimes.contracts.run import (
+        Assignment,
+        HostCommand,
+        HostLostSignal,
+        HostSlots,
+        HostSlotsInput,
+        OutgoingSignal,
+        ProbeInput,
+        ProbeResult,
+        Rejection,
         SignalBatch,
         SignalResult,
         Slot,
-        carried_state,
-        host_workflow_id,
-        pool_part,
-        scale_out_workflow_id,
         slots_digest,
     )
-    from kruntimes.contracts.providers import host_sandbox
+    from kruntimes.contracts.scaleout import ScaleOutInput
     from kruntimes.decisions.hostlife import HostEnd, drained, next_scale_in, scale_in, track_idle
     from kruntimes.decisions.scheduling import admission
     from kruntimes.decisions.scheduling.model import (

@@ -21,13 +21,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import (
-        QUERY_RECONCILE,
-        SIGNAL_RECONCILE,
-        UPDATE_COLLECT,
-        ReconcileInput,
-        ReconcileReport,
-    )
+    from kruntimes.contracts.names import QUERY_RECONCILE, SIGNAL_RECONCILE, UPDATE_COLLECT
+    from kruntimes.contracts.reconcile import ReconcileInput, ReconcileReport
     from kruntimes.decisions.reconciling import next_round_in
     from kruntimes.wire import summaries
     from kruntimes.workflows.common import failure_text

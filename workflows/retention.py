@@ -21,7 +21,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import SIGNAL_DELETE_NOW, DeleteExecutionInput, RetentionInput
+    from kruntimes.contracts.names import SIGNAL_DELETE_NOW
+    from kruntimes.contracts.retention import DeleteExecutionInput, RetentionInput
     from kruntimes.wire import search, search_typed, summaries
 
 # The Run leaves the listing (KrtPhase=Deleted) before its execution is deleted; retentions that

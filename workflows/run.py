@@ -47,7 +47,20 @@ with workflow.unsafe.imports_passed_through():
         EndpointProtocol,
         RunStatus,
     )
-    from kruntimes.contracts.lifecycle import (
+    from kruntimes.contracts.cleanup import CleanupInput, CleanupResult
+    from kruntimes.contracts.hostcalls import (
+        FunctionState,
+        Handoff,
+        HostCall,
+        RegisterInput,
+        RegisterResult,
+        StatusInput,
+        TaskInput,
+        TaskResult,
+        UnregisterInput,
+        register_input,
+    )
+    from kruntimes.contracts.names import (
         DEFAULT_RETENTION_SECONDS,
         QUERY_STATUS,
         SIGNAL_ASSIGNED,
@@ -55,32 +68,21 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_HOST_LOST,
         SIGNAL_REGISTRATION_LOST,
         SIGNAL_REJECTED,
-        STATUS_MEMO,
         UPDATE_DELETE,
-        Assignment,
-        AwaitAssignmentInput,
-        CleanupInput,
-        CleanupResult,
-        FunctionState,
-        Handoff,
-        HostCall,
-        HostLostSignal,
-        RegisterInput,
-        RegisterResult,
-        RegistrationLostSignal,
-        Rejection,
-        RetentionInput,
-        RunInput,
-        StatusInput,
-        TaskInput,
-        TaskResult,
-        UnregisterInput,
-        admit_signal,
         cleanup_workflow_id,
         invoke_url,
-        register_input,
         retention_workflow_id,
-        runtime_unknown,
+    )
+    from kruntimes.contracts.pool import admit_signal, runtime_unknown
+    from kruntimes.contracts.retention import RetentionInput
+    from kruntimes.contracts.run import (
+        STATUS_MEMO,
+        Assignment,
+        AwaitAssignmentInput,
+        HostLostSignal,
+        RegistrationLostSignal,
+        Rejection,
+        RunInput,
     )
     from kruntimes.decisions.runlife import (
         IdleExpired,

@@ -16,17 +16,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import (
-        SIGNAL_HOST_READY,
-        SIGNAL_SCALE_OUT_FAILED,
-        HostReadySignal,
-        ScaleOutFailedSignal,
-        ScaleOutInput,
-        host_input,
-        host_workflow_id,
-        ready_host,
-    )
+    from kruntimes.contracts.host import host_input
+    from kruntimes.contracts.names import SIGNAL_HOST_READY, SIGNAL_SCALE_OUT_FAILED, host_workflow_id
+    from kruntimes.contracts.pool import HostReadySignal, ScaleOutFailedSignal, ready_host
     from kruntimes.contracts.providers import CreatedHost, HostSandbox, HostSpec
+    from kruntimes.contracts.scaleout import ScaleOutInput
     from kruntimes.decisions.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
     from kruntimes.decisions.scheduling.model import ScaleOutRequest, ScaleOutStatus
     from kruntimes.wire import summaries

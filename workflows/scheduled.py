@@ -16,7 +16,9 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.status import RunStatus
-    from kruntimes.contracts.lifecycle import RunInput, ScheduledRunInput, run_workflow_id, scheduled_run_name
+    from kruntimes.contracts.names import run_workflow_id, scheduled_run_name
+    from kruntimes.contracts.run import RunInput
+    from kruntimes.contracts.scheduled import ScheduledRunInput
     from kruntimes.wire import search_typed, summaries
     from kruntimes.workflows.common import failure_text, failure_type
 

@@ -20,7 +20,8 @@ from enum import StrEnum
 
 from temporalio.client import Client
 
-from kruntimes.contracts.lifecycle import SIGNAL_PROVIDER_REPORT, ProviderReport, host_workflow_id
+from kruntimes.contracts.host import ProviderReport
+from kruntimes.contracts.names import SIGNAL_PROVIDER_REPORT, host_workflow_id
 
 log = logging.getLogger(__name__)
 

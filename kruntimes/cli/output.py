@@ -15,7 +15,7 @@ from kruntimes.api.run import API_VERSION
 from kruntimes.api.status import RunStatus
 
 if TYPE_CHECKING:
-    from kruntimes.contracts.lifecycle import ReconcileReport
+    from kruntimes.contracts.reconcile import ReconcileReport
     from kruntimes.sdk.results import HostView, RunObject
     from kruntimes.sdk.schedules import ScheduleView
 

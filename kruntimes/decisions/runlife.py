@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from kruntimes.api.spec import RetryPolicy
-from kruntimes.contracts.lifecycle import FunctionState
+from kruntimes.contracts.hostcalls import FunctionState
 
 
 def registration_backoff(policy: RetryPolicy, *, attempt: int) -> float:

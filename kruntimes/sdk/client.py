@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Self
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.contracts.lifecycle import HostActionResult, ReconcileReport
+from kruntimes.contracts.host import HostActionResult
+from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel
-from kruntimes.contracts.lifecycle import TASK_QUEUE
+from kruntimes.contracts.names import TASK_QUEUE
 
 if TYPE_CHECKING:
     from kruntimes.temporal.connect import TemporalSettings

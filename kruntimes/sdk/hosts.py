@@ -7,16 +7,15 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any
 
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.host import HostActionInput, HostActionResult
+from kruntimes.contracts.names import (
     UPDATE_COLLECT,
     UPDATE_DELETE_HOST,
     UPDATE_DRAIN_HOST,
-    HostActionInput,
-    HostActionResult,
-    ReconcileReport,
     host_workflow_id,
     reconcile_workflow_id,
 )
+from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.sdk.errors import ConfigError, HostNotFound, KruntimesError
 
 if TYPE_CHECKING:

@@ -24,16 +24,16 @@ from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import (
     QUERY_STATUS,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
     UPDATE_DELETE,
-    PoolState,
-    RunInput,
     retention_workflow_id,
     run_workflow_id,
 )
+from kruntimes.contracts.pool import PoolState
+from kruntimes.contracts.run import RunInput
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
     ConfigError,

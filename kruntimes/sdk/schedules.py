@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import (
     MAX_SCHEDULE_NAME,
-    ScheduledRunInput,
     schedule_id,
     scheduled_run_name,
     scheduled_workflow_id,
 )
+from kruntimes.contracts.scheduled import ScheduledRunInput
 from kruntimes.sdk.errors import InvalidSchedule, ScheduleAlreadyExists, ScheduleNotFound
 
 if TYPE_CHECKING:

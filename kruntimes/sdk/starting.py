@@ -24,21 +24,18 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import (
     MAX_ADMISSIONS_PER_SIGNAL,
     SIGNAL_ADMIT,
     SIGNAL_ADMIT_MANY,
     SIGNAL_REJECTED,
     TASK_QUEUE,
-    AdmitMany,
-    AdmitSignal,
-    RunInput,
-    admit_signal,
     invoke_url,
     pool_workflow_id,
     run_workflow_id,
-    runtime_unknown,
 )
+from kruntimes.contracts.pool import AdmitMany, AdmitSignal, admit_signal, runtime_unknown
+from kruntimes.contracts.run import RunInput
 from kruntimes.system.futures import fail
 from kruntimes.wire import search_typed, summaries
 

@@ -64,7 +64,7 @@ class PhaseWatch:
         from temporalio.api.enums.v1 import EventType
         from temporalio.converter import PayloadConverter
 
-        from kruntimes.contracts.lifecycle import STATUS_MEMO
+        from kruntimes.contracts.run import STATUS_MEMO
         from kruntimes.wire import search
 
         self.status = None

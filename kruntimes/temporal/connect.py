@@ -36,13 +36,8 @@ from temporalio.converter import PayloadConverter as SdkPayloadConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime
 
-from kruntimes.contracts.lifecycle import (
-    POOL_READING_BACK,
-    QUERY_POOL,
-    PoolQuery,
-    PoolState,
-    pool_query_parts,
-)
+from kruntimes.contracts.names import POOL_READING_BACK, QUERY_POOL
+from kruntimes.contracts.pool import PoolQuery, PoolState, pool_query_parts
 from kruntimes.temporal.codec import PLAIN
 from kruntimes.temporal.settings import ENV, MAX_API_KEY_BYTES, TemporalSettings, add_arguments, settings_from
 from kruntimes.wire.summaries import Plain

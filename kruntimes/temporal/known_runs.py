@@ -116,7 +116,7 @@ class KnownRun:
 
     @property
     def workflow_id(self) -> str:
-        """Its Run's workflow id (`kruntimes.contracts.lifecycle.run_workflow_id`, which loads pydantic:
+        """Its Run's workflow id (`kruntimes.contracts.names.run_workflow_id`, which loads pydantic:
         the gateway does not)."""
         return f"run/{self.namespace}/{self.name}"
 

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf.message import Message
 
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import RegisterInput, TaskInput
+from kruntimes.contracts.hostcalls import RegisterInput, TaskInput
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import reasons

@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from kruntimes.activities.runtime_host import RuntimeHostActivities
-from kruntimes.contracts.lifecycle import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
+from kruntimes.contracts.hostcalls import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
 from kruntimes.pki.assignments import Assignment
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.temporal.connect import DATA_CONVERTER

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, pydantic_data_converter
 
-from kruntimes.contracts.lifecycle import RunInput
+from kruntimes.contracts.run import RunInput
 from kruntimes.temporal.connect import DATA_CONVERTER, PayloadConverter
 from tests.workflows.conftest import run_manifest
 

@@ -38,7 +38,8 @@ from temporalio.worker import Replayer
 from kruntimes.activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import QUERY_POOL, PoolState, pool_workflow_id
+from kruntimes.contracts.names import QUERY_POOL, pool_workflow_id
+from kruntimes.contracts.pool import PoolState
 from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

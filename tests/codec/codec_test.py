@@ -138,7 +138,7 @@ def test_failures_are_sealed_but_the_pools_read_back_refusal_stays_plain() -> No
     from temporalio.api.failure.v1 import Failure
     from temporalio.exceptions import ApplicationError
 
-    from kruntimes.contracts.lifecycle import POOL_READING_BACK
+    from kruntimes.contracts.names import POOL_READING_BACK
     from kruntimes.temporal.connect import PayloadConverter, SealedFailureConverter
 
     converter, payloads = SealedFailureConverter(), PayloadConverter()

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kruntimes.contracts.lifecycle import HostInput, ReconcileInput, ScaleOutInput, host_input, ready_host
+from kruntimes.contracts.host import HostInput, host_input
+from kruntimes.contracts.pool import ready_host
 from kruntimes.contracts.providers import CreatedHost
+from kruntimes.contracts.reconcile import ReconcileInput
+from kruntimes.contracts.scaleout import ScaleOutInput
 from kruntimes.decisions.scheduling.model import ScaleOutReason, ScaleOutRequest
 from kruntimes.temporal.connect import DATA_CONVERTER
 

@@ -9,10 +9,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from kruntimes.config.platform import parse_config
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import run_workflow_id
+from kruntimes.contracts.pool import (
     POOL_QUERY_SLOTS,
     AdmitSignal,
-    HostSlots,
     PoolConfig,
     PoolInput,
     PoolMessage,
@@ -23,9 +23,9 @@ from kruntimes.contracts.lifecycle import (
     carried_state,
     pool_part,
     pool_query_parts,
-    run_workflow_id,
     slots_of,
 )
+from kruntimes.contracts.run import HostSlots
 from kruntimes.decisions.scheduling.model import AdmissionRequest, Host, HostState, Reservation
 from kruntimes.temporal.connect import DATA_CONVERTER
 

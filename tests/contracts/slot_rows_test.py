@@ -8,7 +8,7 @@ import tracemalloc
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from kruntimes.contracts.lifecycle import HostSlots, Slot, SlotRows, slots_digest
+from kruntimes.contracts.run import HostSlots, Slot, SlotRows, slots_digest
 
 AT = datetime(2026, 12, 5, 4, 0, 0, 123456, tzinfo=UTC)
 

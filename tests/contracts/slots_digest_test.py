@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from kruntimes.contracts.lifecycle import HostSlots, Slot, slots_digest
+from kruntimes.contracts.run import HostSlots, Slot, slots_digest
 
 AT = datetime(2026, 12, 3, 14, 0, 0, 123456, tzinfo=UTC)
 A = Slot(runUid="a", workflowId="run/ns/a", tenant=None, reservedAt=AT)

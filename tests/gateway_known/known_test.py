@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
-from kruntimes.contracts.lifecycle import run_workflow_id
+from kruntimes.contracts.names import run_workflow_id
 from kruntimes.gateway.visibility import Visibility, VisibilityError
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer, free_port

@@ -17,7 +17,7 @@ import helm_python
 import pytest
 
 from kruntimes.cli.parser import parse as parse_krt
-from kruntimes.contracts.lifecycle import invoke_url
+from kruntimes.contracts.names import invoke_url
 from kruntimes.runtime.discovery import split_target
 from kruntimes.sdk import config as clientconfig
 from kruntimes.temporal import connect as temporal

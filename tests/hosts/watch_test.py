@@ -25,7 +25,8 @@ from temporalio.testing import ActivityEnvironment
 from kruntimes.activities.host_watch import HostWatchActivities, _Seen, probe_host
 from kruntimes.activities.hosts import CreatedHost, ProcessProvider
 from kruntimes.activities.hosts.process import work_root
-from kruntimes.contracts.lifecycle import RegistrationLostSignal, WatchInput, WatchReady, WatchResult
+from kruntimes.contracts.host import WatchInput, WatchReady, WatchResult
+from kruntimes.contracts.run import RegistrationLostSignal
 from kruntimes.decisions.hostlife import LossReason, Probe, WatchRules
 from kruntimes.gateway.heartbeats import HeartbeatServer
 from kruntimes.gateway.routes import RouteCache

@@ -7,7 +7,8 @@ import pytest
 
 from kruntimes.activities.hosts.events import LOSS, HostEvent, HostEventKind, HostWorkflowRoute
 from kruntimes.api.limits import MAX_STATUS_MESSAGE_BYTES
-from kruntimes.contracts.lifecycle import SIGNAL_PROVIDER_REPORT, ProviderReport, host_workflow_id
+from kruntimes.contracts.host import ProviderReport
+from kruntimes.contracts.names import SIGNAL_PROVIDER_REPORT, host_workflow_id
 
 UID = "5f0c6f44-3c2a-4d0e-9a57-0d6e8f1f2b11"
 

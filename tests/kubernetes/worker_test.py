@@ -15,7 +15,9 @@ from kruntimes.activities.host_manager import ProbeActivities
 from kruntimes.activities.hosts import default_manager
 from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesConfigError, connect
 from kruntimes.config.platform import parse_config
-from kruntimes.contracts.lifecycle import PlatformInfo, ProbeInput, ready_host
+from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.pool import ready_host
+from kruntimes.contracts.run import ProbeInput
 from kruntimes.temporal.connect import TemporalSettings
 from kruntimes.workers.worker import WorkerSettings, kubernetes_hosts, parse_args, settings_from
 from tests.kubernetes.cluster import free_port

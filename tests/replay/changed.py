@@ -10,7 +10,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.status import RunStatus
-    from kruntimes.contracts.lifecycle import RunInput
+    from kruntimes.contracts.run import RunInput
     from kruntimes.workflows.run import RunWorkflow
 
 

@@ -36,7 +36,8 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config.platform import parse_config
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.host import HostActionInput, HostActionResult, HostRecord
+from kruntimes.contracts.names import (
     QUERY_HOST,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
@@ -44,13 +45,6 @@ from kruntimes.contracts.lifecycle import (
     UPDATE_DELETE,
     UPDATE_DELETE_HOST,
     UPDATE_DRAIN_HOST,
-    HostActionInput,
-    HostActionResult,
-    HostRecord,
-    PlatformInfo,
-    ReconcileReport,
-    RunInput,
-    ScheduledRunInput,
     cleanup_workflow_id,
     host_workflow_id,
     pool_workflow_id,
@@ -59,7 +53,11 @@ from kruntimes.contracts.lifecycle import (
     run_workflow_id,
     scheduled_workflow_id,
 )
+from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.contracts.providers import HostSpec
+from kruntimes.contracts.reconcile import ReconcileReport
+from kruntimes.contracts.run import RunInput
+from kruntimes.contracts.scheduled import ScheduledRunInput
 from kruntimes.decisions.scheduling.model import HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

@@ -26,7 +26,7 @@ from temporalio.worker import (
 )
 from temporalio.workflow import ChildWorkflowHandle, NondeterminismError
 
-from kruntimes.contracts.lifecycle import STATUS_MEMO
+from kruntimes.contracts.run import STATUS_MEMO
 from kruntimes.decisions.hostlife import HostEnd
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.wire import search

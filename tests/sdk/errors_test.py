@@ -12,7 +12,7 @@ import kruntimes
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.contracts.lifecycle import TASK_QUEUE
+from kruntimes.contracts.names import TASK_QUEUE
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.invoke import parse_answer

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import invoke_url
+from kruntimes.contracts.names import invoke_url
 from kruntimes.sdk.client import (
     Busy,
     Client,

@@ -12,7 +12,8 @@ import temporalio.client
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import TASK_QUEUE, RunInput, run_workflow_id
+from kruntimes.contracts.names import TASK_QUEUE, run_workflow_id
+from kruntimes.contracts.run import RunInput
 from kruntimes.sdk.client import (
     Client,
     HostNotFound,

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.contracts.lifecycle import QUERY_STATUS, retention_workflow_id, run_workflow_id
+from kruntimes.contracts.names import QUERY_STATUS, retention_workflow_id, run_workflow_id
 from kruntimes.sdk.client import Client, RunNotFound
 from kruntimes.temporal.codec import ENCODING
 from kruntimes.temporal.devserver import temporal_binary

@@ -16,7 +16,7 @@ import yaml
 
 from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import SCHEDULED_STAMP, schedule_id
+from kruntimes.contracts.names import SCHEDULED_STAMP, schedule_id
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import InvalidSchedule, ScheduleAlreadyExists, ScheduleNotFound
 from kruntimes.sdk.schedules import check_cron, parse_duration

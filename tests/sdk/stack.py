@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kruntimes.contracts.lifecycle import run_workflow_id
+from kruntimes.contracts.names import run_workflow_id
 from kruntimes.contracts.providers import HostDefaults
 from kruntimes.sdk import config as clientconfig
 from kruntimes.temporal.devserver import temporal_binary

@@ -17,7 +17,8 @@ from temporalio.client import Client as TemporalClient
 from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.config.platform import parse_config
-from kruntimes.contracts.lifecycle import PlatformInfo, run_workflow_id
+from kruntimes.contracts.names import run_workflow_id
+from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.wire import search

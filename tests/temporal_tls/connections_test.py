@@ -19,7 +19,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from kruntimes.contracts.lifecycle import run_workflow_id
+from kruntimes.contracts.names import run_workflow_id
 from kruntimes.pki.local import ensure_tls
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.client import Client

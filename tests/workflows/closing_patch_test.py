@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import RunStatus
-from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, UPDATE_DELETE, retention_workflow_id
+from kruntimes.contracts.names import SIGNAL_CANCEL, UPDATE_DELETE, retention_workflow_id
 from kruntimes.workers.worker import RUN_WORKFLOWS, running_workers
 from kruntimes.workflows.run import RunWorkflow
 from tests.pki import TestPKI

@@ -24,18 +24,17 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.config.platform import parse_config
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import (
     POOL_TASK_QUEUE,
     QUERY_STATUS,
     TASK_QUEUE,
-    PlatformInfo,
-    PoolState,
-    RunInput,
     pool_workflow_id,
-    ready_host,
     run_workflow_id,
 )
+from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.pool import PoolState, ready_host
 from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.contracts.run import RunInput
 from kruntimes.decisions.scheduling.model import Host
 from kruntimes.sdk.starting import start_run
 from kruntimes.temporal.connect import TemporalSettings, connect, query_pool

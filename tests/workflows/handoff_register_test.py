@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from kruntimes.activities.handoff import Register
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts.lifecycle import RegisterInput, RegisterResult
+from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
 from kruntimes.workers.worker import running_workers
 from tests.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest

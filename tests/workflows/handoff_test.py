@@ -17,7 +17,9 @@ from temporalio.worker import Worker
 
 from kruntimes.activities.handoff import REGISTER_SLOW, HandoffActivities, Mailbox, pools_polled_only_by
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts.lifecycle import POOL_TASK_QUEUE, AwaitAssignmentInput, RegisterInput, RegisterResult
+from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
+from kruntimes.contracts.names import POOL_TASK_QUEUE
+from kruntimes.contracts.run import AwaitAssignmentInput
 from kruntimes.temporal.connect import connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.workers.worker import POOL_WORKFLOWS

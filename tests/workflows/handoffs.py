@@ -7,7 +7,8 @@ import asyncio
 import time
 
 from kruntimes.activities.handoff import Mailbox
-from kruntimes.contracts.lifecycle import Assignment, PlatformInfo
+from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.run import Assignment
 
 WAIT_BOUND_S = 10.0
 

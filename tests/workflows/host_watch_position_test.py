@@ -16,7 +16,8 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from kruntimes.contracts.lifecycle import QUERY_HOST, HostRecord, HostResult, WatchInput, WatchResult
+from kruntimes.contracts.host import HostRecord, HostResult, WatchInput, WatchResult
+from kruntimes.contracts.names import QUERY_HOST
 from kruntimes.workflows.host import HostWorkflow
 from tests.waiting import eventually
 from tests.workflows.platform_hosts import carried_host

@@ -17,7 +17,14 @@ from temporalio.client import WorkflowHandle
 
 from kruntimes.activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts import lifecycle
+from kruntimes.contracts.host import HostActionInput, HostActionResult, HostResult, ProviderReport
+from kruntimes.contracts.names import (
+    SIGNAL_CANCEL,
+    SIGNAL_PROVIDER_REPORT,
+    UPDATE_DELETE_HOST,
+    UPDATE_DRAIN_HOST,
+    cleanup_workflow_id,
+)
 from kruntimes.contracts.providers import CreatedHost
 from kruntimes.decisions.hostlife import HostEnd
 from kruntimes.decisions.scheduling.model import HostState
@@ -44,7 +51,7 @@ def record_of(platform: Platform, host_id: str) -> CreatedHost:
     return next(r for r in list_records(platform.state_dir) if r.hostId == host_id)
 
 
-async def host_ended(platform: Platform, host_id: str, timeout: float = 60.0) -> lifecycle.HostResult:
+async def host_ended(platform: Platform, host_id: str, timeout: float = 60.0) -> HostResult:
     return await asyncio.wait_for(host_handle(platform, host_id).result(), timeout)
 
 
@@ -97,12 +104,10 @@ async def test_a_provider_report_fences_only_the_incarnation_it_names(platform_f
         before = await platform.wait_phase(handle, RunPhase.Ready)
         await host_serving(platform, before.assignedHost)
         host = host_handle(platform, before.assignedHost)
-        older = lifecycle.ProviderReport(reason="OlderPodDeleted", hostUid=str(uuid.uuid4()))
-        await host.signal(lifecycle.SIGNAL_PROVIDER_REPORT, older)
-        current = lifecycle.ProviderReport(
-            reason="PodDeleted", message="seen deleted", hostUid=before.assignedHostUID
-        )
-        await host.signal(lifecycle.SIGNAL_PROVIDER_REPORT, current)
+        older = ProviderReport(reason="OlderPodDeleted", hostUid=str(uuid.uuid4()))
+        await host.signal(SIGNAL_PROVIDER_REPORT, older)
+        current = ProviderReport(reason="PodDeleted", message="seen deleted", hostUid=before.assignedHostUID)
+        await host.signal(SIGNAL_PROVIDER_REPORT, current)
 
         ended = await host_ended(platform, before.assignedHost)
         after = await ready_elsewhere(platform, handle, before.assignedHostUID)
@@ -159,7 +164,7 @@ async def test_idle_hosts_scale_in_down_to_the_warm_minimum(platform_factory) ->
         hosts = {s.assignedHost for s in statuses}
         assert len(hosts) == 2
         for h in handles:
-            await h.signal(lifecycle.SIGNAL_CANCEL)
+            await h.signal(SIGNAL_CANCEL)
         for h in handles:
             await platform.wait_phase(h, RunPhase.Cancelled)
 
@@ -227,9 +232,9 @@ async def test_an_operator_drains_a_host_its_run_moves_and_the_host_is_deleted(p
         handle = await platform.start(run_manifest("moving", runtime=platform.runtime()))
         before = await platform.wait_phase(handle, RunPhase.Ready)
         drained = await host_handle(platform, before.assignedHost).execute_update(
-            lifecycle.UPDATE_DRAIN_HOST,
-            lifecycle.HostActionInput(message="maintenance", requestedBy="ops"),
-            result_type=lifecycle.HostActionResult,
+            UPDATE_DRAIN_HOST,
+            HostActionInput(message="maintenance", requestedBy="ops"),
+            result_type=HostActionResult,
         )
         assert drained.accepted and drained.state is HostState.Draining
         after = await ready_elsewhere(platform, handle, before.assignedHostUID)
@@ -252,7 +257,7 @@ async def test_an_operator_deletes_a_host_its_run_moves_once_it_is_gone(platform
         before = await platform.wait_phase(handle, RunPhase.Ready)
         record = record_of(platform, before.assignedHost)
         deleted = await host_handle(platform, before.assignedHost).execute_update(
-            lifecycle.UPDATE_DELETE_HOST, lifecycle.HostActionInput(), result_type=lifecycle.HostActionResult
+            UPDATE_DELETE_HOST, HostActionInput(), result_type=HostActionResult
         )
         assert deleted.accepted and deleted.state is HostState.Terminating
         assert record.pid is not None and not alive(record.pid), "acknowledged once it is gone"
@@ -270,9 +275,9 @@ async def test_cleanup_never_retries_against_a_host_proven_gone(platform_factory
         record = record_of(platform, before.assignedHost)
         assert record.pid is not None
         os.kill(record.pid, signal.SIGKILL)
-        await handle.signal(lifecycle.SIGNAL_CANCEL)  # before or after the loss is known: either way
+        await handle.signal(SIGNAL_CANCEL)  # before or after the loss is known: either way
         await platform.wait_phase(handle, RunPhase.Cancelled)
-        cleanup = platform.client.get_workflow_handle(lifecycle.cleanup_workflow_id(run.metadata.uid))  # type: ignore[arg-type]
+        cleanup = platform.client.get_workflow_handle(cleanup_workflow_id(run.metadata.uid))  # type: ignore[arg-type]
         await asyncio.wait_for(cleanup.result(), 30)
         attempts = [
             e.activity_task_started_event_attributes.attempt

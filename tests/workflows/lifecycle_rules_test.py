@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kruntimes.api.limits import MAX_BACKOFF_MULTIPLIER, MAX_BACKOFF_SECONDS, MAX_RETRY_LIMIT
 from kruntimes.api.spec import RetryPolicy
-from kruntimes.contracts.lifecycle import FunctionState
+from kruntimes.contracts.hostcalls import FunctionState
 from kruntimes.decisions.runlife import (
     IdleExpired,
     IdleRearm,

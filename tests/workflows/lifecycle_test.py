@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHandle
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import ConditionType, RunStatus
-from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
+from kruntimes.contracts.names import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
 from kruntimes.temporal.devserver import DevServer
 from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest, temporal_list
 from tests.workflows.platform_hosts import (

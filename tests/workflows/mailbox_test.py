@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from kruntimes.activities.handoff import Mailbox
-from kruntimes.contracts.lifecycle import AwaitAssignmentInput
+from kruntimes.contracts.run import AwaitAssignmentInput
 from tests.workflows.handoffs import assignment, until_waiting
 
 

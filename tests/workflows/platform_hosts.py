@@ -15,19 +15,11 @@ from temporalio.client import WorkflowHandle
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.lifecycle import (
-    QUERY_HOST,
-    SIGNAL_HOST_READY,
-    HostInput,
-    HostReadySignal,
-    HostRecord,
-    HostResult,
-    Slot,
-    host_workflow_id,
-    pool_workflow_id,
-    ready_host,
-)
+from kruntimes.contracts.host import HostInput, HostRecord, HostResult
+from kruntimes.contracts.names import QUERY_HOST, SIGNAL_HOST_READY, host_workflow_id, pool_workflow_id
+from kruntimes.contracts.pool import HostReadySignal, ready_host
 from kruntimes.contracts.providers import CreatedHost
+from kruntimes.contracts.run import Slot
 from kruntimes.decisions.scheduling.model import Host, HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHandle
 
 from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts.lifecycle import SIGNAL_CANCEL, pool_workflow_id
+from kruntimes.contracts.names import SIGNAL_CANCEL, pool_workflow_id
 from kruntimes.workflows.pool import PATCH_ONE_ALARM
 from tests.workflows.conftest import Platform, run_manifest
 

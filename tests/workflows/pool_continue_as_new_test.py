@@ -23,7 +23,8 @@ from temporalio.worker import Worker
 from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.config.platform import parse_config
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.host import HostRecord
+from kruntimes.contracts.names import (
     POOL_READING_BACK,
     POOL_TASK_QUEUE,
     QUERY_HOST,
@@ -33,18 +34,12 @@ from kruntimes.contracts.lifecycle import (
     SIGNAL_CONFIGURE,
     SIGNAL_HOST_SLOTS,
     UPDATE_HOST_SLOTS,
-    HostRecord,
-    HostSlots,
-    PlatformInfo,
-    PoolConfig,
-    PoolInput,
-    PoolState,
-    Slot,
     host_workflow_id,
-    pool_query_parts,
     pool_workflow_id,
-    slots_digest,
 )
+from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.pool import PoolConfig, PoolInput, PoolState, pool_query_parts
+from kruntimes.contracts.run import HostSlots, Slot, slots_digest
 from kruntimes.decisions.scheduling.model import Host, HostState
 from kruntimes.temporal.connect import DATA_CONVERTER, TemporalSettings, connect, query_pool
 from kruntimes.temporal.devserver import DevServer

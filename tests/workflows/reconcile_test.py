@@ -14,13 +14,8 @@ from temporalio.client import WorkflowHandle
 
 from kruntimes.activities.hosts.process import list_records, work_root
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts.lifecycle import (
-    QUERY_RECONCILE,
-    UPDATE_COLLECT,
-    ReconcileReport,
-    host_workflow_id,
-    reconcile_workflow_id,
-)
+from kruntimes.contracts.names import QUERY_RECONCILE, UPDATE_COLLECT, host_workflow_id, reconcile_workflow_id
+from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.decisions.reconciling import PACE, next_round_in
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc

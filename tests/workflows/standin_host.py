@@ -9,13 +9,9 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from kruntimes.contracts.lifecycle import (
-        SIGNAL_HOST_COMMAND,
-        SIGNAL_HOST_LOST,
-        HostCommand,
-        HostInput,
-        HostLostSignal,
-    )
+    from kruntimes.contracts.host import HostInput
+    from kruntimes.contracts.names import SIGNAL_HOST_COMMAND, SIGNAL_HOST_LOST
+    from kruntimes.contracts.run import HostCommand, HostLostSignal
 
 
 @workflow.defn(name="HostWorkflow")

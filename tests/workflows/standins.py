@@ -8,12 +8,9 @@ from datetime import datetime
 from temporalio import activity
 
 from kruntimes.activities.host_manager import DeleteHostInput
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.hostcalls import (
     CancelTaskInput,
-    DeleteExecutionInput,
     FunctionState,
-    ProbeInput,
-    ProbeResult,
     RegisterInput,
     RegisterResult,
     StatusInput,
@@ -22,6 +19,8 @@ from kruntimes.contracts.lifecycle import (
     UnregisterInput,
 )
 from kruntimes.contracts.providers import CreatedHost, HostSpec
+from kruntimes.contracts.retention import DeleteExecutionInput
+from kruntimes.contracts.run import ProbeInput, ProbeResult
 from tests.hosts.standin import StandInProvider
 
 

@@ -26,7 +26,8 @@ from kruntimes.activities.signals import SignalActivities
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
 from kruntimes.config.platform import RuntimeConfig
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
+from kruntimes.contracts.names import (
     POOL_TASK_QUEUE,
     QUERY_POOL,
     QUERY_STATUS,
@@ -34,21 +35,12 @@ from kruntimes.contracts.lifecycle import (
     SIGNAL_ADMIT_MANY,
     SIGNAL_CANCEL,
     TASK_QUEUE,
-    AwaitAssignmentInput,
-    OutgoingSignal,
-    PlatformInfo,
-    PoolConfig,
-    PoolInput,
-    PoolState,
-    RegisterInput,
-    RegisterResult,
-    RunInput,
-    SignalBatch,
-    SignalResult,
-    admit_signal,
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.pool import PoolConfig, PoolInput, PoolState, admit_signal
+from kruntimes.contracts.run import AwaitAssignmentInput, OutgoingSignal, RunInput, SignalBatch, SignalResult
 from kruntimes.sdk.starting import admit, start_run
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.temporal.devserver import SEARCH_ATTRIBUTES

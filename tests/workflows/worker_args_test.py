@@ -9,7 +9,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from kruntimes.config.platform import RuntimeConfig
-from kruntimes.contracts.lifecycle import POOL_TASK_QUEUE, TASK_QUEUE, PoolConfig
+from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
+from kruntimes.contracts.pool import PoolConfig
 from kruntimes.workers.worker import DEFAULT_WORKFLOW_CACHE, parse_args, settings_from, worker_tuning
 
 TRUST = ["--peer-tls", "/pki/control-plane", "--assignment-key", "/pki/assignments.key"]

@@ -20,15 +20,15 @@ from temporalio.client import Client
 
 from kruntimes.activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts.lifecycle import (
+from kruntimes.contracts.names import (
     POOL_TASK_QUEUE,
     QUERY_POOL,
     TASK_QUEUE,
-    PoolState,
-    RunInput,
     pool_workflow_id,
     run_workflow_id,
 )
+from kruntimes.contracts.pool import PoolState
+from kruntimes.contracts.run import RunInput
 from kruntimes.temporal.devserver import DevServer, free_port
 from kruntimes.workflows.run import RunWorkflow
 from tests.pki import TestPKI

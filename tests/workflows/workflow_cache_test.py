@@ -18,7 +18,7 @@ from temporalio.worker import (
 )
 
 from kruntimes.api.phases import RunPhase
-from kruntimes.contracts.lifecycle import SIGNAL_CANCEL
+from kruntimes.contracts.names import SIGNAL_CANCEL
 from kruntimes.workers.worker import running_workers
 from tests.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest

@@ -205,7 +205,7 @@ async def _wait_min_hosts(
 ) -> None:
     """Until every runtime's pool has its warm hosts; fails at `deadline`, or as soon as the
     worker that makes them exited (with the last line of its log)."""
-    from kruntimes.contracts.lifecycle import pool_workflow_id
+    from kruntimes.contracts.names import pool_workflow_id
     from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
 
     client = await connect(TemporalSettings(address=address, codecKeys=str(layout.codec_keys)))
