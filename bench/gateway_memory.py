@@ -42,7 +42,7 @@ from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.temporal.devserver import DevServer
-from tests.pki import GATEWAY, TestPKI
+from tests.support.pki import GATEWAY, TestPKI
 
 TARGET_MB = 100.0
 RUNTIME = "bash"

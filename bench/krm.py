@@ -211,8 +211,8 @@ async def pods_bench(data: bytes, *, calls: int, cold: int) -> dict[str, dict[st
     from kruntimes.sdk.client import Client
     from kruntimes.wire import krm as contract
     from tests.krm.pods import RUNTIME, RUNTIMES
-    from tests.pki import TestPKI
     from tests.sdk.stack import start
+    from tests.support.pki import TestPKI
 
     del pytest
     results: dict[str, dict[str, float]] = {}

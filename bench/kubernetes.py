@@ -45,7 +45,7 @@ from kruntimes.contracts.providers import HostSpec
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
 from tests.kubernetes.platform import IMAGE, NAMESPACE, kube_platform, kubernetes_runtime, manifest
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 TARGET_RATIO = 1.5
 TARGET_RECOVERY_S = 5.0

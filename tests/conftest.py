@@ -8,8 +8,8 @@ import pytest
 
 from kruntimes.activities.hosts._rpc import use_peer_tls
 from kruntimes.temporal.devserver import DevServer
-from tests.pki import TestPKI
 from tests.sdk.stack import Platform, delete_runs, shared_platform
+from tests.support.pki import TestPKI
 
 
 @pytest.fixture(scope="session")

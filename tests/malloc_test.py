@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kruntimes.system import malloc
-from tests.procs import thread_names
-from tests.waiting import wait_until
+from tests.support.procs import thread_names
+from tests.support.waiting import wait_until
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt and malloc_trim are glibc's")
 

@@ -20,8 +20,8 @@ from kruntimes.contracts.hostcalls import RegisterInput, TaskInput
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import reasons
-from tests.pki import TestPKI
-from tests.runtime_hosts import loopback_host
+from tests.support.pki import TestPKI
+from tests.support.runtime_hosts import loopback_host
 
 HOLD_BOUND_S = 30.0  # the longest a scripted call waits to be released
 SCRIPTED_HOST = "scripted-0"  # the scripted server's host id (its certificate's)

@@ -33,7 +33,7 @@ from tests.activities.conftest import (
     task_input,
     task_run,
 )
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 FAILURES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]

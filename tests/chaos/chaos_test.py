@@ -49,10 +49,10 @@ from kruntimes.system import malloc
 from kruntimes.temporal.connect import connect
 from kruntimes.temporal.devserver import temporal_binary
 from kruntimes.workers.embedded.layout import Layout, recorded_components
-from tests.krt_cli import krt
-from tests.procs import alive, frozen, thread_names
 from tests.replay.registered import WORKFLOWS
-from tests.waiting import eventually
+from tests.support.krt_cli import krt
+from tests.support.procs import alive, frozen, thread_names
+from tests.support.waiting import eventually
 
 FUNCTIONS = ("f0", "f1", "f2", "f3")
 RECORDING = """\

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests import krt_cli
+from tests.support import krt_cli
 
 
 class Krt:

@@ -28,7 +28,6 @@ from kruntimes.pki.local import TlsFiles
 from kruntimes.temporal.known_runs import KnownRun
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.headers import TIMEOUT as TIMEOUT_HEADER
-from tests.beats import heartbeat, registration
 from tests.gateway.conftest import (
     ALICE,
     BOB,
@@ -48,10 +47,11 @@ from tests.gateway.conftest import (
     wait_for,
     wait_route,
 )
-from tests.pki import TestPKI
-from tests.procs import descendants
-from tests.procs import same_alive as alive
-from tests.stack import local_gateway_options
+from tests.support.beats import heartbeat, registration
+from tests.support.pki import TestPKI
+from tests.support.procs import descendants
+from tests.support.procs import same_alive as alive
+from tests.support.stack import local_gateway_options
 
 # Appends its tag to the record file, then sleeps as asked.
 RECORDED = """

@@ -38,11 +38,11 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.system.logs import JsonFormatter
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
 from kruntimes.wire.reasons import gateway_reason
-from tests.pki import TestPKI
-from tests.procs import Proc, descendants, kill
-from tests.procs import same_alive as alive
-from tests.stack import local_gateway_options
-from tests.waiting import eventually
+from tests.support.pki import TestPKI
+from tests.support.procs import Proc, descendants, kill
+from tests.support.procs import same_alive as alive
+from tests.support.stack import local_gateway_options
+from tests.support.waiting import eventually
 
 # Distinctive, per-run tokens: the log checks look for these exact strings.
 ALICE = f"tok-secret-alice-{uuid.uuid4().hex}"  # bound to namespace "default"

@@ -17,9 +17,9 @@ from kruntimes.pki import Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.beats import heartbeat, registration
 from tests.gateway.conftest import BOB, HostProcess, invoke
-from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
+from tests.support.beats import heartbeat, registration
+from tests.support.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
 ECHO = """
 def handle(payload):

@@ -29,8 +29,8 @@ from kruntimes.gateway.server import Gateway
 from kruntimes.pki.local import TlsFiles
 from tests.gateway.conftest import ALICE, Function, Hosts, LogCapture, lines, recording, wait_for
 from tests.gateway.rawhttp import TRICKLE_S, Connection, request, trickling
-from tests.pki import TestPKI
-from tests.stack import local_gateway_options
+from tests.support.pki import TestPKI
+from tests.support.stack import local_gateway_options
 
 LIMITS = HttpLimits(header_timeout_s=0.5, body_timeout_s=0.5, body_min_rate=2000, idle_timeout_s=3.0)
 

@@ -23,11 +23,11 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import frames
 from kruntimes.wire.headers import INVOCATION_ID as INVOCATION_HEADER
-from tests.beats import heartbeat, registration
 from tests.gateway.conftest import ALICE, invoke
 from tests.gateway.rawhttp import Connection, request
-from tests.pki import TestPKI
-from tests.waiting import eventually
+from tests.support.beats import heartbeat, registration
+from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 
 MARKER = "owner-injected-" + uuid.uuid4().hex
 Script = Callable[[pb.InvokeFunctionRequest], pb.InvokeFunctionResponse]

@@ -11,8 +11,8 @@ import pytest
 from kruntimes.activities.hosts import AttachProvider, HostManager, ProcessProvider
 from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import spec
-from tests.pki import TestPKI
-from tests.procs import alive
+from tests.support.pki import TestPKI
+from tests.support.procs import alive
 
 
 def closed_port() -> int:

@@ -14,8 +14,8 @@ import pytest
 
 from kruntimes.activities.hosts import CreatedHost, HostSpec, ProcessProvider, stop_all
 from kruntimes.pki import HostIssuer
-from tests.pki import TestPKI
-from tests.procs import alive
+from tests.support.pki import TestPKI
+from tests.support.procs import alive
 
 
 def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec:

@@ -24,8 +24,8 @@ from kruntimes.decisions.scheduling.failures import (
 )
 from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
 from tests.hosts.conftest import gone, host_pids, host_record, killed_host, spec
-from tests.pki import TestPKI
-from tests.procs import alive
+from tests.support.pki import TestPKI
+from tests.support.procs import alive
 
 
 def files_of(state_dir: Path, runtime: str = "python") -> list[str]:

@@ -34,9 +34,9 @@ from kruntimes.pki import Identity
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.hosts.conftest import gone, killed_host, spec
-from tests.pki import TestPKI
-from tests.procs import alive, frozen
-from tests.waiting import eventually
+from tests.support.pki import TestPKI
+from tests.support.procs import alive, frozen
+from tests.support.waiting import eventually
 
 Signal = TypeVar("Signal")
 

@@ -25,8 +25,8 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox.policy import Network, SandboxSettings
 from kruntimes.runtime.server import RuntimeHost
-from tests.pki import TestPKI
-from tests.runtime_hosts import loopback_host
+from tests.support.pki import TestPKI
+from tests.support.runtime_hosts import loopback_host
 
 MiB = 1024 * 1024
 SECRET = "victim-secret-4f2a9c"

@@ -15,8 +15,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.isolation import FunctionIsolation
 from kruntimes.runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
-from tests.pki import TestPKI
-from tests.runtime_hosts import loopback_host
+from tests.support.pki import TestPKI
+from tests.support.runtime_hosts import loopback_host
 
 
 def _isolation(settings: SandboxSettings, *, switch: bool) -> FunctionIsolation:

@@ -30,9 +30,9 @@ from tests.isolation.conftest import (
     Function,
     HostUnderAttack,
 )
-from tests.pki import TestPKI
-from tests.runtime_hosts import loopback_host
-from tests.waiting import wait_until
+from tests.support.pki import TestPKI
+from tests.support.runtime_hosts import loopback_host
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: see tests/isolation/fallback_test.py")
 

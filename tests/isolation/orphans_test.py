@@ -13,7 +13,7 @@ import pytest
 
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.spawner import Spawner, SpawnSpec
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
 from kruntimes.runtime.sandbox.policy import Isolation, SandboxSettings
 from tests.sandbox.conftest import ROOT
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 # a range of their own, claimed through the machine's lock directory like every host's
 UIDS = UidRange(2_150_000_000, 64)

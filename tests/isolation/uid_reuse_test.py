@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kruntimes.runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, present, processes_of
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
 

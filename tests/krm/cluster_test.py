@@ -23,7 +23,7 @@ from kruntimes.sdk import config as clientconfig
 from tests.krm import programs
 from tests.krm.conftest import items
 from tests.kubernetes.platform import IMAGE, kube_platform, kubernetes_runtime
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 pytestmark = pytest.mark.timeout(300)
 

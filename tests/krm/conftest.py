@@ -8,8 +8,8 @@ import pytest
 from kruntimes.krm.evaluation import Request
 from kruntimes.krm.resources import resource_list
 from kruntimes.krm.store import Store
-from tests import waiting
 from tests.krm import programs
+from tests.support import waiting
 
 IMAGE = "example.com/fn/set-labels"
 

@@ -14,7 +14,7 @@ from kruntimes.krm.limits import MAX_LOG_BYTES
 from kruntimes.krm.resources import parse_resource_list
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
-from tests.procs import alive
+from tests.support.procs import alive
 
 CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "in"}, "data": {"app": "web"}}
 

@@ -20,9 +20,9 @@ from kruntimes.sdk.client import Client
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
 from tests.krm.pods import GATED, HOLDER, SHARED, WHO, evaluator, image, krm_platform, pod_config
-from tests.locks import lock_free
-from tests.pki import TestPKI
 from tests.sdk.stack import Platform
+from tests.support.locks import lock_free
+from tests.support.pki import TestPKI
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,6 +1,6 @@
 """What the pod evaluator's tests share: an embedded platform with a `krm` runtime (one per test
 module) and FunctionConfigs whose podExecutor source is a test program (the programs hold a lock
-file while they run: tests.locks tells when they are gone)."""
+file while they run: tests.support.locks tells when they are gone)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from kruntimes.krm import config as fc
 from kruntimes.krm.pod import PodEvaluator
 from kruntimes.krm.store import Store
 from kruntimes.sdk.client import Client
-from tests import gated
-from tests.pki import TestPKI
 from tests.sdk.stack import Platform, start
+from tests.support import gated
+from tests.support.pki import TestPKI
 
 RUNTIME = "krm"
 RUNTIMES = [
     {"name": RUNTIME, "adapter": "krm", "runs": 16, "maxHosts": 2},
 ]
 
-# tests.gated's program, saying on stderr which Run served it.
+# tests.support.gated's program, saying on stderr which Run served it.
 GATED = gated.GATED + 'import os\nsys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])\n'
 
 # Echoes, saying which Run served it.

@@ -23,7 +23,7 @@ from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
-from tests.procs import alive
+from tests.support.procs import alive
 
 BINARIES = ("set-labels", "validator", "garbage", "missing", "sleeper", "stubborn")
 

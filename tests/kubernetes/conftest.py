@@ -18,7 +18,7 @@ from kruntimes.config.platform import KubernetesPodTemplate, KubernetesRuntime
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.pki import HostIssuer
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 NAMESPACE = "krt-hosts"
 IMAGE = "registry.example/kruntimes:test"

@@ -23,7 +23,7 @@ from kruntimes.config.platform import parse_config
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
 from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kruntimes.activities.hosts.kubernetes import OrphanCollector
 from tests.kubernetes.conftest import spec
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 
 def uids(env) -> set[str]:

@@ -19,8 +19,8 @@ from kmock import Server
 
 from kruntimes.activities.hosts.kubernetes import KubernetesAccess
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster
-from tests.pki import TestPKI
-from tests.stack import Stack, inline_manifest, running_stack
+from tests.support.pki import TestPKI
+from tests.support.stack import Stack, inline_manifest, running_stack
 
 TOKEN = "krt-k8s-test-token"
 NAMESPACE = "krt-e2e"

@@ -19,7 +19,7 @@ from kruntimes.decisions.scheduling.failures import DEFAULT_RETRYABLE, FailureRe
 from kruntimes.pki import CA_CERT, CA_KEY, AuthorityWatch, HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.pki import rotation as ca_rotation
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 
 async def test_create_makes_one_pod_whose_uid_is_the_host_uid_and_which_serves(env) -> None:

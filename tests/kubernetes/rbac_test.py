@@ -16,7 +16,7 @@ from kruntimes.activities.hosts.kubernetes import SECRET_VERBS, VERBS, OrphanCol
 from kruntimes.activities.hosts.kubernetes_watch import PodWatch
 from tests.kubernetes.conftest import NAMESPACE, spec
 from tests.kubernetes.verbs import VERB_OF
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

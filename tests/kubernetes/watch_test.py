@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from kruntimes.activities.hosts.events import HostEventKind, HostEventQueue
 from kruntimes.activities.hosts.kubernetes_watch import PodWatch
 from tests.kubernetes.conftest import NAMESPACE, spec
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 
 def kinds(queue: HostEventQueue, seen: list) -> list[HostEventKind]:

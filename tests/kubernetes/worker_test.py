@@ -22,8 +22,8 @@ from kruntimes.temporal.connect import TemporalSettings
 from kruntimes.workers.worker import WorkerSettings, kubernetes_hosts, parse_args, settings_from
 from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
-from tests.pki import TestPKI
-from tests.waiting import eventually
+from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 
 
 def runtimes_file(tmp_path, **template) -> str:

@@ -65,9 +65,9 @@ from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.workers.worker import WorkerSettings, running_workers
 from kruntimes.workflows.run import ADMIT_GRACE
-from tests import waiting
-from tests.pki import TestPKI
-from tests.procs import frozen
+from tests.support import waiting
+from tests.support.pki import TestPKI
+from tests.support.procs import frozen
 from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest
 from tests.workflows.platform_hosts import (
     BEAT_S,

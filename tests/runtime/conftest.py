@@ -23,9 +23,9 @@ from kruntimes.runtime.sandbox.identity import processes_of
 from kruntimes.runtime.sandbox.policy import SandboxSettings
 from kruntimes.runtime.server import RuntimeHost
 from kruntimes.wire.reasons import reason_of
-from tests.pki import TestPKI
-from tests.procs import alive
-from tests.runtime_hosts import loopback_host
+from tests.support.pki import TestPKI
+from tests.support.procs import alive
+from tests.support.runtime_hosts import loopback_host
 
 
 def inline(files: dict[str, str], *, executable: tuple[str, ...] = ()) -> pb.InlineSource:

@@ -25,8 +25,8 @@ from kruntimes.runtime import discovery
 from kruntimes.runtime.discovery import GatewayDiscovery, resolve_all, split_target
 from kruntimes.runtime.heartbeat import HeartbeatSender
 from kruntimes.workers import host as host_main
-from tests.pki import TestPKI
-from tests.waiting import eventually
+from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 
 NAME, PORT = "gateways.krt.test", 9443
 TARGET = f"dns+all://{NAME}:{PORT}"

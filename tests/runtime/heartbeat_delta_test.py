@@ -14,8 +14,8 @@ from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.runtime.heartbeat import HeartbeatSender
-from tests.beats import registration
-from tests.pki import TestPKI
+from tests.support.beats import registration
+from tests.support.pki import TestPKI
 
 HOST_UID = "uid-delta-0"
 PEER = Identity.host(runtime="python", host_id="h-0")

@@ -13,8 +13,8 @@ import grpc
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.runtime.service import isolation_message
-from tests.pki import TestPKI
-from tests.runtime_hosts import loopback_host
+from tests.support.pki import TestPKI
+from tests.support.runtime_hosts import loopback_host
 
 BOUND_S = 60.0
 

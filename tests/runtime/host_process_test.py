@@ -20,11 +20,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.server import HostConfigError, HostOptions, RuntimeHost
-from tests.pki import TestPKI
-from tests.procs import alive
 from tests.runtime.conftest import IDENTITY, function_gone, inline
-from tests.runtime_hosts import loopback_host
-from tests.waiting import wait_until
+from tests.support.pki import TestPKI
+from tests.support.procs import alive
+from tests.support.runtime_hosts import loopback_host
+from tests.support.waiting import wait_until
 
 
 def register_identity_function(

@@ -12,7 +12,7 @@ import pytest
 from kruntimes.api.limits import MAX_LOG_BYTES, MAX_PAYLOAD_BYTES
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.runtime.conftest import Host, function_processes, reason
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 SLOW = """
 import time

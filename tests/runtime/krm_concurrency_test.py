@@ -15,12 +15,12 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire import krm as contract
-from tests import gated
-from tests.gated import HOLDER
-from tests.locks import lock_free
-from tests.pki import TestPKI
 from tests.runtime.conftest import Host, krm_serving, register_krm
-from tests.waiting import wait_until
+from tests.support import gated
+from tests.support.gated import HOLDER
+from tests.support.locks import lock_free
+from tests.support.pki import TestPKI
+from tests.support.waiting import wait_until
 
 CONCURRENCY = 2
 

@@ -29,12 +29,12 @@ from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import processes_of
 from kruntimes.runtime.spawner import Exit, SpawnSpec
 from kruntimes.wire import krm as contract
-from tests.gated import HOLDER
-from tests.locks import lock_free
-from tests.pki import TestPKI
-from tests.procs import alive
 from tests.runtime.conftest import FILE_LIMIT, Host, inline, krm_serving, register_krm
-from tests.waiting import wait_until
+from tests.support.gated import HOLDER
+from tests.support.locks import lock_free
+from tests.support.pki import TestPKI
+from tests.support.procs import alive
+from tests.support.waiting import wait_until
 
 # What the call's process is: its ids, session, capabilities and limits.
 WHO = """

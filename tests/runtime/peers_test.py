@@ -15,9 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.invoke_port import accepted as _accepted
-from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
 from tests.runtime.conftest import ECHO_SOURCE, Host, inline, reason, run_ref
+from tests.support.invoke_port import accepted as _accepted
+from tests.support.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
 TEST_HOST = Identity.host(runtime="python", host_id="test-0")
 OTHER_HOST = Identity.host(runtime="python", host_id="test-1")

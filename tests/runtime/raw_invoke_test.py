@@ -25,9 +25,9 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.runtime.server import MAX_MESSAGE_BYTES
 from kruntimes.wire import frames
 from kruntimes.wire.reasons import HostReason, trailer
-from tests.beats import heartbeat, registration
-from tests.pki import TestPKI
 from tests.runtime.conftest import Host, reason
+from tests.support.beats import heartbeat, registration
+from tests.support.pki import TestPKI
 
 TEST_HOST = Identity.host(runtime="python", host_id="test-0")  # the conftest's host
 FAKE_HOST = Identity.host(runtime="python", host_id="fake-0")

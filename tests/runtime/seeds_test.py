@@ -12,7 +12,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.runtime.sandbox.child import SandboxSpec, growth
 from kruntimes.runtime.sandbox.fsview import Op
 from tests.runtime.conftest import Host
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/ns/pid").exists(), reason="no PID namespaces on this machine"

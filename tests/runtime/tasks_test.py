@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.runtime.conftest import Host, inline, run_ref
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 
 def _task(

@@ -12,7 +12,7 @@ import pytest
 
 from kruntimes.runtime.sandbox import cgroups
 from tests.sandbox.conftest import needs_root
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = needs_root
 

@@ -10,7 +10,7 @@ import pytest
 
 from kruntimes.runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, present, processes_of
 from tests.sandbox.conftest import needs_root
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = needs_root
 

@@ -20,7 +20,7 @@ from kruntimes.sdk.client import (
     Unauthorized,
 )
 from tests.sdk.stack import FAILING, OTHER_TOKEN, RUNTIME, SLEEPY, TASK, Platform, manifest, unique
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 # Touches p['started'], then runs until p['release'] exists (at most 60 s): the test decides when
 # the invocation ends, and knows when it has begun.

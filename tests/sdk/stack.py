@@ -23,8 +23,8 @@ from kruntimes.contracts.names import run_workflow_id
 from kruntimes.contracts.providers import HostDefaults
 from kruntimes.sdk import config as clientconfig
 from kruntimes.temporal.devserver import temporal_binary
-from tests.pki import TestPKI
-from tests.stack import Stack, inline_manifest, running_stack
+from tests.support.pki import TestPKI
+from tests.support.stack import Stack, inline_manifest, running_stack
 
 TOKEN = "krt-test-token-alice"
 OTHER_TOKEN = "krt-test-token-bob"  # a known user bound to no namespace: 403

@@ -23,7 +23,7 @@ from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.wire import search
 from kruntimes.workers.worker import WorkerSettings, running_workers
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 RUNTIME = "bash-wait"
 RUNS = 200

@@ -27,7 +27,8 @@ from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import ConfigError
 from kruntimes.temporal.connect import connect
 from kruntimes.wire import search_typed
-from tests.pki import GATEWAY, TestPKI
+from tests.support.pki import GATEWAY, TestPKI
+from tests.support.waiting import eventually
 from tests.temporal_tls.conftest import (
     ALLOWED,
     API_KEY,
@@ -38,7 +39,6 @@ from tests.temporal_tls.conftest import (
     run,
     secret_free,
 )
-from tests.waiting import eventually
 
 UNREACHABLE = 4  # kruntimes.cli.main's exit code for a ConfigError
 WAIT_S = 30.0

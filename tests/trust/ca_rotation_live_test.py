@@ -40,9 +40,9 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.workers.embedded.layout import Layout, ensure_pki
 from kruntimes.workers.embedded.supervise import renew_platform_certificates
-from tests.pki import presented_serial
+from tests.support.pki import presented_serial
+from tests.support.waiting import eventually
 from tests.trust.hop import echo_registration, host_process, token_gateway
-from tests.waiting import eventually
 
 LIFETIME = dt.timedelta(hours=1)  # every certificate's; the phases are reached by the clock given
 TOKEN = f"tok-ca-rotation-{uuid.uuid4().hex}"

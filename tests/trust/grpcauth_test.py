@@ -12,7 +12,7 @@ import pytest
 from kruntimes.pki import PeerAuthorization, PeerTLS, Role, peer_identity
 from kruntimes.runtime.service import ALLOWED_ROLES, DEFAULT_ROLES
 from kruntimes.wire.reasons import reason_of
-from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
+from tests.support.pki import CONTROL_PLANE, GATEWAY, TestPKI
 
 SERVICE = "kruntimes.rpc.v1.FunctionRuntime"
 

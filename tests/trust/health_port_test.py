@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.server import RuntimeHost
-from tests.pki import TestPKI
-from tests.runtime_hosts import loopback_host
+from tests.support.pki import TestPKI
+from tests.support.runtime_hosts import loopback_host
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, PeerTLS
 from kruntimes.pki.assignments import Verifier
 from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.stack import local_gateway_options
-from tests.waiting import eventually
+from tests.support.stack import local_gateway_options
+from tests.support.waiting import eventually
 
 HOST_READY_S = 30.0  # a host process writes its ready file within this
 HOST_STOP_S = 10.0  # a host process ends within this of SIGTERM, else it is killed

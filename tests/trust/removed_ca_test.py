@@ -17,9 +17,9 @@ from kruntimes.pki import CA_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.server import HostOptions, RuntimeHost
-from tests.invoke_port import accepted
-from tests.pki import CONTROL_PLANE, GATEWAY, TestPKI
-from tests.waiting import wait_until
+from tests.support.invoke_port import accepted
+from tests.support.pki import CONTROL_PLANE, GATEWAY, TestPKI
+from tests.support.waiting import wait_until
 
 HOST = Identity.host(runtime="python", host_id="dropped-0")
 RELOAD_S = 10.0  # the bound on the host taking up its changed files (it looks once a second)

@@ -23,7 +23,7 @@ from kruntimes.gateway.server import Gateway
 from kruntimes.pki import TLS_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.pki import TestPKI, presented_serial
+from tests.support.pki import TestPKI, presented_serial
 from tests.trust.hop import echo_registration, host_process, token_gateway
 
 LIFETIME = dt.timedelta(seconds=6)

@@ -12,8 +12,8 @@ from kruntimes.pki import Identity
 from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.beats import heartbeat, registration
-from tests.pki import TestPKI
+from tests.support.beats import heartbeat, registration
+from tests.support.pki import TestPKI
 
 HOST = Identity.host(runtime="python", host_id="h-0")
 

@@ -18,8 +18,8 @@ from kruntimes.api.status import RunStatus
 from kruntimes.contracts.names import SIGNAL_CANCEL, UPDATE_DELETE, retention_workflow_id
 from kruntimes.workers.worker import RUN_WORKFLOWS, running_workers
 from kruntimes.workflows.run import RunWorkflow
-from tests.pki import TestPKI
 from tests.replay.changed import BeforeClosingRunWorkflow
+from tests.support.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest
 
 KEEP = {"ttlSecondsAfterFinished": 600}

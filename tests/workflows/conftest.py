@@ -42,8 +42,8 @@ from kruntimes.temporal.devserver import DevServer
 from kruntimes.temporal.known_runs import KnownRuns
 from kruntimes.workers.worker import WorkerSettings, running_workers
 from kruntimes.workflows.run import RunWorkflow
-from tests.pki import TestPKI
-from tests.waiting import eventually
+from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 
 ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
 UNLOADABLE = "import nowhere_to_be_found\n"  # a handler whose module fails to load, every attempt

@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 from kruntimes.contracts.host import HostRecord, HostResult, WatchInput, WatchResult
 from kruntimes.contracts.names import QUERY_HOST
 from kruntimes.workflows.host import HostWorkflow
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from tests.workflows.platform_hosts import carried_host
 
 

@@ -31,7 +31,7 @@ from kruntimes.decisions.scheduling.model import HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire import search
-from tests.procs import alive, frozen
+from tests.support.procs import alive, frozen
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import (
     BEAT_S,

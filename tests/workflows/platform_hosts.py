@@ -23,7 +23,7 @@ from kruntimes.contracts.run import Slot
 from kruntimes.decisions.scheduling.model import Host, HostState
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 from tests.workflows.conftest import Platform, pool_host
 
 BEAT_S = 0.5  # hosts report every half second here: a frozen one is lost within 1.5 s

@@ -45,7 +45,7 @@ from kruntimes.temporal.connect import DATA_CONVERTER, TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.workers.worker import WorkerSettings, pool_configs, running_workers
 from kruntimes.workflows.host import HostWorkflow
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import carried_host
 

@@ -19,7 +19,7 @@ from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.decisions.reconciling import PACE, next_round_in
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from tests.procs import alive
+from tests.support.procs import alive
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import BEAT_S, host_serving, ready_on_host, registrations, tell_pool
 

@@ -23,8 +23,8 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.workers.worker import running_workers
 from kruntimes.workflows.run import PATCH_AT_START
-from tests.pki import TestPKI
 from tests.replay.registered import WORKFLOWS
+from tests.support.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest
 
 COMMAND_EVENTS = {

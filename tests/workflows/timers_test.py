@@ -47,7 +47,7 @@ from kruntimes.temporal.devserver import SEARCH_ATTRIBUTES
 from kruntimes.workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
 from kruntimes.workflows.pool import RuntimePoolWorkflow
 from kruntimes.workflows.run import ADMIT_GRACE, RunWorkflow
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting
 from tests.workflows.standin_host import StandInHostWorkflow

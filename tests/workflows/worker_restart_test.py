@@ -31,7 +31,7 @@ from kruntimes.contracts.pool import PoolState
 from kruntimes.contracts.run import RunInput
 from kruntimes.temporal.devserver import DevServer, free_port
 from kruntimes.workflows.run import RunWorkflow
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import registrations
 

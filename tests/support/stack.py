@@ -28,7 +28,7 @@ from kruntimes.temporal.codec import ensure_key
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.workers.worker import WorkerSettings, running_workers
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 # Every user in a stack's token file belongs to `devs` or to a group bound to nothing.
 BINDINGS = "bindings:\n- namespace: '*'\n  groups: [devs]\n"

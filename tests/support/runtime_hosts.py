@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kruntimes.runtime.server import HostOptions, RuntimeHost
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 
 def loopback_host(

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from tests.pki import TestPKI
+from tests.support.pki import TestPKI
 
 
 def registration(

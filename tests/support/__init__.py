@@ -1,0 +1,1 @@
+"""Helpers the test suites share: a PKI, processes, a platform stack, waiting on a condition."""
