@@ -32,8 +32,8 @@ import socket
 import sys
 from typing import Any
 
-if not __package__:  # run as a script (`python -I -S`): the shared package is beside this one's
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # run as a script (`python -I -S`) as kruntimes/krm/_launcher.py: import kruntimes
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from kruntimes.system import fdpass
 
 MAX_MESSAGE_BYTES = 256 * 1024
