@@ -764,7 +764,7 @@ def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
         assert policy["spec"]["egress"][2:] == CASES["runtimes-tenants"]["networkPolicy"]["hostEgress"]
 
 
-# --- the hook Job, the image (NOTES and the README: docs_test.py) --------------------------------
+# --- the hook Job, the image (NOTES and docs/kubernetes.md: docs_test.py) -------------------------
 
 
 def test_the_hook_job_registers_exactly_the_search_attributes_of_the_runs(chart: Rendered) -> None:

@@ -1,5 +1,5 @@
-"""What the chart's NOTES and the README's "Install on Kubernetes" tell a user is true: the README's
-`helm install` command lines, with only the values they set, render and lint cleanly; the
+"""What the chart's NOTES and docs/kubernetes.md's "Install on Kubernetes" tell a user is true:
+its `helm install` command lines, with only the values they set, render and lint cleanly; the
 commands NOTES prints are valid shell, reach the worker's Temporal namespace with its codec keys
 through the client's own configuration loader, parse with the real `krt` parser, and invoke the
 URL a Run's endpoint carries."""
@@ -27,14 +27,14 @@ from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import CHART, NAMESPACE, RELEASE, ROOT, Rendered, claimed_versions, pod_spec, render
 from tests.helm.host_pods import built_pods
 
-README = ROOT / "README.md"
+KUBERNETES_DOC = ROOT / "docs" / "kubernetes.md"
 SHELL_TIMEOUT_S = 30.0
 
 
 def install_section() -> str:
-    text = README.read_text()
+    text = KUBERNETES_DOC.read_text()
     match = re.search(r"^## Install on Kubernetes\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
-    assert match, 'the README has no "Install on Kubernetes" section'
+    assert match, 'docs/kubernetes.md has no "Install on Kubernetes" section'
     return match.group(1)
 
 
@@ -54,7 +54,7 @@ def set_value(values: dict[str, Any], assignment: str) -> None:
     node[leaf] = value
 
 
-def readme_installs() -> list[tuple[str, str, dict[str, Any]]]:
+def documented_installs() -> list[tuple[str, str, dict[str, Any]]]:
     """Each `helm install RELEASE CHART -n NAMESPACE --set ...` of the section: release,
     namespace, values."""
     installs = []
@@ -74,8 +74,8 @@ def readme_installs() -> list[tuple[str, str, dict[str, Any]]]:
     return installs
 
 
-def test_the_readme_installs_render_and_lint_with_only_the_values_they_set() -> None:
-    installs = readme_installs()
+def test_the_documented_installs_render_and_lint_with_only_the_values_they_set() -> None:
+    installs = documented_installs()
     assert len(installs) >= 2  # with cert-manager, and without
     for release, namespace, values in installs:
         assert (release, namespace) == (RELEASE, NAMESPACE)  # the names the tests render with
@@ -85,26 +85,26 @@ def test_the_readme_installs_render_and_lint_with_only_the_values_they_set() -> 
             )
             assert result["errors"] == [] and result["messages"] == [], (values, version, result)
         docs, _ = render(values)
-        chart = Rendered("readme", values, docs, "")
+        chart = Rendered("docs", values, docs, "")
         image = chart.container("Deployment", "-worker")["image"]
         assert image.startswith(values["image"]["repository"] + ":")
         args = worker_main.parse_args([str(a) for a in chart.container("Deployment", "-worker")["args"]])
         assert temporal.settings_from(args, env={}).address == values["temporal"]["address"]
 
 
-def test_the_readme_names_the_objects_and_flags_the_chart_renders() -> None:
+def test_the_docs_name_the_objects_and_flags_the_chart_renders() -> None:
     section = install_section()
-    _, _, values = readme_installs()[0]
+    _, _, values = documented_installs()[0]
     docs, _ = render(values)
-    chart = Rendered("readme", values, docs, "")
+    chart = Rendered("docs", values, docs, "")
     args = worker_main.parse_args([str(a) for a in chart.container("Deployment", "-worker")["args"]])
     (heartbeat,) = args.gateway_heartbeat
     said = re.search(r"`--gateway (dns\+all://\S+)`", section)
-    assert said, "the README shows the hosts' --gateway"
+    assert said, "docs/kubernetes.md shows the hosts' --gateway"
     shown = said.group(1).replace("<release>", RELEASE).replace("<namespace>", NAMESPACE)
     assert shown == heartbeat and split_target(shown)
     resolve = re.search(r"`krt host (--gateway-resolve-interval)`", section)
-    assert resolve, "the README names the hosts' re-resolve flag"
+    assert resolve, "docs/kubernetes.md names the hosts' re-resolve flag"
     (pod, *_) = built_pods(chart)
     host_args = [
         a.replace("$(KRT_POD_UID)", "00000000-0000-4000-8000-000000000000")

@@ -1,6 +1,6 @@
 """The verbs the kubernetes provider and its watch call, listed from what the API server saw
-them send, are exactly ``VERBS`` and exactly the worker's Role in the README (a chart's RBAC can
-be compared with the same list)."""
+them send, are exactly ``VERBS`` and exactly the worker's Role in docs/kubernetes.md (a chart's
+RBAC can be compared with the same list)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ from tests.kubernetes.conftest import NAMESPACE, spec
 from tests.kubernetes.verbs import VERB_OF
 from tests.support.waiting import eventually
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+KUBERNETES_DOC = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"
 
 
-def readme_role() -> dict:
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+def documented_role() -> dict:
+    blocks = re.findall(r"```yaml\n(.*?)```", KUBERNETES_DOC.read_text(), flags=re.S)
     for block in blocks:
         for document in yaml.safe_load_all(block):
             if isinstance(document, dict) and document.get("kind") == "Role":
                 return document
-    raise AssertionError("the README shows no Role for the worker")
+    raise AssertionError("docs/kubernetes.md shows no Role for the worker")
 
 
 async def test_the_provider_calls_exactly_the_verbs_of_the_workers_role(env) -> None:
@@ -65,6 +65,6 @@ async def test_the_provider_calls_exactly_the_verbs_of_the_workers_role(env) -> 
         if r.resource is not None and r.action in VERB_OF:
             called.setdefault(r.resource.plural, set()).add(VERB_OF[r.action])
     assert called == {"pods": set(VERBS), "secrets": set(SECRET_VERBS)}
-    role = readme_role()
+    role = documented_role()
     rules = {tuple(rule["resources"]): (rule["apiGroups"], set(rule["verbs"])) for rule in role["rules"]}
     assert rules == {("pods",): ([""], set(VERBS)), ("secrets",): ([""], set(SECRET_VERBS))}

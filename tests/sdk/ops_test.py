@@ -117,7 +117,7 @@ async def test_a_closed_run_stays_readable_and_its_name_can_be_reused(
     name = unique("reused")
     first = await krt.create(Run.from_dict(manifest(name, ttlSecondsAfterFinished=3)))
     ready = await krt.wait(name)
-    # The README's recipe for the Runs on one host lists it while it runs there.
+    # docs/operations.md's recipe for the Runs on one host lists it while it runs there.
     host = ready.status.assignedHost
     on_host = f"WorkflowType='RunWorkflow' AND KrtHost='{host}' AND ExecutionStatus='Running'"
     assert run_workflow_id("default", name) in await _listed(

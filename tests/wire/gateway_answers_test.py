@@ -1,6 +1,6 @@
 """The gateway's answers agree with the reasons catalogue (kruntimes.wire.reasons.GatewayReason):
 its error tree, the one function that turns errors into HTTP answers, the OpenAPI document, the
-README's status table; and the 200 body it rebuilds from the owner's answer is its model's, whatever
+status table of docs/invoke-api.md; and the 200 body it rebuilds from the owner's answer is its model's, whatever
 the owner sent."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
 from tests.wire.classes import tree
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+INVOKE_DOC = Path(__file__).resolve().parents[2] / "docs" / "invoke-api.md"
 INVOKE = [r for r in GatewayReason if r.invoke]
 ROUTER = [r for r in GatewayReason if not r.invoke]
 
@@ -165,9 +165,9 @@ def test_the_schemas_are_the_models() -> None:
     assert set(refs) <= set(schemas)
 
 
-def test_the_readme_status_table_is_the_catalogue() -> None:
-    text = README.read_text()
-    section = text[text.index("## The invoke API") :]
+def test_the_invoke_docs_status_table_is_the_catalogue() -> None:
+    text = INVOKE_DOC.read_text()
+    section = text[text.index("## Statuses and reasons") :]
     section = section[: section.index("\n## ", 1)]
     table: dict[int, set[str]] = {}
     for line in section.splitlines():
