@@ -11,13 +11,13 @@ from temporalio.exceptions import ApplicationError
 from kruntimes.activities.heartbeat import heartbeating
 from kruntimes.activities.hosts._rpc import HostRpcError, identify
 from kruntimes.activities.hosts.base import HostManager
-from kruntimes.activities.hosts.process import host_running, list_records
+from kruntimes.activities.hosts.registry import provider_of
 from kruntimes.contracts.host import DeleteHostInput, FenceInput, FenceResult
 from kruntimes.contracts.hostcalls import HostCall
 from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.contracts.run import ProbeInput, ProbeResult
 from kruntimes.decisions.scheduling.failures import ProviderError
-from kruntimes.decisions.scheduling.model import PROVIDER_LABEL, Host
+from kruntimes.decisions.scheduling.model import Host
 
 __all__ = ["DeleteHostInput", "HostActivities", "ProbeActivities"]
 
@@ -90,37 +90,37 @@ class HostActivities:
 PROBE_TIMEOUT_S = 3.0
 
 
-async def _proven_gone(host: Host, state_dir: str, manager: HostManager | None = None) -> bool:
+async def _proven_gone(host: Host, state_dir: str, manager: HostManager) -> bool:
     """Fencing: a host is gone only when its uid is gone — its provider proves it from its own
     records (a pod's uid no longer exists, or it is deleting and out of routing), another
-    incarnation answers at its address, or (process hosts) its recorded process no longer exists.
+    incarnation answers at its address, or (local hosts) its recorded process no longer exists.
     An unreachable host that may still run is not gone: its Runs move elsewhere only once it is
     proven gone, so a Run never runs on two hosts at once."""
-    provider = host.labels.get(PROVIDER_LABEL, "process")
-    if manager is not None:
-        verdict = await manager.verdict(
-            provider=provider,
-            runtime=host.runtime,
-            host_id=host.hostId,
-            host_uid=host.hostUid,
-            address=host.address,
-        )
-        if verdict is not None:
-            return verdict
+    provider = provider_of(host)
+    verdict = await manager.verdict(
+        provider=provider,
+        runtime=host.runtime,
+        host_id=host.hostId,
+        host_uid=host.hostUid,
+        address=host.address,
+    )
+    if verdict is not None:
+        return verdict
     try:
         identity = await identify(host.address or "", timeout_s=PROBE_TIMEOUT_S)
     except HostRpcError:
         identity = None
     if identity is not None:
         return identity.host_uid != host.hostUid
-    if provider != "process" or not state_dir:
+    local = manager.local(provider)
+    if local is None or not state_dir:
         return False
-    record = next((r for r in list_records(state_dir) if r.hostId == host.hostId), None)
-    return record is None or record.hostUid != host.hostUid or not host_running(record)
+    record = next((r for r in local.records(state_dir) if r.hostId == host.hostId), None)
+    return record is None or record.hostUid != host.hostUid or not local.running(record)
 
 
 class ProbeActivities:
-    def __init__(self, manager: HostManager | None = None) -> None:
+    def __init__(self, manager: HostManager) -> None:
         self.manager = manager  # whose providers may prove a host gone from their own records
 
     @activity.defn(name="probe_hosts")

@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.activities.hosts._rpc import host_channel
 from kruntimes.activities.hosts.base import HostManager
-from kruntimes.activities.hosts.process import host_running, list_records, work_root
+from kruntimes.activities.hosts.registry import provider_of
 from kruntimes.contracts.host import host_input
 from kruntimes.contracts.names import SIGNAL_REGISTRATION_LOST, SIGNAL_RELEASE, host_workflow_id
 from kruntimes.contracts.pool import PoolState, ReleaseSignal
@@ -45,7 +45,7 @@ from kruntimes.decisions.reconciling import (
     Workspace,
     plan,
 )
-from kruntimes.decisions.scheduling.model import PROVIDER_LABEL, Host
+from kruntimes.decisions.scheduling.model import Host
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal.connect import query_pool
@@ -201,7 +201,8 @@ class ReconcileActivities:
             else:
                 running[workflow_id] = described
         activity.heartbeat()
-        records = list_records(input.stateDir) if input.stateDir else []
+        local = self.manager.local_providers if input.stateDir else []
+        records = [(p, r) for p in local for r in p.records(input.stateDir)]
         return Snapshot(
             now=now,
             grace_s=input.graceSeconds,
@@ -212,9 +213,9 @@ class ReconcileActivities:
             queued=[Queued(q.runUid, q.workflowId, q.requestedAt) for q in pool.queue],
             provisioning=frozenset(s.hostId for s in pool.scaleOuts if s.pending and s.hostId),
             running=running,
-            records=[r for r in records if r.runtime == rt and r.provider == "process"],
-            live_uids=frozenset(r.hostUid for r in records if host_running(r)),
-            workspaces=_workspaces(input.stateDir, HeldEntries.of(hosts)) if input.stateDir else [],
+            records=[r for _, r in records if r.runtime == rt],
+            live_uids=frozenset(r.hostUid for p, r in records if p.running(r)),
+            workspaces=_workspaces(root, HeldEntries.of(hosts)) if (root := self._work_root(input)) else [],
             supervisors=await self._supervisors(rt),
         )
 
@@ -298,8 +299,7 @@ class ReconcileActivities:
             calls.append(attempt(f"tell {lost.workflow_id}", run.signal(SIGNAL_REGISTRATION_LOST, signal)))
         for record in decided.delete:
             calls.append(attempt(f"delete host {record.hostId}", self._delete(record)))
-        if input.stateDir:
-            root = work_root(input.stateDir)
+        if (root := self._work_root(input)) is not None:
             for space in decided.remove:
                 calls.append(attempt(f"remove workspace {_name(space)}", _remove(root, space)))
         records = {r.hostUid: r for r in snapshot.records}
@@ -309,6 +309,12 @@ class ReconcileActivities:
             )
         await _bounded(calls)
 
+    def _work_root(self, input: ReconcileInput) -> Path | None:
+        """Where the hosts under the state dir keep their workspaces; None without a state dir
+        or a provider of local hosts."""
+        local = self.manager.local_providers
+        return local[0].work_root(input.stateDir) if input.stateDir and local else None
+
     async def _delete(self, record: CreatedHost) -> None:
         await self.manager.delete(
             provider=record.provider, runtime=record.runtime, host_id=record.hostId, host_uid=record.hostUid
@@ -317,7 +323,7 @@ class ReconcileActivities:
     async def _supervise(self, input: ReconcileInput, host: Host, record: CreatedHost | None) -> None:
         assert host.address is not None
         created = record or CreatedHost(
-            provider=host.labels.get(PROVIDER_LABEL, "process"),
+            provider=provider_of(host),
             runtime=host.runtime,
             hostId=host.hostId,
             hostUid=host.hostUid,
@@ -348,12 +354,10 @@ async def _unregister(address: str, registration_id: str) -> None:
         )
 
 
-def _workspaces(state_dir: str, held: HeldEntries) -> list[Workspace]:
-    """The workspaces under the state dir's work/ that `plan` could remove: every host
-    incarnation's directory, and the entries `held` says are removable. The rest it never
-    removes, so they are not read (10,000 Ready Runs are 10,000 entries: a stat each, every
-    round)."""
-    root = work_root(state_dir)
+def _workspaces(root: Path, held: HeldEntries) -> list[Workspace]:
+    """The workspaces under `root` that `plan` could remove: every host incarnation's directory,
+    and the entries `held` says are removable. The rest it never removes, so they are not read
+    (each is a stat, every round)."""
     if not root.is_dir():
         return []
     found = []

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves, unregister_all
-from kruntimes.activities.hosts.base import Fenced, spec_error
+from kruntimes.activities.hosts.base import Fenced, ProviderSetup, options_of, spec_error
+from kruntimes.api._base import ApiModel
 from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+NAME = "attach"
 
 
 class AttachProvider:
     """Hosts at known addresses (``spec.attachAddress``); delete forgets them, never stops them."""
 
-    def __init__(self, *, name: str = "attach", rpc_timeout_s: float = 5.0) -> None:
+    def __init__(self, *, name: str = NAME, rpc_timeout_s: float = 5.0) -> None:
         self.name = name
         self.rpc_timeout_s = rpc_timeout_s
 
@@ -76,3 +85,23 @@ class AttachProvider:
         return spec_error(
             reason, spec, provider=self.name, operation=ProviderOperation.Attach, message=message
         )
+
+
+class AttachOptions(ApiModel):
+    """The attach provider's own settings."""
+
+    rpcTimeoutSeconds: float = 5.0  # each call to an adopted host
+
+
+class AttachHosts:
+    """The attach provider's registration: always started, with no start-up tasks."""
+
+    name = NAME
+
+    def check(self, setup: ProviderSetup) -> None:
+        options_of(setup, self.name, AttachOptions)
+
+    @contextlib.asynccontextmanager
+    async def start(self, setup: ProviderSetup, *, client: Client | None) -> AsyncIterator[AttachProvider]:
+        options = options_of(setup, self.name, AttachOptions)
+        yield AttachProvider(name=self.name, rpc_timeout_s=options.rpcTimeoutSeconds)

@@ -8,11 +8,17 @@ provider boundary and anything that slips through becomes ``UnexpectedError``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+import os
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
 
 from kruntimes.api.names import validate_dns1123_label
+from kruntimes.config.platform import PlatformConfig
 from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.decisions.scheduling.failures import (
     FailureReason,
@@ -20,9 +26,18 @@ from kruntimes.decisions.scheduling.failures import (
     ProviderFailure,
     ProviderOperation,
 )
+from kruntimes.pki import HostIssuer
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
+
+
+class ProviderConfigError(Exception):
+    """A provider cannot be used as configured; raised before the worker serves anything."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,68 @@ class OrphanCollecting(Protocol):
         """Delete `runtime`'s hosts whose uid is not in `known` and whose host id is not in
         `creating`, once unknown for `grace_s`; the host ids deleted."""
         ...
+
+
+@runtime_checkable
+class LocalHosts(Protocol):
+    """A provider whose hosts are processes on this machine, recorded under a state directory
+    with their workspaces: a probe and the reconciler read those records and workspaces."""
+
+    def records(self, state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
+        """Every host of this provider recorded under `state_dir`."""
+        ...
+
+    def running(self, record: CreatedHost) -> bool:
+        """Whether the process of a recorded host still runs."""
+        ...
+
+    def work_root(self, state_dir: str | os.PathLike[str]) -> Path:
+        """Where its hosts under `state_dir` keep their workspaces: one directory per host uid."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProviderSetup:
+    """What every provider kind is built from: the platform config (which runtimes use it), the
+    owner of this control plane's hosts, the worker's state directory, whether it can issue host
+    certificates (it has the platform CA; known before `issuer` is loaded) and the issuer (None:
+    none is issued), and each provider's own options by its name (its config model)."""
+
+    config: PlatformConfig
+    control_plane: str
+    state_dir: str | None = None
+    can_issue: bool = False
+    issuer: HostIssuer | None = None
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+class ProviderKind(Protocol):
+    """One registered way of creating hosts (activities/hosts/registry.py): its name, a check of
+    the platform config made before anything is served, and its start-up."""
+
+    name: str
+
+    def check(self, setup: ProviderSetup) -> None:
+        """Raise ValueError saying what in the configuration this provider cannot serve."""
+        ...
+
+    def start(
+        self, setup: ProviderSetup, *, client: Client | None
+    ) -> AbstractAsyncContextManager[HostProvider | None]:
+        """The provider with its start-up tasks running until the context exits; None when no
+        runtime needs it. `client` is the worker's, for reports to HostWorkflows."""
+        ...
+
+
+def options_of(setup: ProviderSetup, name: str, model: type[M]) -> M:
+    """Provider `name`'s options from `setup` (its model's defaults when none are given)."""
+    found = setup.options.get(name)
+    if found is None:
+        return model()
+    if not isinstance(found, model):
+        wrong = type(found).__name__
+        raise ValueError(f"host provider {name}: options must be {model.__name__}, not {wrong}")
+    return found
 
 
 def provider_error(
@@ -150,6 +227,15 @@ class HostManager:
             operation=ProviderOperation.Select,
             message=f"no host provider named {name!r:.80}; known: {', '.join(self._providers) or 'none'}",
         )
+
+    def local(self, name: str) -> LocalHosts | None:
+        """The provider named `name` if its hosts are local processes; else None."""
+        found = self._providers.get(name)
+        return found if isinstance(found, LocalHosts) else None
+
+    @property
+    def local_providers(self) -> list[LocalHosts]:
+        return [p for p in self._providers.values() if isinstance(p, LocalHosts)]
 
     async def create(self, spec: HostSpec) -> CreatedHost:
         return await self._call(

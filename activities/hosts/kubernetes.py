@@ -48,7 +48,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves
-from kruntimes.activities.hosts.base import Fenced, provider_error
+from kruntimes.activities.hosts.base import Fenced, ProviderConfigError, provider_error
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config.platform import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
 from kruntimes.contracts.providers import CreatedHost, HostSpec
@@ -86,7 +86,7 @@ _MAX_MESSAGE = 1024
 _SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
-class KubernetesConfigError(Exception):
+class KubernetesConfigError(ProviderConfigError):
     """The worker cannot use Kubernetes as configured (bad kubeconfig, no access, bad template)."""
 
 

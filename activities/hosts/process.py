@@ -13,9 +13,9 @@ The files of one host, under ``{stateDir}/hosts/{runtime}/``::
 A pid is signalled only while /proc/<pid>/cmdline names that host's --host-id and --ready-file,
 so a recycled pid is never killed. Linux only.
 
-Outside this module: ``ProcessProvider``, and over a state directory ``list_records``,
-``stop_all``, ``host_running(record)``, ``work_root`` and ``remove_workspaces``; everything with
-a leading underscore is its own.
+Outside this module: ``ProcessProvider``, its registration ``ProcessHosts``, and over a state
+directory ``list_records``, ``stop_all``, ``host_running(record)``, ``work_root`` and
+``remove_workspaces``; everything with a leading underscore is its own.
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ import signal
 import subprocess
 import sys
 import weakref
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from kruntimes.activities.hosts._rpc import HostIdentity, HostRpcError, identify, serves
-from kruntimes.activities.hosts.base import Fenced, provider_error, spec_error
+from kruntimes.activities.hosts.base import Fenced, ProviderSetup, options_of, provider_error, spec_error
 from kruntimes.api._base import ApiModel
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.contracts.providers import CreatedHost, HostSandbox, HostSpec
@@ -44,7 +46,13 @@ from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, HostIssuer
 from kruntimes.system.paths import under
 
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
 __all__ = [
+    "NAME",
+    "ProcessHosts",
+    "ProcessOptions",
     "ProcessProvider",
     "certificate_dirs",
     "host_running",
@@ -55,6 +63,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+NAME = "process"
 
 _POLL_S = 0.05
 _LOG_TAIL_BYTES = 2048
@@ -182,7 +192,7 @@ class ProcessProvider:
     def __init__(
         self,
         *,
-        name: str = "process",
+        name: str = NAME,
         python: str = sys.executable,
         start_timeout_s: float = 30.0,
         stop_timeout_s: float = 10.0,
@@ -316,6 +326,15 @@ class ProcessProvider:
             return None
         return record
 
+    def records(self, state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
+        return [r for r in list_records(state_dir) if r.provider == self.name]
+
+    def running(self, record: CreatedHost) -> bool:
+        return host_running(record)
+
+    def work_root(self, state_dir: str | os.PathLike[str]) -> Path:
+        return work_root(state_dir)
+
     def renew_certificates(self) -> int:
         """Re-issue the certificates of this provider's hosts that are due; returns how many."""
         if self.issuer is None:
@@ -447,6 +466,64 @@ class ProcessProvider:
         )
 
 
+class ProcessOptions(ApiModel):
+    """The process provider's own settings (the worker's state directory and issuer aside)."""
+
+    python: str = sys.executable  # the interpreter its hosts run on
+    startTimeoutSeconds: float = 30.0  # a host that does not serve by then is stopped
+
+
+# Host certificates are checked this often for renewal: a small part of their lifetime, at most
+# a minute (a check reads a few files).
+_RENEW_MAX = timedelta(minutes=1)
+_RENEW_PARTS = 30
+
+
+def renewal_interval(lifetime: timedelta) -> float:
+    return min(_RENEW_MAX.total_seconds(), lifetime.total_seconds() / _RENEW_PARTS)
+
+
+class ProcessHosts:
+    """The process provider's registration: always started; its start-up task renews the
+    certificates of its hosts as they come due (when the worker has the platform CA)."""
+
+    name = NAME
+
+    def check(self, setup: ProviderSetup) -> None:
+        options_of(setup, self.name, ProcessOptions)
+
+    @contextlib.asynccontextmanager
+    async def start(self, setup: ProviderSetup, *, client: Client | None) -> AsyncIterator[ProcessProvider]:
+        options = options_of(setup, self.name, ProcessOptions)
+        provider = ProcessProvider(
+            name=self.name,
+            python=options.python,
+            start_timeout_s=options.startTimeoutSeconds,
+            state_dir=setup.state_dir or None,
+            issuer=setup.issuer,
+        )
+        if setup.issuer is None:
+            yield provider
+            return
+        every_s = renewal_interval(setup.issuer.lifetime)
+        renewing = asyncio.create_task(_renew_certificates(provider, every_s=every_s))
+        try:
+            yield provider
+        finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+
+async def _renew_certificates(provider: ProcessProvider, *, every_s: float) -> None:
+    """Re-issue the certificates of the provider's hosts as they come due, until cancelled."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await asyncio.to_thread(provider.renew_certificates)
+        except OSError:
+            log.warning("renewing host certificates failed", exc_info=True)
+
+
 def list_records(state_dir: str | os.PathLike[str]) -> list[CreatedHost]:
     """Every host recorded under ``state_dir``, of every runtime, by runtime then hostId."""
     hosts = []
@@ -496,7 +573,7 @@ async def stop_all(state_dir: str | os.PathLike[str], *, grace_s: float = 10.0) 
         except OSError as e:
             raise provider_error(
                 FailureReason.OperationFailed,
-                provider="process",
+                provider=NAME,
                 operation=ProviderOperation.Delete,
                 host=slot.host_id,
                 message=f"{type(e).__name__}: {e}",

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kruntimes.activities.hosts import AttachProvider, HostManager, default_manager
+from kruntimes.activities.hosts import AttachProvider, HostManager, ProcessProvider
+from kruntimes.activities.hosts.base import ProviderSetup
+from kruntimes.activities.hosts.registry import PROVIDERS, UNLABELLED, provider_of, started_providers
+from kruntimes.config.platform import load_config
+from kruntimes.contracts.pool import ready_host
 from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from kruntimes.pki import HostIssuer
 from tests.hosts.conftest import host_record, spec
@@ -23,11 +27,37 @@ def test_provider_names_must_be_stable_lowercase_labels() -> None:
         HostManager([StandInProvider("Fake_Provider")])
 
 
-def test_the_default_manager_has_the_process_and_attach_providers(issuer: HostIssuer) -> None:
-    manager = default_manager(issuer=issuer)
+def test_every_registered_provider_is_registered_under_its_own_name() -> None:
+    assert list(PROVIDERS) == ["process", "attach", "kubernetes"]
+    assert all(kind.name == name for name, kind in PROVIDERS.items())
 
-    assert manager.names == ("process", "attach")
-    assert isinstance(manager.provider("attach"), AttachProvider)
+
+async def test_without_a_pod_runtime_the_registry_starts_the_process_and_attach_providers(
+    issuer: HostIssuer, tmp_path: Path
+) -> None:
+    setup = ProviderSetup(
+        config=load_config(None), control_plane="test", state_dir=str(tmp_path), issuer=issuer
+    )
+    async with started_providers(setup, client=None) as manager:
+        assert manager.names == ("process", "attach")
+        assert isinstance(manager.provider("attach"), AttachProvider)
+        assert isinstance(manager.local("process"), ProcessProvider)
+        assert manager.local("attach") is None
+        assert manager.local_providers == [manager.provider("process")]
+
+
+def test_a_provider_refuses_options_that_are_not_its_own_model() -> None:
+    setup = ProviderSetup(config=load_config(None), control_plane="test", options={"attach": {"a": 1}})
+    with pytest.raises(ValueError, match="host provider attach: options must be AttachOptions, not dict"):
+        PROVIDERS["attach"].check(setup)
+
+
+def test_a_host_without_a_provider_label_is_the_unlabelled_providers() -> None:
+    created = host_record("attach")
+    labelled = ready_host(created, capacity=1, at=created.createdAt)
+    assert provider_of(labelled) == created.provider
+    unlabelled = labelled.model_copy(update={"labels": {}})
+    assert provider_of(unlabelled) == UNLABELLED == "process"
 
 
 @pytest.mark.parametrize("name", ["kubernetes", "Not A Name"])

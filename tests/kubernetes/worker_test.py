@@ -5,6 +5,7 @@ pool probe that fences by the pod's own record."""
 from __future__ import annotations
 
 import signal
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 
 import pytest
@@ -12,14 +13,16 @@ import yaml
 from kmock import Response, namespace  # type: ignore[attr-defined]
 
 from kruntimes.activities.host_manager import ProbeActivities
-from kruntimes.activities.hosts import default_manager
+from kruntimes.activities.hosts import HostManager
 from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesConfigError, connect
+from kruntimes.activities.hosts.registry import PROVIDERS
 from kruntimes.config.platform import parse_config
 from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.contracts.pool import ready_host
 from kruntimes.contracts.run import ProbeInput
 from kruntimes.temporal.connect import TemporalSettings
-from kruntimes.workers.worker import WorkerSettings, kubernetes_hosts, parse_args, settings_from
+from kruntimes.workers.settings import provider_setup
+from kruntimes.workers.worker import WorkerSettings, parse_args, settings_from
 from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.support.pki import TestPKI
@@ -99,12 +102,17 @@ def settings(tmp_path, access: KubernetesAccess, pki: TestPKI) -> WorkerSettings
     )
 
 
+def kubernetes_hosts(settings: WorkerSettings, pki: TestPKI) -> AbstractAsyncContextManager[object]:
+    """The registered kubernetes provider, started as the worker starts it."""
+    return PROVIDERS["kubernetes"].start(provider_setup(settings, issuer=pki.issuer()), client=None)
+
+
 async def test_an_unreachable_api_stops_the_worker_before_it_serves(tmp_path, pki) -> None:
     access = KubernetesAccess(host=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(
         KubernetesConfigError, match=f"namespace {NAMESPACE}: cannot list pods: ApiUnavailable"
     ):
-        async with kubernetes_hosts(None, settings(tmp_path, access, pki), issuer=pki.issuer()):
+        async with kubernetes_hosts(settings(tmp_path, access, pki), pki):
             raise AssertionError("it must not get here")
 
 
@@ -115,7 +123,7 @@ async def test_a_worker_that_may_not_list_pods_does_not_start(env, tmp_path, pki
     )
     with pytest.raises(KubernetesConfigError, match="Forbidden"):
         access = KubernetesAccess(host=env.url)
-        async with kubernetes_hosts(None, settings(tmp_path, access, pki), issuer=pki.issuer()):
+        async with kubernetes_hosts(settings(tmp_path, access, pki), pki):
             raise AssertionError("it must not get here")
 
 
@@ -132,7 +140,7 @@ async def test_the_pool_probe_fences_a_kubernetes_host_by_its_pod(env) -> None:
     provider = env.provider()
     created = await provider.create(spec())
     host = ready_host(created, capacity=4, at=datetime.now(UTC))
-    probe = ProbeActivities(default_manager(kubernetes=provider))
+    probe = ProbeActivities(HostManager([provider]))
     assert (await probe.probe_hosts(ProbeInput(hosts=[host], stateDir=""))).lost == []
     process = env.kubelet.process(env.pods()[0]["metadata"]["name"])
     process.send_signal(signal.SIGSTOP)  # unreachable but running is never proven gone
