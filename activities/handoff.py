@@ -18,7 +18,7 @@ the answer in the task it is in. If that task is lost (the worker dies before co
 the retried task finds nothing here, waits out the Run's grace period (ADMIT_GRACE) and asks the
 pool again; the pool still holds the reservation and answers with the same assignment. A Run
 whose pool answers from another process gets nothing at once, and so does a Run beyond the few
-allowed to wait at a time; a Run the pool answers too late gets the signal as before. A
+allowed to wait at a time; a Run the pool answers too late gets the signal. A
 registration that failed here is done again by the Run the usual way, where failures count
 against its retry policy.
 """

@@ -30,7 +30,7 @@ reconciler). A watch that renews (WatchResult.lostAfter, which its HostWorkflow 
 next watch and carries across continue-as-new) or is retried (the position in its heartbeat
 details) resumes after the place the one before it left, so a loss while none watched is told.
 
-A host that does not report losses (an older one) is watched as before: the watch asks for
+A host that does not report losses (an older version) is watched by deltas: the watch asks for
 deltas (after a stream's first report, every registration, each report holds only the
 registrations that changed and the ids of those removed), keeps the whole picture itself, and
 finds the losses by comparing; after a missed report the new stream's first report is whole

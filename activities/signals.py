@@ -1,8 +1,8 @@
 """The pool's answers to Runs, sent in batches by one local activity, and the admission signal.
 
 Sending them from the workflow (one SignalExternal command each) costs two history events and a
-wake-up of the pool per Run, and managed 11-13 signals/s on SQLite; sent concurrently from one
-activity they cost nothing in the pool's history (measured 3-4x faster for a burst).
+wake-up of the pool per Run; sent concurrently from one activity they cost nothing in the pool's
+history.
 
 A Run whose pool lives in the same worker process and that waits for the answer in its first
 workflow task gets its assignment handed over in memory instead (kruntimes.activities.handoff). So does a
@@ -119,10 +119,10 @@ class SignalActivities:
 
     async def _holds(self, workflow_id: str, slots: HostSlots) -> bool:
         """Whether that HostWorkflow runs and keeps exactly these slots (its digest of them), so
-        the handover needs no signal: a host full since the last handover (most of them, with
-        10,000 Ready Runs) costs a query, not ~65 KB in its history and a task. Anything else (a
+        the handover needs no signal: a host full since the last handover (most of them, in a
+        big pool) costs a query, not its whole slots in its history and a task. Anything else (a
         closed or older workflow, an error, another incarnation's slots) is answered by the
-        signal, as before: a closed workflow's refusal keeps its slots in the pool's state."""
+        signal: a closed workflow's refusal keeps its slots in the pool's state."""
         try:
             held: str = await self.client.get_workflow_handle(workflow_id).query(
                 QUERY_HOST_SLOTS_DIGEST,

@@ -90,8 +90,7 @@ class HeartbeatServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_HEARTBEAT_BYTES),
                 # No bandwidth-delay probing: it grows each host's receive window (and the buffers
-                # behind it) for throughput that a few beats a second never need; 20 hosts with
-                # full snapshots held about 8 MB more with it (bench/gateway_memory.py).
+                # behind it) for throughput that a few beats a second never need.
                 ("grpc.http2.bdp_probe", 0),
             ],
         )

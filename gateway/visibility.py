@@ -1,8 +1,8 @@
 """Temporal visibility for the gateway, over gRPC, without the Temporal SDK.
 
 The gateway reads one thing from Temporal: which Runs exist (kruntimes/temporal/known_runs.py). The SDK's
-client would cost the gateway process about 40 MB (its API modules and its core runtime) for that one
-call, so the gateway makes it itself: WorkflowService.ListWorkflowExecutions by its method path,
+client would cost the gateway process tens of megabytes (its API modules and its core runtime) for
+that one call, so the gateway makes it itself: WorkflowService.ListWorkflowExecutions by its method path,
 with messages that carry the fields it reads (proto/kruntimes/rpc/v1/visibility.proto), over a
 gRPC channel with the TLS, mTLS or API key of the same settings every process takes
 (kruntimes.temporal.settings). Every call has a deadline; an API key goes in the call's metadata

@@ -9,7 +9,7 @@ does not start.
 
 One event loop (uvloop) serves everything on the invoke path: the grpc.aio server, the raw invoke
 port and the exchange with each warm function process (readers on its socket and pipes), so an
-invocation never hops threads; bench/runtime_server.py measures it against grpc echo servers.
+invocation never hops threads.
 """
 
 from __future__ import annotations

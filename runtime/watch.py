@@ -44,7 +44,7 @@ MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
 # Watchers of one host at once (the HostWorkflow's activity, plus a restarted one for a while).
 MAX_WATCHERS = 16
-# Losses a host keeps for watchers that resume (~0.2 KB each): a watcher away for more than this
+# Losses a host keeps for watchers that resume (a small record each): a watcher away for more than this
 # many misses the oldest, and the reconciler finds those Runs (their registrations are gone).
 LOSS_JOURNAL = 1024
 _READY = pb.REGISTRATION_PHASE_READY

@@ -1,7 +1,7 @@
 """The zygote: a single-threaded process, started once per Runtime Server, that forks function processes.
 
-Starting a function process by forking this already-initialised interpreter costs about a
-millisecond instead of the ~14 ms of a fresh interpreter, and forking from a process with no
+Starting a function process by forking this already-initialised interpreter costs a fraction of
+starting a fresh interpreter, and forking from a process with no
 threads is safe (the gRPC server itself must never fork).
 
 Protocol on the SOCK_SEQPACKET socket inherited as --fd (one JSON message per packet):
@@ -58,11 +58,10 @@ def _die_with_parent() -> None:
 
 
 def _never_preempt_the_host() -> None:
-    """Run function code as SCHED_BATCH: the same CPU share as before (nice 0), but a function
-    process woken by its request does not preempt the host's event loop; it runs when the loop
-    blocks, on a free CPU, or at the next tick. The loop then answers a burst of requests in one
-    go instead of being switched out at every write to a function's socket (bench/runtime_server.py,
-    32-way load, 6 paired runs: host CPU per call -8%, function processes -16%)."""
+    """Run function code as SCHED_BATCH: the same CPU share as the default policy (nice 0), but a
+    function process woken by its request does not preempt the host's event loop; it runs when
+    the loop blocks, on a free CPU, or at the next tick. The loop then answers a burst of
+    requests in one go instead of being switched out at every write to a function's socket."""
     with contextlib.suppress(AttributeError, OSError):  # not Linux: keep the default policy
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 

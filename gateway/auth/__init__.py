@@ -5,7 +5,7 @@
 
 Either goes behind `CachingAuthorizer`. Their refusals are gateway errors (gateway/errors.py).
 `KubernetesAuthorizer` is imported when first named: its Kubernetes client costs the gateway
-some 60 MB of memory, which a gateway with the embedded authorizer does not pay.
+tens of megabytes of memory, which a gateway with the embedded authorizer does not pay.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -48,7 +48,7 @@ UPDATE_COLLECT = "collect"
 QUERY_RECONCILE = "last"
 
 DEFAULT_RETENTION_SECONDS = 24 * 3600  # how long a finished Run stays queryable without a ttl
-MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal (each is ~0.5 KiB)
+MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal: well within a payload
 
 
 def run_workflow_id(namespace: str, name: str) -> str:

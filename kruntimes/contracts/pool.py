@@ -212,15 +212,15 @@ def carried_state(
 class PoolQuery(ApiModel):
     """What a `pool` query asks for: the state without its reservations and owners
     (`reservations` False), or only the reservations and owners of some hosts (`hosts`: uids).
-    The whole state grows ~230 B a Ready Run, past what the server takes as one answer (its
-    blob limit, 2 MB: ~9,000 Ready Runs); `kruntimes.temporal.connect.query_pool` reads it in parts of
+    The whole state grows with every Ready Run, past what the server takes as one answer (its
+    blob limit, 2 MB); `kruntimes.temporal.connect.query_pool` reads it in parts of
     POOL_QUERY_SLOTS slots at most."""
 
     reservations: bool = True
     hosts: list[str] | None = None
 
 
-POOL_QUERY_SLOTS = 2000  # slots of hosts one part of a pool query covers (~460 KB answered)
+POOL_QUERY_SLOTS = 2000  # slots of hosts one part of a pool query covers: well below the blob limit
 
 
 def pool_part(

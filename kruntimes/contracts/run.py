@@ -109,11 +109,11 @@ class Slot(ApiModel):
 
 class SlotRows:
     """A HostWorkflow's slots as it keeps them between handovers: one JSON document of rows (run
-    uid, workflow id, tenant, reserved at), ~0.13 KB a slot in a single allocation, where a tuple
-    a slot was ~0.29 KB in some 2,500 small objects for a full host (scattered among the worker's
-    other objects, they kept its memory from being given back) and the decoded `Slot` model ~0.7
-    KB. `slots()` builds the models again for whoever reads them (the `host` query, the read back,
-    the digest, continue-as-new): once per handover, not per Run."""
+    uid, workflow id, tenant, reserved at) in a single allocation, not thousands of small objects
+    for a full host (scattered among the worker's other objects, they keep its memory from being
+    given back) nor a decoded `Slot` model each. `slots()` builds the models again for whoever
+    reads them (the `host` query, the read back, the digest, continue-as-new): once per
+    handover, not per Run."""
 
     __slots__ = ("_rows", "_count")
 
@@ -150,8 +150,8 @@ class HostSlots(ApiModel):
 
 def slots_digest(host_uid: str, slots: Iterable[Slot]) -> str:
     """A host's slots in 64 characters, the same for the same slots in any order: a HostWorkflow
-    answers it (`QUERY_HOST_SLOTS_DIGEST`) so that a handover sends its ~130 B per slot only to
-    the hosts whose slots changed since the last one."""
+    answers it (`QUERY_HOST_SLOTS_DIGEST`) so that a handover sends its slots only to the
+    hosts whose slots changed since the last one."""
     digest = hashlib.sha256(host_uid.encode())
     for slot in sorted(slots, key=lambda s: s.runUid):
         at = slot.reservedAt if slot.reservedAt.tzinfo is not None else slot.reservedAt.replace(tzinfo=UTC)

@@ -139,8 +139,8 @@ def _keep_tls_reads_on_the_heap() -> None:
     """uvloop reads each TLS record into a fresh 256 KiB buffer that is shrunk afterwards. glibc
     serves an allocation that large with mmap until its dynamic mmap threshold has been raised —
     which happens only when such a block is freed whole — so until then every record costs an
-    mmap, an mremap and an munmap (about twice the CPU of the record itself, for the life of a
-    process whose one TLS connection is its only one). Freeing one 1 MiB block raises the
+    mmap, an mremap and an munmap (more CPU than the record itself, for the life of a process
+    whose one TLS connection is its only one). Freeing one 1 MiB block raises the
     threshold above that size once, for the whole process."""
     global _heap_ready
     if not _heap_ready:

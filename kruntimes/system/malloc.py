@@ -2,18 +2,15 @@
 each of these does nothing (and says so).
 
 - `limit_arenas`: fewer arenas. A process with threads (gRPC's) otherwise gets up to eight arenas
-  a core, and each keeps the memory freed in it for itself: the gateway, which turns every host's
-  heartbeats over and lists the known Runs again and again, held some 5 MB more with 10,000
-  routes that way (bench/gateway_memory.py).
+  a core, and each keeps the memory freed in it for itself: the gateway turns every host's
+  heartbeats over and lists the known Runs again and again.
 - `Trimmer`: what was freed given back. glibc returns freed memory to the system only from the
   top of its heap, and after large blocks are freed it raises its mmap threshold, so the next
   ones come from the heap too: a burst of large, short-lived allocations (a host's heartbeat
   snapshot of 500 registrations, a visibility page of 1,000 Runs) leaves free pages behind that
-  still count in the process's RSS. In bench/scale.py the gateway held 14 MB free that way at
-  10,000 routes (`mallinfo2`, 16 MB in use), and read 101.0–101.6 MB where the target is 100.
-  The trimmer's thread calls `malloc_trim(0)`, which gives back every whole free page of every
-  arena (not only the top), every `interval_s` while the process allocates and frees, on a
-  thread of its own (ctypes lets go of the GIL). With it the gateway read 89.4 and 90.1 MB.
+  still count in the process's RSS. The trimmer's thread calls `malloc_trim(0)`, which gives
+  back every whole free page of every arena (not only the top), every `interval_s` while the
+  process allocates and frees, on a thread of its own (ctypes lets go of the GIL).
 """
 
 from __future__ import annotations
@@ -94,8 +91,8 @@ class Trimmer:
     """A daemon thread that looks at the allocator's arenas every `interval_s` seconds and trims
     them when they changed since its last trim (what is in use or free, by any amount): a busy
     process is trimmed every interval, one at rest not again and again for free memory whose
-    pages a trim already gave back (about 1.6 ms of the arenas' locks at the gateway's size,
-    measured with nothing left to give). `start` says whether it runs (not where the allocator
+    pages a trim already gave back (a trim holds the arenas' locks even with nothing to give).
+    `start` says whether it runs (not where the allocator
     cannot say what it holds); `stop` ends it and waits for it."""
 
     def __init__(self, *, interval_s: float = TRIM_INTERVAL_S) -> None:

@@ -63,10 +63,10 @@ class PayloadConverter(PydanticPayloadConverter):
     """The SDK's pydantic payload converter, with one set of encoders for the whole process.
 
     The worker builds a new payload converter for every workflow activation; the stock class
-    starts each with an empty pydantic TypeAdapter cache, so every activation rebuilt the
-    adapters of the models it decoded (5% of the worker's CPU for warm Runs, measured with
-    py-spy). Instances here share the first instance's encoders and with them its cache (an LRU
-    bounded at the SDK's default of 1024 types, thread-safe). The wire format is unchanged.
+    starts each with an empty pydantic TypeAdapter cache, so every activation would rebuild the
+    adapters of the models it decodes. Instances here share the first instance's encoders and
+    with them its cache (an LRU bounded at the SDK's default of 1024 types, thread-safe). The
+    wire format is unchanged.
     """
 
     _shared: ClassVar[tuple[EncodingPayloadConverter, ...] | None] = None
@@ -160,7 +160,7 @@ async def query_pool(
 ) -> PoolState:
     """A pool's state, read in parts: the state without its reservations first, then the
     reservations and owners of POOL_QUERY_SLOTS slots' worth of hosts at a time (the whole of a
-    pool with ~9,000 Ready Runs is past what the server takes as one answer, 2 MB). The parts
+    big pool is past what the server takes as one answer, 2 MB). The parts
     are read one after another, so a Run that moved between hosts meanwhile can show on both or
     neither; its readers (the reconciler, `krt hosts`) leave what is younger than a grace alone.
     With `reservations` False only the first part is read: the hosts, the queue and the

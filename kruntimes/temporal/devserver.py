@@ -2,7 +2,7 @@
 
 Always on loopback with ports picked at run time, the custom search attributes registered, and
 THROUGHPUT_SETTINGS: the untuned server has one history shard that polls task dispatch at 20/s,
-so after a short burst every workflow-task dispatch waits ~50 ms; raising the transfer and timer
+so after a short burst every workflow-task dispatch waits for the next poll; raising the transfer and timer
 processors' poll rates removes that wait, a smaller timer time shift fires short timers on time
 instead of up to a second late, eager workflow start saves a round trip, and the search
 attributes are cached instead of read from the database on every use.
@@ -32,16 +32,13 @@ SEARCH_ATTRIBUTES = search.DEFINITIONS
 THROUGHPUT_SETTINGS = (
     "history.transferProcessorMaxPollRPS=1000",
     "history.timerProcessorMaxPollRPS=1000",
-    # The timer processor may fire a timer up to this late (default 1 s): a 1 ms timer took a
-    # whole second, which is what a pool's continue-as-new (it waits 1 ms for a task of its own)
-    # cost every admission waiting on it (bench/lifecycle.py: warm create→Ready p99 1,086 ms
-    # without this, 127 ms with it). With 100 ms a 1 ms timer takes at most about that.
+    # The timer processor may fire a timer up to this late (default 1 s): a pool's continue-as-new
+    # waits on a short timer (HANDOVER_PAUSE), and every admission waits on the continue-as-new.
     'history.timerProcessorMaxTimeShift="100ms"',
     "system.enableEagerWorkflowStart=true",
     # The dev server reads the search attributes from its database on every use unless this is
-    # given (its default for tests that add attributes at run time): some 33 cluster-metadata and
-    # 15 namespace reads per Run, ~45 ms of SQLite time each Run waited on (its metrics,
-    # bench/scale.py). Ours are all defined when it starts (--search-attribute), so the cache holds.
+    # given (its default for tests that add attributes at run time), dozens of reads per Run that
+    # each Run waits on. Ours are all defined when it starts (--search-attribute): the cache holds.
     "system.forceSearchAttributesCacheRefreshOnRead=false",
 )
 
@@ -53,9 +50,8 @@ class DevServerError(Exception):
 
 
 # Ports picked for our own listeners come from below the kernel's ephemeral range when it leaves
-# room: the dev server picks its internal services' ports from that range the way free_port once
-# did (bind to port 0, close, use), and a port both had picked made its worker service fail to
-# bind and the whole server crash after it had started serving (a make test run, 2026-12-05).
+# room: the dev server picks its internal services' ports from that range (bind to port 0, close,
+# use), and a port both picked makes its worker service fail to bind and the whole server crash.
 PICKED_FROM = 20_000
 PICK_TRIES = 64
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -71,8 +67,7 @@ def _ephemeral_low() -> int | None:
 
 # Ports this process picked lately are not picked again: a port is free when picked but taken
 # only when its user binds it, so two picks close together (a dev server's four ports, a
-# platform's) could name the same one, and the second listener failed to bind ("address already
-# in use": a dev server that exited at start in a make test run, 2026-12-05).
+# platform's) could name the same one, and the second listener would fail to bind.
 RECENT_PICKS = 512
 _picked: deque[int] = deque(maxlen=RECENT_PICKS)
 _picked_lock = threading.Lock()

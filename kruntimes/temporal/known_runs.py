@@ -9,20 +9,19 @@ the Runs started and terminated since the last one (by StartTime and CloseTime, 
 for visibility's lag: MARGIN, or NEAR_MARGIN with a look back every LOOKBACK_EVERY refreshes)
 and those whose phase changed (a terminal phase while their workflow still runs is kept, for their
 retention); a full listing again every FULL_REFRESH_S mends anything a narrow query could have
-missed. At 10,000 Ready Runs a full listing costs the dev server ~1.6 s of CPU (ten pages, most
-of it reading and encoding the rows); a narrow refresh with nothing changed ~7 ms (/tmp harness, 2026-12-05).
+missed. A full listing costs the dev server CPU in proportion to every Run (reading and encoding
+the rows); a narrow refresh with nothing changed costs next to nothing.
 
 Each narrow query is one a SQL visibility store answers from an index, not by reading every
 running workflow. The dev server's SQLite picks the index from a query's equalities:
-`ExecutionStatus='Running'` beside a condition on an attribute made it read every running
-workflow's row (at 10,000 Ready Runs the terminal-phase query cost the dev server ~36 ms and the
-closed one ~12 ms, every refresh, for no row: the known-Runs view was most of what the server did
-while idle). So the Runs whose phase changed are asked for by `KrtPhaseSince >= T` alone (its own
+`ExecutionStatus='Running'` beside a condition on an attribute makes it read every running
+workflow's row, every refresh, for no row: the known-Runs view would be most of what an idle
+server does. So the Runs whose phase changed are asked for by `KrtPhaseSince >= T` alone (its own
 index: the Runs that changed, however many there are; the execution's status in each answer
 tells a finished Run whose workflow closed from one still running), the new ones by StartTime
 among the running, and the Runs terminated from outside (which index no phase) by their own
-status. A change indexed without KrtPhaseSince (before it existed) shows at the next full
-listing. The queries of a refresh go out together; their answers are applied as one change.
+status. A change indexed without KrtPhaseSince shows at the next full listing. The queries of
+a refresh go out together; their answers are applied as one change.
 """
 
 from __future__ import annotations
@@ -43,25 +42,24 @@ from kruntimes.wire import search
 log = logging.getLogger(__name__)
 
 REFRESH_S = 2.0
-# A full listing reads every Run (at 10,000 Runs, ten pages and about a second of the dev server's
-# CPU): it only mends what the narrow queries missed, so it comes seldom.
+# A full listing reads every Run (a page per thousand, the dev server's CPU for each): it only
+# mends what the narrow queries missed, so it comes seldom.
 FULL_REFRESH_S = 300.0
 MAX_KNOWN = 200_000
 MAX_CHANGES = 20_000  # Runs one narrow query lists at most; beyond it, a full listing
 QUERY = "WorkflowType='RunWorkflow' AND ExecutionStatus='Running'"
 # A Run's workflow ends with a phase indexed unless it is terminated from outside. Asked for by
-# that one status, the closed ones come from its index (at 10,000 Ready Runs ~1 ms a query);
-# `ExecutionStatus != 'Running'`, an IN or an OR of the other ends made the dev server read every
-# RunWorkflow's row (12-21 ms a query, every refresh). A workflow that failed or timed out (our
-# RunWorkflow sets no execution timeout and fails only its tasks) shows at the next full listing.
+# that one status, the closed ones come from its index; `ExecutionStatus != 'Running'`, an IN or
+# an OR of the other ends makes the dev server read every RunWorkflow's row, every refresh. A
+# workflow that failed or timed out (our RunWorkflow sets no execution timeout and fails only its
+# tasks) shows at the next full listing.
 CLOSED = "WorkflowType='RunWorkflow' AND ExecutionStatus='Terminated'"
 # Visibility is written a little after the change it shows, seconds later under load. A narrow
 # refresh asks for what changed since the last one began, less NEAR_MARGIN (clocks, the usual
 # lag); every LOOKBACK_EVERY-th asks from MARGIN before the last such look back began, so a change
-# whose visibility came later than that still shows, within LOOKBACK_EVERY refreshes of it. Each
-# refresh looking back the whole MARGIN listed every new Run some ten times while Runs were being
-# created (five refreshes, two queries); a held platform creating 60 Runs a second gave the dev
-# server up to ~1.6 ms more CPU a create with the gateway running than with it stopped.
+# whose visibility came later than that still shows, within LOOKBACK_EVERY refreshes of it. Every
+# refresh looking back the whole MARGIN would list each new Run several times while Runs are
+# being created, at the dev server's cost for every create.
 MARGIN = timedelta(seconds=10)
 NEAR_MARGIN = timedelta(seconds=1)
 LOOKBACK_EVERY = 5

@@ -175,7 +175,7 @@ def present(uid: int) -> list[int]:
     """Every pid whose effective uid is `uid`, in any state (zombies included: the kernel counts
     them toward the uid's RLIMIT_NPROC until they are reaped). A function's processes have one
     uid for real, effective and saved alike. The owner of a /proc/<pid> directory is its
-    process's effective uid, dumpable or not — a stat, where reading each status costs ~4×."""
+    process's effective uid, dumpable or not — a stat, cheaper than reading each status."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -16,8 +16,8 @@ workspace, uid and cgroup.
 
 A Python lane: where the entrypoint is `python SCRIPT ARGS...` with the zygote's own
 interpreter and an environment that sets no PYTHON* variable (`forkable`), a call would spend
-most of its time starting that interpreter (30 ms of CPU here, site and .pth files, for a script
-that takes well under one). There the zygote execs, in place of the launcher it would run, the
+most of its time starting that interpreter (site and .pth files, for a script that takes far
+less). There the zygote execs, in place of the launcher it would run, the
 entrypoint's interpreter running this file (`python_lane`: `-E -s -c`, this file and
 kruntimes.system.fdpass compiled where the zygote imported them), and each call is a fork of that
 launcher that becomes the script as the interpreter would run it (`_script`: its own session,

@@ -68,9 +68,8 @@ class _SockFprog(ctypes.Structure):
 
 # The zygote imports this module, and what it imports is in every process the zygote forks:
 # `_thread`'s lock needs nothing more, and `ctypes.util` (tempfile, random with its at-fork
-# reseed, shutil, subprocess) is imported only when the usual soname is not found. Without them
-# a forked child copies 227 pages of the zygote's before its first line of Python instead of
-# 241, and a Ready Python Run holds 4.65 MiB PSS instead of 4.79 (2026-12-06).
+# reseed, shutil, subprocess) is imported only when the usual soname is not found: every module
+# the zygote holds is pages each forked child copies and each Ready Python Run keeps.
 _lock = _thread.allocate_lock()
 _built: dict[bool, tuple[bytes | None, str]] = {}  # by network_none
 

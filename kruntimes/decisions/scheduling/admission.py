@@ -55,10 +55,10 @@ class ReservationConflict(ValueError):
 
 class Held(Mapping[str, Reservation]):
     """The reservations by run uid, each kept as a tuple (host id, host uid, tenant, reserved at)
-    with the host's and tenant's strings shared (interned): ~0.24 KB a Run (its uid and time included) where
-    keeping the Reservation model took ~0.74 KB (its __dict__, its fields-set, its own copies of
-    the host's strings), for every Ready Run, in the pool's worker. Reading one
-    builds its Reservation; ReservationIndex alone changes it (`put`, `take`)."""
+    with the host's and tenant's strings shared (interned): far less than the Reservation model
+    takes (its __dict__, its fields-set, its own copies of the host's strings), for every Ready
+    Run, in the pool's worker. Reading one builds its Reservation; ReservationIndex alone
+    changes it (`put`, `take`)."""
 
     __slots__ = ("_by_run",)
 
