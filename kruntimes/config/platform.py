@@ -124,8 +124,8 @@ class ResourceLimits(ApiModel):
 
 # Keys and prefixes of labels and annotations the platform sets on host pods itself.
 PLATFORM_LABEL_PREFIXES = ("kruntimes.io/", "app.kubernetes.io/")
-# The create of a host runs in an activity of at most 90 s (ScaleOutWorkflow): the start timeout
-# leaves it time to delete a pod that did not start.
+# The create of a host runs in an activity bounded by ScaleOutWorkflow's CREATE_TIMEOUT: the start
+# timeout stays below it, to leave time to delete a pod that did not start.
 MAX_START_TIMEOUT_SECONDS = 80.0
 MAX_DELETE_GRACE_SECONDS = 3600
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
