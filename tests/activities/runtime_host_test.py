@@ -34,6 +34,7 @@ from tests.activities.conftest import (
     task_run,
 )
 from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 FAILURES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
@@ -386,9 +387,4 @@ async def test_a_running_task_heartbeats_and_cancelling_it_cancels_the_task_on_t
         await activity
     [cancel] = scripted.runtime.calls["CancelTask"].requests
     assert (cancel.run_uid, cancel.attempt) == (run.metadata.uid, 1)
-    await asyncio.wait_for(_until(lambda: running.cancelled), 30)
-
-
-async def _until(check: Callable[[], bool]) -> None:
-    while not check():
-        await asyncio.sleep(0.01)
+    await eventually(lambda: running.cancelled, within=30, every=0.01, what="the task cancelled on the host")

@@ -36,6 +36,7 @@ from kruntimes.sdk.client import Client
 from kruntimes.temporal.codec import EncryptionCodec, Keyring
 from tests.gateway.rawhttp import Connection, request, trickling
 from tests.sdk.stack import Platform, manifest, unique, workflow_show
+from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = f"codec-secret-{uuid.uuid4().hex}"
@@ -75,11 +76,12 @@ async def codec_server(platform: Platform, tokens: Path, *extra: str) -> AsyncIt
             sys.executable, *argv, cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out
         )
     try:
-        deadline = asyncio.get_running_loop().time() + WAIT_S
-        while not ready.exists():
+
+        def started() -> bool:
             assert proc.returncode is None, log.read_text()
-            assert asyncio.get_running_loop().time() < deadline, "the codec server did not start"
-            await asyncio.sleep(0.05)
+            return ready.exists()
+
+        await eventually(started, within=WAIT_S, every=0.05, what="the codec server to start")
         yield json.loads(ready.read_text())["url"]
     finally:
         if proc.returncode is None:

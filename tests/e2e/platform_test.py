@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support import krt_cli
+from tests.support.waiting import eventually_blocking
 
 
 class Krt:
@@ -41,15 +41,14 @@ def krt(tmp_path: Path) -> Iterator[Krt]:
 
 
 def _wait_ready(krt: Krt, name: str, timeout: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        run = krt.json("run", "get", name, "-o", "json")
-        if run["status"]["phase"] == "Ready":
-            return run  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, (
-            f"{name} stayed {run['status']['phase']}: {run['status'].get('message')}"
-        )
-        time.sleep(0.2)
+    run: dict[str, Any] = eventually_blocking(
+        lambda: krt.json("run", "get", name, "-o", "json"),
+        until=lambda run: run["status"]["phase"] == "Ready",
+        within=timeout,
+        every=0.2,
+        what=f"{name} to be Ready",
+    )
+    return run
 
 
 def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> None:
@@ -103,20 +102,22 @@ def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> 
     again = _wait_ready(krt, "hello")
     assert again["metadata"]["uid"] == created["metadata"]["uid"]
     assert again["status"]["endpoint"]["url"] == created["status"]["endpoint"]["url"]
-    deadline = time.monotonic() + 30
-    while True:  # the new host's first heartbeat reaches the gateway within moments
-        done = krt("invoke", "hello", "--data", '{"name": "again"}', check=False)
-        if done.returncode == 0:
-            break
-        assert time.monotonic() < deadline, done.stderr
-        time.sleep(0.2)
+    done = eventually_blocking(  # the new host's first heartbeat reaches the gateway within moments
+        lambda: krt("invoke", "hello", "--data", '{"name": "again"}', check=False),
+        until=lambda done: done.returncode == 0,
+        within=30,
+        every=0.2,
+        what="an invoke to succeed",
+    )
     assert json.loads(done.stdout)["greeting"] == "hello, again"  # without -o: the outputs alone
 
     krt("run", "cancel", "hello")
-    deadline = time.monotonic() + 60
-    while krt.json("run", "get", "hello", "-o", "json")["status"]["phase"] != "Cancelled":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    eventually_blocking(
+        lambda: krt.json("run", "get", "hello", "-o", "json")["status"]["phase"] == "Cancelled",
+        within=60,
+        every=0.2,
+        what="hello to be Cancelled",
+    )
     refused = krt("invoke", "hello", "--data", "{}", check=False)
     assert refused.returncode != 0 and refused.stderr.startswith("krt: ")
     krt("run", "delete", "hello")

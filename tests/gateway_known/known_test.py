@@ -6,9 +6,7 @@ the view reads them as the gateway does, over gRPC without the SDK (gateway/visi
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -24,8 +22,9 @@ from kruntimes.contracts.names import run_workflow_id
 from kruntimes.gateway.visibility import Visibility, VisibilityError
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer, free_port
-from kruntimes.temporal.known_runs import KnownRuns, keyword
+from kruntimes.temporal.known_runs import KnownRun, KnownRuns, keyword
 from kruntimes.wire import search, search_typed
+from tests.support.waiting import eventually
 
 
 @workflow.defn(name="RunWorkflow", sandboxed=False)
@@ -101,13 +100,13 @@ async def _start(client: Client, queue: str, name: str) -> tuple[str, WorkflowHa
 async def _until(
     view: KnownRuns, check: Callable[[], bool], what: str, *, refresh: Callable[[], Awaitable[None]]
 ) -> None:
-    deadline = time.monotonic() + 30
-    while True:
+    async def refreshed() -> dict[str, KnownRun]:
         await refresh()
-        if check():
-            return
-        assert time.monotonic() < deadline, f"the view never showed {what}: {view.runs}"
-        await asyncio.sleep(0.1)
+        return view.runs
+
+    await eventually(
+        refreshed, until=lambda _: check(), within=30, every=0.1, what=f"the view to show {what}"
+    )
 
 
 async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
@@ -115,16 +114,20 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
 ) -> None:
     client, queue, visibility = temporal
     old = [await _start(client, queue, f"old-{i}") for i in range(12)]
-    started = time.monotonic()
     # The narrow queries look back the margin before the last refresh began (visibility is written
     # a little after the change), here every refresh and 2 s; the first 12 are older than that
     # before the changes start, so a narrow refresh that read them all would show.
     view = KnownRuns(visibility, full_refresh_s=3600, margin=timedelta(seconds=2), lookback_every=1)
     await _until(view, lambda: len(view.runs) == 12, "the first 12 Runs", refresh=view.refresh)
     assert view.listed == 12  # the first refresh is a full listing
-    while time.monotonic() - started < 3:  # a clock, not a state: nothing to wait on instead
-        await asyncio.sleep(0.1)
-    await view.refresh()
+    newest = max([(await handle.describe()).start_time for _, handle in old])
+
+    def looks_back_past_the_first() -> bool:
+        return view._looked_back is not None and view._looked_back - view.margin > newest
+
+    await _until(
+        view, looks_back_past_the_first, "a look back that begins after the first 12", refresh=view.refresh
+    )
 
     # Two more Runs, one of the old ones terminated, one finished while its workflow still runs,
     # one whose workflow continued as new (its first run closed, the next one runs), one
@@ -147,18 +150,18 @@ async def test_a_refresh_reads_what_changed_and_a_full_listing_mends(
             and old[3][0] not in view.runs
         )
 
-    deadline = time.monotonic() + 30
-    while not await renewed_runs():
-        assert time.monotonic() < deadline, "the renewed Run never continued as new"
-        await asyncio.sleep(0.1)
+    await eventually(renewed_runs, within=30, every=0.1, what="the renewed Run to continue as new")
 
     await _until(view, changed, "the changes", refresh=view.refresh)
     # Once visibility shows the renewed Run's first run closed, a refresh reads that too.
     first_closed = f"WorkflowId='{old[2][1].id}' AND ExecutionStatus='ContinuedAsNew'"
-    deadline = time.monotonic() + 30
-    while not [e async for e in visibility.list(first_closed, limit=1)]:
-        assert time.monotonic() < deadline, "visibility never listed the renewed Run's first run"
-        await asyncio.sleep(0.1)
+
+    async def first_listed() -> bool:
+        return bool([e async for e in visibility.list(first_closed, limit=1)])
+
+    await eventually(
+        first_listed, within=30, every=0.1, what="visibility to list the renewed Run's first run"
+    )
     await view.refresh()
     # A narrow refresh read the changes, not the 13 Runs it already knew; the Run whose first
     # run closed is still known (its next run runs).
@@ -217,10 +220,13 @@ async def test_visibility_pages_through_every_match_and_stops_at_the_limit(
     async def listed(**kwargs: int) -> list[str]:
         return [e.search_attributes[search.RUN_UID] async for e in visibility.list(query, **kwargs)]
 
-    deadline = time.monotonic() + 30
-    while set(await listed(limit=100)) != started:  # visibility is written a little later
-        assert time.monotonic() < deadline, "visibility never listed the 7 Runs"
-        await asyncio.sleep(0.1)
+    await eventually(  # visibility is written a little later
+        lambda: listed(limit=100),
+        until=lambda found: set(found) == started,
+        within=30,
+        every=0.1,
+        what="visibility to list the 7 Runs",
+    )
     every = await listed(limit=100, page_size=3)  # three pages: 3, 3 and 1
     assert sorted(every) == sorted(started) and len(every) == 7
     assert len(await listed(limit=4, page_size=3)) == 4

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import ssl
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.hosts.conftest import gone, killed_host, spec
 from tests.support.pki import TestPKI
 from tests.support.procs import alive, frozen
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, eventually_blocking
 
 Signal = TypeVar("Signal")
 
@@ -81,8 +80,14 @@ def activities(
     return HostWatchActivities(signal_run=told or Told(), signal_ready=ready or Told(), **kw)  # type: ignore[arg-type]
 
 
-async def watch(activities: HostWatchActivities, input: WatchInput) -> WatchResult:
-    return await asyncio.wait_for(ActivityEnvironment().run(activities.watch_host, input), BOUND_S)
+async def watch(
+    activities: HostWatchActivities, input: WatchInput, *, beats: list[tuple[object, ...]] | None = None
+) -> WatchResult:
+    """The watch's result; `beats` collects the activity's heartbeats (their details) as it runs."""
+    env = ActivityEnvironment()
+    if beats is not None:
+        env.on_heartbeat = lambda *details: beats.append(details)
+    return await asyncio.wait_for(env.run(activities.watch_host, input), BOUND_S)
 
 
 async def probe(host: CreatedHost, host_uid: str | None = None, *, timeout_s: float = 5) -> Probe:
@@ -346,10 +351,18 @@ async def test_the_watch_tells_ready_at_the_first_report_of_a_serving_host_and_g
 ) -> None:
     host = await process.create(spec(state_dir))
     ready: Told[WatchReady] = Told()
-    watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
+    beats: list[tuple[object, ...]] = []
+    watching = asyncio.create_task(
+        watch(activities(ready=ready), watch_of(host, tell_ready=True), beats=beats)
+    )
     try:
         await asyncio.wait_for(ready.arrived.wait(), BOUND_S)
-        await asyncio.sleep(3 * INTERVAL_S)
+        # Two of its heartbeats after it told ready: it watched on for a heartbeat interval at least
+        # (a watch that ended stops beating and is done).
+        after = len(beats) + 2
+        await eventually(
+            lambda: watching.done() or len(beats) >= after, within=BOUND_S, what="two heartbeats"
+        )
         assert not watching.done(), "the watch goes on"
     finally:
         watching.cancel()
@@ -368,8 +381,9 @@ async def test_a_watch_renews_after_its_longest_time_while_the_host_is_well(
 async def test_a_killed_host_is_lost_as_unreachable(state_dir: Path, process: ProcessProvider) -> None:
     host = await process.create(spec(state_dir))
     assert host.pid is not None
-    watching = asyncio.create_task(watch(activities(), watch_of(host)))
-    await asyncio.sleep(3 * INTERVAL_S)  # a few reports in
+    ready: Told[WatchReady] = Told()
+    watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
+    await asyncio.wait_for(ready.arrived.wait(), BOUND_S)  # its first report in: no longer being assigned
     assert not watching.done()
     os.kill(host.pid, signal.SIGKILL)  # our own host process
     result = await watching
@@ -381,8 +395,9 @@ async def test_a_frozen_host_is_lost_as_silent_and_a_probe_of_it_gets_no_answer(
 ) -> None:
     host = await process.create(spec(state_dir))
     assert host.pid is not None
-    watching = asyncio.create_task(watch(activities(), watch_of(host)))
-    await asyncio.sleep(3 * INTERVAL_S)
+    ready: Told[WatchReady] = Told()
+    watching = asyncio.create_task(watch(activities(ready=ready), watch_of(host, tell_ready=True)))
+    await asyncio.wait_for(ready.arrived.wait(), BOUND_S)  # its first report in: no longer being assigned
     with frozen(host.pid):
         result = await watching
         assert (result.verdict, result.reason) == ("Lost", LossReason.Silent)
@@ -410,9 +425,11 @@ async def test_a_registration_removed_behind_the_platforms_back_is_told_to_its_r
     kept = await asyncio.to_thread(register, pki, host, name="kept")
     removed = await asyncio.to_thread(register, pki, host, name="removed")
     told: Told[RegistrationLostSignal] = Told()
-    watching = asyncio.create_task(watch(activities(told=told), watch_of(host)))
+    ready: Told[WatchReady] = Told()
+    watching = asyncio.create_task(watch(activities(told=told, ready=ready), watch_of(host, tell_ready=True)))
     try:
-        await asyncio.sleep(3 * INTERVAL_S)  # the watch has seen both
+        # Its first report (both registrations) is in: the watch's stream is told losses from here.
+        await asyncio.wait_for(ready.arrived.wait(), BOUND_S)
         await asyncio.to_thread(unregister, pki, host, removed.registration_id)
         await asyncio.wait_for(told.arrived.wait(), BOUND_S)
     finally:
@@ -442,16 +459,14 @@ async def test_the_watch_points_the_hosts_heartbeats_at_the_gateways_it_knows(
         assert routes.hosts() == 0
         watching = asyncio.create_task(watch(activities(gateways=[address]), watch_of(host)))
         try:
-            for _ in range(int(BOUND_S / 0.05)):
-                if routes.hosts() == 1:
-                    break
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: routes.hosts() == 1, within=BOUND_S, every=0.05, what="the host's heartbeats"
+            )
             reports = await first_reports(pki, host, 1)
         finally:
             watching.cancel()
     finally:
         await gateway.stop()
-    assert routes.hosts() == 1
     assert [(g.address, g.connected) for g in reports[0].gateways] == [(address, True)]
 
 
@@ -542,14 +557,19 @@ def listening_once_free(port: int) -> socket.socket:
     """A socket listening on `port` as soon as the process that held it is gone and the kernel
     has let go of its listening socket (a moment after the process is a zombie). Blocking, so
     that no other task on the loop runs in between."""
-    deadline = time.monotonic() + BOUND_S
-    while True:
+
+    def bound() -> socket.socket | None:
         try:
             return listening(port)
         except OSError as e:
-            if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+            if e.errno != errno.EADDRINUSE:
                 raise
-        time.sleep(0.002)
+            return None
+
+    sock: socket.socket = eventually_blocking(
+        bound, within=BOUND_S, every=0.002, what=f"port {port} to be free"
+    )
+    return sock
 
 
 @contextlib.asynccontextmanager

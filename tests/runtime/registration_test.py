@@ -6,7 +6,6 @@ refused; a higher attempt replaces the registration (the old id stops working); 
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from tests.runtime.conftest import Host, reason, run_ref
+from tests.support.waiting import eventually_blocking
 
 ECHO = """
 def handle(payload):
@@ -161,9 +161,7 @@ def test_unregistering_a_running_function_kills_it_without_warming_another(host:
     running = host.gateway.InvokeFunction.future(
         pb.InvokeFunctionRequest(registration_id=reg.registration_id)
     )
-    deadline = time.monotonic() + 10
-    while host.status(reg.registration_id).in_flight != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually_blocking(lambda: host.status(reg.registration_id).in_flight == 1, what="the invocation to run")
     spawned = host.runtime.spawner._next_id
     assert host.stub.UnregisterFunction(
         pb.UnregisterFunctionRequest(registration_id=reg.registration_id, grace_ms=1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import uuid
 from typing import Any
@@ -26,6 +25,7 @@ from kruntimes.sdk.client import (
 from kruntimes.sdk.runs import Runs
 from tests.sdk.moves import moved_off
 from tests.sdk.stack import TASK, Platform, manifest, unique
+from tests.support.waiting import eventually
 
 
 async def test_a_created_function_run_becomes_ready_and_answers(krt: Client) -> None:
@@ -57,15 +57,14 @@ async def test_list_finds_runs_by_namespace_and_phase(krt: Client) -> None:
     name = unique("listed")
     await krt.create(Run.from_dict(manifest(name, namespace=namespace)))
     await krt.wait(name, namespace)
+
     # list reads the visibility index, which follows the Run's start and its phase a moment later
-    listed: list[str] = []
-    ready: list[str] = []
-    for _ in range(100):
+    async def both() -> tuple[list[str], list[str]]:
         listed = [r.metadata.name for r in await krt.list(namespace=namespace)]
         ready = [r.metadata.name for r in await krt.list(namespace=namespace, phase=RunPhase.Ready)]
-        if listed and ready:
-            break
-        await asyncio.sleep(0.05)
+        return listed, ready
+
+    listed, ready = await eventually(both, until=all, every=0.05, what="the Run listed, and listed as Ready")
     assert listed == [name]
     assert ready == [name]
     assert await krt.list(namespace=namespace, phase=RunPhase.Pending) == []

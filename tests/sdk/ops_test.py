@@ -23,19 +23,20 @@ from kruntimes.sdk.client import Client, RunNotFound
 from kruntimes.temporal.codec import ENCODING
 from kruntimes.temporal.devserver import temporal_binary
 from tests.sdk.stack import TASK, Platform, manifest, unique
+from tests.support.waiting import eventually
 
 KEEP = {"ttlSecondsAfterFinished": 120}
 
 
 async def _closed(platform: Platform, name: str, within: float = 60.0) -> Any:
     handle = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        description = await handle.describe()
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            return description
-        assert asyncio.get_running_loop().time() < deadline, f"{name} still running"
-        await asyncio.sleep(0.05)
+    return await eventually(
+        handle.describe,
+        until=lambda description: description.status != WorkflowExecutionStatus.RUNNING,
+        within=within,
+        every=0.05,
+        what=f"{name}'s workflow to close",
+    )
 
 
 async def _failure(platform: Platform, name: str) -> ApplicationError:
@@ -47,12 +48,13 @@ async def _failure(platform: Platform, name: str) -> ApplicationError:
 
 
 async def _listed(platform: Platform, query: str, within: float = 30.0) -> list[str]:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        found = [w.id async for w in platform.temporal.list_workflows(query)]
-        if found or asyncio.get_running_loop().time() > deadline:
-            return found
-        await asyncio.sleep(0.1)
+    async def found() -> list[str]:
+        return [w.id async for w in platform.temporal.list_workflows(query)]
+
+    listed: list[str] = await eventually(
+        found, within=within, every=0.1, what=f"a workflow listed by {query}"
+    )
+    return listed
 
 
 async def test_each_ending_closes_the_workflow_with_its_temporal_status(
@@ -216,14 +218,14 @@ def _plain(payload: Payload) -> str:
 
 
 async def _until_not_found(krt: Client, name: str, within: float) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
+    async def not_found() -> bool:
         try:
             await krt.get(name)
         except RunNotFound:
-            return
-        assert asyncio.get_running_loop().time() < deadline, f"{name} still readable after {within} s"
-        await asyncio.sleep(0.1)
+            return True
+        return False
+
+    await eventually(not_found, within=within, every=0.1, what=f"{name} to be gone")
 
 
 async def _listed_names(krt: Client, *, phase: RunPhase | None = None) -> list[str]:
@@ -239,10 +241,13 @@ async def test_finished_runs_are_listed_until_deleted_and_a_deleted_run_never_is
     await krt.wait(serving)
     await _closed(platform, done)
 
-    deadline = asyncio.get_running_loop().time() + 30
-    while done not in await _listed_names(krt, phase=RunPhase.Succeeded):  # visibility follows
-        assert asyncio.get_running_loop().time() < deadline, "the finished Run is not listed"
-        await asyncio.sleep(0.1)
+    await eventually(  # visibility follows
+        lambda: _listed_names(krt, phase=RunPhase.Succeeded),
+        until=lambda names: done in names,
+        within=30,
+        every=0.1,
+        what="the finished Run listed",
+    )
     [listed] = [r for r in await krt.list() if r.metadata.name == done]
     assert listed.closed and listed.status.phase is RunPhase.Succeeded
     assert listed.status.outputs == {"answer": 42}

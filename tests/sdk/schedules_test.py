@@ -5,7 +5,6 @@ Temporal, and a cron expression is read as Temporal reads it (5, 6 or 7 fields).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from kruntimes.temporal.codec import ENCODING
 from tests.cli.conftest import krt as krt_cli
 from tests.cli.conftest import one_error_line
 from tests.sdk.stack import TASK, Platform, manifest, unique
+from tests.support.waiting import eventually
 
 BLOCKING = "import time\ndef handle(p):\n    time.sleep(120)\n    return {}\n"
 
@@ -33,10 +33,7 @@ def _task(source: str = TASK) -> Run:
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]], *, within: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
+    await eventually(check, within=within, every=0.2, what=what)
 
 
 async def _runs_of(krt: Client, schedule: str) -> list[Run]:

@@ -1,4 +1,6 @@
-"""Waiting on a condition, with a bound: a test never sleeps and then asserts."""
+"""Waiting on a condition, with a bound: the one way a test waits, so that no test sleeps and then
+asserts. `eventually` in a test on an event loop, `eventually_blocking` (or `wait_until`, which
+answers whether) in one without; each polls a check until what it returns is settled."""
 
 from __future__ import annotations
 
@@ -9,30 +11,86 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 
+class NotInTime(AssertionError):
+    """A condition a test waited for did not hold within its bound."""
+
+
 async def eventually(
-    check: Callable[[], Any | Awaitable[Any]], *, within: float = 10.0, what: str = "", every: float = 0.02
+    check: Callable[[], Any | Awaitable[Any]],
+    *,
+    within: float = 10.0,
+    what: str = "",
+    every: float = 0.02,
+    until: Callable[[Any], object] = bool,
+    ignoring: tuple[type[BaseException], ...] = (),
+    pause: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> Any:
     """Poll `check()` (awaiting what it returns when that is awaitable) every `every` seconds
-    until its value is truthy, for at most `within` seconds; that value. AssertionError naming
-    `what` (else the check) once the time is up."""
+    until `until(value)` holds (by default: the value is truthy), for at most `within` seconds;
+    that value. An exception of a type in `ignoring` counts as not yet. `pause` waits between
+    checks (a time-skipping environment's `sleep` moves its clock instead). AssertionError naming
+    `what` (else the check) and the last value or exception once the time is up."""
     deadline = time.monotonic() + within
     while True:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = check()
+            if inspect.isawaitable(value):
+                value = await value
+        except ignoring as e:
+            error = e
+        else:
+            if until(value):
+                return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {within:g} s: {what or check}")
-        await asyncio.sleep(every)
+            raise _ran_out(within, what or check, value, error) from error
+        await pause(every)
+
+
+def eventually_blocking(
+    check: Callable[[], Any],
+    *,
+    within: float = 10.0,
+    what: str = "",
+    every: float = 0.02,
+    until: Callable[[Any], object] = bool,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """`eventually` for a test without an event loop (or one that must not let the loop run
+    between the checks): the same polling, blocking the thread between them."""
+    deadline = time.monotonic() + within
+    while True:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = check()
+        except ignoring as e:
+            error = e
+        else:
+            if until(value):
+                return value
+        if time.monotonic() > deadline:
+            raise _ran_out(within, what or check, value, error) from error
+        time.sleep(every)
 
 
 def wait_until(check: Callable[[], object], *, within: float = 10.0, every: float = 0.02) -> bool:
     """Whether `check()` became truthy within `within` seconds, polled every `every` seconds
     (blocking: for tests without an event loop); the caller asserts it, saying what it waited for."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(every)
-    return bool(check())
+    try:
+        eventually_blocking(check, within=within, every=every)
+    except NotInTime:
+        return False
+    return True
+
+
+def _ran_out(within: float, what: object, value: Any, error: BaseException | None) -> NotInTime:
+    """What a test that waited in vain says: what it waited for and what it saw last."""
+    if error is not None:
+        last = f"; last: {type(error).__name__}: {error}"
+    elif value is None or isinstance(value, bool):
+        last = ""
+    else:
+        last = f"; last: {value!r}"
+    return NotInTime(f"not true within {within:g} s: {what}{last}")

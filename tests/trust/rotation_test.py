@@ -24,6 +24,7 @@ from kruntimes.pki import TLS_CERT, Identity, PeerTLS, Role
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.support.pki import TestPKI, presented_serial
+from tests.support.waiting import eventually
 from tests.trust.hop import echo_registration, host_process, token_gateway
 
 LIFETIME = dt.timedelta(seconds=6)
@@ -89,12 +90,8 @@ async def test_certificates_rotate_under_a_steady_invoke_load_with_no_failed_inv
             ),
             timeout=30,
         )
-    for _ in range(200):
-        if gateway.routes.route(uid) is not None:
-            break
-        await asyncio.sleep(0.05)
-    route = gateway.routes.route(uid)
-    assert route is not None and route.invoke_address
+    route = await eventually(lambda: gateway.routes.route(uid), every=0.05, what="the gateway's route")
+    assert route.invoke_address
     originals = {name: (serial(d), not_after(d)) for name, d in dirs.items()}
     last_expiry = max(expiry for _, expiry in originals.values())
 
@@ -131,11 +128,12 @@ async def test_certificates_rotate_under_a_steady_invoke_load_with_no_failed_inv
     gateway_tls = gateway.options.peer_tls
     assert gateway_tls is not None
     current = serial(dirs["host"])
-    for _ in range(100):  # the host looks at its files once a second
-        if presented_serial(route.invoke_address, gateway_tls, HOST) == current:
-            break
-        await asyncio.sleep(0.05)
-    assert presented_serial(route.invoke_address, gateway_tls, HOST) == current
+    await eventually(  # the host looks at its files once a second
+        lambda: presented_serial(route.invoke_address, gateway_tls, HOST),
+        until=lambda presented: presented == current,
+        every=0.05,
+        what="the host's invoke port to present its renewed certificate",
+    )
     async with ca.aio_channel(info["address"], as_=control) as channel:
         answer = await pb_grpc.FunctionRuntimeStub(channel).HostInfo(pb.HostInfoRequest(), timeout=10)
         assert [r.run_uid for r in answer.registrations] == [uid]

@@ -3,10 +3,8 @@ real runtime host processes created by the process provider."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
@@ -109,14 +107,14 @@ class Platform:
     async def wait_phase(
         self, handle: WorkflowHandle[Any, Any], *phases: RunPhase, timeout: float = 60.0
     ) -> RunStatus:
-        deadline = time.monotonic() + timeout
-        while True:
-            status = await self.status(handle)
-            if status.phase in phases:
-                return status
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{handle.id} stayed {status.phase} ({status.message}); wanted {phases}")
-            await asyncio.sleep(0.05)
+        status: RunStatus = await eventually(
+            lambda: self.status(handle),
+            until=lambda s: s.phase in phases,
+            within=timeout,
+            every=0.05,
+            what=f"{handle.id} to be {' or '.join(phases)}",
+        )
+        return status
 
     async def pool(self, logical: str = "python") -> PoolState:
         return await query_pool(self.client, pool_workflow_id(self.runtime(logical)))

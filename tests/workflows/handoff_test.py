@@ -23,6 +23,7 @@ from kruntimes.contracts.run import AwaitAssignmentInput
 from kruntimes.temporal.connect import connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.workers.worker import POOL_WORKFLOWS
+from tests.support.waiting import eventually
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting
 
@@ -123,11 +124,10 @@ async def test_pools_count_as_local_only_while_this_process_alone_polls_their_qu
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]], want: bool) -> None:
-    for _ in range(100):  # pollers show up in DescribeTaskQueue once they have polled
-        if await check() is want:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"never {want}")
+    # pollers show up in DescribeTaskQueue once they have polled
+    await eventually(
+        check, until=lambda got: got is want, within=10, every=0.1, what=f"the check to be {want}"
+    )
 
 
 SLOW_LOAD_S = 8  # longer than the Run's workflow task timeout (kruntimes.sdk.starting: 5 s)

@@ -3,12 +3,10 @@ a Run waits for it in a Mailbox."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from kruntimes.activities.handoff import Mailbox
 from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.contracts.run import Assignment
+from tests.support.waiting import eventually
 
 WAIT_BOUND_S = 10.0
 
@@ -26,8 +24,9 @@ def assignment(run_uid: str = "uid-1") -> Assignment:
 
 async def until_waiting(mailbox: Mailbox, workflow_id: str, run_uid: str = "uid-1") -> None:
     """Return once that Run waits in the mailbox (its answer would be handed over, not kept)."""
-    deadline = time.monotonic() + WAIT_BOUND_S
-    while not mailbox.waiting(workflow_id, run_uid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{workflow_id} ({run_uid}) never waited in the mailbox")
-        await asyncio.sleep(0.001)
+    await eventually(
+        lambda: mailbox.waiting(workflow_id, run_uid),
+        within=WAIT_BOUND_S,
+        every=0.001,
+        what=f"{workflow_id} ({run_uid}) to wait in the mailbox",
+    )

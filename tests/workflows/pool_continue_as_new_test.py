@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -46,6 +45,7 @@ from kruntimes.temporal.devserver import DevServer
 from kruntimes.workers.worker import WorkerSettings, pool_configs, running_workers
 from kruntimes.workflows.host import HostWorkflow
 from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import carried_host
 
@@ -366,20 +366,20 @@ async def test_the_pool_refuses_its_query_until_it_has_read_its_hosts_slots_back
     )
     try:
         async with running_workers(client, settings):
-            refused = ""
-            deadline = time.monotonic() + 30
-            while not refused:
-                assert time.monotonic() < deadline, "the pool never answered its query"
+
+            async def refusal() -> str:
                 try:
                     state = await pool.query(
                         QUERY_POOL, result_type=PoolState, rpc_timeout=timedelta(seconds=5)
                     )
                 except WorkflowQueryFailedError as err:
-                    refused = str(err)
-                except RPCError:  # its first task is not done yet
-                    await asyncio.sleep(0.05)
-                else:
-                    pytest.fail(f"the pool answered without its host's slots: {state.reservations}")
+                    return str(err)
+                pytest.fail(f"the pool answered without its host's slots: {state.reservations}")
+
+            # RPCError: its first task is not done yet
+            refused = await eventually(
+                refusal, ignoring=(RPCError,), within=30, every=0.05, what="the pool to answer its query"
+            )
             assert POOL_READING_BACK in refused
             async with Worker(client, task_queue=queue, workflows=[_HeldHost]):
                 state = await query_pool(client, pool_id)

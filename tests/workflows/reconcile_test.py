@@ -4,9 +4,9 @@ now is left alone."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from kruntimes.decisions.reconciling import PACE, next_round_in
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from tests.support.procs import alive
+from tests.support.waiting import eventually
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import BEAT_S, host_serving, ready_on_host, registrations, tell_pool
 
@@ -39,8 +40,28 @@ async def collect(platform: Platform) -> ReconcileReport:
     return report
 
 
-async def older_than_the_grace() -> None:
-    await asyncio.sleep(1.2)  # the grace is a duration of the platform, not a wait for an outcome
+async def repaired(platform: Platform, done: Callable[[ReconcileReport], bool], what: str) -> ReconcileReport:
+    """What the rounds asked for did, taken together, once it shows `done`: a round leaves alone
+    what is younger than the grace, so it is asked again until what it repairs is older."""
+    rounds: list[ReconcileReport] = []
+
+    async def joined() -> ReconcileReport:
+        rounds.append(await collect(platform))
+        lists = (
+            "unregistered",
+            "released",
+            "deletedHosts",
+            "removedWorkspaces",
+            "registrationsLost",
+            "supervised",
+        )
+        return rounds[-1].model_copy(
+            update={name: [x for r in rounds for x in getattr(r, name)] for name in lists}
+            | {"actions": sum(r.actions for r in rounds)}
+        )
+
+    report: ReconcileReport = await eventually(joined, until=done, within=30, every=0.1, what=what)
+    return report
 
 
 async def test_a_round_runs_at_worker_start(platform_factory) -> None:  # type: ignore[no-untyped-def]
@@ -58,9 +79,10 @@ async def test_a_run_terminated_out_of_band_frees_its_slot_and_its_registration(
         run = run_manifest("terminated", runtime=platform.runtime())
         handle, _, address = await ready_on_host(platform, run)
         await handle.terminate("out of band")
-        await older_than_the_grace()
 
-        report = await collect(platform)
+        report = await repaired(
+            platform, lambda r: bool(r.released and r.unregistered), "its slot and registration freed"
+        )
 
         assert report.released == [run.metadata.uid]
         assert report.unregistered == [f"{run.metadata.uid} (RunClosed)"]
@@ -78,9 +100,12 @@ async def test_a_registration_of_a_run_whose_name_another_run_took_is_unregister
         second = run_manifest("reused", runtime=platform.runtime())
         assert second.metadata.uid != first.metadata.uid
         again = await platform.wait_phase(await platform.start(second), RunPhase.Ready)
-        await older_than_the_grace()
 
-        report = await collect(platform)
+        report = await repaired(
+            platform,
+            lambda r: bool(r.released and r.unregistered),
+            "the first one's slot and registration freed",
+        )
 
         assert report.unregistered == [f"{first.metadata.uid} (RunReplaced)"]
         assert report.released == [first.metadata.uid]
@@ -104,8 +129,15 @@ async def test_a_round_reads_what_changed_and_a_stale_view_never_costs_a_live_ru
         runs = [run_manifest(f"viewed-{i}", runtime=platform.runtime()) for i in range(3)]
         placed = [await ready_on_host(platform, run) for run in runs]
         uids = {run.metadata.uid for run in runs}
-        await older_than_the_grace()  # also longer than the margin: the next round reads none of them
-        assert (await collect(platform)).actions == 0
+        placed_at = datetime.now(UTC)  # after the three started and became Ready
+
+        async def looks_back_past_them() -> bool:
+            assert (await collect(platform)).actions == 0
+            looked_back = known._looked_back  # the start of its last look back: later ones start after it
+            return looked_back is not None and looked_back - known.margin > placed_at
+
+        # From then on a round's refresh reads none of the three.
+        await platform.eventually(looks_back_past_them, what="a round that looks back past the three Runs")
         assert uids <= set(known.runs)
 
         lost, replaced = runs[0].metadata.uid, runs[1].metadata.uid
@@ -129,9 +161,12 @@ async def test_a_host_nobody_knows_is_deleted_and_dead_hosts_workspaces_removed(
         stray = await platform.create_host("stray")
         dead = work_root(platform.state_dir) / "0d6e3a8f-dead-host-uid"
         (dead / "some-run.1").mkdir(parents=True)
-        await older_than_the_grace()
 
-        report = await collect(platform)
+        report = await repaired(
+            platform,
+            lambda r: bool(r.deletedHosts) and "0d6e3a8f-dead-host-uid" in r.removedWorkspaces,
+            "the host deleted and the dead host's workspace removed",
+        )
 
         assert report.deletedHosts == [stray.hostId]
         assert stray.pid is not None and not alive(stray.pid)
@@ -146,9 +181,8 @@ async def test_a_host_whose_supervisor_is_gone_is_supervised_again(platform_fact
         [host] = (await platform.pool()).hosts
         supervisor = platform.client.get_workflow_handle(host_workflow_id(platform.runtime(), host.hostId))
         await supervisor.terminate("out of band")
-        await older_than_the_grace()
 
-        report = await collect(platform)
+        report = await repaired(platform, lambda r: bool(r.supervised), "the host supervised again")
 
         assert report.supervised == [host.hostId]
         await host_serving(platform, host.hostId)
@@ -175,9 +209,8 @@ async def test_a_ready_run_whose_registration_vanished_unseen_is_told_and_regist
             pb_grpc.FunctionRuntimeStub(channel).UnregisterFunction(
                 pb.UnregisterFunctionRequest(registration_id=old), timeout=30
             )
-        await older_than_the_grace()
 
-        report = await collect(platform)
+        report = await repaired(platform, lambda r: bool(r.registrationsLost), "the Run told")
 
         assert report.registrationsLost == [run.metadata.uid]
 

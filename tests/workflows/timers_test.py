@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -123,11 +122,21 @@ async def _start(client: Client, runtime: str, queues: Queues, **spec: object) -
 
 
 async def _until_ready(env: WorkflowEnvironment, handle: object) -> None:
-    for _ in range(300):
-        if (await _phase(handle)).phase is RunPhase.Ready:
-            return
-        await env.sleep(1)
-    raise AssertionError(f"never Ready: {await _phase(handle)}")
+    await _until_phase(env, handle, RunPhase.Ready)
+
+
+async def _until_phase(env: WorkflowEnvironment, handle: object, phase: RunPhase) -> RunStatus:
+    """The Run's status once it is in `phase`, the test server's clock moved a second between looks
+    (its timers, such as retry backoffs, fire only as the clock moves)."""
+    status: RunStatus = await eventually(
+        lambda: _phase(handle),
+        until=lambda s: s.phase is phase,
+        every=1,
+        pause=env.sleep,
+        within=60,
+        what=f"the Run {phase}",
+    )
+    return status
 
 
 @asynccontextmanager
@@ -234,16 +243,18 @@ async def test_the_total_timeout_ends_a_ready_run_after_hours(env: WorkflowEnvir
 async def _until_signals_handled(handle: WorkflowHandle[Any, Any], *, timeout: float = 30.0) -> None:
     """Return once a workflow task has completed after the workflow's last signal: the workflow
     code has seen every signal sent so far (polled in real time; nothing is skipped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        events = [e.event_type async for e in handle.fetch_history_events()]
+
+    async def events() -> list[EventType.ValueType]:
+        return [e.event_type async for e in handle.fetch_history_events()]
+
+    def handled(events: list[EventType.ValueType]) -> bool:
         signalled = [i for i, t in enumerate(events) if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
         completed = [i for i, t in enumerate(events) if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-        if signalled and completed and completed[-1] > signalled[-1]:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{handle.id} never handled its signals: {events}")
-        await asyncio.sleep(0.05)
+        return bool(signalled and completed and completed[-1] > signalled[-1])
+
+    await eventually(
+        events, until=handled, within=timeout, every=0.05, what=f"{handle.id} to handle its signals"
+    )
 
 
 async def _pool(client: Client, runtime: str) -> PoolState:
@@ -500,11 +511,7 @@ async def test_a_cancel_seen_with_the_handoff_registration_still_unregisters_it(
         await asyncio.wait_for(registering.wait(), 30)
         await handle.signal(SIGNAL_CANCEL)  # accepted while the first task's registration is held
         release.set()
-        for _ in range(300):
-            if (await _phase(handle)).phase is RunPhase.Cancelled:
-                break
-            await env.sleep(1)
-        assert (await _phase(handle)).phase is RunPhase.Cancelled
+        await _until_phase(env, handle, RunPhase.Cancelled)
         assert fake.unregistered == [f"reg-{run.metadata.uid}"]
 
 
@@ -533,11 +540,7 @@ async def test_a_cancel_after_the_handoff_gave_its_registration_up_still_unregis
         handle = await start_run(env.client, run, task_queue=queues.run)
         await asyncio.wait_for(held.wait(), 30)
         await handle.signal(SIGNAL_CANCEL)
-        for _ in range(300):
-            if (await _phase(handle)).phase is RunPhase.Cancelled:
-                break
-            await env.sleep(1)
-        assert (await _phase(handle)).phase is RunPhase.Cancelled
+        await _until_phase(env, handle, RunPhase.Cancelled)
         assert [c.attempt for c in calls] == [1]  # the handoff's, given up
         assert fake.registered == {run.metadata.uid: 1}  # learned again before the cleanup
         assert fake.unregistered == [f"reg-{run.metadata.uid}"]
