@@ -15,7 +15,7 @@ import _benchlib  # noqa: F401 - puts the repository root on sys.path
 def main() -> None:
     role, argv = sys.argv[1], sys.argv[2:]
     if role == "gateway":
-        from kruntimes.gateway.__main__ import main as serve
+        from kruntimes.workers.gateway import main as serve
     elif role == "host":
         from kruntimes.workers.host import main as serve
     else:

@@ -99,7 +99,6 @@ from _invoke_profile import Target, profile_processes
 from _pki import CONTROL_PLANE, GATEWAY, BenchPKI
 from yarl import URL
 
-from kruntimes.gateway.__main__ import GC_THRESHOLDS as GATEWAY_GC_THRESHOLDS
 from kruntimes.gateway.routes import RouteCache
 from kruntimes.pki import Identity
 from kruntimes.pki.assignments import Assignment, Verifier
@@ -107,6 +106,7 @@ from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.workers.gateway import GC_THRESHOLDS as GATEWAY_GC_THRESHOLDS
 
 BENCH = Path(__file__).resolve().parent
 CHAIN_SCRIPT = BENCH / "_invoke_chain.py"
@@ -419,7 +419,7 @@ async def heartbeat_bench(pki: BenchPKI) -> dict[str, Any]:
         return beat.SerializeToString()
 
     routes = RouteCache(verifier=Verifier([pki.signer.public_key]))
-    # collected as the gateway process collects (gateway/__main__.py): start-up objects frozen
+    # collected as the gateway process collects (workers/gateway.py): start-up objects frozen
     gc.collect()
     gc.freeze()
     thresholds = gc.get_threshold()

@@ -41,7 +41,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "install-host": _entry("kruntimes.workers.install_host"),
     "worker": _entry("kruntimes.workers.worker"),
     "demo": _entry("kruntimes.workers.demo"),
-    "gateway": _entry("kruntimes.gateway.__main__"),
+    "gateway": _entry("kruntimes.workers.gateway"),
     "codec-server": _entry("kruntimes.gateway.codec_server"),
     "pki": _entry("kruntimes.pki.command"),
     "up": _embedded("up"),

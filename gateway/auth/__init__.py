@@ -1,7 +1,8 @@
-"""Authentication and authorization of invocations: one Authorizer interface, two implementations.
+"""Authentication and authorization of invocations: one Authorizer interface, one auth method per
+implementation, registered by name in `methods.METHODS` with its flags (`krt gateway --auth`).
 
 - embedded: `EmbeddedAuthorizer(TokenFile(path), RoleBindings.load(path))`
-- Kubernetes: `KubernetesAuthorizer(host)` (a SelfSubjectAccessReview with the caller's token)
+- kubernetes: `KubernetesAuthorizer(host)` (a SelfSubjectAccessReview with the caller's token)
 
 Either goes behind `CachingAuthorizer`. Their refusals are gateway errors (gateway/errors.py).
 `KubernetesAuthorizer` is imported when first named: its Kubernetes client costs the gateway

@@ -16,6 +16,10 @@ from kruntimes.gateway.errors import AuthError, AuthUnavailable, Forbidden, Unau
 MAX_TOKEN_BYTES = 8 * 1024
 
 
+class AuthConfigError(Exception):
+    """An auth method cannot be used with the flags given (one line, naming the flag)."""
+
+
 @dataclass(frozen=True)
 class Principal:
     user: str
@@ -70,6 +74,7 @@ def bearer_token(header: str | None) -> str:
 
 __all__ = [
     "MAX_TOKEN_BYTES",
+    "AuthConfigError",
     "AuthError",
     "AuthUnavailable",
     "Authorizer",

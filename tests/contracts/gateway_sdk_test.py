@@ -12,10 +12,10 @@ import sys
 import pytest
 
 CODE = (
-    "import sys, kruntimes.gateway.__main__, kruntimes.gateway.server, kruntimes.gateway.visibility, kruntimes.gateway.app\n"
+    "import sys, kruntimes.workers.gateway, kruntimes.gateway.server, kruntimes.gateway.visibility, kruntimes.gateway.app\n"
     "from kruntimes.wire import search\n"
     "search.listed(namespace='default')\n"
-    "kruntimes.gateway.__main__.temporal_settings(kruntimes.gateway.__main__.parse_args(['--temporal-address', '127.0.0.1:1', '--cert', 'c', '--key', 'k', '--peer-tls', 'p', '--assignment-public-key', 'a']))\n"
+    "kruntimes.workers.gateway.temporal_settings(kruntimes.workers.gateway.parse_args(['--temporal-address', '127.0.0.1:1', '--cert', 'c', '--key', 'k', '--peer-tls', 'p', '--assignment-public-key', 'a']))\n"
     "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(sys.argv[1])}))\n"
 )
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kruntimes.gateway.__main__ import limits_from, parse_args, temporal_settings
 from kruntimes.gateway.listener import HttpLimits
+from kruntimes.workers.gateway import limits_from, parse_args, temporal_settings
 
 REQUIRED = ["--cert", "c.pem", "--key", "k.pem", "--peer-tls", "pki", "--assignment-public-key", "a.pub"]
 

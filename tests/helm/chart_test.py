@@ -22,12 +22,12 @@ import yaml
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts.kubernetes import SECRET_VERBS, VERBS
 from kruntimes.config.platform import parse_config
-from kruntimes.gateway import __main__ as gateway_main
 from kruntimes.gateway.auth.base import Resource
 from kruntimes.gateway.auth.kubernetes import access_review
 from kruntimes.runtime.discovery import split_target
 from kruntimes.temporal import connect as temporal
 from kruntimes.wire import search
+from kruntimes.workers import gateway as gateway_main
 from kruntimes.workers import host as host_main
 from kruntimes.workers import krt
 from kruntimes.workers import worker as worker_main

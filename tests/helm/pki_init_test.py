@@ -25,11 +25,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from kmock import Server
 
-from kruntimes.gateway import __main__ as gateway_main
 from kruntimes.pki import Authority, Identity, PeerTLS, Role, identity_of
 from kruntimes.pki import cluster as pki
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.assignments import Verifier
+from kruntimes.workers import gateway as gateway_main
+from kruntimes.workers import settings as worker_settings
 from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import NAMESPACE, ROOT, Rendered, pod_spec, rendered
 from tests.kubernetes.cluster import Cluster
@@ -182,13 +183,13 @@ async def test_the_hook_job_creates_the_secrets_once_and_keeps_them(env: Env, tm
 
     # the worker's and the gateway's own loaders, from where the chart mounts the Secrets
     worker_args = worker_main.parse_args(mount(env.chart, "Deployment", "-worker", env, tmp_path / "worker"))
-    trust = worker_main.WorkerTrust(
+    trust = worker_settings.WorkerTrust(
         peer_tls=worker_args.peer_tls,
         assignment_key=worker_args.assignment_key,
         platform_ca=worker_args.platform_ca,
         host_certificate_lifetime=dt.timedelta(seconds=worker_args.host_certificate_lifetime),
     )
-    worker_tls, signer, issuer = worker_main.load_trust(trust)
+    worker_tls, signer, issuer = worker_settings.load_trust(trust)
     assert issuer is not None and issuer.authority.cert == ca
     assert worker_tls.identity == Identity.control_plane(secrets["worker"].removesuffix("-peer"))
     gateway_args = gateway_main.parse_args(mount(env.chart, "Deployment", "-gateway", env, tmp_path / "gw"))
@@ -301,8 +302,8 @@ async def test_a_due_ca_rotates_in_two_phases_and_the_old_one_is_dropped_last(
     leaves_signed_by(old_ca)
     # the worker, from where the chart mounts the CA Secret, issues hosts the two-CA bundle
     worker_args = worker_main.parse_args(mount(env.chart, "Deployment", "-worker", env, tmp_path / "w"))
-    _, _, issuer = worker_main.load_trust(
-        worker_main.WorkerTrust(
+    _, _, issuer = worker_settings.load_trust(
+        worker_settings.WorkerTrust(
             peer_tls=worker_args.peer_tls,
             assignment_key=worker_args.assignment_key,
             platform_ca=worker_args.platform_ca,

@@ -236,7 +236,7 @@ def gateway_argv(stack: Stack, how: Access, ready: Path, pki: TestPKI) -> tuple[
     bindings.write_text("bindings:\n  - namespace: default\n    users: [alice]\n")
     argv = [
         "-m",
-        "kruntimes.gateway",
+        "kruntimes.workers.gateway",
         "--listen",
         "127.0.0.1:0",
         "--cert",

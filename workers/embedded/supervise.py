@@ -234,7 +234,7 @@ def _gateway_argv(layout: Layout, *, ports: dict[str, int], tls: TlsFiles, tempo
     return [
         sys.executable,
         "-m",
-        "gateway",
+        "kruntimes.workers.gateway",
         "--listen",
         f"127.0.0.1:{ports['gateway']}",
         "--heartbeat-listen",

@@ -1,9 +1,10 @@
-"""`krt gateway` / `python -m kruntimes.gateway`: the HTTPS invoke gateway.
+"""`krt gateway` / `python -m kruntimes.workers.gateway`: the HTTPS invoke gateway's entry point.
 
 Temporal is optional here: with `--temporal-address` (or KRT_TEMPORAL_ADDRESS) the gateway keeps
 the known-Runs view (a route-cache miss for a Run that exists answers 503, not 404), connecting
 with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal.connect). It only lists
-RunWorkflows; the invoke path never calls Temporal.
+RunWorkflows; the invoke path never calls Temporal. How invokes are authorized is the auth method
+`--auth` names, with its own flags (kruntimes.gateway.auth.methods).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from kruntimes.gateway.auth import Authorizer, CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
+from kruntimes.gateway.auth import methods as auth
+from kruntimes.gateway.auth.base import AuthConfigError, Authorizer
 from kruntimes.gateway.listener import HttpLimits
 from kruntimes.gateway.server import Gateway, GatewayOptions
 from kruntimes.gateway.visibility import Visibility, VisibilityError
@@ -49,11 +51,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         required=True,
         help="the control plane's assignment public key(s) (PEM): only routes they verify are served",
     )
-    p.add_argument("--auth", choices=["embedded", "kubernetes"], default="embedded")
-    p.add_argument("--token-file", type=Path, help='embedded: token,user,uid,"groups" CSV (mode 0600)')
-    p.add_argument("--role-bindings", type=Path, help="embedded: namespace role bindings YAML")
-    p.add_argument("--kubernetes-api", help="kubernetes: API server URL for SelfSubjectAccessReviews")
-    p.add_argument("--kubernetes-ca", type=Path, help="kubernetes: CA bundle of the API server")
     p.add_argument("--ready-file", type=Path, help="write {url, heartbeatAddress, pid} here once serving")
     p.add_argument("--log-level", default="info")
     limits = p.add_argument_group("connection limits (each connection and request is bounded)")
@@ -67,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             metavar=flag.metavar,
             help=f"{flag.help} (default %(default)s)",
         )
+    auth.add_arguments(p)
     temporal.add_arguments(p)
     # no Temporal unless an address is given: the known-Runs view is optional
     p.set_defaults(temporal_address=None)
@@ -155,19 +153,10 @@ def temporal_settings(args: argparse.Namespace, env: dict[str, str] | None = Non
 
 
 def authorizer_from(args: argparse.Namespace) -> Authorizer:
-    inner: Authorizer
-    if args.auth == "kubernetes":
-        if not args.kubernetes_api:
-            raise SystemExit("krt gateway: --auth kubernetes needs --kubernetes-api")
-        from kruntimes.gateway.auth.kubernetes import KubernetesAuthorizer  # its client only when used
-
-        ca = str(args.kubernetes_ca) if args.kubernetes_ca else None
-        inner = KubernetesAuthorizer(args.kubernetes_api, ca_file=ca)
-    else:
-        if not args.token_file or not args.role_bindings:
-            raise SystemExit("krt gateway: --auth embedded needs --token-file and --role-bindings")
-        inner = EmbeddedAuthorizer(TokenFile(args.token_file), RoleBindings.load(args.role_bindings))
-    return CachingAuthorizer(inner)
+    try:
+        return auth.authorizer_from(args)
+    except AuthConfigError as e:
+        raise SystemExit(f"krt gateway: {e}") from None
 
 
 async def connect_temporal(settings: TemporalSettings | None) -> Visibility | None:
@@ -212,8 +201,7 @@ async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     # Each host's snapshots and each visibility page are large and short-lived: what glibc keeps
-    # of them after they are freed is given back (kruntimes.system.malloc; bench/scale.py read the
-    # gateway at 101.0–101.6 MB with 10,000 routes without it, 89.4 with it)
+    # of them after they are freed is given back (kruntimes.system.malloc)
     trimmer = malloc.Trimmer()
     trimmer.start()
     if args.ready_file:
@@ -232,7 +220,7 @@ def main(argv: list[str] | None = None, *, invoke_tls: bool = True) -> None:
     malloc.limit_arenas()  # before gRPC starts its threads
     try:
         # uvloop when installed: the same servers spend less CPU per request on it than on
-        # asyncio's loop (bench/invoke.py runs its reference chain on both)
+        # asyncio's loop
         import uvloop
     except ImportError:
         asyncio.run(serve(args, invoke_tls=invoke_tls))
