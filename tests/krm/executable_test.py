@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import signal
 from pathlib import Path
 
 import pytest
@@ -206,8 +207,10 @@ async def test_a_function_that_exited_is_never_signalled_again() -> None:
         started._started(other.pid)  # as if the function's number were the other group's now
         started.exited.set_result(0)
         started.kill()
-        with pytest.raises(TimeoutError):  # a SIGKILL ends it within milliseconds
-            await asyncio.wait_for(other.wait(), 1.0)
+        # A SIGKILL takes hold as it is sent: a later SIGTERM ends the process only if none came.
+        other.terminate()
+        assert await other.wait() == -signal.SIGTERM, "the kill reached the other group"
     finally:
-        other.kill()
-        await other.wait()
+        if other.returncode is None:
+            other.kill()
+            await other.wait()
