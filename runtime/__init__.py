@@ -4,7 +4,7 @@ Layers (each module imports only those above it):
   errors         the server's errors, each with a stable reason
   framing        length-prefixed frames on the control socket of a function process
   limits         resource limits applied to every function process
-  adapters       the language adapters, run inside a function process
+  adapters.python_worker  the python adapter's worker, run inside a function process
   zygote         a pre-started, single-threaded process that forks function processes
   spawner        the server's side of the zygote: spawn, kill, exit statuses
   capture        bounded stdout/stderr capture
@@ -15,7 +15,7 @@ Layers (each module imports only those above it):
   warm           a python registration's warm process and one exchange with it, on the event loop
   once           a one-shot execution: start a process, give it its input, wait for its end
   results        outputs of a finished execution, checked against the bounds
-  krm_adapter    a KRM function's invocation: its entrypoint once, ResourceList on stdin
+  adapters       each language adapter as the server runs it (python, bash, krm), by name
   registry       registrations keyed by Run UID: generations, fencing, idle clock
   tasks          task-mode executions, idempotent per (run uid, attempt)
   service        the gRPC servicer

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kruntimes.api.names import krm_entrypoint, validate_env_name, validate_handler
+from kruntimes.api.adapters import validate_handler
+from kruntimes.api.names import validate_env_name
 from kruntimes.runtime import workspace
+from kruntimes.runtime.adapters.registered import host_adapter
 from kruntimes.runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox.child import SandboxSpec
@@ -116,59 +117,6 @@ def spawn_spec(
 ) -> SpawnSpec:
     """`env`: the Run's own environment as `resolve_env` made it (None: just `config.env`)."""
     env = function_env(run, dict(config.env) if env is None else env, workdir)
-    if config.adapter == "bash":
-        script = workdir / config.handler
-        if not script.is_file():
-            raise InvalidRequest(f"bash handler {config.handler!r} is not a file in the source")
-        return SpawnSpec(
-            kind="exec",
-            cwd=str(workdir),
-            env=env,
-            limits=limits,
-            argv=(_bash(), str(script)),
-            sandbox=sandbox,
-        )
-    if config.adapter == "krm":
-        return SpawnSpec(
-            kind="exec",
-            cwd=str(workdir),
-            env=env,
-            limits=limits,
-            argv=krm_argv(config.handler, workdir),
-            sandbox=sandbox,
-        )
-    context = {
-        "run_uid": run.run_uid,
-        "namespace": run.namespace,
-        "name": run.name,
-        "attempt": str(run.attempt),
-    }
-    kind = "python-once" if once else "python"
-    return SpawnSpec(
-        kind=kind,
-        cwd=str(workdir),
-        env=env,
-        limits=limits,
-        handler=config.handler,
-        context=context,
-        sandbox=sandbox,
+    return host_adapter(config.adapter).spawn_spec(
+        run, config.handler, workdir, once=once, env=env, limits=limits, sandbox=sandbox
     )
-
-
-def krm_argv(handler: str, workdir: Path) -> tuple[str, ...]:
-    """A krm entrypoint's argv, its program resolved: absolute, or a file of the workspace."""
-    try:
-        words = krm_entrypoint(handler)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
-    program = Path(words[0]) if words[0].startswith("/") else workdir / words[0]
-    if not program.is_file():
-        raise InvalidRequest(f"krm entrypoint {words[0]!r:.200} is not a file")
-    return (str(program), *words[1:])
-
-
-def _bash() -> str:
-    for candidate in ("/bin/bash", "/usr/bin/bash"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    raise InvalidRequest("bash is not installed on this host")

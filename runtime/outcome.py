@@ -55,7 +55,7 @@ def set_error(outcome: Outcome, status: Status, kind: str, message: str) -> None
 
 def set_exit(outcome: Outcome, code: int | None) -> None:
     """A per-call process's exit code (-9 when none is known: it was killed), and a non-zero
-    one as the error of an outcome that had none (krm_adapter takes it back: there it is data)."""
+    one as the error of an outcome that had none (the krm adapter takes it back: there it is data)."""
     outcome.exit_code = code if code is not None else -9
     if outcome.exit_code != 0 and outcome.status is Status.SUCCEEDED:
         set_error(

@@ -1,8 +1,10 @@
 """Function registrations keyed by Run UID: generations, fencing, idle clock, and how many
-invocations a registration takes at once: one, but a krm registration takes up to the host's
-`krm_concurrency` (each of its invocations is a one-shot process of its own). A registration
-that starts a process per call (bash, krm) starts it in one of its lanes where its sandbox has
-a PID namespace (runtime/lanes.py), and straight from the zygote otherwise."""
+invocations a registration takes at once: one, but a registration of a concurrent adapter (krm)
+takes up to the host's `krm_concurrency` (each of its invocations is a one-shot process of its
+own). What differs between adapters is asked of the registration's adapter
+(runtime/adapters/host.py): a warm adapter's registration keeps one process; one that starts a
+process per call starts it in one of its lanes where its sandbox has a PID namespace
+(runtime/lanes.py), and straight from the zygote otherwise."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
-from kruntimes.runtime import krm_adapter, workspace
+from kruntimes.runtime import workspace
+from kruntimes.runtime.adapters.host import HostAdapter, RunOnce
+from kruntimes.runtime.adapters.registered import host_adapter
 from kruntimes.runtime.config import FunctionConfig, RunRef
 from kruntimes.runtime.errors import (
     ConcurrencyLimit,
@@ -37,7 +40,6 @@ from kruntimes.runtime.lanes import Lanes, sweeper
 from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.once import run_once
 from kruntimes.runtime.outcome import LoadFailed, Outcome, Status
-from kruntimes.runtime.results import check_outputs, parse_script_outputs
 from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import NoFreeUid
 from kruntimes.runtime.spawner import SpawnError, SpawnSpec
@@ -47,7 +49,7 @@ from kruntimes.system.futures import fail
 log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_DEATHS = 5  # warm-process deaths without a completed invocation before it is fatal
-DEFAULT_KRM_CONCURRENCY = 8  # invocations a krm registration takes at once
+DEFAULT_KRM_CONCURRENCY = 8  # invocations a registration of a concurrent adapter (krm) takes at once
 MAX_KRM_CONCURRENCY = 64
 
 
@@ -94,6 +96,7 @@ class Registration:
     id: str
     run: RunRef
     config: FunctionConfig
+    adapter: HostAdapter  # the host side of config.adapter
     digest: str
     workdir: Path
     state: str = State.READY
@@ -107,9 +110,9 @@ class Registration:
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
     env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
     assignment: bytes = b""  # the serialized SignedAssignment it was registered with
-    # the one-shot processes of the invocations in flight (bash, krm): their lanes' pids
+    # the one-shot processes of the invocations in flight (a per-call adapter's): their lanes' pids
     once_pids: set[int] = field(default_factory=set)
-    lanes: Lanes | None = None  # where its calls run (bash, krm), when they run in lanes
+    lanes: Lanes | None = None  # where a per-call adapter's calls run, when they run in lanes
 
     def __post_init__(self) -> None:
         self.busy = threading.Semaphore(self.capacity)
@@ -189,20 +192,22 @@ class Registry:
         return reg, True
 
     def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
+        adapter = host_adapter(config.adapter)
         workdir = self.launcher.workspace(f"{run.run_uid}.{run.attempt}", config)
         reg = Registration(
             id="reg-" + secrets.token_hex(16),
             run=run,
             config=config,
+            adapter=adapter,
             digest=digest,
             workdir=workdir,
-            capacity=self.krm_concurrency if config.adapter == krm_adapter.ADAPTER else 1,
+            capacity=self.krm_concurrency if adapter.concurrent else 1,
         )
         try:
             reg.env = self.launcher.env(run, config)
             reg.lease = self.launcher.identity(reg.id, workdir)
             spec = self._spec(reg, once=False)
-            if config.adapter == "python":
+            if adapter.warm:
                 reg.process = WarmProcess.start(self.spawner, spec)
             else:
                 self._per_call(reg)
@@ -226,8 +231,8 @@ class Registry:
         identity would wait, two processes and their memory, for as long as the Run is
         registered (500 idle bash Runs: 1,000 processes on one host). Its calls run in lanes
         started when it is called, which end when idle; or each call is started directly. A
-        krm Run is made to be called at once (by the pod evaluator): its first lane is
-        started now, from that seed, and ends like any other when idle."""
+        prestarting adapter's Run (krm: the pod evaluator's) is made to be called at once: its
+        first lane is started now, from that seed, and ends like any other when idle."""
         spec = self._spec(reg, once=True)
         sandbox = spec.sandbox
         if self.lanes and sandbox is not None and sandbox.pid_namespace and sandbox.mount_namespace:
@@ -238,7 +243,7 @@ class Registry:
                         target=sweeper, args=(self._all_lanes, self._sweeping), name="lanes", daemon=True
                     )
                     self._sweeper.start()
-            if reg.config.adapter == krm_adapter.ADAPTER:
+            if reg.adapter.prestart:
                 try:
                     reg.lanes.prestart()
                 except SpawnError as exc:  # its first call starts one
@@ -355,7 +360,7 @@ class Registry:
         result: asyncio.Future[Outcome] = loop.create_future()
         process = reg.process
         try:
-            if reg.config.adapter == "python" and process is not None and process.alive:
+            if reg.adapter.warm and process is not None and process.alive:
                 done = functools.partial(self._exchanged, reg, process, result)
                 process.exchange(invocation_id, payload, timeout_s, done)  # the hot path: callbacks only
             else:
@@ -390,7 +395,7 @@ class Registry:
     ) -> None:
         try:
             if outcome.status is Status.SUCCEEDED:
-                check_outputs(outcome)
+                reg.adapter.read_outputs(outcome)
             if not process.alive:  # replace the process before answering: the next call finds it warm
                 self._background(self._after_death(reg, outcome, result))
                 return
@@ -430,11 +435,11 @@ class Registry:
         """An invocation that must start or run a process first (blocking work in a worker thread)."""
         loop = asyncio.get_running_loop()
         try:
-            if reg.config.adapter == "python":
+            if reg.adapter.warm:
                 process = await loop.run_in_executor(None, self._warm, reg)
                 outcome = await process.exchange_async(invocation_id, payload, timeout_s)
                 if outcome.status is Status.SUCCEEDED:
-                    check_outputs(outcome)
+                    reg.adapter.read_outputs(outcome)
                 if process.alive:
                     reg.deaths = 0
                 else:
@@ -476,10 +481,8 @@ class Registry:
 
     def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
         lanes = reg.lanes
-        krm = reg.config.adapter == krm_adapter.ADAPTER
-        run: krm_adapter.RunOnce = (
-            # a krm answer past the stdout bound is refused: its lane stops the function then
-            functools.partial(lanes.run, stop_past_limit=krm)
+        run: RunOnce = (
+            functools.partial(lanes.run, stop_past_limit=reg.adapter.stop_past_limit)
             if lanes is not None
             else functools.partial(run_once, self.spawner, self._spec(reg, once=True))
         )
@@ -490,16 +493,11 @@ class Registry:
             reg.once_pids.add(pid)  # an unregistration past its grace kills it
 
         try:
-            if krm:
-                return krm_adapter.invoke(run, payload, timeout_s, on_start=started)
-            outcome = run(payload, timeout_s, stdout_limit=MAX_OUTPUTS_TOTAL_BYTES, on_start=started)
+            return reg.adapter.call(run, payload, timeout_s, on_start=started)
         except SpawnError as exc:
             raise HostUnavailable(str(exc)) from exc
         finally:
             reg.once_pids.difference_update(mine)
-        if outcome.status is Status.SUCCEEDED:
-            parse_script_outputs(outcome)
-        return outcome
 
     async def drain(self) -> None:
         """Wait for invocations that left the hot path (restarts, bash runs) to finish."""

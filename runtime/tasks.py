@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from kruntimes.runtime import workspace
+from kruntimes.runtime.adapters.registered import host_adapter
 from kruntimes.runtime.config import FunctionConfig, RunRef
 from kruntimes.runtime.errors import HostUnavailable, RegistrationConflict
 from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.once import run_once
 from kruntimes.runtime.outcome import Outcome, Status, set_error
-from kruntimes.runtime.results import check_outputs, parse_script_outputs
 from kruntimes.runtime.sandbox.identity import NoFreeUid
 from kruntimes.runtime.spawner import SpawnError
 
@@ -100,10 +100,7 @@ class Tasks:
         if execution.cancelled:
             set_error(outcome, Status.CANCELLED, "Cancelled", "cancelled")
         elif outcome.status is Status.SUCCEEDED:
-            if config.adapter == "bash":
-                parse_script_outputs(outcome)
-            else:
-                check_outputs(outcome)
+            host_adapter(config.adapter).read_outputs(outcome)
         return outcome
 
     def cancel(self, run_uid: str, attempt: int) -> bool:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from kruntimes import _lazy
 
 if TYPE_CHECKING:
+    from kruntimes.api.adapters import validate_handler
     from kruntimes.api.names import (
         validate_dns1123_label,
         validate_env_name,
-        validate_handler,
         validate_invocation_id,
         validate_relative_file_name,
     )
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "validate_dns1123_label": "kruntimes.api.names",
     "validate_env_name": "kruntimes.api.names",
-    "validate_handler": "kruntimes.api.names",
+    "validate_handler": "kruntimes.api.adapters",
     "validate_invocation_id": "kruntimes.api.names",
     "validate_relative_file_name": "kruntimes.api.names",
     "OutputsError": "kruntimes.api.outputs",

@@ -1,18 +1,16 @@
-"""Validators for names and identifiers: each returns its value or raises ValueError naming the rule."""
+"""Validators for names and identifiers: each returns its value or raises ValueError naming the rule.
+A handler's rule is its adapter's (kruntimes.api.adapters)."""
 
 from __future__ import annotations
 
-import keyword
 import re
-import shlex
 import uuid
 
 from kruntimes.api._text import has_control_chars, utf8_len
-from kruntimes.api.limits import MAX_FILE_NAME_BYTES, MAX_HANDLER_BYTES, MAX_INVOCATION_ID_BYTES
+from kruntimes.api.limits import MAX_FILE_NAME_BYTES, MAX_INVOCATION_ID_BYTES
 
 DNS1123_LABEL_MAX = 63
 RESERVED_ENV_PREFIX = "KRT_"
-HANDLER_ADAPTERS = frozenset({"python", "bash", "krm"})
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -79,60 +77,6 @@ def validate_relative_file_name(name: str) -> str:
         if utf8_len(part, field="file name") > MAX_FILE_NAME_BYTES:
             raise ValueError(f"file name component exceeds {MAX_FILE_NAME_BYTES} bytes: {part!r:.80}")
     return name
-
-
-def _is_python_identifier(part: str) -> bool:
-    return part.isidentifier() and not keyword.iskeyword(part)
-
-
-def _validate_python_handler(handler: str) -> None:
-    module, sep, function = handler.partition(":")
-    if not sep or ":" in function:
-        raise ValueError(f"python handler {handler!r:.80} must be 'module.path:function' with one ':'")
-    if not all(_is_python_identifier(part) for part in module.split(".")):
-        raise ValueError(
-            f"python handler {handler!r:.80}: module {module!r} is not a dotted Python identifier"
-        )
-    if not _is_python_identifier(function):
-        raise ValueError(f"python handler {handler!r:.80}: function {function!r} is not a Python identifier")
-
-
-def krm_entrypoint(handler: str) -> list[str]:
-    """The argv of a krm handler: a command line (shell words, no shell) whose program is an
-    absolute path or a file of the source directory; ValueError otherwise."""
-    try:
-        words = shlex.split(handler)
-    except ValueError as e:
-        raise ValueError(f"krm handler {handler!r:.80} is not a command line: {e}") from e
-    if not words:
-        raise ValueError("krm handler must name a program")
-    if not words[0].startswith("/"):
-        try:
-            validate_relative_file_name(words[0])
-        except ValueError as e:
-            raise ValueError(f"krm handler's program: {e}") from e
-    return words
-
-
-def validate_handler(adapter: str, handler: str) -> str:
-    """python: ``module.path:function``; bash: a script path relative to the source directory;
-    krm: a command line whose program is absolute or a file of the source directory."""
-    if adapter not in HANDLER_ADAPTERS:
-        raise ValueError(
-            f"unknown handler adapter {adapter!r:.80}; known: {', '.join(sorted(HANDLER_ADAPTERS))}"
-        )
-    if utf8_len(handler, field="handler") > MAX_HANDLER_BYTES:
-        raise ValueError(f"handler exceeds {MAX_HANDLER_BYTES} bytes")
-    if adapter == "python":
-        _validate_python_handler(handler)
-    elif adapter == "krm":
-        krm_entrypoint(handler)
-    else:
-        try:
-            validate_relative_file_name(handler)
-        except ValueError as e:
-            raise ValueError(f"bash handler: {e}") from e
-    return handler
 
 
 def validate_invocation_id(value: str) -> str:

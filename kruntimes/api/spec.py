@@ -8,6 +8,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt
 from kruntimes.api._text import has_control_chars, utf8_len
+from kruntimes.api.adapters import ADAPTERS, validate_handler
 from kruntimes.api.limits import (
     DEFAULT_RECOVERY_LIMIT,
     MAX_BACKOFF_MULTIPLIER,
@@ -24,10 +25,8 @@ from kruntimes.api.limits import (
     MAX_TTL_SECONDS_AFTER_FINISHED,
 )
 from kruntimes.api.names import (
-    HANDLER_ADAPTERS,
     validate_dns1123_label,
     validate_env_name,
-    validate_handler,
     validate_relative_file_name,
     validate_run_uid,
 )
@@ -190,7 +189,7 @@ class RunSpec(ApiModel):
     @model_validator(mode="after")
     def _handler_fits_builtin_runtime(self) -> Self:
         # Other runtimes name their adapter in the runtime config; the caller checks them there.
-        if self.runtime in HANDLER_ADAPTERS:
+        if self.runtime in ADAPTERS:
             self.validate_handler_for(self.runtime)
         return self
 

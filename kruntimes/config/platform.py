@@ -73,6 +73,7 @@ import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt, validate_document
+from kruntimes.api.adapters import BASH, PYTHON, AdapterName
 from kruntimes.api.limits import (
     DAY_SECONDS,
     DEFAULT_INVOKE_TIMEOUT_SECONDS,
@@ -283,7 +284,7 @@ class RuntimeConfig(ApiModel):
     """One runtime: its language adapter and the pool of hosts that serve it."""
 
     name: Annotated[str, _label("name")]
-    adapter: Literal["python", "bash", "krm"]
+    adapter: AdapterName
     runs: StrictInt = Field(default=DEFAULT_RUNS, ge=1, le=MAX_RUNS_PER_HOST)
     minHosts: StrictInt = Field(default=0, ge=0, le=MAX_HOSTS_LIMIT)
     maxHosts: StrictInt = Field(default=DEFAULT_MAX_HOSTS, ge=1, le=MAX_HOSTS_LIMIT)
@@ -352,7 +353,7 @@ class TenantConfig(ApiModel):
 
 
 def _default_runtimes() -> list[RuntimeConfig]:
-    return [RuntimeConfig(name="python", adapter="python"), RuntimeConfig(name="bash", adapter="bash")]
+    return [RuntimeConfig(name=adapter.name, adapter=adapter.name) for adapter in (PYTHON, BASH)]
 
 
 def _unique_names(items: list[RuntimeConfig] | list[TenantConfig], *, what: str) -> None:

@@ -1,4 +1,4 @@
-"""The `krm` adapter's invocation contract, shared by the Runtime Server (kruntimes.runtime.krm_adapter) and
+"""The `krm` adapter's invocation contract, shared by the Runtime Server (kruntimes.runtime.adapters.krm) and
 the pod evaluator (kruntimes.krm.pod): what a KRM function's invocation carries in and what it answers.
 
 Request payload (JSON):   {"resourceList": "<the ResourceList as YAML text>"}
