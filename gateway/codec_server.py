@@ -1,6 +1,7 @@
-"""`krt codec-server`: the Temporal codec server protocol over the kruntimes payload codec, so that
-people allowed to (the `temporal` CLI's `--codec-endpoint`, the Temporal UI's data encoder) read
-the encrypted payloads of history (kruntimes.temporal.codec) without holding the keys themselves.
+"""The codec server (`krt codec-server`; its entry point is workers/codec_server.py): the Temporal
+codec server protocol over the kruntimes payload codec, so that people allowed to (the `temporal`
+CLI's `--codec-endpoint`, the Temporal UI's data encoder) read the encrypted payloads of history
+(kruntimes.temporal.codec) without holding the keys themselves.
 
     POST /decode   {"payloads": [Payload, ...]} in protobuf JSON → the same, decrypted
     POST /encode   {"payloads": [...]} → the same, encrypted with the active key
@@ -26,28 +27,21 @@ Rules:
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import ipaddress
 import logging
-import os
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from aiohttp import web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from kruntimes.gateway.auth import Principal, TokenFile, TokenFileError, bearer_token
+from kruntimes.gateway.auth import Principal, TokenFile, bearer_token
 from kruntimes.gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, Unauthenticated
 from kruntimes.gateway.listener import HttpLimits, Listener, receive_body, send_continue
 from kruntimes.gateway.metrics import GatewayMetrics
 from kruntimes.gateway.replies import error_answer, gateway_error_answer, router_reason
-from kruntimes.system import logs
-from kruntimes.system.serving import stop_event, write_ready_file
-from kruntimes.temporal.codec import CodecError, EncryptionCodec, Keyring
+from kruntimes.temporal.codec import CodecError, EncryptionCodec
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason as R
 
@@ -207,116 +201,3 @@ class CodecServer:
             self.listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
-
-
-# -- the entry point ---------------------------------------------------------------------------
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="krt codec-server",
-        description="Serve the Temporal codec server protocol (/decode, /encode) with the platform's "
-        "payload keys, to callers whose token is in an allowed group.",
-    )
-    p.add_argument("--listen", default="127.0.0.1:8081", help="address (port 0: pick one)")
-    p.add_argument(
-        "--cert", type=Path, help="serving certificate (PEM): HTTPS; without it, loopback HTTP only"
-    )
-    p.add_argument("--key", type=Path, help="serving key (PEM)")
-    p.add_argument(
-        "--codec-keys", type=Path, help="directory of payload encryption keys (default: KRT_CODEC_KEYS)"
-    )
-    p.add_argument("--token-file", type=Path, required=True, help='token,user,uid,"groups" CSV (mode 0600)')
-    p.add_argument(
-        "--allow-group",
-        action="append",
-        default=[],
-        help=f"a group whose users may decode and encode (repeatable; default {', '.join(DEFAULT_GROUPS)})",
-    )
-    p.add_argument(
-        "--cors-origin",
-        action="append",
-        default=[],
-        help="an origin allowed to call from a browser, e.g. the Temporal UI's http://127.0.0.1:8233",
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=DEFAULT_MAX_BODY_BYTES,
-        help="the largest request body (default %(default)s)",
-    )
-    p.add_argument("--ready-file", type=Path, help="write {url, pid} here once serving")
-    p.add_argument("--log-level", default="info")
-    return p.parse_args(argv)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def options_from(args: argparse.Namespace, env: dict[str, str] | None = None) -> CodecOptions:
-    env = dict(os.environ) if env is None else env
-    keys = args.codec_keys or (Path(env["KRT_CODEC_KEYS"]) if env.get("KRT_CODEC_KEYS") else None)
-    if keys is None:
-        raise SystemExit("krt codec-server: --codec-keys (or KRT_CODEC_KEYS) names the key directory")
-    if not 1024 <= args.max_body_bytes <= MAX_BODY_BYTES:
-        raise SystemExit(f"krt codec-server: --max-body-bytes must be 1024 to {MAX_BODY_BYTES}")
-    for origin in args.cors_origin:
-        if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
-            raise SystemExit(f"krt codec-server: --cors-origin takes scheme://host[:port], not {origin!r}")
-    try:
-        codec = EncryptionCodec(Keyring.load(keys.expanduser()))
-        tokens = TokenFile(args.token_file)
-    except (CodecError, TokenFileError) as e:
-        raise SystemExit(f"krt codec-server: {e}") from None
-    return CodecOptions(
-        codec=codec,
-        tokens=tokens,
-        groups=tuple(args.allow_group) or DEFAULT_GROUPS,
-        cors_origins=frozenset(args.cors_origin),
-        max_body_bytes=args.max_body_bytes,
-    )
-
-
-def ssl_context_from(args: argparse.Namespace, host: str) -> ssl.SSLContext | None:
-    if (args.cert is None) != (args.key is None):
-        raise SystemExit("krt codec-server: --cert and --key go together")
-    if args.cert is None:
-        if not _loopback(host):
-            raise SystemExit("krt codec-server: plain HTTP only on a loopback address; give --cert and --key")
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(args.cert, args.key)
-    except (OSError, ssl.SSLError) as e:
-        raise SystemExit(f"krt codec-server: cannot load the serving certificate: {e}") from None
-    return context
-
-
-async def serve(args: argparse.Namespace) -> None:
-    host, _, port = args.listen.rpartition(":")
-    server = CodecServer(
-        options_from(args), host=host, port=int(port), ssl_context=ssl_context_from(args, host)
-    )
-    url = await server.start()
-    log.info("codec server serving", extra={"url": url})
-    if args.ready_file:
-        write_ready_file(args.ready_file, url=url)
-    await stop_event().wait()
-    await server.stop()
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    logs.setup(args.log_level)
-    asyncio.run(serve(args))
-
-
-if __name__ == "__main__":
-    main()

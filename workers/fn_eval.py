@@ -1,4 +1,5 @@
-"""`krt fn eval`: run one KRM function on a package, in the conventions of `kpt fn eval`.
+"""`krt fn eval`: run one KRM function on a package, in the conventions of `kpt fn eval` (the
+command's entry point; the evaluators, packages and resources are kruntimes.krm's).
 
     krt fn eval [DIR|-] (--image IMG[:TAG] | --exec "CMD ARGS") [--tag T]
                 [--fn-config FILE | -- key=value ...] [-o stdout|unwrap|DIR] [--results-dir DIR]

@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 from kruntimes.cli.main import leave
-from kruntimes.krm import cli as fn_cli
 from kruntimes.krm import errors, process
 from kruntimes.krm.directory import DirectoryFeed
 from kruntimes.krm.executable import ExecEvaluator
@@ -34,6 +33,7 @@ from kruntimes.krm.service import EvaluatorServer
 from kruntimes.krm.store import Store
 from kruntimes.runtime.sandbox.policy import Network
 from kruntimes.system import logs
+from kruntimes.workers import fn_eval as fn_cli
 from kruntimes.workers.fn_sandbox import FirstUse, sandboxed_runner, secret_paths
 
 log = logging.getLogger(__name__)

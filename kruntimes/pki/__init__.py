@@ -15,10 +15,9 @@ of the platform CA; servers check the role the hop allows.
                ends, reloaded when the files change
     grpcauth   PeerAuthorization: which roles may call which method of a grpc server
     builder    the one place X.509 certificates are built (CAs and the certificates they sign)
-    cluster    `krt pki init-cluster`: the platform's Secrets on Kubernetes without cert-manager
-               (imported on its own: it loads the Kubernetes client)
-    command    `krt pki`: init-cluster (the above), ca-status and rotate-ca (a CA directory's
-               rotation)
+    cluster    ClusterPki: the platform's Secrets on Kubernetes without cert-manager, through a
+               SecretStore (`krt pki init-cluster`: workers/pki.py, its Kubernetes client
+               workers/pki_secrets.py)
 """
 
 from kruntimes.pki.authority import (

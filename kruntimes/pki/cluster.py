@@ -1,4 +1,5 @@
-"""`krt pki init-cluster`: the platform's own Secrets in a namespace, without cert-manager.
+"""The platform's own Secrets in a namespace, without cert-manager (`krt pki init-cluster`,
+workers/pki.py, through the Kubernetes Secret client of workers/pki_secrets.py).
 
 Run as the Helm chart's pre-install/pre-upgrade hook Job, it makes sure these Secrets exist and
 hold valid material (all `kubernetes.io/tls`):
@@ -34,29 +35,19 @@ Every API error is wrapped into a `ClusterPkiError`; no key material is ever log
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import base64
 import datetime as dt
-import json
 import logging
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
-import aiohttp
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.pki import builder
@@ -85,7 +76,6 @@ STATE_KEY = ca_rotation.STATE  # the CA Secret's rotation state
 PEER_SUFFIX = "-peer"
 DEFAULT_LEAF_LIFETIME = dt.timedelta(days=365)
 ASSIGNMENT_LIFETIME = dt.timedelta(days=36500)
-API_TIMEOUT_S = 10.0
 MAX_ATTEMPTS = 3  # a Secret changed by someone else between our read and our write
 MAX_VALUE_BYTES = 64 * 1024  # one key of a Secret we read
 MAX_GATEWAYS = 16
@@ -149,65 +139,22 @@ class Plan:
 # --- the API ----------------------------------------------------------------------------------------
 
 
-class SecretApi:
-    """The three Secret calls, answering (status, JSON body); transport failures and answers that
-    are not JSON become ClusterPkiError."""
-
-    def __init__(self, api_client: k8s.ApiClient, *, timeout_s: float = API_TIMEOUT_S) -> None:
-        self.core = k8s.CoreV1Api(api_client)
-        self.timeout_s = timeout_s
-
-    async def _call(self, what: str, method: Any, *args: Any) -> tuple[int, dict[str, Any]]:
-        try:
-            response = await method(*args, _preload_content=False, _request_timeout=self.timeout_s)
-            async with response:
-                status, raw = response.status, await response.read()
-        except ApiException as e:
-            raise ClusterPkiError(f"{what}: the Kubernetes client failed: {e.reason}") from e
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise ClusterPkiError(f"{what}: the API server is unreachable: {type(e).__name__}: {e}") from e
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError as e:
-            raise ClusterPkiError(f"{what}: the API server answered {status} without JSON") from e
-        return status, body if isinstance(body, dict) else {}
-
-    @staticmethod
-    def _fail(what: str, status: int, body: Mapping[str, Any]) -> ClusterPkiError:
-        message = str(body.get("message") or body.get("reason") or "")[:512]
-        return ClusterPkiError(f"{what}: the API server answered {status}: {message}")
-
-    async def _answer(
-        self, what: str, method: Any, *args: Any, absent: tuple[int, ...]
-    ) -> dict[str, Any] | None:
-        """The body of a 2xx answer; None for a status in `absent`; any other is ClusterPkiError."""
-        status, body = await self._call(what, method, *args)
-        if status in absent:
-            return None
-        if not 200 <= status < 300:
-            raise self._fail(what, status, body)
-        return body
+class SecretStore(Protocol):
+    """The three Secret calls `ClusterPki` makes (workers/pki_secrets.py holds the Kubernetes one);
+    its failures are ClusterPkiError."""
 
     async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        what = f"get secret {namespace}/{name}"
-        return await self._answer(what, self.core.read_namespaced_secret, name, namespace, absent=(404,))
+        """The Secret, or None when there is none of that name."""
+        ...
 
     async def create(self, namespace: str, secret: dict[str, Any]) -> bool:
         """True if created; False when one of that name exists already."""
-        what = f"create secret {namespace}/{secret['metadata']['name']}"
-        created = await self._answer(
-            what, self.core.create_namespaced_secret, namespace, secret, absent=(409,)
-        )
-        return created is not None
+        ...
 
     async def patch(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         """True if patched; False when it is gone or changed since it was read (the uid and
         resourceVersion in the patch are preconditions)."""
-        what = f"patch secret {namespace}/{name}"
-        patched = await self._answer(
-            what, self.core.patch_namespaced_secret, name, namespace, patch, absent=(404, 409)
-        )
-        return patched is not None
+        ...
 
 
 # --- what a Secret holds ------------------------------------------------------------------------------
@@ -343,7 +290,7 @@ def assignment_files(key: Ed25519PrivateKey, now: dt.datetime) -> dict[str, byte
 
 
 class ClusterPki:
-    def __init__(self, api: SecretApi, plan: Plan, *, now: dt.datetime | None = None) -> None:
+    def __init__(self, api: SecretStore, plan: Plan, *, now: dt.datetime | None = None) -> None:
         self.api = api
         self.plan = plan
         self.now = now or _now()
@@ -477,102 +424,3 @@ class ClusterPki:
             name = self.plan.assignment_secret
             outcomes[name] = await self.ensure_assignment_key(name)
         return outcomes
-
-
-# --- the command ------------------------------------------------------------------------------------
-
-
-async def connect(*, api_server: str | None, kubeconfig: str | None = None) -> k8s.ApiClient:
-    """An API client: `api_server` as given, else the pod's service account, else a kubeconfig."""
-    configuration = k8s.Configuration()
-    try:
-        if api_server:
-            configuration.host = api_server.rstrip("/")
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, KeyError, TypeError) as e:
-        raise ClusterPkiError(f"cannot load the Kubernetes configuration: {e}") from e
-    return k8s.ApiClient(configuration)
-
-
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="krt pki", description="the platform's certificates on a cluster")
-    commands = top.add_subparsers(dest="command", required=True)
-    init = commands.add_parser(
-        "init-cluster",
-        help="create or renew the platform CA, worker and gateway certificates and the assignment key",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    init.add_argument("--namespace", required=True, help="the namespace of the Secrets")
-    init.add_argument("--release", required=True, help="the release owning them (their owner annotation)")
-    init.add_argument("--ca-secret", required=True, help="the platform CA's Secret")
-    init.add_argument("--worker", help="the worker's identity name (its Secret: NAME-peer)")
-    init.add_argument(
-        "--gateway", action="append", default=[], help="a gateway identity name (its Secret: NAME-peer)"
-    )
-    init.add_argument("--assignment-secret", help="the assignment key's Secret (omit: one exists already)")
-    init.add_argument(
-        "--certificate-lifetime",
-        type=float,
-        default=DEFAULT_LEAF_LIFETIME.total_seconds(),
-        help="seconds the worker's and gateways' certificates are valid (renewed after two thirds)",
-    )
-    init.add_argument(
-        "--host-certificate-lifetime",
-        type=float,
-        default=DEFAULT_LIFETIME.total_seconds(),
-        help="seconds the host certificates the worker issues are valid (the worker's own flag): a CA "
-        "rotation waits for the longest lifetime between its phases",
-    )
-    init.add_argument(
-        "--rotate-ca",
-        action="store_true",
-        help="start a CA rotation now (publish the next CA), even if the CA is not due yet",
-    )
-    init.add_argument("--api-server", help="the API server's URL (default: in-cluster, else kubeconfig)")
-    init.add_argument("--kubeconfig", help="a kubeconfig file (default: in-cluster, else ~/.kube/config)")
-    return top
-
-
-def plan_from(args: argparse.Namespace) -> Plan:
-    return Plan(
-        namespace=args.namespace,
-        release=args.release,
-        ca_secret=args.ca_secret,
-        worker=args.worker,
-        gateways=tuple(dict.fromkeys(args.gateway)),
-        assignment_secret=args.assignment_secret,
-        lifetime=dt.timedelta(seconds=args.certificate_lifetime),
-        host_lifetime=dt.timedelta(seconds=args.host_certificate_lifetime),
-        rotate_ca=args.rotate_ca,
-    )
-
-
-async def init_cluster(plan: Plan, *, api_server: str | None, kubeconfig: str | None) -> dict[str, Outcome]:
-    api_client = await connect(api_server=api_server, kubeconfig=kubeconfig)
-    try:
-        return await ClusterPki(SecretApi(api_client), plan).run()
-    finally:
-        await api_client.close()
-
-
-def main(argv: list[str]) -> int:
-    """`krt pki ...`: 0 when every Secret is in place, 1 when one is refused or the API fails,
-    2 for a wrong command line."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    args = parser().parse_args(argv)
-    try:
-        plan = plan_from(args)
-    except ValueError as e:
-        print(f"krt pki: {e}", file=sys.stderr)
-        return 2
-    try:
-        outcomes = asyncio.run(init_cluster(plan, api_server=args.api_server, kubeconfig=args.kubeconfig))
-    except ClusterPkiError as e:
-        print(f"krt pki: {e}", file=sys.stderr)
-        return 1
-    for name, outcome in outcomes.items():
-        print(f"secret {plan.namespace}/{name}: {outcome}")
-    return 0

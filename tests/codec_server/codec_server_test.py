@@ -23,17 +23,12 @@ import pytest
 
 from kruntimes.api.run import Run
 from kruntimes.gateway.auth import TokenFile
-from kruntimes.gateway.codec_server import (
-    CodecOptions,
-    CodecServer,
-    options_from,
-    parse_args,
-    ssl_context_from,
-)
+from kruntimes.gateway.codec_server import CodecOptions, CodecServer
 from kruntimes.gateway.listener import HttpLimits
 from kruntimes.pki.local import ensure_tls
 from kruntimes.sdk.client import Client
 from kruntimes.temporal.codec import EncryptionCodec, Keyring
+from kruntimes.workers.codec_server import options_from, parse_args, ssl_context_from
 from tests.gateway.rawhttp import Connection, request, trickling
 from tests.sdk.stack import Platform, manifest, unique, workflow_show
 from tests.support.waiting import eventually

@@ -30,6 +30,8 @@ from kruntimes.pki import cluster as pki
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.assignments import Verifier
 from kruntimes.workers import gateway as gateway_main
+from kruntimes.workers import pki as pki_command
+from kruntimes.workers import pki_secrets
 from kruntimes.workers import settings as worker_settings
 from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import NAMESPACE, ROOT, Rendered, pod_spec, rendered
@@ -238,12 +240,12 @@ async def test_an_expired_certificate_is_renewed_and_the_others_kept(env: Env) -
     identity = identity_of(certificate(env.files(secrets["worker"])))
     past = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
     expired = ca.issue(identity, lifetime=dt.timedelta(days=1), now=past)
-    api = await pki.connect(api_server=env.url)
+    api = await pki_secrets.connect(api_server=env.url)
     try:
         current = env.secret(secrets["worker"])
         data = {"tls.crt": expired.cert_pem, "tls.key": expired.key_pem, "ca.crt": ca.cert_pem}
         patch = {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
-        assert await pki.SecretApi(api).patch(NAMESPACE, current["metadata"]["name"], patch)
+        assert await pki_secrets.SecretApi(api).patch(NAMESPACE, current["metadata"]["name"], patch)
     finally:
         await api.close()
     gateway_before = env.secret(secrets["gateway"])["data"]
@@ -260,10 +262,12 @@ async def test_an_expired_certificate_is_renewed_and_the_others_kept(env: Env) -
 
 async def run_at(env: Env, when: dt.datetime, *extra: str) -> dict[str, pki.Outcome]:
     """The hook Job's command as of `when` (its clock injected), in this process."""
-    plan = pki.plan_from(pki.parser().parse_args(["init-cluster", *env.job_args(), *extra]))
-    api = await pki.connect(api_server=env.url)
+    plan = pki_command.plan_from(
+        pki_command.cluster_parser().parse_args(["init-cluster", *env.job_args(), *extra])
+    )
+    api = await pki_secrets.connect(api_server=env.url)
     try:
-        return await pki.ClusterPki(pki.SecretApi(api), plan, now=when).run()
+        return await pki.ClusterPki(pki_secrets.SecretApi(api), plan, now=when).run()
     finally:
         await api.close()
 
@@ -279,7 +283,7 @@ async def test_a_due_ca_rotates_in_two_phases_and_the_old_one_is_dropped_last(
     assert (await env.krt_pki()).returncode == 0
     old_ca = certificate(env.files(secrets["ca"]))
     old_assignment = env.files(secrets["assignment"])["tls.key"]
-    plan = pki.plan_from(pki.parser().parse_args(["init-cluster", *env.job_args()]))
+    plan = pki_command.plan_from(pki_command.cluster_parser().parse_args(["init-cluster", *env.job_args()]))
     span = ca_rotation.overlap(plan.max_leaf_lifetime)
     assert plan.max_leaf_lifetime == dt.timedelta(days=90)  # the ci values' leaves outlive the hosts'
 
@@ -359,11 +363,11 @@ async def test_an_unreadable_rotation_state_is_refused_and_the_ca_kept(env: Env)
     secrets = names(env.chart)
     assert (await env.krt_pki("--rotate-ca")).returncode == 0
     state = env.files(secrets["ca"])[pki.STATE_KEY]
-    api = await pki.connect(api_server=env.url)
+    api = await pki_secrets.connect(api_server=env.url)
     try:
         current = env.secret(secrets["ca"])
         patch = {"data": {pki.STATE_KEY: base64.b64encode(state[: len(state) // 2]).decode()}}
-        assert await pki.SecretApi(api).patch(NAMESPACE, current["metadata"]["name"], patch)
+        assert await pki_secrets.SecretApi(api).patch(NAMESPACE, current["metadata"]["name"], patch)
     finally:
         await api.close()
     before = {name: env.secret(name)["data"] for name in secrets.values()}
@@ -383,9 +387,9 @@ async def test_a_secret_of_the_same_name_it_does_not_own_is_refused(env: Env) ->
         "metadata": {"name": secrets["gateway"], "namespace": NAMESPACE, "labels": {"team": "other"}},
         "data": {"tls.crt": base64.b64encode(b"theirs").decode(), "tls.key": ""},
     }
-    api = await pki.connect(api_server=env.url)
+    api = await pki_secrets.connect(api_server=env.url)
     try:
-        assert await pki.SecretApi(api).create(NAMESPACE, foreign)
+        assert await pki_secrets.SecretApi(api).create(NAMESPACE, foreign)
     finally:
         await api.close()
     refused = await env.krt_pki()
@@ -400,12 +404,12 @@ async def test_a_secret_of_the_same_name_it_does_not_own_is_refused(env: Env) ->
 async def test_the_api_calls_it_makes_are_exactly_its_role_in_the_chart(env: Env) -> None:
     secrets = names(env.chart)
     assert (await env.krt_pki()).returncode == 0
-    plan = pki.plan_from(pki.parser().parse_args(["init-cluster", *env.job_args()]))
+    plan = pki_command.plan_from(pki_command.cluster_parser().parse_args(["init-cluster", *env.job_args()]))
     # past two thirds of even the assignment key's century-long certificate: every Secret patched
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=36500 * 2 // 3 + 1)
-    api = await pki.connect(api_server=env.url)
+    api = await pki_secrets.connect(api_server=env.url)
     try:
-        await pki.ClusterPki(pki.SecretApi(api), plan, now=later).run()
+        await pki.ClusterPki(pki_secrets.SecretApi(api), plan, now=later).run()
     finally:
         await api.close()
     assert (await env.krt_pki()).returncode == 0

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kruntimes.krm import cli
 from kruntimes.krm.package import INDEX, INTERNAL_INDEX, INTERNAL_PATH, PATH
 from kruntimes.krm.resources import dump, dump_all, load, load_all, resource_list
+from kruntimes.workers import fn_eval as cli
 from tests.krm.conftest import function_config
 
 IMAGE = "example.com/fn/set-labels:v1.2.0"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kruntimes.krm import cli, package
+from kruntimes.krm import package
 from kruntimes.krm.resources import dump, load_all, parse_resource_list
+from kruntimes.workers import fn_eval as cli
 
 SECRET = {"apiVersion": "v1", "kind": "Config", "metadata": {"name": "kubeconfig"}, "token": "s3cr3t"}
 

@@ -283,7 +283,7 @@ def test_a_component_refuses_a_damaged_bundle_and_keeps_the_previous(
 def test_krt_pki_rotate_ca_starts_a_rotation_once_and_ca_status_shows_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kruntimes.pki import command
+    from kruntimes.workers import pki as command
 
     ca = tmp_path / "pki"
     assert command.main(["rotate-ca", "--ca-dir", str(ca)]) == 1
