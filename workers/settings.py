@@ -9,13 +9,12 @@ certificate not of the CA's current key and bundle is re-issued at the next rene
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from kruntimes.activities.hosts import kubernetes_hosts
 from kruntimes.activities.hosts.base import ProviderSetup
-from kruntimes.activities.hosts.kubernetes import KubernetesAccess
 from kruntimes.config.platform import PlatformConfig
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
 from kruntimes.contracts.platform import PlatformInfo
@@ -64,9 +63,9 @@ class WorkerSettings:
     # What hosts are told about isolation: the default for runtimes that name none, where
     # `source.path` may point, what functions never see (the state directory is always added).
     host_defaults: HostDefaults = field(default_factory=HostDefaults)
-    # How to reach the Kubernetes API (`--kubeconfig`, `--kube-context`): the kubernetes
-    # provider's options (None: its defaults).
-    kubernetes: KubernetesAccess | None = None
+    # Each host provider's options (its config model, from its own flags) by its name; a provider
+    # not named here takes its defaults.
+    provider_options: Mapping[str, object] = field(default_factory=dict)
     # The owner annotated on this control plane's hosts (default: Temporal namespace and pool
     # task queue); two control planes sharing a backend (a Kubernetes namespace) need different ones.
     control_plane_id: str | None = None
@@ -93,14 +92,13 @@ def host_defaults(settings: WorkerSettings) -> HostDefaults:
 
 def provider_setup(settings: WorkerSettings, *, issuer: HostIssuer | None = None) -> ProviderSetup:
     """What the registered host providers are built from (activities/hosts/registry.py)."""
-    options = {kubernetes_hosts.NAME: settings.kubernetes} if settings.kubernetes is not None else {}
     return ProviderSetup(
         config=settings.config,
         control_plane=settings.control_plane,
         state_dir=settings.platform.stateDir or None,
         can_issue=settings.trust.platform_ca is not None,
         issuer=issuer,
-        options=options,
+        options=settings.provider_options,
     )
 
 

@@ -5,9 +5,9 @@ of them before anything is served (a pod template against the Kubernetes schema,
 the worker process (workers/assembly.py) until it is asked to stop or one of its Temporal workers
 ends, and exposes the SDK's metrics for Prometheus.
 
-With `provider: kubernetes` runtimes the worker reaches the API server from a kubeconfig
-(`--kubeconfig`, `--kube-context`) or, inside a cluster, its service account, and owns the host
-pods of its control plane (`--control-plane-id`); see activities/hosts/kubernetes_hosts.py.
+Every registered host provider adds its own flags (`--kubeconfig`, `--kube-context` for
+`provider: kubernetes`, activities/hosts/kubernetes_hosts.py); the hosts the worker starts are
+owned by its control plane (`--control-plane-id`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from pathlib import Path
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from kruntimes.activities.hosts.base import ProviderConfigError
-from kruntimes.activities.hosts.kubernetes import KubernetesAccess
-from kruntimes.activities.hosts.registry import check_providers
+from kruntimes.activities.hosts.registry import PROVIDERS, check_providers
 from kruntimes.cli.main import leave
 from kruntimes.config.platform import load_config
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
@@ -149,16 +148,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "allowedSourceRoots replaces them); none: only inline sources",
     )
     parser.add_argument(
-        "--kubeconfig",
-        help="kubeconfig file for provider: kubernetes (default: in a cluster its service account, "
-        "else $KUBECONFIG or ~/.kube/config)",
-    )
-    parser.add_argument("--kube-context", help="the kubeconfig context to use (default: its current one)")
-    parser.add_argument(
         "--control-plane-id",
-        help="the owner annotated on this control plane's host pods "
+        help="the owner annotated on this control plane's hosts (its host pods) "
         "(default: <temporal namespace>/<pool task queue>)",
     )
+    for kind in PROVIDERS.values():
+        kind.add_arguments(parser)
     parser.add_argument(
         "--workflow-cache",
         type=int,
@@ -203,7 +198,11 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
             isolation=args.isolation,
             allowedSourceRoots=[str(Path(r).expanduser().resolve()) for r in args.allowed_source_root],
         ),
-        kubernetes=_kubernetes_access(args),
+        provider_options={
+            name: options
+            for name, kind in PROVIDERS.items()
+            if (options := kind.options_from(args)) is not None
+        },
         control_plane_id=args.control_plane_id,
     )
     try:
@@ -215,12 +214,6 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         # tasks to the Runs' worker and the other way round.
         raise SystemExit("krt worker: --task-queue and --pool-task-queue must differ")
     return settings
-
-
-def _kubernetes_access(args: argparse.Namespace) -> KubernetesAccess | None:
-    if args.kubeconfig is None and args.kube_context is None:
-        return None
-    return KubernetesAccess(kubeconfig=args.kubeconfig, context=args.kube_context)
 
 
 def _queues(text: str) -> frozenset[str]:

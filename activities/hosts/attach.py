@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -97,6 +98,12 @@ class AttachHosts:
     """The attach provider's registration: always started, with no start-up tasks."""
 
     name = NAME
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def options_from(self, args: argparse.Namespace) -> AttachOptions | None:
+        return None
 
     def check(self, setup: ProviderSetup) -> None:
         options_of(setup, self.name, AttachOptions)

@@ -7,6 +7,7 @@ provider boundary and anything that slips through becomes ``UnexpectedError``.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -136,10 +137,19 @@ class ProviderSetup:
 
 
 class ProviderKind(Protocol):
-    """One registered way of creating hosts (activities/hosts/registry.py): its name, a check of
-    the platform config made before anything is served, and its start-up."""
+    """One registered way of creating hosts (activities/hosts/registry.py): its name, its own
+    worker flags and the options they make, a check of the platform config made before anything
+    is served, and its start-up."""
 
     name: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add its own `krt worker` flags (none: nothing)."""
+        ...
+
+    def options_from(self, args: argparse.Namespace) -> object | None:
+        """Its options (its config model) from its flags; None: its defaults."""
+        ...
 
     def check(self, setup: ProviderSetup) -> None:
         """Raise ValueError saying what in the configuration this provider cannot serve."""

@@ -9,6 +9,7 @@ so that an event that may mean a lost pod goes to that host's HostWorkflow as a 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -36,10 +37,24 @@ _RENEW_PARTS = 30
 
 
 class KubernetesHosts:
-    """Its options are a `KubernetesAccess` (None: in a cluster its service account, else the
-    default kubeconfig)."""
+    """Its options are a `KubernetesAccess` (`--kubeconfig`, `--kube-context`; None: in a cluster
+    its service account, else the default kubeconfig)."""
 
     name = NAME
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("provider: kubernetes")
+        group.add_argument(
+            "--kubeconfig",
+            help="kubeconfig file for provider: kubernetes (default: in a cluster its service account, "
+            "else $KUBECONFIG or ~/.kube/config)",
+        )
+        group.add_argument("--kube-context", help="the kubeconfig context to use (default: its current one)")
+
+    def options_from(self, args: argparse.Namespace) -> kube.KubernetesAccess | None:
+        if args.kubeconfig is None and args.kube_context is None:
+            return None
+        return kube.KubernetesAccess(kubeconfig=args.kubeconfig, context=args.kube_context)
 
     def check(self, setup: ProviderSetup) -> None:
         check_control_plane_id(setup.control_plane)

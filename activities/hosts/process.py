@@ -20,6 +20,7 @@ directory ``list_records``, ``stop_all``, ``host_running(record)``, ``work_root`
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -488,6 +489,12 @@ class ProcessHosts:
     certificates of its hosts as they come due (when the worker has the platform CA)."""
 
     name = NAME
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def options_from(self, args: argparse.Namespace) -> ProcessOptions | None:
+        return None
 
     def check(self, setup: ProviderSetup) -> None:
         options_of(setup, self.name, ProcessOptions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError
 from kruntimes.pki import HostIssuer
 from tests.hosts.conftest import host_record, spec
 from tests.hosts.standin import StandInProvider
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_duplicate_provider_names_fail_at_construction() -> None:
@@ -138,3 +141,18 @@ def test_host_ids_are_dns_labels_so_they_cannot_escape_the_state_directory(tmp_p
     for bad in ("../etc", "a/b", "Python-0", "x.ready", ""):
         with pytest.raises(ValueError, match="hostId"):
             spec(tmp_path, bad)
+
+
+# The modules that use providers without being one: they ask for capabilities, never for a name.
+USERS = ("activities/host_manager.py", "activities/reconcile.py", "workers/assembly.py", "workers/pools.py")
+
+
+@pytest.mark.parametrize("path", USERS)
+def test_no_provider_is_named_outside_its_own_module(path: str) -> None:
+    tree = ast.parse((ROOT / path).read_text())
+    named = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PROVIDERS
+    ]
+    assert named == []

@@ -56,12 +56,14 @@ def test_the_worker_takes_kubeconfig_context_and_control_plane_flags(tmp_path, p
         + ["--kube-context", "prod", "--control-plane-id", "prod-eu", *trust_flags(pki)]
     )
     settings = settings_from(args)
-    assert settings.kubernetes == KubernetesAccess(kubeconfig="/k/config", context="prod")
+    assert settings.provider_options == {
+        "kubernetes": KubernetesAccess(kubeconfig="/k/config", context="prod")
+    }
     assert settings.control_plane == "prod-eu"
     default = settings_from(
         parse_args(["--state-dir", str(tmp_path), "--pool-task-queue", "pools-b", *trust_flags(pki)])
     )
-    assert default.kubernetes is None and default.control_plane == "default/pools-b"
+    assert default.provider_options == {} and default.control_plane == "default/pools-b"
 
 
 def test_a_bad_pod_template_stops_the_worker_naming_the_field(tmp_path, pki) -> None:
@@ -98,7 +100,7 @@ def settings(tmp_path, access: KubernetesAccess, pki: TestPKI) -> WorkerSettings
         ),
         platform=PlatformInfo(stateDir=str(tmp_path)),
         trust=pki.worker_trust(),
-        kubernetes=access,
+        provider_options={"kubernetes": access},
     )
 
 

@@ -141,7 +141,7 @@ async def running_stack(
             ),
             probe_interval_s=probe_interval_s,
             trust=pki.worker_trust(),
-            kubernetes=kubernetes,
+            provider_options={"kubernetes": kubernetes} if kubernetes is not None else {},
             control_plane_id=control_plane_id,
         )
         stack.push_async_callback(stop_all, state)
