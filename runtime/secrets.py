@@ -3,14 +3,17 @@ one file per key (`{root}/{namespace}/{secret}/{KEY}`, the shape of a Kubernetes
 as a volume). Functions never see this directory (it lies in the state directory, which their
 mount namespace hides); they get only the values, as environment variables of their own.
 
-Names are validated before they touch a path; files are read without following symlinks, within
-the bounds of kruntimes.api.limits.
+Names are validated before they touch a path; the namespace's and the secret's directories are
+opened without following symlinks. A key may be a link that stays inside its secret's directory
+(a Kubernetes Secret volume is `KEY -> ..data/KEY`, `..data -> ..2024_01_01...`); a link that
+leaves it, absolute or through `..`, is refused. Values are read within kruntimes.api.limits.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from kruntimes.api.limits import MAX_ENV_VALUE_BYTES, MAX_SECRET_BYTES, MAX_SECRET_KEYS
@@ -29,39 +32,128 @@ class FileSecrets:
             validate_dns1123_label(name, field="secret")
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from exc
-        directory = self.root / (namespace or "default") / name
         try:
-            entries = sorted(e for e in os.listdir(directory) if not e.startswith("."))
-        except OSError as exc:
+            directory = _open_secret_directory(self.root, namespace or "default", name)
+        except FileNotFoundError as exc:
             raise SecretNotFound(f"no secret {name!r} in namespace {namespace or 'default'!r}") from exc
-        if len(entries) > MAX_SECRET_KEYS:
-            raise InvalidRequest(f"secret {name!r} has more than {MAX_SECRET_KEYS} keys")
-        values: dict[str, str] = {}
-        total = 0
-        for key in entries:
-            try:
-                validate_env_name(key)
-            except ValueError as exc:
-                raise InvalidRequest(f"secret {name!r}: key {key[:64]!r} is not an environment name") from exc
-            value = _read_value(directory / key)
-            total += len(value)
-            if len(value) > MAX_ENV_VALUE_BYTES or total > MAX_SECRET_BYTES:
-                raise InvalidRequest(f"secret {name!r}: values larger than the bounds")
-            try:
-                values[key] = value.decode()
-            except UnicodeDecodeError as exc:
-                raise InvalidRequest(f"secret {name!r}: key {key!r} is not UTF-8") from exc
-            if "\x00" in values[key]:
-                raise InvalidRequest(f"secret {name!r}: key {key!r} holds a NUL")
-        return values
+        try:
+            return _read_secret(directory, name)
+        finally:
+            os.close(directory)
 
 
-def _read_value(path: Path) -> bytes:
+def _read_secret(directory: int, name: str) -> dict[str, str]:
+    entries = sorted(e for e in os.listdir(directory) if not e.startswith("."))
+    if len(entries) > MAX_SECRET_KEYS:
+        raise InvalidRequest(f"secret {name!r} has more than {MAX_SECRET_KEYS} keys")
+    values: dict[str, str] = {}
+    total = 0
+    for key in entries:
+        try:
+            validate_env_name(key)
+        except ValueError as exc:
+            raise InvalidRequest(f"secret {name!r}: key {key[:64]!r} is not an environment name") from exc
+        value = _read_value(directory, key)
+        total += len(value)
+        if len(value) > MAX_ENV_VALUE_BYTES or total > MAX_SECRET_BYTES:
+            raise InvalidRequest(f"secret {name!r}: values larger than the bounds")
+        try:
+            values[key] = value.decode()
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"secret {name!r}: key {key!r} is not UTF-8") from exc
+        if "\x00" in values[key]:
+            raise InvalidRequest(f"secret {name!r}: key {key!r} holds a NUL")
+    return values
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# a Secret volume needs two hops (KEY -> ..data/KEY, ..data -> ..timestamp); a few to spare
+_MAX_LINKS = 8
+
+
+def _open_secret_directory(root: Path, namespace: str, name: str) -> int:
+    """The secret's directory, reached without following a link: a namespace or a secret that is
+    a symlink (to another namespace's secret, say) is refused, not followed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        parent = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InvalidRequest(f"secret file {path.name!r} is a symlink") from exc
-        raise SecretNotFound(f"secret file {path.name!r} cannot be read") from exc
+        raise FileNotFoundError(root) from exc
+    try:
+        for what, part in (("namespace", namespace), ("secret", name)):
+            try:
+                child = os.open(part, _DIRECTORY, dir_fd=parent)
+            except OSError as exc:
+                if _is_link(parent, part):
+                    raise InvalidRequest(f"{what} directory {part!r} is a symlink") from exc
+                raise FileNotFoundError(part) from exc
+            os.close(parent)
+            parent = child
+        return parent
+    except BaseException:
+        os.close(parent)
+        raise
+
+
+def _is_link(directory: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _read_value(directory: int, key: str) -> bytes:
+    fd = _open_beneath(directory, key)
     with os.fdopen(fd, "rb") as f:
         return f.read(MAX_ENV_VALUE_BYTES + 1)
+
+
+def _open_beneath(base: int, key: str) -> int:
+    """Open `key` of the directory `base`, following only links that stay beneath `base`; each
+    component is opened without following links, so a link swapped in meanwhile is refused."""
+    pending = [key]
+    trail: list[int] = []  # directory fds beneath base, innermost last
+    links = 0
+    try:
+        while pending:
+            part = pending.pop(0)
+            here = trail[-1] if trail else base
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not trail:
+                    raise InvalidRequest(f"secret file {key!r} is a symlink out of its secret")
+                os.close(trail.pop())
+                continue
+            try:
+                st = os.stat(part, dir_fd=here, follow_symlinks=False)
+            except OSError as exc:
+                raise SecretNotFound(f"secret file {key!r} cannot be read") from exc
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                target = os.readlink(part, dir_fd=here)
+                if os.path.isabs(target) or links > _MAX_LINKS:
+                    raise InvalidRequest(f"secret file {key!r} is a symlink out of its secret")
+                pending[:0] = target.split("/")
+                continue
+            last = not pending
+            try:
+                fd = os.open(
+                    part,
+                    (os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK) if last else _DIRECTORY,
+                    dir_fd=here,
+                )
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise InvalidRequest(f"secret file {key!r} changed into a symlink while read") from exc
+                raise SecretNotFound(f"secret file {key!r} cannot be read") from exc
+            if not last:
+                trail.append(fd)
+                continue
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise InvalidRequest(f"secret file {key!r} is not a regular file")
+            return fd
+        raise InvalidRequest(f"secret file {key!r} names a directory")
+    finally:
+        for fd in trail:
+            os.close(fd)

@@ -95,3 +95,47 @@ def test_the_secret_store_is_invisible_to_functions(host: Host) -> None:
         "FileNotFoundError",
         "PermissionError",
     )
+
+
+def _secret_volume(directory: Path, values: dict[str, bytes]) -> None:
+    """The layout the kubelet writes for a Secret volume: KEY -> ..data/KEY, ..data -> ..timestamp."""
+    stamped = directory / "..2024_01_01_00_00_00.000000001"
+    stamped.mkdir(parents=True, mode=0o700)
+    for key, value in values.items():
+        (stamped / key).write_bytes(value)
+        os.symlink(f"..data/{key}", directory / key)
+    os.symlink(stamped.name, directory / "..data")
+
+
+def test_a_kubernetes_secret_volume_layout_is_read_through_its_links(host: Host) -> None:
+    name = f"volume-{uuid.uuid4().hex[:6]}"
+    _secret_volume(_state(host) / "secrets" / "default" / name, {"PASSWORD": b"from-a-volume"})
+    reg = _register(host, env_from=[(name, "")])
+    answer = host.invoke(reg.registration_id, json.dumps(["PASSWORD"]).encode())
+    assert json.loads(answer.outputs_json) == {"PASSWORD": "from-a-volume"}
+
+
+@pytest.mark.parametrize("target", ["../other/K", "..data/../../other/K"])
+def test_a_relative_link_out_of_the_secrets_directory_is_refused(host: Host, target: str) -> None:
+    name = f"escape-{uuid.uuid4().hex[:6]}"
+    namespace_dir = _state(host) / "secrets" / "default"
+    secrets.create(_state(host), namespace="default", name="other", values={"K": b"not-yours"})
+    directory = namespace_dir / name
+    _secret_volume(directory, {"OK": b"1"})
+    os.symlink(target, directory / "LEAK")
+    with pytest.raises(grpc.RpcError) as err:
+        _register(host, env_from=[(name, "")])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "symlink out of its secret" in (err.value.details() or "")
+    assert "not-yours" not in (err.value.details() or "")
+
+
+def test_a_secret_directory_linked_to_another_namespaces_secret_is_refused(host: Host) -> None:
+    name = f"theirs-{uuid.uuid4().hex[:6]}"
+    theirs = secrets.create(_state(host), namespace="team-a", name=name, values={"K": b"team-a-only"})
+    (_state(host) / "secrets" / "team-b").mkdir(mode=0o700, exist_ok=True)
+    os.symlink(theirs, _state(host) / "secrets" / "team-b" / name)
+    with pytest.raises(grpc.RpcError) as err:
+        _register(host, env_from=[(name, "")], namespace="team-b")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "is a symlink" in (err.value.details() or "")
