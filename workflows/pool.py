@@ -2,8 +2,8 @@
 
 Admission requests arrive as signals and are decided in batches, one batch per workflow task, by
 the pure functions of kruntimes.decisions.scheduling; answers go back to the Runs as signals. Signals, not
-updates: a burst of Runs updating one workflow was measured at 0.7-10/s with timeouts, while
-signals are batched. State is carried across continue-as-new.
+updates: a burst of Runs updating one workflow times out, while signals are batched. State is
+carried across continue-as-new.
 
 Hosts come from ScaleOutWorkflows (host_ready) and leave through their HostWorkflows: a host lost
 is reported once fenced (host_lost: its slots are released and its Runs register elsewhere) or,
@@ -100,61 +100,17 @@ with workflow.unsafe.imports_passed_through():
 MAX_CONSECUTIVE_SCALE_OUT_FAILURES = 3
 PROBE_TIMEOUT = timedelta(seconds=20)
 SIGNAL_TIMEOUT = timedelta(seconds=60)
-# Pools started by this code keep their hosts (scale-in, drained and one-shot hosts deleted, the
-# wake-up for it); a pool started before replays as it ran.
-PATCH_HOUSEKEEPING = "host-housekeeping"
-# Pools running this code hand the reservations of supervised hosts to their HostWorkflows before
-# they continue as new, and read them back after; earlier pools carried every one.
-PATCH_SLOTS_ON_HOSTS = "slots-on-hosts"
 SLOTS_TIMEOUT = timedelta(seconds=30)
-# Pools running this code hand their slots over in one task and continue as new in the next, a
-# moment later: the server refuses a continue-as-new from a task during which new signals arrived
-# (UnhandledCommand), and the handover's task lasts seconds while admissions keep coming; the
-# refused task is then replayed from the start of the run, which under load outlasted the task
-# timeout again and again. Earlier pools continued in the handover's task.
-PATCH_HANDOVER_APART = "handover-apart"
+# The continue-as-new comes in a task after the handover's: the server refuses it from a task
+# during which signals arrived, and the refused task replays the whole run.
 HANDOVER_PAUSE = timedelta(milliseconds=1)
-# Pools running this code mark the assignments that answer a starter's admission: the signalling
-# activity may leave such an answer for the Run's first task in the mailbox instead of signalling
-# it (kruntimes.activities.handoff.Mailbox.park). Earlier pools had every answer signalled.
-PATCH_PARK_ANSWERS = "park-answers"
-# Pools running this code give the local activity that signals a batch SIGNAL_BUDGET (it holds
-# the pool's workflow task, which a slow server kept open for seconds, into timeouts and replays of
-# the whole run) and send what it left unsent in an ordinary activity. Earlier pools sent every
-# signal in the local activity.
-PATCH_SIGNAL_BUDGET = "signal-budget"
+# The signalling local activity holds the pool's workflow task: what it leaves unsent after this
+# goes out in an ordinary activity, so a slow server cannot hold the task into its timeout.
 SIGNAL_BUDGET = timedelta(seconds=1.5)
-# Every patch above holds for a pool run started with this one, decided in its first activation
-# before any activity (the others were asked for there already). The continue-as-new's patches
-# were asked for after a local activity's result in the same task; a task the worker completed
-# before it processed that result recorded them in a task of its own, and such a history did not
-# replay. Runs started before keep asking where they did.
-PATCH_AT_START = "pool-patches-at-start"
-# Pools running this code continue as new once their run holds MAX_RUN_EVENTS events, not only
-# when the server suggests it (some 4,000 events with the dev server): a pool task the worker must
-# replay (an eviction, a task timed out on a loaded machine) replays the whole run, and 4,000
-# events of admissions took longer than the pool's task timeout, so the replayed task timed out
-# too and was replayed again: the pool, and every admission, stalled for tens of seconds at a
-# time (bench/scale.py). Earlier pools continue when the server suggests it. Asked for in the
-# first activation, with PATCH_AT_START.
-PATCH_BOUNDED_RUN = "pool-bounded-run"
+# A run continues as new at this length even before the server suggests it: a task the worker
+# must replay replays the whole run, which has to stay well within the task timeout.
 MAX_RUN_EVENTS = 1_000
 ALARM_SLACK = timedelta(milliseconds=1)  # an alarm this much later than wanted is still kept
-# Pools running this code keep one timer for their next look without a signal (the next probe, or
-# the next host due for scale-in), started when that time first comes into view and cancelled only
-# when it moves earlier; earlier pools waited for each batch with a timeout, a timer started and
-# cancelled in every task of a burst (a quarter of the pool's events in a stream of creates: 245
-# of the 904 that 1,000 creates added, each also a timer task the server stored and fired later
-# for nothing). Asked for in the first activation, with PATCH_AT_START.
-PATCH_ONE_ALARM = "pool-one-alarm"
-# Pools running this code hand over, before they continue as new, only the slots of the hosts
-# whose reservations changed in the run (a host's HostWorkflow keeps what it was given, and the
-# pool read exactly that back at the run's start): a handover at 10,000 Ready Runs built and sent
-# every host's slots (a Slot model each, one local activity's input of ~1.3 MB) and asked every
-# HostWorkflow for its digest, to signal the two or three hosts that had new Runs (bench/scale.py:
-# ~0.35 ms of the worker's CPU a Run in the last thousand, none in the first). Earlier pools hand
-# over every host's. Asked for in the first activation, with PATCH_AT_START.
-PATCH_HANDOVER_CHANGED = "pool-handover-changed"
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
@@ -178,17 +134,10 @@ class RuntimePoolWorkflow:
     def __init__(self) -> None:
         self._inbox: list[object] = []
         self._probed_at: datetime | None = None
-        self._housekeeping = False
-        self._park = False
-        self._budget = False
-        self._at_start = False  # PATCH_AT_START
-        self._bounded = False  # PATCH_BOUNDED_RUN
-        self._one_alarm = False  # PATCH_ONE_ALARM
         self._alarm: asyncio.Task[None] | None = None  # the timer of the next look, and when it rings
         self._alarm_at: datetime | None = None
         self._index = admission.ReservationIndex()  # the reservations, by run uid and host
         self._owners: dict[str, str] = {}  # run uid → the Run's workflow id
-        self._changed_only = False  # PATCH_HANDOVER_CHANGED
         # host uid → the slots_digest of what its HostWorkflow keeps, for the hosts whose slots
         # the pool read back whole at the run's start (unchanged since unless in _index.changed)
         self._handed: dict[str, str] = {}
@@ -236,11 +185,6 @@ class RuntimePoolWorkflow:
         hosts = None if ask is None or ask.hosts is None else set(ask.hosts)
         return pool_part(self.state, self._index.held.of_hosts(hosts), self._owners, ask)
 
-    def _full(self) -> PoolState:
-        """The whole state: `self.state` with the reservations and owners, which the pool keeps
-        indexed (`_index`, `_owners`) so that a decision costs the same at 10 and 10,000 Runs."""
-        return pool_part(self.state, self._index.held.values(), self._owners)
-
     def _by_host_uid(self) -> dict[str, int]:
         load: dict[str, int] = {}
         for (_, host_uid), n in self._index.load.items():
@@ -256,13 +200,6 @@ class RuntimePoolWorkflow:
         self._index = admission.ReservationIndex(state.reservations)
         self._owners = dict(state.owners)
         self.state = state.model_copy(update={"reservations": [], "owners": {}})
-        self._housekeeping = workflow.patched(PATCH_HOUSEKEEPING)
-        self._park = workflow.patched(PATCH_PARK_ANSWERS)
-        self._budget = workflow.patched(PATCH_SIGNAL_BUDGET)
-        self._at_start = workflow.patched(PATCH_AT_START)
-        self._bounded = workflow.patched(PATCH_BOUNDED_RUN)
-        self._one_alarm = workflow.patched(PATCH_ONE_ALARM)
-        self._changed_only = workflow.patched(PATCH_HANDOVER_CHANGED)
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
@@ -270,16 +207,7 @@ class RuntimePoolWorkflow:
         self._warm(outbox)
         await self._flush(outbox)
         while True:
-            probe = False
-            wake = self._wake_in()
-            if self._one_alarm:
-                if await self._until_message_or_alarm(wake):
-                    probe = self._probe_due()
-            else:
-                try:
-                    await workflow.wait_condition(lambda: bool(self._inbox), timeout=wake)
-                except TimeoutError:
-                    probe = self._housekeeping is False or self._probe_due()
+            probe = await self._until_message_or_alarm(self._wake_in()) and self._probe_due()
             batch, self._inbox = self._inbox, []
             outbox = _Outbox([], [])
             for msg in batch:
@@ -289,49 +217,37 @@ class RuntimePoolWorkflow:
                 self._probed_at = workflow.now()
                 await self._probe(outbox)
             self._place_queued(outbox)
-            if self._housekeeping:
-                self._keep_hosts(outbox)
+            self._keep_hosts(outbox)
             await self._flush(outbox)
             if self._run_is_full() and not self._inbox:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 carried = await self._carried()
-                if self._at_start or workflow.patched(PATCH_HANDOVER_APART):
-                    # A new, short task to continue from: what arrives meanwhile is carried.
-                    await workflow.sleep(
-                        HANDOVER_PAUSE, summary=summaries.summary("continue as new in a task of its own")
-                    )
-                    await workflow.wait_condition(workflow.all_handlers_finished)
+                # A new, short task to continue from: what arrives meanwhile is carried.
+                await workflow.sleep(
+                    HANDOVER_PAUSE, summary=summaries.summary("continue as new in a task of its own")
+                )
+                await workflow.wait_condition(workflow.all_handlers_finished)
                 pending = [PoolMessage.of(m) for m in self._inbox]
                 workflow.continue_as_new(PoolInput(config=self.config, state=carried, pending=pending))
 
     # -- continue-as-new: the reservations of supervised hosts are kept by their HostWorkflows -----
 
     def _run_is_full(self) -> bool:
-        """Whether this run should continue as new: the server suggests it, or (PATCH_BOUNDED_RUN)
-        it holds MAX_RUN_EVENTS events, so replaying it stays well within a task timeout."""
+        """Whether this run should continue as new: the server suggests it, or it holds
+        MAX_RUN_EVENTS events, so replaying it stays well within a task timeout."""
         info = workflow.info()
         if info.is_continue_as_new_suggested():
             return True
-        return self._bounded and info.get_current_history_length() >= MAX_RUN_EVENTS
+        return info.get_current_history_length() >= MAX_RUN_EVENTS
 
     async def _carried(self) -> PoolState:
         """The state to continue with: the reservations of every supervised host handed to its
-        HostWorkflow first (a host whose workflow cannot be told keeps its own here). Messages
-        that arrive meanwhile wait in the inbox and are carried with it."""
-        if self._changed_only:
-            return await self._carried_changed()
-        state = self._full()
-        if not (self._at_start or workflow.patched(PATCH_SLOTS_ON_HOSTS)):
-            return state
-        on_hosts, digests = await self._hand_over([h for h in state.hosts if h.supervised])
-        return carried_state(state, on_hosts=on_hosts, digests=digests)
-
-    async def _carried_changed(self) -> PoolState:
-        """`_carried` (PATCH_HANDOVER_CHANGED): a supervised host whose HostWorkflow keeps the
-        very slots the pool holds for it (read back whole at the start, none changed since) is
-        carried on its host as it is; only the others' slots are built and handed over."""
+        HostWorkflow first (a host whose workflow cannot be told keeps its own here). A host
+        whose HostWorkflow keeps the very slots the pool holds for it (read back whole at the
+        start, none changed since) is carried on its host as it is; only the others' slots are
+        built and handed over. Messages that arrive meanwhile wait in the inbox and are carried."""
         supervised = [h for h in self.state.hosts if h.supervised]
-        # A host on its way out goes through the handover as before: its HostWorkflow may have
+        # A host on its way out goes through the handover: its HostWorkflow may have
         # closed, and one that cannot be told keeps the host's slots in the pool's state.
         kept = {
             h.hostUid
@@ -408,7 +324,7 @@ class RuntimePoolWorkflow:
                 )
                 if slot.workflowId:
                     self._owners[slot.runUid] = slot.workflowId
-            if self._changed_only and whole and host.hostUid not in changed_before:
+            if whole and host.hostUid not in changed_before:
                 # its HostWorkflow keeps exactly what the pool now holds for it
                 self._handed[host.hostUid] = slots_digest(host.hostUid, answer.slots)
                 changed_before.discard(host.hostUid)
@@ -445,7 +361,8 @@ class RuntimePoolWorkflow:
         )
 
     async def _until_message_or_alarm(self, wake: float | None) -> bool:
-        """Wait until a message arrives or the alarm rings (PATCH_ONE_ALARM); whether it rang.
+        """Wait until a message arrives or the alarm rings; whether it rang. One timer for the
+        next look, not one started and cancelled in every task of a burst.
         The alarm is set for `wake` seconds from now; one already set that rings no later is kept
         (ringing early costs one look at nothing), one that would ring later is cancelled."""
         if wake is not None:
@@ -469,11 +386,9 @@ class RuntimePoolWorkflow:
         return True
 
     def _wake_in(self) -> float | None:
-        """Seconds until the loop must look again without a signal: the next probe, or (pools
-        with housekeeping) the next host due for scale-in, whichever comes first."""
+        """Seconds until the loop must look again without a signal: the next probe, or the next
+        host due for scale-in, whichever comes first."""
         probe = self.config.probeIntervalSeconds
-        if not self._housekeeping:
-            return probe
         last = self._probed_at
         if probe is not None and last is not None:
             probe = max(probe - (workflow.now() - last).total_seconds(), 0.001)
@@ -538,7 +453,7 @@ class RuntimePoolWorkflow:
         host = next(h for h in self.state.hosts if h.hostId == decision.hostId)
         admission.reserve_in(index=self._index, request=msg.request, host=host, at=workflow.now())
         self._owners[msg.request.runUid] = msg.workflowId
-        if self._housekeeping and self.config.runtime.oneshot:
+        if self.config.runtime.oneshot:
             self._set_host(host._replace(spent=True))  # its one Run; deleted once that ends
         assert host.address is not None
         assignment = Assignment(
@@ -548,10 +463,10 @@ class RuntimePoolWorkflow:
             address=host.address,
             adapter=self.config.runtime.adapter,
             platform=self.config.platform,
-            provider=host.labels.get(PROVIDER_LABEL, "") if self._housekeeping else "",
+            provider=host.labels.get(PROVIDER_LABEL, ""),
         )
         outbox.signals.append((msg.workflowId, SIGNAL_ASSIGNED, assignment))
-        if msg.handoff and self._park:
+        if msg.handoff:
             outbox.parkable.add(msg.workflowId)
 
     def _queued_requests(self) -> list[AdmissionRequest]:
@@ -646,7 +561,7 @@ class RuntimePoolWorkflow:
 
     def _capacity(self) -> int:
         """Run slots of a new host: the runtime's `runs`; one on a one-shot runtime."""
-        return 1 if self.config.runtime.oneshot and self._housekeeping else self.config.runtime.runs
+        return 1 if self.config.runtime.oneshot else self.config.runtime.runs
 
     def _host_ready(self, msg: HostReadySignal) -> None:
         hosts = [h for h in self.state.hosts if h.hostId != msg.host.hostId] + [msg.host]
@@ -840,7 +755,7 @@ class RuntimePoolWorkflow:
                 )
                 for workflow_id, _name, arg in signals
             ],
-            budgetSeconds=SIGNAL_BUDGET.total_seconds() if self._budget else 0.0,
+            budgetSeconds=SIGNAL_BUDGET.total_seconds(),
         )
         result = await workflow.execute_local_activity(
             "signal_runs",

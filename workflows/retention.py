@@ -25,9 +25,6 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.contracts.retention import DeleteExecutionInput, RetentionInput
     from kruntimes.wire import search, search_typed, summaries
 
-# The Run leaves the listing (KrtPhase=Deleted) before its execution is deleted; retentions that
-# deleted without it (their history says so) replay that way.
-PATCH_MARK_DELETED = "mark-deleted"
 DELETE_TIMEOUT = timedelta(seconds=30)
 # The Run closes right after it starts this workflow: a delete that finds it open is retried soon.
 DELETE_RETRY = RetryPolicy(
@@ -58,7 +55,7 @@ class RetentionWorkflow:
                     timeout_summary=summaries.summary(f"ttlSecondsAfterFinished {input.seconds:g} s"),
                 )
         marked = workflow.info().typed_search_attributes.get(search_typed.KRT_PHASE) == search.DELETED
-        if not marked and (self._now or workflow.patched(PATCH_MARK_DELETED)):
+        if not marked:  # the Run leaves the listing before its execution is deleted
             workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(search.DELETED)])
         deleted: bool = await workflow.execute_activity(
             "delete_execution",

@@ -105,7 +105,7 @@ ADMIT_GRACE = timedelta(seconds=10)
 HANDOFF_WAIT = timedelta(seconds=2)
 # The whole handoff (the wait for the answer, attempt 1's registration) holds the Run's workflow
 # task open: it ends within this, and within
-# HANDOFF_TASK_SHARE of the task's own timeout (kruntimes.sdk.starting.RUN_TASK_TIMEOUT is 5 s), so
+# HANDOFF_TASK_SHARE of the task's own timeout (kruntimes.sdk.starting.RUN_TASK_TIMEOUT), so
 # that the task completes before the SDK would have to extend it (at 80%) or the server time it
 # out; a registration it could not finish is done in an ordinary activity.
 HANDOFF_BOUND = timedelta(seconds=3)
@@ -125,39 +125,6 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # a dead worker's activity is retried
 NO_TASK_LIMIT_S = 7 * 24 * 3600.0
 # Errors of the function itself: another attempt may help only through the retry policy.
 REGISTRATION_ERRORS = reasons.registration_refusals()
-# A host loss moves the Run (Running, fenced, then elsewhere) without spending its retry policy;
-# Runs whose history took the earlier path (straight to Pending, one attempt spent) replay it.
-PATCH_RECOVERY = "host-recovery"
-# The idle timer's look at a registration the host no longer holds registers it again (it ended
-# the Run Failed before), and an unreachable host re-arms it (the host's supervisor decides).
-PATCH_REGISTRATION_LOST = "registration-lost"
-# A finished Run closes its workflow at once, with the Temporal status of its ending (Succeeded,
-# Cancelled: Completed with the final status; Failed, Timeout: Failed with an ApplicationError
-# of the reason's type), and a RetentionWorkflow deletes it after ttlSecondsAfterFinished. Runs
-# whose history already waited out the retention in the workflow itself go on doing so.
-PATCH_CLOSE = "close-when-finished"
-# The KrtHost search attribute follows status.assignedHost (upserted with the phase).
-PATCH_HOST = "krt-host"
-# A deleted Run's workflow indexes KrtPhase=Deleted before it closes (the listing leaves it out
-# at once; visibility drops a deleted execution only later).
-PATCH_MARK_DELETED = "mark-deleted"
-# A registration that is slow (the handoff gave it up, or the local activity ran out of its bound)
-# is done in an ordinary activity; Runs whose history registered only in local activities replay so.
-PATCH_REGISTER_ACTIVITY = "register-in-activity"
-# Every patch above holds for this Run, decided in its first activation before any activity. A
-# patch asked for later, in the code that follows a local activity's result, was recorded in a
-# task of its own when the worker completed the first task before it had processed that result,
-# and such a history did not replay (the marker is announced with the later task, the result is
-# replayed in the first). Runs started before keep asking for each patch where they did.
-PATCH_AT_START = "patches-at-start"
-PATCHES = (
-    PATCH_RECOVERY,
-    PATCH_REGISTRATION_LOST,
-    PATCH_CLOSE,
-    PATCH_HOST,
-    PATCH_MARK_DELETED,
-    PATCH_REGISTER_ACTIVITY,
-)
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
@@ -181,7 +148,6 @@ class RunWorkflow:
         self._attempt = 0
         self._failures = 0  # registration failures: what spec.retryPolicy counts
         self._indexed_host: str | None = None  # the KrtHost value last upserted
-        self._patches_at_start = False  # PATCH_AT_START
         self._status_memo = False  # RunInput.statusMemo
         self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
 
@@ -241,7 +207,6 @@ class RunWorkflow:
             raise ApplicationError(
                 "metadata.uid must be set when a Run is started", type="InvalidRun", non_retryable=True
             )
-        self._patches_at_start = self._decides_patches_at_start()  # first, before any activity
         self._status_memo = input.statusMemo
         self.run_ = run
         self.uid: str = run.metadata.uid
@@ -259,12 +224,6 @@ class RunWorkflow:
         end = await self._finalize(end)
         retention = run.spec.ttlSecondsAfterFinished
         seconds = retention if retention is not None else DEFAULT_RETENTION_SECONDS
-        if not self._closes_when_finished():
-            # Started by code that kept a finished Run open for its retention: it still does.
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._delete, timeout=seconds)
-            await workflow.wait_condition(workflow.all_handlers_finished)
-            return self._status
         await self._retain(0 if self._delete else seconds, deleted=self._delete)
         await workflow.wait_condition(workflow.all_handlers_finished)
         if end.phase in (RunPhase.Failed, RunPhase.Timeout):
@@ -279,7 +238,7 @@ class RunWorkflow:
         Run says KrtPhase=Deleted on both first, so no listing shows it again."""
         info = workflow.info()
         phase = search.DELETED if deleted else self._status.phase.value
-        if deleted and self._patched(PATCH_MARK_DELETED):
+        if deleted:
             workflow.upsert_search_attributes(
                 [search_typed.KRT_PHASE.value_set(search.DELETED), _phase_since()]
             )
@@ -301,7 +260,7 @@ class RunWorkflow:
         cut_short = False
         if starter_admits and not self._answered():
             cut_short = await self._handoff()
-        if cut_short and not self._answered() and self._patched(PATCH_REGISTER_ACTIVITY):
+        if cut_short and not self._answered():
             # The handoff ran out of its time: an answer handed to it may be lost, and the pool,
             # which holds the reservation, gives the same one again. Ask now, not after the grace.
             starter_admits = False
@@ -444,48 +403,9 @@ class RunWorkflow:
                 continue
             if not isinstance(end, Recover):
                 return end
-            if self._legacy():
-                legacy = await self._recover_legacy(end)
-                if legacy is not None:
-                    return legacy
-                continue
             moved = await self._move(end, deadline)
             if moved is not None:
                 return moved
-
-    def _decides_patches_at_start(self) -> bool:
-        return workflow.patched(PATCH_AT_START)
-
-    def _patched(self, patch: str) -> bool:
-        """Whether `patch` holds: for every Run started with PATCH_AT_START; else as recorded."""
-        assert patch in PATCHES
-        return self._patches_at_start or workflow.patched(patch)
-
-    def _closes_when_finished(self) -> bool:
-        return self._patched(PATCH_CLOSE)
-
-    def _indexes_host(self) -> bool:
-        return self._patched(PATCH_HOST)
-
-    def _legacy(self) -> bool:
-        """This Run recovers as Runs did before recoveries were counted apart (its history says so)."""
-        return not self._patched(PATCH_RECOVERY)
-
-    async def _recover_legacy(self, end: Recover) -> End | None:
-        # Fenced recovery: the pool proved the old host dead (its uid is gone), so a new
-        # attempt may register elsewhere. Each recovery spends one attempt of the policy.
-        if self._attempt >= self.run_.spec.retryPolicy.limit:
-            return End(RunPhase.Failed, ConditionReason.RetriesExhausted, f"host lost: {end.message}")
-        self._assignment = self._registration = self._rejection = None
-        self._host_lost = False
-        self._update(endpoint=None, assignedHost=None, assignedHostUID=None)
-        self._phase(RunPhase.Pending, ConditionReason.Recovering, f"host lost: {end.message}", ready=False)
-        admitted = await self._admit()
-        if admitted is not None:
-            return admitted
-        self._scheduled()
-        self._phase(RunPhase.Running, ConditionReason.Registering, "registering again", ready=False)
-        return None
 
     async def _move(self, end: Recover, deadline: datetime | None) -> End | None:
         """Leave Ready at once; once the old assignment is fenced, register elsewhere (a new
@@ -607,8 +527,6 @@ class RunWorkflow:
                     return Recover(message)
                 self._failures += 1
                 spent = self._failures
-                if self._attempt != self._failures and self._legacy():
-                    spent = self._attempt  # Runs that recovered the earlier way counted host losses
                 if spent >= policy.limit:
                     return End(RunPhase.Failed, ConditionReason.RetriesExhausted, message)
                 backoff = registration_backoff(policy, attempt=spent)
@@ -639,7 +557,7 @@ class RunWorkflow:
         retry = _no_retry_for(REGISTRATION_ERRORS)
         slow = self._register_slow and attempt == 1
         self._register_slow = False
-        if not (slow and self._patched(PATCH_REGISTER_ACTIVITY)):
+        if not slow:
             try:
                 registered: RegisterResult = await workflow.execute_local_activity(
                     "register_function",
@@ -652,9 +570,7 @@ class RunWorkflow:
                 )
                 return registered
             except (ActivityError, ApplicationError, ActivityTimeout) as err:
-                # A refusal is the function's own failure. Runs whose history registered only
-                # in local activities (retried within them) went on as after any failed attempt.
-                if _refused(err) or not self._patched(PATCH_REGISTER_ACTIVITY):
+                if _refused(err):  # the function's own failure, not a slow registration
                     raise
         slowly: RegisterResult = await workflow.execute_activity(
             "register_function",
@@ -700,9 +616,7 @@ class RunWorkflow:
             if self._host_lost:
                 return Recover(f"host {self._assignment.hostId} is lost")
             if self._moving:
-                if not self._legacy():
-                    return Recover(f"host {self._assignment.hostId} is draining")
-                self._moving = False  # recovering the earlier way: it moves once the host is deleted
+                return Recover(f"host {self._assignment.hostId} is draining")
             lost = self._registration_lost
             if lost is not None:
                 self._registration_lost = None
@@ -725,21 +639,13 @@ class RunWorkflow:
                     retry_policy=HOST_CALL_RETRY,
                     summary=summaries.summary(f"idle check on {self._assignment.hostId}"),
                 )
-            except ActivityError as err:
-                if self._patched(PATCH_REGISTRATION_LOST):
-                    # The host's supervisor decides whether it is lost; look again a little later.
-                    idle_at = workflow.now() + timedelta(seconds=min(idle, UNREACHABLE_REARM_S))
-                    continue
-                return End(
-                    RunPhase.Failed, ConditionReason.HostLost, f"host unreachable: {failure_text(err)}"
-                )
+            except ActivityError:
+                # The host's supervisor decides whether it is lost; look again a little later.
+                idle_at = workflow.now() + timedelta(seconds=min(idle, UNREACHABLE_REARM_S))
+                continue
             verdict = idle_verdict(idle_seconds=idle, now=now, state=state)
             if isinstance(verdict, RegistrationGone):
-                if self._patched(PATCH_REGISTRATION_LOST):
-                    return Reregister("the host no longer holds the registration", same_attempt=True)
-                return End(
-                    RunPhase.Failed, ConditionReason.HostLost, "the host no longer holds the registration"
-                )
+                return Reregister("the host no longer holds the registration", same_attempt=True)
             if isinstance(verdict, IdleExpired):
                 return End(RunPhase.Timeout, ConditionReason.IdleTimeout, f"no invocation for {idle} s")
             idle_at = verdict.at
@@ -788,7 +694,7 @@ class RunWorkflow:
         """The cleanup finalizer, then the terminal phase: a Run shows its terminal phase only
         once its cleanup has unregistered it from its host and released its slot (or tried to)."""
         a = self._assignment
-        if self._register_slow and self._registration is None and self._patched(PATCH_REGISTER_ACTIVITY):
+        if self._register_slow and self._registration is None:
             # The handoff gave attempt 1's registration up, and the host may still have made it:
             # learn it (registering the same attempt again is idempotent) so the cleanup removes it.
             self._register_slow = False
@@ -850,7 +756,7 @@ class RunWorkflow:
                 _phase_since(),
             ]
             host = self._status.assignedHost or ""
-            if host != self._indexed_host and self._indexes_host():
+            if host != self._indexed_host:
                 updates.append(search_typed.KRT_HOST.value_set(host))
                 self._indexed_host = host
             if self._status_memo:  # first: `wait` takes it with the phase upsert that follows

@@ -27,8 +27,6 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.workflows.common import failure_text
 
 CREATE_TIMEOUT = timedelta(seconds=90)
-# New hosts get a HostWorkflow; histories recorded before it replay without one.
-PATCH_HOST_WORKFLOW = "host-workflow"
 CREATE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -109,9 +107,6 @@ class ScaleOutWorkflow:
             tenant=request.tenant,
             tenancy=request.policy.mode,
         )
-        if not workflow.patched(PATCH_HOST_WORKFLOW):
-            await pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))
-            return request._replace(status=ScaleOutStatus.Fulfilled, hostId=host.hostId, hostUid=host.hostUid)
         host = host._replace(supervised=True)
         # Both in one workflow task: the Runs waiting for this host do not wait for its supervisor.
         ready = pool.signal(SIGNAL_HOST_READY, HostReadySignal(requestId=request.requestId, host=host))

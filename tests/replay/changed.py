@@ -31,22 +31,3 @@ class UnchangedRunWorkflow(RunWorkflow):
     @workflow.run
     async def run(self, input: RunInput) -> RunStatus:
         return await super().run(input)
-
-
-@workflow.defn(name="RunWorkflow")
-class BeforeClosingRunWorkflow(RunWorkflow):
-    """The RunWorkflow as it was before finished Runs closed at once and KrtHost was indexed: the
-    same commands (it asks no patch), to start Runs that the current code then takes over."""
-
-    @workflow.run
-    async def run(self, input: RunInput) -> RunStatus:
-        return await super().run(input)
-
-    def _decides_patches_at_start(self) -> bool:
-        return False
-
-    def _closes_when_finished(self) -> bool:
-        return False
-
-    def _indexes_host(self) -> bool:
-        return False

@@ -10,13 +10,14 @@ their workflow task; `endings`: Runs that close as they finish, their retention,
 Run; `alarm`: a pool's one timer for its next look moved earlier for a scale-in; `since`: a Run
 indexing KrtPhaseSince with its phases); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
-that a change still replays what older code started). Run it again after a deliberate workflow
-change (one that is meant to be incompatible) and commit the new histories with that change.
+that a change still replays what older code started). When to record again, and what to keep:
+docs/workflow-changes.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -109,7 +110,9 @@ async def write(handle: WorkflowHandle[Any, Any], name: str) -> None:
 
 
 async def closed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> None:
-    await asyncio.wait_for(handle.result(), timeout)
+    """Once the workflow has closed, completed or failed (a Failed Run closes with its failure)."""
+    with contextlib.suppress(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout)
 
 
 async def write_closed(handle: WorkflowHandle[Any, Any], name: str) -> None:
@@ -368,7 +371,7 @@ async def host_scenarios(p: Platform) -> None:
     await write_closed(h, "run_task_one_shot")
 
     # A host frozen before its supervisor heard from it: stuck, deleted, replaced for the Run.
-    created = await ProcessProvider(state_dir=p.state_dir).create(
+    created = await ProcessProvider(state_dir=p.state_dir, issuer=p.pki.issuer()).create(
         HostSpec(
             runtime=stuck,
             hostId=f"{stuck}-frozen",
@@ -422,8 +425,9 @@ async def scale_scenarios(p: Platform, *, handed_over: str = "pool_slots_handed_
     async def continued() -> bool:
         return (await pool.describe()).run_id != first
 
-    # (It continues at its first batch after the suggestion: its probe a minute later at most.)
-    await eventually(continued, "the pool to continue as new", timeout=150)
+    # It continues at its first batch after the suggestion; with no Run coming, its batches are its
+    # probes, a minute apart, each a few events nearer the suggestion.
+    await eventually(continued, "the pool to continue as new", timeout=300)
     await write(p.client.get_workflow_handle(pool.id, run_id=first), handed_over)
     if handed_over != "pool_slots_handed_over":
         return
@@ -441,7 +445,7 @@ async def apart_scenarios(p: Platform) -> None:
 
 
 async def alarm_scenarios(p: Platform) -> None:
-    """A pool that keeps one timer for its next look (pool-one-alarm): three Runs at once (two
+    """A pool that keeps one timer for its next look: three Runs at once (two
     scale-outs), each cancelled; the idle hosts' scale-in, due before the next probe, moves the
     timer earlier, and it rings for the scale-in."""
     idle = p.runtime("idle")
