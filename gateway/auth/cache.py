@@ -1,7 +1,8 @@
 """A bounded, short memory of authorization decisions in front of any Authorizer.
 
-An allow (with its Principal) or a Forbidden is remembered for at most `ttl_s`, and never past
-the token's expiry when the token is a JWT; a token already expired is never remembered.
+An allow (with its Principal) or a Forbidden is remembered for at most `ttl_s` from when it was
+asked (however long the inner authorizer took to answer), and never past the token's expiry when
+the token is a JWT; a token already expired is never remembered.
 Unauthenticated and AuthUnavailable are never remembered. Concurrent misses for the same key
 share one inner call. Keys are SHA-256 digests, so the cache holds no token.
 """
@@ -81,7 +82,8 @@ class CachingAuthorizer:
         self.stats.misses += 1
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.create_task(self._decide(key, token, resource))
+            # The bound counts from this ask: a slow inner call never stretches what is remembered.
+            task = asyncio.create_task(self._decide(key, token, resource, asked=self._clock()))
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._settled(key, done))
         else:
@@ -90,13 +92,12 @@ class CachingAuthorizer:
         outcome = await asyncio.shield(task)
         return outcome.replay()
 
-    async def _decide(self, key: str, token: str, resource: Resource) -> _Outcome:
-        started = self._clock()
+    async def _decide(self, key: str, token: str, resource: Resource, *, asked: float) -> _Outcome:
         try:
             outcome = _Outcome(Decision.ALLOW, principal=await self._inner.authorize(token, resource))
         except Forbidden as e:
             outcome = _Outcome(Decision.DENY, message=e.message)
-        expires_at = started + self._ttl_s
+        expires_at = asked + self._ttl_s
         expiry = token_expiry(token)
         if expiry is not None:
             expires_at = min(expires_at, expiry)

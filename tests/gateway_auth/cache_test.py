@@ -10,6 +10,7 @@ from kruntimes.gateway.auth import (
     AuthUnavailable,
     CachingAuthorizer,
     Forbidden,
+    Principal,
     Resource,
     Unauthenticated,
     cache_key,
@@ -218,3 +219,45 @@ async def test_closing_closes_the_inner_authorizer(clock: FakeClock) -> None:
     cache = CachingAuthorizer(inner, clock=clock)
     await cache.close()
     assert inner.closed
+
+
+class SlowAuthorizer(ScriptedAuthorizer):
+    """Answers as ScriptedAuthorizer does, `takes_s` later on `clock` (a slow SelfSubjectAccessReview)."""
+
+    def __init__(self, clock: FakeClock, *, takes_s: float, allowed: set[str]) -> None:
+        super().__init__(allowed=allowed)
+        self.clock = clock
+        self.takes_s = takes_s
+
+    async def authorize(self, token: str, resource: Resource) -> Principal:
+        self.clock.advance(self.takes_s)
+        return await super().authorize(token, resource)
+
+
+async def test_a_slow_answer_is_remembered_30_seconds_from_when_it_was_asked_not_answered(
+    clock: FakeClock,
+) -> None:
+    token = issue()
+    inner = SlowAuthorizer(clock, takes_s=20, allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+    asked = clock()
+
+    assert await cache.authorize(token, RUN) == ALICE
+    clock.advance(asked + 29.9 - clock())
+    assert await cache.authorize(token, RUN) == ALICE
+    assert len(inner.calls) == 1, "remembered until 30 s after the ask"
+
+    clock.advance(asked + 30 - clock())
+    assert await cache.authorize(token, RUN) == ALICE
+    assert len(inner.calls) == 2, "forgotten 30 s after the ask, though answered only 10 s before"
+
+
+async def test_an_answer_slower_than_30_seconds_is_never_remembered(clock: FakeClock) -> None:
+    token = issue()
+    inner = SlowAuthorizer(clock, takes_s=31, allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    assert await cache.authorize(token, RUN) == ALICE
+    assert (len(cache), len(inner.calls)) == (0, 1)
+    assert await cache.authorize(token, RUN) == ALICE
+    assert len(inner.calls) == 2
