@@ -155,7 +155,7 @@ class SandboxedBinaries:
         outlives an evaluation but what its uid may write on the host's file system."""
         # the binary's directory with its real content, wherever it lies but in a hidden one
         home = os.path.dirname(os.path.realpath(argv[0]))
-        for hidden in self.isolation.hide:
+        for hidden in self.isolation.forbidden:
             if home == hidden or home.startswith(hidden.rstrip("/") + "/"):
                 raise HiddenBinary(f"{argv[0]} lies in {hidden}, which functions must not see")
         lease = self.isolation.lease(f"fn-{secrets.token_hex(6)}")

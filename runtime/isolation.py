@@ -47,6 +47,14 @@ log = logging.getLogger(__name__)
 # (when they exist as a function's view is made): a Kubernetes service account's token and CA
 # (a host pod whose template mounts one), Docker's and Swarm's secrets (a host in a container).
 MACHINE_SECRETS = ("/var/run/secrets", "/run/secrets")
+# Users' homes, hidden by rule rather than by their mode (a /root of mode 0755 lists .bashrc);
+# a kept path beneath one (a Python installed in a home) still shows through, alone.
+HOMES = ("/root", "/home")
+# Directories whose content belongs to the system rather than to whoever put a state directory
+# in them: hiding them would hide what functions need (certificates under /var/lib, /opt tools).
+SYSTEM_DIRECTORIES = frozenset(
+    {"/", "/var", "/var/lib", "/var/tmp", "/srv", "/opt", "/tmp", "/run", "/mnt", "/media", "/usr", "/etc"}
+)
 
 WORKSPACE_MODE = 0o700
 PREPARE_RETRY_S = 1.0  # after a lease could not be made ahead of demand
@@ -128,9 +136,17 @@ class FunctionIsolation:
         self.settings = settings
         self._switch_uids = switch_uids
         self.host_uid = host_uid
-        self.hide = tuple(sorted({os.path.realpath(h) for h in (*settings.hide, *hide, *MACHINE_SECRETS)}))
         self.shared = tuple(sorted({os.path.realpath(p) for p in settings.shared}))
         self.keep = tuple(sorted({*(keep if keep is not None else python_paths()), *self.shared}))
+        # homes and the state directory's parent are hidden by rule, unless a kept path is or holds one
+        by_rule = [
+            h for h in (*_private_parents(hide), *HOMES) if not _within_any(os.path.realpath(h), self.keep)
+        ]
+        # what no function may see even when named (state directories, the machine's secrets)
+        self.forbidden = tuple(
+            sorted({os.path.realpath(h) for h in (*settings.hide, *hide, *MACHINE_SECRETS)})
+        )
+        self.hide = tuple(sorted({*self.forbidden, *(os.path.realpath(h) for h in by_rule)}))
         self.pool: UidPool | None = None
         self.cgroups: cgroups.Cgroups | None = None
         self.in_force: InForce | None = None
@@ -321,6 +337,18 @@ class FunctionIsolation:
             self.release(lease)
         if self.cgroups is not None:
             self.cgroups.remove()
+
+
+def _private_parents(hidden: tuple[str, ...]) -> list[str]:
+    """The directories holding the hidden ones (a state directory's parent: the project or the
+    account it was made in, with that owner's other files), but not a system directory."""
+    parents = {os.path.dirname(os.path.realpath(h)) for h in hidden}
+    inside = tuple(os.path.realpath(h) for h in hidden)
+    return sorted(p for p in parents if p not in SYSTEM_DIRECTORIES and not _within_any(p, inside))
+
+
+def _within_any(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def _untraversable(path: Path) -> Path | None:
