@@ -172,13 +172,28 @@ class Layout:
         return self.logs / f"{component}.log"
 
 
+def make_root(layout: Layout) -> None:
+    """The state directory, mode 0700 and this user's: one made open to others (0755, by hand or
+    an older tool) is closed, since its database, logs and bindings lie in it by path; one of
+    another user is refused."""
+    layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(layout.root)
+    if st.st_uid != os.geteuid():
+        raise PlatformError(
+            f"state directory {layout.root} belongs to uid {st.st_uid}, not to this user: "
+            "use a directory of your own (KRT_STATE_DIR)"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(layout.root, 0o700)
+    layout.logs.mkdir(exist_ok=True, mode=0o700)
+
+
 def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     """Create what is missing (directories, certificates, token file, default configs).
 
     Returns the ports and the admin token.
     """
-    layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    layout.logs.mkdir(exist_ok=True)
+    make_root(layout)
     ensure_tls(layout.tls)
     ensure_pki(layout)
     ensure_key(layout.codec_keys)

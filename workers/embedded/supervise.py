@@ -45,6 +45,7 @@ from kruntimes.temporal.devserver import DevServer, DevServerError
 from kruntimes.workers.embedded.errors import PlatformError
 from kruntimes.workers.embedded.layout import (
     Layout,
+    make_root,
     platform_certificates,
     prepare,
     recheck_ports,
@@ -434,8 +435,7 @@ def start_detached(layout: Layout) -> None:
     return once it is ready."""
     if running(layout) is not None:
         raise PlatformError(f"the platform already runs from {layout.root}; `krt down` first")
-    layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    layout.logs.mkdir(exist_ok=True)
+    make_root(layout)
     layout.ready.unlink(missing_ok=True)
     log = layout.log("platform")
     env = {**os.environ, "KRT_STATE_DIR": str(layout.root)}
