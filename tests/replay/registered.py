@@ -3,6 +3,6 @@ replayed, and needs a recorded history)."""
 
 from __future__ import annotations
 
-from kruntimes.workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
+from kruntimes.workers.assembly import POOL_WORKFLOWS, RUN_WORKFLOWS
 
 WORKFLOWS = [*RUN_WORKFLOWS, *POOL_WORKFLOWS]

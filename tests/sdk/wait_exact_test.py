@@ -22,7 +22,8 @@ from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.wire import search
-from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.settings import WorkerSettings
 from tests.support.pki import TestPKI
 
 RUNTIME = "bash-wait"

@@ -25,7 +25,7 @@ from kruntimes.pki import (
 )
 from kruntimes.pki.assignments import Assignment, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
-from kruntimes.workers.worker import WorkerTrust
+from kruntimes.workers.settings import WorkerTrust
 
 CONTROL_PLANE = Identity.control_plane("test-worker")
 GATEWAY = Identity.gateway("test-gateway")

@@ -27,7 +27,8 @@ from kruntimes.sdk.config import ClientConfig
 from kruntimes.temporal.codec import ensure_key
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
-from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.settings import WorkerSettings
 from tests.support.pki import TestPKI
 
 # Every user in a stack's token file belongs to `devs` or to a group bound to nothing.

@@ -38,7 +38,8 @@ from kruntimes.sdk.starting import start_run
 from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.temporal.known_runs import KnownRuns
-from kruntimes.workers.worker import WorkerSettings, running_workers
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.settings import WorkerSettings
 from kruntimes.workflows.run import RunWorkflow
 from tests.support.pki import TestPKI
 from tests.support.waiting import eventually

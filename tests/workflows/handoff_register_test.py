@@ -11,7 +11,7 @@ from temporalio.client import Client
 from kruntimes.activities.handoff import Register
 from kruntimes.api.phases import RunPhase
 from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
-from kruntimes.workers.worker import running_workers
+from kruntimes.workers.assembly import running_workers
 from tests.support.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest
 from tests.workflows.platform_hosts import address_of, invoke_on_host

@@ -22,7 +22,7 @@ from kruntimes.contracts.names import POOL_TASK_QUEUE
 from kruntimes.contracts.run import AwaitAssignmentInput
 from kruntimes.temporal.connect import connect
 from kruntimes.temporal.devserver import DevServer
-from kruntimes.workers.worker import POOL_WORKFLOWS
+from kruntimes.workers.assembly import POOL_WORKFLOWS
 from tests.support.waiting import eventually
 from tests.workflows.conftest import run_manifest
 from tests.workflows.handoffs import assignment, until_waiting

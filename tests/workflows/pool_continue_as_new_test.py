@@ -42,7 +42,9 @@ from kruntimes.contracts.run import HostSlots, Slot, slots_digest
 from kruntimes.decisions.scheduling.model import Host, HostState
 from kruntimes.temporal.connect import DATA_CONVERTER, TemporalSettings, connect, query_pool
 from kruntimes.temporal.devserver import DevServer
-from kruntimes.workers.worker import WorkerSettings, pool_configs, running_workers
+from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.pools import pool_configs
+from kruntimes.workers.settings import WorkerSettings
 from kruntimes.workflows.host import HostWorkflow
 from tests.support.pki import TestPKI
 from tests.support.waiting import eventually

@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.temporal.connect import DATA_CONVERTER
-from kruntimes.workers.worker import running_workers
+from kruntimes.workers.assembly import running_workers
 from tests.replay.registered import WORKFLOWS
 from tests.support.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest

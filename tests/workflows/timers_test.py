@@ -43,7 +43,7 @@ from kruntimes.contracts.run import AwaitAssignmentInput, OutgoingSignal, RunInp
 from kruntimes.sdk.starting import admit, start_run
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.temporal.devserver import SEARCH_ATTRIBUTES
-from kruntimes.workers.worker import POOL_WORKFLOWS, RUN_WORKFLOWS
+from kruntimes.workers.assembly import POOL_WORKFLOWS, RUN_WORKFLOWS
 from kruntimes.workflows.pool import RuntimePoolWorkflow
 from kruntimes.workflows.run import ADMIT_GRACE, RunWorkflow
 from tests.support.waiting import eventually

@@ -11,7 +11,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from kruntimes.config.platform import RuntimeConfig
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
 from kruntimes.contracts.pool import PoolConfig
-from kruntimes.workers.worker import DEFAULT_WORKFLOW_CACHE, parse_args, settings_from, worker_tuning
+from kruntimes.workers.tuning import DEFAULT_WORKFLOW_CACHE, worker_tuning
+from kruntimes.workers.worker import parse_args, settings_from
 
 TRUST = ["--peer-tls", "/pki/control-plane", "--assignment-key", "/pki/assignments.key"]
 

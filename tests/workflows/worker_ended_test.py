@@ -9,7 +9,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from kruntimes.workers.worker import running_workers, until_stopped
+from kruntimes.workers.assembly import running_workers, until_stopped
 from tests.support.pki import TestPKI
 from tests.workflows.conftest import new_platform
 

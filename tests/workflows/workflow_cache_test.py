@@ -19,7 +19,7 @@ from temporalio.worker import (
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.contracts.names import SIGNAL_CANCEL
-from kruntimes.workers.worker import running_workers
+from kruntimes.workers.assembly import running_workers
 from tests.support.pki import TestPKI
 from tests.workflows.conftest import new_platform, run_manifest
 from tests.workflows.platform_hosts import ready_on_host, registrations
