@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import uuid
 
 import grpc
@@ -207,14 +208,18 @@ async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
     return data
 
 
+# a decimal number of ASCII digits, as the SDK writes one (`f"{timeout:g}"`, so an exponent too)
+_SECONDS = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
 def _timeout_s(request: web.Request) -> float:
     raw = request.headers.get(headers.TIMEOUT)
     if raw is None:
         return float(DEFAULT_INVOKE_TIMEOUT_SECONDS)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(f"{headers.TIMEOUT} must be a number of seconds", reason=R.INVALID_TIMEOUT) from None
+    if _SECONDS.fullmatch(raw) is None:
+        # float() also takes "1_0", Arabic-Indic and fullwidth digits, "nan", "infinity"
+        raise BadRequest(f"{headers.TIMEOUT} must be a number of seconds", reason=R.INVALID_TIMEOUT)
+    value = float(raw)
     if not 0 < value <= MAX_INVOKE_TIMEOUT_SECONDS:
         raise BadRequest(
             f"{headers.TIMEOUT} must be in (0, {MAX_INVOKE_TIMEOUT_SECONDS}]", reason=R.INVALID_TIMEOUT

@@ -92,8 +92,12 @@ def document() -> dict[str, Any]:
                         {
                             "name": headers.INVOCATION_ID,
                             "in": "header",
-                            "schema": {"type": "string", "maxLength": MAX_INVOCATION_ID_BYTES},
-                            "description": "echoed in every answer; generated when absent",
+                            "schema": {
+                                "type": "string",
+                                "maxLength": MAX_INVOCATION_ID_BYTES,
+                                "pattern": f"^[ -~]{{1,{MAX_INVOCATION_ID_BYTES}}}$",
+                            },
+                            "description": "printable ASCII; echoed in every answer; generated when absent",
                         },
                         {
                             "name": headers.TIMEOUT,
@@ -103,6 +107,7 @@ def document() -> dict[str, Any]:
                                 "exclusiveMinimum": 0,
                                 "maximum": MAX_INVOKE_TIMEOUT_SECONDS,
                             },
+                            "description": "seconds, in ASCII digits (30, 0.5)",
                         },
                     ],
                     "requestBody": {

@@ -85,4 +85,7 @@ def validate_invocation_id(value: str) -> str:
         raise ValueError(f"invocation id must be 1..{MAX_INVOCATION_ID_BYTES} bytes of UTF-8, got {size}")
     if has_control_chars(value):
         raise ValueError("invocation id must not contain control characters")
+    if not value.isascii() or not value.isprintable():
+        # format characters (U+202E turns a log line around), look-alikes: ids are ASCII
+        raise ValueError("invocation id must be printable ASCII")
     return value

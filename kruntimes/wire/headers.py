@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-# Caller-chosen invocation id (<= 128 bytes, no control characters), echoed in every answer.
+# Caller-chosen invocation id (1..128 printable ASCII characters), echoed in every answer.
 INVOCATION_ID = "X-Kruntime-Invocation-ID"
-# The invocation's timeout in seconds, (0, 900].
+# The invocation's timeout in seconds, (0, 900], in ASCII digits ("30", "0.5").
 TIMEOUT = "X-Kruntime-Timeout"
 RETRY_AFTER = "Retry-After"
 AUTHORIZATION = "Authorization"

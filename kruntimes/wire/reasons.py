@@ -117,7 +117,7 @@ class GatewayReason(StrEnum):
     INVALID_INVOCATION_ID = (
         "InvalidInvocationId",
         400,
-        "the invocation id is over 128 bytes or has control characters",
+        "the invocation id is over 128 bytes or not printable ASCII",
     )
     MALFORMED_JSON = ("MalformedJSON", 400, "the body is not a JSON document")
     INVALID_TIMEOUT = ("InvalidTimeout", 400, "the timeout is not a number of seconds in (0, 900]")

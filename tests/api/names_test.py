@@ -135,7 +135,7 @@ def test_unknown_adapter_is_rejected():
         validate_handler("ruby", "main.rb")
 
 
-@pytest.mark.parametrize("value", ["a", "req-1", "ü" * 64, "x" * MAX_INVOCATION_ID_BYTES, "with space"])
+@pytest.mark.parametrize("value", ["a", "req-1", "x" * MAX_INVOCATION_ID_BYTES, "with space", "~!@#$%^&*()"])
 def test_invocation_ids_are_bounded_printable_text(value):
     assert validate_invocation_id(value) == value
 
@@ -149,6 +149,10 @@ def test_invocation_ids_are_bounded_printable_text(value):
         ("a\r\nb", "control characters"),
         ("a\x7f", "control characters"),
         ("a\x9b", "control characters"),
+        ("ü" * 64, "printable ASCII"),
+        ("inv\u202e1", "printable ASCII"),  # right-to-left override
+        ("inv\u200b1", "printable ASCII"),  # zero-width space
+        ("\uff49\uff4e\uff56", "printable ASCII"),  # fullwidth letters
     ],
 )
 def test_invocation_id_errors_name_the_rule(value, says):
