@@ -1,7 +1,7 @@
 """The worker's tuning: the Temporal Worker options every kruntimes worker uses, and their bounds.
 
-What each setting was measured to change is in docs/pool.md ("The worker's memory", "The
-worker's Temporal options"); here each says why it is set.
+What each setting was measured to change is in docs/measurements.md and docs/pool.md ("The
+worker's memory"); here each says why it is set.
 """
 
 from __future__ import annotations
