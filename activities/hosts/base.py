@@ -152,7 +152,8 @@ class ProviderKind(Protocol):
         ...
 
     def check(self, setup: ProviderSetup) -> None:
-        """Raise ValueError saying what in the configuration this provider cannot serve."""
+        """Raise ValueError (or ProviderConfigError) saying what in the configuration this
+        provider cannot serve."""
         ...
 
     def start(

@@ -1,9 +1,10 @@
 """The host providers a worker can run, registered by name: one line each in `PROVIDERS`.
 
-A provider kind (`ProviderKind`, activities/hosts/base.py) checks the platform config before
-anything is served and starts its provider with its start-up tasks; what the activities ask of a
-provider beyond the `HostProvider` calls are capabilities it has or not (`LocalHosts`,
-`FencingProvider`, `OrphanCollecting`), never its name.
+A provider kind (`ProviderKind`, activities/hosts/base.py) adds its own `krt worker` flags and
+makes its options (its config model) from them, checks the platform config before anything is
+served, and starts its provider with its start-up tasks; what the activities ask of a provider
+beyond the `HostProvider` calls are capabilities it has or not (`LocalHosts`, `FencingProvider`,
+`OrphanCollecting`), never its name.
 """
 
 from __future__ import annotations
