@@ -16,10 +16,11 @@ import pytest
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.sandbox.policy import SandboxSettings
+from tests.support.isolation import needing
 from tests.support.pki import TestPKI
 from tests.support.runtime_hosts import loopback_host
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="functions of their own uid need root")
+isolation_needed = needing(os.geteuid() == 0, "functions of their own uid need root")
 
 PEEK = """
 import os

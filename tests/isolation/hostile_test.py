@@ -30,11 +30,12 @@ from tests.isolation.conftest import (
     Function,
     HostUnderAttack,
 )
+from tests.support.isolation import needing
 from tests.support.pki import TestPKI
 from tests.support.runtime_hosts import loopback_host
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: see tests/isolation/fallback_test.py")
+isolation_needed = needing(os.geteuid() == 0, "needs root: see tests/isolation/fallback_test.py")
 
 READ = """
 import os

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from kruntimes.runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, present, processes_of
+from tests.support.isolation import needing
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+isolation_needed = needing(os.geteuid() == 0, "switching uids needs root")
 
 UID = 2_160_000_000
 

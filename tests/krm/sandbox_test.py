@@ -33,9 +33,10 @@ from kruntimes.workers.fn_sandbox import SandboxRunner
 from tests.krm import programs
 from tests.krm.conftest import eventually, function_config, items, store_with
 from tests.krm.runner_process import fn_runner
+from tests.support.isolation import needing
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="switching uids needs root (not root, `krt fn eval` says it runs unsandboxed)"
+isolation_needed = needing(
+    os.geteuid() == 0, "switching uids needs root (not root, `krt fn eval` says it runs unsandboxed)"
 )
 
 # Tells what it can see and do on stderr (JSON), leaves a file in its working directory and a

@@ -31,6 +31,7 @@ from kruntimes.runtime.spawner import Exit, SpawnSpec
 from kruntimes.wire import krm as contract
 from tests.runtime.conftest import FILE_LIMIT, Host, inline, krm_serving, register_krm
 from tests.support.gated import HOLDER
+from tests.support.isolation import require_or_skip
 from tests.support.locks import lock_free
 from tests.support.pki import TestPKI
 from tests.support.procs import alive
@@ -116,7 +117,7 @@ def lane_host(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Pa
     with krm_serving(tmp_path_factory, pki, shared, host_id="lanes-0", krm_concurrency=2) as served:
         in_force = served.runtime.in_force
         if in_force is None or not in_force.pid_namespace:
-            pytest.skip("this host makes no PID namespaces: each call is started by the zygote")
+            require_or_skip("this host makes no PID namespaces: each call is started by the zygote")
         yield served
 
 
@@ -291,7 +292,7 @@ def test_the_launchers_die_when_the_host_is_killed(tmp_path: Path, pki: TestPKI)
             )
         who = json.loads(contract.decode_outputs(json.loads(got.outputs_json))[1] or b"{}")
         if who["ppid"] != 2:
-            pytest.skip("this host makes no PID namespaces: no launcher")
+            require_or_skip("this host makes no PID namespaces: no launcher")
         assert wait_until(lambda: len(processes_of(who["uid"])) == 1), "its launcher waits for calls"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)

@@ -6,17 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.runtime.sandbox.child import SandboxSpec, growth
 from kruntimes.runtime.sandbox.fsview import Op
 from tests.runtime.conftest import Host
+from tests.support.isolation import needing, require_or_skip
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/ns/pid").exists(), reason="no PID namespaces on this machine"
-)
+isolation_needed = needing(Path("/proc/self/ns/pid").exists(), "no PID namespaces on this machine")
 
 
 def _children(pid: int) -> set[int]:
@@ -33,7 +30,7 @@ def _seeds(host: Host) -> set[int]:
     assert zygote is not None
     in_force = host.runtime.in_force
     if in_force is None or not in_force.pid_namespace:
-        pytest.skip("this host makes no namespaces: it starts every function directly")
+        require_or_skip("this host makes no namespaces: it starts every function directly")
     assert wait_until(lambda: len(_children(zygote) - set(_live(host))) >= host.runtime.options.seeds)
     return _children(zygote) - set(_live(host))
 

@@ -12,6 +12,7 @@ import pytest
 
 from kruntimes.api.limits import MAX_SOURCE_DIR_BYTES
 from kruntimes.runtime.workspace import SourceError, SourcePolicy, open_source, prepare
+from tests.support.isolation import require_or_skip
 
 OTHER_UID = 64_000  # a uid that owns nothing here
 
@@ -67,11 +68,12 @@ def test_what_is_not_the_source_own_is_refused_and_nothing_is_left(
     assert not (tmp_path / "work").exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root")
 def test_a_hard_link_to_another_users_file_is_refused(roots, tmp_path: Path) -> None:
     """Where the kernel lets a user link a file it does not own (fs.protected_hardlinks=0), the
     link would be a regular file of the source that root copies into a workspace its function
     owns."""
+    if os.geteuid() != 0:
+        require_or_skip("making a file of another user needs root")
     allowed, _, policy = roots
     src = _source(allowed)
     theirs = tmp_path / "theirs"

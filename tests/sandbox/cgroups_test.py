@@ -11,10 +11,11 @@ import uuid
 import pytest
 
 from kruntimes.runtime.sandbox import cgroups
-from tests.sandbox.conftest import needs_root
+from tests.sandbox.conftest import NOT_ROOT, ROOT
+from tests.support.isolation import needing, require_or_skip
 from tests.support.waiting import wait_until
 
-pytestmark = needs_root
+isolation_needed = needing(ROOT, NOT_ROOT)
 
 JOIN = "import sys\nfor p in sys.argv[1:]:\n    open(p, 'w').write('0')\n"
 
@@ -23,8 +24,9 @@ JOIN = "import sys\nfor p in sys.argv[1:]:\n    open(p, 'w').write('0')\n"
 def host_groups():
     found = cgroups.detect(f"test-{uuid.uuid4().hex[:8]}")
     if found is None:
-        pytest.skip(
-            "no writable cgroup on this machine: the host falls back to rlimits (tests/sandbox/fallback_test.py)"
+        require_or_skip(
+            "no writable cgroup on this machine: the host falls back to rlimits"
+            " (tests/isolation/cgroup_v2_test.py, tests/runtime/python_adapter_test.py)"
         )
     yield found
     found.remove()

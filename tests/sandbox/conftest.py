@@ -5,7 +5,5 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="switching uids and making cgroups needs root")
+NOT_ROOT = "switching uids and making cgroups needs root"

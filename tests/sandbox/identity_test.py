@@ -9,10 +9,11 @@ import threading
 import pytest
 
 from kruntimes.runtime.sandbox.identity import NoFreeUid, UidPool, UidRange, kill_uid, present, processes_of
-from tests.sandbox.conftest import needs_root
+from tests.sandbox.conftest import NOT_ROOT, ROOT
+from tests.support.isolation import needing
 from tests.support.waiting import wait_until
 
-pytestmark = needs_root
+isolation_needed = needing(ROOT, NOT_ROOT)
 
 
 def _pool(tmp_path, first: int, count: int) -> UidPool:
