@@ -14,7 +14,10 @@ Rules:
   Forbidden outside the groups. Tokens are never logged; the log names the user.
 - `X-Namespace` (which the CLI and the UI send) is accepted and logged; the keys are the
   platform's, for every namespace.
-- a body is at most `--max-body-bytes` (413 PayloadTooLarge, refused before it is read whole);
+- a body is at most `--max-body-bytes` (413 PayloadTooLarge, refused before it is read whole)
+  and holds at most MAX_PAYLOADS payloads (413, counted before any is parsed into a message or
+  encrypted), and an answer is at most MAX_ANSWER_FACTOR times that bound (413): a body of many
+  empty payloads would otherwise grow tenfold, encrypted, while other calls wait;
   a body that is not a JSON `Payloads` is 400 MalformedJSON; a payload the keys cannot decrypt is
   400 InvalidRequest. A payload written without the codec is returned as it is.
 - CORS: only for the origins given with `--cors-origin` (the UI's, e.g. http://127.0.0.1:8233):
@@ -27,6 +30,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -49,6 +53,9 @@ log = logging.getLogger("gateway.codec")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# a history event, or a page of them as the UI and the CLI send, holds far fewer
+MAX_PAYLOADS = 1024
+MAX_ANSWER_FACTOR = 2
 DEFAULT_GROUPS = ("admins",)
 NAMESPACE_HEADER = "X-Namespace"
 _ALLOW_HEADERS = f"{headers.AUTHORIZATION}, Content-Type, {NAMESPACE_HEADER}"
@@ -63,6 +70,7 @@ class CodecOptions:
     groups: tuple[str, ...] = DEFAULT_GROUPS
     cors_origins: frozenset[str] = field(default_factory=frozenset)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_payloads: int = MAX_PAYLOADS
 
 
 def _cors(request: web.Request, origins: frozenset[str], response: web.StreamResponse) -> None:
@@ -104,17 +112,31 @@ def build_app(options: CodecOptions, limits: HttpLimits) -> web.Application:
             raise PayloadTooLarge(f"the body is larger than {options.max_body_bytes} bytes")
         await send_continue(request)
         body = await receive_body(request, limits, max_bytes=options.max_body_bytes)
+        malformed = BadRequest(
+            'the body is not {"payloads": [...]} in protobuf JSON', reason=R.MALFORMED_JSON
+        )
         try:
-            return json_format.Parse(body, Payloads())
-        except (json_format.ParseError, ValueError, RecursionError):
-            raise BadRequest(
-                'the body is not {"payloads": [...]} in protobuf JSON', reason=R.MALFORMED_JSON
-            ) from None
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            raise malformed from None
+        listed = doc.get("payloads") if isinstance(doc, dict) else None
+        if isinstance(listed, list) and len(listed) > options.max_payloads:
+            raise PayloadTooLarge(
+                f"a request holds at most {options.max_payloads} payloads, not {len(listed)}"
+            )
+        try:
+            return json_format.ParseDict(doc, Payloads())
+        except (json_format.ParseError, ValueError, TypeError, RecursionError):
+            raise malformed from None
 
     def answer(payloads: Payloads) -> web.Response:
-        return web.Response(
-            body=json_format.MessageToJson(payloads, indent=None).encode(), content_type="application/json"
-        )
+        body = json_format.MessageToJson(payloads, indent=None).encode()
+        if len(body) > MAX_ANSWER_FACTOR * options.max_body_bytes:
+            raise PayloadTooLarge(
+                f"the answer would be larger than {MAX_ANSWER_FACTOR * options.max_body_bytes} bytes: "
+                "send fewer payloads at a time"
+            )
+        return web.Response(body=body, content_type="application/json")
 
     async def decode(request: web.Request) -> web.Response:
         principal = authorize(request)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import pytest
 
 from kruntimes.api.run import Run
 from kruntimes.gateway.auth import TokenFile
-from kruntimes.gateway.codec_server import CodecOptions, CodecServer
+from kruntimes.gateway.codec_server import DEFAULT_MAX_BODY_BYTES, MAX_PAYLOADS, CodecOptions, CodecServer
 from kruntimes.gateway.listener import HttpLimits
 from kruntimes.pki.local import ensure_tls
 from kruntimes.sdk.client import Client
@@ -323,3 +324,33 @@ async def test_https_with_a_certificate_and_plain_http_only_on_loopback(
     with pytest.raises(SystemExit, match="KRT_CODEC_KEYS"):
         options_from(plain, env={})
     assert options_from(plain, env={"KRT_CODEC_KEYS": str(codec_keys)}).groups == ("admins",)
+
+
+async def test_a_body_of_too_many_payloads_is_refused_before_any_is_encrypted(
+    codec_keys: Path, tokens: Path
+) -> None:
+    """600k empty payloads fit in 8 MB; encrypted they would be answered with tens of times that."""
+    many = b'{"payloads": [' + b",".join([b"{}"] * 600_000) + b"]}"
+    async with (
+        served(codec_keys, tokens, max_body=DEFAULT_MAX_BODY_BYTES) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        for path in ("/encode", "/decode"):
+            async with http.post(f"{url}{path}", data=io.BytesIO(many), headers=auth()) as answer:
+                body = await answer.json()
+                assert (answer.status, body["reason"]) == (413, "PayloadTooLarge")
+                assert f"at most {MAX_PAYLOADS} payloads, not 600000" in body["message"]
+        async with http.post(f"{url}/encode", json=payloads(*[b""] * MAX_PAYLOADS), headers=auth()) as answer:
+            assert answer.status == 200, "as many as the bound are served"
+            assert len((await answer.json())["payloads"]) == MAX_PAYLOADS
+
+
+async def test_an_answer_larger_than_twice_the_body_bound_is_refused(codec_keys: Path, tokens: Path) -> None:
+    async with (
+        served(codec_keys, tokens, max_body=16 * 1024) as url,
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/encode", json={"payloads": [{}] * 1000}, headers=auth()) as answer,
+    ):
+        body = await answer.json()
+        assert (answer.status, body["reason"]) == (413, "PayloadTooLarge")
+        assert "the answer would be larger than 32768 bytes" in body["message"]
