@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -628,13 +627,13 @@ async def test_502_when_the_host_dies_during_the_invocation(
     path, fn = await recording(doomed, gateway, records_dir, RECORDED)
     children = descendants(doomed.pid)
     assert children
-    call = asyncio.create_task(invoke(client, gateway, fn.uid, {"sleep": 30}))
+    # It would sleep past this test's own timeout: only its host's death can end the call (how
+    # soon the gateway tells is a number for a bench).
+    call = asyncio.create_task(invoke(client, gateway, fn.uid, {"sleep": 3600}))
     await wait_for(lambda: lines(path) == ["run"], "the invocation to start")
     doomed.signal(signal.SIGKILL)
-    started = time.monotonic()
     answer = await call
     check_error(answer, 502, "OwnerUnreachable")
-    assert time.monotonic() - started < 10
     assert lines(path) == ["run"]
     assert await doomed.exited(5)
     # its zygote and function process die with it
@@ -645,12 +644,12 @@ async def test_504_when_the_invocation_times_out(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
     path, fn = await recording(main_host, gateway, records_dir, RECORDED)
-    started = time.monotonic()
+    # It would sleep past this test's own timeout: only the invocation's timeout can end the call
+    # (how close to its 0.5 s the answer comes is a number for a bench).
     answer = await invoke(
-        client, gateway, fn.uid, {"tag": "slow", "sleep": 10}, headers={TIMEOUT_HEADER: "0.5"}
+        client, gateway, fn.uid, {"tag": "slow", "sleep": 3600}, headers={TIMEOUT_HEADER: "0.5"}
     )
     check_error(answer, 504, "InvocationTimeout")
-    assert time.monotonic() - started < 5
     assert lines(path) == ["slow"]
     # the killed warm process is replaced; the function serves again
     (await invoke(client, gateway, fn.uid, {"tag": "next"})).expect(200)

@@ -1,20 +1,21 @@
-"""One in-flight invocation per function: 50 parallel invokes, one runs, the rest get 429 at once."""
+"""One in-flight invocation per function: while one runs, 49 more get 429 at once (not queued
+behind it), and executions never overlap."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import aiohttp
 
 from kruntimes.gateway.server import Gateway
 from tests.gateway.conftest import Answer, HostProcess, invoke, lines, recording
+from tests.support.waiting import eventually
 
 PARALLEL = 50
-SLEEP_S = 2.0
 
-# Each execution appends "start <t>" and "end <t>": executions overlapping would interleave.
+# Each execution appends "start <t>" and "end <t>": executions overlapping would interleave. One
+# given a gate holds until the test creates that file; others sleep as asked.
 TRACED = """
 import os
 import time
@@ -23,40 +24,45 @@ def handle(payload):
     path = os.environ["TEST_RECORD"]
     with open(path, "a") as f:
         f.write(f"start {time.time()}\\n")
-    time.sleep(payload["sleep"])
+    if "gate" in payload:
+        while not os.path.exists(payload["gate"]):
+            time.sleep(0.01)
+    else:
+        time.sleep(payload["sleep"])
     with open(path, "a") as f:
         f.write(f"end {time.time()}\\n")
     return {"done": True}
 """
 
 
-async def test_fifty_parallel_invokes_one_runs_the_rest_429(
+async def test_while_one_invocation_runs_the_other_49_get_429_at_once(
     gateway: Gateway, client: aiohttp.ClientSession, main_host: HostProcess, records_dir: Path
 ) -> None:
     path, fn = await recording(main_host, gateway, records_dir, TRACED)
+    gate = Path(f"{path}.go")
 
-    async def timed(i: int) -> tuple[Answer, float]:
-        started = time.monotonic()
-        answer = await invoke(
-            client, gateway, fn.uid, {"sleep": SLEEP_S}, headers={"X-Kruntime-Invocation-ID": f"par-{i}"}
-        )
-        return answer, time.monotonic() - started
+    def call(i: int, body: dict[str, object]) -> asyncio.Task[Answer]:
+        headers = {"X-Kruntime-Invocation-ID": f"par-{i}"}
+        return asyncio.create_task(invoke(client, gateway, fn.uid, body, headers=headers))
 
-    results = await asyncio.gather(*(timed(i) for i in range(PARALLEL)))
-    answers = [answer for answer, _ in results]
+    first = call(0, {"gate": str(gate)})
+    await eventually(lambda: lines(path), what="the first invocation running")
+    # Answered while the first is still held by its gate: refused at once, not queued behind it.
+    refused = await asyncio.gather(*(call(i, {"sleep": 0}) for i in range(1, PARALLEL)))
+    held = not first.done()
+    gate.touch()
+    answers = [await first, *refused]
 
-    statuses = sorted(a.status for a in answers)
-    assert statuses == [200] + [429] * (PARALLEL - 1), statuses
+    assert held, "the running invocation was still held when every other one had its answer"
+    assert [a.status for a in answers] == [200] + [429] * (PARALLEL - 1)
     for i, answer in enumerate(answers):
         doc = answer.expect(answer.status).json
         assert doc["invocationId"] == f"par-{i}"
         if answer.status == 429:
             assert doc["reason"] == "FunctionBusy"
             assert answer.headers.get("Retry-After") == "1"
-    # the refused ones were answered at once, not queued behind the running one
-    assert max(took for answer, took in results if answer.status == 429) < SLEEP_S
     events = [line.split()[0] for line in lines(path)]
-    assert events == ["start", "end"], events
+    assert events == ["start", "end"], "only the first ever ran"
 
     # a second wave after the first: again exactly one at a time, never two executing
     path.unlink()
