@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kruntimes.krm.resources import YamlError, dump_all, load_all
+from kruntimes.krm import errors
+from kruntimes.krm.resources import ExpansionTooLarge, YamlError, dump_all, expanded_size, load_all
 
 PATH = "config.kubernetes.io/path"
 INDEX = "config.kubernetes.io/index"
@@ -102,11 +103,12 @@ def write_file(path: Path, text: str) -> None:
 
 def read(root: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
     """The KRM resources of the package at `root`, annotated with where each came from; what
-    was skipped (links, special files) is added to `skipped` when given."""
+    was skipped (links, special files) is added to `skipped` when given. PackageError when it
+    cannot be read, errors.InputTooLarge when its aliases expand it past the bound."""
     if not root.is_dir():
         raise PackageError(f"{root} is not a directory")
     items: list[dict[str, Any]] = []
-    total = 0
+    total = expanded = 0
     files = _files(root)
     if skipped is not None:
         skipped.extend(files.skipped)
@@ -120,7 +122,11 @@ def read(root: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
         if total > MAX_PACKAGE_BYTES:
             raise PackageError(f"{root}: the package is over {MAX_PACKAGE_BYTES} bytes")
         try:
-            documents = load_all(data)
+            # aliases count as what they expand to, across the package, before anything is built
+            expanded += expanded_size(data, MAX_PACKAGE_BYTES - expanded)
+            documents = load_all(data, max_expanded=None)
+        except ExpansionTooLarge as e:
+            raise errors.InputTooLarge(f"{relative}: {e} (the package's bound)") from e
         except YamlError as e:
             raise PackageError(f"{relative}: {e}") from e
         index = 0

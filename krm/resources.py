@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kruntimes.krm import errors
-from kruntimes.krm.limits import MAX_RESULT_VALUE_NODES, MAX_RESULTS
+from kruntimes.krm.limits import MAX_RESOURCE_LIST_BYTES, MAX_RESULT_VALUE_NODES, MAX_RESULTS
 
 API_VERSION = "config.kubernetes.io/v1"
 KIND = "ResourceList"
@@ -69,8 +69,55 @@ class YamlError(ValueError):
     """The bytes are not the YAML expected (the message says where)."""
 
 
-def load_all(text: bytes | str) -> list[Any]:
-    """Every YAML document of `text` (an empty document is None)."""
+class ExpansionTooLarge(YamlError):
+    """Its aliases make the YAML larger, once expanded, than the bound."""
+
+
+def expanded_size(text: bytes | str, limit: int) -> int:
+    """How large `text` is once its aliases are expanded, as everything that writes or sends it
+    expands them (a string aliased a thousand times is dumped a thousand times): the scalars'
+    characters and one per node. Counted from the parser's events, so nothing expanded is built;
+    ExpansionTooLarge past `limit`. Without an anchor (no `&`) nothing expands: its length."""
+    if (b"&" not in text) if isinstance(text, bytes) else ("&" not in text):
+        return len(text)
+    sizes: dict[str, int] = {}  # anchor → size of its node, expanded
+    open_nodes: list[list[Any]] = []  # [size so far, anchor] of the collections being read
+    total = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                open_nodes.append([1, event.anchor])
+                size = 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                node, anchor = open_nodes.pop()
+                if anchor is not None:
+                    sizes[anchor] = node
+                if open_nodes:
+                    open_nodes[-1][0] += node
+                continue  # counted in `total` as it was read
+            elif isinstance(event, yaml.ScalarEvent):
+                size = len(event.value) + 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = size
+            elif isinstance(event, yaml.AliasEvent):
+                size = sizes.get(event.anchor or "", 0)  # an unknown anchor: the loader says so
+            else:
+                continue
+            if open_nodes and not isinstance(event, yaml.CollectionStartEvent):
+                open_nodes[-1][0] += size
+            total += size
+            if total > limit:
+                raise ExpansionTooLarge(f"its YAML aliases expand it to more than {limit} bytes")
+    except yaml.YAMLError as e:
+        raise YamlError(f"not valid YAML: {_one_line(str(e))}") from e
+    return total
+
+
+def load_all(text: bytes | str, *, max_expanded: int | None = MAX_RESOURCE_LIST_BYTES) -> list[Any]:
+    """Every YAML document of `text` (an empty document is None); ExpansionTooLarge when its
+    aliases expand it past `max_expanded` (None: checked by the caller)."""
+    if max_expanded is not None:
+        expanded_size(text, max_expanded)
     try:
         return list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as e:
@@ -199,6 +246,7 @@ def output_results(data: bytes) -> tuple[Result, ...]:
     """The results of a function's output, which must be a ResourceList (YamlError otherwise,
     TooManyResults past the bound). An output with no results is checked from the parser's
     events alone, which is cheaper than building it."""
+    expanded_size(data, MAX_RESOURCE_LIST_BYTES)
     if _plainly_without_results(data):
         return ()
     return parse_results(parse_resource_list(data))

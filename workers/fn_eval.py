@@ -273,6 +273,9 @@ def main(
     except UsageError as e:
         stderr.write(f"krt: {e}\n")
         return USAGE
+    except errors.InputTooLarge as e:
+        stderr.write(f"krt: {e}\n")
+        return FAILED
     for path in skipped:
         stderr.write(f"krt: warning: {path}: skipped (a symbolic link or a special file: not followed)\n")
     document: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "items": items}
