@@ -736,10 +736,14 @@ def test_network_policies_select_the_pods_they_mean(chart: Rendered) -> None:
 def test_every_pod_of_the_chart_is_selected_by_one_policy_and_the_jobs_reach_only_their_server(
     chart: Rendered,
 ) -> None:
+    workloads = [d for d in chart.docs if d["kind"] in WORKLOADS]
+    assert workloads
     if chart.values.get("networkPolicy", {}).get("enabled", True) is False:
+        # Off: the same pods, and no policy in any namespace (one would isolate what it selects).
+        assert chart.of("NetworkPolicy") == []
         return
     policies = [p for p in chart.of("NetworkPolicy") if p["metadata"]["namespace"] == NAMESPACE]
-    for workload in [d for d in chart.docs if d["kind"] in WORKLOADS]:
+    for workload in workloads:
         template = workload["spec"]["jobTemplate"] if workload["kind"] == "CronJob" else workload
         labels = template["spec"]["template"]["metadata"]["labels"]
         selecting = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
