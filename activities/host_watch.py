@@ -39,6 +39,8 @@ again. A host that does not know deltas sends whole reports (`delta` unset), tak
 
 from __future__ import annotations
 
+from kruntimes.api.ids import Namespace, RunUid
+
 import asyncio
 import contextlib
 import logging
@@ -95,9 +97,9 @@ def registered(report: pb.HostReport) -> dict[str, Registered]:
     return {
         r.registration_id: Registered(
             registration_id=r.registration_id,
-            run_uid=r.run_uid,
+            run_uid=RunUid(r.run_uid),
             attempt=r.attempt,
-            namespace=sys.intern(r.namespace),
+            namespace=Namespace(sys.intern(r.namespace)),
             name=r.name,
             ready=r.phase == pb.REGISTRATION_PHASE_READY,
         )
@@ -334,9 +336,8 @@ class HostWatchActivities:
             )
         for loss in report.lost[:MAX_LOSSES]:
             reg = loss.registration
-            await self._tell_lost(
-                input, reg.run_uid, reg.registration_id, reg.namespace, reg.name, gone=loss.gone
-            )
+            run_uid, namespace = RunUid(reg.run_uid), Namespace(reg.namespace)  # checked by _tell_lost
+            await self._tell_lost(input, run_uid, reg.registration_id, namespace, reg.name, gone=loss.gone)
         seen.lost_position = report.lost_position
         seen.resume = True
         return None
@@ -361,7 +362,14 @@ class HostWatchActivities:
             await self._tell_lost(input, reg.run_uid, reg.registration_id, reg.namespace, reg.name, gone=gone)
 
     async def _tell_lost(
-        self, input: WatchInput, run_uid: str, registration_id: str, namespace: str, name: str, *, gone: bool
+        self,
+        input: WatchInput,
+        run_uid: RunUid,
+        registration_id: str,
+        namespace: Namespace,
+        name: str,
+        *,
+        gone: bool,
     ) -> None:
         """Signal a lost registration to its Run; one whose names are not a Run's is told to nobody."""
         if not _names_a_run(run_uid, registration_id, namespace, name):

@@ -8,6 +8,8 @@ tries again.
 
 from __future__ import annotations
 
+from kruntimes.api.ids import HostId, HostUid, Namespace, RunUid, RuntimeName
+
 import asyncio
 import logging
 import os
@@ -167,14 +169,14 @@ class ReconcileActivities:
         rt = input.runtime
         async with self._refreshing:  # rounds of several runtimes share the view
             await self.known.refresh()
-        ready: dict[str, str] = {}  # run uid → workflow id
+        ready: dict[RunUid, str] = {}  # run uid → workflow id
         running: dict[str, str] = {}  # workflow id → run uid
         for uid, run in self.known.runs.items():
             if run.runtime == rt:
                 workflow_id = run.workflow_id
                 running[workflow_id] = uid
                 if run.phase == "Ready":
-                    ready[uid] = workflow_id
+                    ready[RunUid(uid)] = workflow_id
         activity.heartbeat()
         first = await self._pool(input, reservations=False)
         hosts = await _bounded(self._seen(h) for h in first.hosts)
@@ -251,9 +253,9 @@ class ReconcileActivities:
             tuple(
                 Registration(
                     registration_id=r.registration_id,
-                    run_uid=r.run_uid,
+                    run_uid=RunUid(r.run_uid),
                     attempt=r.attempt,
-                    namespace=r.namespace,
+                    namespace=Namespace(r.namespace),
                     name=r.name,
                     last_activity=r.last_activity.ToDatetime(tzinfo=UTC),
                 )
@@ -261,8 +263,8 @@ class ReconcileActivities:
             ),
         )
 
-    async def _supervisors(self, runtime: str) -> frozenset[str]:
-        prefix = host_workflow_id(runtime, "")
+    async def _supervisors(self, runtime: RuntimeName) -> frozenset[str]:
+        prefix = host_workflow_id(runtime, HostId(""))
         found = set()
         query = "WorkflowType='HostWorkflow' AND ExecutionStatus='Running'"
         async for execution in self.client.list_workflows(query):
@@ -365,16 +367,17 @@ def _workspaces(root: Path, held: HeldEntries) -> list[Workspace]:
         host_dirs = sorted((h for h in hosts if h.is_dir(follow_symlinks=False)), key=lambda h: h.name)
     for host_dir in host_dirs:
         path = Path(host_dir.path)
-        found.append(Workspace(host_dir.name, None, _modified(path)))
+        host_uid = HostUid(host_dir.name)  # a host's workspaces are under its incarnation's uid
+        found.append(Workspace(host_uid, None, _modified(path)))
         if host_dir.name not in held.answered:
             continue
         with os.scandir(path) as entries:
             names = sorted(
                 e.name
                 for e in entries
-                if e.is_dir(follow_symlinks=False) and held.removable(host_dir.name, e.name)
+                if e.is_dir(follow_symlinks=False) and held.removable(host_uid, e.name)
             )
-        found.extend(Workspace(host_dir.name, name, _modified(path / name)) for name in names)
+        found.extend(Workspace(host_uid, name, _modified(path / name)) for name in names)
     return found
 
 

@@ -14,6 +14,8 @@ signal per Run, and the pool's task does not wait for those signals.
 
 from __future__ import annotations
 
+from kruntimes.api.ids import RuntimeName
+
 import asyncio
 import contextlib
 import logging
@@ -69,11 +71,13 @@ class SignalActivities:
 
     def _unclaimed(self, workflow_id: str, runtime: str, assignment: Assignment) -> None:
         """A parked answer its Run did not take in time: signal it now (not in any pool task)."""
-        task = asyncio.get_running_loop().create_task(self._send_unclaimed(workflow_id, runtime, assignment))
+        task = asyncio.get_running_loop().create_task(
+            self._send_unclaimed(workflow_id, RuntimeName(runtime), assignment)
+        )
         self._unclaimed_sends.add(task)
         task.add_done_callback(self._unclaimed_sends.discard)
 
-    async def _send_unclaimed(self, workflow_id: str, runtime: str, assignment: Assignment) -> None:
+    async def _send_unclaimed(self, workflow_id: str, runtime: RuntimeName, assignment: Assignment) -> None:
         for attempt in range(UNCLAIMED_TRIES):
             try:
                 await self.client.get_workflow_handle(workflow_id).signal(SIGNAL_ASSIGNED, assignment)

@@ -16,6 +16,8 @@ decides); the HostWorkflow carries the deletion out (the `command` signal).
 
 from __future__ import annotations
 
+from kruntimes.api.ids import HostUid, RunUid
+
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -262,7 +264,7 @@ class RuntimePoolWorkflow:
         state = pool_part(self.state, self._index.held.not_on(on_hosts), self._owners)
         return carried_state(state, on_hosts=on_hosts, digests=digests)
 
-    async def _hand_over(self, hosts: list[Host]) -> tuple[set[str], dict[str, str]]:
+    async def _hand_over(self, hosts: list[Host]) -> tuple[set[HostUid], dict[HostUid, str]]:
         """Hand each of `hosts`' HostWorkflow its slots (one local activity, none for no host):
         the uids of the hosts whose workflow took them, and each host's slots_digest."""
         handed = self._slots_by_host(hosts)
@@ -494,13 +496,13 @@ class RuntimePoolWorkflow:
             placed.add(placement.request.runUid)
         self._update(queue=[q for q in self.state.queue if q.runUid not in placed])
 
-    def _release(self, run_uid: str) -> None:
+    def _release(self, run_uid: RunUid) -> None:
         self._index.remove(run_uid)
         self._owners.pop(run_uid, None)
         if any(q.runUid == run_uid for q in self.state.queue):
             self._update(queue=[q for q in self.state.queue if q.runUid != run_uid])
 
-    def _leave(self, run_uid: str, host_uid: str) -> None:
+    def _leave(self, run_uid: RunUid, host_uid: HostUid) -> None:
         """A Run moving off a draining host gives its slot there back before it is admitted again."""
         held = self._index.held.get(run_uid)
         if held is not None and held.hostUid == host_uid:

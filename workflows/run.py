@@ -26,6 +26,8 @@ registration failure and takes a new attempt.
 
 from __future__ import annotations
 
+from kruntimes.api.ids import HostUid, RunUid
+
 import asyncio
 import contextlib
 import dataclasses
@@ -209,7 +211,7 @@ class RunWorkflow:
             )
         self._status_memo = input.statusMemo
         self.run_ = run
-        self.uid: str = run.metadata.uid
+        self.uid: RunUid = run.metadata.uid
         wanted = search_typed.run_values(run)
         present = workflow.info().typed_search_attributes
         missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
@@ -254,7 +256,7 @@ class RunWorkflow:
             static_summary=summaries.summary(f"retention of {info.workflow_id}: {seconds:g} s"),
         )
 
-    async def _admit(self, *, starter_admits: bool = False, leaving: str | None = None) -> End | None:
+    async def _admit(self, *, starter_admits: bool = False, leaving: HostUid | None = None) -> End | None:
         """Wait for the pool's answer; ask for it unless the starter already did. `leaving`: the
         host uid of the slot this Run gives up (moving off a draining host)."""
         cut_short = False
@@ -324,7 +326,7 @@ class RunWorkflow:
     def _answered(self) -> bool:
         return self._assignment is not None or self._rejection is not None or self._cancel
 
-    async def _ask_pool(self, *, leaving: str | None = None) -> End | None:
+    async def _ask_pool(self, *, leaving: HostUid | None = None) -> End | None:
         # From a local activity rather than a SignalExternal command: the command's completion
         # would wake this workflow for a task that does nothing, on the critical path to Ready.
         delivered = await workflow.execute_local_activity(

@@ -12,6 +12,8 @@ Ready, NotReady, Failed (its process ended), Evicted, or Deleted (deleting or go
 
 from __future__ import annotations
 
+from kruntimes.api.ids import HostId, HostUid, RuntimeName
+
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -42,9 +44,9 @@ LOSS = frozenset({HostEventKind.NotReady, HostEventKind.Failed, HostEventKind.Ev
 class HostEvent:
     kind: HostEventKind
     provider: str
-    runtime: str
-    host_id: str
-    host_uid: str
+    runtime: RuntimeName
+    host_id: HostId
+    host_uid: HostUid
     message: str = ""
 
 

@@ -10,6 +10,8 @@ error restarts after a backoff that doubles up to a bound, resuming when a resou
 
 from __future__ import annotations
 
+from kruntimes.api.ids import HostId, HostUid, RuntimeName
+
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -30,8 +32,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Seen:
     name: str
-    runtime: str
-    host_id: str
+    runtime: RuntimeName
+    host_id: HostId
     ready: bool = False
     ended: bool = False  # Failed or Evicted reported
     deleted: bool = False  # Deleted reported
@@ -74,7 +76,7 @@ class PodWatch:
             provider=self.provider,
             runtime=seen.runtime,
             host_id=seen.host_id,
-            host_uid=uid,
+            host_uid=HostUid(uid),
             message=message,
         )
         log.info("host pod %s: %s %s", kind, seen.name, message)
@@ -91,7 +93,9 @@ class PodWatch:
             self.on_pod(raw, deleted=kind == "DELETED")
         seen = self._seen.get(facts.uid)
         if seen is None:
-            seen = self._seen[facts.uid] = _Seen(facts.name, facts.runtime, facts.host_id)
+            seen = self._seen[facts.uid] = _Seen(
+                facts.name, RuntimeName(facts.runtime), HostId(facts.host_id)
+            )
         if kind == "DELETED":  # reported again after "being deleted": now it is proven gone
             self._emit(HostEventKind.Deleted, seen, facts.uid, "the pod is gone")
             del self._seen[facts.uid]

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt
 from kruntimes.api._text import has_control_chars, utf8_len
 from kruntimes.api.adapters import ADAPTERS, validate_handler
+from kruntimes.api.ids import Namespace, RuntimeName, RunUid
 from kruntimes.api.limits import (
     DEFAULT_RECOVERY_LIMIT,
     MAX_BACKOFF_MULTIPLIER,
@@ -42,9 +43,9 @@ def _canonical_uuid(value: str) -> str:
 
 class Metadata(ApiModel):
     name: Annotated[str, _label("metadata.name")]
-    namespace: Annotated[str, _label("metadata.namespace")] = "default"
+    namespace: Annotated[Namespace, _label("metadata.namespace")] = Namespace("default")
     # Fixed at creation; the only identity the dataplane uses.
-    uid: Annotated[str, AfterValidator(_canonical_uuid)] | None = None
+    uid: Annotated[RunUid, AfterValidator(_canonical_uuid)] | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
 
@@ -150,7 +151,7 @@ class EnvFromSource(ApiModel):
 class RunSpec(ApiModel):
     """The workflow input; never changes after creation."""
 
-    runtime: Annotated[str, _label("spec.runtime")]
+    runtime: Annotated[RuntimeName, _label("spec.runtime")]
     mode: ModeSpec
     source: SourceSpec
     handler: str

@@ -74,6 +74,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator, mo
 
 from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt, validate_document
 from kruntimes.api.adapters import BASH, PYTHON, AdapterName
+from kruntimes.api.ids import RuntimeName
 from kruntimes.api.limits import (
     DAY_SECONDS,
     DEFAULT_INVOKE_TIMEOUT_SECONDS,
@@ -283,7 +284,7 @@ class KubernetesRuntime(ApiModel):
 class RuntimeConfig(ApiModel):
     """One runtime: its language adapter and the pool of hosts that serve it."""
 
-    name: Annotated[str, _label("name")]
+    name: Annotated[RuntimeName, _label("name")]
     adapter: AdapterName
     runs: StrictInt = Field(default=DEFAULT_RUNS, ge=1, le=MAX_RUNS_PER_HOST)
     minHosts: StrictInt = Field(default=0, ge=0, le=MAX_HOSTS_LIMIT)

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel, StatusMessage
+from kruntimes.api.ids import HostId, HostUid, RuntimeName
 from kruntimes.contracts.providers import CreatedHost
 from kruntimes.contracts.reconcile import ReconcileInput
 from kruntimes.contracts.run import Slot
@@ -69,7 +70,7 @@ class ProviderReport(ApiModel):
     ready: bool = False
     reason: str = "ProviderLost"
     message: StatusMessage = ""
-    hostUid: str = ""  # the incarnation it is about; empty: whichever the workflow supervises
+    hostUid: HostUid = HostUid("")  # the incarnation it is about; empty: whichever the workflow supervises
 
 
 class HostActionInput(ApiModel):
@@ -83,26 +84,26 @@ class HostActionResult(ApiModel):
     """The acknowledged result of an operator's drain or delete: the host's state once the pool
     was told (Draining: takes no new Run and its Runs move; Terminating then gone: fenced)."""
 
-    hostId: str
-    hostUid: str
-    runtime: str
+    hostId: HostId
+    hostUid: HostUid
+    runtime: RuntimeName
     state: HostState
     accepted: bool
     message: StatusMessage = ""
 
 
 class HostResult(ApiModel):
-    hostId: str
-    hostUid: str
+    hostId: HostId
+    hostUid: HostUid
     state: HostState
     reason: str
     message: StatusMessage = ""
 
 
 class WatchInput(ApiModel):
-    runtime: str
-    hostId: str
-    hostUid: str
+    runtime: RuntimeName
+    hostId: HostId
+    hostUid: HostUid
     address: str
     intervalSeconds: float = Field(gt=0, le=300)
     # Tell the HostWorkflow (`watch_ready`) at the first report that says the host serves; the
@@ -117,7 +118,7 @@ class WatchInput(ApiModel):
 class WatchReady(ApiModel):
     """The watch to its HostWorkflow: the host reported that it serves."""
 
-    hostUid: str
+    hostUid: HostUid
     message: StatusMessage = ""
 
 
@@ -132,9 +133,9 @@ class DeleteHostInput(ApiModel):
     """Delete one incarnation of a host through its provider (idempotent: absent is success)."""
 
     provider: str
-    runtime: str
-    hostId: str
-    hostUid: str
+    runtime: RuntimeName
+    hostId: HostId
+    hostUid: HostUid
 
 
 class FenceInput(ApiModel):

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Self
 
 from kruntimes.api._base import ApiModel, StatusMessage
+from kruntimes.api.ids import HostId, HostUid, Namespace, RuntimeName, RunUid
 from kruntimes.api.run import Run
 from kruntimes.contracts.run import Assignment
 
@@ -16,16 +17,16 @@ class RunOnHost(ApiModel):
     """A Run's attempt on one host: what registering a function and executing a task both send."""
 
     address: str
-    runUid: str
+    runUid: RunUid
     attempt: int
-    namespace: str
+    namespace: Namespace
     name: str
-    runtime: str
+    runtime: RuntimeName
     adapter: str
     run: Run
 
     @classmethod
-    def of(cls, assignment: Assignment, run: Run, *, run_uid: str, attempt: int, **more: Any) -> Self:
+    def of(cls, assignment: Assignment, run: Run, *, run_uid: RunUid, attempt: int, **more: Any) -> Self:
         """Attempt `attempt` of `run` (uid `run_uid`) on the host `assignment` names; `more`: the
         fields of the call's own input."""
         return cls(
@@ -43,13 +44,13 @@ class RunOnHost(ApiModel):
 
 class RegisterInput(RunOnHost):
     # the assigned host incarnation, named in the signed assignment the host requires
-    hostId: str
-    hostUid: str
+    hostId: HostId
+    hostUid: HostUid
 
 
 class RegisterResult(ApiModel):
     registrationId: str
-    hostUid: str
+    hostUid: HostUid
     created: bool
 
 
@@ -74,17 +75,17 @@ class FunctionState(ApiModel):
     fatalError: str = ""
     inFlight: int = 0
     lastActivity: datetime | None = None
-    hostUid: str = ""
+    hostUid: HostUid = HostUid("")
 
 
 class HostCall(ApiModel):
     """Which host a call goes to, so that a failed call can ask whether that host is proven gone
     (then the call succeeds: what it would stop cannot be running)."""
 
-    hostId: str = ""
-    hostUid: str = ""
+    hostId: HostId = HostId("")
+    hostUid: HostUid = HostUid("")
     provider: str = ""
-    runtime: str = ""
+    runtime: RuntimeName = RuntimeName("")
 
 
 class UnregisterInput(ApiModel):
@@ -107,12 +108,12 @@ class TaskResult(ApiModel):
 
 class CancelTaskInput(ApiModel):
     address: str
-    runUid: str
+    runUid: RunUid
     attempt: int
     host: HostCall | None = None
 
 
-def register_input(assignment: Assignment, run: Run, *, run_uid: str, attempt: int) -> RegisterInput:
+def register_input(assignment: Assignment, run: Run, *, run_uid: RunUid, attempt: int) -> RegisterInput:
     """What registering attempt `attempt` of `run` on its assigned host sends, whether the Run
     registers (RunWorkflow) or the worker's handoff registers attempt 1 for it."""
     return RegisterInput.of(

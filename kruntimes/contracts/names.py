@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from kruntimes.api.ids import HostId, Namespace, RuntimeName, RunUid
+
 TASK_QUEUE = "kruntimes"
 # Entity workflows poll their own queue: Runs waiting on them must never hold every task slot.
 POOL_TASK_QUEUE = "kruntimes-pool"
@@ -51,7 +53,7 @@ DEFAULT_RETENTION_SECONDS = 24 * 3600  # how long a finished Run stays queryable
 MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal: well within a payload
 
 
-def run_workflow_id(namespace: str, name: str) -> str:
+def run_workflow_id(namespace: Namespace, name: str) -> str:
     return f"run/{namespace}/{name}"
 
 
@@ -64,36 +66,36 @@ def run_of_workflow_id(workflow_id: str) -> tuple[str, str]:
     return (namespace, name)
 
 
-def pool_workflow_id(runtime: str) -> str:
+def pool_workflow_id(runtime: RuntimeName) -> str:
     return f"pool/{runtime}"
 
 
-def scale_out_workflow_id(runtime: str, request_id: str) -> str:
+def scale_out_workflow_id(runtime: RuntimeName, request_id: str) -> str:
     return f"scaleout/{runtime}/{request_id}"
 
 
-def cleanup_workflow_id(run_uid: str) -> str:
+def cleanup_workflow_id(run_uid: RunUid) -> str:
     return f"cleanup/{run_uid}"
 
 
-def host_workflow_id(runtime: str, host_id: str) -> str:
+def host_workflow_id(runtime: RuntimeName, host_id: HostId) -> str:
     return f"host/{runtime}/{host_id}"
 
 
-def reconcile_workflow_id(runtime: str) -> str:
+def reconcile_workflow_id(runtime: RuntimeName) -> str:
     return f"reconcile/{runtime}"
 
 
-def retention_workflow_id(run_uid: str) -> str:
+def retention_workflow_id(run_uid: RunUid) -> str:
     return f"retention/{run_uid}"
 
 
-def schedule_id(namespace: str, name: str) -> str:
+def schedule_id(namespace: Namespace, name: str) -> str:
     """The Temporal Schedule of `krt schedule create NAME -n NAMESPACE`."""
     return f"schedule/{namespace}/{name}"
 
 
-def scheduled_workflow_id(namespace: str, name: str) -> str:
+def scheduled_workflow_id(namespace: Namespace, name: str) -> str:
     """The id a schedule gives its ScheduledRunWorkflows; Temporal appends `-<scheduled time>`."""
     return f"scheduled/{namespace}/{name}"
 
@@ -107,6 +109,6 @@ def scheduled_run_name(schedule: str, at: datetime) -> str:
     return f"{schedule}-{at.strftime(SCHEDULED_STAMP)}"
 
 
-def invoke_url(gateway_url: str, *, namespace: str, runtime: str, run_uid: str) -> str:
+def invoke_url(gateway_url: str, *, namespace: Namespace, runtime: RuntimeName, run_uid: RunUid) -> str:
     base = gateway_url.rstrip("/")
     return f"{base}/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{run_uid}:invoke"

@@ -10,6 +10,7 @@ from datetime import datetime
 from pydantic import Field, model_validator
 
 from kruntimes.api._base import ApiModel
+from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.run import Run
 from kruntimes.config.platform import RuntimeConfig, TenantConfig
 from kruntimes.contracts.names import MAX_ADMISSIONS_PER_SIGNAL, TASK_QUEUE, run_of_workflow_id
@@ -33,7 +34,7 @@ class AdmitSignal(ApiModel):
     request: AdmissionRequest
     workflowId: str  # where the answer goes
     # A Run moving off a draining host: its slot there (this host uid) is released first.
-    leaving: str | None = None
+    leaving: HostUid | None = None
     # Sent by the Run's starter: the Run looks for the answer in its pool's process first, in its
     # first workflow task (kruntimes.activities.handoff), so an answer ready before that task may wait there.
     handoff: bool = False
@@ -46,7 +47,7 @@ class AdmitMany(ApiModel):
 
 
 def admit_signal(
-    run: Run, *, workflow_id: str, at: datetime, leaving: str | None = None, handoff: bool = False
+    run: Run, *, workflow_id: str, at: datetime, leaving: HostUid | None = None, handoff: bool = False
 ) -> AdmitSignal:
     """A Run's admission request, the same from the Run itself and from its starter (`handoff`)."""
     assert run.metadata.uid is not None, "a started Run has a uid"
@@ -79,7 +80,7 @@ def runtime_unknown(run: Run) -> Rejection:
 
 
 class ReleaseSignal(ApiModel):
-    runUid: str
+    runUid: RunUid
 
 
 class HostReadySignal(ApiModel):
@@ -91,8 +92,8 @@ class HostStateSignal(ApiModel):
     """A HostWorkflow to its pool: the host takes no new Run from now on (Draining: its Runs move
     off; Terminating: it is being deleted)."""
 
-    hostId: str
-    hostUid: str
+    hostId: HostId
+    hostUid: HostUid
     state: HostState
     reason: str = ""
 
@@ -120,7 +121,7 @@ class QueuedRun(ApiModel):
     """A Run waiting in its pool's FIFO: a reference (who, in which tenant scope, where the answer
     goes), never the Run's spec nor its tenant's policy, which is looked up when it is decided."""
 
-    runUid: str
+    runUid: RunUid
     workflowId: str  # run/{namespace}/{name}: the Run's name is read from it
     tenant: str | None = None
     requestedAt: datetime
@@ -137,7 +138,7 @@ class QueuedRun(ApiModel):
             providerHint=r.providerHint,
         )
 
-    def request(self, *, runtime: str, policy: TenantPolicy | None) -> AdmissionRequest:
+    def request(self, *, runtime: RuntimeName, policy: TenantPolicy | None) -> AdmissionRequest:
         """The admission request again, with the tenant's policy of now."""
         namespace, name = run_of_workflow_id(self.workflowId)
         return AdmissionRequest(
@@ -151,7 +152,7 @@ class QueuedRun(ApiModel):
             providerHint=self.providerHint,
         )
 
-    def admit(self, *, runtime: str) -> AdmitSignal:
+    def admit(self, *, runtime: RuntimeName) -> AdmitSignal:
         return AdmitSignal(request=self.request(runtime=runtime, policy=None), workflowId=self.workflowId)
 
 
@@ -178,7 +179,7 @@ class PoolState(ApiModel):
     owners: dict[str, str] = Field(default_factory=dict)  # run uid → the Run's workflow id
     idleSince: dict[str, datetime] = Field(default_factory=dict)  # host uid → holds no reservation since
     # Host uids whose reservations (and their owners) are kept by the host's HostWorkflow, not here.
-    slotsOnHosts: list[str] = Field(default_factory=list)
+    slotsOnHosts: list[HostUid] = Field(default_factory=list)
     # Host uid → slots_digest of the slots it was handed: a HostWorkflow whose record shows them
     # is read back with a query, with no update (and no task and events in its history).
     slotsDigests: dict[str, str] = Field(default_factory=dict)
@@ -192,7 +193,7 @@ class PoolState(ApiModel):
 
 
 def carried_state(
-    state: PoolState, *, on_hosts: set[str], digests: Mapping[str, str] | None = None
+    state: PoolState, *, on_hosts: set[HostUid], digests: Mapping[HostUid, str] | None = None
 ) -> PoolState:
     """What the pool carries across continue-as-new: everything but the reservations (and their
     owners) of the hosts in `on_hosts`, whose HostWorkflows were given them (`digests`: the
@@ -256,7 +257,7 @@ def pool_query_parts(hosts: Sequence[Host]) -> list[list[str]]:
     return parts
 
 
-def slots_of(state: PoolState, *, host_uid: str) -> HostSlots:
+def slots_of(state: PoolState, *, host_uid: HostUid) -> HostSlots:
     """The slots of one host, from the pool's full state (what its HostWorkflow is given)."""
     return HostSlots(
         hostUid=host_uid,

@@ -12,10 +12,11 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, AwareDatetime, Field
 
 from kruntimes.api._base import ApiModel, StrictInt
+from kruntimes.api.ids import HostId
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config.platform import ResourceLimits, RuntimeConfig
 from kruntimes.decisions.scheduling.failures import ProviderName
-from kruntimes.decisions.scheduling.model import Identity, RuntimeName, TenantName
+from kruntimes.decisions.scheduling.model import HostUidField, RuntimeField, TenantName
 
 
 def _host_id(value: str) -> str:
@@ -23,7 +24,7 @@ def _host_id(value: str) -> str:
     return validate_dns1123_label(value, field="hostId")
 
 
-HostId = Annotated[str, AfterValidator(_host_id)]
+HostIdLabel = Annotated[HostId, AfterValidator(_host_id)]
 # host:port of a Runtime Server, e.g. "127.0.0.1:50051"; checked for shape where it is dialled.
 Address = Annotated[str, Field(min_length=1, max_length=261)]
 
@@ -66,8 +67,8 @@ def host_sandbox(runtime: RuntimeConfig, defaults: HostDefaults) -> HostSandbox:
 class HostSpec(ApiModel):
     """One host to create: which runtime it serves, its name, and the provider that makes it."""
 
-    runtime: RuntimeName
-    hostId: HostId
+    runtime: RuntimeField
+    hostId: HostIdLabel
     adapter: Annotated[str, Field(min_length=1)]
     provider: ProviderName
     tenant: TenantName | None = None
@@ -85,9 +86,9 @@ class CreatedHost(ApiModel):
     """A host that serves: where it is, which incarnation it is (hostUid), and who made it."""
 
     provider: ProviderName
-    runtime: RuntimeName
-    hostId: HostId
-    hostUid: Identity
+    runtime: RuntimeField
+    hostId: HostIdLabel
+    hostUid: HostUidField
     address: Address
     # The host's process when the provider started it locally; None for attached or remote hosts.
     pid: StrictInt | None = Field(default=None, ge=1)

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel, StatusMessage
+from kruntimes.api.ids import RuntimeName
 from kruntimes.contracts.names import TASK_QUEUE
 
 MAX_REPORTED = 100
@@ -15,7 +16,7 @@ MAX_REPORTED = 100
 class ReconcileReport(ApiModel):
     """What one reconciliation round found and did (bounded lists; `actions` counts them all)."""
 
-    runtime: str = ""
+    runtime: RuntimeName = RuntimeName("")
     at: datetime
     unregistered: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
     released: list[str] = Field(default_factory=list, max_length=MAX_REPORTED)
@@ -28,7 +29,7 @@ class ReconcileReport(ApiModel):
 
 
 class ReconcileInput(ApiModel):
-    runtime: str
+    runtime: RuntimeName
     poolWorkflowId: str
     stateDir: str
     runTaskQueue: str = TASK_QUEUE

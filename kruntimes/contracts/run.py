@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel, StatusMessage
+from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.run import Run
 from kruntimes.contracts.platform import PlatformInfo
 from kruntimes.decisions.scheduling.model import (
@@ -38,9 +39,9 @@ STATUS_MEMO = "krtStatus"
 
 
 class Assignment(ApiModel):
-    runUid: str
-    hostId: str
-    hostUid: str
+    runUid: RunUid
+    hostId: HostId
+    hostUid: HostUid
     address: str
     adapter: str
     platform: PlatformInfo
@@ -56,8 +57,8 @@ class HostLostSignal(ApiModel):
     itself there (the acknowledged unregister is its fence), then moves.
     """
 
-    hostId: str
-    hostUid: str
+    hostId: HostId
+    hostUid: HostUid
     reason: StatusMessage = ""
     fenced: bool = True
     draining: bool = False
@@ -67,8 +68,8 @@ class RegistrationLostSignal(ApiModel):
     """To a Run: its host no longer serves its registration (gone without the platform asking, or
     there but not ready). An empty registrationId: the host holds no registration of the Run."""
 
-    runUid: str
-    hostUid: str
+    runUid: RunUid
+    hostUid: HostUid
     registrationId: str = ""
     reason: Literal["Unregistered", "NotReady"] = "Unregistered"
     message: StatusMessage = ""
@@ -84,7 +85,7 @@ class ProbeResult(ApiModel):
 
 
 class Rejection(ApiModel):
-    runUid: str
+    runUid: RunUid
     reason: str
     message: StatusMessage = ""
 
@@ -101,7 +102,7 @@ class Slot(ApiModel):
     """One run slot of one host, held by one Run: what a HostWorkflow keeps of its host's
     reservations (the host is the workflow's own)."""
 
-    runUid: str
+    runUid: RunUid
     workflowId: str  # the Run's workflow, told when the host is lost or drains
     tenant: str | None = None
     reservedAt: datetime
@@ -144,11 +145,11 @@ class HostSlots(ApiModel):
     """The pool to a HostWorkflow, before the pool continues as new: every slot its host holds
     now (the whole set, replacing what the workflow kept). The pool's next run reads them back."""
 
-    hostUid: str
+    hostUid: HostUid
     slots: list[Slot] = Field(default_factory=list)
 
 
-def slots_digest(host_uid: str, slots: Iterable[Slot]) -> str:
+def slots_digest(host_uid: HostUid, slots: Iterable[Slot]) -> str:
     """A host's slots in 64 characters, the same for the same slots in any order: a HostWorkflow
     answers it (`QUERY_HOST_SLOTS_DIGEST`) so that a handover sends its slots only to the
     hosts whose slots changed since the last one."""
@@ -165,7 +166,7 @@ class HostSlotsInput(ApiModel):
     `digest`: the slots_digest of what it was handed, if known."""
 
     workflowId: str
-    hostUid: str
+    hostUid: HostUid
     digest: str = ""
 
 
@@ -186,7 +187,8 @@ class OutgoingSignal(ApiModel):
 
 class SignalBatch(ApiModel):
     signals: list[OutgoingSignal]
-    runtime: str = ""  # the pool that answers (its Runs may be waiting in the same process)
+    # the pool that answers (its Runs may be waiting in the same process)
+    runtime: RuntimeName = RuntimeName("")
     # How long the sending may take (0: unbounded). What is not sent by then comes back unsent:
     # the local activity sending it holds the pool's workflow task open.
     budgetSeconds: float = 0.0
@@ -197,8 +199,8 @@ class AwaitAssignmentInput(ApiModel):
     with `run`, the activity also registers attempt 1 on the assigned host."""
 
     workflowId: str
-    runUid: str
-    runtime: str
+    runUid: RunUid
+    runtime: RuntimeName
     timeoutSeconds: float
     run: Run | None = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kruntimes.api._base import ApiModel
+from kruntimes.api.ids import HostId
 from kruntimes.contracts.providers import HostSandbox
 from kruntimes.decisions.scheduling.model import (
     ScaleOutRequest,
@@ -13,7 +14,7 @@ from kruntimes.decisions.scheduling.model import (
 
 class ScaleOutInput(ApiModel):
     request: ScaleOutRequest
-    hostId: str
+    hostId: HostId
     adapter: str
     capacity: int
     stateDir: str

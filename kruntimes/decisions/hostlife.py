@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from kruntimes.api.ids import Namespace, RunUid
 from kruntimes.decisions.scheduling.model import Host, HostState, Reservation, TenancyMode
 
 # --- states -----------------------------------------------------------------------------------
@@ -141,9 +142,9 @@ class Registered:
     """One registration as a host reported it."""
 
     registration_id: str
-    run_uid: str
+    run_uid: RunUid
     attempt: int
-    namespace: str
+    namespace: Namespace
     name: str
     ready: bool
 

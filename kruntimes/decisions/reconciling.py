@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from kruntimes.api.ids import HostUid, Namespace, RunUid
 from kruntimes.contracts.providers import CreatedHost
 from kruntimes.decisions.scheduling.model import Host, Reservation
 
@@ -36,9 +37,9 @@ from kruntimes.decisions.scheduling.model import Host, Reservation
 @dataclass(frozen=True)
 class Registration:
     registration_id: str
-    run_uid: str
+    run_uid: RunUid
     attempt: int
-    namespace: str
+    namespace: Namespace
     name: str
     last_activity: datetime
 
@@ -53,7 +54,7 @@ class HostSeen:
 
 @dataclass(frozen=True)
 class Queued:
-    run_uid: str
+    run_uid: RunUid
     workflow_id: str
     requested_at: datetime
 
@@ -63,7 +64,7 @@ class Workspace:
     """One directory under the state dir's work/: a host incarnation's (`entry` None) or one of
     its registrations' or tasks' (`entry`: its name, `{run uid}.{attempt}` or `task-...`)."""
 
-    host_uid: str
+    host_uid: HostUid
     entry: str | None
     modified: datetime
 
@@ -72,7 +73,7 @@ class Workspace:
 class Snapshot:
     now: datetime
     grace_s: float
-    ready: Mapping[str, str]  # Ready Runs listed first: run uid → workflow id
+    ready: Mapping[RunUid, str]  # Ready Runs listed first: run uid → workflow id
     hosts: Sequence[HostSeen]
     reservations: Sequence[Reservation]
     owners: Mapping[str, str]  # run uid → workflow id (the pool's)
@@ -92,15 +93,15 @@ class Snapshot:
 class Unregister:
     address: str
     registration_id: str
-    run_uid: str
+    run_uid: RunUid
     why: str
 
 
 @dataclass(frozen=True)
 class Lost:
     workflow_id: str
-    run_uid: str
-    host_uid: str
+    run_uid: RunUid
+    host_uid: HostUid
 
 
 @dataclass
@@ -147,7 +148,7 @@ class HeldEntries:
             ),
         )
 
-    def removable(self, host_uid: str, entry: str) -> bool:
+    def removable(self, host_uid: HostUid, entry: str) -> bool:
         return (
             host_uid in self.answered and not entry.startswith("task-") and (host_uid, entry) not in self.live
         )
@@ -157,15 +158,15 @@ def _old(at: datetime, snapshot: Snapshot) -> bool:
     return snapshot.now - at > timedelta(seconds=snapshot.grace_s)
 
 
-def _run_of(namespace: str, name: str) -> str:
+def _run_of(namespace: Namespace, name: str) -> str:
     return f"run/{namespace}/{name}"
 
 
-def _same_run(indexed: str, run_uid: str) -> bool:
+def _same_run(indexed: str, run_uid: RunUid) -> bool:
     return not indexed or indexed == run_uid  # a Run not indexed yet is taken for the same one
 
 
-def _runs(snapshot: Snapshot, workflow_id: str | None, run_uid: str) -> bool:
+def _runs(snapshot: Snapshot, workflow_id: str | None, run_uid: RunUid) -> bool:
     indexed = snapshot.running.get(workflow_id) if workflow_id is not None else None
     return indexed is not None and _same_run(indexed, run_uid)
 
@@ -196,7 +197,7 @@ def plan(snapshot: Snapshot) -> Plan:
             out.release.append(queued.run_uid)
     # Indexed once: each Ready Run looks up its own slots and each host's registrations, so a
     # round costs the Runs once, not Ready Runs times reservations (10,000 Ready Runs: seconds).
-    slots_of: dict[str, list[Reservation]] = {}
+    slots_of: dict[RunUid, list[Reservation]] = {}
     for reservation in snapshot.reservations:
         slots_of.setdefault(reservation.runUid, []).append(reservation)
     registered = {

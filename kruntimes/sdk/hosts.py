@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any
 
+from kruntimes.api.ids import HostId, RuntimeName
 from kruntimes.contracts.host import HostActionInput, HostActionResult
 from kruntimes.contracts.names import (
     UPDATE_COLLECT,
@@ -60,7 +61,9 @@ class Hosts:
         self, update: str, name: str, *, runtime: str | None, message: str, requested_by: str
     ) -> HostActionResult:
         rt = await self._runtime_of(name, runtime)
-        handle = (await self._runs.temporal()).get_workflow_handle(host_workflow_id(rt, name))
+        handle = (await self._runs.temporal()).get_workflow_handle(
+            host_workflow_id(RuntimeName(rt), HostId(name))
+        )
         request = HostActionInput(message=message, requestedBy=requested_by)
         result: HostActionResult = await self._call(
             handle.execute_update(update, request, result_type=HostActionResult),
@@ -90,7 +93,7 @@ class Hosts:
         async def listing() -> None:
             query = "WorkflowType='ReconcileWorkflow' AND ExecutionStatus='Running'"
             async for execution in client.list_workflows(query):
-                rt = execution.id.removeprefix(reconcile_workflow_id(""))
+                rt = execution.id.removeprefix(reconcile_workflow_id(RuntimeName("")))
                 if runtime in (None, rt):
                     runtimes.append(rt)
 
@@ -99,7 +102,7 @@ class Hosts:
             raise KruntimesError(f"no reconciler runs for runtime {runtime!r}")
         reports = []
         for rt in sorted(runtimes):
-            handle = client.get_workflow_handle(reconcile_workflow_id(rt))
+            handle = client.get_workflow_handle(reconcile_workflow_id(RuntimeName(rt)))
             report: ReconcileReport = await self._call(
                 handle.execute_update(UPDATE_COLLECT, result_type=ReconcileReport),
                 what=f"the orphan collection of runtime {rt}",

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+from kruntimes.api.ids import Namespace, RunUid
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
@@ -92,7 +93,7 @@ class Runs:
     async def _handle(self, name: str, namespace: str) -> temporalio.client.WorkflowHandle[Any, Any]:
         _check_name(name, namespace)
         client = await self.temporal()
-        return client.get_workflow_handle(run_workflow_id(namespace, name), result_type=RunStatus)
+        return client.get_workflow_handle(run_workflow_id(Namespace(namespace), name), result_type=RunStatus)
 
     async def _rpc(self, call: Any, *, namespace: str, name: str) -> Any:
         """Await a Temporal call, mapping its errors onto ours."""
@@ -454,7 +455,7 @@ class Runs:
             final = await self._final(this, description, namespace=namespace, name=name)  # NotFound if gone
         if uid:
             # A Run that finished before the update came: its retention lists it until told.
-            retention = client.get_workflow_handle(retention_workflow_id(uid))
+            retention = client.get_workflow_handle(retention_workflow_id(RunUid(uid)))
             with contextlib.suppress(RunNotFound):
                 await self._rpc(retention.signal(SIGNAL_DELETE_NOW), namespace=namespace, name=name)
         await self._forget(handle.id, description.run_id, namespace=namespace, name=name)
@@ -641,7 +642,7 @@ class Runs:
         if not uid:
             return False
         client = await self.temporal()
-        retention = client.get_workflow_handle(retention_workflow_id(uid))
+        retention = client.get_workflow_handle(retention_workflow_id(RunUid(uid)))
         try:
             kept = await self._rpc(retention.describe(), namespace=namespace, name=name)
         except RunNotFound:

@@ -20,6 +20,7 @@ import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from kruntimes.api.ids import Namespace
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.run import Run
 from kruntimes.contracts.names import (
@@ -257,7 +258,7 @@ class Schedules:
         except InvalidSchedule as e:
             raise ScheduleNotFound(namespace, name) from e
         client = await self._runs.temporal()
-        return client.get_schedule_handle(schedule_id(namespace, name))
+        return client.get_schedule_handle(schedule_id(Namespace(namespace), name))
 
     async def create(
         self,
@@ -300,7 +301,7 @@ class Schedules:
         action = ScheduleActionStartWorkflow(
             "ScheduledRunWorkflow",
             ScheduledRunInput(run=template, schedule=name),
-            id=scheduled_workflow_id(namespace, name),
+            id=scheduled_workflow_id(Namespace(namespace), name),
             task_queue=self._runs.config.taskQueue,
             static_summary=summaries.summary(f"schedule {namespace}/{name}: task {template.spec.runtime}"),
         )
@@ -314,7 +315,7 @@ class Schedules:
         # The server keeps a cron expression as calendars: the memo keeps it as given.
         memo = {CRON_MEMO: spec.cron_expressions[0]} if spec.cron_expressions else None
         await self._call(
-            client.create_schedule(schedule_id(namespace, name), schedule, memo=memo),
+            client.create_schedule(schedule_id(Namespace(namespace), name), schedule, memo=memo),
             namespace=namespace,
             name=name,
         )

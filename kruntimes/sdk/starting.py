@@ -23,6 +23,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from kruntimes.api.ids import RuntimeName
 from kruntimes.api.run import Run
 from kruntimes.contracts.names import (
     MAX_ADMISSIONS_PER_SIGNAL,
@@ -86,7 +87,7 @@ class _Admissions:
     sent, else all that queued up meanwhile in one admit_many signal (a burst of creates from one
     process costs the pool a few signals, not one each; a lone create waits for nothing)."""
 
-    def __init__(self, client: Client, runtime: str) -> None:
+    def __init__(self, client: Client, runtime: RuntimeName) -> None:
         self.pool = client.get_workflow_handle(pool_workflow_id(runtime))
         self.pending: list[tuple[AdmitSignal, asyncio.Future[RPCError | None]]] = []
         self.sender: asyncio.Task[None] | None = None

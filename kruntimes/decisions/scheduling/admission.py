@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.decisions.scheduling.model import (
     COUNTED_STATES,
     PROVISIONING_STATES,
@@ -53,7 +54,7 @@ class ReservationConflict(ValueError):
         self.reason = reason
 
 
-class Held(Mapping[str, Reservation]):
+class Held(Mapping[RunUid, Reservation]):
     """The reservations by run uid, each kept as a tuple (host id, host uid, tenant, reserved at)
     with the host's and tenant's strings shared (interned): far less than the Reservation model
     takes (its __dict__, its fields-set, its own copies of the host's strings), for every Ready
@@ -63,23 +64,24 @@ class Held(Mapping[str, Reservation]):
     __slots__ = ("_by_run",)
 
     def __init__(self) -> None:
-        self._by_run: dict[str, tuple[str, str, str | None, datetime]] = {}
+        self._by_run: dict[RunUid, tuple[HostId, HostUid, str | None, datetime]] = {}
 
     def put(self, r: Reservation) -> None:
         tenant = None if r.tenant is None else sys.intern(r.tenant)
-        self._by_run[r.runUid] = (sys.intern(r.hostId), sys.intern(r.hostUid), tenant, r.reservedAt)
+        host_id, host_uid = HostId(sys.intern(r.hostId)), HostUid(sys.intern(r.hostUid))
+        self._by_run[r.runUid] = (host_id, host_uid, tenant, r.reservedAt)
 
-    def take(self, run_uid: str) -> Reservation | None:
+    def take(self, run_uid: RunUid) -> Reservation | None:
         held = self._by_run.pop(run_uid, None)
         return None if held is None else _reservation(run_uid, held)
 
-    def __getitem__(self, run_uid: str) -> Reservation:
+    def __getitem__(self, run_uid: RunUid) -> Reservation:
         return _reservation(run_uid, self._by_run[run_uid])
 
     def __contains__(self, run_uid: object) -> bool:
         return run_uid in self._by_run
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[RunUid]:
         return iter(self._by_run)
 
     def __len__(self) -> int:
@@ -98,14 +100,14 @@ class Held(Mapping[str, Reservation]):
             if held[1] not in host_uids:
                 yield _reservation(run_uid, held)
 
-    def rows(self) -> Iterator[tuple[str, str, str, str | None, datetime]]:
+    def rows(self) -> Iterator[tuple[RunUid, HostId, HostUid, str | None, datetime]]:
         """Each reservation as (run uid, host id, host uid, tenant, reserved at), in the order
         they were added, without building its model."""
         for run_uid, (host_id, host_uid, tenant, at) in self._by_run.items():
             yield run_uid, host_id, host_uid, tenant, at
 
 
-def _reservation(run_uid: str, held: tuple[str, str, str | None, datetime]) -> Reservation:
+def _reservation(run_uid: RunUid, held: tuple[HostId, HostUid, str | None, datetime]) -> Reservation:
     host_id, host_uid, tenant, at = held
     # validated when it was added; built again from the same values
     return Reservation.model_construct(
@@ -136,7 +138,7 @@ class ReservationIndex:
         self.load[(reservation.hostId, reservation.hostUid)] += 1
         self.changed.add(reservation.hostUid)
 
-    def remove(self, run_uid: str) -> Reservation | None:
+    def remove(self, run_uid: RunUid) -> Reservation | None:
         reservation = self.held.take(run_uid)
         if reservation is not None:
             self.changed.add(reservation.hostUid)
@@ -146,7 +148,7 @@ class ReservationIndex:
                 del self.load[key]
         return reservation
 
-    def used(self, host_uid: str) -> int:
+    def used(self, host_uid: HostUid) -> int:
         """Reservations on the host incarnation `host_uid`."""
         return sum(n for (_, uid), n in self.load.items() if uid == host_uid)
 
@@ -335,7 +337,7 @@ def admit(
     reservations: Sequence[Reservation],
     queue: Sequence[AdmissionRequest],
     pending_scale_outs: Sequence[ScaleOutRequest],
-    runtime: str,
+    runtime: RuntimeName,
     max_queue: int,
     max_hosts: int,
     default_provider: str | None = None,
@@ -539,13 +541,13 @@ def _check_host(request: AdmissionRequest, host: Host) -> None:
         )
 
 
-def release(*, reservations: Sequence[Reservation], run_uid: str) -> tuple[Reservation, ...]:
+def release(*, reservations: Sequence[Reservation], run_uid: RunUid) -> tuple[Reservation, ...]:
     """Give back the run's slot; releasing a run that holds none is a no-op."""
     return tuple(r for r in reservations if r.runUid != run_uid)
 
 
 def release_host(
-    *, reservations: Sequence[Reservation], host_id: str
+    *, reservations: Sequence[Reservation], host_id: HostId
 ) -> tuple[tuple[Reservation, ...], tuple[str, ...]]:
     """Drop every reservation on a host leaving the pool; returns (kept, run UIDs released)."""
     kept = tuple(r for r in reservations if r.hostId != host_id)
@@ -553,7 +555,7 @@ def release_host(
     return kept, released
 
 
-def withdraw(*, queue: Sequence[AdmissionRequest], run_uid: str) -> tuple[AdmissionRequest, ...]:
+def withdraw(*, queue: Sequence[AdmissionRequest], run_uid: RunUid) -> tuple[AdmissionRequest, ...]:
     """Take a run out of the queue (cancelled, deleted, timed out); absent is a no-op."""
     return tuple(q for q in queue if q.runUid != run_uid)
 
@@ -565,7 +567,7 @@ def hosts_to_warm(
     *,
     hosts: Sequence[Host],
     pending_scale_outs: Sequence[ScaleOutRequest],
-    runtime: str,
+    runtime: RuntimeName,
     min_hosts: int,
     max_hosts: int,
 ) -> int:

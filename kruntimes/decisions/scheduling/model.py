@@ -17,6 +17,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 
 from kruntimes.api._base import ApiModel, StatusMessage, StrictBool, StrictInt
+from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.decisions.scheduling.failures import ProviderFailure, ProviderName
 
@@ -27,9 +28,12 @@ def _label(field: str) -> AfterValidator:
 
 # Opaque identities (host ids, host UIDs, run UIDs, request ids): non-empty, bounded.
 Identity = Annotated[str, Field(min_length=1, max_length=253)]
+HostIdField = Annotated[HostId, Field(min_length=1, max_length=253)]
+HostUidField = Annotated[HostUid, Field(min_length=1, max_length=253)]
+RunUidField = Annotated[RunUid, Field(min_length=1, max_length=253)]
 TenantName = Annotated[str, _label("tenant")]
 GroupName = Annotated[str, _label("tenantGroup")]
-RuntimeName = Annotated[str, _label("runtime")]
+RuntimeField = Annotated[RuntimeName, _label("runtime")]
 
 
 class HostState(StrEnum):
@@ -66,10 +70,10 @@ PROVIDER_LABEL = "kruntimes.io/provider"
 class Host(ApiModel):
     """One runtime host of a pool, with its capacity (``runs`` slots) and tenant scope."""
 
-    hostId: Identity
+    hostId: HostIdField
     # Disambiguates a re-created host that reuses its id; reservations name both.
-    hostUid: Identity
-    runtime: RuntimeName
+    hostUid: HostUidField
+    runtime: RuntimeField
     # host:port of the Runtime Server; known once the provider has started it.
     address: str | None = Field(default=None, min_length=1)
     state: HostState = HostState.Unassigned
@@ -103,9 +107,9 @@ class Host(ApiModel):
 class Reservation(ApiModel):
     """One run slot taken by one Run: admission picks the host, then the slot is reserved."""
 
-    runUid: Identity
-    hostId: Identity
-    hostUid: Identity
+    runUid: RunUidField
+    hostId: HostIdField
+    hostUid: HostUidField
     tenant: TenantName | None = None
     reservedAt: AwareDatetime
 
@@ -139,10 +143,10 @@ SHARED_POLICY = TenantPolicy()
 class AdmissionRequest(ApiModel):
     """A Run asking its runtime's pool for a slot. Tenant identity travels here, never in labels."""
 
-    runUid: Identity
+    runUid: RunUidField
     namespace: Annotated[str, _label("namespace")]
     name: Annotated[str, _label("name")]
-    runtime: RuntimeName
+    runtime: RuntimeField
     tenant: TenantName | None = None
     # The platform's policy for ``tenant``. None for a named tenant means the platform has none:
     # the run is rejected (TenantNotAllowed). None without a tenant means SHARED_POLICY.
@@ -201,8 +205,8 @@ class _HostScope(ApiModel):
 
 class AssignToInstance(ApiModel):
     kind: Literal["AssignToInstance"] = "AssignToInstance"
-    hostId: Identity
-    hostUid: Identity
+    hostId: HostIdField
+    hostUid: HostUidField
 
 
 class QueueGlobally(ApiModel):
@@ -264,17 +268,17 @@ class ScaleOutRequest(_HostScope):
     """A persisted scale-out (ScaleOutWorkflow ``scaleout/{runtime}/{requestId}``)."""
 
     requestId: Identity
-    runtime: RuntimeName
+    runtime: RuntimeField
     provider: ProviderName
     reason: ScaleOutReason
     # Slots the new host will bring (the runtime's ``runs``).
     slots: StrictInt = Field(ge=1)
     # The run whose admission asked for it, if any (None: the runtime's warm minimum).
-    runUid: Identity | None = None
+    runUid: RunUidField | None = None
     requestedAt: AwareDatetime
     status: ScaleOutStatus = ScaleOutStatus.Requested
-    hostId: Identity | None = None
-    hostUid: Identity | None = None
+    hostId: HostIdField | None = None
+    hostUid: HostUidField | None = None
     failure: ProviderFailure | None = None
 
     @model_validator(mode="after")
