@@ -39,8 +39,6 @@ again. A host that does not know deltas sends whole reports (`delta` unset), tak
 
 from __future__ import annotations
 
-from kruntimes.api.ids import Namespace, RunUid
-
 import asyncio
 import contextlib
 import logging
@@ -56,6 +54,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.activities.hosts._rpc import Handshake, HostRpcError, handshake, host_channel
+from kruntimes.api.ids import Namespace, RunUid
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
 from kruntimes.contracts.host import WatchInput, WatchReady, WatchResult
 from kruntimes.contracts.names import SIGNAL_REGISTRATION_LOST, SIGNAL_WATCH_READY, run_workflow_id

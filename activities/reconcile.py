@@ -8,8 +8,6 @@ tries again.
 
 from __future__ import annotations
 
-from kruntimes.api.ids import HostId, HostUid, Namespace, RunUid, RuntimeName
-
 import asyncio
 import logging
 import os
@@ -31,6 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from kruntimes.activities.hosts._rpc import host_channel
 from kruntimes.activities.hosts.base import HostManager
 from kruntimes.activities.hosts.registry import provider_of
+from kruntimes.api.ids import HostId, HostUid, Namespace, RuntimeName, RunUid
 from kruntimes.contracts.host import host_input
 from kruntimes.contracts.names import SIGNAL_REGISTRATION_LOST, SIGNAL_RELEASE, host_workflow_id
 from kruntimes.contracts.pool import PoolState, ReleaseSignal

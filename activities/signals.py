@@ -14,8 +14,6 @@ signal per Run, and the pool's task does not wait for those signals.
 
 from __future__ import annotations
 
-from kruntimes.api.ids import RuntimeName
-
 import asyncio
 import contextlib
 import logging
@@ -28,6 +26,7 @@ from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from kruntimes.activities.handoff import Mailbox
+from kruntimes.api.ids import RuntimeName
 from kruntimes.contracts.host import HostRecord
 from kruntimes.contracts.names import (
     QUERY_HOST,

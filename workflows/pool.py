@@ -16,8 +16,6 @@ decides); the HostWorkflow carries the deletion out (the `command` signal).
 
 from __future__ import annotations
 
-from kruntimes.api.ids import HostUid, RunUid
-
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from kruntimes.api.ids import HostUid, RunUid
     from kruntimes.contracts.names import (
         POOL_READING_BACK,
         QUERY_POOL,

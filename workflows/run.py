@@ -26,8 +26,6 @@ registration failure and takes a new attempt.
 
 from __future__ import annotations
 
-from kruntimes.api.ids import HostUid, RunUid
-
 import asyncio
 import contextlib
 import dataclasses
@@ -41,6 +39,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from kruntimes.api.ids import HostUid, RunUid
     from kruntimes.api.phases import RunPhase
     from kruntimes.api.status import (
         Condition,

@@ -12,8 +12,6 @@ Ready, NotReady, Failed (its process ended), Evicted, or Deleted (deleting or go
 
 from __future__ import annotations
 
-from kruntimes.api.ids import HostId, HostUid, RuntimeName
-
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +20,7 @@ from enum import StrEnum
 
 from temporalio.client import Client
 
+from kruntimes.api.ids import HostId, HostUid, RuntimeName
 from kruntimes.contracts.host import ProviderReport
 from kruntimes.contracts.names import SIGNAL_PROVIDER_REPORT, host_workflow_id
 

@@ -10,8 +10,6 @@ error restarts after a backoff that doubles up to a bound, resuming when a resou
 
 from __future__ import annotations
 
-from kruntimes.api.ids import HostId, HostUid, RuntimeName
-
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +22,7 @@ from kubernetes_asyncio import client as k8s
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts.events import HostEvent, HostEventKind, HostEventSink
 from kruntimes.activities.hosts.kubernetes import API_TIMEOUT_S, ApiFailure, PodApi
+from kruntimes.api.ids import HostId, HostUid, RuntimeName
 from kruntimes.system.kubewatch import WatchFailed, WatchGone, watch_events, watch_options
 
 log = logging.getLogger(__name__)
