@@ -22,6 +22,9 @@ from kruntimes.krm.limits import MAX_LOG_BYTES, MAX_RESOURCE_LIST_BYTES
 from kruntimes.krm.resources import YamlError, output_results
 from kruntimes.krm.store import Store
 
+# where a function's author reads what the sandbox shows a function, and how to show it more
+SANDBOX_DOCS = "docs/security.md, 'What a KRM function sees'"
+
 
 def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + signal number
@@ -36,6 +39,15 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+def _hidden(outcome: process.Outcome) -> str:
+    if not outcome.hidden:
+        return ""
+    return (
+        f"; it names {', '.join(outcome.hidden)}, which its sandbox hides from it: a function sees "
+        f"only what its command names (see {SANDBOX_DOCS})"
+    )
+
+
 def interpret(outcome: process.Outcome) -> Evaluation:
     """An Evaluation from what a function process did, or the ExecutionError it amounts to."""
     code = _exit_code(outcome.exit_code)
@@ -45,7 +57,8 @@ def interpret(outcome: process.Outcome) -> Evaluation:
     except (YamlError, errors.TooManyResults) as e:
         if outcome.exit_code != 0:
             raise errors.FunctionFailed(
-                f"the function {_describe_exit(outcome.exit_code)} (its output is not a ResourceList)",
+                f"the function {_describe_exit(outcome.exit_code)} (its output is not a ResourceList)"
+                + _hidden(outcome),
                 evaluation=bare,
             ) from e
         if isinstance(e, errors.TooManyResults):
@@ -59,7 +72,8 @@ def interpret(outcome: process.Outcome) -> Evaluation:
         failed = [r.message for r in results if r.severity == "error"][:3]
         detail = f": {'; '.join(failed)}" if failed else ""
         raise errors.FunctionFailed(
-            f"the function {_describe_exit(outcome.exit_code)}{detail}", evaluation=evaluation
+            f"the function {_describe_exit(outcome.exit_code)}{detail}{_hidden(outcome)}",
+            evaluation=evaluation,
         )
     return evaluation
 

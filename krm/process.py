@@ -75,6 +75,8 @@ class Outcome:
     stderr: bytes
     stderr_truncated: bool
     exit_code: int  # negative: killed by that signal
+    # paths its stderr names that exist on this machine but that its sandbox hides from it
+    hidden: tuple[str, ...] = ()
 
 
 class Runner(Protocol):

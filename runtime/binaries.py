@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import threading
 import time
@@ -44,8 +45,52 @@ SCRATCH = "/tmp"  # the lane's private tmpfs, emptied after each call: each eval
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+# an absolute path in a message: up to a quote, a space or a delimiter around it
+_PATHS = re.compile(r"/[^\s'\"(),:;<>`]+")
+
+
+def _traversable(path: str) -> bool:
+    """Whether another uid may reach `path` through its ancestors (each has the others' x bit)."""
+    parent = os.path.dirname(path)
+    while True:
+        try:
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        if parent == "/":
+            return True
+        parent = os.path.dirname(parent)
+
+
 class SandboxUnavailable(Exception):
     """This process cannot make the namespaces a sandboxed evaluation needs (it is not root)."""
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def shown_paths(argv: tuple[str, ...]) -> dict[str, str]:
+    """What a binary's sandbox shows it of this machine, read-only, beyond what every function
+    sees (each path → the argument that named it): the program's directory, and for every
+    argument naming an existing absolute path its directory, or itself when a directory — a
+    script's directory holds its modules — with the node_modules of that directory's ancestors
+    (where Node.js looks for a script's packages). Nothing else of the caller's files."""
+    shown = {os.path.dirname(os.path.realpath(argv[0])): argv[0]}
+    for arg in argv[1:]:
+        if not os.path.isabs(arg) or not os.path.exists(arg):
+            continue
+        real = os.path.realpath(arg)
+        directory = real if os.path.isdir(real) else os.path.dirname(real)
+        shown.setdefault(directory, arg)
+        ancestor = directory
+        while ancestor != "/":
+            modules = os.path.join(ancestor, "node_modules")
+            if os.path.isdir(modules):
+                shown.setdefault(os.path.realpath(modules), arg)
+            ancestor = os.path.dirname(ancestor)
+    return shown
 
 
 class HiddenBinary(Exception):
@@ -120,6 +165,22 @@ class SandboxedBinaries:
                 binary.running -= 1
                 binary.last_used = time.monotonic()
 
+    def hidden(self, argv: tuple[str, ...], text: bytes) -> tuple[str, ...]:
+        """The absolute paths `text` (a failed evaluation's stderr) names that exist here but that
+        the binary's sandbox does not show it: what to tell the caller it failed on."""
+        shown = (*self.isolation.keep, *shown_paths(argv))
+        covered = (*self.isolation.hide, SCRATCH, "/dev/shm")
+        found: list[str] = []
+        for match in _PATHS.finditer(text.decode(errors="replace")):
+            path = os.path.normpath(match.group(0))
+            if path in found or len(found) >= 3 or not os.path.exists(path):
+                continue
+            if any(_within(path, s) for s in shown):
+                continue
+            if any(_within(path, c) for c in covered) or not _traversable(path):
+                found.append(path)
+        return tuple(found)
+
     def kill(self, pid: int) -> None:
         """End the lane `on_start` named (a cancelled evaluation): its namespace, every process."""
         self.spawner.kill(pid)
@@ -153,14 +214,19 @@ class SandboxedBinaries:
     def _new(self, argv: tuple[str, ...], limits: ProcessLimits) -> _Binary:
         """(Under the lock.) The binary's identity and lanes. No workspace: nothing of its own
         outlives an evaluation but what its uid may write on the host's file system."""
-        # the binary's directory with its real content, wherever it lies but in a hidden one
-        home = os.path.dirname(os.path.realpath(argv[0]))
-        for hidden in self.isolation.forbidden:
-            if home == hidden or home.startswith(hidden.rstrip("/") + "/"):
-                raise HiddenBinary(f"{argv[0]} lies in {hidden}, which functions must not see")
+        shown = shown_paths(argv)
+        for path, named in shown.items():
+            for hidden in self.isolation.forbidden:
+                if _within(path, hidden):
+                    raise HiddenBinary(f"{named} lies in {hidden}, which functions must not see")
         lease = self.isolation.lease(f"fn-{secrets.token_hex(6)}")
         try:
-            sandbox = dataclasses.replace(lease.base, keep=(*lease.base.keep, home))
+            sandbox = dataclasses.replace(
+                lease.base,
+                keep=(*lease.base.keep, *shown),
+                # a home hidden by rule shows when the command names it itself
+                hide=tuple(h for h in lease.base.hide if h not in shown),
+            )
             spec = SpawnSpec(
                 kind="exec",
                 cwd=SCRATCH,

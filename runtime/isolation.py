@@ -138,10 +138,8 @@ class FunctionIsolation:
         self.host_uid = host_uid
         self.shared = tuple(sorted({os.path.realpath(p) for p in settings.shared}))
         self.keep = tuple(sorted({*(keep if keep is not None else python_paths()), *self.shared}))
-        # homes and the state directory's parent are hidden by rule, unless a kept path is or holds one
-        by_rule = [
-            h for h in (*_private_parents(hide), *HOMES) if not _within_any(os.path.realpath(h), self.keep)
-        ]
+        # homes and the state directory's parent are hidden by rule, unless one is itself kept
+        by_rule = [h for h in (*_private_parents(hide), *HOMES) if os.path.realpath(h) not in self.keep]
         # what no function may see even when named (state directories, the machine's secrets)
         self.forbidden = tuple(
             sorted({os.path.realpath(h) for h in (*settings.hide, *hide, *MACHINE_SECRETS)})

@@ -185,7 +185,8 @@ def _code(exc: errors.KrmError) -> int:
 
 def exec_argv(command: str) -> list[str]:
     """`--exec`'s command line, its program found as a shell finds it: a name without a slash on
-    PATH, a relative path from here (the function starts elsewhere, in a directory of its own)."""
+    PATH, a relative path from here (the function starts elsewhere, in a directory of its own);
+    so are the arguments that name existing files."""
     argv = shlex.split(command)
     if not argv:
         raise errors.SystemError_("--exec names no program")
@@ -195,6 +196,12 @@ def exec_argv(command: str) -> list[str]:
             raise errors.SystemError_(f"cannot start {argv[0]}: not found on PATH")
         argv[0] = found
     argv[0] = os.path.abspath(argv[0])
+    # an argument naming a file here (`~/fns/label.js`, `fns/x.py`) names it absolute, as the
+    # function starts elsewhere; the sandbox shows it that file's directory (runtime/binaries.py)
+    for i, arg in enumerate(argv[1:], start=1):
+        path = os.path.expanduser(arg)
+        if not arg.startswith("-") and os.path.exists(path):
+            argv[i] = os.path.abspath(path)
     return argv
 
 

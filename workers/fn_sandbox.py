@@ -103,6 +103,8 @@ class SandboxRunner:
             stderr=stderr[:max_stderr],
             stderr_truncated=outcome.stderr.truncated or len(stderr) > max_stderr,
             exit_code=outcome.exit_code,
+            # a failure on a file the sandbox hides is told as such, not as the function's bug
+            hidden=self.binaries.hidden(tuple(argv), stderr) if outcome.exit_code != 0 else (),
         )
 
     def close(self) -> None:
