@@ -39,7 +39,7 @@ from kruntimes.contracts.hostcalls import (
     UnregisterInput,
 )
 from kruntimes.pki import Identity, IdentityError
-from kruntimes.pki.assignments import Assignment, AssignmentError, Signer
+from kruntimes.pki.assignments import AssignmentError, SignedAssignment, Signer
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.wire.reasons import HostReason, reason_of
@@ -112,7 +112,7 @@ def _assignment(signer: Signer, input: RegisterInput) -> tuple[Identity, pb.Sign
     try:
         host = Identity.host(runtime=input.runtime, host_id=input.hostId)
         signed = signer.sign(
-            Assignment(
+            SignedAssignment(
                 run_uid=input.runUid,
                 attempt=input.attempt,
                 host_id=input.hostId,

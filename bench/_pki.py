@@ -11,7 +11,7 @@ import grpc
 from _benchlib import register_request
 
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, Authority, HostIssuer, Identity, PeerTLS, Role
-from kruntimes.pki.assignments import Assignment, Signer
+from kruntimes.pki.assignments import SignedAssignment, Signer
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.workers.settings import WorkerTrust
 
@@ -78,7 +78,7 @@ class BenchPKI:
         self, *, run_uid: str, host_id: str, host_uid: str, name: str, namespace: str
     ) -> pb.SignedAssignment:
         return self.signer.sign(
-            Assignment(
+            SignedAssignment(
                 run_uid=run_uid,
                 attempt=1,
                 host_id=host_id,

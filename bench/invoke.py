@@ -101,7 +101,7 @@ from yarl import URL
 
 from kruntimes.gateway.routes import RouteCache
 from kruntimes.pki import Identity
-from kruntimes.pki.assignments import Assignment, Verifier
+from kruntimes.pki.assignments import SignedAssignment, Verifier
 from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -387,7 +387,7 @@ async def heartbeat_bench(pki: BenchPKI) -> dict[str, Any]:
     }
     for repeat in range(HEARTBEAT_REPEATS):
         for uid in changing:
-            assignment = Assignment(
+            assignment = SignedAssignment(
                 run_uid=uid,
                 attempt=repeat + 2,
                 host_id=host_id,

@@ -14,7 +14,7 @@ GatewayError                    500  InternalError        (also any exception no
  ├── PayloadTooLarge            413  PayloadTooLarge
  ├── Busy                       429  FunctionBusy  (+ Retry-After)
  ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited | MalformedOwnerAnswer
- ├── NotReady                   503  RunNotReady | RouteStale  (+ Retry-After)
+ ├── RunNotReady                503  RunNotReady | RouteStale  (+ Retry-After)
  ├── OwnerUnavailable           503  OwnerUnavailable  (+ Retry-After): not delivered, did not run
  └── UpstreamTimeout            504  InvocationTimeout | OwnerTimeout
 
@@ -107,7 +107,7 @@ class UpstreamFailed(GatewayError):
     reasons = (R.OWNER_UNREACHABLE, R.FUNCTION_PROCESS_EXITED, R.MALFORMED_OWNER_ANSWER)
 
 
-class NotReady(GatewayError):
+class RunNotReady(GatewayError):
     reasons = (R.RUN_NOT_READY, R.ROUTE_STALE)
 
 
@@ -135,9 +135,9 @@ __all__ = [
     "Forbidden",
     "GatewayError",
     "NotFound",
-    "NotReady",
     "OwnerUnavailable",
     "PayloadTooLarge",
+    "RunNotReady",
     "Unauthenticated",
     "UpstreamFailed",
     "UpstreamTimeout",

@@ -38,9 +38,9 @@ from kruntimes.gateway.errors import (
     Forbidden,
     GatewayError,
     NotFound,
-    NotReady,
     OwnerUnavailable,
     PayloadTooLarge,
+    RunNotReady,
     UpstreamFailed,
     UpstreamTimeout,
 )
@@ -258,7 +258,7 @@ class InvokeHandler:
             token, Resource(namespace=namespace, name=route.name, run_uid=run_uid)
         )
         if not route.ready:
-            raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
+            raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
         timeout_s = _timeout_s(request)
         payload = await read_body(request, self.limits)
         current = self.routes.route(run_uid)  # the body took time: is the route still there?
@@ -266,7 +266,7 @@ class InvokeHandler:
             if current is None or current.namespace != namespace or current.runtime != runtime:
                 raise OwnerUnavailable("the Run's owner went away before the request was sent")
             if not current.ready:
-                raise NotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
+                raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
             route = current
         answer = await self._dispatch(route, inv, payload, timeout_s)
         return self._answer(answer, inv)
@@ -280,7 +280,7 @@ class InvokeHandler:
         if not self.known.refreshed and self.known.client is not None:
             # Just started: no heartbeat and no list of Runs yet, so nothing is known to be absent.
             await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=run_uid))
-            raise NotReady("the gateway is starting", reason=R.RUN_NOT_READY, retry_after=1)
+            raise RunNotReady("the gateway is starting", reason=R.RUN_NOT_READY, retry_after=1)
         known = self.known.get(run_uid)
         if (
             known is None
@@ -298,7 +298,7 @@ class InvokeHandler:
         await self.authorizer.authorize(
             token, Resource(namespace=namespace, name=known.name, run_uid=run_uid)
         )
-        raise NotReady(f"the Run is {known.phase or 'starting'}", reason=R.RUN_NOT_READY, retry_after=2)
+        raise RunNotReady(f"the Run is {known.phase or 'starting'}", reason=R.RUN_NOT_READY, retry_after=2)
 
     async def _dispatch(
         self, route: Route, inv: str, payload: bytes, timeout_s: float
@@ -343,9 +343,9 @@ class InvokeHandler:
             return Busy("the function is running another invocation; retry later")
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
             self.routes.drop(route.run_uid, route.host_uid)  # stale: the host holds another generation
-            return NotReady("the Run's registration moved; retry shortly", reason=R.ROUTE_STALE)
+            return RunNotReady("the Run's registration moved; retry shortly", reason=R.ROUTE_STALE)
         if code == grpc.StatusCode.UNAVAILABLE and reason == HostReason.NOT_READY:
-            return NotReady("the function cannot serve right now", reason=R.RUN_NOT_READY, retry_after=5)
+            return RunNotReady("the function cannot serve right now", reason=R.RUN_NOT_READY, retry_after=5)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return UpstreamTimeout(
                 "the owner did not answer in time; the function may have run", reason=R.OWNER_TIMEOUT

@@ -48,7 +48,7 @@ _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
-class ConfigError(ValueError):
+class FunctionConfigError(ValueError):
     """A FunctionConfig document is invalid; the message names the source and the field."""
 
 
@@ -198,10 +198,11 @@ class FunctionConfig(BaseModel):
 
 
 def parse(document: Any, *, source: str) -> FunctionConfig:
-    """A FunctionConfig from one parsed YAML/JSON document; ConfigError names `source` and the field."""
+    """A FunctionConfig from one parsed YAML/JSON document; FunctionConfigError names `source`
+    and the field."""
     if not isinstance(document, dict):
-        raise ConfigError(f"{source}: a FunctionConfig is a mapping, not {type(document).__name__}")
+        raise FunctionConfigError(f"{source}: a FunctionConfig is a mapping, not {type(document).__name__}")
     try:
         return FunctionConfig.model_validate(document)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {describe(e)}") from e
+        raise FunctionConfigError(f"{source}: {describe(e)}") from e

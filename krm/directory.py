@@ -87,8 +87,8 @@ class DirectoryFeed:
                 raise YamlError(f"over {MAX_FILE_BYTES} bytes")
             documents = [d for d in load_all(data) if d is not None]
             configs = tuple(fc.parse(d, source=f"{where}[{i}]") for i, d in enumerate(documents))
-        except (YamlError, fc.ConfigError) as e:
-            text = str(e) if isinstance(e, fc.ConfigError) else f"{where}: {e}"
+        except (YamlError, fc.FunctionConfigError) as e:
+            text = str(e) if isinstance(e, fc.FunctionConfigError) else f"{where}: {e}"
             if self._problems.get(where) != text:
                 log.warning("FunctionConfig file refused (its last valid contents are kept): %s", text)
             self._problems[where] = text

@@ -89,7 +89,7 @@ class KubernetesFeed:
         where = f"kubernetes {key}"
         try:
             config = fc.parse(raw, source=where)
-        except fc.ConfigError as e:
+        except fc.FunctionConfigError as e:
             if self._problems.get(where) != str(e):
                 log.warning("FunctionConfig refused (its last valid version is kept): %s", e)
             self._problems[where] = str(e)

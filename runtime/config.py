@@ -30,7 +30,7 @@ class RunRef:
 
 
 @dataclass(frozen=True, slots=True)
-class FunctionConfig:
+class HandlerConfig:
     adapter: str
     handler: str
     env: tuple[tuple[str, str], ...] = ()
@@ -63,7 +63,7 @@ class FunctionConfig:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def prepare_workdir(config: FunctionConfig, workdir: Path, policy: workspace.SourcePolicy) -> None:
+def prepare_workdir(config: HandlerConfig, workdir: Path, policy: workspace.SourcePolicy) -> None:
     """Create `workdir` holding the function's source (the caller removes it with
     `workspace.remove`); a source that cannot be used is SourceInvalid."""
     try:
@@ -77,7 +77,7 @@ def prepare_workdir(config: FunctionConfig, workdir: Path, policy: workspace.Sou
         raise SourceInvalid(str(exc)) from exc
 
 
-def resolve_env(run: RunRef, config: FunctionConfig, secrets: FileSecrets | None) -> dict[str, str]:
+def resolve_env(run: RunRef, config: HandlerConfig, secrets: FileSecrets | None) -> dict[str, str]:
     """The function's own environment: its secrets' keys (envFrom), then its `env` over them."""
     env: dict[str, str] = {}
     if config.env_from:
@@ -107,7 +107,7 @@ def function_env(run: RunRef, env_of_run: dict[str, str], workdir: Path) -> dict
 
 def spawn_spec(
     run: RunRef,
-    config: FunctionConfig,
+    config: HandlerConfig,
     workdir: Path,
     limits: ProcessLimits,
     *,

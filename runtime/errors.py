@@ -1,11 +1,11 @@
 """The Runtime Server's errors. Each carries one stable reason of the catalogue
 (kruntimes.wire.reasons.HostReason), which also gives its gRPC status code.
 
-RuntimeError_               Internal               INTERNAL
+RuntimeServerError          Internal               INTERNAL
  ├── RegistrationConflict   same attempt, different config            FAILED_PRECONDITION
  ├── StaleAttempt           lower attempt than the current one         FAILED_PRECONDITION
  ├── FenceMismatch          caller expected another run/attempt/host   FAILED_PRECONDITION
- ├── NotReady               registration cannot serve (fatal error)    UNAVAILABLE
+ ├── FunctionNotReady       registration cannot serve (fatal error)    UNAVAILABLE
  ├── UnknownRegistration    no such registration id                    NOT_FOUND
  ├── ConcurrencyLimit       the one in-flight invocation is busy       RESOURCE_EXHAUSTED
  ├── InvalidRequest         a field is missing or out of bounds        INVALID_ARGUMENT
@@ -26,7 +26,7 @@ from kruntimes.wire.reasons import HostReason
 MAX_MESSAGE_CHARS = 1024
 
 
-class RuntimeError_(Exception):
+class RuntimeServerError(Exception):
     reason: ClassVar[HostReason] = HostReason.INTERNAL
 
     def __init__(self, message: str) -> None:
@@ -41,43 +41,43 @@ class RuntimeError_(Exception):
         return f"{self.reason}: {self.message}"
 
 
-class RegistrationConflict(RuntimeError_):
+class RegistrationConflict(RuntimeServerError):
     reason = HostReason.REGISTRATION_CONFLICT
 
 
-class StaleAttempt(RuntimeError_):
+class StaleAttempt(RuntimeServerError):
     reason = HostReason.STALE_ATTEMPT
 
 
-class FenceMismatch(RuntimeError_):
+class FenceMismatch(RuntimeServerError):
     reason = HostReason.FENCE_MISMATCH
 
 
-class NotReady(RuntimeError_):
+class FunctionNotReady(RuntimeServerError):
     reason = HostReason.NOT_READY
 
 
-class UnknownRegistration(RuntimeError_):
+class UnknownRegistration(RuntimeServerError):
     reason = HostReason.UNKNOWN_REGISTRATION
 
 
-class ConcurrencyLimit(RuntimeError_):
+class ConcurrencyLimit(RuntimeServerError):
     reason = HostReason.CONCURRENCY_LIMIT
 
 
-class InvalidRequest(RuntimeError_):
+class InvalidRequest(RuntimeServerError):
     reason = HostReason.INVALID_REQUEST
 
 
-class SourceInvalid(RuntimeError_):
+class SourceInvalid(RuntimeServerError):
     reason = HostReason.SOURCE_INVALID
 
 
-class SecretNotFound(RuntimeError_):
+class SecretNotFound(RuntimeServerError):
     reason = HostReason.SECRET_NOT_FOUND
 
 
-class HandlerLoadFailed(RuntimeError_):
+class HandlerLoadFailed(RuntimeServerError):
     reason = HostReason.HANDLER_LOAD_FAILED
 
     def __init__(self, kind: str, message: str) -> None:
@@ -85,13 +85,13 @@ class HandlerLoadFailed(RuntimeError_):
         self.kind = kind
 
 
-class AssignmentInvalid(RuntimeError_):
+class AssignmentInvalid(RuntimeServerError):
     reason = HostReason.ASSIGNMENT_INVALID
 
 
-class PermissionDenied(RuntimeError_):
+class PermissionDenied(RuntimeServerError):
     reason = HostReason.PERMISSION_DENIED
 
 
-class HostUnavailable(RuntimeError_):
+class HostUnavailable(RuntimeServerError):
     reason = HostReason.HOST_UNAVAILABLE

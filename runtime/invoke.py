@@ -54,7 +54,7 @@ def _error(reason: HostReason, message: str) -> bytes:
 
 
 def _error_of(exc: BaseException) -> bytes:
-    if isinstance(exc, errors.RuntimeError_):
+    if isinstance(exc, errors.RuntimeServerError):
         return _error(exc.reason, str(exc))
     log.error("raw invoke failed", exc_info=exc)
     return _error(HostReason.INTERNAL, "internal error")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kruntimes.runtime import workspace
-from kruntimes.runtime.config import FunctionConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
+from kruntimes.runtime.config import HandlerConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
 from kruntimes.runtime.isolation import FunctionIsolation, Lease
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.secrets import FileSecrets
@@ -24,14 +24,14 @@ class Launcher:
     sources: SourcePolicy = field(default_factory=SourcePolicy)
     secrets: FileSecrets | None = None
 
-    def workspace(self, name: str, config: FunctionConfig) -> Path:
+    def workspace(self, name: str, config: HandlerConfig) -> Path:
         """The function's workspace `name` under the work root, holding its source (removed
         with `workspace.remove`)."""
         workdir = workspace.workdir(self.work_root, name)
         prepare_workdir(config, workdir, self.sources)
         return workdir
 
-    def env(self, run: RunRef, config: FunctionConfig) -> dict[str, str]:
+    def env(self, run: RunRef, config: HandlerConfig) -> dict[str, str]:
         return resolve_env(run, config, self.secrets)
 
     def identity(self, slot: str, workdir: Path) -> Lease | None:
@@ -60,7 +60,7 @@ class Launcher:
     def spec(
         self,
         run: RunRef,
-        config: FunctionConfig,
+        config: HandlerConfig,
         workdir: Path,
         *,
         lease: Lease | None,

@@ -24,13 +24,13 @@ from typing import Any, Protocol
 from kruntimes.runtime import workspace
 from kruntimes.runtime.adapters.host import HostAdapter, RunOnce
 from kruntimes.runtime.adapters.registered import host_adapter
-from kruntimes.runtime.config import FunctionConfig, RunRef
+from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.errors import (
     ConcurrencyLimit,
     FenceMismatch,
+    FunctionNotReady,
     HandlerLoadFailed,
     HostUnavailable,
-    NotReady,
     RegistrationConflict,
     StaleAttempt,
     UnknownRegistration,
@@ -95,7 +95,7 @@ def _resolve(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
 class Registration:
     id: str
     run: RunRef
-    config: FunctionConfig
+    config: HandlerConfig
     adapter: HostAdapter  # the host side of config.adapter
     digest: str
     workdir: Path
@@ -156,7 +156,7 @@ class Registry:
             return self._uid_locks.setdefault(uid, threading.Lock())
 
     def register(
-        self, run: RunRef, config: FunctionConfig, *, assignment: bytes = b""
+        self, run: RunRef, config: HandlerConfig, *, assignment: bytes = b""
     ) -> tuple[Registration, bool]:
         config.validate()
         digest = config.digest()
@@ -191,7 +191,7 @@ class Registry:
         self.on_change()
         return reg, True
 
-    def _create(self, run: RunRef, config: FunctionConfig, digest: str) -> Registration:
+    def _create(self, run: RunRef, config: HandlerConfig, digest: str) -> Registration:
         adapter = host_adapter(config.adapter)
         workdir = self.launcher.workspace(f"{run.run_uid}.{run.attempt}", config)
         reg = Registration(
@@ -336,7 +336,7 @@ class Registry:
         """Start an invocation; runs on the host's event loop.
 
         Refusals (unknown, fence, busy, not ready) raise at once. The returned future gets the
-        Outcome, or a `RuntimeError_` when the function process could not be (re)started. The
+        Outcome, or a `RuntimeServerError` when the function process could not be (re)started. The
         invocation runs to its end even if nobody waits for the future any more: the registration
         stays busy until its process has answered, timed out or died.
         """
@@ -353,7 +353,7 @@ class Registry:
             )
         if reg.state != READY:
             reg.busy.release()
-            raise NotReady(reg.fatal_error or f"registration is {reg.state}")
+            raise FunctionNotReady(reg.fatal_error or f"registration is {reg.state}")
         reg.in_flight += 1
         reg.last_activity = _now()
         loop = asyncio.get_running_loop()
@@ -421,7 +421,7 @@ class Registry:
         if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
             self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")
             return
-        with contextlib.suppress(NotReady):  # warm a fresh process now, not in the next invocation
+        with contextlib.suppress(FunctionNotReady):  # warm a fresh process now, not in the next invocation
             await asyncio.get_running_loop().run_in_executor(None, self._warm, reg)
 
     async def _invoke_slowly(
@@ -470,7 +470,7 @@ class Registry:
             reg.process = WarmProcess.start(self.spawner, spec)
         except (LoadFailed, SpawnError) as exc:
             self._mark_fatal(reg, f"the function process cannot be restarted: {exc}")
-            raise NotReady(reg.fatal_error) from exc
+            raise FunctionNotReady(reg.fatal_error) from exc
         return reg.process
 
     def _mark_fatal(self, reg: Registration, message: str) -> None:

@@ -36,7 +36,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime import errors
 from kruntimes.runtime.capture import Capture
-from kruntimes.runtime.config import FunctionConfig, RunRef
+from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.outcome import Outcome, Status
 from kruntimes.runtime.registry import Registration, Registry, State
 from kruntimes.runtime.sandbox.policy import InForce
@@ -83,16 +83,16 @@ _PHASES = {
 }
 
 
-async def _abort(context: Context, exc: errors.RuntimeError_) -> NoReturn:
+async def _abort(context: Context, exc: errors.RuntimeServerError) -> NoReturn:
     await context.abort(status_code(exc), str(exc), trailer(exc.reason))
     raise AssertionError("unreachable: abort raises")
 
 
 async def _blocking(context: Context, fn: Callable[[], T]) -> T:
-    """Run blocking work in the loop's executor; its `RuntimeError_` aborts the call."""
+    """Run blocking work in the loop's executor; its `RuntimeServerError` aborts the call."""
     try:
         return await asyncio.get_running_loop().run_in_executor(None, fn)
-    except errors.RuntimeError_ as exc:
+    except errors.RuntimeServerError as exc:
         await _abort(context, exc)
 
 
@@ -126,11 +126,11 @@ def _run_fields(run: RunRef) -> dict[str, Any]:
     return dataclasses.asdict(run)
 
 
-def _config(msg: pb.FunctionConfig) -> FunctionConfig:
+def _config(msg: pb.FunctionConfig) -> HandlerConfig:
     which = msg.WhichOneof("source")
     if which is None:
         raise errors.InvalidRequest("config.source: set source_path or inline")
-    return FunctionConfig(
+    return HandlerConfig(
         adapter=msg.adapter,
         handler=msg.handler,
         env=tuple(sorted(msg.env.items())),
@@ -174,7 +174,7 @@ def begin_invoke(
 ) -> tuple[str, asyncio.Future[Outcome]]:
     """InvokeFunction up to the running invocation, shared by the gRPC servicer and the raw invoke
     port (runtime/invoke.py): the same validation, fence and registry semantics. Refusals raise
-    `errors.RuntimeError_` at once; the future gets the Outcome (see `Registry.invoke`)."""
+    `errors.RuntimeServerError` at once; the future gets the Outcome (see `Registry.invoke`)."""
     invocation_id = request.invocation_id
     if invocation_id:
         try:
@@ -218,7 +218,7 @@ async def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest)
     return invoke_response(invocation_id, await pending)
 
 
-def status_code(exc: errors.RuntimeError_) -> grpc.StatusCode:
+def status_code(exc: errors.RuntimeServerError) -> grpc.StatusCode:
     """The gRPC status code of `exc`'s reason (kruntimes.wire.reasons.HostReason)."""
     return _CODES[exc.reason]
 
@@ -305,7 +305,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         try:
             invocation_id, pending = begin_invoke(self.registry, request)
             outcome = await pending
-        except errors.RuntimeError_ as exc:
+        except errors.RuntimeServerError as exc:
             await _abort(context, exc)
         return invoke_response(invocation_id, outcome)
 

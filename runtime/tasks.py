@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from kruntimes.api.limits import MAX_OUTPUTS_TOTAL_BYTES
 from kruntimes.runtime import workspace
 from kruntimes.runtime.adapters.registered import host_adapter
-from kruntimes.runtime.config import FunctionConfig, RunRef
+from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.errors import HostUnavailable, RegistrationConflict
 from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.once import run_once
@@ -40,7 +40,7 @@ class Tasks:
         self._lock = threading.Lock()
         self._runs: OrderedDict[tuple[str, int], Execution] = OrderedDict()
 
-    def execute(self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float) -> Outcome:
+    def execute(self, run: RunRef, config: HandlerConfig, data: bytes, timeout_s: float) -> Outcome:
         """Run the task, or wait for the same (run uid, attempt) already running, or return its result."""
         config.validate()
         digest = config.digest()
@@ -71,7 +71,7 @@ class Tasks:
         return execution.outcome
 
     def _run(
-        self, run: RunRef, config: FunctionConfig, data: bytes, timeout_s: float, execution: Execution
+        self, run: RunRef, config: HandlerConfig, data: bytes, timeout_s: float, execution: Execution
     ) -> Outcome:
         workdir = self.launcher.workspace(f"task-{run.run_uid}.{run.attempt}", config)
         lease = None

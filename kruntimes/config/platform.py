@@ -98,7 +98,7 @@ def _label(field: str) -> AfterValidator:
     return AfterValidator(lambda value: validate_dns1123_label(value, field=field))
 
 
-class ConfigError(ValueError):
+class PlatformConfigError(ValueError):
     """The configuration could not be used. ``problems`` holds one ``"<field path>: <what>"`` each."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -433,7 +433,9 @@ def parse_config(data: object) -> PlatformConfig:
     """Validate decoded YAML; ``None`` (an empty file) gives the defaults."""
     if data is None:
         data = {}
-    return validate_document(PlatformConfig, data, root="<config>", relocate=_field_named, error=ConfigError)
+    return validate_document(
+        PlatformConfig, data, root="<config>", relocate=_field_named, error=PlatformConfigError
+    )
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> PlatformConfig:
@@ -444,9 +446,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PlatformConfig:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError([f"<config>: cannot read {os.fspath(path)!r}: {e}"]) from e
+        raise PlatformConfigError([f"<config>: cannot read {os.fspath(path)!r}: {e}"]) from e
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError([f"<config>: not valid YAML: {e}"]) from e
+        raise PlatformConfigError([f"<config>: not valid YAML: {e}"]) from e
     return parse_config(data)

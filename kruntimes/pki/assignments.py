@@ -57,7 +57,7 @@ class AssignmentError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Assignment:
+class SignedAssignment:
     run_uid: str
     attempt: int
     host_id: str
@@ -90,7 +90,7 @@ class Assignment:
         ).SerializeToString(deterministic=True)
 
     @classmethod
-    def decode(cls, data: bytes) -> Assignment:
+    def decode(cls, data: bytes) -> SignedAssignment:
         try:
             msg = pb.Assignment.FromString(data)
         except DecodeError:
@@ -156,7 +156,7 @@ class Signer:
             raise AssignmentError(f"the assignment key {path} is not an Ed25519 key")
         return cls(key)
 
-    def sign(self, assignment: Assignment) -> pb.SignedAssignment:
+    def sign(self, assignment: SignedAssignment) -> pb.SignedAssignment:
         data = assignment.encode()
         return pb.SignedAssignment(
             assignment=data, signature=self._key.sign(CONTEXT + data), key_id=self.key_id
@@ -171,7 +171,7 @@ class Verifier:
         self._keys = {key_id(k): k for k in keys}
         if not self._keys:
             raise AssignmentError("no public key to verify assignments with")
-        self._cache: dict[tuple[bytes, bytes], Assignment] = {}
+        self._cache: dict[tuple[bytes, bytes], SignedAssignment] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -201,7 +201,7 @@ class Verifier:
             raise AssignmentError(f"{path}: more than {MAX_PUBLIC_KEYS} public keys")
         return cls(keys, **kwargs)
 
-    def verify(self, signed: pb.SignedAssignment) -> Assignment:
+    def verify(self, signed: pb.SignedAssignment) -> SignedAssignment:
         """The assignment `signed` carries, if its signature verifies; else AssignmentError."""
         data, signature = signed.assignment, signed.signature
         found = self._cache.get((data, signature))
@@ -216,7 +216,7 @@ class Verifier:
             key.verify(signature, CONTEXT + data)
         except InvalidSignature:
             raise AssignmentError("the assignment's signature does not verify") from None
-        assignment = Assignment.decode(data)
+        assignment = SignedAssignment.decode(data)
         with self._lock:
             if len(self._cache) >= self._cache_size:
                 del self._cache[next(iter(self._cache))]

@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from kruntimes.activities.runtime_host import RuntimeHostActivities
 from kruntimes.contracts.hostcalls import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
-from kruntimes.pki.assignments import Assignment
+from kruntimes.pki.assignments import SignedAssignment
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.temporal.devserver import free_port
@@ -239,7 +239,7 @@ async def test_registration_sends_the_runs_identity_config_and_signed_assignment
     ]
     # with the signed assignment of this attempt to the assigned host
     assigned = pki.verifier().verify(sent.assignment)
-    assert assigned == Assignment(
+    assert assigned == SignedAssignment(
         run_uid=run.metadata.uid,
         attempt=3,
         host_id="scripted-0",

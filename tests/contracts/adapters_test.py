@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from kruntimes.api import RunSpec
 from kruntimes.api.adapters import ADAPTERS, validate_handler
-from kruntimes.config.platform import ConfigError, RuntimeConfig, parse_config
+from kruntimes.config.platform import PlatformConfigError, RuntimeConfig, parse_config
 from kruntimes.runtime.adapters.registered import HOST_ADAPTERS, host_adapter
 from kruntimes.runtime.errors import InvalidRequest
 from tests.api.builders import spec_data
@@ -47,7 +47,7 @@ def test_the_config_model_takes_every_registered_adapter(name):
 
 
 def test_the_config_model_refuses_an_unknown_adapter_naming_the_known_ones():
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(PlatformConfigError) as e:
         parse_config({"runtimes": [{"name": "fn", "adapter": "ruby"}]})
     (problem,) = e.value.problems
     assert problem.startswith("runtimes.0.adapter: ")

@@ -53,7 +53,7 @@ def test_a_valid_function_config_parses_with_its_pod_executor() -> None:
 def test_an_invalid_function_config_is_refused_naming_the_field(change, named: str) -> None:
     document = function_config("fn", prefixes=["ghcr.io/fn"], path="fn", tags=["1.x"])
     change(document)
-    with pytest.raises(fc.ConfigError) as caught:
+    with pytest.raises(fc.FunctionConfigError) as caught:
         fc.parse(document, source="configs/fn.yaml")
     assert str(caught.value).startswith("configs/fn.yaml: ")
     assert named in str(caught.value)
@@ -114,7 +114,7 @@ SOURCE = {"inline": [{"name": "main.py", "content": "pass"}], "entrypoint": ["py
 def test_a_pod_executor_names_one_program_and_a_runtime_label(executor: dict, problem: str) -> None:
     document = function_config("fn", prefixes=["ghcr.io/fn/x"], path="x", tags=["*"])
     document["spec"]["podExecutor"] = executor
-    with pytest.raises(fc.ConfigError) as caught:
+    with pytest.raises(fc.FunctionConfigError) as caught:
         fc.parse(document, source="f.yaml")
     assert problem in str(caught.value)
 

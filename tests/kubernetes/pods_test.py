@@ -7,7 +7,7 @@ import pytest
 
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts.kubernetes import KubernetesConfigError, validate_templates
-from kruntimes.config.platform import ConfigError, KubernetesPodTemplate, ResourceLimits, parse_config
+from kruntimes.config.platform import KubernetesPodTemplate, PlatformConfigError, ResourceLimits, parse_config
 from kruntimes.contracts.providers import HostSandbox
 from tests.kubernetes.conftest import IMAGE, runtime, spec
 
@@ -204,7 +204,7 @@ def test_a_bad_template_is_an_error_naming_its_field_before_any_pod_is_created(t
     ],
 )
 def test_the_runtimes_file_refuses_bad_kubernetes_settings_by_field(kubernetes, problem) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(PlatformConfigError) as caught:
         parse_config(
             {
                 "runtimes": [
@@ -221,10 +221,10 @@ def test_the_runtimes_file_refuses_bad_kubernetes_settings_by_field(kubernetes, 
 
 
 def test_provider_kubernetes_needs_its_block_and_other_providers_refuse_one() -> None:
-    with pytest.raises(ConfigError, match="runtimes.0.kubernetes"):
+    with pytest.raises(PlatformConfigError, match="runtimes.0.kubernetes"):
         parse_config({"runtimes": [{"name": "python", "adapter": "python", "provider": "kubernetes"}]})
     block = {"namespace": "ns", "podTemplate": {"image": "x"}}
-    with pytest.raises(ConfigError, match="only for provider kubernetes"):
+    with pytest.raises(PlatformConfigError, match="only for provider kubernetes"):
         parse_config({"runtimes": [{"name": "python", "adapter": "python", "kubernetes": block}]})
 
 

@@ -8,8 +8,8 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from kruntimes.config.platform import (
-    ConfigError,
     PlatformConfig,
+    PlatformConfigError,
     RuntimeConfig,
     TenantConfig,
     load_config,
@@ -19,7 +19,7 @@ from kruntimes.decisions.scheduling.model import SHARED_POLICY, TenancyMode, Ten
 
 
 def problems(data):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(PlatformConfigError) as e:
         parse_config(data)
     assert isinstance(e.value, ValueError)
     return e.value.problems
@@ -102,7 +102,7 @@ def test_a_yaml_file_sets_what_it_names_and_defaults_the_rest(tmp_path):
 
 
 def test_a_missing_file_is_a_config_error_naming_the_path(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read") as e:
+    with pytest.raises(PlatformConfigError, match="cannot read") as e:
         load_config(tmp_path / "absent.yaml")
     assert "absent.yaml" in e.value.problems[0]
 
@@ -110,7 +110,7 @@ def test_a_missing_file_is_a_config_error_naming_the_path(tmp_path):
 def test_invalid_yaml_is_a_config_error(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("runtimes: [\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(PlatformConfigError, match="not valid YAML"):
         load_config(path)
 
 
@@ -281,5 +281,5 @@ def test_shared_directories_and_source_roots_are_absolute_paths_without_dot_part
     assert parse_config({}).sharedDirectories == []
     for bad in ["relative/dir", "/srv/../etc", "/srv/./data", "/srv/\x00"]:
         for key in ("sharedDirectories", "allowedSourceRoots"):
-            with pytest.raises(ConfigError, match=key):
+            with pytest.raises(PlatformConfigError, match=key):
                 parse_config({key: [bad]})

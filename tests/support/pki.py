@@ -23,7 +23,7 @@ from kruntimes.pki import (
     PeerTLS,
     Role,
 )
-from kruntimes.pki.assignments import Assignment, Signer, Verifier
+from kruntimes.pki.assignments import SignedAssignment, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.workers.settings import WorkerTrust
 
@@ -144,7 +144,7 @@ class TestPKI:
         runtime: str = "python",
     ) -> pb.SignedAssignment:
         return self.signer.sign(
-            Assignment(
+            SignedAssignment(
                 run_uid=run_uid,
                 attempt=attempt,
                 host_id=host_id,

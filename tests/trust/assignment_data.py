@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from kruntimes.pki.assignments import Assignment
+from kruntimes.pki.assignments import SignedAssignment
 
-ASSIGNMENT = Assignment(
+ASSIGNMENT = SignedAssignment(
     run_uid=str(uuid.uuid4()),
     attempt=3,
     host_id="python-0",

@@ -35,7 +35,7 @@ from kruntimes.pki import (
     Role,
 )
 from kruntimes.pki import rotation as ca_rotation
-from kruntimes.pki.assignments import Assignment, Signer, Verifier
+from kruntimes.pki.assignments import SignedAssignment, Signer, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.workers.embedded.layout import Layout, ensure_pki
@@ -102,7 +102,7 @@ class Platform:
 
     async def register(self, host: Host) -> None:
         host.run_uid = str(uuid.uuid4())
-        assignment = Assignment(
+        assignment = SignedAssignment(
             run_uid=host.run_uid,
             attempt=1,
             host_id=host.host_id,

@@ -67,7 +67,7 @@ def test_a_class_answers_with_the_status_of_its_reasons() -> None:
 
 def test_a_class_refuses_a_reason_it_does_not_carry() -> None:
     with pytest.raises(TypeError):
-        errors.NotReady("m", reason=GatewayReason.FUNCTION_BUSY)
+        errors.RunNotReady("m", reason=GatewayReason.FUNCTION_BUSY)
     with pytest.raises(TypeError):
         errors.BadRequest("m", reason=GatewayReason.NOT_FOUND)  # the router's, not an error class's
 
@@ -99,7 +99,7 @@ def test_each_error_answer_is_an_error_body_with_its_status(reason: GatewayReaso
 
 
 def test_a_call_site_may_say_when_to_retry() -> None:
-    answer = gateway_error_answer(errors.NotReady("m", retry_after=5), "")
+    answer = gateway_error_answer(errors.RunNotReady("m", retry_after=5), "")
     assert answer.headers[headers.RETRY_AFTER] == "5"
     assert headers.INVOCATION_ID not in answer.headers  # no id: no header
 

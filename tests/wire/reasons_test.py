@@ -45,7 +45,7 @@ def test_reasons_are_looked_up_by_their_spelling() -> None:
 
 
 def test_each_host_reason_is_one_runtime_error_and_its_grpc_code() -> None:
-    classes = tree(errors.RuntimeError_)
+    classes = tree(errors.RuntimeServerError)
     assert sorted(str(cls.reason) for cls in classes) == sorted(str(r) for r in HostReason)
     for cls in classes:
         exc = cls.__new__(cls)

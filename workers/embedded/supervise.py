@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kruntimes.activities.hosts.process import stop_all
-from kruntimes.config.platform import ConfigError, load_config
+from kruntimes.config.platform import PlatformConfigError, load_config
 from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.local import TlsFiles, ensure_tls
@@ -342,7 +342,7 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
     ports, token = prepare(layout)
     try:  # a bad runtimes file is said now, before anything starts (the worker would only die of it)
         load_config(layout.runtimes)
-    except ConfigError as e:
+    except PlatformConfigError as e:
         raise PlatformError(f"{layout.runtimes}: {e}") from None
     tls = ensure_tls(layout.tls)
     procs: dict[str, subprocess.Popen[bytes]] = {}
