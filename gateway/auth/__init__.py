@@ -25,7 +25,7 @@ from kruntimes.gateway.auth.base import (
 )
 from kruntimes.gateway.auth.bindings import Binding, EmbeddedAuthorizer, RoleBindings
 from kruntimes.gateway.auth.cache import CacheStats, CachingAuthorizer, cache_key
-from kruntimes.gateway.auth.jwt import token_expiry
+from kruntimes.gateway.auth.token_expiry import token_expiry
 from kruntimes.gateway.auth.tokens import TokenFile, TokenFileError
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kruntimes.gateway.auth.base import Authorizer, Decision, Forbidden, Principal, Resource
-from kruntimes.gateway.auth.jwt import token_expiry
+from kruntimes.gateway.auth.token_expiry import token_expiry
 
 DEFAULT_TTL_S = 30.0
 DEFAULT_MAX_ENTRIES = 10_000
