@@ -9,7 +9,6 @@ every created object, and a review has no name, so a second review would be refu
 from __future__ import annotations
 
 import asyncio
-import socket
 import traceback
 from collections.abc import AsyncIterator
 
@@ -27,6 +26,7 @@ from kruntimes.gateway.auth import (
     Unauthenticated,
 )
 from tests.gateway_auth.helpers import issue
+from tests.support.ports import refusing_port
 
 pytestmark = pytest.mark.kmock(cls=KubernetesScaffold, strict=True)
 
@@ -159,16 +159,14 @@ async def test_a_garbled_answer_makes_authorization_unavailable(kmock, authorize
 
 
 async def test_an_api_that_is_down_makes_authorization_unavailable() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    authorizer = KubernetesAuthorizer(f"http://127.0.0.1:{port}", timeout_s=2)
-    try:
-        with pytest.raises(AuthUnavailable) as caught:
-            await authorizer.authorize(ALICE, run_in("team-a"))
-        assert ALICE not in "".join(traceback.format_exception(caught.value))
-    finally:
-        await authorizer.close()
+    with refusing_port() as port:
+        authorizer = KubernetesAuthorizer(f"http://127.0.0.1:{port}", timeout_s=2)
+        try:
+            with pytest.raises(AuthUnavailable) as caught:
+                await authorizer.authorize(ALICE, run_in("team-a"))
+            assert ALICE not in "".join(traceback.format_exception(caught.value))
+        finally:
+            await authorizer.close()
 
 
 async def test_an_api_that_does_not_answer_in_time_makes_authorization_unavailable(kmock) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import grpc
@@ -12,13 +11,8 @@ from kruntimes.activities.hosts import AttachProvider, HostManager, ProcessProvi
 from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from tests.hosts.conftest import spec
 from tests.support.pki import TestPKI
+from tests.support.ports import refusing_port
 from tests.support.procs import alive
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_attach_adopts_a_running_host_and_delete_does_not_stop_it(
@@ -50,9 +44,8 @@ async def test_attach_without_an_address_is_a_permanent_failure(tmp_path: Path) 
 
 
 async def test_attach_to_an_address_nobody_listens_on_is_retryably_unavailable(tmp_path: Path) -> None:
-    address = f"127.0.0.1:{closed_port()}"
-
-    with pytest.raises(ProviderError) as caught:
+    with refusing_port() as port, pytest.raises(ProviderError) as caught:
+        address = f"127.0.0.1:{port}"
         await AttachProvider(rpc_timeout_s=2).create(spec(tmp_path, provider="attach", attachAddress=address))
 
     assert (caught.value.reason, caught.value.retryable) == (FailureReason.ProviderUnavailable, True)

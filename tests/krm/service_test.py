@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -23,6 +23,7 @@ from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
+from tests.support.ports import refusing_port
 from tests.support.procs import alive
 
 BINARIES = ("set-labels", "validator", "garbage", "missing", "sleeper", "stubborn")
@@ -173,9 +174,7 @@ async def test_an_unreachable_runner_is_a_system_error(unused_port: int) -> None
 
 
 @pytest.fixture
-def unused_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def unused_port() -> Iterator[int]:
+    """Held for the test: refused, and nobody else's meanwhile."""
+    with refusing_port() as port:
+        yield port

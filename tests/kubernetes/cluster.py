@@ -9,7 +9,7 @@ of a pod bound to a node (deletionTimestamp, then the kubelet's final delete), a
 chain: scripted refusals of pod creates (quota 403, RBAC 403, admission 422, 503) that store
 nothing, and ports of their own for every pod (all pods share 127.0.0.1 here, where a real cluster
 gives each pod its own network namespace: the ports named in the host container, its KRT_*_PORT
-env and its gRPC readiness probe are moved to free ones, as a mutating webhook could).
+env and its gRPC readiness probe are moved to ports held for it, as a mutating webhook could).
 Selectors and PUT are not emulated: the provider filters what it lists itself and never PUTs.
 
 ``TestKubelet`` watches pods through the API like a kubelet, binds them to its node, starts a real
@@ -61,10 +61,19 @@ def now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
+def held_port(held: list[socket.socket]) -> int:
+    """A port of the kernel's choosing, kept bound in `held` (SO_REUSEADDR, never listening) until
+    the cluster ends: the pod's own server binds it too (its listeners set SO_REUSEADDR) and
+    listens, while no other process can take it between the pod's create and its start."""
+    sock = socket.socket()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    except OSError:
+        sock.close()
+        raise
+    held.append(sock)
+    return int(sock.getsockname()[1])
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -99,6 +108,7 @@ class Cluster(KubernetesEmulator):
     # Set: a pod create is stored at once but answered only once this is set (a slow reply).
     create_replies: asyncio.Event | None = None
     _watchers: set[Any] = attrs.field(factory=set, init=False)  # the open watch requests
+    _held: list[socket.socket] = attrs.field(factory=list, init=False)  # the pods' ports (held_port)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -120,6 +130,11 @@ class Cluster(KubernetesEmulator):
             if resource.plural == "pods" and not obj.deleted and (namespace is None or ns == namespace):
                 found.append(obj.raw)
         return found
+
+    def release_ports(self) -> None:
+        """Let go of the ports held for pods (once their processes are stopped)."""
+        while self._held:
+            self._held.pop().close()
 
     def drop_watches(self) -> None:
         """Cut every open watch connection, as a load balancer or a restarted API server would."""
@@ -210,7 +225,7 @@ class Cluster(KubernetesEmulator):
             metadata["creationTimestamp"] = now()
             metadata["resourceVersion"] = self._next_version()
             request.data.setdefault("status", {"phase": "Pending"})
-            _own_ports(request.data)
+            _own_ports(request.data, self._held)
             return None
         if request.name is None:
             return None
@@ -327,14 +342,14 @@ def _int(value: object) -> int | None:
         return None
 
 
-def _own_ports(pod: dict[str, Any]) -> None:
-    """Move the host container's named ports to free ones, and their mentions with them."""
+def _own_ports(pod: dict[str, Any], held: list[socket.socket]) -> None:
+    """Move the host container's named ports to ports held for it, and their mentions with them."""
     for container in (pod.get("spec") or {}).get("containers") or []:
         moved: dict[int, int] = {}
         for port in container.get("ports") or []:
             old = port.get("containerPort")
             if isinstance(old, int):
-                moved[old] = port["containerPort"] = free_port()
+                moved[old] = port["containerPort"] = held_port(held)
         for env in container.get("env") or []:
             if env.get("name", "").endswith("_PORT") and _int(env.get("value")) in moved:
                 env["value"] = str(moved[int(env["value"])])
@@ -809,12 +824,16 @@ def _kill(process: subprocess.Popen[bytes] | None) -> None:
 @contextlib.asynccontextmanager
 async def test_cluster(root: Path) -> AsyncIterator[tuple[Cluster, Server, TestKubelet]]:
     """A Cluster served on 127.0.0.1 (a port picked now) with a TestKubelet watching it."""
-    async with (
-        Cluster() as cluster,
-        Server(cluster) as server,
-        TestKubelet(cluster, url=str(server.url), root=root) as kubelet,
-    ):
-        yield cluster, server, kubelet
+    cluster = Cluster()
+    try:
+        async with (
+            cluster,
+            Server(cluster) as server,
+            TestKubelet(cluster, url=str(server.url), root=root) as kubelet,
+        ):
+            yield cluster, server, kubelet
+    finally:
+        cluster.release_ports()
 
 
 test_cluster.__test__ = False  # type: ignore[attr-defined]

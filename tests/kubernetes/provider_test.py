@@ -136,20 +136,21 @@ async def test_refused_creates_report_the_reason_and_leave_no_pod(env, status, a
 
 async def test_an_unreachable_api_is_api_unavailable(env) -> None:
     from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
-    from tests.kubernetes.cluster import free_port
     from tests.kubernetes.conftest import runtime
+    from tests.support.ports import refusing_port
 
-    api = await connect(KubernetesAccess(host=f"http://127.0.0.1:{free_port()}"))
-    try:
-        provider = KubernetesProvider(
-            api, runtimes={"python": runtime()}, control_plane="cp-a", issuer=env.pki.issuer()
-        )
-        with pytest.raises(ProviderError) as caught:
-            await provider.create(spec())
-        assert caught.value.failure.reason is FailureReason.ApiUnavailable
-        assert caught.value.failure.retryable
-    finally:
-        await api.close()
+    with refusing_port() as port:
+        api = await connect(KubernetesAccess(host=f"http://127.0.0.1:{port}"))
+        try:
+            provider = KubernetesProvider(
+                api, runtimes={"python": runtime()}, control_plane="cp-a", issuer=env.pki.issuer()
+            )
+            with pytest.raises(ProviderError) as caught:
+                await provider.create(spec())
+            assert caught.value.failure.reason is FailureReason.ApiUnavailable
+            assert caught.value.failure.retryable
+        finally:
+            await api.close()
 
 
 async def test_a_cancelled_create_deletes_its_pod(env) -> None:

@@ -23,9 +23,9 @@ from kruntimes.contracts.run import ProbeInput
 from kruntimes.temporal.connect import TemporalSettings
 from kruntimes.workers.settings import WorkerSettings, provider_setup
 from kruntimes.workers.worker import parse_args, settings_from
-from tests.kubernetes.cluster import free_port
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.support.pki import TestPKI
+from tests.support.ports import refusing_port
 from tests.support.waiting import eventually
 
 
@@ -110,12 +110,13 @@ def kubernetes_hosts(settings: WorkerSettings, pki: TestPKI) -> AbstractAsyncCon
 
 
 async def test_an_unreachable_api_stops_the_worker_before_it_serves(tmp_path, pki) -> None:
-    access = KubernetesAccess(host=f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(
-        KubernetesConfigError, match=f"namespace {NAMESPACE}: cannot list pods: ApiUnavailable"
-    ):
-        async with kubernetes_hosts(settings(tmp_path, access, pki), pki):
-            raise AssertionError("it must not get here")
+    with refusing_port() as port:
+        access = KubernetesAccess(host=f"http://127.0.0.1:{port}")
+        with pytest.raises(
+            KubernetesConfigError, match=f"namespace {NAMESPACE}: cannot list pods: ApiUnavailable"
+        ):
+            async with kubernetes_hosts(settings(tmp_path, access, pki), pki):
+                raise AssertionError("it must not get here")
 
 
 async def test_a_worker_that_may_not_list_pods_does_not_start(env, tmp_path, pki) -> None:
