@@ -72,7 +72,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, metavar="S", help="seconds")
     p.add_argument("--functions", type=Path, metavar="DIR", help="where relative binary paths are found")
     p.add_argument("--fn-configs", type=Path, metavar="DIR", help="a directory of FunctionConfig YAML files")
-    p.add_argument("--runner", metavar="ADDRESS", help="evaluate on a running `krt fn-runner` (host:port)")
+    p.add_argument(
+        "--runner", metavar="ADDRESS", help="evaluate on a running `krt fn-runner` (unix:PATH or host:port)"
+    )
+    p.add_argument(
+        "--runner-tls",
+        type=Path,
+        metavar="DIR",
+        help="the platform certificate a host:port runner is reached with (default: the client "
+        "config's platform's, $KRT_STATE_DIR/pki/control-plane)",
+    )
     p.add_argument(
         "--network",
         action="store_true",
@@ -209,9 +218,11 @@ async def _evaluate(
     args: argparse.Namespace, request: Request, runner: Callable[[bool], process.Runner] | None
 ) -> Evaluation:
     if args.runner is not None:
-        from kruntimes.krm.client import RemoteEvaluator
+        from kruntimes.krm.client import RemoteEvaluator, runner_tls
+        from kruntimes.sdk import config as clientconfig
 
-        remote = RemoteEvaluator(args.runner)
+        tls = runner_tls(args.runner, tls_dir=args.runner_tls, state_dir=clientconfig.state_dir())
+        remote = RemoteEvaluator(args.runner, tls=tls)
         try:
             return await remote.evaluate(request)
         finally:

@@ -1,8 +1,15 @@
 """The KRM function runner: `krt fn-runner` (the FunctionEvaluator gRPC service) and `krt fn eval`.
 
-    krt fn-runner [--listen 127.0.0.1:9445] [--functions DIR] [--fn-configs DIR]
-                  [--kubeconfig FILE | --in-cluster | --kubernetes-api URL] [--namespace NS]
-                  [--pods [--pod-runtime krm] [--pod-namespace NS]]
+    krt fn-runner [--listen unix:PATH | --listen HOST:PORT --tls DIR] [--functions DIR]
+                  [--fn-configs DIR] [--kubeconfig FILE | --in-cluster | --kubernetes-api URL]
+                  [--namespace NS] [--pods [--pod-runtime krm] [--pod-namespace NS]]
+                  [--max-per-caller N] [--max-waiting-per-caller N]
+
+It listens on a Unix socket only its user can open (default $KRT_STATE_DIR/fn-runner.sock), or on
+a TCP port of mutual TLS with `--tls DIR` (its platform certificate, a host identity such as
+`krm/fn-runner`): every caller presents a platform identity. A TCP port without TLS is refused.
+Each caller runs at most `--max-per-caller` evaluations at once with `--max-waiting-per-caller`
+more queued (krm/service.py).
 
 FunctionConfigs come from the `--fn-configs` directory (re-read when it changes) and/or a Kubernetes
 watch; evaluation is the multi evaluator (exec, then pod; with --pods the pod evaluator runs
@@ -25,13 +32,16 @@ from pathlib import Path
 
 from kruntimes.cli.main import leave
 from kruntimes.krm import errors, process
+from kruntimes.krm.client import RUNNER_ROLE
 from kruntimes.krm.directory import DirectoryFeed
 from kruntimes.krm.executable import ExecEvaluator
 from kruntimes.krm.multi import MultiEvaluator
 from kruntimes.krm.pod import PodEvaluator
-from kruntimes.krm.service import EvaluatorServer
+from kruntimes.krm.service import UNIX, CallerBounds, EvaluatorServer, ListenRefused, check_listen
 from kruntimes.krm.store import Store
+from kruntimes.pki import PeerTLS, PeerTLSError
 from kruntimes.runtime.sandbox.policy import Network
+from kruntimes.sdk import config as clientconfig
 from kruntimes.system import logs
 from kruntimes.workers import fn_eval as fn_cli
 from kruntimes.workers.fn_sandbox import FirstUse, sandboxed_runner, secret_paths
@@ -41,7 +51,13 @@ log = logging.getLogger(__name__)
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="krt fn-runner", description="Serve the KRM FunctionEvaluator.")
-    parser.add_argument("--listen", default="127.0.0.1:9445", help="gRPC address (port 0: pick one)")
+    parser.add_argument(
+        "--listen",
+        help="unix:PATH (default: fn-runner.sock in the state directory), or HOST:PORT with --tls",
+    )
+    parser.add_argument(
+        "--tls", type=Path, metavar="DIR", help="the runner's platform certificate (a host identity)"
+    )
     parser.add_argument("--functions", type=Path, help="where relative binary paths are found")
     parser.add_argument("--fn-configs", type=Path, metavar="DIR", help="a directory of FunctionConfig files")
     parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="re-read --fn-configs every S s")
@@ -51,6 +67,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     cluster.add_argument("--kubernetes-api", metavar="URL", help="watch this API server as it is (no auth)")
     parser.add_argument("--namespace", help="watch one namespace (default: all)")
     parser.add_argument("--max-parallel", type=int, default=8, help="functions running at once")
+    parser.add_argument(
+        "--max-per-caller",
+        type=int,
+        metavar="N",
+        help="one caller's evaluations at once (default: half of --max-parallel)",
+    )
+    parser.add_argument(
+        "--max-waiting-per-caller", type=int, default=4, metavar="N", help="one caller's evaluations queued"
+    )
     parser.add_argument(
         "--fn-network",
         choices=[n.value for n in Network],
@@ -66,7 +91,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pod-namespace", default="default", help="the namespace of those Runs")
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
     parser.add_argument("--log-level", default="info")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.listen is None:
+        args.listen = f"{UNIX}{clientconfig.state_dir() / 'fn-runner.sock'}"
+    if args.tls is not None and args.listen.startswith(UNIX):
+        parser.error("--tls is for a TCP --listen; a Unix socket is guarded by its mode")
+    try:
+        check_listen(args.listen, tls=args.tls is not None)
+    except ListenRefused as e:
+        parser.error(str(e))
+    if args.max_per_caller is None:
+        args.max_per_caller = max(1, args.max_parallel // 2)
+    if args.max_per_caller < 1 or args.max_waiting_per_caller < 0:
+        parser.error("--max-per-caller is at least 1, --max-waiting-per-caller at least 0")
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -105,15 +143,20 @@ async def serve(args: argparse.Namespace) -> None:
     evaluator = MultiEvaluator(
         [ExecEvaluator(store, max_parallel=args.max_parallel, runner=runner or process.run), pods]
     )
-    server = EvaluatorServer(evaluator, listen=args.listen)
     try:
+        tls = PeerTLS(args.tls, role=RUNNER_ROLE) if args.tls is not None else None
+        server = EvaluatorServer(
+            evaluator,
+            listen=args.listen,
+            tls=tls,
+            bounds=CallerBounds(running=args.max_per_caller, waiting=args.max_waiting_per_caller),
+        )
         await server.start()
     except BaseException:
         if runner is not None:
             runner.close()  # its zygote and the identities it holds
         raise
-    host = args.listen.rsplit(":", 1)[0]
-    address = f"{host}:{server.port}"
+    address = server.address
     log.info("fn-runner serving on %s", address)
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")
@@ -154,7 +197,7 @@ def main(argv: list[str]) -> int:
     logs.setup(args.log_level)
     try:
         asyncio.run(serve(args))
-    except (errors.KrmError, OSError) as e:
+    except (errors.KrmError, OSError, ListenRefused, PeerTLSError) as e:
         print(f"krt: fn-runner cannot start: {e}", file=sys.stderr)
         return fn_cli.UNAVAILABLE
     return 0

@@ -1,5 +1,6 @@
-"""`krt fn-runner` as a real process for tests: serving on a port picked at run time, reading a
-FunctionConfig directory, stopped with SIGTERM (and its exit code checked) at the end."""
+"""`krt fn-runner` as a real process for tests: serving on a Unix socket of its own (or, with
+`tls`, on a TCP port picked at run time, mutual TLS), reading a FunctionConfig directory, stopped
+with SIGTERM (and its exit code checked) at the end."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,15 +28,29 @@ class RunnerProcess:
 
 @contextlib.asynccontextmanager
 async def fn_runner(
-    tmp_path: Path, functions: Path, *, env: dict[str, str] | None = None
+    tmp_path: Path,
+    functions: Path,
+    *,
+    env: dict[str, str] | None = None,
+    tls: Path | None = None,
+    flags: tuple[str, ...] = (),
 ) -> AsyncIterator[RunnerProcess]:
+    """`tls`: the runner's certificate directory (then it listens on 127.0.0.1, port 0)."""
     configs = tmp_path / "configs"
     configs.mkdir()
     ready = tmp_path / "ready.json"
+    # a socket's path is at most 107 bytes: a short private directory of its own
+    sockets = Path(tempfile.mkdtemp(prefix="krt-runner-"))
+    listen = (
+        ["--listen", f"unix:{sockets / 'fn.sock'}"]
+        if tls is None
+        else ["--listen", "127.0.0.1:0", "--tls", str(tls)]
+    )
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "kruntimes.workers.fn_runner", "--listen", "127.0.0.1:0", "--ready-file", str(ready),
+            sys.executable, "-m", "kruntimes.workers.fn_runner", *listen, "--ready-file", str(ready),
             "--functions", str(functions), "--fn-configs", str(configs), "--poll", "0.05", "--log-level", "warning",
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
@@ -51,3 +67,6 @@ async def fn_runner(
         if process.poll() is None:
             process.kill()
             process.wait(10)
+        for leftover in sockets.iterdir():
+            leftover.unlink()
+        sockets.rmdir()

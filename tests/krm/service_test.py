@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -23,7 +24,6 @@ from kruntimes.rpc.v1 import krm_pb2 as pb
 from kruntimes.rpc.v1 import krm_pb2_grpc as pb_grpc
 from tests.krm import programs
 from tests.krm.conftest import eventually, request, store_with
-from tests.support.ports import refusing_port
 from tests.support.procs import alive
 
 BINARIES = ("set-labels", "validator", "garbage", "missing", "sleeper", "stubborn")
@@ -31,13 +31,16 @@ BINARIES = ("set-labels", "validator", "garbage", "missing", "sleeper", "stubbor
 
 @pytest.fixture
 async def address(functions: Path) -> AsyncIterator[str]:
+    """The service on a Unix socket of its own (a short path: at most 107 bytes)."""
     executor = ExecEvaluator(store_with(functions, *BINARIES), max_parallel=1, max_waiting=0)
-    server = EvaluatorServer(
-        MultiEvaluator([executor, PodEvaluator(executor.store, client=None)]), listen="127.0.0.1:0"
-    )
-    await server.start()
-    yield f"127.0.0.1:{server.port}"
-    await server.stop(0.5)
+    with tempfile.TemporaryDirectory(prefix="krt-service-") as sockets:
+        server = EvaluatorServer(
+            MultiEvaluator([executor, PodEvaluator(executor.store, client=None)]),
+            listen=f"unix:{sockets}/fn.sock",
+        )
+        await server.start()
+        yield server.address
+        await server.stop(0.5)
 
 
 @pytest.fixture
@@ -164,17 +167,10 @@ async def test_the_remote_evaluator_raises_the_runners_errors_as_they_were(addre
         await remote.close()
 
 
-async def test_an_unreachable_runner_is_a_system_error(unused_port: int) -> None:
-    remote = RemoteEvaluator(f"127.0.0.1:{unused_port}")
+async def test_an_unreachable_runner_is_a_system_error(tmp_path: Path) -> None:
+    remote = RemoteEvaluator(f"unix:{tmp_path / 'nobody-listens.sock'}")
     try:
         with pytest.raises(errors.SystemError_, match="UNAVAILABLE"):
             await remote.evaluate(request(timeout=5))
     finally:
         await remote.close()
-
-
-@pytest.fixture
-def unused_port() -> Iterator[int]:
-    """Held for the test: refused, and nobody else's meanwhile."""
-    with refusing_port() as port:
-        yield port
