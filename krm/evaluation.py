@@ -13,7 +13,7 @@ from kruntimes.krm.limits import (
     MAX_TAG_BYTES,
     MAX_TIMEOUT_SECONDS,
 )
-from kruntimes.krm.resources import Result
+from kruntimes.krm.resources import ExpansionTooLarge, Result, YamlError, expanded_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,12 @@ class Request:
                 f"the input ResourceList is {len(resource_list)} bytes, over the bound of "
                 f"{MAX_RESOURCE_LIST_BYTES}"
             )
+        try:
+            expanded_size(resource_list, MAX_RESOURCE_LIST_BYTES)
+        except ExpansionTooLarge as e:
+            raise errors.InputTooLarge(f"the input ResourceList: {e}") from e
+        except YamlError:
+            pass  # not YAML: the function answers that
         seconds = DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout
         if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
             raise errors.InvalidRequest(f"timeout must be in (0, {MAX_TIMEOUT_SECONDS:g}] seconds")

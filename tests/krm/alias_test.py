@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kruntimes.krm import errors
+from kruntimes.krm.evaluation import Request
 from kruntimes.krm.limits import MAX_RESOURCE_LIST_BYTES
 from kruntimes.krm.resources import ExpansionTooLarge, expanded_size, load_all, output_results
 
@@ -99,3 +101,12 @@ def test_an_alias_bomb_output_is_refused_as_invalid_output_and_nothing_is_writte
     assert (package / "cm.yaml").read_text() == "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n"
     assert json.dumps(load_all((results / "results.yaml").read_text())).count("InvalidOutput") >= 1
     assert peak_kib < PEAK_BOUND_KIB, f"peak {peak_kib} KiB"
+
+
+def test_an_alias_bomb_sent_to_an_evaluator_is_refused_before_any_function_gets_it() -> None:
+    """What `krt fn-runner` and the evaluators take: the request itself is refused."""
+    item = _bomb(size=MiB, times=10).replace("\n", "\n  ")
+    bomb = f"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- {item}\n"
+    assert len(load_all(bomb, max_expanded=None)[0]["items"][0]["data"]) == 11
+    with pytest.raises(errors.InputTooLarge, match="aliases expand it to more than"):
+        Request.new(image="example.com/fn/x:v1", resource_list=bomb.encode())
