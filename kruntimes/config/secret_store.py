@@ -86,7 +86,8 @@ def names(state_dir: Path, *, namespace: str) -> list[tuple[str, list[str]]]:
         return []
     found = []
     for entry in sorted(directory.iterdir()):
-        if entry.is_dir() and not entry.name.startswith("."):
+        # a linked secret directory is refused when read (runtime/secrets.py): not listed either
+        if entry.is_dir() and not entry.is_symlink() and not entry.name.startswith("."):
             found.append((entry.name, sorted(p.name for p in entry.iterdir() if not p.name.startswith("."))))
     return found
 

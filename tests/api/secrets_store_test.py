@@ -41,3 +41,11 @@ def test_out_of_bounds_secrets_are_refused_without_their_values_in_the_message(
     for value in values.values():
         if len(value) > 3:
             assert value.decode(errors="ignore")[:8] not in str(err.value)
+
+
+def test_a_secret_directory_linked_from_another_namespace_is_not_listed(tmp_path):
+    theirs = secrets.create(tmp_path, namespace="team-a", name="db", values={"K": b"v"})
+    (tmp_path / "secrets" / "team-b").mkdir(mode=0o700)
+    (tmp_path / "secrets" / "team-b" / "db").symlink_to(theirs)
+    assert secrets.names(tmp_path, namespace="team-b") == []
+    assert secrets.names(tmp_path, namespace="team-a") == [("db", ["K"])]
