@@ -14,7 +14,7 @@ from kruntimes.runtime.adapters.registered import host_adapter
 from kruntimes.runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox.child import SandboxSpec
-from kruntimes.runtime.secrets import FileSecrets
+from kruntimes.runtime.secret_files import FileSecrets
 from kruntimes.runtime.spawner import SpawnSpec
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"

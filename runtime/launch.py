@@ -10,7 +10,7 @@ from kruntimes.runtime import workspace
 from kruntimes.runtime.config import HandlerConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
 from kruntimes.runtime.isolation import FunctionIsolation, Lease
 from kruntimes.runtime.limits import ProcessLimits
-from kruntimes.runtime.secrets import FileSecrets
+from kruntimes.runtime.secret_files import FileSecrets
 from kruntimes.runtime.spawner import Spawner, SpawnSpec
 from kruntimes.runtime.workspace import SourcePolicy
 

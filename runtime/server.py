@@ -44,7 +44,7 @@ from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
 from kruntimes.runtime.sandbox.policy import InForce, SandboxSettings
-from kruntimes.runtime.secrets import FileSecrets
+from kruntimes.runtime.secret_files import FileSecrets
 from kruntimes.runtime.service import (
     ALLOWED_ROLES,
     DEFAULT_ROLES,
@@ -88,7 +88,7 @@ class HostOptions:
     # where a Run's source.path may point; none: only inline sources (the state directory and
     # the hidden directories are refused wherever the roots are)
     allowed_source_roots: tuple[str, ...] = ()
-    # the secrets a Run's envFrom names (runtime/secrets.py); None: `{state_dir}/secrets`
+    # the secrets a Run's envFrom names (runtime/secret_files.py); None: `{state_dir}/secrets`
     secrets_dir: Path | None = None
     # function identities (uid, cgroup, a sandboxed child planted in the zygote) kept ready
     # for the next registrations
