@@ -219,7 +219,7 @@ class RuntimeHostActivities:
         request = pb.ExecuteTaskRequest(
             run=_run_ref(input),
             config=function_config(input.run, input.adapter),
-            input=b"null",
+            input=input.run.spec.mode.task.encoded_input() if input.run.spec.mode.task else b"null",
             timeout_ms=max(1, int(input.timeoutSeconds * 1000)),
         )
         call = self._stub(input.address).ExecuteTask(request, timeout=input.timeoutSeconds + RPC_TIMEOUT_S)

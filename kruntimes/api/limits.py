@@ -11,6 +11,8 @@ DAY_SECONDS = 24 * 60 * 60
 
 # Invoke request body.
 MAX_PAYLOAD_BYTES = 1 * MIB
+# A task Run's spec.mode.task.input, as compact JSON: what the host takes as one payload.
+MAX_TASK_INPUT_BYTES = MAX_PAYLOAD_BYTES
 # X-Kruntime-Invocation-ID header value.
 MAX_INVOCATION_ID_BYTES = 128
 

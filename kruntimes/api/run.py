@@ -23,6 +23,17 @@ class ManifestError(ValueError):
         self.problems = tuple(problems)
 
 
+def yaml_problem(error: yaml.YAMLError, *, where: str) -> str:
+    """A YAML error in one line, at ``where:line:column`` (1-based) when the parser knows the place."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if isinstance(error, yaml.MarkedYAMLError):
+        what = str(error.problem or "syntax error") + (f" ({error.context})" if error.context else "")
+    else:
+        what = str(error).splitlines()[0] if str(error) else type(error).__name__
+    at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark is not None else where
+    return f"{at}: not valid YAML: {what}"
+
+
 def _below(path: str, name: str) -> str | None:
     # A model-level validator may name a field below it: "spec.mode: ..." at "spec".
     return name if name.startswith(f"{path}.") else None
@@ -80,10 +91,11 @@ class Run(ApiModel):
         )
 
     @classmethod
-    def from_yaml(cls, text: str) -> Run:
-        """Parse one YAML document holding a Run manifest."""
+    def from_yaml(cls, text: str, *, filename: str = "<manifest>") -> Run:
+        """Parse one YAML document holding a Run manifest (a YAML error names ``filename``, its
+        line and column)."""
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ManifestError([f"<manifest>: not valid YAML: {e}"]) from e
+            raise ManifestError([yaml_problem(e, where=filename)]) from e
         return cls.from_dict(data)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, JsonValue, field_validator, model_validator
 
 from kruntimes.api._base import ApiModel, StrictBool, StrictFloat, StrictInt
 from kruntimes.api._text import has_control_chars, utf8_len
@@ -22,6 +23,7 @@ from kruntimes.api.limits import (
     MAX_INLINE_SOURCE_BYTES,
     MAX_RECOVERY_LIMIT,
     MAX_RETRY_LIMIT,
+    MAX_TASK_INPUT_BYTES,
     MAX_TIMEOUT_SECONDS,
     MAX_TTL_SECONDS_AFTER_FINISHED,
 )
@@ -53,12 +55,37 @@ class FunctionMode(ApiModel):
     idleTimeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
 
 
+def encode_input(value: JsonValue) -> bytes:
+    """A task's input as the handler receives it: compact UTF-8 JSON (what its bound measures)."""
+    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 class TaskMode(ApiModel):
-    pass
+    # What the task's handler is called with (python: its argument; bash: its stdin, as JSON).
+    # It travels in the workflow input, so the payload codec encrypts it as it does env.
+    input: JsonValue | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _input_is_bounded(cls, value: JsonValue | None) -> JsonValue | None:
+        if value is None:
+            return None
+        try:
+            size = len(encode_input(value))
+        except ValueError as e:
+            raise ValueError(f"mode.task.input is not JSON: {e}") from None
+        if size > MAX_TASK_INPUT_BYTES:
+            raise ValueError(f"mode.task.input is {size} bytes as JSON, at most {MAX_TASK_INPUT_BYTES}")
+        return value
+
+    def encoded_input(self) -> bytes:
+        """The input as the host hands it to the handler: JSON, `null` when none was given."""
+        return encode_input(self.input)
 
 
 class ModeSpec(ApiModel):
-    """Exactly one of ``function`` (keep registered, invoke many times) or ``task`` (run once)."""
+    """Exactly one of ``function`` (keep registered, invoke many times) or ``task`` (run once);
+    a manifest without ``spec.mode`` is a function Run, as `krt run create` makes."""
 
     function: FunctionMode | None = None
     task: TaskMode | None = None
@@ -152,7 +179,7 @@ class RunSpec(ApiModel):
     """The workflow input; never changes after creation."""
 
     runtime: Annotated[RuntimeName, _label("spec.runtime")]
-    mode: ModeSpec
+    mode: ModeSpec = Field(default_factory=lambda: ModeSpec(function=FunctionMode()))
     source: SourceSpec
     handler: str
     env: dict[str, str] = Field(default_factory=dict)

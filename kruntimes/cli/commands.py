@@ -6,8 +6,10 @@ Every command returns its exit code; errors are raised and mapped to one line by
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -15,14 +17,17 @@ from typing import Any, TextIO
 import yaml
 
 from kruntimes.api.phases import RunPhase
-from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run
+from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run, yaml_problem
 from kruntimes.cli.output import (
+    RUN_COLUMNS,
     Progress,
+    describe,
     host_document,
     hosts_table,
     reconcile_line,
     render,
     run_list_document,
+    run_row,
     runs_table,
     schedules_table,
 )
@@ -30,7 +35,7 @@ from kruntimes.cli.parser import NotKeyValue, UsageError, key_values
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.config import ClientConfig
-from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed
+from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed, RunNotFound
 from kruntimes.sdk.results import RunObject
 
 GROUP = "run.kruntimes.io"
@@ -76,18 +81,18 @@ def read_manifests(filename: str, *, namespace: str | None, stdin: TextIO) -> li
     """The Runs of a YAML file (one or more documents); a relative source.path is taken from the
     file's directory, and ``namespace`` (-n) fills in or must match the manifest's."""
     if filename == "-":
-        text, base = stdin.read(), Path.cwd()
+        text, base, where = stdin.read(), Path.cwd(), "<stdin>"
     else:
         path = Path(filename)
         try:
             text = path.read_text()
         except OSError as e:
             raise UsageError(f"cannot read {filename}: {e.strerror or e}") from e
-        base = path.resolve().parent
+        base, where = path.resolve().parent, filename
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
-        raise ManifestError([f"<manifest>: not valid YAML: {str(e).splitlines()[0]}"]) from e
+        raise ManifestError([yaml_problem(e, where=where)]) from e
     if not documents:
         raise UsageError(f"{filename} holds no manifest")
     runs = []
@@ -121,14 +126,30 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
         raise UsageError(f"--env {e.item!r}: expected KEY=VALUE") from None
 
 
-def manifest_from_flags(args: argparse.Namespace) -> Run:
+def manifest_from_flags(args: argparse.Namespace, *, stdin: TextIO) -> Run:
+    missing = [
+        flag
+        for flag, value in (("NAME", args.name), ("--runtime", args.runtime), ("--source", args.source))
+        + (("--handler", args.handler),)
+        if value is None
+    ]
+    if missing:
+        raise UsageError(
+            f"the following arguments are required: {', '.join(missing)};"
+            " or create the Run from a manifest (-f FILE); see `krt run create --help`"
+        )
     source = Path(args.source)
     if not source.is_dir():
         raise UsageError(f"--source {args.source}: not a directory")
-    if args.mode == "task" and args.idle_timeout is not None:
+    kind = args.mode or "function"
+    if kind == "task" and args.idle_timeout is not None:
         raise UsageError("--idle-timeout applies to --mode function only")
+    if kind == "function" and args.input is not None:
+        raise UsageError("--input applies to --mode task only (a function takes its input with each invoke)")
     mode: dict[str, Any] = {"task": {}}
-    if args.mode == "function":
+    if args.input is not None:
+        mode = {"task": {"input": json.loads(read_data(args.input, stdin=stdin, flag="--input") or b"null")}}
+    if kind == "function":
         mode = {"function": {} if args.idle_timeout is None else {"idleTimeoutSeconds": args.idle_timeout}}
     spec: dict[str, Any] = {
         "runtime": args.runtime,
@@ -151,8 +172,8 @@ def manifest_from_flags(args: argparse.Namespace) -> Run:
     )
 
 
-def read_data(value: str | None, *, stdin: TextIO) -> bytes | None:
-    """--data: JSON text, @file, or @- (stdin); checked to be JSON before it is sent."""
+def read_data(value: str | None, *, stdin: TextIO, flag: str = "--data") -> bytes | None:
+    """--data (or --input): JSON text, @file, or @- (stdin); checked to be JSON before it is sent."""
     if value is None:
         return None
     text = value
@@ -161,11 +182,11 @@ def read_data(value: str | None, *, stdin: TextIO) -> bytes | None:
         try:
             text = stdin.read() if name == "-" else Path(name).read_text()
         except OSError as e:
-            raise UsageError(f"--data {value}: cannot read {name}: {e.strerror or e}") from e
+            raise UsageError(f"{flag} {value}: cannot read {name}: {e.strerror or e}") from e
     try:
         json.loads(text)
     except ValueError as e:
-        raise UsageError(f"--data is not JSON: {e}") from e
+        raise UsageError(f"{flag} is not JSON: {e}") from e
     return text.encode()
 
 
@@ -173,8 +194,8 @@ def read_data(value: str | None, *, stdin: TextIO) -> bytes | None:
 
 
 def print_runs(io: Io, runs: list[RunObject], output: str, *, single: bool) -> None:
-    if output == "table":
-        io.print(runs_table(runs))
+    if output in ("table", "wide"):
+        io.print(runs_table(runs, wide=output == "wide"))
     elif single and len(runs) == 1:
         io.print(render(runs[0].manifest(), output))
     else:
@@ -200,13 +221,22 @@ async def wait_for(
 
 
 async def apply(args: argparse.Namespace, client: Client, io: Io) -> int:
+    return await _from_manifests(args, client, io, create=False)
+
+
+async def _from_manifests(args: argparse.Namespace, client: Client, io: Io, *, create: bool) -> int:
+    """`krt apply -f` (an unchanged Run is left alone), or `krt run create -f` (each one is new)."""
     runs = read_manifests(args.filename, namespace=args.namespace, stdin=io.stdin)
     results = []
     for run in runs:
-        applied = await client.apply(run)
+        if create:
+            created, made = await client.create(run), True
+        else:
+            applied = await client.apply(run)
+            created, made = applied.run, applied.created
         if args.output is None:
-            io.print(f"{GROUP}/{run.metadata.name} {'created' if applied.created else 'unchanged'}")
-        results.append(applied.run)
+            io.print(f"{GROUP}/{run.metadata.name} {'created' if made else 'unchanged'}")
+        results.append(created)
     if args.wait:
         results = [
             await wait_for(client, r, io, timeout=args.wait_timeout, output=args.output) for r in results
@@ -216,8 +246,32 @@ async def apply(args: argparse.Namespace, client: Client, io: Io) -> int:
     return 0
 
 
+def _check_create_flags(args: argparse.Namespace) -> None:
+    """-f takes the whole Run from its manifest: a flag that would also say it is refused."""
+    if args.filename is None:
+        return
+    flags = (
+        ("NAME", args.name),
+        ("--runtime", args.runtime),
+        ("--source", args.source),
+        ("--handler", args.handler),
+        ("--mode", args.mode),
+        ("--input", args.input),
+        ("--idle-timeout", args.idle_timeout),
+        ("--timeout", args.timeout),
+        ("--env", args.env or None),
+        ("--tenant", args.tenant),
+    )
+    given = [flag for flag, value in flags if value is not None]
+    if given:
+        raise UsageError(f"-f takes the Run from its manifest; drop {', '.join(given)} (or -f)")
+
+
 async def run_create(args: argparse.Namespace, client: Client, io: Io) -> int:
-    run = await client.create(manifest_from_flags(args))
+    _check_create_flags(args)
+    if args.filename is not None:
+        return await _from_manifests(args, client, io, create=True)
+    run = await client.create(manifest_from_flags(args, stdin=io.stdin))
     if args.output is None:
         io.print(f"{GROUP}/{run.metadata.name} created")
     if args.wait:
@@ -230,7 +284,93 @@ async def run_create(args: argparse.Namespace, client: Client, io: Io) -> int:
 
 
 async def run_get(args: argparse.Namespace, client: Client, io: Io) -> int:
-    print_runs(io, [await client.get(args.name, _ns(args))], args.output, single=True)
+    _check_watch(args)
+    run = await client.get(args.name, _ns(args))
+    if not args.watch:
+        print_runs(io, [run], args.output, single=True)
+        return 0
+
+    async def read() -> list[RunObject]:
+        try:
+            return [await client.get(args.name, _ns(args))]
+        except RunNotFound:
+            io.note(f"run {args.name} is gone")
+            raise _WatchOver from None
+
+    return await watch(io, [run], read, output=args.output, timeout=args.timeout)
+
+
+async def run_describe(args: argparse.Namespace, client: Client, io: Io) -> int:
+    run = await client.get(args.name, _ns(args))
+    io.print(describe(run, await client.events(args.name, _ns(args))))
+    return 0
+
+
+# --- watching -------------------------------------------------------------------------------------
+
+WATCH_INTERVAL_S = 1.0  # how often a watch reads the Runs again
+
+
+class _WatchOver(Exception):
+    """What a watch reads is gone: it ends."""
+
+
+def _check_watch(args: argparse.Namespace) -> None:
+    if args.timeout is not None and not args.watch:
+        raise UsageError("--timeout applies to --watch only")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+
+
+def _state(run: RunObject, output: str) -> object:
+    """What a watch compares: the row without its age (a table), else the whole status."""
+    if output in ("table", "wide"):
+        row = run_row(run, wide=output == "wide")
+        del row[RUN_COLUMNS.index("AGE")]
+        return row
+    return run.status
+
+
+async def watch(
+    io: Io,
+    first: list[RunObject],
+    read: Callable[[], Awaitable[list[RunObject]]],
+    *,
+    output: str,
+    timeout: float | None,
+) -> int:
+    """kubectl's --watch: the Runs as they are, then each Run again whenever it changes (a row,
+    or a document per Run: yaml separated by ---), until interrupted or ``timeout`` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    wide = output == "wide"
+
+    def show(runs: list[RunObject], *, header: bool) -> None:
+        if not runs:
+            return
+        if output in ("table", "wide"):
+            io.print(runs_table(runs, header=header, wide=wide))
+        else:
+            for run in runs:
+                io.print(("---\n" if output == "yaml" else "") + render(run.manifest(), output))
+
+    seen = {(r.metadata.namespace, r.metadata.name): _state(r, output) for r in first}
+    show(first, header=True)
+    while deadline is None or time.monotonic() < deadline:
+        left = WATCH_INTERVAL_S if deadline is None else deadline - time.monotonic()
+        await asyncio.sleep(max(0.0, min(WATCH_INTERVAL_S, left)))
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        try:
+            runs = await read()
+        except _WatchOver:
+            return 0
+        changed = []
+        for run in runs:
+            key, state = (run.metadata.namespace, run.metadata.name), _state(run, output)
+            if seen.get(key) != state:
+                seen[key] = state
+                changed.append(run)
+        show(changed, header=False)
     return 0
 
 
@@ -240,14 +380,25 @@ FIRST_PAGE = 20  # Runs of the first page of a table: on screen at once, the res
 async def run_list(args: argparse.Namespace, client: Client, io: Io) -> int:
     """A table is printed a page of Runs at a time, newest first, as the pages come (the first
     at once, however many Runs there are); a document (-o json|yaml) once every page is read."""
+    _check_watch(args)
     namespace = None if args.all_namespaces else _ns(args)
-    if args.output == "table":
+    if args.watch:
+        runs = await client.list(namespace=namespace, phase=args.phase)
+        if not runs:
+            where = "any namespace" if namespace is None else f"namespace {namespace}"
+            io.note(f"No runs found in {where}; watching.")
+
+        async def read() -> list[RunObject]:
+            return await client.list(namespace=namespace, phase=args.phase)
+
+        return await watch(io, runs, read, output=args.output, timeout=args.timeout)
+    if args.output in ("table", "wide"):
         printed = 0
         pages = client.pages(
             namespace=namespace, phase=args.phase, page_size=args.chunk_size, first_page_size=FIRST_PAGE
         )
         async for page in pages:
-            io.print(runs_table(page, header=printed == 0))
+            io.print(runs_table(page, header=printed == 0, wide=args.output == "wide"))
             printed += len(page)
         if not printed:
             where = "any namespace" if namespace is None else f"namespace {namespace}"
@@ -458,6 +609,7 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("apply", None): apply,
     ("run", "create"): run_create,
     ("run", "get"): run_get,
+    ("run", "describe"): run_describe,
     ("run", "list"): run_list,
     ("run", "wait"): run_wait,
     ("run", "cancel"): run_cancel,

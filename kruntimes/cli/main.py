@@ -21,6 +21,8 @@ import asyncio
 import atexit
 import logging
 import os
+import select
+import signal
 import sys
 import traceback
 from typing import NoReturn
@@ -29,6 +31,9 @@ from kruntimes.cli.parser import PASSTHROUGH, UsageError
 
 OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4
 INTERRUPTED = 130
+# Stdout's reader went away (`krt run list | head -2`): the process ends as kubectl's does, by
+# SIGPIPE and silently; a shell shows 141, and `run` returns that.
+CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def _where(namespace: str, name: str) -> str:
@@ -133,12 +138,39 @@ def run(argv: list[str]) -> int:
         return asyncio.run(cli_commands.dispatch(args))
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else OK
+    except BrokenPipeError as e:
+        if not _stdout_closed():
+            code, message = explain(e)
+            print(f"krt: {_one_line(message)}", file=sys.stderr)
+            return code
+        _drop_stdout()
+        return CLOSED_PIPE
     except BaseException as e:
         code, message = explain(e)
         if os.environ.get("KRT_DEBUG") and code not in (USAGE, INTERRUPTED):
             traceback.print_exc()
         print(f"krt: {_one_line(message)}", file=sys.stderr)
         return code
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (its write end then polls POLLERR)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _drop_stdout() -> None:
+    """Send what stdout still buffers to /dev/null, so no later flush fails on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def leave(code: int) -> NoReturn:
@@ -149,6 +181,12 @@ def leave(code: int) -> NoReturn:
     once one was loaded, a finished command runs its exit handlers (temporary directories),
     flushes its output and leaves without a teardown.
     """
+    if code == CLOSED_PIPE:
+        atexit._run_exitfuncs()
+        sys.stderr.flush()
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+        os._exit(code)  # should the signal reach another thread first
     if "temporalio.bridge" in sys.modules:
         atexit._run_exitfuncs()
         logging.shutdown()

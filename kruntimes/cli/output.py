@@ -12,14 +12,17 @@ import yaml
 
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import API_VERSION
-from kruntimes.api.status import RunStatus
+from kruntimes.api.status import ConditionType, RunStatus
 
 if TYPE_CHECKING:
     from kruntimes.contracts.reconcile import ReconcileReport
+    from kruntimes.sdk.events import RunEvent
     from kruntimes.sdk.results import HostView, RunObject
     from kruntimes.sdk.schedules import ScheduleView
 
-RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "ATTEMPT", "HOST", "AGE")
+RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "REASON", "ATTEMPT", "HOST", "AGE")
+# -o wide adds these after the others: what describe shows of a Run, one line each.
+WIDE_COLUMNS = ("RECOVERIES", "TENANT", "UID", "ENDPOINT")
 HOST_COLUMNS = ("HOST", "RUNTIME", "STATE", "SLOTS", "ADDRESS")
 NONE = "<none>"
 
@@ -44,22 +47,36 @@ def age(since: datetime | None, *, now: datetime | None = None) -> str:
     return f"{seconds}s"
 
 
-def run_row(run: RunObject, *, now: datetime | None = None) -> list[str]:
+def reason(status: RunStatus) -> str:
+    """Why the Run is in its phase: its Ready condition's reason (kubectl's STATUS reason)."""
+    ready = status.condition(ConditionType.Ready)
+    return ready.reason if ready is not None else NONE
+
+
+def run_row(run: RunObject, *, now: datetime | None = None, wide: bool = False) -> list[str]:
     status = run.status
-    return [
+    row = [
         run.metadata.name,
         run.metadata.namespace,
         run.spec.runtime,
         run.spec.mode.kind,
         status.phase.value,
+        reason(status),
         str(status.attempt),
         status.assignedHost or NONE,
         age(run.created, now=now),
     ]
+    if wide:
+        endpoint = status.endpoint.url if status.endpoint is not None else NONE
+        row += [str(status.recoveries), run.spec.tenant or NONE, run.metadata.uid or NONE, endpoint]
+    return row
 
 
-def runs_table(runs: Sequence[RunObject], *, now: datetime | None = None, header: bool = True) -> str:
-    return table(RUN_COLUMNS, [run_row(r, now=now) for r in runs], header=header)
+def runs_table(
+    runs: Sequence[RunObject], *, now: datetime | None = None, header: bool = True, wide: bool = False
+) -> str:
+    columns = RUN_COLUMNS + WIDE_COLUMNS if wide else RUN_COLUMNS
+    return table(columns, [run_row(r, now=now, wide=wide) for r in runs], header=header)
 
 
 def host_row(view: HostView) -> list[str]:
@@ -195,3 +212,84 @@ def schedules_table(views: Sequence[ScheduleView]) -> str:
             ]
         )
     return table(SCHEDULE_COLUMNS, rows)
+
+
+def _when(at: datetime | None, *, now: datetime | None) -> str:
+    if at is None:
+        return NONE
+    return f"{at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')} ({age(at, now=now)} ago)"
+
+
+def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None = None) -> str:
+    """`krt run describe`: the Run's spec and status in words, its conditions and its events.
+    Env values, the task's input and outputs' values are left out (they may be secret)."""
+    spec, status, meta = run.spec, run.status, run.metadata
+    if spec.mode.function is not None:
+        idle = spec.mode.function.idleTimeoutSeconds
+        mode = "function" + (f" (idle timeout {idle} s)" if idle is not None else "")
+    else:
+        given = spec.mode.task is not None and spec.mode.task.input is not None
+        size = len(spec.mode.task.encoded_input()) if spec.mode.task is not None and given else 0
+        mode = "task" + (f" (input: {size} bytes, not shown)" if given else "")
+    source = spec.source.path or f"inline ({len(spec.source.inline or [])} files)"
+    labels = ",".join(f"{k}={v}" for k, v in sorted(meta.labels.items())) or NONE
+    env = ", ".join(sorted(spec.env)) or NONE
+    env_from = ", ".join(f"secret/{e.secretRef.name}" for e in spec.envFrom) or NONE
+    lines = [
+        ("Name", meta.name),
+        ("Namespace", meta.namespace),
+        ("UID", meta.uid or NONE),
+        ("Labels", labels),
+        ("Runtime", spec.runtime),
+        ("Mode", mode),
+        ("Handler", spec.handler),
+        ("Source", source),
+        ("Tenant", spec.tenant or NONE),
+        ("Env", env + (" (values not shown)" if spec.env else "")),
+        ("Env From", env_from),
+        ("Timeout", f"{spec.timeoutSeconds} s" if spec.timeoutSeconds is not None else NONE),
+        ("Created", _when(run.created, now=now)),
+        ("Phase", status.phase.value),
+        ("Reason", reason(status)),
+        ("Message", status.message or NONE),
+        ("Attempt", f"{status.attempt} of {spec.retryPolicy.limit}"),
+        ("Recoveries", f"{status.recoveries} of {spec.recoveryLimit}"),
+        ("Host", status.assignedHost or NONE),
+        ("Endpoint", status.endpoint.url if status.endpoint is not None else NONE),
+        ("Started", _when(status.startTime, now=now)),
+        ("Completed", _when(status.completionTime, now=now)),
+    ]
+    if status.outputs is not None:
+        lines.append(("Outputs", ", ".join(sorted(status.outputs)) + " (values: krt run get -o yaml)"))
+    width = max(len(k) for k, _ in lines) + 2
+    text = "".join(f"{k + ':':<{width}}{v}\n" for k, v in lines)
+    text += "Conditions:\n"
+    if status.conditions:
+        rows = [
+            [c.type, c.status.value, c.reason, _when(c.lastTransitionTime, now=now), c.message or NONE]
+            for c in status.conditions
+        ]
+        text += _indent(table(("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"), rows))
+    else:
+        text += f"  {NONE}\n"
+    text += "Events:\n"
+    if events:
+        rows = [
+            [
+                age(e.at, now=now),
+                e.kind,
+                e.reason,
+                e.host or "-",
+                str(e.attempt) if e.attempt is not None else "-",
+                e.message or "-",
+            ]
+            for e in events
+        ]
+        text += _indent(table(("AGE", "KIND", "REASON", "HOST", "ATTEMPT", "MESSAGE"), rows))
+    else:
+        text += f"  {NONE}\n"
+    return text
+
+
+def _indent(text: str) -> str:
+    return "".join(f"  {line}\n" for line in text.splitlines())

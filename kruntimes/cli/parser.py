@@ -12,6 +12,7 @@ from typing import NoReturn
 from kruntimes.api.phases import RunPhase
 
 OUTPUTS = ("table", "json", "yaml")
+TABLES = ("table", "wide", "json", "yaml")  # what lists a Run a row: -o wide adds columns
 # Commands handed their arguments as they are: entry points of workers/.
 PASSTHROUGH = {
     "up": "start the embedded platform (Temporal, worker, gateway, hosts)",
@@ -97,6 +98,15 @@ def _wait(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _watch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-w", "--watch", action="store_true", help="after printing, print each change until interrupted"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="S", help="with --watch: stop watching after S seconds (exit 0)"
+    )
+
+
 def build() -> Parser:
     parser = Parser(
         prog="krt",
@@ -113,12 +123,22 @@ def build() -> Parser:
 
     run = commands.add_parser("run", help="create, get, list, wait for, cancel and delete Runs")
     verbs = run.add_subparsers(dest="verb", metavar="<verb>", required=True)
-    create = verbs.add_parser("create", help="create a Run from a source directory")
-    create.add_argument("name")
-    create.add_argument("--runtime", required=True, help="the runtime, e.g. python or bash")
-    create.add_argument("--source", required=True, metavar="DIR", help="the directory holding the code")
-    create.add_argument("--handler", required=True, help="module:function (python) or a script (bash)")
-    create.add_argument("--mode", choices=("function", "task"), default="function")
+    create = verbs.add_parser(
+        "create", help="create a Run from a source directory, or from manifests (-f, as kubectl create -f)"
+    )
+    create.add_argument("name", nargs="?", help="the Run's name (not with -f)")
+    create.add_argument(
+        "-f", "--filename", help="a YAML manifest file, or - for stdin (`krt apply -f` leaves unchanged ones)"
+    )
+    create.add_argument("--runtime", help="the runtime, e.g. python or bash")
+    create.add_argument("--source", metavar="DIR", help="the directory holding the code")
+    create.add_argument("--handler", help="module:function (python) or a script (bash)")
+    create.add_argument("--mode", choices=("function", "task"))
+    create.add_argument(
+        "--input",
+        metavar="JSON|@FILE",
+        help="--mode task: what the handler is called with (JSON, @file, or @- for stdin)",
+    )
     create.add_argument(
         "--idle-timeout", type=int, metavar="S", help="function mode: end after S idle seconds"
     )
@@ -132,7 +152,14 @@ def build() -> Parser:
     get = verbs.add_parser("get", help="show one Run")
     get.add_argument("name")
     _namespace(get)
-    _output(get)
+    _output(get, choices=TABLES)
+    _watch(get)
+
+    describe = verbs.add_parser(
+        "describe", help="show one Run in words: its status, conditions and events (no secret values)"
+    )
+    describe.add_argument("name")
+    _namespace(describe)
 
     listing = verbs.add_parser("list", help="list the Runs of a namespace")
     _namespace(listing)
@@ -144,7 +171,8 @@ def build() -> Parser:
         default=100,
         help="Runs read and printed at a time (a table comes page by page, newest first)",
     )
-    _output(listing)
+    _output(listing, choices=TABLES)
+    _watch(listing)
 
     wait = verbs.add_parser("wait", help="wait until a Run reaches a phase")
     wait.add_argument("name")

@@ -47,6 +47,7 @@ from kruntimes.sdk.errors import (
     Unauthorized,
     WaitTimeout,
 )
+from kruntimes.sdk.events import RunEvent
 from kruntimes.sdk.hosts import Hosts
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
 from kruntimes.sdk.results import Applied, HostView, InvokeResult, RunObject
@@ -187,6 +188,12 @@ class Client:
         return await self._runs.wait(
             name, namespace, until=until, timeout=timeout, interval=interval, on_status=on_status
         )
+
+    async def events(self, name: str, namespace: str = "default") -> builtins.list[RunEvent]:
+        """The Run's recent events, oldest first, from its history: the phases it entered (each
+        with the reason, message, host and attempt it wrote then), its host calls and their
+        failures (by type), signals and Updates. No secret: what `get` shows, and plain names."""
+        return await self._runs.events(name, namespace)
 
     async def cancel(self, name: str, namespace: str = "default") -> None:
         """Ask the Run to stop (idempotent; a finished Run is left as it is)."""

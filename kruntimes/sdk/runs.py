@@ -45,6 +45,7 @@ from kruntimes.sdk.errors import (
     SpecConflict,
     WaitTimeout,
 )
+from kruntimes.sdk.events import RunEvent, read_events
 from kruntimes.sdk.results import Applied, HostView, RunObject
 from kruntimes.sdk.watch import POLL_INTERVAL_S, PhaseWatch, TaskWatch
 
@@ -401,6 +402,11 @@ class Runs:
             after=description.raw_description.workflow_execution_info.history_length,
             phases_only=phases_only,
         )
+
+    async def events(self, name: str, namespace: str) -> builtins.list[RunEvent]:
+        handle = await self._handle(name, namespace)
+        client = await self.temporal()
+        return list(await self._rpc(read_events(handle, client), namespace=namespace, name=name))
 
     async def cancel(self, name: str, namespace: str) -> None:
         """Signal cancel; a closed Run is left as it is."""

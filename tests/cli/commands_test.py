@@ -62,9 +62,11 @@ async def test_run_get_prints_yaml_and_list_shows_a_table(platform: Platform) ->
     listed = await krt(platform, "run", "list")
     assert listed.code == 0, listed.err
     header, *rows = listed.out.splitlines()
-    assert header.split() == ["NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "ATTEMPT", "HOST", "AGE"]
+    assert header.split() == [
+        "NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "REASON", "ATTEMPT", "HOST", "AGE",
+    ]  # fmt: skip
     row = next(r.split() for r in rows if r.startswith(name + " "))
-    assert row[:6] == [name, "default", "python", "function", "Ready", "1"]
+    assert row[:7] == [name, "default", "python", "function", "Ready", "FunctionRegistered", "1"]
 
     as_json = json.loads((await krt(platform, "run", "list", "--phase", "Ready", "-o", "json")).out)
     assert as_json["kind"] == "RunList" and name in [i["metadata"]["name"] for i in as_json["items"]]

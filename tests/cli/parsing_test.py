@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,19 @@ CREATE = ["run", "create", "x", "--runtime", "python", "--source", "src", "--han
     [
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["run"], "required: <verb>"),
-        (["run", "create", "x"], "required: --runtime, --source, --handler"),
+        (
+            ["run", "create", "x"],
+            "required: --runtime, --source, --handler; or create the Run from a manifest (-f FILE)",
+        ),
+        (
+            ["run", "create", "-f", "run.yaml", "--runtime", "python"],
+            "-f takes the Run from its manifest; drop --runtime",
+        ),
+        ([*CREATE, "--input", "{}"], "--input applies to --mode task only"),
+        ([*CREATE, "--mode", "task", "--input", "{nope"], "--input is not JSON"),
+        (["run", "list", "--timeout", "5"], "--timeout applies to --watch only"),
+        (["run", "get", "x", "-w", "--timeout", "0"], "--timeout must be a positive number"),
+        (["run", "list", "-o", "xml"], "invalid choice: 'xml'"),
         (["run", "get", "x", "-o", "xml"], "invalid choice: 'xml'"),
         (["run", "list", "--phase", "Sleeping"], "invalid choice: 'Sleeping'"),
         ([*CREATE, "--mode", "cron"], "invalid choice: 'cron'"),
@@ -128,14 +141,19 @@ def test_run_create_flags_make_a_manifest(tmp_path: Path) -> None:
     args = parse(
         [*CREATE, "-n", "team", "--env", "A=1", "--env", "B=x=y", "--timeout", "60", "--idle-timeout", "30"]
     )
-    run = manifest_from_flags(args)
+    run = manifest_from_flags(args, stdin=io.StringIO())
     assert (run.metadata.name, run.metadata.namespace) == ("x", "team")
     assert run.spec.source.path == str(tmp_path / "src")
     assert run.spec.env == {"A": "1", "B": "x=y"}
     assert run.spec.timeoutSeconds == 60
     assert run.spec.mode.function is not None and run.spec.mode.function.idleTimeoutSeconds == 30
-    task = manifest_from_flags(parse([*CREATE, "--mode", "task"]))
+    task = manifest_from_flags(parse([*CREATE, "--mode", "task"]), stdin=io.StringIO())
     assert task.spec.mode.kind == "task"
+    assert task.spec.mode.task is not None and task.spec.mode.task.input is None
+    given = manifest_from_flags(
+        parse([*CREATE, "--mode", "task", "--input", "@-"]), stdin=io.StringIO('{"n": [1]}')
+    )
+    assert given.spec.mode.task is not None and given.spec.mode.task.input == {"n": [1]}
 
 
 def test_key_value_pairs_split_at_the_first_equals_sign_and_a_later_key_wins() -> None:
