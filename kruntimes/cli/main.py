@@ -1,7 +1,8 @@
 """`krt`: the kruntimes command line, in the conventions of kubectl, kn and fission.
 
     krt apply -f run.yaml                 krt run create NAME --runtime R --source DIR --handler H
-    krt run get|list|wait|cancel|delete   krt invoke NAME --data JSON|@file
+    krt run create -f run.yaml            krt run get|list [-o wide] [--watch]
+    krt run describe|wait|cancel|delete   krt invoke NAME --data JSON|@file
     krt hosts list|drain|delete|reconcile krt config view -o json
     krt schedule create NAME --cron EXPR|--every DURATION -f task-run.yaml
     krt schedule list|get|pause|unpause|trigger|delete NAME

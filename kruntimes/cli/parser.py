@@ -121,7 +121,9 @@ def build() -> Parser:
     _output(apply, default=None)
     _wait(apply)
 
-    run = commands.add_parser("run", help="create, get, list, wait for, cancel and delete Runs")
+    run = commands.add_parser(
+        "run", help="create, get, list, describe, watch, wait for, cancel and delete Runs"
+    )
     verbs = run.add_subparsers(dest="verb", metavar="<verb>", required=True)
     create = verbs.add_parser(
         "create", help="create a Run from a source directory, or from manifests (-f, as kubectl create -f)"
