@@ -73,9 +73,9 @@ class TaskMode(ApiModel):
         try:
             size = len(encode_input(value))
         except ValueError as e:
-            raise ValueError(f"mode.task.input is not JSON: {e}") from None
+            raise ValueError(f"input: not JSON: {e}") from None
         if size > MAX_TASK_INPUT_BYTES:
-            raise ValueError(f"mode.task.input is {size} bytes as JSON, at most {MAX_TASK_INPUT_BYTES}")
+            raise ValueError(f"input: {size} bytes as JSON, at most {MAX_TASK_INPUT_BYTES}")
         return value
 
     def encoded_input(self) -> bytes:

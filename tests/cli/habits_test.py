@@ -134,6 +134,11 @@ async def test_get_watch_prints_the_run_and_ends_at_its_timeout(platform: Platfo
     header, row = done.out.splitlines()
     assert header.split()[0] == "NAME" and row.split()[:5] == [name, "default", "python", "function", "Ready"]
 
+    as_yaml = await krt(platform, "run", "get", name, "-w", "--timeout", "1", "-o", "yaml")
+    assert as_yaml.code == 0, as_yaml.err
+    [document] = [d for d in yaml.safe_load_all(as_yaml.out) if d is not None]
+    assert document["metadata"]["name"] == name and document["status"]["phase"] == "Ready"
+
 
 async def test_list_watch_prints_each_change_until_interrupted(platform: Platform) -> None:
     name = await _ready_run(platform)
