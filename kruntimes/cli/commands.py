@@ -343,18 +343,21 @@ async def watch(
     or a document per Run: yaml separated by ---), until interrupted or ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
     wide = output == "wide"
+    headed = False  # a table's header comes with its first row, however late
 
-    def show(runs: list[RunObject], *, header: bool) -> None:
+    def show(runs: list[RunObject]) -> None:
+        nonlocal headed
         if not runs:
             return
         if output in ("table", "wide"):
-            io.print(runs_table(runs, header=header, wide=wide))
+            io.print(runs_table(runs, header=not headed, wide=wide))
+            headed = True
         else:
             for run in runs:
                 io.print(("---\n" if output == "yaml" else "") + render(run.manifest(), output))
 
     seen = {(r.metadata.namespace, r.metadata.name): _state(r, output) for r in first}
-    show(first, header=True)
+    show(first)
     while deadline is None or time.monotonic() < deadline:
         left = WATCH_INTERVAL_S if deadline is None else deadline - time.monotonic()
         await asyncio.sleep(max(0.0, min(WATCH_INTERVAL_S, left)))
@@ -370,7 +373,7 @@ async def watch(
             if seen.get(key) != state:
                 seen[key] = state
                 changed.append(run)
-        show(changed, header=False)
+        show(changed)
     return 0
 
 

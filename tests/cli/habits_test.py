@@ -173,6 +173,32 @@ async def test_list_watch_prints_each_change_until_interrupted(platform: Platfor
     assert b"Traceback" not in err
 
 
+async def test_a_watch_of_an_empty_namespace_prints_the_header_with_the_first_run(platform: Platform) -> None:
+    namespace = unique("empty")
+    watching = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kruntimes.cli.main", "run", "list", "-n", namespace, "-w",
+        env=platform.env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert watching.stdout is not None and watching.stderr is not None
+    try:
+        said = (await asyncio.wait_for(watching.stderr.readline(), 90)).decode()
+        assert said.startswith(f"No runs found in namespace {namespace}; watching."), said
+        name = unique("late")
+        async with Client(platform.config) as client:
+            await client.create(Run.from_dict(manifest(name, namespace=namespace)))
+        header = (await asyncio.wait_for(watching.stdout.readline(), 90)).decode().split()
+        assert header[:2] == ["NAME", "NAMESPACE"]
+        row = (await asyncio.wait_for(watching.stdout.readline(), 90)).decode().split()
+        assert row[:2] == [name, namespace]
+    finally:
+        if watching.returncode is None:
+            watching.send_signal(signal.SIGINT)
+        await asyncio.wait_for(watching.communicate(), 90)
+        async with Client(platform.config) as client:
+            for run in await client.list(namespace=namespace):
+                await client.delete(run.name, namespace)
+
+
 async def test_a_closed_pipe_ends_the_list_quietly_as_kubectl_does(platform: Platform) -> None:
     name = await _ready_run(platform)
     await _listed(platform, name)
