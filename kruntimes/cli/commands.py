@@ -18,6 +18,7 @@ import yaml
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run, yaml_problem
+from kruntimes.cli.components import name_what_is_missing
 from kruntimes.cli.output import (
     RUN_COLUMNS,
     Progress,
@@ -207,6 +208,8 @@ async def wait_for(
 ) -> RunObject:
     name, namespace = run.metadata.name, run.metadata.namespace
     progress = Progress(io.err, label=f"run/{name}")
+    # a Run long Pending on the embedded platform: say which component it waits for in vain
+    naming = asyncio.ensure_future(name_what_is_missing(progress, client.config.stateDir))
     try:
         return await client.wait(name, namespace, until=until, timeout=timeout, on_status=progress)
     except RunFailed as e:
@@ -214,6 +217,7 @@ async def wait_for(
             io.print(render(e.run.manifest(), output))
         raise
     finally:
+        naming.cancel()
         progress.done()
 
 

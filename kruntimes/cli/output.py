@@ -169,6 +169,21 @@ class Progress:
             self.stream.write(f"{self.label}: {status.phase.value} {elapsed}{message}\n")
             self.stream.flush()
 
+    def remark(self, message: str) -> None:
+        """Why the current phase lasts (a component it waits for is down), after the phases so far."""
+        elapsed = f"({self.clock() - self.started:.1f}s)"
+        if self.tty:
+            arrow = " → " if self.fancy else " -> "
+            icon = self._icon(self.phases[-1]) if self.phases else ""
+            phases = arrow.join(p.value for p in self.phases)
+            self.stream.write(f"\r{icon}{self.label}: {phases} {elapsed} - {message}\x1b[K")
+            self._drawn = True
+        else:
+            # a Run no worker has started yet is Pending
+            phase = (self.phases[-1] if self.phases else RunPhase.Pending).value
+            self.stream.write(f"{self.label}: {phase} {elapsed} - {message}\n")
+        self.stream.flush()
+
     def _icon(self, phase: RunPhase) -> str:
         if not self.fancy:
             return ""

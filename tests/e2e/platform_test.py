@@ -56,10 +56,10 @@ def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> 
     assert "Temporal UI" in up.stdout
     status = json.loads(krt("status", "-o", "json").stdout)
     assert {c["component"] for c in status["components"]} >= {"platform", "gateway", "worker", "temporal"}
-    assert all(c["state"] == "up" for c in status["components"]), status
+    assert all(c["state"] == "running" for c in status["components"]), status
     table = krt("status").stdout.splitlines()
     assert table[0].split() == ["COMPONENT", "STATE", "PID", "ISOLATION"]
-    assert table[1].split()[:2] == ["platform", "up"]
+    assert table[1].split()[:2] == ["platform", "running"]
     assert any(line.startswith("host python-") for line in table), table
     hosts = [c for c in status["components"] if c["component"].startswith("host ")]
     assert hosts and all("own uid per function" in c["isolation"] for c in hosts), (

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kruntimes.cli.components import start_time
 from kruntimes.workers.embedded import commands, supervise
-from kruntimes.workers.embedded.layout import Layout, recorded_components, recorded_pid, start_time, write_up
+from kruntimes.workers.embedded.layout import Layout, recorded_components, recorded_pid, write_up
 
 # Says "ready" once its SIGTERM disposition is set, then sleeps (at most 5 minutes).
 SLEEPER = "import signal, sys, time\n{setup}\nprint('ready', flush=True)\ntime.sleep(300)\n"

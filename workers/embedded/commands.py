@@ -1,7 +1,8 @@
 """`krt up [--detach]`, `krt down`, `krt status`: the embedded platform's entry points.
 
 Each `main_*` parses its own arguments and returns the exit code: `up` 4 when the platform cannot
-start, `status` 1 when it is not running; everything else 0. The state dir is KRT_STATE_DIR.
+start (or a platform, or a process of one, still runs from the state dir), `status` 1 when any
+component is not running; everything else 0. The state dir is KRT_STATE_DIR.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import sys
 from collections.abc import Callable
 
 from kruntimes.activities.hosts.process import host_running, list_records
+from kruntimes.cli import components
 from kruntimes.cli import output as cli_output
 from kruntimes.sdk import config as clientconfig
 from kruntimes.system import logs
 from kruntimes.temporal.devserver import DevServerError
 from kruntimes.workers.embedded import supervise
 from kruntimes.workers.embedded.errors import PlatformError
-from kruntimes.workers.embedded.layout import Layout, recorded_components
+from kruntimes.workers.embedded.layout import Layout, recorded
 
 STATUS_COLUMNS = ("COMPONENT", "STATE", "PID", "ISOLATION")
 
@@ -59,10 +61,13 @@ def up(layout: Layout, *, detach: bool) -> int:
 
 
 def down(layout: Layout) -> int:
+    """Stop every process of this state dir's platform: the supervisor (which stops the rest), then
+    what a supervisor that died (or had to be killed) left: the worker first, so it starts no
+    host after the hosts are stopped, then the gateway and the dev server, then the hosts."""
     stopped = supervise.stop(layout)
-    # what a platform that died (or had to be killed) left behind: its components, its hosts
     components = supervise.stop_leftover_components(layout)
     hosts = supervise.stop_leftover_hosts(layout)
+    supervise.forget_stopped(layout)
     left = [f"{n} {what}" for n, what in ((components, "component(s)"), (hosts, "host(s)")) if n]
     suffix = f" (stopped {' and '.join(left)} it left running)" if left else ""
     if stopped:
@@ -72,23 +77,28 @@ def down(layout: Layout) -> int:
     return 0
 
 
-def status_rows(layout: Layout, *, pid: int | None) -> list[dict[str, str | int]]:
-    """The platform (running as `pid`, or not), its components and its hosts:
-    {"component", "state" (up|down), "pid"}."""
-    components = recorded_components(layout) if pid is not None else {}
+def status_rows(layout: Layout) -> list[dict[str, str | int]]:
+    """The supervisor ("platform"), every component (running, restarting, down) and every host:
+    {"component", "state", "pid", "attempt", "lastError", "isolation"}."""
     rows: list[dict[str, str | int]] = [
-        {"component": "platform", "state": _state(pid is not None), "pid": pid or 0, "isolation": "-"}
-    ]
-    rows += [
-        {"component": n, "state": _state(supervise.alive(p)), "pid": p, "isolation": "-"}
-        for n, p in components.items()
+        {
+            "component": c.name,
+            "state": c.state,
+            "pid": c.pid,
+            "attempt": c.attempt,
+            "lastError": c.lastError,
+            "isolation": "-",
+        }
+        for c in components.states(recorded(layout))
     ]
     if layout.hosts.exists():
         rows += [
             {
                 "component": f"host {h.hostId}",
-                "state": _state(host_running(h)),
+                "state": components.RUNNING if host_running(h) else components.DOWN,
                 "pid": h.pid or 0,
+                "attempt": 0,
+                "lastError": "",
                 "isolation": h.isolation or "unknown",
             }
             for h in list_records(layout.root)
@@ -96,28 +106,55 @@ def status_rows(layout: Layout, *, pid: int | None) -> list[dict[str, str | int]
     return rows
 
 
-def _state(up: bool) -> str:
-    return "up" if up else "down"
+def _state_cell(row: dict[str, str | int]) -> str:
+    if row["state"] == components.RESTARTING:
+        return f"restarting (attempt {row['attempt']}: {row['lastError']})"
+    return str(row["state"])
+
+
+def _advice(layout: Layout, rows: list[dict[str, str | int]]) -> str | None:
+    """What to do about what is not running, in one line; None when everything runs."""
+    by_name = {str(r["component"]): r for r in rows}
+    if by_name[components.SUPERVISOR]["state"] != components.RUNNING:
+        left = [n for n, r in by_name.items() if r["state"] == components.RUNNING]
+        if left:
+            return (
+                f"the supervisor is gone but {', '.join(left)} still run: `krt down` stops them,"
+                " then `krt up` starts the platform again on the same ports"
+            )
+        return "the platform is down: `krt up` starts it"
+    down = [n for n, r in by_name.items() if r["state"] != components.RUNNING]
+    if down:
+        return f"not running: {', '.join(down)} (logs: {layout.logs})"
+    return None
 
 
 def status(layout: Layout, *, output: str) -> int:
-    pid = supervise.running(layout)
-    rows = status_rows(layout, pid=pid)
+    """Every component with its state; exit 0 only when each one runs."""
+    rows = status_rows(layout)
     config = _config(layout)
+    everything = all(row["state"] == components.RUNNING for row in rows)
     if output == "json":
         document = {
             "stateDir": str(layout.root),
             "uiUrl": config.uiUrl,
             "gatewayUrl": config.gatewayUrl,
+            "running": everything,
             "components": rows,
         }
         sys.stdout.write(cli_output.render(document, "json"))
     else:
-        cells = [[str(row[column.lower()]) for column in STATUS_COLUMNS] for row in rows]
+        cells = [
+            [str(row["component"]), _state_cell(row), str(row["pid"] or "-"), str(row["isolation"])]
+            for row in rows
+        ]
         sys.stdout.write(cli_output.table(STATUS_COLUMNS, cells))
-        if pid:
+        if everything:
             print(f"Temporal UI {config.uiUrl}   gateway {config.gatewayUrl}")
-    return 0 if pid else 1
+        advice = _advice(layout, rows)
+        if advice:
+            print(advice, file=sys.stderr)
+    return 0 if everything else 1
 
 
 def _layout() -> Layout:

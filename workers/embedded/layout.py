@@ -1,7 +1,10 @@
 """The embedded platform's state directory: which file holds what, and the files `krt up` prepares.
 
     platform.json       the ports, chosen once and kept, so URLs (and Run endpoints) stay valid
-    up.json             {"pid", "components"} of the running platform: who to signal, what to show
+    platform.lock       held (flock) by the one supervisor running from this directory
+    up.json             the supervisor's and its components' pids with their start times, and
+                        which is being restarted (kruntimes.cli.components): who to signal, what
+                        to show
     up.ready            written once everything serves; `krt up --detach` waits for it
     tokens.csv          the gateway's token file (0600) with the generated admin token
     rolebindings.yaml   who may invoke which namespace's Runs
@@ -32,10 +35,10 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography import x509
 
+from kruntimes.cli import components as components_record
 from kruntimes.pki import CA_CERT, DEFAULT_LIFETIME, TLS_CERT, Authority, Identity, IdentityError, identity_of
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.assignments import Signer
@@ -97,6 +100,11 @@ class Layout:
     @property
     def up(self) -> Path:
         return self.root / "up.json"
+
+    @property
+    def lock(self) -> Path:
+        """Locked by the running supervisor (flock): the kernel lets go of it when it dies."""
+        return self.root / "platform.lock"
 
     @property
     def ready(self) -> Path:
@@ -278,7 +286,10 @@ def recheck_ports(layout: Layout, current: dict[str, int], names: Iterable[str])
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on `port` now: connections of an earlier run of it waiting
+    out TIME_WAIT do not take it (the components listen with SO_REUSEADDR), a listener does."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -315,52 +326,29 @@ def _read_bounded(path: Path, *, max_bytes: int) -> bytes:
     return data
 
 
-def start_time(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot), None when no such process runs: with the
-    pid, it names one process, where a pid alone may since have been given to another."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+def write_up(
+    layout: Layout,
+    *,
+    pid: int,
+    components: dict[str, int],
+    restarting: dict[str, components_record.Restarting] | None = None,
+) -> None:
+    """Record the running platform's pid, its components' pids (each with its start time) and
+    those being started again (kruntimes.cli.components)."""
+    components_record.write(layout.up, pid=pid, components=components, restarting=restarting)
 
 
-def write_up(layout: Layout, *, pid: int, components: dict[str, int]) -> None:
-    """Record the running platform's pid and its components' pids, each with its start time
-    (rewritten whole, at once, when a component is started again: a reader never sees half of it)."""
-    started = {str(p): start_time(p) for p in (pid, *components.values())}
-    tmp = layout.up.with_name(layout.up.name + ".tmp")
-    tmp.write_text(json.dumps({"pid": pid, "components": components, "started": started}))
-    tmp.replace(layout.up)
-
-
-def _recorded(layout: Layout) -> dict[str, Any]:
-    try:
-        record: dict[str, Any] = json.loads(layout.up.read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _still(record: dict[str, Any], pid: int) -> bool:
-    """Whether `pid` is still the process recorded (a record without start times trusts the pid)."""
-    started = record.get("started")
-    if not isinstance(started, dict):
-        return True
-    return started.get(str(pid)) is not None and started.get(str(pid)) == start_time(pid)
+def recorded(layout: Layout) -> components_record.Record:
+    return components_record.read(layout.up)
 
 
 def recorded_pid(layout: Layout) -> int:
     """The pid of the platform recorded as running, 0 when none is (or its pid is another
     process's now)."""
-    record = _recorded(layout)
-    pid = int(record.get("pid", 0))
-    return pid if pid and _still(record, pid) else 0
+    return recorded(layout).supervisor()
 
 
 def recorded_components(layout: Layout) -> dict[str, int]:
-    """The components' pids recorded by the running platform (name → pid), those still the
-    processes recorded."""
-    record = _recorded(layout)
-    components: dict[str, int] = record.get("components", {})
-    return {name: pid for name, pid in components.items() if _still(record, pid)}
+    """The components' pids recorded by the platform (name → pid), those still the processes
+    recorded."""
+    return recorded(layout).live_components()

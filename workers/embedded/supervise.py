@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import signal
@@ -34,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kruntimes.activities.hosts.process import stop_all
+from kruntimes.activities.hosts.process import host_running, list_records, stop_all
+from kruntimes.cli.components import COMPONENTS, Restarting
 from kruntimes.config.platform import PlatformConfigError, load_config
 from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
 from kruntimes.pki import rotation as ca_rotation
@@ -49,6 +51,7 @@ from kruntimes.workers.embedded.layout import (
     platform_certificates,
     prepare,
     recheck_ports,
+    recorded,
     recorded_components,
     recorded_pid,
     write_up,
@@ -59,6 +62,7 @@ STOP_TIMEOUT_S = 20.0
 RESTART_MIN_S = 0.5
 RESTART_MAX_S = 30.0
 RESTART_RESET_S = 60.0
+RESTART_SETTLE_S = 5.0  # a component started again without a ready signal is restarting this long
 HEARTBEAT_INTERVAL_S = 2.0
 RENEW_CHECK_S = 60.0  # how often the running platform looks for certificates due for renewal
 # `krt up --detach` waits this much longer than the platform itself takes to give up starting.
@@ -67,24 +71,61 @@ DETACH_EXTRA_S = 30.0
 DETACHED_MODULE = "kruntimes.workers.embedded"
 
 
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie does not); one of another user's processes counts as running."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    return True
-
-
 def running(layout: Layout) -> int | None:
     """The pid of the platform running from this state dir, or None."""
     pid = recorded_pid(layout)
-    return pid if pid and alive(pid) else None
+    return pid or None
+
+
+def _try_lock(layout: Layout) -> int | None:
+    """The state dir's lock, taken (an open descriptor: the lock lasts while it is open, and no
+    child inherits it), or None when another process holds it."""
+    fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _stop_command(layout: Layout) -> str:
+    return f"KRT_STATE_DIR={layout.root} krt down"
+
+
+def refuse_if_running(layout: Layout) -> None:
+    """PlatformError with the command that stops it when a platform, or any process of one,
+    still runs from this state dir: its supervisor (which holds the lock), or components or hosts
+    a supervisor that died left running. A second platform would start a second dev server on
+    the same database."""
+    fd = _try_lock(layout)
+    if fd is None:
+        _refuse_held(layout)
+    else:
+        os.close(fd)
+    _refuse_leftovers(layout)
+
+
+def _refuse_held(layout: Layout) -> None:
+    pid = recorded_pid(layout)
+    which = f" (pid {pid})" if pid else ""
+    raise PlatformError(
+        f"the platform already runs from {layout.root}{which}; stop it with `{_stop_command(layout)}`"
+    )
+
+
+def _refuse_leftovers(layout: Layout) -> None:
+    """Adopting processes that are not its children would leave the supervisor unable to wait
+    for them or know how they ended (docs/operations.md), so it asks for `krt down` instead."""
+    running_now = recorded_components(layout)
+    left = [f"{name} (pid {running_now[name]})" for name in COMPONENTS if name in running_now]
+    if layout.hosts.exists():
+        left += [f"host {h.hostId} (pid {h.pid})" for h in list_records(layout.root) if host_running(h)]
+    if left:
+        raise PlatformError(
+            f"the supervisor of the platform in {layout.root} is gone but its {', '.join(left)} still"
+            f" run; stop them with `{_stop_command(layout)}`, then `krt up` again (same ports)"
+        )
 
 
 def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -113,21 +154,26 @@ class _Child:
     name: str
     start: Callable[[], subprocess.Popen[bytes]]
     proc: subprocess.Popen[bytes]
+    log: Path
     started_at: float = field(default_factory=time.monotonic)
     backoff_s: float = 0.0
     restart_at: float | None = None
     restarts: int = 0
+    attempt: int = 0  # of the start to come: counted anew once it ran RESTART_RESET_S
+    last_error: str = ""
+    # whether it serves since it was started again (by default: it kept running RESTART_SETTLE_S)
+    ready: Callable[[], bool] | None = None
+    settling: bool = False
 
     def exited(self) -> int | None:
         return self.proc.poll() if self.restart_at is None else None
 
     def schedule(self, now: float, why: str) -> None:
         ran = now - self.started_at
-        self.backoff_s = (
-            RESTART_MIN_S
-            if ran >= RESTART_RESET_S or not self.backoff_s
-            else min(self.backoff_s * 2, RESTART_MAX_S)
-        )
+        fresh = ran >= RESTART_RESET_S or not self.backoff_s
+        self.backoff_s = RESTART_MIN_S if fresh else min(self.backoff_s * 2, RESTART_MAX_S)
+        self.attempt = 1 if fresh else self.attempt + 1
+        self.last_error = f"{why}: {_last_error(self.log)}" if self.log.exists() else why
         self.restart_at = now + self.backoff_s
         _say(f"the {self.name} {why}; starting it again in {self.backoff_s:g}s")
 
@@ -141,9 +187,25 @@ class _Child:
             self.schedule(time.monotonic(), f"did not start ({e})")
             return False
         self.started_at, self.restart_at = time.monotonic(), None
+        self.settling = True
         self.restarts += 1
         _say(f"the {self.name} runs again (pid {self.proc.pid}, restart {self.restarts})")
         return True
+
+    def settled(self, now: float) -> bool:
+        """Whether one started again has proven to serve (True once: it is not restarting then)."""
+        if not self.settling or self.proc.poll() is not None:
+            return False
+        if self.ready() if self.ready is not None else now - self.started_at >= RESTART_SETTLE_S:
+            self.settling = False
+            return True
+        return False
+
+    def restarting(self) -> Restarting | None:
+        """While it is started again, until it serves: which attempt, and why it died."""
+        if self.restart_at is None and not self.settling:
+            return None
+        return Restarting(self.attempt, self.last_error)
 
 
 def _say(text: str) -> None:
@@ -169,8 +231,8 @@ def _first_start(start: Callable[[], subprocess.Popen[bytes]], name: str) -> sub
 
 
 def _supervise(children: list[_Child], layout: Layout, stop: dict[str, bool]) -> None:
-    """Until asked to stop: start every child that died again (backoff), record the pids, and
-    renew the platform's certificates before they expire."""
+    """Until asked to stop: start every child that died again (backoff), record the pids and
+    which child is being started again, and renew the platform's certificates before they expire."""
     renew_at = time.monotonic() + RENEW_CHECK_S
     while not stop["requested"]:
         now = time.monotonic()
@@ -182,10 +244,19 @@ def _supervise(children: list[_Child], layout: Layout, stop: dict[str, bool]) ->
             code = child.exited()
             if code is not None:
                 child.schedule(now, f"exited with code {code}")
+                changed = True
             changed |= child.restart(now)
+            changed |= child.settled(now)
         if changed:
-            write_up(layout, pid=os.getpid(), components={c.name: c.proc.pid for c in children})
+            _record(layout, children)
         time.sleep(0.2)
+
+
+def _record(layout: Layout, children: list[_Child]) -> None:
+    restarting = {c.name: r for c in children if (r := c.restarting()) is not None}
+    write_up(
+        layout, pid=os.getpid(), components={c.name: c.proc.pid for c in children}, restarting=restarting
+    )
 
 
 def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) -> dict[str, Any]:
@@ -336,9 +407,20 @@ def renew_platform_certificates(
 
 def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig], None]) -> int:
     """Start everything, call `on_ready`, wait for SIGINT/SIGTERM or a child's death, stop everything."""
-    pid = running(layout)
-    if pid is not None:
-        raise PlatformError(f"the platform already runs from {layout.root} (pid {pid}); `krt down` first")
+    make_root(layout)
+    lock = _try_lock(layout)
+    if lock is None:
+        _refuse_held(layout)
+    try:
+        _refuse_leftovers(layout)
+        return _run_locked(layout, on_ready=on_ready)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig], None]) -> int:
+    """run_foreground, with the state dir's lock held and nothing of an earlier platform running."""
     ports, token = prepare(layout)
     try:  # a bad runtimes file is said now, before anything starts (the worker would only die of it)
         load_config(layout.runtimes)
@@ -371,14 +453,25 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
 
     def start_gateway() -> subprocess.Popen[bytes]:
         argv = _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address)
+        layout.gateway_ready.unlink(missing_ok=True)  # written again once it serves
         return _spawn(argv, layout.log("gateway"))
 
+    def record_started() -> None:
+        # each component is recorded as soon as it runs: `krt down` finds it even if this
+        # process dies before the platform is ready
+        pids = {name: p.pid for name, p in procs.items()}
+        if temporal.process is not None:
+            pids["temporal"] = temporal.process.pid
+        write_up(layout, pid=os.getpid(), components=pids)
+
     try:
+        write_up(layout, pid=os.getpid(), components={})
         _first_start(start_temporal, "temporal")
+        record_started()
         # the dev server opened ports of its own: the ones picked for the others may be among them
         ports.update(recheck_ports(layout, ports, ("gateway", "heartbeat", "workerMetrics")))
-        layout.gateway_ready.unlink(missing_ok=True)
         procs["gateway"] = start_gateway()
+        record_started()
         gateway = _wait_file(layout.gateway_ready, procs["gateway"], "gateway", layout.log("gateway"))
 
         def start_worker() -> subprocess.Popen[bytes]:
@@ -388,6 +481,7 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
             return _spawn(argv, layout.log("worker"))
 
         procs["worker"] = start_worker()
+        record_started()
         asyncio.run(
             _wait_min_hosts(
                 temporal.address,
@@ -405,16 +499,20 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
             codecKeys=str(layout.codec_keys),
         )
         clientconfig.write(layout.root, config)
-        pids = {name: p.pid for name, p in procs.items()}
-        pids["temporal"] = temporal.process.pid if temporal.process else 0
-        write_up(layout, pid=os.getpid(), components=pids)
         layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
         on_ready(config)
         assert temporal.process is not None
         children = [
-            _Child("gateway", start_gateway, procs["gateway"]),
-            _Child("worker", start_worker, procs["worker"]),
-            _Child("temporal", start_temporal, temporal.process),
+            _Child(
+                "gateway",
+                start_gateway,
+                procs["gateway"],
+                layout.log("gateway"),
+                ready=layout.gateway_ready.exists,
+            ),
+            _Child("worker", start_worker, procs["worker"], layout.log("worker")),
+            # the dev server's start returns once it serves
+            _Child("temporal", start_temporal, temporal.process, layout.log("temporal"), ready=lambda: True),
         ]
         try:
             _supervise(children, layout, stop)
@@ -433,9 +531,8 @@ def run_foreground(layout: Layout, *, on_ready: Callable[[clientconfig.ClientCon
 def start_detached(layout: Layout) -> None:
     """Run the platform in the background (a new session, its output in logs/platform.log) and
     return once it is ready."""
-    if running(layout) is not None:
-        raise PlatformError(f"the platform already runs from {layout.root}; `krt down` first")
     make_root(layout)
+    refuse_if_running(layout)
     layout.ready.unlink(missing_ok=True)
     log = layout.log("platform")
     env = {**os.environ, "KRT_STATE_DIR": str(layout.root)}
@@ -466,41 +563,83 @@ def _last_line(log: Path, *, max_bytes: int = 4096) -> str:
     return tail[0] if tail else "(no output)"
 
 
+def _last_error(log: Path, *, max_bytes: int = 8192) -> str:
+    """The line of a log that says why its process ended: the last one, leaving out what the
+    interpreter prints while it shuts down ("Exception ignored in: ...") and traceback frames."""
+    with log.open("rb") as f:
+        f.seek(max(f.seek(0, os.SEEK_END) - max_bytes, 0))
+        lines = f.read().decode(errors="replace").splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("Exception ignored in"):
+            del lines[index:]
+    said = [ln for ln in lines if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback (")]
+    return said[-1] if said else "(no output)"
+
+
+def _signal(layout: Layout, pid: int, sig: signal.Signals) -> None:
+    """Send `sig` to `pid` if it is still the process the state dir records (pid and start
+    time): through a pidfd opened before the check, so a pid given to another process between
+    the check and the signal is never reached."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        if recorded(layout).same(pid):
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, sig)
+    finally:
+        os.close(fd)
+
+
 def stop(layout: Layout) -> bool:
-    """SIGTERM the running platform (it stops its children), SIGKILL if it outlives the wait.
+    """SIGTERM the running platform (it stops the worker, then the gateway, the hosts and the
+    dev server), SIGKILL if it outlives the wait.
 
     Returns False when none runs from this state dir.
     """
     pid = running(layout)
     if pid is None:
         return False
-    os.kill(pid, signal.SIGTERM)
+    _signal(layout, pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S * 3
-    while alive(pid) and time.monotonic() < deadline:
+    while recorded(layout).same(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    _signal(layout, pid, signal.SIGKILL)
     return True
 
 
-def stop_leftover_components(layout: Layout) -> int:
-    """Stop the components (Temporal, the worker, the gateway) a platform that died, or was
-    killed, left running: each started in a session of its own, it outlives its supervisor.
-    Only the processes recorded, by pid and start time: a pid given to another process since is
-    never signalled. Returns how many were stopped."""
-    left = recorded_components(layout)
-    for pid in left.values():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+def _stop_recorded(layout: Layout, pids: list[int]) -> None:
+    """SIGTERM each, SIGKILL those still running after STOP_TIMEOUT_S."""
+    for pid in pids:
+        _signal(layout, pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while any(alive(pid) for pid in left.values()) and time.monotonic() < deadline:
+    while any(recorded(layout).same(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in recorded_components(layout).values():  # still the same processes
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        _signal(layout, pid, signal.SIGKILL)
+
+
+def stop_leftover_components(layout: Layout) -> int:
+    """Stop the components (the worker, the gateway, the dev server) a platform that died, or
+    was killed, left running: each started in a session of its own, it outlives its supervisor.
+    The worker first, so that it starts no host once the hosts are stopped. Only the processes
+    recorded, by pid and start time: a pid given to another process since is never signalled.
+    Returns how many were stopped."""
+    left = recorded_components(layout)
+    worker = [pid for name, pid in left.items() if name == "worker"]
+    _stop_recorded(layout, worker)
+    _stop_recorded(layout, [pid for name, pid in left.items() if name != "worker"])
     return len(left)
 
 
 def stop_leftover_hosts(layout: Layout) -> int:
     """Stop the hosts a platform that died without cleaning up left running; returns how many."""
     return asyncio.run(stop_all(layout.root)) if layout.hosts.exists() else 0
+
+
+def forget_stopped(layout: Layout) -> None:
+    """Remove the record once nothing it names runs: the platform is down, not merely gone."""
+    record = recorded(layout)
+    if not record.supervisor() and not record.live_components():
+        layout.up.unlink(missing_ok=True)
