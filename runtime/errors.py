@@ -12,6 +12,7 @@ RuntimeServerError          Internal               INTERNAL
  ├── SourceInvalid          the source cannot be prepared              INVALID_ARGUMENT
  ├── SecretNotFound         a secret envFrom names is not on the host  FAILED_PRECONDITION
  ├── HandlerLoadFailed      the handler cannot be loaded               FAILED_PRECONDITION
+ │    └── HandlerLoadInterrupted  its process exited or timed out loading  FAILED_PRECONDITION
  ├── AssignmentInvalid      no valid signed assignment naming this host PERMISSION_DENIED
  ├── PermissionDenied       the caller's role may not call the method  PERMISSION_DENIED
  └── HostUnavailable        the host is shutting down or cannot spawn  UNAVAILABLE
@@ -78,11 +79,20 @@ class SecretNotFound(RuntimeServerError):
 
 
 class HandlerLoadFailed(RuntimeServerError):
+    """`kind` is the adapter's error class (HandlerImportError, HandlerNotFound, ...); the message,
+    the adapter's own words, already says what it means."""
+
     reason = HostReason.HANDLER_LOAD_FAILED
 
     def __init__(self, kind: str, message: str) -> None:
-        super().__init__(f"{kind}: {message}")
+        super().__init__(message)
         self.kind = kind
+
+
+class HandlerLoadInterrupted(HandlerLoadFailed):
+    """The function process exited or timed out while loading: another attempt may load it."""
+
+    reason = HostReason.HANDLER_LOAD_INTERRUPTED
 
 
 class AssignmentInvalid(RuntimeServerError):

@@ -30,6 +30,7 @@ from kruntimes.runtime.errors import (
     FenceMismatch,
     FunctionNotReady,
     HandlerLoadFailed,
+    HandlerLoadInterrupted,
     HostUnavailable,
     RegistrationConflict,
     StaleAttempt,
@@ -213,7 +214,8 @@ class Registry:
                 self._per_call(reg)
         except LoadFailed as exc:
             self._close_registration(reg)
-            raise HandlerLoadFailed(exc.kind, str(exc)) from exc
+            failed = HandlerLoadInterrupted if exc.kind == Status.PROCESS_EXITED.value else HandlerLoadFailed
+            raise failed(exc.kind, str(exc)) from exc
         except (SpawnError, NoFreeUid) as exc:
             self._close_registration(reg)
             raise HostUnavailable(str(exc)) from exc

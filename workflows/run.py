@@ -88,11 +88,13 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.decisions.runlife import (
         IdleExpired,
         RegistrationGone,
+        failure_summary,
         idle_verdict,
         recovery_exhausted,
         registration_backoff,
         retries_exhausted,
     )
+    from kruntimes.temporal.codec import PlainFailure
     from kruntimes.wire import reasons, search, search_typed, summaries
     from kruntimes.workflows.common import HOST_CALL_RETRY, End, Recover, Reregister, failure_text
 
@@ -126,6 +128,8 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # a dead worker's activity is retried
 NO_TASK_LIMIT_S = 7 * 24 * 3600.0
 # Errors of the function itself: another attempt may help only through the retry policy.
 REGISTRATION_ERRORS = reasons.registration_refusals()
+# Of those, the ones every attempt of the same Run gets: the Run fails at the first.
+FINAL_ERRORS = reasons.final_refusals()
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
@@ -148,6 +152,7 @@ class RunWorkflow:
         self._serving = False  # Ready on its registration (a lost one matters only then)
         self._attempt = 0
         self._failures = 0  # registration failures: what spec.retryPolicy counts
+        self._failure_cause = ""  # the reason of the last registration failure (its plain summary)
         self._indexed_host: str | None = None  # the KrtHost value last upserted
         self._status_memo = False  # RunInput.statusMemo
         self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
@@ -163,12 +168,14 @@ class RunWorkflow:
         self._cancel = True  # false → true only; repeating it changes nothing
 
     @workflow.update(name=UPDATE_DELETE)
-    async def delete(self) -> RunStatus:
-        """Cancel if needed, run the cleanup finalizer, then end the workflow."""
+    async def delete(self) -> str:
+        """Cancel if needed, run the cleanup finalizer, then end the workflow. The answer is one
+        plain line (`temporal workflow update execute` prints it without the codec server); the
+        final status is the workflow's result."""
         self._cancel = True
         self._delete = True
         await workflow.wait_condition(lambda: self._finalized)
-        return self._status
+        return summaries.summary(f"deleted {workflow.info().workflow_id}: {self._status.phase.value}")
 
     @workflow.signal(name=SIGNAL_ASSIGNED)
     def assigned(self, assignment: Assignment) -> None:
@@ -228,9 +235,16 @@ class RunWorkflow:
         await self._retain(0 if self._delete else seconds, deleted=self._delete)
         await workflow.wait_condition(workflow.all_handlers_finished)
         if end.phase in (RunPhase.Failed, RunPhase.Timeout):
-            raise ApplicationError(
-                self._status.message or end.reason, self._status, type=end.reason, non_retryable=True
+            # The message is stored unencrypted: the platform's words only (the status in the
+            # details, encrypted, has the rest)
+            why = failure_summary(
+                end.reason,
+                cause=self._failure_cause,
+                host=self._status.assignedHost or "",
+                attempt=self._status.attempt,
+                attempts_spent=end.reason == ConditionReason.RetriesExhausted,
             )
+            raise PlainFailure(why, self._status, type=end.reason, non_retryable=True)
         return self._status
 
     async def _retain(self, seconds: float, *, deleted: bool) -> None:
@@ -493,6 +507,7 @@ class RunWorkflow:
             self._registration = None  # the host no longer has it: register it anew
             return True
         self._failures += 1
+        self._failure_cause = ConditionReason.RegistrationLost
         policy = self.run_.spec.retryPolicy
         if retries_exhausted(policy, failures=self._failures):
             return End(RunPhase.Failed, ConditionReason.RetriesExhausted, end.message)
@@ -519,10 +534,15 @@ class RunWorkflow:
                 self._registration = await self._register_once(attempt)
                 break
             except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
-                message = f"attempt {attempt}: {failure_text(err)}"
+                refusal = _refusal(err)
+                self._failure_cause = refusal[0] if refusal else "RegistrationFailed"
+                said = f"{refusal[0]}: {refusal[1]}" if refusal else failure_text(err)
+                message = f"attempt {attempt}: {said}"
                 self._phase(RunPhase.Running, ConditionReason.RegistrationFailed, message, ready=False)
                 if self._cancel:
                     return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+                if refusal and refusal[0] in FINAL_ERRORS:  # every attempt would be refused the same
+                    return End(RunPhase.Failed, refusal[0], refusal[1])
                 if self._host_lost:
                     self._attempt -= 1  # the recovery spends the attempt
                     return Recover(message)
@@ -535,6 +555,7 @@ class RunWorkflow:
                     return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
                 if self._cancel:
                     return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
+        self._failure_cause = ""
         assert self._assignment is not None
         platform = self._assignment.platform
         url = invoke_url(
@@ -781,6 +802,19 @@ def _timed_out(err: BaseException | None) -> bool:
             return True
         err = err.cause
     return False
+
+
+def _refusal(err: BaseException | None) -> tuple[str, str] | None:
+    """The host's reason and its own words, when a registration failure is (or was caused by) the
+    host refusing it. The activity's message is `runtime host ADDRESS: ` and the host's details,
+    which begin with the reason (`HandlerLoadFailed: cannot import ...`): the words are what
+    follows the reason."""
+    while isinstance(err, FailureError):
+        if isinstance(err, ApplicationError) and err.type in REGISTRATION_ERRORS:
+            _, said, words = err.message.partition(f"{err.type}: ")
+            return err.type, words if said else err.message
+        err = err.cause
+    return None
 
 
 def _refused(err: BaseException | None) -> bool:

@@ -4,7 +4,8 @@
 - when registration failures have spent the retry policy (`retries_exhausted`), and when moves
   to other hosts after host losses have spent the recovery limit (`recovery_exhausted`): two
   separate budgets, a host loss is not the function's fault;
-- what a Ready function's idle timer concludes from the host's FunctionStatus (`idle_verdict`).
+- what a Ready function's idle timer concludes from the host's FunctionStatus (`idle_verdict`);
+- what a failed Run's plain failure message says (`failure_summary`).
 
 Nothing here reads a clock or does I/O: the workflow passes `workflow.now()` in, so the same
 inputs give the same answer on every replay.
@@ -43,6 +44,24 @@ def recovery_exhausted(*, limit: int, recoveries: int) -> bool:
     if limit < 0 or recoveries < 0:
         raise ValueError(f"the limit ({limit}) and recoveries ({recoveries}) count from 0")
     return recoveries > limit
+
+
+def failure_summary(
+    reason: str, *, cause: str = "", host: str = "", attempt: int = 0, attempts_spent: bool = False
+) -> str:
+    """A failed or timed-out Run's failure message as Temporal stores it unencrypted (the UI and
+    `temporal workflow describe` show it): only the platform's own words, never a handler's text.
+
+    `reason` is the Run's, `cause` the reason of the registration failure behind it (when another),
+    `host` the host id last assigned, `attempt` the last attempt; `attempts_spent`: the retry
+    policy ran out after `attempt` attempts.
+    """
+    words = reason + (f": {cause}" if cause and cause != reason else "")
+    if host:
+        words += f" on {host}"
+    if attempt > 0:
+        words += f" after {attempt} attempts" if attempts_spent and attempt > 1 else f" at attempt {attempt}"
+    return words
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@
      ├── RunNotFound        no Run of that name in that namespace
      ├── HostNotFound       no pool host of that name (or it has no supervisor to act on it)
      ├── RunAlreadyExists   create: a Run of that name is running
+     ├── RuntimeNotFound    create: no runtime of that name is served; .runtimes: those that are
      ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
      ├── WaitTimeout        wait/delete: the wanted phase did not come in time
      ├── RunFailed          wait: the Run ended (Failed, Timeout, Cancelled) instead; .phase .message
@@ -79,6 +80,14 @@ class RunAlreadyExists(_Named):
     text = "run {name!r} already exists in namespace {namespace!r}"
 
 
+class RuntimeNotFound(KruntimesError):
+    def __init__(self, runtime: str, runtimes: list[str]) -> None:
+        there = f"the runtimes are: {', '.join(runtimes)}" if runtimes else "the platform serves none"
+        super().__init__(f"no runtime {runtime!r} is configured; {there}")
+        self.runtime = runtime
+        self.runtimes = tuple(runtimes)
+
+
 class SpecConflict(KruntimesError):
     def __init__(self, namespace: str, name: str, fields: list[str]) -> None:
         super().__init__(
@@ -99,7 +108,10 @@ class WaitTimeout(KruntimesError):
 class RunFailed(KruntimesError):
     def __init__(self, run: RunObject) -> None:
         status = run.status
-        detail = f": {status.message}" if status.message else ""
+        # the reason when it says more than the phase (HandlerLoadFailed, IdleTimeout; not Cancelled)
+        reason = next((c.reason for c in status.conditions if c.type == "Ready"), "")
+        said = [reason] if reason and reason != status.phase.value else []
+        detail = "".join(f": {part}" for part in [*said, status.message] if part)
         super().__init__(f"run {run.metadata.name!r} ended {status.phase.value}{detail}")
         self.run = run
         self.phase = status.phase

@@ -73,6 +73,7 @@ class Runs:
         self.config = config
         self._temporal = temporal
         self._connecting = asyncio.Lock()
+        self._served: set[str] = set()  # runtimes create found served
 
     async def temporal(self) -> temporalio.client.Client:
         """The Temporal client (pydantic data converter), connected on first use."""
@@ -126,12 +127,16 @@ class Runs:
         """Start the Run on the configured task queue; RunAlreadyExists while one of that name runs."""
         from temporalio.exceptions import WorkflowAlreadyStartedError
 
+        from kruntimes.sdk.runtimes import check_runtime
         from kruntimes.sdk.starting import start_run
 
         run = prepare(run)
         name, namespace = run.metadata.name, run.metadata.namespace
         _check_name(name, namespace)
         client = await self.temporal()
+        if run.spec.runtime not in self._served:  # a runtime, once served, is not asked again
+            await self._rpc(check_runtime(client, run.spec.runtime), namespace=namespace, name=name)
+            self._served.add(run.spec.runtime)
         try:
             await self._rpc(
                 start_run(client, run, task_queue=self.config.taskQueue, gateway_url=self.config.gatewayUrl),
@@ -450,11 +455,11 @@ class Runs:
         final: RunStatus | None = None
         if description.status == WorkflowExecutionStatus.RUNNING:
             try:
-                final = await self._rpc(
-                    this.execute_update(UPDATE_DELETE, result_type=RunStatus), namespace=namespace, name=name
-                )
-                with contextlib.suppress(WorkflowFailureError):  # it closes right after the update
-                    await self._rpc(this.result(), namespace=namespace, name=name)
+                await self._rpc(this.execute_update(UPDATE_DELETE), namespace=namespace, name=name)
+                try:  # it closes right after the update: its result is the final status
+                    final = await self._rpc(this.result(), namespace=namespace, name=name)
+                except WorkflowFailureError as e:
+                    final = _failed_status(e.cause)
             except (RunNotFound, WorkflowUpdateFailedError):
                 description = await self._rpc(this.describe(), namespace=namespace, name=name)  # it ended
         if final is None:

@@ -14,6 +14,9 @@ Errors::
 
     ValueError
      └── CodecError   a key directory is unusable, or a payload cannot be decrypted
+
+A failure's message and stack trace are encrypted too (kruntimes.temporal.connect's failure
+converter), except a `PlainFailure`'s: the platform's own words, raised by workflow code.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
+from temporalio.exceptions import ApplicationError
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
@@ -47,6 +51,13 @@ AAD = b"kruntimes/v1"
 PLAIN = "krt-plain"
 MAX_KEYS = 64
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class PlainFailure(ApplicationError):
+    """A failure whose message is the platform's own words (a Run's reason, host and attempt:
+    never a handler's text), stored unencrypted so that the Temporal UI and `temporal workflow
+    describe` say why without the codec server; its details are payloads, encrypted as any.
+    kruntimes.temporal.connect's failure converter leaves it plain."""
 
 
 class CodecError(ValueError):

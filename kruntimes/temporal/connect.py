@@ -38,7 +38,7 @@ from temporalio.runtime import Runtime
 
 from kruntimes.contracts.names import POOL_READING_BACK, QUERY_POOL
 from kruntimes.contracts.pool import PoolQuery, PoolState, pool_query_parts
-from kruntimes.temporal.codec import PLAIN
+from kruntimes.temporal.codec import PLAIN, PlainFailure
 from kruntimes.temporal.settings import ENV, MAX_API_KEY_BYTES, TemporalSettings, add_arguments, settings_from
 from kruntimes.wire.summaries import Plain
 
@@ -106,7 +106,8 @@ class SealedFailureConverter(DefaultFailureConverter):
     string, a secret from its env), and history would otherwise keep them as plain text. Only
     the type (a Run's reason) stays readable, and the message reads "Encoded failure" to whoever
     has no key; the worker, krt and the SDK decode it, the UI and `temporal` through the codec
-    server. PLAIN_FAILURE_TYPES are left as they are."""
+    server. PLAIN_FAILURE_TYPES and a PlainFailure (the platform's own words) are left as they
+    are: its details are payloads and the codec encrypts them."""
 
     def __init__(self) -> None:
         super().__init__(encode_common_attributes=True)
@@ -115,7 +116,10 @@ class SealedFailureConverter(DefaultFailureConverter):
     def to_failure(
         self, exception: BaseException, payload_converter: SdkPayloadConverter, failure: Failure
     ) -> None:
-        if isinstance(exception, ApplicationError) and exception.type in PLAIN_FAILURE_TYPES:
+        if isinstance(exception, PlainFailure):
+            self._plain.to_failure(exception, payload_converter, failure)
+            failure.stack_trace = ""  # the workflow's own frames: what the message says is all
+        elif isinstance(exception, ApplicationError) and exception.type in PLAIN_FAILURE_TYPES:
             self._plain.to_failure(exception, payload_converter, failure)
         else:
             super().to_failure(exception, payload_converter, failure)

@@ -30,28 +30,53 @@ TRAILER_KEY = "krt-reason"
 
 
 class HostReason(StrEnum):
-    """The Runtime Server's reasons: (reason, gRPC status code name, when, refuses_registration).
+    """The Runtime Server's reasons: (reason, gRPC status code name, when, refuses_registration,
+    final).
 
     `refuses_registration`: RegisterFunction refuses the function itself (its source, handler or
     config, or its attempt): retrying the same call cannot change the answer, so only the Run's
     own retry policy (a new attempt) may help.
+    `final`: not even a new attempt can: the same Run's source, handler and config always get
+    this answer, so the Run fails at once (its retry policy is for what may pass next time).
     """
 
     code: str
     when: str
     refuses_registration: bool
+    final: bool
 
-    def __new__(cls, reason: str, code: str, when: str, refuses_registration: bool = False) -> HostReason:
+    def __new__(
+        cls, reason: str, code: str, when: str, refuses_registration: bool = False, final: bool = False
+    ) -> HostReason:
         member = str.__new__(cls, reason)
         member._value_ = reason
         member.code = code
         member.when = when
         member.refuses_registration = refuses_registration
+        member.final = final
         return member
 
-    HANDLER_LOAD_FAILED = ("HandlerLoadFailed", "FAILED_PRECONDITION", "the handler cannot be loaded", True)
-    SOURCE_INVALID = ("SourceInvalid", "INVALID_ARGUMENT", "the source cannot be prepared", True)
-    INVALID_REQUEST = ("InvalidRequest", "INVALID_ARGUMENT", "a field is missing or out of bounds", True)
+    HANDLER_LOAD_FAILED = (
+        "HandlerLoadFailed",
+        "FAILED_PRECONDITION",
+        "the handler cannot be loaded (an import or syntax error, no such function)",
+        True,
+        True,
+    )
+    HANDLER_LOAD_INTERRUPTED = (
+        "HandlerLoadInterrupted",
+        "FAILED_PRECONDITION",
+        "the function process exited or timed out while loading the handler",
+        True,
+    )
+    SOURCE_INVALID = ("SourceInvalid", "INVALID_ARGUMENT", "the source cannot be prepared", True, True)
+    INVALID_REQUEST = (
+        "InvalidRequest",
+        "INVALID_ARGUMENT",
+        "a field is missing or out of bounds",
+        True,
+        True,
+    )
     SECRET_NOT_FOUND = (
         "SecretNotFound",
         "FAILED_PRECONDITION",
@@ -197,6 +222,11 @@ def gateway_reason(reason: str) -> GatewayReason | None:
 def registration_refusals() -> list[str]:
     """The reasons with which RegisterFunction refuses the function itself, in table order."""
     return [str(r) for r in HostReason if r.refuses_registration]
+
+
+def final_refusals() -> list[str]:
+    """The registration refusals that a new attempt of the same Run always gets too."""
+    return [str(r) for r in HostReason if r.final]
 
 
 def trailer(reason: str) -> tuple[tuple[str, str], ...]:

@@ -46,13 +46,32 @@ def load_handler(workdir: str, handler: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise LoadError("HandlerImportError", f"cannot import {module_name!r}: {_describe(exc)}") from exc
+        why = _import_error(exc, workdir)
+        raise LoadError("HandlerImportError", f"cannot import {module_name!r}: {why}") from exc
     func = getattr(module, func_name, None)
     if func is None:
         raise LoadError("HandlerNotFound", f"module {module_name!r} has no attribute {func_name!r}")
     if not callable(func):
         raise LoadError("HandlerNotCallable", f"{handler!r} is not callable")
     return func  # type: ignore[no-any-return]
+
+
+def _import_error(exc: BaseException, workdir: str) -> str:
+    """Why the import failed, in the words a user acts on: the missing module's own message, a
+    syntax error with its file and line, else the error and the line of the function's source
+    that raised it (never the import machinery's frames or the workspace's path)."""
+    if type(exc) is ModuleNotFoundError:
+        text = str(exc)
+    elif isinstance(exc, SyntaxError):
+        where = f" ({os.path.basename(exc.filename)}, line {exc.lineno})" if exc.filename else ""
+        return f"SyntaxError: {exc.msg}{where}"[:MAX_ERROR_MESSAGE]
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    root = os.path.join(workdir, "")
+    own = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(root)]
+    if own:
+        text += f" ({os.path.relpath(own[-1].filename, workdir)}, line {own[-1].lineno})"
+    return text[:MAX_ERROR_MESSAGE]
 
 
 def _describe(exc: BaseException) -> str:

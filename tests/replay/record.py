@@ -35,7 +35,6 @@ from kruntimes.activities.hosts import ProcessProvider
 from kruntimes.activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.api.status import RunStatus
 from kruntimes.config.platform import parse_config
 from kruntimes.contracts.host import HostActionInput, HostActionResult, HostRecord
 from kruntimes.contracts.names import (
@@ -70,7 +69,7 @@ from kruntimes.workflows.run import ADMIT_GRACE
 from tests.support import waiting
 from tests.support.pki import TestPKI
 from tests.support.procs import frozen
-from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest
+from tests.workflows.conftest import EXITS_LOADING, UNLOADABLE, Platform, run_manifest
 from tests.workflows.platform_hosts import (
     BEAT_S,
     host_handle,
@@ -190,16 +189,23 @@ async def scenarios(p: Platform) -> None:
     # Ready, then the delete update (cancel, cleanup, close without waiting out the retention).
     h = await p.start(run_manifest("deleted", runtime=py))
     await p.wait_phase(h, RunPhase.Ready)
-    final = await h.execute_update(UPDATE_DELETE, result_type=RunStatus)
-    assert final.phase is RunPhase.Cancelled, final
+    answer = await h.execute_update(UPDATE_DELETE, result_type=str)
+    assert answer == f"deleted {h.id}: Cancelled", answer
     await write_closed(h, "run_function_deleted")
 
-    # A handler that cannot load: registration retried by spec.retryPolicy, then RetriesExhausted.
+    # A handler that cannot be imported: Failed at attempt 1, its retry policy unused.
+    h = await p.start(run_manifest("unloadable", runtime=py, source=UNLOADABLE, **TTL))
+    status = await p.wait_phase(h, RunPhase.Failed)
+    ready = status.condition("Ready")
+    assert status.attempt == 1 and ready is not None and ready.reason == "HandlerLoadFailed", status
+    await write_closed(h, "run_load_failed")
+
+    # A handler whose process exits while loading: retried by spec.retryPolicy, then RetriesExhausted.
     h = await p.start(
         run_manifest(
             "bad-handler",
             runtime=py,
-            source=UNLOADABLE,
+            source=EXITS_LOADING,
             retryPolicy={"limit": 2, "backoffSeconds": 0.1, "maxBackoffSeconds": 0.2},
             **TTL,
         )
@@ -250,7 +256,7 @@ async def scenarios(p: Platform) -> None:
     await eventually(queued, "the waiter queued")
     await waiter.signal(SIGNAL_CANCEL)
     await write_closed(waiter, "run_cancelled_pending")
-    await holder.execute_update(UPDATE_DELETE, result_type=RunStatus)
+    await holder.execute_update(UPDATE_DELETE, result_type=str)
     await closed(holder)
 
     # A runtime nobody configured: signalling its pool fails.
@@ -518,7 +524,7 @@ async def ending_scenarios(p: Platform) -> None:
         run_manifest(
             "closed-failed",
             runtime=py,
-            source=UNLOADABLE,
+            source=EXITS_LOADING,
             retryPolicy={"limit": 1},
             **KEEP,
         ),
@@ -545,8 +551,8 @@ async def ending_scenarios(p: Platform) -> None:
     run = run_manifest("closed-deleted", runtime=py, **KEEP)
     h = await p.start(run, by_sdk=True)
     await p.wait_phase(h, RunPhase.Ready)
-    final = await h.execute_update(UPDATE_DELETE, result_type=RunStatus)
-    assert final.phase is RunPhase.Cancelled, final
+    answer = await h.execute_update(UPDATE_DELETE, result_type=str)
+    assert answer == f"deleted {h.id}: Cancelled", answer
     await write_closed(h, "run_deleted_marked")
     retention = retention_of(p, run)
     await write_closed(retention, "retention_deleted_with_its_run")

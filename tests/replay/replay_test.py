@@ -80,6 +80,14 @@ def test_the_new_run_endings_have_recorded_histories() -> None:
     }
 
 
+def test_a_run_failed_at_its_first_attempt_by_a_final_refusal_has_a_recorded_history() -> None:
+    """A handler that cannot be imported: the Run fails at attempt 1 with HandlerLoadFailed."""
+    events = json.loads((HISTORIES / "run_load_failed.json").read_text())["events"]
+    scheduled = [e for e in events if e.get("eventType") == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"]
+    assert not scheduled, "a refused registration takes no activity after the local one"
+    assert not [e for e in events if e.get("eventType") == "EVENT_TYPE_TIMER_STARTED"], "no backoff"
+
+
 def test_the_pool_handover_has_recorded_histories() -> None:
     """A pool that handed its hosts' slots over and continued as new, the run that read them back,
     and a HostWorkflow that was handed them (tests/replay/record.py scale)."""

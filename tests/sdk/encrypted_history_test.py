@@ -68,4 +68,15 @@ async def test_a_handlers_error_text_is_encrypted_in_history_as_its_env_is(
     assert SECRET in failed.value.run.status.message, "the SDK decodes the handler's words"
     history = await history_json(platform, name)
     assert SECRET not in history
-    assert "Encoded failure" in history, "the failures' messages are in their encoded attributes"
+    if "function" in mode:
+        assert "Encoded failure" in history, (
+            "the activities' failure messages are in their encoded attributes"
+        )
+    events = json.loads(history)["events"]
+    closed = next(e for e in events if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED")
+    failure = closed["workflowExecutionFailedEventAttributes"]["failure"]
+    host = failed.value.run.status.assignedHost
+    said = "TaskFailed" if "task" in mode else "RetriesExhausted: HandlerLoadInterrupted"
+    assert failure["message"] == f"{said} on {host} at attempt 1", (
+        "the Run's own failure: plain, the platform's words"
+    )

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import temporalio.client
 
+from kruntimes.api.ids import RuntimeName
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.contracts.names import TASK_QUEUE, run_workflow_id
+from kruntimes.contracts.names import TASK_QUEUE, pool_workflow_id, run_workflow_id
 from kruntimes.contracts.run import RunInput
 from kruntimes.sdk.client import (
     Client,
@@ -98,12 +99,10 @@ async def test_a_task_run_waits_until_succeeded_with_its_outputs(krt: Client) ->
 
 async def test_wait_raises_run_failed_when_the_run_ends_otherwise(krt: Client) -> None:
     name = unique("nowhere")
-    await krt.create(
-        Run.from_dict({**manifest(name), "spec": {**manifest(name)["spec"], "runtime": "no-such"}})
-    )
+    await krt.create(Run.from_dict(manifest(name, source="import nowhere_to_be_found\n")))
     with pytest.raises(RunFailed) as failed:
         await krt.wait(name, timeout=30)
-    assert failed.value.phase is RunPhase.Failed and "no-such" in failed.value.message
+    assert failed.value.phase is RunPhase.Failed and "nowhere_to_be_found" in failed.value.message
 
 
 async def test_wait_gives_up_with_a_typed_timeout(krt: Client) -> None:
@@ -194,18 +193,26 @@ async def test_reconcile_runs_a_round_for_every_runtime_and_reports_it(krt: Clie
 
 
 async def test_create_starts_the_run_on_the_configured_task_queue(platform: Platform) -> None:
-    # No worker polls this queue, and no pool serves the runtime: nothing runs or holds a slot.
+    # No worker polls this queue, and the runtime's pool is a stand-in on it: nothing runs or
+    # holds a slot.
     name = unique("queued")
     queue = unique("krt-test-queue")
+    runtime = unique("standin")
     data = manifest(name)
-    data["spec"]["runtime"] = "no-such"
-    async with Client(platform.config.model_copy(update={"taskQueue": queue})) as krt:
-        await krt.create(Run.from_dict(data))
-    handle = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
+    data["spec"]["runtime"] = runtime
+    pool = await platform.temporal.start_workflow(
+        "RuntimePoolWorkflow", id=pool_workflow_id(RuntimeName(runtime)), task_queue=queue
+    )
     try:
-        assert (await handle.describe()).task_queue == queue
+        async with Client(platform.config.model_copy(update={"taskQueue": queue})) as krt:
+            await krt.create(Run.from_dict(data))
+        handle = platform.temporal.get_workflow_handle(run_workflow_id("default", name))
+        try:
+            assert (await handle.describe()).task_queue == queue
+        finally:
+            await handle.terminate("test done")
     finally:
-        await handle.terminate("test done")
+        await pool.terminate("test done")
 
 
 class _Counting(temporalio.client.Interceptor):
@@ -241,6 +248,7 @@ async def test_wait_asks_the_status_once_when_the_run_is_ready_not_at_each_phase
     runs = Runs(platform.config, temporal=temporal)
     name = unique("once")
     created = await runs.create(Run.from_dict(manifest(name)))
+    assert counting.calls.pop("describe") == 1  # create asks once whether the runtime's pool runs
     ready = await runs.wait(name, "default", until=None, timeout=60, interval=0.1, on_status=None)
     assert ready.status.phase is RunPhase.Ready and ready.uid == created.uid
     assert ready.status.endpoint is not None and ready.created is not None and not ready.closed

@@ -16,6 +16,7 @@ ERROR_TREE = {
     "RunNotFound": "KruntimesError",
     "HostNotFound": "KruntimesError",
     "RunAlreadyExists": "KruntimesError",
+    "RuntimeNotFound": "KruntimesError",
     "SpecConflict": "KruntimesError",
     "WaitTimeout": "KruntimesError",
     "RunFailed": "KruntimesError",

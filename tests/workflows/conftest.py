@@ -46,6 +46,7 @@ from tests.support.waiting import eventually
 
 ECHO = "import os\ndef handle(p):\n    return {'echo': p, 'pid': os.getpid()}\n"
 UNLOADABLE = "import nowhere_to_be_found\n"  # a handler whose module fails to load, every attempt
+EXITS_LOADING = "import os\nos._exit(3)\n"  # its process exits while loading: another attempt may not
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from kruntimes.decisions.runlife import (
     IdleExpired,
     IdleRearm,
     RegistrationGone,
+    failure_summary,
     idle_verdict,
     registration_backoff,
 )
@@ -161,3 +162,43 @@ def test_expiry_is_never_earlier_than_a_whole_timeout_after_the_last_activity(
         assert verdict.at > NOW, "the timer is always re-armed in the future"
         if last is not None and in_flight == 0:  # the next look is exactly when it may expire
             assert verdict.at == last + timedelta(seconds=idle)
+
+
+# --- the failed Run's plain failure message -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause", "host", "attempt", "spent", "said"),
+    [
+        (
+            "RetriesExhausted",
+            "HandlerLoadInterrupted",
+            "python-0",
+            3,
+            True,
+            "RetriesExhausted: HandlerLoadInterrupted on python-0 after 3 attempts",
+        ),
+        (
+            "RetriesExhausted",
+            "HostUnavailable",
+            "python-1",
+            1,
+            True,
+            "RetriesExhausted: HostUnavailable on python-1 at attempt 1",
+        ),
+        (
+            "HandlerLoadFailed",
+            "HandlerLoadFailed",
+            "python-0",
+            1,
+            False,
+            "HandlerLoadFailed on python-0 at attempt 1",
+        ),
+        ("IdleTimeout", "", "bash-2", 2, False, "IdleTimeout on bash-2 at attempt 2"),
+        ("RuntimeUnknown", "", "", 0, False, "RuntimeUnknown"),
+    ],
+)
+def test_a_failed_runs_plain_message_is_its_reason_cause_host_and_attempt(
+    reason: str, cause: str, host: str, attempt: int, spent: bool, said: str
+) -> None:
+    assert failure_summary(reason, cause=cause, host=host, attempt=attempt, attempts_spent=spent) == said

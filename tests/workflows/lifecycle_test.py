@@ -9,14 +9,15 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import ConditionType, RunStatus
 from kruntimes.contracts.names import SIGNAL_CANCEL, SIGNAL_REJECTED, UPDATE_DELETE
 from kruntimes.temporal.devserver import DevServer
-from tests.workflows.conftest import UNLOADABLE, Platform, run_manifest, temporal_list
+from tests.workflows.conftest import EXITS_LOADING, UNLOADABLE, Platform, run_manifest, temporal_list
 from tests.workflows.platform_hosts import (
     address_of,
     invoke_on_host,
@@ -117,20 +118,22 @@ async def test_delete_when_ready_runs_cleanup_and_closes_the_workflow(platform_f
         handle, _, address = await ready_on_host(platform, run)
         workspaces = list((platform.state_dir / "work").rglob(f"{run.metadata.uid}.*"))
         assert workspaces, "the registration has a workspace on the host"
-        final = await handle.execute_update(UPDATE_DELETE, result_type=RunStatus)
-        assert final.phase is RunPhase.Cancelled
+        answer = await handle.execute_update(UPDATE_DELETE, result_type=str)
+        assert answer == f"deleted {handle.id}: Cancelled"  # one plain line: the `temporal` CLI prints it
         result = await handle.result()  # the workflow closed
         assert result.phase is RunPhase.Cancelled
         assert not any(p.exists() for p in workspaces)
         await _unregistered_and_released(platform, run, address)
 
 
-async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reason(platform_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_a_handler_whose_process_exits_loading_is_retried_up_to_the_limit_then_fails(
+    platform_factory,
+) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory() as platform:
         run = run_manifest(
             "bad",
             runtime=platform.runtime(),
-            source=UNLOADABLE,
+            source=EXITS_LOADING,
             retryPolicy={"limit": 3, "backoffSeconds": 0.1, "maxBackoffSeconds": 0.2},
         )
         handle = await platform.start(run)
@@ -138,7 +141,31 @@ async def test_a_bad_handler_is_retried_up_to_the_limit_then_fails_with_the_reas
         assert status.attempt == 3
         ready = status.condition(ConditionType.Ready)
         assert ready is not None and ready.reason == "RetriesExhausted"
-        assert "nowhere_to_be_found" in status.message
+        assert status.message.startswith(
+            "attempt 3: HandlerLoadInterrupted: function process exited while loading"
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert isinstance(failed.value.cause, ApplicationError)
+        assert failed.value.cause.type == "RetriesExhausted"
+        assert (
+            failed.value.cause.message
+            == f"RetriesExhausted: HandlerLoadInterrupted on {status.assignedHost} after 3 attempts"
+        )
+        await _slot_released(platform)
+
+
+async def test_a_handler_that_cannot_be_imported_fails_at_the_first_attempt(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    async with platform_factory() as platform:
+        run = run_manifest("unloadable", runtime=platform.runtime(), source=UNLOADABLE)
+        handle = await platform.start(run)
+        status = await platform.wait_phase(handle, RunPhase.Failed)
+        assert status.attempt == 1
+        ready = status.condition(ConditionType.Ready)
+        assert ready is not None and ready.reason == "HandlerLoadFailed"
+        assert (
+            status.message == "cannot import 'main': No module named 'nowhere_to_be_found' (main.py, line 1)"
+        )
         await _slot_released(platform)
 
 
