@@ -5,7 +5,7 @@
      ├── RunNotFound        no Run of that name in that namespace
      ├── HostNotFound       no pool host of that name (or it has no supervisor to act on it)
      ├── RunAlreadyExists   create: a Run of that name is running
-     ├── RuntimeNotFound    create: no runtime of that name is served; .runtimes: those that are
+     ├── RuntimeNotFound    create, schedule create: no runtime of that name is served; .runtimes
      ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
      ├── WaitTimeout        wait/delete: the wanted phase did not come in time
      ├── RunFailed          wait: the Run ended (Failed, Timeout, Cancelled) instead; .phase .message

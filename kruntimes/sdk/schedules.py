@@ -283,6 +283,7 @@ class Schedules:
             ScheduleState,
         )
 
+        from kruntimes.sdk.runtimes import check_runtime
         from kruntimes.wire import summaries
 
         check_name(name, namespace)
@@ -312,6 +313,7 @@ class Schedules:
             state=ScheduleState(paused=paused, note=note),
         )
         client = await self._runs.temporal()
+        await self._runs._rpc(check_runtime(client, template.spec.runtime), namespace=namespace, name=name)
         # The server keeps a cron expression as calendars: the memo keeps it as given.
         memo = {CRON_MEMO: spec.cron_expressions[0]} if spec.cron_expressions else None
         await self._call(

@@ -9,6 +9,7 @@ its retry policy; a runtime that does not exist is refused at create, naming tho
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,15 @@ async def test_the_sdk_refuses_an_unknown_runtime_with_the_list(platform: Platfo
         assert (refused.value.runtime, refused.value.runtimes) == ("pyhton", (RUNTIME,))
         with pytest.raises(RunNotFound):
             await client.get(name)
+
+
+async def test_a_schedule_of_a_runtime_that_does_not_exist_is_refused(platform: Platform) -> None:
+    name = unique("typo")
+    document = manifest(name, mode={"task": {}})
+    document["spec"]["runtime"] = "pyhton"
+    async with Client(platform.config) as client:
+        with pytest.raises(RuntimeNotFound):
+            await client.schedules.create(
+                name, Run.from_dict(document), namespace="default", every=timedelta(hours=1)
+            )
+        assert name not in [s.name for s in await client.schedules.list("default")]
