@@ -238,6 +238,7 @@ class RuntimeHostActivities:
             exitCode=answer.exit_code,
             outputs=json.loads(answer.outputs_json) if answer.outputs_json else None,
             message=answer.error.message if answer.HasField("error") else "",
+            errorType=answer.error.type if answer.HasField("error") else "",
         )
 
     @activity.defn(name="cancel_task")

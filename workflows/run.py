@@ -96,7 +96,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from kruntimes.temporal.codec import PlainFailure
     from kruntimes.wire import reasons, search, search_typed, summaries
-    from kruntimes.workflows.common import HOST_CALL_RETRY, End, Recover, Reregister, failure_text
+    from kruntimes.workflows.common import (
+        HOST_CALL_RETRY,
+        End,
+        Recover,
+        Reregister,
+        failure_text,
+        failure_type,
+    )
 
 REGISTER_TIMEOUT = timedelta(seconds=120)
 ADMIT_TIMEOUT = timedelta(seconds=30)
@@ -702,7 +709,10 @@ class RunWorkflow:
         try:
             result = handle.result()
         except ActivityError as err:
+            self._failure_cause = failure_type(err)
             return End(RunPhase.Failed, ConditionReason.TaskFailed, failure_text(err))
+        # what the plain failure message names: an adapter's class only, never the process's own
+        self._failure_cause = result.errorType if result.errorType in reasons.ADAPTER_ERRORS else ""
         if result.status == "Succeeded":
             return End(RunPhase.Succeeded, ConditionReason.TaskSucceeded, "", result.outputs)
         if result.status == "Timeout":

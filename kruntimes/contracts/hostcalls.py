@@ -104,6 +104,7 @@ class TaskResult(ApiModel):
     exitCode: int = 0
     outputs: dict[str, object] | None = None
     message: StatusMessage = ""
+    errorType: str = ""  # the adapter's error class (HandlerError, ProcessExited, ...), "" when none
 
 
 class CancelTaskInput(ApiModel):

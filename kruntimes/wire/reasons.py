@@ -205,6 +205,23 @@ class GatewayReason(StrEnum):
     )
 
 
+# The error classes a runtime host's adapters report for a failed invocation or task (and, as
+# HandlerLoadFailed's kind, a load). A function process writes its own error frames, so any
+# other class it reports is shown as none of these: a plain-text message names only these.
+ADAPTER_ERRORS = frozenset(
+    {
+        "HandlerError",
+        "HandlerImportError",
+        "HandlerNotFound",
+        "HandlerNotCallable",
+        "InvalidOutput",
+        "InvalidPayload",
+        "ProcessExited",
+        "Timeout",
+        "Cancelled",
+    }
+)
+
 _HOST = {str(r): r for r in HostReason}
 _GATEWAY = {str(r): r for r in GatewayReason}
 
