@@ -1,44 +1,21 @@
 """`krt down` when the platform's supervisor is gone: the components it left running are stopped,
-and a recorded pid that is another process's now is never signalled."""
+a dev server on its database that no record names too, and a recorded pid that is another
+process's now is never signalled."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kruntimes.cli.components import start_time
 from kruntimes.workers.embedded import commands, supervise
-from kruntimes.workers.embedded.layout import Layout, recorded_components, recorded_pid, write_up
-
-# Says "ready" once its SIGTERM disposition is set, then sleeps (at most 5 minutes).
-SLEEPER = "import signal, sys, time\n{setup}\nprint('ready', flush=True)\ntime.sleep(300)\n"
-
-
-@contextlib.contextmanager
-def sleeper(*, ignore_term: bool = False) -> Iterator[subprocess.Popen[str]]:
-    setup = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignore_term else ""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SLEEPER.format(setup=setup)],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # as the supervisor starts its components
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.layout import Layout, make_root, recorded_components, recorded_pid, write_up
+from tests.embedded.platform_support import sleeper
 
 
 def _gone_pid() -> int:
@@ -88,3 +65,25 @@ def test_the_running_platform_and_its_components_are_recognised_by_pid_and_start
         gateway.kill()
         gateway.wait(timeout=30)
         assert recorded_components(layout) == {}, "a component that ended is not one any more"
+
+
+def test_a_dev_server_on_the_state_dirs_database_that_no_record_names_is_refused_then_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = Layout(tmp_path)
+    make_root(layout)
+    database = layout.temporal / "temporal.db"
+    # what a supervisor killed while its dev server started leaves: that server, in no record
+    with (
+        sleeper(argv=("--db-filename", str(database))) as server,
+        sleeper(argv=("--db-filename", "x.db")) as other,
+    ):
+        with pytest.raises(PlatformError) as refused:
+            supervise.refuse_if_running(layout)
+        assert f"a dev server on {database} (pid {server.pid})" in str(refused.value)
+        assert f"stop them with `KRT_STATE_DIR={tmp_path} krt down`" in str(refused.value)
+        assert commands.down(layout) == 0
+        assert server.wait(timeout=30) == -signal.SIGTERM
+        assert other.poll() is None, "a process on another database is not this platform's"
+    assert "stopped 1 component(s)" in capsys.readouterr().out
+    supervise.refuse_if_running(layout)  # nothing runs from it any more

@@ -4,8 +4,11 @@ of them by pid whatever the test did to its supervisor."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,3 +89,27 @@ def dev_servers_on(state: Path) -> list[int]:
             if database.encode() in argv:
                 found.append(int(entry.name))
     return found
+
+
+# Says "ready" once its SIGTERM disposition is set, then sleeps (at most 5 minutes).
+SLEEPER = "import signal, sys, time\n{setup}\nprint('ready', flush=True)\ntime.sleep(300)\n"
+
+
+@contextlib.contextmanager
+def sleeper(*, ignore_term: bool = False, argv: tuple[str, ...] = ()) -> Iterator[subprocess.Popen[str]]:
+    setup = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignore_term else ""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER.format(setup=setup), *argv],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # as the supervisor starts its components
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()

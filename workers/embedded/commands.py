@@ -65,10 +65,11 @@ def down(layout: Layout) -> int:
     what a supervisor that died (or had to be killed) left: the worker first, so it starts no
     host after the hosts are stopped, then the gateway and the dev server, then the hosts."""
     stopped = supervise.stop(layout)
-    components = supervise.stop_leftover_components(layout)
+    parts = supervise.stop_leftover_components(layout)
+    parts += supervise.stop_unrecorded_dev_servers(layout)
     hosts = supervise.stop_leftover_hosts(layout)
     supervise.forget_stopped(layout)
-    left = [f"{n} {what}" for n, what in ((components, "component(s)"), (hosts, "host(s)")) if n]
+    left = [f"{n} {what}" for n, what in ((parts, "component(s)"), (hosts, "host(s)")) if n]
     suffix = f" (stopped {' and '.join(left)} it left running)" if left else ""
     if stopped:
         print(f"kruntimes stopped ({layout.root}){suffix}")

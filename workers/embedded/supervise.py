@@ -26,6 +26,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kruntimes.activities.hosts.process import host_running, list_records, stop_all
-from kruntimes.cli.components import COMPONENTS, Restarting
+from kruntimes.cli.components import COMPONENTS, Restarting, alive
 from kruntimes.config.platform import PlatformConfigError, load_config
 from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
 from kruntimes.pki import rotation as ca_rotation
@@ -90,7 +91,7 @@ def _try_lock(layout: Layout) -> int | None:
 
 
 def _stop_command(layout: Layout) -> str:
-    return f"KRT_STATE_DIR={layout.root} krt down"
+    return f"KRT_STATE_DIR={shlex.quote(str(layout.root))} krt down"
 
 
 def refuse_if_running(layout: Layout) -> None:
@@ -119,6 +120,7 @@ def _refuse_leftovers(layout: Layout) -> None:
     for them or know how they ended (docs/operations.md), so it asks for `krt down` instead."""
     running_now = recorded_components(layout)
     left = [f"{name} (pid {running_now[name]})" for name in COMPONENTS if name in running_now]
+    left += [f"a dev server on {_database(layout)} (pid {pid})" for pid in unrecorded_dev_servers(layout)]
     if layout.hosts.exists():
         left += [f"host {h.hostId} (pid {h.pid})" for h in list_records(layout.root) if host_running(h)]
     if left:
@@ -576,20 +578,24 @@ def _last_error(log: Path, *, max_bytes: int = 8192) -> str:
     return said[-1] if said else "(no output)"
 
 
-def _signal(layout: Layout, pid: int, sig: signal.Signals) -> None:
-    """Send `sig` to `pid` if it is still the process the state dir records (pid and start
-    time): through a pidfd opened before the check, so a pid given to another process between
-    the check and the signal is never reached."""
+def _signal(pid: int, sig: signal.Signals, *, still: Callable[[int], bool]) -> None:
+    """Send `sig` to `pid` if `still(pid)` holds (it is the process the state dir records, by pid
+    and start time, or the one found on its database): through a pidfd opened before the check,
+    so a pid given to another process between the check and the signal is never reached."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
         return
     try:
-        if recorded(layout).same(pid):
+        if still(pid):
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, sig)
     finally:
         os.close(fd)
+
+
+def _recorded_still(layout: Layout) -> Callable[[int], bool]:
+    return lambda pid: recorded(layout).same(pid)
 
 
 def stop(layout: Layout) -> bool:
@@ -601,23 +607,19 @@ def stop(layout: Layout) -> bool:
     pid = running(layout)
     if pid is None:
         return False
-    _signal(layout, pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S * 3
-    while recorded(layout).same(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    _signal(layout, pid, signal.SIGKILL)
+    _stop_pids([pid], still=_recorded_still(layout), wait_s=STOP_TIMEOUT_S * 3)
     return True
 
 
-def _stop_recorded(layout: Layout, pids: list[int]) -> None:
-    """SIGTERM each, SIGKILL those still running after STOP_TIMEOUT_S."""
+def _stop_pids(pids: list[int], *, still: Callable[[int], bool], wait_s: float | None = None) -> None:
+    """SIGTERM each, SIGKILL those still running after `wait_s` (STOP_TIMEOUT_S by default)."""
     for pid in pids:
-        _signal(layout, pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while any(recorded(layout).same(pid) for pid in pids) and time.monotonic() < deadline:
+        _signal(pid, signal.SIGTERM, still=still)
+    deadline = time.monotonic() + (STOP_TIMEOUT_S if wait_s is None else wait_s)
+    while any(still(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        _signal(layout, pid, signal.SIGKILL)
+        _signal(pid, signal.SIGKILL, still=still)
 
 
 def stop_leftover_components(layout: Layout) -> int:
@@ -627,10 +629,46 @@ def stop_leftover_components(layout: Layout) -> int:
     recorded, by pid and start time: a pid given to another process since is never signalled.
     Returns how many were stopped."""
     left = recorded_components(layout)
-    worker = [pid for name, pid in left.items() if name == "worker"]
-    _stop_recorded(layout, worker)
-    _stop_recorded(layout, [pid for name, pid in left.items() if name != "worker"])
+    still = _recorded_still(layout)
+    _stop_pids([pid for name, pid in left.items() if name == "worker"], still=still)
+    _stop_pids([pid for name, pid in left.items() if name != "worker"], still=still)
     return len(left)
+
+
+def _database(layout: Layout) -> Path:
+    return layout.temporal / "temporal.db"
+
+
+def _on_database(database: Path) -> Callable[[int], bool]:
+    """Whether a process runs with `database` as an argument (a dev server's --db-filename)."""
+    wanted = os.fsencode(database)
+
+    def check(pid: int) -> bool:
+        try:
+            return wanted in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") and alive(pid)
+        except OSError:
+            return False
+
+    return check
+
+
+def unrecorded_dev_servers(layout: Layout) -> list[int]:
+    """Dev servers on this state dir's database that its record does not name (one whose
+    supervisor was killed while it started), found by their command line."""
+    known = set(recorded_components(layout).values())
+    on_it = _on_database(_database(layout))
+    return [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit() and int(e.name) not in known and on_it(int(e.name))
+    ]
+
+
+def stop_unrecorded_dev_servers(layout: Layout) -> int:
+    """Stop the dev servers on this state dir's database the record does not name; how many."""
+    pids = unrecorded_dev_servers(layout)
+    _stop_pids(pids, still=_on_database(_database(layout)))
+    return len(pids)
 
 
 def stop_leftover_hosts(layout: Layout) -> int:
