@@ -571,11 +571,17 @@ def _last_error(log: Path, *, max_bytes: int = 8192) -> str:
     with log.open("rb") as f:
         f.seek(max(f.seek(0, os.SEEK_END) - max_bytes, 0))
         lines = f.read().decode(errors="replace").splitlines()
-    for index in range(len(lines) - 1, -1, -1):
-        if lines[index].startswith("Exception ignored in"):
-            del lines[index:]
-    said = [ln for ln in lines if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback (")]
+    while ignored := [i for i, ln in enumerate(lines) if ln.startswith("Exception ignored in")]:
+        if len(_said(lines[ignored[-1] + 1 :])) > 1:
+            break  # the process said more after it: not the shutdown's tail
+        del lines[ignored[-1] :]
+    said = _said(lines)
     return said[-1] if said else "(no output)"
+
+
+def _said(lines: list[str]) -> list[str]:
+    """The lines a process said itself: no traceback header or frames."""
+    return [ln for ln in lines if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback (")]
 
 
 def _signal(pid: int, sig: signal.Signals, *, still: Callable[[int], bool]) -> None:
