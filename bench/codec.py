@@ -31,9 +31,9 @@ from _pki import BenchPKI
 from lifecycle import create_until_ready, run_manifest, wait_hosts, wait_terminal
 
 from kruntimes.activities.hosts.process import stop_all
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.names import SIGNAL_CANCEL
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.temporal.codec import ensure_key
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer

@@ -40,7 +40,7 @@ from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesPr
 from kruntimes.activities.hosts.kubernetes_watch import PodWatch
 from kruntimes.activities.hosts.process import ProcessProvider, stop_all
 from kruntimes.api import Run
-from kruntimes.config.platform import KubernetesPodTemplate, KubernetesRuntime
+from kruntimes.config.runtimes import KubernetesPodTemplate, KubernetesRuntime
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady

@@ -121,10 +121,10 @@ from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
 from kruntimes.contracts.names import QUERY_STATUS, SIGNAL_CANCEL, TASK_QUEUE, pool_workflow_id
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.decisions.scheduling.model import HostState
 from kruntimes.sdk.starting import start_run
 from kruntimes.temporal.connect import TemporalSettings, connect, query_pool

@@ -14,7 +14,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from kruntimes.config.platform import ResourceLimits
+from kruntimes.config.runtimes import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target

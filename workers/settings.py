@@ -15,9 +15,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from kruntimes.activities.hosts.base import ProviderSetup
-from kruntimes.config.platform import PlatformConfig
+from kruntimes.config.runtimes import PlatformConfig
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.providers import HostDefaults
 from kruntimes.pki import (
     DEFAULT_LIFETIME,

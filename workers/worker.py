@@ -25,9 +25,9 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from kruntimes.activities.hosts.base import ProviderConfigError
 from kruntimes.activities.hosts.registry import PROVIDERS, check_providers
 from kruntimes.cli.main import leave
-from kruntimes.config.platform import load_config
+from kruntimes.config.runtimes import load_config
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.providers import HostDefaults
 from kruntimes.pki import DEFAULT_LIFETIME
 from kruntimes.system import logs, malloc

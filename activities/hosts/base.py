@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel
 
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config.platform import PlatformConfig
+from kruntimes.config.runtimes import PlatformConfig
 from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.decisions.scheduling.failures import (
     FailureReason,

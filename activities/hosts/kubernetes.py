@@ -50,7 +50,7 @@ from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves
 from kruntimes.activities.hosts.base import Fenced, ProviderConfigError, provider_error
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config.platform import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
+from kruntimes.config.runtimes import KUBERNETES_PROVIDER, KubernetesRuntime, PlatformConfig
 from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from kruntimes.pki import CA_CERT, TLS_CERT, HostIssuer

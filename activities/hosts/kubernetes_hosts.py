@@ -23,7 +23,7 @@ from kruntimes.activities.hosts.base import ProviderSetup
 from kruntimes.activities.hosts.events import HostEvent, HostWorkflowRoute, WorkflowSignals
 from kruntimes.activities.hosts.kubernetes_pods import check_control_plane_id
 from kruntimes.activities.hosts.kubernetes_watch import PodWatch
-from kruntimes.config.platform import KUBERNETES_PROVIDER
+from kruntimes.config.runtimes import KUBERNETES_PROVIDER
 from kruntimes.decisions.scheduling.failures import ProviderError
 
 log = logging.getLogger(__name__)

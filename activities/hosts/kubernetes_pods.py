@@ -27,7 +27,7 @@ from typing import Any
 import kubernetes_validate
 
 from kruntimes.activities.hosts.process import host_flags
-from kruntimes.config.platform import KubernetesRuntime
+from kruntimes.config.runtimes import KubernetesRuntime
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.decisions.scheduling.failures import FailureReason
 from kruntimes.pki import ASSIGNMENT_PUBLIC_KEY, CA_CERT, TLS_CERT, TLS_KEY

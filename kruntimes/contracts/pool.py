@@ -12,9 +12,9 @@ from pydantic import Field, model_validator
 from kruntimes.api._base import ApiModel
 from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.run import Run
-from kruntimes.config.platform import RuntimeConfig, TenantConfig
+from kruntimes.config.runtimes import RuntimeConfig, TenantConfig
 from kruntimes.contracts.names import MAX_ADMISSIONS_PER_SIGNAL, TASK_QUEUE, run_of_workflow_id
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.providers import CreatedHost, HostDefaults
 from kruntimes.contracts.run import HostLostSignal, HostSlots, Rejection, Slot
 from kruntimes.decisions.scheduling.failures import ProviderFailure

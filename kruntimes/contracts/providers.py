@@ -14,7 +14,7 @@ from pydantic import AfterValidator, AwareDatetime, Field
 from kruntimes.api._base import ApiModel, StrictInt
 from kruntimes.api.ids import HostId
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config.platform import ResourceLimits, RuntimeConfig
+from kruntimes.config.runtimes import ResourceLimits, RuntimeConfig
 from kruntimes.decisions.scheduling.failures import ProviderName
 from kruntimes.decisions.scheduling.model import HostUidField, RuntimeField, TenantName
 

@@ -15,7 +15,7 @@ from pydantic import Field
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.run import Run
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.decisions.scheduling.model import (
     Host,
 )

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from kruntimes.api import RunSpec
 from kruntimes.api.adapters import ADAPTERS, validate_handler
-from kruntimes.config.platform import PlatformConfigError, RuntimeConfig, parse_config
+from kruntimes.config.runtimes import PlatformConfigError, RuntimeConfig, parse_config
 from kruntimes.runtime.adapters.registered import HOST_ADAPTERS, host_adapter
 from kruntimes.runtime.errors import InvalidRequest
 from tests.api.builders import spec_data

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.names import run_workflow_id
 from kruntimes.contracts.pool import (
     POOL_QUERY_SLOTS,

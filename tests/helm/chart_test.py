@@ -21,7 +21,7 @@ import yaml
 
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts.kubernetes import SECRET_VERBS, VERBS
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.gateway.auth.base import Resource
 from kruntimes.gateway.auth.kubernetes import access_review
 from kruntimes.runtime.discovery import split_target
@@ -233,7 +233,7 @@ def json_schema() -> dict[str, Any]:
 
 
 def test_the_runtime_schema_has_the_fields_of_the_runtimes_file() -> None:
-    from kruntimes.config.platform import (
+    from kruntimes.config.runtimes import (
         KubernetesPodTemplate,
         KubernetesRuntime,
         RuntimeConfig,

@@ -9,7 +9,7 @@ import yaml
 
 from kruntimes.activities.hosts import kubernetes as kube
 from kruntimes.activities.hosts import kubernetes_pods as pods
-from kruntimes.config.platform import KUBERNETES_PROVIDER, parse_config
+from kruntimes.config.runtimes import KUBERNETES_PROVIDER, parse_config
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.workers import worker as worker_main
 from tests.helm.conftest import Rendered, runtimes_file, worker_args

@@ -10,7 +10,7 @@ import pytest
 from kruntimes.activities.hosts import AttachProvider, HostManager, ProcessProvider
 from kruntimes.activities.hosts.base import ProviderSetup
 from kruntimes.activities.hosts.registry import PROVIDERS, UNLABELLED, provider_of, started_providers
-from kruntimes.config.platform import load_config
+from kruntimes.config.runtimes import load_config
 from kruntimes.contracts.pool import ready_host
 from kruntimes.decisions.scheduling.failures import FailureReason, ProviderError, ProviderOperation
 from kruntimes.pki import HostIssuer

@@ -14,7 +14,7 @@ from kmock import Server
 from kubernetes_asyncio import client as k8s
 
 from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesProvider, connect
-from kruntimes.config.platform import KubernetesPodTemplate, KubernetesRuntime
+from kruntimes.config.runtimes import KubernetesPodTemplate, KubernetesRuntime
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.pki import HostIssuer
 from tests.kubernetes.cluster import Cluster, TestKubelet, test_cluster

@@ -19,7 +19,7 @@ from kruntimes.activities.hosts.kubernetes import (
 )
 from kruntimes.api import Run
 from kruntimes.api.phases import RunPhase
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
 from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process

@@ -7,7 +7,7 @@ import pytest
 
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts.kubernetes import KubernetesConfigError, validate_templates
-from kruntimes.config.platform import KubernetesPodTemplate, PlatformConfigError, ResourceLimits, parse_config
+from kruntimes.config.runtimes import KubernetesPodTemplate, PlatformConfigError, ResourceLimits, parse_config
 from kruntimes.contracts.providers import HostSandbox
 from tests.kubernetes.conftest import IMAGE, runtime, spec
 

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2
 
 from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts._rpc import identify
-from kruntimes.config.platform import KubernetesPodTemplate
+from kruntimes.config.runtimes import KubernetesPodTemplate
 from kruntimes.decisions.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from kruntimes.pki import CA_CERT, CA_KEY, AuthorityWatch, HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.pki import rotation as ca_rotation

@@ -16,8 +16,8 @@ from kruntimes.activities.host_manager import ProbeActivities
 from kruntimes.activities.hosts import HostManager
 from kruntimes.activities.hosts.kubernetes import KubernetesAccess, KubernetesConfigError, connect
 from kruntimes.activities.hosts.registry import PROVIDERS
-from kruntimes.config.platform import parse_config
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.config.runtimes import parse_config
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.pool import ready_host
 from kruntimes.contracts.run import ProbeInput
 from kruntimes.temporal.connect import TemporalSettings

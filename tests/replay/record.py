@@ -35,7 +35,7 @@ from kruntimes.activities.hosts import ProcessProvider
 from kruntimes.activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.host import HostActionInput, HostActionResult, HostRecord
 from kruntimes.contracts.names import (
     QUERY_HOST,
@@ -53,7 +53,7 @@ from kruntimes.contracts.names import (
     run_workflow_id,
     scheduled_workflow_id,
 )
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.contracts.run import RunInput

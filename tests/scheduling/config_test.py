@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from kruntimes.config.platform import (
+from kruntimes.config.runtimes import (
     PlatformConfig,
     PlatformConfigError,
     RuntimeConfig,

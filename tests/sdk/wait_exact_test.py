@@ -17,9 +17,9 @@ from temporalio.client import Client as TemporalClient
 
 from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.names import run_workflow_id
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
 from kruntimes.wire import search

@@ -16,8 +16,8 @@ from temporalio.client import Client as TemporalClient
 
 from kruntimes.activities.hosts.kubernetes import KubernetesAccess
 from kruntimes.activities.hosts.process import stop_all
-from kruntimes.config.platform import parse_config
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.config.runtimes import parse_config
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.providers import HostDefaults
 from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from kruntimes.gateway.server import Gateway, GatewayOptions

@@ -21,7 +21,7 @@ from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.names import (
     POOL_TASK_QUEUE,
     QUERY_STATUS,
@@ -29,7 +29,7 @@ from kruntimes.contracts.names import (
     pool_workflow_id,
     run_workflow_id,
 )
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.pool import PoolState, ready_host
 from kruntimes.contracts.providers import CreatedHost, HostSpec
 from kruntimes.contracts.run import RunInput

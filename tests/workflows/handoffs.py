@@ -4,7 +4,7 @@ a Run waits for it in a Mailbox."""
 from __future__ import annotations
 
 from kruntimes.activities.handoff import Mailbox
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.run import Assignment
 from tests.support.waiting import eventually
 

@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 
 from kruntimes.activities.hosts.process import stop_all
 from kruntimes.api.phases import RunPhase
-from kruntimes.config.platform import parse_config
+from kruntimes.config.runtimes import parse_config
 from kruntimes.contracts.host import HostRecord
 from kruntimes.contracts.names import (
     POOL_READING_BACK,
@@ -36,7 +36,7 @@ from kruntimes.contracts.names import (
     host_workflow_id,
     pool_workflow_id,
 )
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.pool import PoolConfig, PoolInput, PoolState, pool_query_parts
 from kruntimes.contracts.run import HostSlots, Slot, slots_digest
 from kruntimes.decisions.scheduling.model import Host, HostState

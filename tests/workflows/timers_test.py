@@ -24,7 +24,7 @@ from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register
 from kruntimes.activities.signals import SignalActivities
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import ConditionType, RunStatus
-from kruntimes.config.platform import RuntimeConfig
+from kruntimes.config.runtimes import RuntimeConfig
 from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
 from kruntimes.contracts.names import (
     POOL_TASK_QUEUE,
@@ -37,7 +37,7 @@ from kruntimes.contracts.names import (
     pool_workflow_id,
     run_workflow_id,
 )
-from kruntimes.contracts.platform import PlatformInfo
+from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.pool import PoolConfig, PoolInput, PoolState, admit_signal
 from kruntimes.contracts.run import AwaitAssignmentInput, OutgoingSignal, RunInput, SignalBatch, SignalResult
 from kruntimes.sdk.starting import admit, start_run

@@ -8,7 +8,7 @@ import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from kruntimes.config.platform import RuntimeConfig
+from kruntimes.config.runtimes import RuntimeConfig
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
 from kruntimes.contracts.pool import PoolConfig
 from kruntimes.workers.tuning import DEFAULT_WORKFLOW_CACHE, worker_tuning

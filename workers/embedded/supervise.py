@@ -38,7 +38,7 @@ from typing import Any
 
 from kruntimes.activities.hosts.process import host_running, list_records, stop_all
 from kruntimes.cli.components import COMPONENTS, Restarting, alive
-from kruntimes.config.platform import PlatformConfigError, load_config
+from kruntimes.config.runtimes import PlatformConfigError, load_config
 from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.local import TlsFiles, ensure_tls
