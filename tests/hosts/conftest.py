@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ from kruntimes.activities.hosts import CreatedHost, HostSpec, ProcessProvider, s
 from kruntimes.pki import HostIssuer
 from tests.support.pki import TestPKI
 from tests.support.procs import alive
+from tests.support.waiting import NotInTime, eventually
 
 
 def spec(state_dir: Path, host_id: str = "python-0", **changes: Any) -> HostSpec:
@@ -60,11 +60,12 @@ def host_pids(state_dir: Path) -> list[int]:
 
 
 async def gone(pid: int, seconds: float = 10.0) -> bool:
-    for _ in range(int(seconds / 0.05)):
-        if not alive(pid):
-            return True
-        await asyncio.sleep(0.05)
-    return not alive(pid)
+    """Whether process `pid` ended within `seconds`."""
+    try:
+        await eventually(lambda: not alive(pid), within=seconds, every=0.05, what=f"pid {pid} to end")
+    except NotInTime:
+        return False
+    return True
 
 
 async def killed_host(process: ProcessProvider, state_dir: Path) -> CreatedHost:

@@ -26,6 +26,7 @@ from kruntimes.pki import HostIssuer, Identity, identity_of, renewal_due
 from tests.hosts.conftest import gone, host_pids, host_record, killed_host, spec
 from tests.support.pki import TestPKI
 from tests.support.procs import alive
+from tests.support.waiting import eventually
 
 
 def files_of(state_dir: Path, runtime: str = "python") -> list[str]:
@@ -256,11 +257,10 @@ def stalling_python(directory: Path) -> Path:
 
 
 async def wait_for(path: Path) -> int:
-    for _ in range(200):
-        if path.exists() and path.read_text().strip():
-            return int(path.read_text())
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
+    written = await eventually(
+        lambda: path.read_text().strip(), within=10, every=0.05, ignoring=(FileNotFoundError,), what=f"{path}"
+    )
+    return int(written)
 
 
 async def test_a_host_that_is_not_ready_in_time_is_killed_with_its_process_group(
@@ -361,8 +361,12 @@ async def test_host_certificates_are_renewed_once_due(state_dir: Path, pki: Test
     first = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
     assert provider.renew_certificates() == 0  # not due yet
     due = renewal_due(first)
-    while dt.datetime.now(dt.UTC) < due:  # bounded by the certificate's own lifetime
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: dt.datetime.now(dt.UTC) >= due,
+        within=(due - dt.datetime.now(dt.UTC)).total_seconds() + 5,  # bounded by the certificate's lifetime
+        every=0.05,
+        what="the certificate's renewal to come due",
+    )
     assert provider.renew_certificates() == 1
     second = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
     assert second.serial_number != first.serial_number

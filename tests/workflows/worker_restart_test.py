@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from kruntimes.contracts.run import RunInput
 from kruntimes.temporal.devserver import DevServer, free_port
 from kruntimes.workflows.run import RunWorkflow
 from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 from tests.workflows.conftest import Platform, run_manifest
 from tests.workflows.platform_hosts import registrations
 
@@ -43,14 +43,15 @@ async def _registering(state: Path, run_uid: str) -> bool:
 
 
 async def _metrics(address: str) -> str:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            return str(urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+    return str(
+        await eventually(
+            lambda: urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode(),
+            within=20,
+            every=0.2,
+            ignoring=(OSError,),
+            what="the worker's /metrics",
+        )
+    )
 
 
 def worker_trust_args(pki: TestPKI) -> list[str]:
