@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Every verb the provider and its watch use on pods, and on the certificate Secrets it issues for
-# them: the worker's RBAC (see the README).
+# them: the worker's RBAC (docs/kubernetes.md).
 VERBS = frozenset({"get", "list", "watch", "create", "delete"})
 SECRET_VERBS = frozenset({"get", "create", "patch", "delete"})
 API_TIMEOUT_S = 10.0
