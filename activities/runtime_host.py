@@ -42,7 +42,7 @@ from kruntimes.pki import Identity, IdentityError
 from kruntimes.pki.assignments import AssignmentError, SignedAssignment, Signer
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
-from kruntimes.wire.reasons import HostReason, reason_of
+from kruntimes.wire.reasons import HostReason, error_class_of, reason_of
 
 RPC_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 90.0  # includes loading the handler module
@@ -66,9 +66,13 @@ def _reason(err: grpc.aio.AioRpcError) -> str:
 
 
 def host_error(err: grpc.aio.AioRpcError, *, address: str) -> ApplicationError:
+    """The host's refusal as the activity's error: its reason is the type; the adapter's error
+    class behind it, when the host named one, is the one detail (the Run's plain message names it)."""
     reason = _reason(err)
+    error_class = error_class_of(err.trailing_metadata())
     return ApplicationError(
         f"runtime host {address}: {err.details() or err.code().name}",
+        *((error_class,) if error_class else ()),
         type=reason,
         non_retryable=err.code() not in _RETRYABLE,
     )

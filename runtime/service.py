@@ -84,7 +84,8 @@ _PHASES = {
 
 
 async def _abort(context: Context, exc: errors.RuntimeServerError) -> NoReturn:
-    await context.abort(status_code(exc), str(exc), trailer(exc.reason))
+    kind = exc.kind if isinstance(exc, errors.HandlerLoadFailed) else ""
+    await context.abort(status_code(exc), str(exc), trailer(exc.reason, error_class=kind))
     raise AssertionError("unreachable: abort raises")
 
 

@@ -160,6 +160,7 @@ class RunWorkflow:
         self._attempt = 0
         self._failures = 0  # registration failures: what spec.retryPolicy counts
         self._failure_cause = ""  # the reason of the last registration failure (its plain summary)
+        self._failure_kind = ""  # the adapter's error class behind it, when the host named one
         self._indexed_host: str | None = None  # the KrtHost value last upserted
         self._status_memo = False  # RunInput.statusMemo
         self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
@@ -247,6 +248,7 @@ class RunWorkflow:
             why = failure_summary(
                 end.reason,
                 cause=self._failure_cause,
+                kind=self._failure_kind,
                 host=self._status.assignedHost or "",
                 attempt=self._status.attempt,
                 attempts_spent=end.reason == ConditionReason.RetriesExhausted,
@@ -543,6 +545,7 @@ class RunWorkflow:
             except (ActivityError, ApplicationError) as err:  # a local activity's own error surfaces bare
                 refusal = _refusal(err)
                 self._failure_cause = refusal[0] if refusal else "RegistrationFailed"
+                self._failure_kind = _error_class(err)
                 said = f"{refusal[0]}: {refusal[1]}" if refusal else failure_text(err)
                 message = f"attempt {attempt}: {said}"
                 self._phase(RunPhase.Running, ConditionReason.RegistrationFailed, message, ready=False)
@@ -562,7 +565,7 @@ class RunWorkflow:
                     return End(RunPhase.Timeout, ConditionReason.Timeout, "total timeout while registering")
                 if self._cancel:
                     return End(RunPhase.Cancelled, ConditionReason.Cancelled, "cancelled while registering")
-        self._failure_cause = ""
+        self._failure_cause = self._failure_kind = ""
         assert self._assignment is not None
         platform = self._assignment.platform
         url = invoke_url(
@@ -825,6 +828,17 @@ def _refusal(err: BaseException | None) -> tuple[str, str] | None:
             return err.type, words if said else err.message
         err = err.cause
     return None
+
+
+def _error_class(err: BaseException | None) -> str:
+    """The adapter's error class a host named with its refusal (the failure's one detail), if the
+    catalogue knows it: nothing the function process made up reaches the plain message."""
+    while isinstance(err, FailureError):
+        if isinstance(err, ApplicationError) and err.type in REGISTRATION_ERRORS:
+            details = err.details
+            return details[0] if len(details) == 1 and details[0] in reasons.ADAPTER_ERRORS else ""
+        err = err.cause
+    return ""
 
 
 def _refused(err: BaseException | None) -> bool:

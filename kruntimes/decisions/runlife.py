@@ -47,16 +47,25 @@ def recovery_exhausted(*, limit: int, recoveries: int) -> bool:
 
 
 def failure_summary(
-    reason: str, *, cause: str = "", host: str = "", attempt: int = 0, attempts_spent: bool = False
+    reason: str,
+    *,
+    cause: str = "",
+    kind: str = "",
+    host: str = "",
+    attempt: int = 0,
+    attempts_spent: bool = False,
 ) -> str:
     """A failed or timed-out Run's failure message as Temporal stores it unencrypted (the UI and
     `temporal workflow describe` show it): only the platform's own words, never a handler's text.
 
     `reason` is the Run's, `cause` the reason of the registration failure behind it (when another),
+    `kind` the adapter's error class behind that failure (HandlerImportError, ProcessExited, ...),
     `host` the host id last assigned, `attempt` the last attempt; `attempts_spent`: the retry
     policy ran out after `attempt` attempts.
     """
     words = reason + (f": {cause}" if cause and cause != reason else "")
+    if kind and kind not in (reason, cause):
+        words += f" ({kind})"
     if host:
         words += f" on {host}"
     if attempt > 0:

@@ -27,6 +27,8 @@ from enum import StrEnum
 
 # the trailing metadata key of a host's gRPC error answers that carries its HostReason
 TRAILER_KEY = "krt-reason"
+# The adapter's error class behind a reason (a load failure's kind), beside it in the trailer.
+ERROR_CLASS_KEY = "krt-error-class"
 
 
 class HostReason(StrEnum):
@@ -246,9 +248,22 @@ def final_refusals() -> list[str]:
     return [str(r) for r in HostReason if r.final]
 
 
-def trailer(reason: str) -> tuple[tuple[str, str], ...]:
-    """The trailing metadata of a host's gRPC error answer with `reason`."""
+def trailer(reason: str, *, error_class: str = "") -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of a host's gRPC error answer with `reason`, and the adapter's error
+    class behind it (a HandlerLoadFailed's kind) when it is one of ADAPTER_ERRORS."""
+    if error_class in ADAPTER_ERRORS:
+        return ((TRAILER_KEY, str(reason)), (ERROR_CLASS_KEY, error_class))
     return ((TRAILER_KEY, str(reason)),)
+
+
+def error_class_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    """The adapter's error class in a host's gRPC error answer, if it is one of ADAPTER_ERRORS;
+    "" otherwise (none given, or a class this catalogue does not name)."""
+    for key, value in metadata or ():
+        if key == ERROR_CLASS_KEY:
+            found = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            return found if found in ADAPTER_ERRORS else ""
+    return ""
 
 
 def reason_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
 README = ROOT / "README.md"
 SECTION = "## Operating with the `temporal` CLI and UI"
-SUMMARY = re.compile(r"HandlerLoadFailed on python-\d+ at attempt 1")
+SUMMARY = re.compile(r"HandlerLoadFailed \(HandlerImportError\) on python-\d+ at attempt 1")
 
 
 @dataclass(frozen=True)

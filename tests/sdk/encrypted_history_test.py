@@ -76,7 +76,11 @@ async def test_a_handlers_error_text_is_encrypted_in_history_as_its_env_is(
     closed = next(e for e in events if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED")
     failure = closed["workflowExecutionFailedEventAttributes"]["failure"]
     host = failed.value.run.status.assignedHost
-    said = "TaskFailed: HandlerError" if "task" in mode else "RetriesExhausted: HandlerLoadInterrupted"
+    said = (
+        "TaskFailed: HandlerError"
+        if "task" in mode
+        else "RetriesExhausted: HandlerLoadInterrupted (ProcessExited)"
+    )
     assert failure["message"] == f"{said} on {host} at attempt 1", (
         "the Run's own failure: plain, the platform's words"
     )

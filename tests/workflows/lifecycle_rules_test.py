@@ -168,19 +168,21 @@ def test_expiry_is_never_earlier_than_a_whole_timeout_after_the_last_activity(
 
 
 @pytest.mark.parametrize(
-    ("reason", "cause", "host", "attempt", "spent", "said"),
+    ("reason", "cause", "kind", "host", "attempt", "spent", "said"),
     [
         (
             "RetriesExhausted",
             "HandlerLoadInterrupted",
+            "ProcessExited",
             "python-0",
             3,
             True,
-            "RetriesExhausted: HandlerLoadInterrupted on python-0 after 3 attempts",
+            "RetriesExhausted: HandlerLoadInterrupted (ProcessExited) on python-0 after 3 attempts",
         ),
         (
             "RetriesExhausted",
             "HostUnavailable",
+            "",
             "python-1",
             1,
             True,
@@ -189,16 +191,29 @@ def test_expiry_is_never_earlier_than_a_whole_timeout_after_the_last_activity(
         (
             "HandlerLoadFailed",
             "HandlerLoadFailed",
+            "HandlerImportError",
             "python-0",
             1,
             False,
-            "HandlerLoadFailed on python-0 at attempt 1",
+            "HandlerLoadFailed (HandlerImportError) on python-0 at attempt 1",
         ),
-        ("IdleTimeout", "", "bash-2", 2, False, "IdleTimeout on bash-2 at attempt 2"),
-        ("RuntimeUnknown", "", "", 0, False, "RuntimeUnknown"),
+        (
+            "TaskFailed",
+            "HandlerError",
+            "HandlerError",
+            "python-0",
+            1,
+            False,
+            "TaskFailed: HandlerError on python-0 at attempt 1",
+        ),
+        ("IdleTimeout", "", "", "bash-2", 2, False, "IdleTimeout on bash-2 at attempt 2"),
+        ("RuntimeUnknown", "", "", "", 0, False, "RuntimeUnknown"),
     ],
 )
-def test_a_failed_runs_plain_message_is_its_reason_cause_host_and_attempt(
-    reason: str, cause: str, host: str, attempt: int, spent: bool, said: str
+def test_a_failed_runs_plain_message_is_its_reason_cause_adapter_class_host_and_attempt(
+    reason: str, cause: str, kind: str, host: str, attempt: int, spent: bool, said: str
 ) -> None:
-    assert failure_summary(reason, cause=cause, host=host, attempt=attempt, attempts_spent=spent) == said
+    assert (
+        failure_summary(reason, cause=cause, kind=kind, host=host, attempt=attempt, attempts_spent=spent)
+        == said
+    )
