@@ -95,3 +95,15 @@ def test_the_runtime_server_docs_grpc_table_is_the_catalogue() -> None:
     for reason in HostReason:
         catalogue.setdefault(reason.code, set()).add(str(reason))
     assert table == catalogue
+
+
+def test_an_adapter_error_class_travels_beside_its_reason_only_when_the_catalogue_names_it() -> None:
+    named = reasons.trailer(HostReason.HANDLER_LOAD_FAILED, error_class="HandlerImportError")
+    assert reasons.reason_of(named) == "HandlerLoadFailed"
+    assert reasons.error_class_of(named) == "HandlerImportError"
+    # a class the function process made up is never sent, and never read if a peer sends one
+    made_up = reasons.trailer(HostReason.HANDLER_LOAD_FAILED, error_class="DROP TABLE runs")
+    assert made_up == reasons.trailer(HostReason.HANDLER_LOAD_FAILED)
+    forged = [(reasons.TRAILER_KEY, "HandlerLoadFailed"), (reasons.ERROR_CLASS_KEY, b"MyOwnError")]
+    assert reasons.error_class_of(forged) == ""
+    assert reasons.error_class_of(None) == ""
