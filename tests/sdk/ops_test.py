@@ -96,7 +96,9 @@ async def test_each_ending_closes_the_workflow_with_its_temporal_status(
     cause = await _failure(platform, bad)
     # a handler that cannot be imported fails at once; the plain message is the platform's words
     assert cause.type == "HandlerLoadFailed" and "nowhere_to_be_found" not in cause.message
-    assert re.fullmatch(r"HandlerLoadFailed on python-\d+ at attempt 1", cause.message), cause.message
+    assert re.fullmatch(
+        r"HandlerLoadFailed \(HandlerImportError\) on python-\d+ at attempt 1", cause.message
+    ), cause.message
     got = await krt.get(bad)
     assert got.closed and got.status.phase is RunPhase.Failed and "nowhere_to_be_found" in got.status.message
     uid = got.uid

@@ -150,7 +150,7 @@ async def test_a_handler_whose_process_exits_loading_is_retried_up_to_the_limit_
         assert failed.value.cause.type == "RetriesExhausted"
         assert (
             failed.value.cause.message
-            == f"RetriesExhausted: HandlerLoadInterrupted on {status.assignedHost} after 3 attempts"
+            == f"RetriesExhausted: HandlerLoadInterrupted (ProcessExited) on {status.assignedHost} after 3 attempts"
         )
         await _slot_released(platform)
 
