@@ -59,14 +59,9 @@ async def test_run_get_prints_yaml_and_list_shows_a_table(platform: Platform) ->
     assert document["metadata"]["name"] == name and document["status"]["phase"] == "Ready"
     Run.from_dict(document)  # what get prints, apply takes back
 
-    listed = await krt(platform, "run", "list")
+    listed = await krt(platform, "run", "list")  # its columns: tests/cli/habits_test.py
     assert listed.code == 0, listed.err
-    header, *rows = listed.out.splitlines()
-    assert header.split() == [
-        "NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "REASON", "ATTEMPT", "HOST", "AGE",
-    ]  # fmt: skip
-    row = next(r.split() for r in rows if r.startswith(name + " "))
-    assert row[:7] == [name, "default", "python", "function", "Ready", "FunctionRegistered", "1"]
+    assert any(r.split()[:1] == [name] for r in listed.out.splitlines()[1:])
 
     as_json = json.loads((await krt(platform, "run", "list", "--phase", "Ready", "-o", "json")).out)
     assert as_json["kind"] == "RunList" and name in [i["metadata"]["name"] for i in as_json["items"]]
