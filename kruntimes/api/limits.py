@@ -81,3 +81,9 @@ MAX_TTL_SECONDS_AFTER_FINISHED = 30 * DAY_SECONDS
 MAX_INVOKE_TIMEOUT_SECONDS = 900
 # Invocation timeout when the caller names none.
 DEFAULT_INVOKE_TIMEOUT_SECONDS = 30
+# mode.function.concurrency: invocations of one function Run running at once.
+MAX_FUNCTION_CONCURRENCY = 1000
+# mode.function.queue: invocations of one function Run waiting their turn.
+MAX_FUNCTION_QUEUE = 10_000
+# mode.function.queueTimeoutSeconds when a queue is set and no timeout is named.
+DEFAULT_QUEUE_TIMEOUT_SECONDS = DEFAULT_INVOKE_TIMEOUT_SECONDS

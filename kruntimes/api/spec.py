@@ -12,15 +12,19 @@ from kruntimes.api._text import has_control_chars, utf8_len
 from kruntimes.api.adapters import ADAPTERS, validate_handler
 from kruntimes.api.ids import Namespace, RuntimeName, RunUid
 from kruntimes.api.limits import (
+    DEFAULT_QUEUE_TIMEOUT_SECONDS,
     DEFAULT_RECOVERY_LIMIT,
     MAX_BACKOFF_MULTIPLIER,
     MAX_BACKOFF_SECONDS,
     MAX_ENV_FROM,
     MAX_ENV_VALUE_BYTES,
     MAX_ENV_VARS,
+    MAX_FUNCTION_CONCURRENCY,
+    MAX_FUNCTION_QUEUE,
     MAX_HANDLER_BYTES,
     MAX_INLINE_FILES,
     MAX_INLINE_SOURCE_BYTES,
+    MAX_INVOKE_TIMEOUT_SECONDS,
     MAX_RECOVERY_LIMIT,
     MAX_RETRY_LIMIT,
     MAX_TASK_INPUT_BYTES,
@@ -52,7 +56,31 @@ class Metadata(ApiModel):
 
 
 class FunctionMode(ApiModel):
+    """How long the function may stay idle, and how many invocations it takes: up to
+    ``concurrency`` run at once (unset: 1; a krm runtime's: the host's --krm-concurrency), up to
+    ``queue`` more wait their turn in order, each for at most ``queueTimeoutSeconds``; beyond
+    that an invocation is refused (429). Invocations are not scheduler capacity: a Run is one
+    unit of its host's capacity whatever its concurrency."""
+
     idleTimeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    concurrency: StrictInt | None = Field(default=None, ge=1, le=MAX_FUNCTION_CONCURRENCY)
+    queue: StrictInt = Field(default=0, ge=0, le=MAX_FUNCTION_QUEUE)
+    queueTimeoutSeconds: StrictFloat | None = Field(
+        default=None, gt=0, le=MAX_INVOKE_TIMEOUT_SECONDS, allow_inf_nan=False
+    )
+
+    @model_validator(mode="after")
+    def _queue_timeout_needs_a_queue(self) -> Self:
+        if self.queueTimeoutSeconds is not None and self.queue == 0:
+            raise ValueError("queueTimeoutSeconds needs a queue (set queue to 1 or more)")
+        return self
+
+    @property
+    def queue_timeout_seconds(self) -> float:
+        """How long a queued invocation waits at most (the default when none is named)."""
+        if self.queueTimeoutSeconds is not None:
+            return self.queueTimeoutSeconds
+        return float(DEFAULT_QUEUE_TIMEOUT_SECONDS)
 
 
 def encode_input(value: JsonValue) -> bytes:

@@ -7,9 +7,12 @@ from kruntimes.api import FunctionMode, Metadata, ModeSpec, RetryPolicy, RunSpec
 from kruntimes.api.limits import (
     MAX_ENV_VALUE_BYTES,
     MAX_ENV_VARS,
+    MAX_FUNCTION_CONCURRENCY,
+    MAX_FUNCTION_QUEUE,
     MAX_HANDLER_BYTES,
     MAX_INLINE_FILES,
     MAX_INLINE_SOURCE_BYTES,
+    MAX_INVOKE_TIMEOUT_SECONDS,
     MAX_RETRY_LIMIT,
     MAX_TIMEOUT_SECONDS,
     MAX_TTL_SECONDS_AFTER_FINISHED,
@@ -52,6 +55,39 @@ def test_mode_needs_exactly_one_of_function_or_task(data):
 @pytest.mark.parametrize("value", [0, -1, MAX_TIMEOUT_SECONDS + 1, True, "30"])
 def test_idle_timeout_is_a_positive_bounded_integer(value):
     assert_invalid(FunctionMode, {"idleTimeoutSeconds": value}, loc="idleTimeoutSeconds", says="")
+
+
+def test_a_function_takes_one_invocation_at_a_time_and_queues_none_unless_told():
+    mode = FunctionMode()
+    assert (mode.concurrency, mode.queue, mode.queueTimeoutSeconds) == (None, 0, None)
+    told = FunctionMode(
+        concurrency=MAX_FUNCTION_CONCURRENCY, queue=MAX_FUNCTION_QUEUE, queueTimeoutSeconds=0.5
+    )
+    assert (told.concurrency, told.queue, told.queue_timeout_seconds) == (1000, 10_000, 0.5)
+    assert FunctionMode(queue=1).queue_timeout_seconds == 30.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("concurrency", 0),
+        ("concurrency", MAX_FUNCTION_CONCURRENCY + 1),
+        ("concurrency", "8"),
+        ("concurrency", True),
+        ("queue", -1),
+        ("queue", MAX_FUNCTION_QUEUE + 1),
+        ("queue", 2.0),
+        ("queueTimeoutSeconds", 0),
+        ("queueTimeoutSeconds", MAX_INVOKE_TIMEOUT_SECONDS + 1),
+        ("queueTimeoutSeconds", float("inf")),
+    ],
+)
+def test_concurrency_and_queue_are_bounded(field, value):
+    assert_invalid(FunctionMode, {"queue": 1, field: value}, loc=field, says="")
+
+
+def test_a_queue_timeout_without_a_queue_is_refused_by_name():
+    assert_invalid(FunctionMode, {"queueTimeoutSeconds": 5}, loc="", says="queueTimeoutSeconds needs a queue")
 
 
 def test_unknown_fields_are_rejected():
