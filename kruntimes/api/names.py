@@ -15,6 +15,13 @@ RESERVED_ENV_PREFIX = "KRT_"
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+# Who started a Run (its creator's kind) and the identity it names: a subject is what the role
+# bindings' `users` name (a token file's user, a Kubernetes user such as
+# system:serviceaccount:ns:name, an e-mail address), ASCII so a log line reads as it is.
+CREATOR_KINDS = ("sdk", "cli", "mcp", "schedule")
+MAX_SUBJECT_CHARS = 128
+_SUBJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:/+=-]*")
+
 
 def validate_dns1123_label(value: str, *, field: str) -> str:
     if not 1 <= len(value) <= DNS1123_LABEL_MAX:
@@ -88,4 +95,21 @@ def validate_invocation_id(value: str) -> str:
     if not value.isascii() or not value.isprintable():
         # format characters (U+202E turns a log line around), look-alikes: ids are ASCII
         raise ValueError("invocation id must be printable ASCII")
+    return value
+
+
+def validate_creator_kind(value: str, *, field: str = "creator.kind") -> str:
+    if value not in CREATOR_KINDS:
+        raise ValueError(f"{field}: one of {', '.join(CREATOR_KINDS)}, not {value!r:.40}")
+    return value
+
+
+def validate_subject(value: str, *, field: str = "creator.subject") -> str:
+    """An identity a Run is created by and a role binding names: 1..128 ASCII letters, digits and
+    `._@:/+=-`, starting with a letter or digit."""
+    if not 1 <= len(value) <= MAX_SUBJECT_CHARS or not _SUBJECT.fullmatch(value):
+        raise ValueError(
+            f"{field}: 1..{MAX_SUBJECT_CHARS} ASCII letters, digits and ._@:/+=- "
+            f"(starting with a letter or digit): {value!r:.80}"
+        )
     return value
