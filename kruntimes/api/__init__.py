@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kruntimes.api.phases import TERMINAL_PHASES, RunPhase, can_transition, is_active, is_terminal
     from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run
     from kruntimes.api.spec import (
+        Creator,
         FunctionMode,
         InlineFile,
         Metadata,
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     "KIND": "kruntimes.api.run",
     "ManifestError": "kruntimes.api.run",
     "Run": "kruntimes.api.run",
+    "Creator": "kruntimes.api.spec",
     "FunctionMode": "kruntimes.api.spec",
     "InlineFile": "kruntimes.api.spec",
     "Metadata": "kruntimes.api.spec",
@@ -88,6 +90,7 @@ __all__ = [
     "ConditionReason",
     "ConditionStatus",
     "ConditionType",
+    "Creator",
     "Endpoint",
     "EndpointProtocol",
     "FunctionMode",

@@ -36,6 +36,7 @@ from kruntimes.api.names import (
     validate_env_name,
     validate_relative_file_name,
     validate_run_uid,
+    validate_subject,
 )
 
 
@@ -47,12 +48,30 @@ def _canonical_uuid(value: str) -> str:
     return validate_run_uid(value, field="metadata.uid")
 
 
+CreatorKind = Literal["sdk", "cli", "mcp", "schedule"]  # kruntimes.api.names.CREATOR_KINDS
+
+
+class Creator(ApiModel):
+    """Who started a Run: the SDK, the CLI or an MCP server for an identity (the client config's
+    `identity`), or a schedule for the identity that created it. Not a secret: it is what a host
+    checks the role bindings' `use-secrets` against, and what its audit records name."""
+
+    kind: CreatorKind
+    subject: Annotated[str, AfterValidator(validate_subject)]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.subject}"
+
+
 class Metadata(ApiModel):
     name: Annotated[str, _label("metadata.name")]
     namespace: Annotated[Namespace, _label("metadata.namespace")] = Namespace("default")
     # Fixed at creation; the only identity the dataplane uses.
     uid: Annotated[RunUid, AfterValidator(_canonical_uuid)] | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    # Set by the SDK, the CLI and schedules from who starts the Run (a manifest's own is replaced);
+    # None for a Run started otherwise (plain Temporal): such a Run is given no secret.
+    creator: Creator | None = None
 
 
 class FunctionMode(ApiModel):

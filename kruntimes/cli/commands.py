@@ -643,5 +643,5 @@ async def dispatch(args: argparse.Namespace, io: Io | None = None) -> int:
     if args.command == "secret":
         return secret_command(args, io)
     command = COMMANDS[(args.command, getattr(args, "verb", None))]
-    async with Client.from_config(load_config()) as client:
+    async with Client.from_config(load_config(), creator_kind="cli") as client:
         return await command(args, client, io)

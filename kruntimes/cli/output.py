@@ -255,6 +255,7 @@ def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None
         ("Namespace", meta.namespace),
         ("UID", meta.uid or NONE),
         ("Labels", labels),
+        ("Creator", str(meta.creator) if meta.creator is not None else NONE),
         ("Runtime", spec.runtime),
         ("Mode", mode),
         ("Handler", spec.handler),

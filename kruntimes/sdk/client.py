@@ -8,7 +8,8 @@
 
 The control plane is Temporal (a Run is the RunWorkflow `run/{namespace}/{name}`), so an app may
 equally start RunWorkflow with the plain Temporal SDK; this client adds the conventions (uids,
-absolute source paths, typed errors) and the invoke path, which never touches Temporal.
+absolute source paths, the Run's creator from the config's `identity`, typed errors) and the
+invoke path, which never touches Temporal. A Run started without a creator gets no secret.
 
 `Client` is the SDK's one facade; this module also exports the SDK's errors (their tree is drawn
 in kruntimes.sdk.errors) and results (kruntimes.sdk.results). The Run operations live in
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
+from kruntimes.api.spec import CreatorKind
 from kruntimes.api.status import RunStatus
 from kruntimes.contracts.host import HostActionResult
 from kruntimes.contracts.reconcile import ReconcileReport
@@ -95,17 +97,20 @@ class Client:
         config: ClientConfig | None = None,
         *,
         temporal: temporalio.client.Client | None = None,
+        creator_kind: CreatorKind = "sdk",
     ) -> None:
+        """`creator_kind`: what the Runs this client starts record as their creator's kind, with
+        the config's identity (the CLI says `cli`, an MCP server `mcp`; schedules `schedule`)."""
         self.config = config if config is not None else ClientConfig()
-        self._runs = Runs(self.config, temporal=temporal)
+        self._runs = Runs(self.config, temporal=temporal, creator_kind=creator_kind)
         self._hosts = Hosts(self._runs)
         self.schedules = Schedules(self._runs)  # create, list, get, pause, unpause, trigger, delete
         self._invoker = Invoker(self.config)
 
     @classmethod
-    def from_config(cls, config: ClientConfig | None = None) -> Client:
+    def from_config(cls, config: ClientConfig | None = None, *, creator_kind: CreatorKind = "sdk") -> Client:
         """A client of the platform `krt up` describes (client.json, then KRT_* variables)."""
-        return cls(config if config is not None else clientconfig.load())
+        return cls(config if config is not None else clientconfig.load(), creator_kind=creator_kind)
 
     async def __aenter__(self) -> Self:
         return self

@@ -4,7 +4,9 @@
 come from, in order: the environment (the KRT_* variables of `ENV`), then that file, then
 defaults. The state directory is KRT_STATE_DIR, by default ~/.kruntimes. The Temporal
 connection takes TLS (mTLS) files, an API key (or its file) and the payload codec's key
-directory, as `kruntimes.temporal.connect.TemporalSettings` does.
+directory, as `kruntimes.temporal.connect.TemporalSettings` does. `identity` (KRT_IDENTITY) is
+who the client is: the creator its Runs record, which hosts check the role bindings against
+before they resolve a Run's secrets.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from kruntimes.api._base import ApiModel
+from kruntimes.api.names import validate_subject
 from kruntimes.contracts.names import TASK_QUEUE
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ ENV = {
     "temporalApiKey": "KRT_TEMPORAL_API_KEY",
     "temporalApiKeyFile": "KRT_TEMPORAL_API_KEY_FILE",
     "codecKeys": "KRT_CODEC_KEYS",
+    "identity": "KRT_IDENTITY",
 }
 
 
@@ -61,6 +65,10 @@ class ClientConfig(ApiModel):
     temporalApiKey: str | None = Field(default=None, repr=False)
     temporalApiKeyFile: str | None = None
     codecKeys: str | None = None  # the payload codec's key directory
+    # Who this client is: the creator its Runs and schedules record, whom the role bindings'
+    # `use-secrets` name (`krt up` writes its owner, `admin`). None: Runs record no creator and
+    # get no secret.
+    identity: Annotated[str, AfterValidator(lambda v: validate_subject(v, field="identity"))] | None = None
     stateDir: str = ""
 
     def redacted(self) -> dict[str, object]:

@@ -24,6 +24,7 @@ from kruntimes.api.ids import Namespace, RunUid
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
+from kruntimes.api.spec import Creator, CreatorKind
 from kruntimes.api.status import RunStatus
 from kruntimes.contracts.names import (
     QUERY_STATUS,
@@ -69,11 +70,25 @@ class Runs:
     Every argument is explicit here; the public defaults are the facade's (kruntimes.Client).
     """
 
-    def __init__(self, config: ClientConfig, *, temporal: temporalio.client.Client | None = None) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        temporal: temporalio.client.Client | None = None,
+        creator_kind: CreatorKind = "sdk",
+    ) -> None:
         self.config = config
+        self.creator_kind: CreatorKind = creator_kind
         self._temporal = temporal
         self._connecting = asyncio.Lock()
         self._served: set[str] = set()  # runtimes create found served
+
+    def creator(self, kind: CreatorKind | None = None) -> Creator | None:
+        """Who the Runs this client starts record as their creator (`kind`: this client's own
+        unless given): its config's identity, or None when it has none."""
+        if self.config.identity is None:
+            return None
+        return Creator(kind=kind or self.creator_kind, subject=self.config.identity)
 
     async def temporal(self) -> temporalio.client.Client:
         """The Temporal client (pydantic data converter), connected on first use."""
@@ -130,7 +145,7 @@ class Runs:
         from kruntimes.sdk.runtimes import check_runtime
         from kruntimes.sdk.starting import start_run
 
-        run = prepare(run)
+        run = prepare(run, creator=self.creator())
         name, namespace = run.metadata.name, run.metadata.namespace
         _check_name(name, namespace)
         client = await self.temporal()
@@ -150,7 +165,7 @@ class Runs:
     async def apply(self, run: Run) -> Applied:
         """Create the Run unless a running one of that name has the same spec (then: a no-op)."""
         given_uid = run.metadata.uid
-        run = prepare(run)
+        run = prepare(run, creator=self.creator())
         name, namespace = run.metadata.name, run.metadata.namespace
         for _ in range(2):  # a create racing ours: compare with what it created
             try:
@@ -677,11 +692,14 @@ def _run_workflow_of(execution: Any) -> str | None:
 # --- what create sends and apply compares -------------------------------------------------------
 
 
-def prepare(run: Run) -> Run:
-    """What create sends: a uid (uuid4) when missing and an absolute source.path."""
+def prepare(run: Run, *, creator: Creator | None = None) -> Run:
+    """What create sends: a uid (uuid4) when missing, an absolute source.path, and `creator` as
+    the Run's creator (whatever the manifest said: who starts it is the client's to say)."""
     metadata, spec = run.metadata, run.spec
     if metadata.uid is None:
         metadata = metadata._replace(uid=str(uuid.uuid4()))
+    if metadata.creator != creator:
+        metadata = metadata._replace(creator=creator)
     path = spec.source.path
     if path is not None and not Path(path).is_absolute():
         spec = spec._replace(source=spec.source._replace(path=str(Path(path).resolve())))

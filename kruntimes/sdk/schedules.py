@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from kruntimes.api.ids import Namespace
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.run import Run
+from kruntimes.api.spec import Creator
 from kruntimes.contracts.names import (
     MAX_SCHEDULE_NAME,
     schedule_id,
@@ -220,13 +221,14 @@ def check_name(name: str, namespace: str) -> None:
         )
 
 
-def template_of(run: Run, *, name: str, namespace: str) -> Run:
-    """What each start creates: the task Run named after the schedule, without a uid."""
+def template_of(run: Run, *, name: str, namespace: str, creator: Creator | None = None) -> Run:
+    """What each start creates: the task Run named after the schedule, without a uid; its Runs'
+    creator is `creator` (the schedule, for the identity that created it)."""
     if run.spec.mode.kind != "task":
         raise InvalidSchedule(f"schedule {name!r}: the manifest must be a task Run (spec.mode.task)")
     from kruntimes.sdk.runs import prepare
 
-    prepared = prepare(run)  # an absolute source path
+    prepared = prepare(run, creator=creator)  # an absolute source path
     metadata = prepared.metadata._replace(name=name, namespace=namespace, uid=None)
     return prepared._replace(metadata=metadata)
 
@@ -293,7 +295,7 @@ class Schedules:
             raise InvalidSchedule(f"overlap {overlap!r}: one of {', '.join(OVERLAPS)}")
         if len(note) > MAX_NOTE_LENGTH:
             raise InvalidSchedule(f"note longer than {MAX_NOTE_LENGTH} characters")
-        template = template_of(run, name=name, namespace=namespace)
+        template = template_of(run, name=name, namespace=namespace, creator=self._runs.creator("schedule"))
         if cron is not None:
             spec = ScheduleSpec(cron_expressions=[check_cron(cron)])
         else:

@@ -55,9 +55,11 @@ def spec_digest(run: Run) -> str:
 
 
 def run_summary(run: Run) -> Plain:
-    """`function python default/hello`, `task python team-a/nightly-20250101120000`."""
+    """`function python default/hello`, `task python team-a/nightly-20250101120000 by
+    schedule:admin`: who created the Run, when it says, plain in its history for every operator."""
     meta = run.metadata
-    return summary(f"{run.spec.mode.kind} {run.spec.runtime} {meta.namespace}/{meta.name}")
+    by = f" by {meta.creator}" if meta.creator is not None else ""
+    return summary(f"{run.spec.mode.kind} {run.spec.runtime} {meta.namespace}/{meta.name}{by}")
 
 
 def run_details(run: Run, *, endpoint: str | None = None) -> str:
@@ -83,6 +85,7 @@ def run_details(run: Run, *, endpoint: str | None = None) -> str:
         ("retries", f"{spec.retryPolicy.limit}"),
         ("ttl after finished", _ttl(spec.ttlSecondsAfterFinished)),
         ("tenant", f"`{spec.tenant}`" if spec.tenant else "shared"),
+        ("creator", f"`{meta.creator}`" if meta.creator is not None else "none"),
         ("spec sha256", f"`{spec_digest(run)}`"),
     ]
     if endpoint is not None:

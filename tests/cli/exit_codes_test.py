@@ -100,7 +100,13 @@ def test_config_view_prints_the_effective_values_with_the_secrets_redacted_unles
 ) -> None:
     clientconfig.write(
         state,
-        ClientConfig(gatewayUrl="https://gw:1", token="tok-123", caFile="/ca.crt", temporalApiKey="key-456"),
+        ClientConfig(
+            gatewayUrl="https://gw:1",
+            token="tok-123",
+            caFile="/ca.crt",
+            temporalApiKey="key-456",
+            identity="alice",
+        ),
     )
     monkeypatch.setenv("KRT_TEMPORAL_ADDRESS", "temporal:7233")
     for output in ("json", "yaml"):
@@ -124,6 +130,7 @@ def test_config_view_prints_the_effective_values_with_the_secrets_redacted_unles
         "temporalApiKey": "key-456",
         "temporalApiKeyFile": None,
         "codecKeys": None,
+        "identity": "alice",
         "stateDir": str(state),
     }
 
