@@ -20,7 +20,7 @@ from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, MAX_KRM_CONCURRENCY
-from kruntimes.runtime.sandbox.identity import UidRange
+from kruntimes.runtime.sandbox.identity import DEFAULT_LOCK_DIR, UidRange
 from kruntimes.runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
 from kruntimes.runtime.server import HostConfigError, HostOptions, RuntimeHost
 from kruntimes.system import logs
@@ -94,6 +94,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add = isolation.add_argument
     add("--uid-range", default=None, metavar="FIRST-LAST", help="uids for functions")
+    add(
+        "--uid-lock-dir",
+        default=DEFAULT_LOCK_DIR,
+        metavar="DIR",
+        help="where the hosts sharing --uid-range lock the uids they hand out (writable; "
+        f"default {DEFAULT_LOCK_DIR}, shared by every host of the machine)",
+    )
     defaults = ResourceLimits()
     add("--open-files", type=int, default=defaults.openFiles, help="per function process")
     add("--processes", type=int, default=defaults.processes, help="processes and threads of one function")
@@ -187,6 +194,7 @@ def sandbox_settings(args: argparse.Namespace, given: ResourceLimits) -> Sandbox
         isolation=Isolation(args.isolation),
         network=Network(args.network),
         uids=uids,
+        lock_dir=args.uid_lock_dir,
         memory_bytes=given.memoryBytes,
         max_processes=given.processes,
         tmp_bytes=given.tmpBytes,

@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import re
 import time
 import weakref
@@ -331,6 +332,11 @@ class KubernetesProvider:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._changed: dict[str, asyncio.Event] = {}
         self._seen: dict[str, dict[str, Any] | None] = {}  # the last pod the watch saw, by name
+        self._uid_lock = asyncio.Lock()
+        self._reserved_slots: set[int] = set()  # uid slots of pods being posted now
+        # Where the search for a free uid slot starts: random, so two workers rarely pick one
+        # slot at once, and moving on, so a slot just freed is not handed out again at once.
+        self._next_slot = random.randrange(pods.UID_SLOTS)
 
     @property
     def namespaces(self) -> set[str]:
@@ -414,7 +420,7 @@ class KubernetesProvider:
                     return existing
                 log.info("replacing host pod", extra={"host": spec.hostId, "pod": name, "uid": facts.uid})
                 await self._delete_and_wait(namespace, name, facts.uid, deadline)
-            created = await self._create_or_discard(spec, namespace, desired)
+            created = await self._create_with_uids(spec, namespace, desired)
             if created is not None:
                 if not pods.PodFacts.of(created).uid:
                     raise ApiFailure(
@@ -423,6 +429,57 @@ class KubernetesProvider:
                 return created
         raise ApiFailure(
             FailureReason.OperationFailed, f"pod {namespace}/{name} kept changing under the create"
+        )
+
+    async def _create_with_uids(
+        self, spec: HostSpec, namespace: str, desired: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """POST the pod with a uid range no other host pod of the runtimes' namespaces holds
+        (kubernetes_pods.uid_range); None when the name is taken, or when another worker gave
+        another pod the same range meanwhile: once its pod exists, a creator that sees another
+        pod holding its range deletes its own, so two pods never keep one."""
+        async with self._uid_lock:
+            slot = self._free_slot(await self._slots_held() | self._reserved_slots)
+            self._reserved_slots.add(slot)
+        try:
+            created = await self._create_or_discard(spec, namespace, pods.with_uid_slot(desired, slot))
+            uid = pods.PodFacts.of(created).uid if created is not None else ""
+            if created is None or not uid:
+                return created
+            try:
+                shared = slot in await self._slots_held(besides=uid)
+            except BaseException:
+                await self._discard(spec, namespace, desired["metadata"]["name"], uid)
+                raise
+            if not shared:
+                return created
+            log.warning("uid range taken by another pod meanwhile", extra={"host": spec.hostId, "slot": slot})
+            await self._discard(spec, namespace, desired["metadata"]["name"], uid)
+            return None
+        finally:
+            self._reserved_slots.discard(slot)
+
+    async def _slots_held(self, *, besides: str = "") -> set[int]:
+        """The uid slots of the host pods (of any control plane) in the runtimes' namespaces, but
+        the pod of uid `besides`: every pod holds its slot until it is gone from the API."""
+        held = set()
+        for namespace in sorted(self.namespaces):
+            answer = await self._api.list_pods(namespace, selector=pods.SELECTOR)
+            for item in answer.get("items") or []:
+                if isinstance(item, dict) and pods.PodFacts.of(item).uid != besides:
+                    slot = pods.uid_slot(item)
+                    if slot is not None:
+                        held.add(slot)
+        return held
+
+    def _free_slot(self, taken: set[int]) -> int:
+        for step in range(pods.UID_SLOTS):
+            slot = (self._next_slot + step) % pods.UID_SLOTS
+            if slot not in taken:
+                self._next_slot = (slot + 1) % pods.UID_SLOTS
+                return slot
+        raise ApiFailure(
+            FailureReason.OperationFailed, f"all {pods.UID_SLOTS} uid ranges of host pods are held"
         )
 
     async def _create_or_discard(

@@ -12,6 +12,13 @@ no service account token unless the template asks, and no service links.
 
 The pod's name is ``{hostId}-{8 hex}``, the hex naming (control plane, runtime): two control planes
 on one namespace never share a pod name.
+
+Every host pod gets a uid range of its own for its functions (annotation ``kruntimes.io/uid-range``,
+which the host reads through the downward API): one of ``UID_SLOTS`` slots of ``UID_SLOT_SIZE`` uids
+from ``UID_BASE``, never one another host pod of its namespaces holds (the provider picks it). Pods
+do not share a uid lock directory (each locks its uids in its own state volume), and uids are the
+node kernel's: two pods of one node handing out the same uid would share its per-uid limits
+(processes, inotify instances, signals) and whatever it may write on a volume both mount.
 """
 
 from __future__ import annotations
@@ -54,6 +61,13 @@ HEALTH_PORT_NAME, HEALTH_PORT = "health", 50053
 # every LIVENESS_PERIOD_S, unanswered within LIVENESS_TIMEOUT_S.
 LIVENESS_PERIOD_S, LIVENESS_TIMEOUT_S, LIVENESS_FAILURES = 10, 5, 6
 STATE_VOLUME, STATE_MOUNT = "krt-state", "/var/lib/kruntimes"
+# Where the host locks the uids it hands out: its own state volume (the root file system is
+# read-only, and the range is the pod's own, so no other host shares the locks).
+UID_LOCK_DIR = f"{STATE_MOUNT}/uids"
+ANNOTATION_UID_RANGE = "kruntimes.io/uid-range"
+# Past the default range of hosts that are not pods (2000000000 + 100000), so a node's own hosts
+# never share a uid with a pod's; 131072 slots of 16384 uids end below 2**32 - 2.
+UID_BASE, UID_SLOT_SIZE, UID_SLOTS = 2_100_000_000, 16_384, 131_072
 CERT_VOLUME, CERT_MOUNT = "krt-certificate", "/etc/kruntimes/tls"
 # With a runtime's hostInjection: the emptyDir the init container installs the host into.
 HOST_VOLUME, HOST_MOUNT = "krt-host", "/opt/krt-host"
@@ -67,6 +81,7 @@ DOWNWARD_ENV = (
     ("KRT_POD_NAMESPACE", "metadata.namespace"),
     ("KRT_POD_UID", "metadata.uid"),
     ("KRT_POD_IP", "status.podIP"),
+    ("KRT_UID_RANGE", f"metadata.annotations['{ANNOTATION_UID_RANGE}']"),
 )
 MAX_CONTROL_PLANE_ID = 253
 _CONTROL_PLANE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]*")
@@ -91,6 +106,33 @@ def check_control_plane_id(value: str) -> str:
 def control_plane_label(control_plane: str) -> str:
     """The control plane as a label value (its id may not be one): 16 hex of its hash."""
     return hashlib.sha256(control_plane.encode()).hexdigest()[:16]
+
+
+def uid_range(slot: int) -> str:
+    """The uids of a slot, as `krt host --uid-range` takes them (FIRST-LAST)."""
+    if not 0 <= slot < UID_SLOTS:
+        raise ValueError(f"uid slot {slot} is not in [0, {UID_SLOTS})")
+    first = UID_BASE + slot * UID_SLOT_SIZE
+    return f"{first}-{first + UID_SLOT_SIZE - 1}"
+
+
+def uid_slot(pod: dict[str, Any]) -> int | None:
+    """The slot a pod's uid-range annotation names, or None (none, or not one of the slots)."""
+    text = PodFacts.of(pod).annotations.get(ANNOTATION_UID_RANGE, "")
+    first, _, last = text.partition("-")
+    if not first.isdigit() or not last.isdigit():
+        return None
+    slot, offset = divmod(int(first) - UID_BASE, UID_SLOT_SIZE)
+    if offset or not 0 <= slot < UID_SLOTS or uid_range(slot) != text:
+        return None
+    return slot
+
+
+def with_uid_slot(pod: dict[str, Any], slot: int) -> dict[str, Any]:
+    """The pod, its functions given the uids of `slot` (the template hash stays: which range a pod
+    got is not part of its template)."""
+    annotations = {**pod["metadata"]["annotations"], ANNOTATION_UID_RANGE: uid_range(slot)}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
 
 
 def pod_name(*, control_plane: str, runtime: str, host_id: str) -> str:
@@ -186,6 +228,11 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         f"{CERT_MOUNT}/{ASSIGNMENT_PUBLIC_KEY}",
         "--state-dir",
         STATE_MOUNT,
+        "--uid-lock-dir",
+        UID_LOCK_DIR,
+        # the pod's own uids (empty without the annotation: the host's default range)
+        "--uid-range",
+        "$(KRT_UID_RANGE)",
         "--heartbeat-interval",
         f"{spec.heartbeatIntervalSeconds:g}",
     ]
@@ -298,7 +345,9 @@ def template_hash(pod: dict[str, Any]) -> str:
     """16 hex of the hash of everything the platform decided about the pod but the hash itself."""
     metadata = dict(pod.get("metadata") or {})
     annotations = {
-        k: v for k, v in (metadata.get("annotations") or {}).items() if k != ANNOTATION_TEMPLATE_HASH
+        k: v
+        for k, v in (metadata.get("annotations") or {}).items()
+        if k not in (ANNOTATION_TEMPLATE_HASH, ANNOTATION_UID_RANGE)
     }
     subject = {
         "labels": metadata.get("labels") or {},

@@ -632,7 +632,7 @@ def test_every_container_can_write_where_its_program_writes(chart: Rendered) -> 
     """Read-only root filesystems: /tmp (the image's working directory, Python's and the temporal
     CLI's temporary files, the TLS material a process loads) and the state directories are
     writable emptyDirs — the worker's --state-dir and each host's (its functions' workspaces and
-    secrets)."""
+    secrets) and the directory where a host locks its functions' uids."""
     for workload in [d for d in chart.docs if d["kind"] in WORKLOADS]:
         spec = pod_spec(workload)
         for container in spec["containers"]:
@@ -645,8 +645,12 @@ def test_every_container_can_write_where_its_program_writes(chart: Rendered) -> 
     for pod in built_pods(chart):
         container = pod["spec"]["containers"][0]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        state = flag(container["args"], "--state-dir")
-        assert len(state) == 1 and writable(pod["spec"], container, state[0]), pod["metadata"]["name"]
+        for option in ("--state-dir", "--uid-lock-dir"):  # the uid locks: not /run/kruntimes
+            path = flag(container["args"], option)
+            assert len(path) == 1 and writable(pod["spec"], container, path[0]), (
+                pod["metadata"]["name"],
+                option,
+            )
         assert writable(pod["spec"], container, "/tmp"), pod["metadata"]["name"]
 
 

@@ -757,12 +757,19 @@ class TestKubelet:
             "metadata.uid": pod["metadata"]["uid"],
             "status.podIP": POD_IP,
         }
+        for kind in ("labels", "annotations"):
+            for key, value in (pod["metadata"].get(kind) or {}).items():
+                fields[f"metadata.{kind}['{key}']"] = str(value)
         env: dict[str, str] = {}
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = _expand(str(item["value"]), env)
-            elif ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") in fields:
-                env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+                continue
+            path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if path in fields:
+                env[item["name"]] = fields[path]
+            elif isinstance(path, str) and path.startswith(("metadata.labels[", "metadata.annotations[")):
+                env[item["name"]] = ""  # as a kubelet: a label or annotation the pod lacks is empty
         mounts = {
             m["mountPath"]: run.directory / "volumes" / m["name"] for m in container.get("volumeMounts") or []
         }

@@ -9,6 +9,7 @@ from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.activities.hosts.kubernetes import KubernetesConfigError, validate_templates
 from kruntimes.config.runtimes import KubernetesPodTemplate, PlatformConfigError, ResourceLimits, parse_config
 from kruntimes.contracts.providers import HostSandbox
+from kruntimes.runtime.sandbox.identity import UidRange
 from tests.kubernetes.conftest import IMAGE, runtime, spec
 
 FULL = KubernetesPodTemplate(
@@ -84,8 +85,41 @@ def test_the_platform_decides_identity_labels_restarts_and_the_token() -> None:
         "KRT_POD_NAMESPACE": "metadata.namespace",
         "KRT_POD_UID": "metadata.uid",
         "KRT_POD_IP": "status.podIP",
+        "KRT_UID_RANGE": "metadata.annotations['kruntimes.io/uid-range']",
     }
+    assert args[args.index("--uid-range") + 1] == "$(KRT_UID_RANGE)"
+    # the uids are locked where the host may write: its own state volume
+    assert args[args.index("--uid-lock-dir") + 1] == pods.UID_LOCK_DIR
+    assert pods.UID_LOCK_DIR.startswith(args[args.index("--state-dir") + 1] + "/")
     assert container["securityContext"] == FULL.containerSecurityContext
+
+
+def test_each_uid_slot_is_a_range_of_its_own_past_the_default_one() -> None:
+    ranges = [UidRange.parse(pods.uid_range(slot)) for slot in (0, 1, pods.UID_SLOTS - 1)]
+    assert [r.count for r in ranges] == [pods.UID_SLOT_SIZE] * 3
+    assert ranges[0].first + ranges[0].count == ranges[1].first, "adjacent, not overlapping"
+    default = UidRange()
+    assert default.first + default.count <= ranges[0].first, "beyond the hosts' default range"
+    with pytest.raises(ValueError):
+        pods.uid_range(pods.UID_SLOTS)
+
+
+def test_a_pods_uid_slot_is_an_annotation_that_leaves_its_template_hash_alone() -> None:
+    pod = pods.build_pod(spec(), runtime(), control_plane="cp-a")
+    assert pods.uid_slot(pod) is None
+    slotted = pods.with_uid_slot(pod, 7)
+    assert pods.uid_slot(slotted) == 7 and pods.uid_slot(pod) is None, "the pod given is left as it was"
+    assert slotted["metadata"]["annotations"]["kruntimes.io/uid-range"] == pods.uid_range(7)
+    assert pods.template_hash(slotted) == pods.template_hash(pod), "a restarted worker adopts it"
+    assert pods.schema_problems(slotted) == []
+    for text in (
+        "",
+        "7",
+        f"{pods.UID_BASE + 1}-{pods.UID_BASE + pods.UID_SLOT_SIZE}",
+        "2000000000-2000016383",
+    ):
+        slotted["metadata"]["annotations"]["kruntimes.io/uid-range"] = text
+        assert pods.uid_slot(slotted) is None, text
 
 
 @pytest.mark.parametrize(

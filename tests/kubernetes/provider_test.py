@@ -18,6 +18,7 @@ from kruntimes.config.runtimes import KubernetesPodTemplate
 from kruntimes.decisions.scheduling.failures import DEFAULT_RETRYABLE, FailureReason, ProviderError
 from kruntimes.pki import CA_CERT, CA_KEY, AuthorityWatch, HostIssuer, Identity, identity_of, renewal_due
 from kruntimes.pki import rotation as ca_rotation
+from kruntimes.runtime.sandbox.identity import UidRange
 from tests.kubernetes.conftest import IMAGE, NAMESPACE, spec
 from tests.support.waiting import eventually
 
@@ -412,3 +413,52 @@ async def test_an_init_container_that_fails_fails_the_create(env) -> None:
         await provider.create(spec())
     assert [code for _, _, code in env.kubelet.initialized] == [1]
     assert env.kubelet.started == []
+
+
+def _uid_range(pod: dict) -> UidRange:
+    return UidRange.parse(pod["metadata"]["annotations"][pods.ANNOTATION_UID_RANGE])
+
+
+async def test_host_pods_of_every_control_plane_get_uid_ranges_no_other_holds(env) -> None:
+    """Uids are the node's: two host pods on one node must never hand out the same one. Each pod
+    gets a range no other host pod of its namespace holds (two creates at once of one worker, and
+    another control plane's), and its host runs on it."""
+    ours, theirs = env.provider(), env.provider(control_plane="cp-b")
+    await asyncio.gather(ours.create(spec("python-0")), ours.create(spec("python-1")), theirs.create(spec()))
+    ranges = {p["metadata"]["name"]: _uid_range(p) for p in env.pods()}
+    assert len(ranges) == 3
+    spans = sorted((r.first, r.first + r.count) for r in ranges.values())
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False)), spans
+    for name, uids in ranges.items():
+        argv = env.kubelet.process(name).args
+        assert argv[argv.index("--uid-range") + 1] == f"{uids.first}-{uids.first + uids.count - 1}"
+
+
+async def test_a_range_another_worker_gave_a_pod_meanwhile_is_given_up(env) -> None:
+    """Two workers may pick one range at once: the one whose pod finds another holding it once it
+    exists deletes its pod and creates it again on another range."""
+    env.kubelet.faults["other"] = "unschedulable"  # the other worker's pod: it only has to exist
+    other = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "other-0", "namespace": NAMESPACE, "labels": {pods.LABEL_RUNTIME: "other"}},
+        "spec": {"containers": [{"name": "host", "image": IMAGE}]},
+    }
+    base = f"{env.url}/api/v1/namespaces/{NAMESPACE}/pods"
+    async with env.kubelet._session.post(base, json=other) as answer:
+        assert answer.status in (200, 201)
+    env.cluster.create_replies = asyncio.Event()  # our pod is stored; its reply is held
+    task = asyncio.create_task(env.provider().create(spec()))
+    first = await eventually(
+        lambda: [p for p in env.pods() if p["metadata"]["name"] != "other-0"], what="our pod exists"
+    )
+    taken = first[0]["metadata"]["annotations"][pods.ANNOTATION_UID_RANGE]
+    patch = {"metadata": {"annotations": {pods.ANNOTATION_UID_RANGE: taken}}}
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with env.kubelet._session.patch(f"{base}/other-0", json=patch, headers=headers) as answer:
+        assert answer.status == 200
+    env.cluster.create_replies.set()
+    host = await task
+    [pod] = [p for p in env.pods() if p["metadata"]["name"] != "other-0"]
+    assert pod["metadata"]["uid"] == host.hostUid != first[0]["metadata"]["uid"]
+    assert pod["metadata"]["annotations"][pods.ANNOTATION_UID_RANGE] != taken
