@@ -82,6 +82,9 @@ _POLL_FIRST_S, _POLL_MAX_S = 0.05, 1.0
 # once, before its kubelet stopped the container; 1 lets the kubelet stop it first.
 _DISCARD_GRACE_S = 1
 _DISCARD_WAIT_S = 30.0  # how long a cancelled create waits for its POST to answer
+# How long a fence looks for the pod it deleted with no grace to be gone from the API (at once,
+# unless a finalizer holds it).
+_FENCE_WAIT_S = 5.0
 _RBAC_REFUSAL = re.compile(r"cannot [a-z]+ resource")
 _MAX_MESSAGE = 1024
 _SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -759,25 +762,49 @@ class KubernetesProvider:
         return await self._verdict_of(host) is True
 
     async def fence(self, host: CreatedHost) -> Fenced:
-        """Delete that pod at once (no grace: a frozen host cannot handle SIGTERM) and see it gone,
-        or deleting and out of routing; its certificate Secret goes with it. Not fenced while it
-        still answers as that incarnation, or while the API cannot say."""
+        """Delete that pod at once (no grace: a frozen host cannot handle SIGTERM, and a dead one
+        needs none) and see it gone from the API — a pod that failed or crashed too, so no ended
+        pod is left behind; or, where it stays (a finalizer), see it ended or deleting and out of
+        routing. Its certificate Secret goes with it. Not fenced while it still answers as that
+        incarnation, or while the API cannot say."""
         settings = self._settings(host.runtime, ProviderOperation.Fence, host.hostId, None)
-        name = f"{settings.namespace}/{self.pod_name(host.runtime, host.hostId)}"
-        verdict = await self._verdict_of(host)
-        if verdict is not True:
-            failing = _Context(self, ProviderOperation.Fence, host.hostId, None)
-            await failing.api(
-                self._api.delete_pod(
-                    settings.namespace, self.pod_name(host.runtime, host.hostId), uid=host.hostUid, grace_s=0
-                )
+        pod_name = self.pod_name(host.runtime, host.hostId)
+        name = f"{settings.namespace}/{pod_name}"
+        failing = _Context(self, ProviderOperation.Fence, host.hostId, None)
+        gone = await failing.api(self._gone_from_api(settings.namespace, pod_name, host.hostUid))
+        how = "gone"
+        if not gone:
+            await failing.api(self._api.delete_pod(settings.namespace, pod_name, uid=host.hostUid, grace_s=0))
+            gone = await failing.api(
+                self._gone_from_api(settings.namespace, pod_name, host.hostUid, wait_s=_FENCE_WAIT_S)
             )
+            how = "deleted with no grace and gone"
+        if not gone:
             verdict = await self._verdict_of(host)
-        if verdict is not True:
-            why = "still answers as that incarnation" if verdict is False else "cannot be read from the API"
-            return Fenced(False, f"pod {name} ({host.hostUid}) was deleted but {why}")
+            if verdict is not True:
+                why = (
+                    "still answers as that incarnation" if verdict is False else "cannot be read from the API"
+                )
+                return Fenced(False, f"pod {name} ({host.hostUid}) was deleted but {why}")
+            how = "deleted with no grace; it stays (a finalizer), ended or out of routing"
         await self._delete_certificate(host.runtime, host.hostId, pod_uid=host.hostUid)
-        return Fenced(True, f"pod {name} ({host.hostUid}) is gone or deleting and out of routing")
+        return Fenced(True, f"pod {name} ({host.hostUid}): {how}")
+
+    async def _gone_from_api(self, namespace: str, name: str, uid: str, *, wait_s: float = 0.0) -> bool:
+        """Whether the pod of that uid no longer exists (absent, or its name is another pod's),
+        looking again for up to `wait_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        poll = _POLL_FIRST_S
+        while True:
+            pod = await self._api.read_pod(namespace, name)
+            if pod is None or pods.PodFacts.of(pod).uid != uid:
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(poll, remaining))
+            poll = min(poll * 2, _POLL_MAX_S)
 
     async def collect_orphans(
         self, *, runtime: str, known: Collection[str], creating: Collection[str], grace_s: float

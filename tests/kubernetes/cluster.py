@@ -5,7 +5,8 @@ emulate: uids, creationTimestamps and resourceVersions on pods (uids and the del
 precondition on Secrets too, and the garbage collection of Secrets a deleted pod owned) (lists answer the current version,
 watches skip what the given version already covers, a watch from a version below ``gone_below``
 gets 410 Gone), the uid precondition of a delete (409 when it does not match), graceful deletion
-of a pod bound to a node (deletionTimestamp, then the kubelet's final delete), and an admission
+of a pod bound to a node (deletionTimestamp, then the kubelet's final delete; a pod that ended
+is deleted at once, as the API server does), and an admission
 chain: scripted refusals of pod creates (quota 403, RBAC 403, admission 422, 503) that store
 nothing, and ports of their own for every pod (all pods share 127.0.0.1 here, where a real cluster
 gives each pod its own network namespace: the ports named in the host container, its KRT_*_PORT
@@ -255,9 +256,11 @@ class Cluster(KubernetesEmulator):
             if grace is None:
                 grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
             bound = bool((current.get("spec") or {}).get("nodeName"))
+            # as the API server: a pod whose containers all ended is deleted at once, whatever the grace
+            ended = (current.get("status") or {}).get("phase") in ("Failed", "Succeeded")
             deleting = bool(current["metadata"].get("deletionTimestamp"))
             version = self._next_version()
-            if bound and grace > 0 and not deleting:
+            if bound and grace > 0 and not deleting and not ended:
                 obj.patch(
                     {
                         "metadata": {

@@ -214,6 +214,44 @@ async def test_a_pod_deleted_out_of_band_is_replaced_and_the_run_answers_at_the_
     await krt.delete("recovers")
 
 
+async def test_a_killed_host_is_replaced_and_its_ended_pod_deleted_at_once(platform, krt):
+    """The host's process SIGKILLed (the pod fails: restartPolicy Never): the Run answers again on
+    a new pod, and the fence deleted the failed pod with no grace rather than leaving it to the
+    orphan collection (no Error pods pile up under a crash loop)."""
+    await krt.create(Run.from_dict(manifest("killed", "krecover")))
+    await krt.wait("killed", timeout=60)
+    first = await invoke(krt, "killed", {"n": 1})
+    [pod] = platform.pods("krecover")
+    platform.kubelet.process(pod["metadata"]["name"]).kill()
+
+    async def answers_again():
+        try:
+            again = await krt.invoke("killed", {"n": 2})
+        except Exception:
+            return None
+        return again if again.ok and again.outputs["boot"] != first.outputs["boot"] else None
+
+    await eventually(answers_again, within=60, what="the Run answers on a new pod")
+    await eventually(
+        lambda: (
+            [p["metadata"]["uid"] for p in platform.pods("krecover")] != [pod["metadata"]["uid"]]
+            and all(p["status"].get("phase") != "Failed" for p in platform.pods("krecover"))
+        ),
+        within=20,
+        what="the failed pod deleted",
+    )
+    deletes = [
+        r.data.get("gracePeriodSeconds")
+        for r in platform.cluster["delete"]
+        if r.resource is not None
+        and r.resource.plural == "pods"
+        and r.name == pod["metadata"]["name"]
+        and (r.data.get("preconditions") or {}).get("uid") == pod["metadata"]["uid"]
+    ]
+    assert 0 in deletes, deletes
+    await krt.delete("killed")
+
+
 async def test_a_worker_killed_mid_create_is_replaced_by_one_that_adopts_the_pod(platform, krt, tmp_path):
     runtime = kubernetes_runtime("krestart", startTimeoutSeconds=40)
     platform.kubelet.hold.add("krestart")  # its pods wait in ContainerCreating until released

@@ -237,6 +237,21 @@ async def test_a_fence_deletes_the_pod_at_once_and_proves_it_gone(env) -> None:
         process.send_signal(signal.SIGCONT)
 
 
+async def test_a_fence_deletes_a_pod_whose_host_died_and_proves_it_gone(env) -> None:
+    """A crashed host's pod (phase Failed) is deleted by the fence with no grace, and is gone from
+    the API when the fence returns: ended pods never pile up under a crash loop."""
+    provider = env.provider(deleteGraceSeconds=30)
+    host = await provider.create(spec())
+    env.kubelet.process(env.pods()[0]["metadata"]["name"]).kill()
+    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    assert await provider.gone(host), "a pod that ended is proven unable to serve"
+    fenced = await provider.fence(host)
+    assert fenced.fenced and "deleted with no grace and gone" in fenced.how, fenced.how
+    assert env.pods() == [] and env.cluster.secrets(NAMESPACE) == []
+    deletes = [r for r in env.cluster["delete"] if r.resource is not None and r.resource.plural == "pods"]
+    assert [r.data.get("gracePeriodSeconds") for r in deletes] == [0]
+
+
 async def test_a_fence_of_an_older_incarnation_leaves_the_newer_pod_alone(env) -> None:
     provider = env.provider()
     old = await provider.create(spec())
