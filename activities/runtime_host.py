@@ -86,6 +86,9 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
         env=dict(spec.env),
         env_from=[pb.EnvFromSecret(secret=e.secretRef.name, prefix=e.prefix) for e in spec.envFrom],
     )
+    creator = run.metadata.creator
+    if creator is not None:  # the host gives secrets only to a creator bound to use them
+        config.creator.CopyFrom(pb.Creator(kind=creator.kind, subject=creator.subject))
     if spec.source.path is not None:
         config.source_path = spec.source.path
     else:

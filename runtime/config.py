@@ -14,7 +14,7 @@ from kruntimes.runtime.adapters.registered import host_adapter
 from kruntimes.runtime.errors import InvalidRequest, SecretNotFound, SourceInvalid
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox.child import SandboxSpec
-from kruntimes.runtime.secret_files import FileSecrets
+from kruntimes.runtime.secret_access import RunCreator, SecretAccess, SecretUse
 from kruntimes.runtime.spawner import SpawnSpec
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -37,6 +37,7 @@ class HandlerConfig:
     source_path: str | None = None
     inline: tuple[tuple[str, bytes, bool], ...] | None = None
     env_from: tuple[tuple[str, str], ...] = ()  # (secret, prefix): resolved at registration
+    creator: RunCreator | None = None  # who started the Run: whether env_from may be resolved
 
     def validate(self) -> None:
         try:
@@ -60,6 +61,8 @@ class HandlerConfig:
             else sorted((n, hashlib.sha256(c).hexdigest(), x) for n, c, x in self.inline),
             "env_from": list(self.env_from),
         }
+        if self.creator is not None:
+            doc["creator"] = str(self.creator)
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -77,15 +80,15 @@ def prepare_workdir(config: HandlerConfig, workdir: Path, policy: workspace.Sour
         raise SourceInvalid(str(exc)) from exc
 
 
-def resolve_env(run: RunRef, config: HandlerConfig, secrets: FileSecrets | None) -> dict[str, str]:
-    """The function's own environment: its secrets' keys (envFrom), then its `env` over them."""
+def resolve_env(run: RunRef, config: HandlerConfig, secrets: SecretAccess | None) -> dict[str, str]:
+    """The function's own environment: its secrets' keys (envFrom, for a creator bound to use
+    them), then its `env` over them."""
     env: dict[str, str] = {}
     if config.env_from:
         if secrets is None:
             raise SecretNotFound("this host has no secret store; envFrom cannot be resolved")
-        for name, prefix in config.env_from:
-            for key, value in secrets.read(run.namespace, name).items():
-                env[prefix + key] = value
+        use = SecretUse(run.run_uid, run.attempt, run.namespace or "default", run.name, config.creator)
+        env.update(secrets.resolve(use, config.env_from))
     env.update(config.env)
     return env
 

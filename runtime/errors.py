@@ -11,6 +11,7 @@ RuntimeServerError          Internal               INTERNAL
  ├── InvalidRequest         a field is missing or out of bounds        INVALID_ARGUMENT
  ├── SourceInvalid          the source cannot be prepared              INVALID_ARGUMENT
  ├── SecretNotFound         a secret envFrom names is not on the host  FAILED_PRECONDITION
+ ├── SecretForbidden        the Run's creator may not use that secret  PERMISSION_DENIED
  ├── HandlerLoadFailed      the handler cannot be loaded               FAILED_PRECONDITION
  │    └── HandlerLoadInterrupted  its process exited or timed out loading  FAILED_PRECONDITION
  ├── AssignmentInvalid      no valid signed assignment naming this host PERMISSION_DENIED
@@ -76,6 +77,12 @@ class SourceInvalid(RuntimeServerError):
 
 class SecretNotFound(RuntimeServerError):
     reason = HostReason.SECRET_NOT_FOUND
+
+
+class SecretForbidden(RuntimeServerError):
+    """Names the secret, the namespace and the creator; never a value or a path."""
+
+    reason = HostReason.SECRET_FORBIDDEN
 
 
 class HandlerLoadFailed(RuntimeServerError):

@@ -10,7 +10,7 @@ from kruntimes.runtime import workspace
 from kruntimes.runtime.config import HandlerConfig, RunRef, prepare_workdir, resolve_env, spawn_spec
 from kruntimes.runtime.isolation import FunctionIsolation, Lease
 from kruntimes.runtime.limits import ProcessLimits
-from kruntimes.runtime.secret_files import FileSecrets
+from kruntimes.runtime.secret_access import SecretAccess
 from kruntimes.runtime.spawner import Spawner, SpawnSpec
 from kruntimes.runtime.workspace import SourcePolicy
 
@@ -22,7 +22,7 @@ class Launcher:
     limits: ProcessLimits
     isolation: FunctionIsolation | None = None
     sources: SourcePolicy = field(default_factory=SourcePolicy)
-    secrets: FileSecrets | None = None
+    secrets: SecretAccess | None = None
 
     def workspace(self, name: str, config: HandlerConfig) -> Path:
         """The function's workspace `name` under the work root, holding its source (removed

@@ -44,6 +44,7 @@ from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
 from kruntimes.runtime.sandbox.policy import InForce, SandboxSettings
+from kruntimes.runtime.secret_access import BINDINGS_FILE, BindingsFile, SecretAccess
 from kruntimes.runtime.secret_files import FileSecrets
 from kruntimes.runtime.service import (
     ALLOWED_ROLES,
@@ -90,6 +91,9 @@ class HostOptions:
     allowed_source_roots: tuple[str, ...] = ()
     # the secrets a Run's envFrom names (runtime/secret_files.py); None: `{state_dir}/secrets`
     secrets_dir: Path | None = None
+    # who may use which namespace's secrets (kruntimes.config.bindings, `use-secrets`), read again
+    # when it changes; None: `{state_dir}/rolebindings.yaml`. Missing: no Run gets a secret.
+    role_bindings: Path | None = None
     # function identities (uid, cgroup, a sandboxed child planted in the zygote) kept ready
     # for the next registrations
     seeds: int = 2
@@ -164,7 +168,10 @@ class RuntimeHost:
             allowed_roots=options.allowed_source_roots,
             forbidden=(str(options.state_dir), *hidden, *MACHINE_SECRETS),
         )
-        secrets = FileSecrets(options.secrets_dir or options.state_dir / "secrets")
+        secrets = SecretAccess(
+            FileSecrets(options.secrets_dir or options.state_dir / "secrets"),
+            BindingsFile(options.role_bindings or options.state_dir / BINDINGS_FILE),
+        )
         launcher = Launcher(
             spawner=self.spawner,
             work_root=self.work_root,

@@ -29,7 +29,13 @@ from kruntimes.api.limits import (
     MAX_PAYLOAD_BYTES,
     MAX_TIMEOUT_SECONDS,
 )
-from kruntimes.api.names import validate_dns1123_label, validate_invocation_id, validate_run_uid
+from kruntimes.api.names import (
+    validate_creator_kind,
+    validate_dns1123_label,
+    validate_invocation_id,
+    validate_run_uid,
+    validate_subject,
+)
 from kruntimes.pki import ANY_ROLE, Role
 from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -40,6 +46,7 @@ from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.outcome import Outcome, Status
 from kruntimes.runtime.registry import Registration, Registry, State
 from kruntimes.runtime.sandbox.policy import InForce
+from kruntimes.runtime.secret_access import RunCreator
 from kruntimes.runtime.tasks import Tasks
 from kruntimes.runtime.watch import HostWatch
 from kruntimes.wire.reasons import HostReason, trailer
@@ -140,7 +147,20 @@ def _config(msg: pb.FunctionConfig) -> HandlerConfig:
         if which == "inline"
         else None,
         env_from=tuple((e.secret, e.prefix) for e in msg.env_from),
+        creator=_creator(msg),
     )
+
+
+def _creator(msg: pb.FunctionConfig) -> RunCreator | None:
+    """Who started the Run, if the caller said: validated, since audit records name it."""
+    if not msg.HasField("creator"):
+        return None
+    try:
+        kind = validate_creator_kind(msg.creator.kind, field="config.creator.kind")
+        subject = validate_subject(msg.creator.subject, field="config.creator.subject")
+    except ValueError as exc:
+        raise errors.InvalidRequest(str(exc)) from exc
+    return RunCreator(kind, subject)
 
 
 _NO_OUTPUT = pb.CapturedOutput()  # copied into a response, never changed

@@ -85,6 +85,14 @@ class HostReason(StrEnum):
         "a secret the Run's envFrom names does not exist on the host",
         True,
     )
+    SECRET_FORBIDDEN = (
+        "SecretForbidden",
+        "PERMISSION_DENIED",
+        "the Run's creator is not bound to use a secret its envFrom names (role bindings' "
+        "use-secrets), or the Run has no creator",
+        True,
+        True,
+    )
     REGISTRATION_CONFLICT = (
         "RegistrationConflict",
         "FAILED_PRECONDITION",

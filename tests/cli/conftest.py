@@ -15,14 +15,21 @@ class Done:
     err: str
 
 
-async def krt(platform: Platform, *args: str, stdin: str | None = None, cwd: Path | None = None) -> Done:
-    """`krt ...` as a subprocess (without blocking the loop the platform runs on)."""
+async def krt(
+    platform: Platform,
+    *args: str,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Done:
+    """`krt ...` as a subprocess (without blocking the loop the platform runs on); `env`: more
+    variables (KRT_IDENTITY, say)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "kruntimes.cli.main",
         *args,
-        env=platform.env(),
+        env={**platform.env(), **(env or {})},
         cwd=cwd,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,

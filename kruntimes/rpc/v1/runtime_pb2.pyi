@@ -215,6 +215,7 @@ class FunctionConfig(_message.Message):
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     INLINE_FIELD_NUMBER: _builtins.int
     ENV_FROM_FIELD_NUMBER: _builtins.int
+    CREATOR_FIELD_NUMBER: _builtins.int
     adapter: _builtins.str
     """python | bash"""
     handler: _builtins.str
@@ -231,6 +232,12 @@ class FunctionConfig(_message.Message):
         from its secret store (never sent through Temporal): `env` wins over them.
         """
 
+    @_builtins.property
+    def creator(self) -> Global___Creator:
+        """Who started the Run (kruntimes.api.spec.Creator); unset for a Run started without one. The
+        host resolves env_from only for a creator the role bindings let use those secrets.
+        """
+
     def __init__(
         self,
         *,
@@ -240,16 +247,41 @@ class FunctionConfig(_message.Message):
         source_path: _builtins.str = ...,
         inline: Global___InlineSource | None = ...,
         env_from: _abc.Iterable[Global___EnvFromSecret] | None = ...,
+        creator: Global___Creator | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "creator", b"creator", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["source_path", "inline"]  # noqa: Y015
     _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
 
 Global___FunctionConfig: _TypeAlias = FunctionConfig  # noqa: Y015
+
+@_typing.final
+class Creator(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """sdk | cli | mcp | schedule"""
+    subject: _builtins.str
+    """the identity, as the role bindings' `users` name it"""
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        subject: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Creator: _TypeAlias = Creator  # noqa: Y015
 
 @_typing.final
 class EnvFromSecret(_message.Message):
