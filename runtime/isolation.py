@@ -2,11 +2,15 @@
 function (a registration, or one task execution).
 
 A Lease is a function's identity on this host: its uid and gid (uid isolation), its cgroup
-(where one can be made), and the SandboxSpec the zygote applies to every process started for it
-(runtime/sandbox/child.py). A host asked for uid isolation that cannot switch uids refuses to
-start (IsolationUnavailable); so does one asked for `network: none` that cannot make network
-namespaces. Everything else that is unavailable (namespaces, cgroups) falls back as
-runtime/sandbox/policy.py describes, and `in_force` says what holds.
+(where one can be made), what the packet rules let its uid reach beyond `network: outbound`
+(runtime/sandbox/egress.py: everything for `network: host`, or the runtime's allow list), and
+the SandboxSpec the zygote applies to every process started for it (runtime/sandbox/child.py).
+A host asked for uid isolation that cannot switch uids refuses to start (IsolationUnavailable);
+so does one asked for `network: none` that cannot make network namespaces, and one asked for
+`network: outbound` with uid isolation that cannot write the packet rules (no nft, no
+CAP_NET_ADMIN). Everything else that is unavailable (namespaces, cgroups, Landlock, packet rules
+for a host whose functions share its uid) falls back as runtime/sandbox/policy.py describes, and
+`in_force` says what holds.
 
 Leases are made ahead of demand (`prepare`): a thread keeps a few of them ready — a uid
 claimed, a cgroup created with its limits and, where the zygote plants seeds, a seed planted in
@@ -29,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kruntimes.runtime.sandbox import cgroups, seccomp
+from kruntimes.config.egress import UNENFORCED
+from kruntimes.runtime.sandbox import cgroups, egress, landlock, seccomp
 from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import Claim, NoFreeUid, UidPool
 from kruntimes.runtime.sandbox.policy import (
@@ -38,6 +43,7 @@ from kruntimes.runtime.sandbox.policy import (
     IsolationUnavailable,
     Network,
     SandboxSettings,
+    can_filter_packets,
     can_switch_uid,
 )
 
@@ -100,6 +106,7 @@ class Lease:
             pid_namespace=self.base.pid_namespace,
             mount_namespace=self.base.mount_namespace,
             network_none=self.base.network_none,
+            deny_tcp_bind=self.base.deny_tcp_bind,
             keep=(*self.base.keep, str(workdir)),
             hide=self.base.hide,
             writable=(*self.base.writable, str(workdir)),
@@ -132,9 +139,13 @@ class FunctionIsolation:
         hide: tuple[str, ...],
         keep: tuple[str, ...] | None = None,
         switch_uids: Callable[[], bool] = can_switch_uid,
+        filter_packets: Callable[[], bool] = can_filter_packets,
+        nft: str | None = None,  # the nft program; None: found where a system keeps it
     ) -> None:
         self.settings = settings
         self._switch_uids = switch_uids
+        self._filter_packets = filter_packets
+        self._nft = nft
         self.host_uid = host_uid
         self.shared = tuple(sorted({os.path.realpath(p) for p in settings.shared}))
         self.keep = tuple(sorted({*(keep if keep is not None else python_paths()), *self.shared}))
@@ -146,6 +157,7 @@ class FunctionIsolation:
         )
         self.hide = tuple(sorted({*self.forbidden, *(os.path.realpath(h) for h in by_rule)}))
         self.pool: UidPool | None = None
+        self.rules: egress.PacketRules | None = None  # the machine's packet rules, where writable
         self.cgroups: cgroups.Cgroups | None = None
         self.in_force: InForce | None = None
         self._namespaces = False
@@ -185,8 +197,10 @@ class FunctionIsolation:
             )
         self._namespaces = namespaces
         self._network = network_namespaces and self.settings.network is Network.NONE
+        network = self._start_egress()
         if self.settings.isolation is Isolation.UID:
-            self.pool = UidPool(self.settings.uids, lock_dir=self.settings.lock_dir)
+            scrub = self.rules.scrub if self.rules is not None else None
+            self.pool = UidPool(self.settings.uids, lock_dir=self.settings.lock_dir, scrub=scrub)
         if os.geteuid() == 0:
             self.cgroups = cgroups.detect(self.host_uid)
         self.in_force = InForce(
@@ -196,11 +210,96 @@ class FunctionIsolation:
             mount_namespace=namespaces,
             cgroup=self.cgroups.describe() if self.cgroups is not None else "none",
             seccomp=seccomp.program() is not None,
+            egress=network,
+            landlock=landlock.describe(landlock.abi(), deny_tcp_bind=self._deny_tcp_bind),
         )
+        if self.settings.network is not Network.NONE and network != self._enforced():
+            log.warning("functions' network: %s", network)
         if not self.in_force.seccomp:
             log.warning("functions run without a syscall filter: %s", seccomp.unavailable())
         log.info("function isolation", extra={"isolation": self.in_force.describe()})
         return self.in_force
+
+    @property
+    def _deny_tcp_bind(self) -> bool:
+        return self.settings.network is Network.OUTBOUND
+
+    def _enforced(self) -> str:
+        """The network of a host whose packet rules are in force, in words."""
+        if self.settings.network is Network.HOST:
+            return "network host (opt-out: functions reach every listener of the machine)"
+        allowed = len(self.settings.egress_allow)
+        extra = f", {allowed} allowed destination(s)" if allowed else ""
+        return (
+            "network outbound (packet rules: the machine's own addresses, loopback included, and "
+            f"link-local, private and multicast ranges refused{extra})"
+        )
+
+    def _start_egress(self) -> str:
+        """Write this host's part of the machine's packet rules where they apply (uid isolation,
+        a host that may write them); the network in force, in words ("": `network none`).
+        IsolationUnavailable for `network: outbound` when the rules cannot be written."""
+        network = self.settings.network
+        if self.settings.isolation is not Isolation.UID:
+            if network is not Network.OUTBOUND:
+                return "" if network is Network.NONE else self._enforced()
+            if os.geteuid() != 0:
+                return UNENFORCED
+            return (
+                "outbound unenforced: functions run as the host's own user, which packet rules "
+                "cannot tell apart — functions reach loopback and the machine's addresses"
+            )
+        if not self._filter_packets():
+            if network is Network.OUTBOUND:
+                raise IsolationUnavailable(
+                    "network outbound needs packet rules, and this host lacks CAP_NET_ADMIN: run it "
+                    "as root (in a pod: add NET_ADMIN to its capabilities), or give the runtime "
+                    "`network: host` explicitly (its functions then reach every listener of the machine)"
+                )
+            return "" if network is Network.NONE else self._enforced()
+        try:
+            self.rules = egress.PacketRules(lock_dir=self.settings.lock_dir, nft=self._nft)
+            if network is not Network.NONE:  # a none host only ever scrubs (its uids may be reused)
+                first = self.settings.uids.first
+                self.rules.install(
+                    first, first + self.settings.uids.count - 1, resolvers=egress.nameservers()
+                )
+        except egress.PacketRulesUnavailable as exc:
+            self.rules = None
+            if network is Network.OUTBOUND:
+                raise IsolationUnavailable(
+                    f"network outbound needs packet rules, which this host cannot write ({exc}): "
+                    f"{egress.MANUAL}"
+                ) from None
+            log.warning("no packet rules (%s): leftovers of a host that died cannot be scrubbed", exc)
+        return "" if network is Network.NONE else self._enforced()
+
+    def _admit(self, uid: int) -> bool:
+        """Give `uid` what its network asks beyond the rules; whether there was anything to give."""
+        if self.rules is None:
+            return False
+        if self.settings.network is Network.HOST:
+            self.rules.admit(uid, open_=True)
+            return True
+        if self.settings.network is Network.OUTBOUND and self.settings.egress_allow:
+            self.rules.admit(uid, allow=self.settings.egress_allow)
+            return True
+        return False
+
+    def _revoke(self, uid: int) -> bool:
+        """Take back what `_admit` gave `uid`; whether that worked (a uid that still holds
+        something is left busy: the next claim scrubs it)."""
+        if self.rules is None:
+            return True
+        try:
+            if self.settings.network is Network.HOST:
+                self.rules.revoke(uid, open_=True)
+            elif self.settings.network is Network.OUTBOUND and self.settings.egress_allow:
+                self.rules.revoke(uid, allow=self.settings.egress_allow)
+        except egress.PacketRulesUnavailable as exc:
+            log.warning("could not take back what uid %d may reach: %s", uid, exc)
+            return False
+        return True
 
     @property
     def plants_seeds(self) -> bool:
@@ -267,7 +366,10 @@ class FunctionIsolation:
     def _new_lease(self, slot: str) -> Lease:
         claim = self.pool.claim() if self.pool is not None else None
         group = None
+        admitted = False
         try:
+            if claim is not None:
+                admitted = self._admit(claim.uid)
             if self.cgroups is not None:
                 group = self.cgroups.group(slot)
                 group.create(
@@ -279,6 +381,7 @@ class FunctionIsolation:
                 pid_namespace=self._namespaces,
                 mount_namespace=self._namespaces,
                 network_none=self._network,
+                deny_tcp_bind=self._deny_tcp_bind,
                 keep=self.keep,
                 hide=self.hide,
                 writable=self.shared,
@@ -290,7 +393,8 @@ class FunctionIsolation:
             if group is not None:
                 group.remove()
             if claim is not None and self.pool is not None:
-                self.pool.release(claim, contained=False)
+                clean = not admitted or self._revoke(claim.uid)
+                self.pool.release(claim, contained=False, clean=clean)
             raise
         return Lease(slot=slot, claim=claim, group=group, base=base)
 
@@ -318,7 +422,8 @@ class FunctionIsolation:
                 lease.group.remove()
         finally:
             if lease.claim is not None and self.pool is not None:
-                self.pool.release(lease.claim, contained=contained)
+                clean = self._revoke(lease.claim.uid)  # before the uid may go to another function
+                self.pool.release(lease.claim, contained=contained, clean=clean)
 
     def memory_exhausted(self, lease: Lease) -> bool:
         """Whether the kernel killed a process of the function for memory."""

@@ -40,7 +40,7 @@ from typing import Any
 
 from kruntimes.runtime import limits
 from kruntimes.runtime.adapters import python_worker
-from kruntimes.runtime.sandbox import child, fsview, launcher, seccomp, syscalls
+from kruntimes.runtime.sandbox import child, fsview, landlock, launcher, seccomp, syscalls
 
 MAX_MESSAGE = 256 * 1024
 # A seed plants (namespaces, view, the fork of its function process) at the lowest priority, so
@@ -208,6 +208,7 @@ class Zygote:
         self.namespaces, self.network_namespaces = child.probe()
         for network_none in (False, True):  # built once, here: every child installs one (child.drop)
             seccomp.program(network_none=network_none)
+        landlock.abi()  # asked once, here: every child makes its domain (child.drop)
         self.pids = child.PidSpace() if self.namespaces else None
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.generic: child.SandboxSpec | None = None  # the base of the generic seeds

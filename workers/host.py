@@ -14,6 +14,7 @@ import threading
 import uuid
 from pathlib import Path
 
+from kruntimes.config.egress import MAX_ALLOW, parse_allow_list
 from kruntimes.config.runtimes import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.pki.assignments import AssignmentError, Verifier
@@ -89,8 +90,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     isolation.add_argument(
         "--network",
         choices=[n.value for n in Network],
-        default=Network.HOST.value,
-        help="none: each function gets a network namespace with only loopback",
+        default=Network.OUTBOUND.value,
+        help="outbound: functions reach the outside world but not this machine's addresses (loopback "
+        "included), link-local or private ranges (packet rules: needs root and nft); host: no such "
+        "rules (an opt-out); none: each function gets a network namespace with only loopback",
+    )
+    isolation.add_argument(
+        "--egress-allow",
+        action="append",
+        default=[],
+        metavar="CIDR:PORT",
+        help="with --network outbound: a destination functions may reach although the rules refuse "
+        f"it, e.g. 10.1.2.3/32:5432, [fd00::/8]:443, 192.0.2.0/24:* (repeatable, at most {MAX_ALLOW})",
     )
     add = isolation.add_argument
     add("--uid-range", default=None, metavar="FIRST-LAST", help="uids for functions")
@@ -190,17 +201,21 @@ def sandbox_settings(args: argparse.Namespace, given: ResourceLimits) -> Sandbox
         uids = UidRange.parse(args.uid_range) if args.uid_range else UidRange()
     except ValueError as exc:
         raise SystemExit(f"krt host: --uid-range: {exc}") from exc
-    return SandboxSettings(
-        isolation=Isolation(args.isolation),
-        network=Network(args.network),
-        uids=uids,
-        lock_dir=args.uid_lock_dir,
-        memory_bytes=given.memoryBytes,
-        max_processes=given.processes,
-        tmp_bytes=given.tmpBytes,
-        hide=tuple(str(Path(h).resolve()) for h in args.hide),
-        shared=tuple(str(Path(h).resolve()) for h in args.share),
-    )
+    try:
+        return SandboxSettings(
+            isolation=Isolation(args.isolation),
+            network=Network(args.network),
+            egress_allow=parse_allow_list(args.egress_allow),
+            uids=uids,
+            lock_dir=args.uid_lock_dir,
+            memory_bytes=given.memoryBytes,
+            max_processes=given.processes,
+            tmp_bytes=given.tmpBytes,
+            hide=tuple(str(Path(h).resolve()) for h in args.hide),
+            shared=tuple(str(Path(h).resolve()) for h in args.share),
+        )
+    except ValueError as exc:
+        raise SystemExit(f"krt host: --egress-allow: {exc}") from None
 
 
 def gateway_targets(args: argparse.Namespace) -> tuple[str, ...]:

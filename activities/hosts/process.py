@@ -105,6 +105,8 @@ def host_flags(sandbox: HostSandbox) -> list[str]:
     """The `krt host` flags that carry a host's isolation settings and function limits."""
     limits = sandbox.limits
     argv = ["--isolation", sandbox.isolation, "--network", sandbox.network]
+    for allowed in sandbox.egressAllow:
+        argv += ["--egress-allow", allowed]
     argv += ["--open-files", str(limits.openFiles), "--processes", str(limits.processes)]
     argv += ["--memory-limit-mib", str((limits.memoryBytes or 0) // 2**20)]
     argv += ["--address-space-mib", str(limits.addressSpaceBytes // 2**20)]

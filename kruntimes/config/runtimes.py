@@ -11,7 +11,9 @@
         assignmentTimeoutSeconds: 60  # a host not Ready after twice this is deleted and replaced
         oneshot: false                # true: every Run gets a fresh host, deleted when it ends
         isolation: uid    # or same-user; unset: the platform's default
-        network: host     # or none: only loopback
+        network: outbound # the default: not the machine's addresses, link-local or private
+                          # ranges; host: an opt-out; none: only loopback; or a mapping:
+        # network: {egress: {allow: ["10.1.2.3/32:5432", "[fd00::/8]:443", "192.0.2.0/24:*"]}}
         limits: {processes: 256, memoryBytes: 1073741824, fileSizeBytes: 268435456}
     allowedSourceRoots: [/srv/functions]   # where source.path may point
     sharedDirectories: [/srv/data]         # what every function sees besides its workspace
@@ -67,7 +69,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
 
 import yaml
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
@@ -81,6 +83,7 @@ from kruntimes.api.limits import (
     MAX_INVOKE_TIMEOUT_SECONDS,
 )
 from kruntimes.api.names import validate_dns1123_label
+from kruntimes.config.egress import MAX_ALLOW, parse_allow
 from kruntimes.decisions.scheduling.failures import ProviderName
 from kruntimes.decisions.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
 
@@ -281,6 +284,29 @@ class KubernetesRuntime(ApiModel):
         return _subdomain(name, field="certificateSecret")
 
 
+NetworkMode = Literal["outbound", "host", "none"]
+OUTBOUND: NetworkMode = "outbound"
+
+
+class EgressConfig(ApiModel):
+    """Destinations a runtime's functions reach although `network: outbound` refuses them."""
+
+    allow: list[str] = Field(default_factory=list, max_length=MAX_ALLOW)
+
+    @field_validator("allow")
+    @classmethod
+    def _valid_entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            parse_allow(entry)  # ValueError naming the entry and what is wrong with it
+        return entries
+
+
+class NetworkConfig(ApiModel):
+    """`network: {egress: {allow: [...]}}`: outbound, with an allow list."""
+
+    egress: EgressConfig
+
+
 class RuntimeConfig(ApiModel):
     """One runtime: its language adapter and the pool of hosts that serve it."""
 
@@ -306,12 +332,43 @@ class RuntimeConfig(ApiModel):
     # same-user: functions run as the host's user. None: the platform's default (`krt worker
     # --isolation`, uid unless told otherwise).
     isolation: Literal["uid", "same-user"] | None = None
-    # none: each function gets a network namespace with only loopback
-    network: Literal["host", "none"] = "host"
+    # outbound: functions reach the outside world, not the machine's own addresses (loopback
+    # included), link-local or private ranges (packet rules keyed to their uids; docs/security.md);
+    # host: no such rules, an explicit opt-out; none: a network namespace with only loopback; a
+    # mapping ({egress: {allow: [CIDR:PORT, ...]}}): outbound with those destinations allowed
+    network: NetworkMode | NetworkConfig = OUTBOUND
     # The pods of a `provider: kubernetes` runtime; required by it, refused with another provider.
     kubernetes: KubernetesRuntime | None = None
     # Each Run gets a fresh host of its own, deleted when the Run ends (its `runs` is taken as 1).
     oneshot: StrictBool = False
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _one_network(cls, value: Any) -> Any:
+        """A name or a mapping, each said wrong alone (the union would report both readings)."""
+        if isinstance(value, dict):
+            try:
+                return NetworkConfig.model_validate(value)
+            except ValidationError as e:
+                problems = [
+                    f"{'.'.join(str(p) for p in item['loc'])}: {item['msg'].removeprefix('Value error, ')}"
+                    for item in e.errors(include_url=False)
+                ]
+                raise ValueError("; ".join(problems)) from None
+        if value not in get_args(NetworkMode) and not isinstance(value, NetworkConfig):
+            raise ValueError(
+                f"one of {', '.join(get_args(NetworkMode))}, or {{egress: {{allow: [CIDR:PORT, ...]}}}}; "
+                f"not {str(value)[:40]!r}"
+            )
+        return value
+
+    @property
+    def network_mode(self) -> NetworkMode:
+        return OUTBOUND if isinstance(self.network, NetworkConfig) else self.network
+
+    @property
+    def egress_allow(self) -> list[str]:
+        return list(self.network.egress.allow) if isinstance(self.network, NetworkConfig) else []
 
     @model_validator(mode="after")
     def _max_covers_min(self) -> Self:

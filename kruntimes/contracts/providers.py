@@ -14,7 +14,8 @@ from pydantic import AfterValidator, AwareDatetime, Field
 from kruntimes.api._base import ApiModel, StrictInt
 from kruntimes.api.ids import HostId
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config.runtimes import ResourceLimits, RuntimeConfig
+from kruntimes.config.egress import MAX_ALLOW
+from kruntimes.config.runtimes import OUTBOUND, NetworkMode, ResourceLimits, RuntimeConfig
 from kruntimes.decisions.scheduling.failures import ProviderName
 from kruntimes.decisions.scheduling.model import HostUidField, RuntimeField, TenantName
 
@@ -33,7 +34,9 @@ class HostSandbox(ApiModel):
     """How a host isolates its functions (flags of `krt host`)."""
 
     isolation: Literal["uid", "same-user"] = "uid"
-    network: Literal["host", "none"] = "host"
+    network: NetworkMode = OUTBOUND
+    # with network outbound: destinations its functions reach past the packet rules (CIDR:PORT)
+    egressAllow: list[str] = Field(default_factory=list, max_length=MAX_ALLOW)
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     # `source.path` must lie under one of these; [] allows only inline sources
     allowedSourceRoots: list[str] = Field(default_factory=list, max_length=64)
@@ -56,7 +59,8 @@ def host_sandbox(runtime: RuntimeConfig, defaults: HostDefaults) -> HostSandbox:
     """The isolation settings of a host of `runtime`."""
     return HostSandbox(
         isolation=runtime.isolation or defaults.isolation,
-        network=runtime.network,
+        network=runtime.network_mode,
+        egressAllow=runtime.egress_allow,
         limits=runtime.limits or ResourceLimits(),
         allowedSourceRoots=defaults.allowedSourceRoots,
         hide=defaults.hide,

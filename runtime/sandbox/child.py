@@ -29,7 +29,7 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kruntimes.runtime.sandbox import cgroups, fsview, seccomp, syscalls
+from kruntimes.runtime.sandbox import cgroups, fsview, landlock, seccomp, syscalls
 
 PROC_OPTIONS = "hidepid=invisible"
 
@@ -41,6 +41,8 @@ class SandboxSpec:
     pid_namespace: bool = False
     mount_namespace: bool = False
     network_none: bool = False
+    # `network: outbound`: no TCP bind (Landlock; applied at `drop`, so seeds need not match it)
+    deny_tcp_bind: bool = False
     keep: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
     # kept paths the function may write (its workspace, shared directories); with a mount
@@ -63,6 +65,7 @@ class SandboxSpec:
             pid_namespace=bool(raw.get("pid_namespace")),
             mount_namespace=bool(raw.get("mount_namespace")),
             network_none=bool(raw.get("network_none")),
+            deny_tcp_bind=bool(raw.get("deny_tcp_bind")),
             keep=tuple(raw.get("keep", ())),
             hide=tuple(raw.get("hide", ())),
             writable=tuple(raw.get("writable", ())),
@@ -226,8 +229,8 @@ def _init(function: int) -> None:
 
 def drop(spec: SandboxSpec) -> None:
     """The function process's last privileged step: its own uid and gid, no supplementary
-    groups, an empty capability bounding set, no_new_privs, death with its parent, the syscall
-    filter (runtime/sandbox/seccomp.py)."""
+    groups, an empty capability bounding set, no_new_privs, death with its parent, its Landlock
+    domain (runtime/sandbox/landlock.py), the syscall filter (runtime/sandbox/seccomp.py)."""
     if spec.uid is not None and spec.gid is not None:
         syscalls.drop_bounding_set()
         os.setgroups([])
@@ -236,6 +239,7 @@ def drop(spec: SandboxSpec) -> None:
     syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
     # after the uid change, which clears the parent-death signal
     syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
+    landlock.restrict(deny_tcp_bind=spec.deny_tcp_bind)  # the kernel's ABI, read by the zygote
     bpf = seccomp.program(network_none=spec.network_none)  # built by the zygote before it forked
     if bpf is not None:
         seccomp.install(bpf)

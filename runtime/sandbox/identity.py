@@ -14,6 +14,11 @@ not when it dies), and a function's processes may still be dying when its namesp
 was told to end. A release waits for that, bounded (`drain_s`); what is still there then leaves
 the uid `busy`, and a claim of a busy uid kills what is left and waits again (`claim_drain_s`) —
 a uid that still has processes after that is skipped, never handed out.
+
+What a uid was given beyond its processes (packet-rule elements: runtime/sandbox/egress.py) is
+taken back by its host before it releases the uid clean; a claim of a busy uid has it removed
+(`scrub`) before the uid is handed out, and a uid whose scrub fails is skipped like one that
+still has processes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_FIRST_UID = 2_000_000_000
@@ -86,11 +92,13 @@ class UidPool:
         lock_dir: str = DEFAULT_LOCK_DIR,
         drain_s: float = DRAIN_S,
         claim_drain_s: float = CLAIM_DRAIN_S,
+        scrub: Callable[[int], None] | None = None,
     ) -> None:
         self.uids = uids
         self.lock_dir = lock_dir
         self.drain_s = drain_s
         self.claim_drain_s = claim_drain_s
+        self.scrub = scrub  # removes what a busy uid's last holder gave it beyond its processes
         self._lock = threading.Lock()
         self._next = 0
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
@@ -123,25 +131,37 @@ class UidPool:
                 if not drained(uid, timeout_s=self.claim_drain_s):
                     os.close(fd)  # still `busy`: the next claim tries again
                     return None
+                if self.scrub is not None and not _scrubbed(self.scrub, uid):
+                    os.close(fd)
+                    return None
             _mark(fd, _BUSY)
         except BaseException:
             os.close(fd)
             raise
         return Claim(uid, fd)
 
-    def release(self, claim: Claim, *, contained: bool) -> None:
+    def release(self, claim: Claim, *, contained: bool, clean: bool = True) -> None:
         """Let others claim the uid. `contained`: the caller already ended every process of the
         function (its PID namespace or cgroup); otherwise every process of the uid is killed.
         Either way the uid is marked clean only once none of its processes is left, zombies
-        included (bounded by `drain_s`; otherwise it stays `busy`)."""
+        included (bounded by `drain_s`; otherwise it stays `busy`), and only if `clean` (the
+        caller took back all it gave the uid)."""
         try:
             if not contained:
                 kill_uid(claim.uid)
-            if drained(claim.uid, timeout_s=self.drain_s):
+            if drained(claim.uid, timeout_s=self.drain_s) and clean:
                 _mark(claim.fd, _CLEAN)
         finally:
             with contextlib.suppress(OSError):
                 os.close(claim.fd)
+
+
+def _scrubbed(scrub: Callable[[int], None], uid: int) -> bool:
+    try:
+        scrub(uid)
+    except Exception:  # whatever failed, the uid stays busy: never handed out
+        return False
+    return True
 
 
 def _mark(fd: int, state: bytes) -> None:

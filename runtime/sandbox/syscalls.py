@@ -52,6 +52,11 @@ def _lib() -> ctypes.CDLL:
     return _libc
 
 
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once (OSError ENOSYS where there is none)."""
+    return _lib()
+
+
 def _call(what: str, name: str, restype: type[ctypes.c_int] | type[ctypes.c_long], *args: object) -> int:
     """libc's `name`(*args), returning `restype`; a negative result raises OSError(errno), its
     message starting with `what`."""
@@ -215,4 +220,5 @@ CAP_KILL = 5
 CAP_SETGID = 6
 CAP_SETUID = 7
 CAP_SETPCAP = 8
+CAP_NET_ADMIN = 12
 CAP_SYS_ADMIN = 21

@@ -153,7 +153,7 @@ async def test_a_host_reports_itself_at_once_then_every_interval_and_on_every_ch
         # what is in force, as the host's record says it (krt status shows that)
         assert first.isolation["summary"] == host.isolation and host.isolation
         assert first.isolation["isolation"] in ("uid", "same-user")
-        assert first.isolation["network"] in ("host", "none")
+        assert first.isolation["network"] in ("outbound", "host", "none")
         # an interval of a minute, yet a registration is reported at once
         registration = await asyncio.to_thread(register, pki, host)
         changed = await asyncio.wait_for(call.read(), BOUND_S)

@@ -50,7 +50,9 @@ def test_without_mount_namespaces_a_uid_needs_a_traversable_way_to_its_workspace
 def test_without_namespaces_the_host_says_so_and_relies_on_the_uid(tmp_path: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix="krt-open-work-", dir="/tmp"))  # every ancestor o+x
     work.chmod(0o711)
-    isolation = _isolation(SandboxSettings(lock_dir=str(tmp_path / "uids")), switch=True)
+    # network host: outbound's packet rules need CAP_NET_ADMIN, which a test without root lacks
+    settings = SandboxSettings(network=Network.HOST, lock_dir=str(tmp_path / "uids"))
+    isolation = _isolation(settings, switch=True)
     try:
         in_force = isolation.start(namespaces=False, network_namespaces=False, work_root=work)
     finally:

@@ -12,6 +12,7 @@ import ssl
 import struct
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -37,11 +38,14 @@ def handle(payload):
     return payload
 """
 
-# Waits at a rendezvous the test holds: it answers only once the test lets every waiter go.
+# Waits at a rendezvous the test holds (a Unix socket in the shared directory: a function's
+# network reaches no listener of the machine): it answers once the test lets every waiter go.
 RENDEZVOUS = """
 import socket
 def handle(payload):
-    with socket.create_connection(("127.0.0.1", payload["port"]), timeout=60) as s:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(60)
+        s.connect(payload["path"])
         s.sendall(b"w")
         return {"released": s.recv(1) == b"g"}
 """
@@ -164,14 +168,20 @@ def test_an_undecodable_request_is_invalid_argument_and_keeps_the_connection(hos
     assert decode(conn.recv()[1])["code"] == "NOT_FOUND"  # type: ignore[index]
 
 
-def test_many_requests_in_flight_on_one_connection_one_per_function(host: Host, conn: Conn) -> None:
+def test_many_requests_in_flight_on_one_connection_one_per_function(
+    host: Host, conn: Conn, scratch: Path
+) -> None:
     """Four functions' invocations on one connection all run at once: each waits at a rendezvous
     that lets them go only when all four are there (run one after another, the second never
     arrives and the rendezvous gives up)."""
     regs = [host.register(RENDEZVOUS) for _ in range(4)]
-    with socket.create_server(("127.0.0.1", 0)) as rendezvous:
+    with socket.socket(socket.AF_UNIX) as rendezvous:
+        path = scratch / "rendezvous"
+        rendezvous.bind(str(path))
+        path.chmod(0o666)  # the functions' uids connect to it
+        rendezvous.listen(8)
         rendezvous.settimeout(60)  # a bound, not a timing: four arrive at once or never
-        payload = json.dumps({"port": rendezvous.getsockname()[1]}).encode()
+        payload = json.dumps({"path": str(path)}).encode()
         for i, reg in enumerate(regs):
             conn.send(i, pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=payload))
         # a second request for a busy function is refused at once, not queued
