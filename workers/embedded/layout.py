@@ -7,7 +7,8 @@
                         to show
     up.ready            written once everything serves; `krt up --detach` waits for it
     tokens.csv          the gateway's token file (0600) with the generated admin token
-    rolebindings.yaml   who may invoke which namespace's Runs
+    rolebindings.yaml   who may invoke which namespace's Runs, and whose Runs may use which
+                        namespace's secrets (kruntimes.config.bindings; hosts read it too)
     runtimes.yaml       the runtimes and their pools
     client.json         where the CLI and SDK find the platform (kruntimes.sdk.config)
     gateway.ready.json  the gateway's URL and heartbeat address, written once it serves
@@ -79,11 +80,23 @@ runtimes:
     minHosts: 1
     maxHosts: 2
 """
-DEFAULT_BINDINGS = f"""\
+# What `prepare` wrote before secrets had bindings; such an untouched file is replaced by the next.
+_BINDINGS_BEFORE_SECRETS = f"""\
 # Who may invoke which namespace's Runs: users or groups from tokens.csv, namespace or "*".
 bindings:
   - namespace: "*"
     groups: [{ADMIN_GROUP}]
+"""
+DEFAULT_BINDINGS = f"""\
+# Who may invoke which namespace's Runs: users or groups from tokens.csv, namespace or "*".
+# Who may use which namespace's secrets (envFrom): the creators of Runs (client.json's
+# identity), with verbs [use-secrets], optionally naming `secrets: [...]` (docs/configuration.md).
+bindings:
+  - namespace: "*"
+    groups: [{ADMIN_GROUP}]
+  - namespace: "*"
+    verbs: [use-secrets]
+    users: [{ADMIN_USER}]
 """
 
 
@@ -206,8 +219,10 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     ensure_pki(layout)
     ensure_key(layout.codec_keys)
     token = admin_token(layout)
-    if not layout.bindings.exists():
+    if not layout.bindings.exists() or layout.bindings.read_text() == _BINDINGS_BEFORE_SECRETS:
         layout.bindings.write_text(DEFAULT_BINDINGS)
+    # hosts refuse bindings others could write (they decide who gets secrets)
+    os.chmod(layout.bindings, os.stat(layout.bindings).st_mode & 0o755)
     if not layout.runtimes.exists():
         layout.runtimes.write_text(DEFAULT_RUNTIMES)
     return ports(layout), token

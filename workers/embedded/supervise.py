@@ -47,6 +47,7 @@ from kruntimes.sdk import config as clientconfig
 from kruntimes.temporal.devserver import DevServer, DevServerError
 from kruntimes.workers.embedded.errors import PlatformError
 from kruntimes.workers.embedded.layout import (
+    ADMIN_USER,
     Layout,
     make_root,
     platform_certificates,
@@ -499,6 +500,7 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
             token=token,
             uiUrl=temporal.ui_url,
             codecKeys=str(layout.codec_keys),
+            identity=ADMIN_USER,  # the creator of its Runs: the bindings let it use every secret
         )
         clientconfig.write(layout.root, config)
         layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
