@@ -8,6 +8,7 @@ provider's verbs; NetworkPolicies select the pods they mean."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from pathlib import Path
@@ -768,8 +769,112 @@ def test_host_egress_is_dns_and_heartbeats_unless_widened() -> None:
     default = rendered("default").one("NetworkPolicy", "-hosts")["spec"]["egress"]
     assert len(default) == 2
     widened = rendered("runtimes-tenants")
+    [asked] = CASES["runtimes-tenants"]["networkPolicy"]["hostEgress"]
+    [block] = asked["to"]
+    link_local = {**block["ipBlock"], "except": [*block["ipBlock"]["except"], "169.254.0.0/16"]}
     for policy in [p for p in widened.of("NetworkPolicy") if p["metadata"]["name"].endswith("-hosts")]:
-        assert policy["spec"]["egress"][2:] == CASES["runtimes-tenants"]["networkPolicy"]["hostEgress"]
+        assert policy["spec"]["egress"][2:] == [{**asked, "to": [{"ipBlock": link_local}]}]
+
+
+def egress_allows(
+    policy: dict[str, Any], port: int, *, ip: str | None = None, pod: tuple[str, dict[str, str]] | None = None
+) -> bool:
+    """Whether `policy` lets the pods it selects reach `ip` (an address outside the cluster) or
+    `pod` (its namespace and labels) on TCP `port` — or UDP for 53 — as NetworkPolicy reads its
+    egress rules: a rule without ports allows every port, one without `to` every destination."""
+    protocol = "UDP" if port == 53 else "TCP"
+    for rule in policy["spec"].get("egress", []):
+        ports = rule.get("ports")
+        if ports and not any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in ports):
+            continue
+        if not rule.get("to"):
+            return True
+        for peer in rule["to"]:
+            if "ipBlock" in peer and ip is not None:
+                address, block = ipaddress.ip_address(ip), peer["ipBlock"]
+                network = ipaddress.ip_network(block["cidr"])
+                for cut in block.get("except", []):  # valid only strictly inside its cidr
+                    inner = ipaddress.ip_network(cut)
+                    assert inner.version == network.version and inner.subnet_of(network) and inner != network
+                if address in network and not any(
+                    address in ipaddress.ip_network(c) for c in block.get("except", [])
+                ):
+                    return True
+            elif "ipBlock" not in peer and pod is not None:
+                namespace, labels = pod
+                if "namespaceSelector" in peer:
+                    in_namespace = selects(
+                        peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace}
+                    )
+                else:
+                    in_namespace = namespace == policy["metadata"]["namespace"]
+                if in_namespace and selects(peer.get("podSelector", {}), labels):
+                    return True
+    return False
+
+
+METADATA = "169.254.169.254"  # where clouds serve instance metadata and credentials
+TEMPORAL_POD = ("temporal", {"app.kubernetes.io/name": "temporal", "app.kubernetes.io/component": "frontend"})
+KUBE_DNS = ("kube-system", {"k8s-app": "kube-dns"})
+
+
+def host_policy(values: dict[str, Any]) -> dict[str, Any]:
+    docs, _ = render(values)
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-hosts")]
+    return policy
+
+
+def test_host_pods_reach_neither_temporal_nor_the_api_server_nor_link_local_addresses() -> None:
+    """What a function may connect to is what its host pod may: DNS and the gateways'
+    heartbeats, not Temporal (a control-plane admin's door), the API server or the cloud's
+    metadata service, by any address (DNS's port included)."""
+    policy = host_policy({})
+    gateway = (NAMESPACE, pod_labels(rendered("default").one("Deployment", "-gateway")))
+    assert egress_allows(policy, 9443, pod=gateway)
+    assert egress_allows(policy, 53, pod=KUBE_DNS) and egress_allows(policy, 53, ip="10.96.0.10")
+    assert not egress_allows(policy, 7233, pod=TEMPORAL_POD)
+    assert not egress_allows(policy, 7233, ip="10.0.0.5") and not egress_allows(
+        policy, 7233, ip="203.0.113.7"
+    )
+    for port in (443, 6443):
+        assert not egress_allows(policy, port, ip="10.96.0.1") and not egress_allows(
+            policy, port, pod=gateway
+        )
+    for ip in (METADATA, "169.254.20.10", "fe80::1", "fe80::a9fe:a9fe"):
+        for port in (53, 80, 443):
+            assert not egress_allows(policy, port, ip=ip), (ip, port)
+
+
+def test_widened_host_egress_leaves_out_link_local_addresses_unless_allowed() -> None:
+    everywhere = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+    rules = [
+        {"to": everywhere, "ports": [{"port": 443}]},
+        {"ports": [{"port": 80}]},  # no `to`: every destination
+        {
+            "to": [
+                {"ipBlock": {"cidr": "128.0.0.0/1", "except": ["192.168.0.0/16"]}},  # covers 169.254/16
+                {"ipBlock": {"cidr": "172.16.0.0/12"}},  # does not
+                {"ipBlock": {"cidr": "8000::/1"}},  # covers fe80::/10
+                {"ipBlock": {"cidr": "fc00::/7"}},  # does not
+                {"ipBlock": {"cidr": "169.254.20.10/32"}},  # inside it: asked for by name
+            ],
+            "ports": [{"port": 8080}],
+        },
+    ]
+    policy = host_policy({"networkPolicy": {"hostEgress": rules}})
+    assert egress_allows(policy, 443, ip="1.1.1.1") and egress_allows(policy, 443, ip="2001:db8::1")
+    assert egress_allows(policy, 80, ip="203.0.113.7") and egress_allows(policy, 80, pod=TEMPORAL_POD)
+    for ip in (METADATA, "fe80::1"):
+        assert not egress_allows(policy, 443, ip=ip) and not egress_allows(policy, 80, ip=ip), ip
+    assert egress_allows(policy, 8080, ip="200.1.2.3") and not egress_allows(policy, 8080, ip=METADATA)
+    assert not egress_allows(policy, 8080, ip="192.168.1.1"), "the rule's own except stays"
+    assert egress_allows(policy, 8080, ip="172.16.0.1") and egress_allows(policy, 8080, ip="fc00::1")
+    assert egress_allows(policy, 8080, ip="8001::1") and not egress_allows(policy, 8080, ip="fe80::1")
+    assert egress_allows(policy, 8080, ip="169.254.20.10")
+    allowed = host_policy({"networkPolicy": {"hostEgress": rules, "hostLinkLocal": True}})
+    for port in (53, 80, 443):
+        assert egress_allows(allowed, port, ip=METADATA) and egress_allows(allowed, port, ip="fe80::1")
+    assert not egress_allows(allowed, 7233, pod=TEMPORAL_POD), "only the ports the rules name"
 
 
 # --- the hook Job, the image (NOTES and docs/kubernetes.md: docs_test.py) -------------------------

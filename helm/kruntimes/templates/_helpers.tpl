@@ -255,3 +255,66 @@ spec:
     - name: tmp
       emptyDir: {sizeLimit: 16Mi}
 {{- end }}
+
+{{/* Link-local ranges (169.254.0.0/16: cloud metadata services; fe80::/10) are out of host pods'
+reach unless networkPolicy.hostLinkLocal: an ipBlock wider than the range of its family that
+covers it gets the range in its except; a narrower one, or the range itself, is taken as asked. */}}
+{{- define "kruntimes.withoutLinkLocal" -}}
+{{- $block := deepCopy . }}
+{{- $parts := splitList "/" $block.cidr }}
+{{- $address := index $parts 0 }}
+{{- $prefix := int (index $parts 1) }}
+{{- /* 2^(16 - prefix): the first 16 bits of two addresses agree on their first `prefix` bits
+when their quotients by it do */}}
+{{- $unit := list 65536 32768 16384 8192 4096 2048 1024 512 256 128 64 32 16 8 4 2 1 }}
+{{- $range := "" }}
+{{- if contains ":" $address }}
+{{- if lt $prefix 10 }}
+{{- $hex := dict "0" 0 "1" 1 "2" 2 "3" 3 "4" 4 "5" 5 "6" 6 "7" 7 "8" 8 "9" 9 "a" 10 "b" 11 "c" 12 "d" 13 "e" 14 "f" 15 }}
+{{- $first := 0 }}
+{{- range regexFindAll "." (index (splitList ":" (lower $address)) 0) -1 }}{{ $first = add (mul $first 16) (index $hex .) }}{{ end }}
+{{- if eq (div $first (index $unit $prefix)) (div 65152 (index $unit $prefix)) }}{{ $range = "fe80::/10" }}{{ end }}
+{{- end }}
+{{- else if lt $prefix 16 }}
+{{- $octets := splitList "." $address }}
+{{- $first := add (mul (atoi (index $octets 0)) 256) (atoi (index $octets 1)) }}
+{{- if eq (div $first (index $unit $prefix)) (div 43518 (index $unit $prefix)) }}{{ $range = "169.254.0.0/16" }}{{ end }}
+{{- end }}
+{{- $except := $block.except | default list }}
+{{- if and $range (not (has $range $except)) }}{{ $_ := set $block "except" (append $except $range) }}{{ end }}
+{{- toYaml $block }}
+{{- end }}
+
+{{/* Every destination but the link-local ranges: what an egress rule of the host pods without
+`to` allows, and where they may ask DNS. */}}
+{{- define "kruntimes.anywhereButLinkLocal" -}}
+- namespaceSelector: {}
+- ipBlock: {cidr: 0.0.0.0/0, except: [169.254.0.0/16]}
+- ipBlock: {cidr: "::/0", except: ["fe80::/10"]}
+{{- end }}
+
+{{/* networkPolicy.hostEgress with the link-local ranges taken out of each rule's destinations
+(unless networkPolicy.hostLinkLocal), as a YAML list. */}}
+{{- define "kruntimes.hostEgress" -}}
+{{- $rules := list }}
+{{- range .Values.networkPolicy.hostEgress }}
+{{- $rule := deepCopy . }}
+{{- if not $.Values.networkPolicy.hostLinkLocal }}
+{{- if $rule.to }}
+{{- $to := list }}
+{{- range $rule.to }}
+{{- if .ipBlock }}
+{{- $to = append $to (dict "ipBlock" (include "kruntimes.withoutLinkLocal" .ipBlock | fromYaml)) }}
+{{- else }}
+{{- $to = append $to . }}
+{{- end }}
+{{- end }}
+{{- $_ := set $rule "to" $to }}
+{{- else }}
+{{- $_ := set $rule "to" (include "kruntimes.anywhereButLinkLocal" $ | fromYamlArray) }}
+{{- end }}
+{{- end }}
+{{- $rules = append $rules $rule }}
+{{- end }}
+{{- toYaml $rules }}
+{{- end }}
