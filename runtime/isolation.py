@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kruntimes.config.egress import UNENFORCED
+from kruntimes.config.egress import UNENFORCED, UNENFORCED_SAME_USER
 from kruntimes.runtime.sandbox import cgroups, egress, landlock, seccomp
 from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import Claim, NoFreeUid, UidPool
@@ -245,10 +245,7 @@ class FunctionIsolation:
                 return "" if network is Network.NONE else self._enforced()
             if os.geteuid() != 0:
                 return UNENFORCED
-            return (
-                "outbound unenforced: functions run as the host's own user, which packet rules "
-                "cannot tell apart — functions reach loopback and the machine's addresses"
-            )
+            return UNENFORCED_SAME_USER
         if not self._filter_packets():
             if network is Network.OUTBOUND:
                 raise IsolationUnavailable(

@@ -20,6 +20,16 @@ from dataclasses import dataclass
 UNENFORCED = (
     "outbound unenforced: no packet rules without root — functions reach loopback and the machine's addresses"
 )
+# ... or where its functions run as its own user (packet rules tell functions apart by uid)
+UNENFORCED_SAME_USER = (
+    "outbound unenforced: functions run as the host's own user, which packet rules cannot tell "
+    "apart — functions reach loopback and the machine's addresses"
+)
+# What `krt up` says of a runtime that opts out
+OPT_OUT = (
+    "network host: its functions reach every listener of this machine, the platform's own "
+    "included (the Temporal frontend, the gateway); without it they get network outbound"
+)
 # Each entry is one element of the kernel's set per function start: the list stays short.
 MAX_ALLOW = 64
 MAX_ENTRY_CHARS = 64

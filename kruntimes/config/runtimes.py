@@ -83,7 +83,7 @@ from kruntimes.api.limits import (
     MAX_INVOKE_TIMEOUT_SECONDS,
 )
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.config.egress import MAX_ALLOW, parse_allow
+from kruntimes.config.egress import MAX_ALLOW, OPT_OUT, UNENFORCED, UNENFORCED_SAME_USER, parse_allow
 from kruntimes.decisions.scheduling.failures import ProviderName
 from kruntimes.decisions.scheduling.model import SHARED_POLICY, TenancyMode, TenantPolicy
 
@@ -484,6 +484,22 @@ def _field_named(path: str, name: str) -> str | None:
     if " " in name or not name.isidentifier():
         return None
     return f"{path}.{name}" if path != "<config>" else name
+
+
+def network_warnings(config: PlatformConfig, *, default_isolation: str, root: bool) -> list[str]:
+    """What `krt up` says at start of its runtimes' networks: each `network: host` (the opt-out),
+    and each `network: outbound` its hosts cannot enforce (`root`: whether they run as root;
+    `default_isolation`: a runtime's isolation when it names none)."""
+    said = []
+    for runtime in config.runtimes:
+        isolation = runtime.isolation or default_isolation
+        if runtime.network_mode == "host":
+            said.append(f"runtime {runtime.name}: {OPT_OUT}")
+        elif runtime.network_mode == OUTBOUND and not root:
+            said.append(f"runtime {runtime.name}: {UNENFORCED}")
+        elif runtime.network_mode == OUTBOUND and isolation == "same-user":
+            said.append(f"runtime {runtime.name}: {UNENFORCED_SAME_USER}")
+    return said
 
 
 def parse_config(data: object) -> PlatformConfig:

@@ -43,8 +43,11 @@ from tests.support.waiting import eventually_blocking
 
 HOST_SIDE = {"internet": "198.18.0.1", "linklocal": "169.254.77.1", "private": "10.213.77.1"}
 NS_SIDE = {"internet": "198.18.0.2", "linklocal": "169.254.77.2", "private": "10.213.77.2"}
-# each test host its own uids, far from the default range (its pool element is removed after)
-FIRST_UID = 3_900_000_000 + (os.getpid() % 4000) * 64
+# each test host its own uids, between the default range and the pods' (2_100_000_000, see
+# kruntimes.activities.hosts.kubernetes_pods), apart from each other (the pool set merges
+# adjacent ranges, and each is taken out again after)
+FIRST_UID = 2_050_000_000 + (os.getpid() % 100_000) * 256
+COUNT = 32
 START_TIMEOUT_S = 20.0
 
 # Listens in the test's namespace; prints {name: port}; ends when its stdin closes.
@@ -114,7 +117,7 @@ def _forget_range(first: int, last: int) -> None:
     nft = egress.nft_path()
     assert nft is not None
     command = f"delete element {egress.FAMILY} {egress.TABLE} pool {{ {first}-{last} }}"
-    subprocess.run([nft, command], check=False, capture_output=True, timeout=30)
+    subprocess.run([nft, command], check=True, capture_output=True, timeout=30)
 
 
 def _ip(*args: str) -> None:
@@ -222,7 +225,7 @@ class Target:
 
 @contextlib.contextmanager
 def serving(pki: TestPKI, state: Path, host_id: str, first_uid: int, **sandbox: Any) -> Iterator[Target]:
-    settings = SandboxSettings(uids=UidRange(first_uid, 32), lock_dir=str(state / "uids"), **sandbox)
+    settings = SandboxSettings(uids=UidRange(first_uid, COUNT), lock_dir=str(state / "uids"), **sandbox)
     runtime = loopback_host(pki, state, host_id=host_id, sandbox=settings)
     address = runtime.start()
     try:
@@ -235,7 +238,7 @@ def serving(pki: TestPKI, state: Path, host_id: str, first_uid: int, **sandbox: 
             )
     finally:
         runtime.stop(grace_s=1)
-        _forget_range(first_uid, first_uid + 31)
+        _forget_range(first_uid, first_uid + COUNT - 1)
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +342,7 @@ def test_an_outbound_function_and_its_grandchild_reach_the_world_and_nothing_of_
     }
     if "host-invoke" in targets:
         expected["host-invoke"] = REFUSED
-    assert found["uid"] in range(FIRST_UID, FIRST_UID + 32)
+    assert found["uid"] in range(FIRST_UID, FIRST_UID + COUNT)
     assert found["function"] == expected
     assert found["grandchild"] == expected
 
@@ -365,7 +368,7 @@ def test_an_allow_list_lives_as_long_as_its_function_and_resolvers_pass(outbound
 def test_network_host_is_the_opt_out_and_its_uid_is_closed_again_when_released(
     pki: TestPKI, tmp_path: Path, listeners: dict[str, list[Any]], outbound: Target
 ) -> None:
-    with serving(pki, tmp_path, "opened-0", FIRST_UID + 32, network=Network.HOST) as host:
+    with serving(pki, tmp_path, "opened-0", FIRST_UID + 2 * COUNT, network=Network.HOST) as host:
         registration = host.register(PROBE)
         uid = host.uid_of(registration)
         assert host.rules.holds(uid) == ["open"]
@@ -379,7 +382,7 @@ def test_network_host_is_the_opt_out_and_its_uid_is_closed_again_when_released(
 def test_a_busy_uid_left_with_elements_is_scrubbed_before_it_is_handed_out(tmp_path: Path) -> None:
     if os.geteuid() != 0 or egress.nft_path() is None:
         require_or_skip("packet rules need root and nft")
-    first = FIRST_UID + 64
+    first = FIRST_UID + 4 * COUNT
     rules = egress.PacketRules(lock_dir=str(tmp_path))
     rules.install(first, first, resolvers=())
     try:
