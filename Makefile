@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/system-packages.sh
+	@sh scripts/system-packages.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,chart]'
