@@ -7,9 +7,11 @@ reached Temporal (a leaked admin credential, a script with the plain Temporal SD
 Run naming any secret, but a Run without a creator gets none, and one whose creator is not bound
 to that secret is refused (SecretForbidden, final: the Run fails at its first attempt).
 
-The bindings are a file the host reads itself (`{state dir}/rolebindings.yaml` on the embedded
-platform, `krt host --role-bindings` otherwise), again whenever it changed; one missing, unsafe
-(writable by others, a symlink, another user's) or malformed refuses every secret, never allows.
+The bindings are a file the host reads itself, `{state dir}/rolebindings.yaml` (the embedded
+platform's; in a host pod, a ConfigMap the runtime's pod template mounts there, as it mounts
+Secrets under `{state dir}/secrets`), again whenever it changed; one missing, unsafe
+(writable by others, a symlink out of its directory, another user's) or malformed refuses every
+secret, never allows.
 
 Audit records are JSON log lines of the logger `kruntimes.audit.secrets` at INFO whatever the
 host's log level: `audit: secret`, `decision` (allowed | refused), `run_uid`, `attempt`,
@@ -72,7 +74,7 @@ class BindingsFile:
     def current(self) -> RoleBindings:
         """The bindings in force; BindingsError saying why there are none usable."""
         try:
-            st = os.stat(self.path, follow_symlinks=False)
+            st = os.stat(self.path)  # the target's: a ConfigMap update swaps the file behind the link
             signature: object = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode)
         except FileNotFoundError:
             signature = "missing"

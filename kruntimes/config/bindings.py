@@ -23,6 +23,7 @@ the field (`bindings[2].secrets[0]: ...`).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -201,15 +202,32 @@ class RoleBindings:
         return False
 
 
+def _open(path: Path) -> int:
+    """`path` opened for reading; a symlink only when it stays in its own directory (a ConfigMap
+    volume's `rolebindings.yaml -> ..data/rolebindings.yaml`), never one that leads elsewhere."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        return os.open(path, flags)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise BindingsError(f"role bindings {path.name}: cannot open ({e.strerror})") from e
+    home = os.path.realpath(path.parent)
+    target = os.path.realpath(path)
+    if os.path.commonpath([home, target]) != home:
+        raise BindingsError(f"role bindings {path.name}: a symlink out of its directory")
+    try:
+        return os.open(target, flags)
+    except OSError as e:
+        raise BindingsError(f"role bindings {path.name}: cannot open ({e.strerror})") from e
+
+
 def read_file(path: Path) -> tuple[tuple[int, int, int, int, int], RoleBindings]:
     """The bindings in `path` with the file's signature (device, inode, mtime, size, mode), for
     whoever keeps them and reads the file again when it changes (a host). The file must be a
-    regular file, not a symlink, owned by this user or root and writable by nobody else: it
-    decides who gets secrets. BindingsError (the file's name, never its other content) otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise BindingsError(f"role bindings {path.name}: cannot open ({e.strerror})") from e
+    regular file (or a link to one in its own directory), owned by this user or root and
+    writable by nobody else: it decides who gets secrets. BindingsError (the file's name, never
+    its other content) otherwise."""
+    fd = _open(path)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):

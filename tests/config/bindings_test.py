@@ -111,6 +111,16 @@ def test_aliases_count_as_the_names_they_repeat() -> None:
         RoleBindings.from_yaml(text)
 
 
+def test_a_configmap_volumes_links_are_followed_within_their_directory(tmp_path: Path) -> None:
+    """The kubelet's layout: rolebindings.yaml -> ..data/rolebindings.yaml, ..data -> ..<time>."""
+    stamped = tmp_path / "..2030_01_01_00_00_00.000000001"
+    stamped.mkdir()
+    (stamped / "rolebindings.yaml").write_text(BINDINGS)
+    os.symlink(stamped.name, tmp_path / "..data")
+    os.symlink("..data/rolebindings.yaml", tmp_path / "rolebindings.yaml")
+    assert read_file(tmp_path / "rolebindings.yaml")[1].may_use_secret("admin", "default", "db")
+
+
 def test_a_bindings_file_others_could_change_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "rolebindings.yaml"
     path.write_text(BINDINGS)
@@ -120,9 +130,11 @@ def test_a_bindings_file_others_could_change_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BindingsError, match="mode 0664"):
         read_file(path)
     path.chmod(0o600)
-    link = tmp_path / "linked.yaml"
+    elsewhere = tmp_path / "mounted"
+    elsewhere.mkdir()
+    link = elsewhere / "rolebindings.yaml"
     os.symlink(path, link)
-    with pytest.raises(BindingsError, match="cannot open"):
+    with pytest.raises(BindingsError, match="a symlink out of its directory"):
         read_file(link)
     path.write_bytes(b"#" * (1024 * 1024 + 1))
     with pytest.raises(BindingsError, match="larger than"):

@@ -288,3 +288,31 @@ def test_a_creator_out_of_bounds_is_refused_before_anything_is_decided(
     with pytest.raises(grpc.RpcError) as err:
         _register(host, env_from=[("db", "")], creator=creator)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_bindings_mounted_from_a_configmap_are_read_again_when_it_is_updated(
+    host: Host, bindings: Path
+) -> None:
+    """The kubelet updates a ConfigMap volume by pointing `..data` at a new directory."""
+    name = f"db-{uuid.uuid4().hex[:6]}"
+    secrets.create(_state(host), namespace="default", name=name, values={"K": b"v"})
+    root = bindings.parent
+    stamps = [root / f"..2030_01_01_00_00_0{i}" for i in (1, 2)]
+    for stamp, user in zip(stamps, ("nobody-yet", "owner"), strict=True):
+        stamp.mkdir()
+        (stamp / bindings.name).write_text(OWNER_BINDINGS.replace("owner", user))
+    try:
+        os.symlink(stamps[0].name, root / "..data")
+        bindings.unlink()
+        os.symlink(f"..data/{bindings.name}", bindings)
+        with pytest.raises(grpc.RpcError) as err:
+            _register(host, env_from=[(name, "")])
+        _refused(err)
+        os.symlink(stamps[1].name, root / "..data.new")
+        (root / "..data.new").replace(root / "..data")
+        _register(host, env_from=[(name, "")])
+    finally:
+        (root / "..data").unlink(missing_ok=True)
+        for stamp in stamps:
+            (stamp / bindings.name).unlink()
+            stamp.rmdir()
