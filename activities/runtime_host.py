@@ -86,6 +86,12 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
         env=dict(spec.env),
         env_from=[pb.EnvFromSecret(secret=e.secretRef.name, prefix=e.prefix) for e in spec.envFrom],
     )
+    mode = spec.mode.function
+    if mode is not None:  # what it takes at once (0: the adapter's default)
+        config.concurrency = mode.concurrency or 0
+        config.queue = mode.queue
+        if mode.queue:
+            config.queue_timeout_ms = round(mode.queue_timeout_seconds * 1000)
     creator = run.metadata.creator
     if creator is not None:  # the host gives secrets only to a creator bound to use them
         config.creator.CopyFrom(pb.Creator(kind=creator.kind, subject=creator.subject))
@@ -201,6 +207,7 @@ class RuntimeHostActivities:
             ready=answer.ready,
             fatalError=answer.fatal_error,
             inFlight=answer.in_flight,
+            waiting=answer.waiting,
             lastActivity=answer.last_activity.ToDatetime(tzinfo=UTC) if answer.registered else None,
             hostUid=answer.host_uid,
         )

@@ -12,7 +12,7 @@ GatewayError                    500  InternalError        (also any exception no
  ├── NotFound                   404  RunNotFound
  ├── BodyTimeout                408  RequestBodyTimeout  (the connection is closed after it)
  ├── PayloadTooLarge            413  PayloadTooLarge
- ├── Busy                       429  FunctionBusy  (+ Retry-After)
+ ├── Busy                       429  FunctionBusy | QueueTimeout | HostBusy  (+ Retry-After): did not run
  ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited | MalformedOwnerAnswer
  ├── RunNotReady                503  RunNotReady | RouteStale  (+ Retry-After)
  ├── OwnerUnavailable           503  OwnerUnavailable  (+ Retry-After): not delivered, did not run
@@ -100,7 +100,7 @@ class PayloadTooLarge(GatewayError):
 
 
 class Busy(GatewayError):
-    reasons = (R.FUNCTION_BUSY,)
+    reasons = (R.FUNCTION_BUSY, R.QUEUE_TIMEOUT, R.HOST_BUSY)
 
 
 class UpstreamFailed(GatewayError):

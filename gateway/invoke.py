@@ -227,6 +227,20 @@ def _timeout_s(request: web.Request) -> float:
     return value
 
 
+def _busy(reason: str) -> Busy:
+    """The host refused the invocation for load (it did not run): which load, in the caller's words."""
+    if reason == HostReason.QUEUE_TIMEOUT:
+        return Busy(
+            "the invocation waited its turn too long and did not run; retry later", reason=R.QUEUE_TIMEOUT
+        )
+    if reason == HostReason.HOST_BUSY:
+        return Busy(
+            "the function's host runs as many invocations as it may; it did not run, retry later",
+            reason=R.HOST_BUSY,
+        )
+    return Busy("the function runs as many invocations as it takes and its queue is full; retry later")
+
+
 class InvokeHandler:
     def __init__(
         self,
@@ -340,7 +354,7 @@ class InvokeHandler:
             log.error("the owner refused the gateway", extra={"run_uid": route.run_uid, "reason": reason})
             return OwnerUnavailable("the Run's owner refused the gateway; it did not run")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return Busy("the function is running another invocation; retry later")
+            return _busy(reason)
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
             self.routes.drop(route.run_uid, route.host_uid)  # stale: the host holds another generation
             return RunNotReady("the Run's registration moved; retry shortly", reason=R.ROUTE_STALE)

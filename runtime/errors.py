@@ -7,7 +7,9 @@ RuntimeServerError          Internal               INTERNAL
  ├── FenceMismatch          caller expected another run/attempt/host   FAILED_PRECONDITION
  ├── FunctionNotReady       registration cannot serve (fatal error)    UNAVAILABLE
  ├── UnknownRegistration    no such registration id                    NOT_FOUND
- ├── ConcurrencyLimit       the one in-flight invocation is busy       RESOURCE_EXHAUSTED
+ ├── ConcurrencyLimit       concurrency reached and the queue is full  RESOURCE_EXHAUSTED
+ │    ├── QueueTimeout      it waited its longest in the queue         RESOURCE_EXHAUSTED
+ │    └── HostBusy          the host's --max-invocations reached       RESOURCE_EXHAUSTED
  ├── InvalidRequest         a field is missing or out of bounds        INVALID_ARGUMENT
  ├── SourceInvalid          the source cannot be prepared              INVALID_ARGUMENT
  ├── SecretNotFound         a secret envFrom names is not on the host  FAILED_PRECONDITION
@@ -64,7 +66,17 @@ class UnknownRegistration(RuntimeServerError):
 
 
 class ConcurrencyLimit(RuntimeServerError):
+    """The invocation was refused for load; it never ran."""
+
     reason = HostReason.CONCURRENCY_LIMIT
+
+
+class QueueTimeout(ConcurrencyLimit):
+    reason = HostReason.QUEUE_TIMEOUT
+
+
+class HostBusy(ConcurrencyLimit):
+    reason = HostReason.HOST_BUSY
 
 
 class InvalidRequest(RuntimeServerError):

@@ -40,9 +40,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kruntimes.api.limits import MAX_LOG_BYTES
 from kruntimes.runtime.capture import Capture
@@ -56,6 +56,12 @@ LANE_IDLE_S = 10.0  # a lane with no call for this long is ended (an idle Run ho
 CPU_BOUND_SHARE = 0.5
 _MESSAGE = 4096
 _RUN = json.dumps({"op": "run"}).encode()
+
+
+class Sweepable(Protocol):
+    """What ends its idle processes when asked (`Lanes`, a registration's warm processes)."""
+
+    def sweep(self, now: float) -> None: ...
 
 
 class _PastLimit(Exception):
@@ -437,8 +443,9 @@ def _average(before: float | None, sample: float) -> float:
     return sample if before is None else 0.7 * before + 0.3 * sample
 
 
-def sweeper(lanes: Callable[[], list[Lanes]], stop: threading.Event) -> None:
-    """Every half `LANE_IDLE_S` until `stop`: end the idle lanes of every registration."""
+def sweeper(lanes: Callable[[], Iterable[Sweepable]], stop: threading.Event) -> None:
+    """Every half `LANE_IDLE_S` until `stop`: end the idle lanes (and warm processes) of every
+    registration."""
     while not stop.wait(LANE_IDLE_S / 2):
         now = time.monotonic()
         for each in lanes():

@@ -1,10 +1,12 @@
 """Function registrations keyed by Run UID: generations, fencing, idle clock, and how many
-invocations a registration takes at once: one, but a registration of a concurrent adapter (krm)
-takes up to the host's `krm_concurrency` (each of its invocations is a one-shot process of its
-own). What differs between adapters is asked of the registration's adapter
-(runtime/adapters/host.py): a warm adapter's registration keeps one process; one that starts a
-process per call starts it in one of its lanes where its sandbox has a PID namespace
-(runtime/lanes.py), and straight from the zygote otherwise."""
+invocations a registration takes at once: its concurrency (1 unless its config says; a
+registration of a concurrent adapter, krm, takes up to the host's `krm_concurrency`), with its
+queue behind it, within the host's bound on running invocations (runtime/admission.py). What
+differs between adapters is asked of the registration's adapter (runtime/adapters/host.py): a
+warm adapter's registration keeps warm processes (runtime/warm_pool.py: one per invocation
+running at once, or one taking them all for an async handler); one that starts a process per
+call starts it in one of its lanes where its sandbox has a PID namespace (runtime/lanes.py),
+and straight from the zygote otherwise."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,20 +27,28 @@ from typing import Any, Protocol
 from kruntimes.runtime import workspace
 from kruntimes.runtime.adapters.host import HostAdapter, RunOnce
 from kruntimes.runtime.adapters.registered import host_adapter
+from kruntimes.runtime.admission import (
+    DEFAULTS,
+    Concurrency,
+    Gate,
+    HostBound,
+    default_max_invocations,
+    host_memory_bytes,
+)
 from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.errors import (
-    ConcurrencyLimit,
     FenceMismatch,
     FunctionNotReady,
     HandlerLoadFailed,
     HandlerLoadInterrupted,
     HostUnavailable,
+    QueueTimeout,
     RegistrationConflict,
     StaleAttempt,
     UnknownRegistration,
 )
 from kruntimes.runtime.isolation import Lease
-from kruntimes.runtime.lanes import Lanes, sweeper
+from kruntimes.runtime.lanes import Lanes, Sweepable, sweeper
 from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.once import run_once
 from kruntimes.runtime.outcome import LoadFailed, Outcome, Status
@@ -45,6 +56,7 @@ from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import NoFreeUid
 from kruntimes.runtime.spawner import SpawnError, SpawnSpec
 from kruntimes.runtime.warm import WarmProcess
+from kruntimes.runtime.warm_pool import Exchanger, WarmPool
 from kruntimes.system.futures import fail
 
 log = logging.getLogger(__name__)
@@ -100,14 +112,12 @@ class Registration:
     adapter: HostAdapter  # the host side of config.adapter
     digest: str
     workdir: Path
+    gate: Gate  # its invocations running and waiting
     state: str = State.READY
-    process: WarmProcess | None = None
+    pool: WarmPool | None = None  # a warm adapter's processes
     fatal_error: str = ""
-    in_flight: int = 0
     deaths: int = 0
     last_activity: datetime = field(default_factory=_now)
-    capacity: int = 1  # invocations at once; `busy` holds that many permits
-    busy: threading.Semaphore = field(init=False)
     lease: Lease | None = None  # its identity on the host (runtime/isolation.py)
     env: dict[str, str] = field(default_factory=dict)  # its own environment, secrets resolved
     assignment: bytes = b""  # the serialized SignedAssignment it was registered with
@@ -115,8 +125,21 @@ class Registration:
     once_pids: set[int] = field(default_factory=set)
     lanes: Lanes | None = None  # where a per-call adapter's calls run, when they run in lanes
 
-    def __post_init__(self) -> None:
-        self.busy = threading.Semaphore(self.capacity)
+    @property
+    def in_flight(self) -> int:
+        """Invocations running."""
+        return self.gate.running
+
+    @property
+    def waiting(self) -> int:
+        """Invocations waiting their turn."""
+        return self.gate.waiting
+
+    @property
+    def process(self) -> Exchanger | None:
+        """A warm process of the registration that is alive, if any."""
+        alive = self.pool.processes() if self.pool is not None else []
+        return alive[0] if alive else None
 
     @property
     def sandbox(self) -> SandboxSpec | None:
@@ -132,10 +155,18 @@ class Registry:
         on_change: Callable[[], None] | None = None,
         krm_concurrency: int = DEFAULT_KRM_CONCURRENCY,
         lanes: bool = True,
+        max_invocations: int | None = None,
     ) -> None:
+        """`max_invocations`: the host's bound on invocations running at once, across its
+        registrations (None: sized to its CPUs and memory, `default_max_invocations`)."""
         if not 1 <= krm_concurrency <= MAX_KRM_CONCURRENCY:
             raise ValueError(f"krm_concurrency must be in [1, {MAX_KRM_CONCURRENCY}], got {krm_concurrency}")
         self.krm_concurrency = krm_concurrency
+        if max_invocations is None:
+            max_invocations = default_max_invocations(
+                cpus=len(os.sched_getaffinity(0)), memory_bytes=host_memory_bytes()
+            )
+        self.bound = HostBound(max_invocations)
         self.launcher = launcher
         self.spawner = launcher.spawner
         self.host_uid = host_uid
@@ -157,10 +188,19 @@ class Registry:
             return self._uid_locks.setdefault(uid, threading.Lock())
 
     def register(
-        self, run: RunRef, config: HandlerConfig, *, assignment: bytes = b""
+        self,
+        run: RunRef,
+        config: HandlerConfig,
+        *,
+        assignment: bytes = b"",
+        concurrency: Concurrency = DEFAULTS,
     ) -> tuple[Registration, bool]:
         config.validate()
-        digest = config.digest()
+        concurrency.validate()
+        # what the registration takes at once is part of its config: another is another config
+        digest = (
+            f"{config.digest()}/{concurrency.concurrency}/{concurrency.queue}/{concurrency.queue_timeout_s:g}"
+        )
         with self._uid_lock(run.run_uid):
             current = self._by_uid.get(run.run_uid)
             if current is not None:
@@ -177,7 +217,7 @@ class Registry:
                         "with a different config"
                     )
                 self._teardown(current, grace_s=0.0)  # a newer generation replaces it
-            reg = self._create(run, config, digest)
+            reg = self._create(run, config, digest, concurrency)
             reg.assignment = assignment
             with self._lock:
                 if self._closed:
@@ -192,9 +232,14 @@ class Registry:
         self.on_change()
         return reg, True
 
-    def _create(self, run: RunRef, config: HandlerConfig, digest: str) -> Registration:
+    def _create(
+        self, run: RunRef, config: HandlerConfig, digest: str, concurrency: Concurrency
+    ) -> Registration:
         adapter = host_adapter(config.adapter)
         workdir = self.launcher.workspace(f"{run.run_uid}.{run.attempt}", config)
+        gate = concurrency.gate(
+            default_concurrency=self.krm_concurrency if adapter.concurrent else 1, bound=self.bound
+        )
         reg = Registration(
             id="reg-" + secrets.token_hex(16),
             run=run,
@@ -202,14 +247,16 @@ class Registry:
             adapter=adapter,
             digest=digest,
             workdir=workdir,
-            capacity=self.krm_concurrency if adapter.concurrent else 1,
+            gate=gate,
         )
         try:
             reg.env = self.launcher.env(run, config)
             reg.lease = self.launcher.identity(reg.id, workdir)
-            spec = self._spec(reg, once=False)
             if adapter.warm:
-                reg.process = WarmProcess.start(self.spawner, spec)
+                reg.pool = WarmPool(functools.partial(self._start_warm, reg), size=gate.concurrency)
+                reg.pool.first()
+                if not reg.pool.shared:
+                    self._start_sweeper()
             else:
                 self._per_call(reg)
         except LoadFailed as exc:
@@ -239,12 +286,7 @@ class Registry:
         sandbox = spec.sandbox
         if self.lanes and sandbox is not None and sandbox.pid_namespace and sandbox.mount_namespace:
             reg.lanes = Lanes(self.spawner, spec)
-            with self._lock:
-                if self._sweeper is None:
-                    self._sweeper = threading.Thread(
-                        target=sweeper, args=(self._all_lanes, self._sweeping), name="lanes", daemon=True
-                    )
-                    self._sweeper.start()
+            self._start_sweeper()
             if reg.adapter.prestart:
                 try:
                     reg.lanes.prestart()
@@ -253,8 +295,25 @@ class Registry:
         if reg.lease is not None and reg.lease.group is not None:
             self.spawner.retire(reg.lease.group.procs_files)  # unused (or used) by now
 
-    def _all_lanes(self) -> list[Lanes]:
-        return [reg.lanes for reg in self.snapshot() if reg.lanes is not None]
+    def _start_sweeper(self) -> None:
+        """Idle lanes and warm processes beyond a registration's first are ended by a thread."""
+        with self._lock:
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(
+                    target=sweeper, args=(self._sweepables, self._sweeping), name="sweeper", daemon=True
+                )
+                self._sweeper.start()
+
+    def _sweepables(self) -> Iterable[Sweepable]:
+        for reg in self.snapshot():
+            if reg.lanes is not None:
+                yield reg.lanes
+            if reg.pool is not None and reg.gate.concurrency > 1:
+                yield reg.pool
+
+    def _start_warm(self, reg: Registration) -> WarmProcess:
+        """A warm process of `reg` started and its handler loaded (blocking)."""
+        return WarmProcess.start(self.spawner, self._spec(reg, once=False))
 
     def _spec(self, reg: Registration, *, once: bool) -> SpawnSpec:
         return self.launcher.spec(reg.run, reg.config, reg.workdir, lease=reg.lease, env=reg.env, once=once)
@@ -278,33 +337,24 @@ class Registry:
             self._by_id.pop(reg.id, None)
             if self._by_uid.get(reg.run.run_uid) is reg:
                 del self._by_uid[reg.run.run_uid]
-        # Every permit taken back means no invocation is in flight; within the grace, or else
-        # after every process of the registration is killed.
-        deadline = time.monotonic() + grace_s
-        taken = 0
-        while taken < reg.capacity and reg.busy.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
-            taken += 1
-        if taken < reg.capacity:
-            if reg.process is not None:
-                reg.process.kill()
+        # Those waiting are refused; those running end within the grace, or else once every
+        # process of the registration is killed.
+        reg.gate.close()
+        if not reg.gate.wait_idle(grace_s):
+            if reg.pool is not None:
+                reg.pool.kill()
             for pid in list(reg.once_pids):
                 self.spawner.kill(pid)
-            while taken < reg.capacity:
-                reg.busy.acquire()
-                taken += 1
-        try:
-            self._close_registration(reg)
-        finally:
-            reg.busy.release(reg.capacity)
+            reg.gate.wait_idle(None)
+        self._close_registration(reg)
         log.info("function unregistered", extra={"run_uid": reg.run.run_uid, "attempt": reg.run.attempt})
 
     def _close_registration(self, reg: Registration) -> None:
         """Kill its processes (all of them: the namespace, the cgroup or the uid), free its
         identity, remove its workspace."""
         try:
-            if reg.process is not None:
-                reg.process.close()
-                reg.process = None
+            if reg.pool is not None:
+                reg.pool.close()
             if reg.lanes is not None:
                 lanes, reg.lanes = reg.lanes, None
                 lanes.close()
@@ -335,42 +385,79 @@ class Registry:
         timeout_s: float,
         fence: FenceLike,
     ) -> asyncio.Future[Outcome]:
-        """Start an invocation; runs on the host's event loop.
+        """Start an invocation, or queue it for its turn; runs on the host's event loop.
 
-        Refusals (unknown, fence, busy, not ready) raise at once. The returned future gets the
-        Outcome, or a `RuntimeServerError` when the function process could not be (re)started. The
-        invocation runs to its end even if nobody waits for the future any more: the registration
-        stays busy until its process has answered, timed out or died.
+        Refusals (unknown, fence, not ready, busy: no room and no place in the queue, or the
+        host's bound reached) raise at once. The returned future gets the Outcome, or a
+        `RuntimeServerError`: the invocation waited its longest in the queue (QueueTimeout), the
+        registration went while it waited, or its function process could not be (re)started.
+        The invocation runs to its end even if nobody waits for the future any more: it holds its
+        place until its process has answered, timed out or died. Its timeout counts its wait.
         """
         reg = self._by_id.get(registration_id)  # one dict read: atomic, no lock needed
         if reg is None:
             raise UnknownRegistration(f"no registration {registration_id!r} on this host")
         if fence.run_uid or fence.attempt or fence.host_uid:
             self._check_fence(reg, fence)
-        if not reg.busy.acquire(False):
-            raise ConcurrencyLimit(
-                "the function is already running an invocation"
-                if reg.capacity == 1
-                else f"the function is already running {reg.capacity} invocations"
-            )
         if reg.state != READY:
-            reg.busy.release()
             raise FunctionNotReady(reg.fatal_error or f"registration is {reg.state}")
-        reg.in_flight += 1
+        turn = reg.gate.enter(timeout_s)
         reg.last_activity = _now()
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[Outcome] = loop.create_future()
-        process = reg.process
-        try:
-            if reg.adapter.warm and process is not None and process.alive:
-                done = functools.partial(self._exchanged, reg, process, result)
-                process.exchange(invocation_id, payload, timeout_s, done)  # the hot path: callbacks only
-            else:
-                self._background(self._invoke_slowly(reg, invocation_id, payload, timeout_s, result))
-        except BaseException:
-            self._release(reg)
-            raise
+        result: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        if turn is None:
+            try:
+                self._start(reg, invocation_id, payload, timeout_s, result)
+            except BaseException:
+                self._release(reg)
+                raise
+        else:
+            waiting = functools.partial(self._queued, reg, turn, time.monotonic())
+            self._background(waiting(invocation_id, payload, timeout_s, result))
         return result
+
+    def _start(
+        self,
+        reg: Registration,
+        invocation_id: str,
+        payload: bytes,
+        timeout_s: float,
+        result: asyncio.Future[Outcome],
+    ) -> None:
+        """Run an admitted invocation: on a free warm process at once (the hot path: callbacks
+        only), else in the background."""
+        process = reg.pool.take() if reg.pool is not None else None
+        if process is not None:
+            done = functools.partial(self._exchanged, reg, process, result)
+            process.exchange(invocation_id, payload, timeout_s, done)
+        else:
+            self._background(self._invoke_slowly(reg, invocation_id, payload, timeout_s, result))
+
+    async def _queued(
+        self,
+        reg: Registration,
+        turn: asyncio.Future[None],
+        since: float,
+        invocation_id: str,
+        payload: bytes,
+        timeout_s: float,
+        result: asyncio.Future[Outcome],
+    ) -> None:
+        """A queued invocation: waits for its turn, then runs with what is left of its timeout."""
+        try:
+            await turn
+        except BaseException as exc:  # QueueTimeout, the registration gone, the host stopping
+            fail(result, exc)
+            return
+        reg.last_activity = _now()
+        left = timeout_s - (time.monotonic() - since)
+        try:
+            if reg.state != READY:
+                raise FunctionNotReady(reg.fatal_error or f"registration is {reg.state}")
+            if left <= 0:
+                raise QueueTimeout("the invocation waited its whole timeout for its turn and did not run")
+            self._start(reg, invocation_id, payload, left, result)
+        except BaseException as exc:
+            self._settle(reg, result, exc)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -378,14 +465,13 @@ class Registry:
         task.add_done_callback(self._tasks.discard)
 
     def _release(self, reg: Registration) -> None:
-        reg.in_flight -= 1
         reg.last_activity = _now()
-        reg.busy.release()
+        reg.gate.leave()
 
     def _settle(
         self, reg: Registration, result: asyncio.Future[Outcome], end: Outcome | BaseException
     ) -> None:
-        """The invocation is over: free the registration, then answer the caller."""
+        """The invocation is over: free its place, then answer the caller."""
         self._release(reg)
         if isinstance(end, BaseException):
             fail(result, end)
@@ -393,38 +479,63 @@ class Registry:
             _resolve(result, end)
 
     def _exchanged(
-        self, reg: Registration, process: WarmProcess, result: asyncio.Future[Outcome], outcome: Outcome
+        self, reg: Registration, process: Exchanger, result: asyncio.Future[Outcome], outcome: Outcome
     ) -> None:
         try:
             if outcome.status is Status.SUCCEEDED:
                 reg.adapter.read_outputs(outcome)
-            if not process.alive:  # replace the process before answering: the next call finds it warm
-                self._background(self._after_death(reg, outcome, result))
-                return
-            reg.deaths = 0
+            if not process.alive:
+                if self._died(reg, process):  # the last one: replaced before answering
+                    self._background(self._after_death(reg, outcome, result))
+                    return
+            else:
+                reg.deaths = 0
+                if reg.pool is not None:
+                    reg.pool.give_back(process)
         except BaseException as exc:
             self._settle(reg, result, exc)
             return
         self._settle(reg, result, outcome)
 
+    def _died(self, reg: Registration, process: Exchanger) -> bool:
+        """`process` died during an invocation: whether the registration has none left to serve,
+        and is to be warmed again before that invocation is answered (so that the next finds
+        one warm). A process's death counts once, however many invocations it ended."""
+        pool = reg.pool
+        if pool is None or not pool.forget(process):
+            return False
+        reg.deaths += 1
+        if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
+            self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")
+            return False
+        return reg.state == State.READY and pool.count() == 0
+
     async def _after_death(
         self, reg: Registration, outcome: Outcome, result: asyncio.Future[Outcome]
     ) -> None:
         try:
-            await self._replace_dead(reg)
+            await self._rewarm(reg)
         finally:
             self._release(reg)
             _resolve(result, outcome)
 
-    async def _replace_dead(self, reg: Registration) -> None:
-        if reg.state != State.READY:  # being unregistered (or the host stops): nothing to warm
+    async def _rewarm(self, reg: Registration) -> None:
+        """Warm a fresh process now, not in the next invocation."""
+        if reg.pool is None or reg.state != State.READY:  # being unregistered: nothing to warm
             return
-        reg.deaths += 1
-        if reg.deaths >= MAX_CONSECUTIVE_DEATHS:
-            self._mark_fatal(reg, f"the function process exited {reg.deaths} times in a row")
-            return
-        with contextlib.suppress(FunctionNotReady):  # warm a fresh process now, not in the next invocation
-            await asyncio.get_running_loop().run_in_executor(None, self._warm, reg)
+        with contextlib.suppress(FunctionNotReady):
+            process = await self._acquire(reg)
+            reg.pool.give_back(process)
+
+    async def _acquire(self, reg: Registration) -> Exchanger:
+        """A warm process for an admitted invocation; FunctionNotReady (the registration marked
+        so) when none can be started."""
+        assert reg.pool is not None
+        try:
+            return await reg.pool.acquire()
+        except (LoadFailed, SpawnError) as exc:
+            self._mark_fatal(reg, f"the function process cannot be restarted: {exc}")
+            raise FunctionNotReady(reg.fatal_error) from exc
 
     async def _invoke_slowly(
         self,
@@ -437,15 +548,18 @@ class Registry:
         """An invocation that must start or run a process first (blocking work in a worker thread)."""
         loop = asyncio.get_running_loop()
         try:
-            if reg.adapter.warm:
-                process = await loop.run_in_executor(None, self._warm, reg)
-                outcome = await process.exchange_async(invocation_id, payload, timeout_s)
+            if reg.pool is not None:
+                process = await self._acquire(reg)
+                answered: asyncio.Future[Outcome] = loop.create_future()
+                process.exchange(invocation_id, payload, timeout_s, functools.partial(_resolve, answered))
+                outcome = await answered
                 if outcome.status is Status.SUCCEEDED:
                     reg.adapter.read_outputs(outcome)
                 if process.alive:
                     reg.deaths = 0
-                else:
-                    await self._replace_dead(reg)
+                    reg.pool.give_back(process)
+                elif self._died(reg, process):
+                    await self._rewarm(reg)
             else:
                 outcome = await loop.run_in_executor(None, self._invoke_exec, reg, payload, timeout_s)
         except BaseException as exc:
@@ -460,20 +574,6 @@ class Registry:
             raise FenceMismatch(f"registration is attempt {reg.run.attempt}, not {fence.attempt}")
         if fence.host_uid and fence.host_uid != self.host_uid:
             raise FenceMismatch("this host is not the expected host incarnation")
-
-    def _warm(self, reg: Registration) -> WarmProcess:
-        if reg.process is not None and reg.process.alive:
-            return reg.process
-        if reg.process is not None:
-            reg.process.close()
-            reg.process = None
-        spec = self._spec(reg, once=False)
-        try:
-            reg.process = WarmProcess.start(self.spawner, spec)
-        except (LoadFailed, SpawnError) as exc:
-            self._mark_fatal(reg, f"the function process cannot be restarted: {exc}")
-            raise FunctionNotReady(reg.fatal_error) from exc
-        return reg.process
 
     def _mark_fatal(self, reg: Registration, message: str) -> None:
         reg.fatal_error = message

@@ -112,6 +112,9 @@ class HostOptions:
     health_listen: str | None = None
     # how many invocations a krm registration takes at once (each its own one-shot process)
     krm_concurrency: int = DEFAULT_KRM_CONCURRENCY
+    # invocations running at once across the host's registrations (past it: HostBusy); None:
+    # sized to the host's CPUs and memory (kruntimes.runtime.admission.default_max_invocations)
+    max_invocations: int | None = None
     # the calls of a function that starts a process per call (bash, krm) run in lanes of its
     # sandbox (runtime/lanes.py) where it has a PID namespace; False: each call started by the
     # zygote (for comparisons)
@@ -186,6 +189,7 @@ class RuntimeHost:
             on_change=self._registrations_changed,
             krm_concurrency=options.krm_concurrency,
             lanes=options.lanes,
+            max_invocations=options.max_invocations,
         )
         self.states = RegistrationStates(self.registry)  # what the watch and the heartbeats report
         self.tasks = Tasks(launcher=launcher)
@@ -208,6 +212,7 @@ class RuntimeHost:
             gateways=self._gateway_links,
             set_gateways=self._set_gateways,
             health=Health(),
+            invocations=self._invocations,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -356,6 +361,10 @@ class RuntimeHost:
         if self.heartbeats is not None:
             self.heartbeats.changed()
         self.watch.changed()
+
+    def _invocations(self) -> tuple[int, int]:
+        bound = self.registry.bound
+        return bound.running, bound.limit
 
     def _gateway_links(self) -> list[pb.GatewayLink]:
         links = self.heartbeats.links() if self.heartbeats is not None else []

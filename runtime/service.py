@@ -41,6 +41,7 @@ from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime import errors
+from kruntimes.runtime.admission import Concurrency
 from kruntimes.runtime.capture import Capture
 from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.outcome import Outcome, Status
@@ -190,6 +191,12 @@ def _timeout_s(timeout_ms: int, *, default: float, maximum: float) -> float:
     return min(timeout_ms / 1000.0, maximum)
 
 
+def _concurrency(msg: pb.FunctionConfig) -> Concurrency:
+    return Concurrency(
+        concurrency=msg.concurrency, queue=msg.queue, queue_timeout_s=msg.queue_timeout_ms / 1000.0
+    )
+
+
 def begin_invoke(
     registry: Registry, request: pb.InvokeFunctionRequest
 ) -> tuple[str, asyncio.Future[Outcome]]:
@@ -294,7 +301,9 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
         def register() -> pb.RegisterFunctionResponse:
             run = _run_ref(request.run)
             assignment = self._assigned(run, request.assignment)
-            reg, created = self.registry.register(run, _config(request.config), assignment=assignment)
+            reg, created = self.registry.register(
+                run, _config(request.config), assignment=assignment, concurrency=_concurrency(request.config)
+            )
             return pb.RegisterFunctionResponse(
                 registration_id=reg.id,
                 created=created,
@@ -315,6 +324,9 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             ready=reg.state == State.READY,
             fatal_error=reg.fatal_error,
             in_flight=reg.in_flight,
+            waiting=reg.waiting,
+            concurrency=reg.gate.concurrency,
+            queue=reg.gate.queue,
             last_activity=_timestamp(reg.last_activity),
             run=pb.RunRef(**_run_fields(reg.run)),
             host_uid=self.registry.host_uid,
@@ -412,7 +424,7 @@ class RegistrationStates:
         built = self._built
         fresh: dict[str, tuple[tuple[object, ...], pb.RegistrationState]] = {}
         for reg in self.registry.snapshot():
-            key = (reg.state, reg.in_flight, reg.last_activity, reg.assignment, reg.run)
+            key = (reg.state, reg.in_flight, reg.waiting, reg.last_activity, reg.assignment, reg.run)
             held = built.get(reg.id)
             fresh[reg.id] = held if held is not None and held[0] == key else (key, registration_state(reg))
         self._built = fresh
@@ -425,6 +437,9 @@ def registration_state(reg: Registration) -> pb.RegistrationState:
         registration_id=reg.id,
         phase=_PHASES[reg.state],
         in_flight=reg.in_flight,
+        waiting=reg.waiting,
+        concurrency=reg.gate.concurrency,
+        queue=reg.gate.queue,
         last_activity=_timestamp(reg.last_activity),
     )
     if reg.assignment:

@@ -156,6 +156,8 @@ class WarmProcess:
         self._call: _Exchange | None = None
         self._ending: asyncio.Task[None] | None = None
         self._closed = False
+        self.is_async = False  # its handler is a coroutine function (its ready frame says)
+        self.idle_since = 0.0  # when it was last given back idle (runtime/warm_pool.py)
 
     @classmethod
     def start(cls, spawner: Spawner, spec: SpawnSpec) -> WarmProcess:
@@ -188,6 +190,7 @@ class WarmProcess:
                 frame = pump.next_frame()
                 if frame is not None:
                     if frame[0] == framing.READY:
+                        self.is_async = frame[1] == framing.READY_ASYNC
                         self._buffer += pump.frame  # whatever followed the ready frame
                         self._pipes &= pump.open_readers
                         for fd in (self.out, self.err):
@@ -212,6 +215,11 @@ class WarmProcess:
     @property
     def alive(self) -> bool:
         return not self.exit.done
+
+    def hand_over(self) -> tuple[bytes, frozenset[int]]:
+        """For a SharedProcess taking over its socket and pipes (before any exchange): what was
+        read past the ready frame, and the output pipes still open."""
+        return bytes(self._buffer), frozenset(self._pipes)
 
     # -- one invocation, on the event loop ---------------------------------------------------
 
@@ -380,12 +388,12 @@ class WarmProcess:
         try:
             if ended_by == "timeout":
                 self.kill()
-                await self._exited(EXIT_GRACE_S)
+                await self.exited(EXIT_GRACE_S)
                 self._drain(call)
                 message = f"the invocation did not finish within {call.timeout_s:g}s"
                 set_error(outcome, Status.TIMED_OUT, "Timeout", message)
             else:
-                outcome.exit_code = await self._exited(EXIT_GRACE_S) or 0
+                outcome.exit_code = await self.exited(EXIT_GRACE_S) or 0
                 self._drain(call)
                 set_error(
                     outcome,
@@ -396,7 +404,7 @@ class WarmProcess:
         finally:
             self._finish(call)
 
-    async def _exited(self, timeout_s: float) -> int | None:
+    async def exited(self, timeout_s: float) -> int | None:
         """The exit code once the zygote has reported the exit, or None after `timeout_s`."""
         if not self.exit.done:
             loop = asyncio.get_running_loop()

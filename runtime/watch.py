@@ -2,7 +2,8 @@
 
 A watcher gets a HostReport at once, then one every interval, and one at once whenever the
 host's registrations change (registered, unregistered, not ready). A report carries the host's
-identity and health, every registration with its in-flight count, the running tasks, how function
+identity and health, every registration with its running and waiting invocations, the
+invocations running on the host and its bound on them, the running tasks, how function
 processes are isolated, and the gateways it sends heartbeats to. The control plane takes a
 report that stops coming as the host being frozen or gone.
 
@@ -73,7 +74,9 @@ class HostWatch:
         set_gateways: Callable[[list[str]], None],
         health: Health,
         journal: int = LOSS_JOURNAL,
+        invocations: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
+        """`invocations`: the invocations running on the host and its bound on them."""
         self.host_id = host_id
         self.host_uid = host_uid
         self.runtime = runtime
@@ -84,6 +87,7 @@ class HostWatch:
         self.gateways = gateways
         self.set_gateways = set_gateways
         self.health = health
+        self.invocations = invocations
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeups: set[asyncio.Event] = set()
         self._serving: dict[str, pb.RegistrationState] = {}  # ready when the host last looked
@@ -142,6 +146,8 @@ class HostWatch:
             delta=delta,
             removed=removed,
         )
+        if self.invocations is not None:
+            report.running_invocations, report.max_invocations = self.invocations()
         if losses is not None:
             report.reports_losses = True
             lost, report.lost_truncated = self._losses_after(losses.after)

@@ -18,6 +18,7 @@ from kruntimes.config.egress import MAX_ALLOW, parse_allow_list
 from kruntimes.config.runtimes import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.pki.assignments import AssignmentError, Verifier
+from kruntimes.runtime.admission import INVOCATIONS_PER_CPU, MAX_MAX_INVOCATIONS, MEMORY_PER_INVOCATION
 from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, MAX_KRM_CONCURRENCY
@@ -149,6 +150,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="invocations a Run of a krm runtime takes at once, each its own process "
         f"(1..{MAX_KRM_CONCURRENCY}; default {DEFAULT_KRM_CONCURRENCY})",
     )
+    parser.add_argument(
+        "--max-invocations",
+        type=_max_invocations,
+        default=None,
+        help="invocations running at once across the host's Runs; past it an invocation is refused "
+        f"(429 HostBusy). Default: {INVOCATIONS_PER_CPU} per CPU, at most one per "
+        f"{MEMORY_PER_INVOCATION // 2**20} MiB of the host's memory",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -160,6 +169,16 @@ def _krm_concurrency(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r:.80}") from e
     if not 1 <= value <= MAX_KRM_CONCURRENCY:
         raise argparse.ArgumentTypeError(f"must be in [1, {MAX_KRM_CONCURRENCY}], got {value}")
+    return value
+
+
+def _max_invocations(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r:.80}") from e
+    if not 1 <= value <= MAX_MAX_INVOCATIONS:
+        raise argparse.ArgumentTypeError(f"must be in [1, {MAX_MAX_INVOCATIONS}], got {value}")
     return value
 
 
@@ -257,6 +276,7 @@ def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOp
         host_uid=args.host_uid,
         health_listen=args.health_listen,
         krm_concurrency=args.krm_concurrency,
+        max_invocations=args.max_invocations,
     )
 
 

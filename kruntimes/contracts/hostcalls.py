@@ -73,7 +73,8 @@ class FunctionState(ApiModel):
     registered: bool
     ready: bool = False
     fatalError: str = ""
-    inFlight: int = 0
+    inFlight: int = 0  # invocations running
+    waiting: int = 0  # invocations queued for their turn
     lastActivity: datetime | None = None
     hostUid: HostUid = HostUid("")
 

@@ -97,7 +97,8 @@ def idle_verdict(*, idle_seconds: float, now: datetime, state: FunctionState) ->
     """What the idle timer, fired at `now`, concludes from the host's view of the function.
 
     The idle clock is the host's: `state.lastActivity` is when the last invocation ended. A
-    function with an invocation in flight, or whose host reports no last activity, is not idle:
+    function with an invocation running or waiting its turn, or whose host reports no last
+    activity, is not idle:
     the timer is re-armed a whole idle timeout from now. Otherwise the function expires once
     lastActivity + idle has passed, and never earlier.
     """
@@ -105,7 +106,7 @@ def idle_verdict(*, idle_seconds: float, now: datetime, state: FunctionState) ->
         raise ValueError(f"the idle timeout is positive, not {idle_seconds}")
     if not state.registered:
         return RegistrationGone()
-    if state.inFlight > 0 or state.lastActivity is None:
+    if state.inFlight > 0 or state.waiting > 0 or state.lastActivity is None:
         return IdleRearm(now + timedelta(seconds=idle_seconds))
     due = state.lastActivity + timedelta(seconds=idle_seconds)
     if due <= now:

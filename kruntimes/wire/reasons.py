@@ -118,7 +118,21 @@ class HostReason(StrEnum):
     )
     NOT_READY = ("NotReady", "UNAVAILABLE", "the registration cannot serve (a fatal error)")
     UNKNOWN_REGISTRATION = ("UnknownRegistration", "NOT_FOUND", "no such registration id")
-    CONCURRENCY_LIMIT = ("ConcurrencyLimit", "RESOURCE_EXHAUSTED", "the one in-flight invocation is busy")
+    CONCURRENCY_LIMIT = (
+        "ConcurrencyLimit",
+        "RESOURCE_EXHAUSTED",
+        "the function runs as many invocations as its concurrency and its queue is full",
+    )
+    QUEUE_TIMEOUT = (
+        "QueueTimeout",
+        "RESOURCE_EXHAUSTED",
+        "the invocation waited in the function's queue for its queue timeout (or its own) and never ran",
+    )
+    HOST_BUSY = (
+        "HostBusy",
+        "RESOURCE_EXHAUSTED",
+        "the host runs as many invocations as its bound allows (krt host --max-invocations)",
+    )
     HOST_UNAVAILABLE = ("HostUnavailable", "UNAVAILABLE", "the host is shutting down or cannot spawn")
     INTERNAL = ("Internal", "INTERNAL", "the host failed unexpectedly (logged there)")
 
@@ -171,7 +185,25 @@ class GatewayReason(StrEnum):
         408,
         "the body arrived slower than the gateway's minimum rate; the connection is closed",
     )
-    FUNCTION_BUSY = ("FunctionBusy", 429, "the function's one in-flight invocation is busy", 1)
+    FUNCTION_BUSY = (
+        "FunctionBusy",
+        429,
+        "the function runs as many invocations as its concurrency and its queue is full; it did not run",
+        1,
+    )
+    QUEUE_TIMEOUT = (
+        "QueueTimeout",
+        429,
+        "the invocation waited its turn for the function's queue timeout (or its own timeout) and "
+        "never ran: safe to retry",
+        1,
+    )
+    HOST_BUSY = (
+        "HostBusy",
+        429,
+        "the function's host runs as many invocations as it may (its --max-invocations); it did not run",
+        1,
+    )
     INTERNAL_ERROR = ("InternalError", 500, "a bug in the gateway (logged); the function may have run")
     OWNER_UNREACHABLE = ("OwnerUnreachable", 502, "the owner failed after dispatch; never retried")
     FUNCTION_PROCESS_EXITED = (

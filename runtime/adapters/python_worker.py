@@ -5,11 +5,19 @@ decoded JSON payload, optionally a second `context` argument, may be sync or asy
 JSON-serializable value: a dict with string keys is the outputs, anything else becomes
 {"result": value}. Handler exceptions, SystemExit included, are results of one invocation; the
 process stays warm for the next.
+
+A process answers one invocation at a time, unless its handler is a coroutine function and the
+server sends it tagged requests (its registration takes several invocations at once; it learns
+from the ready frame that the handler is async): then each request is a task on the process's
+event loop, answered with its tag whenever it ends, and what the handler prints through
+sys.stdout and sys.stderr is routed (a context variable per task) to the answer of the
+invocation that printed it. What is written to the descriptors directly is no invocation's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import importlib
 import inspect
@@ -24,7 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kruntimes.api import outputs as api_outputs
-from kruntimes.api.limits import MAX_OUTPUT_KEY_BYTES, MAX_OUTPUT_KEYS, MAX_OUTPUT_VALUE_BYTES
+from kruntimes.api.limits import MAX_LOG_BYTES, MAX_OUTPUT_KEY_BYTES, MAX_OUTPUT_KEYS, MAX_OUTPUT_VALUE_BYTES
 from kruntimes.runtime import framing
 
 MAX_ERROR_MESSAGE = 4096
@@ -126,19 +134,25 @@ class Worker:
     def __init__(self, func: Callable[..., Any], context: dict[str, Any]) -> None:
         self.func = func
         self.with_context = _takes_context(func)
-        self.loop = asyncio.new_event_loop() if inspect.iscoroutinefunction(func) else None
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.loop = asyncio.new_event_loop() if self.is_async else None
         self.context = context
 
-    def call(self, invocation_id: str, payload: bytes) -> tuple[int, bytes]:
+    def _start(self, invocation_id: str, payload: bytes) -> tuple[bool, Any]:
+        """(True, what the handler returned) or (False, the error frame body) for bad JSON."""
         try:
             arg = json.loads(payload) if payload else None
         except ValueError as exc:
-            return framing.ERROR, _error("InvalidPayload", f"payload is not JSON: {exc}")
+            return False, _error("InvalidPayload", f"payload is not JSON: {exc}")
+        if self.with_context:
+            return True, self.func(arg, SimpleNamespace(invocation_id=invocation_id, **self.context))
+        return True, self.func(arg)
+
+    def call(self, invocation_id: str, payload: bytes) -> tuple[int, bytes]:
         try:
-            if self.with_context:
-                result = self.func(arg, SimpleNamespace(invocation_id=invocation_id, **self.context))
-            else:
-                result = self.func(arg)
+            ok, result = self._start(invocation_id, payload)
+            if not ok:
+                return framing.ERROR, result
             if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
                 if self.loop is None:
                     self.loop = asyncio.new_event_loop()
@@ -147,6 +161,20 @@ class Worker:
             return framing.ERROR, _error("HandlerError", _describe(exc))
         finally:
             _flush()
+        return encode_result(result)
+
+    async def call_async(self, invocation_id: str, payload: bytes) -> tuple[int, bytes]:
+        """One invocation as a task of the process's loop (tagged requests)."""
+        try:
+            ok, result = self._start(invocation_id, payload)
+            if not ok:
+                return framing.ERROR, result
+            if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            return framing.ERROR, _error("HandlerError", _describe(exc))
         return encode_result(result)
 
 
@@ -194,6 +222,120 @@ class _Reader:
             self.buffer += chunk
 
 
+class _Printed:
+    """What one invocation printed to one stream: the first MAX_LOG_BYTES, and how much in all."""
+
+    __slots__ = ("data", "total")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = MAX_LOG_BYTES - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
+    def part(self) -> tuple[int, bytes]:
+        return self.total, bytes(self.data)
+
+
+# the current task's invocation's (stdout, stderr) while tagged requests are served
+_PRINTED: contextvars.ContextVar[tuple[_Printed, _Printed] | None] = contextvars.ContextVar(
+    "krt_printed", default=None
+)
+
+
+class _Routed:
+    """sys.stdout or sys.stderr while tagged requests are served: text printed by a task goes to
+    its invocation's answer; anything else (no invocation's) to the stream it replaced."""
+
+    def __init__(self, stream: Any, index: int) -> None:
+        self._stream = stream
+        self._index = index
+
+    def write(self, text: str) -> int:
+        printed = _PRINTED.get()
+        if printed is None:
+            return int(self._stream.write(text))
+        printed[self._index].feed(text.encode("utf-8", "replace"))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if _PRINTED.get() is None:
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Tagged:
+    """Tagged requests served as tasks on the handler's loop, until the server closes the socket."""
+
+    def __init__(self, sock: socket.socket, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock = sock
+        self.worker = worker
+        self.loop = loop
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.sending = asyncio.Lock()  # one answer at a time on the socket
+
+    async def serve(self, first: bytes, buffered: bytearray) -> int:
+        self.start(first)
+        buffer = buffered
+        while True:
+            while True:
+                got = framing.pop_frame(buffer, limit=1 << 31)
+                if got is None:
+                    break
+                kind, body = got
+                if kind == framing.INVOKE_TAGGED:
+                    self.start(body)
+                elif kind == framing.CANCEL:
+                    task = self.tasks.get(framing.TAG.unpack_from(body)[0])
+                    if task is not None:
+                        task.cancel()
+                else:
+                    return 0
+            chunk = await self.loop.sock_recv(self.sock, RECV_SIZE)
+            if not chunk:
+                return 0
+            buffer += chunk
+
+    def start(self, body: bytes) -> None:
+        (tag,) = framing.TAG.unpack_from(body)
+        invocation_id, payload = framing.decode_invoke(body[framing.TAG.size :])
+        self.tasks[tag] = self.loop.create_task(self.run(tag, invocation_id, payload))
+
+    async def run(self, tag: int, invocation_id: str, payload: bytes) -> None:
+        printed = (_Printed(), _Printed())
+        _PRINTED.set(printed)  # this task's context only
+        try:
+            kind, body = await self.worker.call_async(invocation_id, payload)
+        except asyncio.CancelledError:  # its timeout passed: the server answered it already
+            kind, body = framing.ERROR, _error("Cancelled", "the invocation's timeout passed")
+        finally:
+            self.tasks.pop(tag, None)
+        frame = framing.encode_answer(tag, kind, printed[0].part(), printed[1].part(), body)
+        async with self.sending:
+            await self.loop.sock_sendall(self.sock, frame)
+
+
+def _serve_tagged(sock: socket.socket, worker: Worker, first: bytes, buffered: bytearray) -> int:
+    loop = worker.loop
+    assert loop is not None
+    asyncio.set_event_loop(loop)
+    sock.setblocking(False)
+    _flush()
+    sys.stdout = _Routed(sys.stdout, 0)
+    sys.stderr = _Routed(sys.stderr, 1)
+    return loop.run_until_complete(_Tagged(sock, worker, loop).serve(first, buffered))
+
+
 def main(*, ctl_fd: int, workdir: str, handler: str, once: bool, context: dict[str, Any]) -> int:
     sock = socket.socket(fileno=ctl_fd)
     try:
@@ -202,10 +344,13 @@ def main(*, ctl_fd: int, workdir: str, handler: str, once: bool, context: dict[s
         sock.sendall(framing.encode(framing.LOAD_ERROR, _error(exc.kind, str(exc))))
         return 3
     gc.freeze()  # what the zygote and the handler module allocated is never collected again
-    sock.sendall(framing.encode(framing.READY, b""))
-    frame, call, send, encode = _Reader(sock).frame, worker.call, sock.sendall, framing.encode
+    sock.sendall(framing.encode(framing.READY, framing.READY_ASYNC if worker.is_async else b""))
+    reader = _Reader(sock)
+    frame, call, send, encode = reader.frame, worker.call, sock.sendall, framing.encode
     while True:
         got = frame()
+        if got is not None and got[0] == framing.INVOKE_TAGGED and worker.is_async and not once:
+            return _serve_tagged(sock, worker, got[1], reader.buffer)
         if got is None or got[0] != framing.INVOKE:
             return 0
         invocation_id, payload = framing.decode_invoke(got[1])

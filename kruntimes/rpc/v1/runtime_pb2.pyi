@@ -9,8 +9,11 @@ Registration semantics (seed 000, "Runtime Server Boundary"):
   - a higher attempt                            -> a new generation; the old id stops working;
   - a lower attempt than the current one        -> FAILED_PRECONDITION, reason StaleAttempt;
   - UnregisterFunction of an absent registration succeeds.
-Invocation: one in-flight invocation per registration; an overlapping call gets
-RESOURCE_EXHAUSTED at once (no queue). Handler errors and timeouts are results, not RPC errors.
+Invocation: up to FunctionConfig.concurrency invocations of a registration run at once, up to
+FunctionConfig.queue more wait their turn in order; beyond that, a call gets RESOURCE_EXHAUSTED
+at once (reason ConcurrencyLimit), as does one whose wait ran out (QueueTimeout) and one past the
+host's bound on running invocations (HostBusy). Handler errors and timeouts are results, not RPC
+errors.
 """
 
 from collections import abc as _abc
@@ -215,6 +218,9 @@ class FunctionConfig(_message.Message):
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     INLINE_FIELD_NUMBER: _builtins.int
     ENV_FROM_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    QUEUE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     CREATOR_FIELD_NUMBER: _builtins.int
     adapter: _builtins.str
     """python | bash"""
@@ -222,6 +228,13 @@ class FunctionConfig(_message.Message):
     """python: "module:function"; bash: script path in the source dir"""
     source_path: _builtins.str
     """a directory readable by the host; copied into the workspace"""
+    concurrency: _builtins.int
+    """Invocations running at once (0: the adapter's default, 1; krm: the host's krm concurrency),
+    invocations waiting their turn beyond them (0: none), and how long one waits at most (0: the
+    default, 30 s). The invocation's own timeout counts its wait too.
+    """
+    queue: _builtins.int
+    queue_timeout_ms: _builtins.int
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -247,11 +260,14 @@ class FunctionConfig(_message.Message):
         source_path: _builtins.str = ...,
         inline: Global___InlineSource | None = ...,
         env_from: _abc.Iterable[Global___EnvFromSecret] | None = ...,
+        concurrency: _builtins.int = ...,
+        queue: _builtins.int = ...,
+        queue_timeout_ms: _builtins.int = ...,
         creator: Global___Creator | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "creator", b"creator", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "concurrency", b"concurrency", "creator", b"creator", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "queue", b"queue", "queue_timeout_ms", b"queue_timeout_ms", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["source_path", "inline"]  # noqa: Y015
     _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
@@ -468,12 +484,21 @@ class FunctionStatusResponse(_message.Message):
     LAST_ACTIVITY_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
     HOST_UID_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
     registered: _builtins.bool
     ready: _builtins.bool
     fatal_error: _builtins.str
     """why the registration can no longer serve, empty when healthy"""
     in_flight: _builtins.int
     host_uid: _builtins.str
+    waiting: _builtins.int
+    """invocations queued for their turn (in_flight: those running)"""
+    concurrency: _builtins.int
+    """invocations it runs at once"""
+    queue: _builtins.int
+    """invocations it lets wait"""
     @_builtins.property
     def last_activity(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -488,10 +513,13 @@ class FunctionStatusResponse(_message.Message):
         last_activity: _timestamp_pb2.Timestamp | None = ...,
         run: Global___RunRef | None = ...,
         host_uid: _builtins.str = ...,
+        waiting: _builtins.int = ...,
+        concurrency: _builtins.int = ...,
+        queue: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_activity", b"last_activity", "run", b"run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fatal_error", b"fatal_error", "host_uid", b"host_uid", "in_flight", b"in_flight", "last_activity", b"last_activity", "ready", b"ready", "registered", b"registered", "run", b"run"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency", b"concurrency", "fatal_error", b"fatal_error", "host_uid", b"host_uid", "in_flight", b"in_flight", "last_activity", b"last_activity", "queue", b"queue", "ready", b"ready", "registered", b"registered", "run", b"run", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -913,6 +941,9 @@ class RegistrationState(_message.Message):
     PHASE_FIELD_NUMBER: _builtins.int
     IN_FLIGHT_FIELD_NUMBER: _builtins.int
     LAST_ACTIVITY_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     run_uid: _builtins.str
     attempt: _builtins.int
@@ -922,6 +953,13 @@ class RegistrationState(_message.Message):
     registration_id: _builtins.str
     phase: Global___RegistrationPhase.ValueType
     in_flight: _builtins.int
+    """invocations running"""
+    waiting: _builtins.int
+    """invocations queued for their turn"""
+    concurrency: _builtins.int
+    """invocations it runs at once"""
+    queue: _builtins.int
+    """invocations it lets wait"""
     @_builtins.property
     def last_activity(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -940,11 +978,14 @@ class RegistrationState(_message.Message):
         phase: Global___RegistrationPhase.ValueType = ...,
         in_flight: _builtins.int = ...,
         last_activity: _timestamp_pb2.Timestamp | None = ...,
+        waiting: _builtins.int = ...,
+        concurrency: _builtins.int = ...,
+        queue: _builtins.int = ...,
         assignment: Global___SignedAssignment | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "last_activity", b"last_activity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "attempt", b"attempt", "in_flight", b"in_flight", "last_activity", b"last_activity", "name", b"name", "namespace", b"namespace", "phase", b"phase", "registration_id", b"registration_id", "run_uid", b"run_uid", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "attempt", b"attempt", "concurrency", b"concurrency", "in_flight", b"in_flight", "last_activity", b"last_activity", "name", b"name", "namespace", b"namespace", "phase", b"phase", "queue", b"queue", "registration_id", b"registration_id", "run_uid", b"run_uid", "runtime", b"runtime", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1122,6 +1163,8 @@ class HostReport(_message.Message):
     LOST_FIELD_NUMBER: _builtins.int
     LOST_POSITION_FIELD_NUMBER: _builtins.int
     LOST_TRUNCATED_FIELD_NUMBER: _builtins.int
+    RUNNING_INVOCATIONS_FIELD_NUMBER: _builtins.int
+    MAX_INVOCATIONS_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     host_uid: _builtins.str
     runtime: _builtins.str
@@ -1143,6 +1186,11 @@ class HostReport(_message.Message):
     """
     lost_position: _builtins.int
     lost_truncated: _builtins.bool
+    running_invocations: _builtins.int
+    """invocations running on the host now, across its registrations, and its bound on them
+    (krt host --max-invocations)
+    """
+    max_invocations: _builtins.int
     @_builtins.property
     def sent_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1180,10 +1228,12 @@ class HostReport(_message.Message):
         lost: _abc.Iterable[Global___RegistrationLoss] | None = ...,
         lost_position: _builtins.int = ...,
         lost_truncated: _builtins.bool = ...,
+        running_invocations: _builtins.int = ...,
+        max_invocations: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "sent_at", b"sent_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "lost", b"lost", "lost_position", b"lost_position", "lost_truncated", b"lost_truncated", "registrations", b"registrations", "removed", b"removed", "reports_losses", b"reports_losses", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "gateways", b"gateways", "health", b"health", "host_id", b"host_id", "host_uid", b"host_uid", "isolation", b"isolation", "lost", b"lost", "lost_position", b"lost_position", "lost_truncated", b"lost_truncated", "max_invocations", b"max_invocations", "registrations", b"registrations", "removed", b"removed", "reports_losses", b"reports_losses", "running_invocations", b"running_invocations", "running_tasks", b"running_tasks", "runtime", b"runtime", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

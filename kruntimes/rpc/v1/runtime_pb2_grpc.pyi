@@ -9,8 +9,11 @@ Registration semantics (seed 000, "Runtime Server Boundary"):
   - a higher attempt                            -> a new generation; the old id stops working;
   - a lower attempt than the current one        -> FAILED_PRECONDITION, reason StaleAttempt;
   - UnregisterFunction of an absent registration succeeds.
-Invocation: one in-flight invocation per registration; an overlapping call gets
-RESOURCE_EXHAUSTED at once (no queue). Handler errors and timeouts are results, not RPC errors.
+Invocation: up to FunctionConfig.concurrency invocations of a registration run at once, up to
+FunctionConfig.queue more wait their turn in order; beyond that, a call gets RESOURCE_EXHAUSTED
+at once (reason ConcurrencyLimit), as does one whose wait ran out (QueueTimeout) and one past the
+host's bound on running invocations (HostBusy). Handler errors and timeouts are results, not RPC
+errors.
 """
 
 from collections import abc as _abc
