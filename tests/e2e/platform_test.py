@@ -1,9 +1,11 @@
-"""A user's path through the CLI: real `krt up --detach` on a fresh state dir, real HTTPS, and a
-restart of the platform on the same state dir that keeps a Ready Run invokable."""
+"""A user's path through the CLI: real `krt up --detach` on a fresh state dir, real HTTPS, a
+function that reaches none of the platform's listeners, and a restart of the platform on the same
+state dir that keeps a Ready Run invokable."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +42,29 @@ def krt(tmp_path: Path) -> Iterator[Krt]:
         cli("down", check=False)
 
 
+# Tries each port of the platform on 127.0.0.1, as a tenant's function would (#48).
+PROBE = """
+import socket
+def handle(payload, context):
+    found = {}
+    for name, port in payload["ports"].items():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=10).close()
+            found[name] = "connected"
+        except OSError as exc:
+            found[name] = type(exc).__name__
+    return found
+"""
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    except OSError:
+        return False
+    return True
+
+
 def _wait_ready(krt: Krt, name: str, timeout: float = 90) -> dict[str, Any]:
     run: dict[str, Any] = eventually_blocking(
         lambda: krt.json("run", "get", name, "-o", "json"),
@@ -51,7 +76,7 @@ def _wait_ready(krt: Krt, name: str, timeout: float = 90) -> dict[str, Any]:
     return run
 
 
-def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> None:
+def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt, tmp_path: Path) -> None:
     up = krt("up", "--detach")
     assert "Temporal UI" in up.stdout
     status = json.loads(krt("status", "-o", "json").stdout)
@@ -95,6 +120,31 @@ def test_create_ready_invoke_restart_cancel_delete_through_the_cli(krt: Krt) -> 
 
     listed = krt("run", "list")
     assert "hello" in listed.stdout and "Ready" in listed.stdout
+
+    # a function (network outbound, the default) reaches none of the platform's listeners: the
+    # Temporal frontend, its UI, the gateway, its heartbeat port, the worker's metrics
+    ports = json.loads((krt.state / "platform.json").read_text())
+    live = {name: port for name, port in ports.items() if _listening(port)}
+    assert {"temporal", "gateway"} <= set(live), live
+    manifest = tmp_path / "probe.yaml"
+    manifest.write_text(
+        json.dumps(
+            {
+                "apiVersion": "kruntimes.io/v1alpha1",
+                "kind": "Run",
+                "metadata": {"name": "probe"},
+                "spec": {
+                    "runtime": "python",
+                    "source": {"inline": [{"name": "main.py", "content": PROBE}]},
+                    "handler": "main:handle",
+                },
+            }
+        )
+    )
+    krt("run", "create", "-f", str(manifest), "--wait")
+    reached = krt.json("invoke", "probe", "--data", json.dumps({"ports": live}), "-o", "json")["outputs"]
+    assert reached == dict.fromkeys(live, "ConnectionRefusedError")
+    krt("run", "delete", "probe")
 
     # a restart on the same state dir keeps the Run: its host went away, it recovers onto a new one
     krt("down")
