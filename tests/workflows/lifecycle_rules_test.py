@@ -17,7 +17,9 @@ from kruntimes.decisions.runlife import (
     RegistrationGone,
     failure_summary,
     idle_verdict,
+    recovery_exhausted,
     registration_backoff,
+    retries_exhausted,
 )
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -89,8 +91,12 @@ def test_the_backoff_never_shrinks_from_one_attempt_to_the_next(policy: RetryPol
 # --- the idle timer's verdict ---------------------------------------------------------------------
 
 
-def _state(*, registered: bool = True, in_flight: int = 0, last: datetime | None = NOW) -> FunctionState:
-    return FunctionState(registered=registered, ready=registered, inFlight=in_flight, lastActivity=last)
+def _state(
+    *, registered: bool = True, in_flight: int = 0, waiting: int = 0, last: datetime | None = NOW
+) -> FunctionState:
+    return FunctionState(
+        registered=registered, ready=registered, inFlight=in_flight, waiting=waiting, lastActivity=last
+    )
 
 
 def test_a_function_idle_for_the_whole_timeout_expires() -> None:
@@ -118,6 +124,11 @@ def test_one_microsecond_short_of_the_timeout_is_not_idle() -> None:
 
 def test_an_invocation_in_flight_is_never_idle_and_rearms_a_whole_timeout_from_now() -> None:
     state = _state(in_flight=1, last=NOW - timedelta(hours=5))
+    assert idle_verdict(idle_seconds=IDLE, now=NOW, state=state) == IdleRearm(NOW + timedelta(seconds=IDLE))
+
+
+def test_an_invocation_waiting_its_turn_is_never_idle_either() -> None:
+    state = _state(waiting=2, last=NOW - timedelta(hours=5))
     assert idle_verdict(idle_seconds=IDLE, now=NOW, state=state) == IdleRearm(NOW + timedelta(seconds=IDLE))
 
 
@@ -217,3 +228,50 @@ def test_a_failed_runs_plain_message_is_its_reason_cause_adapter_class_host_and_
         failure_summary(reason, cause=cause, kind=kind, host=host, attempt=attempt, attempts_spent=spent)
         == said
     )
+
+
+def test_a_reason_alone_is_the_whole_message() -> None:
+    assert failure_summary("RuntimeUnknown") == "RuntimeUnknown"
+
+
+def test_an_attempt_without_the_policy_spent_says_at_which_attempt() -> None:
+    assert failure_summary("IdleTimeout", attempt=3) == "IdleTimeout at attempt 3"
+
+
+def test_a_policy_spent_after_two_attempts_says_so() -> None:
+    assert (
+        failure_summary("RetriesExhausted", attempt=2, attempts_spent=True)
+        == "RetriesExhausted after 2 attempts"
+    )
+
+
+# --- the two budgets: registration retries and recoveries after host losses ---------------------
+
+
+@pytest.mark.parametrize(("failures", "spent"), [(0, False), (2, False), (3, True), (4, True)])
+def test_the_retry_limit_counts_every_failed_attempt_the_first_included(failures: int, spent: bool) -> None:
+    assert retries_exhausted(RetryPolicy(limit=3), failures=failures) is spent
+
+
+def test_failures_count_from_zero() -> None:
+    assert retries_exhausted(RetryPolicy(limit=1), failures=0) is False
+    with pytest.raises(ValueError, match="failures count from 0, not -1"):
+        retries_exhausted(RetryPolicy(), failures=-1)
+
+
+@pytest.mark.parametrize(("recoveries", "spent"), [(0, False), (2, False), (3, True)])
+def test_the_recovery_limit_allows_that_many_moves_and_not_one_more(recoveries: int, spent: bool) -> None:
+    assert recovery_exhausted(limit=2, recoveries=recoveries) is spent
+
+
+def test_a_recovery_limit_of_zero_allows_no_move() -> None:
+    assert recovery_exhausted(limit=0, recoveries=0) is False
+    assert recovery_exhausted(limit=0, recoveries=1) is True
+
+
+@pytest.mark.parametrize(("limit", "recoveries"), [(-1, 0), (0, -1)])
+def test_the_recovery_limit_and_count_are_never_negative(limit: int, recoveries: int) -> None:
+    with pytest.raises(
+        ValueError, match=rf"the limit \({limit}\) and recoveries \({recoveries}\) count from 0"
+    ):
+        recovery_exhausted(limit=limit, recoveries=recoveries)
