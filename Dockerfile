@@ -19,6 +19,10 @@ RUN /opt/kruntimes/bin/pip install --upgrade pip && /opt/kruntimes/bin/pip insta
 FROM python:3.11-slim
 # Bytecode is never written at run time (read-only root filesystem); logs are not buffered.
 ENV PATH=/opt/kruntimes/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# nft: a host pod writes network outbound's packet rules with it (docs/security.md)
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nftables \
+ && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 kruntimes \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kruntimes
 COPY --from=build /opt/kruntimes /opt/kruntimes

@@ -354,6 +354,7 @@ def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
             "DAC_OVERRIDE",
             "FOWNER",
             "KILL",
+            "NET_ADMIN",  # network outbound's packet rules, in the pod's network namespace
             "SETGID",
             "SETPCAP",
             "SETUID",
@@ -379,6 +380,28 @@ def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
             "isolation uid",
         ),
         ({"network": "none"}, "network none"),
+        # network outbound (the default) with uid isolation: packet rules, NET_ADMIN
+        (
+            {
+                "kubernetes": {
+                    "podTemplate": {
+                        "containerSecurityContext": {"capabilities": {"add": ["SETUID", "SETGID", "SETPCAP"]}}
+                    }
+                }
+            },
+            "network outbound",
+        ),
+        (
+            {
+                "network": {"egress": {"allow": ["10.1.2.3/32:5432"]}},
+                "kubernetes": {
+                    "podTemplate": {
+                        "containerSecurityContext": {"capabilities": {"add": ["SETUID", "SETGID", "SETPCAP"]}}
+                    }
+                },
+            },
+            "network outbound",
+        ),
     ],
 )
 def test_a_runtime_whose_pod_cannot_isolate_as_asked_is_refused_naming_it(
@@ -402,8 +425,10 @@ def test_what_each_runtime_isolation_needs_its_pod_has(chart: Rendered) -> None:
             assert user == 0 and {"SETUID", "SETGID", "SETPCAP"} <= added, runtime.name
         else:
             assert user != 0 and not added, runtime.name
-        if runtime.network == "none":
+        if runtime.network_mode == "none":
             assert "SYS_ADMIN" in added, runtime.name
+        if runtime.network_mode == "outbound" and (runtime.isolation or worker_isolation) == "uid":
+            assert "NET_ADMIN" in added, runtime.name
 
 
 def test_a_runtimes_own_template_wins_over_the_hosts_defaults() -> None:
