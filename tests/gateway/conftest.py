@@ -308,8 +308,12 @@ class HostProcess:
         namespace: str = "default",
         name: str = "fn",
         wait: bool = True,
+        concurrency: int = 0,
+        queue: int = 0,
+        queue_timeout_ms: int = 0,
     ) -> Function:
-        """Register a python function on this host over gRPC and wait for the gateway's route."""
+        """Register a python function on this host over gRPC and wait for the gateway's route
+        (`concurrency`, `queue`, `queue_timeout_ms`: 0 for the host's defaults)."""
         files = {"main.py": source} if isinstance(source, str) else source
         uid = uid or str(uuid.uuid4())
         REGISTERED.append(uid)
@@ -327,6 +331,9 @@ class HostProcess:
                             for n, text in files.items()
                         ]
                     ),
+                    concurrency=concurrency,
+                    queue=queue,
+                    queue_timeout_ms=queue_timeout_ms,
                 ),
             ),
             timeout=30,
@@ -380,7 +387,10 @@ class Hosts:
         (root / "records").mkdir(exist_ok=True)  # shared with the functions: see records_dir
         (root / "records").chmod(0o1777)
 
-    async def start(self, host_id: str, *, interval_s: float = HEARTBEAT_S) -> HostProcess:
+    async def start(
+        self, host_id: str, *, interval_s: float = HEARTBEAT_S, args: tuple[str, ...] = ()
+    ) -> HostProcess:
+        """`args`: more flags of `krt host`."""
         ready = self.root / f"{host_id}.ready.json"
         log = open(self.root / "logs" / f"{host_id}.log", "wb")  # noqa: SIM115 (closed in stop)
         proc = subprocess.Popen(
@@ -405,6 +415,7 @@ class Hosts:
                 "--log-level",
                 "debug",
                 *self.pki.host_args(host_id),
+                *args,
             ],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
