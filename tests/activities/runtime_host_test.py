@@ -22,6 +22,7 @@ from kruntimes.activities.runtime_host import RuntimeHostActivities
 from kruntimes.contracts.hostcalls import CancelTaskInput, FunctionState, StatusInput, UnregisterInput
 from kruntimes.pki.assignments import SignedAssignment
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.temporal.devserver import free_port
 from tests.activities.conftest import (
@@ -83,6 +84,38 @@ async def test_a_function_registers_reports_its_status_and_unregisters(
     gone = await env.run(hosts.function_status, status)
     assert (gone.registered, gone.lastActivity) == (False, None)
     assert await env.run(hosts.unregister_function, unregister) is False, "absent: nothing to do"
+
+
+async def _host_status(pki: TestPKI, host: RealHost, registration_id: str) -> pb.FunctionStatusResponse:
+    """FunctionStatus as the host answers it (what the activity keeps of it is less)."""
+    channel = pki.aio_channel(host.address, as_=pki.control_plane)
+    try:
+        stub = pb_grpc.FunctionRuntimeStub(channel)
+        answer: pb.FunctionStatusResponse = await stub.FunctionStatus(
+            pb.FunctionStatusRequest(registration_id=registration_id)
+        )
+        return answer
+    finally:
+        await channel.close()
+
+
+async def test_a_runs_concurrency_and_queue_reach_its_host_with_its_registration(
+    hosts: RuntimeHostActivities, real_host: RealHost, pki: TestPKI
+) -> None:
+    env = ActivityEnvironment()
+    run = function_run(mode={"function": {"concurrency": 3, "queue": 5, "queueTimeoutSeconds": 2.5}})
+    request = register_input(real_host.address, run, host_id=real_host.host_id, host_uid=real_host.host_uid)
+    registered = await env.run(hosts.register_function, request)
+    status = StatusInput(address=real_host.address, registrationId=registered.registrationId)
+    state = await env.run(hosts.function_status, status)
+    assert (state.inFlight, state.waiting) == (0, 0)
+    answer = await _host_status(pki, real_host, registered.registrationId)
+    assert (answer.concurrency, answer.queue) == (3, 5)
+    unset = register_input(
+        real_host.address, function_run(), host_id=real_host.host_id, host_uid=real_host.host_uid
+    )
+    plain = await _host_status(pki, real_host, (await env.run(hosts.register_function, unset)).registrationId)
+    assert (plain.concurrency, plain.queue) == (1, 0), "a Run that names none takes one at a time"
 
 
 async def test_a_task_runs_to_its_outputs(hosts: RuntimeHostActivities, real_host: RealHost) -> None:
