@@ -46,6 +46,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -62,6 +63,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.contracts.names import pool_workflow_id, run_workflow_id
 from kruntimes.sdk.client import Client
+from kruntimes.temporal.front import unix_address
 from kruntimes.wire import search
 from kruntimes.workers.embedded.layout import Layout, recorded_components
 
@@ -156,10 +158,25 @@ def _metrics(state: Path, port_name: str) -> str | None:
     return text
 
 
+def _dev_server_metrics(state: Path) -> str | None:
+    """What the dev server's Prometheus endpoint says now, through its Unix socket (the dev
+    server itself is in a network namespace of its own); None when it does not answer."""
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(unix_address(Layout(state).sockets / "metrics.sock"))
+            sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    except OSError:
+        return None
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return body.decode() if head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0] else None
+
+
 def _persistence(state: Path) -> dict[str, tuple[float, float]]:
     """The dev server's persistence calls so far, by operation: (calls, seconds), from its
     Prometheus endpoint; empty when it does not answer (the rows are then left out)."""
-    text = _metrics(state, "temporalMetrics")
+    text = _dev_server_metrics(state)
     if text is None:
         return {}
     calls: dict[str, float] = defaultdict(float)

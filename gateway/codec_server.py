@@ -8,7 +8,8 @@ CLI's `--codec-endpoint`, the Temporal UI's data encoder) read the encrypted pay
     OPTIONS        the CORS preflight of the configured UI origin (no credentials needed)
 
 Rules:
-- every POST carries `Authorization: Bearer <token>`; the token is looked up in the token file
+- every POST carries `Authorization: Bearer <token>` (or, on the embedded platform's front,
+  the owner's UI session: gateway/ui_front.py); the token is looked up in the token file
   (kruntimes.gateway.auth.TokenFile, the embedded gateway's format, reloaded on change) and its user must be
   in one of the allowed groups (default `admins`): 401 Unauthenticated without a known token, 403
   Forbidden outside the groups. Tokens are never logged; the log names the user.
@@ -71,6 +72,8 @@ class CodecOptions:
     cors_origins: frozenset[str] = field(default_factory=frozenset)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_payloads: int = MAX_PAYLOADS
+    # who a request is without a token, if anyone (the embedded UI's session cookie)
+    session: Callable[[web.Request], Principal | None] | None = None
 
 
 def _cors(request: web.Request, origins: frozenset[str], response: web.StreamResponse) -> None:
@@ -99,6 +102,8 @@ def build_app(options: CodecOptions, limits: HttpLimits) -> web.Application:
         return response
 
     def authorize(request: web.Request) -> Principal:
+        if options.session is not None and (owner := options.session(request)) is not None:
+            return owner
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         principal = options.tokens.principal(token)
         if principal is None:

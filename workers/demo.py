@@ -77,8 +77,7 @@ async def _exercise(config: clientconfig.ClientConfig) -> None:
                 temporal_binary(),
                 "workflow",
                 "list",
-                "--address",
-                config.temporalAddress,
+                *config.temporal_settings().cli_flags(),
                 "--query",
                 "KrtPhase='Ready'",
             ],
@@ -88,7 +87,7 @@ async def _exercise(config: clientconfig.ClientConfig) -> None:
             check=False,
         )
         print("    " + (listed.stdout.strip() or listed.stderr.strip()).replace("\n", "\n    "))
-        print(f"    watch them in the Temporal UI: {config.uiUrl}")
+        print(f"    watch them in the Temporal UI: {config.uiUrl} (`krt ui` gives you a login link)")
         for name, _, _, _ in FUNCTIONS:
             final = await krt.delete(name)
             step(f"deleted Run {name} ({final.phase.value if final else 'gone'})")

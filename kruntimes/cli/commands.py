@@ -642,6 +642,10 @@ async def dispatch(args: argparse.Namespace, io: Io | None = None) -> int:
         return config_view(args, io)
     if args.command == "secret":
         return secret_command(args, io)
+    if args.command == "ui":
+        from kruntimes.cli.ui import open_ui
+
+        return open_ui(load_config(), io, browse=args.open)
     command = COMMANDS[(args.command, getattr(args, "verb", None))]
     async with Client.from_config(load_config(), creator_kind="cli") as client:
         return await command(args, client, io)

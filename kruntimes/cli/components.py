@@ -26,7 +26,7 @@ from kruntimes.cli.output import Progress
 RECORD_FILE = "up.json"
 SUPERVISOR = "platform"
 # Every component a running platform has, in the order they start (and `krt status` lists them).
-COMPONENTS = ("temporal", "gateway", "worker")
+COMPONENTS = ("temporal", "front", "gateway", "worker")
 RUNNING, RESTARTING, DOWN = "running", "restarting", "down"
 # Without these a Run waits in vain; `--wait` names them once it waited this long.
 NEEDED_BY_RUNS = ("worker", "gateway")

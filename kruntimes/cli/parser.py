@@ -304,6 +304,11 @@ def build() -> Parser:
     _output(view, default="yaml", choices=("json", "yaml"))
     view.add_argument("--raw", action="store_true", help="print the token and the API key too")
 
+    ui = commands.add_parser(
+        "ui", help="a one-time login link to the embedded platform's Temporal UI (decoded payloads)"
+    )
+    ui.add_argument("--open", action="store_true", help="open the link in a browser too")
+
     for name, text in PASSTHROUGH.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser

@@ -45,7 +45,7 @@ ENV = {
 }
 
 
-SECRET_FIELDS = ("token", "temporalApiKey")
+SECRET_FIELDS = ("token", "temporalApiKey", "uiLoginKey")
 REDACTED = "REDACTED"
 
 
@@ -58,6 +58,8 @@ class ClientConfig(ApiModel):
     caFile: str | None = None
     token: str | None = Field(default=None, repr=False)
     uiUrl: str | None = None
+    # what `krt ui` mints the UI's one-time login tickets with (the embedded platform's front)
+    uiLoginKey: str | None = Field(default=None, repr=False)
     temporalTlsCert: str | None = None
     temporalTlsKey: str | None = None
     temporalTlsCa: str | None = None

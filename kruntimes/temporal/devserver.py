@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,6 +168,9 @@ class DevServer:
     persistent: bool = True  # a SQLite file in the state dir; False keeps everything in memory
     extra_dynamic_config: tuple[str, ...] = ()
     log_file: Path | None = None
+    ui_codec_endpoint: str | None = None  # the codec endpoint the UI decodes payloads with
+    # run in the server's process before it executes (the embedded platform: die with its parent)
+    preexec: Callable[[], None] | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     # The ports this server was not given, picked and held (held_port) until it serves.
     _held: dict[str, socket.socket] = field(default_factory=dict, init=False, repr=False)
@@ -193,6 +197,8 @@ class DevServer:
             cmd += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
         if self.headless:
             cmd.append("--headless")
+        elif self.ui_codec_endpoint:
+            cmd += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         for key, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{key}={kind}"]
         for setting in THROUGHPUT_SETTINGS + self.extra_dynamic_config:
@@ -229,7 +235,12 @@ class DevServer:
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the child
         try:
             self.process = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=self.preexec,
             )
         finally:
             log.close()

@@ -85,6 +85,22 @@ class TemporalSettings:
             server_root_ca_cert=ca, client_cert=cert, client_private_key=key, domain=self.tlsServerName
         )
 
+    def cli_flags(self) -> list[str]:
+        """The `temporal` CLI's flags for the address, namespace and TLS files (an API key is
+        never put on a command line, where every local user sees it: TEMPORAL_API_KEY)."""
+        flags = ["--address", self.address, "--namespace", self.namespace]
+        for flag, value in (
+            ("--tls-ca-path", self.tlsCa),
+            ("--tls-cert-path", self.tlsCert),
+            ("--tls-key-path", self.tlsKey),
+            ("--tls-server-name", self.tlsServerName),
+        ):
+            if value is not None:
+                flags += [flag, value]
+        if self.tls and self.tlsCa is None:
+            flags.append("--tls")
+        return flags
+
     def api_key(self) -> str | None:
         if self.apiKeyFile is None:
             return self.apiKey

@@ -488,7 +488,7 @@ async def test_a_run_terminated_out_of_band_frees_its_slot_and_stops_answering(c
     terminated = await asyncio.to_thread(
         subprocess.run,
         [temporal_binary(), "workflow", "terminate", "--workflow-id", "run/default/f3", "--reason", "chaos",
-         "--address", chaos.config.temporalAddress],
+         *chaos.config.temporal_settings().cli_flags()],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert terminated.returncode == 0, terminated.stderr

@@ -105,6 +105,7 @@ def test_config_view_prints_the_effective_values_with_the_secrets_redacted_unles
             token="tok-123",
             caFile="/ca.crt",
             temporalApiKey="key-456",
+            uiLoginKey="login-789",
             identity="alice",
         ),
     )
@@ -112,8 +113,8 @@ def test_config_view_prints_the_effective_values_with_the_secrets_redacted_unles
     for output in ("json", "yaml"):
         assert cli.run(["config", "view", "-o", output]) == 0
         shown = capsys.readouterr().out
-        assert "tok-123" not in shown and "key-456" not in shown
-        assert shown.count("REDACTED") == 2
+        assert "tok-123" not in shown and "key-456" not in shown and "login-789" not in shown
+        assert shown.count("REDACTED") == 3
     assert cli.run(["config", "view", "-o", "json", "--raw"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "temporalAddress": "temporal:7233",
@@ -123,6 +124,7 @@ def test_config_view_prints_the_effective_values_with_the_secrets_redacted_unles
         "caFile": "/ca.crt",
         "token": "tok-123",
         "uiUrl": None,
+        "uiLoginKey": "login-789",
         "temporalTlsCert": None,
         "temporalTlsKey": None,
         "temporalTlsCa": None,

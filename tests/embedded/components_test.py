@@ -41,7 +41,7 @@ def test_a_dead_component_is_restarting_while_its_supervisor_runs_and_down_once_
             restarting={"worker": Restarting(2, "exited with code 1: ValueError: bad")},
         )
         states = _states(record)
-        assert [s.name for s in states.values()] == ["platform", "temporal", "gateway", "worker"]
+        assert [s.name for s in states.values()] == ["platform", "temporal", "front", "gateway", "worker"]
         assert states["platform"].state == "running" and states["gateway"].state == "running"
         assert states["temporal"].state == "down", "never recorded: down"
         assert states["worker"].describe() == (

@@ -7,21 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.embedded.platform_support import Embedded
-from tests.support.procs import kill
+from tests.support.embedded import Embedded, embedded_platform
 
 
 @pytest.fixture
 def embedded(tmp_path: Path) -> Iterator[Embedded]:
     """A platform started with `krt up --detach`; afterwards `krt down`, then every process it
     was seen made of that still runs is killed by pid."""
-    platform = Embedded(tmp_path / "state")
-    platform.ok("up", "--detach")
-    seen = platform.processes()
-    try:
+    with embedded_platform(tmp_path / "state") as platform:
         yield platform
-    finally:
-        seen |= platform.processes()
-        platform.krt("down")
-        for proc in seen:
-            kill(proc)

@@ -39,14 +39,15 @@ def test_a_killed_supervisor_leaves_one_platform_that_down_ends_and_up_restores_
     eventually_blocking(lambda: not same_alive(supervisor), within=30, what="the supervisor to end")
     platform = embedded.processes()
     hosts = embedded.hosts_running()
-    assert hosts and {"temporal", "gateway", "worker"} <= set(embedded.record().live_components())
+    assert hosts and {"temporal", "front", "gateway", "worker"} <= set(embedded.record().live_components())
 
     code, rows = embedded.status()
     assert code == 1 and rows["platform"]["state"] == "down"
-    assert all(rows[name]["state"] == "running" for name in ("temporal", "gateway", "worker")), rows
+    assert all(rows[name]["state"] == "running" for name in ("temporal", "front", "gateway", "worker")), rows
     told = embedded.krt("status")
     assert (
-        "the supervisor is gone but temporal, gateway, worker" in told.stderr and "`krt down`" in told.stderr
+        "the supervisor is gone but temporal, front, gateway, worker" in told.stderr
+        and "`krt down`" in told.stderr
     )
 
     refused = embedded.krt("up", "--detach")
@@ -61,7 +62,7 @@ def test_a_killed_supervisor_leaves_one_platform_that_down_ends_and_up_restores_
     assert json.loads((embedded.state / "platform.json").read_text()) == ports
 
     down = embedded.ok("down")
-    assert down.stdout.startswith(f"kruntimes is not running from {embedded.state} (stopped 3 component(s)")
+    assert down.stdout.startswith(f"kruntimes is not running from {embedded.state} (stopped 4 component(s)")
     left = [p for p in platform if same_alive(p)]
     assert left == [], f"processes of the platform still run after `krt down`: {left}"
     assert embedded.hosts_running() == set(), "no host was started after `krt down`"

@@ -1,5 +1,5 @@
 """`krt status` tells the truth, through the real CLI against a real platform: each component
-(the dev server, the gateway, the worker) killed while its supervisor cannot start it again is
+(the dev server, its front, the gateway, the worker) killed while its supervisor cannot start it again is
 listed down and the command exits 1; one that keeps failing to start is listed restarting with
 its attempt and last error; `--wait` on a Run that waits for a missing worker names it."""
 
@@ -26,10 +26,10 @@ def _all_running(embedded: Embedded) -> None:
 @pytest.mark.timeout(600)
 def test_each_component_killed_is_listed_down_and_status_exits_non_zero(embedded: Embedded) -> None:
     code, rows = embedded.status()
-    assert code == 0 and set(rows) >= {"platform", "temporal", "gateway", "worker"}
+    assert code == 0 and set(rows) >= {"platform", "temporal", "front", "gateway", "worker"}
     assert {row["state"] for row in rows.values()} == {"running"}, rows
     supervisor = embedded.proc("platform")
-    for name in ("worker", "gateway", "temporal"):
+    for name in ("worker", "gateway", "front", "temporal"):
         component = embedded.proc(name)
         with frozen(supervisor.pid):  # it cannot start the component again meanwhile
             kill(component)

@@ -8,6 +8,7 @@ component is not running; everything else 0. The state dir is KRT_STATE_DIR.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 
@@ -36,13 +37,24 @@ def isolation_line() -> str:
 def summary(layout: Layout, config: clientconfig.ClientConfig) -> str:
     return (
         f"kruntimes is up (state in {layout.root})\n"
-        f"  Temporal UI   {config.uiUrl}\n"
-        f"  Temporal      {config.temporalAddress}\n"
+        f"  Temporal UI   {config.uiUrl}  (`krt ui` gives you a login link)\n"
+        f"  Temporal      {config.temporalAddress}  (mutual TLS; the temporal CLI:"
+        f" TEMPORAL_CONFIG_FILE={layout.temporal_cli_config})\n"
         f"  Gateway       {config.gatewayUrl}  (CA {config.caFile})\n"
         f"  client config {layout.client}  (the CLI and SDK read it)\n"
+        f"  control plane {control_plane_line(layout)}\n"
         f"  isolation     {isolation_line()}\n"
         f"  try: krt run create hello --runtime python --source examples/hello --handler main:handle --wait"
     )
+
+
+def control_plane_line(layout: Layout) -> str:
+    """Who can reach Temporal, its UI and the codec endpoint, as the running platform said it."""
+    try:
+        said = json.loads(layout.ready.read_text()).get("controlPlane")
+    except (OSError, ValueError, AttributeError):
+        said = None
+    return str(said) if said else "unknown (the platform did not say)"
 
 
 def _config(layout: Layout) -> clientconfig.ClientConfig:

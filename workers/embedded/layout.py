@@ -10,12 +10,23 @@
     rolebindings.yaml   who may invoke which namespace's Runs, and whose Runs may use which
                         namespace's secrets (kruntimes.config.bindings; hosts read it too)
     runtimes.yaml       the runtimes and their pools
-    client.json         where the CLI and SDK find the platform (kruntimes.sdk.config)
+    client.json         where the CLI and SDK find the platform (kruntimes.sdk.config), with
+                        the owner's client certificate and the UI's login key (0600)
+    temporal.toml       the `temporal` CLI's profiles for this platform (TEMPORAL_CONFIG_FILE):
+                        the front's address and the owner's certificate; `decode` adds the codec
+                        endpoint and the admin token (0600)
     gateway.ready.json  the gateway's URL and heartbeat address, written once it serves
+    temporal.ready.json the hidden dev server's mode (netns, userns, exposed) and sockets
+    front.ready.json    the front's address and UI URL, written once it serves
     logs/  tls/  temporal/  hosts/
                         the components' logs, the gateway's serving CA and certificate, the dev
                         server's SQLite, the process hosts' records and certificates
                         (kruntimes.activities.hosts.process)
+    front/              (0700) the Temporal front's CA, serving certificate and the owner's client
+                        certificate (kruntimes.pki.local.ensure_front_tls), and the UI's login key
+                        ui-login.key (0600)
+    sockets/            (0700) the dev server's frontend, UI and metrics as Unix sockets (0600):
+                        the dev server listens only inside a network namespace of its own
     pki/                (0700) the platform CA of the internal hops (ca.crt, ca.key 0600, the
                         trust bundle bundle.crt and the rotation state ca-state.json 0600:
                         kruntimes.pki.rotation), the assignment signing key (assignments.key
@@ -44,19 +55,19 @@ from kruntimes.pki import CA_CERT, DEFAULT_LIFETIME, TLS_CERT, Authority, Identi
 from kruntimes.pki import rotation as ca_rotation
 from kruntimes.pki.assignments import Signer
 from kruntimes.pki.authority import CA_LIFETIME
-from kruntimes.pki.local import ensure_tls
+from kruntimes.pki.local import ensure_front_tls, ensure_tls
 from kruntimes.sdk import config as clientconfig
+from kruntimes.temporal import ui_login
 from kruntimes.temporal.codec import ensure_key
 from kruntimes.temporal.devserver import free_port
 from kruntimes.wire import tokens as token_format
 from kruntimes.wire.tokens import TokenEntry, TokenFormatError
 from kruntimes.workers.embedded.errors import PlatformError
 
+# "temporal" and "temporalUi" are the front's (the dev server's own are in its network namespace)
 PORT_NAMES = (
     "temporal",
     "temporalUi",
-    "temporalHttp",
-    "temporalMetrics",
     "gateway",
     "heartbeat",
     "workerMetrics",
@@ -144,6 +155,34 @@ class Layout:
         return self.root / "gateway.ready.json"
 
     @property
+    def temporal_ready(self) -> Path:
+        return self.root / "temporal.ready.json"
+
+    @property
+    def front_ready(self) -> Path:
+        return self.root / "front.ready.json"
+
+    @property
+    def temporal_cli_config(self) -> Path:
+        """The `temporal` CLI's profiles for this platform (TEMPORAL_CONFIG_FILE)."""
+        return self.root / "temporal.toml"
+
+    @property
+    def front(self) -> Path:
+        """The front's certificates and the owner's client certificate (0700)."""
+        return self.root / "front"
+
+    @property
+    def login_key(self) -> Path:
+        """The key `krt ui` mints the UI's one-time login tickets with (0600)."""
+        return self.front / "ui-login.key"
+
+    @property
+    def sockets(self) -> Path:
+        """The dev server's frontend, UI and metrics as Unix sockets (0700)."""
+        return self.root / "sockets"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 
@@ -216,6 +255,8 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     """
     make_root(layout)
     ensure_tls(layout.tls)
+    ensure_front_tls(layout.front)
+    ensure_login_key(layout)
     ensure_pki(layout)
     ensure_key(layout.codec_keys)
     token = admin_token(layout)
@@ -226,6 +267,21 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     if not layout.runtimes.exists():
         layout.runtimes.write_text(DEFAULT_RUNTIMES)
     return ports(layout), token
+
+
+def ensure_login_key(layout: Layout) -> str:
+    """The UI's login key: made once (0600), kept."""
+    try:
+        key = layout.login_key.read_text().strip()
+    except FileNotFoundError:
+        key = ""
+    if key:
+        return key
+    key = ui_login.new_key()
+    fd = os.open(layout.login_key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
 
 
 def platform_certificates(layout: Layout) -> list[tuple[Path, Identity]]:
