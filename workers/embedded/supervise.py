@@ -1,10 +1,14 @@
 """Starting, watching and stopping the embedded platform's processes.
 
 `run_foreground` is the platform process itself: it starts the Temporal dev server (SQLite in the
-state dir, search attributes registered, UI on), the gateway (HTTPS with the platform's own CA, the
-token file) and the worker (whose pools start each runtime's minimum hosts) as children, waits
+state dir, search attributes registered, UI on) hidden in a network namespace of its own
+(hidden_temporal: reachable through Unix sockets of the state dir only), the front before it
+(kruntimes.workers.temporal_front: mutual TLS with the owner's client certificate on 127.0.0.1, and
+the UI and codec endpoint for the owner's session), the gateway (HTTPS with the platform's own CA,
+the token file) and the worker (whose pools start each runtime's minimum hosts) as children, waits
 until every runtime has its warm hosts, records what runs in the state dir and watches the
-children until SIGINT/SIGTERM; then it stops them all, the hosts included.
+children until SIGINT/SIGTERM; then it stops them all, the hosts included. Every one of them
+reaches Temporal through the front, with the owner's client certificate.
 The internal hops are mutual TLS with certificates of the platform CA in the state dir
 (layout.ensure_pki): the gateway and the worker get theirs from here, renewed while the platform
 runs; the worker issues the hosts theirs.
@@ -13,7 +17,8 @@ A child that dies is started again, with a backoff (RESTART_MIN_S doubling to RE
 to the minimum once it ran RESTART_RESET_S), on the same ports and files: the dev server on its
 SQLite file, the gateway on its HTTPS and heartbeat ports (hosts reconnect to the same address,
 and every host's supervision stream names the worker's current gateways), the worker with the
-same flags (it takes over the hosts, its pools and reconcilers resume). Nothing else stops.
+same flags (it takes over the hosts, its pools and reconcilers resume), the front on its ports.
+Nothing else stops.
 `start_detached` runs it in the background and returns once it is ready; `stop` ends it by the
 pid it recorded. Every wait is bounded.
 """
@@ -41,14 +46,19 @@ from kruntimes.cli.components import COMPONENTS, Restarting, alive
 from kruntimes.config.runtimes import PlatformConfig, PlatformConfigError, load_config, network_warnings
 from kruntimes.pki import DEFAULT_LIFETIME, AuthorityError
 from kruntimes.pki import rotation as ca_rotation
-from kruntimes.pki.local import TlsFiles, ensure_tls
+from kruntimes.pki.local import FrontTls, TlsFiles, ensure_front_tls, ensure_tls
 from kruntimes.runtime.sandbox.policy import can_switch_uid
 from kruntimes.sdk import config as clientconfig
-from kruntimes.temporal.devserver import DevServer, DevServerError
+from kruntimes.temporal.devserver import DevServerError
+from kruntimes.temporal.settings import TemporalSettings
+from kruntimes.temporal.ui_login import CODEC_PATH
+from kruntimes.workers.embedded import temporal_cli
 from kruntimes.workers.embedded.errors import PlatformError
+from kruntimes.workers.embedded.hidden_temporal import EXPOSED, NETNS, USERNS
 from kruntimes.workers.embedded.layout import (
     ADMIN_USER,
     Layout,
+    ensure_login_key,
     make_root,
     platform_certificates,
     prepare,
@@ -216,23 +226,6 @@ def _say(text: str) -> None:
     print(f"krt up: {text}", file=sys.stderr, flush=True)
 
 
-FIRST_START_TRIES = 3
-
-
-def _first_start(start: Callable[[], subprocess.Popen[bytes]], name: str) -> subprocess.Popen[bytes]:
-    """Start a child for the first time; a failed start (the dev server picks some of its ports
-    itself, and one may have been taken meanwhile) is tried again a few times."""
-    for attempt in range(1, FIRST_START_TRIES + 1):
-        try:
-            return start()
-        except DevServerError as e:
-            if attempt == FIRST_START_TRIES:
-                raise
-            _say(f"the {name} did not start ({e}); trying again")
-            time.sleep(RESTART_MIN_S * attempt)
-    raise AssertionError("unreachable")
-
-
 def _supervise(children: list[_Child], layout: Layout, stop: dict[str, bool]) -> None:
     """Until asked to stop: start every child that died again (backoff), record the pids and
     which child is being started again, and renew the platform's certificates before they expire."""
@@ -267,7 +260,9 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) 
     deadline = time.monotonic() + START_TIMEOUT_S
     while not path.exists():
         if proc.poll() is not None:
-            raise PlatformError(f"the {what} exited with code {proc.returncode}; see {log}")
+            raise PlatformError(
+                f"the {what} exited with code {proc.returncode}: {_last_error(log)} (log: {log})"
+            )
         if time.monotonic() > deadline:
             raise PlatformError(f"the {what} did not start within {START_TIMEOUT_S:g}s; see {log}")
         time.sleep(0.05)
@@ -276,14 +271,14 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, log: Path) 
 
 
 async def _wait_min_hosts(
-    address: str, layout: Layout, deadline: float, *, worker: subprocess.Popen[bytes]
+    temporal: TemporalSettings, layout: Layout, deadline: float, *, worker: subprocess.Popen[bytes]
 ) -> None:
     """Until every runtime's pool has its warm hosts; fails at `deadline`, or as soon as the
     worker that makes them exited (with the last line of its log)."""
     from kruntimes.contracts.names import pool_workflow_id
-    from kruntimes.temporal.connect import TemporalSettings, connect, query_pool
+    from kruntimes.temporal.connect import connect, query_pool
 
-    client = await connect(TemporalSettings(address=address, codecKeys=str(layout.codec_keys)))
+    client = await connect(temporal)
     runtimes = layout.runtimes
     for runtime in load_config(runtimes).runtimes:
         while True:
@@ -305,7 +300,88 @@ async def _wait_min_hosts(
             await asyncio.sleep(0.1)
 
 
-def _gateway_argv(layout: Layout, *, ports: dict[str, int], tls: TlsFiles, temporal: str) -> list[str]:
+def temporal_settings(layout: Layout, ports: dict[str, int], front: FrontTls) -> TemporalSettings:
+    """How the platform's processes reach Temporal: through the front, with the owner's
+    client certificate."""
+    return TemporalSettings(
+        address=f"127.0.0.1:{ports['temporal']}",
+        tlsCa=str(front.ca_cert),
+        tlsCert=str(front.client_cert),
+        tlsKey=str(front.client_key),
+        codecKeys=str(layout.codec_keys),
+    )
+
+
+def _temporal_flags(temporal: TemporalSettings) -> list[str]:
+    return [
+        "--temporal-address",
+        temporal.address,
+        "--temporal-tls-ca",
+        str(temporal.tlsCa),
+        "--temporal-tls-cert",
+        str(temporal.tlsCert),
+        "--temporal-tls-key",
+        str(temporal.tlsKey),
+    ]
+
+
+def _hidden_temporal_argv(layout: Layout, *, ports: dict[str, int]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "kruntimes.workers.embedded.hidden_temporal",
+        "--database-dir",
+        str(layout.temporal),
+        "--sockets",
+        str(layout.sockets),
+        "--log-file",
+        str(layout.log("temporal")),
+        "--ui-codec-endpoint",
+        f"https://127.0.0.1:{ports['temporalUi']}{CODEC_PATH}",
+        "--ready-file",
+        str(layout.temporal_ready),
+        "--hold-port",
+        str(ports["temporal"]),
+        "--hold-port",
+        str(ports["temporalUi"]),
+    ]
+
+
+def _front_argv(layout: Layout, *, ports: dict[str, int], front: FrontTls) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "kruntimes.workers.temporal_front",
+        "--listen",
+        f"127.0.0.1:{ports['temporal']}",
+        "--ui-listen",
+        f"127.0.0.1:{ports['temporalUi']}",
+        "--frontend-socket",
+        str(layout.sockets / "frontend.sock"),
+        "--ui-socket",
+        str(layout.sockets / "ui.sock"),
+        "--cert",
+        str(front.cert),
+        "--key",
+        str(front.key),
+        "--client-ca",
+        str(front.ca_cert),
+        "--login-key-file",
+        str(layout.login_key),
+        "--codec-keys",
+        str(layout.codec_keys),
+        "--token-file",
+        str(layout.tokens),
+        "--ready-file",
+        str(layout.front_ready),
+        "--log-level",
+        "info",
+    ]
+
+
+def _gateway_argv(
+    layout: Layout, *, ports: dict[str, int], tls: TlsFiles, temporal: TemporalSettings
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -326,22 +402,25 @@ def _gateway_argv(layout: Layout, *, ports: dict[str, int], tls: TlsFiles, tempo
         str(layout.tokens),
         "--role-bindings",
         str(layout.bindings),
-        "--temporal-address",
-        temporal,
+        *_temporal_flags(temporal),
         "--ready-file",
         str(layout.gateway_ready),
     ]
 
 
 def _worker_argv(
-    layout: Layout, *, ports: dict[str, int], tls: TlsFiles, temporal: str, gateway: dict[str, Any]
+    layout: Layout,
+    *,
+    ports: dict[str, int],
+    tls: TlsFiles,
+    temporal: TemporalSettings,
+    gateway: dict[str, Any],
 ) -> list[str]:
     return [
         sys.executable,
         "-m",
         "kruntimes.workers.worker",
-        "--temporal-address",
-        temporal,
+        *_temporal_flags(temporal),
         "--state-dir",
         str(layout.root),
         "--config",
@@ -432,17 +511,10 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
     for warning in _network_warnings(runtimes):
         _say(warning)
     tls = ensure_tls(layout.tls)
+    front = ensure_front_tls(layout.front)
+    login_key = ensure_login_key(layout)
+    temporal = temporal_settings(layout, ports, front)
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    temporal = DevServer(
-        state_dir=layout.temporal,
-        port=ports["temporal"],
-        ui_port=ports["temporalUi"],
-        http_port=ports["temporalHttp"],
-        metrics_port=ports["temporalMetrics"],
-        headless=False,
-        persistent=True,
-        log_file=layout.log("temporal"),
-    )
     stop = {"requested": False}
 
     def request_stop(*_: object) -> None:
@@ -452,28 +524,37 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
     signal.signal(signal.SIGINT, request_stop)
 
     def start_temporal() -> subprocess.Popen[bytes]:
-        temporal.start()
-        assert temporal.process is not None
-        return temporal.process
+        layout.temporal_ready.unlink(missing_ok=True)  # written again once it serves
+        return _spawn(_hidden_temporal_argv(layout, ports=ports), layout.log("temporal"))
+
+    def start_front() -> subprocess.Popen[bytes]:
+        layout.front_ready.unlink(missing_ok=True)
+        return _spawn(_front_argv(layout, ports=ports, front=front), layout.log("front"))
 
     def start_gateway() -> subprocess.Popen[bytes]:
-        argv = _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal.address)
+        argv = _gateway_argv(layout, ports=ports, tls=tls, temporal=temporal)
         layout.gateway_ready.unlink(missing_ok=True)  # written again once it serves
         return _spawn(argv, layout.log("gateway"))
 
     def record_started() -> None:
         # each component is recorded as soon as it runs: `krt down` finds it even if this
         # process dies before the platform is ready
-        pids = {name: p.pid for name, p in procs.items()}
-        if temporal.process is not None:
-            pids["temporal"] = temporal.process.pid
-        write_up(layout, pid=os.getpid(), components=pids)
+        write_up(layout, pid=os.getpid(), components={name: p.pid for name, p in procs.items()})
 
     try:
         write_up(layout, pid=os.getpid(), components={})
-        _first_start(start_temporal, "temporal")
+        procs["temporal"] = start_temporal()
         record_started()
-        # the dev server opened ports of its own: the ones picked for the others may be among them
+        hidden = _wait_file(
+            layout.temporal_ready, procs["temporal"], "temporal dev server", layout.log("temporal")
+        )
+        control_plane = _control_plane(hidden)
+        if hidden.get("mode") == EXPOSED:
+            _say(f"WARNING: {control_plane}")
+        procs["front"] = start_front()
+        record_started()
+        _wait_file(layout.front_ready, procs["front"], "Temporal front", layout.log("front"))
+        # an exposed dev server opened ports of its own: the ones picked for the others may be among them
         ports.update(recheck_ports(layout, ports, ("gateway", "heartbeat", "workerMetrics")))
         procs["gateway"] = start_gateway()
         record_started()
@@ -482,33 +563,47 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
         def start_worker() -> subprocess.Popen[bytes]:
             # only the worker's metrics port may change between its starts (no URL names it)
             ports.update(recheck_ports(layout, ports, ("workerMetrics",)))
-            argv = _worker_argv(layout, ports=ports, tls=tls, temporal=temporal.address, gateway=gateway)
+            argv = _worker_argv(layout, ports=ports, tls=tls, temporal=temporal, gateway=gateway)
             return _spawn(argv, layout.log("worker"))
 
         procs["worker"] = start_worker()
         record_started()
         asyncio.run(
-            _wait_min_hosts(
-                temporal.address,
-                layout,
-                time.monotonic() + START_TIMEOUT_S,
-                worker=procs["worker"],
-            )
+            _wait_min_hosts(temporal, layout, time.monotonic() + START_TIMEOUT_S, worker=procs["worker"])
         )
+        ui_url = f"https://127.0.0.1:{ports['temporalUi']}"
         config = clientconfig.ClientConfig(
             temporalAddress=temporal.address,
+            temporalTlsCa=temporal.tlsCa,
+            temporalTlsCert=temporal.tlsCert,
+            temporalTlsKey=temporal.tlsKey,
             gatewayUrl=gateway["url"],
             caFile=str(tls.ca_cert),
             token=token,
-            uiUrl=temporal.ui_url,
+            uiUrl=ui_url,
+            uiLoginKey=login_key,
             codecKeys=str(layout.codec_keys),
             identity=ADMIN_USER,  # the creator of its Runs: the bindings let it use every secret
         )
         clientconfig.write(layout.root, config)
-        layout.ready.write_text(json.dumps({"temporalUi": temporal.ui_url, "gateway": gateway["url"]}))
+        temporal_cli.write(
+            layout.temporal_cli_config, temporal, codec_endpoint=ui_url + CODEC_PATH, token=token
+        )
+        layout.ready.write_text(
+            json.dumps({"temporalUi": ui_url, "gateway": gateway["url"], "controlPlane": control_plane})
+        )
         on_ready(config)
-        assert temporal.process is not None
         children = [
+            _Child(
+                "temporal",
+                start_temporal,
+                procs["temporal"],
+                layout.log("temporal"),
+                ready=layout.temporal_ready.exists,
+            ),
+            _Child(
+                "front", start_front, procs["front"], layout.log("front"), ready=layout.front_ready.exists
+            ),
             _Child(
                 "gateway",
                 start_gateway,
@@ -517,21 +612,36 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
                 ready=layout.gateway_ready.exists,
             ),
             _Child("worker", start_worker, procs["worker"], layout.log("worker")),
-            # the dev server's start returns once it serves
-            _Child("temporal", start_temporal, temporal.process, layout.log("temporal"), ready=lambda: True),
         ]
         try:
             _supervise(children, layout, stop)
         finally:
-            procs.update({c.name: c.proc for c in children if c.name != "temporal"})
+            procs.update({c.name: c.proc for c in children})
         return 0
     finally:
         layout.ready.unlink(missing_ok=True)
         _stop_child(procs.get("worker"))
         _stop_child(procs.get("gateway"))
         asyncio.run(stop_all(layout.root))
-        temporal.stop()
+        _stop_child(procs.get("front"))
+        _stop_child(procs.get("temporal"))  # it stops the dev server before it exits
         layout.up.unlink(missing_ok=True)
+
+
+def _control_plane(hidden: dict[str, Any]) -> str:
+    """What protects the control plane, in one line: `krt up` says it at start."""
+    mode = hidden.get("mode")
+    if mode == NETNS:
+        where = "in a network namespace of its own"
+    elif mode == USERNS:
+        where = "in a user and network namespace of its own"
+    else:
+        return (
+            "the Temporal dev server could not be hidden in a network namespace"
+            f" ({hidden.get('why') or 'unknown'}): any local user can reach its frontend and UI"
+            " on 127.0.0.1 without credentials; the front's TLS protects only those who use it"
+        )
+    return f"owner only: the dev server {where}, reached through mutual TLS with your certificate"
 
 
 def start_detached(layout: Layout) -> None:
@@ -671,15 +781,25 @@ def _on_database(database: Path) -> Callable[[int], bool]:
 
 
 def unrecorded_dev_servers(layout: Layout) -> list[int]:
-    """Dev servers on this state dir's database that its record does not name (one whose
-    supervisor was killed while it started), found by their command line."""
+    """Dev servers on this state dir's database that its record does not name, itself or by its
+    parent (the `temporal` component runs it), found by their command line."""
     known = set(recorded_components(layout).values())
     on_it = _on_database(_database(layout))
     return [
         int(e.name)
         for e in Path("/proc").iterdir()
-        if e.name.isdigit() and int(e.name) not in known and on_it(int(e.name))
+        if e.name.isdigit()
+        and int(e.name) not in known
+        and on_it(int(e.name))
+        and _parent(int(e.name)) not in known
     ]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def stop_unrecorded_dev_servers(layout: Layout) -> int:
