@@ -1,0 +1,289 @@
+"""Benchmark: one Run serving concurrent invocations through the gateway (issue #43, item 1).
+
+    .venv/bin/python bench/functions.py                 (about half a minute)
+    .venv/bin/python bench/functions.py --seconds 10    (longer measured phases)
+
+A gateway (`python -m kruntimes.workers.gateway`, HTTPS, embedded auth) and a runtime host
+(`python -m kruntimes.workers.host`, mutual TLS on every hop, its functions isolated as `krt host`
+isolates them by default), each its own process on 127.0.0.1, ports picked at run time. Two Runs
+are registered on the host as the control plane registers them (signed assignments):
+
+  sync    a handler sleeping 20 ms (`time.sleep`), mode.function.concurrency 8: 8 warm processes
+  async   a handler sleeping 50 ms (`await asyncio.sleep`), concurrency 32: one process
+
+Each is driven by as many clients as its concurrency (this process, uvloop when importable, one
+aiohttp session with a connection per client, keep-alive), each invoking in a loop: first a
+warm-up (the sync Run's processes started), then the measured phase. Its throughput is set against
+the ideal, concurrency / sleep (400/s and 640/s): targets sync ≥ 0.85×, async ≥ 0.8×. Every
+answer must be 200 Succeeded; any other is counted and fails the bench. A first diagnostic case,
+one client of a Run of concurrency 1 (`one`), says what a single call costs on this machine over
+its 20 ms: the concurrent cases cannot do better than its ratio, whatever their concurrency. Each
+case prints the CPU per call of the gateway, the host, the function processes and this client,
+and how busy the whole machine was (a busy machine delays every wake-up of a sleeping handler).
+
+Prints the machine (CPUs, model, load), a table and a final JSON line {"bench": "functions", ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import ssl
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import _benchlib as lib
+import aiohttp
+from _benchlib import BenchError
+from _pki import CONTROL_PLANE, BenchPKI
+
+from kruntimes.pki.local import ensure_tls
+from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+
+NAMESPACE = "default"
+TOKEN = "bench-token-" + uuid.uuid4().hex
+HOST_ID = "bench-fn-0"
+ROUTE_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = 30.0
+
+SYNC_SOURCE = b"import time\n\ndef handle(payload):\n    time.sleep(0.02)\n    return {'ok': True}\n"
+ASYNC_SOURCE = (
+    b"import asyncio\n\nasync def handle(payload):\n    await asyncio.sleep(0.05)\n    return {'ok': True}\n"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    source: bytes
+    sleep_s: float
+    concurrency: int
+    target: float | None  # of the ideal throughput, concurrency / sleep; None: a diagnostic
+
+    @property
+    def ideal_rps(self) -> float:
+        return self.concurrency / self.sleep_s
+
+
+CASES = (
+    Case("one", SYNC_SOURCE, 0.020, 1, None),  # what one call costs on this machine, nothing at once
+    Case("sync", SYNC_SOURCE, 0.020, 8, 0.85),
+    Case("async", ASYNC_SOURCE, 0.050, 32, 0.80),
+)
+
+
+def machine() -> dict[str, object]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "model": model or platform.processor(),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+    }
+
+
+def register_request(pki: BenchPKI, case: Case, host_uid: str) -> pb.RegisterFunctionRequest:
+    run_uid = str(uuid.uuid4())
+    name = f"fn-{case.name}"
+    signed = pki.sign(run_uid=run_uid, host_id=HOST_ID, host_uid=host_uid, name=name, namespace=NAMESPACE)
+    return pb.RegisterFunctionRequest(
+        assignment=signed,
+        run=pb.RunRef(run_uid=run_uid, attempt=1, namespace=NAMESPACE, name=name, runtime="python"),
+        config=pb.FunctionConfig(
+            adapter="python",
+            handler="main:handle",
+            inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=case.source)]),
+            concurrency=case.concurrency,
+        ),
+    )
+
+
+@dataclass
+class Phase:
+    calls: int = 0
+    seconds: float = 0.0
+    refused: Counter[int] | None = None
+
+    @property
+    def rps(self) -> float:
+        return self.calls / self.seconds if self.seconds else 0.0
+
+
+async def drive(session: aiohttp.ClientSession, url: str, clients: int, seconds: float) -> Phase:
+    """`clients` callers invoking `url` in a loop for `seconds`; the 200 Succeeded answers counted."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    refused: Counter[int] = Counter()
+    done = 0
+    stop_at = 0.0
+
+    async def caller() -> None:
+        nonlocal done
+        while time.monotonic() < stop_at:
+            async with session.post(url, data=b"{}", headers=headers) as resp:
+                body = await resp.read()
+            if resp.status == 200 and b'"status":"Succeeded"' in body:
+                done += 1
+            else:
+                refused[resp.status] += 1
+
+    started = time.monotonic()
+    stop_at = started + seconds
+    await asyncio.gather(*(caller() for _ in range(clients)))
+    return Phase(done, time.monotonic() - started, refused)
+
+
+async def wait_for_route(session: aiohttp.ClientSession, url: str) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    deadline = time.monotonic() + ROUTE_TIMEOUT_S
+    while True:
+        async with session.post(url, data=b"{}", headers=headers) as resp:
+            if resp.status == 200:
+                return
+        if time.monotonic() > deadline:
+            raise BenchError(f"the gateway did not route {url} within {ROUTE_TIMEOUT_S:g} s")
+        await asyncio.sleep(0.05)
+
+
+async def run(args: argparse.Namespace) -> int:
+    servers: list[lib.Server] = []
+    with tempfile.TemporaryDirectory(prefix="krt-bench-fn-") as root:
+        tmp = Path(root)
+        try:
+            return await measure(tmp, servers, args)
+        finally:
+            for server in servers:
+                lib.stop_server(server)
+
+
+async def measure(tmp: Path, servers: list[lib.Server], args: argparse.Namespace) -> int:
+    py = sys.executable
+    tls = ensure_tls(tmp / "tls")
+    pki = BenchPKI(tmp / "pki")
+    tokens = tmp / "tokens.csv"
+    tokens.write_text(f'{TOKEN},bench,1000,"bench"\n')
+    tokens.chmod(0o600)
+    bindings = tmp / "role-bindings.yaml"
+    bindings.write_text(f"bindings:\n- namespace: {NAMESPACE}\n  users: [bench]\n")
+    lib.note("starting the gateway and the host ...")
+    gateway = await lib.start_server(
+        "gateway",
+        [
+            py,
+            "-m",
+            "kruntimes.workers.gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--heartbeat-listen",
+            "127.0.0.1:0",
+        ]
+        + ["--cert", str(tls.cert), "--key", str(tls.key), "--auth", "embedded"]
+        + ["--token-file", str(tokens), "--role-bindings", str(bindings), "--log-level", "warning"]
+        + pki.gateway_args(),
+        tmp,
+        servers,
+    )
+    (tmp / "host-state").mkdir()
+    host = await lib.start_server(
+        "host",
+        [py, "-m", "kruntimes.workers.host", "--host-id", HOST_ID, "--runtime", "python"]
+        + ["--state-dir", str(tmp / "host-state"), "--heartbeat-interval", "1"]
+        + ["--gateway", gateway.ready["heartbeatAddress"], "--log-level", "warning"]
+        + pki.host_args(HOST_ID),
+        tmp,
+        servers,
+    )
+    urls = {}
+    async with pki.aio_channel(host.ready["address"], as_=CONTROL_PLANE) as control:
+        stub = pb_grpc.FunctionRuntimeStub(control)
+        for case in CASES:
+            request = register_request(pki, case, host.ready["hostUid"])
+            await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
+            base = gateway.ready["url"]
+            urls[case.name] = (
+                f"{base}/v1/namespaces/{NAMESPACE}/runtimes/python/functions/{request.run.run_uid}:invoke"
+            )
+
+    client_ssl = ssl.create_default_context(cafile=str(tls.ca_cert))
+    results: dict[str, dict[str, object]] = {}
+    for case in CASES:
+        connector = aiohttp.TCPConnector(limit=case.concurrency, ssl=client_ssl, keepalive_timeout=120)
+        timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            await wait_for_route(session, urls[case.name])
+            lib.note(f"{case.name}: warming up {case.concurrency} clients ...")
+            await drive(session, urls[case.name], case.concurrency, args.warmup)
+            lib.note(f"{case.name}: measuring {args.seconds:g} s ...")
+            procs = {"gateway": [gateway.pid], "host": [host.pid], "functions": lib.function_pids(host.pid)}
+            before = {k: sum(lib.cpu_seconds(p) for p in pids) for k, pids in procs.items()}
+            client_before, busy_before = time.process_time(), lib.machine_busy_seconds()
+            phase = await drive(session, urls[case.name], case.concurrency, args.seconds)
+            cpu = {k: sum(lib.cpu_seconds(p) for p in pids) - before[k] for k, pids in procs.items()}
+            cpu["client"] = time.process_time() - client_before
+            machine_busy = lib.machine_busy_seconds() - busy_before
+        ratio = phase.rps / case.ideal_rps
+        per_call = {k: round(v / max(phase.calls, 1) * 1e6) for k, v in cpu.items()}
+        results[case.name] = {
+            "concurrency": case.concurrency,
+            "clients": case.concurrency,
+            "sleep_ms": case.sleep_s * 1000,
+            "calls": phase.calls,
+            "seconds": round(phase.seconds, 3),
+            "rps": round(phase.rps, 1),
+            "ideal_rps": round(case.ideal_rps, 1),
+            "ratio": round(ratio, 3),
+            "target": case.target,
+            "met": (case.target is None or ratio >= case.target) and not phase.refused,
+            "non_200": dict(phase.refused or {}),
+            "cpu_us_per_call": per_call,
+            "machine_busy_share": round(machine_busy / phase.seconds / len(os.sched_getaffinity(0)), 2),
+        }
+
+    problems = [line for server in servers for line in server.problems()]
+    print(f"machine: {json.dumps(machine())}")
+    print(f"{'case':<6} {'conc':>5} {'rps':>8} {'ideal':>8} {'ratio':>6} {'target':>7}  result")
+    for name, r in results.items():
+        met = ("met" if r["met"] else "NOT met") if r["target"] is not None else "(diagnostic)"
+        print(
+            f"{name:<6} {r['concurrency']:>5} {r['rps']:>8} {r['ideal_rps']:>8} {r['ratio']:>6} "
+            f"{r['target'] or '-':>7}  {met}{'' if not r['non_200'] else ' non-200: ' + str(r['non_200'])}"
+        )
+        print(f"       CPU µs per call {r['cpu_us_per_call']}, machine busy {r['machine_busy_share']:.0%}")
+    for line in problems[:10]:
+        lib.note(f"server log: {line}")
+    print(json.dumps({"bench": "functions", "machine": machine(), "cases": results}))
+    return 0 if all(r["met"] for r in results.values()) else 1
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="the measured phase of each case")
+    parser.add_argument("--warmup", type=float, default=2.0, help="the warm-up of each case")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    sys.exit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
