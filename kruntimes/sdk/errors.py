@@ -13,7 +13,8 @@
      ├── ScheduleAlreadyExists  schedule create: one of that name exists
      ├── InvalidSchedule    schedule create: a bad name, cron expression, interval or template
      └── InvokeError        an invocation was refused or failed; .status .reason .invocation_id
-          ├── Busy               429: the function runs another invocation; .retry_after
+          ├── Busy               429: the function (or its host) runs as many invocations as it takes, or
+          │                      one waited its turn too long; it did not run; .retry_after
           ├── FunctionNotFound   404: no such function (unknown, finished, or not a function Run)
           ├── NotReady           503: known but not ready now; .retry_after
           ├── Unauthorized       401/403: the token is missing, unknown, or not allowed here
