@@ -255,7 +255,7 @@ class Registry:
             if adapter.warm:
                 reg.pool = WarmPool(functools.partial(self._start_warm, reg), size=gate.concurrency)
                 reg.pool.first()
-                if not reg.pool.shared:
+                if gate.concurrency > 1 and not reg.pool.shared:  # it may grow: its idle ones end
                     self._start_sweeper()
             else:
                 self._per_call(reg)
