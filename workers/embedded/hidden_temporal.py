@@ -25,7 +25,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from kruntimes.runtime.sandbox import syscalls
@@ -46,11 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ui-codec-endpoint", help="the codec endpoint the UI decodes with")
     p.add_argument("--ready-file", type=Path, required=True)
     p.add_argument(
-        "--hold-port",
+        "--avoid-port",
         type=int,
         action="append",
         default=[],
-        help="a port of 127.0.0.1 the dev server must not take when it is exposed (the front's)",
+        help="a port the dev server must not take (the front's: the same loopback when exposed)",
     )
     return p.parse_args(argv)
 
@@ -115,22 +115,18 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return preexec
 
 
-@contextlib.contextmanager
-def _holding(ports: list[int]) -> Iterator[list[socket.socket]]:
-    """Hold these ports of 127.0.0.1 (bound, not listening) while the dev server picks its own."""
-    held = []
-    for port in ports:
-        sock = socket.socket()  # without SO_REUSEADDR: the dev server's picks (with it) cannot bind it
-        try:
-            sock.bind(("127.0.0.1", port))
-            held.append(sock)
-        except OSError:
-            sock.close()  # its owner listens on it already: nobody else can take it
-    try:
-        yield held
-    finally:
-        for sock in held:
-            sock.close()
+class _Avoiding(DevServer):
+    """A dev server whose picked ports are never the front's: they are on the same loopback when
+    no namespace could be made, and the front may not have bound them yet."""
+
+    avoid: frozenset[int] = frozenset()
+
+    def pick_port(self) -> tuple[int, socket.socket]:
+        while True:
+            port, held = super().pick_port()
+            if port not in self.avoid:
+                return port, held
+            held.close()
 
 
 async def _exited(server: DevServer) -> None:
@@ -181,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     if mode == EXPOSED:
         print(f"the dev server is exposed on 127.0.0.1: no network namespace ({why})", file=sys.stderr)
-    server = DevServer(
+    server = _Avoiding(
         state_dir=args.database_dir,
         headless=False,
         persistent=True,
@@ -189,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         ui_codec_endpoint=args.ui_codec_endpoint,
         preexec=_die_with_parent(os.getpid()),
     )
+    server.avoid = frozenset(args.avoid_port)
     try:
-        with _holding(args.hold_port if mode == EXPOSED else []):
-            server.start()
+        server.start()
         return asyncio.run(serve(server, args, mode=mode, why=why))
     except DevServerError as e:
         print(f"the dev server did not start: {e}", file=sys.stderr, flush=True)

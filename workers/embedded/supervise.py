@@ -340,9 +340,9 @@ def _hidden_temporal_argv(layout: Layout, *, ports: dict[str, int]) -> list[str]
         f"https://127.0.0.1:{ports['temporalUi']}{CODEC_PATH}",
         "--ready-file",
         str(layout.temporal_ready),
-        "--hold-port",
+        "--avoid-port",
         str(ports["temporal"]),
-        "--hold-port",
+        "--avoid-port",
         str(ports["temporalUi"]),
     ]
 
@@ -543,16 +543,16 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
 
     try:
         write_up(layout, pid=os.getpid(), components={})
+        # side by side: the front needs the dev server only once a client comes
         procs["temporal"] = start_temporal()
+        procs["front"] = start_front()
         record_started()
         hidden = _wait_file(
             layout.temporal_ready, procs["temporal"], "temporal dev server", layout.log("temporal")
         )
-        control_plane = _control_plane(hidden)
+        protection = control_plane(hidden)
         if hidden.get("mode") == EXPOSED:
-            _say(f"WARNING: {control_plane}")
-        procs["front"] = start_front()
-        record_started()
+            _say(f"WARNING: {protection}")
         _wait_file(layout.front_ready, procs["front"], "Temporal front", layout.log("front"))
         # an exposed dev server opened ports of its own: the ones picked for the others may be among them
         ports.update(recheck_ports(layout, ports, ("gateway", "heartbeat", "workerMetrics")))
@@ -590,7 +590,7 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
             layout.temporal_cli_config, temporal, codec_endpoint=ui_url + CODEC_PATH, token=token
         )
         layout.ready.write_text(
-            json.dumps({"temporalUi": ui_url, "gateway": gateway["url"], "controlPlane": control_plane})
+            json.dumps({"temporalUi": ui_url, "gateway": gateway["url"], "controlPlane": protection})
         )
         on_ready(config)
         children = [
@@ -628,7 +628,7 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
         layout.up.unlink(missing_ok=True)
 
 
-def _control_plane(hidden: dict[str, Any]) -> str:
+def control_plane(hidden: dict[str, Any]) -> str:
     """What protects the control plane, in one line: `krt up` says it at start."""
     mode = hidden.get("mode")
     if mode == NETNS:
