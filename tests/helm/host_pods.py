@@ -3,6 +3,7 @@ chart gives it: the worker's args and the runtimes ConfigMap."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import yaml
@@ -12,7 +13,7 @@ from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.config.runtimes import KUBERNETES_PROVIDER, parse_config
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.workers import worker as worker_main
-from tests.helm.conftest import Rendered, runtimes_file, worker_args
+from tests.helm.conftest import Rendered, rendered, runtimes_file, worker_args
 
 
 def built_pods(chart: Rendered) -> list[dict[str, Any]]:
@@ -38,3 +39,17 @@ def built_pods(chart: Rendered) -> list[dict[str, Any]]:
         )
         built.append(pods.build_pod(spec, runtime.kubernetes, control_plane=args.control_plane_id))
     return built
+
+
+def chart_runtime(
+    name: str, *, namespace: str, image: str, kubernetes: dict[str, Any], **fields: Any
+) -> dict[str, Any]:
+    """The default chart's first runtime as its runtimes ConfigMap holds it (its pod template as
+    the chart renders it: security contexts, volumes, resources), renamed and moved to a test
+    cluster's namespace and image; `kubernetes` and `fields` set more of it."""
+    config = yaml.safe_load(runtimes_file(rendered("default")))
+    runtime: dict[str, Any] = copy.deepcopy(config["runtimes"][0])
+    runtime["kubernetes"]["podTemplate"]["image"] = image
+    runtime["kubernetes"].update(namespace=namespace, **kubernetes)
+    runtime.update(name=name, **fields)
+    return runtime

@@ -15,12 +15,20 @@ Selectors and PUT are not emulated: the provider filters what it lists itself an
 
 ``TestKubelet`` watches pods through the API like a kubelet, binds them to its node, starts a real
 `krt host` process for each (its init containers' processes first, each to its end; the pod's
-command and args with $(VAR) expanded from the pod's env,
-the downward API filled in, volume mount paths mapped to directories of the pod, secret volumes
-written there once their Secret exists), probes its
-gRPC health as the readiness probe says and patches the pod's status (podIP 127.0.0.1, phase,
-conditions, containerStatuses), reports the process's exit, and on deletion stops the process
-(SIGTERM, SIGKILL after the grace period) and deletes the pod for good. Told to, it fails pods:
+command and args with $(VAR) expanded from the pod's env, the downward API filled in, labels and
+annotations included), probes its gRPC health as the readiness probe says and patches the pod's
+status (podIP 127.0.0.1, phase, conditions, containerStatuses), reports the process's exit, and on
+deletion stops the process (SIGTERM, SIGKILL after the grace period) and deletes the pod for
+good. Volumes are directories of the pod on the node; a secret volume is written there once its
+Secret exists, in the kubelet's atomic-writer layout (each key a link through `..data` to a
+timestamped directory, swapped at once when the Secret changes, which it follows while the pod runs).
+
+As root (``can_contain``), each container runs as a node runs it (container.py): as PID 1 of PID,
+mount, IPC and UTS namespaces of its own, on a root of its own with the volumes at their mount
+paths, and with the container's security context applied — a read-only root file system,
+capabilities, no_new_privs, uid and gid (a pod that asks for none runs with the kubelet's
+privileges, a leniency of this node). Otherwise processes run on the node's file system, volume
+mount paths in their args mapped to the pod's directories. Told to, it fails pods:
 ImagePullBackOff, Unschedulable, a crash (the process SIGKILLed), CrashLoopBackOff, eviction, an
 init container that fails (`krt install-host` given a bundle that does not exist).
 """
@@ -32,13 +40,16 @@ import base64
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -55,6 +66,9 @@ from kmock import KubernetesEmulator, ResourceInfo, Server, action
 POD_IP = "127.0.0.1"
 INIT_TIMEOUT_S = 60.0  # how long one init container may run
 NODE = "test-node"
+CONTAINER_RUNTIME = Path(__file__).with_name("container.py")
+PID_FILE_WAIT_S = 10.0
+SECRET_SYNC_S = 0.5  # how often a running pod's secret volumes follow their Secrets
 _HEALTH = "/grpc.health.v1.Health/Check"
 
 
@@ -377,6 +391,73 @@ class _PodRun:
     stopping: bool = False  # its status is no longer reported (deleted or evicted)
     finalizing: bool = False  # being deleted: stopped, then removed from the API
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    argv: list[str] = field(default_factory=list)  # the container's process, as the pod says
+    pid_file: Path | None = None  # contained: where the container's parent writes its pid
+    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # volume → the data projected
+
+
+def can_contain() -> bool:
+    """Whether this node runs containers (container.py): root, namespaces and overlayfs; tried
+    once per process."""
+    return os.geteuid() == 0 and _contained_true()
+
+
+@functools.cache
+def _contained_true() -> bool:
+    with tempfile.TemporaryDirectory() as directory:
+        scratch = Path(directory, "scratch")
+        scratch.mkdir()
+        security = {"readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+        spec = {"argv": ["true"], "env": {"PATH": "/usr/bin:/bin"}, "scratch": str(scratch), "mounts": []}
+        Path(directory, "spec.json").write_text(json.dumps({**spec, "securityContext": security}))
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(CONTAINER_RUNTIME), str(Path(directory, "spec.json"))],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        return done.returncode == 0
+
+
+def security_context(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, Any] | None:
+    """The container's security context over the pod's user settings; None when neither asks."""
+    given = (pod.get("spec") or {}).get("securityContext")
+    own = container.get("securityContext")
+    if given is None and own is None:
+        return None
+    keys = ("runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups")
+    return {**{k: v for k, v in (given or {}).items() if k in keys}, **(own or {})}
+
+
+@dataclass
+class ContainerProcess:
+    """A container's process as a test signals it: the pod's own process (PID 1 of the pod, seen
+    from the node), not the container's parent."""
+
+    parent: subprocess.Popen[bytes]
+    args: list[str]
+    pid_file: Path | None
+
+    @property
+    def pid(self) -> int:
+        if self.pid_file is None:
+            return self.parent.pid
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=PID_FILE_WAIT_S)
+        while not self.pid_file.exists():
+            if datetime.datetime.now() > deadline or self.parent.poll() is not None:
+                raise ProcessLookupError(f"no pid in {self.pid_file}")
+            os.sched_yield()
+        return int(self.pid_file.read_text())
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        return self.parent.poll()
 
 
 class TestKubelet:
@@ -385,10 +466,12 @@ class TestKubelet:
 
     __test__ = False
 
-    def __init__(self, cluster: Cluster, *, url: str, root: Path) -> None:
+    def __init__(self, cluster: Cluster, *, url: str, root: Path, contain: bool | None = None) -> None:
         self.cluster = cluster
         self.url = url.rstrip("/")
         self.root = root
+        # containers as a node runs them (container.py); None: wherever this machine can
+        self.contains = can_contain() if contain is None else contain
         self.faults: dict[str, str] = {}
         self.hold: set[str] = set()  # runtimes whose pods wait in ContainerCreating until release()
         self._released = asyncio.Event()
@@ -428,9 +511,12 @@ class TestKubelet:
         self._released.set()
         self._released = asyncio.Event()
 
-    def process(self, name: str) -> subprocess.Popen[bytes] | None:
+    def process(self, name: str) -> ContainerProcess | None:
+        """The process of pod `name`'s container (signal it as a node's process)."""
         run = next((r for r in self._runs.values() if r.name == name), None)
-        return run.process if run is not None else None
+        if run is None or run.process is None:
+            return None
+        return ContainerProcess(run.process, run.argv, run.pid_file)
 
     def running(self) -> list[str]:
         return [r.name for r in self._runs.values() if r.process is not None and r.process.poll() is None]
@@ -560,9 +646,13 @@ class TestKubelet:
             if not await self._run_init(pod, init, container, scheduled, run):
                 return
         argv, env = self._command(pod, container, run)
+        run.argv = argv
+        if self.contains:
+            run.pid_file = run.directory / f"{container['name']}.pid"
+        launch = self._launcher(pod, container, run, argv, env)
         with open(run.directory / "host.log", "ab") as log:
             run.process = subprocess.Popen(
-                argv,
+                launch,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -582,7 +672,7 @@ class TestKubelet:
         options = [*backoff, ("grpc.max_reconnect_backoff_ms", 100)]
         channel = grpc.aio.insecure_channel(f"{POD_IP}:{probe_port}", options=options) if probe_port else None
         try:
-            await self._probe(run, container, scheduled, channel)
+            await self._probe(run, pod, container, scheduled, channel)
         finally:
             if channel is not None:
                 await channel.close()
@@ -598,10 +688,11 @@ class TestKubelet:
         """Run one init container's process to its end (bounded); a failure fails the pod."""
         argv, env = self._command(pod, init, run)
         if self.faults.get(run_runtime(pod)) == "init-error":  # the install finds nothing to copy
-            argv += ["--bundle", str(run.directory / "no-bundle")]
+            argv += ["--bundle", "/nonexistent/no-bundle"]
+        launch = self._launcher(pod, init, run, argv, env)
         with open(run.directory / f"{init['name']}.log", "ab") as log:
             process = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                *launch, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
             try:
                 code = await asyncio.wait_for(process.wait(), INIT_TIMEOUT_S)
@@ -631,18 +722,53 @@ class TestKubelet:
                 if run.stopping:
                     return False
                 await asyncio.sleep(0.02)
-            directory = run.directory / "volumes" / volume["name"]
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o700)
-            for key, value in (found.get("data") or {}).items():
-                path = directory / key
-                path.write_bytes(base64.b64decode(value))
-                path.chmod(source.get("defaultMode", 0o644))
+            self._project(run, volume, found)
         return True
+
+    def _project(self, run: _PodRun, volume: dict[str, Any], secret: dict[str, Any]) -> None:
+        """Write a Secret into its volume as a kubelet's atomic writer does: the keys' files in a
+        new timestamped directory, `..data` swapped to it in one rename, each key a link through
+        `..data`; then the old directory and keys the Secret no longer has are removed."""
+        data = dict(secret.get("data") or {})
+        directory = run.directory / "volumes" / volume["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o755)
+        stamp = datetime.datetime.now(tz=datetime.UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
+        fresh = Path(tempfile.mkdtemp(prefix=stamp, dir=directory))
+        fresh.chmod(0o755)
+        for key, value in data.items():
+            path = fresh / key
+            path.write_bytes(base64.b64decode(value))
+            path.chmod(volume["secret"].get("defaultMode", 0o644))
+        link = directory / "..data"
+        old = os.readlink(link) if link.is_symlink() else None
+        swap = directory / "..data_tmp"
+        swap.unlink(missing_ok=True)
+        swap.symlink_to(fresh.name)
+        os.rename(swap, link)
+        for key in data:
+            if not (directory / key).is_symlink():
+                (directory / key).symlink_to(f"..data/{key}")
+        for entry in directory.iterdir():
+            if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in data:
+                entry.unlink()
+        if old is not None:
+            shutil.rmtree(directory / old, ignore_errors=True)
+        run.secrets[volume["name"]] = data
+
+    def _sync_secrets(self, pod: dict[str, Any], run: _PodRun) -> None:
+        """Follow the Secrets of a running pod's secret volumes (a kubelet's periodic sync)."""
+        for volume in pod["spec"].get("volumes") or []:
+            source = volume.get("secret")
+            if source:
+                found = self.cluster.secret(run.namespace, source["secretName"])
+                if found is not None and dict(found.get("data") or {}) != run.secrets.get(volume["name"]):
+                    self._project(run, volume, found)
 
     async def _probe(
         self,
         run: _PodRun,
+        pod: dict[str, Any],
         container: dict[str, Any],
         scheduled: dict[str, Any],
         channel: grpc.aio.Channel | None,
@@ -650,7 +776,12 @@ class TestKubelet:
         """Probe readiness while the process runs, report changes, then report how it ended."""
         assert run.process is not None
         ready = False
+        loop = asyncio.get_running_loop()
+        synced = loop.time()
         while run.process.poll() is None:
+            if loop.time() - synced >= SECRET_SYNC_S:
+                self._sync_secrets(pod, run)
+                synced = loop.time()
             serving = await _serving(channel)
             if serving != ready and not run.stopping:
                 ready = serving
@@ -773,17 +904,59 @@ class TestKubelet:
                 env[item["name"]] = fields[path]
             elif isinstance(path, str) and path.startswith(("metadata.labels[", "metadata.annotations[")):
                 env[item["name"]] = ""  # as a kubelet: a label or annotation the pod lacks is empty
-        mounts = {
-            m["mountPath"]: run.directory / "volumes" / m["name"] for m in container.get("volumeMounts") or []
-        }
-        for directory in mounts.values():
-            directory.mkdir(parents=True, exist_ok=True)
+        mounts = self._volumes(pod, container, run)
         argv = [_expand(a, env) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
-        argv = [_mapped(a, mounts) for a in argv]
+        if not self.contains:  # the volumes are not at their mount paths: name the pod's directories
+            argv = [_mapped(a, mounts) for a in argv]
         if argv and argv[0] == "krt":
             argv = [sys.executable, "-m", "kruntimes.workers.krt", *argv[1:]]
         process_env = {**{k: v for k, v in os.environ.items() if not k.startswith("KRT_")}, **env}
         return argv, process_env
+
+    def _volumes(self, pod: dict[str, Any], container: dict[str, Any], run: _PodRun) -> dict[str, Path]:
+        """Each mount path of the container and the pod's directory of its volume (an emptyDir
+        world-writable, as a kubelet makes it)."""
+        empty = {v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v}
+        mounts = {}
+        for mount in container.get("volumeMounts") or []:
+            directory = mounts[mount["mountPath"]] = run.directory / "volumes" / mount["name"]
+            if not directory.exists():
+                directory.mkdir(parents=True)
+                if mount["name"] in empty:
+                    directory.chmod(0o777)
+        return mounts
+
+    def _launcher(
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        run: _PodRun,
+        argv: list[str],
+        env: dict[str, str],
+    ) -> list[str]:
+        """What the node starts for the container: its process itself, or, contained, the
+        container runtime (container.py) with the container's spec."""
+        if not self.contains:
+            return argv
+        read_only = {m["mountPath"] for m in container.get("volumeMounts") or [] if m.get("readOnly")}
+        scratch = Path(tempfile.mkdtemp(prefix=f"{container['name']}-root-", dir=run.directory))
+        spec = {
+            "argv": argv,
+            "env": env,
+            "cwd": os.getcwd(),
+            "scratch": str(scratch),
+            "reachable": sorted({sys.base_prefix, sys.prefix, os.getcwd()}),
+            "mounts": [
+                {"source": str(source), "target": target, "readOnly": target in read_only}
+                for target, source in self._volumes(pod, container, run).items()
+            ],
+            "hostname": run.name,
+            "pidFile": str(run.directory / f"{container['name']}.pid"),
+            "securityContext": security_context(pod, container),
+        }
+        path = run.directory / f"{container['name']}.json"
+        path.write_text(json.dumps(spec))
+        return [sys.executable, "-I", "-S", str(CONTAINER_RUNTIME), str(path)]
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from kruntimes.activities.hosts import kubernetes_pods as kpods
 from kruntimes.activities.hosts.kubernetes import (
     KubernetesAccess,
     KubernetesProvider,
@@ -20,9 +21,20 @@ from kruntimes.activities.hosts.kubernetes import (
 from kruntimes.api import Run
 from kruntimes.api.phases import RunPhase
 from kruntimes.config.runtimes import parse_config
+from kruntimes.runtime.sandbox.identity import UidRange
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
-from tests.kubernetes.platform import KubePlatform, kube_platform, kubernetes_runtime, manifest, stop_process
+from tests.helm.host_pods import chart_runtime
+from tests.kubernetes.platform import (
+    IMAGE,
+    NAMESPACE,
+    KubePlatform,
+    kube_platform,
+    kubernetes_runtime,
+    manifest,
+    stop_process,
+)
+from tests.support.isolation import require_or_skip
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
@@ -60,7 +72,18 @@ REFUSALS = {
         "ApiUnavailable",
     ),
 }
+# The chart's default host pod (read-only root, only the capabilities its isolation needs, a
+# writable /tmp), a Run a pod.
+CHART = chart_runtime(
+    "kchart",
+    namespace=NAMESPACE,
+    image=IMAGE,
+    kubernetes={"startTimeoutSeconds": 20, "deleteGraceSeconds": 5},
+    runs=1,
+    maxHosts=2,
+)
 RUNTIMES = [
+    CHART,
     kubernetes_runtime("kpy", pool={"scaleInDelaySeconds": 1}),  # an idle pod goes at once
     kubernetes_runtime("krecover"),
     # Unschedulable is reported when the start timeout runs out: short, yet long enough for the
@@ -147,6 +170,34 @@ async def test_a_run_scales_out_from_zero_onto_a_pod_and_answers_through_the_gat
         within=20,
         what="its certificate Secret deleted",
     )
+
+
+async def test_hosts_of_the_charts_default_pod_start_on_a_read_only_root_with_uids_of_their_own(
+    platform, krt
+):
+    """On a node that enforces the chart's security context (tests/kubernetes/node_test.py): two
+    Runs, a host pod each, both Ready and invoked; each function runs as a uid of its own pod's
+    range, and no uid is in both pods' ranges (uids are the node's)."""
+    if not platform.kubelet.contains:
+        require_or_skip("the test node enforces a security context only as root, with overlayfs")
+    names = ("chart-a", "chart-b")
+    await asyncio.gather(*(krt.create(Run.from_dict(manifest(n, "kchart"))) for n in names))
+    for name in names:
+        assert (await krt.wait(name, timeout=60)).status.phase is RunPhase.Ready
+    answers = [await invoke(krt, name, {"n": name}) for name in names]
+    assert all(a.ok for a in answers), answers
+    pods = platform.pods("kchart")
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    ranges = [UidRange.parse(p["metadata"]["annotations"][kpods.ANNOTATION_UID_RANGE]) for p in pods]
+    assert not set(range(ranges[0].first, ranges[0].first + ranges[0].count)) & set(
+        range(ranges[1].first, ranges[1].first + ranges[1].count)
+    )
+    uids = [a.outputs["uid"] for a in answers]
+    assert sorted(sum(uid in r for uid in uids) for r in ranges) == [1, 1], (uids, ranges)
+    for name in names:
+        await krt.delete(name)
 
 
 async def test_every_failure_to_start_a_pod_fails_the_run_with_its_reason_and_leaves_no_pod(platform, krt):

@@ -29,7 +29,7 @@ IMAGE = "registry.example/kruntimes:e2e"
 # namespace of its own, so its pid says nothing about which host it runs on.
 ECHO = (
     "import os, uuid\nBOOT = uuid.uuid4().hex\n"
-    "def handle(p):\n    return {'echo': p, 'pid': os.getpid(), 'boot': BOOT}\n"
+    "def handle(p):\n    return {'echo': p, 'pid': os.getpid(), 'boot': BOOT, 'uid': os.getuid()}\n"
 )
 ROOT = Path(__file__).resolve().parents[2]
 
