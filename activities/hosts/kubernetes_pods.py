@@ -66,8 +66,9 @@ STATE_VOLUME, STATE_MOUNT = "krt-state", "/var/lib/kruntimes"
 UID_LOCK_DIR = f"{STATE_MOUNT}/uids"
 ANNOTATION_UID_RANGE = "kruntimes.io/uid-range"
 # Past the default range of hosts that are not pods (2000000000 + 100000), so a node's own hosts
-# never share a uid with a pod's; 131072 slots of 16384 uids end below 2**32 - 2.
-UID_BASE, UID_SLOT_SIZE, UID_SLOTS = 2_100_000_000, 16_384, 131_072
+# never share a uid with a pod's, and below 2**31, so no program that keeps a uid in a signed int
+# misreads one.
+UID_BASE, UID_SLOT_SIZE, UID_SLOTS = 2_100_000_000, 8_192, 5_796
 CERT_VOLUME, CERT_MOUNT = "krt-certificate", "/etc/kruntimes/tls"
 # With a runtime's hostInjection: the emptyDir the init container installs the host into.
 HOST_VOLUME, HOST_MOUNT = "krt-host", "/opt/krt-host"

@@ -100,6 +100,7 @@ def test_each_uid_slot_is_a_range_of_its_own_past_the_default_one() -> None:
     assert ranges[0].first + ranges[0].count == ranges[1].first, "adjacent, not overlapping"
     default = UidRange()
     assert default.first + default.count <= ranges[0].first, "beyond the hosts' default range"
+    assert ranges[-1].first + ranges[-1].count <= 2**31, "no uid a signed int misreads"
     with pytest.raises(ValueError):
         pods.uid_range(pods.UID_SLOTS)
 
