@@ -18,7 +18,8 @@ a uid that still has processes after that is skipped, never handed out.
 What a uid was given beyond its processes (packet-rule elements: runtime/sandbox/egress.py) is
 taken back by its host before it releases the uid clean; a claim of a busy uid has it removed
 (`scrub`) before the uid is handed out, and a uid whose scrub fails is skipped like one that
-still has processes.
+still has processes. A new lock file (empty: the uid never had a holder since the lock directory
+was made, as after a reboot, which empties the packet rules too) needs no scrub.
 """
 
 from __future__ import annotations
@@ -125,13 +126,15 @@ class UidPool:
                 return None
             raise
         try:
-            if os.pread(fd, 16, 0) != _CLEAN:
-                # its last holder died, or released it with processes left
+            state = os.pread(fd, 16, 0)
+            if state != _CLEAN:
+                # its last holder died, or released it with processes left (or it is new)
                 kill_uid(uid)
                 if not drained(uid, timeout_s=self.claim_drain_s):
                     os.close(fd)  # still `busy`: the next claim tries again
                     return None
-                if self.scrub is not None and not _scrubbed(self.scrub, uid):
+                # a new lock file (empty): no holder before, so nothing given to the uid
+                if state and self.scrub is not None and not _scrubbed(self.scrub, uid):
                     os.close(fd)
                     return None
             _mark(fd, _BUSY)

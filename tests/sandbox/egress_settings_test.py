@@ -1,5 +1,6 @@
 """How a runtime's network is said (the runtimes file, `krt host` flags) and checked, with no
-packet sent: allow-list entries, the modes, the resolvers read, what `krt up` warns of."""
+packet sent: allow-list entries, the modes, the resolvers read, what `krt up` warns of, and when
+a uid's leftover elements are scrubbed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kruntimes.config.egress import MAX_ALLOW, parse_allow, parse_allow_list
 from kruntimes.config.runtimes import PlatformConfigError, network_warnings, parse_config
 from kruntimes.contracts.providers import HostDefaults, host_sandbox
 from kruntimes.runtime.sandbox import egress, landlock
+from kruntimes.runtime.sandbox.identity import NoFreeUid, UidPool, UidRange
 from kruntimes.runtime.sandbox.policy import Network, SandboxSettings
 from kruntimes.workers import host as host_main
 
@@ -171,3 +173,25 @@ def test_krt_up_warns_of_network_host_and_of_outbound_it_cannot_enforce() -> Non
 )
 def test_what_landlock_puts_in_force_is_said_per_kernel(abi: int, deny: bool, says: str) -> None:
     assert says in landlock.describe(abi, deny_tcp_bind=deny)
+
+
+def test_a_busy_uid_is_scrubbed_before_it_is_handed_out_and_a_new_one_is_not(tmp_path: Path) -> None:
+    scrubbed: list[int] = []
+    first = 2_099_999_000  # no host's: between the default range and the pods'
+    pool = UidPool(UidRange(first, 2), lock_dir=str(tmp_path), scrub=scrubbed.append)
+    (tmp_path / str(first + 1)).write_bytes(b"busy")  # as a host that died left it
+    claims = [pool.claim(), pool.claim()]
+    assert [c.uid for c in claims] == [first, first + 1] and scrubbed == [first + 1]
+    for claim in claims:
+        pool.release(claim, contained=True)
+    assert (tmp_path / str(first)).read_bytes() == b"clean"
+
+
+def test_a_uid_whose_scrub_fails_is_never_handed_out(tmp_path: Path) -> None:
+    def failing(uid: int) -> None:
+        raise egress.PacketRulesUnavailable(f"nft: cannot list uid {uid}")
+
+    first = 2_099_999_100
+    (tmp_path / str(first)).write_bytes(b"busy")
+    with pytest.raises(NoFreeUid):
+        UidPool(UidRange(first, 1), lock_dir=str(tmp_path), scrub=failing).claim()
