@@ -192,3 +192,43 @@ def test_any_error_body_decodes_to_three_strings(body: bytes) -> None:
 )
 def test_error_bodies_of_other_shapes(body: bytes, decoded: tuple[str, str, str]) -> None:
     assert frames.decode_error(body) == decoded
+
+
+def test_the_accept_frame_is_id_zero_a_response_and_no_body() -> None:
+    accepted = frames.encode_accepted()
+    assert accepted == struct.pack(">IIB", MIN_ANSWER_LENGTH, frames.ACCEPTED_ID, frames.KIND_RESPONSE)
+    assert Answers().feed([accepted]) == [(0, frames.KIND_RESPONSE, b"")]
+
+
+@pytest.mark.parametrize(
+    ("encode", "direction"),
+    [
+        (lambda: frames.encode_request(1, b"x" * (MAX_REQUEST_BODY + 1)), "request"),
+        (lambda: frames.encode_answer(1, frames.KIND_RESPONSE, b"x" * MAX_REQUEST_BODY), "answer"),
+        (lambda: Requests().feed([struct.pack(">I", MAX_LENGTH + 1)]), "request"),
+        (lambda: Answers().feed([struct.pack(">I", MAX_LENGTH + 1)]), "answer"),
+    ],
+    ids=["encode-request", "encode-answer", "decode-request", "decode-answer"],
+)
+def test_a_frame_out_of_bounds_is_refused_naming_its_direction_and_length(
+    encode: Any, direction: str
+) -> None:
+    """What the reader logs when it closes the connection says which way and how long."""
+    with pytest.raises(FrameError) as err:
+        encode()
+    assert err.value.length == MAX_LENGTH + 1
+    assert str(err.value) == f"{direction} frame length {MAX_LENGTH + 1} is outside its bounds"
+
+
+@pytest.mark.parametrize("reader", [Requests, Answers])
+def test_a_length_out_of_bounds_is_refused_as_soon_as_its_four_bytes_arrive(reader: Any) -> None:
+    """Nothing more has to come (a peer may send a bad length and stall): the connection closes."""
+    decoder = reader()
+    with pytest.raises(FrameError):
+        decoder.feed([struct.pack(">I", 0)])
+    assert not decoder.decoder.buffer
+
+
+def test_an_error_body_is_the_compact_json_the_port_describes() -> None:
+    body = frames.encode_error(code="NOT_FOUND", reason="FunctionNotRegistered", message="no such function")
+    assert body == b'{"code":"NOT_FOUND","reason":"FunctionNotRegistered","message":"no such function"}'
