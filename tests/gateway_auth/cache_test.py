@@ -16,6 +16,7 @@ from kruntimes.gateway.auth import (
     cache_key,
 )
 from tests.gateway_auth.helpers import ALICE, RUN, FakeClock, ScriptedAuthorizer, issue, jwt
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -261,3 +262,107 @@ async def test_an_answer_slower_than_30_seconds_is_never_remembered(clock: FakeC
     assert (len(cache), len(inner.calls)) == (0, 1)
     assert await cache.authorize(token, RUN) == ALICE
     assert len(inner.calls) == 2
+
+
+async def test_an_answer_taking_the_whole_30_seconds_is_never_remembered(clock: FakeClock) -> None:
+    token = issue()
+    inner = SlowAuthorizer(clock, takes_s=30, allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+
+    assert await cache.authorize(token, RUN) == ALICE
+    assert (len(cache), len(inner.calls)) == (0, 1), "expired as it was answered: nothing held for it"
+
+
+async def test_every_answer_from_memory_counts_as_a_hit(clock: FakeClock) -> None:
+    token = issue()
+    cache = CachingAuthorizer(ScriptedAuthorizer(allowed={token}), clock=clock)
+
+    for _ in range(3):
+        await cache.authorize(token, RUN)
+    assert (cache.stats.hits, cache.stats.misses) == (2, 1)
+
+
+async def test_parts_holding_nul_are_decided_by_the_inner_authorizer_for_that_very_resource(
+    clock: FakeClock,
+) -> None:
+    token = issue()
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+    odd = Resource("a", "b\0c", "d")
+
+    assert await cache.authorize(token, odd) == ALICE
+    assert inner.calls == [odd]
+
+
+async def test_a_token_that_is_not_valid_utf8_still_has_a_key_of_its_own(clock: FakeClock) -> None:
+    """A header decoded with surrogateescape holds lone surrogates: it is remembered like any other."""
+    token, other = issue("\udcff"), issue("\udcfe")
+    expected = hashlib.sha256(f"{token}\0team-a\0hello\0{RUN.run_uid}".encode("utf-8", "surrogatepass"))
+    assert cache_key(token, RUN) == expected.hexdigest()
+    assert cache_key(token, RUN) != cache_key(other, RUN)
+
+    inner = ScriptedAuthorizer(allowed={token})
+    cache = CachingAuthorizer(inner, clock=clock)
+    for _ in range(2):
+        assert await cache.authorize(token, RUN) == ALICE
+    assert len(inner.calls) == 1
+
+
+class AnswersNothing(ScriptedAuthorizer):
+    """A broken authorizer: returns without a Principal instead of raising."""
+
+    async def authorize(self, token: str, resource: Resource) -> Principal:
+        self.calls.append(resource)
+        return None  # type: ignore[return-value]
+
+
+async def test_an_allow_without_a_principal_is_a_forbidden(clock: FakeClock) -> None:
+    """Never an allow by default: an inner answer that names nobody is refused, also from memory."""
+    token = issue()
+    cache = CachingAuthorizer(AnswersNothing(), clock=clock)
+    for _ in range(2):
+        with pytest.raises(Forbidden):
+            await cache.authorize(token, RUN)
+
+
+class ClosesTracked(ScriptedAuthorizer):
+    """Counts the inner calls still running when it is closed."""
+
+    def __init__(self) -> None:
+        super().__init__(allowed=())
+        self.gate = asyncio.Event()  # never set: every call waits until it is cancelled
+        self.running = 0
+        self.running_at_close: int | None = None
+
+    async def authorize(self, token: str, resource: Resource) -> Principal:
+        self.running += 1
+        try:
+            return await super().authorize(token, resource)
+        finally:
+            self.running -= 1
+
+    async def close(self) -> None:
+        self.running_at_close = self.running
+        await super().close()
+
+
+async def test_closing_cancels_the_decisions_in_flight_and_waits_for_them_before_closing_the_inner(
+    clock: FakeClock,
+) -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        inner = ClosesTracked()
+        cache = CachingAuthorizer(inner, clock=clock)
+        waiting = asyncio.create_task(cache.authorize(issue(), RUN))
+        await eventually(lambda: inner.running, what="the decision reached the inner authorizer")
+
+        await cache.close()
+        assert (inner.closed, inner.running_at_close) == (True, 0)
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert reported == [], "the cancelled decision is settled without an error reported"
+    finally:
+        loop.set_exception_handler(previous)
