@@ -36,6 +36,24 @@ def allows(constraint: str, version: str) -> bool:
         ("<1.0.0 || >=2.0.0", ["0.9.0", "2.1.0"], ["1.5.0"]),
         (">=1.0.0-rc.1", ["1.0.0-rc.2", "1.0.0"], ["1.0.0-alpha"]),
         (">=1.0.0", ["1.1.0"], ["1.1.0-rc.1"]),
+        ("=1.2.3", ["1.2.3"], ["1.2.4"]),
+        ("==1.2.3", ["1.2.3"], ["1.2.2"]),
+        (">1.2.3", ["1.2.4"], ["1.2.3"]),
+        (">*", [], ["0.0.1", "9.0.0"]),
+        ("~>1.2.3", ["1.2.3", "1.2.9"], ["1.3.0", "1.2.2"]),
+        ("~1", ["1.5.0"], ["2.0.0", "0.9.0"]),
+        ("^1.2.3", ["1.2.3", "1.9.0"], ["2.0.0", "1.2.2"]),
+        ("^0.4.1", ["0.4.1", "0.4.9"], ["0.5.0", "0.4.0"]),
+        ("^0.1.2", ["0.1.2", "0.1.5"], ["0.2.0", "0.1.1"]),
+        ("^0.4", ["0.4.0", "0.4.5"], ["0.5.0", "0.3.9"]),
+        ("^0", ["0.0.0", "0.9.0"], ["1.0.0"]),
+        ("^0.0.3", ["0.0.3"], ["0.0.4", "0.0.2"]),
+        ("^*", ["0.0.1", "3.0.0"], []),
+        ("1.0.0-rc.1 - 1.2.0", ["1.0.0-rc.2", "1.2.0"], ["1.0.0-alpha", "1.2.1"]),
+        ("1.0.0 - 1.2.0-rc.2", ["1.2.0-rc.1"], ["1.2.0"]),
+        (">=0.1.0 1.0.0 - 1.2.0", ["1.1.0"], ["0.5.0", "1.2.1"]),
+        ("1.0.0 - 1.2.0 !=1.1.0", ["1.0.5"], ["1.1.0"]),
+        ("* >=0.0.0-alpha", ["0.0.0-beta", "1.0.0"], []),
     ],
 )
 def test_constraints_allow_exactly_their_versions(constraint: str, yes: list[str], no: list[str]) -> None:
@@ -43,14 +61,39 @@ def test_constraints_allow_exactly_their_versions(constraint: str, yes: list[str
     assert [allows(constraint, v) for v in no] == [False] * len(no)
 
 
-@pytest.mark.parametrize("text", ["", "latest", ">=", "1.2.3.4", "=> 1.0", "1.x-rc"])
+@pytest.mark.parametrize("text", ["", "latest", ">=", "1.2.3.4", "=> 1.0", "1.x-rc", "1.0.0 -"])
 def test_text_that_is_no_constraint_is_refused(text: str) -> None:
     with pytest.raises(tags.ConstraintError):
         parse_constraint(text)
+    assert not tags.is_constraint(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("  ", "empty constraint"),
+        (">=1.0.0 ||", "empty constraint"),
+        ("latest", "'latest' is not a version"),
+        ("1.x-rc", "'1.x-rc': a pre-release needs a full version"),
+        (">= >= 1.0.0", "operator '>=' has no version"),
+        ("<1.0.0 >=", "operator '>=' has no version"),
+    ],
+)
+def test_a_refused_constraint_says_which_part_is_wrong(text: str, says: str) -> None:
+    """The message reaches the caller inside NotFound ("neither a version nor a constraint (...)")."""
+    with pytest.raises(tags.ConstraintError) as err:
+        parse_constraint(text)
+    assert str(err.value) == says
+
+
+@pytest.mark.parametrize("text", [">=1.0.0", "1.x", "^0.4.1 || 2.0.0 - 2.1.0", "v1.2.3"])
+def test_every_constraint_of_the_grammar_is_one(text: str) -> None:
+    assert tags.is_constraint(text)
 
 
 def test_a_version_is_full_semver_with_an_optional_v() -> None:
     assert str(parse_version("v1.2.3")) == "1.2.3"
+    assert str(parse_version("V1.2.3")) == "1.2.3"
     assert parse_version("1.2") is None
     assert parse_version("latest") is None
 
@@ -60,6 +103,14 @@ def test_the_image_reference_splits_at_the_tag_not_the_registry_port() -> None:
     assert tags.split_image("localhost:5000/fn/set-labels") == ("localhost:5000/fn/set-labels", "")
     assert tags.split_image("ghcr.io/fn@sha256:abc") == ("ghcr.io/fn", "")
     assert tags.split_image("ghcr.io/fn:v2@sha256:abc") == ("ghcr.io/fn", "v2")
+    assert tags.split_image("fn:v1") == ("fn", "v1")
+    assert tags.split_image("fn") == ("fn", "")
+
+
+def test_a_colon_of_the_path_or_the_digest_is_never_the_tag() -> None:
+    """Only a colon after the last slash, before the first "@", starts a tag."""
+    assert tags.split_image("registry:5000/team:x/fn") == ("registry:5000/team:x/fn", "")
+    assert tags.split_image("ghcr.io/fn@sha256:abc@sha256:def") == ("ghcr.io/fn", "")
 
 
 def candidates(**offers: list[str]) -> list[Candidate[str]]:
@@ -84,6 +135,11 @@ def test_a_constraint_tag_selects_the_highest_offered_version_satisfying_it() ->
     offer = candidates(a=["v0.4.0", "v0.4.2", ">=9.0.0"], b=["v0.4.1", "v0.5.0"])
     assert select(offer, tag=">= 0.4.0 < 0.5.0", image=IMAGE) == ("a", "v0.4.2")
     assert select(offer, tag="~0.5", image=IMAGE) == ("b", "v0.5.0")
+
+
+def test_of_candidates_offering_the_same_highest_version_the_first_wins() -> None:
+    offer = candidates(first=["v0.4.2"], second=["0.4.2"])
+    assert select(offer, tag="^0.4.0", image=IMAGE) == ("first", "v0.4.2")
 
 
 def test_a_constraint_tag_ignores_offered_tags_that_are_ranges() -> None:
