@@ -132,6 +132,11 @@ def test_an_invocation_waiting_its_turn_is_never_idle_either() -> None:
     assert idle_verdict(idle_seconds=IDLE, now=NOW, state=state) == IdleRearm(NOW + timedelta(seconds=IDLE))
 
 
+def test_a_single_invocation_waiting_its_turn_is_enough_to_keep_a_function() -> None:
+    state = _state(waiting=1, last=NOW - timedelta(hours=5))
+    assert idle_verdict(idle_seconds=IDLE, now=NOW, state=state) == IdleRearm(NOW + timedelta(seconds=IDLE))
+
+
 def test_no_last_activity_rearms_a_whole_timeout_from_now() -> None:
     state = _state(last=None)
     assert idle_verdict(idle_seconds=IDLE, now=NOW, state=state) == IdleRearm(NOW + timedelta(seconds=IDLE))
