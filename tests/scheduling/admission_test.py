@@ -396,3 +396,87 @@ def test_the_decision_is_the_same_for_the_same_inputs():
     first = decide(request("r1", tenant="tenant-b"), hosts=hosts, reservations=reservations)
     again = decide(request("r1", tenant="tenant-b"), hosts=list(reversed(hosts)), reservations=reservations)
     assert first == again == assigned(hosts[0])
+
+
+# --- what a rejected Run is told, and capacity on its way -------------------------------------
+
+
+def test_a_rejected_run_is_told_why_in_its_message():
+    not_allowed = decide(request(tenant="tenant-unknown"), hosts=[host("h1")])
+    assert not_allowed == Reject(
+        reason=RejectReason.TenantNotAllowed,
+        message="tenant 'tenant-unknown' is not configured on this platform",
+    )
+    full = host("h1")
+    queue_full = decide(request("r1"), hosts=[full], reservations=fill(full), max_queue=0)
+    assert queue_full == Reject(
+        reason=RejectReason.QueueFull, message="no free slot and the 'python' queue holds its limit of 0 runs"
+    )
+
+
+def test_a_shared_tenant_allowed_no_hosts_is_told_the_shared_pool_is_at_its_max_hosts():
+    decision = decide(request("r1", tenant="tenant-s", tenancy=TenantPolicy(maxHosts=0)))
+    assert decision == Reject(
+        reason=RejectReason.MaxHostsReached,
+        message="no capacity can appear: the shared pool has reached its maxHosts=0 on runtime 'python'",
+    )
+
+
+def test_an_unknown_runtime_provider_is_named_in_the_rejection():
+    decision = decide(request(), default_provider="kubernetes", providers={"process"})
+    assert decision == Reject(reason=RejectReason.NoProvider, message="no host provider named 'kubernetes'")
+
+
+def test_a_scale_out_whose_host_is_being_provisioned_still_covers_the_run():
+    provisioning = scale_out(status=ScaleOutStatus.Provisioning, host_id="h9", slots=2)
+    assert decide(request("r1"), pending=[provisioning]) == QueueGlobally(position=0)
+
+
+def test_the_tenants_own_host_still_being_assigned_covers_its_run():
+    coming = dedicated("a-1", "tenant-a", state=HostState.Assigned, capacity=1)
+    assert decide(request("r1", tenant="tenant-a"), hosts=[coming]) == QueueGlobally(position=0)
+
+
+GROUP_G = TenantPolicy(mode=TenancyMode.Dedicated, group="grp")
+
+
+def test_a_host_of_the_tenants_group_still_being_assigned_covers_its_run():
+    coming = host("g-1", group="grp", state=HostState.Assigned, capacity=1)
+    assert decide(request("r1", tenant="tenant-g", tenancy=GROUP_G), hosts=[coming]) == QueueGlobally(
+        position=0
+    )
+
+
+def test_a_pending_scale_out_for_the_tenants_group_covers_its_run():
+    pending = [scale_out(tenant="tenant-h", policy=GROUP_G, slots=1)]
+    assert decide(request("r1", tenant="tenant-g", tenancy=GROUP_G), pending=pending) == QueueGlobally(
+        position=0
+    )
+
+
+def test_the_reserved_slots_of_a_host_being_assigned_are_not_capacity_on_its_way():
+    full = host("h1", state=HostState.Assigned, capacity=1)
+    assert isinstance(decide(request("r1"), hosts=[full], reservations=fill(full)), RequestScaleOut)
+    half = host("h1", state=HostState.Assigned, capacity=2)
+    decision = decide(request("r1"), hosts=[half], reservations=fill(half, 1), queue=[request("q0")])
+    assert isinstance(decision, RequestScaleOut), "one free slot, and a queued run ahead for it"
+
+
+def test_a_tenant_below_its_max_hosts_scales_out_again():
+    policy = TenantPolicy(mode=TenancyMode.Dedicated, maxHosts=2)
+    own = dedicated("a-1", "tenant-a")
+    decision = decide(request("r1", tenant="tenant-a", tenancy=policy), hosts=[own], reservations=fill(own))
+    assert isinstance(decision, RequestScaleOut)
+    pending = [scale_out(tenant="tenant-a", policy=policy, slots=1)]
+    queue = [request("q0", tenant="tenant-a", tenancy=policy)]
+    decision = decide(request("r1", tenant="tenant-a", tenancy=policy), pending=pending, queue=queue)
+    assert isinstance(decision, RequestScaleOut), "one pending scale-out of two allowed"
+
+
+def test_a_shared_tenants_max_hosts_counts_pending_shared_scale_outs():
+    policy = TenantPolicy(maxHosts=1)
+    queue = [request("q0", tenant="tenant-s", tenancy=policy)]
+    decision = decide(
+        request("r1", tenant="tenant-s", tenancy=policy), pending=[scale_out(slots=1)], queue=queue
+    )
+    assert decision == QueueGlobally(position=1)

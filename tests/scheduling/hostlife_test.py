@@ -70,7 +70,7 @@ def test_a_frozen_host_is_noticed_within_three_intervals_of_its_last_report() ->
 
 @pytest.mark.parametrize("interval", [0.0, -1.0])
 def test_the_interval_is_positive(interval: float) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"the watch interval is positive, not {interval}"):
         WatchRules(interval_s=interval)
 
 
@@ -120,6 +120,12 @@ def test_a_registration_gone_or_no_longer_ready_is_a_loss_others_are_not() -> No
     ]
 
 
+def test_a_registration_never_ready_does_not_hide_the_losses_after_it() -> None:
+    before = {"a": reg("a", ready=False), "b": reg("b"), "c": reg("c")}
+    losses = registration_losses(before, {"c": reg("c")})
+    assert [(x.registration.registration_id, x.because) for x in losses] == [("b", LostBecause.Unregistered)]
+
+
 def test_no_change_and_new_registrations_are_no_loss() -> None:
     same = {"a": reg("a")}
     assert registration_losses(same, same) == []
@@ -143,8 +149,13 @@ def test_a_host_past_ready_is_never_stuck(state: HostState) -> None:
 
 
 def test_the_assignment_timeout_is_positive() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the assignment timeout is positive, not 0"):
         stuck_at(since=T0, assignment_timeout_s=0)
+
+
+@pytest.mark.parametrize("timeout", [0.5, 1.0])
+def test_an_assignment_timeout_of_a_second_or_less_is_taken(timeout: float) -> None:
+    assert stuck_at(since=T0, assignment_timeout_s=timeout) == T0 + timedelta(seconds=2 * timeout)
 
 
 # --- idle and scale-in --------------------------------------------------------------------------
@@ -211,6 +222,39 @@ def test_equally_idle_hosts_go_newest_first() -> None:
     idle = {h.hostUid: ago(500) for h in hosts}
     chosen = scale_in(hosts=hosts, reservations=[], idle_since=idle, now=T0, min_hosts=1, delay_s=60)  # type: ignore[arg-type]
     assert [h.hostId for h in chosen] == ["py-10", "py-9"]
+
+
+def test_equally_idle_hosts_of_a_runtime_named_with_dashes_go_newest_first() -> None:
+    """The host number is what follows the last dash: "web-api-12" is newer than "web-api-3"."""
+    hosts = [supervised("web-api-3"), supervised("web-api-12"), supervised("web-api-4")]
+    idle = {h.hostUid: ago(500) for h in hosts}
+    chosen = scale_in(hosts=hosts, reservations=[], idle_since=idle, now=T0, min_hosts=1, delay_s=60)  # type: ignore[arg-type]
+    assert [h.hostId for h in chosen] == ["web-api-12", "web-api-4"]
+
+
+def test_the_pools_load_is_read_instead_of_the_reservations_when_given() -> None:
+    """The pool passes its index's load (host uid → reservations) rather than every reservation."""
+    busy, idle_host = supervised("h-0"), supervised("h-1")
+    hosts = [busy, idle_host]
+    load = {busy.hostUid: 2}
+    idle = {h.hostUid: ago(1000) for h in hosts}
+    assert track_idle(hosts=hosts, reservations=[], idle_since=idle, now=T0, load=load) == {
+        idle_host.hostUid: ago(1000)
+    }
+    chosen = scale_in(
+        hosts=hosts, reservations=[], idle_since=idle, now=T0, min_hosts=0, delay_s=60, load=load
+    )  # type: ignore[arg-type]
+    assert chosen == (idle_host,)
+    recent = {busy.hostUid: ago(50), idle_host.hostUid: ago(30)}
+    due = next_scale_in(hosts=hosts, reservations=[], idle_since=recent, delay_s=60, after=T0, load=load)  # type: ignore[arg-type]
+    assert due == T0 + timedelta(seconds=30)
+
+
+def test_a_host_due_exactly_now_does_not_wake_the_pool_again_now() -> None:
+    """The pool decided on it this instant: a timer for `after` itself would wake it at once, again."""
+    hosts = [supervised("h-0")]
+    idle = {hosts[0].hostUid: ago(300)}
+    assert next_scale_in(hosts=hosts, reservations=[], idle_since=idle, delay_s=300, after=T0) is None  # type: ignore[arg-type]
 
 
 def test_unsupervised_or_not_ready_hosts_never_scale_in() -> None:

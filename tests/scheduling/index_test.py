@@ -145,3 +145,47 @@ def test_a_held_slot_costs_a_fraction_of_its_model() -> None:
     per_slot, per_model = retained(ReservationIndex), retained(dict)
     assert per_slot < 400, f"{per_slot:.0f} B per held slot"  # measured: ~235
     assert per_slot * 2.5 < per_model, f"{per_slot:.0f} B per held slot, {per_model:.0f} B per kept model"
+
+
+def test_the_index_gathers_the_hosts_whose_reservations_changed() -> None:
+    """The pool hands over at continue-as-new only what changed since: every add and remove counts."""
+    h1, h2 = host("h1"), host("h2")
+    index = ReservationIndex()
+    reserve_in(index=index, request=request("r1"), host=h1, at=T0)
+    reserve_in(index=index, request=request("r2"), host=h2, at=T0)
+    assert index.changed == {"h1-uid", "h2-uid"}
+    index.changed.clear()
+    index.remove("r1")
+    assert index.changed == {"h1-uid"}
+
+
+def test_the_index_refuses_a_second_slot_for_a_run() -> None:
+    h = host("h1")
+    index = ReservationIndex([Reservation(runUid="r1", hostId="h1", hostUid="h1-uid", reservedAt=T0)])
+    with pytest.raises(ReservationConflict) as already:
+        index.add(Reservation(runUid="r1", hostId=h.hostId, hostUid=h.hostUid, reservedAt=T0))
+    assert (already.value.reason, str(already.value)) == (
+        "AlreadyReserved",
+        "AlreadyReserved: run r1 already holds a slot",
+    )
+    assert len(index) == 1 and index.used("h1-uid") == 1
+
+
+def test_the_load_forgets_a_host_once_its_last_reservation_goes() -> None:
+    """Kept per host that holds reservations, so it does not grow with every host the pool had."""
+    index = ReservationIndex(fill(host("h1"), 2))
+    for run_uid in list(index.held):
+        index.remove(run_uid)
+    assert dict(index.load) == {}
+
+
+def test_the_reservations_not_on_some_hosts_are_all_the_others_in_order() -> None:
+    hosts = [host(f"h{i}", capacity=10) for i in range(3)]
+    added = [
+        Reservation(runUid=f"r{i}", hostId=hosts[i % 3].hostId, hostUid=hosts[i % 3].hostUid, reservedAt=T0)
+        for i in range(7)
+    ]
+    index = ReservationIndex(added)
+    assert list(index.held.not_on({"h1-uid"})) == [r for r in added if r.hostUid != "h1-uid"]
+    assert list(index.held.not_on(set())) == added
+    assert list(index.held.not_on({"h0-uid", "h1-uid", "h2-uid"})) == []

@@ -12,9 +12,11 @@ from kruntimes.decisions.reconciling import (
     PACE,
     PACED_MAX_S,
     HostSeen,
+    Lost,
     Queued,
     Registration,
     Snapshot,
+    Unregister,
     Workspace,
     next_round_in,
     plan,
@@ -92,6 +94,21 @@ def test_a_stale_attempt_on_a_host_the_run_left_is_unregistered_once_older_than_
     assert plan(snapshot(hosts=young, reservations=moved)).unregister == []
 
 
+def test_each_orphaned_registration_of_a_host_is_unregistered_at_its_address() -> None:
+    """The registrations before it, kept or not, do not end the host's turn."""
+    hosts = [HostSeen(H1, (reg("a"), reg("b"))), HostSeen(H2, ())]
+    assert plan(snapshot(hosts=hosts)).unregister == [
+        Unregister(H1.address or "", "reg-b-1", "b", "RunClosed")
+    ]
+
+
+def test_a_host_that_does_not_answer_does_not_hide_the_hosts_after_it() -> None:
+    hosts = [HostSeen(H1, None), HostSeen(H2, (reg("b"),))]
+    assert plan(snapshot(hosts=hosts)).unregister == [
+        Unregister(H2.address or "", "reg-b-1", "b", "RunClosed")
+    ]
+
+
 def test_a_host_that_does_not_answer_is_left_alone() -> None:
     decided = plan(snapshot(hosts=[HostSeen(H1, None), HostSeen(H2, ())], running={}))
     assert decided.unregister == [] and decided.registration_lost == []
@@ -100,6 +117,17 @@ def test_a_host_that_does_not_answer_is_left_alone() -> None:
 def test_the_slot_of_a_run_terminated_out_of_band_is_released() -> None:
     decided = plan(snapshot(running={}))
     assert decided.release == ["a"]
+
+
+def test_the_slot_of_a_run_replaced_under_its_workflow_id_is_released() -> None:
+    assert plan(snapshot(running={wid("a"): "a2"})).release == ["a"]
+
+
+def test_what_is_exactly_as_old_as_the_grace_is_still_left_alone() -> None:
+    at_grace = [reservation("a", H1)._replace(reservedAt=NOW - timedelta(seconds=GRACE))]
+    assert plan(snapshot(running={}, reservations=at_grace)).release == []
+    past = [reservation("a", H1)._replace(reservedAt=NOW - timedelta(seconds=GRACE, microseconds=1))]
+    assert plan(snapshot(running={}, reservations=past)).release == ["a"]
 
 
 def test_a_slot_taken_within_the_grace_is_left_alone() -> None:
@@ -122,6 +150,24 @@ def test_a_ready_run_whose_host_holds_no_registration_of_it_is_told() -> None:
     assert [(x.workflow_id, x.run_uid, x.host_uid) for x in decided.registration_lost] == [
         (wid("a"), "a", H1.hostUid)
     ]
+
+
+def test_each_ready_run_is_judged_on_its_own() -> None:
+    """A Ready Run that no longer runs, or holds no slot, does not stop the check of the others."""
+    ready = {"gone": wid("gone"), "slotless": wid("slotless"), "a": wid("a")}
+    running = {wid("a"): "a", wid("slotless"): "slotless"}
+    decided = plan(snapshot(ready=ready, running=running, hosts=[HostSeen(H1, ()), HostSeen(H2, ())]))
+    assert decided.registration_lost == [Lost(wid("a"), "a", H1.hostUid)]
+
+
+def test_each_old_slot_of_a_ready_run_is_checked_past_a_young_one() -> None:
+    slots = [
+        reservation("a", H2)._replace(reservedAt=NEW),
+        reservation("a", H1)._replace(reservedAt=OLD),
+    ]
+    hosts = [HostSeen(H1, ()), HostSeen(H2, (reg("a"),))]
+    decided = plan(snapshot(hosts=hosts, reservations=slots))
+    assert decided.registration_lost == [Lost(wid("a"), "a", H1.hostUid)]
 
 
 def test_a_run_that_just_took_its_slot_or_ended_is_not_told() -> None:

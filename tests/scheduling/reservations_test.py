@@ -8,14 +8,17 @@ import pytest
 
 from kruntimes.decisions.scheduling.admission import (
     ReservationConflict,
+    ReservationIndex,
     assignment_overdue,
     free_slots,
     hosts_to_warm,
     release,
     release_host,
     reserve,
+    reserve_in,
     withdraw,
 )
+from kruntimes.decisions.scheduling.failures import FailureReason, ProviderFailure, ProviderOperation
 from kruntimes.decisions.scheduling.model import HostState, ScaleOutStatus, TenancyMode
 
 from .builders import DEDICATED_A, T0, dedicated, fill, host, hybrid, request, reservation, scale_out
@@ -196,3 +199,68 @@ def test_an_assigned_host_is_overdue_after_twice_the_assignment_timeout():
 def test_only_assigned_hosts_can_be_overdue(state):
     h = host("h1", state=state, tenancy=TenancyMode.Shared)
     assert not assignment_overdue(host=h, now=T0 + timedelta(days=1), assignment_timeout_seconds=1)
+
+
+def _reserve_in(*, reservations, request, host, at):
+    """`reserve` through a ReservationIndex of the same reservations (what the pool calls)."""
+    return reserve_in(index=ReservationIndex(reservations), request=request, host=host, at=at)
+
+
+@pytest.mark.parametrize("apply", [reserve, _reserve_in], ids=["scanned", "indexed"])
+@pytest.mark.parametrize(
+    ("held", "run", "on", "says"),
+    [
+        (
+            [reservation("r1", host("h1"))],
+            request("r1"),
+            host("h2"),
+            "AlreadyReserved: run r1 already holds a slot on h1",
+        ),
+        ([], request("r1"), host("b", runtime="bash"), "RuntimeMismatch: host b runs 'bash', not 'python'"),
+        ([], request("r1"), host("h1", state=HostState.Draining), "HostNotReady: host h1 is Draining"),
+        ([], request("r1"), host("h1", spent=True), "HostNotReady: one-shot host h1 already took its Run"),
+        (
+            [],
+            request("r1", tenant="tenant-a"),
+            host("shared"),
+            "HostNotVisible: host shared is not visible to 'tenant-a'",
+        ),
+        (fill(host("h1")), request("r1"), host("h1"), "HostFull: host h1 has no free slot of 2"),
+    ],
+    ids=["already-reserved", "runtime", "not-ready", "spent", "not-visible", "full"],
+)
+def test_a_refused_reservation_says_why_and_names_the_host(apply, held, run, on, says):
+    """The pool's workflow fails its task with this message: it says which host and why."""
+    with pytest.raises(ReservationConflict) as e:
+        apply(reservations=held, request=run, host=on, at=T0)
+    assert (e.value.reason, str(e.value)) == (says.split(":")[0], says)
+
+
+def test_reserving_in_the_index_records_the_tenant():
+    own = hybrid("b-1", "tenant-b")
+    index = ReservationIndex()
+    taken = reserve_in(index=index, request=request("r2", tenant="tenant-b"), host=own, at=T0)
+    assert taken.tenant == index.held["r2"].tenant == "tenant-b"
+
+
+def test_pending_scale_outs_take_their_room_under_max_hosts():
+    pending = [scale_out("so-1")]
+    assert (
+        hosts_to_warm(
+            hosts=[host("h1")], pending_scale_outs=pending, runtime="python", min_hosts=5, max_hosts=2
+        )
+        == 0
+    )
+
+
+def test_a_failed_scale_out_is_no_warm_capacity():
+    failure = ProviderFailure.of(
+        FailureReason.OperationTimeout, provider="process", operation=ProviderOperation.Create
+    )
+    failed = scale_out("so-1", status=ScaleOutStatus.Failed, failure=failure)
+    assert (
+        hosts_to_warm(
+            hosts=[host("h1")], pending_scale_outs=[failed], runtime="python", min_hosts=2, max_hosts=4
+        )
+        == 1
+    )
