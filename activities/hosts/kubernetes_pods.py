@@ -61,9 +61,13 @@ HEALTH_PORT_NAME, HEALTH_PORT = "health", 50053
 # every LIVENESS_PERIOD_S, unanswered within LIVENESS_TIMEOUT_S.
 LIVENESS_PERIOD_S, LIVENESS_TIMEOUT_S, LIVENESS_FAILURES = 10, 5, 6
 STATE_VOLUME, STATE_MOUNT = "krt-state", "/var/lib/kruntimes"
-# Where the host locks the uids it hands out: its own state volume (the root file system is
+# The host's state directory: a directory the host makes in its state volume, not the volume's
+# root, which a kubelet makes world-writable (an emptyDir is 0777) — where functions that share the
+# pod's mounts could plant files (a Run's secrets) before the host makes them.
+STATE_DIR = f"{STATE_MOUNT}/host"
+# Where the host locks the uids it hands out: in its state directory (the root file system is
 # read-only, and the range is the pod's own, so no other host shares the locks).
-UID_LOCK_DIR = f"{STATE_MOUNT}/uids"
+UID_LOCK_DIR = f"{STATE_DIR}/uids"
 ANNOTATION_UID_RANGE = "kruntimes.io/uid-range"
 # Past the default range of hosts that are not pods (2000000000 + 100000), so a node's own hosts
 # never share a uid with a pod's, and below 2**31, so no program that keeps a uid in a signed int
@@ -228,7 +232,7 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         "--assignment-public-key",
         f"{CERT_MOUNT}/{ASSIGNMENT_PUBLIC_KEY}",
         "--state-dir",
-        STATE_MOUNT,
+        STATE_DIR,
         "--uid-lock-dir",
         UID_LOCK_DIR,
         # the pod's own uids (empty without the annotation: the host's default range)

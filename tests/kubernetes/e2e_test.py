@@ -172,20 +172,53 @@ async def test_a_run_scales_out_from_zero_onto_a_pod_and_answers_through_the_gat
     )
 
 
+# What a function of the chart's default host pod may do there (no mount namespace: it shares the
+# pod's mounts).
+PROBE = f"""
+import os
+
+def attempt(act):
+    try:
+        act()
+    except OSError as e:
+        return type(e).__name__
+    return "done"
+
+def handle(p):
+    state = "{kpods.STATE_DIR}"
+    hosts = os.listdir(state + "/work")
+    return {{
+        "uid": os.getuid(),
+        "plant-in-state": attempt(lambda: os.makedirs(state + "/secrets/default/planted")),
+        "write-root": attempt(lambda: open("/usr/planted", "w")),
+        "read-host-key": attempt(lambda: open("{kpods.CERT_MOUNT}/tls.key").read()),
+        "list-workspaces": attempt(lambda: os.listdir(state + "/work/" + hosts[0])),
+        "write-tmp": attempt(lambda: open("/tmp/krt-probe", "w").close()),
+    }}
+"""
+
+
 async def test_hosts_of_the_charts_default_pod_start_on_a_read_only_root_with_uids_of_their_own(
     platform, krt
 ):
     """On a node that enforces the chart's security context (tests/kubernetes/node_test.py): two
     Runs, a host pod each, both Ready and invoked; each function runs as a uid of its own pod's
-    range, and no uid is in both pods' ranges (uids are the node's)."""
+    range, and no uid is in both pods' ranges (uids are the node's). A function shares the pod's
+    mounts: it writes only its workspace and /tmp, and reads neither the host's key nor another
+    workspace, nor plants a file in the host's state directory."""
     if not platform.kubelet.contains:
         require_or_skip("the test node enforces a security context only as root, with overlayfs")
     names = ("chart-a", "chart-b")
-    await asyncio.gather(*(krt.create(Run.from_dict(manifest(n, "kchart"))) for n in names))
+    await krt.create(Run.from_dict(manifest("chart-a", "kchart")))
+    await krt.create(Run.from_dict(manifest("chart-b", "kchart", source=PROBE)))
     for name in names:
         assert (await krt.wait(name, timeout=60)).status.phase is RunPhase.Ready
     answers = [await invoke(krt, name, {"n": name}) for name in names]
     assert all(a.ok for a in answers), answers
+    seen = answers[1].outputs
+    assert seen["plant-in-state"] == "PermissionError" and seen["read-host-key"] == "PermissionError", seen
+    assert seen["list-workspaces"] == "PermissionError", seen
+    assert seen["write-root"] == "OSError" and seen["write-tmp"] == "done", seen  # EROFS; the pod's /tmp
     pods = platform.pods("kchart")
     assert len(pods) == 2
     for pod in pods:

@@ -91,6 +91,9 @@ def test_the_platform_decides_identity_labels_restarts_and_the_token() -> None:
     # the uids are locked where the host may write: its own state volume
     assert args[args.index("--uid-lock-dir") + 1] == pods.UID_LOCK_DIR
     assert pods.UID_LOCK_DIR.startswith(args[args.index("--state-dir") + 1] + "/")
+    # the host makes its state directory: the volume's root is world-writable (an emptyDir)
+    [state] = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == pods.STATE_VOLUME]
+    assert args[args.index("--state-dir") + 1].startswith(state + "/")
     assert container["securityContext"] == FULL.containerSecurityContext
 
 
