@@ -268,7 +268,8 @@ class FunctionIsolation:
                     f"network outbound needs packet rules, which this host cannot write ({exc}): "
                     f"{egress.MANUAL}"
                 ) from None
-            log.warning("no packet rules (%s): leftovers of a host that died cannot be scrubbed", exc)
+            if egress.nft_path() is not None:  # without nft no rules exist to scrub or open
+                log.warning("no packet rules (%s): what a host that died left a uid stays", exc)
         return "" if network is Network.NONE else self._enforced()
 
     def _admit(self, uid: int) -> bool:
