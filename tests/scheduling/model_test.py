@@ -143,6 +143,22 @@ def test_tenant_names_are_dns_labels():
         request("r1", tenant="Tenant A", tenancy=DEDICATED_A)
 
 
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: host("h1", tenant="Tenant_A", tenancy=model.TenancyMode.Dedicated), "tenant"),
+        (lambda: host("h1", group="Group_A"), "tenantGroup"),
+        (lambda: host("h1", runtime="Py"), "runtime"),
+        (lambda: model.TenantPolicy(mode=model.TenancyMode.Dedicated, group="G"), "group"),
+        (lambda: model.AdmissionRequest.model_validate({**request("r1").model_dump(), "name": "Fn"}), "name"),
+    ],
+    ids=["tenant", "tenantGroup", "runtime", "group", "name"],
+)
+def test_a_name_that_is_no_dns_label_is_refused_naming_its_field(build, field):
+    with pytest.raises(ValidationError, match=f"Value error, {field}: a DNS-1123 label"):
+        build()
+
+
 def test_an_unowned_hybrid_host_is_a_valid_host():
     # Representable on purpose: an unowned Hybrid host is never visible to anyone, so it may exist.
     assert host("h1", tenancy=model.TenancyMode.Hybrid).tenant is None
