@@ -73,7 +73,7 @@ def test_lint_is_clean_in_strict_mode(case: str) -> None:
 def test_the_ci_values_cover_what_the_chart_offers() -> None:
     """Among helm/kruntimes/ci/*-values.yaml (each linted, rendered and validated by the tests here):
     cert-manager on and off, an existing serving Secret, Temporal over TLS with an API key,
-    NetworkPolicies off, several runtimes and tenants."""
+    NetworkPolicies off, an Ingress, several runtimes and tenants."""
 
     def get(values: dict[str, Any], path: str) -> Any:
         node: Any = values
@@ -99,6 +99,7 @@ def test_the_ci_values_cover_what_the_chart_offers() -> None:
             get(v, "temporal.tls.enabled") is True and bool(get(v, "temporal.apiKey.secretName"))
         ),
         "NetworkPolicies off": lambda v: get(v, "networkPolicy.enabled") is False,
+        "an Ingress": lambda v: get(v, "gateway.ingress.enabled") is True,
         "several runtimes and tenants": lambda v: (
             len(get(v, "runtimes") or []) >= 3 and len(get(v, "tenants") or []) >= 2
         ),
@@ -678,6 +679,33 @@ def test_every_container_can_write_where_its_program_writes(chart: Rendered) -> 
                 option,
             )
         assert writable(pod["spec"], container, "/tmp"), pod["metadata"]["name"]
+
+
+def test_an_ingress_is_off_by_default_and_reaches_the_gateways_https_port(chart: Rendered) -> None:
+    ingresses = chart.of("Ingress")
+    asked = chart.values.get("gateway", {}).get("ingress", {})
+    if not asked.get("enabled"):
+        assert ingresses == []
+        return
+    (ingress,) = ingresses
+    service = chart.one("Service", "-gateway")
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == asked["host"]
+    [path] = rule["http"]["paths"]
+    backend = path["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+    assert path["pathType"] == "Prefix" and path["path"] == "/", "every path of the invoke API"
+    assert ingress["spec"].get("ingressClassName") == (asked.get("className") or None)
+    if asked.get("tlsSecretName"):
+        assert ingress["spec"]["tls"] == [{"hosts": [asked["host"]], "secretName": asked["tlsSecretName"]}]
+    assert ingress["metadata"].get("annotations", {}) == asked.get("annotations", {})
+    if chart.values.get("gateway", {}).get("tls", {}).get("certManager", {}).get("enabled", True):
+        # with TLS passed through, the caller meets the gateways' own certificate: it names the host
+        assert asked["host"] in chart.one("Certificate", "-gateway-tls")["spec"]["dnsNames"]
+    # the controller's pods reach the gateways by the default gatewayIngressFrom (every namespace)
+    with pytest.raises(Exception, match="gateway.ingress.host is required"):
+        render({"gateway": {"ingress": {"enabled": True}}})
 
 
 def test_the_gateway_keeps_two_replicas_through_disruptions() -> None:

@@ -124,6 +124,15 @@ def test_the_docs_name_the_objects_and_flags_the_chart_renders() -> None:
         gateway_url, namespace="default", runtime="python", run_uid=f"${variable.group(1)}"
     )
     assert "kruntimes-invoker" in curl and "/var/run/secrets/kubernetes.io/serviceaccount/token" in curl
+    # from outside the cluster through a port-forward: the same URL, connected to the forwarded port
+    forward = next(b for b in shell_blocks(section) if "port-forward" in b)
+    words = shlex.split(forward.replace("&", " "), comments=True)
+    assert f"svc/{service}" in words and words[words.index("-n") + 1] == NAMESPACE
+    local, remote = next(w for w in words if re.fullmatch(r"\d+:\d+", w)).split(":")
+    service_port = chart.one("Service", "-gateway")["spec"]["ports"][0]["port"]
+    assert int(remote) == service_port == 443
+    assert words[words.index("--connect-to") + 1] == f"{service}.{NAMESPACE}.svc:443:127.0.0.1:{local}"
+    assert next(w for w in words if w.startswith("https://")) == url
 
 
 # --- NOTES ------------------------------------------------------------------------------------------
