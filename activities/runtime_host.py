@@ -89,7 +89,7 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
     mode = spec.mode.function
     if mode is not None:  # what it takes at once (0: the adapter's default)
         config.concurrency = mode.concurrency or 0
-        config.queue = mode.queue
+        config.queue = mode.queue or 0
         if mode.queue:
             config.queue_timeout_ms = round(mode.queue_timeout_seconds * 1000)
     creator = run.metadata.creator

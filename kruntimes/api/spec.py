@@ -83,14 +83,14 @@ class FunctionMode(ApiModel):
 
     idleTimeoutSeconds: StrictInt | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
     concurrency: StrictInt | None = Field(default=None, ge=1, le=MAX_FUNCTION_CONCURRENCY)
-    queue: StrictInt = Field(default=0, ge=0, le=MAX_FUNCTION_QUEUE)
+    queue: StrictInt | None = Field(default=None, ge=0, le=MAX_FUNCTION_QUEUE)  # unset: none
     queueTimeoutSeconds: StrictFloat | None = Field(
         default=None, gt=0, le=MAX_INVOKE_TIMEOUT_SECONDS, allow_inf_nan=False
     )
 
     @model_validator(mode="after")
     def _queue_timeout_needs_a_queue(self) -> Self:
-        if self.queueTimeoutSeconds is not None and self.queue == 0:
+        if self.queueTimeoutSeconds is not None and not self.queue:
             raise ValueError("queueTimeoutSeconds needs a queue (set queue to 1 or more)")
         return self
 

@@ -59,7 +59,7 @@ def test_idle_timeout_is_a_positive_bounded_integer(value):
 
 def test_a_function_takes_one_invocation_at_a_time_and_queues_none_unless_told():
     mode = FunctionMode()
-    assert (mode.concurrency, mode.queue, mode.queueTimeoutSeconds) == (None, 0, None)
+    assert (mode.concurrency, mode.queue, mode.queueTimeoutSeconds) == (None, None, None)
     told = FunctionMode(
         concurrency=MAX_FUNCTION_CONCURRENCY, queue=MAX_FUNCTION_QUEUE, queueTimeoutSeconds=0.5
     )
