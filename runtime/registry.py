@@ -51,7 +51,7 @@ from kruntimes.runtime.isolation import Lease
 from kruntimes.runtime.lanes import Lanes, Sweepable, sweeper
 from kruntimes.runtime.launch import Launcher
 from kruntimes.runtime.once import run_once
-from kruntimes.runtime.outcome import LoadFailed, Outcome, Status
+from kruntimes.runtime.outcome import LoadFailed, Outcome, Status, set_error
 from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import NoFreeUid
 from kruntimes.runtime.spawner import SpawnError, SpawnSpec
@@ -392,7 +392,8 @@ class Registry:
         `RuntimeServerError`: the invocation waited its longest in the queue (QueueTimeout), the
         registration went while it waited, or its function process could not be (re)started.
         The invocation runs to its end even if nobody waits for the future any more: it holds its
-        place until its process has answered, timed out or died. Its timeout counts its wait.
+        place until its process has answered, timed out or died (one whose future is cancelled
+        while it waits its turn never runs). Its timeout counts its wait.
         """
         reg = self._by_id.get(registration_id)  # one dict read: atomic, no lock needed
         if reg is None:
@@ -449,6 +450,9 @@ class Registry:
             fail(result, exc)
             return
         reg.last_activity = _now()
+        if result.done():  # its caller stopped waiting while it waited: it need not run
+            self._release(reg)
+            return
         left = timeout_s - (time.monotonic() - since)
         try:
             if reg.state != READY:
@@ -561,7 +565,8 @@ class Registry:
                 elif self._died(reg, process):
                     await self._rewarm(reg)
             else:
-                outcome = await loop.run_in_executor(None, self._invoke_exec, reg, payload, timeout_s)
+                since = time.monotonic()
+                outcome = await loop.run_in_executor(None, self._invoke_exec, reg, payload, timeout_s, since)
         except BaseException as exc:
             self._settle(reg, result, exc)
             return
@@ -581,7 +586,14 @@ class Registry:
         log.error("registration not ready", extra={"run_uid": reg.run.run_uid, "error": message})
         self.on_change()
 
-    def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float) -> Outcome:
+    def _invoke_exec(self, reg: Registration, payload: bytes, timeout_s: float, since: float) -> Outcome:
+        """A per-call invocation, in a worker thread; its timeout counts from `since`, when it
+        was handed to the threads (with many at once, some wait for one)."""
+        timeout_s -= time.monotonic() - since
+        if timeout_s <= 0:  # it waited its whole timeout for a thread: nothing of it started
+            outcome = Outcome(Status.TIMED_OUT, exit_code=-9)
+            set_error(outcome, Status.TIMED_OUT, "Timeout", "did not start within its timeout")
+            return outcome
         lanes = reg.lanes
         run: RunOnce = (
             functools.partial(lanes.run, stop_past_limit=reg.adapter.stop_past_limit)
