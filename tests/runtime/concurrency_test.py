@@ -30,6 +30,7 @@ from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.runtime.admission import default_max_invocations
+from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox.policy import SandboxSettings
 from kruntimes.runtime.warm_pool import IDLE_S
 from tests.runtime.conftest import Host, inline, reason, serving
@@ -441,3 +442,39 @@ def test_the_hosts_default_bound_follows_its_cpus_and_its_memory() -> None:
     assert default_max_invocations(cpus=2, memory_bytes=64 * gib) == 128  # CPUs bound it
     assert default_max_invocations(cpus=32, memory_bytes=4 * gib) == 128  # memory bounds it
     assert default_max_invocations(cpus=1, memory_bytes=256 * 1024**2) == 16  # never below 16
+
+
+@pytest.fixture(scope="module")
+def cramped(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
+    """A host whose functions may have at most four processes each (a warm process is two: the
+    init of its PID namespace and itself)."""
+    runtime = loopback_host(
+        pki,
+        tmp_path_factory.mktemp("cramped"),
+        host_id="cramped-0",
+        limits=ProcessLimits(processes=4),
+        sandbox=SandboxSettings(shared=(str(shared),), max_processes=4),
+    )
+    with serving(runtime, pki) as served:
+        yield served
+
+
+def test_invocations_past_the_processes_a_function_may_have_wait_for_one_of_its_warm_processes(
+    cramped: Host, scratch: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg = register(cramped, {"main.py": HELD}, concurrency=3)
+    calls = [
+        cramped.gateway.InvokeFunction.future(request(reg, scratch, n), timeout=BOUND_S) for n in range(3)
+    ]
+    eventually_blocking(lambda: len(started(scratch)) == 2, within=BOUND_S, what="two warm processes running")
+    registration = cramped.runtime.registry.get(reg)
+    assert registration is not None and registration.pool is not None
+    eventually_blocking(lambda: cramped.status(reg).in_flight == 3, within=BOUND_S, what="three admitted")
+    assert registration.pool.count() == 2, "a third process does not fit its limit"
+    assert registration.state == "Ready", "a start that does not fit is no failure of the function"
+    assert any("could not start another warm process" in r.getMessage() for r in caplog.records)
+
+    (scratch / "go").touch()
+    answers = [outputs(call.result()) for call in calls]
+    assert sorted(answer["n"] for answer in answers) == [0, 1, 2]
+    assert len({answer["process"] for answer in answers}) == 2, "the third ran in one of the two"
