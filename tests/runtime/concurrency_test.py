@@ -478,3 +478,27 @@ def test_invocations_past_the_processes_a_function_may_have_wait_for_one_of_its_
     answers = [outputs(call.result()) for call in calls]
     assert sorted(answer["n"] for answer in answers) == [0, 1, 2]
     assert len({answer["process"] for answer in answers}) == 2, "the third ran in one of the two"
+
+
+BLOCKING_ASYNC = """
+import os, time, uuid
+PROCESS = uuid.uuid4().hex
+async def handle(p):
+    while p.get("block") and not os.path.exists(os.path.join(p["dir"], "go")):
+        time.sleep(0.005)  # never awaits: the process's loop is blocked
+    return {"process": PROCESS}
+"""
+
+
+def test_an_async_process_whose_loop_never_takes_a_cancel_is_replaced(host: Host, scratch: Path) -> None:
+    reg = register(host, {"main.py": BLOCKING_ASYNC}, concurrency=2)
+    before = outputs(host.gateway.InvokeFunction(request(reg, scratch, 0), timeout=BOUND_S))["process"]
+    late = host.gateway.InvokeFunction(request(reg, scratch, 1, block=True, timeout_ms=300), timeout=BOUND_S)
+    assert late.status == pb.INVOCATION_STATUS_TIMED_OUT
+
+    def answered_by_another() -> bool:
+        answer = host.gateway.InvokeFunction(request(reg, scratch, 2), timeout=BOUND_S)
+        return answer.status == pb.INVOCATION_STATUS_SUCCEEDED and outputs(answer)["process"] != before
+
+    eventually_blocking(answered_by_another, within=BOUND_S, what="a new process, the blocked one killed")
+    assert host.status(reg).ready
