@@ -27,6 +27,11 @@ grpc.aio channel for the direct one; payload {"n": 1}. 32 functions are register
 (namespace default); caller i always invokes function i, since a function runs one invocation at a
 time, and the sequential phase always function 0. The chain has 32 warm children in a pool.
 
+Temporal is on none of these paths: the gateway here runs without it, and on the embedded platform
+the front before Temporal (kruntimes/temporal/front.py: mutual TLS, then the dev server's Unix
+socket) carries only the control plane's calls, so an invoke's p50 is structurally unaffected by
+it; bench/front.py measures what the front adds to a Temporal call.
+
 Per path: 2000 sequential calls (p50/p99) and 32 concurrent callers for ~3 s (calls/s), in
 interleaved rounds (each round 1/ROUNDS of every phase of every path, 200 warm-up calls before
 each piece) so background load hits all paths alike; server CPU per call from /proc/<pid>/stat

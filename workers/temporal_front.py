@@ -28,7 +28,7 @@ from kruntimes.gateway.ui_front import UiFront
 from kruntimes.system import logs
 from kruntimes.system.serving import stop_event, write_ready_file
 from kruntimes.temporal.codec import CodecError, EncryptionCodec, Keyring
-from kruntimes.temporal.front import Forwarder, Streams, front_context, unix_address
+from kruntimes.temporal.front import Forwarder, front_context, unix_address, unix_upstream
 
 log = logging.getLogger("temporal.front")
 MAX_LOGIN_KEY_BYTES = 4096
@@ -78,16 +78,11 @@ async def serve(args: argparse.Namespace) -> None:
         )
     except (CodecError, TokenFileError) as e:
         raise SystemExit(f"temporal front: {e}") from None
-    frontend = unix_address(args.frontend_socket)
-
-    async def connect() -> Streams:
-        return await asyncio.open_unix_connection(frontend)
-
     host, port = _split(args.listen)
     sock = socket.create_server((host, port), backlog=1024)
     grpc_front = Forwarder(
         sock,
-        connect,
+        unix_upstream(args.frontend_socket),
         tls=front_context(cert=args.cert, key=args.key, client_ca=args.client_ca),
         name="frontend",
     )
@@ -114,7 +109,13 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logs.setup(args.log_level)
-    asyncio.run(serve(args))
+    try:
+        # uvloop when installed: each forwarded byte costs less CPU on it than on asyncio's loop
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(args))
+    else:
+        uvloop.run(serve(args))
 
 
 if __name__ == "__main__":

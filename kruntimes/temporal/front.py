@@ -3,9 +3,10 @@ its own: byte forwarders, bounded.
 
     Bounds           how many connections, how long a handshake, how much is buffered
     Forwarder        a listening socket whose every connection is piped, byte for byte, to a new
-                     connection of `connect`: optionally TLS first (the front: mutual TLS on
-                     127.0.0.1, forwarded to the dev server's Unix socket), or plain (a Unix
-                     socket in the dev server's network namespace, forwarded to its loopback port)
+                     connection of `connect` (unix_upstream, tcp_upstream): optionally TLS first
+                     (the front: mutual TLS on 127.0.0.1, forwarded to the dev server's Unix
+                     socket), or plain (a Unix socket in the dev server's network namespace,
+                     forwarded to its loopback port)
     front_context    the front's server side of mutual TLS: a client certificate of the owner's CA
                      is required during the handshake, ALPN h2 (gRPC clients insist on it)
     unix_listener    a Unix socket only its owner may open (0600, in a directory of its own)
@@ -14,9 +15,9 @@ its own: byte forwarders, bounded.
 The dev server runs in a network namespace of its own (kruntimes.workers.embedded.hidden_temporal)
 where nothing of the machine's loopback reaches it; its frontend and UI are reachable through Unix
 sockets in the 0700 state directory, and from 127.0.0.1 only through this front, with the owner's
-client certificate. The forwarders read at most `chunk_bytes` at a time and stop reading a side
-while the other's write buffer is over `write_buffer_bytes`, so a connection holds a bounded
-amount of memory; gRPC keeps its connections open, so no idle timeout is set.
+client certificate. The forwarders stop reading a side while the other's write buffer is over
+`write_buffer_bytes`, so a connection holds a bounded amount of memory (that and what one read
+brings); gRPC keeps its connections open, so no idle timeout is set.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 log = logging.getLogger("temporal.front")
 
@@ -39,7 +41,6 @@ log = logging.getLogger("temporal.front")
 MAX_UNIX_PATH = 100
 ACCEPT_BACKOFF_S = 0.1  # how long the accept loop waits when out of descriptors or memory
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,6 @@ class Bounds:
     max_handshaking: int = 64
     handshake_timeout_s: float = 10.0
     connect_timeout_s: float = 10.0
-    chunk_bytes: int = 64 * 1024
     write_buffer_bytes: int = 256 * 1024
 
     def __post_init__(self) -> None:
@@ -60,8 +60,8 @@ class Bounds:
             raise ValueError("need 1 <= max_handshaking <= max_connections <= 65536")
         if not 0 < self.handshake_timeout_s <= 300 or not 0 < self.connect_timeout_s <= 300:
             raise ValueError("timeouts are in (0, 300] seconds")
-        if not 4096 <= self.chunk_bytes <= self.write_buffer_bytes <= 64 * 1024 * 1024:
-            raise ValueError("need 4096 <= chunk_bytes <= write_buffer_bytes <= 64 MiB")
+        if not 4096 <= self.write_buffer_bytes <= 64 * 1024 * 1024:
+            raise ValueError("need 4096 <= write_buffer_bytes <= 64 MiB")
 
 
 def front_context(*, cert: Path, key: Path, client_ca: Path) -> ssl.SSLContext:
@@ -104,6 +104,70 @@ def unix_listener(path: Path, *, backlog: int = 128) -> socket.socket:
     return sock
 
 
+class _Half(asyncio.Protocol):
+    """One side of a piped connection: what it receives is written to the other side; it stops
+    reading while the other side's write buffer is over its bound, and when either side ends,
+    both do."""
+
+    def __init__(self, ended: asyncio.Future[None]) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Half | None = None
+        self.ended = ended
+        self.early: list[bytes] = []  # what came before there was a peer to write it to
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+        else:  # kept, and no more read until the peer is there (link)
+            self.early.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def link(self, peer: _Half) -> None:
+        """Write to `peer` from now on, what came before first, and read again."""
+        self.peer = peer
+        assert peer.transport is not None and self.transport is not None
+        for data in self.early:
+            peer.transport.write(data)
+        self.early.clear()
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        return False  # close: gRPC needs no half-closed connection
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+Connect = Callable[[ProtocolFactory], Awaitable[tuple[asyncio.BaseTransport, asyncio.BaseProtocol]]]
+
+
+def unix_upstream(path: Path) -> Connect:
+    """Connections to the Unix socket at `path`."""
+    address = unix_address(path)
+    return lambda factory: asyncio.get_running_loop().create_unix_connection(factory, address)
+
+
+def tcp_upstream(host: str, port: int) -> Connect:
+    return lambda factory: asyncio.get_running_loop().create_connection(factory, host, port)
+
+
 class Forwarder:
     """Every connection accepted on `sock` piped to a new connection of `connect`, TLS first when
     `tls` is given. Over a cap, a connection is closed as soon as it is accepted, before any TLS
@@ -112,7 +176,7 @@ class Forwarder:
     def __init__(
         self,
         sock: socket.socket,
-        connect: Callable[[], Awaitable[Streams]],
+        connect: Connect,
         *,
         tls: ssl.SSLContext | None = None,
         bounds: Bounds | None = None,
@@ -175,12 +239,12 @@ class Forwarder:
 
     async def _serve(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=self.bounds.chunk_bytes)
-        protocol = asyncio.StreamReaderProtocol(reader)
+        ended: asyncio.Future[None] = loop.create_future()
+        client = _Half(ended)
         try:
             # the handshake happens here, before the connection is anyone's
             transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol,
+                lambda: client,
                 conn,
                 ssl=self.tls,
                 ssl_handshake_timeout=self.bounds.handshake_timeout_s if self.tls is not None else None,
@@ -193,46 +257,22 @@ class Forwarder:
         finally:
             if self.tls is not None:
                 self.handshaking -= 1
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        transport.pause_reading()  # until there is somewhere to write what it sends
+        upstream = _Half(ended)
+        upstream.peer = client  # what the dev server says goes to the client at once
         try:
-            transport.set_write_buffer_limits(high=self.bounds.write_buffer_bytes)
             try:
                 async with asyncio.timeout(self.bounds.connect_timeout_s):
-                    up_reader, up_writer = await self.connect()
+                    up_transport, _ = await self.connect(lambda: upstream)
             except (OSError, TimeoutError) as e:
                 log.warning("%s: cannot reach the dev server: %s", self.name, e)
                 return
-            try:
-                up_writer.transport.set_write_buffer_limits(high=self.bounds.write_buffer_bytes)
-                await _pipe_both(reader, writer, up_reader, up_writer, self.bounds.chunk_bytes)
-            finally:
-                up_writer.transport.abort()
+            up_transport = cast(asyncio.Transport, up_transport)
+            for one in (transport, up_transport):
+                one.set_write_buffer_limits(high=self.bounds.write_buffer_bytes)
+            client.link(upstream)
+            await ended
         finally:
             transport.abort()
-
-
-async def _pipe_both(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-    chunk: int,
-) -> None:
-    """Both directions until one ends (gRPC needs no half-closed connection), then both close."""
-    tasks = [
-        asyncio.ensure_future(_pipe(reader, up_writer, chunk)),
-        asyncio.ensure_future(_pipe(up_reader, writer, chunk)),
-    ]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, chunk: int) -> None:
-    with contextlib.suppress(OSError):  # a reset or a TLS error ends the connection, as EOF does
-        while data := await source.read(chunk):
-            sink.write(data)
-            await sink.drain()
+            if upstream.transport is not None:
+                upstream.transport.abort()

@@ -34,7 +34,14 @@ from kruntimes.pki import builder
 from kruntimes.pki.local import FrontTls, ensure_front_tls
 from kruntimes.runtime.sandbox import syscalls
 from kruntimes.temporal import ui_login
-from kruntimes.temporal.front import Bounds, Forwarder, Streams, front_context, unix_address, unix_listener
+from kruntimes.temporal.front import (
+    Bounds,
+    Forwarder,
+    front_context,
+    unix_address,
+    unix_listener,
+    unix_upstream,
+)
 from kruntimes.workers.embedded import hidden_temporal
 from tests.support.isolation import require_or_skip
 from tests.support.waiting import eventually
@@ -72,13 +79,10 @@ async def echo(path: Path) -> AsyncIterator[Upstream]:
 
 @contextlib.asynccontextmanager
 async def front(files: FrontTls, upstream: Path, bounds: Bounds) -> AsyncIterator[tuple[Forwarder, int]]:
-    async def connect() -> Streams:
-        return await asyncio.open_unix_connection(unix_address(upstream))
-
     sock = socket.create_server(("127.0.0.1", 0))
     forwarder = Forwarder(
         sock,
-        connect,
+        unix_upstream(upstream),
         tls=front_context(cert=files.cert, key=files.key, client_ca=files.ca_cert),
         bounds=bounds,
     )

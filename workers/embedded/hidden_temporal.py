@@ -25,13 +25,13 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 
 from kruntimes.runtime.sandbox import syscalls
 from kruntimes.system.serving import stop_event, write_ready_file
 from kruntimes.temporal.devserver import DevServer, DevServerError
-from kruntimes.temporal.front import Bounds, Forwarder, unix_listener
+from kruntimes.temporal.front import Bounds, Forwarder, tcp_upstream, unix_listener
 
 NETNS, USERNS, EXPOSED = "netns", "userns", "exposed"
 SOCKETS = {"frontend": "frontend.sock", "ui": "ui.sock", "metrics": "metrics.sock"}
@@ -139,12 +139,8 @@ async def serve(server: DevServer, args: argparse.Namespace, *, mode: str, why: 
     ports = {"frontend": server.port, "ui": server.ui_port, "metrics": server.metrics_port}
     forwarders = []
     for name, port in ports.items():
-
-        async def connect(port: int = port) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            return await asyncio.open_connection("127.0.0.1", port)
-
         sock = unix_listener(args.sockets / SOCKETS[name])
-        forwarders.append(Forwarder(sock, connect, bounds=Bounds(), name=name))
+        forwarders.append(Forwarder(sock, tcp_upstream("127.0.0.1", port), bounds=Bounds(), name=name))
     for forwarder in forwarders:
         await forwarder.start()
     assert server.process is not None
@@ -171,6 +167,15 @@ async def serve(server: DevServer, args: argparse.Namespace, *, mode: str, why: 
     return 0
 
 
+def _run(main: Coroutine[object, object, int]) -> int:
+    """On uvloop when installed: each forwarded byte costs less CPU on it than on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     mode, why = isolate()  # first: unshare needs one thread
@@ -188,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     server.avoid = frozenset(args.avoid_port)
     try:
         server.start()
-        return asyncio.run(serve(server, args, mode=mode, why=why))
+        return _run(serve(server, args, mode=mode, why=why))
     except DevServerError as e:
         print(f"the dev server did not start: {e}", file=sys.stderr, flush=True)
         return 1
