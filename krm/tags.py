@@ -98,6 +98,12 @@ def _partial(text: str) -> _Partial:
 Predicate = Callable[[Version], bool]
 
 
+def _before(v: Version) -> Version:
+    """The lowest version of `v`'s release line (`0.5.0-0`): a range that ends before 0.5.0 admits
+    none of 0.5.0's pre-releases either."""
+    return v.replace(prerelease="0")
+
+
 def _range(low: Version | None, high: Version | None, *, high_inclusive: bool = False) -> Predicate:
     def check(v: Version) -> bool:
         if low is not None and v < low:
@@ -113,7 +119,8 @@ def _exact_or_range(p: _Partial) -> Predicate:
     if len(p.parts) == 3:
         target = p.low
         return lambda v: v.compare(target) == 0
-    return _range(p.low if p.parts else None, p.above())
+    above = p.above()
+    return _range(p.low if p.parts else None, None if above is None else _before(above))
 
 
 def _term(op: str, p: _Partial) -> Predicate:
@@ -136,20 +143,21 @@ def _term(op: str, p: _Partial) -> Predicate:
         if len(p.parts) == 3:
             return _range(None, p.low, high_inclusive=True)
         above = p.above()
-        return _range(None, above)
+        return _range(None, None if above is None else _before(above))
     if op in ("~", "~>"):
         if len(p.parts) <= 1:
-            return _range(p.low, p.above())
-        return _range(p.low, Version(p.parts[0], p.parts[1] + 1, 0))
+            above = p.above()
+            return _range(p.low, None if above is None else _before(above))
+        return _range(p.low, _before(Version(p.parts[0], p.parts[1] + 1, 0)))
     if op == "^":
         parts = [*p.parts]
         if not parts:
             return _range(None, None)
         if parts[0] > 0 or len(parts) == 1:
-            return _range(p.low, Version(parts[0] + 1, 0, 0))
+            return _range(p.low, _before(Version(parts[0] + 1, 0, 0)))
         if len(parts) == 2 or parts[1] > 0:
-            return _range(p.low, Version(0, parts[1] + 1, 0))
-        return _range(p.low, Version(0, 0, parts[2] + 1))
+            return _range(p.low, _before(Version(0, parts[1] + 1, 0)))
+        return _range(p.low, _before(Version(0, 0, parts[2] + 1)))
     raise ConstraintError(f"unknown operator {op!r}")
 
 

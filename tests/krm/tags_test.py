@@ -54,6 +54,12 @@ def allows(constraint: str, version: str) -> bool:
         (">=0.1.0 1.0.0 - 1.2.0", ["1.1.0"], ["0.5.0", "1.2.1"]),
         ("1.0.0 - 1.2.0 !=1.1.0", ["1.0.5"], ["1.1.0"]),
         ("* >=0.0.0-alpha", ["0.0.0-beta", "1.0.0"], []),
+        # A range's end excludes the next release line's pre-releases: `0.4` is 0.4.x only.
+        ("0.4 >=0.4.0-rc.1", ["0.4.1-rc.1", "0.4.9"], ["0.5.0-rc.1", "0.5.0-0"]),
+        ("~1.2.0 >=1.2.0-rc.1", ["1.2.5"], ["1.3.0-rc.1"]),
+        ("^1.2.0 >=1.2.0-rc.1", ["1.9.0"], ["2.0.0-rc.1"]),
+        ("<=0.4 >=0.4.0-rc.1", ["0.4.9"], ["0.5.0-alpha"]),
+        (">0.4 >=0.4.0-rc.1", ["0.5.0", "0.5.1-rc.1"], ["0.5.0-rc.1"]),
     ],
 )
 def test_constraints_allow_exactly_their_versions(constraint: str, yes: list[str], no: list[str]) -> None:
