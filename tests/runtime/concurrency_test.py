@@ -446,14 +446,15 @@ def test_the_hosts_default_bound_follows_its_cpus_and_its_memory() -> None:
 
 @pytest.fixture(scope="module")
 def cramped(tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path) -> Iterator[Host]:
-    """A host whose functions may have at most four processes each (a warm process is two: the
-    init of its PID namespace and itself)."""
+    """A host whose functions may have at most five processes each: a warm process is two (the
+    init of its PID namespace and itself), so two fit and a third never does, whichever of two
+    starts at once forks first."""
     runtime = loopback_host(
         pki,
         tmp_path_factory.mktemp("cramped"),
         host_id="cramped-0",
-        limits=ProcessLimits(processes=4),
-        sandbox=SandboxSettings(shared=(str(shared),), max_processes=4),
+        limits=ProcessLimits(processes=5),
+        sandbox=SandboxSettings(shared=(str(shared),), max_processes=5),
     )
     with serving(runtime, pki) as served:
         yield served
