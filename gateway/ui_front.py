@@ -135,7 +135,11 @@ class UiFront:
             return web.Response(
                 status=401, text=_LOGIN_PAGE, content_type="text/html", headers={"Cache-Control": "no-store"}
             )
-        answer = web.Response(status=303, headers={hdrs.LOCATION: "/", "Cache-Control": "no-store"})
+        answer = web.Response(
+            status=303,
+            # the ticket's URL is never sent on as a referrer, nor kept in a cache
+            headers={hdrs.LOCATION: "/", "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
+        )
         answer.set_cookie(
             COOKIE, self.sessions.new(), httponly=True, secure=True, samesite="Strict", path="/"
         )
@@ -176,6 +180,8 @@ class UiFront:
             return web.Response(status=502, text="the Temporal UI does not answer (krt status)\n")
 
     async def start(self) -> str:
+        if self.port == 0:  # the Host check needs the port before the app is made
+            raise ValueError("the UI front needs its port")
         self._client = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=self.ui_socket, limit=64),
             auto_decompress=False,
@@ -189,8 +195,6 @@ class UiFront:
             limits=self.limits,
             metrics=GatewayMetrics(),
         )
-        if self.port == 0:  # the Host check needs the port before the app is made
-            raise ValueError("the UI front needs its port")
         self._runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
         await self._runner.setup()
         assert self._runner.server is not None

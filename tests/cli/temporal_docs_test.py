@@ -225,6 +225,7 @@ async def test_krt_ui_gives_one_session_with_the_ui_and_payloads_decoded_for_it(
     async with aiohttp.ClientSession(cookie_jar=jar, connector=aiohttp.TCPConnector(ssl=trust)) as http:
         async with http.get(link, allow_redirects=False) as login:
             assert login.status == 303 and login.headers["Location"] == "/"
+            assert login.headers["Referrer-Policy"] == "no-referrer"
             cookie = login.headers["Set-Cookie"]
             assert all(flag in cookie for flag in ("HttpOnly", "Secure", "SameSite=Strict", "Path=/")), cookie
         async with http.get(config.uiUrl + "/") as page:
