@@ -379,6 +379,8 @@ def test_another_local_user_reaches_no_control_plane_endpoint(platform: Embedded
     hidden = json.loads((state / "temporal.ready.json").read_text())
     if hidden["mode"] == "exposed":
         require_or_skip(f"the dev server cannot be hidden here: {hidden['why']}")
+    said_at_start = json.loads((state / "up.ready").read_text())["controlPlane"]
+    assert said_at_start.startswith("owner only: the dev server in a"), said_at_start
     ports = json.loads((state / "platform.json").read_text())
     inner: dict[str, int] = hidden["ports"]
     assert all(_inside(hidden["pid"], port) for port in inner.values()), "the owner reaches them there"

@@ -317,8 +317,14 @@ def test_the_fronts_certificates_are_kept_until_due_and_made_anew_whole(tmp_path
 def test_krt_up_says_plainly_what_protects_the_control_plane_or_that_nothing_does() -> None:
     from kruntimes.workers.embedded.supervise import control_plane
 
-    assert control_plane({"mode": "netns"}).startswith("owner only: the dev server in a network namespace")
-    assert "user and network namespace" in control_plane({"mode": "userns"})
-    exposed = control_plane({"mode": "exposed", "why": "a network namespace: Operation not permitted"})
+    assert control_plane({"mode": "netns"}, isolation="uid").startswith(
+        "owner only: the dev server in a network namespace"
+    )
+    assert "user and network namespace" in control_plane({"mode": "userns"}, isolation="uid")
+    same_user = control_plane({"mode": "userns"}, isolation="same-user")
+    assert same_user.endswith("but functions run as you, can read that certificate and so reach it too")
+    exposed = control_plane(
+        {"mode": "exposed", "why": "a network namespace: Operation not permitted"}, isolation="uid"
+    )
     assert "(a network namespace: Operation not permitted)" in exposed
     assert "any local user can reach its frontend and UI on 127.0.0.1 without credentials" in exposed

@@ -550,7 +550,7 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
         hidden = _wait_file(
             layout.temporal_ready, procs["temporal"], "temporal dev server", layout.log("temporal")
         )
-        protection = control_plane(hidden)
+        protection = control_plane(hidden, isolation=default_isolation())
         if hidden.get("mode") == EXPOSED:
             _say(f"WARNING: {protection}")
         _wait_file(layout.front_ready, procs["front"], "Temporal front", layout.log("front"))
@@ -628,8 +628,9 @@ def _run_locked(layout: Layout, *, on_ready: Callable[[clientconfig.ClientConfig
         layout.up.unlink(missing_ok=True)
 
 
-def control_plane(hidden: dict[str, Any]) -> str:
-    """What protects the control plane, in one line: `krt up` says it at start."""
+def control_plane(hidden: dict[str, Any], *, isolation: str) -> str:
+    """What protects the control plane, in one line: `krt up` says it at start. `isolation` is
+    the functions' (same-user: they run as the owner, and so can read the owner's key)."""
     mode = hidden.get("mode")
     if mode == NETNS:
         where = "in a network namespace of its own"
@@ -641,7 +642,10 @@ def control_plane(hidden: dict[str, Any]) -> str:
             f" ({hidden.get('why') or 'unknown'}): any local user can reach its frontend and UI"
             " on 127.0.0.1 without credentials; the front's TLS protects only those who use it"
         )
-    return f"owner only: the dev server {where}, reached through mutual TLS with your certificate"
+    said = f"owner only: the dev server {where}, reached through mutual TLS with your certificate"
+    if isolation == "same-user":
+        said += "; but functions run as you, can read that certificate and so reach it too"
+    return said
 
 
 def start_detached(layout: Layout) -> None:
