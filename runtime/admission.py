@@ -9,6 +9,11 @@ nor with other registrations for the host's bound: the host's bound (`krt host
 --max-invocations`) is checked only when a new invocation would start running without waiting
 (HostBusy past it), and the invocations running on the host never exceed it.
 
+What waits is bounded host-wide too (`krt host --max-waiting`, `--max-waiting-bytes`): a waiting
+invocation holds its payload, so an invocation that would wait past either bound is refused at
+once (HostBusy), whatever room its own queue has. A waiting invocation whose caller went away
+(its future cancelled) leaves the queue at once, freeing its place and its bytes, and never runs.
+
 Entering, leaving and expiring run on the host's event loop; `close` and `wait_idle` (an
 unregistration, in a worker thread) may run on any thread.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 from collections import deque
@@ -41,6 +47,13 @@ INVOCATIONS_PER_CPU = 64  # mostly waiting on I/O, as invoked functions mostly a
 MEMORY_PER_INVOCATION = 32 * MIB  # about a warm Python process's own memory
 MIN_MAX_INVOCATIONS = 16
 MAX_MAX_INVOCATIONS = 1_000_000
+WAITER_BYTES = 4096  # what a waiting invocation holds besides its payload (its request, future, timer)
+WAITING_MEMORY_SHARE = 8  # waiting invocations may hold 1/8 of the host's memory by default
+DEFAULT_WAITING_BYTES = 1024 * MIB  # the default's base when the host's memory is unknown
+MIN_WAITING_BYTES = 64 * MIB
+DEFAULT_MAX_WAITING = 100_000  # the default count: ten Runs' full queues
+MAX_MAX_WAITING = 10_000_000
+MAX_MAX_WAITING_BYTES = 1 << 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +98,14 @@ def default_max_invocations(*, cpus: int, memory_bytes: int | None) -> int:
     return max(MIN_MAX_INVOCATIONS, bound)
 
 
+def default_max_waiting_bytes(memory_bytes: int | None) -> int:
+    """The host's bound on waiting invocations' bytes when none is given: 1/WAITING_MEMORY_SHARE
+    of the memory it may use (DEFAULT_WAITING_BYTES if unknown), never below MIN_WAITING_BYTES."""
+    if memory_bytes is None:
+        return DEFAULT_WAITING_BYTES
+    return max(MIN_WAITING_BYTES, memory_bytes // WAITING_MEMORY_SHARE)
+
+
 def host_memory_bytes() -> int | None:
     """The memory this process may use: its cgroup's limit (a pod's), else the machine's."""
     limits = []
@@ -114,16 +135,46 @@ def _read_limit(path: str) -> int | None:
 
 
 class HostBound:
-    """Invocations running on the host, across its registrations, and their bound."""
+    """Invocations running and waiting on the host, across its registrations, and their bounds:
+    `limit` running; `max_waiting` waiting, holding at most `max_waiting_bytes` (each its payload
+    and WAITER_BYTES)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+        max_waiting_bytes: int = DEFAULT_WAITING_BYTES,
+    ) -> None:
         if not 1 <= limit <= MAX_MAX_INVOCATIONS:
             raise ValueError(
                 f"the bound on running invocations must be in [1, {MAX_MAX_INVOCATIONS}], got {limit}"
             )
+        if not 0 <= max_waiting <= MAX_MAX_WAITING:
+            raise ValueError(f"the bound on waiting invocations must be in [0, {MAX_MAX_WAITING}]")
+        if not 0 <= max_waiting_bytes <= MAX_MAX_WAITING_BYTES:
+            raise ValueError(f"the bound on waiting bytes must be in [0, {MAX_MAX_WAITING_BYTES}]")
         self.limit = limit
         self.running = 0
+        self.max_waiting = max_waiting
+        self.max_waiting_bytes = max_waiting_bytes
+        self.waiting = 0
+        self.waiting_bytes = 0
         self._lock = threading.Lock()
+
+    def wait(self, size: int) -> bool:
+        """An invocation holding `size` bytes would wait: False past either bound."""
+        with self._lock:
+            if self.waiting >= self.max_waiting or self.waiting_bytes + size > self.max_waiting_bytes:
+                return False
+            self.waiting += 1
+            self.waiting_bytes += size
+            return True
+
+    def unwait(self, size: int) -> None:
+        with self._lock:
+            self.waiting -= 1
+            self.waiting_bytes -= size
 
     def take(self) -> bool:
         with self._lock:
@@ -141,6 +192,7 @@ class HostBound:
 class _Waiter:
     future: asyncio.Future[None]
     loop: asyncio.AbstractEventLoop
+    size: int  # the bytes it holds, counted in the host's bound
     timer: asyncio.TimerHandle | None = None
     own_timeout: bool = False  # its own timeout ends its wait before the queue timeout would
     gone: bool = False  # no longer waiting (expired, or its place given): skipped in the queue
@@ -161,10 +213,11 @@ class Gate:
         self._idle = threading.Condition(self._lock)
         self._closed = False
 
-    def enter(self, timeout_s: float) -> asyncio.Future[None] | None:
+    def enter(self, timeout_s: float, payload_bytes: int = 0) -> asyncio.Future[None] | None:
         """An invocation arrives (on the loop): None when it runs now; else a future that is done
         when its turn comes (the place of an invocation that ended is its own now), or fails with
-        QueueTimeout, or FunctionNotReady when the registration goes. Refusals raise at once."""
+        QueueTimeout, or FunctionNotReady when the registration goes; cancelling it withdraws
+        the invocation from the queue. Refusals raise at once."""
         with self._lock:
             if self._closed:
                 raise FunctionNotReady("the function is being unregistered")
@@ -175,12 +228,35 @@ class Gate:
                 return None
             if self.waiting >= self.queue:
                 raise ConcurrencyLimit(self._full())
+            size = payload_bytes + WAITER_BYTES
+            if not self.bound.wait(size):
+                raise HostBusy(
+                    f"the host holds {self.bound.waiting} waiting invocations "
+                    f"({self.bound.waiting_bytes} bytes), as many as it may"
+                )
             loop = asyncio.get_running_loop()
-            waiter = _Waiter(loop.create_future(), loop, own_timeout=timeout_s < self.queue_timeout_s)
+            waiter = _Waiter(loop.create_future(), loop, size, own_timeout=timeout_s < self.queue_timeout_s)
             waiter.timer = loop.call_later(min(self.queue_timeout_s, timeout_s), self._expire, waiter)
+            waiter.future.add_done_callback(functools.partial(self._withdrawn, waiter))
             self._queue.append(waiter)
             self.waiting += 1
             return waiter.future
+
+    def _gone(self, waiter: _Waiter) -> None:
+        """`waiter` waits no more (under the lock): its place and its bytes are free."""
+        waiter.gone = True
+        self.waiting -= 1
+        self.bound.unwait(waiter.size)
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+
+    def _withdrawn(self, waiter: _Waiter, future: asyncio.Future[None]) -> None:
+        if not future.cancelled():
+            return
+        with self._lock:
+            if not waiter.gone:
+                self._gone(waiter)
+                self._queue.remove(waiter)  # O(queue), once per caller that went away
 
     def _full(self) -> str:
         running = "an invocation" if self.concurrency == 1 else f"{self.concurrency} invocations"
@@ -195,10 +271,7 @@ class Gate:
                 waiter = self._queue.popleft()
                 if waiter.gone:
                     continue
-                waiter.gone = True
-                self.waiting -= 1
-                if waiter.timer is not None:
-                    waiter.timer.cancel()
+                self._gone(waiter)
                 if not waiter.future.done():  # else its caller was cancelled: the next one
                     waiter.future.set_result(None)
                     return
@@ -211,8 +284,7 @@ class Gate:
         with self._lock:
             if waiter.gone:
                 return
-            waiter.gone = True
-            self.waiting -= 1
+            self._gone(waiter)
             while self._queue and self._queue[0].gone:  # expiries come mostly in order
                 self._queue.popleft()
         if not waiter.future.done():
@@ -232,6 +304,7 @@ class Gate:
             waiters = [w for w in self._queue if not w.gone]
             for waiter in waiters:
                 waiter.gone = True
+                self.bound.unwait(waiter.size)
             self._queue.clear()
             self.waiting = 0
         for waiter in waiters:

@@ -11,7 +11,9 @@ The request goes through `kruntimes.runtime.service.begin_invoke`, exactly what 
 loop, the one that serves gRPC too: the exchange with the function process runs on that loop,
 so a request costs no thread hop. A frame length outside the request bounds closes that
 connection (the framing can no longer be trusted); other connections are unaffected. A
-connection with `MAX_IN_FLIGHT` requests running stops reading until some finish.
+connection with `MAX_IN_FLIGHT` requests running stops reading until some finish. A connection
+that closes cancels what it still waits for: an invocation queued for its turn leaves the queue
+and never runs (as a cancelled gRPC call's does); one already running runs to its end.
 
 The port is TLS with the host's platform certificate and requires a client certificate of the
 platform CA naming a gateway (kruntimes.pki), signed by a CA of the host's current `ca.crt` (a CA
@@ -68,6 +70,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
         self.paused = False
+        self.pending: set[asyncio.Future[Outcome]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -91,6 +94,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
         self.decoder.buffer.clear()
+        for pending in list(self.pending):  # nobody reads their answers any more
+            pending.cancel()
 
     def data_received(self, data: bytes) -> None:
         transport = self.transport
@@ -118,10 +123,12 @@ class _Connection(asyncio.Protocol):
             self._write(request_id, frames.KIND_ERROR, _error_of(exc))
             return
         self.in_flight += 1
+        self.pending.add(pending)
         pending.add_done_callback(functools.partial(self._done, request_id, invocation_id))
 
     def _done(self, request_id: int, invocation_id: str, pending: asyncio.Future[Outcome]) -> None:
         self.in_flight -= 1
+        self.pending.discard(pending)
         transport = self.transport
         assert transport is not None
         if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and not transport.is_closing():

@@ -28,11 +28,13 @@ from kruntimes.runtime import workspace
 from kruntimes.runtime.adapters.host import HostAdapter, RunOnce
 from kruntimes.runtime.adapters.registered import host_adapter
 from kruntimes.runtime.admission import (
+    DEFAULT_MAX_WAITING,
     DEFAULTS,
     Concurrency,
     Gate,
     HostBound,
     default_max_invocations,
+    default_max_waiting_bytes,
     host_memory_bytes,
 )
 from kruntimes.runtime.config import HandlerConfig, RunRef
@@ -156,17 +158,22 @@ class Registry:
         krm_concurrency: int = DEFAULT_KRM_CONCURRENCY,
         lanes: bool = True,
         max_invocations: int | None = None,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+        max_waiting_bytes: int | None = None,
     ) -> None:
         """`max_invocations`: the host's bound on invocations running at once, across its
-        registrations (None: sized to its CPUs and memory, `default_max_invocations`)."""
+        registrations (None: sized to its CPUs and memory, `default_max_invocations`);
+        `max_waiting`, `max_waiting_bytes`: on those waiting their turn and the bytes they hold
+        (None: a share of its memory, `default_max_waiting_bytes`)."""
         if not 1 <= krm_concurrency <= MAX_KRM_CONCURRENCY:
             raise ValueError(f"krm_concurrency must be in [1, {MAX_KRM_CONCURRENCY}], got {krm_concurrency}")
         self.krm_concurrency = krm_concurrency
+        memory = host_memory_bytes() if None in (max_invocations, max_waiting_bytes) else None
         if max_invocations is None:
-            max_invocations = default_max_invocations(
-                cpus=len(os.sched_getaffinity(0)), memory_bytes=host_memory_bytes()
-            )
-        self.bound = HostBound(max_invocations)
+            max_invocations = default_max_invocations(cpus=len(os.sched_getaffinity(0)), memory_bytes=memory)
+        if max_waiting_bytes is None:
+            max_waiting_bytes = default_max_waiting_bytes(memory)
+        self.bound = HostBound(max_invocations, max_waiting=max_waiting, max_waiting_bytes=max_waiting_bytes)
         self.launcher = launcher
         self.spawner = launcher.spawner
         self.host_uid = host_uid
@@ -402,7 +409,7 @@ class Registry:
             self._check_fence(reg, fence)
         if reg.state != READY:
             raise FunctionNotReady(reg.fatal_error or f"registration is {reg.state}")
-        turn = reg.gate.enter(timeout_s)
+        turn = reg.gate.enter(timeout_s, len(payload))
         reg.last_activity = _now()
         result: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         if turn is None:
@@ -414,6 +421,8 @@ class Registry:
         else:
             waiting = functools.partial(self._queued, reg, turn, time.monotonic())
             self._background(waiting(invocation_id, payload, timeout_s, result))
+            # its caller went away (gRPC cancel, the invoke connection closed): it leaves the queue
+            result.add_done_callback(lambda _: turn.cancel())
         return result
 
     def _start(

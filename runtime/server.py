@@ -36,6 +36,7 @@ from kruntimes.pki import Identity, IdentityError, PeerAuthorization, PeerTLS
 from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.runtime.admission import DEFAULT_MAX_WAITING
 from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, GatewayDiscovery
 from kruntimes.runtime.heartbeat import HeartbeatSender
 from kruntimes.runtime.invoke import InvokeListener
@@ -115,6 +116,11 @@ class HostOptions:
     # invocations running at once across the host's registrations (past it: HostBusy); None:
     # sized to the host's CPUs and memory (kruntimes.runtime.admission.default_max_invocations)
     max_invocations: int | None = None
+    # invocations waiting their turn across the host's registrations, and the bytes they hold
+    # (past either: HostBusy); None bytes: a share of the host's memory
+    # (kruntimes.runtime.admission.default_max_waiting_bytes)
+    max_waiting: int = DEFAULT_MAX_WAITING
+    max_waiting_bytes: int | None = None
     # the calls of a function that starts a process per call (bash, krm) run in lanes of its
     # sandbox (runtime/lanes.py) where it has a PID namespace; False: each call started by the
     # zygote (for comparisons)
@@ -190,6 +196,8 @@ class RuntimeHost:
             krm_concurrency=options.krm_concurrency,
             lanes=options.lanes,
             max_invocations=options.max_invocations,
+            max_waiting=options.max_waiting,
+            max_waiting_bytes=options.max_waiting_bytes,
         )
         self.states = RegistrationStates(self.registry)  # what the watch and the heartbeats report
         self.tasks = Tasks(launcher=launcher)

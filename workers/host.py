@@ -12,13 +12,23 @@ import argparse
 import signal
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from kruntimes.config.egress import MAX_ALLOW, parse_allow_list
 from kruntimes.config.runtimes import ResourceLimits
 from kruntimes.pki import PeerTLS, PeerTLSError, Role
 from kruntimes.pki.assignments import AssignmentError, Verifier
-from kruntimes.runtime.admission import INVOCATIONS_PER_CPU, MAX_MAX_INVOCATIONS, MEMORY_PER_INVOCATION
+from kruntimes.runtime.admission import (
+    DEFAULT_MAX_WAITING,
+    INVOCATIONS_PER_CPU,
+    MAX_MAX_INVOCATIONS,
+    MAX_MAX_WAITING,
+    MAX_MAX_WAITING_BYTES,
+    MEMORY_PER_INVOCATION,
+    WAITER_BYTES,
+    WAITING_MEMORY_SHARE,
+)
 from kruntimes.runtime.discovery import DEFAULT_INTERVAL_S, check_interval, split_target
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, MAX_KRM_CONCURRENCY
@@ -158,6 +168,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(429 HostBusy). Default: {INVOCATIONS_PER_CPU} per CPU, at most one per "
         f"{MEMORY_PER_INVOCATION // 2**20} MiB of the host's memory",
     )
+    parser.add_argument(
+        "--max-waiting",
+        type=_bounded(0, MAX_MAX_WAITING),
+        default=DEFAULT_MAX_WAITING,
+        help="invocations waiting their turn across the host's Runs' queues; past it one that would "
+        f"wait is refused (429 HostBusy). Default {DEFAULT_MAX_WAITING}",
+    )
+    parser.add_argument(
+        "--max-waiting-bytes",
+        type=_bounded(0, MAX_MAX_WAITING_BYTES),
+        default=None,
+        help="bytes the waiting invocations may hold, each its payload and "
+        f"{WAITER_BYTES} more; past it one that would wait is refused (429 HostBusy). Default: "
+        f"1/{WAITING_MEMORY_SHARE} of the host's memory",
+    )
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -180,6 +205,19 @@ def _max_invocations(text: str) -> int:
     if not 1 <= value <= MAX_MAX_INVOCATIONS:
         raise argparse.ArgumentTypeError(f"must be in [1, {MAX_MAX_INVOCATIONS}], got {value}")
     return value
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r:.80}") from e
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {value}")
+        return value
+
+    return parse
 
 
 def _uuid(text: str) -> str:
@@ -277,6 +315,8 @@ def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOp
         health_listen=args.health_listen,
         krm_concurrency=args.krm_concurrency,
         max_invocations=args.max_invocations,
+        max_waiting=args.max_waiting,
+        max_waiting_bytes=args.max_waiting_bytes,
     )
 
 

@@ -34,11 +34,13 @@ from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox.policy import SandboxSettings
 from kruntimes.runtime.warm_pool import IDLE_S
 from tests.runtime.conftest import Host, inline, reason, serving
+from tests.runtime.raw_invoke_test import Conn
 from tests.support.pki import TestPKI
 from tests.support.runtime_hosts import loopback_host
 from tests.support.waiting import eventually_blocking
 
 BOUND_S = 60.0  # how long anything here may take at most; never what a test asserts
+WAITING_BYTES = 64 * 1024  # the `bounded` host's bound on what waiting invocations hold
 
 # Writes started-<n> (and, asked to, appends n to `order`), then holds until `go` exists. Its
 # `process` names the process that ran it (a pid is no name: each is 2 in its PID namespace).
@@ -287,6 +289,44 @@ def test_invocations_waiting_when_the_registration_goes_are_refused_not_run(
     assert started(scratch) == ["started-0"]
 
 
+def test_a_queued_invocation_whose_grpc_caller_cancels_leaves_the_queue_and_never_runs(
+    host: Host, scratch: Path
+) -> None:
+    reg = register(host, {"main.py": HELD}, concurrency=1, queue=2)
+    first = host.gateway.InvokeFunction.future(request(reg, scratch, 0), timeout=BOUND_S)
+    eventually_blocking(lambda: started(scratch) == ["started-0"], within=BOUND_S, what="the first running")
+    dropped = host.gateway.InvokeFunction.future(request(reg, scratch, 1), timeout=BOUND_S)
+    eventually_blocking(lambda: host.status(reg).waiting == 1, within=BOUND_S, what="one waiting")
+    assert dropped.cancel()
+    eventually_blocking(lambda: host.status(reg).waiting == 0, within=BOUND_S, what="it left the queue")
+    after = host.gateway.InvokeFunction.future(request(reg, scratch, 2), timeout=BOUND_S)
+    (scratch / "go").touch()
+    assert outputs(first.result())["n"] == 0
+    assert outputs(after.result())["n"] == 2  # one place, in order: the dropped one would have run first
+    assert started(scratch) == ["started-0", "started-2"]
+
+
+def test_a_queued_invocation_whose_invoke_connection_closes_leaves_the_queue_and_never_runs(
+    host: Host, scratch: Path, pki: TestPKI
+) -> None:
+    reg = register(host, {"main.py": HELD}, concurrency=1, queue=2)
+    first = host.gateway.InvokeFunction.future(request(reg, scratch, 0), timeout=BOUND_S)
+    eventually_blocking(lambda: started(scratch) == ["started-0"], within=BOUND_S, what="the first running")
+    assert host.runtime.invoke_address
+    conn = Conn(host.runtime.invoke_address, as_=pki.gateway)
+    try:
+        conn.send(1, request(reg, scratch, 1))
+        eventually_blocking(lambda: host.status(reg).waiting == 1, within=BOUND_S, what="one waiting")
+    finally:
+        conn.close()
+    eventually_blocking(lambda: host.status(reg).waiting == 0, within=BOUND_S, what="it left the queue")
+    after = host.gateway.InvokeFunction.future(request(reg, scratch, 2), timeout=BOUND_S)
+    (scratch / "go").touch()
+    assert outputs(first.result())["n"] == 0
+    assert outputs(after.result())["n"] == 2
+    assert started(scratch) == ["started-0", "started-2"]
+
+
 # -- the host's bound, and what it reports -------------------------------------------------------
 
 
@@ -319,13 +359,16 @@ def receiver(pki: TestPKI) -> Iterator[tuple[Receiver, str]]:
 def bounded(
     tmp_path_factory: pytest.TempPathFactory, pki: TestPKI, shared: Path, receiver: tuple[Receiver, str]
 ) -> Iterator[Host]:
-    """A host that runs at most two invocations at once, heartbeating to `receiver`."""
+    """A host that runs at most two invocations at once and holds at most three waiting in
+    WAITING_BYTES, heartbeating to `receiver`."""
     runtime = loopback_host(
         pki,
         tmp_path_factory.mktemp("bounded"),
         host_id="bounded-0",
         sandbox=SandboxSettings(shared=(str(shared),)),
         max_invocations=2,
+        max_waiting=3,
+        max_waiting_bytes=WAITING_BYTES,
         gateways=(receiver[1],),
         heartbeat_interval_s=0.2,
     )
@@ -397,6 +440,35 @@ def test_past_the_hosts_bound_an_invocation_is_refused_though_its_function_has_r
     (scratch / "go").touch()
     assert sorted(outputs(call.result())["n"] for call in [*calls, queued]) == [0, 1, 2]
     assert outputs(bounded.gateway.InvokeFunction(request(idle, scratch, 9), timeout=BOUND_S))["n"] == 9
+
+
+def test_past_the_hosts_bound_on_what_waits_an_invocation_is_refused_though_its_queue_has_room(
+    bounded: Host, scratch: Path
+) -> None:
+    reg = register(bounded, {"main.py": HELD}, concurrency=1, queue=10)
+    first = bounded.gateway.InvokeFunction.future(request(reg, scratch, 0), timeout=BOUND_S)
+    eventually_blocking(lambda: started(scratch) == ["started-0"], within=BOUND_S, what="the first running")
+    big = "x" * (WAITING_BYTES // 2)  # two of them hold more than the host may
+    waiting = [bounded.gateway.InvokeFunction.future(request(reg, scratch, 1, pad=big), timeout=BOUND_S)]
+    eventually_blocking(lambda: bounded.status(reg).waiting == 1, within=BOUND_S, what="one waiting")
+
+    err = refused(bounded, request(reg, scratch, 2, pad=big))  # its bytes
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and reason(err) == "HostBusy"
+    assert "waiting" in (err.details() or "")
+    for n in (3, 4):  # small ones still fit, up to the count
+        waiting.append(bounded.gateway.InvokeFunction.future(request(reg, scratch, n), timeout=BOUND_S))
+        eventually_blocking(lambda n=n: bounded.status(reg).waiting == n - 1, within=BOUND_S, what="waiting")
+    assert reason(refused(bounded, request(reg, scratch, 5))) == "HostBusy"  # its count
+
+    (scratch / "go").touch()
+    assert [outputs(call.result())["n"] for call in [first, *waiting]] == [0, 1, 3, 4]
+    assert started(scratch) == ["started-0", "started-1", "started-3", "started-4"]
+    # what waited freed its place and bytes: the host queues as much again
+    (scratch / "go").unlink()
+    again = [bounded.gateway.InvokeFunction.future(request(reg, scratch, n), timeout=BOUND_S) for n in (6, 7)]
+    eventually_blocking(lambda: bounded.status(reg).waiting == 1, within=BOUND_S, what="one waiting again")
+    (scratch / "go").touch()
+    assert [outputs(call.result())["n"] for call in again] == [6, 7]
 
 
 # -- what a registration may ask for -------------------------------------------------------------
