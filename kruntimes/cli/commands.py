@@ -150,8 +150,14 @@ def manifest_from_flags(args: argparse.Namespace, *, stdin: TextIO) -> Run:
     mode: dict[str, Any] = {"task": {}}
     if args.input is not None:
         mode = {"task": {"input": json.loads(read_data(args.input, stdin=stdin, flag="--input") or b"null")}}
+    taking = {"concurrency": args.concurrency, "queue": args.queue, "queueTimeoutSeconds": args.queue_timeout}
+    if kind == "task" and any(v is not None for v in taking.values()):
+        raise UsageError("--concurrency, --queue and --queue-timeout apply to --mode function only")
     if kind == "function":
-        mode = {"function": {} if args.idle_timeout is None else {"idleTimeoutSeconds": args.idle_timeout}}
+        function: dict[str, Any] = {k: v for k, v in taking.items() if v is not None}
+        if args.idle_timeout is not None:
+            function["idleTimeoutSeconds"] = args.idle_timeout
+        mode = {"function": function}
     spec: dict[str, Any] = {
         "runtime": args.runtime,
         "mode": mode,
@@ -263,6 +269,9 @@ def _check_create_flags(args: argparse.Namespace) -> None:
         ("--input", args.input),
         ("--idle-timeout", args.idle_timeout),
         ("--timeout", args.timeout),
+        ("--concurrency", args.concurrency),
+        ("--queue", args.queue),
+        ("--queue-timeout", args.queue_timeout),
         ("--env", args.env or None),
         ("--tenant", args.tenant),
     )

@@ -240,8 +240,13 @@ def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None
     Env values, the task's input and outputs' values are left out (they may be secret)."""
     spec, status, meta = run.spec, run.status, run.metadata
     if spec.mode.function is not None:
-        idle = spec.mode.function.idleTimeoutSeconds
-        mode = "function" + (f" (idle timeout {idle} s)" if idle is not None else "")
+        fn = spec.mode.function
+        said = [f"idle timeout {fn.idleTimeoutSeconds} s"] if fn.idleTimeoutSeconds is not None else []
+        if fn.concurrency is not None:
+            said.append(f"concurrency {fn.concurrency}")
+        if fn.queue:
+            said.append(f"queue {fn.queue}, waiting at most {fn.queue_timeout_seconds:g} s")
+        mode = "function" + (f" ({', '.join(said)})" if said else "")
     else:
         given = spec.mode.task is not None and spec.mode.task.input is not None
         size = len(spec.mode.task.encoded_input()) if spec.mode.task is not None and given else 0

@@ -145,6 +145,15 @@ def build() -> Parser:
         "--idle-timeout", type=int, metavar="S", help="function mode: end after S idle seconds"
     )
     create.add_argument("--timeout", type=int, metavar="S", help="end the Run S seconds after it started")
+    create.add_argument(
+        "--concurrency", type=int, metavar="N", help="function mode: invocations running at once (default 1)"
+    )
+    create.add_argument(
+        "--queue", type=int, metavar="N", help="function mode: invocations waiting their turn (default none)"
+    )
+    create.add_argument(
+        "--queue-timeout", type=float, metavar="S", help="function mode: how long one waits at most"
+    )
     create.add_argument("--env", action="append", default=[], metavar="K=V", help="an environment variable")
     create.add_argument("--tenant", help="the tenant whose capacity the Run uses")
     _namespace(create)
