@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kruntimes.config.egress import UNENFORCED, UNENFORCED_SAME_USER
-from kruntimes.runtime.sandbox import cgroups, egress, landlock, seccomp
+from kruntimes.runtime.sandbox import cgroups, egress, landlock, seccomp, shared_tmp
 from kruntimes.runtime.sandbox.child import SandboxSpec
 from kruntimes.runtime.sandbox.identity import Claim, NoFreeUid, UidPool
 from kruntimes.runtime.sandbox.policy import (
@@ -197,6 +197,8 @@ class FunctionIsolation:
             )
         self._namespaces = namespaces
         self._network = network_namespaces and self.settings.network is Network.NONE
+        if self.settings.isolation is Isolation.UID and not namespaces:
+            _share_scratch()  # functions of other uids share /tmp: none may delete another's files
         network = self._start_egress()
         if self.settings.isolation is Isolation.UID:
             scrub = self.rules.scrub if self.rules is not None else None
@@ -438,6 +440,14 @@ class FunctionIsolation:
             self.release(lease)
         if self.cgroups is not None:
             self.cgroups.remove()
+
+
+def _share_scratch() -> None:
+    changed, problems = shared_tmp.make_sticky()
+    if changed:
+        log.info("shared scratch directories made sticky", extra={"directories": changed})
+    for problem in problems:
+        log.warning("functions share %s, not sticky: one may delete what another left there", problem)
 
 
 def _private_parents(hidden: tuple[str, ...]) -> list[str]:
