@@ -7,9 +7,9 @@ reached Temporal (a leaked admin credential, a script with the plain Temporal SD
 Run naming any secret, but a Run without a creator gets none, and one whose creator is not bound
 to that secret is refused (SecretForbidden, final: the Run fails at its first attempt).
 
-The bindings are a file the host reads itself, `{state dir}/rolebindings.yaml` (the embedded
-platform's; in a host pod, a ConfigMap the runtime's pod template mounts there, as it mounts
-Secrets under `{state dir}/secrets`), again whenever it changed; one missing, unsafe
+The bindings are a file the host reads itself, `krt host --role-bindings` (default
+`{state dir}/rolebindings.yaml`, the embedded platform's; in a host pod, the ConfigMap the chart
+mounts at kubernetes_pods.ROLE_BINDINGS_FILE), again whenever it changed; one missing, unsafe
 (writable by others, a symlink out of its directory, another user's) or malformed refuses every
 secret, never allows.
 

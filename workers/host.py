@@ -56,6 +56,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="the secrets Runs' envFrom names, {dir}/{namespace}/{secret}/{KEY} (default: STATE/secrets)",
     )
+    parser.add_argument(
+        "--role-bindings",
+        type=Path,
+        default=None,
+        help="the role bindings whose use-secrets bindings say whose Runs get which secret, read "
+        "again when it changes (default: STATE/rolebindings.yaml; missing: no Run gets a secret)",
+    )
     parser.add_argument("--ready-file", type=Path, help="write the serving address here as JSON")
     parser.add_argument(
         "--max-workers",
@@ -308,6 +315,7 @@ def options_from(args: argparse.Namespace, *, invoke_tls: bool = True) -> HostOp
         sandbox=sandbox_settings(args, given),
         allowed_source_roots=tuple(str(Path(r).resolve()) for r in args.allowed_source_root),
         secrets_dir=args.secrets_dir,
+        role_bindings=args.role_bindings,
         tls=tls,
         assignments=assignments,
         invoke_tls=invoke_tls,

@@ -8,7 +8,8 @@ capacity, ``kruntimes.io/control-plane`` for selecting), its annotations (the ow
 plane's id, the template hash), one container ``host`` running ``krt host`` with its identity from
 the downward API (pod name, namespace, uid, IP), ``restartPolicy: Never`` (a host that exits is a
 lost host: a restarted container would come back under the same uid without its registrations),
-no service account token unless the template asks, and no service links.
+no service account token unless the template asks, and no service links. The host reads its role
+bindings from ``ROLE_BINDINGS_FILE``, which the template mounts (the chart does).
 
 The pod's name is ``{hostId}-{8 hex}``, the hex naming (control plane, runtime): two control planes
 on one namespace never share a pod name.
@@ -74,6 +75,12 @@ ANNOTATION_UID_RANGE = "kruntimes.io/uid-range"
 # misreads one.
 UID_BASE, UID_SLOT_SIZE, UID_SLOTS = 2_100_000_000, 8_192, 5_796
 CERT_VOLUME, CERT_MOUNT = "krt-certificate", "/etc/kruntimes/tls"
+# Where the host reads its role bindings (`use-secrets`: whose Runs get which secret): a directory
+# the runtime's pod template mounts read-only (the chart: a ConfigMap, whose updates reach the
+# host as no subPath mount's would), not in the state directory the host makes; without it no Run
+# of the pod gets a secret.
+ROLE_BINDINGS_MOUNT = "/etc/kruntimes/role-bindings"
+ROLE_BINDINGS_FILE = f"{ROLE_BINDINGS_MOUNT}/rolebindings.yaml"
 # With a runtime's hostInjection: the emptyDir the init container installs the host into.
 HOST_VOLUME, HOST_MOUNT = "krt-host", "/opt/krt-host"
 INSTALL_CONTAINER = "install-host"
@@ -233,6 +240,8 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         f"{CERT_MOUNT}/{ASSIGNMENT_PUBLIC_KEY}",
         "--state-dir",
         STATE_DIR,
+        "--role-bindings",
+        ROLE_BINDINGS_FILE,
         "--uid-lock-dir",
         UID_LOCK_DIR,
         # the pod's own uids (empty without the annotation: the host's default range)

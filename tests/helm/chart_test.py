@@ -73,7 +73,7 @@ def test_lint_is_clean_in_strict_mode(case: str) -> None:
 def test_the_ci_values_cover_what_the_chart_offers() -> None:
     """Among helm/kruntimes/ci/*-values.yaml (each linted, rendered and validated by the tests here):
     cert-manager on and off, an existing serving Secret, Temporal over TLS with an API key,
-    NetworkPolicies off, an Ingress, several runtimes and tenants."""
+    NetworkPolicies off, an Ingress, several runtimes and tenants, the hosts' role bindings."""
 
     def get(values: dict[str, Any], path: str) -> Any:
         node: Any = values
@@ -103,6 +103,7 @@ def test_the_ci_values_cover_what_the_chart_offers() -> None:
         "several runtimes and tenants": lambda v: (
             len(get(v, "runtimes") or []) >= 3 and len(get(v, "tenants") or []) >= 2
         ),
+        "the hosts' role bindings": lambda v: bool(get(v, "hosts.roleBindings.bindings")),
     }
     for what, holds in wanted.items():
         assert any(holds(values) for values in ci.values()), f"no ci values file with {what}"
@@ -474,8 +475,9 @@ def test_a_runtimes_volumes_mounts_and_env_join_the_hosts_defaults_by_name() -> 
     python = parse_config(yaml.safe_load(runtimes_file(chart))).runtime("python")
     assert python is not None and python.kubernetes is not None
     template = python.kubernetes.podTemplate
-    assert [v["name"] for v in template.volumes] == ["tmp", "models"]  # the hosts' /tmp stays
-    assert [m["mountPath"] for m in template.volumeMounts] == ["/tmp", "/models"]
+    # the hosts' /tmp stays; the role bindings every host pod mounts come last
+    assert [v["name"] for v in template.volumes] == ["tmp", "models", "role-bindings"]
+    assert [m["mountPath"] for m in template.volumeMounts] == ["/tmp", "/models", pods.ROLE_BINDINGS_MOUNT]
     assert template.env == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}]
 
 

@@ -68,6 +68,11 @@ SHA-256 (kruntimes.activities.hosts.kubernetes_pods.control_plane_label). */}}
 {{- $namespaces | uniq | sortAlpha | join "," }}
 {{- end }}
 
+{{/* The ConfigMap of the hosts' role bindings (hosts.roleBindings), one in each hosts namespace. */}}
+{{- define "kruntimes.hostRoleBindings" -}}
+{{- printf "%s-host-role-bindings" (include "kruntimes.fullname" .) }}
+{{- end }}
+
 {{/* The platform identities' names (spiffe://kruntimes.io/<role>/<name>). */}}
 {{- define "kruntimes.workerIdentity" -}}
 {{- printf "%s-worker" (include "kruntimes.fullname" .) }}
