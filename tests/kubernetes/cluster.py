@@ -19,9 +19,10 @@ command and args with $(VAR) expanded from the pod's env, the downward API fille
 annotations included), probes its gRPC health as the readiness probe says and patches the pod's
 status (podIP 127.0.0.1, phase, conditions, containerStatuses), reports the process's exit, and on
 deletion stops the process (SIGTERM, SIGKILL after the grace period) and deletes the pod for
-good. Volumes are directories of the pod on the node; a secret volume is written there once its
-Secret exists, in the kubelet's atomic-writer layout (each key a link through `..data` to a
-timestamped directory, swapped at once when the Secret changes, which it follows while the pod runs).
+good. Volumes are directories of the pod on the node; a secret or configMap volume is written there
+once its Secret or ConfigMap exists, in the kubelet's atomic-writer layout (each key, or each of its
+`items` at its path, a link through `..data` to a timestamped directory, swapped at once when the
+object changes, which it follows while the pod runs).
 
 As root (``can_contain``), each container runs as a node runs it (container.py): as PID 1 of PID,
 mount, IPC and UTS namespaces of its own, on a root of its own with the volumes at their mount
@@ -130,6 +131,7 @@ class Cluster(KubernetesEmulator):
         # Known before any pod exists, so an empty list is an empty list, not 404.
         self.resources["v1/pods"] = ResourceInfo(kind="Pod", namespaced=True)
         self.resources["v1/secrets"] = ResourceInfo(kind="Secret", namespaced=True)
+        self.resources["v1/configmaps"] = ResourceInfo(kind="ConfigMap", namespaced=True)
 
     # -- scripting -----------------------------------------------------------------------------------
 
@@ -180,10 +182,10 @@ class Cluster(KubernetesEmulator):
                 return answer
         return await super()._handle(request)
 
-    def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Secret stored now, or None."""
+    def secret(self, namespace: str, name: str, *, plural: str = "secrets") -> dict[str, Any] | None:
+        """The Secret (or the object of another `plural`) stored now, or None."""
         for (resource, ns, obj_name), obj in list(self._objects.items()):
-            if resource.plural == "secrets" and ns == namespace and obj_name == name and not obj.deleted:
+            if resource.plural == plural and ns == namespace and obj_name == name and not obj.deleted:
                 return dict(obj.raw)
         return None
 
@@ -712,13 +714,15 @@ class TestKubelet:
         return False
 
     async def _mount_secrets(self, pod: dict[str, Any], run: _PodRun) -> bool:
-        """Write every secret volume's keys into the pod's volume directory, waiting for each
-        Secret to exist (a kubelet retries the mount); False if the pod is deleted meanwhile."""
+        """Write every secret and configMap volume's keys into the pod's volume directory, waiting
+        for each object to exist (a kubelet retries the mount); False if the pod is deleted
+        meanwhile."""
         for volume in pod["spec"].get("volumes") or []:
-            source = volume.get("secret")
-            if not source:
+            projected = _projected(volume)
+            if projected is None:
                 continue
-            while (found := self.cluster.secret(run.namespace, source["secretName"])) is None:
+            plural, source = projected
+            while (found := self.cluster.secret(run.namespace, source, plural=plural)) is None:
                 if run.stopping:
                     return False
                 await asyncio.sleep(0.02)
@@ -726,43 +730,54 @@ class TestKubelet:
         return True
 
     def _project(self, run: _PodRun, volume: dict[str, Any], secret: dict[str, Any]) -> None:
-        """Write a Secret into its volume as a kubelet's atomic writer does: the keys' files in a
-        new timestamped directory, `..data` swapped to it in one rename, each key a link through
-        `..data`; then the old directory and keys the Secret no longer has are removed."""
-        data = dict(secret.get("data") or {})
+        """Write a Secret (or ConfigMap) into its volume as a kubelet's atomic writer does: the
+        keys' files (or the `items`' at their paths) in a new timestamped directory, `..data`
+        swapped to it in one rename, each a link through `..data`; then the old directory and
+        the links to files no longer there are removed."""
+        source = volume.get("secret") or volume["configMap"]
+        values = {k: base64.b64decode(v) for k, v in (secret.get("binaryData") or {}).items()}
+        for key, value in (secret.get("data") or {}).items():
+            values[key] = base64.b64decode(value) if "secret" in volume else str(value).encode()
+        items = source.get("items") or [{"key": key, "path": key} for key in values]
+        files = {
+            item["path"]: (values[item["key"]], item.get("mode")) for item in items if item["key"] in values
+        }
+        data = dict(secret.get("data") or {}) | dict(secret.get("binaryData") or {})
         directory = run.directory / "volumes" / volume["name"]
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o755)
         stamp = datetime.datetime.now(tz=datetime.UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
         fresh = Path(tempfile.mkdtemp(prefix=stamp, dir=directory))
         fresh.chmod(0o755)
-        for key, value in data.items():
-            path = fresh / key
-            path.write_bytes(base64.b64decode(value))
-            path.chmod(volume["secret"].get("defaultMode", 0o644))
+        for name, (value, mode) in files.items():
+            path = fresh / name
+            path.write_bytes(value)
+            path.chmod(mode if mode is not None else source.get("defaultMode", 0o644))
         link = directory / "..data"
         old = os.readlink(link) if link.is_symlink() else None
         swap = directory / "..data_tmp"
         swap.unlink(missing_ok=True)
         swap.symlink_to(fresh.name)
         os.rename(swap, link)
-        for key in data:
-            if not (directory / key).is_symlink():
-                (directory / key).symlink_to(f"..data/{key}")
+        for name in files:
+            if not (directory / name).is_symlink():
+                (directory / name).symlink_to(f"..data/{name}")
         for entry in directory.iterdir():
-            if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in data:
+            if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in files:
                 entry.unlink()
         if old is not None:
             shutil.rmtree(directory / old, ignore_errors=True)
         run.secrets[volume["name"]] = data
 
     def _sync_secrets(self, pod: dict[str, Any], run: _PodRun) -> None:
-        """Follow the Secrets of a running pod's secret volumes (a kubelet's periodic sync)."""
+        """Follow the objects of a running pod's secret and configMap volumes (a kubelet's
+        periodic sync)."""
         for volume in pod["spec"].get("volumes") or []:
-            source = volume.get("secret")
-            if source:
-                found = self.cluster.secret(run.namespace, source["secretName"])
-                if found is not None and dict(found.get("data") or {}) != run.secrets.get(volume["name"]):
+            projected = _projected(volume)
+            if projected is not None:
+                found = self.cluster.secret(run.namespace, projected[1], plural=projected[0])
+                data = dict((found or {}).get("data") or {}) | dict((found or {}).get("binaryData") or {})
+                if found is not None and data != run.secrets.get(volume["name"]):
                     self._project(run, volume, found)
 
     async def _probe(
@@ -957,6 +972,15 @@ class TestKubelet:
         path = run.directory / f"{container['name']}.json"
         path.write_text(json.dumps(spec))
         return [sys.executable, "-I", "-S", str(CONTAINER_RUNTIME), str(path)]
+
+
+def _projected(volume: dict[str, Any]) -> tuple[str, str] | None:
+    """The object a secret or configMap volume shows: (its plural, its name); None for others."""
+    if volume.get("secret"):
+        return "secrets", str(volume["secret"]["secretName"])
+    if volume.get("configMap"):
+        return "configmaps", str(volume["configMap"]["name"])
+    return None
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

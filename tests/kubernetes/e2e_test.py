@@ -5,6 +5,7 @@ real `krt host` process."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import signal
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from kruntimes.config.runtimes import parse_config
 from kruntimes.runtime.sandbox.identity import UidRange
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.errors import NotReady
+from tests.helm.conftest import render
 from tests.helm.host_pods import chart_runtime
 from tests.kubernetes.platform import (
     IMAGE,
@@ -73,7 +75,8 @@ REFUSALS = {
     ),
 }
 # The chart's default host pod (read-only root, only the capabilities its isolation needs, a
-# writable /tmp), a Run a pod.
+# writable /tmp, the chart's role bindings), a Run a pod; with the Secret `db` where a Run of
+# namespace default finds it (the host's secrets directory: docs/kubernetes.md).
 CHART = chart_runtime(
     "kchart",
     namespace=NAMESPACE,
@@ -82,6 +85,15 @@ CHART = chart_runtime(
     runs=1,
     maxHosts=2,
 )
+CHART["kubernetes"]["podTemplate"]["volumes"].append(
+    {"name": "db", "secret": {"secretName": "db", "defaultMode": 0o400}}
+)
+CHART["kubernetes"]["podTemplate"]["volumeMounts"].append(
+    {"name": "db", "mountPath": f"{kpods.STATE_DIR}/secrets/default/db", "readOnly": True}
+)
+# Who creates the Run that uses it, and the chart's bindings that let them.
+CREATOR = "e2e-ci"
+BINDINGS = {"bindings": [{"namespace": "default", "users": [CREATOR], "secrets": ["db"]}]}
 RUNTIMES = [
     CHART,
     kubernetes_runtime("kpy", pool={"scaleInDelaySeconds": 1}),  # an idle pod goes at once
@@ -129,7 +141,29 @@ async def platform(tmp_path_factory, pki) -> AsyncIterator[KubePlatform]:
             started.kubelet.faults[runtime] = fault
         for runtime, (status, reason, message, _) in REFUSALS.items():
             started.cluster.refuse(runtime=runtime, status=status, reason=reason, message=message)
+        await create_host_objects(started)
         yield started
+
+
+async def create_host_objects(platform: KubePlatform) -> None:
+    """What an operator puts in the hosts' namespace: the Secret `db`, and the chart's ConfigMap
+    of the hosts' role bindings, rendered with BINDINGS."""
+    docs, _ = render({"hosts": {"roleBindings": BINDINGS}})
+    [bindings] = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-role-bindings")
+    ]
+    bindings["metadata"]["namespace"] = NAMESPACE
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "db", "namespace": NAMESPACE},
+        "data": {"PASSWORD": base64.b64encode(b"hunter2-e2e").decode()},
+    }
+    for plural, body in (("configmaps", bindings), ("secrets", secret)):
+        async with platform.kubelet._session.post(
+            f"{platform.api_url}/api/v1/namespaces/{NAMESPACE}/{plural}", json=body
+        ) as answer:
+            assert answer.status in (200, 201), (answer.status, await answer.text())
 
 
 @pytest.fixture
@@ -194,6 +228,10 @@ def handle(p):
         "read-host-key": attempt(lambda: open("{kpods.CERT_MOUNT}/tls.key").read()),
         "list-workspaces": attempt(lambda: os.listdir(state + "/work/" + hosts[0])),
         "write-tmp": attempt(lambda: open("/tmp/krt-probe", "w").close()),
+        "tmp-mode": oct(os.stat("/tmp").st_mode & 0o7777),
+        "secret": os.environ.get("DB_PASSWORD"),
+        "read-secret-file": attempt(lambda: open(state + "/secrets/default/db/PASSWORD").read()),
+        "read-bindings": attempt(lambda: open("{kpods.ROLE_BINDINGS_FILE}").read()),
     }}
 """
 
@@ -204,13 +242,17 @@ async def test_hosts_of_the_charts_default_pod_start_on_a_read_only_root_with_ui
     """On a node that enforces the chart's security context (tests/kubernetes/node_test.py): two
     Runs, a host pod each, both Ready and invoked; each function runs as a uid of its own pod's
     range, and no uid is in both pods' ranges (uids are the node's). A function shares the pod's
-    mounts: it writes only its workspace and /tmp, and reads neither the host's key nor another
-    workspace, nor plants a file in the host's state directory."""
+    mounts: it writes only its workspace and /tmp (which the host made sticky), and reads neither
+    the host's key, its role bindings and secrets, nor another workspace, nor plants a file in
+    the host's state directory. The Run whose creator the chart's bindings name gets its secret."""
     if not platform.kubelet.contains:
         require_or_skip("the test node enforces a security context only as root, with overlayfs")
     names = ("chart-a", "chart-b")
     await krt.create(Run.from_dict(manifest("chart-a", "kchart")))
-    await krt.create(Run.from_dict(manifest("chart-b", "kchart", source=PROBE)))
+    probe = manifest("chart-b", "kchart", source=PROBE)
+    probe["spec"]["envFrom"] = [{"secretRef": {"name": "db"}, "prefix": "DB_"}]
+    async with Client(platform.config.model_copy(update={"identity": CREATOR})) as creator:
+        await creator.create(Run.from_dict(probe))
     for name in names:
         assert (await krt.wait(name, timeout=60)).status.phase is RunPhase.Ready
     answers = [await invoke(krt, name, {"n": name}) for name in names]
@@ -219,6 +261,9 @@ async def test_hosts_of_the_charts_default_pod_start_on_a_read_only_root_with_ui
     assert seen["plant-in-state"] == "PermissionError" and seen["read-host-key"] == "PermissionError", seen
     assert seen["list-workspaces"] == "PermissionError", seen
     assert seen["write-root"] == "OSError" and seen["write-tmp"] == "done", seen  # EROFS; the pod's /tmp
+    assert seen["tmp-mode"] == oct(0o1777), seen  # an emptyDir, made sticky by the host
+    assert seen["secret"] == "hunter2-e2e", "the chart's bindings let its creator use db"
+    assert seen["read-secret-file"] == "PermissionError" and seen["read-bindings"] == "PermissionError", seen
     pods = platform.pods("kchart")
     assert len(pods) == 2
     for pod in pods:
