@@ -232,8 +232,10 @@ async def test_krt_ui_gives_one_session_with_the_ui_and_payloads_decoded_for_it(
             assert page.status == 200 and "<!doctype html>" in (await page.text()).lower()
         async with http.get(config.uiUrl + "/api/v1/settings") as settings:
             assert (await settings.json())["Codec"]["Endpoint"] == config.uiUrl + "/codec"
-        async with http.post(
-            config.uiUrl + "/codec/decode", data=encrypted, headers={"Content-Type": "application/json"}
+        async with http.post(  # as the UI sends it: same origin, the session's cookie, no token
+            config.uiUrl + "/codec/decode?preserveStorageRefs=true",
+            data=encrypted,
+            headers={"Content-Type": "application/json", "X-Namespace": "default"},
         ) as decoded:
             assert decoded.status == 200
             payloads = json_format.Parse(await decoded.text(), Payloads())
