@@ -218,6 +218,8 @@ class RuntimePoolWorkflow:
                 self._probed_at = workflow.now()
                 await self._probe(outbox)
             self._place_queued(outbox)
+            if any(isinstance(msg, HostReadySignal) for msg in batch):
+                self._readmit_uncovered(outbox)
             self._keep_hosts(outbox)
             await self._flush(outbox)
             if self._run_is_full() and not self._inbox:
@@ -494,6 +496,27 @@ class RuntimePoolWorkflow:
             self._assign(msg, placement.assignment, outbox)
             placed.add(placement.request.runUid)
         self._update(queue=[q for q in self.state.queue if q.runUid not in placed])
+
+    def _readmit_uncovered(self, outbox: _Outbox) -> None:
+        """After a host became Ready and took what it could: the queued Runs that no capacity on
+        its way covers any more (the host went to others of their scope) are decided again."""
+        if not self.state.queue:
+            return
+        again = set(
+            admission.uncovered(
+                queue=self._queued_requests(),
+                hosts=self.state.hosts,
+                pending_scale_outs=self.state.scaleOuts,
+                runtime=self.config.runtime.name,
+                index=self._index,
+            )
+        )
+        if not again:
+            return
+        waiting = [q for q in self.state.queue if q.runUid in again]
+        self._update(queue=[q for q in self.state.queue if q.runUid not in again])
+        for queued in waiting:
+            self._admit(queued.admit(runtime=self.config.runtime.name), outbox)
 
     def _release(self, run_uid: RunUid) -> None:
         self._index.remove(run_uid)

@@ -106,6 +106,7 @@ class ScaleOutWorkflow:
             at=workflow.now(),
             tenant=request.tenant,
             tenancy=request.policy.mode,
+            tenant_group=request.tenantGroup,
         )
         host = host._replace(supervised=True)
         # Both in one workflow task: the Runs waiting for this host do not wait for its supervisor.

@@ -331,10 +331,12 @@ def ready_host(
     at: datetime,
     tenant: str | None = None,
     tenancy: TenancyMode = TenancyMode.Shared,
+    tenant_group: str | None = None,
     supervised: bool = False,
 ) -> Host:
     """The pool's record of a host its provider created (``created``) and that serves: Ready since
-    ``at``, with ``capacity`` run slots, labelled with its provider."""
+    ``at``, with ``capacity`` run slots, labelled with its provider, owned by ``tenant`` and
+    ``tenant_group`` (every tenant of the group sees it, as it saw the scale-out)."""
     return Host(
         hostId=created.hostId,
         hostUid=created.hostUid,
@@ -343,6 +345,7 @@ def ready_host(
         state=HostState.Ready,
         capacity=capacity,
         tenant=tenant,
+        tenantGroup=tenant_group,
         tenancy=tenancy,
         createdAt=created.createdAt,
         labels={PROVIDER_LABEL: created.provider},

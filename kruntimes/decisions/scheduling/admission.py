@@ -475,6 +475,49 @@ def next_from_queue(
     return tuple(out)
 
 
+def uncovered(
+    *,
+    queue: Sequence[AdmissionRequest],
+    hosts: Sequence[Host],
+    pending_scale_outs: Sequence[ScaleOutRequest],
+    runtime: RuntimeName,
+    index: ReservationIndex | None = None,
+) -> tuple[RunUid, ...]:
+    """The queued requests that no capacity on its way covers any more, in FIFO order.
+
+    A request queued behind capacity on its way (a provisioning host, a pending scale-out) it can
+    see. Once that capacity arrives and the requests it could take are placed (next_from_queue),
+    the rest may wait for nothing: the host went to other requests of its scope. Each queued
+    request takes, in FIFO order, one slot of the first source on its way that it can see; those
+    left without one are decided again (admit: another scale-out, a wait for a Ready host, or a
+    rejection).
+    """
+    if index is None:
+        index = ReservationIndex()
+    load = index.load
+    pool = [h for h in hosts if h.runtime == runtime]
+    pending = _unmaterialized((s for s in pending_scale_outs if s.pending and s.runtime == runtime), pool)
+    sources = [
+        _Source(h.tenancy, h.tenant, h.tenantGroup, max(0, h.capacity - load[_key(h)]))
+        for h in pool
+        if h.state in PROVISIONING_STATES
+    ] + [_Source(s.tenancy, s.tenant, s.tenantGroup, s.slots) for s in pending]
+    left = [s.slots for s in sources]
+    out: list[RunUid] = []
+    for request in queue:
+        if request.runUid in index.held:
+            continue
+        taken = next(
+            (i for i, s in enumerate(sources) if left[i] > 0 and s.visible_to(request)),
+            None,
+        )
+        if taken is None:
+            out.append(request.runUid)
+        else:
+            left[taken] -= 1
+    return tuple(out)
+
+
 # --- applying decisions -----------------------------------------------------------------------
 
 
