@@ -42,10 +42,15 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
         SIGNAL_SCALE_OUT_FAILED,
+        UPDATE_DRAIN_QUEUE,
+        UPDATE_PAUSE_QUEUE,
+        UPDATE_RESUME_QUEUE,
         host_workflow_id,
         scale_out_workflow_id,
     )
     from kruntimes.contracts.pool import (
+        QUEUE_DRAINED,
+        AdmissionControl,
         AdmitMany,
         AdmitSignal,
         HostReadySignal,
@@ -55,6 +60,8 @@ with workflow.unsafe.imports_passed_through():
         PoolMessage,
         PoolQuery,
         PoolState,
+        QueueActionInput,
+        QueueActionResult,
         QueuedRun,
         ReleaseSignal,
         ScaleOutFailedSignal,
@@ -142,6 +149,8 @@ class RuntimePoolWorkflow:
         # host uid → the slots_digest of what its HostWorkflow keeps, for the hosts whose slots
         # the pool read back whole at the run's start (unchanged since unless in _index.changed)
         self._handed: dict[str, str] = {}
+        self._wake = False  # an operator changed the admission control: the loop applies it
+        self._started = False
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -177,6 +186,71 @@ class RuntimePoolWorkflow:
     def host_state(self, msg: HostStateSignal) -> None:
         self._inbox.append(msg)
 
+    # -- an operator's admission control: applied at once, audited in the Update's input -----------
+
+    async def _control(self, request: QueueActionInput, **changes: object) -> QueueActionResult:
+        await workflow.wait_condition(lambda: self._started)
+        control = self.state.admission.model_copy(update=changes)
+        self._update(admission=control)
+        self._wake = True
+        queued = len(self.state.queue)
+        workflow.logger.info(
+            "admission of %s: %s by %r: %s",
+            self.config.runtime.name,
+            "drain" if "drain" in changes else ("paused" if control.paused else "resumed"),
+            request.requestedBy,
+            request.message,
+        )
+        workflow.set_current_details(self._details(control, queued))
+        return QueueActionResult(
+            runtime=self.config.runtime.name, paused=control.paused, queued=queued, message=request.message
+        )
+
+    @workflow.update(name=UPDATE_PAUSE_QUEUE)
+    async def pause_queue(self, request: QueueActionInput) -> QueueActionResult:
+        """New Runs queue and none is placed until resumed."""
+        return await self._control(
+            request, paused=True, by=request.requestedBy, message=request.message, since=workflow.now()
+        )
+
+    @workflow.update(name=UPDATE_RESUME_QUEUE)
+    async def resume_queue(self, request: QueueActionInput) -> QueueActionResult:
+        """Admission again: the queued Runs are decided again (placed, scaled out for, or rejected)."""
+        return await self._control(
+            request,
+            paused=False,
+            by=request.requestedBy,
+            message=request.message,
+            since=workflow.now(),
+            decideAgain=True,
+        )
+
+    @workflow.update(name=UPDATE_DRAIN_QUEUE)
+    async def drain_queue(self, request: QueueActionInput) -> QueueActionResult:
+        """The Runs queued when the pool applies it end, rejected with QUEUE_DRAINED."""
+        return await self._control(request, drain=request)
+
+    @staticmethod
+    def _details(control: AdmissionControl, queued: int) -> str:
+        return summaries.queue_details(
+            paused=control.paused, by=control.by, message=control.message, queued=queued
+        )
+
+    def _apply_admission(self, outbox: _Outbox) -> None:
+        """What an operator asked since the last batch: a drain, a resume."""
+        control = self.state.admission
+        if control.drain is not None:
+            who = f" by {control.drain.requestedBy}" if control.drain.requestedBy else ""
+            text = f"the queue of {self.config.runtime.name} was drained{who}: {control.drain.message}"
+            for queued in self.state.queue:
+                rejection = Rejection(runUid=queued.runUid, reason=QUEUE_DRAINED, message=text)
+                outbox.signals.append((queued.workflowId, SIGNAL_REJECTED, rejection))
+            self._update(queue=[], admission=control.model_copy(update={"drain": None}))
+            workflow.set_current_details(self._details(self.state.admission, 0))
+        if self.state.admission.decideAgain:
+            self._update(admission=self.state.admission.model_copy(update={"decideAgain": False}))
+            self._readmit_queue(outbox)
+
     @workflow.query(name=QUERY_POOL)
     def pool(self, ask: PoolQuery | None = None) -> PoolState:
         """The state, or the part `ask` asks for (the whole of a big pool is past what the server
@@ -204,13 +278,19 @@ class RuntimePoolWorkflow:
         self._inbox = [*(m.message for m in input.pending), *self._inbox]
         if self.state.slotsOnHosts:
             await self._slots_back()
+        self._started = True
         outbox = _Outbox([], [])
+        if self.state.admission != AdmissionControl():
+            self._apply_admission(outbox)
         self._warm(outbox)
         await self._flush(outbox)
         while True:
             probe = await self._until_message_or_alarm(self._wake_in()) and self._probe_due()
             batch, self._inbox = self._inbox, []
             outbox = _Outbox([], [])
+            if self._wake:
+                self._wake = False
+                self._apply_admission(outbox)
             for msg in batch:
                 self._handle(msg, outbox)
                 probe = probe or isinstance(msg, PoolConfig)  # a (re)started worker: look at every host
@@ -230,6 +310,8 @@ class RuntimePoolWorkflow:
                     HANDOVER_PAUSE, summary=summaries.summary("continue as new in a task of its own")
                 )
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                # An operator's pause, resume or drain during the handover goes with it.
+                carried = carried.model_copy(update={"admission": self.state.admission})
                 pending = [PoolMessage.of(m) for m in self._inbox]
                 workflow.continue_as_new(PoolInput(config=self.config, state=carried, pending=pending))
 
@@ -382,7 +464,9 @@ class RuntimePoolWorkflow:
             self._alarm.cancel()
             self._alarm = None
         alarm = self._alarm
-        await workflow.wait_condition(lambda: bool(self._inbox) or (alarm is not None and alarm.done()))
+        await workflow.wait_condition(
+            lambda: bool(self._inbox) or self._wake or (alarm is not None and alarm.done())
+        )
         if alarm is None or not alarm.done():
             return False
         self._alarm = self._alarm_at = None
@@ -432,6 +516,7 @@ class RuntimePoolWorkflow:
             max_hosts=rt.maxHosts,
             default_provider=rt.provider,
             providers=self.config.providers,
+            paused=self.state.admission.paused,
         )
         if isinstance(decision, AssignToInstance):
             self._assign(msg, decision, outbox)
@@ -478,7 +563,7 @@ class RuntimePoolWorkflow:
         return [q.request(runtime=name, policy=self._policy(q.tenant)) for q in self.state.queue]
 
     def _place_queued(self, outbox: _Outbox) -> None:
-        if not self.state.queue:
+        if not self.state.queue or self.state.admission.paused:
             return
         placements = admission.next_from_queue(
             queue=self._queued_requests(),

@@ -28,6 +28,10 @@ SIGNAL_SCALE_OUT_FAILED = "scale_out_failed"
 SIGNAL_CONFIGURE = "configure"
 SIGNAL_HOST_STATE = "host_state"
 QUERY_POOL = "pool"
+# An operator's admission control of a runtime (krt queue pause|resume|drain)
+UPDATE_PAUSE_QUEUE = "pause_queue"
+UPDATE_RESUME_QUEUE = "resume_queue"
+UPDATE_DRAIN_QUEUE = "drain_queue"
 # what the pool query fails with while a new pool run reads its hosts' reservations back
 POOL_READING_BACK = "the pool is reading its hosts' reservations back after continuing as new"
 SIGNAL_HOST_SLOTS = "slots"

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pydantic import Field, model_validator
 
-from kruntimes.api._base import ApiModel
+from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.run import Run
 from kruntimes.config.runtimes import RuntimeConfig, TenantConfig
@@ -165,6 +165,38 @@ def _queued(entry: object) -> object:
     return entry
 
 
+QUEUE_DRAINED = "QueueDrained"  # the reason a queued Run ends with when an operator drains its queue
+
+
+class QueueActionInput(ApiModel):
+    """An operator's pause, resume or drain of a runtime's admission (the Update's argument, kept
+    in the pool's history: who asked and why)."""
+
+    message: StatusMessage = ""
+    requestedBy: str = Field(default="", max_length=253)
+
+
+class AdmissionControl(ApiModel):
+    """What operators set on a runtime's admission: paused (new Runs queue, none is placed) and a
+    drain not applied yet (the queued Runs end with QUEUE_DRAINED)."""
+
+    paused: bool = False
+    by: str = ""  # who paused or resumed last
+    message: StatusMessage = ""
+    since: datetime | None = None
+    drain: QueueActionInput | None = None  # asked, not applied yet
+    decideAgain: bool = False  # resumed: the queue is decided again (it queued without scale-outs)
+
+
+class QueueActionResult(ApiModel):
+    """The acknowledged result of a pause, resume or drain."""
+
+    runtime: RuntimeName
+    paused: bool
+    queued: int  # Runs in the queue when the pool took the action
+    message: StatusMessage = ""
+
+
 class PoolState(ApiModel):
     """The pool's state: in full in its `pool` query, and carried across continue-as-new without
     the reservations of the hosts in `slotsOnHosts` (their HostWorkflows keep those; the next run
@@ -183,6 +215,7 @@ class PoolState(ApiModel):
     # Host uid → slots_digest of the slots it was handed: a HostWorkflow whose record shows them
     # is read back with a query, with no update (and no task and events in its history).
     slotsDigests: dict[str, str] = Field(default_factory=dict)
+    admission: AdmissionControl = Field(default_factory=AdmissionControl)
 
     @model_validator(mode="before")
     @classmethod

@@ -28,6 +28,7 @@ from kruntimes.api.run import Run
 from kruntimes.api.spec import CreatorKind
 from kruntimes.api.status import RunStatus
 from kruntimes.contracts.host import HostActionResult
+from kruntimes.contracts.pool import QueueActionResult
 from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.config import ClientConfig
@@ -53,6 +54,7 @@ from kruntimes.sdk.errors import (
 from kruntimes.sdk.events import RunEvent
 from kruntimes.sdk.hosts import Hosts
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
+from kruntimes.sdk.queues import ACTIONS, Queues, QueueView
 from kruntimes.sdk.results import Applied, HostView, InvokeResult, RunObject
 from kruntimes.sdk.runs import Runs, StatusCallback
 from kruntimes.sdk.schedules import Schedules
@@ -104,6 +106,7 @@ class Client:
         self.config = config if config is not None else ClientConfig()
         self._runs = Runs(self.config, temporal=temporal, creator_kind=creator_kind)
         self._hosts = Hosts(self._runs)
+        self._queues = Queues(self._runs)
         self.schedules = Schedules(self._runs)  # create, list, get, pause, unpause, trigger, delete
         self._invoker = Invoker(self.config)
 
@@ -229,6 +232,29 @@ class Client:
         URL); it is deleted once it holds none. Acknowledged once its pool was told (state
         Draining); recorded in the host's HostWorkflow history. HostNotFound if no pool holds it."""
         return await self._hosts.drain(name, runtime=runtime, message=message, requested_by=requested_by)
+
+    async def queue(self, runtime: str) -> QueueView:
+        """The runtime's admission: paused or not (by whom, why) and its queued Runs, FIFO."""
+        return await self._queues.view(runtime)
+
+    async def pause_queue(
+        self, runtime: str, *, message: str = "", requested_by: str = ""
+    ) -> QueueActionResult:
+        """New Runs of the runtime queue and none is placed until resumed (queued Runs keep their
+        place; Ready Runs are untouched). Recorded in the pool's history with who asked and why."""
+        return await self._queues.act(ACTIONS["pause"], runtime, message=message, requested_by=requested_by)
+
+    async def resume_queue(
+        self, runtime: str, *, message: str = "", requested_by: str = ""
+    ) -> QueueActionResult:
+        """Admit again: the queued Runs are decided again (placed, scaled out for, or rejected)."""
+        return await self._queues.act(ACTIONS["resume"], runtime, message=message, requested_by=requested_by)
+
+    async def drain_queue(
+        self, runtime: str, *, message: str = "", requested_by: str = ""
+    ) -> QueueActionResult:
+        """End the Runs queued for the runtime, rejected with the reason QueueDrained and the message."""
+        return await self._queues.act(ACTIONS["drain"], runtime, message=message, requested_by=requested_by)
 
     async def delete_host(
         self, name: str, *, runtime: str | None = None, message: str = "", requested_by: str = ""

@@ -111,3 +111,10 @@ def run_current(status: RunStatus, *, reason: str) -> str:
 
 def _ttl(seconds: int | None) -> str:
     return f"{seconds} s" if seconds is not None else "24 h (default)"
+
+
+def queue_details(*, paused: bool, by: str, message: str, queued: int) -> str:
+    """A pool's current details once an operator paused, resumed or drained its admission:
+    `**Paused** by alice (12 queued): maintenance` (names and the operator's message only)."""
+    who = f" by {by}" if by else ""
+    return details(f"**{'Paused' if paused else 'Admitting'}**{who} ({queued} queued): {message}")

@@ -343,6 +343,7 @@ def admit(
     default_provider: str | None = None,
     providers: Collection[str] | None = None,
     index: ReservationIndex | None = None,
+    paused: bool = False,
 ) -> Decision:
     """Decide for one request: AssignToInstance, QueueGlobally, RequestScaleOut or Reject.
 
@@ -357,6 +358,9 @@ def admit(
        scope, the run queued behind it; an unknown provider: Reject(NoProvider).
     7. A visible host will free a slot or become ready: QueueGlobally. Nothing ever will:
        Reject(MaxHostsReached).
+
+    ``paused`` (an operator paused the runtime's admission): after steps 1 and 2, the run waits
+    in the FIFO (QueueGlobally) or, no room, Reject(QueueFull); nothing is placed or scaled out.
 
     ``index``, when given, is ``reservations`` indexed (ReservationIndex): it is read instead of
     scanning them.
@@ -381,6 +385,14 @@ def admit(
     for position, queued in enumerate(queue):
         if queued.runUid == request.runUid:
             return QueueGlobally(position=position)
+
+    if paused:
+        if len(queue) >= max_queue:
+            return Reject(
+                reason=RejectReason.QueueFull,
+                message=f"admission to {runtime!r} is paused; its queue holds its limit of {max_queue}",
+            )
+        return QueueGlobally(position=len(queue))
 
     pool = [h for h in hosts if h.runtime == runtime]
     load = index.load
