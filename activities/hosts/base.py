@@ -1,15 +1,19 @@
 """The host-provider interface and the manager that dispatches to providers by name.
 
 Every failure leaving the manager is a ``ProviderError`` carrying a structured ``ProviderFailure``
-(provider, host, operation, reason, retryable, message); library errors are wrapped at the
-provider boundary and anything that slips through becomes ``UnexpectedError``.
+(provider, host, operation, reason, retryable, message, and the correlation id of who asked);
+library errors are wrapped at the provider boundary and anything that slips through becomes
+``UnexpectedError``. Every operation is counted, timed and logged (observe.py), and creates go
+through the breaker of their provider and runtime (circuit.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -18,6 +22,14 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
+from kruntimes.activities.hosts.circuit import CircuitBreakers
+from kruntimes.activities.hosts.observe import (
+    SUCCEEDED,
+    Correlation,
+    ProviderMetrics,
+    correlated,
+    correlation,
+)
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config.runtimes import PlatformConfig
 from kruntimes.contracts.providers import CreatedHost, HostSpec
@@ -31,6 +43,7 @@ from kruntimes.pki import HostIssuer
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+    from temporalio.common import MetricMeter
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -208,9 +221,18 @@ def spec_error(
 
 
 class HostManager:
-    """The providers of one worker, looked up by their stable lowercase names."""
+    """The providers of one worker, looked up by their stable lowercase names; `meter` takes
+    their operations' metrics (None: none), `breakers` guard their creates (None: the defaults)."""
 
-    def __init__(self, providers: Iterable[HostProvider]) -> None:
+    def __init__(
+        self,
+        providers: Iterable[HostProvider],
+        *,
+        meter: MetricMeter | None = None,
+        breakers: CircuitBreakers | None = None,
+    ) -> None:
+        self.metrics = ProviderMetrics(meter)
+        self.breakers = breakers or CircuitBreakers()
         self._providers: dict[str, HostProvider] = {}
         for provider in providers:
             validate_dns1123_label(provider.name, field="provider")
@@ -249,14 +271,54 @@ class HostManager:
         return [p for p in self._providers.values() if isinstance(p, LocalHosts)]
 
     async def create(self, spec: HostSpec) -> CreatedHost:
-        return await self._call(
-            spec.provider, ProviderOperation.Create, spec.hostId, lambda p: p.create(spec), tenant=spec.tenant
-        )
+        """The provider's create, through its breaker for this runtime: while that is open, a
+        CircuitOpen failure at once and the provider is not called."""
+        provider = self.provider(spec.provider)
+        name, runtime = provider.name, spec.runtime
+        admitted = self.breakers.admit(name, runtime)
+        if admitted.open_for is not None:
+            who = correlation()
+            err = spec_error(
+                FailureReason.CircuitOpen,
+                spec,
+                provider=name,
+                operation=ProviderOperation.Create,
+                message=(
+                    f"{admitted.failures} creates of runtime {runtime} failed in a row; the "
+                    f"{name} provider is not called for {admitted.open_for:.1f}s more"
+                ),
+            )
+            self._report(ProviderOperation.Create, name, runtime, spec.hostId, spec.tenant, 0.0, who, err)
+            raise correlated(err, who) from None
+        try:
+            created = await self._call(
+                name,
+                ProviderOperation.Create,
+                runtime,
+                spec.hostId,
+                lambda p: p.create(spec),
+                tenant=spec.tenant,
+            )
+        except ProviderError as err:
+            if err.reason == FailureReason.OperationCancelled:
+                self.breakers.abandoned(name, runtime, trial=admitted.trial)
+            else:
+                self.breakers.failed(name, runtime, trial=admitted.trial)
+            raise
+        except BaseException:  # cancelled: no verdict on the provider
+            self.breakers.abandoned(name, runtime, trial=admitted.trial)
+            raise
+        else:
+            self.breakers.succeeded(name, runtime)
+            return created
+        finally:
+            self.metrics.circuit(provider=name, runtime=runtime, state=self.breakers.state(name, runtime))
 
     async def delete(self, *, provider: str, runtime: str, host_id: str, host_uid: str) -> bool:
         return await self._call(
             provider,
             ProviderOperation.Delete,
+            runtime,
             host_id,
             lambda p: p.delete(runtime=runtime, host_id=host_id, host_uid=host_uid),
         )
@@ -268,11 +330,26 @@ class HostManager:
         found = self._providers.get(provider)
         if not isinstance(found, FencingProvider):
             return None
+        who, started = correlation(), time.monotonic()
         try:
-            return await found.verdict(runtime=runtime, host_id=host_id, host_uid=host_uid, address=address)
-        except Exception:
+            verdict = await found.verdict(
+                runtime=runtime, host_id=host_id, host_uid=host_uid, address=address
+            )
+        except Exception as e:
             log.warning("provider %s could not judge host %s", provider, host_id, exc_info=True)
+            self.metrics.operation(
+                ProviderOperation.Status,
+                provider=provider,
+                runtime=runtime,
+                host=host_id,
+                result=str(FailureReason.UnexpectedError),
+                seconds=time.monotonic() - started,
+                who=who,
+                message=f"{type(e).__name__}: {e}",
+            )
             return None
+        self._report(ProviderOperation.Status, provider, runtime, host_id, None, started, who, None)
+        return verdict
 
     async def collect_orphans(
         self, *, runtime: str, known: Collection[str], creating: Collection[str], grace_s: float
@@ -281,40 +358,96 @@ class HostManager:
         deleted: list[str] = []
         for provider in self._providers.values():
             if isinstance(provider, OrphanCollecting):
-                deleted += await _guarded(
-                    provider.collect_orphans(
-                        runtime=runtime, known=known, creating=creating, grace_s=grace_s
-                    ),
-                    provider=provider.name,
-                    operation=ProviderOperation.Delete,
-                    host=None,
+                deleted += await self._call(
+                    provider.name,
+                    ProviderOperation.Delete,
+                    runtime,
+                    None,
+                    lambda p: _collect(p, runtime, known, creating, grace_s),
                 )
         return deleted
 
     async def probe(self, host: CreatedHost) -> bool:
-        return await self._call(host.provider, ProviderOperation.Status, host.hostId, lambda p: p.probe(host))
+        return await self._call(
+            host.provider, ProviderOperation.Status, host.runtime, host.hostId, lambda p: p.probe(host)
+        )
 
     async def gone(self, host: CreatedHost) -> bool:
-        return await self._call(host.provider, ProviderOperation.Status, host.hostId, lambda p: p.gone(host))
+        return await self._call(
+            host.provider, ProviderOperation.Status, host.runtime, host.hostId, lambda p: p.gone(host)
+        )
 
     async def fence(self, host: CreatedHost) -> Fenced:
-        return await self._call(host.provider, ProviderOperation.Fence, host.hostId, lambda p: p.fence(host))
+        return await self._call(
+            host.provider, ProviderOperation.Fence, host.runtime, host.hostId, lambda p: p.fence(host)
+        )
 
     async def _call(
         self,
         name: str,
         operation: ProviderOperation,
-        host: str,
+        runtime: str,
+        host: str | None,
         call: Callable[[HostProvider], Awaitable[T]],
         *,
         tenant: str | None = None,
     ) -> T:
         """`call` of the provider named `name` (which must be known), its library errors as
-        `operation`'s unexpected errors on `host`."""
+        `operation`'s unexpected errors on `host`; counted, timed and logged, and a failure
+        carries the correlation id of who asked."""
         provider = self.provider(name)
-        return await _guarded(
-            call(provider), provider=provider.name, operation=operation, host=host, tenant=tenant
+        who, started = correlation(), time.monotonic()
+        try:
+            result = await _guarded(
+                call(provider), provider=provider.name, operation=operation, host=host, tenant=tenant
+            )
+        except ProviderError as err:
+            self._report(operation, provider.name, runtime, host, tenant, started, who, err)
+            found = correlated(err, who)
+            if found is err:
+                raise
+            raise found from err.__cause__
+        except asyncio.CancelledError:
+            cancelled = provider_error(
+                FailureReason.OperationCancelled, provider=provider.name, operation=operation, host=host
+            )
+            self._report(operation, provider.name, runtime, host, tenant, started, who, cancelled)
+            raise
+        self._report(operation, provider.name, runtime, host, tenant, started, who, None)
+        return result
+
+    def _report(
+        self,
+        operation: ProviderOperation,
+        provider: str,
+        runtime: str,
+        host: str | None,
+        tenant: str | None,
+        started: float,
+        who: Correlation,
+        err: ProviderError | None,
+    ) -> None:
+        """The operation's metric and log line; `started` is monotonic seconds (0: it took none)."""
+        seconds = time.monotonic() - started if started else 0.0
+        self.metrics.operation(
+            operation,
+            provider=provider,
+            runtime=runtime,
+            host=host,
+            tenant=tenant,
+            result=SUCCEEDED if err is None else str(err.reason),
+            seconds=seconds,
+            who=who,
+            message=err.failure.message if err is not None else "",
         )
+
+
+async def _collect(
+    provider: HostProvider, runtime: str, known: Collection[str], creating: Collection[str], grace_s: float
+) -> list[str]:
+    if not isinstance(provider, OrphanCollecting):
+        return []
+    return await provider.collect_orphans(runtime=runtime, known=known, creating=creating, grace_s=grace_s)
 
 
 async def _guarded(

@@ -14,8 +14,11 @@ from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from temporalio.runtime import Runtime
+
 from kruntimes.activities.hosts.attach import AttachHosts
 from kruntimes.activities.hosts.base import HostManager, HostProvider, ProviderKind, ProviderSetup
+from kruntimes.activities.hosts.circuit import CircuitBreakers
 from kruntimes.activities.hosts.kubernetes_hosts import KubernetesHosts
 from kruntimes.activities.hosts.process import ProcessHosts
 from kruntimes.decisions.scheduling.model import PROVIDER_LABEL, Host
@@ -54,11 +57,16 @@ def check_providers(setup: ProviderSetup) -> None:
 @contextlib.asynccontextmanager
 async def started_providers(setup: ProviderSetup, *, client: Client | None) -> AsyncIterator[HostManager]:
     """The manager of every provider the configuration needs, their start-up tasks running until
-    the context exits; ProviderConfigError before anything starts when one cannot be used."""
+    the context exits; ProviderConfigError before anything starts when one cannot be used. Their
+    operations' metrics go to `client`'s Temporal runtime, their breakers are the config's."""
     async with contextlib.AsyncExitStack() as stack:
         providers: list[HostProvider] = []
         for kind in PROVIDERS.values():
             provider = await stack.enter_async_context(kind.start(setup, client=client))
             if provider is not None:
                 providers.append(provider)
-        yield HostManager(providers)
+        # The client's Temporal runtime serves the worker's metrics (`--metrics-address`).
+        meter = None
+        if client is not None:
+            meter = (client.service_client.config.runtime or Runtime.default()).metric_meter
+        yield HostManager(providers, meter=meter, breakers=CircuitBreakers(setup.config.providerCircuit))

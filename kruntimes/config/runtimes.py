@@ -410,6 +410,16 @@ class TenantConfig(ApiModel):
         return TenantPolicy.model_validate(self.model_dump(exclude={"name"}))
 
 
+class ProviderCircuitConfig(ApiModel):
+    """`providerCircuit`: the breaker of each (provider, runtime) a worker creates hosts with
+    (kruntimes.activities.hosts.circuit): it opens after `failures` creates failed in a row, and
+    lets one trial create through `openSeconds` later; while open, a create fails at once with
+    CircuitOpen instead of calling the provider."""
+
+    failures: StrictInt = Field(default=5, ge=1, le=1000)
+    openSeconds: StrictFloat = Field(default=30.0, gt=0, le=DAY_SECONDS, allow_inf_nan=False)
+
+
 def _default_runtimes() -> list[RuntimeConfig]:
     return [RuntimeConfig(name=adapter.name, adapter=adapter.name) for adapter in (PYTHON, BASH)]
 
@@ -442,6 +452,8 @@ class PlatformConfig(ApiModel):
     reconcileIntervalSeconds: StrictFloat | None = Field(
         default=60.0, ge=1.0, le=DAY_SECONDS, allow_inf_nan=False
     )
+    # The worker's breaker of each host provider and runtime (ProviderCircuitConfig).
+    providerCircuit: ProviderCircuitConfig = Field(default_factory=lambda: ProviderCircuitConfig())
 
     @field_validator("runtimes")
     @classmethod

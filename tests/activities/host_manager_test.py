@@ -95,9 +95,10 @@ async def test_a_provider_failure_is_typed_by_its_reason_retryable_per_the_catal
     err = await _failure(lambda: ActivityEnvironment().run(manager.create_host, _spec()))
     assert err.type == reason.value
     assert err.non_retryable is not DEFAULT_RETRYABLE[reason]
-    assert err.message == "standin Create py-0: it went wrong"
+    # the id of who asked (here the ActivityEnvironment's workflow, "test") ends every failure
+    assert err.message == "standin Create py-0: it went wrong (workflow test)"
     failure = _failure_of(err)
-    assert failure == provider.fail.failure  # type: ignore[attr-defined]
+    assert failure == provider.fail.failure._replace(message="it went wrong (workflow test)")  # type: ignore[attr-defined]
     assert (failure.reason, failure.retryable) == (reason, DEFAULT_RETRYABLE[reason])
 
 
@@ -138,7 +139,7 @@ async def test_anything_else_a_provider_raises_is_an_unexpected_error_that_is_no
         ProviderOperation.Create,
         "py-0",
     )
-    assert failure.message == "OSError: disk on fire"
+    assert failure.message == "OSError: disk on fire (workflow test)"
     assert isinstance(err.__cause__, ProviderError), "wrapped at the manager's boundary"
     assert isinstance(err.__cause__.__cause__, OSError), "the provider's own error is kept as the cause"
 
