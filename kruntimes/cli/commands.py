@@ -533,6 +533,32 @@ async def hosts_act(args: argparse.Namespace, client: Client, io: Io) -> int:
     return 0 if result.accepted else 1
 
 
+async def queue_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    view = await client.queue(args.runtime)
+    if args.output is not None:
+        io.print(render(view.model_dump(mode="json"), args.output))
+        return 0
+    who = f" by {view.by}" if view.by else ""
+    state = f"paused{who}" if view.paused else "admitting"
+    why = f": {view.message}" if view.message else ""
+    io.print(f"runtime {view.runtime}: {state}, {len(view.queued)} queued{why}")
+    for queued in view.queued:
+        io.print(f"{queued.workflowId}\t{queued.tenant or '-'}\t{queued.requestedAt.isoformat()}")
+    return 0
+
+
+async def queue_act(args: argparse.Namespace, client: Client, io: Io) -> int:
+    act = {"pause": client.pause_queue, "resume": client.resume_queue, "drain": client.drain_queue}[args.verb]
+    result = await act(args.runtime, message=args.message, requested_by=_requested_by())
+    if args.output is not None:
+        io.print(render(result.model_dump(mode="json"), args.output))
+    else:
+        done = {"pause": "paused", "resume": "resumed", "drain": "drained"}[args.verb]
+        state = "paused" if result.paused else "admitting"
+        io.print(f"runtime {result.runtime}: {done} ({state}, {result.queued} queued)")
+    return 0
+
+
 async def hosts_reconcile(args: argparse.Namespace, client: Client, io: Io) -> int:
     reports = await client.reconcile(args.runtime)
     if args.output is not None:
@@ -635,6 +661,10 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("hosts", "drain"): hosts_act,
     ("hosts", "delete"): hosts_act,
     ("hosts", "reconcile"): hosts_reconcile,
+    ("queue", "list"): queue_list,
+    ("queue", "pause"): queue_act,
+    ("queue", "resume"): queue_act,
+    ("queue", "drain"): queue_act,
     ("schedule", "create"): schedule_create,
     ("schedule", "list"): schedule_list,
     ("schedule", "get"): schedule_get,

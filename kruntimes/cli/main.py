@@ -4,6 +4,7 @@
     krt run create -f run.yaml            krt run get|list [-o wide] [--watch]
     krt run describe|wait|cancel|delete   krt invoke NAME --data JSON|@file
     krt hosts list|drain|delete|reconcile krt config view -o json
+    krt queue list|pause|resume|drain RUNTIME [-m MESSAGE]
     krt ui [--open]                       (a one-time login link to the embedded Temporal UI)
     krt schedule create NAME --cron EXPR|--every DURATION -f task-run.yaml
     krt schedule list|get|pause|unpause|trigger|delete NAME

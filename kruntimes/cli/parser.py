@@ -238,6 +238,20 @@ def build() -> Parser:
     reconcile.add_argument("--runtime", help="only this runtime (default: every runtime)")
     _output(reconcile, default=None, choices=("json", "yaml"))
 
+    queue = commands.add_parser("queue", help="read a runtime's queue; pause, resume or drain its admission")
+    queue_verbs = queue.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    for verb, text in (
+        ("list", "the runtime's queued Runs, FIFO, and whether its admission is paused"),
+        ("pause", "new Runs queue and none is placed until resumed"),
+        ("resume", "admit again: the queued Runs are placed, scaled out for, or rejected"),
+        ("drain", "end the queued Runs (reason QueueDrained, with the message)"),
+    ):
+        action = queue_verbs.add_parser(verb, help=text)
+        action.add_argument("runtime", metavar="RUNTIME")
+        if verb != "list":
+            action.add_argument("-m", "--message", default="", help="why (kept in the pool's history)")
+        _output(action, default=None, choices=("json", "yaml"))
+
     schedule = commands.add_parser("schedule", help="start a task Run on a cron expression or an interval")
     schedule_verbs = schedule.add_subparsers(dest="verb", metavar="<verb>", required=True)
     create_schedule = schedule_verbs.add_parser(
