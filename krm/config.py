@@ -14,7 +14,7 @@
         maxParallel: 2
         maxWaitlist: 4
         maxConcurrentEvaluations: 8 # evaluations one Run takes at once
-        templateOverrides: {...}    # merged into the pod template
+        # templateOverrides is refused: a function's pods are its runtime's (see PodExecutor)
         source: {path: /fns/set-labels, entrypoint: [python, main.py]}   # embedded mode
         # cluster mode instead of source: the program in the function's own image, on Runs of a
         # krm runtime whose host pods are of that image (kubernetes.hostInjection)
@@ -103,6 +103,16 @@ class PodSource(_Spec):
         return self
 
 
+# A function's Runs run on the hosts of its krm runtime, which the runtimes file describes (and
+# other functions' Runs share): a FunctionConfig may not change their pods (securityContext,
+# volumes and service account included), so an override would have no effect or too much.
+TEMPLATE_OVERRIDES = (
+    "not supported: a function's pods are its krm runtime's hosts; set their resources in the "
+    "runtimes file (the runtime's kubernetes.podTemplate, or limits) and name that runtime in "
+    "podExecutor.runtime"
+)
+
+
 class PodExecutor(_Spec):
     tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
     ttl: float = Field(default=1800.0, gt=0, le=MAX_TTL_SECONDS)
@@ -111,7 +121,8 @@ class PodExecutor(_Spec):
     # evaluations one Run takes at once (each its own process on the host); at most the krm
     # runtime's hosts' `--krm-concurrency`
     maxConcurrentEvaluations: int = Field(default=8, ge=1, le=64)
-    templateOverrides: dict[str, Any] = Field(default_factory=dict)
+    # Refused when given (TEMPLATE_OVERRIDES says why): kept so the error names the field.
+    templateOverrides: Any = None
     # Embedded mode: the program its Runs run, registered as their source.
     source: PodSource | None = None
     # Cluster mode: the function's argv in its own image (the program absolute), run on a krm
@@ -134,6 +145,11 @@ class PodExecutor(_Spec):
     def runnable(self) -> bool:
         """Whether the pod evaluator has a program to run: a source, or an entrypoint in the image."""
         return self.source is not None or self.entrypoint is not None
+
+    @field_validator("templateOverrides", mode="before")
+    @classmethod
+    def _no_template_overrides(cls, value: Any) -> Any:
+        raise ValueError(TEMPLATE_OVERRIDES)
 
     @field_validator("tags")
     @classmethod

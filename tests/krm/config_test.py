@@ -21,7 +21,6 @@ def test_a_valid_function_config_parses_with_its_pod_executor() -> None:
         "ttl": "1h30m",
         "maxParallel": 3,
         "maxWaitlist": 2,
-        "templateOverrides": {"spec": {"containers": [{"name": "function"}]}},
         "source": {"path": "/fns/set-labels", "entrypoint": ["python", "main.py"]},
     }
     config = fc.parse(document, source="f.yaml")
@@ -130,3 +129,18 @@ def test_the_store_serves_a_cluster_mode_pod_executor() -> None:
     store.put("test", fc.parse(document, source="f.yaml"))
     with pytest.raises(errors.NotFound):
         store.pod("ghcr.io/fn/x:v1.0.0", "")
+
+
+@pytest.mark.parametrize("overrides", [{"spec": {"containers": [{"name": "function"}]}}, {}, None])
+def test_template_overrides_are_refused_naming_the_field_and_where_pods_are_set(overrides: object) -> None:
+    """A per-function pod override would be silently ignored (a function's pods are its runtime's
+    hosts): the FunctionConfig is refused instead, saying where a function's pods are set."""
+    document = function_config("fn", prefixes=["ghcr.io/fn"], path="fn", tags=["1.x"])
+    document["spec"]["podExecutor"] = {
+        "templateOverrides": overrides,
+        "source": {"path": "/f", "entrypoint": ["x"]},
+    }
+    with pytest.raises(fc.FunctionConfigError) as caught:
+        fc.parse(document, source="configs/fn.yaml")
+    assert "spec.podExecutor.templateOverrides: Value error, not supported" in str(caught.value)
+    assert "kubernetes.podTemplate" in str(caught.value) and "podExecutor.runtime" in str(caught.value)
