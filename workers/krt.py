@@ -49,6 +49,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "status": _embedded("status"),
     "fn": _entry("kruntimes.workers.fn_runner", "main_fn"),
     "fn-runner": _entry("kruntimes.workers.fn_runner"),
+    "mcp": _entry("kruntimes.workers.mcp"),
 }
 assert set(COMMANDS) == set(PASSTHROUGH)
 

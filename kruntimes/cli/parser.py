@@ -24,6 +24,7 @@ PASSTHROUGH = {
     "demo": "run the end-to-end demo",
     "fn": "evaluate a KRM function on a package: krt fn eval DIR --image IMG",
     "fn-runner": "serve the KRM FunctionEvaluator (gRPC)",
+    "mcp": "serve the control plane as MCP tools for an agent (stdio, or HTTPS with --listen)",
     "gateway": "run the HTTPS invoke gateway",
     "codec-server": "serve the Temporal codec server protocol with the payload keys",
     "pki": "the platform's certificates on a cluster: krt pki init-cluster (the chart's hook Job)",
