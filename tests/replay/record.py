@@ -8,7 +8,9 @@ a pool handing its hosts' slots over across continue-as-new; `apart`, recorded a
 handover with the continue-as-new in a task of its own; `slow`: Runs whose registration outlasts
 their workflow task; `endings`: Runs that close as they finish, their retention, a scheduled
 Run; `alarm`: a pool's one timer for its next look moved earlier for a scale-in; `since`: a Run
-indexing KrtPhaseSince with its phases); naming groups records
+indexing KrtPhaseSince with its phases; `queues`: an operator's pause, drain and resume of a
+runtime's admission; `tenants`: a host scaled out for one tenant of a group taking the group's
+other tenant's Run); naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). When to record again, and what to keep:
 docs/workflow-changes.md.
@@ -45,6 +47,9 @@ from kruntimes.contracts.names import (
     UPDATE_DELETE,
     UPDATE_DELETE_HOST,
     UPDATE_DRAIN_HOST,
+    UPDATE_DRAIN_QUEUE,
+    UPDATE_PAUSE_QUEUE,
+    UPDATE_RESUME_QUEUE,
     cleanup_workflow_id,
     host_workflow_id,
     pool_workflow_id,
@@ -54,6 +59,7 @@ from kruntimes.contracts.names import (
     scheduled_workflow_id,
 )
 from kruntimes.contracts.platform_info import PlatformInfo
+from kruntimes.contracts.pool import QUEUE_DRAINED, QueueActionInput, QueueActionResult
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.contracts.run import RunInput
@@ -480,6 +486,98 @@ async def since_scenarios(p: Platform) -> None:
     await write_closed(h, "run_phase_since")
 
 
+async def queue_scenarios(p: Platform) -> None:
+    """An operator's admission control of a runtime: paused, two Runs queue (no scale-out); a
+    drain ends both QueueDrained; another Run queues while paused; resumed, the queue is decided
+    again (a scale-out, the Run placed) and a Run that comes after is placed at once."""
+    rt = p.runtime("queued")
+    pool = p.client.get_workflow_handle(pool_workflow_id(rt))
+
+    async def control(update: str, message: str, by: str) -> QueueActionResult:
+        request = QueueActionInput(message=message, requestedBy=by)
+        return await pool.execute_update(update, request, result_type=QueueActionResult)
+
+    async def queued(n: int) -> bool:
+        return len((await p.pool("queued")).queue) == n
+
+    await eventually(lambda: queued(0), "the pool of the queued runtime")
+    assert (await control(UPDATE_PAUSE_QUEUE, "maintenance", "alice")).paused
+    drained = [await p.start(run_manifest(f"drained-{i}", runtime=rt, **TTL)) for i in range(2)]
+    await eventually(lambda: queued(2), "two Runs queued while paused")
+    state = await p.pool("queued")
+    assert not state.hosts and not state.scaleOuts, state
+    assert (await control(UPDATE_DRAIN_QUEUE, "closing for the night", "bob")).queued == 2
+    for h in drained:
+        status = await p.wait_phase(h, RunPhase.Failed)
+        assert status.condition("Ready").reason == QUEUE_DRAINED, status  # type: ignore[union-attr]
+    await write_closed(drained[0], "run_queue_drained")
+    await closed(drained[1])
+
+    resumed = await p.start(run_manifest("resumed", runtime=rt, **TTL))
+    await eventually(lambda: queued(1), "a Run queued while still paused")
+    assert not (await control(UPDATE_RESUME_QUEUE, "done", "alice")).paused
+    first = await p.wait_phase(resumed, RunPhase.Ready)
+    after = await p.start(run_manifest("after-resume", runtime=rt, **TTL))
+    second = await p.wait_phase(after, RunPhase.Ready)
+    assert first.assignedHost is not None and second.assignedHost == first.assignedHost
+    for h in (resumed, after):
+        await h.signal(SIGNAL_CANCEL)
+        await closed(h)
+    await write(pool, "pool_queue_paused_drained_resumed")
+
+
+TENANT_GROUP = [
+    {"name": "first", "mode": "Dedicated", "group": "grp"},
+    {"name": "second", "mode": "Dedicated", "group": "grp"},
+]
+
+
+async def tenant_scenarios(p: Platform) -> None:
+    """A host scaled out for one tenant of a group takes the group's other tenant's Run, queued
+    behind that scale-out: on a runtime of two slots a host, both are placed as it is Ready; on a
+    runtime of one host of one slot, the second is decided again as the host is Ready (no capacity
+    on its way covers it: `uncovered`), waits, and takes the host once the first Run has left it."""
+    for logical, write_as in (("grp", "pool_group_host_shared"), ("grp1", "pool_group_uncovered")):
+        rt = p.runtime(logical)
+        first = await p.start(run_manifest(f"{logical}-first", runtime=rt, tenant="first", **TTL))
+
+        async def scaling_out(lg: str = logical) -> bool:
+            return bool((await p.pool(lg)).scaleOuts)
+
+        await eventually(scaling_out, f"the first tenant's scale-out of {rt}")
+        second = await p.start(run_manifest(f"{logical}-second", runtime=rt, tenant="second", **TTL))
+
+        async def both_queued(lg: str = logical) -> bool:
+            state = await p.pool(lg)
+            if state.hosts:
+                raise AssertionError(f"the host of {lg} was Ready before the second Run queued: record again")
+            return len(state.queue) == 2
+
+        await eventually(both_queued, f"both tenants' Runs queued behind the scale-out of {rt}")
+        one = await p.wait_phase(first, RunPhase.Ready)
+        assert one.assignedHost is not None
+        if logical == "grp1":
+            await eventually(lambda lg=logical: _queued_one(p, lg), "the second Run waiting for a slot")
+            await first.signal(SIGNAL_CANCEL)
+            await closed(first)
+        two = await p.wait_phase(second, RunPhase.Ready)
+        assert two.assignedHost == one.assignedHost, (one, two)
+        hosts = (await p.pool(logical)).hosts
+        assert [(h.tenant, h.tenantGroup) for h in hosts] == [("first", "grp")], hosts
+        for h in (second,) if logical == "grp1" else (first, second):
+            await h.signal(SIGNAL_CANCEL)
+            await closed(h)
+        await write(p.client.get_workflow_handle(pool_workflow_id(rt)), write_as)
+    await write(
+        p.client.get_workflow_handle(await completed_scale_out(p.client, p.runtime("grp"))),
+        "scaleout_for_group",
+    )
+
+
+async def _queued_one(p: Platform, logical: str) -> bool:
+    return len((await p.pool(logical)).queue) == 1
+
+
 SLOW_LOAD = "import time\ntime.sleep(8)\ndef handle(p):\n    return p\n"  # outlasts a Run's task timeout
 
 
@@ -594,6 +692,8 @@ GROUPS = {
     "endings": ending_scenarios,
     "alarm": alarm_scenarios,
     "since": since_scenarios,
+    "queues": queue_scenarios,
+    "tenants": tenant_scenarios,
 }
 ALONE = {"scale", "apart"}  # their server continues pools as new early
 
@@ -619,7 +719,20 @@ async def main(groups: list[str]) -> None:
             suffix = uuid.uuid4().hex[:6]
             runtimes = {
                 name: f"{name}-{suffix}"
-                for name in ("py", "one", "at", "lost", "ops", "idle", "once", "stuck", "can")
+                for name in (
+                    "py",
+                    "one",
+                    "at",
+                    "lost",
+                    "ops",
+                    "idle",
+                    "once",
+                    "stuck",
+                    "can",
+                    "queued",
+                    "grp",
+                    "grp1",
+                )
             }
             runtimes["python"], runtimes["attach"] = runtimes.pop("py"), runtimes.pop("at")
             config = parse_config(
@@ -660,7 +773,19 @@ async def main(groups: list[str]) -> None:
                             if alone
                             else []
                         ),
-                    ]
+                        *(
+                            [{"name": runtimes["queued"], "adapter": "python", "runs": 2, "maxHosts": 1}]
+                            if "queues" in groups
+                            else []
+                        ),
+                        *(
+                            [{"name": runtimes["grp"], "adapter": "python", "runs": 2, "maxHosts": 2},
+                             {"name": runtimes["grp1"], "adapter": "python", "runs": 1, "maxHosts": 1}]
+                            if "tenants" in groups
+                            else []
+                        ),
+                    ],
+                    **({"tenants": TENANT_GROUP} if "tenants" in groups else {}),
                 }
             )  # fmt: skip
             settings = WorkerSettings(

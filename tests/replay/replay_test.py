@@ -32,6 +32,14 @@ from kruntimes.decisions.hostlife import HostEnd
 from kruntimes.temporal.connect import DATA_CONVERTER
 from kruntimes.wire import search
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
+from tests.replay.changed_pool import (
+    DrainUnheard,
+    Groupless,
+    ResumeDecidesNothing,
+    TimerInPause,
+    UnchangedPool,
+    UncoveredPastMaxHosts,
+)
 from tests.replay.registered import WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -183,6 +191,61 @@ async def test_the_same_workflow_through_a_subclass_still_replays() -> None:
     """The control of the test above: the subclassing alone is not what fails the replay."""
     replayer = Replayer(workflows=[UnchangedRunWorkflow], data_converter=DATA_CONVERTER)
     await replayer.replay_workflow(load(RUN_HISTORY))
+
+
+ADMISSION = HISTORIES / "pool_queue_paused_drained_resumed.json"
+GROUP_SHARED = HISTORIES / "pool_group_host_shared.json"
+GROUP_UNCOVERED = HISTORIES / "pool_group_uncovered.json"
+
+
+def test_admission_control_has_recorded_histories() -> None:
+    """A pool paused, drained and resumed by an operator, each Update in its history, and a Run
+    its drain ended QueueDrained (record.py queues)."""
+    events = json.loads(ADMISSION.read_text())["events"]
+    key = "workflowExecutionUpdateAcceptedEventAttributes"
+    updates = [e[key]["acceptedRequest"]["input"]["name"] for e in events if key in e]
+    assert updates == ["pause_queue", "drain_queue", "resume_queue"]
+    last = json.loads((HISTORIES / "run_queue_drained.json").read_text())["events"][-1]
+    failure = last["workflowExecutionFailedEventAttributes"]["failure"]
+    assert failure["applicationFailureInfo"]["type"] == "QueueDrained"
+
+
+def test_a_host_scaled_out_for_a_tenant_group_has_recorded_histories() -> None:
+    """A pool whose one host, scaled out for one tenant of a group, took the group's other tenant
+    (record.py tenants): one scale-out each, the host's group in its host_ready."""
+    for path in (GROUP_SHARED, GROUP_UNCOVERED):
+        events = json.loads(path.read_text())["events"]
+        assert len(recorded_child_queues(path)) == 1, path.stem
+        key = "workflowExecutionSignaledEventAttributes"
+        [ready] = [e[key] for e in events if e.get(key, {}).get("signalName") == "host_ready"]
+        host = json.loads(base64.b64decode(ready["input"]["payloads"][0]["data"]))["host"]
+        assert (host["tenant"], host["tenantGroup"]) == ("first", "grp"), path.stem
+
+
+@pytest.mark.parametrize(
+    ("changed", "path"),
+    [
+        (TimerInPause, ADMISSION),
+        (DrainUnheard, ADMISSION),
+        (ResumeDecidesNothing, ADMISSION),
+        (Groupless, GROUP_SHARED),
+        (UncoveredPastMaxHosts, GROUP_UNCOVERED),
+    ],
+    ids=lambda x: x.stem if isinstance(x, Path) else x.__name__,
+)
+async def test_a_changed_pool_does_not_replay_the_path_it_changed(changed: type, path: Path) -> None:
+    """Each variant (tests/replay/changed_pool.py) changes the commands of the path the history
+    recorded: the recorded history is what catches it."""
+    replayer = Replayer(workflows=[changed], data_converter=DATA_CONVERTER)
+    with pytest.raises(NondeterminismError, match="Nondeterminism error"):
+        await replayer.replay_workflow(load(path))
+
+
+@pytest.mark.parametrize("path", [ADMISSION, GROUP_SHARED, GROUP_UNCOVERED], ids=lambda p: p.stem)
+async def test_the_same_pool_through_a_subclass_still_replays(path: Path) -> None:
+    """The control of the test above: the subclassing alone is not what fails the replay."""
+    replayer = Replayer(workflows=[UnchangedPool], data_converter=DATA_CONVERTER)
+    await replayer.replay_workflow(load(path))
 
 
 # The replayer compares a child workflow's command by type and id, not by its task queue, so that
