@@ -49,3 +49,9 @@ def test_a_tenant_without_a_policy_is_rejected_while_paused():
 
 def test_the_same_run_admitted_again_keeps_its_place_while_paused():
     assert _paused(request("r1"), queue=[request("r0"), request("r1")]) == QueueGlobally(position=1)
+
+
+def test_a_full_queue_while_paused_says_the_runtime_is_paused_and_its_limit():
+    decision = _paused(request("r2"), queue=[request("r1")], max_queue=1)
+    assert isinstance(decision, Reject)
+    assert decision.message == f"admission to {RUNTIME!r} is paused; its queue holds its limit of 1"

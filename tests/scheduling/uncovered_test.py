@@ -79,3 +79,39 @@ def test_a_host_made_for_one_tenant_of_a_group_takes_the_groups_other_tenants():
         queue=[request("r2", tenant="second", tenancy=GROUP)], hosts=[made], reservations=()
     )
     assert [p.assignment.hostId for p in placed] == ["h1"]
+
+
+def test_without_an_index_nothing_is_held():
+    assert uncovered(queue=[request("r1")], hosts=(), pending_scale_outs=(), runtime=RUNTIME) == ("r1",)
+
+
+def test_a_provisioning_host_of_a_tenant_covers_that_tenants_runs():
+    coming = host("h1", state=HostState.Assigned, tenant="tenant-a", capacity=1)
+    assert _uncovered([request("r1", tenant="tenant-a")], hosts=[coming]) == ()
+
+
+def test_a_provisioning_host_of_a_group_covers_every_tenant_of_the_group():
+    coming = host("h1", state=HostState.Assigned, tenant="first", group="grp", capacity=1)
+    assert _uncovered([request("r1", tenant="second", tenancy=GROUP)], hosts=[coming]) == ()
+
+
+def test_a_provisioning_host_whose_slots_are_held_covers_nothing():
+    coming = host("h1", state=HostState.Assigned, capacity=1)
+    busy = reservation("held", coming)
+    assert _uncovered([request("r1")], hosts=[coming], reservations=[busy]) == ("r1",)
+
+
+def test_a_scale_out_of_a_tenant_covers_that_tenants_runs():
+    mine = scale_out(tenant="tenant-a", policy=TenantPolicy(mode=TenancyMode.Dedicated), slots=1)
+    assert _uncovered([request("r1", tenant="tenant-a")], pending=[mine]) == ()
+
+
+def test_a_queued_run_that_holds_a_slot_does_not_stop_the_runs_after_it():
+    ready = host("h1", capacity=1)
+    queue = [request("r1"), request("r2")]
+    assert _uncovered(queue, hosts=[ready], reservations=[reservation("r1", ready)]) == ("r2",)
+
+
+def test_a_scale_out_covers_as_many_runs_as_it_has_slots():
+    queue = [request("r1"), request("r2"), request("r3")]
+    assert _uncovered(queue, pending=[scale_out(slots=2)]) == ("r3",)
