@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import encodings.idna  # noqa: F401  (a child turned another user may find the stdlib unreadable: loaded now)
 import json
 import os
 import socket

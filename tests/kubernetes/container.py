@@ -233,6 +233,21 @@ def _top_mounts(scratch: str) -> list[str]:
     return [p for p in points if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in points)]
 
 
+def _show_the_image(root: str, reachable: list[str], targets: list[str]) -> None:
+    """The program's own paths (the interpreter, the checkout) stay visible, read-only, where a
+    volume would hide them (a checkout under /tmp, where pods mount an emptyDir), as an image's
+    files would be: a real node never hides the image's program behind a volume."""
+    shown: list[str] = []
+    for path in sorted(reachable, key=len):
+        hidden = any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
+        if not hidden or any(path.startswith(p.rstrip("/") + "/") for p in shown):
+            continue
+        os.makedirs(root + path, exist_ok=True)
+        mount(path, root + path, None, MS_BIND | MS_REC)
+        mount_setattr(root + path, add=MOUNT_ATTR_RDONLY, recursive=True)
+        shown.append(path)
+
+
 def build_root(spec: dict) -> str:
     """The container's root under the pod's scratch directory; returns its path (not yet entered)."""
     security = spec.get("securityContext")
@@ -265,6 +280,7 @@ def build_root(spec: dict) -> str:
         target = root + volume["target"]
         _ensure(target, volume["source"])
         mount(volume["source"], target, None, MS_BIND | MS_REC)
+    _show_the_image(root, spec.get("reachable") or [], [v["target"] for v in volumes])
     if security is not None:
         mount_setattr(root + "/sys", add=MOUNT_ATTR_RDONLY, recursive=True)
         if security.get("readOnlyRootFilesystem"):
