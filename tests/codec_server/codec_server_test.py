@@ -127,8 +127,12 @@ async def test_the_temporal_cli_reads_the_env_decoded_only_with_an_admins_token(
         code, decoded = await show(platform, name, "--codec-endpoint", url, "--codec-auth", f"Bearer {ADMIN}")
         assert code == 0, decoded
         assert SECRET in decoded, "the env, decoded"
-        for refused in ([], ["--codec-auth", "Bearer not-a-token"], ["--codec-auth", f"Bearer {DEV}"]):
-            code, output = await show(platform, name, "--codec-endpoint", url, *refused)
+        refusals = ([], ["--codec-auth", "Bearer not-a-token"], ["--codec-auth", f"Bearer {DEV}"])
+        # Each refused show runs until the CLI's own deadline: the three wait it out together.
+        shown = await asyncio.gather(
+            *(show(platform, name, "--codec-endpoint", url, *refused) for refused in refusals)
+        )
+        for refused, (code, output) in zip(refusals, shown, strict=True):
             assert code != 0 and SECRET not in output, refused[1:] or "no token"
             assert ADMIN not in output
 
