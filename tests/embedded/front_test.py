@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import encodings.idna  # noqa: F401  (a child turned another user may find the stdlib unreadable: loaded now)
 import json
 import os
 import socket
 import ssl
 import stat
-from collections.abc import AsyncIterator, Callable
+import subprocess
+import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from kruntimes.pki import builder
 from kruntimes.pki.local import FrontTls, ensure_front_tls
-from kruntimes.runtime.sandbox import syscalls
 from kruntimes.temporal import ui_login
 from kruntimes.temporal.front import (
     Bounds,
@@ -48,7 +48,6 @@ from tests.support.isolation import require_or_skip
 from tests.support.waiting import eventually
 
 OTHER_USER = 65534
-PR_SET_DUMPABLE = 4
 
 
 @dataclass
@@ -210,50 +209,45 @@ def test_the_sockets_are_their_owners_also_at_a_long_path(tmp_path: Path) -> Non
         sock.close()
 
 
-def _in_child_as(uid: int, run: Callable[[], dict[str, object]]) -> dict[str, object]:
-    """`run`'s answer from a forked child that became `uid` first."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            syscalls.prctl(PR_SET_DUMPABLE, 1)  # as after an exec: its /proc/self files are its own
-            answer = run()
-        except BaseException as e:  # reported to the parent, which fails the test
-            answer = {"error": repr(e)}
-        os.write(write, json.dumps(answer).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        said = f.read()
-    os.waitpid(pid, 0)
-    loaded: dict[str, object] = json.loads(said)
-    return loaded
+# Run in a fresh interpreter started as root, which then turns OTHER_USER: a child forked from
+# pytest inherits what earlier tests left in this process, and the kernel may then refuse it a user
+# namespace where a new process (as `krt up` starts the dev server's) gets one.
+_AS_OTHER_USER = """
+import encodings.idna, json, os, socket, sys
+from pathlib import Path
+from kruntimes.runtime.sandbox import syscalls
+from kruntimes.workers.embedded import hidden_temporal
+uid, port = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([]); os.setgid(uid); os.setuid(uid)
+syscalls.prctl(4, 1)  # PR_SET_DUMPABLE, as after an exec: its /proc/self files are its own
+mode, why = hidden_temporal.isolate()
+answer = {"mode": mode, "why": why}
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    answer["machine"] = "reached"
+except OSError as e:
+    answer["machine"] = type(e).__name__
+with socket.create_server(("127.0.0.1", 0)) as own:  # its own loopback is up
+    socket.create_connection(own.getsockname(), timeout=5).close()
+answer["uid_map"] = Path("/proc/self/uid_map").read_text().split()
+print(json.dumps(answer))
+"""
 
 
 def test_a_user_who_is_not_root_gets_a_network_namespace_of_their_own(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         require_or_skip("switching to another user needs root")
-    machine = socket.create_server(("127.0.0.1", 0))  # what the dev server must not reach, nor be reached by
-
-    def inside() -> dict[str, object]:
-        mode, why = hidden_temporal.isolate()
-        answer: dict[str, object] = {"mode": mode, "why": why}
-        try:
-            socket.create_connection(machine.getsockname(), timeout=5).close()
-            answer["machine"] = "reached"
-        except OSError as e:
-            answer["machine"] = type(e).__name__
-        with socket.create_server(("127.0.0.1", 0)) as own:  # its own loopback is up
-            socket.create_connection(own.getsockname(), timeout=5).close()
-        answer["uid_map"] = Path("/proc/self/uid_map").read_text().split()
-        return answer
-
-    with machine:
-        said = _in_child_as(OTHER_USER, inside)
+    # what the dev server must not reach, nor be reached by
+    with socket.create_server(("127.0.0.1", 0)) as machine:
+        done = subprocess.run(
+            [sys.executable, "-c", _AS_OTHER_USER, str(OTHER_USER), str(machine.getsockname()[1])],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout)
     if said.get("mode") == hidden_temporal.EXPOSED:
         require_or_skip(f"this kernel makes no user namespace for a user: {said['why']}")
     assert said == {
