@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
 
 import pytest
 
 from tests.embedded.platform_support import Embedded
+from tests.support.embedded import embedded_platform
 from tests.support.procs import frozen, kill, same_alive
 from tests.support.waiting import eventually_blocking
 
 HELLO = ("--runtime", "python", "--source", "examples/hello", "--handler", "main:handle")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
+    """One platform for the tests below that each leave every component running again."""
+    with embedded_platform(tmp_path_factory.mktemp("status") / "state") as platform:
+        yield platform
 
 
 def _all_running(embedded: Embedded) -> None:
@@ -24,7 +33,8 @@ def _all_running(embedded: Embedded) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_each_component_killed_is_listed_down_and_status_exits_non_zero(embedded: Embedded) -> None:
+def test_each_component_killed_is_listed_down_and_status_exits_non_zero(shared: Embedded) -> None:
+    embedded = shared
     code, rows = embedded.status()
     assert code == 0 and set(rows) >= {"platform", "temporal", "front", "gateway", "worker"}
     assert {row["state"] for row in rows.values()} == {"running"}, rows
@@ -45,7 +55,8 @@ def test_each_component_killed_is_listed_down_and_status_exits_non_zero(embedded
 
 
 @pytest.mark.timeout(400)
-def test_wait_names_the_missing_worker_instead_of_waiting_for_capacity(embedded: Embedded) -> None:
+def test_wait_names_the_missing_worker_instead_of_waiting_for_capacity(shared: Embedded) -> None:
+    embedded = shared
     supervisor = embedded.proc("platform")
     with frozen(supervisor.pid):
         kill(embedded.proc("worker"))
@@ -64,6 +75,7 @@ def test_wait_names_the_missing_worker_instead_of_waiting_for_capacity(embedded:
 def test_a_component_that_keeps_failing_to_start_is_restarting_with_its_attempt_and_last_error(
     embedded: Embedded,
 ) -> None:
+    """A platform of its own: its gateway's attempts and last error count from this test's kill."""
     supervisor = embedded.proc("platform")
     port = int(json.loads((embedded.state / "platform.json").read_text())["gateway"])
     with socket.socket() as taken:
