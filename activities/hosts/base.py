@@ -286,6 +286,7 @@ class HostManager:
                 message=(
                     f"{admitted.failures} creates of runtime {runtime} failed in a row; the "
                     f"{name} provider is not called for {admitted.open_for:.1f}s more"
+                    + (f"; the last: {admitted.last}" if admitted.last else "")
                 ),
             )
             self._report(ProviderOperation.Create, name, runtime, spec.hostId, spec.tenant, 0.0, who, err)
@@ -303,7 +304,9 @@ class HostManager:
             if err.reason == FailureReason.OperationCancelled:
                 self.breakers.abandoned(name, runtime, trial=admitted.trial)
             else:
-                self.breakers.failed(name, runtime, trial=admitted.trial)
+                self.breakers.failed(
+                    name, runtime, trial=admitted.trial, last=f"{err.reason}: {err.failure.message}"
+                )
             raise
         except BaseException:  # cancelled: no verdict on the provider
             self.breakers.abandoned(name, runtime, trial=admitted.trial)

@@ -32,6 +32,7 @@ class _Circuit:
     failures: int = 0  # consecutive failed creates
     opened_at: float | None = None  # when it last opened; None: closed
     trial: bool = False  # a half-open trial create is running
+    last: str = ""  # the last failure's reason and message, said while it is open
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Admission:
     open_for: float | None
     trial: bool = False
     failures: int = 0
+    last: str = ""  # why the last create failed: a Run refused by an open circuit is told the cause
 
 
 class CircuitBreakers:
@@ -70,7 +72,7 @@ class CircuitBreakers:
             return Admission(None)
         left = circuit.opened_at + self.config.openSeconds - self.clock()
         if left > 0 or circuit.trial:
-            return Admission(max(left, 0.0), failures=circuit.failures)
+            return Admission(max(left, 0.0), failures=circuit.failures, last=circuit.last)
         circuit.trial = True
         return Admission(None, trial=True, failures=circuit.failures)
 
@@ -78,11 +80,13 @@ class CircuitBreakers:
         """A create succeeded: the provider works, the circuit closes."""
         self._circuits[(provider, runtime)] = _Circuit()
 
-    def failed(self, provider: str, runtime: str, *, trial: bool) -> None:
-        """A create failed: one more in a row; the circuit opens at the limit, or again after a
-        failed trial (a failure of a create admitted before it opened does not extend it)."""
+    def failed(self, provider: str, runtime: str, *, trial: bool, last: str = "") -> None:
+        """A create failed (`last`: its reason and message): one more in a row; the circuit opens at
+        the limit, or again after a failed trial (a failure of a create admitted before it opened
+        does not extend it)."""
         circuit = self._circuits.setdefault((provider, runtime), _Circuit())
         circuit.failures += 1
+        circuit.last = last[:300]
         if trial:
             circuit.trial = False
             circuit.opened_at = self.clock()

@@ -119,6 +119,8 @@ async def test_a_provider_that_fails_every_create_opens_its_circuit_fails_fast_a
         "python-3",
     )
     assert "3 creates of runtime python failed in a row" in failure.message
+    # and says why the last one failed: the Run it refuses is told the cause, not only the circuit
+    assert "the last: OperationFailed:" in failure.message and "exited with status 1" in failure.message
     assert runs_of(runs) == 3
 
     # the delay passed: one trial goes to the provider; it fails, and the circuit opens again
