@@ -3,9 +3,10 @@ and two resources (a Run's status, the hosts' table). The transports are the SDK
 (`serve_stdio`) and streamable HTTP (`http_app`, which kruntimes.workers.mcp serves over TLS).
 
 A call goes: the tool by name; its arguments validated whole (nothing touched yet); the caller
-asked for the authority the tool needs (the input's namespace, or every namespace for a host
-tool); then the handler. Any refusal is an MCP tool error (isError) with a stable reason and one
-line; a handler's unexpected exception is logged here, and the caller sees only its type.
+asked for the authority the tool needs (the input's namespace, or every namespace for a host,
+queue or schedule tool); then the handler. Any refusal is an MCP tool error (isError) with a
+stable reason and one line; a handler's unexpected exception is logged here, and the caller sees
+only its type.
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ from mcp.server import Server, ServerRequestContext
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.mcp.access import EVERY_NAMESPACE, Access, Caller
 from kruntimes.mcp.errors import INVALID_ARGUMENTS, ToolError, tool_error
-from kruntimes.mcp.tools import BY_NAME, TOOLS, Answer, Call, RunCreateInput, hosts_list, namespace_of
+from kruntimes.mcp.tools import (
+    BY_NAME,
+    TOOLS,
+    Answer,
+    Call,
+    RunCreateInput,
+    ScheduleCreateInput,
+    hosts_list,
+    namespace_of,
+)
 from kruntimes.sdk.client import Client
 
 log = logging.getLogger(__name__)
@@ -32,6 +42,10 @@ NAME = "kruntimes"
 HOSTS_URI = "krt://hosts"
 RUN_STATUS_TEMPLATE = "krt://runs/{namespace}/{name}/status"
 _RUN_STATUS = re.compile(r"krt://runs/([^/]{1,63})/([^/]{1,63})/status")
+# what may end a Run or lose queued work (an agent's client asks before such a call)
+DESTRUCTIVE = frozenset(
+    {"run_delete", "run_cancel", "host_drain", "host_delete", "queue_pause", "queue_drain", "schedule_delete"}
+)
 INSTRUCTIONS = (
     "kruntimes runs user functions on a pool of runtime hosts. A Run is a function (invoke it once "
     "Ready) or a task (it runs once). Create one with run_create, wait for it with run_wait, call "
@@ -79,7 +93,7 @@ def _error(error: ToolError) -> types.CallToolResult:
 def _check_source(args: Any, access: Access) -> None:
     """Over HTTP a Run's source.path would name a directory of the server's machine, not the
     caller's: only inline sources are taken."""
-    if not access.remote or not isinstance(args, RunCreateInput):
+    if not access.remote or not isinstance(args, RunCreateInput | ScheduleCreateInput):
         return
     spec = args.manifest.spec if args.manifest is not None else args.spec
     if spec is not None and spec.source.path is not None:
@@ -102,7 +116,7 @@ def build(platform: Platform, access: Access) -> Server[Any]:
                     input_schema=tool.schema(),
                     annotations=types.ToolAnnotations(
                         read_only_hint=not tool.mutating,
-                        destructive_hint=tool.name in ("run_delete", "run_cancel", "host_drain"),
+                        destructive_hint=tool.name in DESTRUCTIVE,
                     ),
                 )
                 for tool in TOOLS

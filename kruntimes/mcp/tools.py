@@ -2,10 +2,11 @@
 models: a manifest is `Run`, a spec `RunSpec`, a phase `RunPhase`) and a handler over the SDK.
 
 Every input is validated, as a whole, before anything is touched; a handler returns its
-structured result (a JSON object) and a short line for the model to read. A mutating tool (create,
-cancel, delete, drain) is recorded with its caller: a Run records it as its creator (kind `mcp`),
-a host action as its requestedBy in the HostWorkflow's history (as `krt hosts drain` does), and
-every one as a line of the `kruntimes.mcp.audit` log.
+structured result (a JSON object) and a short line for the model to read. A mutating tool is
+recorded with its caller: a Run records it as its creator (kind `mcp`), a schedule's Runs as theirs
+(kind `schedule`), a host action as its requestedBy in the HostWorkflow's history and a queue
+action in the pool's (as `krt hosts drain` and `krt queue pause` do), and every one as a line of
+the `kruntimes.mcp.audit` log.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -24,12 +26,20 @@ from kruntimes.api.names import validate_dns1123_label, validate_invocation_id
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import API_VERSION, KIND, Run
 from kruntimes.api.spec import RunSpec
-from kruntimes.cli.output import host_document
+from kruntimes.cli.output import host_document, reconcile_line
 from kruntimes.mcp.access import EVERY_NAMESPACE, Caller
 from kruntimes.mcp.errors import INVALID_ARGUMENTS, ToolError
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.events import RunEvent
 from kruntimes.sdk.results import RunObject
+from kruntimes.sdk.schedules import (
+    MAX_INTERVAL,
+    MAX_NOTE_LENGTH,
+    MIN_INTERVAL,
+    OVERLAPS,
+    Overlap,
+    ScheduleView,
+)
 
 audit = logging.getLogger("kruntimes.mcp.audit")
 
@@ -96,10 +106,68 @@ class NoInput(_Input):
     pass
 
 
-class HostDrainInput(_Input):
-    name: Annotated[str, Field(min_length=1, max_length=253, description="the host, as hosts_list names it")]
-    runtime: Annotated[str, Field(max_length=63), _label("runtime")] | None = None
-    message: Annotated[str, Field(max_length=1024, description="why (kept in the host's history)")] = ""
+HostName = Annotated[str, Field(min_length=1, max_length=253, description="the host, as hosts_list names it")]
+RuntimeName = Annotated[str, Field(max_length=63, description="the runtime (its pool)"), _label("runtime")]
+Why = Annotated[str, Field(max_length=1024, description="why (kept in the history with who asked)")]
+
+
+class HostActionInput(_Input):
+    name: HostName
+    runtime: RuntimeName | None = None
+    message: Why = ""
+
+
+class ReconcileInput(_Input):
+    runtime: RuntimeName | None = Field(default=None, description="only this runtime (default: every one)")
+
+
+class QueueInput(_Input):
+    runtime: RuntimeName
+
+
+class QueueActionInput(QueueInput):
+    message: Why = ""
+
+
+ScheduleName = Annotated[str, Field(max_length=63, description="the schedule's name"), _label("name")]
+Note = Annotated[str, Field(max_length=MAX_NOTE_LENGTH, description="a note shown with the schedule")]
+
+
+class ScheduleListInput(_Input):
+    namespace: Namespace | None = Field(default=None, description="one namespace (default: every one)")
+
+
+class ScheduleRef(_Input):
+    name: ScheduleName
+    namespace: Annotated[
+        str,
+        Field(max_length=63, description="the schedule's namespace (default: default)"),
+        _label("namespace"),
+    ] = "default"
+
+
+class ScheduleCreateInput(ScheduleRef):
+    """A schedule starting the task Run `manifest` (its name is the schedule's to set: each start
+    is the Run `<name>-<yyyymmddhhmmss>`) on a cron expression or an interval."""
+
+    manifest: Run = Field(description="the task Run each start creates (spec.mode.task)")
+    cron: str | None = Field(
+        default=None, max_length=200, description="a cron expression, UTC (5, 6 or 7 fields, or @hourly...)"
+    )
+    everySeconds: float | None = Field(
+        default=None,
+        ge=MIN_INTERVAL.total_seconds(),
+        le=MAX_INTERVAL.total_seconds(),
+        description="start one every this many seconds (instead of cron)",
+    )
+    overlap: Overlap = Field(default="skip", description=f"while the last Run runs: {', '.join(OVERLAPS)}")
+    paused: bool = Field(default=False, description="create it paused")
+    note: Note = ""
+
+
+class SchedulePauseInput(ScheduleRef):
+    paused: bool = Field(default=True, description="false: unpause it")
+    note: Note = ""
 
 
 @dataclass(frozen=True)
@@ -309,7 +377,7 @@ async def hosts_list(args: NoInput, call: Call) -> Answer:
     return Answer({"items": items}, f"{len(views)} host(s)" + "".join(f"\n{x}" for x in lines))
 
 
-async def host_drain(args: HostDrainInput, call: Call) -> Answer:
+async def host_drain(args: HostActionInput, call: Call) -> Answer:
     _record(call, "host_drain", f"host/{args.name}")
     result = await call.client.drain_host(
         args.name, runtime=args.runtime, message=args.message, requested_by=call.caller.name
@@ -317,6 +385,114 @@ async def host_drain(args: HostDrainInput, call: Call) -> Answer:
     done = "drained" if result.accepted else "not drained"
     return Answer(
         result.model_dump(mode="json"), f"host {result.hostId} ({result.runtime}): {done}, {result.state}"
+    )
+
+
+async def host_delete(args: HostActionInput, call: Call) -> Answer:
+    _record(call, "host_delete", f"host/{args.name}")
+    result = await call.client.delete_host(
+        args.name, runtime=args.runtime, message=args.message, requested_by=call.caller.name
+    )
+    done = "deleted" if result.accepted else "not deleted"
+    return Answer(
+        result.model_dump(mode="json"), f"host {result.hostId} ({result.runtime}): {done}, {result.state}"
+    )
+
+
+async def hosts_reconcile(args: ReconcileInput, call: Call) -> Answer:
+    _record(call, "hosts_reconcile", f"runtime {args.runtime or '*'}")
+    reports = await call.client.reconcile(args.runtime)
+    return Answer(
+        {"items": [r.model_dump(mode="json") for r in reports]},
+        "\n".join(reconcile_line(r) for r in reports) or "no runtime reconciled",
+    )
+
+
+def _queue_line(runtime: str, paused: bool, queued: int, by: str = "") -> str:
+    state = f"paused{f' by {by}' if by else ''}" if paused else "admitting"
+    return f"runtime {runtime}: {state}, {queued} queued"
+
+
+async def queue_list(args: QueueInput, call: Call) -> Answer:
+    view = await call.client.queue(args.runtime)
+    return Answer(
+        view.model_dump(mode="json"), _queue_line(view.runtime, view.paused, len(view.queued), view.by)
+    )
+
+
+def _queue_action(verb: Literal["pause", "resume", "drain"]) -> Handler:
+    async def act(args: QueueActionInput, call: Call) -> Answer:
+        _record(call, f"queue_{verb}", f"runtime {args.runtime}")
+        method = {
+            "pause": call.client.pause_queue,
+            "resume": call.client.resume_queue,
+            "drain": call.client.drain_queue,
+        }
+        result = await method[verb](args.runtime, message=args.message, requested_by=call.caller.name)
+        return Answer(
+            result.model_dump(mode="json"), _queue_line(result.runtime, result.paused, result.queued)
+        )
+
+    return act
+
+
+def _schedule_line(view: ScheduleView) -> str:
+    when = f"cron {view.cron}" if view.cron else f"every {view.document()['every']}"
+    return f"schedule/{view.name} -n {view.namespace}: {when}{' (paused)' if view.paused else ''}"
+
+
+async def schedule_list(args: ScheduleListInput, call: Call) -> Answer:
+    views = (await call.client.schedules.list(args.namespace))[:MAX_LIST]
+    return Answer(
+        {"items": [v.document() for v in views]},
+        f"{len(views)} schedule(s)" + "".join(f"\n{_schedule_line(v)}" for v in views[:20]),
+    )
+
+
+async def schedule_create(args: ScheduleCreateInput, call: Call) -> Answer:
+    if (args.cron is None) == (args.everySeconds is None):
+        raise ToolError(INVALID_ARGUMENTS, "give exactly one of cron and everySeconds")
+    every = timedelta(seconds=args.everySeconds) if args.everySeconds is not None else None
+    # a client with the caller's identity: the schedule's Runs record it (kind `schedule`)
+    client = await call.creating(call.caller)
+    _record(call, "schedule_create", f"schedule/{args.name} -n {args.namespace}")
+    view = await client.schedules.create(
+        args.name,
+        args.manifest,
+        namespace=args.namespace,
+        cron=args.cron,
+        every=every,
+        overlap=args.overlap,
+        paused=args.paused,
+        note=args.note,
+    )
+    return Answer(view.document(), _schedule_line(view) + " (created)")
+
+
+async def schedule_pause(args: SchedulePauseInput, call: Call) -> Answer:
+    verb = "paused" if args.paused else "unpaused"
+    _record(call, "schedule_pause", f"schedule/{args.name} -n {args.namespace} {verb}")
+    act = call.client.schedules.pause if args.paused else call.client.schedules.unpause
+    await act(args.name, args.namespace, note=args.note or f"{verb} by {call.caller.name}")
+    view = await call.client.schedules.get(args.name, args.namespace)
+    return Answer(view.document(), _schedule_line(view))
+
+
+async def schedule_trigger(args: ScheduleRef, call: Call) -> Answer:
+    _record(call, "schedule_trigger", f"schedule/{args.name} -n {args.namespace}")
+    await call.client.schedules.trigger(args.name, args.namespace)
+    return Answer(
+        {"name": args.name, "namespace": args.namespace, "triggered": True},
+        f"schedule/{args.name} triggered (its Run is {args.name}-<yyyymmddhhmmss>)",
+    )
+
+
+async def schedule_delete(args: ScheduleRef, call: Call) -> Answer:
+    _record(call, "schedule_delete", f"schedule/{args.name} -n {args.namespace}")
+    await call.client.schedules.delete(args.name, args.namespace)
+    return Answer(
+        {"name": args.name, "namespace": args.namespace, "deleted": True},
+        f"schedule/{args.name} deleted (its Runs are left as they are)",
     )
 
 
@@ -392,8 +568,100 @@ TOOLS: tuple[Tool, ...] = (
         "host_drain",
         "Take no new Run on a host and move its Runs off it; it is deleted once empty "
         "(admin; recorded in the host's history with who asked).",
-        HostDrainInput,
+        HostActionInput,
         host_drain,
+        True,
+        "admin",
+    ),
+    Tool(
+        "host_delete",
+        "Stop a host now; its Runs register elsewhere once it is proven gone "
+        "(admin; recorded in the host's history with who asked).",
+        HostActionInput,
+        host_delete,
+        True,
+        "admin",
+    ),
+    Tool(
+        "hosts_reconcile",
+        "Collect orphans now (of every runtime, or one) and report what was repaired (admin).",
+        ReconcileInput,
+        hosts_reconcile,
+        True,
+        "admin",
+    ),
+    Tool(
+        "queue_list",
+        "A runtime's admission: paused or not (by whom, why) and its queued Runs, first first (admin).",
+        QueueInput,
+        queue_list,
+        False,
+        "admin",
+    ),
+    Tool(
+        "queue_pause",
+        "Pause a runtime's admission: new Runs queue, none is placed until resumed "
+        "(admin; recorded in the pool's history with who asked).",
+        QueueActionInput,
+        _queue_action("pause"),
+        True,
+        "admin",
+    ),
+    Tool(
+        "queue_resume",
+        "Resume a runtime's admission: its queued Runs are placed, scaled out for, or rejected (admin).",
+        QueueActionInput,
+        _queue_action("resume"),
+        True,
+        "admin",
+    ),
+    Tool(
+        "queue_drain",
+        "End the Runs queued for a runtime (reason QueueDrained, with the message) (admin).",
+        QueueActionInput,
+        _queue_action("drain"),
+        True,
+        "admin",
+    ),
+    Tool(
+        "schedule_list",
+        "The schedules (task Runs started on a cron expression or an interval), of one namespace "
+        "or all (admin).",
+        ScheduleListInput,
+        schedule_list,
+        False,
+        "admin",
+    ),
+    Tool(
+        "schedule_create",
+        "Create a schedule starting a task Run (the manifest) on a cron expression or every N seconds; "
+        "each start is the Run <name>-<yyyymmddhhmmss> (admin).",
+        ScheduleCreateInput,
+        schedule_create,
+        True,
+        "admin",
+    ),
+    Tool(
+        "schedule_pause",
+        "Pause a schedule (or unpause it: paused false); triggers still start Runs (admin).",
+        SchedulePauseInput,
+        schedule_pause,
+        True,
+        "admin",
+    ),
+    Tool(
+        "schedule_trigger",
+        "Start one Run of a schedule now, under its overlap policy, paused or not (admin).",
+        ScheduleRef,
+        schedule_trigger,
+        True,
+        "admin",
+    ),
+    Tool(
+        "schedule_delete",
+        "Delete a schedule; the Runs it started are left as they are (admin).",
+        ScheduleRef,
+        schedule_delete,
         True,
         "admin",
     ),

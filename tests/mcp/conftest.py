@@ -72,12 +72,12 @@ class HttpServer:
             yield session
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def mcp_http(
     session_platform: Platform, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[HttpServer]:
     """`krt mcp --listen 127.0.0.1:0` serving the gateway's certificate, with a token file of an
-    admin and two users each bound to one namespace."""
+    admin and two users each bound to one namespace; one for every test module of this folder."""
     root = tmp_path_factory.mktemp("mcp")
     tokens = root / "tokens.csv"
     tokens.write_text(

@@ -33,6 +33,17 @@ TOOLS = {
     "invoke",
     "hosts_list",
     "host_drain",
+    "host_delete",
+    "hosts_reconcile",
+    "queue_list",
+    "queue_pause",
+    "queue_resume",
+    "queue_drain",
+    "schedule_list",
+    "schedule_create",
+    "schedule_pause",
+    "schedule_trigger",
+    "schedule_delete",
 }
 RUN_TOOLS = {
     "run_list": {"namespace": "default"},
@@ -44,7 +55,26 @@ RUN_TOOLS = {
     "run_history": {"name": "x"},
     "invoke": {"name": "x", "data": {}},
 }
-ADMIN_TOOLS = {"hosts_list": {}, "host_drain": {"name": "no-such-host"}}
+ADMIN_TOOLS = {
+    "hosts_list": {},
+    "host_drain": {"name": "no-such-host"},
+    "host_delete": {"name": "no-such-host"},
+    "hosts_reconcile": {},
+    "queue_list": {"runtime": "python"},
+    "queue_pause": {"runtime": "python"},
+    "queue_resume": {"runtime": "python"},
+    "queue_drain": {"runtime": "python"},
+    "schedule_list": {"namespace": "team-b"},
+    "schedule_create": {
+        "name": "x",
+        "namespace": "team-b",
+        "manifest": manifest("x", namespace="team-b", mode={"task": {}}),
+        "everySeconds": 3600,
+    },
+    "schedule_pause": {"name": "x", "namespace": "team-b"},
+    "schedule_trigger": {"name": "x", "namespace": "team-b"},
+    "schedule_delete": {"name": "x", "namespace": "team-b"},
+}
 
 
 async def test_over_stdio_an_agent_lists_the_tools_creates_waits_invokes_and_deletes_a_run(
