@@ -1,5 +1,6 @@
 """`krt mcp`'s admin tools (admission, schedules, hosts) over HTTPS with the admin's token, against
-the shared embedded platform, left as found: a paused queue is resumed, a schedule deleted."""
+the shared embedded platform, left as found: a paused queue is resumed, a schedule deleted (a
+drained host is replaced by the pool, as tests/sdk/lifecycle_test.py's drain leaves it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from kruntimes.api.phases import RunPhase
 from kruntimes.sdk.client import Client
 from tests.mcp.conftest import ADMIN_TOKEN, CAROL_TOKEN, HttpServer, refusal, structured
+from tests.sdk.moves import moved_off
 from tests.sdk.stack import RUNTIME, TASK, Platform, manifest, unique
 from tests.support.waiting import eventually
 
@@ -80,3 +82,19 @@ async def test_an_admin_creates_lists_triggers_and_deletes_a_schedule_and_a_user
     for tool in ("schedule_create", "schedule_trigger", "schedule_delete"):
         assert f"{tool} by mcp:root: schedule/{name} -n default" in log
     assert run.startswith(name)
+
+
+async def test_an_admin_drains_a_runs_host_and_the_run_moves_with_the_drain_recorded_as_theirs(
+    platform: Platform, mcp_http: HttpServer
+) -> None:
+    name = unique("mcpdrain")
+    async with mcp_http.session(ADMIN_TOKEN) as mcp, Client(platform.config) as krt:
+        before = structured(await mcp.call_tool("run_create", {"manifest": manifest(name), "wait": True}))
+        host, uid = before["status"]["assignedHost"], before["status"]["assignedHostUID"]
+        drained = structured(await mcp.call_tool("host_drain", {"name": host, "message": "mcp test"}))
+        assert (drained["accepted"], drained["state"], drained["runtime"]) == (True, "Draining", RUNTIME)
+        after = await moved_off(krt, name, uid)
+        assert after.endpoint is not None and after.endpoint.url == before["status"]["endpoint"]["url"]
+        answer = structured(await mcp.call_tool("invoke", {"name": name, "data": {"moved": True}}))
+        assert answer["outputs"]["echo"] == {"moved": True}
+    assert f"host_drain by mcp:root: host/{host}" in mcp_http.log.read_text()
