@@ -6,6 +6,7 @@ import asyncio
 import json
 import ssl
 from pathlib import Path
+from typing import Any
 
 import httpx2
 
@@ -45,7 +46,7 @@ TOOLS = {
     "schedule_trigger",
     "schedule_delete",
 }
-RUN_TOOLS = {
+RUN_TOOLS: dict[str, dict[str, Any]] = {
     "run_list": {"namespace": "default"},
     "run_get": {"name": "x"},
     "run_create": {"manifest": manifest("x")},
@@ -55,7 +56,7 @@ RUN_TOOLS = {
     "run_history": {"name": "x"},
     "invoke": {"name": "x", "data": {}},
 }
-ADMIN_TOOLS = {
+ADMIN_TOOLS: dict[str, dict[str, Any]] = {
     "hosts_list": {},
     "host_drain": {"name": "no-such-host"},
     "host_delete": {"name": "no-such-host"},
