@@ -89,7 +89,9 @@ def _access(authorizer: Authorizer) -> TokenAccess:
             principal = await authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=""))
         except Forbidden as e:
             if namespace == EVERY_NAMESPACE:
-                raise errors.forbidden("host tools need a binding on every namespace (the admin's)") from e
+                raise errors.forbidden(
+                    "admin tools (hosts, queues, schedules) need a binding on every namespace (the admin's)"
+                ) from e
             raise errors.forbidden(f"not bound to namespace {namespace!r}") from e
         except AuthError as e:
             raise errors.ToolError(type(e).__name__, str(e)) from e
