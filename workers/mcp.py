@@ -90,7 +90,8 @@ def _access(authorizer: Authorizer) -> TokenAccess:
         except Forbidden as e:
             if namespace == EVERY_NAMESPACE:
                 raise errors.forbidden(
-                    "admin tools (hosts, queues, schedules) need a binding on every namespace (the admin's)"
+                    "not bound to every namespace (the admin's), as the host, queue and schedule tools "
+                    "and a listing of every namespace need"
                 ) from e
             raise errors.forbidden(f"not bound to namespace {namespace!r}") from e
         except AuthError as e:
