@@ -41,6 +41,16 @@ async def session_platform(tmp_path_factory: pytest.TempPathFactory, pki: TestPK
 
 @pytest.fixture
 async def platform(session_platform: Platform) -> AsyncIterator[Platform]:
-    """The shared platform; the Runs a test leaves are deleted after it."""
+    """The shared platform; the Runs a test leaves are deleted after it. A Temporal worker of it
+    that stopped on its own was started again (SupervisedWorkers), and fails the test it stopped
+    during (or the next one to use the platform) with what ended."""
+    _no_worker_ended(session_platform, "before this test")
     yield session_platform
     await delete_runs(session_platform)
+    _no_worker_ended(session_platform, "during this test")
+
+
+def _no_worker_ended(platform: Platform, when: str) -> None:
+    ended = platform.workers.take_endings()
+    if ended:
+        pytest.fail(f"the shared platform's workers were started again {when}: {'; '.join(ended)}")

@@ -1,12 +1,14 @@
 """The control plane the end-to-end suites run against, in this test process: the real Temporal
 dev server (in memory), an HTTPS gateway with the embedded token authorizer on ports picked at run
-time, and the worker. Each suite adds what it runs hosts on (tests/sdk: runtime host processes;
+time, and the worker (started again should one of its Temporal workers stop on its own, as `krt up`
+does). Each suite adds what it runs hosts on (tests/sdk: runtime host processes;
 tests/kubernetes: the test cluster) and keeps its own view of the platform."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -27,12 +29,67 @@ from kruntimes.sdk.config import ClientConfig
 from kruntimes.temporal.codec import ensure_key
 from kruntimes.temporal.connect import TemporalSettings, connect
 from kruntimes.temporal.devserver import DevServer
-from kruntimes.workers.assembly import running_workers
+from kruntimes.workers.assembly import RunningWorkers, running_workers, until_stopped
 from kruntimes.workers.settings import WorkerSettings
 from tests.support.pki import TestPKI
 
+log = logging.getLogger(__name__)
+
 # Every user in a stack's token file belongs to `devs` or to a group bound to nothing.
 BINDINGS = "bindings:\n- namespace: '*'\n  groups: [devs]\n"
+# A stack whose workers keep ending stops starting them: its tests then fail on what ended.
+MAX_WORKER_STARTS = 4
+
+
+class SupervisedWorkers:
+    """The stack's workers, started again when one of their Temporal workers stops without being
+    asked, as `krt up` starts `krt worker` again when it exits (workers/worker.py): left as they
+    were, the stack would serve only some of its task queues, and every later Run would wait for a
+    pool nobody polls. `endings` says what ended, for the fixtures to report
+    (`take_endings`)."""
+
+    def __init__(self, temporal: TemporalClient, settings: WorkerSettings) -> None:
+        self.temporal = temporal
+        self.settings = settings
+        self.running: RunningWorkers | None = None
+        self.endings: list[str] = []
+        self._stop = asyncio.Event()
+        self._up = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def take_endings(self) -> list[str]:
+        """What ended since the last call."""
+        taken, self.endings = self.endings, []
+        return taken
+
+    async def __aenter__(self) -> SupervisedWorkers:
+        self._task = asyncio.create_task(self._supervise())
+        up = asyncio.ensure_future(self._up.wait())
+        try:
+            await asyncio.wait({up, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            up.cancel()
+        if self._task.done():
+            await self._task  # the first start failed: its error, as running_workers raised it
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+
+    async def _supervise(self) -> None:
+        for starts in range(1, MAX_WORKER_STARTS + 1):
+            async with running_workers(self.temporal, self.settings) as running:
+                self.running = running
+                self._up.set()
+                ended = await until_stopped(self._stop, running)
+            if ended is None or self._stop.is_set():
+                return
+            self.endings.append(ended)
+            again = starts < MAX_WORKER_STARTS
+            log.warning("%s; the stack %s its workers again", ended, "starts" if again else "does not start")
+        await self._stop.wait()
 
 
 @dataclass
@@ -43,6 +100,7 @@ class Stack:
     gateway: Gateway
     dev_server: DevServer
     tls: TlsFiles
+    workers: SupervisedWorkers
 
     def parts(self) -> dict[str, Any]:
         """The fields, to build a suite's view of the platform (a subclass) from."""
@@ -146,7 +204,7 @@ async def running_stack(
             control_plane_id=control_plane_id,
         )
         stack.push_async_callback(stop_all, state)
-        await stack.enter_async_context(running_workers(temporal, settings))
+        workers = await stack.enter_async_context(SupervisedWorkers(temporal, settings))
         stack.push_async_callback(terminate_runs, temporal)
         config = ClientConfig(
             temporalAddress=server.address,
@@ -158,7 +216,7 @@ async def running_stack(
             codecKeys=codec_keys,
             stateDir=str(state),
         )
-        yield Stack(state, config, temporal, gateway, server, tls)
+        yield Stack(state, config, temporal, gateway, server, tls, workers)
 
 
 async def terminate_runs(temporal: TemporalClient) -> None:
