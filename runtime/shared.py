@@ -149,12 +149,9 @@ class SharedProcess:
             self._unwatch(fd)
 
     def _on_ctl(self) -> None:
-        try:
-            chunk = os.read(self._fd, READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
+        chunk = read_chunk(self._fd)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             self._unwatch(self._fd)
             self._end(kill=False)

@@ -292,12 +292,9 @@ class WarmProcess:
         if call is None or call.over:  # not ours to read: it waits for the next exchange
             self._unwatch(self._ctl_fd)
             return
-        try:
-            chunk = os.read(self._ctl_fd, READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
+        chunk = read_chunk(self._ctl_fd)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             self._unwatch(self._ctl_fd)
             self._end(call, ended_by="eof")
