@@ -41,6 +41,7 @@ CONTEXT = b"kruntimes.io/assignment/v1\x00"
 MAX_ASSIGNMENT_BYTES = 1024
 SIGNATURE_BYTES = 64
 MAX_ATTEMPT = 2**31 - 1
+MAX_REVISION = 2**31 - 1
 MAX_PUBLIC_KEYS = 16
 DEFAULT_CACHE_SIZE = 1 << 17  # verified assignments kept (a route of each registration of each host)
 _HOST_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -65,16 +66,23 @@ class SignedAssignment:
     namespace: str
     name: str
     runtime: str
+    # a Function's replica: the Function's uid and the revision it runs ("" and 0 otherwise)
+    function_uid: str = ""
+    revision: int = 0
 
     def __post_init__(self) -> None:
         try:
             validate_run_uid(self.run_uid)
+            if self.function_uid:
+                validate_run_uid(self.function_uid, field="function_uid")
             for field in ("host_id", "namespace", "name", "runtime"):
                 validate_dns1123_label(getattr(self, field), field=field)
         except ValueError as e:
             raise AssignmentError(f"assignment: {e}") from None
         if not 1 <= self.attempt <= MAX_ATTEMPT:
             raise AssignmentError(f"assignment: attempt {self.attempt} is out of bounds")
+        if not 0 <= self.revision <= MAX_REVISION or bool(self.function_uid) != bool(self.revision):
+            raise AssignmentError(f"assignment: revision {self.revision} does not fit its function uid")
         if not _HOST_UID.fullmatch(self.host_uid):
             raise AssignmentError(f"assignment: host uid {self.host_uid!r:.80} is not an identifier")
 
@@ -87,6 +95,8 @@ class SignedAssignment:
             namespace=self.namespace,
             name=self.name,
             runtime=self.runtime,
+            function_uid=self.function_uid,
+            revision=self.revision,
         ).SerializeToString(deterministic=True)
 
     @classmethod
@@ -103,6 +113,8 @@ class SignedAssignment:
             namespace=msg.namespace,
             name=msg.name,
             runtime=msg.runtime,
+            function_uid=msg.function_uid,
+            revision=msg.revision,
         )
 
 

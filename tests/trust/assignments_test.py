@@ -181,3 +181,37 @@ def test_what_verified_is_kept_by_its_bytes(signer: Signer) -> None:
     for s in signed:
         verifier.verify(s)
     assert len(verifier._cache) == 2  # bounded
+
+
+REPLICA = replace(ASSIGNMENT, function_uid=str(uuid.UUID(int=7)), revision=3)
+
+
+def test_a_replicas_function_and_revision_are_signed(signer: Signer, verifier: Verifier) -> None:
+    signed = signer.sign(REPLICA)
+    assert verifier.verify(signed) == REPLICA
+    assert signer.sign(ASSIGNMENT).assignment != signed.assignment
+    message = pb.Assignment.FromString(signed.assignment)
+    for change in ({"function_uid": str(uuid.UUID(int=8))}, {"revision": 4}):
+        forged = pb.Assignment.FromString(signed.assignment)
+        for key, value in change.items():
+            setattr(forged, key, value)
+        tampered = pb.SignedAssignment(
+            assignment=forged.SerializeToString(), signature=signed.signature, key_id=signed.key_id
+        )
+        with pytest.raises(AssignmentError):
+            verifier.verify(tampered)
+    assert message.revision == 3
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"function_uid": "../../etc", "revision": 1},
+        {"function_uid": str(uuid.UUID(int=7)), "revision": 0},
+        {"function_uid": "", "revision": 2},
+        {"function_uid": str(uuid.UUID(int=7)), "revision": -1},
+    ],
+)
+def test_a_replica_field_out_of_shape_is_refused(change: dict[str, object]) -> None:
+    with pytest.raises(AssignmentError):
+        replace(ASSIGNMENT, **change)  # type: ignore[arg-type]

@@ -336,6 +336,8 @@ class Assignment(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
+    FUNCTION_UID_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
     run_uid: _builtins.str
     attempt: _builtins.int
     host_id: _builtins.str
@@ -343,6 +345,12 @@ class Assignment(_message.Message):
     namespace: _builtins.str
     name: _builtins.str
     runtime: _builtins.str
+    function_uid: _builtins.str
+    """set only for a replica of a Function (started by the Function's workflow): the gateway routes
+    the Function's invocations to the replicas whose signed assignment names its uid
+    """
+    revision: _builtins.int
+    """the Function's revision the replica runs (with function_uid)"""
     def __init__(
         self,
         *,
@@ -353,10 +361,12 @@ class Assignment(_message.Message):
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
         runtime: _builtins.str = ...,
+        function_uid: _builtins.str = ...,
+        revision: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "host_id", b"host_id", "host_uid", b"host_uid", "name", b"name", "namespace", b"namespace", "run_uid", b"run_uid", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "function_uid", b"function_uid", "host_id", b"host_id", "host_uid", b"host_uid", "name", b"name", "namespace", b"namespace", "revision", b"revision", "run_uid", b"run_uid", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
