@@ -164,7 +164,7 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize("outputs", MALFORMED, ids=lambda o: repr(o[:40]))
+@pytest.mark.parametrize("outputs", MALFORMED, ids=[f"malformed-{i}" for i in range(len(MALFORMED))])
 async def test_malformed_outputs_get_the_caller_a_502_never_a_spliced_body(
     gateway: Gateway, client: aiohttp.ClientSession, owner: Owner, uid: str, outputs: bytes
 ) -> None:

@@ -159,7 +159,7 @@ def test_a_certificate_stands_for_its_public_key(tmp_path: Path) -> None:
     ("field", "value"),
     [
         ("run_uid", "../../../../x"),
-        ("run_uid", str(uuid.uuid4()).upper()),
+        ("run_uid", "7095D706-9F8B-4CD6-AFE1-DA8B6FAAFFBF"),
         ("attempt", 0),
         ("host_id", "Python_0"),
         ("host_uid", "../x"),
