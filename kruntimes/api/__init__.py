@@ -5,6 +5,7 @@ Errors (all ValueError, so pydantic validators report them as field errors)::
     ValueError
      ├── OutputsError   outputs broke a bound; .field and a stable .reason
      └── ManifestError  a Run manifest did not parse; .problems by field path
+          └── FunctionManifestError  the same for a Function manifest
 """
 
 from __future__ import annotations
@@ -15,6 +16,18 @@ from kruntimes import _lazy
 
 if TYPE_CHECKING:
     from kruntimes.api.adapters import validate_handler
+    from kruntimes.api.function import (
+        FUNCTION_KIND,
+        Function,
+        FunctionConditionType,
+        FunctionManifestError,
+        FunctionPhase,
+        FunctionSpec,
+        FunctionStatus,
+        ReplicaCounts,
+        ScaleSpec,
+    )
+    from kruntimes.api.manifest import load_manifest, manifest_from_dict
     from kruntimes.api.names import (
         validate_dns1123_label,
         validate_env_name,
@@ -46,6 +59,17 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
+    "FUNCTION_KIND": "kruntimes.api.function",
+    "Function": "kruntimes.api.function",
+    "FunctionConditionType": "kruntimes.api.function",
+    "FunctionManifestError": "kruntimes.api.function",
+    "FunctionPhase": "kruntimes.api.function",
+    "FunctionSpec": "kruntimes.api.function",
+    "FunctionStatus": "kruntimes.api.function",
+    "ReplicaCounts": "kruntimes.api.function",
+    "ScaleSpec": "kruntimes.api.function",
+    "load_manifest": "kruntimes.api.manifest",
+    "manifest_from_dict": "kruntimes.api.manifest",
     "validate_dns1123_label": "kruntimes.api.names",
     "validate_env_name": "kruntimes.api.names",
     "validate_handler": "kruntimes.api.adapters",
@@ -84,6 +108,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "API_VERSION",
+    "FUNCTION_KIND",
     "KIND",
     "TERMINAL_PHASES",
     "Condition",
@@ -93,23 +118,33 @@ __all__ = [
     "Creator",
     "Endpoint",
     "EndpointProtocol",
+    "Function",
+    "FunctionConditionType",
+    "FunctionManifestError",
     "FunctionMode",
+    "FunctionPhase",
+    "FunctionSpec",
+    "FunctionStatus",
     "InlineFile",
     "ManifestError",
     "Metadata",
     "ModeSpec",
     "OutputsError",
+    "ReplicaCounts",
     "RetryPolicy",
     "Run",
     "RunPhase",
     "RunSpec",
     "RunStatus",
+    "ScaleSpec",
     "SourceSpec",
     "TaskMode",
     "can_transition",
     "encode_outputs",
     "is_active",
     "is_terminal",
+    "load_manifest",
+    "manifest_from_dict",
     "outputs_from_result",
     "validate_dns1123_label",
     "validate_env_name",

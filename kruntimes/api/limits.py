@@ -87,3 +87,10 @@ MAX_FUNCTION_CONCURRENCY = 1000
 MAX_FUNCTION_QUEUE = 10_000
 # mode.function.queueTimeoutSeconds when a queue is set and no timeout is named.
 DEFAULT_QUEUE_TIMEOUT_SECONDS = DEFAULT_INVOKE_TIMEOUT_SECONDS
+
+# spec.scale.min and spec.scale.max: replicas of one Function.
+MAX_FUNCTION_REPLICAS = 100
+# A Function's name: its replicas' Run names (`<function>-r<revision>-<5 hex>`) stay DNS-1123 labels.
+MAX_FUNCTION_NAME_CHARS = 45
+# spec.scale.scaleDownDelaySeconds.
+MAX_SCALE_DOWN_DELAY_SECONDS = 3600

@@ -52,6 +52,14 @@ UPDATE_DELETE_HOST = "delete"
 SIGNAL_RECONCILE = "reconcile"
 UPDATE_COLLECT = "collect"
 QUERY_RECONCILE = "last"
+# FunctionWorkflow (its `status` query is QUERY_STATUS, its `delete` update UPDATE_DELETE)
+UPDATE_APPLY = "apply"
+UPDATE_SCALE = "scale"
+UPDATE_ROLLBACK = "rollback"
+QUERY_REPLICAS = "replicas"
+# The ApplicationError type of an `apply` whose manifest names another Function (a different
+# uid under the same name): the caller's 409.
+FUNCTION_CONFLICT = "FunctionConflict"
 
 DEFAULT_RETENTION_SECONDS = 24 * 3600  # how long a finished Run stays queryable without a ttl
 MAX_ADMISSIONS_PER_SIGNAL = 100  # admissions in one admit_many signal: well within a payload
@@ -116,3 +124,23 @@ def scheduled_run_name(schedule: str, at: datetime) -> str:
 def invoke_url(gateway_url: str, *, namespace: Namespace, runtime: RuntimeName, run_uid: RunUid) -> str:
     base = gateway_url.rstrip("/")
     return f"{base}/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{run_uid}:invoke"
+
+
+def function_workflow_id(namespace: Namespace, name: str) -> str:
+    return f"function/{namespace}/{name}"
+
+
+def function_of_workflow_id(workflow_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of a Function's workflow id; None for any other id."""
+    kind, _, rest = workflow_id.partition("/")
+    namespace, _, name = rest.partition("/")
+    if kind != "function" or not namespace or not name or "/" in name:
+        return None
+    return (namespace, name)
+
+
+def function_invoke_url(gateway_url: str, *, namespace: Namespace, function_uid: str) -> str:
+    """A Function's invoke URL: one for all its revisions and replicas; not the shape of a Run's
+    (`invoke_url`), so neither uid is ever taken for the other."""
+    base = gateway_url.rstrip("/")
+    return f"{base}/v1/namespaces/{namespace}/functions/{function_uid}:invoke"

@@ -1,0 +1,178 @@
+"""FunctionWorkflow's contract: its input (and the state it carries across continue-as-new), its
+updates and queries, what a replica Run is told about the Function that owns it, and what a
+replica tells the Function back.
+
+A Function's replicas are child RunWorkflows (`run_workflow_id(ns, replica_name)`), each started
+with `RunInput.replicaOf`; a replica signals its phase to the Function (`SIGNAL_REPLICA_PHASE`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated
+
+from pydantic import AfterValidator, AwareDatetime, Field
+
+from kruntimes.api._base import ApiModel, StatusMessage, StrictInt
+from kruntimes.api.function import Function, FunctionSpec
+from kruntimes.api.ids import RunUid
+from kruntimes.api.limits import MAX_FUNCTION_NAME_CHARS, MAX_FUNCTION_REPLICAS
+from kruntimes.api.names import validate_dns1123_label, validate_run_uid
+from kruntimes.api.phases import RunPhase
+
+# Labels every replica Run carries (its Function's name, its revision as a decimal string).
+FUNCTION_LABEL = "kruntimes.io/function"
+REVISION_LABEL = "kruntimes.io/revision"
+# A replica's phase, from the replica's RunWorkflow to its Function's workflow.
+SIGNAL_REPLICA_PHASE = "replica_phase"
+# The memo the FunctionWorkflow writes its status to (a FunctionStatus), as a Run writes its own.
+FUNCTION_STATUS_MEMO = "krtStatus"
+# Revisions a Function keeps (their templates: what `rollback` goes back to).
+MAX_REVISIONS_KEPT = 10
+
+
+def _function_uid(value: str) -> str:
+    return validate_run_uid(value, field="functionUid")
+
+
+def _function_name(value: str) -> str:
+    validate_dns1123_label(value, field="functionName")
+    if len(value) > MAX_FUNCTION_NAME_CHARS:
+        raise ValueError(f"functionName: at most {MAX_FUNCTION_NAME_CHARS} characters")
+    return value
+
+
+FunctionUid = Annotated[str, AfterValidator(_function_uid)]
+FunctionName = Annotated[str, AfterValidator(_function_name)]
+
+
+class ReplicaOf(ApiModel):
+    """The Function a replica Run serves (RunInput.replicaOf). A RunWorkflow takes it only from
+    its parent, the Function's own workflow: a user cannot make a Run that takes a Function's
+    traffic. Its host's signed assignment carries the uid and revision (the gateway's routes)."""
+
+    functionUid: FunctionUid
+    functionName: FunctionName
+    revision: StrictInt = Field(ge=1)
+
+
+def replica_name(function: str, revision: int, seed: str) -> str:
+    """A replica Run's name: `<function>-r<revision>-<5 hex>` (`seed`: unique per replica, say the
+    replica's uid), a DNS-1123 label for any Function name of at most MAX_FUNCTION_NAME_CHARS."""
+    suffix = hashlib.sha256(seed.encode()).hexdigest()[:5]
+    return f"{function}-r{revision}-{suffix}"
+
+
+class ReplicaPhase(ApiModel):
+    """A replica's phase, as its RunWorkflow tells its Function on every indexed phase change."""
+
+    runUid: RunUid
+    name: str
+    revision: StrictInt = Field(ge=1)
+    phase: RunPhase
+    reason: str = ""
+    message: StatusMessage = ""
+
+
+class ReplicaView(ApiModel):
+    """One replica, as the `replicas` query lists it. `phase` is the replica Run's phase as last
+    told, or Deleting once the Function asked it to go."""
+
+    runUid: RunUid
+    name: str
+    revision: StrictInt
+    phase: str
+
+
+class Replica(ApiModel):
+    """What the FunctionWorkflow keeps of one replica (carried across continue-as-new)."""
+
+    runUid: RunUid
+    name: str
+    revision: StrictInt
+    phase: RunPhase = RunPhase.Pending
+    reason: str = ""
+    message: StatusMessage = ""
+    startedAt: AwareDatetime
+    # The Function asked the Run to go (its delete update): it takes no part in `wanted`.
+    deleting: bool = False
+    # The delete was accepted or the Run proved gone: only its terminal phase is awaited.
+    deleteSent: bool = False
+    # Whether this replica was ever Ready (a replica that ends before it is a failure).
+    wasReady: bool = False
+
+    def view(self) -> ReplicaView:
+        phase = "Deleting" if self.deleting and self.phase not in _ENDED else self.phase.value
+        return ReplicaView(runUid=self.runUid, name=self.name, revision=self.revision, phase=phase)
+
+
+_ENDED = frozenset({RunPhase.Succeeded, RunPhase.Failed, RunPhase.Timeout, RunPhase.Cancelled})
+
+
+class Revision(ApiModel):
+    revision: StrictInt = Field(ge=1)
+    spec: FunctionSpec
+    createdAt: AwareDatetime
+
+
+class FunctionState(ApiModel):
+    """Everything a FunctionWorkflow knows, carried across continue-as-new."""
+
+    # Oldest first; the last is the current revision. At most MAX_REVISIONS_KEPT.
+    revisions: list[Revision] = Field(min_length=1)
+    wanted: StrictInt = Field(ge=0, le=MAX_FUNCTION_REPLICAS)
+    replicas: list[Replica] = Field(default_factory=list)
+    observedRevision: StrictInt = Field(default=0, ge=0)
+    # Replicas that ended before ever being Ready, in a row: what the start backoff counts.
+    failures: StrictInt = Field(default=0, ge=0)
+    # No replica is started before this (the backoff after failures).
+    retryAt: AwareDatetime | None = None
+    lastFailure: StatusMessage = ""
+    deleting: bool = False
+    # Replica names handed out so far: each new replica's name seed.
+    started: StrictInt = Field(default=0, ge=0)
+
+
+class FunctionInput(ApiModel):
+    """The FunctionWorkflow's input: the Function (metadata.uid set by the starter) and, after a
+    continue-as-new, the state it carries."""
+
+    function: Function
+    state: FunctionState | None = None
+
+
+class ApplyResult(ApiModel):
+    """What `apply` and `rollback` answer: the current revision, and whether this call made it."""
+
+    revision: StrictInt
+    changed: bool
+    message: StatusMessage = ""
+
+
+class ScaleInput(ApiModel):
+    """The `scale` update: replicas wanted, within the Function's scale.min..scale.max."""
+
+    replicas: StrictInt = Field(ge=0, le=MAX_FUNCTION_REPLICAS)
+    reason: StatusMessage = ""
+
+
+class ScaleResult(ApiModel):
+    previous: StrictInt
+    wanted: StrictInt
+
+
+class DeleteReplicaInput(ApiModel):
+    """The activity asking one replica's RunWorkflow to delete itself (its delete update,
+    accepted, not awaited: the replica's terminal phase comes back by signal)."""
+
+    workflowId: str
+    runUid: RunUid
+
+
+class DeleteReplicaResult(ApiModel):
+    # False: the Run's workflow no longer runs (nothing to wait for).
+    accepted: bool
+
+
+def revision_of(state: FunctionState, revision: int) -> Revision | None:
+    return next((r for r in state.revisions if r.revision == revision), None)
