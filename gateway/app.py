@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kruntimes.gateway.auth import Authorizer
 from kruntimes.gateway.errors import BodyTimeout, ClientAborted, GatewayError
+from kruntimes.gateway.function_invoke import DEFAULT_WARMUP_S, REPLICA, Balancer, FunctionInvokeHandler
 from kruntimes.gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams, logged_target
 from kruntimes.gateway.listener import GatewayProtocol, HttpLimits
 from kruntimes.gateway.metrics import GatewayMetrics
@@ -42,6 +43,8 @@ __all__ = ["GatewayState", "build_app", "error_answer", "gateway_error_answer", 
 log = logging.getLogger("gateway")
 
 INVOKE_PATH = r"/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid:[^/:]+}:invoke"
+FUNCTION_INVOKE_PATH = r"/v1/namespaces/{namespace}/functions/{uid:[^/:]+}:invoke"
+_INVOKES = frozenset({"invoke", "function_invoke"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CLOSED = GatewayReason.CLIENT_CLOSED_REQUEST
 
@@ -55,6 +58,8 @@ class GatewayState:
     metrics: GatewayMetrics
     ready: Callable[[], bool]
     limits: HttpLimits = HttpLimits()
+    balancer: Balancer | None = None  # a Function's replicas (one is made when none is given)
+    function_warmup_s: float = DEFAULT_WARMUP_S
 
 
 def _route_label(request: web.Request) -> str:
@@ -101,7 +106,7 @@ def build_app(state: GatewayState) -> web.Application:
             reason, code = _CLOSED, _CLOSED.status
         route = _route_label(request)
         metrics.observe(route, str(code), reason, time.perf_counter() - started)
-        if route == "invoke":
+        if route in _INVOKES:
             level = logging.INFO if code < 500 else logging.WARNING
             if log.isEnabledFor(level):
                 log.log(
@@ -111,6 +116,11 @@ def build_app(state: GatewayState) -> web.Application:
                         "status": code,
                         "reason": reason,
                         **logged_target(request),
+                        **(
+                            {"replica_run_uid": request.get(REPLICA, "")}
+                            if route == "function_invoke"
+                            else {}
+                        ),
                         "invocation_id": request.get(INVOCATION_ID, ""),
                         "ms": round((time.perf_counter() - started) * 1000, 3),
                     },
@@ -134,6 +144,7 @@ def build_app(state: GatewayState) -> web.Application:
     async def prometheus(request: web.Request) -> web.Response:
         metrics.routes.set(len(state.routes))
         metrics.hosts.set(state.routes.hosts())
+        metrics.functions.set(state.routes.functions())
         return web.Response(
             body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
@@ -150,9 +161,18 @@ def build_app(state: GatewayState) -> web.Application:
         upstreams=state.upstreams,
         limits=state.limits,
     )
+    function_invoke = FunctionInvokeHandler(
+        routes=state.routes,
+        known=state.known,
+        authorizer=state.authorizer,
+        upstreams=state.upstreams,
+        balancer=state.balancer or Balancer(state.routes, metrics, warmup_s=state.function_warmup_s),
+        limits=state.limits,
+    )
     app = web.Application(middlewares=[observe], client_max_size=1024 * 1024 + 1)
     # the bound coroutine method: aiohttp deprecates handlers that are not coroutine functions
     app.router.add_post(INVOKE_PATH, invoke.__call__, name="invoke")
+    app.router.add_post(FUNCTION_INVOKE_PATH, function_invoke.__call__, name="function_invoke")
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")
     app.router.add_get("/metrics", prometheus, name="metrics")

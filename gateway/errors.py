@@ -9,12 +9,13 @@ GatewayError                    500  InternalError        (also any exception no
  │    ├── Unauthenticated       401  Unauthenticated
  │    ├── Forbidden             403  Forbidden
  │    └── AuthUnavailable       503  AuthorizationUnavailable  (+ Retry-After)
- ├── NotFound                   404  RunNotFound
+ ├── NotFound                   404  RunNotFound | FunctionNotFound
  ├── BodyTimeout                408  RequestBodyTimeout  (the connection is closed after it)
  ├── PayloadTooLarge            413  PayloadTooLarge
- ├── Busy                       429  FunctionBusy | QueueTimeout | HostBusy  (+ Retry-After): did not run
+ ├── Busy                       429  FunctionBusy | QueueTimeout | HostBusy | ReplicasFull  (+ Retry-After):
+ │                                   did not run
  ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited | MalformedOwnerAnswer
- ├── RunNotReady                503  RunNotReady | RouteStale  (+ Retry-After)
+ ├── RunNotReady                503  RunNotReady | RouteStale | NoReadyReplica  (+ Retry-After)
  ├── OwnerUnavailable           503  OwnerUnavailable  (+ Retry-After): not delivered, did not run
  └── UpstreamTimeout            504  InvocationTimeout | OwnerTimeout
 
@@ -88,7 +89,7 @@ class AuthUnavailable(AuthError):
 
 
 class NotFound(GatewayError):
-    reasons = (R.RUN_NOT_FOUND,)
+    reasons = (R.RUN_NOT_FOUND, R.FUNCTION_NOT_FOUND)
 
 
 class BodyTimeout(GatewayError):
@@ -100,7 +101,7 @@ class PayloadTooLarge(GatewayError):
 
 
 class Busy(GatewayError):
-    reasons = (R.FUNCTION_BUSY, R.QUEUE_TIMEOUT, R.HOST_BUSY)
+    reasons = (R.FUNCTION_BUSY, R.QUEUE_TIMEOUT, R.HOST_BUSY, R.REPLICAS_FULL)
 
 
 class UpstreamFailed(GatewayError):
@@ -108,7 +109,7 @@ class UpstreamFailed(GatewayError):
 
 
 class RunNotReady(GatewayError):
-    reasons = (R.RUN_NOT_READY, R.ROUTE_STALE)
+    reasons = (R.RUN_NOT_READY, R.ROUTE_STALE, R.NO_READY_REPLICA)
 
 
 class OwnerUnavailable(GatewayError):

@@ -169,9 +169,13 @@ def invocation_id(request: web.Request) -> str:
 
 
 def logged_target(request: web.Request) -> dict[str, str]:
-    """The invoke path's runtime and run uid as the access log shows them: each only when it is
-    what it should be (a DNS-1123 label, a canonical UUID), else "" — the path is the caller's,
-    and a token, a path or kilobytes of anything put there never reach a log."""
+    """The invoke path's runtime and run uid (a Function's URL: its function uid) as the access log
+    shows them: each only when it is what it should be (a DNS-1123 label, a canonical UUID), else
+    "" — the path is the caller's, and a token, a path or kilobytes of anything put there never
+    reach a log."""
+    if "runtime" not in request.match_info:  # a Function's URL
+        function_uid = request.match_info.get("uid", "")
+        return {"function_uid": function_uid if is_run_uid(function_uid) else ""}
     runtime = request.match_info.get("runtime", "")
     try:
         validate_dns1123_label(runtime, field="runtime")
@@ -212,7 +216,7 @@ async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
 _SECONDS = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
-def _timeout_s(request: web.Request) -> float:
+def requested_timeout_s(request: web.Request) -> float:
     raw = request.headers.get(headers.TIMEOUT)
     if raw is None:
         return float(DEFAULT_INVOKE_TIMEOUT_SECONDS)
@@ -273,7 +277,7 @@ class InvokeHandler:
         )
         if not route.ready:
             raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
-        timeout_s = _timeout_s(request)
+        timeout_s = requested_timeout_s(request)
         payload = await read_body(request, self.limits)
         current = self.routes.route(run_uid)  # the body took time: is the route still there?
         if current is not route:

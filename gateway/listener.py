@@ -188,7 +188,7 @@ class GatewayProtocol(RequestHandler):
     """aiohttp's RequestHandler with the header timeout, the gateway's answers to the parser's
     refusals, and a way for the application to close the connection after an answer."""
 
-    __slots__ = ("_limits", "_slot", "_metrics", "_header_timer")
+    __slots__ = ("_limits", "_slot", "_metrics", "_header_timer", "_lost")
 
     def __init__(
         self,
@@ -212,6 +212,7 @@ class GatewayProtocol(RequestHandler):
         self._slot = slot
         self._metrics = metrics
         self._header_timer: asyncio.TimerHandle | None = None
+        self._lost: asyncio.Future[None] | None = None
         application = self._request_handler
         assert application is not None
         self._request_handler = functools.partial(_expectations_taken_off, application)
@@ -255,7 +256,18 @@ class GatewayProtocol(RequestHandler):
             self._header_timer.cancel()
             self._header_timer = None
         self._slot.release()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
         super().connection_lost(exc)
+
+    def lost(self) -> asyncio.Future[None]:
+        """Done once the connection is lost (the caller hung up): what a request waiting at the
+        gateway watches, since aiohttp does not cancel a handler whose caller went away."""
+        if self._lost is None:
+            self._lost = self._loop.create_future()
+            if self.transport is None:
+                self._lost.set_result(None)
+        return self._lost
 
     # -- closing after an answer ----------------------------------------------------------------
 

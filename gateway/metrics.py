@@ -46,6 +46,28 @@ class GatewayMetrics:
             ["reason"],
             registry=self.registry,
         )
+        # A Function's URL (gateway/function_invoke.py): totals over every Function, no per-Function
+        # label (a label per uid would grow without bound)
+        self.function_in_flight = Gauge(
+            "krt_gateway_function_in_flight",
+            "Invocations of Functions this gateway has dispatched to a replica and not yet answered",
+            registry=self.registry,
+        )
+        self.function_waiting = Gauge(
+            "krt_gateway_function_waiting",
+            "Invocations of Functions waiting at this gateway for a replica with room",
+            registry=self.registry,
+        )
+        self.function_waits = Counter(
+            "krt_gateway_function_waits_total",
+            "Waits at the gateway for a Function's replica, by how they ended: dispatched, full "
+            "(refused at once: the wait's bound), timeout, withdrawn (the caller hung up)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.functions = Gauge(
+            "krt_gateway_functions", "Functions with at least one replica route", registry=self.registry
+        )
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def observe(self, route: str, status: str, reason: str, seconds: float) -> None:

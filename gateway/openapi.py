@@ -1,10 +1,10 @@
 """The OpenAPI document of the gateway's HTTP API (served at /openapi.json).
 
 Nothing in it is written twice: the schemas are generated from the bodies' pydantic models
-(gateway/bodies.py), and the invoke operation's error answers from the reasons catalogue
-(kruntimes.wire.reasons.GatewayReason): one response per status, its schema the ErrorBody with
-`reason` narrowed to the reasons answered with that status. OpenAPI 3.1, whose schemas are the
-JSON Schema (2020-12) that pydantic generates.
+(gateway/bodies.py), and the invoke operations' error answers (a Run's and a Function's alike)
+from the reasons catalogue (kruntimes.wire.reasons.GatewayReason): one response per status, its
+schema the ErrorBody with `reason` narrowed to the reasons answered with that status. OpenAPI
+3.1, whose schemas are the JSON Schema (2020-12) that pydantic generates.
 
 The gateway serves the committed gateway/openapi.json (the running gateway does not load
 pydantic); `make openapi` writes it from here, and a test checks it is fresh.
@@ -27,6 +27,7 @@ from kruntimes.wire.reasons import GatewayReason
 
 COMMITTED = Path(__file__).with_name("openapi.json")
 INVOKE_PATH = "/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid}:invoke"
+FUNCTION_INVOKE_PATH = "/v1/namespaces/{namespace}/functions/{uid}:invoke"
 _SCHEMAS = "#/components/schemas/"
 
 
@@ -72,6 +73,58 @@ def error_responses() -> dict[str, Any]:
     return responses
 
 
+def _invoke_operation(summary: str, names: tuple[str, ...], uid: str) -> dict[str, Any]:
+    """An invoke operation: a Run's and a Function's differ in their path only; both answer
+    from the one catalogue (the reasons only a Function's URL gives say so)."""
+    return {
+        "summary": summary,
+        "parameters": [
+            *(
+                {
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    **({"description": uid} if name == "uid" else {}),
+                }
+                for name in names
+            ),
+            {
+                "name": headers.INVOCATION_ID,
+                "in": "header",
+                "schema": {
+                    "type": "string",
+                    "maxLength": MAX_INVOCATION_ID_BYTES,
+                    "pattern": f"^[ -~]{{1,{MAX_INVOCATION_ID_BYTES}}}$",
+                },
+                "description": "printable ASCII; echoed in every answer; generated when absent",
+            },
+            {
+                "name": headers.TIMEOUT,
+                "in": "header",
+                "schema": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": MAX_INVOKE_TIMEOUT_SECONDS,
+                },
+                "description": "seconds, in ASCII digits (30, 0.5); a Function's wait for a replica counts",
+            },
+        ],
+        "requestBody": {
+            "description": f"a JSON document of at most {MAX_PAYLOAD_BYTES} bytes",
+            "content": _json({}),
+        },
+        "responses": {
+            "200": {
+                "description": "the function ran: Succeeded, HandlerError or InvalidOutput",
+                "headers": _INVOCATION_HEADER,
+                "content": _json(_ref(InvokeAnswer.__name__)),
+            },
+            **error_responses(),
+        },
+    }
+
+
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
@@ -83,46 +136,16 @@ def document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": {
             INVOKE_PATH: {
-                "post": {
-                    "summary": "Invoke a Ready function Run once",
-                    "parameters": [
-                        {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}},
-                        {"name": "runtime", "in": "path", "required": True, "schema": {"type": "string"}},
-                        {"name": "uid", "in": "path", "required": True, "schema": {"type": "string"}},
-                        {
-                            "name": headers.INVOCATION_ID,
-                            "in": "header",
-                            "schema": {
-                                "type": "string",
-                                "maxLength": MAX_INVOCATION_ID_BYTES,
-                                "pattern": f"^[ -~]{{1,{MAX_INVOCATION_ID_BYTES}}}$",
-                            },
-                            "description": "printable ASCII; echoed in every answer; generated when absent",
-                        },
-                        {
-                            "name": headers.TIMEOUT,
-                            "in": "header",
-                            "schema": {
-                                "type": "number",
-                                "exclusiveMinimum": 0,
-                                "maximum": MAX_INVOKE_TIMEOUT_SECONDS,
-                            },
-                            "description": "seconds, in ASCII digits (30, 0.5)",
-                        },
-                    ],
-                    "requestBody": {
-                        "description": f"a JSON document of at most {MAX_PAYLOAD_BYTES} bytes",
-                        "content": _json({}),
-                    },
-                    "responses": {
-                        "200": {
-                            "description": "the function ran: Succeeded, HandlerError or InvalidOutput",
-                            "headers": _INVOCATION_HEADER,
-                            "content": _json(_ref(InvokeAnswer.__name__)),
-                        },
-                        **error_responses(),
-                    },
-                }
+                "post": _invoke_operation(
+                    "Invoke a Ready function Run once", ("namespace", "runtime", "uid"), "the Run's uid"
+                )
+            },
+            FUNCTION_INVOKE_PATH: {
+                "post": _invoke_operation(
+                    "Invoke a Function once, on one of its Ready replicas (the least loaded)",
+                    ("namespace", "uid"),
+                    "the Function's uid",
+                )
             },
             "/healthz": {
                 "get": {"summary": "liveness", "security": [], "responses": {"200": {"description": "alive"}}}

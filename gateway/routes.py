@@ -31,6 +31,13 @@ an older one. Once an attempt above the first has been routed, no lower attempt 
 routed again, even after every host of the newer attempt has gone: a host that was given an
 earlier attempt (and may have kept its signed assignment) never gets the Run's invocations back
 (the floors are kept for the MAX_FLOORS Runs that most recently moved).
+
+A Function's replicas are Runs whose signed assignment names the Function's uid and revision: the
+cache keeps an index function uid → its replicas' routes, changed wherever the per-run routes are
+(so a snapshot, a delta, a host forgotten or leaving, a new incarnation, a route dropped each cost
+what they change), and `function_routes` answers the routes `route` would answer for each replica.
+The cache remembers the last MAX_FUNCTIONS_SEEN Functions it ever indexed (uid → namespace and
+name), so the invoke path tells a Function without a replica now (503) from one never seen (404).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import hashlib
 import re
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -52,6 +60,7 @@ MISSED_INTERVALS = 3
 MAX_HOSTS = 10_000
 MAX_REGISTRATIONS_PER_HOST = 100_000
 MAX_FLOORS = 100_000  # Runs whose lowest routable attempt is remembered (those that moved)
+MAX_FUNCTIONS_SEEN = 100_000  # Functions remembered after their last replica went (404 vs 503)
 MIN_INTERVAL_MS = 100
 MAX_INTERVAL_MS = 60_000
 VERIFY_BATCH = 64  # signature checks between two yields of the event loop
@@ -111,6 +120,11 @@ class Route:
     # a digest of the signed assignment (bytes and signature) that verified this route: an
     # unchanged registration is recognised by it (kept small: 10,000 routes cost kilobytes here)
     signed: bytes = b""
+    # a Function's replica: the Function's uid and revision, from the verified assignment only
+    function_uid: str = ""
+    revision: int = 0
+    concurrency: int = 1  # invocations the host runs at once for it (its RegistrationState)
+    queue: int = 0  # invocations the host lets wait for it
 
     @property
     def host(self) -> Identity:
@@ -127,6 +141,21 @@ class _Host:
     digest: bytes = b""  # of the whole snapshot these routes came from (_digest); none after a delta
     unrouted: frozenset[str] = frozenset()  # the run uids of its registrations not routed
     stream: object | None = None  # the stream whose beats built this entry, as they said it
+
+
+@dataclass(frozen=True, slots=True)
+class SeenFunction:
+    namespace: str
+    name: str  # the Function's name, from its replicas' names ("" when they do not say it)
+
+
+def function_name(replica: str, revision: int) -> str:
+    """The Function's name in its replica Run's name `<function>-r<revision>-<5 hex>`; "" if the
+    name is not of that shape."""
+    head, sep, tail = replica.rpartition(f"-r{revision}-")
+    if not sep or not head or len(tail) != 5 or not all(c in "0123456789abcdef" for c in tail):
+        return ""
+    return head
 
 
 class RouteCache:
@@ -147,6 +176,11 @@ class RouteCache:
         self._routes: dict[str, Route | dict[str, Route]] = {}
         # run uid → the highest attempt routed for it, when above 1: no lower one is routed again
         self._floors: dict[str, int] = {}
+        # function uid → {(run uid, host uid): route} of its replicas, and what was seen of it
+        self._functions: dict[str, dict[tuple[str, str], Route]] = {}
+        self._seen: OrderedDict[str, SeenFunction] = OrderedDict()
+        # called with a function uid when one of its replicas' routes is added or becomes ready
+        self.on_function_route: Callable[[str], None] | None = None
 
     def _sender(self, beat: hb.HostHeartbeat, peer: Identity) -> Identity:
         if peer.role is not Role.HOST or (peer.runtime, peer.host_id) != (beat.runtime, beat.host_id):
@@ -210,9 +244,12 @@ class RouteCache:
                 and prev.address == address
                 and prev.invoke_address == invoke_address
             ):
-                ready = r.phase == _READY
+                ready, concurrency, queue = r.phase == _READY, max(1, r.concurrency), max(0, r.queue)
+                same = prev.ready is ready and prev.concurrency == concurrency and prev.queue == queue
                 # keyed by the route's own uid string: the beat's copy is not kept as well
-                routes[prev.run_uid] = prev if prev.ready is ready else replace(prev, ready=ready)
+                routes[prev.run_uid] = (
+                    prev if same else replace(prev, ready=ready, concurrency=concurrency, queue=queue)
+                )
                 unrouted.discard(r.run_uid)
             else:
                 pending.append(r)
@@ -269,6 +306,10 @@ class RouteCache:
             address=sys.intern(beat.address),
             invoke_address=sys.intern(beat.invoke_address),
             signed=_signed(r.assignment),
+            function_uid=a.function_uid,
+            revision=a.revision,
+            concurrency=max(1, r.concurrency),
+            queue=max(0, r.queue),
         )
 
     def _commit(
@@ -318,10 +359,15 @@ class RouteCache:
                 if held is not None and held.run_uid is not route.run_uid:
                     del self._routes[run_uid]  # an assignment keeps the old key: the old string
                 self._routes[route.run_uid] = route  # keyed by the route's own uid string
+                before = held
             elif isinstance(held, Route):
                 self._routes[route.run_uid] = {held.host_uid: held, host_uid: route}
+                before = None
             else:
+                before = held.get(host_uid)
                 held[host_uid] = route
+            if before is not route and (route.function_uid or (before is not None and before.function_uid)):
+                self._index(before, route)
 
     def forget(self, host_uid: str) -> None:
         host = self._hosts.pop(host_uid, None)
@@ -331,6 +377,35 @@ class RouteCache:
             for run_uid in host.routes:
                 self._unlink(run_uid, host_uid)
 
+    def _index(self, before: Route | None, route: Route | None) -> None:
+        """The function index follows one (run, host) route from `before` to `route` (None: none)."""
+        if (
+            before is not None
+            and before.function_uid
+            and (route is None or route.function_uid != before.function_uid)
+        ):
+            replicas = self._functions.get(before.function_uid)
+            if replicas is not None:
+                replicas.pop((before.run_uid, before.host_uid), None)
+                if not replicas:
+                    del self._functions[before.function_uid]
+        if route is None or not route.function_uid:
+            return
+        uid = route.function_uid
+        replicas = self._functions.get(uid)
+        if replicas is None:
+            replicas = self._functions[uid] = {}
+        replicas[(route.run_uid, route.host_uid)] = route
+        seen = self._seen.get(uid)
+        if seen is None or seen.namespace != route.namespace:
+            seen = SeenFunction(route.namespace, function_name(route.name, route.revision))
+        self._seen.pop(uid, None)  # re-inserted last: the longest unseen are forgotten first
+        self._seen[uid] = seen
+        if len(self._seen) > MAX_FUNCTIONS_SEEN:
+            del self._seen[next(iter(self._seen))]
+        if route.ready and (before is None or not before.ready) and self.on_function_route is not None:
+            self.on_function_route(uid)
+
     def _unlink(self, run_uid: str, host_uid: str) -> None:
         held = self._routes.get(run_uid)
         if held is None:
@@ -338,8 +413,12 @@ class RouteCache:
         if isinstance(held, Route):
             if held.host_uid == host_uid:
                 del self._routes[run_uid]
+                if held.function_uid:
+                    self._index(held, None)
             return
-        held.pop(host_uid, None)
+        gone = held.pop(host_uid, None)
+        if gone is not None and gone.function_uid:
+            self._index(gone, None)
         if len(held) == 1:
             self._routes[run_uid] = next(iter(held.values()))
         elif not held:
@@ -363,6 +442,29 @@ class RouteCache:
         if best is not None and best.attempt < self._floors.get(run_uid, 1):
             return None
         return best
+
+    def function_routes(self, function_uid: str) -> list[Route]:
+        """The route of each replica of the Function, as `route` answers it for the replica's Run
+        (the highest attempt among live hosts, not below its floor); ready or not."""
+        replicas = self._functions.get(function_uid)
+        if not replicas:
+            return []
+        found: list[Route] = []
+        runs = {run_uid for run_uid, _ in replicas}
+        for run_uid in runs:
+            route = self.route(run_uid)  # may forget an expired host, and so change `replicas`
+            if route is not None and route.function_uid == function_uid:
+                found.append(route)
+        return found
+
+    def seen_function(self, function_uid: str) -> SeenFunction | None:
+        """What the cache last saw of the Function (its namespace and name), if it ever indexed one
+        of its replicas (among the last MAX_FUNCTIONS_SEEN)."""
+        return self._seen.get(function_uid)
+
+    def functions(self) -> int:
+        """How many Functions have a replica route now."""
+        return len(self._functions)
 
     def drop(self, run_uid: str, host_uid: str) -> None:
         """The host refused this route (fence): forget it until its next heartbeat says otherwise."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from kruntimes.gateway.app import GatewayState, build_app
 from kruntimes.gateway.auth import Authorizer
+from kruntimes.gateway.function_invoke import DEFAULT_WARMUP_S, Balancer
 from kruntimes.gateway.heartbeats import HeartbeatServer
 from kruntimes.gateway.invoke import Upstreams
 from kruntimes.gateway.listener import HttpLimits, Listener
@@ -69,6 +71,8 @@ class GatewayOptions:
     assignments: Verifier | None = None
     # False sends invokes to hosts' invoke ports in plaintext: only the invoke bench's baseline
     invoke_tls: bool = True
+    # how long a Function this gateway never saw answers 503, not 404 (hosts not heard from yet)
+    function_warmup_s: float = DEFAULT_WARMUP_S
 
 
 class GatewayConfigError(Exception):
@@ -94,6 +98,7 @@ class Gateway:
         self.upstreams = Upstreams(tls=options.peer_tls, invoke_tls=options.invoke_tls)
         self.heartbeats = HeartbeatServer(self.routes, options.heartbeat_listen, tls=options.peer_tls)
         self.metrics = GatewayMetrics()
+        self.balancer = Balancer(self.routes, self.metrics)  # a Function's replicas
         self.runner: web.AppRunner | None = None
         self.listener: Listener | None = None
         self.url = ""
@@ -109,7 +114,9 @@ class Gateway:
             metrics=self.metrics,
             ready=lambda: self.heartbeats.server is not None,
             limits=self.options.limits,
+            balancer=self.balancer,
         )
+        self.balancer.warm_until = time.monotonic() + self.options.function_warmup_s
         self.runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False, logger=http_log)
         await self.runner.setup()
         assert self.runner.server is not None

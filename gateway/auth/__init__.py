@@ -12,6 +12,8 @@ tens of megabytes of memory, which a gateway with the embedded authorizer does n
 from typing import TYPE_CHECKING, Any
 
 from kruntimes.gateway.auth.base import (
+    FUNCTIONS,
+    RUNS,
     AuthError,
     Authorizer,
     AuthUnavailable,
@@ -41,6 +43,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "FUNCTIONS",
+    "RUNS",
     "AuthError",
     "AuthUnavailable",
     "Authorizer",

@@ -27,13 +27,19 @@ class Principal:
     groups: tuple[str, ...]
 
 
+RUNS = "runs"
+FUNCTIONS = "functions"
+
+
 @dataclass(frozen=True)
 class Resource:
-    """The Run being invoked: what a decision is about."""
+    """The Run (or Function: `kind` FUNCTIONS, `run_uid` the Function's uid) being invoked: what a
+    decision is about. A binding for a namespace covers both kinds."""
 
     namespace: str
     name: str
     run_uid: str
+    kind: str = RUNS  # the Kubernetes resource (group kruntimes.io) a review asks about
 
 
 class Decision(enum.Enum):
@@ -78,6 +84,8 @@ __all__ = [
     "AuthError",
     "AuthUnavailable",
     "Authorizer",
+    "FUNCTIONS",
+    "RUNS",
     "Decision",
     "Forbidden",
     "Principal",

@@ -14,7 +14,7 @@ bindings:
 from __future__ import annotations
 
 from kruntimes.config.bindings import ANY_NAMESPACE, Binding, BindingsError, RoleBindings
-from kruntimes.gateway.auth.base import Forbidden, Principal, Resource, Unauthenticated
+from kruntimes.gateway.auth.base import FUNCTIONS, Forbidden, Principal, Resource, Unauthenticated
 from kruntimes.gateway.auth.tokens import TokenFile
 
 __all__ = ["ANY_NAMESPACE", "Binding", "BindingsError", "EmbeddedAuthorizer", "RoleBindings"]
@@ -32,8 +32,9 @@ class EmbeddedAuthorizer:
         if principal is None:
             raise Unauthenticated("unknown bearer token")
         if not self._bindings.allows(principal, resource.namespace):
+            kind = "Functions" if resource.kind == FUNCTIONS else "Runs"
             raise Forbidden(
-                f"user {principal.user!r} may not invoke Runs in namespace {resource.namespace!r}"
+                f"user {principal.user!r} may not invoke {kind} in namespace {resource.namespace!r}"
             )
         return principal
 

@@ -43,7 +43,7 @@ class _Outcome:
 
 
 def cache_key(token: str, resource: Resource) -> str:
-    material = "\0".join((token, resource.namespace, resource.name, resource.run_uid))
+    material = "\0".join((token, resource.namespace, resource.name, resource.run_uid, resource.kind))
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 

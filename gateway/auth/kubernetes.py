@@ -38,7 +38,7 @@ def access_review(resource: Resource) -> k8s.V1SelfSubjectAccessReview:
             resource_attributes=k8s.V1ResourceAttributes(
                 verb=INVOKE_VERB,
                 group=RUNS_GROUP,
-                resource=RUNS_RESOURCE,
+                resource=resource.kind,
                 namespace=resource.namespace,
                 name=resource.name,
             )

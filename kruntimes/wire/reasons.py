@@ -179,6 +179,11 @@ class GatewayReason(StrEnum):
     UNAUTHENTICATED = ("Unauthenticated", 401, "no, malformed, unknown or rejected bearer token")
     FORBIDDEN = ("Forbidden", 403, "the caller may not `get` this Run")
     RUN_NOT_FOUND = ("RunNotFound", 404, "unknown uid, or not of this namespace and runtime")
+    FUNCTION_NOT_FOUND = (
+        "FunctionNotFound",
+        404,
+        "a Function's URL: no replica of a Function of this uid in this namespace was ever seen",
+    )
     PAYLOAD_TOO_LARGE = ("PayloadTooLarge", 413, "the body is over 1 MiB (refused before it is read whole)")
     REQUEST_BODY_TIMEOUT = (
         "RequestBodyTimeout",
@@ -204,6 +209,13 @@ class GatewayReason(StrEnum):
         "the function's host runs as many invocations as it may (its --max-invocations); it did not run",
         1,
     )
+    REPLICAS_FULL = (
+        "ReplicasFull",
+        429,
+        "a Function's URL: every Ready replica runs as many invocations as its concurrency and the "
+        "gateway's wait for the Function is full; it did not run",
+        1,
+    )
     INTERNAL_ERROR = ("InternalError", 500, "a bug in the gateway (logged); the function may have run")
     OWNER_UNREACHABLE = ("OwnerUnreachable", 502, "the owner failed after dispatch; never retried")
     FUNCTION_PROCESS_EXITED = (
@@ -218,6 +230,12 @@ class GatewayReason(StrEnum):
         "status, another invocation's id); never passed on, never retried",
     )
     RUN_NOT_READY = ("RunNotReady", 503, "the Run is known but not ready, or cannot serve right now", 1)
+    NO_READY_REPLICA = (
+        "NoReadyReplica",
+        503,
+        "a Function's URL: the Function is known but has no Ready replica now; it did not run",
+        2,
+    )
     ROUTE_STALE = ("RouteStale", 503, "the Run's registration moved to another generation", 1)
     OWNER_UNAVAILABLE = (
         "OwnerUnavailable",

@@ -1,0 +1,335 @@
+"""POST /v1/namespaces/{namespace}/functions/{uid}:invoke — a Function's URL (issue #43).
+
+The same hot path as a Run's (gateway/invoke.py, whose dispatch and answers this reuses): route
+cache → cached authorization (the Function in its namespace: a binding for the namespace covers
+it) → the body (bounded in size and rate) → one InvokeFunction on one replica's host → the
+gateway's own answer. What differs is which route: a Function has many replicas (Runs whose signed
+assignment names the Function's uid), and the `Balancer` picks one.
+
+Balancing, as this gateway counts (each gateway counts its own invocations; a host still refuses
+past its own concurrency and queue, 429 as for a Run):
+- the Ready replica of the Function in the request's namespace with the fewest invocations in
+  flight from this gateway, ties in turn; never one already at its concurrency while another has
+  room;
+- when every Ready replica is at its concurrency, the invocation waits at the gateway in a FIFO
+  per Function (at most MAX_WAITING_PER_FUNCTION, and MAX_WAITING over all Functions; beyond: 429
+  ReplicasFull), at most its own timeout (then 429 QueueTimeout: it never ran); a slot freed by
+  one of the Function's invocations, or a replica that appears or becomes Ready, goes to the
+  first waiter. A caller that hangs up while waiting is withdrawn;
+- no Ready replica: 503 NoReadyReplica with Retry-After (scale from zero comes later); a uid never
+  seen in this namespace (or never at all): 404 FunctionNotFound, the same answer either way, so
+  a uid's existence in another namespace is not told.
+
+Nothing is retried after dispatch. An invocation that was not delivered (503: the connection was
+refused, the route went away, the host refused the fence or cannot serve) tries one other replica
+with room, once; the time it waited counts against its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from kruntimes.api.names import is_run_uid
+from kruntimes.gateway.auth import FUNCTIONS, Authorizer, Forbidden, Resource, bearer_token
+from kruntimes.gateway.errors import Busy, ClientAborted, NotFound, OwnerUnavailable, RunNotReady
+from kruntimes.gateway.invoke import (
+    INVOCATION_ID,
+    InvokeHandler,
+    Upstreams,
+    invocation_id,
+    read_body,
+    requested_timeout_s,
+)
+from kruntimes.gateway.listener import GatewayProtocol, HttpLimits
+from kruntimes.gateway.metrics import GatewayMetrics
+from kruntimes.gateway.routes import Route, RouteCache
+from kruntimes.temporal.known_runs import KnownRuns
+from kruntimes.wire import headers
+from kruntimes.wire.reasons import GatewayReason as R
+
+log = logging.getLogger("kruntimes.gateway.invoke")
+
+MAX_WAITING_PER_FUNCTION = 1_000
+MAX_WAITING = 10_000
+# A fresh gateway has not heard every host yet: a Function it has not seen is not yet "not found".
+DEFAULT_WARMUP_S = 10.0
+# where the access log finds the replica an invocation went to
+REPLICA = web.RequestKey("replica_run_uid", str)
+
+
+def _full() -> Busy:
+    return Busy(
+        "every replica of the Function runs as many invocations as it takes and the gateway's wait "
+        "for it is full; it did not run, retry later",
+        reason=R.REPLICAS_FULL,
+    )
+
+
+def _no_replica(message: str = "the Function has no Ready replica now; it did not run") -> RunNotReady:
+    return RunNotReady(message, reason=R.NO_READY_REPLICA)
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[Route]
+    namespace: str
+
+
+class Balancer:
+    """Which replica of a Function takes an invocation, and the waits at the gateway when none
+    has room. Runs on the gateway's event loop: no locks."""
+
+    def __init__(
+        self,
+        routes: RouteCache,
+        metrics: GatewayMetrics | None = None,
+        *,
+        max_waiting_per_function: int = MAX_WAITING_PER_FUNCTION,
+        max_waiting: int = MAX_WAITING,
+        warmup_s: float = DEFAULT_WARMUP_S,
+    ) -> None:
+        self.routes = routes
+        # until then a Function never seen may live on a host not heard yet: 503, not 404
+        self.warm_until = time.monotonic() + warmup_s
+        self.metrics = metrics
+        self.max_waiting_per_function = max_waiting_per_function
+        self.max_waiting = max_waiting
+        self._in_flight: dict[str, int] = {}  # replica run uid → its invocations from this gateway
+        self._waiters: dict[str, deque[_Waiter]] = {}  # function uid → its waits, first first
+        self._waiting = 0
+        self._turns = itertools.count()  # ties go in turn
+        self._appeared: set[str] = set()  # functions with a new ready route, served soon
+        routes.on_function_route = self._route_appeared
+
+    def in_flight(self, run_uid: str) -> int:
+        """This gateway's invocations on a replica now."""
+        return self._in_flight.get(run_uid, 0)
+
+    def waiting(self, function_uid: str | None = None) -> int:
+        """Invocations waiting at this gateway (for one Function, or all)."""
+        if function_uid is None:
+            return self._waiting
+        return len(self._waiters.get(function_uid, ()))
+
+    def ready(self, function_uid: str, namespace: str) -> bool:
+        """Whether the Function has a Ready replica in `namespace`."""
+        return any(r.ready and r.namespace == namespace for r in self.routes.function_routes(function_uid))
+
+    def choose(self, function_uid: str, namespace: str, *, avoid: str = "") -> Route | None:
+        """The Ready replica with room and the fewest in flight (ties in turn), its slot taken;
+        None if no Ready replica has room. `avoid`: a replica run uid not to choose."""
+        least: list[Route] = []
+        fewest = 0
+        for route in self.routes.function_routes(function_uid):
+            if not route.ready or route.namespace != namespace or route.run_uid == avoid:
+                continue
+            n = self._in_flight.get(route.run_uid, 0)
+            if n >= route.concurrency:
+                continue
+            if not least or n < fewest:
+                least, fewest = [route], n
+            elif n == fewest:
+                least.append(route)
+        if not least:
+            return None
+        if len(least) > 1:
+            least.sort(key=lambda r: r.run_uid)  # a stable order for the turns
+            route = least[next(self._turns) % len(least)]
+        else:
+            route = least[0]
+        self._in_flight[route.run_uid] = fewest + 1
+        if self.metrics is not None:
+            self.metrics.function_in_flight.inc()
+        return route
+
+    def release(self, route: Route) -> None:
+        """The invocation on `route` ended (or was never sent): its slot goes to the Function's
+        first waiter, if any."""
+        n = self._in_flight.get(route.run_uid, 0) - 1
+        if n > 0:
+            self._in_flight[route.run_uid] = n
+        else:
+            self._in_flight.pop(route.run_uid, None)
+        if self.metrics is not None:
+            self.metrics.function_in_flight.dec()
+        if route.function_uid in self._waiters:
+            self._serve(route.function_uid)
+
+    def _serve(self, function_uid: str) -> None:
+        """Hand the slots free now to the Function's waiters, first first."""
+        waiters = self._waiters.get(function_uid)
+        while waiters:
+            head = waiters[0]
+            route = self.choose(function_uid, head.namespace)
+            if route is None:
+                break
+            waiters.popleft()
+            self._waiting -= 1
+            if self.metrics is not None:
+                self.metrics.function_waiting.dec()
+            head.future.set_result(route)
+        if not waiters:
+            self._waiters.pop(function_uid, None)
+
+    def _route_appeared(self, function_uid: str) -> None:
+        # Called while the route cache applies a beat: served once that beat is applied.
+        if function_uid in self._waiters and function_uid not in self._appeared:
+            self._appeared.add(function_uid)
+            asyncio.get_running_loop().call_soon(self._serve_appeared, function_uid)
+
+    def _serve_appeared(self, function_uid: str) -> None:
+        self._appeared.discard(function_uid)
+        self._serve(function_uid)
+
+    def _outcome(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.function_waits.labels(outcome).inc()
+
+    def _withdraw(self, function_uid: str, waiters: deque[_Waiter], waiter: _Waiter) -> Route | None:
+        """The wait is over: the route it was handed, or None (and it leaves the queue)."""
+        if waiter.future.done():
+            return waiter.future.result()
+        waiter.future.cancel()
+        with contextlib.suppress(ValueError):
+            waiters.remove(waiter)
+            self._waiting -= 1
+            if self.metrics is not None:
+                self.metrics.function_waiting.dec()
+        if not waiters and self._waiters.get(function_uid) is waiters:
+            del self._waiters[function_uid]
+        return None
+
+    async def acquire(
+        self, function_uid: str, namespace: str, *, timeout_s: float, lost: asyncio.Future[None]
+    ) -> Route:
+        """A replica route with its slot taken (release it when the invocation ends): at once if
+        one has room and nobody waits before, else after a wait of at most `timeout_s`. Raises
+        RunNotReady (no Ready replica), Busy (the wait is full, or timed out) or ClientAborted
+        (`lost` happened while waiting)."""
+        if function_uid in self._waiters:
+            self._serve(function_uid)  # whoever waits goes first
+        if function_uid not in self._waiters:
+            route = self.choose(function_uid, namespace)
+            if route is not None:
+                return route
+        if not self.ready(function_uid, namespace):
+            raise _no_replica()
+        waiters = self._waiters.get(function_uid)
+        if self._waiting >= self.max_waiting or (
+            waiters is not None and len(waiters) >= self.max_waiting_per_function
+        ):
+            self._outcome("full")
+            raise _full()
+        if waiters is None:
+            waiters = self._waiters[function_uid] = deque()
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), namespace)
+        waiters.append(waiter)
+        self._waiting += 1
+        if self.metrics is not None:
+            self.metrics.function_waiting.inc()
+        try:
+            await asyncio.wait((waiter.future, lost), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the gateway stops: a slot handed meanwhile goes on
+            handed = self._withdraw(function_uid, waiters, waiter)
+            if handed is not None:
+                self.release(handed)
+            raise
+        route = self._withdraw(function_uid, waiters, waiter)
+        if route is not None and not lost.done():
+            self._outcome("dispatched")
+            return route
+        if route is not None:  # handed a slot just as the caller hung up: the next waiter gets it
+            self.release(route)
+        if lost.done():
+            self._outcome("withdrawn")
+            raise ClientAborted()
+        self._outcome("timeout")
+        raise Busy(
+            "every replica of the Function stayed full for the invocation's timeout; it did not run, "
+            "retry later",
+            reason=R.QUEUE_TIMEOUT,
+        )
+
+
+def _lost(request: web.Request) -> asyncio.Future[None]:
+    if isinstance(request.protocol, GatewayProtocol):
+        return request.protocol.lost()
+    return asyncio.get_running_loop().create_future()  # not the gateway's listener: never lost
+
+
+class FunctionInvokeHandler(InvokeHandler):
+    """A Function's URL: the Run path's dispatch and answers, to a replica the Balancer picks."""
+
+    def __init__(
+        self,
+        *,
+        routes: RouteCache,
+        known: KnownRuns,
+        authorizer: Authorizer,
+        upstreams: Upstreams,
+        balancer: Balancer,
+        limits: HttpLimits | None = None,
+    ) -> None:
+        super().__init__(
+            routes=routes, known=known, authorizer=authorizer, upstreams=upstreams, limits=limits
+        )
+        self.balancer = balancer
+
+    async def __call__(self, request: web.Request) -> web.Response:
+        inv = invocation_id(request)
+        request[INVOCATION_ID] = inv
+        namespace = request.match_info["namespace"]
+        function_uid = request.match_info["uid"]
+        token = bearer_token(request.headers.get(headers.AUTHORIZATION))
+        seen = self.routes.seen_function(function_uid) if is_run_uid(function_uid) else None
+        if seen is None or seen.namespace != namespace:
+            unknown = Resource(namespace=namespace, name="", run_uid="", kind=FUNCTIONS)
+            if is_run_uid(function_uid) and time.monotonic() < self.balancer.warm_until:
+                await self.authorizer.authorize(token, unknown)
+                raise RunNotReady("the gateway is starting", reason=R.NO_READY_REPLICA, retry_after=1)
+            # Authenticate first: a caller without a valid token learns nothing (401 either way);
+            # a valid one gets the same 404 whether or not the uid lives in another namespace.
+            with contextlib.suppress(Forbidden):
+                await self.authorizer.authorize(token, unknown)
+            raise NotFound("no such Function in this namespace", reason=R.FUNCTION_NOT_FOUND)
+        await self.authorizer.authorize(
+            token, Resource(namespace=namespace, name=seen.name, run_uid=function_uid, kind=FUNCTIONS)
+        )
+        timeout_s = requested_timeout_s(request)
+        if not self.balancer.ready(function_uid, namespace):  # refused before the body is read
+            raise _no_replica()
+        payload = await read_body(request, self.limits)
+        started = time.monotonic()
+        route = await self.balancer.acquire(function_uid, namespace, timeout_s=timeout_s, lost=_lost(request))
+        try:
+            request[REPLICA] = route.run_uid
+            remaining = max(0.001, timeout_s - (time.monotonic() - started))
+            try:
+                answer = await self._dispatch(route, inv, payload, remaining)
+            except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: one other replica
+                other = self.balancer.choose(function_uid, namespace, avoid=route.run_uid)
+                if other is None:
+                    raise undelivered from None
+                log.info(
+                    "invoke not delivered; another replica tried",
+                    extra={"run_uid": route.run_uid, "reason": str(undelivered.reason)},
+                )
+                self.balancer.release(route)
+                route = other
+                request[REPLICA] = route.run_uid
+                remaining = max(0.001, timeout_s - (time.monotonic() - started))
+                answer = await self._dispatch(route, inv, payload, remaining)
+        finally:
+            self.balancer.release(route)
+        return self._answer(answer, inv)
+
+
+__all__ = ["REPLICA", "Balancer", "FunctionInvokeHandler"]
