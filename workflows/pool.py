@@ -118,7 +118,11 @@ SIGNAL_BUDGET = timedelta(seconds=1.5)
 # A run continues as new at this length even before the server suggests it: a task the worker
 # must replay replays the whole run, which has to stay well within the task timeout.
 MAX_RUN_EVENTS = 1_000
-ALARM_SLACK = timedelta(milliseconds=1)  # an alarm this much later than wanted is still kept
+ALARM_SLACK = timedelta(milliseconds=1)
+# Queued Runs are placed in admission.fair_order (tenants take turns by their queueShare), not
+# FIFO: one tenant's backlog no longer holds back another tenant's next Run. A history recorded
+# before it places its queue FIFO.
+PATCH_FAIR_QUEUE = "pool-fair-queue"  # an alarm this much later than wanted is still kept
 # Reading a host's slots back retries until it succeeds: the pool decides nothing without them.
 SLOTS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
 # Signalling retries until it succeeds: an answer that never arrives leaves a Run waiting forever.
@@ -151,6 +155,7 @@ class RuntimePoolWorkflow:
         self._handed: dict[str, str] = {}
         self._wake = False  # an operator changed the admission control: the loop applies it
         self._started = False
+        self._fair = False  # PATCH_FAIR_QUEUE, asked for in the run's first activation
 
     # -- signals are queued; the main loop decides in batches --------------------------------------
 
@@ -270,6 +275,7 @@ class RuntimePoolWorkflow:
 
     @workflow.run
     async def run(self, input: PoolInput) -> None:
+        self._fair = workflow.patched(PATCH_FAIR_QUEUE)
         self.config = input.config
         state = input.state or PoolState()
         self._index = admission.ReservationIndex(state.reservations)
@@ -517,6 +523,7 @@ class RuntimePoolWorkflow:
             default_provider=rt.provider,
             providers=self.config.providers,
             paused=self.state.admission.paused,
+            fair=self._fair,
         )
         if isinstance(decision, AssignToInstance):
             self._assign(msg, decision, outbox)
@@ -570,6 +577,7 @@ class RuntimePoolWorkflow:
             hosts=self.state.hosts,
             reservations=(),
             index=self._index,
+            fair=self._fair,
         )
         if not placements:
             return
@@ -594,6 +602,7 @@ class RuntimePoolWorkflow:
                 pending_scale_outs=self.state.scaleOuts,
                 runtime=self.config.runtime.name,
                 index=self._index,
+                fair=self._fair,
             )
         )
         if not again:

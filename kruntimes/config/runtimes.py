@@ -20,6 +20,10 @@
     tenants:
       - name: tenant-a
         mode: Dedicated
+        maxHosts: 3         # hosts of its own, per runtime
+        maxRunsPerHost: 5   # its Runs on one host at once
+        queueLimit: 500     # its Runs waiting in one runtime's queue
+        queueShare: 0.5     # the part of a runtime's queue it may fill; its weight when placed
     queueLimit: 1000
     heartbeatIntervalSeconds: 5
     reconcileIntervalSeconds: 60  # the orphan collection of every runtime
@@ -396,6 +400,13 @@ class TenantConfig(ApiModel):
     preferDedicatedCapacity: StrictBool = True
     group: Annotated[str, _label("group")] | None = None
     maxHosts: StrictInt | None = Field(default=None, ge=0, le=MAX_HOSTS_LIMIT)
+    # Its Runs on one host at once, whoever owns the host (Shared hosts included).
+    maxRunsPerHost: StrictInt | None = Field(default=None, ge=1, le=MAX_RUNS_PER_HOST)
+    # Its Runs waiting in one runtime's queue; beyond it, its next Run is rejected (QueueFull).
+    queueLimit: StrictInt | None = Field(default=None, ge=0, le=MAX_QUEUE_LIMIT)
+    # The part of each runtime's queue it may fill (0 < share <= 1), and its weight when queued
+    # Runs are placed: freed slots go round the tenants with Runs waiting, in proportion to it.
+    queueShare: StrictFloat | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _valid_policy(self) -> Self:

@@ -44,6 +44,8 @@ from kruntimes.decisions.scheduling.model import (
 DEFAULT_PROVIDER = "process"
 
 _HostKey = tuple[str, str]
+# A host incarnation and a tenant (None: Runs without one): how many of its Runs the host holds.
+_TenantKey = tuple[str, str, str | None]
 
 
 class ReservationConflict(ValueError):
@@ -122,11 +124,12 @@ class ReservationIndex:
     keeps each reservation compact (`Held`); `changed` gathers the host incarnations whose
     reservations they changed (the caller clears what it has dealt with)."""
 
-    __slots__ = ("changed", "held", "load")
+    __slots__ = ("changed", "held", "load", "tenant_load")
 
     def __init__(self, reservations: Iterable[Reservation] = ()) -> None:
         self.held = Held()
         self.load: Counter[_HostKey] = Counter()
+        self.tenant_load: Counter[_TenantKey] = Counter()
         self.changed: set[str] = set()
         for r in reservations:
             self.add(r)
@@ -136,6 +139,7 @@ class ReservationIndex:
             raise ReservationConflict("AlreadyReserved", f"run {reservation.runUid} already holds a slot")
         self.held.put(reservation)
         self.load[(reservation.hostId, reservation.hostUid)] += 1
+        self.tenant_load[(reservation.hostId, reservation.hostUid, reservation.tenant)] += 1
         self.changed.add(reservation.hostUid)
 
     def remove(self, run_uid: RunUid) -> Reservation | None:
@@ -146,6 +150,10 @@ class ReservationIndex:
             self.load[key] -= 1
             if self.load[key] <= 0:
                 del self.load[key]
+            whose = (*key, reservation.tenant)
+            self.tenant_load[whose] -= 1
+            if self.tenant_load[whose] <= 0:
+                del self.tenant_load[whose]
         return reservation
 
     def used(self, host_uid: HostUid) -> int:
@@ -227,17 +235,27 @@ def _load(reservations: Iterable[Reservation]) -> Counter[_HostKey]:
     return Counter((r.hostId, r.hostUid) for r in reservations)
 
 
+def _tenant_load(reservations: Iterable[Reservation]) -> Counter[_TenantKey]:
+    return Counter((r.hostId, r.hostUid, r.tenant) for r in reservations)
+
+
 def free_slots(*, host: Host, reservations: Iterable[Reservation]) -> int:
     """Slots of ``host`` not reserved. Reservations of an older host with the same id do not count."""
     return max(0, host.capacity - _load(reservations)[_key(host)])
 
 
 def _candidates(
-    hosts: Iterable[Host], load: Counter[_HostKey], request: AdmissionRequest, policy: TenantPolicy
+    hosts: Iterable[Host],
+    load: Counter[_HostKey],
+    request: AdmissionRequest,
+    policy: TenantPolicy,
+    tenant_load: Counter[_TenantKey],
 ) -> list[Host]:
     # Eligible: the same runtime; state Ready (not draining, not stale: a stale host is Lost);
     # not a one-shot host that already took its Run; visible to the tenant; at least one free
-    # slot (one function process per slot here).
+    # slot (one function process per slot here); fewer of the tenant's Runs than its
+    # maxRunsPerHost.
+    cap = policy.maxRunsPerHost
     eligible = [
         h
         for h in hosts
@@ -245,6 +263,7 @@ def _candidates(
         and h.state is HostState.Ready
         and not h.spent
         and h.capacity - load[_key(h)] > 0
+        and (cap is None or tenant_load[(h.hostId, h.hostUid, request.tenant)] < cap)
         and _host_visible(h, request, policy)
     ]
 
@@ -266,7 +285,8 @@ def candidates(
     policy = request.policy
     if policy is None:
         return ()
-    return tuple(_candidates(hosts, _load(reservations), request, policy))
+    held = list(reservations)
+    return tuple(_candidates(hosts, _load(held), request, policy, _tenant_load(held)))
 
 
 # --- providers --------------------------------------------------------------------------------
@@ -330,6 +350,49 @@ def _unmaterialized(pending: Iterable[ScaleOutRequest], hosts: Sequence[Host]) -
     return [s for s in pending if s.hostId is None or s.hostId not in known]
 
 
+# --- the queue across tenants -----------------------------------------------------------------
+
+
+def fair_order(queue: Sequence[AdmissionRequest]) -> list[AdmissionRequest]:
+    """The queue in the order its Runs are placed: each tenant's Runs (those without a tenant
+    are one more sub-queue) in their own FIFO order, the tenants taking turns in proportion to
+    their weight (TenantPolicy.queueShare; 1 without one).
+
+    Weighted fair queueing over the queue as it is now: a tenant's k-th queued Run (from 1)
+    finishes at k / weight, and Runs go in order of that, ties to the tenant whose oldest queued
+    Run is oldest, then to queue order. So ahead of a tenant's next Run stand at most about
+    weight(other) / weight(own) Runs of each other tenant, however long that tenant's backlog;
+    with one tenant it is the FIFO order.
+    """
+    rank: dict[str | None, int] = {}
+    taken: dict[str | None, int] = {}
+    keyed: list[tuple[float, int, int]] = []
+    for position, request in enumerate(queue):
+        tenant = request.tenant
+        order = rank.setdefault(tenant, len(rank))
+        k = taken.get(tenant, 0) + 1
+        taken[tenant] = k
+        policy = request.policy
+        weight = 1.0 if policy is None else policy.weight
+        keyed.append((k / weight, order, position))
+    keyed.sort()
+    return [queue[position] for _, _, position in keyed]
+
+
+def _tenant_queue_full(
+    request: AdmissionRequest, policy: TenantPolicy, queue: Sequence[AdmissionRequest], *, max_queue: int
+) -> str | None:
+    """Why the tenant's own part of the queue is full (its queueLimit or queueShare), or None."""
+    limit = policy.queue_limit(runtime_limit=max_queue)
+    if limit is None:
+        return None
+    most, which = limit
+    mine = sum(1 for q in queue if q.tenant == request.tenant)
+    if mine < most:
+        return None
+    return f"tenant {request.tenant!r} holds its {which} in the {request.runtime!r} queue"
+
+
 def admit(
     *,
     request: AdmissionRequest,
@@ -344,6 +407,7 @@ def admit(
     providers: Collection[str] | None = None,
     index: ReservationIndex | None = None,
     paused: bool = False,
+    fair: bool = False,
 ) -> Decision:
     """Decide for one request: AssignToInstance, QueueGlobally, RequestScaleOut or Reject.
 
@@ -361,6 +425,11 @@ def admit(
 
     ``paused`` (an operator paused the runtime's admission): after steps 1 and 2, the run waits
     in the FIFO (QueueGlobally) or, no room, Reject(QueueFull); nothing is placed or scaled out.
+
+    The tenant's own part of the queue (TenantPolicy.queueLimit, queueShare) is room as the
+    runtime's is: its Runs beyond it are Reject(QueueFull) naming the tenant's limit. ``fair``:
+    the queue is placed in ``fair_order``, so the Runs that compete with this one for capacity
+    on its way (step 5) are those ahead of it in that order, not every earlier one.
 
     ``index``, when given, is ``reservations`` indexed (ReservationIndex): it is read instead of
     scanning them.
@@ -386,7 +455,12 @@ def admit(
         if queued.runUid == request.runUid:
             return QueueGlobally(position=position)
 
+    tenant_full = _tenant_queue_full(request, policy, queue, max_queue=max_queue)
     if paused:
+        if tenant_full is not None:
+            return Reject(
+                reason=RejectReason.QueueFull, message=f"admission to {runtime!r} is paused; {tenant_full}"
+            )
         if len(queue) >= max_queue:
             return Reject(
                 reason=RejectReason.QueueFull,
@@ -396,10 +470,12 @@ def admit(
 
     pool = [h for h in hosts if h.runtime == runtime]
     load = index.load
-    found = _candidates(pool, load, request, policy)
+    found = _candidates(pool, load, request, policy, index.tenant_load)
     if found:
         return AssignToInstance(hostId=found[0].hostId, hostUid=found[0].hostUid)
 
+    if tenant_full is not None:
+        return Reject(reason=RejectReason.QueueFull, message=f"no free slot and {tenant_full}")
     if len(queue) >= max_queue:
         return Reject(
             reason=RejectReason.QueueFull,
@@ -414,9 +490,14 @@ def admit(
         if h.state in PROVISIONING_STATES
     ] + [_Source(s.tenancy, s.tenant, s.tenantGroup, s.slots) for s in pending]
     mine = [s for s in sources if s.visible_to(request)]
-    supply = sum(s.slots for s in mine)
+    cap = policy.maxRunsPerHost
+    supply = sum(s.slots if cap is None else min(s.slots, cap) for s in mine)
     if supply > 0:
-        competing = sum(1 for q in queue if q.runtime == runtime and any(s.visible_to(q) for s in mine))
+        ahead: Sequence[AdmissionRequest] = queue
+        if fair:
+            ordered = fair_order([*queue, request])
+            ahead = ordered[: next(i for i, q in enumerate(ordered) if q is request)]
+        competing = sum(1 for q in ahead if q.runtime == runtime and any(s.visible_to(q) for s in mine))
         if competing + 1 <= supply:
             return QueueGlobally(position=position)
 
@@ -459,10 +540,12 @@ def next_from_queue(
     hosts: Sequence[Host],
     reservations: Sequence[Reservation],
     index: ReservationIndex | None = None,
+    fair: bool = False,
 ) -> tuple[Placement, ...]:
-    """The queued requests that can take a slot now, in FIFO order, each with its host.
+    """The queued requests that can take a slot now, in FIFO order (``fair``: in ``fair_order``),
+    each with its host.
 
-    Slots are handed out in queue order, so an earlier request always wins a slot a later one
+    Slots are handed out in that order, so an earlier request always wins a slot a later one
     could also use. A request that cannot be placed does not block later ones (no head-of-line
     blocking): tenants' capacity is disjoint, so each queued request is decided on its own. A run
     that already holds a reservation, or repeats an earlier entry, is skipped.
@@ -470,18 +553,20 @@ def next_from_queue(
     if index is None:
         index = ReservationIndex(reservations)
     load = Counter(index.load)
+    tenant_load = Counter(index.tenant_load)
     held = index.held
     placed: set[str] = set()
     out: list[Placement] = []
-    for request in queue:
+    for request in fair_order(queue) if fair else queue:
         policy = request.policy
         if policy is None or request.runUid in placed or request.runUid in held:
             continue
-        found = _candidates(hosts, load, request, policy)
+        found = _candidates(hosts, load, request, policy, tenant_load)
         if not found:
             continue
         host = found[0]
         load[_key(host)] += 1
+        tenant_load[(host.hostId, host.hostUid, request.tenant)] += 1
         placed.add(request.runUid)
         out.append(Placement(request, AssignToInstance(hostId=host.hostId, hostUid=host.hostUid)))
     return tuple(out)
@@ -494,8 +579,10 @@ def uncovered(
     pending_scale_outs: Sequence[ScaleOutRequest],
     runtime: RuntimeName,
     index: ReservationIndex | None = None,
+    fair: bool = False,
 ) -> tuple[RunUid, ...]:
-    """The queued requests that no capacity on its way covers any more, in FIFO order.
+    """The queued requests that no capacity on its way covers any more, in FIFO order
+    (``fair``: in ``fair_order``, the order they would be placed in).
 
     A request queued behind capacity on its way (a provisioning host, a pending scale-out) it can
     see. Once that capacity arrives and the requests it could take are placed (next_from_queue),
@@ -515,18 +602,26 @@ def uncovered(
         if h.state in PROVISIONING_STATES
     ] + [_Source(s.tenancy, s.tenant, s.tenantGroup, s.slots) for s in pending]
     left = [s.slots for s in sources]
+    # a source's slots one tenant may take: its maxRunsPerHost of them at most
+    mine: Counter[tuple[int, str | None]] = Counter()
     out: list[RunUid] = []
-    for request in queue:
+    for request in fair_order(queue) if fair else queue:
         if request.runUid in index.held:
             continue
+        cap = None if request.policy is None else request.policy.maxRunsPerHost
         taken = next(
-            (i for i, s in enumerate(sources) if left[i] > 0 and s.visible_to(request)),
+            (
+                i
+                for i, s in enumerate(sources)
+                if left[i] > 0 and (cap is None or mine[(i, request.tenant)] < cap) and s.visible_to(request)
+            ),
             None,
         )
         if taken is None:
             out.append(request.runUid)
         else:
             left[taken] -= 1
+            mine[(taken, request.tenant)] += 1
     return tuple(out)
 
 

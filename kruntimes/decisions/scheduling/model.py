@@ -11,12 +11,13 @@ tenant group). A tenant's ``TenantPolicy`` says which of those it may see; the r
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 
-from kruntimes.api._base import ApiModel, StatusMessage, StrictBool, StrictInt
+from kruntimes.api._base import ApiModel, StatusMessage, StrictBool, StrictFloat, StrictInt
 from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.decisions.scheduling.failures import ProviderFailure, ProviderName
@@ -126,6 +127,13 @@ class TenantPolicy(ApiModel):
     group: Annotated[str, _label("group")] | None = None
     # Hosts this tenant's scope may hold at most; None: only the runtime's maxHosts.
     maxHosts: StrictInt | None = Field(default=None, ge=0)
+    # This tenant's Runs one host takes at most at once, whoever owns it; None: the host's slots.
+    maxRunsPerHost: StrictInt | None = Field(default=None, ge=1)
+    # This tenant's Runs one runtime's queue holds at most; None: only the runtime's queueLimit.
+    queueLimit: StrictInt | None = Field(default=None, ge=0)
+    # The part of a runtime's queue (its queueLimit) this tenant's Runs may fill, and its weight
+    # when queued Runs are placed (turns in proportion to it); None: 1, all of it.
+    queueShare: StrictFloat | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _dedicated_never_falls_back(self) -> Self:
@@ -134,6 +142,24 @@ class TenantPolicy(ApiModel):
         if self.mode is TenancyMode.Dedicated and self.allowSharedFallback:
             raise ValueError("allowSharedFallback: a Dedicated tenant never falls back to shared capacity")
         return self
+
+    @property
+    def weight(self) -> float:
+        """Its turns, relative to other tenants', when a runtime's queued Runs are placed."""
+        return 1.0 if self.queueShare is None else self.queueShare
+
+    def queue_limit(self, *, runtime_limit: int) -> tuple[int, str] | None:
+        """The most of this tenant's Runs a runtime's queue (of ``runtime_limit``) may hold, and
+        which setting says so; None when only the runtime's own limit applies."""
+        limits: list[tuple[int, str]] = []
+        if self.queueLimit is not None:
+            limits.append((self.queueLimit, f"queueLimit of {self.queueLimit}"))
+        if self.queueShare is not None:
+            room = math.ceil(self.queueShare * runtime_limit - 1e-9)
+            limits.append((room, f"queueShare {self.queueShare:g} of {runtime_limit} ({room} Runs)"))
+        if not limits:
+            return None
+        return min(limits, key=lambda limit: limit[0])
 
 
 # The policy of a run that names no tenant: the shared pool.

@@ -1,0 +1,112 @@
+"""Fair ordering of a runtime's queue across tenants: one tenant's backlog holds back another
+tenant's next Run by at most its share, whatever the backlog's length."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kruntimes.decisions.scheduling.admission import admit, fair_order, next_from_queue, uncovered
+from kruntimes.decisions.scheduling.model import QueueGlobally, RequestScaleOut, TenantPolicy
+
+from .builders import RUNTIME, host, request, scale_out
+
+WEIGHTS = {"a": TenantPolicy(), "b": TenantPolicy(queueShare=0.5), "c": TenantPolicy(queueShare=0.25)}
+
+
+def queued(spec: str):
+    """'aab.' -> Runs a0, a1 of tenant a, b0 of b, s0 without a tenant, in that order."""
+    counts: dict[str, int] = {}
+    out = []
+    for ch in spec:
+        n = counts.get(ch, 0)
+        counts[ch] = n + 1
+        if ch == ".":
+            out.append(request(f"s{n}"))
+        else:
+            out.append(request(f"{ch}{n}", tenant=ch, tenancy=WEIGHTS[ch]))
+    return out
+
+
+def uids(requests):
+    return [r.runUid for r in requests]
+
+
+def test_one_tenant_keeps_its_fifo_order():
+    assert uids(fair_order(queued("aaaa"))) == ["a0", "a1", "a2", "a3"]
+
+
+def test_equal_tenants_take_turns_the_oldest_first():
+    assert uids(fair_order(queued("aaa.a."))) == ["a0", "s0", "a1", "s1", "a2", "a3"]
+
+
+def test_a_tenant_with_half_the_share_gets_every_other_turn():
+    assert uids(fair_order(queued("aaaaaabbb"))) == ["a0", "a1", "b0", "a2", "a3", "b1", "a4", "a5", "b2"]
+
+
+def test_a_late_tenants_first_run_is_placed_at_the_next_free_slot_not_behind_the_backlog():
+    queue = queued("a" * 50 + ".")
+    placed = next_from_queue(queue=queue, hosts=[host("h1", capacity=2)], reservations=(), fair=True)
+    assert uids(p.request for p in placed) == ["a0", "s0"]
+    fifo = next_from_queue(queue=queue, hosts=[host("h1", capacity=2)], reservations=(), fair=False)
+    assert uids(p.request for p in fifo) == ["a0", "a1"]
+
+
+def test_capacity_on_its_way_covers_a_late_tenant_ahead_of_the_backlog():
+    queue = queued("aaaa.")
+    pending = [scale_out(slots=2)]
+    fair = uncovered(queue=queue, hosts=[], pending_scale_outs=pending, runtime=RUNTIME, fair=True)
+    assert fair == ("a1", "a2", "a3")
+    assert uncovered(queue=queue, hosts=[], pending_scale_outs=pending, runtime=RUNTIME) == ("a2", "a3", "s0")
+
+
+def test_a_new_run_of_another_tenant_waits_for_capacity_its_turn_covers():
+    queue = queued("aaaa")
+    pending = [scale_out(slots=2)]
+    common = {
+        "hosts": [],
+        "reservations": (),
+        "queue": queue,
+        "pending_scale_outs": pending,
+        "runtime": RUNTIME,
+        "max_queue": 100,
+        "max_hosts": 4,
+    }
+    late = request("s0")
+    assert admit(request=late, fair=True, **common) == QueueGlobally(position=4)  # type: ignore[arg-type]
+    # in FIFO order the four queued Runs take both slots first: it asks for a host of its own
+    assert isinstance(admit(request=late, fair=False, **common), RequestScaleOut)  # type: ignore[arg-type]
+
+
+tenant_runs = st.lists(st.sampled_from("abc."), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tenant_runs)
+def test_fair_order_keeps_every_run_once_and_each_tenants_own_order(spec):
+    queue = queued("".join(spec))
+    ordered = fair_order(queue)
+    assert sorted(uids(ordered)) == sorted(uids(queue))
+    for tenant in "abc.":
+        mine = [r.runUid for r in queue if (r.tenant or ".") == tenant]
+        assert [r.runUid for r in ordered if (r.tenant or ".") == tenant] == mine
+
+
+def _weight(tenant: str) -> float:
+    return 1.0 if tenant == "." else WEIGHTS[tenant].weight
+
+
+@settings(max_examples=300, deadline=None)
+@given(tenant_runs, st.sampled_from("abc."))
+def test_ahead_of_a_tenants_next_run_stand_at_most_its_share_of_each_other_tenants_runs(spec, late):
+    """However long the backlog before it, a tenant arriving now with one Run has ahead of it at
+    most ceil(w(other) / w(own)) Runs of each other tenant."""
+    queue = queued("".join(spec) + late)
+    own = next(r.runUid for r in queue if (r.tenant or ".") == late)
+    ordered = fair_order(queue)
+    ahead = ordered[: uids(ordered).index(own)]
+    for other in set("abc.") - {late}:
+        bound = math.ceil(_weight(other) / _weight(late))
+        assert sum(1 for r in ahead if (r.tenant or ".") == other) <= bound
