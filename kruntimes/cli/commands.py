@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from kruntimes.api.function import Function, FunctionStatus
+from kruntimes.api.manifest import manifest_from_dict
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import API_VERSION, KIND, ManifestError, Run, yaml_problem
 from kruntimes.cli.components import name_what_is_missing
@@ -23,10 +25,14 @@ from kruntimes.cli.output import (
     RUN_COLUMNS,
     Progress,
     describe,
+    describe_function,
+    function_list_document,
+    functions_table,
     host_document,
     hosts_table,
     reconcile_line,
     render,
+    rollout_line,
     run_list_document,
     run_row,
     runs_table,
@@ -37,9 +43,10 @@ from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed, RunNotFound
-from kruntimes.sdk.results import RunObject
+from kruntimes.sdk.results import FunctionObject, InvokeResult, RunObject
 
 GROUP = "run.kruntimes.io"
+FUNCTION_GROUP = "function.kruntimes.io"
 
 
 class Io:
@@ -79,8 +86,23 @@ def _ns(args: argparse.Namespace) -> str:
 
 
 def read_manifests(filename: str, *, namespace: str | None, stdin: TextIO) -> list[Run]:
-    """The Runs of a YAML file (one or more documents); a relative source.path is taken from the
-    file's directory, and ``namespace`` (-n) fills in or must match the manifest's."""
+    """The Runs of a YAML file (one or more documents), as `read_documents` reads them; a
+    Function among them is a usage error (`krt apply -f` takes it)."""
+    runs = []
+    for document in read_documents(filename, namespace=namespace, stdin=stdin):
+        if isinstance(document, Function):
+            raise UsageError(
+                f"{filename}: function {document.metadata.name!r} is a Function, not a Run; "
+                "`krt apply -f` creates or updates it"
+            )
+        runs.append(document)
+    return runs
+
+
+def read_documents(filename: str, *, namespace: str | None, stdin: TextIO) -> list[Run | Function]:
+    """The Runs and Functions of a YAML file (one or more documents, each by its kind); a relative
+    source.path is taken from the file's directory, and ``namespace`` (-n) fills in or must match
+    the manifest's."""
     if filename == "-":
         text, base, where = stdin.read(), Path.cwd(), "<stdin>"
     else:
@@ -96,7 +118,7 @@ def read_manifests(filename: str, *, namespace: str | None, stdin: TextIO) -> li
         raise ManifestError([yaml_problem(e, where=where)]) from e
     if not documents:
         raise UsageError(f"{filename} holds no manifest")
-    runs = []
+    runs: list[Run | Function] = []
     for document in documents:
         if isinstance(document, dict) and isinstance(document.get("metadata"), dict):
             metadata = dict(document["metadata"])
@@ -116,7 +138,7 @@ def read_manifests(filename: str, *, namespace: str | None, stdin: TextIO) -> li
                     **document,
                     "spec": {**document["spec"], "source": {**source, "path": str(resolved)}},
                 }
-        runs.append(Run.from_dict(document))
+        runs.append(manifest_from_dict(document))
     return runs
 
 
@@ -231,21 +253,82 @@ async def wait_for(
 
 
 async def apply(args: argparse.Namespace, client: Client, io: Io) -> int:
-    return await _from_manifests(args, client, io, create=False)
+    """`krt apply -f`: each Run created unless an identical one runs, each Function created or
+    changed (`krt function apply -f`: Functions only)."""
+    documents = read_documents(args.filename, namespace=args.namespace, stdin=io.stdin)
+    only_functions = args.command == "function"
+    if only_functions:
+        runs = [d for d in documents if isinstance(d, Run)]
+        if runs:
+            raise UsageError(
+                f"{args.filename}: run {runs[0].metadata.name!r} is a Run, not a Function; "
+                "`krt apply -f` creates it"
+            )
+    results: list[RunObject | FunctionObject] = []
+    for document in documents:
+        if isinstance(document, Function):
+            applied = await client.functions.apply(document)
+            if args.output is None:
+                io.print(f"{FUNCTION_GROUP}/{document.metadata.name} {applied.action}")
+            results.append(applied.function)
+        else:
+            made = await client.apply(document)
+            if args.output is None:
+                io.print(f"{GROUP}/{document.metadata.name} {'created' if made.created else 'unchanged'}")
+            results.append(made.run)
+    if args.wait:
+        results = [
+            await wait_for_function(client, r, io, timeout=args.wait_timeout)
+            if isinstance(r, FunctionObject)
+            else await wait_for(client, r, io, timeout=args.wait_timeout, output=args.output)
+            for r in results
+        ]
+    if args.output is not None:
+        _print_objects(io, results, args.output, single=len(documents) == 1)
+    return 0
 
 
-async def _from_manifests(args: argparse.Namespace, client: Client, io: Io, *, create: bool) -> int:
-    """`krt apply -f` (an unchanged Run is left alone), or `krt run create -f` (each one is new)."""
+def _print_objects(io: Io, objects: list[RunObject | FunctionObject], output: str, *, single: bool) -> None:
+    runs = [o for o in objects if isinstance(o, RunObject)]
+    if len(runs) == len(objects):
+        print_runs(io, runs, output, single=single)
+    elif single and len(objects) == 1:
+        io.print(render(objects[0].manifest(), output))
+    elif not runs:
+        functions = [o for o in objects if isinstance(o, FunctionObject)]
+        io.print(render(function_list_document(functions), output))
+    else:
+        io.print(
+            render(
+                {"apiVersion": API_VERSION, "kind": "List", "items": [o.manifest() for o in objects]}, output
+            )
+        )
+
+
+async def wait_for_function(
+    client: Client, function: FunctionObject, io: Io, *, timeout: float
+) -> FunctionObject:
+    """Wait until the Function is Ready, each change of where it is on stderr, one line each."""
+    name, namespace = function.metadata.name, function.metadata.namespace
+    said: list[str] = []
+
+    def progress(status: FunctionStatus) -> None:
+        line = rollout_line(name, status)
+        if not said or said[-1] != line:
+            said.append(line)
+            io.note(line)
+
+    return await client.functions.wait_ready(name, namespace, timeout=timeout, on_status=progress)
+
+
+async def _from_manifests(args: argparse.Namespace, client: Client, io: Io) -> int:
+    """`krt run create -f`: each Run is new."""
     runs = read_manifests(args.filename, namespace=args.namespace, stdin=io.stdin)
     results = []
     for run in runs:
-        if create:
-            created, made = await client.create(run), True
-        else:
-            applied = await client.apply(run)
-            created, made = applied.run, applied.created
+        created = await client.create(run)
         if args.output is None:
-            io.print(f"{GROUP}/{run.metadata.name} {'created' if made else 'unchanged'}")
+            io.print(f"{GROUP}/{run.metadata.name} created")
         results.append(created)
     if args.wait:
         results = [
@@ -283,7 +366,7 @@ def _check_create_flags(args: argparse.Namespace) -> None:
 async def run_create(args: argparse.Namespace, client: Client, io: Io) -> int:
     _check_create_flags(args)
     if args.filename is not None:
-        return await _from_manifests(args, client, io, create=True)
+        return await _from_manifests(args, client, io)
     run = await client.create(manifest_from_flags(args, stdin=io.stdin))
     if args.output is None:
         io.print(f"{GROUP}/{run.metadata.name} created")
@@ -450,10 +533,19 @@ async def run_delete(args: argparse.Namespace, client: Client, io: Io) -> int:
 
 async def invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
     data = read_data(args.data, stdin=io.stdin)
-    try:
-        result = await client.invoke(
+    return await _print_answer(
+        args,
+        io,
+        client.invoke(
             args.target, data, namespace=_ns(args), invocation_id=args.invocation_id, timeout=args.timeout
-        )
+        ),
+    )
+
+
+async def _print_answer(args: argparse.Namespace, io: Io, answer: Awaitable[InvokeResult]) -> int:
+    """An invocation's outputs as JSON (-o: the whole answer); a failed one's answer with -o too."""
+    try:
+        result = await answer
     except InvocationFailed as e:
         if args.output is not None:
             io.print(render(e.result.model_dump(mode="json"), args.output))
@@ -646,6 +738,88 @@ async def schedule_act(args: argparse.Namespace, client: Client, io: Io) -> int:
     return 0
 
 
+# --- Functions ------------------------------------------------------------------------------------
+
+
+def print_functions(io: Io, functions: list[FunctionObject], output: str, *, single: bool) -> None:
+    if output in ("table", "wide"):
+        io.print(functions_table(functions, wide=output == "wide"))
+    elif single and len(functions) == 1:
+        io.print(render(functions[0].manifest(), output))
+    else:
+        io.print(render(function_list_document(functions), output))
+
+
+async def function_get(args: argparse.Namespace, client: Client, io: Io) -> int:
+    print_functions(io, [await client.functions.get(args.name, _ns(args))], args.output, single=True)
+    return 0
+
+
+async def function_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    namespace = None if args.all_namespaces else _ns(args)
+    functions = await client.functions.list(namespace)
+    if args.output in ("table", "wide") and not functions:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        io.note(f"No functions found in {where}.")
+        return 0
+    print_functions(io, functions, args.output, single=False)
+    return 0
+
+
+async def function_describe(args: argparse.Namespace, client: Client, io: Io) -> int:
+    io.print(describe_function(await client.functions.describe(args.name, _ns(args))))
+    return 0
+
+
+async def function_delete(args: argparse.Namespace, client: Client, io: Io) -> int:
+    await client.functions.delete(args.name, _ns(args), timeout=args.timeout, wait=args.wait)
+    io.print(f"{FUNCTION_GROUP}/{args.name} deleted")
+    return 0
+
+
+async def function_invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
+    data = read_data(args.data, stdin=io.stdin)
+    answer = client.functions.invoke(
+        args.name, data, namespace=_ns(args), invocation_id=args.invocation_id, timeout=args.timeout
+    )
+    return await _print_answer(args, io, answer)
+
+
+async def function_rollback(args: argparse.Namespace, client: Client, io: Io) -> int:
+    function = await client.functions.rollback(args.name, _ns(args))
+    if args.output is None:
+        io.print(f"{FUNCTION_GROUP}/{args.name} rolled back: revision {function.status.revision}")
+    if args.wait:
+        function = await wait_for_function(client, function, io, timeout=args.wait_timeout)
+    if args.output is not None:
+        io.print(render(function.manifest(), args.output))
+    return 0
+
+
+ROLLOUT_KINDS = ("function/", "functions/", f"{FUNCTION_GROUP}/")
+
+
+async def rollout_status(args: argparse.Namespace, client: Client, io: Io) -> int:
+    """`krt rollout status function/NAME`: each change of the rollout on a line, until done."""
+    kind = next((k for k in ROLLOUT_KINDS if args.target.startswith(k)), None)
+    if kind is None or not args.target.removeprefix(kind):
+        raise UsageError(f"rollout status takes function/NAME, not {args.target[:80]!r}")
+    name = args.target.removeprefix(kind)
+    if not args.watch:
+        io.print(rollout_line(name, await client.functions.rollout_status(name, _ns(args), wait=False)))
+        return 0
+    said: list[str] = []
+
+    def progress(status: FunctionStatus) -> None:
+        line = rollout_line(name, status)
+        if not said or said[-1] != line:
+            said.append(line)
+            io.print(line)
+
+    await client.functions.rollout_status(name, _ns(args), timeout=args.timeout, on_status=progress)
+    return 0
+
+
 Command = Callable[[argparse.Namespace, Client, Io], Awaitable[int]]
 COMMANDS: dict[tuple[str, str | None], Command] = {
     ("apply", None): apply,
@@ -657,6 +831,14 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("run", "cancel"): run_cancel,
     ("run", "delete"): run_delete,
     ("invoke", None): invoke,
+    ("function", "apply"): apply,
+    ("function", "get"): function_get,
+    ("function", "list"): function_list,
+    ("function", "describe"): function_describe,
+    ("function", "delete"): function_delete,
+    ("function", "invoke"): function_invoke,
+    ("function", "rollback"): function_rollback,
+    ("rollout", "status"): rollout_status,
     ("hosts", "list"): hosts_list,
     ("hosts", "drain"): hosts_act,
     ("hosts", "delete"): hosts_act,

@@ -8,6 +8,8 @@
     krt ui [--open]                       (a one-time login link to the embedded Temporal UI)
     krt schedule create NAME --cron EXPR|--every DURATION -f task-run.yaml
     krt schedule list|get|pause|unpause|trigger|delete NAME
+    krt function apply -f FILE | get|list|describe|delete|invoke|rollback NAME   (or krt apply -f)
+    krt rollout status function/NAME
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 
 This module is the SDK's side: the process entry points live above it, in workers/, and the `krt`
@@ -45,17 +47,25 @@ def _where(namespace: str, name: str) -> str:
 
 def explain(exc: BaseException) -> tuple[int, str]:
     """The exit code and the one-line message (without "krt: ") for an error."""
+    from kruntimes.api.function import FunctionManifestError
     from kruntimes.api.run import ManifestError
     from kruntimes.sdk import errors as c
 
     match exc:
         case UsageError():
             return USAGE, str(exc)
+        case FunctionManifestError():
+            return USAGE, "invalid Function manifest: " + "; ".join(exc.problems)
         case ManifestError():
             return USAGE, "invalid Run manifest: " + "; ".join(exc.problems)
         case c.RunNotFound():
             listing = "" if exc.namespace == "default" else f" -n {exc.namespace}"
             return NOT_FOUND, f"{exc}; `krt run list{listing}` lists the Runs"
+        case c.FunctionNotFound() if exc.name:
+            listing = "" if exc.namespace == "default" else f" -n {exc.namespace}"
+            return NOT_FOUND, f"{exc}; `krt function list{listing}` lists the Functions"
+        case c.FunctionConflict():
+            return FAILED, f"{exc}; `krt function describe {_where(exc.namespace, exc.name)}` shows it"
         case c.HostNotFound():
             return NOT_FOUND, f"{exc}; `krt hosts list` lists the hosts"
         case c.ScheduleNotFound():
@@ -84,6 +94,8 @@ def explain(exc: BaseException) -> tuple[int, str]:
                 FAILED,
                 f"{exc}; `krt run get {_where(run.metadata.namespace, run.metadata.name)} -o yaml` shows why",
             )
+        case c.WaitTimeout() if str(exc).startswith("function "):
+            return FAILED, f"{exc}; wait longer or see `krt function describe NAME`"
         case c.WaitTimeout():
             return FAILED, f"{exc}; wait longer or see `krt run get NAME -o yaml`"
         case c.InvokeError():

@@ -15,9 +15,12 @@ from kruntimes.api.run import API_VERSION
 from kruntimes.api.status import ConditionType, RunStatus
 
 if TYPE_CHECKING:
+    from kruntimes.api.function import FunctionStatus
+    from kruntimes.api.spec import RunSpec
     from kruntimes.contracts.reconcile import ReconcileReport
     from kruntimes.sdk.events import RunEvent
-    from kruntimes.sdk.results import HostView, RunObject
+    from kruntimes.sdk.functions import FunctionDescription
+    from kruntimes.sdk.results import FunctionObject, HostView, RunObject
     from kruntimes.sdk.schedules import ScheduleView
 
 RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "REASON", "ATTEMPT", "HOST", "AGE")
@@ -239,22 +242,8 @@ def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None
     """`krt run describe`: the Run's spec and status in words, its conditions and its events.
     Env values, the task's input and outputs' values are left out (they may be secret)."""
     spec, status, meta = run.spec, run.status, run.metadata
-    if spec.mode.function is not None:
-        fn = spec.mode.function
-        said = [f"idle timeout {fn.idleTimeoutSeconds} s"] if fn.idleTimeoutSeconds is not None else []
-        if fn.concurrency is not None:
-            said.append(f"concurrency {fn.concurrency}")
-        if fn.queue:
-            said.append(f"queue {fn.queue}, waiting at most {fn.queue_timeout_seconds:g} s")
-        mode = "function" + (f" ({', '.join(said)})" if said else "")
-    else:
-        given = spec.mode.task is not None and spec.mode.task.input is not None
-        size = len(spec.mode.task.encoded_input()) if spec.mode.task is not None and given else 0
-        mode = "task" + (f" (input: {size} bytes, not shown)" if given else "")
-    source = spec.source.path or f"inline ({len(spec.source.inline or [])} files)"
+    mode, source, env, env_from = _spec_words(spec)
     labels = ",".join(f"{k}={v}" for k, v in sorted(meta.labels.items())) or NONE
-    env = ", ".join(sorted(spec.env)) or NONE
-    env_from = ", ".join(f"secret/{e.secretRef.name}" for e in spec.envFrom) or NONE
     lines = [
         ("Name", meta.name),
         ("Namespace", meta.namespace),
@@ -266,7 +255,7 @@ def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None
         ("Handler", spec.handler),
         ("Source", source),
         ("Tenant", spec.tenant or NONE),
-        ("Env", env + (" (values not shown)" if spec.env else "")),
+        ("Env", env),
         ("Env From", env_from),
         ("Timeout", f"{spec.timeoutSeconds} s" if spec.timeoutSeconds is not None else NONE),
         ("Created", _when(run.created, now=now)),
@@ -282,17 +271,7 @@ def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None
     ]
     if status.outputs is not None:
         lines.append(("Outputs", ", ".join(sorted(status.outputs)) + " (values: krt run get -o yaml)"))
-    width = max(len(k) for k, _ in lines) + 2
-    text = "".join(f"{k + ':':<{width}}{v}\n" for k, v in lines)
-    text += "Conditions:\n"
-    if status.conditions:
-        rows = [
-            [c.type, c.status.value, c.reason, _when(c.lastTransitionTime, now=now), c.message or NONE]
-            for c in status.conditions
-        ]
-        text += _indent(table(("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"), rows))
-    else:
-        text += f"  {NONE}\n"
+    text = _fields(lines) + _conditions(status.conditions, now=now)
     text += "Events:\n"
     if events:
         rows = [
@@ -307,6 +286,145 @@ def describe(run: RunObject, events: Sequence[RunEvent], *, now: datetime | None
             for e in events
         ]
         text += _indent(table(("AGE", "KIND", "REASON", "HOST", "ATTEMPT", "MESSAGE"), rows))
+    else:
+        text += f"  {NONE}\n"
+    return text
+
+
+def _spec_words(spec: RunSpec) -> tuple[str, str, str, str]:
+    """A Run's (or a Function's template's) mode, source, env names and envFrom in words (no
+    value: env values and a task's input may be secret)."""
+    if spec.mode.function is not None:
+        fn = spec.mode.function
+        said = [f"idle timeout {fn.idleTimeoutSeconds} s"] if fn.idleTimeoutSeconds is not None else []
+        if fn.concurrency is not None:
+            said.append(f"concurrency {fn.concurrency}")
+        if fn.queue:
+            said.append(f"queue {fn.queue}, waiting at most {fn.queue_timeout_seconds:g} s")
+        mode = "function" + (f" ({', '.join(said)})" if said else "")
+    else:
+        given = spec.mode.task is not None and spec.mode.task.input is not None
+        size = len(spec.mode.task.encoded_input()) if spec.mode.task is not None and given else 0
+        mode = "task" + (f" (input: {size} bytes, not shown)" if given else "")
+    source = spec.source.path or f"inline ({len(spec.source.inline or [])} files)"
+    env = ", ".join(sorted(spec.env)) or NONE
+    env_from = ", ".join(f"secret/{e.secretRef.name}" for e in spec.envFrom) or NONE
+    return mode, source, env + (" (values not shown)" if spec.env else ""), env_from
+
+
+def _fields(lines: Sequence[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in lines) + 2
+    return "".join(f"{k + ':':<{width}}{v}\n" for k, v in lines)
+
+
+def _conditions(conditions: Sequence[Any], *, now: datetime | None) -> str:
+    text = "Conditions:\n"
+    if conditions:
+        rows = [
+            [c.type, c.status.value, c.reason, _when(c.lastTransitionTime, now=now), c.message or NONE]
+            for c in conditions
+        ]
+        return text + _indent(table(("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"), rows))
+    return text + f"  {NONE}\n"
+
+
+# --- Functions ----------------------------------------------------------------------------------
+
+FUNCTION_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "READY", "REVISION", "PHASE", "AGE")
+# -o wide adds these: the scale bounds, the uid and the URL.
+FUNCTION_WIDE_COLUMNS = ("MIN", "MAX", "UID", "ENDPOINT")
+
+
+def function_row(function: FunctionObject, *, now: datetime | None = None, wide: bool = False) -> list[str]:
+    status = function.status
+    row = [
+        function.metadata.name,
+        function.metadata.namespace,
+        function.spec.runtime,
+        f"{status.replicas.ready}/{status.replicas.wanted}",
+        str(status.revision),
+        status.phase.value,
+        age(function.created, now=now),
+    ]
+    if wide:
+        scale = function.spec.scale
+        endpoint = status.endpoint.url if status.endpoint is not None else NONE
+        row += [str(scale.min), str(scale.max), function.metadata.uid or NONE, endpoint]
+    return row
+
+
+def functions_table(
+    functions: Sequence[FunctionObject], *, now: datetime | None = None, wide: bool = False
+) -> str:
+    columns = FUNCTION_COLUMNS + FUNCTION_WIDE_COLUMNS if wide else FUNCTION_COLUMNS
+    return table(columns, [function_row(f, now=now, wide=wide) for f in functions])
+
+
+def function_list_document(functions: Sequence[FunctionObject]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "FunctionList", "items": [f.manifest() for f in functions]}
+
+
+def rollout_line(name: str, status: FunctionStatus) -> str:
+    """Where a Function's rollout is, in one line (kubectl's `rollout status` words)."""
+    from kruntimes.sdk.functions import rolled_out
+
+    replicas = status.replicas
+    if rolled_out(status):
+        done = f"{replicas.ready}/{replicas.wanted} ready"
+        return f"function/{name}: revision {status.revision} rolled out ({done})"
+    if status.revision == 0:
+        return f"function/{name}: waiting for its first revision ({status.phase.value})"
+    return (
+        f"function/{name}: waiting for revision {status.revision} to roll out: {replicas.ready} of "
+        f"{replicas.wanted} replicas ready, {replicas.total} in all ({status.phase.value})"
+        + (f": {status.message}" if status.message else "")
+    )
+
+
+def describe_function(description: FunctionDescription, *, now: datetime | None = None) -> str:
+    """`krt function describe`: the Function's template, scale and status in words, its
+    conditions and each replica (no env value, as for a Run)."""
+    function = description.function
+    spec, status, meta = function.spec, function.status, function.metadata
+    mode, source, env, env_from = _spec_words(spec)
+    scale = spec.scale
+    target = f"{spec.target_concurrency}" + (
+        "" if scale.targetConcurrency is not None else " (the replica's concurrency)"
+    )
+    replicas = status.replicas
+    observed = (
+        "" if status.observedRevision == status.revision else f" (rolled out: {status.observedRevision})"
+    )
+    lines = [
+        ("Name", meta.name),
+        ("Namespace", meta.namespace),
+        ("UID", meta.uid or NONE),
+        ("Labels", ",".join(f"{k}={v}" for k, v in sorted(meta.labels.items())) or NONE),
+        ("Creator", str(meta.creator) if meta.creator is not None else NONE),
+        ("Runtime", spec.runtime),
+        ("Mode", mode),
+        ("Handler", spec.handler),
+        ("Source", source),
+        ("Tenant", spec.tenant or NONE),
+        ("Env", env),
+        ("Env From", env_from),
+        (
+            "Scale",
+            f"min {scale.min}, max {scale.max}, target concurrency {target}, "
+            f"scale down after {scale.scaleDownDelaySeconds} s",
+        ),
+        ("Created", _when(function.created, now=now)),
+        ("Phase", status.phase.value),
+        ("Message", status.message or NONE),
+        ("Revision", f"{status.revision}{observed}"),
+        ("Replicas", f"{replicas.wanted} wanted, {replicas.ready} ready, {replicas.total} in all"),
+        ("Endpoint", status.endpoint.url if status.endpoint is not None else NONE),
+    ]
+    text = _fields(lines) + _conditions(status.conditions, now=now)
+    text += "Replicas:\n"
+    if description.replicas:
+        rows = [[r.name, str(r.revision), r.phase, r.runUid] for r in description.replicas]
+        text += _indent(table(("RUN", "REVISION", "PHASE", "UID"), rows))
     else:
         text += f"  {NONE}\n"
     return text

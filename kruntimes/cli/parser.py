@@ -79,9 +79,9 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not true or false: {text!r}")
 
 
-def _namespace(parser: argparse.ArgumentParser) -> None:
+def _namespace(parser: argparse.ArgumentParser, *, what: str = "Run") -> None:
     # None: not given (apply then keeps the manifest's namespace); commands default to "default".
-    parser.add_argument("-n", "--namespace", help="the Run's namespace (default: default)")
+    parser.add_argument("-n", "--namespace", help=f"the {what}'s namespace (default: default)")
 
 
 def _output(
@@ -90,10 +90,10 @@ def _output(
     parser.add_argument("-o", "--output", choices=choices, default=default, help="output format")
 
 
-def _wait(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--wait", action="store_true", help="wait until the Run is Ready (function) or Succeeded (task)"
-    )
+def _wait(
+    parser: argparse.ArgumentParser, *, what: str = "the Run is Ready (function) or Succeeded (task)"
+) -> None:
+    parser.add_argument("--wait", action="store_true", help=f"wait until {what}")
     parser.add_argument(
         "--wait-timeout", type=float, default=120.0, metavar="S", help="give up waiting after S seconds"
     )
@@ -116,7 +116,10 @@ def build() -> Parser:
     )
     commands = parser.add_subparsers(dest="command", metavar="<command>", required=True)
 
-    apply = commands.add_parser("apply", help="create Runs from manifests (unchanged ones are left alone)")
+    apply = commands.add_parser(
+        "apply",
+        help="create Runs and create or update Functions from manifests (unchanged ones are left alone)",
+    )
     apply.add_argument("-f", "--filename", required=True, help="a YAML manifest file, or - for stdin")
     _namespace(apply)
     _output(apply, default=None)
@@ -203,23 +206,14 @@ def build() -> Parser:
 
     delete = verbs.add_parser("delete", help="cancel a Run if needed, clean it up and remove it")
     delete.add_argument("name")
-    delete.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds")
-    delete.add_argument(
-        "--wait",
-        type=_boolean,
-        nargs="?",
-        const=True,
-        default=True,
-        metavar="true|false",
-        help="return once `krt run list` no longer shows the Run (default: true)",
-    )
+    _delete_flags(delete, listed="krt run list")
     _namespace(delete)
+
+    _functions(commands)
 
     invoke = commands.add_parser("invoke", help="invoke a Ready function Run once through the gateway")
     invoke.add_argument("target", metavar="NAME", help="the Run's name, or its invoke URL")
-    invoke.add_argument("--data", "-d", metavar="JSON|@FILE", help="the JSON payload, @file, or @- for stdin")
-    invoke.add_argument("--invocation-id", metavar="ID", help="the id echoed back (default: a new uuid)")
-    invoke.add_argument("--timeout", type=float, metavar="S", help="the invocation timeout in seconds")
+    _invoke_flags(invoke)
     _namespace(invoke)
     _output(invoke, default=None, choices=("json", "yaml"))
 
@@ -336,6 +330,97 @@ def build() -> Parser:
     for name, text in PASSTHROUGH.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser
+
+
+def _invoke_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", "-d", metavar="JSON|@FILE", help="the JSON payload, @file, or @- for stdin")
+    parser.add_argument("--invocation-id", metavar="ID", help="the id echoed back (default: a new uuid)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="the invocation timeout in seconds")
+
+
+def _delete_flags(parser: argparse.ArgumentParser, *, listed: str) -> None:
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds")
+    parser.add_argument(
+        "--wait",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="true|false",
+        help=f"return once `{listed}` no longer shows it (default: true)",
+    )
+
+
+def _functions(commands: argparse._SubParsersAction[Parser]) -> None:
+    """`krt function ...` and `krt rollout status function/NAME`."""
+    function = commands.add_parser(
+        "function",
+        help="apply, get, list, describe, invoke, roll back and delete Functions (replicas behind one URL)",
+    )
+    verbs = function.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    apply = verbs.add_parser("apply", help="create or update Functions from manifests (as `krt apply -f`)")
+    apply.add_argument("-f", "--filename", required=True, help="a YAML manifest file, or - for stdin")
+    _namespace(apply, what="Function")
+    _output(apply, default=None)
+    _wait(apply, what="the Function is Ready (every wanted replica of its revision)")
+
+    get = verbs.add_parser("get", help="show one Function")
+    get.add_argument("name")
+    _namespace(get, what="Function")
+    _output(get, choices=TABLES)
+
+    listing = verbs.add_parser("list", help="list the Functions of a namespace")
+    _namespace(listing, what="Function")
+    listing.add_argument("-A", "--all-namespaces", action="store_true", help="list every namespace")
+    _output(listing, choices=TABLES)
+
+    describe = verbs.add_parser(
+        "describe", help="show one Function in words: replicas, revision, endpoint, conditions, each replica"
+    )
+    describe.add_argument("name")
+    _namespace(describe, what="Function")
+
+    delete = verbs.add_parser("delete", help="delete a Function: its replicas are drained and deleted")
+    delete.add_argument("name")
+    _delete_flags(delete, listed="krt function list")
+    _namespace(delete, what="Function")
+
+    invoke = verbs.add_parser(
+        "invoke", help="invoke a Function once through the gateway (one of its replicas)"
+    )
+    invoke.add_argument("name")
+    _invoke_flags(invoke)
+    _namespace(invoke, what="Function")
+    _output(invoke, default=None, choices=("json", "yaml"))
+
+    rollback = verbs.add_parser(
+        "rollback", help="return to the previous revision's template, as a new revision"
+    )
+    rollback.add_argument("name")
+    _namespace(rollback, what="Function")
+    _output(rollback, default=None)
+    _wait(rollback, what="the new revision is rolled out")
+
+    rollout = commands.add_parser(
+        "rollout", help="follow a Function's rollout: krt rollout status function/NAME"
+    )
+    rollout_verbs = rollout.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    status = rollout_verbs.add_parser(
+        "status", help="wait until the Function's current revision is rolled out (every wanted replica Ready)"
+    )
+    status.add_argument("target", metavar="function/NAME")
+    _namespace(status, what="Function")
+    status.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds")
+    status.add_argument(
+        "-w",
+        "--watch",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="true|false",
+        help="wait for the rollout to finish (default: true; false: print where it is and exit)",
+    )
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -1,9 +1,12 @@
 """The SDK's parts, behind the one public facade `kruntimes.Client` (kruntimes.sdk.client):
 
     errors    the error tree every SDK call raises from
-    results   what the calls return: RunObject, Applied, HostView, InvokeResult
+    results   what the calls return: RunObject, Applied, FunctionObject, FunctionApplied, HostView,
+              InvokeResult
     runs      the Run operations over Temporal: create, apply, get, status, list, wait, cancel,
               delete, hosts
+    functions the Function operations (Client.functions): apply, get, list, describe, delete,
+              rollback, scale, wait_ready, rollout_status, invoke (through the Function's URL)
     watch     the history watcher `wait` sleeps on between status queries
     invoke    the HTTPS invoke client: a target to its endpoint, one POST, the answer to a result
               or a typed error

@@ -6,6 +6,10 @@
         answer = await krt.invoke(run, {"name": "x"}) # over HTTPS through the gateway
         await krt.delete(run.metadata.name)
 
+        fn = await krt.functions.apply(Function.from_yaml(text))  # replicas behind one URL
+        await krt.functions.wait_ready(fn.function.name)
+        answer = await krt.functions.invoke(fn.function.name, {"name": "x"})
+
 The control plane is Temporal (a Run is the RunWorkflow `run/{namespace}/{name}`), so an app may
 equally start RunWorkflow with the plain Temporal SDK; this client adds the conventions (uids,
 absolute source paths, the Run's creator from the config's `identity`, typed errors) and the
@@ -13,7 +17,8 @@ invoke path, which never touches Temporal. A Run started without a creator gets 
 
 `Client` is the SDK's one facade; this module also exports the SDK's errors (their tree is drawn
 in kruntimes.sdk.errors) and results (kruntimes.sdk.results). The Run operations live in
-kruntimes.sdk.runs, the invoke client in kruntimes.sdk.invoke.
+kruntimes.sdk.runs, the Function operations (`Client.functions`) in kruntimes.sdk.functions, the
+invoke client in kruntimes.sdk.invoke.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
     Busy,
     ConfigError,
+    FunctionConflict,
     FunctionNotFound,
     HostNotFound,
     InvocationFailed,
@@ -52,10 +58,11 @@ from kruntimes.sdk.errors import (
     WaitTimeout,
 )
 from kruntimes.sdk.events import RunEvent
+from kruntimes.sdk.functions import Functions
 from kruntimes.sdk.hosts import Hosts
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
 from kruntimes.sdk.queues import ACTIONS, Queues, QueueView
-from kruntimes.sdk.results import Applied, HostView, InvokeResult, RunObject
+from kruntimes.sdk.results import Applied, FunctionApplied, FunctionObject, HostView, InvokeResult, RunObject
 from kruntimes.sdk.runs import Runs, StatusCallback
 from kruntimes.sdk.schedules import Schedules
 from kruntimes.sdk.watch import POLL_INTERVAL_S
@@ -69,7 +76,10 @@ __all__ = [
     "Busy",
     "Client",
     "ConfigError",
+    "FunctionApplied",
+    "FunctionConflict",
     "FunctionNotFound",
+    "FunctionObject",
     "HostNotFound",
     "HostView",
     "InvocationFailed",
@@ -109,6 +119,8 @@ class Client:
         self._queues = Queues(self._runs)
         self.schedules = Schedules(self._runs)  # create, list, get, pause, unpause, trigger, delete
         self._invoker = Invoker(self.config)
+        # Functions: apply, get, list, describe, delete, rollback, scale, wait_ready, rollout_status, invoke
+        self.functions = Functions(self._runs, self._invoker)
 
     @classmethod
     def from_config(cls, config: ClientConfig | None = None, *, creator_kind: CreatorKind = "sdk") -> Client:

@@ -7,15 +7,18 @@
      ├── RunAlreadyExists   create: a Run of that name is running
      ├── RuntimeNotFound    create, schedule create: no runtime of that name is served; .runtimes
      ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
-     ├── WaitTimeout        wait/delete: the wanted phase did not come in time
+     ├── WaitTimeout        wait/delete, functions.wait_ready: the wanted phase did not come in time
      ├── RunFailed          wait: the Run ended (Failed, Timeout, Cancelled) instead; .phase .message
+     ├── FunctionConflict   functions.apply: a Function of that name exists with another uid, or
+     │                      the Function refused the change (rollback with no earlier revision)
      ├── ScheduleNotFound   no schedule of that name in that namespace
      ├── ScheduleAlreadyExists  schedule create: one of that name exists
      ├── InvalidSchedule    schedule create: a bad name, cron expression, interval or template
      └── InvokeError        an invocation was refused or failed; .status .reason .invocation_id
           ├── Busy               429: the function (or its host) runs as many invocations as it takes, or
           │                      one waited its turn too long; it did not run; .retry_after
-          ├── FunctionNotFound   404: no such function (unknown, finished, or not a function Run)
+          ├── FunctionNotFound   404: no such function (unknown, finished, or not a function Run);
+          │                      also no Function object of that name (.namespace .name set)
           ├── NotReady           503: known but not ready now; .retry_after
           ├── Unauthorized       401/403: the token is missing, unknown, or not allowed here
           ├── PayloadRejected    400/413: bad invocation id, timeout, JSON, or a body over 1 MiB
@@ -100,6 +103,16 @@ class SpecConflict(KruntimesError):
         self.fields = tuple(fields)
 
 
+class FunctionConflict(KruntimesError):
+    """A Function refused a change: another uid under the same name (a deleted and re-created
+    Function is another one), or a rollback with no earlier revision."""
+
+    def __init__(self, namespace: str, name: str, message: str) -> None:
+        super().__init__(f"function {name!r} in namespace {namespace!r}: {message}")
+        self.namespace = namespace
+        self.name = name
+
+
 class WaitTimeout(KruntimesError):
     def __init__(self, message: str, *, phase: RunPhase | None = None) -> None:
         super().__init__(message)
@@ -143,7 +156,20 @@ class Busy(_RetryLater):
 
 
 class FunctionNotFound(InvokeError):
-    pass
+    """404 from the gateway, or a target that is no function; from `client.functions`, no Function
+    of that name (then ``namespace`` and ``name`` say which)."""
+
+    namespace = ""
+    name = ""
+
+    @classmethod
+    def named(cls, namespace: str, name: str) -> FunctionNotFound:
+        """No Function object `name` in `namespace` (nothing was invoked)."""
+        text = f"function {name!r} not found in namespace {namespace!r}"
+        error = cls(404, "FunctionNotFound", text, invocation_id="")
+        error.args = (text,)  # the sentence alone, without the reason in front
+        error.namespace, error.name = namespace, name
+        return error
 
 
 class NotReady(_RetryLater):

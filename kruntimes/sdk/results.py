@@ -1,14 +1,16 @@
-"""What the SDK's calls return: a Run as the platform holds it, apply's outcome, a pool host's
-view, and the answer of an invocation that ran."""
+"""What the SDK's calls return: a Run as the platform holds it, apply's outcome, a Function as
+the platform holds it and its apply's outcome, a pool host's view, and the answer of an
+invocation that ran."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kruntimes.api.function import Function, FunctionStatus
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
 from kruntimes.decisions.scheduling.model import Host
@@ -58,6 +60,52 @@ class RunObject(Run):
 class Applied:
     run: RunObject
     created: bool  # False: an identical Run was already there
+
+
+class FunctionObject(Function):
+    """A Function as the platform holds it: its manifest (the current revision's spec) and status."""
+
+    status: FunctionStatus = Field(default_factory=FunctionStatus)
+    # When its workflow started: not a manifest field.
+    created: datetime | None = Field(default=None, exclude=True)
+
+    @classmethod
+    def of(
+        cls, function: Function, status: FunctionStatus, *, created: datetime | None = None
+    ) -> FunctionObject:
+        """The manifest `function` as the platform holds it, with `status`."""
+        return cls(
+            apiVersion=function.apiVersion,
+            kind=function.kind,
+            metadata=function.metadata,
+            spec=function.spec,
+            status=status,
+            created=created,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.metadata.uid or ""
+
+    def manifest(self) -> dict[str, Any]:
+        """The Function as `krt ... -o json` prints it: apiVersion, kind, metadata, spec, status."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass(frozen=True)
+class FunctionApplied:
+    function: FunctionObject
+    # created: it is new; configured: the running one took the manifest (a new revision when
+    # the replicas' template changed); unchanged: it held that manifest already
+    action: Literal["created", "configured", "unchanged"]
 
 
 class Captured(BaseModel):

@@ -112,8 +112,9 @@ class Runs:
         client = await self.temporal()
         return client.get_workflow_handle(run_workflow_id(Namespace(namespace), name), result_type=RunStatus)
 
-    async def _rpc(self, call: Any, *, namespace: str, name: str) -> Any:
-        """Await a Temporal call, mapping its errors onto ours."""
+    async def _rpc(self, call: Any, *, namespace: str, name: str, what: str = "run") -> Any:
+        """Await a Temporal call, mapping its errors onto ours (`what`: the object the call is
+        about, as the messages name it; a missing one is RunNotFound, for the caller to map)."""
         from temporalio.client import RPCError, RPCTimeoutOrCancelledError
         from temporalio.service import RPCStatusCode
 
@@ -121,7 +122,7 @@ class Runs:
             return await call
         except RPCTimeoutOrCancelledError as e:
             raise ConfigError(
-                f"Temporal at {self.config.temporalAddress} did not answer for run {namespace}/{name}: "
+                f"Temporal at {self.config.temporalAddress} did not answer for {what} {namespace}/{name}: "
                 "is the kruntimes worker running (`krt status`)?"
             ) from e
         except RPCError as e:
@@ -134,7 +135,7 @@ class Runs:
                     f"no kruntimes worker serves Temporal at {self.config.temporalAddress}: "
                     "is `krt up` running?"
                 ) from e
-            raise KruntimesError(f"Temporal refused the request for run {namespace}/{name}: {e}") from e
+            raise KruntimesError(f"Temporal refused the request for {what} {namespace}/{name}: {e}") from e
 
     # -- Runs ----------------------------------------------------------------------------------------
 

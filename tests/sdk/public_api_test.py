@@ -18,6 +18,7 @@ ERROR_TREE = {
     "RunAlreadyExists": "KruntimesError",
     "RuntimeNotFound": "KruntimesError",
     "SpecConflict": "KruntimesError",
+    "FunctionConflict": "KruntimesError",
     "WaitTimeout": "KruntimesError",
     "RunFailed": "KruntimesError",
     "InvokeError": "KruntimesError",
@@ -30,7 +31,7 @@ ERROR_TREE = {
     "InvocationFailed": "InvokeError",
 }
 ERRORS = set(ERROR_TREE)
-RESULTS = {"Applied", "HostView", "InvokeResult", "RunObject"}
+RESULTS = {"Applied", "FunctionApplied", "FunctionObject", "HostView", "InvokeResult", "RunObject"}
 
 
 def test_kruntimes_exports_the_client_its_errors_and_results_and_run() -> None:
