@@ -244,7 +244,9 @@ def test_a_replayed_lower_attempt_is_refused(host: Host) -> None:
 # -- identifiers ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("uid", ["../../../../x", "a/b", "..", "", "not-a-uuid", "7095D706-9F8B-4CD6-AFE1-DA8B6FAAFFBF"])
+@pytest.mark.parametrize(
+    "uid", ["../../../../x", "a/b", "..", "", "not-a-uuid", "7095D706-9F8B-4CD6-AFE1-DA8B6FAAFFBF"]
+)
 def test_path_like_and_malformed_run_uids_are_refused_before_anything_touches_a_path(
     host: Host, uid: str, tmp_path: Path
 ) -> None:
