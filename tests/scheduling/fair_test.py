@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kruntimes.decisions.scheduling.admission import admit, fair_order, next_from_queue, uncovered
 from kruntimes.decisions.scheduling.model import QueueGlobally, RequestScaleOut, TenantPolicy
 
-from .builders import RUNTIME, host, request, scale_out
+from .builders import RUNTIME, host, request, reservation, scale_out
 
 WEIGHTS = {"a": TenantPolicy(), "b": TenantPolicy(queueShare=0.5), "c": TenantPolicy(queueShare=0.25)}
 
@@ -42,6 +42,11 @@ def test_equal_tenants_take_turns_the_oldest_first():
     assert uids(fair_order(queued("aaa.a."))) == ["a0", "s0", "a1", "s1", "a2", "a3"]
 
 
+def test_a_tenant_holding_more_slots_waits_for_one_holding_fewer():
+    assert uids(fair_order(queued("aaa."), {"a": 2})) == ["s0", "a0", "a1", "a2"]
+    assert uids(fair_order(queued("aa.."), {"a": 1})) == ["s0", "a0", "s1", "a1"]
+
+
 def test_a_tenant_with_half_the_share_gets_every_other_turn():
     assert uids(fair_order(queued("aaaaaabbb"))) == ["a0", "a1", "b0", "a2", "a3", "b1", "a4", "a5", "b2"]
 
@@ -52,6 +57,14 @@ def test_a_late_tenants_first_run_is_placed_at_the_next_free_slot_not_behind_the
     assert uids(p.request for p in placed) == ["a0", "s0"]
     fifo = next_from_queue(queue=queue, hosts=[host("h1", capacity=2)], reservations=(), fair=False)
     assert uids(p.request for p in fifo) == ["a0", "a1"]
+
+
+def test_the_one_slot_that_frees_goes_to_the_tenant_that_holds_none():
+    h1 = host("h1", capacity=3)
+    held = [reservation(f"run-a{i}", h1, tenant="a") for i in range(2)]
+    queue = queued("aaaa.")
+    placed = next_from_queue(queue=queue, hosts=[h1], reservations=held, fair=True)
+    assert uids(p.request for p in placed) == ["s0"]
 
 
 def test_capacity_on_its_way_covers_a_late_tenant_ahead_of_the_backlog():
@@ -98,15 +111,18 @@ def _weight(tenant: str) -> float:
     return 1.0 if tenant == "." else WEIGHTS[tenant].weight
 
 
+running_counts = st.fixed_dictionaries({t: st.integers(0, 6) for t in "abc."})
+
+
 @settings(max_examples=300, deadline=None)
-@given(tenant_runs, st.sampled_from("abc."))
-def test_ahead_of_a_tenants_next_run_stand_at_most_its_share_of_each_other_tenants_runs(spec, late):
+@given(tenant_runs, st.sampled_from("abc."), running_counts)
+def test_ahead_of_a_tenants_next_run_stand_only_runs_within_the_others_share(spec, late, running):
     """However long the backlog before it, a tenant arriving now with one Run has ahead of it at
-    most ceil(w(other) / w(own)) Runs of each other tenant."""
+    most w(other) × (own running + 1) / w(own) − other's running Runs of each other tenant."""
     queue = queued("".join(spec) + late)
     own = next(r.runUid for r in queue if (r.tenant or ".") == late)
-    ordered = fair_order(queue)
+    ordered = fair_order(queue, {None if t == "." else t: n for t, n in running.items()})
     ahead = ordered[: uids(ordered).index(own)]
     for other in set("abc.") - {late}:
-        bound = math.ceil(_weight(other) / _weight(late))
-        assert sum(1 for r in ahead if (r.tenant or ".") == other) <= bound
+        bound = _weight(other) * (running[late] + 1) / _weight(late) - running[other]
+        assert sum(1 for r in ahead if (r.tenant or ".") == other) <= max(0, math.floor(bound + 1e-9))

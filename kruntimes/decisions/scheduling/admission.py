@@ -124,12 +124,13 @@ class ReservationIndex:
     keeps each reservation compact (`Held`); `changed` gathers the host incarnations whose
     reservations they changed (the caller clears what it has dealt with)."""
 
-    __slots__ = ("changed", "held", "load", "tenant_load")
+    __slots__ = ("by_tenant", "changed", "held", "load", "tenant_load")
 
     def __init__(self, reservations: Iterable[Reservation] = ()) -> None:
         self.held = Held()
         self.load: Counter[_HostKey] = Counter()
         self.tenant_load: Counter[_TenantKey] = Counter()
+        self.by_tenant: Counter[str | None] = Counter()  # each tenant's Runs holding a slot
         self.changed: set[str] = set()
         for r in reservations:
             self.add(r)
@@ -140,6 +141,7 @@ class ReservationIndex:
         self.held.put(reservation)
         self.load[(reservation.hostId, reservation.hostUid)] += 1
         self.tenant_load[(reservation.hostId, reservation.hostUid, reservation.tenant)] += 1
+        self.by_tenant[reservation.tenant] += 1
         self.changed.add(reservation.hostUid)
 
     def remove(self, run_uid: RunUid) -> Reservation | None:
@@ -154,6 +156,9 @@ class ReservationIndex:
             self.tenant_load[whose] -= 1
             if self.tenant_load[whose] <= 0:
                 del self.tenant_load[whose]
+            self.by_tenant[reservation.tenant] -= 1
+            if self.by_tenant[reservation.tenant] <= 0:
+                del self.by_tenant[reservation.tenant]
         return reservation
 
     def used(self, host_uid: HostUid) -> int:
@@ -353,16 +358,20 @@ def _unmaterialized(pending: Iterable[ScaleOutRequest], hosts: Sequence[Host]) -
 # --- the queue across tenants -----------------------------------------------------------------
 
 
-def fair_order(queue: Sequence[AdmissionRequest]) -> list[AdmissionRequest]:
+def fair_order(
+    queue: Sequence[AdmissionRequest], running: Mapping[str | None, int] | None = None
+) -> list[AdmissionRequest]:
     """The queue in the order its Runs are placed: each tenant's Runs (those without a tenant
     are one more sub-queue) in their own FIFO order, the tenants taking turns in proportion to
-    their weight (TenantPolicy.queueShare; 1 without one).
+    their weight (TenantPolicy.queueShare; 1 without one), counting the Runs each already holds
+    a slot with (``running``, by tenant).
 
     Weighted fair queueing over the queue as it is now: a tenant's k-th queued Run (from 1)
-    finishes at k / weight, and Runs go in order of that, ties to the tenant whose oldest queued
-    Run is oldest, then to queue order. So ahead of a tenant's next Run stand at most about
-    weight(other) / weight(own) Runs of each other tenant, however long that tenant's backlog;
-    with one tenant it is the FIFO order.
+    comes at (its running Runs + k) / weight, and Runs go in order of that, ties to the tenant
+    whose oldest queued Run is oldest, then to queue order. So however long one tenant's
+    backlog, ahead of another tenant's next Run stand only the Runs that keep the first tenant
+    within its share of the slots: at most weight(other) × (own running + 1) / weight(own) −
+    other's running of them. With one tenant it is the FIFO order.
     """
     rank: dict[str | None, int] = {}
     taken: dict[str | None, int] = {}
@@ -370,7 +379,7 @@ def fair_order(queue: Sequence[AdmissionRequest]) -> list[AdmissionRequest]:
     for position, request in enumerate(queue):
         tenant = request.tenant
         order = rank.setdefault(tenant, len(rank))
-        k = taken.get(tenant, 0) + 1
+        k = taken.get(tenant, (running or {}).get(tenant, 0)) + 1
         taken[tenant] = k
         policy = request.policy
         weight = 1.0 if policy is None else policy.weight
@@ -495,7 +504,7 @@ def admit(
     if supply > 0:
         ahead: Sequence[AdmissionRequest] = queue
         if fair:
-            ordered = fair_order([*queue, request])
+            ordered = fair_order([*queue, request], index.by_tenant)
             ahead = ordered[: next(i for i, q in enumerate(ordered) if q is request)]
         competing = sum(1 for q in ahead if q.runtime == runtime and any(s.visible_to(q) for s in mine))
         if competing + 1 <= supply:
@@ -557,7 +566,7 @@ def next_from_queue(
     held = index.held
     placed: set[str] = set()
     out: list[Placement] = []
-    for request in fair_order(queue) if fair else queue:
+    for request in fair_order(queue, index.by_tenant) if fair else queue:
         policy = request.policy
         if policy is None or request.runUid in placed or request.runUid in held:
             continue
@@ -605,7 +614,7 @@ def uncovered(
     # a source's slots one tenant may take: its maxRunsPerHost of them at most
     mine: Counter[tuple[int, str | None]] = Counter()
     out: list[RunUid] = []
-    for request in fair_order(queue) if fair else queue:
+    for request in fair_order(queue, index.by_tenant) if fair else queue:
         if request.runUid in index.held:
             continue
         cap = None if request.policy is None else request.policy.maxRunsPerHost
