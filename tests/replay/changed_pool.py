@@ -97,3 +97,17 @@ class UncoveredPastMaxHosts(RuntimePoolWorkflow):
             super()._readmit_uncovered(outbox)
         finally:
             self.config = config
+
+
+@workflow.defn(name="RuntimePoolWorkflow")
+class FifoQueue(RuntimePoolWorkflow):
+    """The queue placed first come, first served although the history asked for pool-fair-queue:
+    a freed slot goes to the backlog, not to the other tenant's Run."""
+
+    @workflow.run
+    async def run(self, input: PoolInput) -> None:
+        await super().run(input)
+
+    def _place_queued(self, outbox: _Outbox) -> None:
+        self._fair = False
+        super()._place_queued(outbox)

@@ -34,12 +34,14 @@ from kruntimes.wire import search
 from tests.replay.changed import ChangedRunWorkflow, UnchangedRunWorkflow
 from tests.replay.changed_pool import (
     DrainUnheard,
+    FifoQueue,
     Groupless,
     ResumeDecidesNothing,
     TimerInPause,
     UnchangedPool,
     UncoveredPastMaxHosts,
 )
+from tests.replay.markers import patch_markers
 from tests.replay.registered import WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -196,6 +198,7 @@ async def test_the_same_workflow_through_a_subclass_still_replays() -> None:
 ADMISSION = HISTORIES / "pool_queue_paused_drained_resumed.json"
 GROUP_SHARED = HISTORIES / "pool_group_host_shared.json"
 GROUP_UNCOVERED = HISTORIES / "pool_group_uncovered.json"
+FAIR_QUEUE = HISTORIES / "pool_fair_queue.json"
 
 
 def test_admission_control_has_recorded_histories() -> None:
@@ -222,6 +225,13 @@ def test_a_host_scaled_out_for_a_tenant_group_has_recorded_histories() -> None:
         assert (host["tenant"], host["tenantGroup"]) == ("first", "grp"), path.stem
 
 
+def test_a_queue_placed_fairly_across_tenants_has_a_recorded_history() -> None:
+    """One tenant's backlog and another tenant's Run placed ahead of it (record.py fair), under the
+    pool-fair-queue patch; the pool histories recorded before it have no marker (placed FIFO)."""
+    assert patch_markers(FAIR_QUEUE) == [("pool-fair-queue", False)]
+    assert patch_markers(GROUP_SHARED) == []
+
+
 @pytest.mark.parametrize(
     ("changed", "path"),
     [
@@ -230,6 +240,7 @@ def test_a_host_scaled_out_for_a_tenant_group_has_recorded_histories() -> None:
         (ResumeDecidesNothing, ADMISSION),
         (Groupless, GROUP_SHARED),
         (UncoveredPastMaxHosts, GROUP_UNCOVERED),
+        (FifoQueue, FAIR_QUEUE),
     ],
     ids=lambda x: x.stem if isinstance(x, Path) else x.__name__,
 )
@@ -241,7 +252,7 @@ async def test_a_changed_pool_does_not_replay_the_path_it_changed(changed: type,
         await replayer.replay_workflow(load(path))
 
 
-@pytest.mark.parametrize("path", [ADMISSION, GROUP_SHARED, GROUP_UNCOVERED], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [ADMISSION, GROUP_SHARED, GROUP_UNCOVERED, FAIR_QUEUE], ids=lambda p: p.stem)
 async def test_the_same_pool_through_a_subclass_still_replays(path: Path) -> None:
     """The control of the test above: the subclassing alone is not what fails the replay."""
     replayer = Replayer(workflows=[UnchangedPool], data_converter=DATA_CONVERTER)
