@@ -116,11 +116,7 @@ def build_app(state: GatewayState) -> web.Application:
                         "status": code,
                         "reason": reason,
                         **logged_target(request),
-                        **(
-                            {"replica_run_uid": request.get(REPLICA, "")}
-                            if route == "function_invoke"
-                            else {}
-                        ),
+                        **({"run_uid": request.get(REPLICA, "")} if route == "function_invoke" else {}),
                         "invocation_id": request.get(INVOCATION_ID, ""),
                         "ms": round((time.perf_counter() - started) * 1000, 3),
                     },

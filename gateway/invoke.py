@@ -169,10 +169,10 @@ def invocation_id(request: web.Request) -> str:
 
 
 def logged_target(request: web.Request) -> dict[str, str]:
-    """The invoke path's runtime and run uid (a Function's URL: its function uid) as the access log
-    shows them: each only when it is what it should be (a DNS-1123 label, a canonical UUID), else
-    "" — the path is the caller's, and a token, a path or kilobytes of anything put there never
-    reach a log."""
+    """The invoke path's runtime and run uid (a Function's URL: its function uid; the middleware
+    adds the replica's run uid) as the access log shows them: each only when it is what it should
+    be (a DNS-1123 label, a canonical UUID), else "" — the path is the caller's, and a token, a
+    path or kilobytes of anything put there never reach a log."""
     if "runtime" not in request.match_info:  # a Function's URL
         function_uid = request.match_info.get("uid", "")
         return {"function_uid": function_uid if is_run_uid(function_uid) else ""}

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kruntimes.gateway.auth.base import Authorizer, Decision, Forbidden, Principal, Resource
+from kruntimes.gateway.auth.base import RUNS, Authorizer, Decision, Forbidden, Principal, Resource
 from kruntimes.gateway.auth.token_expiry import token_expiry
 
 DEFAULT_TTL_S = 30.0
@@ -43,7 +43,9 @@ class _Outcome:
 
 
 def cache_key(token: str, resource: Resource) -> str:
-    material = "\0".join((token, resource.namespace, resource.name, resource.run_uid, resource.kind))
+    parts = (token, resource.namespace, resource.name, resource.run_uid)
+    # a Function's decision is its own (a Run's key is as it always was)
+    material = "\0".join(parts if resource.kind == RUNS else (*parts, resource.kind))
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -311,16 +311,18 @@ class HostProcess:
         concurrency: int = 0,
         queue: int = 0,
         queue_timeout_ms: int = 0,
+        assignment: pb.SignedAssignment | None = None,
     ) -> Function:
         """Register a python function on this host over gRPC and wait for the gateway's route
-        (`concurrency`, `queue`, `queue_timeout_ms`: 0 for the host's defaults)."""
+        (`concurrency`, `queue`, `queue_timeout_ms`: 0 for the host's defaults; `assignment`: one
+        signed by the caller, a Function's replica's, instead of the Run's plain one)."""
         files = {"main.py": source} if isinstance(source, str) else source
         uid = uid or str(uuid.uuid4())
         REGISTERED.append(uid)
         answer = await self.stub.RegisterFunction(
             pb.RegisterFunctionRequest(
                 run=pb.RunRef(run_uid=uid, attempt=attempt, namespace=namespace, name=name, runtime="python"),
-                assignment=self.signed(uid, attempt=attempt, namespace=namespace, name=name),
+                assignment=assignment or self.signed(uid, attempt=attempt, namespace=namespace, name=name),
                 config=pb.FunctionConfig(
                     adapter="python",
                     handler=handler,
