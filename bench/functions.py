@@ -21,6 +21,12 @@ its 20 ms: the concurrent cases cannot do better than its ratio, whatever their 
 case prints the CPU per call of the gateway, the host, the function processes and this client,
 and how busy the whole machine was (a busy machine delays every wake-up of a sleeping handler).
 
+A last case, `url`, compares one warm invocation through a Function's URL with one through a
+Run's URL: a Run and a Function of one replica (a Run whose signed assignment names the Function's
+uid, as the control plane signs a replica's), both returning at once, concurrency 1, on the same
+host; one client calls them in turn (the order swapped every call) and the p50 of each is set
+against the other: target Function ≤ 1.1 × Run (issue #43).
+
 Prints the machine (CPUs, model, load), a table and a final JSON line {"bench": "functions", ...}.
 """
 
@@ -46,6 +52,7 @@ import aiohttp
 from _benchlib import BenchError
 from _pki import CONTROL_PLANE, BenchPKI
 
+from kruntimes.pki.assignments import SignedAssignment
 from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
@@ -60,6 +67,10 @@ SYNC_SOURCE = b"import time\n\ndef handle(payload):\n    time.sleep(0.02)\n    r
 ASYNC_SOURCE = (
     b"import asyncio\n\nasync def handle(payload):\n    await asyncio.sleep(0.05)\n    return {'ok': True}\n"
 )
+
+
+QUICK_SOURCE = b"def handle(payload):\n    return {'ok': True}\n"
+URL_TARGET = 1.1  # a Function's URL p50 over a Run's
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,68 @@ def register_request(pki: BenchPKI, case: Case, host_uid: str) -> pb.RegisterFun
             concurrency=case.concurrency,
         ),
     )
+
+
+def quick_requests(
+    pki: BenchPKI, host_uid: str
+) -> tuple[pb.RegisterFunctionRequest, pb.RegisterFunctionRequest, str]:
+    """A plain Run and a Function's one replica, both returning at once; and the Function's uid."""
+    function_uid = str(uuid.uuid4())
+    requests = []
+    for replica in (False, True):
+        run_uid = str(uuid.uuid4())
+        name = f"quick-r1-{run_uid[:5]}" if replica else "quick"
+        signed = pki.signer.sign(
+            SignedAssignment(
+                run_uid=run_uid,
+                attempt=1,
+                host_id=HOST_ID,
+                host_uid=host_uid,
+                namespace=NAMESPACE,
+                name=name,
+                runtime="python",
+                function_uid=function_uid if replica else "",
+                revision=1 if replica else 0,
+            )
+        )
+        requests.append(
+            pb.RegisterFunctionRequest(
+                assignment=signed,
+                run=pb.RunRef(run_uid=run_uid, attempt=1, namespace=NAMESPACE, name=name, runtime="python"),
+                config=pb.FunctionConfig(
+                    adapter="python",
+                    handler="main:handle",
+                    inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=QUICK_SOURCE)]),
+                    concurrency=1,
+                ),
+            )
+        )
+    return requests[0], requests[1], function_uid
+
+
+async def alternate(
+    session: aiohttp.ClientSession, urls: dict[str, str], calls: int
+) -> dict[str, list[float]]:
+    """`calls` sequential calls of each URL, in turn (the order swapped every round); the seconds
+    of each 200 Succeeded, and BenchError at the first other answer."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    seconds: dict[str, list[float]] = {name: [] for name in urls}
+    names = list(urls)
+    for i in range(calls):
+        for name in names if i % 2 == 0 else reversed(names):
+            started = time.perf_counter()
+            async with session.post(urls[name], data=b"{}", headers=headers) as resp:
+                body = await resp.read()
+            took = time.perf_counter() - started
+            if resp.status != 200 or b'"status":"Succeeded"' not in body:
+                raise BenchError(f"{name}: {resp.status} {body[:200]!r}")
+            seconds[name].append(took)
+    return seconds
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass
@@ -217,6 +290,15 @@ async def measure(tmp: Path, servers: list[lib.Server], args: argparse.Namespace
             urls[case.name] = (
                 f"{base}/v1/namespaces/{NAMESPACE}/runtimes/python/functions/{request.run.run_uid}:invoke"
             )
+        run_request, replica_request, function_uid = quick_requests(pki, host.ready["hostUid"])
+        for request in (run_request, replica_request):
+            await stub.RegisterFunction(request, timeout=CALL_TIMEOUT_S)
+        base = gateway.ready["url"]
+        run_uid = run_request.run.run_uid
+        quick_urls = {
+            "run": f"{base}/v1/namespaces/{NAMESPACE}/runtimes/python/functions/{run_uid}:invoke",
+            "function": f"{base}/v1/namespaces/{NAMESPACE}/functions/{function_uid}:invoke",
+        }
 
     client_ssl = ssl.create_default_context(cafile=str(tls.ca_cert))
     results: dict[str, dict[str, object]] = {}
@@ -253,6 +335,28 @@ async def measure(tmp: Path, servers: list[lib.Server], args: argparse.Namespace
             "machine_busy_share": round(machine_busy / phase.seconds / len(os.sched_getaffinity(0)), 2),
         }
 
+    connector = aiohttp.TCPConnector(limit=1, ssl=client_ssl, keepalive_timeout=120)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+    ) as session:
+        for url in quick_urls.values():
+            await wait_for_route(session, url)
+        lib.note(f"url: {args.url_calls} warm calls of a Run's URL and of a Function's, in turn ...")
+        await alternate(session, quick_urls, max(10, args.url_calls // 10))
+        took = await alternate(session, quick_urls, args.url_calls)
+    p50 = {name: quantile(values, 0.5) for name, values in took.items()}
+    url_ratio = p50["function"] / p50["run"]
+    url_case = {
+        "calls": args.url_calls,
+        "run_p50_ms": round(p50["run"] * 1000, 3),
+        "function_p50_ms": round(p50["function"] * 1000, 3),
+        "run_p99_ms": round(quantile(took["run"], 0.99) * 1000, 3),
+        "function_p99_ms": round(quantile(took["function"], 0.99) * 1000, 3),
+        "ratio": round(url_ratio, 3),
+        "target": URL_TARGET,
+        "met": url_ratio <= URL_TARGET,
+    }
+
     problems = [line for server in servers for line in server.problems()]
     print(f"machine: {json.dumps(machine())}")
     print(f"{'case':<6} {'conc':>5} {'rps':>8} {'ideal':>8} {'ratio':>6} {'target':>7}  result")
@@ -263,16 +367,23 @@ async def measure(tmp: Path, servers: list[lib.Server], args: argparse.Namespace
             f"{r['target'] or '-':>7}  {met}{'' if not r['non_200'] else ' non-200: ' + str(r['non_200'])}"
         )
         print(f"       CPU µs per call {r['cpu_us_per_call']}, machine busy {r['machine_busy_share']:.0%}")
+    print(
+        f"url    p50 Function {url_case['function_p50_ms']} ms / Run {url_case['run_p50_ms']} ms"
+        f" = {url_case['ratio']}"
+        f" (target ≤ {URL_TARGET})  {'met' if url_case['met'] else 'NOT met'};"
+        f" p99 {url_case['function_p99_ms']} / {url_case['run_p99_ms']} ms"
+    )
     for line in problems[:10]:
         lib.note(f"server log: {line}")
-    print(json.dumps({"bench": "functions", "machine": machine(), "cases": results}))
-    return 0 if all(r["met"] for r in results.values()) else 1
+    print(json.dumps({"bench": "functions", "machine": machine(), "cases": results, "url": url_case}))
+    return 0 if all(r["met"] for r in results.values()) and url_case["met"] else 1
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="the measured phase of each case")
     parser.add_argument("--warmup", type=float, default=2.0, help="the warm-up of each case")
+    parser.add_argument("--url-calls", type=int, default=400, help="calls of each URL in the url case")
     return parser.parse_args()
 
 
