@@ -796,15 +796,9 @@ async def function_rollback(args: argparse.Namespace, client: Client, io: Io) ->
     return 0
 
 
-ROLLOUT_KINDS = ("function/", "functions/", f"{FUNCTION_GROUP}/")
-
-
 async def rollout_status(args: argparse.Namespace, client: Client, io: Io) -> int:
     """`krt rollout status function/NAME`: each change of the rollout on a line, until done."""
-    kind = next((k for k in ROLLOUT_KINDS if args.target.startswith(k)), None)
-    if kind is None or not args.target.removeprefix(kind):
-        raise UsageError(f"rollout status takes function/NAME, not {args.target[:80]!r}")
-    name = args.target.removeprefix(kind)
+    name = args.name
     if not args.watch:
         io.print(rollout_line(name, await client.functions.rollout_status(name, _ns(args), wait=False)))
         return 0

@@ -421,7 +421,7 @@ def describe_function(description: FunctionDescription, *, now: datetime | None 
         ("Endpoint", status.endpoint.url if status.endpoint is not None else NONE),
     ]
     text = _fields(lines) + _conditions(status.conditions, now=now)
-    text += "Replicas:\n"
+    text += "Replica Runs:\n"
     if description.replicas:
         rows = [[r.name, str(r.revision), r.phase, r.runUid] for r in description.replicas]
         text += _indent(table(("RUN", "REVISION", "PHASE", "UID"), rows))

@@ -351,6 +351,17 @@ def _delete_flags(parser: argparse.ArgumentParser, *, listed: str) -> None:
     )
 
 
+ROLLOUT_KINDS = ("function/", "functions/", "function.kruntimes.io/")
+
+
+def _function_target(text: str) -> str:
+    """`krt rollout status`'s TYPE/NAME, kubectl's way: the Function's name."""
+    kind = next((k for k in ROLLOUT_KINDS if text.startswith(k)), None)
+    if kind is None or not text.removeprefix(kind):
+        raise argparse.ArgumentTypeError(f"expected function/NAME, not {text[:80]!r}")
+    return text.removeprefix(kind)
+
+
 def _functions(commands: argparse._SubParsersAction[Parser]) -> None:
     """`krt function ...` and `krt rollout status function/NAME`."""
     function = commands.add_parser(
@@ -408,7 +419,7 @@ def _functions(commands: argparse._SubParsersAction[Parser]) -> None:
     status = rollout_verbs.add_parser(
         "status", help="wait until the Function's current revision is rolled out (every wanted replica Ready)"
     )
-    status.add_argument("target", metavar="function/NAME")
+    status.add_argument("name", type=_function_target, metavar="function/NAME")
     _namespace(status, what="Function")
     status.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds")
     status.add_argument(

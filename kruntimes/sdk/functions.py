@@ -172,7 +172,8 @@ class Functions:
 
     async def apply(self, function: Function) -> FunctionApplied:
         """Create the Function, or change the running one (its `apply` Update: a new revision
-        when the replicas' template changed; `scale` alone changes no revision). A missing
+        when the replicas' template changed; `scale` or labels alone change no revision); one
+        whose spec and labels are those it holds is left alone ("unchanged"). A missing
         metadata.uid is made (uuid4) for a new Function and kept from the running one; another
         uid than the running one's raises FunctionConflict (a deleted and re-created Function is
         another one). The creator is this client's, as for Runs."""
@@ -199,15 +200,17 @@ class Functions:
                     )
                 if uid:
                     function = function._replace(metadata=function.metadata._replace(uid=uid))
+                held = await self._manifest(handle, description, namespace=namespace, name=name)
+                if held.spec == function.spec and held.metadata.labels == function.metadata.labels:
+                    return FunctionApplied(await self.get(name, namespace), "unchanged")  # nothing to send
                 this = (await self._runs.temporal()).get_workflow_handle(handle.id, run_id=description.run_id)
                 try:
-                    result: ApplyResult = await self._update(
+                    await self._update(
                         this, UPDATE_APPLY, function, result_type=ApplyResult, namespace=namespace, name=name
                     )
                 except FunctionNotFound:
                     continue  # deleted (or continued as new) meanwhile: look again
-                got = await self.get(name, namespace)
-                return FunctionApplied(got, "configured" if result.changed else "unchanged")
+                return FunctionApplied(await self.get(name, namespace), "configured")
             if given_uid is None:  # a new Function gets a new uid, whatever an earlier try made
                 function = function._replace(metadata=function.metadata._replace(uid=str(uuid.uuid4())))
             try:
@@ -222,8 +225,6 @@ class Functions:
         )
 
     async def _start(self, function: Function) -> None:
-        from temporalio.common import SearchAttributePair, TypedSearchAttributes
-
         from kruntimes.sdk.runtimes import check_runtime
         from kruntimes.wire import search_typed, summaries
 
@@ -234,21 +235,13 @@ class Functions:
         endpoint = self._endpoint_url(namespace, uid)
         creator = function.metadata.creator
         by = f" by {creator}" if creator is not None else ""
-        attributes = TypedSearchAttributes(
-            [
-                SearchAttributePair(search_typed.KRT_FUNCTION, uid),
-                SearchAttributePair(search_typed.KRT_NAMESPACE, namespace),
-                SearchAttributePair(search_typed.KRT_RUNTIME, function.spec.runtime),
-                SearchAttributePair(search_typed.KRT_PHASE, FunctionPhase.Pending.value),
-            ]
-        )
         await self._rpc(
             client.start_workflow(
                 WORKFLOW_TYPE,
                 FunctionInput(function=function),
                 id=function_workflow_id(Namespace(namespace), name),
                 task_queue=self._runs.config.taskQueue,
-                search_attributes=attributes,
+                search_attributes=search_typed.function_at_start(function),
                 static_summary=summaries.summary(f"function {function.spec.runtime} {namespace}/{name}{by}"),
                 static_details=summaries.details(
                     f"Function **{namespace}/{name}** (uid `{uid}`)"
