@@ -320,7 +320,8 @@ async def test_a_functions_uid_is_not_found_in_another_namespace_nor_at_a_runs_p
     for token in (BOB, ALICE):
         answer = await invoke_function(client, gateway, web.uid, namespace="other", token=token)
         answer.expect(404, "FunctionNotFound")
-    (await invoke_function(client, gateway, web.uid, token=BOB)).expect(403, "Forbidden")
+    forbidden = (await invoke_function(client, gateway, web.uid, token=BOB)).expect(403, "Forbidden")
+    assert "may not invoke Functions in namespace 'default'" in forbidden.json["message"]
     assert (await invoke_function(client, gateway, web.uid, token=None)).status == 401
     # a Function's uid at a Run's path, and a replica's Run uid at a Function's, are not found
     (await invoke(client, gateway, web.uid)).expect(404, "RunNotFound")
