@@ -796,6 +796,12 @@ async def function_rollback(args: argparse.Namespace, client: Client, io: Io) ->
     return 0
 
 
+async def function_scale(args: argparse.Namespace, client: Client, io: Io) -> int:
+    scaled = await client.functions.scale(args.name, args.replicas, _ns(args), reason=args.message)
+    io.print(f"{FUNCTION_GROUP}/{args.name} scaled: {scaled.previous} -> {scaled.wanted} replicas")
+    return 0
+
+
 async def rollout_status(args: argparse.Namespace, client: Client, io: Io) -> int:
     """`krt rollout status function/NAME`: each change of the rollout on a line, until done."""
     name = args.name
@@ -832,6 +838,7 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("function", "delete"): function_delete,
     ("function", "invoke"): function_invoke,
     ("function", "rollback"): function_rollback,
+    ("function", "scale"): function_scale,
     ("rollout", "status"): rollout_status,
     ("hosts", "list"): hosts_list,
     ("hosts", "drain"): hosts_act,

@@ -8,7 +8,7 @@
     krt ui [--open]                       (a one-time login link to the embedded Temporal UI)
     krt schedule create NAME --cron EXPR|--every DURATION -f task-run.yaml
     krt schedule list|get|pause|unpause|trigger|delete NAME
-    krt function apply -f FILE | get|list|describe|delete|invoke|rollback NAME   (or krt apply -f)
+    krt function apply -f FILE | get|list|describe|delete|invoke|rollback|scale NAME   (or krt apply -f)
     krt rollout status function/NAME
     krt up|down|status                    krt host|worker|demo   (process entry points of workers/)
 

@@ -366,7 +366,7 @@ def _functions(commands: argparse._SubParsersAction[Parser]) -> None:
     """`krt function ...` and `krt rollout status function/NAME`."""
     function = commands.add_parser(
         "function",
-        help="apply, get, list, describe, invoke, roll back and delete Functions (replicas behind one URL)",
+        help="apply, get, list, describe, invoke, scale, roll back, delete Functions (replicas, one URL)",
     )
     verbs = function.add_subparsers(dest="verb", metavar="<verb>", required=True)
     apply = verbs.add_parser("apply", help="create or update Functions from manifests (as `krt apply -f`)")
@@ -411,6 +411,12 @@ def _functions(commands: argparse._SubParsersAction[Parser]) -> None:
     _namespace(rollback, what="Function")
     _output(rollback, default=None)
     _wait(rollback, what="the new revision is rolled out")
+
+    scale = verbs.add_parser("scale", help="set the replicas wanted, within the Function's scale.min..max")
+    scale.add_argument("name")
+    scale.add_argument("--replicas", type=int, required=True, metavar="N", help="replicas wanted")
+    scale.add_argument("-m", "--message", default="", help="why (kept in the Function's history)")
+    _namespace(scale, what="Function")
 
     rollout = commands.add_parser(
         "rollout", help="follow a Function's rollout: krt rollout status function/NAME"

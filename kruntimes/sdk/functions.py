@@ -465,6 +465,8 @@ class Functions:
                         handle, after=description.raw_description.workflow_execution_info.history_length
                     )
                 await asyncio.wait_for(watch.next(), remaining)
+                if watch.ended:  # continued as new (or deleted: the status query says so)
+                    watch = None
             except TimeoutError:
                 pass  # the deadline check above raises
             except FunctionNotFound:

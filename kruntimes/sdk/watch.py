@@ -19,6 +19,7 @@ class TaskWatch:
         self.after = after  # events up to this id were there already
         self.phases_only = phases_only
         self.events = handle.fetch_history_events(wait_new_event=True).__aiter__()
+        self.ended = False  # the history ended (closed, or continued as new): watch the next run anew
 
     async def next(self) -> None:
         from temporalio.api.enums.v1 import EventType
@@ -29,6 +30,7 @@ class TaskWatch:
             try:
                 event = await self.events.__anext__()
             except StopAsyncIteration:  # the workflow closed
+                self.ended = True
                 await asyncio.sleep(POLL_INTERVAL_S)
                 return
             if event.event_id <= self.after:

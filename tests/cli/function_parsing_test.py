@@ -78,6 +78,8 @@ def test_the_function_verbs_and_rollout_status_parse_as_kubectl_spells_them() ->
             "web",
             False,
         )
+    scaled = parse(["function", "scale", "web", "--replicas", "3", "-m", "more load"])
+    assert (scaled.verb, scaled.replicas, scaled.message) == ("scale", 3, "more load")
     assert parse(["function", "list", "-A"]).all_namespaces
     assert parse(["function", "apply", "-f", "f.yaml", "--wait"]).wait
 
@@ -91,8 +93,17 @@ def test_the_function_verbs_and_rollout_status_parse_as_kubectl_spells_them() ->
         (["rollout", "status", "deployment/web"], "expected function/NAME, not 'deployment/web'"),
         (["rollout", "status", "function/"], "expected function/NAME"),
         (["function", "scale-to-the-moon", "web"], "invalid choice"),
+        (["function", "scale", "web"], "the following arguments are required: --replicas"),
     ],
-    ids=["get-without-name", "bad-output", "apply-without-f", "other-kind", "no-name", "unknown-verb"],
+    ids=[
+        "get-without-name",
+        "bad-output",
+        "apply-without-f",
+        "other-kind",
+        "no-name",
+        "unknown-verb",
+        "no-replicas",
+    ],
 )
 def test_a_wrong_function_command_line_is_one_usage_line(
     capsys: pytest.CaptureFixture[str], argv: list[str], says: str

@@ -102,7 +102,7 @@ async def test_a_function_is_applied_invoked_at_its_url_rolled_out_rolled_back_a
         await eventually(replicas_gone, within=30, what="the Function's replica Runs deleted with it")
 
 
-async def test_apply_keeps_the_running_uid_refuses_another_and_takes_a_scale_change_without_a_revision(
+async def test_apply_keeps_the_running_uid_refuses_another_and_a_scale_change_is_no_revision(
     krt: Client,
 ) -> None:
     name = unique("fnu")
@@ -119,6 +119,10 @@ async def test_apply_keeps_the_running_uid_refuses_another_and_takes_a_scale_cha
             await krt.functions.rollback(name)
         with pytest.raises(FunctionConflict, match="outside the Function's scale 1..5"):
             await krt.functions.scale(name, 9)
+        assert (await krt.functions.scale(name, 2, reason="a test")).wanted == 2
+        ready = await krt.functions.wait_ready(name, timeout=90)
+        assert ready.status.replicas.ready == ready.status.replicas.wanted == 2
+        assert len({r.name for r in await krt.functions.replicas(name)}) == 2
 
 
 async def test_every_call_on_a_function_that_is_not_there_is_function_not_found(krt: Client) -> None:
