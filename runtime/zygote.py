@@ -96,7 +96,9 @@ def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
     os.environ.update(env)
     limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
     if _work_nice is not None:  # a seed's: back to the zygote's priority (still privileged)
-        os.setpriority(os.PRIO_PROCESS, 0, _work_nice)
+        # a host in a pod's user namespace lacks the node's CAP_SYS_NICE: its functions stay niced
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, _work_nice)
     _never_preempt_the_host()
     if sandbox is not None:
         child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step

@@ -19,7 +19,9 @@ which the host reads through the downward API): one of ``UID_SLOTS`` slots of ``
 from ``UID_BASE``, never one another host pod of its namespaces holds (the provider picks it). Pods
 do not share a uid lock directory (each locks its uids in its own state volume), and uids are the
 node kernel's: two pods of one node handing out the same uid would share its per-uid limits
-(processes, inotify instances, signals) and whatever it may write on a volume both mount.
+(processes, inotify instances, signals) and whatever it may write on a volume both mount. A pod
+with ``hostUsers: false`` takes its functions' uids from ``USERNS_UID_RANGE`` instead: uids of its
+own user namespace, which the kubelet maps to node uids no other pod has.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ ANNOTATION_UID_RANGE = "kruntimes.io/uid-range"
 # never share a uid with a pod's, and below 2**31, so no program that keeps a uid in a signed int
 # misreads one.
 UID_BASE, UID_SLOT_SIZE, UID_SLOTS = 2_100_000_000, 8_192, 5_796
+# A pod with a user namespace of its own (hostUsers: false) has 65,536 uids of the node mapped
+# (0-65535, a range no other pod shares): its functions take theirs from these, below nobody.
+USERNS_UID_RANGE = "10000-65533"
 CERT_VOLUME, CERT_MOUNT = "krt-certificate", "/etc/kruntimes/tls"
 # Where the host reads its role bindings (`use-secrets`: whose Runs get which secret): a directory
 # the runtime's pod template mounts read-only (the chart: a ConfigMap, whose updates reach the
@@ -246,7 +251,7 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
         UID_LOCK_DIR,
         # the pod's own uids (empty without the annotation: the host's default range)
         "--uid-range",
-        "$(KRT_UID_RANGE)",
+        USERNS_UID_RANGE if template.hostUsers is False else "$(KRT_UID_RANGE)",
         "--heartbeat-interval",
         f"{spec.heartbeatIntervalSeconds:g}",
     ]
@@ -329,6 +334,7 @@ def build_pod(spec: HostSpec, settings: KubernetesRuntime, *, control_plane: str
             tolerations=template.tolerations or None,
             affinity=template.affinity,
             serviceAccountName=template.serviceAccountName,
+            hostUsers=template.hostUsers,
             securityContext=template.securityContext,
             priorityClassName=template.priorityClassName,
             imagePullSecrets=[{"name": n} for n in template.imagePullSecrets] or None,
@@ -388,6 +394,7 @@ _POD_FIELDS = {
     "tolerations",
     "affinity",
     "serviceAccountName",
+    "hostUsers",
     "securityContext",
     "priorityClassName",
     "volumes",

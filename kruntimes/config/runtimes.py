@@ -48,6 +48,7 @@ A runtime whose hosts are pods (``provider: kubernetes``) says where and how in 
             affinity: {...}
             serviceAccountName: kruntimes-host
             automountServiceAccountToken: false   # the default; true only if the host needs the API
+            hostUsers: false                      # a user namespace of the pod's own
             securityContext: {runAsNonRoot: true}       # the pod's
             containerSecurityContext: {allowPrivilegeEscalation: false}
             priorityClassName: null
@@ -190,6 +191,9 @@ class KubernetesPodTemplate(ApiModel):
     serviceAccountName: str | None = None
     # The host never calls the Kubernetes API: no token unless the template asks for one.
     automountServiceAccountToken: StrictBool = False
+    # false: the pod gets a user namespace of its own (its root is no node root), where its host
+    # may make PID and mount namespaces for functions; its functions' uids are then the pod's own
+    hostUsers: StrictBool | None = None
     securityContext: dict[str, Any] | None = None  # the pod's
     containerSecurityContext: dict[str, Any] | None = None  # the host container's
     priorityClassName: str | None = None

@@ -346,11 +346,19 @@ def test_the_runtimes_configmap_loads_and_its_templates_build_pods_that_validate
         assert liveness["timeoutSeconds"] < liveness["periodSeconds"]
 
 
-def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
-    config = parse_config(yaml.safe_load(runtimes_file(rendered("default"))))
+@pytest.mark.parametrize("user_namespaces", [True, False])
+def test_the_host_keeps_only_the_capabilities_isolation_needs(user_namespaces: bool) -> None:
+    """By default in a user namespace of the pod's own, where SYS_ADMIN holds only over the pod's
+    namespaces (the functions' PID and mount namespaces); without one, never SYS_ADMIN."""
+    docs, _ = render({"hosts": {"userNamespaces": user_namespaces}})
+    [config_map] = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-runtimes")
+    ]
+    config = parse_config(yaml.safe_load(config_map["data"]["runtimes.yaml"]))
     for runtime in config.runtimes:
         assert runtime.kubernetes is not None
-        security = runtime.kubernetes.podTemplate.containerSecurityContext or {}
+        template = runtime.kubernetes.podTemplate
+        security = template.containerSecurityContext or {}
         assert set(security["capabilities"]["add"]) == {
             "CHOWN",
             "DAC_OVERRIDE",
@@ -360,8 +368,20 @@ def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
             "SETGID",
             "SETPCAP",
             "SETUID",
+            *(["SYS_ADMIN"] if user_namespaces else []),
         }
+        assert template.hostUsers is (False if user_namespaces else None)
         assert security["readOnlyRootFilesystem"] is True
+        [pod] = [
+            p
+            for p in built_pods(Rendered("values", {}, docs, ""))
+            if p["metadata"]["labels"][pods.LABEL_RUNTIME] == runtime.name
+        ]
+        uids = pod["spec"]["containers"][0]["args"][
+            pod["spec"]["containers"][0]["args"].index("--uid-range") + 1
+        ]
+        # the pod's own uids in its user namespace; without one, a node range the provider picks
+        assert uids == (pods.USERNS_UID_RANGE if user_namespaces else "$(KRT_UID_RANGE)")
 
 
 @pytest.mark.parametrize(
@@ -381,7 +401,8 @@ def test_the_host_keeps_only_the_capabilities_isolation_needs() -> None:
             },
             "isolation uid",
         ),
-        ({"network": "none"}, "network none"),
+        # network none without a user namespace: the node's SYS_ADMIN, never added by the chart
+        ({"network": "none", "kubernetes": {"podTemplate": {"hostUsers": True}}}, "network none"),
         # network outbound (the default) with uid isolation: packet rules, NET_ADMIN
         (
             {

@@ -13,7 +13,7 @@ from kruntimes.activities.hosts import kubernetes_pods as pods
 from kruntimes.config.runtimes import KUBERNETES_PROVIDER, parse_config
 from kruntimes.contracts.providers import HostSpec
 from kruntimes.workers import worker as worker_main
-from tests.helm.conftest import Rendered, rendered, runtimes_file, worker_args
+from tests.helm.conftest import Rendered, render, rendered, runtimes_file, worker_args
 
 
 def built_pods(chart: Rendered) -> list[dict[str, Any]]:
@@ -42,12 +42,20 @@ def built_pods(chart: Rendered) -> list[dict[str, Any]]:
 
 
 def chart_runtime(
-    name: str, *, namespace: str, image: str, kubernetes: dict[str, Any], **fields: Any
+    name: str,
+    *,
+    namespace: str,
+    image: str,
+    kubernetes: dict[str, Any],
+    values: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
     """The default chart's first runtime as its runtimes ConfigMap holds it (its pod template as
     the chart renders it: security contexts, volumes, resources), renamed and moved to a test
-    cluster's namespace and image; `kubernetes` and `fields` set more of it."""
-    config = yaml.safe_load(runtimes_file(rendered("default")))
+    cluster's namespace and image; `kubernetes` and `fields` set more of it. `values`: the chart
+    rendered with these instead of its defaults."""
+    chart = rendered("default") if values is None else Rendered("values", values, *render(values))
+    config = yaml.safe_load(runtimes_file(chart))
     runtime: dict[str, Any] = copy.deepcopy(config["runtimes"][0])
     runtime["kubernetes"]["podTemplate"]["image"] = image
     runtime["kubernetes"].update(namespace=namespace, **kubernetes)

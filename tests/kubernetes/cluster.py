@@ -24,6 +24,10 @@ once its Secret or ConfigMap exists, in the kubelet's atomic-writer layout (each
 `items` at its path, a link through `..data` to a timestamped directory, swapped at once when the
 object changes, which it follows while the pod runs).
 
+A pod of ``hostUsers: false`` (as root) gets a sandbox of its own (podnet.py): a user namespace
+mapping a range of the node's uids no other pod has, and a network namespace it owns with an
+address of its own on a veth pair (its podIP; its ports are not moved), which its containers join.
+
 As root (``can_contain``), each container runs as a node runs it (container.py): as PID 1 of PID,
 mount, IPC and UTS namespaces of its own, on a root of its own with the volumes at their mount
 paths, and with the container's security context applied — a read-only root file system,
@@ -63,6 +67,8 @@ import attrs
 import grpc
 from grpc_health.v1 import health_pb2
 from kmock import KubernetesEmulator, ResourceInfo, Server, action
+
+from tests.kubernetes import podnet
 
 POD_IP = "127.0.0.1"
 INIT_TIMEOUT_S = 60.0  # how long one init container may run
@@ -125,6 +131,9 @@ class Cluster(KubernetesEmulator):
     create_replies: asyncio.Event | None = None
     _watchers: set[Any] = attrs.field(factory=set, init=False)  # the open watch requests
     _held: list[socket.socket] = attrs.field(factory=list, init=False)  # the pods' ports (held_port)
+    # Pods of `hostUsers: false` get network namespaces of their own (the kubelet contains them):
+    # their ports stay as the pod says.
+    pod_networks: bool = False
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -242,7 +251,8 @@ class Cluster(KubernetesEmulator):
             metadata["creationTimestamp"] = now()
             metadata["resourceVersion"] = self._next_version()
             request.data.setdefault("status", {"phase": "Pending"})
-            _own_ports(request.data, self._held)
+            if not (self.pod_networks and (request.data.get("spec") or {}).get("hostUsers") is False):
+                _own_ports(request.data, self._held)
             return None
         if request.name is None:
             return None
@@ -396,6 +406,8 @@ class _PodRun:
     argv: list[str] = field(default_factory=list)  # the container's process, as the pod says
     pid_file: Path | None = None  # contained: where the container's parent writes its pid
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # volume → the data projected
+    network: podnet.PodNetwork | None = None  # a pod of hostUsers false: its sandbox (podnet.py)
+    ip: str = POD_IP
 
 
 def can_contain() -> bool:
@@ -483,6 +495,7 @@ class TestKubelet:
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
+        self._node_table = podnet.NodeTable()
 
     async def __aenter__(self) -> TestKubelet:
         self._session = aiohttp.ClientSession()
@@ -505,6 +518,10 @@ class TestKubelet:
             if run.process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     run.process.wait(timeout=10)
+        for run in self._runs.values():
+            if run.network is not None:
+                await run.network.stop()
+        await self._node_table.remove()
         if self._session is not None:
             await self._session.close()
 
@@ -530,6 +547,8 @@ class TestKubelet:
 
     async def _patch_status(self, run: _PodRun, status: dict[str, Any]) -> None:
         assert self._session is not None
+        if "podIP" in status:
+            status = {**status, "podIP": run.ip, "podIPs": [{"ip": run.ip}]}
         headers = {"Content-Type": "application/merge-patch+json"}
         async with self._session.patch(
             self._path(run.namespace, run.name, "/status"),
@@ -642,6 +661,24 @@ class TestKubelet:
             while runtime in self.hold:
                 await self._released.wait()
         run.directory.mkdir(parents=True, exist_ok=True)
+        if self.contains and pod["spec"].get("hostUsers") is False:
+            run.network = await podnet.start(podnet.gateway_ports(container), self._node_table)
+            run.ip = run.network.pod_ip
+        try:
+            await self._start(run, pod, container, scheduled, fault)
+        finally:
+            if run.network is not None:
+                await run.network.stop()
+
+    async def _start(
+        self,
+        run: _PodRun,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        scheduled: dict[str, Any],
+        fault: str | None,
+    ) -> None:
+        """The pod's containers, from its volumes to its end."""
         if not await self._mount_secrets(pod, run):  # as a kubelet: ContainerCreating until they exist
             return
         for init in pod["spec"].get("initContainers") or []:  # in order, each to its end
@@ -672,7 +709,7 @@ class TestKubelet:
         # one channel for the pod's probes (it reconnects as needed): the probes cost the node little
         backoff = [(f"grpc.{k}_reconnect_backoff_ms", 20) for k in ("initial", "min")]
         options = [*backoff, ("grpc.max_reconnect_backoff_ms", 100)]
-        channel = grpc.aio.insecure_channel(f"{POD_IP}:{probe_port}", options=options) if probe_port else None
+        channel = grpc.aio.insecure_channel(f"{run.ip}:{probe_port}", options=options) if probe_port else None
         try:
             await self._probe(run, pod, container, scheduled, channel)
         finally:
@@ -904,7 +941,7 @@ class TestKubelet:
             "metadata.name": pod["metadata"]["name"],
             "metadata.namespace": pod["metadata"]["namespace"],
             "metadata.uid": pod["metadata"]["uid"],
-            "status.podIP": POD_IP,
+            "status.podIP": run.ip,
         }
         for kind in ("labels", "annotations"):
             for key, value in (pod["metadata"].get(kind) or {}).items():
@@ -968,6 +1005,7 @@ class TestKubelet:
             "hostname": run.name,
             "pidFile": str(run.directory / f"{container['name']}.pid"),
             "securityContext": security_context(pod, container),
+            "sandbox": run.network.pid if run.network is not None else None,
         }
         path = run.directory / f"{container['name']}.json"
         path.write_text(json.dumps(spec))
@@ -1038,6 +1076,7 @@ async def test_cluster(root: Path) -> AsyncIterator[tuple[Cluster, Server, TestK
             Server(cluster) as server,
             TestKubelet(cluster, url=str(server.url), root=root) as kubelet,
         ):
+            cluster.pod_networks = kubelet.contains
             yield cluster, server, kubelet
     finally:
         cluster.release_ports()

@@ -1,6 +1,7 @@
 """The test kubelet's container runtime: one container's process, started as a node starts it.
 
     python -I -S tests/kubernetes/container.py SPEC.json
+    python -I -S tests/kubernetes/container.py --pod-sandbox
 
 (standard library only, so it starts fast without site packages). SPEC is a JSON object:
 
@@ -15,9 +16,19 @@
     pidFile             where the process's pid (as the node sees it) is written
     securityContext     the container's, merged over the pod's (runAsUser, runAsGroup, ...);
                         null: the pod asked for nothing, and runs with the kubelet's privileges
+    sandbox             the pid of the pod's sandbox (`--pod-sandbox`), for a pod of
+                        `hostUsers: false`: the container joins its user and network namespaces
 
-The process runs in namespaces of its own (PID, mount, IPC, UTS; the network is the node's: every
-pod shares 127.0.0.1, see cluster.py) as PID 1, with a root of its own: the node's file system
+`--pod-sandbox` is a pod's sandbox, as a node's pause container: it makes a user namespace (says
+`user`, then waits for a line on stdin while the kubelet writes its uid and gid maps: a range of
+the node's ids, root included, no other pod has) and a network namespace that namespace owns (says
+`net`: the kubelet gives it an address), then holds both until it is killed. A container joining
+them runs as the pod's root, an unprivileged node uid whose capabilities hold only over the pod's
+namespaces; its volumes are idmapped mounts (what the node's root owns there, the pod's root
+owns), as a kubelet mounts them for such a pod.
+
+The process runs in namespaces of its own (PID, mount, IPC, UTS; the network is the node's, where
+every pod shares 127.0.0.1, see cluster.py, but for a pod of `hostUsers: false`) as PID 1, with a root of its own: the node's file system
 through an overlay (what a container writes outside its volumes lands in the overlay and ends with
 it), a private /proc, /dev/shm and the volumes at their mount paths. With a security context, as a
 node does: a read-only root (`readOnlyRootFilesystem`: every mount read-only but the writable
@@ -44,15 +55,18 @@ import signal
 import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x20000000
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 MNT_DETACH = 2
-MOUNT_ATTR_RDONLY = 0x1
-AT_RECURSIVE, AT_FDCWD = 0x8000, -100
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_IDMAP = 0x1, 0x100000
+AT_RECURSIVE, AT_FDCWD, AT_EMPTY_PATH = 0x8000, -100, 0x1000
+OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0x4
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-SYS_MOUNT_SETATTR = 442  # the unified syscall table: the same number on every architecture
+# the unified syscall table: the same numbers on every architecture
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYS_CAPGET, SYS_CAPSET = {"x86_64": (125, 126), "aarch64": (90, 91)}.get(platform.machine(), (125, 126))
 
@@ -149,6 +163,35 @@ class _MountAttr(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in ("attr_set", "attr_clr", "propagation", "userns_fd")]
 
 
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+def idmapped_bind(source: str, target: str, userns: int) -> None:
+    """Bind `source` at `target` seen through the user namespace `userns`: the node's uid u
+    there is the namespace's uid u (what the node's root owns, the pod's root owns)."""
+    flags = ctypes.c_uint(OPEN_TREE_CLONE | os.O_CLOEXEC | AT_RECURSIVE)
+    tree = _check(_syscall(SYS_OPEN_TREE, ctypes.c_int(AT_FDCWD), os.fsencode(source), flags), "open_tree")
+    try:
+        attr = _MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns)
+        empty = ctypes.c_uint(AT_EMPTY_PATH | AT_RECURSIVE)
+        result = _syscall(
+            SYS_MOUNT_SETATTR, ctypes.c_int(tree), b"", empty, ctypes.byref(attr), ctypes.c_size_t(32)
+        )
+        _check(result, f"idmap {source}")
+        result = _syscall(
+            SYS_MOVE_MOUNT,
+            ctypes.c_int(tree),
+            b"",
+            ctypes.c_int(AT_FDCWD),
+            os.fsencode(target),
+            ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+        )
+        _check(result, f"move_mount {source} to {target}")
+    finally:
+        os.close(tree)
+
+
 def mount_setattr(path: str, *, add: int = 0, clear: int = 0, recursive: bool = False) -> None:
     attr = _MountAttr(add, clear, 0, 0)
     flags = ctypes.c_uint(AT_RECURSIVE if recursive else 0)
@@ -233,23 +276,37 @@ def _top_mounts(scratch: str) -> list[str]:
     return [p for p in points if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in points)]
 
 
-def _show_the_image(root: str, reachable: list[str], targets: list[str]) -> None:
+def _on_node(root: str, volumes: list[dict], path: str) -> str:
+    """Where `path` of the container is on the node: in the innermost volume holding it, its
+    source (a mount point is made there, not through the mount: through an idmapped one the
+    node's root, whom the pod's user namespace does not map, may create nothing), else in the
+    root."""
+    holders = [v for v in volumes if (path + "/").startswith(v["target"].rstrip("/") + "/")]
+    if not holders:
+        return root + path
+    inner = max(holders, key=lambda v: len(v["target"].rstrip("/")))
+    return inner["source"] + path[len(inner["target"].rstrip("/")) :]
+
+
+def _show_the_image(root: str, reachable: list[str], volumes: list[dict]) -> None:
     """The program's own paths (the interpreter, the checkout) stay visible, read-only, where a
     volume would hide them (a checkout under /tmp, where pods mount an emptyDir), as an image's
     files would be: a real node never hides the image's program behind a volume."""
     shown: list[str] = []
+    targets = [v["target"] for v in volumes]
     for path in sorted(reachable, key=len):
         hidden = any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets)
         if not hidden or any(path.startswith(p.rstrip("/") + "/") for p in shown):
             continue
-        os.makedirs(root + path, exist_ok=True)
+        os.makedirs(_on_node(root, volumes, path), exist_ok=True)
         mount(path, root + path, None, MS_BIND | MS_REC)
         mount_setattr(root + path, add=MOUNT_ATTR_RDONLY, recursive=True)
         shown.append(path)
 
 
-def build_root(spec: dict) -> str:
-    """The container's root under the pod's scratch directory; returns its path (not yet entered)."""
+def build_root(spec: dict, userns: int | None = None) -> str:
+    """The container's root under the pod's scratch directory; returns its path (not yet entered).
+    `userns`: the pod's user namespace, through which its volumes are seen."""
     security = spec.get("securityContext")
     scratch = spec["scratch"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -276,11 +333,14 @@ def build_root(spec: dict) -> str:
     os.makedirs(root + "/dev/shm", exist_ok=True)
     mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
     volumes = sorted(spec["mounts"], key=lambda m: len(m["target"].rstrip("/")))
-    for volume in volumes:
+    for i, volume in enumerate(volumes):
         target = root + volume["target"]
-        _ensure(target, volume["source"])
-        mount(volume["source"], target, None, MS_BIND | MS_REC)
-    _show_the_image(root, spec.get("reachable") or [], [v["target"] for v in volumes])
+        _ensure(_on_node(root, volumes[:i], volume["target"]), volume["source"])
+        if userns is None:
+            mount(volume["source"], target, None, MS_BIND | MS_REC)
+        else:
+            idmapped_bind(volume["source"], target, userns)
+    _show_the_image(root, spec.get("reachable") or [], volumes)
     if security is not None:
         mount_setattr(root + "/sys", add=MOUNT_ATTR_RDONLY, recursive=True)
         if security.get("readOnlyRootFilesystem"):
@@ -296,24 +356,32 @@ def build_root(spec: dict) -> str:
     return root
 
 
-def become(security: dict | None) -> None:
+def become(security: dict | None, *, own_users: bool = False) -> None:
     """The container's capabilities, no_new_privs and user, in that order (the last two need the
-    first's CAP_SETPCAP, CAP_SETUID, CAP_SETGID)."""
+    first's CAP_SETPCAP, CAP_SETUID, CAP_SETGID). `own_users`: in the pod's user namespace, where
+    the node's root is nobody: the pod's root at least."""
     if security is None:
+        if own_users:
+            os.setgroups([])
+            os.setgid(0)
+            os.setuid(0)
         return
     keep_capabilities(capabilities_of(security))
     if security.get("allowPrivilegeEscalation") is False:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
     uid, gid = security.get("runAsUser"), security.get("runAsGroup")
-    if uid is not None or gid is not None:
+    if uid is not None or gid is not None or own_users:
         os.setgroups([int(g) for g in security.get("supplementalGroups") or []])
         os.setgid(int(gid or 0))
         os.setuid(int(uid if uid is not None else os.getuid()))
 
 
-def child(spec: dict) -> None:
+def child(spec: dict, pod: tuple[int, int] | None) -> None:
+    """`pod`: the sandbox's user and network namespaces (fds), to join."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent killed: so is the container
-    root = build_root(spec)
+    if pod is not None:
+        setns(pod[1], CLONE_NEWNET)
+    root = build_root(spec, pod[0] if pod is not None else None)
     pivot_root(root)
     if spec.get("hostname"):
         _check(
@@ -324,25 +392,61 @@ def child(spec: dict) -> None:
         os.chdir(spec.get("cwd") or "/")
     except OSError:
         os.chdir("/")
-    become(spec.get("securityContext"))
+    if pod is not None:  # last: joined, this process is no node root any more
+        setns(pod[0], CLONE_NEWUSER)
+        # PID and mount namespaces the pod's user namespace owns, as a runtime makes them for
+        # such a pod (the pod's root may enter and nest them): this process stays, the
+        # container's process is PID 1 of them, with a /proc of its own
+        unshare(CLONE_NEWPID | CLONE_NEWNS)
+        process = os.fork()
+        if process != 0:
+            stand_in(process)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    become(spec.get("securityContext"), own_users=pod is not None)
     os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
 
 
+def pod_sandbox() -> None:
+    """The pod's user namespace and a network namespace it owns, held until killed."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the kubelet gone: so is the pod's network
+    unshare(CLONE_NEWUSER)
+    print("user", flush=True)
+    sys.stdin.readline()  # the maps are written
+    unshare(CLONE_NEWNET)
+    print("net", flush=True)
+    while True:
+        signal.pause()
+
+
 def main() -> None:
+    if sys.argv[1] == "--pod-sandbox":
+        pod_sandbox()
     with open(sys.argv[1]) as f:
         spec = json.load(f)
+    pod = None
+    if spec.get("sandbox"):
+        namespaces = f"/proc/{int(spec['sandbox'])}/ns"
+        pod = (os.open(f"{namespaces}/user", os.O_RDONLY), os.open(f"{namespaces}/net", os.O_RDONLY))
     unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
     pid = os.fork()  # PID 1 of the new PID namespace
     if pid == 0:
         try:
-            child(spec)
+            child(spec, pod)
         except BaseException as e:  # the container's log says why it did not start
             print(f"container: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             os._exit(128)
+    for fd in pod or ():
+        os.close(fd)
     if spec.get("pidFile"):
         with open(spec["pidFile"] + ".tmp", "w") as f:
             f.write(str(pid))
         os.rename(spec["pidFile"] + ".tmp", spec["pidFile"])
+    stand_in(pid)
+
+
+def stand_in(pid: int) -> None:
+    """Pass the container's signals on to `pid`, then end as it ended."""
     for sig in FORWARDED:
         signal.signal(sig, lambda number, _frame: os.kill(pid, number))
     _, status = os.waitpid(pid, 0)
@@ -350,6 +454,7 @@ def main() -> None:
         number = os.WTERMSIG(status)
         signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
+        os._exit(128 + number)  # a namespace's PID 1 ignores its own signal: ends as a shell says it
     os._exit(os.waitstatus_to_exitcode(status))
 
 

@@ -74,28 +74,35 @@ REFUSALS = {
         "ApiUnavailable",
     ),
 }
-# The chart's default host pod (read-only root, only the capabilities its isolation needs, a
-# writable /tmp, the chart's role bindings), a Run a pod; with the Secret `db` where a Run of
-# namespace default finds it (the host's secrets directory: docs/kubernetes.md).
-CHART = chart_runtime(
-    "kchart",
-    namespace=NAMESPACE,
-    image=IMAGE,
-    kubernetes={"startTimeoutSeconds": 20, "deleteGraceSeconds": 5},
-    runs=1,
-    maxHosts=2,
+# The chart's default host pod (a user namespace of its own, read-only root, only the
+# capabilities its isolation needs, a writable /tmp, the chart's role bindings), and the chart's
+# pod with hosts.userNamespaces false (the node's users), a Run a pod; with the Secret `db` where
+# a Run of namespace default finds it (the host's secrets directory: docs/kubernetes.md).
+CHART, CHART_HOST_USERS = (
+    chart_runtime(
+        name,
+        namespace=NAMESPACE,
+        image=IMAGE,
+        kubernetes={"startTimeoutSeconds": 20, "deleteGraceSeconds": 5},
+        values=values,
+        runs=1,
+        maxHosts=1,
+    )
+    for name, values in (("kchart", None), ("kchart-off", {"hosts": {"userNamespaces": False}}))
 )
-CHART["kubernetes"]["podTemplate"]["volumes"].append(
-    {"name": "db", "secret": {"secretName": "db", "defaultMode": 0o400}}
-)
-CHART["kubernetes"]["podTemplate"]["volumeMounts"].append(
-    {"name": "db", "mountPath": f"{kpods.STATE_DIR}/secrets/default/db", "readOnly": True}
-)
+for chart in (CHART, CHART_HOST_USERS):
+    chart["kubernetes"]["podTemplate"]["volumes"].append(
+        {"name": "db", "secret": {"secretName": "db", "defaultMode": 0o400}}
+    )
+    chart["kubernetes"]["podTemplate"]["volumeMounts"].append(
+        {"name": "db", "mountPath": f"{kpods.STATE_DIR}/secrets/default/db", "readOnly": True}
+    )
 # Who creates the Run that uses it, and the chart's bindings that let them.
 CREATOR = "e2e-ci"
 BINDINGS = {"bindings": [{"namespace": "default", "users": [CREATOR], "secrets": ["db"]}]}
 RUNTIMES = [
     CHART,
+    CHART_HOST_USERS,
     kubernetes_runtime("kpy", pool={"scaleInDelaySeconds": 1}),  # an idle pod goes at once
     kubernetes_runtime("krecover"),
     # Unschedulable is reported when the start timeout runs out: short, yet long enough for the
@@ -206,10 +213,17 @@ async def test_a_run_scales_out_from_zero_onto_a_pod_and_answers_through_the_gat
     )
 
 
-# What a function of the chart's default host pod may do there (no mount namespace: it shares the
-# pod's mounts).
+# What a function of a chart's host pod may do there, and what it sees of the pod's processes
+# and of the node's uids.
 PROBE = f"""
 import os
+
+def cmdline(pid):
+    try:
+        with open("/proc/" + pid + "/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 def attempt(act):
     try:
@@ -220,7 +234,10 @@ def attempt(act):
 
 def handle(p):
     state = "{kpods.STATE_DIR}"
-    hosts = os.listdir(state + "/work")
+    try:
+        hosts = os.listdir(state + "/work")
+    except OSError:  # its mount namespace: not even the host's work directory is readable
+        hosts = [""]
     return {{
         "uid": os.getuid(),
         "plant-in-state": attempt(lambda: os.makedirs(state + "/secrets/default/planted")),
@@ -232,48 +249,70 @@ def handle(p):
         "secret": os.environ.get("DB_PASSWORD"),
         "read-secret-file": attempt(lambda: open(state + "/secrets/default/db/PASSWORD").read()),
         "read-bindings": attempt(lambda: open("{kpods.ROLE_BINDINGS_FILE}").read()),
+        "processes": len([p for p in os.listdir("/proc") if p.isdigit()]),
+        "sees-host": any(b"kruntimes.workers.krt" in cmdline(p) for p in os.listdir("/proc") if p.isdigit()),
+        "uid-map": open("/proc/self/uid_map").read().split(),
     }}
 """
 
 
-async def test_hosts_of_the_charts_default_pod_start_on_a_read_only_root_with_uids_of_their_own(
+async def test_hosts_of_the_charts_pods_start_on_a_read_only_root_isolating_functions_as_each_setting_says(
     platform, krt
 ):
-    """On a node that enforces the chart's security context (tests/kubernetes/node_test.py): two
-    Runs, a host pod each, both Ready and invoked; each function runs as a uid of its own pod's
-    range, and no uid is in both pods' ranges (uids are the node's). A function shares the pod's
-    mounts: it writes only its workspace and /tmp (which the host made sticky), and reads neither
-    the host's key, its role bindings and secrets, nor another workspace, nor plants a file in
-    the host's state directory. The Run whose creator the chart's bindings name gets its secret."""
+    """On a node that enforces the chart's security context and user namespaces
+    (tests/kubernetes/node_test.py): the chart's default pod (a user namespace of its own) and its
+    pod with hosts.userNamespaces false, a Run on each, both Ready and invoked. In the default pod
+    a function has a PID namespace (it sees its own processes only, not the host) and runs as a
+    uid of the pod's user namespace, an unprivileged node uid of the pod's range; without a user
+    namespace it sees the pod's processes, the host among them, and runs as a node uid of the
+    range the provider gave the pod. No node uid is in both pods' ranges. Either way a function
+    writes only its workspace and /tmp (which the host made sticky), and reads neither the host's
+    key, its role bindings and secrets, nor another workspace, nor plants a file in the host's
+    state directory. The Run whose creator the chart's bindings name gets its secret."""
     if not platform.kubelet.contains:
         require_or_skip("the test node enforces a security context only as root, with overlayfs")
-    names = ("chart-a", "chart-b")
-    await krt.create(Run.from_dict(manifest("chart-a", "kchart")))
-    probe = manifest("chart-b", "kchart", source=PROBE)
-    probe["spec"]["envFrom"] = [{"secretRef": {"name": "db"}, "prefix": "DB_"}]
+    names = {"chart-ns": "kchart", "chart-off": "kchart-off"}
     async with Client(platform.config.model_copy(update={"identity": CREATOR})) as creator:
-        await creator.create(Run.from_dict(probe))
+        for name, runtime in names.items():
+            probe = manifest(name, runtime, source=PROBE)
+            probe["spec"]["envFrom"] = [{"secretRef": {"name": "db"}, "prefix": "DB_"}]
+            await creator.create(Run.from_dict(probe))
     for name in names:
         assert (await krt.wait(name, timeout=60)).status.phase is RunPhase.Ready
-    answers = [await invoke(krt, name, {"n": name}) for name in names]
-    assert all(a.ok for a in answers), answers
-    seen = answers[1].outputs
-    assert seen["plant-in-state"] == "PermissionError" and seen["read-host-key"] == "PermissionError", seen
-    assert seen["list-workspaces"] == "PermissionError", seen
-    assert seen["write-root"] == "OSError" and seen["write-tmp"] == "done", seen  # EROFS; the pod's /tmp
-    assert seen["tmp-mode"] == oct(0o1777), seen  # an emptyDir, made sticky by the host
-    assert seen["secret"] == "hunter2-e2e", "the chart's bindings let its creator use db"
-    assert seen["read-secret-file"] == "PermissionError" and seen["read-bindings"] == "PermissionError", seen
-    pods = platform.pods("kchart")
-    assert len(pods) == 2
-    for pod in pods:
-        assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
-    ranges = [UidRange.parse(p["metadata"]["annotations"][kpods.ANNOTATION_UID_RANGE]) for p in pods]
-    assert not set(range(ranges[0].first, ranges[0].first + ranges[0].count)) & set(
-        range(ranges[1].first, ranges[1].first + ranges[1].count)
-    )
-    uids = [a.outputs["uid"] for a in answers]
-    assert sorted(sum(uid in r for uid in uids) for r in ranges) == [1, 1], (uids, ranges)
+    answers = {name: await invoke(krt, name, {"n": name}) for name in names}
+    assert all(a.ok for a in answers.values()), answers
+    seen = {name: a.outputs for name, a in answers.items()}
+    for name, outputs in seen.items():
+        # refused: EACCES, or in its own mount namespace also hidden (ENOENT) or read-only (EROFS)
+        for refused in (
+            "read-host-key",
+            "plant-in-state",
+            "list-workspaces",
+            "read-secret-file",
+            "read-bindings",
+        ):
+            assert outputs[refused] in ("PermissionError", "FileNotFoundError", "OSError"), (name, outputs)
+        assert outputs["write-root"] == "OSError" and outputs["write-tmp"] == "done", (name, outputs)  # EROFS
+        assert outputs["tmp-mode"] == oct(0o1777), (name, outputs)  # its /tmp, sticky
+        assert outputs["secret"] == "hunter2-e2e", "the chart's bindings let its creator use db"
+    own, shared = seen["chart-ns"], seen["chart-off"]
+    assert not own["sees-host"] and own["processes"] <= 2, own  # its PID namespace
+    assert shared["sees-host"], shared  # the pod's processes: no PID namespace without one
+    [pod] = platform.pods("kchart")
+    [other] = platform.pods("kchart-off")
+    assert pod["spec"]["hostUsers"] is False and "hostUsers" not in other["spec"]
+    for each in (pod, other):
+        assert each["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    # the node's uids: through the default pod's user namespace (inside 0 → base), and the range
+    # the provider gave the other pod on the node
+    inside, base, count = (int(x) for x in own["uid-map"])
+    assert inside == 0 and base >= 65536 and count == 65536, own["uid-map"]
+    assert own["uid"] in UidRange.parse(kpods.USERNS_UID_RANGE)
+    assert shared["uid-map"] == ["0", "0", "4294967295"], shared["uid-map"]
+    node_range = UidRange.parse(other["metadata"]["annotations"][kpods.ANNOTATION_UID_RANGE])
+    assert shared["uid"] in node_range
+    assert base + own["uid"] != shared["uid"]
+    assert base + count <= node_range.first or node_range.first + node_range.count <= base
     for name in names:
         await krt.delete(name)
 
