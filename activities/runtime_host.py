@@ -122,6 +122,7 @@ def _run_ref(input: RunOnHost) -> pb.RunRef:
 
 def _assignment(signer: Signer, input: RegisterInput) -> tuple[Identity, pb.SignedAssignment]:
     """The assigned host's identity and the signed assignment of this attempt to it."""
+    replica = input.replicaOf
     try:
         host = Identity.host(runtime=input.runtime, host_id=input.hostId)
         signed = signer.sign(
@@ -133,6 +134,8 @@ def _assignment(signer: Signer, input: RegisterInput) -> tuple[Identity, pb.Sign
                 namespace=input.namespace,
                 name=input.name,
                 runtime=input.runtime,
+                function_uid=replica.functionUid if replica is not None else "",
+                revision=replica.revision if replica is not None else 0,
             )
         )
     except (AssignmentError, IdentityError) as e:

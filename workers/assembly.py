@@ -15,6 +15,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from kruntimes.activities.functions import FunctionActivities
 from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
 from kruntimes.activities.host_manager import HostActivities, ProbeActivities
 from kruntimes.activities.host_watch import HostWatchActivities, signal_ready_with, signal_run_with
@@ -31,6 +32,7 @@ from kruntimes.workers.pools import ensure_pools
 from kruntimes.workers.settings import WorkerSettings, load_trust, provider_setup
 from kruntimes.workers.tuning import worker_tuning
 from kruntimes.workflows.cleanup import CleanupWorkflow
+from kruntimes.workflows.function import FunctionWorkflow
 from kruntimes.workflows.host import HostWorkflow
 from kruntimes.workflows.pool import RuntimePoolWorkflow
 from kruntimes.workflows.reconcile import ReconcileWorkflow
@@ -47,6 +49,7 @@ RUN_WORKFLOWS = [
     ReconcileWorkflow,
     RetentionWorkflow,
     ScheduledRunWorkflow,
+    FunctionWorkflow,
 ]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
@@ -156,6 +159,7 @@ async def _running_workers(
         signals.admit_run,
         handoff.await_assignment,
         RetentionActivities(client).delete_execution,
+        FunctionActivities(client).delete_replica,
     ]
     tuning = worker_tuning(settings.sandboxed)
     workers = []

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
     )
     from kruntimes.contracts.cleanup import CleanupInput, CleanupResult
+    from kruntimes.contracts.function import SIGNAL_REPLICA_PHASE, ReplicaOf, ReplicaPhase
     from kruntimes.contracts.hostcalls import (
         FunctionState,
         Handoff,
@@ -71,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECTED,
         UPDATE_DELETE,
         cleanup_workflow_id,
+        function_workflow_id,
         invoke_url,
         retention_workflow_id,
     )
@@ -140,6 +142,8 @@ FINAL_ERRORS = reasons.final_refusals()
 # How soon an idle timer that found the host unreachable looks again.
 UNREACHABLE_REARM_S = 30.0
 UNREGISTER_TIMEOUT = timedelta(seconds=30)
+# How a Run that says it is a Function's replica, not started by that Function, ends.
+REPLICA_REFUSED = "NotStartedByFunction"
 
 
 @workflow.defn(name="RunWorkflow")
@@ -164,6 +168,8 @@ class RunWorkflow:
         self._indexed_host: str | None = None  # the KrtHost value last upserted
         self._status_memo = False  # RunInput.statusMemo
         self._register_slow = False  # the handoff gave attempt 1's registration up: an activity does it
+        self._replica_of: ReplicaOf | None = None  # RunInput.replicaOf, once its parent is proven
+        self._told: list[asyncio.Task[None]] = []  # a replica's phase signals to its Function
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -234,7 +240,9 @@ class RunWorkflow:
         self._phase(
             RunPhase.Pending, ConditionReason.Scheduled, "waiting for capacity", ready=False, index=False
         )
-        end = await self._admit(starter_admits=input.starterAdmits)
+        end = self._replica_refused(input.replicaOf) if input.replicaOf is not None else None
+        if end is None:
+            end = await self._admit(starter_admits=input.starterAdmits)
         if end is None:
             end = await (self._task() if run.spec.mode.kind == "task" else self._function())
         end = await self._finalize(end)
@@ -242,6 +250,8 @@ class RunWorkflow:
         seconds = retention if retention is not None else DEFAULT_RETENTION_SECONDS
         await self._retain(0 if self._delete else seconds, deleted=self._delete)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._told:  # a replica's last phase reaches its Function before the Run closes
+            await workflow.wait_condition(lambda: all(t.done() for t in self._told))
         if end.phase in (RunPhase.Failed, RunPhase.Timeout):
             # The message is stored unencrypted: the platform's words only (the status in the
             # details, encrypted, has the rest)
@@ -255,6 +265,40 @@ class RunWorkflow:
             )
             raise PlainFailure(why, self._status, type=end.reason, non_retryable=True)
         return self._status
+
+    def _replica_refused(self, replica_of: ReplicaOf) -> End | None:
+        """A replica is started by its Function's own workflow and by nothing else (a Run that
+        says it serves a Function would take that Function's traffic): None when the parent is
+        that workflow, else how the Run ends."""
+        parent = workflow.info().parent
+        owner = function_workflow_id(self.run_.metadata.namespace, replica_of.functionName)
+        if parent is None or parent.workflow_id != owner:
+            return End(
+                RunPhase.Failed,
+                REPLICA_REFUSED,
+                f"replicaOf: a Function's replica is started by its Function's workflow ({owner}), "
+                f"not by {'a client' if parent is None else parent.workflow_id}",
+            )
+        self._replica_of = replica_of
+        return None
+
+    def _tell_function(self, reason: str, message: str) -> None:
+        """A replica tells its Function each phase it indexes (Ready, leaving it, its end)."""
+        replica, parent = self._replica_of, workflow.info().parent
+        if replica is None or parent is None:
+            return
+        phase = ReplicaPhase(
+            runUid=self.uid,
+            name=self.run_.metadata.name,
+            revision=replica.revision,
+            phase=self._status.phase,
+            reason=reason,
+            message=message,
+            seq=len(self._told) + 1,
+            gatewayUrl=self._assignment.platform.gatewayUrl if self._assignment is not None else "",
+            caBundle=self._assignment.platform.caBundle if self._assignment is not None else None,
+        )
+        self._told.append(asyncio.create_task(_signal_function(parent.workflow_id, phase)))
 
     async def _retain(self, seconds: float, *, deleted: bool) -> None:
         """Hand the closed execution to its RetentionWorkflow, which outlives this one and lists
@@ -324,7 +368,9 @@ class RunWorkflow:
                     runUid=self.uid,
                     runtime=self.run_.spec.runtime,
                     timeoutSeconds=wait.total_seconds(),
-                    run=self.run_ if self.run_.spec.mode.kind == "function" else None,
+                    run=self.run_
+                    if self.run_.spec.mode.kind == "function" and not self._replica_of
+                    else None,
                 ),
                 result_type=Handoff,
                 # Not schedule-to-close: the activity bounds itself from its own start, and one
@@ -372,7 +418,9 @@ class RunWorkflow:
 
     def _register_input(self, attempt: int) -> RegisterInput:
         assert self._assignment is not None
-        return register_input(self._assignment, self.run_, run_uid=self.uid, attempt=attempt)
+        return register_input(
+            self._assignment, self.run_, run_uid=self.uid, attempt=attempt, replica_of=self._replica_of
+        )
 
     def _scheduled(self) -> None:
         """Record the assignment (Scheduled lasts only within this task: not indexed)."""
@@ -797,7 +845,14 @@ class RunWorkflow:
             if self._status_memo:  # first: `wait` takes it with the phase upsert that follows
                 workflow.upsert_memo({STATUS_MEMO: self._status})
             workflow.upsert_search_attributes(updates)
+            self._tell_function(reason, message)
         workflow.set_current_details(summaries.run_current(self._status, reason=reason))
+
+
+async def _signal_function(workflow_id: str, phase: ReplicaPhase) -> None:
+    # A Function deleted (or gone) before its replica ended has no one to tell: not the Run's failure.
+    with contextlib.suppress(FailureError):
+        await workflow.get_external_workflow_handle(workflow_id).signal(SIGNAL_REPLICA_PHASE, phase)
 
 
 def _phase_since() -> SearchAttributeUpdate[Any]:

@@ -18,7 +18,8 @@ from kruntimes.api.function import Function, FunctionSpec
 from kruntimes.api.ids import RunUid
 from kruntimes.api.limits import MAX_FUNCTION_NAME_CHARS, MAX_FUNCTION_REPLICAS
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
-from kruntimes.api.phases import RunPhase
+from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
+from kruntimes.api.status import Endpoint
 
 # Labels every replica Run carries (its Function's name, its revision as a decimal string).
 FUNCTION_LABEL = "kruntimes.io/function"
@@ -27,6 +28,8 @@ REVISION_LABEL = "kruntimes.io/revision"
 SIGNAL_REPLICA_PHASE = "replica_phase"
 # The memo the FunctionWorkflow writes its status to (a FunctionStatus), as a Run writes its own.
 FUNCTION_STATUS_MEMO = "krtStatus"
+# What a FunctionConflict adds: why a uid that differs is not the same Function.
+FUNCTION_CONFLICT_HINT = "a Function deleted and created again is another Function, with a new uid"
 # Revisions a Function keeps (their templates: what `rollback` goes back to).
 MAX_REVISIONS_KEPT = 10
 
@@ -72,6 +75,11 @@ class ReplicaPhase(ApiModel):
     phase: RunPhase
     reason: str = ""
     message: StatusMessage = ""
+    # One more with each phase a replica tells: an older one arriving late is ignored.
+    seq: StrictInt = Field(default=0, ge=0)
+    # Where the replica's platform serves invocations (its assignment's): the Function's URL base.
+    gatewayUrl: str = ""
+    caBundle: str | None = None
 
 
 class ReplicaView(ApiModel):
@@ -89,6 +97,7 @@ class Replica(ApiModel):
 
     runUid: RunUid
     name: str
+    runId: str = ""  # its RunWorkflow's first run id, once started
     revision: StrictInt
     phase: RunPhase = RunPhase.Pending
     reason: str = ""
@@ -100,13 +109,11 @@ class Replica(ApiModel):
     deleteSent: bool = False
     # Whether this replica was ever Ready (a replica that ends before it is a failure).
     wasReady: bool = False
+    seq: StrictInt = Field(default=0, ge=0)  # the last ReplicaPhase.seq taken
 
     def view(self) -> ReplicaView:
-        phase = "Deleting" if self.deleting and self.phase not in _ENDED else self.phase.value
+        phase = "Deleting" if self.deleting and self.phase not in TERMINAL_PHASES else self.phase.value
         return ReplicaView(runUid=self.runUid, name=self.name, revision=self.revision, phase=phase)
-
-
-_ENDED = frozenset({RunPhase.Succeeded, RunPhase.Failed, RunPhase.Timeout, RunPhase.Cancelled})
 
 
 class Revision(ApiModel):
@@ -129,8 +136,14 @@ class FunctionState(ApiModel):
     retryAt: AwareDatetime | None = None
     lastFailure: StatusMessage = ""
     deleting: bool = False
-    # Replica names handed out so far: each new replica's name seed.
+    # Replicas started so far, all revisions.
     started: StrictInt = Field(default=0, ge=0)
+    # When the current revision's rollout began (None: it is done); bounded by the workflow.
+    rolloutSince: AwareDatetime | None = None
+    # Whether any replica was ever Ready (then fewer Ready than wanted is Degraded, not Pending).
+    everReady: bool = False
+    # The Function's endpoint, known once a replica told its platform's gateway URL.
+    endpoint: Endpoint | None = None
 
 
 class FunctionInput(ApiModel):
@@ -166,6 +179,7 @@ class DeleteReplicaInput(ApiModel):
     accepted, not awaited: the replica's terminal phase comes back by signal)."""
 
     workflowId: str
+    runId: str = ""  # the replica's own run (its first), so a later Run of its name is never asked
     runUid: RunUid
 
 

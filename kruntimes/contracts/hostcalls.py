@@ -10,6 +10,7 @@ from typing import Any, Self
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.ids import HostId, HostUid, Namespace, RuntimeName, RunUid
 from kruntimes.api.run import Run
+from kruntimes.contracts.function import ReplicaOf
 from kruntimes.contracts.run import Assignment
 
 
@@ -46,6 +47,8 @@ class RegisterInput(RunOnHost):
     # the assigned host incarnation, named in the signed assignment the host requires
     hostId: HostId
     hostUid: HostUid
+    # A Function's replica: the signed assignment names the Function's uid and the revision.
+    replicaOf: ReplicaOf | None = None
 
 
 class RegisterResult(ApiModel):
@@ -115,7 +118,9 @@ class CancelTaskInput(ApiModel):
     host: HostCall | None = None
 
 
-def register_input(assignment: Assignment, run: Run, *, run_uid: RunUid, attempt: int) -> RegisterInput:
+def register_input(
+    assignment: Assignment, run: Run, *, run_uid: RunUid, attempt: int, replica_of: ReplicaOf | None = None
+) -> RegisterInput:
     """What registering attempt `attempt` of `run` on its assigned host sends, whether the Run
     registers (RunWorkflow) or the worker's handoff registers attempt 1 for it."""
     return RegisterInput.of(
@@ -125,4 +130,5 @@ def register_input(assignment: Assignment, run: Run, *, run_uid: RunUid, attempt
         attempt=attempt,
         hostId=assignment.hostId,
         hostUid=assignment.hostUid,
+        replicaOf=replica_of,
     )

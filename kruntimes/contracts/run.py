@@ -15,6 +15,7 @@ from pydantic import Field
 from kruntimes.api._base import ApiModel, StatusMessage
 from kruntimes.api.ids import HostId, HostUid, RuntimeName, RunUid
 from kruntimes.api.run import Run
+from kruntimes.contracts.function import ReplicaOf
 from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.decisions.scheduling.model import (
     Host,
@@ -32,6 +33,9 @@ class RunInput(ApiModel):
     # phase, just before the KrtPhase upsert, and `wait` needs no status query. (False for Runs
     # started otherwise, and in every history recorded before it: those Runs never upsert a memo.)
     statusMemo: bool = False
+    # A Function's replica: set only by the Function's own workflow, the Run's parent (the Run
+    # fails at once when its parent is any other workflow); its host's assignment carries it.
+    replicaOf: ReplicaOf | None = None
 
 
 # The memo the Run writes its status (a RunStatus, through the data converter and its codec) to.

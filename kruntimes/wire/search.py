@@ -2,7 +2,7 @@
 writes them (the dev server registers them, the starter sets them at the start, the workflow
 upserts them, the SDK and the gateway's known-Runs view read them).
 
-SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace (these are 7)
+SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace (these are 8)
 and 3 Datetime ones (KrtPhaseSince is one). Search attributes are indexes in plain text: never put
 a secret in one.
 
@@ -15,6 +15,11 @@ from its next phase change.
 KrtHost is the host id the Run is assigned to (status.assignedHost), upserted with the phase:
 `KrtHost='python-3' AND ExecutionStatus='Running'` lists the Runs on that host. A Run keeps the
 host it ended on; while it waits for a new host (recovering) it is empty.
+
+KrtFunction is a Function's uid, on its FunctionWorkflow and on the RunWorkflows of its replicas
+(set when the Function's workflow starts them): `KrtFunction='<uid>'` lists a Function's
+replicas. A FunctionWorkflow carries KrtNamespace and KrtPhase (the Function's phase) too, and
+never KrtPhaseSince: the known-Runs view lists Runs only.
 
 A finished Run's workflow closes; its RetentionWorkflow (running until the Run's
 ttlSecondsAfterFinished is out) carries the Run's attributes with its final phase, so the Runs
@@ -39,10 +44,11 @@ TENANT = "KrtTenant"
 RUN_UID = "KrtRunUid"
 HOST = "KrtHost"
 PHASE_SINCE = "KrtPhaseSince"
+FUNCTION = "KrtFunction"
 
 # name → Temporal indexed value type, as `temporal operator search-attribute create` takes it
 DEFINITIONS: dict[str, str] = {
-    **{name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST)},
+    **{name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST, FUNCTION)},
     PHASE_SINCE: "Datetime",
 }
 
@@ -52,6 +58,20 @@ LISTED = (
     "WorkflowType IN ('RunWorkflow', 'RetentionWorkflow') AND ExecutionStatus='Running' "
     f"AND {PHASE} != '{DELETED}'"
 )
+
+
+# The Functions that exist: their workflows run until the Function is deleted.
+FUNCTIONS_LISTED = f"WorkflowType='FunctionWorkflow' AND ExecutionStatus='Running' AND {PHASE} != '{DELETED}'"
+
+
+def functions_listed(*, namespace: str | None = None, function_uid: str | None = None) -> str:
+    """The visibility query of the existing Functions (validated names or a uid only)."""
+    query = FUNCTIONS_LISTED
+    if namespace is not None:
+        query += f" AND {NAMESPACE}='{namespace}'"
+    if function_uid is not None:
+        query += f" AND {FUNCTION}='{function_uid}'"
+    return query
 
 
 def listed(*, namespace: str | None = None, phase: RunPhase | None = None, run_uid: str | None = None) -> str:

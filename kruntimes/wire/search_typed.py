@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from kruntimes.api.function import Function, FunctionPhase
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
-from kruntimes.wire.search import HOST, MODE, NAMESPACE, PHASE, PHASE_SINCE, RUN_UID, RUNTIME, TENANT
+from kruntimes.wire.search import (
+    FUNCTION,
+    HOST,
+    MODE,
+    NAMESPACE,
+    PHASE,
+    PHASE_SINCE,
+    RUN_UID,
+    RUNTIME,
+    TENANT,
+)
 
 KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
 KRT_RUNTIME = SearchAttributeKey.for_keyword(RUNTIME)
@@ -17,6 +28,7 @@ KRT_TENANT = SearchAttributeKey.for_keyword(TENANT)
 KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
 KRT_HOST = SearchAttributeKey.for_keyword(HOST)
 KRT_PHASE_SINCE = SearchAttributeKey.for_datetime(PHASE_SINCE)
+KRT_FUNCTION = SearchAttributeKey.for_keyword(FUNCTION)
 
 
 def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:
@@ -41,3 +53,29 @@ def finished(run: Run, *, phase: str, host: str) -> TypedSearchAttributes:
     DELETED) and host."""
     pairs = [SearchAttributePair(key, phase if key is KRT_PHASE else value) for key, value in run_values(run)]
     return TypedSearchAttributes([*pairs, SearchAttributePair(KRT_HOST, host)])
+
+
+def function_values(
+    fn: Function, *, phase: FunctionPhase = FunctionPhase.Pending
+) -> list[tuple[SearchAttributeKey[str], str]]:
+    """A Function's workflow's search attributes (its uid must be set) with the given phase."""
+    return [
+        (KRT_PHASE, phase.value),
+        (KRT_NAMESPACE, fn.metadata.namespace),
+        (KRT_FUNCTION, fn.metadata.uid or ""),
+    ]
+
+
+def function_at_start(fn: Function) -> TypedSearchAttributes:
+    """What a starter sets when it starts a Function's workflow (the workflow upserts what is missing)."""
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in function_values(fn)])
+
+
+def replica_at_start(run: Run, *, function_uid: str) -> TypedSearchAttributes:
+    """A replica Run's attributes at its start: a Run's, and its Function's uid."""
+    return TypedSearchAttributes(
+        [
+            *(SearchAttributePair(key, value) for key, value in run_values(run)),
+            SearchAttributePair(KRT_FUNCTION, function_uid),
+        ]
+    )

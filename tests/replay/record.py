@@ -10,7 +10,10 @@ their workflow task; `endings`: Runs that close as they finish, their retention,
 Run; `alarm`: a pool's one timer for its next look moved earlier for a scale-in; `since`: a Run
 indexing KrtPhaseSince with its phases; `queues`: an operator's pause, drain and resume of a
 runtime's admission; `tenants`: a host scaled out for one tenant of a group taking the group's
-other tenant's Run; `fair`: one tenant's backlog and another tenant's Run placed ahead of it);
+other tenant's Run; `fair`: one tenant's backlog and another tenant's Run placed ahead of it;
+`functions`: a Function rolled out, scaled, rolled back and deleted, one of a broken template,
+one whose replica was terminated, and a Run refused as a replica; `function_continue`, recorded
+alone: a Function continuing as new);
 naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). When to record again, and what to keep:
@@ -39,11 +42,13 @@ from kruntimes.activities.hosts.process import list_records, stop_all
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.config.runtimes import parse_config
+from kruntimes.contracts.function import ApplyResult, ReplicaOf, ScaleInput, ScaleResult
 from kruntimes.contracts.host import HostActionInput, HostActionResult, HostRecord
 from kruntimes.contracts.names import (
     QUERY_HOST,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
+    UPDATE_APPLY,
     UPDATE_COLLECT,
     UPDATE_DELETE,
     UPDATE_DELETE_HOST,
@@ -51,6 +56,8 @@ from kruntimes.contracts.names import (
     UPDATE_DRAIN_QUEUE,
     UPDATE_PAUSE_QUEUE,
     UPDATE_RESUME_QUEUE,
+    UPDATE_ROLLBACK,
+    UPDATE_SCALE,
     cleanup_workflow_id,
     host_workflow_id,
     pool_workflow_id,
@@ -77,6 +84,13 @@ from tests.support import waiting
 from tests.support.pki import TestPKI
 from tests.support.procs import frozen
 from tests.workflows.conftest import EXITS_LOADING, UNLOADABLE, Platform, run_manifest
+from tests.workflows.functions import (
+    function_manifest,
+    function_rolled_out,
+    function_status,
+    replicas_of,
+    start_function,
+)
 from tests.workflows.platform_hosts import (
     BEAT_S,
     host_handle,
@@ -706,6 +720,96 @@ async def ending_scenarios(p: Platform) -> None:
     await write_closed(h, "scheduled_run")
 
 
+async def function_scenarios(p: Platform) -> None:
+    py = p.runtime("python")
+
+    # A Function: two replicas Ready, a scale-only apply, a new template rolled out (revision 1's
+    # replicas deleted once revision 2's are Ready), scaled, rolled back, then deleted.
+    fn = function_manifest("fn", runtime=py, scale={"min": 2, "max": 3}, env={"V": "1"})
+    h = await start_function(p, fn)
+    await function_rolled_out(p, h, revision=1, ready=2)
+    first = await replicas_of(h)
+    rescaled = fn._replace(spec=fn.spec._replace(scale=fn.spec.scale._replace(max=4)))
+    await h.execute_update(UPDATE_APPLY, rescaled, result_type=ApplyResult)
+    await h.execute_update(
+        UPDATE_APPLY, rescaled._replace(spec=rescaled.spec._replace(env={"V": "2"})), result_type=ApplyResult
+    )
+    await function_rolled_out(p, h, revision=2, ready=2)
+    old_replica = run_workflow_id(fn.metadata.namespace, first[0].name)
+    await write_closed(p.client.get_workflow_handle(old_replica), "run_replica_deleted")
+    await h.execute_update(UPDATE_SCALE, ScaleInput(replicas=3), result_type=ScaleResult)
+    await function_rolled_out(p, h, revision=2, ready=3)
+    await h.execute_update(UPDATE_ROLLBACK, result_type=ApplyResult)
+    await function_rolled_out(p, h, revision=3, ready=3)
+    await write(h, "function_rolled_out")  # still running
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_deleted")
+
+    # A template whose handler cannot load: each replica fails before Ready, the next waits a
+    # growing backoff; a replica's workflow terminated from outside is replaced too; deleted.
+    broken = function_manifest("broken", runtime=py, source=UNLOADABLE, retryPolicy={"limit": 1})
+    h = await start_function(p, broken)
+
+    async def failing_twice() -> bool:
+        failure = (await function_status(h)).condition("ReplicaFailure")
+        return failure is not None and failure.message.startswith(("2 replicas", "3 replicas"))
+
+    await eventually(failing_twice, "two replicas of a broken template failed")
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_broken_deleted")
+
+    # A replica whose workflow is terminated (not by its Function): replaced.
+    fn = function_manifest("terminated", runtime=py)
+    h = await start_function(p, fn)
+    await function_rolled_out(p, h, revision=1, ready=1)
+    [replica] = await replicas_of(h)
+    await p.client.get_workflow_handle(run_workflow_id(fn.metadata.namespace, replica.name)).terminate(
+        "recorded"
+    )
+
+    async def replaced() -> bool:
+        now = await replicas_of(h)
+        return len(now) == 1 and now[0].runUid != replica.runUid and now[0].phase == "Ready"
+
+    await eventually(replaced, "the terminated replica replaced")
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_replica_terminated")
+
+    # A Run that says it is a replica, started by a client: Failed, NotStartedByFunction.
+    run = run_manifest("impostor", runtime=py, **TTL)
+    impostor = await p.client.start_workflow(
+        "RunWorkflow",
+        RunInput(run=run, replicaOf=ReplicaOf(functionUid=str(uuid.uuid4()), functionName="fn", revision=1)),
+        id=run_workflow_id(run.metadata.namespace, run.metadata.name),
+        task_queue=p.settings.run_task_queue,
+    )
+    p.started.append(impostor)
+    await write_closed(impostor, "run_replica_refused")
+
+
+async def function_continue_scenarios(p: Platform) -> None:
+    """Recorded alone: the server suggests continue-as-new after 40 events."""
+    fn = function_manifest("continued", runtime=p.runtime("python"), scale={"min": 1, "max": 2})
+    h = await start_function(p, fn)
+    first_run = (await h.describe()).run_id
+    await function_rolled_out(p, h, revision=1, ready=1)
+    wanted = 1
+
+    async def continued() -> bool:
+        nonlocal wanted
+        if (await h.describe()).run_id != first_run:
+            return True
+        wanted = 3 - wanted
+        await h.execute_update(UPDATE_SCALE, ScaleInput(replicas=wanted), result_type=ScaleResult)
+        return False
+
+    await eventually(continued, "the Function continued as new")
+    await write(p.client.get_workflow_handle(h.id, run_id=first_run), "function_continued")
+    await function_rolled_out(p, h, revision=1, ready=wanted)
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(p.client.get_workflow_handle(h.id), "function_continued_deleted")
+
+
 async def failed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> None:
     try:
         await asyncio.wait_for(handle.result(), timeout)
@@ -726,8 +830,10 @@ GROUPS = {
     "queues": queue_scenarios,
     "tenants": tenant_scenarios,
     "fair": fair_scenarios,
+    "functions": function_scenarios,
+    "function_continue": function_continue_scenarios,
 }
-ALONE = {"scale", "apart"}  # their server continues pools as new early
+ALONE = {"scale", "apart", "function_continue"}  # their server continues workflows as new early
 
 
 async def main(groups: list[str]) -> None:

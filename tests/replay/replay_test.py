@@ -98,6 +98,28 @@ def test_a_run_failed_at_its_first_attempt_by_a_final_refusal_has_a_recorded_his
     assert not [e for e in events if e.get("eventType") == "EVENT_TYPE_TIMER_STARTED"], "no backoff"
 
 
+def test_every_ending_of_a_function_has_a_recorded_history() -> None:
+    """A Function rolled out, scaled, rolled back and deleted (and one still running), one of a
+    broken template deleted while it backs off, one whose replica was terminated, one that
+    continued as new and the run after it; a replica Run deleted by its Function's rollout, and
+    a Run refused as a replica (record.py functions, function_continue)."""
+    names = {p.stem for p in FILES}
+    assert names >= {
+        "function_rolled_out",
+        "function_deleted",
+        "function_broken_deleted",
+        "function_replica_terminated",
+        "function_continued",
+        "function_continued_deleted",
+        "run_replica_deleted",
+        "run_replica_refused",
+    }
+    continued = json.loads((HISTORIES / "function_continued.json").read_text())["events"][-1]
+    assert continued["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW"
+    for name in ("function_deleted", "function_broken_deleted", "function_replica_terminated"):
+        assert _result(HISTORIES / f"{name}.json") is not None, f"{name} completed"
+
+
 def test_the_pool_handover_has_recorded_histories() -> None:
     """A pool that handed its hosts' slots over and continued as new, the run that read them back,
     and a HostWorkflow that was handed them (tests/replay/record.py scale)."""
@@ -299,8 +321,9 @@ def recorded_child_queues(path: Path) -> list[str]:
 WITH_CHILDREN = [p for p in FILES if recorded_child_queues(p)]
 
 
-def test_the_histories_record_child_workflows_of_runs_pools_and_scale_outs() -> None:
+def test_the_histories_record_child_workflows_of_runs_pools_scale_outs_and_functions() -> None:
     assert {workflow_type(p) for p in WITH_CHILDREN} == {
+        "FunctionWorkflow",
         "RunWorkflow",
         "RuntimePoolWorkflow",
         "ScaleOutWorkflow",

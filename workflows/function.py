@@ -1,0 +1,618 @@
+"""FunctionWorkflow: one Function (workflow id function/{namespace}/{name}), for as long as it
+exists. It is the Function's status, and it keeps the Function's replicas:
+
+    apply ─▶ revision 1 ─▶ `wanted` replica Runs (child RunWorkflows, RunInput.replicaOf)
+          ─▶ Ready once `wanted` are Ready
+    a replica that ends ─▶ another is started (after a backoff when replicas end before Ready)
+    apply (another template) | rollback ─▶ revision n+1 ─▶ its replicas ─▶ Ready ─▶ the older
+          revision's replicas are deleted (their RunWorkflows' delete update)
+    delete ─▶ every replica deleted ─▶ the workflow ends (Deleted)
+
+Replicas are children with parent close policy ABANDON (a continue-as-new must not end them);
+each tells this workflow its phase by signal (`replica_phase`), which is how the workflow knows
+them after a continue-as-new too. What to start and delete is decided by
+kruntimes.decisions.functionlife; the only side effect besides child starts is the replicas'
+delete, in an activity (a workflow cannot send another workflow an update).
+
+The invocation path never touches this workflow: the gateway routes a Function's invocations to
+the replicas its hosts report (their signed assignments name the Function and the revision).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from kruntimes.api.function import (
+        Function,
+        FunctionConditionType,
+        FunctionPhase,
+        FunctionSpec,
+        FunctionStatus,
+        ReplicaCounts,
+        ScaleSpec,
+    )
+    from kruntimes.api.ids import RunUid
+    from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
+    from kruntimes.api.run import API_VERSION, KIND, Run
+    from kruntimes.api.spec import Metadata
+    from kruntimes.api.status import Condition, ConditionStatus, Endpoint, EndpointProtocol, RunStatus
+    from kruntimes.contracts.function import (
+        FUNCTION_CONFLICT_HINT,
+        FUNCTION_LABEL,
+        FUNCTION_STATUS_MEMO,
+        MAX_REVISIONS_KEPT,
+        REVISION_LABEL,
+        SIGNAL_REPLICA_PHASE,
+        ApplyResult,
+        DeleteReplicaInput,
+        DeleteReplicaResult,
+        FunctionInput,
+        FunctionState,
+        Replica,
+        ReplicaOf,
+        ReplicaPhase,
+        ReplicaView,
+        Revision,
+        ScaleInput,
+        ScaleResult,
+        replica_name,
+    )
+    from kruntimes.contracts.names import (
+        FUNCTION_CONFLICT,
+        QUERY_REPLICAS,
+        QUERY_STATUS,
+        UPDATE_APPLY,
+        UPDATE_DELETE,
+        UPDATE_ROLLBACK,
+        UPDATE_SCALE,
+        function_invoke_url,
+        run_workflow_id,
+    )
+    from kruntimes.contracts.run import RunInput
+    from kruntimes.decisions.functionlife import phase_of, plan, start_backoff
+    from kruntimes.wire import function_summaries, search, search_typed, summaries
+
+# How long a rollout waits for the new revision's replicas to be Ready before its Progressing
+# condition says it is stuck (the old replicas keep serving meanwhile: none is deleted).
+ROLLOUT_BOUND = timedelta(minutes=10)
+# How long `delete` waits for the replicas to end before the workflow ends anyway, saying so.
+DELETE_BOUND = timedelta(minutes=10)
+# How soon a replica's delete that could not be sent is tried again.
+DELETE_RESEND = timedelta(seconds=30)
+DELETE_REPLICA_TIMEOUT = timedelta(seconds=30)
+DELETE_REPLICA_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10), maximum_attempts=5
+)
+# A run continues as new past this many events (or when the server suggests it), so replaying it
+# stays well within a task timeout.
+MAX_RUN_EVENTS = 2_000
+
+
+def _clamp(wanted: int, scale: ScaleSpec) -> int:
+    return min(max(wanted, scale.min), scale.max)
+
+
+def _initial_wanted(scale: ScaleSpec) -> int:
+    # At least one replica until scaling from zero lands: a Function must answer.
+    return min(max(scale.min, 1), scale.max)
+
+
+@workflow.defn(name="FunctionWorkflow")
+class FunctionWorkflow:
+    @workflow.init
+    def __init__(self, input: FunctionInput) -> None:
+        self._fn = input.function
+        self._uid = input.function.metadata.uid or ""
+        state = input.state
+        if state is None:
+            spec = input.function.spec
+            now = workflow.now()
+            state = FunctionState(
+                revisions=[Revision(revision=1, spec=spec, createdAt=now)],
+                wanted=_initial_wanted(spec.scale),
+                rolloutSince=now,
+            )
+        self._revisions = list(state.revisions)
+        self._wanted = state.wanted
+        self._replicas = list(state.replicas)
+        self._observed = state.observedRevision
+        self._failures = state.failures
+        self._retry_at = state.retryAt
+        self._last_failure = state.lastFailure
+        self._deleting = state.deleting
+        self._started = state.started
+        self._rollout_since = state.rolloutSince
+        self._ever_ready = state.everReady
+        self._endpoint = state.endpoint
+        self._status = FunctionStatus(revision=self._revisions[-1].revision)
+        self._changed = False  # something to act on since the loop last looked
+        self._ended = False  # every replica deleted: the workflow ends
+        self._memo: FunctionStatus | None = None  # the status last written to the memo
+        self._indexed_phase = ""
+        self._watches: list[asyncio.Task[None]] = []  # each replica started by this run, until it closes
+
+    # -- the API ---------------------------------------------------------------------------------
+
+    @workflow.query(name=QUERY_STATUS)
+    def status(self) -> FunctionStatus:
+        return self._status
+
+    @workflow.query(name=QUERY_REPLICAS)
+    def replicas(self) -> list[ReplicaView]:
+        return [r.view() for r in self._replicas]
+
+    @workflow.signal(name=SIGNAL_REPLICA_PHASE)
+    def replica_phase(self, told: ReplicaPhase) -> None:
+        for i, replica in enumerate(self._replicas):
+            if replica.runUid != told.runUid:
+                continue
+            if told.seq and told.seq <= replica.seq:
+                return  # an older phase arriving late
+            ready = told.phase is RunPhase.Ready
+            if ready and not replica.wasReady:
+                self._failures, self._retry_at, self._ever_ready = 0, None, True
+            self._replicas[i] = replica._replace(
+                phase=told.phase,
+                reason=told.reason,
+                message=told.message,
+                seq=max(told.seq, replica.seq),
+                wasReady=replica.wasReady or ready,
+            )
+            if told.gatewayUrl and self._endpoint is None:
+                self._endpoint = _endpoint(self._fn, told)
+            self._changed = True
+            return
+
+    @workflow.update(name=UPDATE_APPLY)
+    def apply(self, fn: Function) -> ApplyResult:
+        """A new manifest of this Function: a new revision when its template changed (its
+        replicas roll out), else only its scale and metadata are taken."""
+        if fn.metadata.uid is None:
+            fn = fn._replace(metadata=fn.metadata._replace(uid=self._uid))
+        current = self._revisions[-1]
+        self._fn = fn
+        if fn.spec.same_template(current.spec):
+            self._revisions[-1] = current._replace(spec=fn.spec)
+            self._wanted = _clamp(self._wanted, fn.spec.scale)
+            self._changed = True
+            return ApplyResult(revision=current.revision, changed=False, message="the template is unchanged")
+        revision = self._new_revision(fn.spec)
+        return ApplyResult(revision=revision, changed=True, message=f"revision {revision} rolls out")
+
+    @apply.validator
+    def _apply_allowed(self, fn: Function) -> None:
+        meta = fn.metadata
+        if (meta.namespace, meta.name) != (self._fn.metadata.namespace, self._fn.metadata.name):
+            raise ApplicationError(
+                f"apply: the manifest names {meta.namespace}/{meta.name}, not "
+                f"{self._fn.metadata.namespace}/{self._fn.metadata.name}",
+                type="InvalidFunction",
+                non_retryable=True,
+            )
+        if meta.uid is not None and meta.uid != self._uid:
+            raise ApplicationError(
+                f"Function {meta.namespace}/{meta.name} exists with uid {self._uid}; the manifest "
+                f"names uid {meta.uid} ({FUNCTION_CONFLICT_HINT})",
+                type=FUNCTION_CONFLICT,
+                non_retryable=True,
+            )
+        self._not_deleting("apply")
+
+    @workflow.update(name=UPDATE_SCALE)
+    def scale(self, input: ScaleInput) -> ScaleResult:
+        previous, self._wanted = self._wanted, input.replicas
+        self._changed = True
+        return ScaleResult(previous=previous, wanted=self._wanted)
+
+    @scale.validator
+    def _scale_allowed(self, input: ScaleInput) -> None:
+        self._not_deleting("scale")
+        scale = self._revisions[-1].spec.scale
+        if not scale.min <= input.replicas <= scale.max:
+            raise ApplicationError(
+                f"scale: {input.replicas} replicas is outside the Function's scale {scale.min}..{scale.max}",
+                type="ScaleOutOfRange",
+                non_retryable=True,
+            )
+
+    @workflow.update(name=UPDATE_ROLLBACK)
+    def rollback(self) -> ApplyResult:
+        """The previous revision's template again, as a new revision (rolled out like any)."""
+        previous, current = self._revisions[-2], self._revisions[-1]
+        spec = previous.spec._replace(scale=current.spec.scale)
+        self._fn = self._fn._replace(spec=spec)
+        revision = self._new_revision(spec)
+        return ApplyResult(
+            revision=revision,
+            changed=True,
+            message=f"revision {revision} is revision {previous.revision}'s template",
+        )
+
+    @rollback.validator
+    def _rollback_allowed(self) -> None:
+        self._not_deleting("rollback")
+        if len(self._revisions) < 2:
+            raise ApplicationError(
+                "rollback: the Function has no previous revision",
+                type="NoPreviousRevision",
+                non_retryable=True,
+            )
+
+    @workflow.update(name=UPDATE_DELETE)
+    async def delete(self) -> str:
+        """Delete every replica, then end the workflow. The answer is one plain line; the final
+        status is the workflow's result."""
+        self._deleting = True
+        self._changed = True
+        await workflow.wait_condition(lambda: self._ended)
+        return summaries.summary(f"deleted {workflow.info().workflow_id}: {self._status.message}")
+
+    def _not_deleting(self, what: str) -> None:
+        if self._deleting:
+            raise ApplicationError(
+                f"{what}: the Function is being deleted", type="FunctionDeleting", non_retryable=True
+            )
+
+    # -- the lifecycle -----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: FunctionInput) -> FunctionStatus:
+        if not self._uid:
+            raise ApplicationError(
+                "metadata.uid must be set when a Function is started",
+                type="InvalidFunction",
+                non_retryable=True,
+            )
+        wanted = search_typed.function_values(self._fn)
+        present = workflow.info().typed_search_attributes
+        missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
+        if missing and input.state is None:  # a run after continue-as-new inherits them
+            workflow.upsert_search_attributes(missing)
+        self._indexed_phase = FunctionPhase.Pending.value
+        while not self._deleting:
+            self._changed = False
+            self._take_ended()
+            await self._converge()
+            self._refresh()
+            if self._continue_as_new_due():
+                workflow.continue_as_new(FunctionInput(function=self._fn, state=self._carried()))
+            if self._changed:
+                continue
+            timeout = self._next_wake()
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._changed or self._deleting,
+                    timeout=timeout,
+                    timeout_summary=summaries.summary(f"next look in {timeout:g} s")
+                    if timeout is not None
+                    else None,
+                )
+        await self._delete_all()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._status
+
+    def _new_revision(self, spec: FunctionSpec) -> int:
+        revision = self._revisions[-1].revision + 1
+        now = workflow.now()
+        self._revisions = [*self._revisions, Revision(revision=revision, spec=spec, createdAt=now)][
+            -MAX_REVISIONS_KEPT:
+        ]
+        self._wanted = _clamp(self._wanted, spec.scale)
+        self._failures, self._retry_at, self._last_failure = 0, None, ""
+        self._rollout_since = now
+        self._changed = True
+        return revision
+
+    def _take_ended(self) -> None:
+        """Forget the replicas that ended; one that ended before it was ever Ready (and was not
+        asked to go) is a failure: the next start waits a backoff that grows with them."""
+        now = workflow.now()
+        kept = []
+        for replica in self._replicas:
+            if replica.phase not in TERMINAL_PHASES:
+                kept.append(replica)
+                continue
+            if replica.deleting or replica.wasReady or self._deleting:
+                continue
+            self._failures += 1
+            self._retry_at = now + timedelta(seconds=start_backoff(self._failures))
+            said = f"{replica.reason}: {replica.message}" if replica.message else replica.reason
+            self._last_failure = f"replica {replica.name} ended {replica.phase.value} before Ready ({said})"
+        self._replicas = kept
+
+    async def _converge(self) -> None:
+        """Start and delete replicas as functionlife.plan says."""
+        current = self._revisions[-1]
+        decided = plan(
+            revision=current.revision,
+            wanted=self._wanted,
+            replicas=self._replicas,
+            now=workflow.now(),
+            retry_at=self._retry_at,
+        )
+        if decided.rolled_out:
+            self._observed = current.revision
+            self._rollout_since = None
+        doomed = set(decided.delete)
+        self._replicas = [r._replace(deleting=True) if r.runUid in doomed else r for r in self._replicas]
+        if decided.start:
+            await asyncio.gather(*(self._start_replica(current) for _ in range(decided.start)))
+        await self._send_deletes()
+
+    async def _start_replica(self, revision: Revision) -> None:
+        fn, info = self._fn, workflow.info()
+        uid = RunUid(str(workflow.uuid4()))
+        name = replica_name(fn.metadata.name, revision.revision, uid)
+        labels = {
+            **fn.metadata.labels,
+            FUNCTION_LABEL: fn.metadata.name,
+            REVISION_LABEL: str(revision.revision),
+        }
+        run = Run(
+            apiVersion=API_VERSION,
+            kind=KIND,
+            metadata=Metadata(
+                name=name,
+                namespace=fn.metadata.namespace,
+                uid=uid,
+                labels=labels,
+                creator=fn.metadata.creator,
+            ),
+            spec=revision.spec.template(),
+        )
+        self._replicas.append(
+            Replica(runUid=uid, name=name, revision=revision.revision, startedAt=workflow.now())
+        )
+        self._started += 1
+        replica_of = ReplicaOf(
+            functionUid=self._uid, functionName=fn.metadata.name, revision=revision.revision
+        )
+        try:
+            handle = await workflow.start_child_workflow(
+                "RunWorkflow",
+                RunInput(run=run, statusMemo=True, replicaOf=replica_of),
+                id=run_workflow_id(fn.metadata.namespace, name),
+                task_queue=info.task_queue,
+                result_type=RunStatus,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                search_attributes=search_typed.replica_at_start(run, function_uid=self._uid),
+                static_summary=summaries.summary(
+                    f"replica of Function {fn.metadata.namespace}/{fn.metadata.name}, "
+                    f"revision {revision.revision}"
+                ),
+            )
+        except WorkflowAlreadyStartedError:  # its name taken: it counts as a failure
+            self._set(uid, phase=RunPhase.Failed, reason="StartFailed", message=f"{name} exists already")
+            return
+        self._set(uid, runId=handle.first_execution_run_id or "")
+        self._watches.append(asyncio.create_task(self._watch(handle, uid)))
+
+    async def _watch(self, handle: Any, uid: str) -> None:
+        """A replica whose workflow closed without telling its end (terminated) ends here too."""
+        with contextlib.suppress(ChildWorkflowError):
+            await handle
+        for replica in self._replicas:
+            if replica.runUid == uid and replica.phase not in TERMINAL_PHASES:
+                self._set(uid, phase=RunPhase.Failed, reason="WorkflowClosed", message="its workflow closed")
+                self._changed = True
+
+    def _set(self, uid: str, **changes: object) -> None:
+        self._replicas = [r._replace(**changes) if r.runUid == uid else r for r in self._replicas]
+
+    async def _send_deletes(self) -> None:
+        pending = [
+            r for r in self._replicas if r.deleting and not r.deleteSent and r.phase not in TERMINAL_PHASES
+        ]
+        if pending:
+            await asyncio.gather(*(self._send_delete(r) for r in pending))
+
+    async def _send_delete(self, replica: Replica) -> None:
+        if not replica.runId:  # never started
+            self._set(replica.runUid, phase=RunPhase.Cancelled, reason="NotStarted", deleteSent=True)
+            return
+        try:
+            result = await workflow.execute_activity(
+                "delete_replica",
+                DeleteReplicaInput(
+                    workflowId=run_workflow_id(self._fn.metadata.namespace, replica.name),
+                    runId=replica.runId,
+                    runUid=replica.runUid,
+                ),
+                result_type=DeleteReplicaResult,
+                start_to_close_timeout=DELETE_REPLICA_TIMEOUT,
+                retry_policy=DELETE_REPLICA_RETRY,
+                summary=summaries.summary(f"delete replica {replica.name}"),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("the delete of replica %s was not sent: %s", replica.name, err)
+            return  # tried again at the next look (DELETE_RESEND)
+        if result.accepted:
+            self._set(replica.runUid, deleteSent=True)
+        else:  # its workflow had closed: nothing to wait for
+            self._set(replica.runUid, phase=RunPhase.Cancelled, reason="Gone", deleteSent=True)
+
+    async def _delete_all(self) -> None:
+        """Delete every replica and wait (within DELETE_BOUND) for each to end."""
+        deadline = workflow.now() + DELETE_BOUND
+        self._replicas = [r._replace(deleting=True) for r in self._replicas]
+        while True:
+            self._changed = False
+            self._take_ended()
+            self._refresh()
+            if not self._replicas or workflow.now() >= deadline:
+                break
+            await self._send_deletes()
+            left = (deadline - workflow.now()).total_seconds()
+            wait = min(left, DELETE_RESEND.total_seconds())
+            if wait <= 0:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._changed,
+                    timeout=wait,
+                    timeout_summary=summaries.summary(f"{len(self._replicas)} replicas to end"),
+                )
+        left_over = len(self._replicas)
+        message = (
+            "every replica deleted"
+            if not left_over
+            else f"{left_over} replicas had not ended within {DELETE_BOUND.total_seconds():g} s"
+        )
+        self._refresh(final=FunctionPhase.Deleted, message=message)
+        self._ended = True
+
+    def _continue_as_new_due(self) -> bool:
+        info = workflow.info()
+        due = info.is_continue_as_new_suggested() or info.get_current_history_length() >= MAX_RUN_EVENTS
+        return due and workflow.all_handlers_finished() and not self._deleting
+
+    def _carried(self) -> FunctionState:
+        return FunctionState(
+            revisions=self._revisions,
+            wanted=self._wanted,
+            replicas=self._replicas,
+            observedRevision=self._observed,
+            failures=self._failures,
+            retryAt=self._retry_at,
+            lastFailure=self._last_failure,
+            deleting=self._deleting,
+            started=self._started,
+            rolloutSince=self._rollout_since,
+            everReady=self._ever_ready,
+            endpoint=self._endpoint,
+        )
+
+    def _next_wake(self) -> float | None:
+        """Seconds until something is due without a message: a start after its backoff, the
+        rollout's bound, a delete to send again."""
+        now = workflow.now()
+        due: list[datetime] = []
+        if self._retry_at is not None and self._retry_at > now:
+            due.append(self._retry_at)
+        if self._rollout_since is not None and self._rollout_since + ROLLOUT_BOUND > now:
+            due.append(self._rollout_since + ROLLOUT_BOUND)
+        if any(r.deleting and not r.deleteSent for r in self._replicas):
+            due.append(now + DELETE_RESEND)
+        if not due:
+            return None
+        return max((min(due) - now).total_seconds(), 0.001)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def _refresh(self, *, final: FunctionPhase | None = None, message: str = "") -> None:
+        now = workflow.now()
+        current = self._revisions[-1].revision
+        phase = final or phase_of(
+            wanted=self._wanted, replicas=self._replicas, deleting=self._deleting, ever_ready=self._ever_ready
+        )
+        live = [r for r in self._replicas if not r.deleting]
+        ready = sum(1 for r in live if r.revision == current and r.phase is RunPhase.Ready)
+        if not message:
+            message = self._message(phase, ready)
+        status = FunctionStatus(
+            phase=phase,
+            revision=current,
+            observedRevision=self._observed,
+            replicas=ReplicaCounts(wanted=self._wanted, ready=ready, total=len(self._replicas)),
+            endpoint=self._endpoint if phase is not FunctionPhase.Deleted else None,
+            conditions=self._status.conditions,
+            message=message,
+        )
+        status = status.with_condition(
+            _condition(FunctionConditionType.Ready, phase is FunctionPhase.Ready, phase.value, message, now)
+        )
+        status = status.with_condition(self._progressing(now, ready))
+        failing = self._failures > 0
+        status = status.with_condition(
+            _condition(
+                FunctionConditionType.ReplicaFailure,
+                failing,
+                "ReplicasEndBeforeReady" if failing else "NoFailure",
+                self._failure_message(now) if failing else "",
+                now,
+            )
+        )
+        self._status = status
+        if status != self._memo:
+            workflow.upsert_memo({FUNCTION_STATUS_MEMO: status})
+            self._memo = status
+        indexed = search.DELETED if phase is FunctionPhase.Deleted else phase.value
+        if indexed != self._indexed_phase:
+            workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(indexed)])
+            self._indexed_phase = indexed
+        workflow.set_current_details(function_summaries.function_current(status))
+
+    def _message(self, phase: FunctionPhase, ready: int) -> str:
+        current = self._revisions[-1].revision
+        if phase is FunctionPhase.Deleting:
+            return f"deleting {len(self._replicas)} replicas"
+        said = f"{ready} of {self._wanted} replicas of revision {current} Ready"
+        if self._rollout_since is not None and self._observed:
+            said += f"; revision {self._observed} serves until then"
+        if self._failures:
+            said += f"; {self._last_failure}"
+        return said
+
+    def _progressing(self, now: datetime, ready: int) -> Condition:
+        current = self._revisions[-1].revision
+        since = self._rollout_since
+        if since is None:
+            return _condition(
+                FunctionConditionType.Progressing, False, "RolledOut", f"revision {current} serves", now
+            )
+        if now >= since + ROLLOUT_BOUND:
+            return _condition(
+                FunctionConditionType.Progressing,
+                False,
+                "ProgressDeadlineExceeded",
+                f"revision {current}: {ready} of {self._wanted} replicas Ready after "
+                f"{ROLLOUT_BOUND.total_seconds():g} s; the older replicas keep serving",
+                now,
+            )
+        return _condition(
+            FunctionConditionType.Progressing,
+            True,
+            "RollingOut",
+            f"revision {current}: {ready} of {self._wanted} replicas Ready",
+            now,
+        )
+
+    def _failure_message(self, now: datetime) -> str:
+        said = f"{self._failures} replicas in a row ended before Ready; the last: {self._last_failure}"
+        if self._retry_at is not None and self._retry_at > now:
+            said += f"; the next starts in {(self._retry_at - now).total_seconds():g} s"
+        return said
+
+
+def _condition(type_: str, true: bool, reason: str, message: str, at: datetime) -> Condition:
+    return Condition(
+        type=type_,
+        status=ConditionStatus.TRUE if true else ConditionStatus.FALSE,
+        reason=reason,
+        message=message,
+        lastTransitionTime=at,
+    )
+
+
+def _endpoint(fn: Function, told: ReplicaPhase) -> Endpoint | None:
+    url = function_invoke_url(
+        told.gatewayUrl, namespace=fn.metadata.namespace, function_uid=fn.metadata.uid or ""
+    )
+    try:
+        return Endpoint(protocol=EndpointProtocol.HTTPS, url=url, caBundle=told.caBundle)
+    except ValueError:
+        return None
