@@ -109,6 +109,7 @@ def explain(exc: BaseException) -> tuple[int, str]:
 
 def _invoke_message(exc: BaseException) -> str:
     from kruntimes.sdk import errors as c
+    from kruntimes.wire.reasons import GatewayReason
 
     assert isinstance(exc, c.InvokeError)
     where = f"invocation {exc.invocation_id}: " if exc.invocation_id else ""
@@ -120,6 +121,8 @@ def _invoke_message(exc: BaseException) -> str:
             return f"{text}; check the token (KRT_TOKEN, or client.json written by `krt up`)"
         case c.OutcomeUnknown():
             return f"{text}; the function may have run: check before retrying"
+        case c.FunctionNotFound() if exc.reason == GatewayReason.FUNCTION_NOT_FOUND:  # a Function's URL
+            return f"{text}; `krt function list` shows the Functions"
         case c.FunctionNotFound():
             return f"{text}; `krt run list` shows the Runs"
         case c.InvocationFailed():

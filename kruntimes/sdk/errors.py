@@ -166,7 +166,9 @@ class FunctionNotFound(InvokeError):
     def named(cls, namespace: str, name: str) -> FunctionNotFound:
         """No Function object `name` in `namespace` (nothing was invoked)."""
         text = f"function {name!r} not found in namespace {namespace!r}"
-        error = cls(404, "FunctionNotFound", text, invocation_id="")
+        from kruntimes.wire.reasons import GatewayReason
+
+        error = cls(404, GatewayReason.FUNCTION_NOT_FOUND.value, text, invocation_id="")
         error.args = (text,)  # the sentence alone, without the reason in front
         error.namespace, error.name = namespace, name
         return error

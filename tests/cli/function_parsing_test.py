@@ -168,7 +168,10 @@ def test_the_function_errors_exit_as_the_run_ones_do() -> None:
     assert code == 1 and said.endswith("`krt function describe web` shows it")
     # a 404 from the gateway stays an invocation's error (exit 1), as for a Run
     answered = FunctionNotFound(404, "FunctionNotFound", "no such function", invocation_id="i-1")
-    assert cli.explain(answered)[0] == 1
+    assert cli.explain(answered) == (
+        1,
+        "invocation i-1: FunctionNotFound: no such function; `krt function list` shows the Functions",
+    )
 
 
 def _status(**changes: object) -> FunctionStatus:
