@@ -306,7 +306,7 @@ class RouteCache:
             address=sys.intern(beat.address),
             invoke_address=sys.intern(beat.invoke_address),
             signed=_signed(r.assignment),
-            function_uid=a.function_uid,
+            function_uid=sys.intern(a.function_uid),  # shared by the Function's replicas
             revision=a.revision,
             concurrency=max(1, r.concurrency),
             queue=max(0, r.queue),
