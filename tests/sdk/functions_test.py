@@ -13,6 +13,7 @@ import pytest
 
 from kruntimes.api.function import Function, FunctionPhase
 from kruntimes.api.ids import Namespace
+from kruntimes.api.spec import Creator
 from kruntimes.contracts.names import function_invoke_url
 from kruntimes.sdk.client import Client, FunctionConflict, FunctionNotFound, KruntimesError
 from kruntimes.sdk.functions import rolled_out
@@ -103,11 +104,12 @@ async def test_a_function_is_applied_invoked_at_its_url_rolled_out_rolled_back_a
 
 
 async def test_apply_keeps_the_running_uid_refuses_another_and_a_scale_change_is_no_revision(
-    krt: Client,
+    platform: Platform,
 ) -> None:
     name = unique("fnu")
-    async with deleted_after(krt, name):
+    async with Client(platform.config._replace(identity="team-a-ci")) as krt, deleted_after(krt, name):
         created = await krt.functions.apply(function(name, scale={"min": 1, "max": 3}))
+        assert created.function.metadata.creator == Creator(kind="sdk", subject="team-a-ci")
         scaled = await krt.functions.apply(function(name, scale={"min": 1, "max": 5}))
         assert scaled.action == "configured" and scaled.function.uid == created.function.uid
         assert scaled.function.status.revision == 1, "scale alone is no new revision"
@@ -122,7 +124,12 @@ async def test_apply_keeps_the_running_uid_refuses_another_and_a_scale_change_is
         assert (await krt.functions.scale(name, 2, reason="a test")).wanted == 2
         ready = await krt.functions.wait_ready(name, timeout=90)
         assert ready.status.replicas.ready == ready.status.replicas.wanted == 2
-        assert len({r.name for r in await krt.functions.replicas(name)}) == 2
+        replicas = await krt.functions.replicas(name)
+        assert len({r.name for r in replicas}) == 2
+        run = await krt.get(replicas[0].name)
+        assert run.metadata.creator == Creator(kind="sdk", subject="team-a-ci"), (
+            "its replicas are the creator's"
+        )
 
 
 async def test_every_call_on_a_function_that_is_not_there_is_function_not_found(krt: Client) -> None:
