@@ -214,6 +214,49 @@ async def test_idle_runs_are_taken_least_recently_used_first(platform: Platform)
         assert pods.stats.created == 2
 
 
+# Echoes at once, saying which Run served it; an input with "hold-me" in it first waits (at most
+# 60 s) until RELEASE exists.
+HOLD_OR_ECHO = """
+import os, pathlib, sys, time
+data = sys.stdin.read()
+if "hold-me" in data:
+    release, deadline = pathlib.Path({release!r}), time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+sys.stderr.write("run=" + os.environ["KRT_RUN_NAME"])
+sys.stdout.write(data)
+"""
+
+
+async def test_a_request_goes_to_the_least_loaded_run_though_it_was_used_last(platform: Platform) -> None:
+    """Two Ready Runs of one image with unequal load (two and one evaluations in flight): the next
+    request goes to the one with fewer, even when it is the most recently used of the two."""
+    release = exchange(platform) / "release"
+    body = HOLD_OR_ECHO.format(release=str(release))
+    config = pod_config("unequal", body, maxParallel=2, maxWaitlist=0, maxConcurrentEvaluations=3)
+    key = "example.com/pod/unequal:1.x"
+    held = {"data": {"x": "hold-me"}}
+    async with evaluator(platform, config) as pods:
+        await asyncio.gather(*(pods.evaluate(request(image("unequal"))) for _ in range(2)))
+        assert pods.stats.created == 2
+        holds = []
+        for n in range(3):  # round-robin over the two: 2 and 1 in flight
+            holds.append(asyncio.create_task(pods.evaluate(request(image("unequal"), config=held))))
+            await eventually(
+                lambda n=n: sum(busy for _, _, busy in pods.snapshot()[key]) == n + 1,
+                what=f"{n + 1} evaluations in flight",
+            )
+        loads = {name: busy for name, _, busy in pods.snapshot()[key]}
+        assert sorted(loads.values()) == [1, 2], loads
+        lighter = next(name for name, busy in loads.items() if busy == 1)
+        for _ in range(2):  # the first makes it the most recently used; the second still goes there
+            answer = await pods.evaluate(request(image("unequal")))
+            assert answer.log.decode() == f"run={lighter}", loads
+        release.touch()
+        answers = await asyncio.gather(*holds)
+        assert sorted(a.log.decode() for a in answers).count(f"run={lighter}") == 1
+
+
 async def test_the_ttl_is_the_runs_idle_timeout(platform: Platform) -> None:
     async with evaluator(platform, pod_config("ttl", WHO, ttl="2s")) as pods:
         first = (await pods.evaluate(request(image("ttl")))).log.decode().removeprefix("run=")
