@@ -30,8 +30,9 @@ SIGNAL_REPLICA_PHASE = "replica_phase"
 FUNCTION_STATUS_MEMO = "krtStatus"
 # What a FunctionConflict adds: why a uid that differs is not the same Function.
 FUNCTION_CONFLICT_HINT = "a Function deleted and created again is another Function, with a new uid"
-# Revisions a Function keeps (their templates: what `rollback` goes back to).
-MAX_REVISIONS_KEPT = 10
+# Revisions whose template a Function keeps: the current one and the one `rollback` goes back to
+# (each holds a whole spec, and the state crosses continue-as-new in one payload).
+MAX_REVISIONS_KEPT = 2
 
 
 def _function_uid(value: str) -> str:
@@ -126,7 +127,7 @@ class FunctionState(ApiModel):
     """Everything a FunctionWorkflow knows, carried across continue-as-new."""
 
     # Oldest first; the last is the current revision. At most MAX_REVISIONS_KEPT.
-    revisions: list[Revision] = Field(min_length=1)
+    revisions: list[Revision] = Field(min_length=1, max_length=MAX_REVISIONS_KEPT)
     wanted: StrictInt = Field(ge=0, le=MAX_FUNCTION_REPLICAS)
     replicas: list[Replica] = Field(default_factory=list)
     observedRevision: StrictInt = Field(default=0, ge=0)
