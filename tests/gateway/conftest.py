@@ -322,7 +322,9 @@ class HostProcess:
         answer = await self.stub.RegisterFunction(
             pb.RegisterFunctionRequest(
                 run=pb.RunRef(run_uid=uid, attempt=attempt, namespace=namespace, name=name, runtime="python"),
-                assignment=assignment or self.signed(uid, attempt=attempt, namespace=namespace, name=name),
+                assignment=assignment
+                if assignment is not None
+                else self.signed(uid, attempt=attempt, namespace=namespace, name=name),
                 config=pb.FunctionConfig(
                     adapter="python",
                     handler=handler,

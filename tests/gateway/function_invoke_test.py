@@ -485,3 +485,37 @@ async def test_an_invocation_not_delivered_tries_one_other_replica(
         assert gateway.balancer.in_flight(run_uid) == 0
     finally:
         gateway.routes.forget(host_uid)
+
+
+async def test_a_replica_that_appears_takes_the_first_waiting_invocation(
+    gateway: Gateway, main_host: HostProcess, web: Replicated, calls: Calls
+) -> None:
+    for n in range(4):
+        calls.send(n)
+    for n in range(4):
+        await calls.running(n)
+    calls.send(4)
+    await eventually(waiting(gateway, web, 1), within=WAIT_S, what="an invocation waiting")
+    run_uid = str(uuid.uuid4())
+    name = f"web-r1-{run_uid[:5]}"
+    late = await main_host.register(
+        gateway,
+        HELD,
+        uid=run_uid,
+        name=name,
+        env={"REPLICA": name},
+        concurrency=1,
+        assignment=replica_assignment(main_host, run_uid=run_uid, name=name, function_uid=web.uid),
+    )
+    try:
+        assert await calls.running(4) == name, "the new replica took it, nothing else had ended"
+        answers = await calls.answers(0, 1, 2, 3, 4)
+        assert [a.expect(200).json["outputs"]["n"] for a in answers] == [0, 1, 2, 3, 4]
+    finally:
+        await main_host.stub.UnregisterFunction(
+            pb.UnregisterFunctionRequest(registration_id=late.registration_id)
+        )
+        await wait_for(
+            lambda: run_uid not in {r.run_uid for r in gateway.routes.function_routes(web.uid)},
+            "the late replica's route gone",
+        )

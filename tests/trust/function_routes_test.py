@@ -1,4 +1,4 @@
-"""The route cache's Function index (gateway/routes.py): a Function's replicas are the routes whose
+"""The route cache's Function index (gateway/routes.py), and the Balancer that reads it: a Function's replicas are the routes whose
 verified assignment names its uid, kept through whole snapshots, deltas, hosts forgotten, leaving
 or replaced by a new incarnation, dropped routes and attempt floors — always what the per-run
 routes say, and a Function once seen is remembered (404 vs 503) after its last replica went.
@@ -8,15 +8,22 @@ The cache is the real one with the suite's assignment key; the heartbeats are th
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
+import pytest
+
+from kruntimes.gateway.errors import Busy, RunNotReady
+from kruntimes.gateway.function_invoke import Balancer
 from kruntimes.gateway.routes import RouteCache, function_name
 from kruntimes.pki import Identity
 from kruntimes.pki.assignments import SignedAssignment, Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import runtime_pb2 as pb
+from kruntimes.wire.reasons import GatewayReason as R
 from tests.support.pki import TestPKI
+from tests.support.waiting import eventually
 
 FUNCTION = str(uuid.uuid4())
 OTHER_FUNCTION = str(uuid.uuid4())
@@ -340,3 +347,48 @@ def test_the_functions_name_is_read_from_its_replicas_names() -> None:
     assert function_name("web-r3-0A1B2", 3) == ""
     assert function_name("-r3-0a1b2", 3) == ""
     assert function_name("plain", 1) == ""
+
+
+async def test_the_balancer_keeps_its_bounds_over_the_real_route_cache(pki: TestPKI) -> None:
+    """gateway/function_invoke.py's Balancer on the real cache: never past a replica's
+    concurrency, the global bound over every Function's waits, a wait that times out leaves the
+    queue, and a freed slot goes to the first waiter of that Function."""
+    cache = RouteCache(verifier=Verifier([pki.signer.public_key]))
+    balancer = Balancer(cache, max_waiting_per_function=10, max_waiting=2, warmup_s=0)
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    await cache.apply(
+        snapshot(
+            "h-0",
+            "u-0",
+            replica(pki, a, host_id="h-0", host_uid="u-0", concurrency=1),
+            replica(pki, b, host_id="h-0", host_uid="u-0", function_uid=OTHER_FUNCTION, concurrency=1),
+        ),
+        peer=peer("h-0"),
+    )
+    never = asyncio.get_running_loop().create_future()
+    taken = await balancer.acquire(FUNCTION, "default", timeout_s=1, lost=never)
+    assert taken.run_uid == a and balancer.choose(FUNCTION, "default") is None  # full: no second
+    with_b = await balancer.acquire(OTHER_FUNCTION, "default", timeout_s=1, lost=never)
+    with pytest.raises(RunNotReady) as no_replica:
+        await balancer.acquire(FUNCTION, "other-namespace", timeout_s=1, lost=never)
+    assert no_replica.value.reason is R.NO_READY_REPLICA
+
+    first = asyncio.create_task(balancer.acquire(FUNCTION, "default", timeout_s=30, lost=never))
+    second = asyncio.create_task(balancer.acquire(OTHER_FUNCTION, "default", timeout_s=30, lost=never))
+    await eventually(lambda: balancer.waiting() == 2, within=5, what="two waiting")
+    with pytest.raises(Busy) as full:  # the global bound, though this Function's is not reached
+        await balancer.acquire(FUNCTION, "default", timeout_s=30, lost=never)
+    assert full.value.reason is R.REPLICAS_FULL
+
+    second.cancel()  # a waiter that goes away leaves the queue
+    await eventually(lambda: balancer.waiting() == 1, within=5, what="the cancelled wait gone")
+    with pytest.raises(Busy) as timed_out:
+        await balancer.acquire(FUNCTION, "default", timeout_s=0.05, lost=never)
+    assert timed_out.value.reason is R.QUEUE_TIMEOUT
+    assert balancer.waiting() == 1 and balancer.waiting(FUNCTION) == 1
+
+    balancer.release(taken)  # the slot goes to the first waiter, at once
+    assert (await first).run_uid == a and balancer.in_flight(a) == 1
+    balancer.release(taken)
+    balancer.release(with_b)
+    assert balancer.in_flight(a) == balancer.in_flight(b) == 0 and balancer.waiting() == 0
