@@ -177,7 +177,7 @@ class GatewayReason(StrEnum):
         "the HTTP request cannot be parsed (request line, a header, the body's framing); never echoed",
     )
     UNAUTHENTICATED = ("Unauthenticated", 401, "no, malformed, unknown or rejected bearer token")
-    FORBIDDEN = ("Forbidden", 403, "the caller may not `get` this Run")
+    FORBIDDEN = ("Forbidden", 403, "the caller may not `get` this Run (or Function)")
     RUN_NOT_FOUND = ("RunNotFound", 404, "unknown uid, or not of this namespace and runtime")
     FUNCTION_NOT_FOUND = (
         "FunctionNotFound",
