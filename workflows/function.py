@@ -164,7 +164,7 @@ class FunctionWorkflow:
                 return  # an older phase arriving late
             ready = told.phase is RunPhase.Ready
             if ready and not replica.wasReady:
-                self._failures, self._retry_at, self._ever_ready = 0, None, True
+                self._failures, self._retry_at = 0, None
             self._replicas[i] = replica._replace(
                 phase=told.phase,
                 reason=told.reason,
@@ -519,6 +519,7 @@ class FunctionWorkflow:
         phase = final or phase_of(
             wanted=self._wanted, replicas=self._replicas, deleting=self._deleting, ever_ready=self._ever_ready
         )
+        self._ever_ready = self._ever_ready or phase is FunctionPhase.Ready
         live = [r for r in self._replicas if not r.deleting]
         ready = sum(1 for r in live if r.revision == current and r.phase is RunPhase.Ready)
         if not message:

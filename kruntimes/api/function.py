@@ -82,9 +82,9 @@ class FunctionSpec(RunSpec):
 
 
 class FunctionPhase(StrEnum):
-    """Pending: no replica of the current revision Ready yet; Ready: as many Ready as wanted;
-    Degraded: some Ready, fewer than wanted (or none after having some); Deleting: its replicas
-    are being deleted; Deleted: they are, and the workflow has ended."""
+    """Pending: coming up, never Ready yet; Ready: as many replicas Ready as wanted (during a
+    rollout, of either revision); Degraded: fewer, after the Function was Ready; Deleting: its
+    replicas are being deleted; Deleted: they are, and the workflow has ended."""
 
     Pending = "Pending"
     Ready = "Ready"

@@ -141,7 +141,7 @@ class FunctionState(ApiModel):
     started: StrictInt = Field(default=0, ge=0)
     # When the current revision's rollout began (None: it is done); bounded by the workflow.
     rolloutSince: AwareDatetime | None = None
-    # Whether any replica was ever Ready (then fewer Ready than wanted is Degraded, not Pending).
+    # Whether the Function was ever Ready (then fewer Ready than wanted is Degraded, not Pending).
     everReady: bool = False
     # The Function's endpoint, known once a replica told its platform's gateway URL.
     endpoint: Endpoint | None = None

@@ -76,13 +76,13 @@ def plan(
 
 def phase_of(*, wanted: int, replicas: Sequence[Replica], deleting: bool, ever_ready: bool) -> FunctionPhase:
     """Deleting while its replicas go; Ready when `wanted` replicas are Ready (of any revision:
-    during a rollout the old ones serve); Degraded when fewer are, once any was (`ever_ready`);
-    else Pending."""
+    during a rollout the old ones serve); when fewer are, Degraded once the Function was Ready
+    (`ever_ready`), else Pending (coming up)."""
     if deleting:
         return FunctionPhase.Deleting
     ready = sum(1 for r in _live(replicas) if r.phase is RunPhase.Ready)
     if ready >= wanted:
         return FunctionPhase.Ready
-    if ready > 0 or ever_ready:
+    if ever_ready:
         return FunctionPhase.Degraded
     return FunctionPhase.Pending

@@ -75,7 +75,8 @@ def test_the_backoff_doubles_and_is_bounded() -> None:
     [
         ([], False, False, FunctionPhase.Pending),
         ([replica(1, RunPhase.Running)], False, False, FunctionPhase.Pending),
-        ([replica(1)], False, False, FunctionPhase.Degraded),
+        ([replica(1)], False, False, FunctionPhase.Pending),
+        ([replica(1)], True, False, FunctionPhase.Degraded),
         ([replica(1), replica(2)], True, False, FunctionPhase.Ready),
         ([replica(1), replica(1, deleting=True)], True, False, FunctionPhase.Degraded),
         ([], True, False, FunctionPhase.Degraded),
