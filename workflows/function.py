@@ -394,6 +394,7 @@ class FunctionWorkflow:
                     f"replica of Function {fn.metadata.namespace}/{fn.metadata.name}, "
                     f"revision {revision.revision}"
                 ),
+                static_details=summaries.run_details(run),
             )
         except WorkflowAlreadyStartedError:  # its name taken: it counts as a failure
             self._set(uid, phase=RunPhase.Failed, reason="StartFailed", message=f"{name} exists already")
