@@ -57,6 +57,7 @@ UPDATE_APPLY = "apply"
 UPDATE_SCALE = "scale"
 UPDATE_ROLLBACK = "rollback"
 QUERY_REPLICAS = "replicas"
+SIGNAL_FUNCTION_WAKE = "wake"  # a gateway holds an invocation of a Function without a Ready replica
 # The ApplicationError type of an `apply` whose manifest names another Function (a different
 # uid under the same name): the caller's 409.
 FUNCTION_CONFLICT = "FunctionConflict"
