@@ -184,6 +184,7 @@ class Registry:
         self._uid_locks: dict[str, threading.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # invocations that left the hot path
         self._closed = False
+        self._fenced = False  # fence(): no registration is taken any more
         self.lanes = lanes  # per-call functions run their calls in lanes (where they can)
         self._sweeping = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -209,6 +210,7 @@ class Registry:
             f"{config.digest()}/{concurrency.concurrency}/{concurrency.queue}/{concurrency.queue_timeout_s:g}"
         )
         with self._uid_lock(run.run_uid):
+            self._check_open()
             current = self._by_uid.get(run.run_uid)
             if current is not None:
                 if run.attempt < current.run.attempt:
@@ -227,9 +229,9 @@ class Registry:
             reg = self._create(run, config, digest, concurrency)
             reg.assignment = assignment
             with self._lock:
-                if self._closed:
+                if self._closed or self._fenced:
                     self._close_registration(reg)
-                    raise HostUnavailable("the runtime host is shutting down")
+                    self._check_open()
                 self._by_id[reg.id] = reg
                 self._by_uid[run.run_uid] = reg
         log.info(
@@ -376,6 +378,24 @@ class Registry:
     def get(self, registration_id: str) -> Registration | None:
         with self._lock:
             return self._by_id.get(registration_id)
+
+    def fence(self) -> int:
+        """Take no registration from now on (one in progress is refused as it would be added:
+        under the same lock as the registrations' map, so none lands after this); the count of
+        those held now, which stay until unregistered."""
+        with self._lock:
+            self._fenced = True
+            return len(self._by_id)
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HostUnavailable("the runtime host is shutting down")
+        if self._fenced:
+            raise HostUnavailable("this host is fenced: it takes no registration and no task")
 
     def snapshot(self) -> list[Registration]:
         with self._lock:

@@ -353,6 +353,8 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
 
     async def ExecuteTask(self, request: pb.ExecuteTaskRequest, context: Context) -> pb.ExecuteTaskResponse:
         def execute() -> pb.ExecuteTaskResponse:
+            if self.registry.fenced:
+                raise errors.HostUnavailable("this host is fenced: it takes no registration and no task")
             if len(request.input) > MAX_PAYLOAD_BYTES:
                 raise errors.InvalidRequest(f"input is larger than {MAX_PAYLOAD_BYTES} bytes")
             timeout_s = _timeout_s(
@@ -387,6 +389,13 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             registrations=[registration_state(r) for r in self.registry.snapshot()],
             isolation=self.isolation,
         )
+
+    async def FenceHost(self, request: pb.FenceHostRequest, context: Context) -> pb.FenceHostResponse:
+        if request.host_uid != self.registry.host_uid:
+            await _abort(context, errors.FenceMismatch("this host is not the incarnation to fence"))
+        held = self.registry.fence()
+        log.warning("host fenced: it takes no registration and no task", extra={"registrations": held})
+        return pb.FenceHostResponse(registrations=held)
 
     async def WatchHost(self, request: pb.WatchHostRequest, context: Context) -> AsyncIterator[pb.HostReport]:
         if self.watch is None:

@@ -166,6 +166,26 @@ async def serves(host: CreatedHost, *, timeout_s: float) -> bool:
     return identity.host_uid == host.hostUid
 
 
+async def stop_registrations(address: str, *, host_uid: str, timeout_s: float) -> bool:
+    """Tell the host at ``address`` (incarnation ``host_uid``) to take no registration and no task
+    from now on (FenceHost): True once it acknowledged, False when it is a host without the call
+    (older than the fence). HostRpcError when it cannot be reached or is another incarnation."""
+    check_address(address)
+    try:
+        async with host_channel(address) as channel:
+            stub = pb_grpc.FunctionRuntimeStub(channel)
+            await stub.FenceHost(pb.FenceHostRequest(host_uid=host_uid), timeout=timeout_s)
+    except grpc.aio.AioRpcError as e:
+        if e.code() is grpc.StatusCode.UNIMPLEMENTED:
+            return False
+        if e.code() is grpc.StatusCode.FAILED_PRECONDITION:
+            raise HostRpcError(FailureReason.InvalidResponse, f"{address} is not host {host_uid}") from e
+        raise HostRpcError(
+            FailureReason.ProviderUnavailable, f"{address}: {e.code().name}: {e.details()}"
+        ) from e
+    return True
+
+
 async def unregister_all(address: str, *, host_uid: str, timeout_s: float) -> int:
     """Unregister every registration the host at ``address`` holds (no grace: they are fenced);
     returns how many. HostRpcError when it cannot be reached or is another incarnation."""

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves, unregister_all
+from kruntimes.activities.hosts._rpc import HostRpcError, identify, serves, stop_registrations, unregister_all
 from kruntimes.activities.hosts.base import Fenced, ProviderSetup, options_of, spec_error
 from kruntimes.api._base import ApiModel
 from kruntimes.contracts.providers import CreatedHost, HostSpec
@@ -71,16 +71,23 @@ class AttachProvider:
         return identity.host_uid != host.hostUid
 
     async def fence(self, host: CreatedHost) -> Fenced:
-        """Another incarnation answers (the watched one is gone), or the host acknowledges
-        unregistering every registration it holds; unreachable: not fenced yet."""
+        """Another incarnation answers (the watched one is gone), or the host stops taking
+        registrations (FenceHost) and then acknowledges unregistering every one it holds: in
+        that order, so none can arrive between the listing and the unregistering. Unreachable:
+        not fenced yet. A host without FenceHost (older) is unregistered as before, and the
+        verdict says it was not atomic."""
         try:
             identity = await identify(host.address, timeout_s=self.rpc_timeout_s)
             if identity.host_uid != host.hostUid:
                 return Fenced(True, f"another incarnation ({identity.host_uid}) answers at {host.address}")
+            stopped = await stop_registrations(
+                host.address, host_uid=host.hostUid, timeout_s=self.rpc_timeout_s
+            )
             count = await unregister_all(host.address, host_uid=host.hostUid, timeout_s=self.rpc_timeout_s)
         except HostRpcError as e:
             return Fenced(False, f"cannot reach {host.address}: {e}")
-        return Fenced(True, f"the host acknowledged unregistering its {count} registration(s)")
+        how = "stopped taking registrations and" if stopped else "(without FenceHost: not atomic)"
+        return Fenced(True, f"the host {how} acknowledged unregistering its {count} registration(s)")
 
     def _error(self, reason: FailureReason, spec: HostSpec, message: str) -> ProviderError:
         return spec_error(

@@ -47,6 +47,7 @@ def every_method(host: Host, uid: str, registration_id: str) -> dict[str, object
         "ExecuteTask": pb.ExecuteTaskRequest(run=run_ref(), config=config(), input=b"null"),
         "CancelTask": pb.CancelTaskRequest(run_uid=uid, attempt=1),
         "HostInfo": pb.HostInfoRequest(),
+        "FenceHost": pb.FenceHostRequest(host_uid=host.runtime.host_uid),
         "InvokeFunction": pb.InvokeFunctionRequest(registration_id=registration_id, payload=b"{}"),
     }
 

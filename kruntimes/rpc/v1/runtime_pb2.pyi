@@ -864,6 +864,46 @@ class HostInfoRequest(_message.Message):
 Global___HostInfoRequest: _TypeAlias = HostInfoRequest  # noqa: Y015
 
 @_typing.final
+class FenceHostRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_UID_FIELD_NUMBER: _builtins.int
+    host_uid: _builtins.str
+    """the incarnation the fencer means"""
+    def __init__(
+        self,
+        *,
+        host_uid: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_uid", b"host_uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceHostRequest: _TypeAlias = FenceHostRequest  # noqa: Y015
+
+@_typing.final
+class FenceHostResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REGISTRATIONS_FIELD_NUMBER: _builtins.int
+    registrations: _builtins.int
+    """those it held when it stopped taking more"""
+    def __init__(
+        self,
+        *,
+        registrations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["registrations", b"registrations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceHostResponse: _TypeAlias = FenceHostResponse  # noqa: Y015
+
+@_typing.final
 class HostInfoResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

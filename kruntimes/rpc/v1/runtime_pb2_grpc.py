@@ -69,6 +69,11 @@ class FunctionRuntimeStub:
                 request_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoRequest.SerializeToString,
                 response_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoResponse.FromString,
                 _registered_method=True)
+        self.FenceHost = channel.unary_unary(
+                '/kruntimes.rpc.v1.FunctionRuntime/FenceHost',
+                request_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.FenceHostRequest.SerializeToString,
+                response_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.FenceHostResponse.FromString,
+                _registered_method=True)
         self.WatchHost = channel.unary_stream(
                 '/kruntimes.rpc.v1.FunctionRuntime/WatchHost',
                 request_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.WatchHostRequest.SerializeToString,
@@ -125,6 +130,17 @@ class FunctionRuntimeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FenceHost(self, request, context):
+        """Fencing, first step: from now on this host incarnation takes no registration and no task
+        (each refused UNAVAILABLE, reason HostUnavailable), for as long as it lives; what it holds
+        already stays until unregistered. So the registrations HostInfo lists after it are all the
+        host will ever hold, and the fencer unregisters exactly those. A host_uid that is not this
+        incarnation's is FAILED_PRECONDITION, reason FenceMismatch, and fences nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchHost(self, request, context):
         """Supervision: the host sends a HostReport at once, then every interval and at once whenever
         its registrations change, for as long as the caller keeps the stream open. A report that does
@@ -172,6 +188,11 @@ def add_FunctionRuntimeServicer_to_server(servicer, server):
                     servicer.HostInfo,
                     request_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoRequest.FromString,
                     response_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoResponse.SerializeToString,
+            ),
+            'FenceHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.FenceHost,
+                    request_deserializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.FenceHostRequest.FromString,
+                    response_serializer=kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.FenceHostResponse.SerializeToString,
             ),
             'WatchHost': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchHost,
@@ -368,6 +389,33 @@ class FunctionRuntime:
             '/kruntimes.rpc.v1.FunctionRuntime/HostInfo',
             kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoRequest.SerializeToString,
             kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.HostInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FenceHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kruntimes.rpc.v1.FunctionRuntime/FenceHost',
+            kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.FenceHostRequest.SerializeToString,
+            kruntimes_dot_rpc_dot_v1_dot_runtime__pb2.FenceHostResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,13 @@ class FunctionRuntimeStub:
     """Stops a running task (kills its process group). Absent or finished tasks succeed."""
     HostInfo: _grpc.UnaryUnaryMultiCallable[_runtime_pb2.HostInfoRequest, _runtime_pb2.HostInfoResponse]
     """Host identity and a snapshot of its registrations, for supervision and fencing."""
+    FenceHost: _grpc.UnaryUnaryMultiCallable[_runtime_pb2.FenceHostRequest, _runtime_pb2.FenceHostResponse]
+    """Fencing, first step: from now on this host incarnation takes no registration and no task
+    (each refused UNAVAILABLE, reason HostUnavailable), for as long as it lives; what it holds
+    already stays until unregistered. So the registrations HostInfo lists after it are all the
+    host will ever hold, and the fencer unregisters exactly those. A host_uid that is not this
+    incarnation's is FAILED_PRECONDITION, reason FenceMismatch, and fences nothing.
+    """
     WatchHost: _grpc.UnaryStreamMultiCallable[_runtime_pb2.WatchHostRequest, _runtime_pb2.HostReport]
     """Supervision: the host sends a HostReport at once, then every interval and at once whenever
     its registrations change, for as long as the caller keeps the stream open. A report that does
@@ -78,6 +85,13 @@ class FunctionRuntimeAsyncStub(FunctionRuntimeStub):
     """Stops a running task (kills its process group). Absent or finished tasks succeed."""
     HostInfo: _aio.UnaryUnaryMultiCallable[_runtime_pb2.HostInfoRequest, _runtime_pb2.HostInfoResponse]  # type: ignore[assignment]
     """Host identity and a snapshot of its registrations, for supervision and fencing."""
+    FenceHost: _aio.UnaryUnaryMultiCallable[_runtime_pb2.FenceHostRequest, _runtime_pb2.FenceHostResponse]  # type: ignore[assignment]
+    """Fencing, first step: from now on this host incarnation takes no registration and no task
+    (each refused UNAVAILABLE, reason HostUnavailable), for as long as it lives; what it holds
+    already stays until unregistered. So the registrations HostInfo lists after it are all the
+    host will ever hold, and the fencer unregisters exactly those. A host_uid that is not this
+    incarnation's is FAILED_PRECONDITION, reason FenceMismatch, and fences nothing.
+    """
     WatchHost: _aio.UnaryStreamMultiCallable[_runtime_pb2.WatchHostRequest, _runtime_pb2.HostReport]  # type: ignore[assignment]
     """Supervision: the host sends a HostReport at once, then every interval and at once whenever
     its registrations change, for as long as the caller keeps the stream open. A report that does
@@ -139,6 +153,19 @@ class FunctionRuntimeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_pb2.HostInfoResponse, _abc.Awaitable[_runtime_pb2.HostInfoResponse]]:
         """Host identity and a snapshot of its registrations, for supervision and fencing."""
+
+    @_abc_1.abstractmethod
+    def FenceHost(
+        self,
+        request: _runtime_pb2.FenceHostRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_pb2.FenceHostResponse, _abc.Awaitable[_runtime_pb2.FenceHostResponse]]:
+        """Fencing, first step: from now on this host incarnation takes no registration and no task
+        (each refused UNAVAILABLE, reason HostUnavailable), for as long as it lives; what it holds
+        already stays until unregistered. So the registrations HostInfo lists after it are all the
+        host will ever hold, and the fencer unregisters exactly those. A host_uid that is not this
+        incarnation's is FAILED_PRECONDITION, reason FenceMismatch, and fences nothing.
+        """
 
     @_abc_1.abstractmethod
     def WatchHost(
