@@ -26,17 +26,25 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from kruntimes.rpc.v1 import runtime_pb2 as kruntimes_dot_rpc_dot_v1_dot_runtime__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n kruntimes/rpc/v1/heartbeat.proto\x12\x10kruntimes.rpc.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ekruntimes/rpc/v1/runtime.proto\"\xe1\x02\n\rHostHeartbeat\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x10\n\x08host_uid\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x10\n\x08sequence\x18\x05 \x01(\x04\x12\x13\n\x0binterval_ms\x18\x06 \x01(\r\x12+\n\x07sent_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\rregistrations\x18\x08 \x03(\x0b\x32#.kruntimes.rpc.v1.RegistrationState\x12\x0f\n\x07leaving\x18\t \x01(\x08\x12\x16\n\x0einvoke_address\x18\n \x01(\t\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x08\x12\x0f\n\x07removed\x18\x0c \x03(\t\x12\x32\n\tisolation\x18( \x01(\x0b\x32\x1f.kruntimes.rpc.v1.HostIsolation\"%\n\x0cHeartbeatAck\x12\x15\n\rlast_sequence\x18\x01 \x01(\x04\x32\x61\n\x0eRouteHeartbeat\x12O\n\nHeartbeats\x12\x1f.kruntimes.rpc.v1.HostHeartbeat\x1a\x1e.kruntimes.rpc.v1.HeartbeatAck(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n kruntimes/rpc/v1/heartbeat.proto\x12\x10kruntimes.rpc.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ekruntimes/rpc/v1/runtime.proto\"-\n\x14\x46unctionLoadsRequest\x12\x15\n\rfunction_uids\x18\x01 \x03(\t\"F\n\x15\x46unctionLoadsResponse\x12-\n\x05loads\x18\x01 \x03(\x0b\x32\x1e.kruntimes.rpc.v1.FunctionLoad\"H\n\x0c\x46unctionLoad\x12\x14\n\x0c\x66unction_uid\x18\x01 \x01(\t\x12\x11\n\tin_flight\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\"\xe1\x02\n\rHostHeartbeat\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x10\n\x08host_uid\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x10\n\x08sequence\x18\x05 \x01(\x04\x12\x13\n\x0binterval_ms\x18\x06 \x01(\r\x12+\n\x07sent_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\rregistrations\x18\x08 \x03(\x0b\x32#.kruntimes.rpc.v1.RegistrationState\x12\x0f\n\x07leaving\x18\t \x01(\x08\x12\x16\n\x0einvoke_address\x18\n \x01(\t\x12\r\n\x05\x64\x65lta\x18\x0b \x01(\x08\x12\x0f\n\x07removed\x18\x0c \x03(\t\x12\x32\n\tisolation\x18( \x01(\x0b\x32\x1f.kruntimes.rpc.v1.HostIsolation\"%\n\x0cHeartbeatAck\x12\x15\n\rlast_sequence\x18\x01 \x01(\x04\x32\x61\n\x0eRouteHeartbeat\x12O\n\nHeartbeats\x12\x1f.kruntimes.rpc.v1.HostHeartbeat\x1a\x1e.kruntimes.rpc.v1.HeartbeatAck(\x01\x32o\n\x0bGatewayLoad\x12`\n\rFunctionLoads\x12&.kruntimes.rpc.v1.FunctionLoadsRequest\x1a\'.kruntimes.rpc.v1.FunctionLoadsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kruntimes.rpc.v1.heartbeat_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_HOSTHEARTBEAT']._serialized_start=120
-  _globals['_HOSTHEARTBEAT']._serialized_end=473
-  _globals['_HEARTBEATACK']._serialized_start=475
-  _globals['_HEARTBEATACK']._serialized_end=512
-  _globals['_ROUTEHEARTBEAT']._serialized_start=514
-  _globals['_ROUTEHEARTBEAT']._serialized_end=611
+  _globals['_FUNCTIONLOADSREQUEST']._serialized_start=119
+  _globals['_FUNCTIONLOADSREQUEST']._serialized_end=164
+  _globals['_FUNCTIONLOADSRESPONSE']._serialized_start=166
+  _globals['_FUNCTIONLOADSRESPONSE']._serialized_end=236
+  _globals['_FUNCTIONLOAD']._serialized_start=238
+  _globals['_FUNCTIONLOAD']._serialized_end=310
+  _globals['_HOSTHEARTBEAT']._serialized_start=313
+  _globals['_HOSTHEARTBEAT']._serialized_end=666
+  _globals['_HEARTBEATACK']._serialized_start=668
+  _globals['_HEARTBEATACK']._serialized_end=705
+  _globals['_ROUTEHEARTBEAT']._serialized_start=707
+  _globals['_ROUTEHEARTBEAT']._serialized_end=804
+  _globals['_GATEWAYLOAD']._serialized_start=806
+  _globals['_GATEWAYLOAD']._serialized_end=917
 # @@protoc_insertion_point(module_scope)

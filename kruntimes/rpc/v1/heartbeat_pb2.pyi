@@ -35,6 +35,77 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class FunctionLoadsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTION_UIDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def function_uids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """at most 1000 Function uids (canonical uuids); more, or one that is not a uid: INVALID_ARGUMENT"""
+
+    def __init__(
+        self,
+        *,
+        function_uids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_uids", b"function_uids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FunctionLoadsRequest: _TypeAlias = FunctionLoadsRequest  # noqa: Y015
+
+@_typing.final
+class FunctionLoadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOADS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def loads(self) -> _containers.RepeatedCompositeFieldContainer[Global___FunctionLoad]:
+        """one per uid asked, in the order asked (zeros for one unknown)"""
+
+    def __init__(
+        self,
+        *,
+        loads: _abc.Iterable[Global___FunctionLoad] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loads", b"loads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FunctionLoadsResponse: _TypeAlias = FunctionLoadsResponse  # noqa: Y015
+
+@_typing.final
+class FunctionLoad(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTION_UID_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    function_uid: _builtins.str
+    in_flight: _builtins.int
+    """dispatched by this gateway to one of its replicas, not answered yet"""
+    waiting: _builtins.int
+    """held by this gateway: every replica full, or none Ready (scale from zero)"""
+    def __init__(
+        self,
+        *,
+        function_uid: _builtins.str = ...,
+        in_flight: _builtins.int = ...,
+        waiting: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_uid", b"function_uid", "in_flight", b"in_flight", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FunctionLoad: _TypeAlias = FunctionLoad  # noqa: Y015
+
+@_typing.final
 class HostHeartbeat(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

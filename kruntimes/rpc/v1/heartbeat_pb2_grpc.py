@@ -95,3 +95,84 @@ class RouteHeartbeat:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class GatewayLoadStub:
+    """The control plane's autoscaler asks each gateway, on the same server, how many invocations of
+    some Functions it has in flight on their replicas and holds waiting for one (its balancer's
+    counts, as this gateway counts them). Only the control plane's identity may ask.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.FunctionLoads = channel.unary_unary(
+                '/kruntimes.rpc.v1.GatewayLoad/FunctionLoads',
+                request_serializer=kruntimes_dot_rpc_dot_v1_dot_heartbeat__pb2.FunctionLoadsRequest.SerializeToString,
+                response_deserializer=kruntimes_dot_rpc_dot_v1_dot_heartbeat__pb2.FunctionLoadsResponse.FromString,
+                _registered_method=True)
+
+
+class GatewayLoadServicer:
+    """The control plane's autoscaler asks each gateway, on the same server, how many invocations of
+    some Functions it has in flight on their replicas and holds waiting for one (its balancer's
+    counts, as this gateway counts them). Only the control plane's identity may ask.
+    """
+
+    def FunctionLoads(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_GatewayLoadServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'FunctionLoads': grpc.unary_unary_rpc_method_handler(
+                    servicer.FunctionLoads,
+                    request_deserializer=kruntimes_dot_rpc_dot_v1_dot_heartbeat__pb2.FunctionLoadsRequest.FromString,
+                    response_serializer=kruntimes_dot_rpc_dot_v1_dot_heartbeat__pb2.FunctionLoadsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'kruntimes.rpc.v1.GatewayLoad', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('kruntimes.rpc.v1.GatewayLoad', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class GatewayLoad:
+    """The control plane's autoscaler asks each gateway, on the same server, how many invocations of
+    some Functions it has in flight on their replicas and holds waiting for one (its balancer's
+    counts, as this gateway counts them). Only the control plane's identity may ask.
+    """
+
+    @staticmethod
+    def FunctionLoads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kruntimes.rpc.v1.GatewayLoad/FunctionLoads',
+            kruntimes_dot_rpc_dot_v1_dot_heartbeat__pb2.FunctionLoadsRequest.SerializeToString,
+            kruntimes_dot_rpc_dot_v1_dot_heartbeat__pb2.FunctionLoadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

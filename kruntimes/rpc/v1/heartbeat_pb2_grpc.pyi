@@ -61,3 +61,40 @@ class RouteHeartbeatServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_heartbeat_pb2.HeartbeatAck, _abc.Awaitable[_heartbeat_pb2.HeartbeatAck]]: ...
 
 def add_RouteHeartbeatServicer_to_server(servicer: RouteHeartbeatServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class GatewayLoadStub:
+    """The control plane's autoscaler asks each gateway, on the same server, how many invocations of
+    some Functions it has in flight on their replicas and holds waiting for one (its balancer's
+    counts, as this gateway counts them). Only the control plane's identity may ask.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> GatewayLoadAsyncStub: ...
+    FunctionLoads: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.FunctionLoadsRequest, _heartbeat_pb2.FunctionLoadsResponse]
+
+@_typing.type_check_only
+class GatewayLoadAsyncStub(GatewayLoadStub):
+    """The control plane's autoscaler asks each gateway, on the same server, how many invocations of
+    some Functions it has in flight on their replicas and holds waiting for one (its balancer's
+    counts, as this gateway counts them). Only the control plane's identity may ask.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    FunctionLoads: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.FunctionLoadsRequest, _heartbeat_pb2.FunctionLoadsResponse]  # type: ignore[assignment]
+
+class GatewayLoadServicer(metaclass=_abc_1.ABCMeta):
+    """The control plane's autoscaler asks each gateway, on the same server, how many invocations of
+    some Functions it has in flight on their replicas and holds waiting for one (its balancer's
+    counts, as this gateway counts them). Only the control plane's identity may ask.
+    """
+
+    @_abc_1.abstractmethod
+    def FunctionLoads(
+        self,
+        request: _heartbeat_pb2.FunctionLoadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.FunctionLoadsResponse, _abc.Awaitable[_heartbeat_pb2.FunctionLoadsResponse]]: ...
+
+def add_GatewayLoadServicer_to_server(servicer: GatewayLoadServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
