@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Worker,
+)
 
 from kruntimes.activities.functions import FunctionActivities
 from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
@@ -53,6 +61,66 @@ RUN_WORKFLOWS = [
 ]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
+log = logging.getLogger(__name__)
+
+# How long a stopping worker's running activities have before they are cancelled: none, as
+# before: each is retried on another worker, and a host's watch (which never ends on its own)
+# resumes there from its heartbeat.
+SHUTDOWN_GRACE = timedelta(0)
+# How long the process waits for its workers to stop before it leaves them (and exits).
+SHUTDOWN_BOUND_S = 15.0
+# The SDK's own text for the part of a worker that failed (its poller): named in the reason.
+_FAILED_PART = {
+    "Activity worker failed": "activity poller",
+    "Workflow worker failed": "workflow poller",
+    "Nexus worker failed": "Nexus poller",
+}
+# How the SDK's core words the status of a poll that failed: "... Status { code: PermissionDenied, ..."
+_STATUS_CODE = re.compile(r"Status \{ code: ([A-Za-z]{1,40}),")
+
+
+def _failed_part(error: BaseException) -> str:
+    return _FAILED_PART.get(str(error), "worker")
+
+
+def _why(error: BaseException) -> str:
+    """The gRPC status code a poll failed with (PermissionDenied, NotFound, ...), else the error's
+    type: never the error's text, which may quote the server."""
+    code = _STATUS_CODE.search(str(error.__cause__)) if error.__cause__ is not None else None
+    return code.group(1) if code else type(error.__cause__ or error).__name__
+
+
+class RunningActivities(Interceptor):
+    """The tasks of the activities a Temporal worker runs. The SDK cancels them at shutdown only
+    through the worker's activity poller: once that poller failed (a fatal poll error), nothing
+    would cancel them, and a watch that lasts its host's life (watch_host) would keep Worker.run
+    from ever returning."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Tracked(next, self.tasks)
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel("the worker's poller failed")
+
+
+class _Tracked(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, tasks: set[asyncio.Task[Any]]) -> None:
+        super().__init__(next)
+        self._tasks = tasks
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        task = asyncio.current_task()  # the SDK's task of this activity: what its cancel cancels
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            return await super().execute_activity(input)
+        finally:
+            self._tasks.discard(task)
+
 
 class RunningWorkers(list[Worker]):
     """The Temporal workers of a process, and `ended`: done, with what happened, once one of them
@@ -60,11 +128,29 @@ class RunningWorkers(list[Worker]):
     of its task queues (Runs would wait for a pool nobody polls), so its entry point exits and its
     supervisor starts it again."""
 
-    def __init__(self, workers: Sequence[Worker], *, known: KnownRuns | None = None) -> None:
+    def __init__(self, workers: Sequence[Worker] = (), *, known: KnownRuns | None = None) -> None:
         super().__init__(workers)
         self.ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.stopping = False
         self.known = known  # the reconciler's view of which Runs run, kept across its rounds
+
+    def guarded(self, task_queue: str) -> dict[str, Any]:
+        """The Worker options that end a worker of `task_queue` within a bound when it meets a
+        fatal error: `ended` says so at once (the process exits to be started again), and its
+        running activities are cancelled after SHUTDOWN_GRACE, so that its run returns."""
+        running = RunningActivities()
+
+        async def on_fatal_error(error: BaseException) -> None:
+            reason = f"the {_failed_part(error)} of task queue {task_queue!r} failed ({_why(error)})"
+            if not self.stopping and not self.ended.done():
+                self.ended.set_result(reason)
+            asyncio.get_running_loop().call_later(SHUTDOWN_GRACE.total_seconds(), running.cancel)
+
+        return {
+            "interceptors": [running],
+            "on_fatal_error": on_fatal_error,
+            "graceful_shutdown_timeout": SHUTDOWN_GRACE,
+        }
 
     def start(self, worker: Worker) -> asyncio.Task[None]:
         """Run `worker`, watched: its end, unless the process is stopping, is `ended`'s answer
@@ -162,9 +248,9 @@ async def _running_workers(
         FunctionActivities(client).delete_replica,
     ]
     tuning = worker_tuning(settings.sandboxed)
-    workers = []
+    running = RunningWorkers(known=reconciler.known)
     if "runs" in settings.queues:
-        workers.append(
+        running.append(
             Worker(
                 client,
                 task_queue=settings.run_task_queue,
@@ -172,10 +258,11 @@ async def _running_workers(
                 activities=activities,
                 max_cached_workflows=settings.workflow_cache,
                 **tuning,
+                **running.guarded(settings.run_task_queue),
             )
         )
     if "pools" in settings.queues:
-        workers.append(
+        running.append(
             Worker(
                 client,
                 task_queue=settings.pool_task_queue,
@@ -186,9 +273,10 @@ async def _running_workers(
                     signals.host_slots,
                 ],
                 **tuning,
+                **running.guarded(settings.pool_task_queue),
             )
         )
-    running = RunningWorkers(workers, known=reconciler.known)
+    workers = list(running)
     tasks = [running.start(w) for w in workers]
     if "pools" in settings.queues:
         tasks.append(
@@ -208,9 +296,17 @@ async def _running_workers(
         yield running
     finally:
         running.stopping = True
-        for w in workers:
-            await w.shutdown()
-        for t in tasks[len(workers) :]:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _bounded(asyncio.gather(*(w.shutdown() for w in workers)), "stop")
+        for t in tasks:
+            t.cancel()  # a worker that did not stop in time is left: the process exits anyway
+        await _bounded(asyncio.gather(*tasks, return_exceptions=True), "end once cancelled")
         await hosts.close()
+
+
+async def _bounded(stopping: Awaitable[Any], what: str) -> None:
+    """Wait at most SHUTDOWN_BOUND_S for `stopping` (the workers' shutdown), then go on without it."""
+    waiting = asyncio.ensure_future(stopping)
+    done, _ = await asyncio.wait([waiting], timeout=SHUTDOWN_BOUND_S)
+    if not done:
+        waiting.cancel()
+        log.error("the Temporal workers did not %s within %ss; leaving them", what, SHUTDOWN_BOUND_S)
