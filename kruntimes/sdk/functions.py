@@ -491,9 +491,11 @@ class Functions:
         status = await self.status(name, namespace)
         if status.endpoint is not None:
             return status.endpoint
-        raise NotReady(
+        from kruntimes.wire.reasons import GatewayReason
+
+        raise NotReady(  # what the gateway would answer: no replica has been Ready yet
             503,
-            "FunctionNotReady",
+            GatewayReason.NO_READY_REPLICA.value,
             f"function {name!r} has no endpoint yet ({status.phase.value})",
             invocation_id="",
             retry_after=1.0,
