@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -141,7 +140,6 @@ async def test_a_worker_whose_activity_poller_fails_while_a_host_is_watched_exit
         await eventually(lambda: _watching(client, queue), within=30, every=0.2, what="the host's watch")
 
         gate.deny(POLL, matching=lambda request: _queue_of(request) == queue)  # the watch's worker
-        revoked = time.monotonic()
         assert process.proc is not None
         code = await eventually(
             process.proc.poll,
@@ -150,7 +148,6 @@ async def test_a_worker_whose_activity_poller_fails_while_a_host_is_watched_exit
             every=0.2,
             what="the worker to exit",
         )
-        assert time.monotonic() - revoked >= CORE_FATAL_GRACE_S - 1, "it exited on the fault, not before"
         assert code == 1
         log = process.log.read_text(errors="replace")
         assert f"the activity poller of task queue {queue!r} failed (PermissionDenied)" in log
