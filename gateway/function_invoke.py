@@ -16,9 +16,17 @@ past its own concurrency and queue, 429 as for a Run):
   ReplicasFull), at most its own timeout (then 429 QueueTimeout: it never ran); a slot freed by
   one of the Function's invocations, or a replica that appears or becomes Ready, goes to the
   first waiter. A caller that hangs up while waiting is withdrawn;
-- no Ready replica: 503 NoReadyReplica with Retry-After (scale from zero comes later); a uid never
-  seen in this namespace (or never at all): 404 FunctionNotFound, the same answer either way, so
-  a uid's existence in another namespace is not told.
+- no Ready replica (scale from zero: min 0, idled away, just created, its replicas replaced): with
+  Temporal configured, the invocation is held in the same wait (the same bounds: beyond them 503
+  NoReadyReplica) and the Function's workflow is asked for a replica (gateway/wake.py: its `wake`
+  signal, at most once a second per Function, in the background); the first replica to become
+  Ready takes the held invocations in order. Still none Ready at the invocation's timeout, or the
+  signal not sent: 503 NoReadyReplica with Retry-After (it never ran). Without Temporal, or for a
+  Function the gateway cannot name (neither the known-Functions view nor a route of it says its
+  name): 503 NoReadyReplica at once;
+- a uid that is neither seen in this namespace's routes nor a Function of it in the known-Functions
+  view (or nowhere at all): 404 FunctionNotFound, the same answer either way, so a uid's
+  existence in another namespace is not told.
 
 Nothing is retried after dispatch. An invocation that was not delivered (503: the connection was
 refused, the route went away, the host refused the fence or cannot serve) tries one other replica
@@ -50,7 +58,9 @@ from kruntimes.gateway.invoke import (
 )
 from kruntimes.gateway.listener import GatewayProtocol, HttpLimits
 from kruntimes.gateway.metrics import GatewayMetrics
-from kruntimes.gateway.routes import Route, RouteCache
+from kruntimes.gateway.routes import Route, RouteCache, SeenFunction
+from kruntimes.gateway.wake import Waker
+from kruntimes.temporal.known_functions import KnownFunction, KnownFunctions
 from kruntimes.temporal.known_runs import KnownRuns
 from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason as R
@@ -75,6 +85,19 @@ def _full() -> Busy:
 
 def _no_replica(message: str = "the Function has no Ready replica now; it did not run") -> RunNotReady:
     return RunNotReady(message, reason=R.NO_READY_REPLICA)
+
+
+def _held_full() -> RunNotReady:
+    return _no_replica(
+        "the Function has no Ready replica yet and the gateway holds as many invocations as it may "
+        "while one starts; it did not run, retry later"
+    )
+
+
+def _not_woken() -> RunNotReady:
+    return _no_replica(
+        "the Function has no Ready replica and the gateway could not ask for one; it did not run"
+    )
 
 
 @dataclass(slots=True)
@@ -103,15 +126,47 @@ class Balancer:
         self.max_waiting_per_function = max_waiting_per_function
         self.max_waiting = max_waiting
         self._in_flight: dict[str, int] = {}  # replica run uid → its invocations from this gateway
+        self._function_in_flight: dict[str, int] = {}  # function uid → the same, over its replicas
         self._waiters: dict[str, deque[_Waiter]] = {}  # function uid → its waits, first first
         self._waiting = 0
         self._turns = itertools.count()  # ties go in turn
         self._appeared: set[str] = set()  # functions with a new ready route, served soon
         routes.on_function_route = self._route_appeared
+        # scale from zero: which Functions exist (Temporal visibility) and who asks their workflow
+        # for a replica; None: no Temporal, a Function without a Ready replica is 503 at once
+        self.functions: KnownFunctions | None = None
+        self.waker: Waker | None = None
+
+    def use_temporal(self, functions: KnownFunctions, waker: Waker) -> None:
+        """Hold invocations of Functions without a Ready replica, and wake their workflows."""
+        self.functions, self.waker = functions, waker
+        waker.on_failed = self._not_woken
+
+    def known(self, function_uid: str, namespace: str) -> KnownFunction | None:
+        """The Function in `namespace` as the known-Functions view lists it (not being deleted)."""
+        found = self.functions.get(function_uid) if self.functions is not None else None
+        if found is None or found.namespace != namespace or found.deleted:
+            return None
+        return found
+
+    def wake_target(self, function_uid: str, namespace: str, seen: SeenFunction | None) -> str:
+        """The workflow id to wake when the Function has no Ready replica ("" if none may be)."""
+        if self.waker is None:
+            return ""
+        known = self.known(function_uid, namespace)
+        if known is not None:
+            return known.workflow_id
+        if seen is not None and seen.namespace == namespace and seen.name:
+            return f"function/{namespace}/{seen.name}"  # names.function_workflow_id
+        return ""
 
     def in_flight(self, run_uid: str) -> int:
         """This gateway's invocations on a replica now."""
         return self._in_flight.get(run_uid, 0)
+
+    def function_in_flight(self, function_uid: str) -> int:
+        """This gateway's invocations on the Function's replicas now (the autoscaler's load)."""
+        return self._function_in_flight.get(function_uid, 0)
 
     def waiting(self, function_uid: str | None = None) -> int:
         """Invocations waiting at this gateway (for one Function, or all)."""
@@ -146,6 +201,7 @@ class Balancer:
         else:
             route = least[0]
         self._in_flight[route.run_uid] = fewest + 1
+        self._function_in_flight[function_uid] = self._function_in_flight.get(function_uid, 0) + 1
         if self.metrics is not None:
             self.metrics.function_in_flight.inc()
         return route
@@ -158,6 +214,11 @@ class Balancer:
             self._in_flight[route.run_uid] = n
         else:
             self._in_flight.pop(route.run_uid, None)
+        n = self._function_in_flight.get(route.function_uid, 0) - 1
+        if n > 0:
+            self._function_in_flight[route.function_uid] = n
+        else:
+            self._function_in_flight.pop(route.function_uid, None)
         if self.metrics is not None:
             self.metrics.function_in_flight.dec()
         if route.function_uid in self._waiters:
@@ -189,12 +250,29 @@ class Balancer:
         self._appeared.discard(function_uid)
         self._serve(function_uid)
 
+    def _not_woken(self, function_uid: str) -> None:
+        """The Function's workflow could not be asked: its waiters without a Ready replica in
+        their namespace end now (503), never left to their timeout."""
+        waiters = self._waiters.get(function_uid)
+        if not waiters:
+            return
+        for waiter in [w for w in waiters if not self.ready(function_uid, w.namespace)]:
+            waiters.remove(waiter)
+            self._waiting -= 1
+            if self.metrics is not None:
+                self.metrics.function_waiting.dec()
+            if not waiter.future.done():
+                waiter.future.set_exception(_not_woken())
+        if not waiters:
+            self._waiters.pop(function_uid, None)
+
     def _outcome(self, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.function_waits.labels(outcome).inc()
 
     def _withdraw(self, function_uid: str, waiters: deque[_Waiter], waiter: _Waiter) -> Route | None:
-        """The wait is over: the route it was handed, or None (and it leaves the queue)."""
+        """The wait is over: the route it was handed, or None (and it leaves the queue); raises
+        what ended it (the Function's workflow could not be asked)."""
         if waiter.future.done():
             return waiter.future.result()
         waiter.future.cancel()
@@ -208,26 +286,37 @@ class Balancer:
         return None
 
     async def acquire(
-        self, function_uid: str, namespace: str, *, timeout_s: float, lost: asyncio.Future[None]
+        self,
+        function_uid: str,
+        namespace: str,
+        *,
+        timeout_s: float,
+        lost: asyncio.Future[None],
+        wake: str = "",
     ) -> Route:
         """A replica route with its slot taken (release it when the invocation ends): at once if
-        one has room and nobody waits before, else after a wait of at most `timeout_s`. Raises
-        RunNotReady (no Ready replica), Busy (the wait is full, or timed out) or ClientAborted
-        (`lost` happened while waiting)."""
+        one has room and nobody waits before, else after a wait of at most `timeout_s`. `wake`:
+        the Function's workflow id, to hold the invocation and ask for a replica when none is
+        Ready ("": 503 at once then). Raises RunNotReady (no Ready replica, none became Ready in
+        time, or the workflow could not be asked), Busy (the wait is full, or timed out) or
+        ClientAborted (`lost` happened while waiting)."""
         if function_uid in self._waiters:
             self._serve(function_uid)  # whoever waits goes first
         if function_uid not in self._waiters:
             route = self.choose(function_uid, namespace)
             if route is not None:
                 return route
-        if not self.ready(function_uid, namespace):
+        cold = not self.ready(function_uid, namespace)
+        if cold and (not wake or self.waker is None):
             raise _no_replica()
         waiters = self._waiters.get(function_uid)
         if self._waiting >= self.max_waiting or (
             waiters is not None and len(waiters) >= self.max_waiting_per_function
         ):
             self._outcome("full")
-            raise _full()
+            raise _held_full() if cold else _full()
+        if cold and self.waker is not None:
+            self.waker.wake(function_uid, wake)
         if waiters is None:
             waiters = self._waiters[function_uid] = deque()
         waiter = _Waiter(asyncio.get_running_loop().create_future(), namespace)
@@ -238,11 +327,16 @@ class Balancer:
         try:
             await asyncio.wait((waiter.future, lost), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:  # the gateway stops: a slot handed meanwhile goes on
-            handed = self._withdraw(function_uid, waiters, waiter)
-            if handed is not None:
-                self.release(handed)
+            with contextlib.suppress(RunNotReady):
+                handed = self._withdraw(function_uid, waiters, waiter)
+                if handed is not None:
+                    self.release(handed)
             raise
-        route = self._withdraw(function_uid, waiters, waiter)
+        try:
+            route = self._withdraw(function_uid, waiters, waiter)
+        except RunNotReady:
+            self._outcome("not_woken")
+            raise
         if route is not None and not lost.done():
             self._outcome("dispatched")
             return route
@@ -251,6 +345,11 @@ class Balancer:
         if lost.done():
             self._outcome("withdrawn")
             raise ClientAborted()
+        if not self.ready(function_uid, namespace):
+            self._outcome("cold_timeout")
+            raise _no_replica(
+                "no replica of the Function became Ready within the invocation's timeout; it did not run"
+            )
         self._outcome("timeout")
         raise Busy(
             "every replica of the Function stayed full for the invocation's timeout; it did not run, "
@@ -290,7 +389,10 @@ class FunctionInvokeHandler(InvokeHandler):
         function_uid = request.match_info["uid"]
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         seen = self.routes.seen_function(function_uid) if is_run_uid(function_uid) else None
-        if seen is None or seen.namespace != namespace:
+        if seen is not None and seen.namespace != namespace:
+            seen = None
+        known = self.balancer.known(function_uid, namespace) if is_run_uid(function_uid) else None
+        if seen is None and known is None:
             unknown = Resource(namespace=namespace, name="", run_uid="", kind=FUNCTIONS)
             if is_run_uid(function_uid) and time.monotonic() < self.balancer.warm_until:
                 await self.authorizer.authorize(token, unknown)
@@ -300,15 +402,19 @@ class FunctionInvokeHandler(InvokeHandler):
             with contextlib.suppress(Forbidden):
                 await self.authorizer.authorize(token, unknown)
             raise NotFound("no such Function in this namespace", reason=R.FUNCTION_NOT_FOUND)
+        name = known.name if known is not None else seen.name if seen is not None else ""
         await self.authorizer.authorize(
-            token, Resource(namespace=namespace, name=seen.name, run_uid=function_uid, kind=FUNCTIONS)
+            token, Resource(namespace=namespace, name=name, run_uid=function_uid, kind=FUNCTIONS)
         )
         timeout_s = requested_timeout_s(request)
-        if not self.balancer.ready(function_uid, namespace):  # refused before the body is read
+        wake = self.balancer.wake_target(function_uid, namespace, seen)
+        if not wake and not self.balancer.ready(function_uid, namespace):  # refused before the body
             raise _no_replica()
         payload = await read_body(request, self.limits)
         started = time.monotonic()
-        route = await self.balancer.acquire(function_uid, namespace, timeout_s=timeout_s, lost=_lost(request))
+        route = await self.balancer.acquire(
+            function_uid, namespace, timeout_s=timeout_s, lost=_lost(request), wake=wake
+        )
         try:
             request[REPLICA] = route.run_uid
             remaining = max(0.001, timeout_s - (time.monotonic() - started))

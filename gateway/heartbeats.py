@@ -1,9 +1,12 @@
-"""The gateway's heartbeat endpoint (gRPC RouteHeartbeat), feeding the route cache.
+"""The gateway's heartbeat endpoint (gRPC RouteHeartbeat), feeding the route cache, and on the
+same server the load its Functions have here (GatewayLoad.FunctionLoads, for the autoscaler).
 
 Mutual TLS with the gateway's platform certificate: only hosts of the platform CA may send beats
 (kruntimes.pki.PeerAuthorization), and each beat only about the host its certificate names
 (gateway/routes.py checks that, and the assignment of every registration). A beat that is not
-the sender's to make ends its stream with PERMISSION_DENIED.
+the sender's to make ends its stream with PERMISSION_DENIED. Only the control plane's identity
+may read the loads: at most MAX_LOAD_UIDS Functions a call, each answered from the balancer's
+counters (no route walk), so a call costs what it asks.
 
 It runs on the gateway's event loop (grpc.aio), so applying a heartbeat needs no locks.
 """
@@ -17,6 +20,8 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from kruntimes.api.names import is_run_uid
+from kruntimes.gateway.function_invoke import Balancer
 from kruntimes.gateway.routes import DeltaWithoutBase, HeartbeatRefused, RouteCache
 from kruntimes.pki import ANY_ROLE, PeerAuthorization, PeerTLS, Role, peer_identity
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
@@ -26,9 +31,12 @@ log = logging.getLogger(__name__)
 
 MAX_HEARTBEAT_BYTES = 64 * 1024 * 1024  # a snapshot of a very full host
 SWEEP_INTERVAL_S = 1.0
-# only hosts send heartbeats; any platform identity may ask for health; nothing else is served
+MAX_LOAD_UIDS = 1000  # Functions one FunctionLoads call may ask about
+# only hosts send heartbeats; only the control plane reads loads; any platform identity may ask
+# for health; nothing else is served
 ALLOWED_ROLES = {
     "/kruntimes.rpc.v1.RouteHeartbeat/Heartbeats": frozenset({Role.HOST}),
+    "/kruntimes.rpc.v1.GatewayLoad/FunctionLoads": frozenset({Role.CONTROL_PLANE}),
     "/grpc.health.v1.Health/Check": ANY_ROLE,
     "/grpc.health.v1.Health/Watch": ANY_ROLE,
 }
@@ -74,12 +82,46 @@ class HeartbeatService(hb_grpc.RouteHeartbeatServicer):
         return hb.HeartbeatAck(last_sequence=last)
 
 
+class LoadService(hb_grpc.GatewayLoadServicer):
+    """What the balancer counts of each Function asked about: in flight on its replicas, held."""
+
+    def __init__(self, balancer: Balancer) -> None:
+        self.balancer = balancer
+
+    async def FunctionLoads(
+        self,
+        request: hb.FunctionLoadsRequest,
+        context: grpc.aio.ServicerContext[hb.FunctionLoadsRequest, hb.FunctionLoadsResponse],
+    ) -> hb.FunctionLoadsResponse:
+        uids = request.function_uids
+        if len(uids) > MAX_LOAD_UIDS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_LOAD_UIDS} Functions a call")
+            raise AssertionError("unreachable: abort raises")
+        if not all(is_run_uid(uid) for uid in uids):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a function uid is not a canonical uuid")
+            raise AssertionError("unreachable: abort raises")
+        balancer = self.balancer
+        return hb.FunctionLoadsResponse(
+            loads=[
+                hb.FunctionLoad(
+                    function_uid=uid,
+                    in_flight=balancer.function_in_flight(uid),
+                    waiting=balancer.waiting(uid),
+                )
+                for uid in uids
+            ]
+        )
+
+
 class HeartbeatServer:
-    def __init__(self, routes: RouteCache, listen: str, *, tls: PeerTLS) -> None:
+    def __init__(
+        self, routes: RouteCache, listen: str, *, tls: PeerTLS, balancer: Balancer | None = None
+    ) -> None:
         self.routes = routes
         self.listen = listen
         self.tls = tls
         self.service = HeartbeatService(routes)
+        self.loads = LoadService(balancer or Balancer(routes))
         self.server: grpc.aio.Server | None = None
         self.address = ""
         self._sweeper: asyncio.Task[None] | None = None
@@ -95,6 +137,7 @@ class HeartbeatServer:
             ],
         )
         hb_grpc.add_RouteHeartbeatServicer_to_server(self.service, server)
+        hb_grpc.add_GatewayLoadServicer_to_server(self.loads, server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         port = server.add_secure_port(self.listen, self.tls.server_credentials())

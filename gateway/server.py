@@ -29,8 +29,10 @@ from kruntimes.gateway.listener import HttpLimits, Listener
 from kruntimes.gateway.metrics import GatewayMetrics
 from kruntimes.gateway.routes import RouteCache
 from kruntimes.gateway.visibility import Visibility
+from kruntimes.gateway.wake import Waker
 from kruntimes.pki import PeerTLS, Role
 from kruntimes.pki.assignments import Verifier
+from kruntimes.temporal.known_functions import KnownFunctions
 from kruntimes.temporal.known_runs import KnownRuns
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,8 @@ class GatewayOptions:
     cert_file: Path
     key_file: Path
     authorizer: Authorizer
-    temporal: Visibility | None = None  # for the known-Runs view only
+    # the known-Runs and known-Functions views, and a Function's wake signal (scale from zero)
+    temporal: Visibility | None = None
     known_refresh_s: float = 2.0
     limits: HttpLimits = field(default_factory=HttpLimits)
     extra: dict[str, object] = field(default_factory=dict)
@@ -96,9 +99,15 @@ class Gateway:
         self.routes = RouteCache(verifier=options.assignments)
         self.known = KnownRuns(options.temporal, refresh_s=options.known_refresh_s)
         self.upstreams = Upstreams(tls=options.peer_tls, invoke_tls=options.invoke_tls)
-        self.heartbeats = HeartbeatServer(self.routes, options.heartbeat_listen, tls=options.peer_tls)
         self.metrics = GatewayMetrics()
         self.balancer = Balancer(self.routes, self.metrics)  # a Function's replicas
+        self.known_functions = KnownFunctions(options.temporal, refresh_s=options.known_refresh_s)
+        self.waker = Waker(options.temporal) if options.temporal is not None else None
+        if self.waker is not None:
+            self.balancer.use_temporal(self.known_functions, self.waker)
+        self.heartbeats = HeartbeatServer(
+            self.routes, options.heartbeat_listen, tls=options.peer_tls, balancer=self.balancer
+        )
         self.runner: web.AppRunner | None = None
         self.listener: Listener | None = None
         self.url = ""
@@ -106,6 +115,7 @@ class Gateway:
     async def start(self) -> str:
         heartbeat_address = await self.heartbeats.start()
         self.known.start()
+        self.known_functions.start()
         state = GatewayState(
             routes=self.routes,
             known=self.known,
@@ -142,6 +152,9 @@ class Gateway:
         if self.runner is not None:
             await self.runner.cleanup()
         await self.known.stop()
+        await self.known_functions.stop()
+        if self.waker is not None:
+            await self.waker.stop()
         if self.options.temporal is not None:
             await self.options.temporal.close()
         await self.heartbeats.stop()

@@ -1,12 +1,14 @@
-"""Temporal visibility for the gateway, over gRPC, without the Temporal SDK.
+"""Temporal for the gateway, over gRPC, without the Temporal SDK.
 
-The gateway reads one thing from Temporal: which Runs exist (kruntimes/temporal/known_runs.py). The SDK's
+The gateway reads one thing from Temporal: which Runs and Functions exist
+(kruntimes/temporal/known_runs.py, known_functions.py); and sends one: a Function's `wake` signal
+when it holds an invocation of a Function without a Ready replica (gateway/wake.py). The SDK's
 client would cost the gateway process tens of megabytes (its API modules and its core runtime) for
-that one call, so the gateway makes it itself: WorkflowService.ListWorkflowExecutions by its method path,
-with messages that carry the fields it reads (proto/kruntimes/rpc/v1/visibility.proto), over a
-gRPC channel with the TLS, mTLS or API key of the same settings every process takes
-(kruntimes.temporal.settings). Every call has a deadline; an API key goes in the call's metadata
-only, never in an error or a log line.
+those two calls, so the gateway makes them itself: WorkflowService.ListWorkflowExecutions and
+SignalWorkflowExecution by their method paths, with messages that carry the fields it reads or
+sets (proto/kruntimes/rpc/v1/visibility.proto, workflow_signal.proto), over a gRPC channel with the
+TLS, mTLS or API key of the same settings every process takes (kruntimes.temporal.settings). Every
+call has a deadline; an API key goes in the call's metadata only, never in an error or a log line.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from collections.abc import AsyncIterator
 import grpc
 
 from kruntimes.rpc.v1 import visibility_pb2 as pb
+from kruntimes.rpc.v1 import workflow_signal_pb2 as signal_pb
 from kruntimes.temporal.known_runs import Execution, keyword
 from kruntimes.temporal.settings import TemporalSettings
 
 METHOD = "/temporal.api.workflowservice.v1.WorkflowService/ListWorkflowExecutions"
+SIGNAL_METHOD = "/temporal.api.workflowservice.v1.WorkflowService/SignalWorkflowExecution"
+SIGNAL_TIMEOUT_S = 10.0
+IDENTITY = "krt-gateway"  # the signal's sender, as the workflow's history shows it
 PAGE_SIZE = 1000
 CALL_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a page of 1,000 executions is well under a megabyte
@@ -28,6 +34,14 @@ MAX_ERROR_CHARS = 300
 
 class VisibilityError(Exception):
     """Temporal could not be asked (unreachable, refused, or the query was refused)."""
+
+
+class SignalError(VisibilityError):
+    """A signal was not sent (unreachable, refused, or no such workflow running: `not_found`)."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
 
 
 RUNNING = 1  # temporal.api.enums.v1.WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
@@ -61,6 +75,30 @@ class Visibility:
             request_serializer=pb.ListWorkflowExecutionsRequest.SerializeToString,
             response_deserializer=pb.ListWorkflowExecutionsResponse.FromString,
         )
+
+        self._signal = self._channel.unary_unary(
+            SIGNAL_METHOD,
+            request_serializer=signal_pb.SignalWorkflowExecutionRequest.SerializeToString,
+            response_deserializer=signal_pb.SignalWorkflowExecutionResponse.FromString,
+        )
+
+    async def signal(self, workflow_id: str, name: str, *, request_id: str) -> None:
+        """Signal the current run of `workflow_id` with `name` and no argument; `request_id`
+        makes a signal sent again count once. SignalError if it was not sent."""
+        request = signal_pb.SignalWorkflowExecutionRequest(
+            namespace=self.namespace,
+            workflow_execution=pb.VisibleExecutionId(workflow_id=workflow_id),
+            signal_name=name,
+            identity=IDENTITY,
+            request_id=request_id,
+        )
+        try:
+            await self._signal(request, timeout=SIGNAL_TIMEOUT_S, metadata=self._metadata)
+        except grpc.aio.AioRpcError as e:
+            details = (e.details() or "")[:MAX_ERROR_CHARS]
+            raise SignalError(
+                f"{e.code().name}: {details}", not_found=e.code() is grpc.StatusCode.NOT_FOUND
+            ) from None
 
     @classmethod
     async def connect(cls, settings: TemporalSettings) -> Visibility:

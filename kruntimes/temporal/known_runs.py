@@ -35,11 +35,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from kruntimes.wire import search
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REFRESH_S = 2.0
 # A full listing reads every Run (a page per thousand, the dev server's CPU for each): it only
@@ -133,7 +134,16 @@ def _known(execution: Execution) -> tuple[str, KnownRun] | None:
     )
 
 
-class KnownRuns:
+class KnownView(Generic[T]):
+    """A view of some workflows as visibility lists them, by uid, refreshed by what changed (the
+    module's docstring says how). What it lists and how it reads a listing are its subclass's:
+    `FULL` (every one that exists), `narrow(at)` (those started, ended or changed since `at`) and
+    `parse` (an execution's uid and entry, or None). KnownRuns lists Runs; the gateway's
+    KnownFunctions (known_functions.py) Functions."""
+
+    FULL: ClassVar[str]
+    NAME: ClassVar[str] = "known"  # for its log line
+
     def __init__(
         self,
         client: Lister | None,
@@ -150,7 +160,7 @@ class KnownRuns:
         self.margin = margin
         self.near_margin = near_margin
         self.lookback_every = max(lookback_every, 1)  # 1: every refresh looks back the whole margin
-        self.runs: dict[str, KnownRun] = {}
+        self.entries: dict[str, T] = {}
         self.refreshed = False
         self.listed = 0  # executions the last refresh read (what it cost)
         self._since: datetime | None = None  # the start of the last refresh
@@ -159,8 +169,16 @@ class KnownRuns:
         self._full_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
-    def get(self, run_uid: str) -> KnownRun | None:
-        return self.runs.get(run_uid)
+    def get(self, uid: str) -> T | None:
+        return self.entries.get(uid)
+
+    def narrow(self, at: str) -> tuple[str, ...]:
+        """The queries of what started, ended or changed since `at` (visibility's time format)."""
+        raise NotImplementedError
+
+    def parse(self, execution: Execution) -> tuple[str, T] | None:
+        """An execution's uid and entry, or None when it does not carry one."""
+        raise NotImplementedError
 
     async def refresh(self) -> None:
         if self.client is None:
@@ -183,14 +201,14 @@ class KnownRuns:
 
     async def _full(self) -> None:
         assert self.client is not None
-        runs: dict[str, KnownRun] = {}
+        entries: dict[str, T] = {}
         listed = 0
-        async for execution in self.client.list(QUERY, limit=MAX_KNOWN):
+        async for execution in self.client.list(self.FULL, limit=MAX_KNOWN):
             listed += 1
-            known = _known(execution)
+            known = self.parse(execution)
             if known is not None:
-                runs[known[0]] = known[1]
-        self.runs = runs
+                entries[known[0]] = known[1]
+        self.entries = entries
         self.listed = listed
         self._full_at = time.monotonic()
 
@@ -198,23 +216,20 @@ class KnownRuns:
         """Apply what changed since `since`; False when there was too much to list narrowly."""
         assert self.client is not None
         at = since.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        started = f"{QUERY} AND StartTime >= '{at}'"
-        changed = f"{search.PHASE_SINCE} >= '{at}'"
-        ended = f"{CLOSED} AND CloseTime >= '{at}'"
-        found = await asyncio.gather(*(self._narrow(q) for q in (ended, started, changed)))
+        found = await asyncio.gather(*(self._narrow(q) for q in self.narrow(at)))
         answers = [answer for answer in found if answer is not None]
         if len(answers) < len(found):
             return False
         # A Run is running if any of its executions the answers show runs (a closed one may be
         # an earlier run of its workflow); of the running ones the last answer's is kept (the
         # phase a change indexed, asked for last, is newer than the one a Run started with).
-        running: dict[str, KnownRun] = {}
+        running: dict[str, T] = {}
         closed: set[str] = set()
         listed = 0
         for answer in answers:
             listed += len(answer)
             for execution in answer:
-                known = _known(execution)
+                known = self.parse(execution)
                 if known is None:
                     continue
                 if execution.running:
@@ -222,8 +237,8 @@ class KnownRuns:
                 else:
                     closed.add(known[0])
         for uid in closed - running.keys():  # in place: no await between here and the end
-            self.runs.pop(uid, None)
-        self.runs.update(running)
+            self.entries.pop(uid, None)
+        self.entries.update(running)
         self.listed = listed
         return True
 
@@ -242,9 +257,35 @@ class KnownRuns:
             try:
                 await self.refresh()
             except Exception as exc:
-                log.warning("known-Runs refresh failed: %s", type(exc).__name__)
+                log.warning("%s refresh failed: %s", self.NAME, type(exc).__name__)
             await asyncio.sleep(self.refresh_s)
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+class KnownRuns(KnownView[KnownRun]):
+    """The Runs that exist and are not finished, by run uid."""
+
+    FULL = QUERY
+    NAME = "known-Runs"
+
+    @property
+    def runs(self) -> dict[str, KnownRun]:
+        return self.entries
+
+    @runs.setter
+    def runs(self, runs: dict[str, KnownRun]) -> None:
+        self.entries = runs
+
+    def narrow(self, at: str) -> tuple[str, ...]:
+        # ended first, phase changes last: of the running ones the last answer's entry is kept
+        return (
+            f"{CLOSED} AND CloseTime >= '{at}'",
+            f"{QUERY} AND StartTime >= '{at}'",
+            f"{search.PHASE_SINCE} >= '{at}'",
+        )
+
+    def parse(self, execution: Execution) -> tuple[str, KnownRun] | None:
+        return _known(execution)
