@@ -139,6 +139,11 @@ class _Outbox:
     signals: list[tuple[str, str, Message]]
     scale_outs: list[ScaleOutInput]
     parkable: set[str] = field(default_factory=set)  # Runs whose starter admitted them: answers may wait
+    # Runs admission would have placed at once, queued instead to be placed in fair order at the
+    # batch's end (PATCH_FAIR_QUEUE); those of them whose starter admitted them
+    behind: set[RunUid] = field(default_factory=set)
+    handoffs: set[str] = field(default_factory=set)
+    again: bool = False  # deciding those of them left unplaced again: none waits behind the queue
 
 
 @workflow.defn(name="RuntimePoolWorkflow")
@@ -288,6 +293,8 @@ class RuntimePoolWorkflow:
         outbox = _Outbox([], [])
         if self.state.admission != AdmissionControl():
             self._apply_admission(outbox)
+            if outbox.behind:  # a resume decided the queue again
+                self._place_queued(outbox)
         self._warm(outbox)
         await self._flush(outbox)
         while True:
@@ -525,7 +532,14 @@ class RuntimePoolWorkflow:
             paused=self.state.admission.paused,
             fair=self._fair,
         )
-        if isinstance(decision, AssignToInstance):
+        if isinstance(decision, AssignToInstance) and not outbox.again and self._behind_queue(request):
+            # a slot freed in this batch goes to the queue's fair order at the batch's end, not
+            # to whichever admission the batch happened to hold first
+            self._update(queue=[*self.state.queue, QueuedRun.of(msg)])
+            outbox.behind.add(request.runUid)
+            if msg.handoff:
+                outbox.handoffs.add(request.runUid)
+        elif isinstance(decision, AssignToInstance):
             self._assign(msg, decision, outbox)
         elif isinstance(decision, QueueGlobally):
             if all(q.runUid != request.runUid for q in self.state.queue):
@@ -543,6 +557,19 @@ class RuntimePoolWorkflow:
                     Rejection(runUid=request.runUid, reason=decision.reason, message=decision.message),
                 )
             )
+
+    def _behind_queue(self, request: AdmissionRequest) -> bool:
+        """Whether a request admission would place at once waits in the queue instead, to be
+        placed with it in fair order: fair placement (PATCH_FAIR_QUEUE), Runs waiting, and room
+        in the runtime's queue and its tenant's part of it (else it is placed, as before)."""
+        queue = self.state.queue
+        if not self._fair or not queue or request.runUid in self._index.held:
+            return False
+        if len(queue) >= self.config.queueLimit:
+            return False
+        policy = request.policy
+        limit = None if policy is None else policy.queue_limit(runtime_limit=self.config.queueLimit)
+        return limit is None or sum(1 for q in queue if q.tenant == request.tenant) < limit[0]
 
     def _assign(self, msg: AdmitSignal, decision: AssignToInstance, outbox: _Outbox) -> None:
         host = next(h for h in self.state.hosts if h.hostId == decision.hostId)
@@ -579,16 +606,22 @@ class RuntimePoolWorkflow:
             index=self._index,
             fair=self._fair,
         )
-        if not placements:
-            return
         by_uid = {q.runUid: q for q in self.state.queue}
         placed = set()
         for placement in placements:
             queued = by_uid[placement.request.runUid]
-            msg = AdmitSignal(request=placement.request, workflowId=queued.workflowId)
+            handoff = placement.request.runUid in outbox.handoffs
+            msg = AdmitSignal(request=placement.request, workflowId=queued.workflowId, handoff=handoff)
             self._assign(msg, placement.assignment, outbox)
             placed.add(placement.request.runUid)
-        self._update(queue=[q for q in self.state.queue if q.runUid not in placed])
+        left = outbox.behind - placed
+        self._update(queue=[q for q in self.state.queue if q.runUid not in placed and q.runUid not in left])
+        # queued behind the queue and not placed: the slot went to a Run ahead of it; decided
+        # again as if it arrived now (capacity on its way, a scale-out, or a wait)
+        outbox.behind, outbox.again = set(), True
+        for run_uid in sorted(left):
+            self._admit(by_uid[run_uid].admit(runtime=self.config.runtime.name), outbox)
+        outbox.again = False
 
     def _readmit_uncovered(self, outbox: _Outbox) -> None:
         """After a host became Ready and took what it could: the queued Runs that no capacity on
