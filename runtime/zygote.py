@@ -96,9 +96,7 @@ def _become(spec: dict[str, Any], sandbox: child.SandboxSpec | None) -> int:
     os.environ.update(env)
     limits.apply(limits.ProcessLimits.from_dict(spec["limits"]))
     if _work_nice is not None:  # a seed's: back to the zygote's priority (still privileged)
-        # a host in a pod's user namespace lacks the node's CAP_SYS_NICE: its functions stay niced
-        with contextlib.suppress(PermissionError):
-            os.setpriority(os.PRIO_PROCESS, 0, _work_nice)
+        os.setpriority(os.PRIO_PROCESS, 0, _work_nice)
     _never_preempt_the_host()
     if sandbox is not None:
         child.drop(sandbox)  # its own uid, no capabilities, no_new_privs: the last step
@@ -136,9 +134,12 @@ def _seed(
     global _work_nice
     code = 127
     try:
-        _work_nice = os.getpriority(os.PRIO_PROCESS, 0)
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, SEED_NICE)
+        # niced only where it can come back (not in a pod's user namespace, whose root lacks
+        # the node's CAP_SYS_NICE): a function never runs at the seed's priority
+        if syscalls.may_raise_priority():
+            _work_nice = os.getpriority(os.PRIO_PROCESS, 0)
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, SEED_NICE)
         os.setsid()
         _die_with_parent()
         server.close()

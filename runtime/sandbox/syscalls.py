@@ -216,9 +216,26 @@ def effective_capabilities() -> int:
     return 0
 
 
+def in_initial_user_namespace() -> bool:
+    """Whether this process is in the machine's own user namespace (not a pod's: Kubernetes
+    `hostUsers: false`), where its capabilities are the machine's."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            return f.read().split()[:3] == ["0", "0", "4294967295"]
+    except OSError:
+        return True
+
+
+def may_raise_priority() -> bool:
+    """Whether this process may lower its nice value again: CAP_SYS_NICE, which counts only in
+    the initial user namespace."""
+    return bool(effective_capabilities() & (1 << CAP_SYS_NICE)) and in_initial_user_namespace()
+
+
 CAP_KILL = 5
 CAP_SETGID = 6
 CAP_SETUID = 7
 CAP_SETPCAP = 8
 CAP_NET_ADMIN = 12
 CAP_SYS_ADMIN = 21
+CAP_SYS_NICE = 23

@@ -8,25 +8,27 @@ gets 410 Gone), the uid precondition of a delete (409 when it does not match), g
 of a pod bound to a node (deletionTimestamp, then the kubelet's final delete; a pod that ended
 is deleted at once, as the API server does), and an admission
 chain: scripted refusals of pod creates (quota 403, RBAC 403, admission 422, 503) that store
-nothing, and ports of their own for every pod (all pods share 127.0.0.1 here, where a real cluster
-gives each pod its own network namespace: the ports named in the host container, its KRT_*_PORT
-env and its gRPC readiness probe are moved to ports held for it, as a mutating webhook could).
+nothing, and, where the kubelet cannot give pods network namespaces (not root), ports of their
+own for every pod (all pods share 127.0.0.1 then: the ports named in the host container, its
+KRT_*_PORT env and its gRPC readiness probe are moved to ports held for it, as a mutating webhook
+could).
 Selectors and PUT are not emulated: the provider filters what it lists itself and never PUTs.
 
 ``TestKubelet`` watches pods through the API like a kubelet, binds them to its node, starts a real
 `krt host` process for each (its init containers' processes first, each to its end; the pod's
 command and args with $(VAR) expanded from the pod's env, the downward API filled in, labels and
 annotations included), probes its gRPC health as the readiness probe says and patches the pod's
-status (podIP 127.0.0.1, phase, conditions, containerStatuses), reports the process's exit, and on
+status (podIP: its sandbox's address, or 127.0.0.1; phase, conditions, containerStatuses), reports the process's exit, and on
 deletion stops the process (SIGTERM, SIGKILL after the grace period) and deletes the pod for
 good. Volumes are directories of the pod on the node; a secret or configMap volume is written there
 once its Secret or ConfigMap exists, in the kubelet's atomic-writer layout (each key, or each of its
 `items` at its path, a link through `..data` to a timestamped directory, swapped at once when the
 object changes, which it follows while the pod runs).
 
-A pod of ``hostUsers: false`` (as root) gets a sandbox of its own (podnet.py): a user namespace
-mapping a range of the node's uids no other pod has, and a network namespace it owns with an
-address of its own on a veth pair (its podIP; its ports are not moved), which its containers join.
+As root, every pod gets a sandbox of its own (podnet.py): a network namespace with an address of
+its own on a veth pair (its podIP; its ports are not moved), and for a pod of ``hostUsers:
+false`` a user namespace mapping a range of the node's uids no other pod has, which owns that
+network namespace; its containers join them.
 
 As root (``can_contain``), each container runs as a node runs it (container.py): as PID 1 of PID,
 mount, IPC and UTS namespaces of its own, on a root of its own with the volumes at their mount
@@ -131,8 +133,8 @@ class Cluster(KubernetesEmulator):
     create_replies: asyncio.Event | None = None
     _watchers: set[Any] = attrs.field(factory=set, init=False)  # the open watch requests
     _held: list[socket.socket] = attrs.field(factory=list, init=False)  # the pods' ports (held_port)
-    # Pods of `hostUsers: false` get network namespaces of their own (the kubelet contains them):
-    # their ports stay as the pod says.
+    # Pods get network namespaces of their own (the kubelet contains them): their ports stay as
+    # the pod says.
     pod_networks: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -251,7 +253,7 @@ class Cluster(KubernetesEmulator):
             metadata["creationTimestamp"] = now()
             metadata["resourceVersion"] = self._next_version()
             request.data.setdefault("status", {"phase": "Pending"})
-            if not (self.pod_networks and (request.data.get("spec") or {}).get("hostUsers") is False):
+            if not self.pod_networks:
                 _own_ports(request.data, self._held)
             return None
         if request.name is None:
@@ -406,7 +408,7 @@ class _PodRun:
     argv: list[str] = field(default_factory=list)  # the container's process, as the pod says
     pid_file: Path | None = None  # contained: where the container's parent writes its pid
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # volume → the data projected
-    network: podnet.PodNetwork | None = None  # a pod of hostUsers false: its sandbox (podnet.py)
+    network: podnet.PodNetwork | None = None  # contained: its sandbox (podnet.py)
     ip: str = POD_IP
 
 
@@ -661,8 +663,16 @@ class TestKubelet:
             while runtime in self.hold:
                 await self._released.wait()
         run.directory.mkdir(parents=True, exist_ok=True)
-        if self.contains and pod["spec"].get("hostUsers") is False:
-            run.network = await podnet.start(podnet.gateway_ports(container), self._node_table)
+        if self.contains:
+            users = pod["spec"].get("hostUsers") is False
+            try:
+                run.network = await podnet.start(
+                    podnet.gateway_ports(container), self._node_table, users=users
+                )
+            except podnet.PodNetworkError as e:  # as a kubelet: the pod stays ContainerCreating
+                waiting = {"reason": "ContainerCreating", "message": f"FailedCreatePodSandBox: {e}"}
+                await self._patch_status(run, self._status(container, "Pending", scheduled, waiting=waiting))
+                return
             run.ip = run.network.pod_ip
         try:
             await self._start(run, pod, container, scheduled, fault)
@@ -1005,7 +1015,7 @@ class TestKubelet:
             "hostname": run.name,
             "pidFile": str(run.directory / f"{container['name']}.pid"),
             "securityContext": security_context(pod, container),
-            "sandbox": run.network.pid if run.network is not None else None,
+            "sandbox": {"pid": run.network.pid, "users": run.network.users} if run.network else None,
         }
         path = run.directory / f"{container['name']}.json"
         path.write_text(json.dumps(spec))

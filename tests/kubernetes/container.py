@@ -1,7 +1,7 @@
 """The test kubelet's container runtime: one container's process, started as a node starts it.
 
     python -I -S tests/kubernetes/container.py SPEC.json
-    python -I -S tests/kubernetes/container.py --pod-sandbox
+    python -I -S tests/kubernetes/container.py --pod-sandbox [--users]
 
 (standard library only, so it starts fast without site packages). SPEC is a JSON object:
 
@@ -16,19 +16,20 @@
     pidFile             where the process's pid (as the node sees it) is written
     securityContext     the container's, merged over the pod's (runAsUser, runAsGroup, ...);
                         null: the pod asked for nothing, and runs with the kubelet's privileges
-    sandbox             the pid of the pod's sandbox (`--pod-sandbox`), for a pod of
-                        `hostUsers: false`: the container joins its user and network namespaces
+    sandbox             the pod's sandbox (`--pod-sandbox`): {pid, users}; the container joins its
+                        network namespace, and its user namespace for a pod of `hostUsers: false`
 
-`--pod-sandbox` is a pod's sandbox, as a node's pause container: it makes a user namespace (says
-`user`, then waits for a line on stdin while the kubelet writes its uid and gid maps: a range of
-the node's ids, root included, no other pod has) and a network namespace that namespace owns (says
-`net`: the kubelet gives it an address), then holds both until it is killed. A container joining
-them runs as the pod's root, an unprivileged node uid whose capabilities hold only over the pod's
-namespaces; its volumes are idmapped mounts (what the node's root owns there, the pod's root
-owns), as a kubelet mounts them for such a pod.
+`--pod-sandbox` is a pod's sandbox, as a node's pause container: with `--users` it makes a user
+namespace (says `user`, then waits for a line on stdin while the kubelet writes its uid and gid
+maps: a range of the node's ids, root included, no other pod has), then a network namespace (the
+user namespace's) with its loopback up (says `net`: the kubelet gives it an address), and holds
+them until it is killed. A container joining a user namespace runs as the pod's root, an
+unprivileged node uid whose capabilities hold only over the pod's namespaces, as PID 1 of PID and
+mount namespaces that namespace owns; its volumes are idmapped mounts (what the node's root owns
+there, the pod's root owns), as a kubelet mounts them for such a pod.
 
-The process runs in namespaces of its own (PID, mount, IPC, UTS; the network is the node's, where
-every pod shares 127.0.0.1, see cluster.py, but for a pod of `hostUsers: false`) as PID 1, with a root of its own: the node's file system
+The process runs in namespaces of its own (PID, mount, IPC, UTS, and the pod's network namespace
+given a sandbox; without one the node's, where every pod shares 127.0.0.1, see cluster.py) as PID 1, with a root of its own: the node's file system
 through an overlay (what a container writes outside its volumes lands in the overlay and ends with
 it), a private /proc, /dev/shm and the volumes at their mount paths. With a security context, as a
 node does: a read-only root (`readOnlyRootFilesystem`: every mount read-only but the writable
@@ -48,10 +49,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import platform
 import signal
+import socket
+import struct
 import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x20000000
@@ -376,12 +380,14 @@ def become(security: dict | None, *, own_users: bool = False) -> None:
         os.setuid(int(uid if uid is not None else os.getuid()))
 
 
-def child(spec: dict, pod: tuple[int, int] | None) -> None:
-    """`pod`: the sandbox's user and network namespaces (fds), to join."""
+def child(spec: dict, pod: tuple[int | None, int] | None) -> None:
+    """`pod`: the sandbox's user namespace (None: the node's users) and network namespace (fds),
+    to join."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent killed: so is the container
+    users = pod[0] if pod is not None else None
     if pod is not None:
         setns(pod[1], CLONE_NEWNET)
-    root = build_root(spec, pod[0] if pod is not None else None)
+    root = build_root(spec, users)
     pivot_root(root)
     if spec.get("hostname"):
         _check(
@@ -392,8 +398,8 @@ def child(spec: dict, pod: tuple[int, int] | None) -> None:
         os.chdir(spec.get("cwd") or "/")
     except OSError:
         os.chdir("/")
-    if pod is not None:  # last: joined, this process is no node root any more
-        setns(pod[0], CLONE_NEWUSER)
+    if users is not None:  # last: joined, this process is no node root any more
+        setns(users, CLONE_NEWUSER)
         # PID and mount namespaces the pod's user namespace owns, as a runtime makes them for
         # such a pod (the pod's root may enter and nest them): this process stays, the
         # container's process is PID 1 of them, with a /proc of its own
@@ -403,17 +409,29 @@ def child(spec: dict, pod: tuple[int, int] | None) -> None:
             stand_in(process)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    become(spec.get("securityContext"), own_users=pod is not None)
+    become(spec.get("securityContext"), own_users=users is not None)
     os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
 
 
-def pod_sandbox() -> None:
-    """The pod's user namespace and a network namespace it owns, held until killed."""
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def pod_sandbox(users: bool) -> None:
+    """The pod's network namespace (owned by a user namespace of its own, `users`), held until
+    killed."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the kubelet gone: so is the pod's network
-    unshare(CLONE_NEWUSER)
-    print("user", flush=True)
-    sys.stdin.readline()  # the maps are written
+    if users:
+        unshare(CLONE_NEWUSER)
+        print("user", flush=True)
+        sys.stdin.readline()  # the maps are written
     unshare(CLONE_NEWNET)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh22x", b"lo", 0)
+        flags = struct.unpack("16sh22x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
+    # the node's services on 127.0.0.1 are reached through DNAT out of the namespace (podnet.py)
+    with open("/proc/sys/net/ipv4/conf/all/route_localnet", "w") as f:
+        f.write("1")
     print("net", flush=True)
     while True:
         signal.pause()
@@ -421,13 +439,15 @@ def pod_sandbox() -> None:
 
 def main() -> None:
     if sys.argv[1] == "--pod-sandbox":
-        pod_sandbox()
+        pod_sandbox(users="--users" in sys.argv[2:])
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     pod = None
-    if spec.get("sandbox"):
-        namespaces = f"/proc/{int(spec['sandbox'])}/ns"
-        pod = (os.open(f"{namespaces}/user", os.O_RDONLY), os.open(f"{namespaces}/net", os.O_RDONLY))
+    sandbox = spec.get("sandbox") or {}
+    if sandbox:
+        namespaces = f"/proc/{int(sandbox['pid'])}/ns"
+        user = os.open(f"{namespaces}/user", os.O_RDONLY) if sandbox.get("users") else None
+        pod = (user, os.open(f"{namespaces}/net", os.O_RDONLY))
     unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
     pid = os.fork()  # PID 1 of the new PID namespace
     if pid == 0:
@@ -437,7 +457,8 @@ def main() -> None:
             print(f"container: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             os._exit(128)
     for fd in pod or ():
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
     if spec.get("pidFile"):
         with open(spec["pidFile"] + ".tmp", "w") as f:
             f.write(str(pid))

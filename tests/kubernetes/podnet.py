@@ -1,10 +1,10 @@
-"""A pod of `hostUsers: false` on the test node, as a node runs it: a sandbox process (a pause
-container, container.py --pod-sandbox) holds the pod's user namespace, its uids and gids a range
-of the node's no other pod has, and a network namespace that user namespace owns, with an address
-of its own on a veth pair (no port rewriting), which the pod's containers join.
-
-The pod's root holds its capabilities only over what its user namespace owns: its network
-namespace (packet rules) and the namespaces it makes (a function's PID and mount namespaces).
+"""A pod's sandbox on the test node, as a node makes it: a process (a pause container,
+container.py --pod-sandbox) holds the pod's network namespace, with an address of its own on a
+veth pair (no port rewriting), which the pod's containers join. For a pod of `hostUsers: false` it
+also holds the pod's user namespace, its uids and gids a range of the node's no other pod has,
+which owns the network namespace: the pod's root holds its capabilities only over what that
+namespace owns: its network namespace (packet rules) and the namespaces it makes (a function's
+PID and mount namespaces).
 
 Addresses and uid ranges come from slots (a /30 of ``SUBNET`` and ``USERNS_SIZE`` uids from
 ``USERNS_BASE`` each), each held by a lock file while its pod runs, so test nodes of other test
@@ -106,6 +106,7 @@ class PodNetwork:
     slot: int
     lock: int  # the slot's lock file, held open
     sandbox: asyncio.subprocess.Process
+    users: bool  # a user namespace of the pod's own
 
     @property
     def node_ip(self) -> str:
@@ -161,9 +162,9 @@ async def _line(sandbox: asyncio.subprocess.Process, expected: bytes) -> None:
         raise PodNetworkError(f"pod sandbox: {(line + rest).decode(errors='replace').strip()}")
 
 
-async def start(ports: list[int], table: NodeTable) -> PodNetwork:
-    """The pod's sandbox, its namespaces mapped and addressed; ``ports``: the node's loopback
-    ports it may dial (``gateway_ports``)."""
+async def start(ports: list[int], table: NodeTable, *, users: bool) -> PodNetwork:
+    """The pod's sandbox, addressed (and with `users` its user namespace mapped); ``ports``: the
+    node's loopback ports it may dial (``gateway_ports``)."""
     slot, lock = _take_slot()
     sandbox = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -171,32 +172,38 @@ async def start(ports: list[int], table: NodeTable) -> PodNetwork:
         "-S",
         str(CONTAINER_RUNTIME),
         "--pod-sandbox",
+        *(["--users"] if users else []),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    network = PodNetwork(slot, lock, sandbox)
+    network = PodNetwork(slot, lock, sandbox, users)
     try:
-        await _line(sandbox, b"user")
-        ids = f"0 {network.uid_base} {USERNS_SIZE}\n"
-        Path(f"/proc/{sandbox.pid}/uid_map").write_text(ids)
-        Path(f"/proc/{sandbox.pid}/gid_map").write_text(ids)
-        assert sandbox.stdin is not None
-        sandbox.stdin.write(b"go\n")
-        await sandbox.stdin.drain()
+        if users:
+            await _line(sandbox, b"user")
+            ids = f"0 {network.uid_base} {USERNS_SIZE}\n"
+            Path(f"/proc/{sandbox.pid}/uid_map").write_text(ids)
+            Path(f"/proc/{sandbox.pid}/gid_map").write_text(ids)
+            assert sandbox.stdin is not None
+            sandbox.stdin.write(b"go\n")
+            await sandbox.stdin.drain()
         await _line(sandbox, b"net")
         veth, pid = network.veth, str(sandbox.pid)
         inside = ("nsenter", "--target", pid, "--net")
-        await _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", pid)
-        await _run("ip", "address", "add", f"{network.node_ip}/30", "dev", veth)
-        await _run("ip", "link", "set", veth, "up")
-        await _run(*inside, "ip", "link", "set", "lo", "up")
-        await _run(*inside, "ip", "address", "add", f"{network.pod_ip}/30", "dev", "eth0")
-        await _run(*inside, "ip", "link", "set", "eth0", "up")
-        await _run(*inside, "ip", "route", "add", "default", "via", network.node_ip)
+        node_side = (
+            f"link add {veth} type veth peer name eth0 netns {pid}\n"
+            f"address add {network.node_ip}/30 dev {veth}\n"
+            f"link set {veth} up\n"
+        )
+        await _run("ip", "-batch", "-", stdin=node_side.encode())
+        pod_side = (
+            f"address add {network.pod_ip}/30 dev eth0\n"
+            "link set eth0 up\n"
+            f"route add default via {network.node_ip}\n"
+        )
+        await _run(*inside, "ip", "-batch", "-", stdin=pod_side.encode())
         if ports:
             listed = ", ".join(str(p) for p in ports)
-            await _run(*inside, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1")
             rules = (
                 "table ip krt-test-pod {\n"
                 "  chain out { type nat hook output priority -100;\n"

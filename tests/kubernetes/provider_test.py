@@ -28,7 +28,10 @@ async def test_create_makes_one_pod_whose_uid_is_the_host_uid_and_which_serves(e
     host = await provider.create(spec())
     [pod] = env.pods()
     assert host.hostUid == pod["metadata"]["uid"]
-    assert host.address == f"127.0.0.1:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+    assert (
+        host.address
+        == f"{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+    )
     identity = await identify(host.address, timeout_s=2)
     assert (identity.host_uid, identity.host_id, identity.runtime) == (host.hostUid, "python-0", "python")
     assert await provider.probe(host)
