@@ -560,16 +560,10 @@ class RuntimePoolWorkflow:
 
     def _behind_queue(self, request: AdmissionRequest) -> bool:
         """Whether a request admission would place at once waits in the queue instead, to be
-        placed with it in fair order: fair placement (PATCH_FAIR_QUEUE), Runs waiting, and room
-        in the runtime's queue and its tenant's part of it (else it is placed, as before)."""
-        queue = self.state.queue
-        if not self._fair or not queue or request.runUid in self._index.held:
-            return False
-        if len(queue) >= self.config.queueLimit:
-            return False
-        policy = request.policy
-        limit = None if policy is None else policy.queue_limit(runtime_limit=self.config.queueLimit)
-        return limit is None or sum(1 for q in queue if q.tenant == request.tenant) < limit[0]
+        placed with it in fair order at the batch's end (PATCH_FAIR_QUEUE, Runs waiting). Past
+        the queue's limits only until then: left unplaced, it is decided again, and refused
+        QueueFull if its tenant's part or the queue is full."""
+        return self._fair and bool(self.state.queue) and request.runUid not in self._index.held
 
     def _assign(self, msg: AdmitSignal, decision: AssignToInstance, outbox: _Outbox) -> None:
         host = next(h for h in self.state.hosts if h.hostId == decision.hostId)
