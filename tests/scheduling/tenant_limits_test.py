@@ -4,6 +4,8 @@ queueShare), and a QueueFull that names the tenant's limit; its index of Runs pe
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kruntimes.config.runtimes import PlatformConfigError, parse_config
 from kruntimes.decisions.scheduling.admission import (
@@ -69,8 +71,10 @@ def test_the_index_counts_each_tenants_runs_per_host_and_forgets_released_ones()
     h1 = host("h1")
     index = ReservationIndex([reservation("a0", h1, tenant="a"), reservation("s0", h1)])
     assert index.tenant_load == {("h1", "h1-uid", "a"): 1, ("h1", "h1-uid", None): 1}
+    assert index.by_tenant == {"a": 1, None: 1}
     index.remove("a0")
     assert index.tenant_load == {("h1", "h1-uid", None): 1}
+    assert index.by_tenant == {None: 1}
 
 
 def test_capacity_on_its_way_covers_a_capped_tenant_only_up_to_its_runs_per_host():
@@ -169,3 +173,39 @@ def test_the_runtimes_file_refuses_a_tenant_limit_out_of_its_range_by_name(setti
     with pytest.raises(PlatformConfigError) as refused:
         parse_config({"tenants": [{"name": "a", **setting}]})
     assert any(p.startswith(f"tenants.0.{field}:") for p in refused.value.problems)
+
+
+CAPS = {
+    "a": TenantPolicy(maxRunsPerHost=1),
+    "b": TenantPolicy(maxRunsPerHost=2, queueShare=0.5),
+    "c": TenantPolicy(),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from("abc")), max_size=8),
+    st.lists(st.sampled_from("abc"), max_size=20),
+    st.booleans(),
+)
+def test_placing_the_queue_never_puts_more_of_a_tenants_runs_on_a_host_than_it_may(held_spec, queued, fair):
+    hosts = [host(f"h{i}", capacity=3) for i in range(3)]
+    held = []
+    for n, (i, tenant) in enumerate(held_spec):
+        on = hosts[i]
+        if sum(1 for r in held if r.hostId == on.hostId) < on.capacity:
+            held.append(reservation(f"held-{n}", on, tenant=tenant))
+    queue = [request(f"q{n}-{t}", tenant=t, tenancy=CAPS[t]) for n, t in enumerate(queued)]
+    placements = next_from_queue(queue=queue, hosts=hosts, reservations=held, fair=fair)
+    before = {(r.hostId, r.tenant) for r in held}
+    count: dict[tuple[str, str | None], int] = {}
+    for r in held:
+        count[(r.hostId, r.tenant)] = count.get((r.hostId, r.tenant), 0) + 1
+    per_host: dict[str, int] = {h.hostId: sum(1 for r in held if r.hostId == h.hostId) for h in hosts}
+    for p in placements:
+        key = (p.assignment.hostId, p.request.tenant)
+        count[key] = count.get(key, 0) + 1
+        per_host[p.assignment.hostId] += 1
+        cap = CAPS[p.request.tenant or "c"].maxRunsPerHost
+        assert cap is None or count[key] <= max(cap, 0), (key, before)
+    assert all(n <= 3 for n in per_host.values())
