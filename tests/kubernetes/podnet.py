@@ -7,8 +7,9 @@ namespace owns: its network namespace (packet rules) and the namespaces it makes
 PID and mount namespaces).
 
 Addresses and uid ranges come from slots (a /30 of ``SUBNET`` and ``USERNS_SIZE`` uids from
-``USERNS_BASE`` each), each held by a lock file while its pod runs, so test nodes of other test
-runs on the machine never take the same. The node's services the pod dials on 127.0.0.1 (the
+``USERNS_BASE`` each), each held while its pod runs by an abstract Unix socket bound to its name
+(gone with its last descriptor, no file left), so test nodes of other test runs on the machine
+never take the same. The node's services the pod dials on 127.0.0.1 (the
 gateways' heartbeat ports, from the host's --gateway args) are reached as a Service's are,
 through DNAT: in the pod, 127.0.0.1:port to the node's end of the veth; on the node, that to
 127.0.0.1:port (route_localnet on the two interfaces the test made, nowhere else). Everything is
@@ -20,13 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import ipaddress
+import itertools
 import os
 import random
 import signal
+import socket
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ SUBNET = ipaddress.ip_network("10.244.0.0/18")  # a /30 per pod: 4,096 slots
 SLOTS = 4096
 # Below the host's own function uid ranges (from 2,000,000,000): 4,096 × 65,536 uids.
 USERNS_BASE, USERNS_SIZE = 1_000_000_000, 65_536
-LOCKS = Path(tempfile.gettempdir(), "krt-test-node-slots")
+SLOT_NAME = "\0krt-test-node-slot-{}"  # abstract: the machine's network namespace, no file
+_TABLES = itertools.count()  # a table per kubelet: several may run in one process
 SANDBOX_START_S = 10.0
 CONTAINER_RUNTIME = Path(__file__).with_name("container.py")
 
@@ -72,7 +74,7 @@ class NodeTable:
     kubelet's, made at its first pod, removed when it stops."""
 
     def __init__(self) -> None:
-        self.name = f"krt-test-node-{os.getpid()}"
+        self.name = f"krt-test-node-{os.getpid()}-{next(_TABLES)}"
         self._made = False
 
     async def allow(self, veth: str, node_ip: str, ports: list[int]) -> None:
@@ -104,7 +106,7 @@ class NodeTable:
 @dataclass
 class PodNetwork:
     slot: int
-    lock: int  # the slot's lock file, held open
+    lock: socket.socket | None  # the slot's name, held bound
     sandbox: asyncio.subprocess.Process
     users: bool  # a user namespace of the pod's own
 
@@ -134,23 +136,22 @@ class PodNetwork:
             with contextlib.suppress(ProcessLookupError):
                 self.sandbox.send_signal(signal.SIGKILL)
             await self.sandbox.wait()
-        if self.lock >= 0:
-            os.close(self.lock)
-            self.lock = -1
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
 
 
-def _take_slot() -> tuple[int, int]:
-    LOCKS.mkdir(mode=0o700, exist_ok=True)
+def _take_slot() -> tuple[int, socket.socket]:
     start = random.randrange(SLOTS)
     for i in range(SLOTS):
         slot = (start + i) % SLOTS
-        fd = os.open(LOCKS / str(slot), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            sock.bind(SLOT_NAME.format(slot))
+        except OSError:  # another pod's, of this node or another
+            sock.close()
             continue
-        return slot, fd
+        return slot, sock
     raise PodNetworkError("every pod network slot is taken")
 
 
