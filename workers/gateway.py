@@ -3,7 +3,9 @@
 Temporal is optional here: with `--temporal-address` (or KRT_TEMPORAL_ADDRESS) the gateway keeps
 the known-Runs view (a route-cache miss for a Run that exists answers 503, not 404), connecting
 with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal.connect). It only lists
-RunWorkflows; the invoke path never calls Temporal. How invokes are authorized is the auth method
+RunWorkflows and FunctionWorkflows, and signals a FunctionWorkflow `wake` in the background when it
+holds an invocation of a Function without a Ready replica (scale from zero); the invoke path never
+awaits Temporal. How invokes are authorized is the auth method
 `--auth` names, with its own flags (kruntimes.gateway.auth.methods).
 """
 

@@ -241,6 +241,11 @@ async def test_the_hold_is_bounded_and_a_signal_not_sent_ends_it_at_once(
             task.cancel()
         await asyncio.gather(*held, return_exceptions=True)
     await eventually(lambda: balancer.waiting(cold.uid) == 0, within=WAIT_S, what="the hold withdrawn")
+    # its workflow ended: the view's next refresh drops it, and its uid (never routed) is 404
+    await eventually(
+        lambda: temporal.functions.get(cold.uid) is None, within=WAIT_S, what="the Function gone"
+    )
+    (await invoke_function(client, gateway, cold.uid)).expect(404, "FunctionNotFound")
     # A Function the view still lists whose workflow is gone (a real NOT_FOUND from Temporal): the
     # held invocation ends as soon as the signal fails, long before its 30 s timeout.
     gone, name = str(uuid.uuid4()), f"gone-{uuid.uuid4().hex[:6]}"
