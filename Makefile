@@ -25,8 +25,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy kruntimes
 
+# Test processes (pytest-xdist, a whole file to each; 0: one process, no xdist).
+PYTEST_WORKERS ?= 2
+
 pytest: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 

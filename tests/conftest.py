@@ -54,3 +54,29 @@ def _no_worker_ended(platform: Platform, when: str) -> None:
     ended = platform.workers.take_endings()
     if ended:
         pytest.fail(f"the shared platform's workers were started again {when}: {'; '.join(ended)}")
+
+
+# The folders whose files take longest start first, so that split over two processes (make test:
+# pytest-xdist, a file at a time) no long file is left running alone at the end.
+_FIRST = (
+    "kubernetes",
+    "embedded",
+    "workflows",
+    "cli",
+    "sdk",
+    "helm",
+    "chaos",
+    "e2e",
+    "krm",
+    "hosts",
+    "workers",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        parts = item.nodeid.split("/")
+        folder = parts[1] if len(parts) > 2 else ""
+        return _FIRST.index(folder) if folder in _FIRST else len(_FIRST)
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
