@@ -8,13 +8,14 @@ Run's history (long-polled). Each runtime has 2 warm hosts × 4 slots; every Run
 soon as it is Ready, so slots free and the queue moves.
 
   1. one tenant: `steady` creates --steady Runs, one every --every seconds, alone on its runtime;
-  2. two tenants, on a runtime of their own: `burst` creates --burst Runs at once (16 starts in
-     flight), and right after them `steady` creates its Runs as in 1.
+  2. one tenant: `burst` creates --burst Runs at once (16 starts in flight), alone on another;
+  3. two tenants, on a third runtime: `burst` creates its Runs as in 2, and right after them
+     `steady` creates its Runs as in 1.
 
 A runtime's queue is placed in fair order across tenants (kruntimes.decisions.scheduling.admission
 .fair_order): a freed slot goes to the tenant holding the fewest slots for its share, so steady's
 Runs should not wait behind burst's backlog. Printed: each tenant's p50 and max create → Ready in
-each round, and steady's ratio two-tenant / one-tenant; then a JSON line {"bench": "tenants", ...}.
+each round, and each tenant's ratio two-tenant / one-tenant; then a JSON line {"bench": "tenants", ...}.
 """
 
 from __future__ import annotations
@@ -84,16 +85,20 @@ async def steady_runs(client: Client, runtime: str, tag: str, n: int, every: flo
     return list(await asyncio.gather(*tasks))
 
 
-async def two_tenants(
-    client: Client, runtime: str, tag: str, burst: int, steady: int, every: float
-) -> tuple[list[float], list[float]]:
+def burst_runs(client: Client, runtime: str, tag: str, n: int) -> list[asyncio.Task[float]]:
     starts = asyncio.Semaphore(STARTS_IN_FLIGHT)
-    bursting = [
+    return [
         asyncio.create_task(
             create_ready_cancel(client, manifest(f"burst-{tag}-{i}", runtime, "burst"), starts)
         )
-        for i in range(burst)
+        for i in range(n)
     ]
+
+
+async def two_tenants(
+    client: Client, runtime: str, tag: str, burst: int, steady: int, every: float
+) -> tuple[list[float], list[float]]:
+    bursting = burst_runs(client, runtime, tag, burst)
     await asyncio.sleep(0)  # the burst's starts go first
     steadies = await steady_runs(client, runtime, tag + "-2", steady, every)
     return list(await asyncio.gather(*bursting)), steadies
@@ -106,11 +111,11 @@ def stats(values: list[float]) -> dict[str, float]:
 async def bench(server: DevServer, state: Path, pki: BenchPKI, args: argparse.Namespace) -> dict[str, Any]:
     client = await connect(server.address, "default")
     tag = uuid.uuid4().hex[:6]
-    alone_rt, shared_rt = f"alone-{tag}", f"shared-{tag}"
+    alone_rt, burst_rt, shared_rt = f"alone-{tag}", f"burst-{tag}", f"shared-{tag}"
     runtime = {"adapter": "python", "runs": RUNS_PER_HOST, "minHosts": HOSTS, "maxHosts": HOSTS}
     config = parse_config(
         {
-            "runtimes": [{"name": alone_rt, **runtime}, {"name": shared_rt, **runtime}],
+            "runtimes": [{"name": name, **runtime} for name in (alone_rt, burst_rt, shared_rt)],
             "tenants": [{"name": "burst"}, {"name": "steady"}],
         }
     )
@@ -121,17 +126,22 @@ async def bench(server: DevServer, state: Path, pki: BenchPKI, args: argparse.Na
         trust=pki.worker_trust(),
     )
     async with running_workers(client, settings):
-        await asyncio.gather(wait_hosts(client, alone_rt, HOSTS), wait_hosts(client, shared_rt, HOSTS))
-        print("[one tenant] ...", flush=True)
+        await asyncio.gather(*(wait_hosts(client, rt, HOSTS) for rt in (alone_rt, burst_rt, shared_rt)))
+        print("[one tenant: steady] ...", flush=True)
         alone = await steady_runs(client, alone_rt, tag, args.steady, args.every)
+        print("[one tenant: burst] ...", flush=True)
+        burst_alone = list(await asyncio.gather(*burst_runs(client, burst_rt, tag + "-1", args.burst)))
         print("[two tenants] ...", flush=True)
         bursting, beside = await two_tenants(client, shared_rt, tag, args.burst, args.steady, args.every)
     result = {
         "one_tenant_steady": stats(alone),
+        "one_tenant_burst": stats(burst_alone),
         "two_tenants_burst": stats(bursting),
         "two_tenants_steady": stats(beside),
         "steady_p50_ratio": round(ratio(percentile(beside, 50), percentile(alone, 50)), 2),
         "steady_max_ratio": round(ratio(max(beside), max(alone)), 2),
+        "burst_p50_ratio": round(ratio(percentile(bursting, 50), percentile(burst_alone, 50)), 2),
+        "burst_max_ratio": round(ratio(max(bursting), max(burst_alone)), 2),
         "slots": HOSTS * RUNS_PER_HOST,
         "burst": args.burst,
         "steady": args.steady,
@@ -164,6 +174,7 @@ def main() -> None:
     result = asyncio.run(main_async(args))
     rows = [
         ("one tenant: steady", result["one_tenant_steady"]),
+        ("one tenant: burst", result["one_tenant_burst"]),
         ("two tenants: burst", result["two_tenants_burst"]),
         ("two tenants: steady", result["two_tenants_steady"]),
     ]
@@ -172,6 +183,9 @@ def main() -> None:
         print(f"{name:<24}{s['n']:>4}{s['p50_s']:>9.3f}{s['max_s']:>9.3f}")
     p50, top = result["steady_p50_ratio"], result["steady_max_ratio"]
     print(f"steady two-tenant / one-tenant: p50 {p50}×, max {top}×")
+    print(
+        f"burst two-tenant / one-tenant: p50 {result['burst_p50_ratio']}×, max {result['burst_max_ratio']}×"
+    )
     print(json.dumps({"bench": "tenants", **result}))
 
 
