@@ -5,10 +5,13 @@ reads it when a Function has no replica route: it tells a Function that exists (
 invocation, wake its workflow: scale from zero) from a uid that names none (404), and gives the
 workflow id to signal. The invoke path only reads the dict.
 
-A FunctionWorkflow indexes no KrtPhaseSince, so a refresh asks for the Functions started, ended
-(completed: deleted; or terminated from outside) and being deleted (KrtPhase 'Deleted' while its
-replicas drain) since the last one; a Function that continued as new shows again by its new run's
-StartTime. A full listing mends the rest, as for Runs.
+A FunctionWorkflow indexes no KrtPhaseSince, so a refresh asks for the Functions started and ended
+(completed: deleted; or terminated from outside) since the last one; a Function that continued as
+new shows again by its new run's StartTime. A Function being deleted (KrtPhase 'Deleted' while its
+replicas drain) shows as such from the next full listing only: asking for that phase narrowly
+would list every deleted Function visibility still keeps (closed ones keep their attributes for
+the namespace's retention), every refresh; until then an invocation of it is held and its
+workflow, which ignores the signal, woken for nothing. A full listing mends the rest, as for Runs.
 """
 
 from __future__ import annotations
@@ -47,12 +50,11 @@ class KnownFunctions(KnownView[KnownFunction]):
     NAME = "known-Functions"
 
     def narrow(self, at: str) -> tuple[str, ...]:
-        # those being deleted last: their entry (phase Deleted) wins over the one they started with
+        # each a status's own index, as the known-Runs view asks (an IN or != reads every row)
         return (
             f"{FUNCTIONS} AND ExecutionStatus='Completed' AND CloseTime >= '{at}'",
             f"{FUNCTIONS} AND ExecutionStatus='Terminated' AND CloseTime >= '{at}'",
             f"{RUNNING} AND StartTime >= '{at}'",
-            f"{FUNCTIONS} AND {search.PHASE}='{search.DELETED}'",
         )
 
     def parse(self, execution: Execution) -> tuple[str, KnownFunction] | None:
