@@ -593,7 +593,7 @@ async def _queued_one(p: Platform, logical: str) -> bool:
     return len((await p.pool(logical)).queue) == 1
 
 
-FAIR_TENANTS = [{"name": "burst", "queueLimit": 2}, {"name": "steady"}]
+FAIR_TENANTS = [{"name": "burst", "queueLimit": 2}, {"name": "steady"}, {"name": "own", "mode": "Dedicated"}]
 
 
 async def fair_scenarios(p: Platform) -> None:
@@ -621,6 +621,34 @@ async def fair_scenarios(p: Platform) -> None:
         await h.signal(SIGNAL_CANCEL)
         await closed(h)
     await write(p.client.get_workflow_handle(pool_workflow_id(rt)), "pool_fair_queue")
+    await behind_queue_scenario(p)
+
+
+async def behind_queue_scenario(p: Platform) -> None:
+    """A Run that finds a free slot while another waits (a Dedicated tenant's, behind its own
+    scale-out) queues behind it and is placed in fair order at the batch's end."""
+    rt = p.runtime("fair2")
+
+    async def warm() -> bool:
+        return any(h.state is HostState.Ready for h in (await p.pool("fair2")).hosts)
+
+    await eventually(warm, "the shared host of fair2 Ready")
+    own = await p.start(run_manifest("own-0", runtime=rt, tenant="own", **TTL))
+
+    async def waiting() -> bool:
+        state = await p.pool("fair2")
+        if len(state.hosts) > 1:
+            raise AssertionError("the Dedicated host was Ready before the shared Run came: record again")
+        return len(state.queue) == 1 and bool(state.scaleOuts)
+
+    await eventually(waiting, "the Dedicated tenant's Run queued behind its scale-out")
+    shared = await p.start(run_manifest("shared-0", runtime=rt, **TTL))
+    await p.wait_phase(shared, RunPhase.Ready)
+    await p.wait_phase(own, RunPhase.Ready)
+    for h in (shared, own):
+        await h.signal(SIGNAL_CANCEL)
+        await closed(h)
+    await write(p.client.get_workflow_handle(pool_workflow_id(rt)), "pool_fair_behind_queue")
 
 
 SLOW_LOAD = "import time\ntime.sleep(8)\ndef handle(p):\n    return p\n"  # outlasts a Run's task timeout
@@ -871,6 +899,7 @@ async def main(groups: list[str]) -> None:
                     "grp",
                     "grp1",
                     "fair",
+                    "fair2",
                 )
             }
             runtimes["python"], runtimes["attach"] = runtimes.pop("py"), runtimes.pop("at")
@@ -924,7 +953,9 @@ async def main(groups: list[str]) -> None:
                             else []
                         ),
                         *(
-                            [{"name": runtimes["fair"], "adapter": "python", "runs": 2, "maxHosts": 1}]
+                            [{"name": runtimes["fair"], "adapter": "python", "runs": 2, "maxHosts": 1},
+                             {"name": runtimes["fair2"], "adapter": "python", "runs": 2, "minHosts": 1,
+                              "maxHosts": 2}]
                             if "fair" in groups
                             else []
                         ),

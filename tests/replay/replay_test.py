@@ -221,6 +221,7 @@ ADMISSION = HISTORIES / "pool_queue_paused_drained_resumed.json"
 GROUP_SHARED = HISTORIES / "pool_group_host_shared.json"
 GROUP_UNCOVERED = HISTORIES / "pool_group_uncovered.json"
 FAIR_QUEUE = HISTORIES / "pool_fair_queue.json"
+FAIR_BEHIND = HISTORIES / "pool_fair_behind_queue.json"
 
 
 def test_admission_control_has_recorded_histories() -> None:
@@ -251,6 +252,7 @@ def test_a_queue_placed_fairly_across_tenants_has_a_recorded_history() -> None:
     """One tenant's backlog and another tenant's Run placed ahead of it (record.py fair), under the
     pool-fair-queue patch; the pool histories recorded before it have no marker (placed FIFO)."""
     assert patch_markers(FAIR_QUEUE) == [("pool-fair-queue", False)]
+    assert patch_markers(FAIR_BEHIND) == [("pool-fair-queue", False)]
     assert patch_markers(GROUP_SHARED) == []
 
 
@@ -274,7 +276,9 @@ async def test_a_changed_pool_does_not_replay_the_path_it_changed(changed: type,
         await replayer.replay_workflow(load(path))
 
 
-@pytest.mark.parametrize("path", [ADMISSION, GROUP_SHARED, GROUP_UNCOVERED, FAIR_QUEUE], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [ADMISSION, GROUP_SHARED, GROUP_UNCOVERED, FAIR_QUEUE, FAIR_BEHIND], ids=lambda p: p.stem
+)
 async def test_the_same_pool_through_a_subclass_still_replays(path: Path) -> None:
     """The control of the test above: the subclassing alone is not what fails the replay."""
     replayer = Replayer(workflows=[UnchangedPool], data_converter=DATA_CONVERTER)
