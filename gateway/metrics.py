@@ -61,7 +61,9 @@ class GatewayMetrics:
         self.function_waits = Counter(
             "krt_gateway_function_waits_total",
             "Waits at the gateway for a Function's replica, by how they ended: dispatched, full "
-            "(refused at once: the wait's bound), timeout, withdrawn (the caller hung up)",
+            "(refused at once: the wait's bound), timeout, withdrawn (the caller hung up); held "
+            "without a Ready replica: cold_timeout (none became Ready in time), not_woken (its "
+            "workflow could not be asked)",
             ["outcome"],
             registry=self.registry,
         )

@@ -30,11 +30,13 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
 from kruntimes.contracts.names import SIGNAL_FUNCTION_WAKE, function_workflow_id
+from kruntimes.gateway.auth import CachingAuthorizer, EmbeddedAuthorizer, RoleBindings, TokenFile
 from kruntimes.gateway.heartbeats import MAX_LOAD_UIDS
 from kruntimes.gateway.server import Gateway
 from kruntimes.gateway.visibility import IDENTITY, Visibility
 from kruntimes.gateway.wake import Waker
 from kruntimes.pki import Identity, PeerTLS, Role
+from kruntimes.pki.local import TlsFiles
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -45,6 +47,7 @@ from kruntimes.wire import search_typed
 from tests.gateway.conftest import HostProcess, wait_for
 from tests.gateway.function_invoke_test import HELD, fresh, invoke_function, ran_on, replica_assignment
 from tests.support.pki import CONTROL_PLANE, GATEWAY, TestPKI
+from tests.support.stack import local_gateway_options
 from tests.support.waiting import eventually
 
 WAIT_S = 30.0
@@ -281,3 +284,43 @@ async def test_only_the_control_planes_identity_reads_the_loads_and_only_so_many
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     asked = [str(uuid.uuid4()) for _ in range(MAX_LOAD_UIDS)]
     assert [load.function_uid for load in await loads(gateway, pki.control_plane, *asked)] == asked
+
+
+async def test_a_gateway_given_temporal_in_its_options_holds_and_wakes(
+    tls: TlsFiles,
+    auth_files: tuple[Path, Path],
+    pki: TestPKI,
+    dev_server: DevServer,
+    client: aiohttp.ClientSession,
+    cold: Cold,
+) -> None:
+    """What `krt gateway --temporal-address` builds: its own views and waker, started and stopped
+    with it."""
+    tokens, bindings = auth_files
+    own = Gateway(
+        local_gateway_options(
+            tls,
+            authorizer=CachingAuthorizer(EmbeddedAuthorizer(TokenFile(tokens), RoleBindings.load(bindings))),
+            peer_tls=pki.gateway,
+            assignments=pki.verifier(),
+            temporal=await Visibility.connect(TemporalSettings(address=dev_server.address)),
+            known_refresh_s=REFRESH_S,
+            function_warmup_s=0.0,
+        )
+    )
+    await own.start()
+    try:
+        assert own.waker is not None and own.balancer.waker is own.waker
+        await eventually(
+            lambda: own.known_functions.get(cold.uid) is not None, within=WAIT_S, what="its view"
+        )
+        answer = await invoke_function(client, own, cold.uid, headers={"X-Kruntime-Timeout": "0.5"})
+        assert "within the invocation's timeout" in answer.expect(503, "NoReadyReplica").json["message"]
+        waker = own.waker
+
+        async def woken() -> bool:
+            return waker.sent == 1 and len(await wakes(cold.handle)) == 1
+
+        await eventually(woken, within=WAIT_S, what="its wake signal in the workflow's history")
+    finally:
+        await own.stop()

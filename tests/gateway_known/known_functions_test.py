@@ -75,7 +75,7 @@ async def _start(client: Client, queue: str, name: str) -> tuple[str, WorkflowHa
             ]
         ),
     )
-    return uid, handle  # type: ignore[return-value]
+    return uid, handle
 
 
 async def test_functions_started_renewed_deleted_and_ended_show_in_narrow_refreshes(
