@@ -1,7 +1,8 @@
 """The test node runs a pod's containers as a node does (cluster.py, container.py): PID 1 of a PID
 namespace of its own, the container's security context applied — a read-only root file system but
-its writable volumes, capabilities, no_new_privs, uid and gid — and secret volumes in the
-kubelet's atomic-writer layout, following their Secret. The host pods' own tests depend on it."""
+its writable volumes, capabilities, no_new_privs, uid and gid — secret volumes in the kubelet's
+atomic-writer layout, following their Secret, and for a pod of `hostUsers: false` a user namespace
+of its own with idmapped volumes, on an address of its own. The host pods' own tests depend on it."""
 
 from __future__ import annotations
 
@@ -146,3 +147,53 @@ async def test_a_secret_volume_is_written_and_updated_as_the_kubelets_atomic_wri
     await eventually(lambda: link.read_bytes() == b"two", within=10, what="the volume follows the Secret")
     assert data.readlink() != first and not (volume / first).exists(), "swapped at once, the old one removed"
     await _api(env, "DELETE", "pods/atomic", {"gracePeriodSeconds": 0})
+
+
+# What a container of a `hostUsers: false` pod finds, into its writable volume.
+USERNS_PROBE = r"""
+try() { "$@" >/dev/null 2>&1 && echo 0 || echo 1; }
+{
+echo map $(cat /proc/self/uid_map)
+echo uid $(id -u)
+echo secret $(cat /etc/probe-secret/key)
+echo node-secret $(try head -c1 /etc/shadow)
+echo address $(ip -4 -o address show dev eth0 | awk '{print $4}')
+echo processes $(unshare --pid --fork --mount-proc sh -c 'ls /proc' | grep -c '^[0-9]')
+} > /out/probe
+touch /out/written
+"""
+
+
+async def test_a_pod_of_host_users_false_runs_as_root_of_a_user_namespace_of_its_own_on_its_own_address(
+    env,
+) -> None:
+    """Each such pod: the node's uids of a range no other pod has (65,536 from its root), its
+    root no root of the node (the node's /etc/shadow closed to it) but of the namespaces it makes
+    (a PID namespace with its own /proc), its volumes idmapped (the Secret's 0400 file, the node
+    root's, is its root's; what it writes is the node's root's on the node), and an address of its
+    own, the pod's podIP."""
+    if not env.kubelet.contains:
+        require_or_skip("the test node runs containers only as root, with overlayfs")
+    seen, pods = {}, {}
+    for name in ("userns-a", "userns-b"):
+        await _api(env, "POST", "secrets", _secret(f"{name}-secret", b"s3cret"))
+        pod = _pod(name, USERNS_PROBE, None)
+        pod["spec"]["hostUsers"] = False
+        await _api(env, "POST", "pods", pod)
+    for name in ("userns-a", "userns-b"):
+        pods[name] = pod = await _ended(env, name)
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        out = _volume(env, pod, "out")
+        seen[name] = dict(line.split(" ", 1) for line in (out / "probe").read_text().splitlines())
+        assert (out / "written").stat().st_uid == 0, "idmapped: the pod's root is the node's root on disk"
+    ranges = []
+    for name, found in seen.items():
+        inside, base, count = (int(x) for x in found["map"].split())
+        assert (inside, count) == (0, 65536) and base > 0, found
+        ranges.append(range(base, base + count))
+        assert found["uid"] == "0" and found["secret"] == "s3cret", found
+        assert found["node-secret"] == "1", "the pod's root is no root of the node"
+        assert int(found["processes"]) <= 3, found  # its own PID namespace, made by the pod's root
+        assert found["address"].split("/")[0] == pods[name]["status"]["podIP"] != "127.0.0.1", found
+    assert not set(ranges[0]) & set(ranges[1])
+    assert seen["userns-a"]["address"] != seen["userns-b"]["address"]
