@@ -67,6 +67,13 @@ class GatewayMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.function_wakes = Counter(
+            "krt_gateway_function_wakes_total",
+            "Signals asking a Function's workflow for a replica (scale from zero), by result: sent, "
+            "failed (Temporal unreachable or refusing, the workflow not running)",
+            ["result"],
+            registry=self.registry,
+        )
         self.functions = Gauge(
             "krt_gateway_functions", "Functions with at least one replica route", registry=self.registry
         )

@@ -102,7 +102,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.balancer = Balancer(self.routes, self.metrics)  # a Function's replicas
         self.known_functions = KnownFunctions(options.temporal, refresh_s=options.known_refresh_s)
-        self.waker = Waker(options.temporal) if options.temporal is not None else None
+        self.waker = Waker(options.temporal, metrics=self.metrics) if options.temporal is not None else None
         if self.waker is not None:
             self.balancer.use_temporal(self.known_functions, self.waker)
         self.heartbeats = HeartbeatServer(

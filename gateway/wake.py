@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kruntimes.contracts.names import SIGNAL_FUNCTION_WAKE
+from kruntimes.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,10 @@ class Waker:
         *,
         interval_s: float = WAKE_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.signaller = signaller
+        self.metrics = metrics
         self.interval_s = interval_s
         self._clock = clock
         self._last: OrderedDict[str, float] = OrderedDict()  # function uid → its last signal's time
@@ -78,6 +81,8 @@ class Waker:
             await self.signaller.signal(workflow_id, SIGNAL_FUNCTION_WAKE, request_id=str(uuid.uuid4()))
         except Exception as e:  # whatever it was, the held invocations must not wait on it
             self.failed += 1
+            if self.metrics is not None:
+                self.metrics.function_wakes.labels("failed").inc()
             log.warning(
                 "cannot ask a Function's workflow for a replica",
                 extra={"function_uid": function_uid, "error": str(e)[:300]},
@@ -86,6 +91,8 @@ class Waker:
                 self.on_failed(function_uid)
             return
         self.sent += 1
+        if self.metrics is not None:
+            self.metrics.function_wakes.labels("sent").inc()
         log.info("asked a Function's workflow for a replica", extra={"function_uid": function_uid})
 
     async def stop(self) -> None:

@@ -322,5 +322,8 @@ async def test_a_gateway_given_temporal_in_its_options_holds_and_wakes(
             return waker.sent == 1 and len(await wakes(cold.handle)) == 1
 
         await eventually(woken, within=WAIT_S, what="its wake signal in the workflow's history")
+        async with client.get(f"{own.url}/metrics") as response:
+            text = await response.text()
+        assert 'krt_gateway_function_wakes_total{result="sent"} 1.0' in text and cold.uid not in text
     finally:
         await own.stop()
