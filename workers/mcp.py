@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from kruntimes.cli.main import explain
 from kruntimes.mcp import errors
-from kruntimes.mcp.access import EVERY_NAMESPACE, LocalAccess, TokenAccess
+from kruntimes.mcp.access import EVERY_NAMESPACE, LocalAccess, Target, TokenAccess
 from kruntimes.mcp.server import Platform, http_app, serve_stdio
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.client import Client
@@ -80,23 +80,31 @@ async def _stdio(config: clientconfig.ClientConfig) -> None:
 
 
 def _access(authorizer: Authorizer) -> TokenAccess:
-    """The gateway's authorizer (its method and decision cache) as the tools' Access."""
+    """The gateway's authorizer (its method and decision cache) as the tools' Access: the review
+    names the exact Run or Function a tool acts on (kind, namespace, name), as the gateway's own
+    review of an invocation does; the caller's token goes on with the call."""
     from kruntimes.gateway.auth.base import AuthError, Forbidden, Resource, bearer_token
 
-    async def authorize(header: str | None, namespace: str) -> str:
+    async def authorize(header: str | None, target: Target) -> tuple[str, str]:
         try:
             token = bearer_token(header)
-            principal = await authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=""))
+            resource = Resource(namespace=target.namespace, name=target.name, run_uid="", kind=target.kind)
+            principal = await authorizer.authorize(token, resource)
         except Forbidden as e:
-            if namespace == EVERY_NAMESPACE:
+            if target.namespace == EVERY_NAMESPACE:
                 raise errors.forbidden(
                     "not bound to every namespace (the admin's), as the host, queue and schedule tools "
                     "and a listing of every namespace need"
                 ) from e
-            raise errors.forbidden(f"not bound to namespace {namespace!r}") from e
+            if target.name:
+                raise errors.forbidden(
+                    f"not allowed on {target.kind} {target.namespace}/{target.name} (a binding to "
+                    f"namespace {target.namespace!r}; in a cluster, get on {target.kind}.kruntimes.io)"
+                ) from e
+            raise errors.forbidden(f"not bound to namespace {target.namespace!r}") from e
         except AuthError as e:
             raise errors.ToolError(type(e).__name__, str(e)) from e
-        return principal.user
+        return principal.user, token
 
     return TokenAccess(authorize)
 

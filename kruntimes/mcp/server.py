@@ -3,10 +3,10 @@ and two resources (a Run's status, the hosts' table). The transports are the SDK
 (`serve_stdio`) and streamable HTTP (`http_app`, which kruntimes.workers.mcp serves over TLS).
 
 A call goes: the tool by name; its arguments validated whole (nothing touched yet); the caller
-asked for the authority the tool needs (the input's namespace, or every namespace for a host,
-queue or schedule tool); then the handler. Any refusal is an MCP tool error (isError) with a
-stable reason and one line; a handler's unexpected exception is logged here, and the caller sees
-only its type.
+asked for the authority the tool needs (the Run or Function the input names, its namespace for a
+listing, or every namespace for a host, queue or schedule tool); then the handler. Any refusal is
+an MCP tool error (isError) with a stable reason and one line; a handler's unexpected exception
+is logged here, and the caller sees only its type.
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
 from kruntimes.api.names import validate_dns1123_label
-from kruntimes.mcp.access import EVERY_NAMESPACE, Access, Caller
+from kruntimes.mcp.access import EVERY_NAMESPACE, Access, Caller, Target
 from kruntimes.mcp.errors import INVALID_ARGUMENTS, ToolError, tool_error
 from kruntimes.mcp.tools import (
     BY_NAME,
     TOOLS,
     Answer,
     Call,
+    FunctionApplyInput,
     RunCreateInput,
     ScheduleCreateInput,
     hosts_list,
-    namespace_of,
+    target_of,
 )
 from kruntimes.sdk.client import Client
 
@@ -44,12 +45,22 @@ RUN_STATUS_TEMPLATE = "krt://runs/{namespace}/{name}/status"
 _RUN_STATUS = re.compile(r"krt://runs/([^/]{1,63})/([^/]{1,63})/status")
 # what may end a Run or lose queued work (an agent's client asks before such a call)
 DESTRUCTIVE = frozenset(
-    {"run_delete", "run_cancel", "host_drain", "host_delete", "queue_pause", "queue_drain", "schedule_delete"}
+    {
+        "run_delete",
+        "run_cancel",
+        "functions_delete",
+        "host_drain",
+        "host_delete",
+        "queue_pause",
+        "queue_drain",
+        "schedule_delete",
+    }
 )
 INSTRUCTIONS = (
     "kruntimes runs user functions on a pool of runtime hosts. A Run is a function (invoke it once "
     "Ready) or a task (it runs once). Create one with run_create, wait for it with run_wait, call "
-    "it with invoke, remove it with run_delete. Errors carry a stable reason."
+    "it with invoke, remove it with run_delete. A Function (functions_apply) is a function Run's "
+    "spec served by replicas behind one URL: functions_invoke calls it. Errors carry a stable reason."
 )
 
 
@@ -93,7 +104,7 @@ def _error(error: ToolError) -> types.CallToolResult:
 def _check_source(args: Any, access: Access) -> None:
     """Over HTTP a Run's source.path would name a directory of the server's machine, not the
     caller's: only inline sources are taken."""
-    if not access.remote or not isinstance(args, RunCreateInput | ScheduleCreateInput):
+    if not access.remote or not isinstance(args, RunCreateInput | ScheduleCreateInput | FunctionApplyInput):
         return
     spec = args.manifest.spec if args.manifest is not None else args.spec
     if spec is not None and spec.source.path is not None:
@@ -131,8 +142,7 @@ def build(platform: Platform, access: Access) -> Server[Any]:
             return _error(ToolError("UnknownTool", f"no tool {params.name[:64]!r}; tools/list lists them"))
         try:
             args = tool.validate(dict(params.arguments or {}))
-            namespace = EVERY_NAMESPACE if tool.scope == "admin" else namespace_of(args)
-            caller = await access.caller(ctx.request, namespace)
+            caller = await access.caller(ctx.request, target_of(tool, args))
             _check_source(args, access)
             call = Call(caller=caller, client=platform.client, creating=platform.creating)
             return _result(await tool.handler(args, call))
@@ -175,7 +185,7 @@ def build(platform: Platform, access: Access) -> Server[Any]:
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         if uri == HOSTS_URI:
-            caller = await _resource_caller(ctx, EVERY_NAMESPACE)
+            caller = await _resource_caller(ctx, Target(EVERY_NAMESPACE))
             call = Call(caller=caller, client=platform.client, creating=platform.creating)
             document: Any = (await hosts_list(None, call)).structured  # type: ignore[arg-type]
         else:
@@ -185,7 +195,7 @@ def build(platform: Platform, access: Access) -> Server[Any]:
             namespace, name = match.groups()
             validate_dns1123_label(namespace, field="namespace")
             validate_dns1123_label(name, field="name")
-            await _resource_caller(ctx, namespace)
+            await _resource_caller(ctx, Target(namespace, name))
             document = (await platform.client.status(name, namespace)).model_dump(
                 mode="json", exclude_none=True
             )
@@ -195,9 +205,9 @@ def build(platform: Platform, access: Access) -> Server[Any]:
             ]
         )
 
-    async def _resource_caller(ctx: ServerRequestContext[Any], namespace: str) -> Caller:
+    async def _resource_caller(ctx: ServerRequestContext[Any], target: Target) -> Caller:
         try:
-            return await access.caller(ctx.request, namespace)
+            return await access.caller(ctx.request, target)
         except ToolError as e:
             raise PermissionError(f"{e.reason}: {e.message}") from None
 

@@ -1,10 +1,12 @@
 """The tools: each an input model (its JSON schema is the tool's, made from the API's own pydantic
-models: a manifest is `Run`, a spec `RunSpec`, a phase `RunPhase`) and a handler over the SDK.
+models: a manifest is `Run` or `Function`, a spec `RunSpec` or `FunctionSpec`, a phase `RunPhase`)
+and a handler over the SDK.
 
 Every input is validated, as a whole, before anything is touched; a handler returns its
 structured result (a JSON object) and a short line for the model to read. A mutating tool is
-recorded with its caller: a Run records it as its creator (kind `mcp`), a schedule's Runs as theirs
-(kind `schedule`), a host action as its requestedBy in the HostWorkflow's history and a queue
+recorded with its caller: a Run or a Function records it as its creator (kind `mcp`), a schedule's
+Runs as theirs (kind `schedule`), a Function's scale as its reason in the Function's history, a host
+action as its requestedBy in the HostWorkflow's history and a queue
 action in the pool's (as `krt hosts drain` and `krt queue pause` do), and every one as a line of
 the `kruntimes.mcp.audit` log.
 """
@@ -16,22 +18,31 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from kruntimes.api._base import validate_document
-from kruntimes.api.limits import MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
+from kruntimes.api.function import FUNCTION_KIND, Function, FunctionSpec, FunctionStatus
+from kruntimes.api.limits import (
+    MAX_FUNCTION_NAME_CHARS,
+    MAX_FUNCTION_REPLICAS,
+    MAX_INVOKE_TIMEOUT_SECONDS,
+    MAX_PAYLOAD_BYTES,
+)
 from kruntimes.api.names import validate_dns1123_label, validate_invocation_id
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import API_VERSION, KIND, Run
 from kruntimes.api.spec import RunSpec
+from kruntimes.api.status import Endpoint
 from kruntimes.cli.output import host_document, reconcile_line
-from kruntimes.mcp.access import EVERY_NAMESPACE, Caller
+from kruntimes.mcp.access import EVERY_NAMESPACE, FUNCTIONS, RUNS, Caller, Kind, Target
 from kruntimes.mcp.errors import INVALID_ARGUMENTS, ToolError
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.events import RunEvent
-from kruntimes.sdk.results import RunObject
+from kruntimes.sdk.functions import rolled_out
+from kruntimes.sdk.invoke import Invoker, endpoint_of
+from kruntimes.sdk.results import FunctionObject, InvokeResult, RunObject
 from kruntimes.sdk.schedules import (
     MAX_INTERVAL,
     MAX_NOTE_LENGTH,
@@ -40,6 +51,9 @@ from kruntimes.sdk.schedules import (
     Overlap,
     ScheduleView,
 )
+
+if TYPE_CHECKING:
+    from kruntimes.sdk.runs import Runs
 
 audit = logging.getLogger("kruntimes.mcp.audit")
 
@@ -104,6 +118,78 @@ class InvokeInput(RunRef):
 
 class NoInput(_Input):
     pass
+
+
+FunctionName = Annotated[
+    str, Field(max_length=MAX_FUNCTION_NAME_CHARS, description="the Function's name"), _label("name")
+]
+FunctionNamespace = Annotated[
+    str, Field(max_length=63, description="the Function's namespace (default: default)"), _label("namespace")
+]
+
+
+class FunctionRef(_Input):
+    name: FunctionName
+    namespace: FunctionNamespace = "default"
+
+
+class FunctionListInput(_Input):
+    namespace: FunctionNamespace | None = Field(
+        default=None, description="one namespace (default: every one)"
+    )
+
+
+class FunctionApplyInput(_Input):
+    """A Function from a whole manifest, or from its name, namespace and spec: created, or the
+    running one changed (a new revision when the replicas' template changed)."""
+
+    manifest: Function | None = Field(
+        default=None, description="a Function manifest (apiVersion, kind Function, metadata, spec)"
+    )
+    name: FunctionName | None = None
+    namespace: FunctionNamespace | None = None
+    spec: FunctionSpec | None = Field(
+        default=None,
+        description="the Function's spec (a function Run's, and scale), with name (not with manifest)",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    wait: bool = Field(default=False, description="answer once every wanted replica of it is Ready")
+    waitTimeoutSeconds: WaitSeconds = 120.0
+
+
+class FunctionGetInput(FunctionRef):
+    replicas: bool = Field(default=False, description="also each replica Run (name, uid, revision, phase)")
+
+
+class FunctionScaleInput(FunctionRef):
+    replicas: int = Field(
+        ge=0, le=MAX_FUNCTION_REPLICAS, description="replicas wanted, within spec.scale.min..max"
+    )
+    message: Annotated[
+        str, Field(max_length=200, description="why (kept in the Function's history with who asked)")
+    ] = ""
+
+
+class FunctionRolloutInput(FunctionRef):
+    wait: bool = Field(
+        default=True, description="until the current revision is rolled out (false: where it is now)"
+    )
+    timeoutSeconds: WaitSeconds = 300.0
+
+
+class FunctionRollbackInput(FunctionRef):
+    wait: bool = Field(default=False, description="answer once the new revision is rolled out")
+    waitTimeoutSeconds: WaitSeconds = 300.0
+
+
+class FunctionDeleteInput(FunctionRef):
+    timeoutSeconds: WaitSeconds = 120.0
+
+
+class FunctionInvokeInput(FunctionRef):
+    data: Any = Field(default=None, description="the JSON payload the handler is called with")
+    invocationId: Annotated[str, AfterValidator(validate_invocation_id)] | None = None
+    timeoutSeconds: float | None = Field(default=None, gt=0, le=MAX_INVOKE_TIMEOUT_SECONDS)
 
 
 HostName = Annotated[str, Field(min_length=1, max_length=253, description="the host, as hosts_list names it")]
@@ -197,6 +283,7 @@ class Tool:
     mutating: bool
     # what the caller needs: the namespace of the input ("namespace"), or every one (admin)
     scope: Literal["namespace", "admin"]
+    kind: Kind = RUNS  # what a namespace tool's access review names
 
     def schema(self) -> dict[str, Any]:
         return self.model.model_json_schema()
@@ -210,14 +297,20 @@ class Tool:
         )
 
 
-def namespace_of(args: Any) -> str:
-    """The namespace a run tool acts in (a list of every namespace: EVERY_NAMESPACE)."""
-    if isinstance(args, RunCreateInput):
+def target_of(tool: Tool, args: Any) -> Target:
+    """What a call acts on, for the access check: every namespace for an admin tool; else the
+    Run or Function the input names (its namespace as a whole for a listing; every namespace for
+    a listing of all)."""
+    if tool.scope == "admin":
+        return Target(EVERY_NAMESPACE)
+    if isinstance(args, RunCreateInput | FunctionApplyInput):
         if args.manifest is not None:
-            return args.manifest.metadata.namespace
-        return args.namespace or "default"
+            return Target(args.manifest.metadata.namespace, args.manifest.metadata.name, tool.kind)
+        return Target(args.namespace or "default", args.name or "", tool.kind)
     namespace = getattr(args, "namespace", None)
-    return EVERY_NAMESPACE if namespace is None else str(namespace)
+    if namespace is None:
+        return Target(EVERY_NAMESPACE, "", tool.kind)
+    return Target(str(namespace), str(getattr(args, "name", "")), tool.kind)
 
 
 def _run(run: RunObject) -> dict[str, Any]:
@@ -355,19 +448,199 @@ async def run_history(args: RunRef, call: Call) -> Answer:
     return Answer(summary, text)
 
 
-async def invoke(args: InvokeInput, call: Call) -> Answer:
-    data = json.dumps(args.data, ensure_ascii=False).encode()
-    if len(data) > MAX_PAYLOAD_BYTES:
+def _payload(data: Any) -> bytes:
+    body = json.dumps(data, ensure_ascii=False).encode()
+    if len(body) > MAX_PAYLOAD_BYTES:
         raise ToolError(INVALID_ARGUMENTS, f"data: over {MAX_PAYLOAD_BYTES} bytes as JSON")
-    result = await call.client.invoke(
-        args.name,
-        data,
-        namespace=args.namespace,
-        invocation_id=args.invocationId,
-        timeout=args.timeoutSeconds,
-    )
+    return body
+
+
+def _answered(result: InvokeResult) -> Answer:
     text = json.dumps(result.outputs, ensure_ascii=False)
     return Answer(result.model_dump(mode="json"), text if len(text) <= 2000 else text[:2000] + "…")
+
+
+async def _as_caller(
+    call: Call, endpoint: Endpoint, data: bytes, *, invocation_id: str | None, timeout: float | None
+) -> InvokeResult:
+    """One POST to `endpoint` at the gateway with the caller's own bearer token (HTTP), so the
+    gateway decides again, for the caller, as if they had called it themselves: this server's
+    credentials never invoke for a remote caller."""
+    assert call.caller.token is not None
+    # a session per call: the SDK's Invoker carries one token, and a caller's must not outlive its call
+    invoker = Invoker(call.client.config._replace(token=call.caller.token))
+    try:
+        return await invoker.send(endpoint, data, invocation_id=invocation_id, timeout=timeout)
+    finally:
+        await invoker.close()
+
+
+async def invoke(args: InvokeInput, call: Call) -> Answer:
+    data = _payload(args.data)
+    if call.caller.token is None:  # stdio: the local user's config, as `krt invoke`
+        result = await call.client.invoke(
+            args.name,
+            data,
+            namespace=args.namespace,
+            invocation_id=args.invocationId,
+            timeout=args.timeoutSeconds,
+        )
+        return _answered(result)
+    # the Client has the Runs' status and get that endpoint_of reads
+    endpoint = await endpoint_of(args.name, namespace=args.namespace, runs=cast("Runs", call.client))
+    return _answered(
+        await _as_caller(call, endpoint, data, invocation_id=args.invocationId, timeout=args.timeoutSeconds)
+    )
+
+
+# -- Functions -----------------------------------------------------------------------------------
+
+
+def _function_line(fn: FunctionObject) -> str:
+    status = fn.status
+    replicas = status.replicas
+    return (
+        f"function/{fn.name} -n {fn.namespace}: {status.phase.value}, revision {status.revision}, "
+        f"{replicas.ready}/{replicas.wanted} replicas ready"
+    )
+
+
+def _status_line(name: str, status: FunctionStatus) -> str:
+    done = "rolled out" if rolled_out(status) else f"rolling out (observed {status.observedRevision})"
+    return (
+        f"function/{name}: revision {status.revision} {done}, "
+        f"{status.replicas.ready}/{status.replicas.wanted} replicas ready, {status.replicas.total} in all"
+    )
+
+
+async def functions_apply(args: FunctionApplyInput, call: Call) -> Answer:
+    if args.manifest is not None:
+        given = [f for f in ("name", "namespace", "spec") if getattr(args, f) is not None] + (
+            ["labels"] if args.labels else []
+        )
+        if given:
+            raise ToolError(INVALID_ARGUMENTS, f"manifest takes the whole Function; drop {', '.join(given)}")
+        function = args.manifest
+    else:
+        missing = [f for f in ("name", "spec") if getattr(args, f) is None]
+        if missing:
+            raise ToolError(INVALID_ARGUMENTS, f"{' and '.join(missing)} required (or a whole manifest)")
+        assert args.spec is not None and args.name is not None
+        function = Function.from_dict(
+            {
+                "apiVersion": API_VERSION,
+                "kind": FUNCTION_KIND,
+                "metadata": {
+                    "name": args.name,
+                    "namespace": args.namespace or "default",
+                    "labels": args.labels,
+                },
+                "spec": args.spec.model_dump(mode="json", exclude_none=True),
+            }
+        )
+    name, namespace = function.metadata.name, function.metadata.namespace
+    client = await call.creating(call.caller)  # the Function records the caller as its creator
+    _record(call, "functions_apply", f"function/{name} -n {namespace}")
+    applied = await client.functions.apply(function)
+    fn = applied.function
+    if args.wait:
+        fn = await call.client.functions.wait_ready(name, namespace, timeout=args.waitTimeoutSeconds)
+    return Answer(
+        {"action": applied.action, "function": fn.manifest()}, f"{_function_line(fn)} ({applied.action})"
+    )
+
+
+async def functions_get(args: FunctionGetInput, call: Call) -> Answer:
+    if not args.replicas:
+        fn = await call.client.functions.get(args.name, args.namespace)
+        return Answer(fn.manifest(), _function_line(fn))
+    described = await call.client.functions.describe(args.name, args.namespace)
+    replicas = [r.model_dump(mode="json") for r in described.replicas]
+    fn = described.function
+    lines = "".join(f"\n{r['name']} r{r['revision']} {r['phase']}" for r in replicas[:20])
+    return Answer({**fn.manifest(), "replicaRuns": replicas}, _function_line(fn) + lines)
+
+
+async def functions_list(args: FunctionListInput, call: Call) -> Answer:
+    found = await call.client.functions.list(args.namespace)
+    shown = found[:MAX_LIST]
+    items = [
+        {
+            "name": f.name,
+            "namespace": f.namespace,
+            "uid": f.uid,
+            "runtime": f.spec.runtime,
+            "phase": f.status.phase.value,
+            "revision": f.status.revision,
+            "ready": f.status.replicas.ready,
+            "wanted": f.status.replicas.wanted,
+            "url": f.status.endpoint.url if f.status.endpoint is not None else None,
+        }
+        for f in shown
+    ]
+    more = f" (the first {MAX_LIST} of {len(found)})" if len(found) > len(shown) else ""
+    text = f"{len(found)} Function(s){more}" + "".join(f"\n{_function_line(f)}" for f in shown[:20])
+    return Answer({"items": items, "total": len(found)}, text)
+
+
+async def functions_scale(args: FunctionScaleInput, call: Call) -> Answer:
+    _record(call, "functions_scale", f"function/{args.name} -n {args.namespace} to {args.replicas}")
+    # the reason is the Update's argument: the Function's history keeps who asked
+    reason = f"by {call.caller.name}" + (f": {args.message}" if args.message else "")
+    result = await call.client.functions.scale(args.name, args.replicas, args.namespace, reason=reason)
+    return Answer(
+        {"name": args.name, "namespace": args.namespace, **result.model_dump(mode="json")},
+        f"function/{args.name}: {result.previous} -> {result.wanted} replicas wanted",
+    )
+
+
+async def functions_rollout_status(args: FunctionRolloutInput, call: Call) -> Answer:
+    status = await call.client.functions.rollout_status(
+        args.name, args.namespace, wait=args.wait, timeout=args.timeoutSeconds
+    )
+    return Answer(
+        {
+            "name": args.name,
+            "namespace": args.namespace,
+            "rolledOut": rolled_out(status),
+            "status": status.model_dump(mode="json", exclude_none=True),
+        },
+        _status_line(args.name, status),
+    )
+
+
+async def functions_rollback(args: FunctionRollbackInput, call: Call) -> Answer:
+    _record(call, "functions_rollback", f"function/{args.name} -n {args.namespace}")
+    fn = await call.client.functions.rollback(args.name, args.namespace)
+    if args.wait:
+        await call.client.functions.rollout_status(args.name, args.namespace, timeout=args.waitTimeoutSeconds)
+        fn = await call.client.functions.get(args.name, args.namespace)
+    return Answer(fn.manifest(), _function_line(fn) + " (rolled back)")
+
+
+async def functions_delete(args: FunctionDeleteInput, call: Call) -> Answer:
+    _record(call, "functions_delete", f"function/{args.name} -n {args.namespace}")
+    await call.client.functions.delete(args.name, args.namespace, timeout=args.timeoutSeconds)
+    return Answer(
+        {"name": args.name, "namespace": args.namespace, "deleted": True}, f"function/{args.name} deleted"
+    )
+
+
+async def functions_invoke(args: FunctionInvokeInput, call: Call) -> Answer:
+    data = _payload(args.data)
+    if call.caller.token is None:  # stdio: the local user's config, as `krt function invoke`
+        result = await call.client.functions.invoke(
+            args.name,
+            data,
+            namespace=args.namespace,
+            invocation_id=args.invocationId,
+            timeout=args.timeoutSeconds,
+        )
+        return _answered(result)
+    endpoint = await call.client.functions.endpoint(args.name, args.namespace)
+    return _answered(
+        await _as_caller(call, endpoint, data, invocation_id=args.invocationId, timeout=args.timeoutSeconds)
+    )
 
 
 async def hosts_list(args: NoInput, call: Call) -> Answer:
@@ -555,6 +828,83 @@ TOOLS: tuple[Tool, ...] = (
         invoke,
         False,
         "namespace",
+    ),
+    Tool(
+        "functions_apply",
+        "Create a Function (a function Run's spec served by scale.min..max replicas behind one URL) from "
+        "a manifest, or from name, namespace and spec, or change the running one (a new revision when "
+        "the replicas' template changed); optionally wait until it is Ready.",
+        FunctionApplyInput,
+        functions_apply,
+        True,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_get",
+        "A Function's manifest (its current revision's spec) and status; optionally its replica Runs.",
+        FunctionGetInput,
+        functions_get,
+        False,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_list",
+        "List the Functions, of one namespace or all.",
+        FunctionListInput,
+        functions_list,
+        False,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_scale",
+        "Set the replicas a Function wants, within its spec.scale.min..max (recorded in its history "
+        "with who asked); the autoscaler moves it from there.",
+        FunctionScaleInput,
+        functions_scale,
+        True,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_rollout_status",
+        "A Function's rollout: wait until its current revision is rolled out (every wanted replica "
+        "Ready, none of an older revision left), or where it is now (wait false).",
+        FunctionRolloutInput,
+        functions_rollout_status,
+        False,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_rollback",
+        "Go back to a Function's previous revision's template, as a new revision (rolled out like any).",
+        FunctionRollbackInput,
+        functions_rollback,
+        True,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_delete",
+        "Drain and delete every replica of a Function, then the Function (its name and URL are free).",
+        FunctionDeleteInput,
+        functions_delete,
+        True,
+        "namespace",
+        FUNCTIONS,
+    ),
+    Tool(
+        "functions_invoke",
+        "Invoke a Function once through the gateway (which picks a Ready replica) and return its "
+        "answer; never retried.",
+        FunctionInvokeInput,
+        functions_invoke,
+        False,
+        "namespace",
+        FUNCTIONS,
     ),
     Tool(
         "hosts_list",

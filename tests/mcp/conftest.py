@@ -1,6 +1,8 @@
 """`krt mcp` against the shared embedded platform (tests/conftest.py's `session_platform`), with
 the official MCP SDK's client: over stdio (a `krt mcp` subprocess, the CLI's credentials) and over
-streamable HTTPS (`krt mcp --listen`, tokens of its own token file and role bindings)."""
+streamable HTTPS (`krt mcp --listen`, with the gateway's own token file, to which this fixture adds
+its users, and role bindings of its own: an invocation carries the caller's token on to the
+gateway, which binds `devs` to every namespace and no other group)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import contextlib
 import json
 import ssl
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +26,8 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.sdk.stack import Platform
 from tests.support.waiting import eventually
 
-ADMIN_TOKEN = "krt-mcp-test-admin"
-CAROL_TOKEN = "krt-mcp-test-carol"  # bound to namespace team-b only
+ADMIN_TOKEN = "krt-mcp-test-admin"  # the MCP admin, and a `devs` member: the gateway lets it invoke
+CAROL_TOKEN = "krt-mcp-test-carol"  # bound to namespace team-b only here; the gateway binds her nowhere
 DAVE_TOKEN = "krt-mcp-test-dave"  # bound to namespace team-d only
 BINDINGS = """\
 bindings:
@@ -76,19 +79,35 @@ class HttpServer:
 async def mcp_http(
     session_platform: Platform, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[HttpServer]:
-    """`krt mcp --listen 127.0.0.1:0` serving the gateway's certificate, with a token file of an
-    admin and two users each bound to one namespace; one for every test module of this folder."""
+    """`krt mcp --listen 127.0.0.1:0` serving the gateway's certificate, with the gateway's token
+    file (an admin and two users each bound here to one namespace added to it, and taken out again
+    at the end: the gateway reloads it) and bindings of its own; one for every test module of this
+    folder."""
     root = tmp_path_factory.mktemp("mcp")
-    tokens = root / "tokens.csv"
-    tokens.write_text(
-        f'{ADMIN_TOKEN},root,0,"admins"\n{CAROL_TOKEN},carol,2001,"others"\n{DAVE_TOKEN},dave,2002,"others"\n'
-    )
-    tokens.chmod(0o600)
-    bindings = root / "rolebindings.yaml"
-    bindings.write_text(BINDINGS)
+    tokens = session_platform.state_dir.parent / "tokens.csv"  # the gateway's (tests/support/stack.py)
+    before = tokens.read_text()
+    with tokens.open("a") as out:
+        out.write(
+            f'{ADMIN_TOKEN},root,0,"admins,devs"\n{CAROL_TOKEN},carol,2001,"others"\n'
+            f'{DAVE_TOKEN},dave,2002,"others"\n'
+        )
+    try:
+        await gateway_knows(session_platform, ADMIN_TOKEN)
+        bindings = root / "rolebindings.yaml"
+        bindings.write_text(BINDINGS)
+        async with krt_mcp_listen(session_platform, root, tokens, bindings) as server:
+            yield server
+    finally:
+        tokens.write_text(before)
+
+
+@contextlib.asynccontextmanager
+async def krt_mcp_listen(
+    platform: Platform, root: Path, tokens: Path, bindings: Path
+) -> AsyncIterator[HttpServer]:
     ready = root / "ready.json"
     log = root / "mcp.log"
-    tls = session_platform.tls
+    tls = platform.tls
     with log.open("w") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -109,7 +128,7 @@ async def mcp_http(
             str(ready),
             "--log-level",
             "info",
-            env=session_platform.env(),
+            env=platform.env(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -133,6 +152,21 @@ async def mcp_http(
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+
+
+async def gateway_knows(platform: Platform, token: str) -> None:
+    """Wait until the gateway has read `token` from its token file (it looks again at most once a
+    second): it answers an invocation of no Function with that token otherwise than 401."""
+    url = f"{platform.config.gatewayUrl}/v1/namespaces/default/functions/{uuid.uuid4()}:invoke"
+    verify = ssl.create_default_context(cafile=str(platform.tls.ca_cert))
+
+    async def known() -> int:
+        async with httpx2.AsyncClient(verify=verify) as http:
+            answer = await http.post(url, headers={"Authorization": f"Bearer {token}"}, json={})
+        assert answer.status_code != 401, answer.text
+        return answer.status_code
+
+    await eventually(known, within=30, ignoring=(AssertionError,), what="the gateway reading its token file")
 
 
 def structured(result: Any) -> dict[str, Any]:

@@ -32,6 +32,14 @@ TOOLS = {
     "run_delete",
     "run_history",
     "invoke",
+    "functions_apply",
+    "functions_get",
+    "functions_list",
+    "functions_scale",
+    "functions_rollout_status",
+    "functions_rollback",
+    "functions_delete",
+    "functions_invoke",
     "hosts_list",
     "host_drain",
     "host_delete",
@@ -167,3 +175,27 @@ async def test_over_https_two_clients_call_tools_at_once_and_a_mutating_call_is_
     assert f"run_delete by mcp:carol: run/{name} -n team-b" in mcp_http.log.read_text()
     assert CAROL_TOKEN not in mcp_http.log.read_text() and ADMIN_TOKEN not in mcp_http.log.read_text()
     assert DAVE_TOKEN not in mcp_http.log.read_text()
+
+
+async def test_over_https_an_invocation_carries_the_callers_own_token_and_the_gateway_decides_for_them(
+    platform: Platform, mcp_http: HttpServer
+) -> None:
+    """This server binds carol to team-b; the gateway binds her nowhere. Her invoke through MCP is
+    the gateway's refusal, for her: the server's own credentials (its client config's token, which
+    may invoke anywhere) never invoke for a remote caller. The admin, whom the gateway binds, gets
+    the answer."""
+    name = unique("fwd")
+    async with mcp_http.session(CAROL_TOKEN) as carol, mcp_http.session(ADMIN_TOKEN) as admin:
+        created = await carol.call_tool(
+            "run_create", {"manifest": manifest(name, namespace="team-b"), "wait": True}
+        )
+        assert structured(created)["status"]["phase"] == "Ready"
+        refused = refusal(await carol.call_tool("invoke", {"name": name, "namespace": "team-b", "data": {}}))
+        assert refused["reason"] == "Forbidden" and "user 'carol' may not invoke" in refused["message"], (
+            refused
+        )
+        answer = await admin.call_tool(
+            "invoke", {"name": name, "namespace": "team-b", "data": {"by": "root"}}
+        )
+        assert structured(answer)["outputs"]["echo"] == {"by": "root"}
+    assert CAROL_TOKEN not in mcp_http.log.read_text()
