@@ -23,6 +23,7 @@ from temporalio.worker import (
     Worker,
 )
 
+from kruntimes.activities.function_load import FunctionLoadActivities
 from kruntimes.activities.functions import FunctionActivities
 from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
 from kruntimes.activities.host_manager import HostActivities, ProbeActivities
@@ -246,6 +247,7 @@ async def _running_workers(
         handoff.await_assignment,
         RetentionActivities(client).delete_execution,
         FunctionActivities(client).delete_replica,
+        FunctionLoadActivities(gateways=settings.platform.gatewayHeartbeats).autoscale_function,
     ]
     tuning = worker_tuning(settings.sandboxed)
     running = RunningWorkers(known=reconciler.known)

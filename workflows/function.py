@@ -7,6 +7,9 @@ exists. It is the Function's status, and it keeps the Function's replicas:
     apply (another template) | rollback ─▶ revision n+1 ─▶ its replicas ─▶ Ready ─▶ the older
           revision's replicas are deleted (their RunWorkflows' delete update)
     delete ─▶ every replica deleted ─▶ the workflow ends (Deleted)
+    autoscaling (scale.max > scale.min): the `autoscale_function` activity samples the load and
+          returns a decision ─▶ `wanted` changes as the `scale` update would (status.lastScale)
+    wake (a gateway holds an invocation, no replica) ─▶ one replica at once, from zero
 
 Replicas are children with parent close policy ABANDON (a continue-as-new must not end them);
 each tells this workflow its phase by signal (`replica_phase`), which is how the workflow knows
@@ -15,7 +18,14 @@ kruntimes.decisions.functionlife; the only side effect besides child starts is t
 delete, in an activity (a workflow cannot send another workflow an update).
 
 The invocation path never touches this workflow: the gateway routes a Function's invocations to
-the replicas its hosts report (their signed assignments name the Function and the revision).
+the replicas its hosts report (their signed assignments name the Function and the revision). The
+one exception is scale from zero: a gateway holding an invocation of a Function with no Ready
+replica signals `wake`.
+
+The autoscaler's decisions are taken in its activity (activities/function_load.py), never here:
+the workflow starts one per set of load targets (its Ready replicas' hosts and registrations) and
+`wanted`, cancels it when either changes (waiting for the cancellation, whose answer is the
+autoscaler's memory, carried into the next), and applies the decision it returns.
 """
 
 from __future__ import annotations
@@ -30,10 +40,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
-from temporalio.workflow import ParentClosePolicy
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.function import (
@@ -43,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         FunctionSpec,
         FunctionStatus,
         ReplicaCounts,
+        ScaleEvent,
         ScaleSpec,
     )
     from kruntimes.api.ids import RunUid
@@ -58,10 +70,13 @@ with workflow.unsafe.imports_passed_through():
         REVISION_LABEL,
         SIGNAL_REPLICA_PHASE,
         ApplyResult,
+        AutoscaleInput,
+        AutoscaleResult,
         DeleteReplicaInput,
         DeleteReplicaResult,
         FunctionInput,
         FunctionState,
+        LoadTarget,
         Replica,
         ReplicaOf,
         ReplicaPhase,
@@ -69,12 +84,14 @@ with workflow.unsafe.imports_passed_through():
         Revision,
         ScaleInput,
         ScaleResult,
+        ScaleWindow,
         replica_name,
     )
     from kruntimes.contracts.names import (
         FUNCTION_CONFLICT,
         QUERY_REPLICAS,
         QUERY_STATUS,
+        SIGNAL_FUNCTION_WAKE,
         UPDATE_APPLY,
         UPDATE_DELETE,
         UPDATE_ROLLBACK,
@@ -83,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
         run_workflow_id,
     )
     from kruntimes.contracts.run import RunInput
+    from kruntimes.decisions.autoscale import MAX_CARRIED_WANTED
     from kruntimes.decisions.functionlife import phase_of, plan, start_backoff
     from kruntimes.wire import function_summaries, search, search_typed, summaries
 
@@ -100,6 +118,20 @@ DELETE_REPLICA_RETRY = RetryPolicy(
 # A run continues as new past this many events (or when the server suggests it), so replaying it
 # stays well within a task timeout.
 MAX_RUN_EVENTS = 2_000
+# Autoscaling (the autoscale_function activity and the wake signal): histories recorded before it
+# schedule no such activity.
+PATCH_AUTOSCALE = "function-autoscale"
+# The autoscaling activity's life: it returns after this with nothing changed, and the next one
+# starts with the replicas as they are then.
+AUTOSCALE_LIFE_S = 300.0
+AUTOSCALE_TIMEOUT = timedelta(seconds=AUTOSCALE_LIFE_S + 60)
+# Its heartbeat: how soon a lost worker's activity is retried, and a cancellation reaches it.
+AUTOSCALE_HEARTBEAT = timedelta(seconds=5)
+AUTOSCALE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# After an autoscaling activity failed for good (its retries are unlimited: a cancelled or timed
+# out one), the next starts after this, so a broken one never loops hot.
+AUTOSCALE_PAUSE = timedelta(seconds=10)
+WOKEN = "woken: an invocation waits at a gateway"
 
 
 def _clamp(wanted: int, scale: ScaleSpec) -> int:
@@ -107,8 +139,13 @@ def _clamp(wanted: int, scale: ScaleSpec) -> int:
 
 
 def _initial_wanted(scale: ScaleSpec) -> int:
-    # At least one replica until scaling from zero lands: a Function must answer.
+    # At least one replica at first, even with min 0: the Function is shown Ready with its
+    # endpoint, and the autoscaler takes it to zero once idle.
     return min(max(scale.min, 1), scale.max)
+
+
+def _autoscaled(scale: ScaleSpec) -> bool:
+    return scale.max > scale.min
 
 
 @workflow.defn(name="FunctionWorkflow")
@@ -138,6 +175,12 @@ class FunctionWorkflow:
         self._rollout_since = state.rolloutSince
         self._ever_ready = state.everReady
         self._endpoint = state.endpoint
+        self._window: ScaleWindow | None = state.scaleWindow
+        self._last_scale: ScaleEvent | None = state.lastScale
+        self._autoscale = False  # PATCH_AUTOSCALE taken
+        self._scaler: asyncio.Task[None] | None = None
+        self._held: tuple[float, int] | None = None  # a manual scale the autoscaler has not seen
+        self._wakes = 0  # wakes taken by this run: an autoscaler started before one forgets its window
         self._status = FunctionStatus(revision=self._revisions[-1].revision)
         self._changed = False  # something to act on since the loop last looked
         self._ended = False  # every replica deleted: the workflow ends
@@ -171,11 +214,32 @@ class FunctionWorkflow:
                 message=told.message,
                 seq=max(told.seq, replica.seq),
                 wasReady=replica.wasReady or ready,
+                address=told.address,
+                registrationId=told.registrationId,
             )
             if told.gatewayUrl and self._endpoint is None:
                 self._endpoint = _endpoint(self._fn, told)
             self._changed = True
             return
+
+    @workflow.signal(name=SIGNAL_FUNCTION_WAKE)
+    def wake(self) -> None:
+        """A gateway holds an invocation and no replica serves: one replica at once, without
+        waiting for the autoscaler's window. Idempotent: with a replica wanted already, nothing."""
+        if not self._autoscale or self._deleting or self._wanted > 0:
+            return
+        wanted = _clamp(1, self._revisions[-1].spec.scale)
+        self._last_scale = ScaleEvent(
+            previous=self._wanted,
+            wanted=wanted,
+            reason=WOKEN,
+            message=f"0 -> {wanted} replicas: {WOKEN}",
+            at=workflow.now(),
+        )
+        self._wanted = wanted
+        self._wakes += 1
+        self._window = None  # its quiet window is over: no scale to zero for a window from now
+        self._changed = True
 
     @workflow.update(name=UPDATE_APPLY)
     def apply(self, fn: Function) -> ApplyResult:
@@ -215,6 +279,8 @@ class FunctionWorkflow:
     @workflow.update(name=UPDATE_SCALE)
     def scale(self, input: ScaleInput) -> ScaleResult:
         previous, self._wanted = self._wanted, input.replicas
+        # the autoscaler keeps it as one of its own decisions: held for scaleDownDelaySeconds
+        self._held = (workflow.now().timestamp(), input.replicas)
         self._changed = True
         return ScaleResult(previous=previous, wanted=self._wanted)
 
@@ -283,6 +349,9 @@ class FunctionWorkflow:
         if missing and input.state is None:  # a run after continue-as-new inherits them
             workflow.upsert_search_attributes(missing)
         self._indexed_phase = FunctionPhase.Pending.value
+        self._autoscale = workflow.patched(PATCH_AUTOSCALE)
+        if self._autoscale:
+            self._scaler = asyncio.create_task(self._autoscale_loop())
         while not self._deleting:
             self._changed = False
             self._take_ended()
@@ -302,8 +371,108 @@ class FunctionWorkflow:
                     else None,
                 )
         await self._delete_all()
+        if self._scaler is not None:
+            await self._scaler  # its activity's cancellation, answered within a heartbeat
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._status
+
+    # -- autoscaling -------------------------------------------------------------------------------
+
+    def _load_targets(self) -> list[LoadTarget]:
+        return [
+            LoadTarget(runUid=r.runUid, address=r.address, registrationId=r.registrationId)
+            for r in self._replicas
+            if not r.deleting and r.phase is RunPhase.Ready and r.address and r.registrationId
+        ]
+
+    def _autoscale_key(self) -> tuple[object, ...]:
+        """What an autoscaling activity was started with: when it changes, it is started again."""
+        spec = self._revisions[-1].spec
+        targets = tuple(
+            (r.runUid, r.address, r.registrationId)
+            for r in self._replicas
+            if not r.deleting and r.phase is RunPhase.Ready and r.address and r.registrationId
+        )
+        return (targets, self._wanted, spec.scale, spec.target_concurrency)
+
+    async def _autoscale_loop(self) -> None:
+        """While the Function may scale (max > min): one autoscaling activity after another, each
+        decision that changes `wanted` applied as the `scale` update would be."""
+        while not self._deleting:
+            spec = self._revisions[-1].spec
+            if not _autoscaled(spec.scale):
+                await workflow.wait_condition(
+                    lambda: self._deleting or _autoscaled(self._revisions[-1].spec.scale)
+                )
+                continue
+            self._take_held()
+            key, wakes = self._autoscale_key(), self._wakes
+            scale = spec.scale
+            handle = workflow.start_activity(
+                "autoscale_function",
+                AutoscaleInput(
+                    functionUid=self._uid,
+                    namespace=self._fn.metadata.namespace,
+                    name=self._fn.metadata.name,
+                    min=scale.min,
+                    max=scale.max,
+                    target=spec.target_concurrency,
+                    scaleDownDelaySeconds=scale.scaleDownDelaySeconds,
+                    stableWindowSeconds=scale.stableWindowSeconds,
+                    current=self._wanted,
+                    replicas=self._load_targets(),
+                    window=self._window,
+                    maxSeconds=AUTOSCALE_LIFE_S,
+                ),
+                result_type=AutoscaleResult,
+                start_to_close_timeout=AUTOSCALE_TIMEOUT,
+                heartbeat_timeout=AUTOSCALE_HEARTBEAT,
+                retry_policy=AUTOSCALE_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=summaries.summary(f"autoscale from {self._wanted} replicas"),
+            )
+            await workflow.wait_condition(
+                lambda handle=handle, key=key: handle.done() or self._deleting or self._autoscale_key() != key  # type: ignore[misc]
+            )
+            if not handle.done():
+                handle.cancel()
+            try:
+                result = await handle
+            except ActivityError as err:
+                if not isinstance(err.cause, CancelledError):
+                    workflow.logger.warning(
+                        "the autoscaler of %s failed: %s", workflow.info().workflow_id, err
+                    )
+                    await workflow.sleep(AUTOSCALE_PAUSE)
+                continue
+            if wakes != self._wakes:
+                continue  # woken meanwhile: its memory (a quiet window) and decision are stale
+            self._window = result.window
+            self._take_decision(result)
+
+    def _take_held(self) -> None:
+        if self._held is None:
+            return
+        window = self._window or ScaleWindow()
+        wanted = [*window.wanted, self._held][-MAX_CARRIED_WANTED:]
+        self._window, self._held = window._replace(wanted=wanted), None
+
+    def _take_decision(self, result: AutoscaleResult) -> None:
+        """The autoscaler's decision, if it still applies (`wanted` is what it decided from)."""
+        if not result.changed or self._deleting or result.previous != self._wanted:
+            return
+        wanted = _clamp(result.wanted, self._revisions[-1].spec.scale)
+        if wanted == self._wanted:
+            return
+        self._last_scale = ScaleEvent(
+            previous=self._wanted,
+            wanted=wanted,
+            reason=result.reason,
+            message=result.message,
+            at=workflow.now(),
+        )
+        self._wanted = wanted
+        self._changed = True
 
     def _new_revision(self, spec: FunctionSpec) -> int:
         revision = self._revisions[-1].revision + 1
@@ -495,6 +664,8 @@ class FunctionWorkflow:
             rolloutSince=self._rollout_since,
             everReady=self._ever_ready,
             endpoint=self._endpoint,
+            scaleWindow=self._window,
+            lastScale=self._last_scale,
         )
 
     def _next_wake(self) -> float | None:
@@ -533,6 +704,7 @@ class FunctionWorkflow:
             endpoint=self._endpoint if phase is not FunctionPhase.Deleted else None,
             conditions=self._status.conditions,
             message=message,
+            lastScale=self._last_scale,
         )
         status = status.with_condition(
             _condition(FunctionConditionType.Ready, phase is FunctionPhase.Ready, phase.value, message, now)

@@ -297,6 +297,8 @@ class RunWorkflow:
             seq=len(self._told) + 1,
             gatewayUrl=self._assignment.platform.gatewayUrl if self._assignment is not None else "",
             caBundle=self._assignment.platform.caBundle if self._assignment is not None else None,
+            address=self._assignment.address if self._assignment is not None else "",
+            registrationId=self._registration.registrationId if self._registration is not None else "",
         )
         self._told.append(asyncio.create_task(_signal_function(parent.workflow_id, phase)))
 

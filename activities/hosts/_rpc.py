@@ -85,6 +85,15 @@ def host_channel(address: str, *, host: Identity | None = None) -> grpc.aio.Chan
     )
 
 
+def gateway_channel(address: str) -> grpc.aio.Channel:
+    """A gRPC channel to a gateway's heartbeat server at `address` (its GatewayLoad service):
+    mutual TLS with the control plane's certificate; the server must be a gateway of the platform."""
+    tls = _tls()
+    return grpc.aio.secure_channel(
+        address, tls.channel_credentials(), options=tls.channel_options(Role.GATEWAY)
+    )
+
+
 class Handshake(StrEnum):
     """What a TLS handshake as the control plane with the server at an address found."""
 

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Literal, Self
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from kruntimes.api._base import ApiModel, StatusMessage, StrictInt, validate_document
 from kruntimes.api.limits import (
@@ -26,6 +26,9 @@ from kruntimes.api.spec import Metadata, RunSpec
 from kruntimes.api.status import Condition, Endpoint
 
 FUNCTION_KIND = "Function"
+# spec.scale.stableWindowSeconds: Knative's bounds (a panic window of a tenth of it stays >= 0.6 s).
+MIN_STABLE_WINDOW_SECONDS = 6
+MAX_STABLE_WINDOW_SECONDS = 3600
 
 
 class FunctionManifestError(ManifestError):
@@ -39,12 +42,17 @@ class FunctionManifestError(ManifestError):
 class ScaleSpec(ApiModel):
     """How many replicas serve the Function: between ``min`` and ``max``, each taking up to
     ``targetConcurrency`` invocations before another is wanted (unset: the replica's own
-    concurrency), scaled down only after ``scaleDownDelaySeconds`` of lower load."""
+    concurrency), scaled down only after ``scaleDownDelaySeconds`` of lower load. The load is
+    averaged over ``stableWindowSeconds`` (a tenth of it is the panic window that answers a load
+    step: kruntimes.decisions.autoscale)."""
 
     min: StrictInt = Field(default=1, ge=0, le=MAX_FUNCTION_REPLICAS)
     max: StrictInt = Field(default=10, ge=1, le=MAX_FUNCTION_REPLICAS)
     targetConcurrency: StrictInt | None = Field(default=None, ge=1, le=MAX_FUNCTION_CONCURRENCY)
     scaleDownDelaySeconds: StrictInt = Field(default=30, ge=0, le=MAX_SCALE_DOWN_DELAY_SECONDS)
+    stableWindowSeconds: StrictInt = Field(
+        default=60, ge=MIN_STABLE_WINDOW_SECONDS, le=MAX_STABLE_WINDOW_SECONDS
+    )
 
     @model_validator(mode="after")
     def _min_within_max(self) -> Self:
@@ -107,6 +115,17 @@ class ReplicaCounts(ApiModel):
     total: StrictInt = Field(default=0, ge=0)
 
 
+class ScaleEvent(ApiModel):
+    """A change of the replicas wanted that the Function made itself: the autoscaler's decision,
+    or a wake (an invocation held at a gateway while no replica serves)."""
+
+    previous: StrictInt = Field(ge=0)
+    wanted: StrictInt = Field(ge=0)
+    reason: StatusMessage = ""
+    message: StatusMessage = ""
+    at: AwareDatetime
+
+
 class FunctionStatus(ApiModel):
     phase: FunctionPhase = FunctionPhase.Pending
     # The current revision: 1 at creation, one more for each template change and each rollback.
@@ -119,6 +138,8 @@ class FunctionStatus(ApiModel):
     endpoint: Endpoint | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
     message: StatusMessage = ""
+    # The last change of `replicas.wanted` the Function made itself (the autoscaler, a wake).
+    lastScale: ScaleEvent | None = None
 
     @field_validator("conditions")
     @classmethod

@@ -14,12 +14,24 @@ from typing import Annotated
 from pydantic import AfterValidator, AwareDatetime, Field
 
 from kruntimes.api._base import ApiModel, StatusMessage, StrictInt
-from kruntimes.api.function import Function, FunctionSpec
+from kruntimes.api.function import (
+    MAX_STABLE_WINDOW_SECONDS,
+    MIN_STABLE_WINDOW_SECONDS,
+    Function,
+    FunctionSpec,
+    ScaleEvent,
+)
 from kruntimes.api.ids import RunUid
-from kruntimes.api.limits import MAX_FUNCTION_NAME_CHARS, MAX_FUNCTION_REPLICAS
+from kruntimes.api.limits import (
+    MAX_FUNCTION_CONCURRENCY,
+    MAX_FUNCTION_NAME_CHARS,
+    MAX_FUNCTION_REPLICAS,
+    MAX_SCALE_DOWN_DELAY_SECONDS,
+)
 from kruntimes.api.names import validate_dns1123_label, validate_run_uid
 from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
 from kruntimes.api.status import Endpoint
+from kruntimes.decisions.autoscale import MAX_CARRIED_SAMPLES, MAX_CARRIED_WANTED
 
 # Labels every replica Run carries (its Function's name, its revision as a decimal string).
 FUNCTION_LABEL = "kruntimes.io/function"
@@ -30,6 +42,9 @@ SIGNAL_REPLICA_PHASE = "replica_phase"
 FUNCTION_STATUS_MEMO = "krtStatus"
 # What a FunctionConflict adds: why a uid that differs is not the same Function.
 FUNCTION_CONFLICT_HINT = "a Function deleted and created again is another Function, with a new uid"
+# What a replica may tell of its host's address and its registration there (both opaque).
+MAX_ADDRESS_CHARS = 512
+MAX_REGISTRATION_ID_CHARS = 256
 # Revisions whose template a Function keeps: the current one and the one `rollback` goes back to
 # (each holds a whole spec, and the state crosses continue-as-new in one payload).
 MAX_REVISIONS_KEPT = 2
@@ -81,6 +96,10 @@ class ReplicaPhase(ApiModel):
     # Where the replica's platform serves invocations (its assignment's): the Function's URL base.
     gatewayUrl: str = ""
     caBundle: str | None = None
+    # Where the replica is registered (its host's Runtime Server and the registration there), so
+    # the autoscaler can ask the host for its load; empty until it has a host.
+    address: str = Field(default="", max_length=MAX_ADDRESS_CHARS)
+    registrationId: str = Field(default="", max_length=MAX_REGISTRATION_ID_CHARS)
 
 
 class ReplicaView(ApiModel):
@@ -111,6 +130,9 @@ class Replica(ApiModel):
     # Whether this replica was ever Ready (a replica that ends before it is a failure).
     wasReady: bool = False
     seq: StrictInt = Field(default=0, ge=0)  # the last ReplicaPhase.seq taken
+    # Its host's address and registration, as it last told (the autoscaler's load targets).
+    address: str = Field(default="", max_length=MAX_ADDRESS_CHARS)
+    registrationId: str = Field(default="", max_length=MAX_REGISTRATION_ID_CHARS)
 
     def view(self) -> ReplicaView:
         phase = "Deleting" if self.deleting and self.phase not in TERMINAL_PHASES else self.phase.value
@@ -121,6 +143,58 @@ class Revision(ApiModel):
     revision: StrictInt = Field(ge=1)
     spec: FunctionSpec
     createdAt: AwareDatetime
+
+
+class ScaleWindow(ApiModel):
+    """The autoscaler's memory (kruntimes.decisions.autoscale.Snapshot), bounded: it crosses the
+    workflow's history as an activity's result and the next one's input. Times are epoch
+    seconds: the activity samples with the wall clock, on whichever worker runs it."""
+
+    samples: list[tuple[float, float]] = Field(default_factory=list, max_length=MAX_CARRIED_SAMPLES)
+    wanted: list[tuple[float, int]] = Field(default_factory=list, max_length=MAX_CARRIED_WANTED)
+    panicUntil: float | None = None
+    lastAt: float | None = None
+
+
+class LoadTarget(ApiModel):
+    """A Ready replica whose host the autoscaler asks for its load (FunctionStatus)."""
+
+    runUid: RunUid
+    address: str = Field(min_length=1, max_length=MAX_ADDRESS_CHARS)
+    registrationId: str = Field(min_length=1, max_length=MAX_REGISTRATION_ID_CHARS)
+
+
+class AutoscaleInput(ApiModel):
+    """The autoscaling activity: sample the Function's load every second, decide, and return
+    once the replicas wanted differ from `current` (or after `maxSeconds`, or when cancelled:
+    then with nothing changed, only its memory)."""
+
+    functionUid: FunctionUid
+    namespace: str
+    name: FunctionName
+    min: StrictInt = Field(ge=0, le=MAX_FUNCTION_REPLICAS)
+    max: StrictInt = Field(ge=1, le=MAX_FUNCTION_REPLICAS)
+    target: float = Field(gt=0, le=MAX_FUNCTION_CONCURRENCY)
+    scaleDownDelaySeconds: float = Field(ge=0, le=MAX_SCALE_DOWN_DELAY_SECONDS)
+    stableWindowSeconds: float = Field(ge=MIN_STABLE_WINDOW_SECONDS, le=MAX_STABLE_WINDOW_SECONDS)
+    current: StrictInt = Field(ge=0, le=MAX_FUNCTION_REPLICAS)
+    replicas: list[LoadTarget] = Field(default_factory=list, max_length=2 * MAX_FUNCTION_REPLICAS)
+    window: ScaleWindow | None = None
+    maxSeconds: float = Field(default=300.0, gt=0, le=3600)
+
+
+class AutoscaleResult(ApiModel):
+    """What the autoscaler concluded (autoscale.Decision) and its memory to carry on with."""
+
+    changed: bool
+    previous: StrictInt = Field(ge=0)
+    wanted: StrictInt = Field(ge=0)
+    reason: StatusMessage = ""
+    message: StatusMessage = ""  # Decision.describe(): from, to, why and the loads
+    stableLoad: float = 0.0
+    panicLoad: float = 0.0
+    panicking: bool = False
+    window: ScaleWindow = Field(default_factory=ScaleWindow)
 
 
 class FunctionState(ApiModel):
@@ -145,6 +219,9 @@ class FunctionState(ApiModel):
     everReady: bool = False
     # The Function's endpoint, known once a replica told its platform's gateway URL.
     endpoint: Endpoint | None = None
+    # The autoscaler's memory, as its last activity returned it, and its last change.
+    scaleWindow: ScaleWindow | None = None
+    lastScale: ScaleEvent | None = None
 
 
 class FunctionInput(ApiModel):

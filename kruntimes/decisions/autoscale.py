@@ -30,6 +30,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 MAX_SAMPLES = 10_000
+# What a snapshot keeps at most (it crosses a workflow's history: an activity's result and the
+# next one's input): samples merged into this many, and the scale-down delay's wanted counts.
+MAX_CARRIED_SAMPLES = 128
+MAX_CARRIED_WANTED = 128
 DEFAULT_STABLE_WINDOW_S = 60.0
 DEFAULT_PANIC_FRACTION = 0.1
 DEFAULT_PANIC_THRESHOLD = 2.0
@@ -108,6 +112,17 @@ NO_DATA = "no load report yet"
 REASONS = (HOLD, SCALE_UP, PANIC_UP, PANIC_HOLD, DELAYED, SCALE_DOWN, TO_ZERO, BOUND_MIN, BOUND_MAX, NO_DATA)
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An Autoscaler's memory, bounded, so a new one (another activity, another worker) goes on
+    from where it stopped: samples as (at, load), the delay's wanted counts as (at, wanted)."""
+
+    samples: tuple[tuple[float, float], ...] = ()
+    wanted: tuple[tuple[float, int], ...] = ()
+    panic_until: float | None = None
+    last_at: float | None = None
+
+
 @dataclass(slots=True)
 class Autoscaler:
     """A Function's load samples and past decisions; `decide` is called at each evaluation."""
@@ -117,6 +132,45 @@ class Autoscaler:
     _wanted: deque[tuple[float, int]] = field(default_factory=deque)  # (at, wanted before delay)
     _panic_until: float | None = None  # the panic ends at this time unless triggered again
     _last_at: float = -math.inf
+
+    @classmethod
+    def restore(cls, settings: ScaleSettings, snapshot: Snapshot | None) -> Autoscaler:
+        """An Autoscaler with `snapshot`'s memory (None: none); what is malformed is dropped."""
+        scaler = cls(settings)
+        if snapshot is None:
+            return scaler
+        samples = [(at, load) for at, load in snapshot.samples if math.isfinite(at) and math.isfinite(load)]
+        scaler._samples.extend(sorted((at, load) for at, load in samples if load >= 0)[-MAX_SAMPLES:])
+        scaler._wanted.extend(sorted((at, w) for at, w in snapshot.wanted if math.isfinite(at) and w >= 0))
+        if snapshot.panic_until is not None and math.isfinite(snapshot.panic_until):
+            scaler._panic_until = snapshot.panic_until
+        newest = max((at for at, _ in scaler._samples), default=-math.inf)
+        last = (
+            snapshot.last_at if snapshot.last_at is not None and math.isfinite(snapshot.last_at) else newest
+        )
+        scaler._last_at = max(last, newest)
+        return scaler
+
+    def snapshot(self) -> Snapshot:
+        """This memory, bounded: consecutive samples merged (their mean, at the newest's time) into
+        at most MAX_CARRIED_SAMPLES, and of the delay's wanted counts only those a later one does
+        not exceed (what the highest over the delay needs), at most MAX_CARRIED_WANTED."""
+        samples = list(self._samples)
+        per = math.ceil(len(samples) / MAX_CARRIED_SAMPLES) if samples else 1
+        merged = []
+        for i in range(0, len(samples), per):
+            group = samples[i : i + per]
+            merged.append((group[-1][0], sum(load for _, load in group) / len(group)))
+        kept: list[tuple[float, int]] = []
+        for at, w in reversed(self._wanted):
+            if not kept or w > kept[-1][1]:
+                kept.append((at, w))
+        return Snapshot(
+            samples=tuple(merged),
+            wanted=tuple(reversed(kept[:MAX_CARRIED_WANTED])),
+            panic_until=self._panic_until,
+            last_at=self._last_at if math.isfinite(self._last_at) else None,
+        )
 
     def record(self, at: float, load: float) -> None:
         """One report of the load (in flight plus waiting, over every replica) at `at` seconds.
@@ -133,7 +187,8 @@ class Autoscaler:
 
     def _forget(self, now: float) -> None:
         keep = max(self.settings.stable_window_s, self.settings.scale_down_delay_s)
-        while self._samples and self._samples[0][0] < now - keep:
+        # one sample at or before the span is kept: it shows the span was watched (scale to zero)
+        while len(self._samples) > 1 and self._samples[1][0] <= now - keep:
             self._samples.popleft()
         while self._wanted and self._wanted[0][0] < now - self.settings.scale_down_delay_s:
             self._wanted.popleft()

@@ -173,3 +173,69 @@ def test_every_decision_is_within_bounds_and_never_drops_below_half(
         if d.wanted < current and current > 1:
             assert d.wanted >= min(math.ceil(current / 2), hi) or d.wanted == lo
         current = d.wanted
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    loads=st.lists(st.sampled_from([0.0, 1.0, 3.0, 8.0, 20.0]), min_size=1, max_size=120),
+    cut=st.integers(min_value=0, max_value=120),
+    lo=st.integers(min_value=0, max_value=2),
+)
+def test_a_restored_snapshot_decides_as_the_autoscaler_it_was_taken_from(
+    loads: list[float], cut: int, lo: int
+) -> None:
+    """An autoscaling activity that ends (or a retried one) hands its memory on: the next one,
+    fed the same reports, takes the same decisions (a window of at most MAX_CARRIED_SAMPLES)."""
+    make = ScaleSettings(min=lo, max=16, target=1.0, scale_down_delay_s=10.0, stable_window_s=20.0)
+    original = Autoscaler(make)
+    current = lo
+    cut = min(cut, len(loads))
+    for i, load in enumerate(loads[:cut]):
+        original.record(float(i), load)
+        current = original.decide(float(i), current=current, ready=current).wanted
+    snapshot = original.snapshot()
+    assert len(snapshot.samples) <= a.MAX_CARRIED_SAMPLES and len(snapshot.wanted) <= a.MAX_CARRIED_WANTED
+    restored = Autoscaler.restore(make, snapshot)
+    mirror = current
+    for i, load in enumerate(loads[cut:], start=cut):
+        original.record(float(i), load)
+        restored.record(float(i), load)
+        d = original.decide(float(i), current=current, ready=current)
+        e = restored.decide(float(i), current=mirror, ready=mirror)
+        assert (e.wanted, e.reason, e.panicking) == (d.wanted, d.reason, d.panicking)
+        current, mirror = d.wanted, e.wanted
+
+
+def test_a_snapshot_stays_bounded_over_a_long_delay_and_keeps_the_highest_wanted() -> None:
+    s = scaler(stable_window_s=600.0, scale_down_delay_s=3600.0, max=100)
+    for t in range(3600):
+        s.record(float(t), float(t % 97))
+        s.decide(float(t), current=50, ready=50)
+    snapshot = s.snapshot()
+    assert len(snapshot.samples) <= a.MAX_CARRIED_SAMPLES
+    assert len(snapshot.wanted) <= a.MAX_CARRIED_WANTED
+    held = max(w for _, w in s._wanted)
+    assert max(w for _, w in snapshot.wanted) == held
+    # the merged samples keep the mean over the whole window (each merge is of equal counts)
+    restored = Autoscaler.restore(s.settings, snapshot)
+    assert restored._mean(3599.0, 600.0) == pytest.approx(s._mean(3599.0, 600.0), rel=0.05)
+
+
+def test_a_malformed_snapshot_is_dropped_not_trusted() -> None:
+    bad = a.Snapshot(
+        samples=((math.nan, 1.0), (1.0, -5.0), (2.0, 1.0)), wanted=((math.inf, 3),), panic_until=math.nan
+    )
+    s = Autoscaler.restore(scaler().settings, bad)
+    assert list(s._samples) == [(2.0, 1.0)] and not s._wanted and s._panic_until is None
+
+
+def test_scale_to_zero_when_the_samples_do_not_fall_on_the_window_edge() -> None:
+    """Samples a second apart at any offset: once a whole quiet window is watched, zero."""
+    s = scaler(min=0, stable_window_s=6.0, scale_down_delay_s=2.0)
+    decisions = []
+    for i in range(12):
+        t = 100.37 + i
+        s.record(t, 0.0)
+        decisions.append(s.decide(t, current=1, ready=1))
+    assert decisions[4].wanted == 1, "less than a window watched"
+    assert any(d.reason == a.TO_ZERO for d in decisions[6:8])

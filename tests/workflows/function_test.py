@@ -52,7 +52,9 @@ async def test_a_function_keeps_its_replicas_rolls_out_scales_rolls_back_and_is_
     platform_factory, dev_server: DevServer
 ) -> None:  # type: ignore[no-untyped-def]
     async with platform_factory(python=REPLICAS) as platform:
-        fn = function_manifest("echo", runtime=platform.runtime(), scale={"min": 2, "max": 3}, env={"V": "1"})
+        # min < max: autoscaled; the delay keeps the manual scale below as the autoscaler's own
+        scale = {"min": 2, "max": 3, "scaleDownDelaySeconds": 600}
+        fn = function_manifest("echo", runtime=platform.runtime(), scale=scale, env={"V": "1"})
         handle = await start_function(platform, fn)
         await function_rolled_out(platform, handle, revision=1, ready=2)
         status = await function_status(handle)
