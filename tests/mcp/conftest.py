@@ -95,16 +95,17 @@ async def mcp_http(
         await gateway_knows(session_platform, ADMIN_TOKEN)
         bindings = root / "rolebindings.yaml"
         bindings.write_text(BINDINGS)
-        async with krt_mcp_listen(session_platform, root, tokens, bindings) as server:
+        auth = ["--token-file", str(tokens), "--role-bindings", str(bindings)]
+        async with krt_mcp_listen(session_platform, root, auth) as server:
             yield server
     finally:
         tokens.write_text(before)
 
 
 @contextlib.asynccontextmanager
-async def krt_mcp_listen(
-    platform: Platform, root: Path, tokens: Path, bindings: Path
-) -> AsyncIterator[HttpServer]:
+async def krt_mcp_listen(platform: Platform, root: Path, auth: list[str]) -> AsyncIterator[HttpServer]:
+    """`krt mcp --listen 127.0.0.1:0` with the platform's client config, its certificate and the
+    auth flags `auth`, writing its log under `root`; stopped (by its pid) on exit."""
     ready = root / "ready.json"
     log = root / "mcp.log"
     tls = platform.tls
@@ -120,10 +121,7 @@ async def krt_mcp_listen(
             str(tls.cert),
             "--key",
             str(tls.key),
-            "--token-file",
-            str(tokens),
-            "--role-bindings",
-            str(bindings),
+            *auth,
             "--ready-file",
             str(ready),
             "--log-level",
