@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from kruntimes.api.ids import Namespace
+from kruntimes.contracts.function import ScaleInput
+from kruntimes.contracts.names import UPDATE_SCALE, function_workflow_id
 from kruntimes.sdk.client import Client, FunctionNotFound
 from tests.mcp.conftest import ADMIN_TOKEN, CAROL_TOKEN, HttpServer, refusal, structured
 from tests.sdk.stack import Platform, manifest, unique
@@ -22,6 +25,22 @@ FUNCTION_TOOLS = {
     "functions_delete",
     "functions_invoke",
 }
+
+
+async def scale_reasons(krt: Client, name: str) -> list[str]:
+    """The reason of each `scale` Update the Function's workflow accepted, from its history."""
+    from temporalio.api.enums.v1 import EventType
+
+    temporal = await krt.temporal()
+    handle = temporal.get_workflow_handle(function_workflow_id(Namespace("default"), name))
+    reasons = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            request = event.workflow_execution_update_accepted_event_attributes.accepted_request
+            if request.input.name == UPDATE_SCALE:
+                [scale] = await temporal.data_converter.decode(request.input.args.payloads, [ScaleInput])
+                reasons.append(scale.reason)
+    return reasons
 
 
 def function(name: str, *, namespace: str = "default", **spec: Any) -> dict[str, Any]:
@@ -76,6 +95,7 @@ async def test_an_agent_applies_a_function_invokes_it_scales_it_and_deletes_it(
             assert rollout["rolledOut"] is True and rollout["status"]["replicas"]["ready"] == 2
             got = structured(await mcp.call_tool("functions_get", {"name": name, "replicas": True}))
             assert len({r["name"] for r in got["replicaRuns"]}) == 2
+            assert await scale_reasons(krt, name) == ["by mcp:root: load"], "the history says who scaled it"
 
             deleted = structured(await mcp.call_tool("functions_delete", {"name": name}))
             assert deleted["deleted"] is True
