@@ -13,7 +13,8 @@ runtime's admission; `tenants`: a host scaled out for one tenant of a group taki
 other tenant's Run; `fair`: one tenant's backlog and another tenant's Run placed ahead of it;
 `functions`: a Function rolled out, scaled, rolled back and deleted, one of a broken template,
 one whose replica was terminated, and a Run refused as a replica; `function_continue`, recorded
-alone: a Function continuing as new);
+alone: a Function continuing as new; `autoscale`: a Function its autoscaler scales up under load
+and down after it, one scaled to zero and woken from zero by a storm of `wake` signals);
 naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). When to record again, and what to keep:
@@ -48,6 +49,7 @@ from kruntimes.contracts.names import (
     QUERY_HOST,
     SIGNAL_CANCEL,
     SIGNAL_DELETE_NOW,
+    SIGNAL_FUNCTION_WAKE,
     UPDATE_APPLY,
     UPDATE_COLLECT,
     UPDATE_DELETE,
@@ -93,6 +95,7 @@ from tests.workflows.functions import (
 )
 from tests.workflows.platform_hosts import (
     BEAT_S,
+    address_of,
     host_handle,
     invoke_on_host,
     ready_elsewhere,
@@ -815,6 +818,75 @@ async def function_scenarios(p: Platform) -> None:
     await write_closed(impostor, "run_replica_refused")
 
 
+SLEEPS = "import time\ndef handle(p):\n    time.sleep(0.3)\n    return p\n"
+QUICK_SCALE = {"stableWindowSeconds": 6, "scaleDownDelaySeconds": 2, "targetConcurrency": 1}
+
+
+async def autoscale_scenarios(p: Platform) -> None:
+    py = p.runtime("python")
+
+    # Autoscaled (min 1, max 3): a load on its replica's host (one running, more queued there)
+    # scales it up; once the load is gone, back down to one. Written running, then deleted.
+    fn = function_manifest(
+        "auto",
+        runtime=py,
+        source=SLEEPS,
+        mode={"function": {"concurrency": 1, "queue": 8}},
+        scale={**QUICK_SCALE, "min": 1, "max": 3},
+    )
+    h = await start_function(p, fn)
+    await function_rolled_out(p, h, revision=1, ready=1)
+    [replica] = await replicas_of(h)
+    status = await p.status(p.client.get_workflow_handle(run_workflow_id("default", replica.name)))  # type: ignore[arg-type]
+    assert status.assignedHost is not None
+    address = await address_of(p, status.assignedHost)
+    stop = asyncio.Event()
+
+    async def load() -> None:
+        while not stop.is_set():
+            await asyncio.to_thread(invoke_on_host, p.pki, address, replica.runUid)
+
+    loads = [asyncio.create_task(load()) for _ in range(4)]
+    try:
+
+        async def scaled_up() -> bool:
+            last = (await function_status(h)).lastScale
+            return last is not None and last.wanted > last.previous
+
+        await eventually(scaled_up, "scaled up by the autoscaler")
+    finally:
+        stop.set()
+        await asyncio.gather(*loads, return_exceptions=True)
+
+    async def scaled_down() -> bool:
+        status = await function_status(h)
+        return status.replicas.wanted == 1 and status.lastScale is not None and status.lastScale.previous > 1
+
+    await eventually(scaled_down, "scaled down by the autoscaler")
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_autoscaled_deleted")
+
+    # min 0: idle to zero replicas; a storm of wakes starts exactly one; deleted.
+    fn = function_manifest("zero", runtime=py, source=SLEEPS, scale={**QUICK_SCALE, "min": 0, "max": 2})
+    h = await start_function(p, fn)
+    await function_rolled_out(p, h, revision=1, ready=1)
+
+    async def at_zero() -> bool:
+        status = await function_status(h)
+        return status.replicas.wanted == 0 and status.replicas.total == 0
+
+    await eventually(at_zero, "scaled to zero")
+    await asyncio.gather(*(h.signal(SIGNAL_FUNCTION_WAKE) for _ in range(5)))
+
+    async def woken() -> bool:
+        status = await function_status(h)
+        return status.replicas.ready == 1 and status.replicas.total == 1
+
+    await eventually(woken, "one replica after the wakes")
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_woken_deleted")
+
+
 async def function_continue_scenarios(p: Platform) -> None:
     """Recorded alone: the server suggests continue-as-new after 40 events."""
     fn = function_manifest("continued", runtime=p.runtime("python"), scale={"min": 1, "max": 2})
@@ -860,6 +932,7 @@ GROUPS = {
     "fair": fair_scenarios,
     "functions": function_scenarios,
     "function_continue": function_continue_scenarios,
+    "autoscale": autoscale_scenarios,
 }
 ALONE = {"scale", "apart", "function_continue"}  # their server continues workflows as new early
 

@@ -120,6 +120,33 @@ def test_every_ending_of_a_function_has_a_recorded_history() -> None:
         assert _result(HISTORIES / f"{name}.json") is not None, f"{name} completed"
 
 
+def test_the_autoscaler_paths_of_a_function_have_recorded_histories() -> None:
+    """A Function its autoscaler scaled up under load and down after it, and one it scaled to zero
+    that a storm of `wake` signals woke with exactly one replica, both deleted (record.py
+    autoscale): each decision is an autoscale_function activity's result in the history."""
+    for name in ("function_autoscaled_deleted", "function_woken_deleted"):
+        events = json.loads((HISTORIES / f"{name}.json").read_text())["events"]
+        types = {
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+            for e in events
+            if e.get("eventType") == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+        }
+        assert "autoscale_function" in types, name
+        assert _result(HISTORIES / f"{name}.json") is not None, f"{name} completed"
+    woken = json.loads((HISTORIES / "function_woken_deleted.json").read_text())["events"]
+    wakes = [
+        e
+        for e in woken
+        if e.get("eventType") == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"
+        and e["workflowExecutionSignaledEventAttributes"]["signalName"] == "wake"
+    ]
+    assert len(wakes) == 5
+    started = [
+        e for e in woken if e.get("eventType") == "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED"
+    ]
+    assert len(started) == 2, "the first replica, then exactly one for the five wakes"
+
+
 def test_the_pool_handover_has_recorded_histories() -> None:
     """A pool that handed its hosts' slots over and continued as new, the run that read them back,
     and a HostWorkflow that was handed them (tests/replay/record.py scale)."""
