@@ -126,3 +126,14 @@ def test_ahead_of_a_tenants_next_run_stand_only_runs_within_the_others_share(spe
     for other in set("abc.") - {late}:
         bound = _weight(other) * (running[late] + 1) / _weight(late) - running[other]
         assert sum(1 for r in ahead if (r.tenant or ".") == other) <= max(0, math.floor(bound + 1e-9))
+
+
+def test_tied_turns_go_to_the_tenant_waiting_longest_not_to_queue_order():
+    # a1 and s1 both come second of their tenant: a, whose oldest Run is older, goes first
+    assert uids(fair_order(queued("a..a"))) == ["a0", "s0", "a1", "s1"]
+
+
+def test_a_tenant_the_platform_does_not_know_takes_turns_with_weight_one():
+    unknown = [request(f"x{i}", tenant="x") for i in range(2)]
+    assert all(r.policy is None for r in unknown)
+    assert uids(fair_order([*unknown, request("s0")])) == ["x0", "s0", "x1"]

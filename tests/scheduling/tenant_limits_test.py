@@ -209,3 +209,22 @@ def test_placing_the_queue_never_puts_more_of_a_tenants_runs_on_a_host_than_it_m
         cap = CAPS[p.request.tenant or "c"].maxRunsPerHost
         assert cap is None or count[key] <= max(cap, 0), (key, before)
     assert all(n <= 3 for n in per_host.values())
+
+
+def test_a_tenant_below_its_queue_limit_still_queues():
+    queue = [request("a0", tenant="a", tenancy=TWO_QUEUED)]
+    decision = decide(
+        request("a1", tenant="a", tenancy=TWO_QUEUED),
+        queue=queue,
+        hosts=[host("h1")],
+        reservations=[reservation("x", host("h1")), reservation("y", host("h1"))],
+        max_hosts=1,
+    )
+    assert decision == QueueGlobally(position=1)
+
+
+def test_the_smaller_of_a_tenants_queue_limit_and_share_is_the_one_named():
+    assert TenantPolicy(queueShare=0.1, queueLimit=50).queue_limit(runtime_limit=100) == (
+        10,
+        "queueShare 0.1 of 100 (10 Runs)",
+    )
