@@ -24,6 +24,7 @@ from mcp.server import Server, ServerRequestContext
 from kruntimes.api.names import validate_dns1123_label
 from kruntimes.mcp.access import EVERY_NAMESPACE, Access, Caller, Target
 from kruntimes.mcp.errors import INVALID_ARGUMENTS, ToolError, tool_error
+from kruntimes.mcp.invokers import Invokers
 from kruntimes.mcp.tools import (
     BY_NAME,
     TOOLS,
@@ -71,6 +72,7 @@ class Platform:
     def __init__(self, client: Client) -> None:
         self.client = client
         self._creating: dict[str | None, Client] = {}
+        self.invokers = Invokers(client.config)
 
     async def creating(self, caller: Caller) -> Client:
         found = self._creating.get(caller.identity)
@@ -84,6 +86,7 @@ class Platform:
     async def close(self) -> None:
         for client in self._creating.values():
             await client.close()
+        await self.invokers.close()
         await self.client.close()
 
 
@@ -144,7 +147,9 @@ def build(platform: Platform, access: Access) -> Server[Any]:
             args = tool.validate(dict(params.arguments or {}))
             caller = await access.caller(ctx.request, target_of(tool, args))
             _check_source(args, access)
-            call = Call(caller=caller, client=platform.client, creating=platform.creating)
+            call = Call(
+                caller=caller, client=platform.client, creating=platform.creating, invokers=platform.invokers
+            )
             return _result(await tool.handler(args, call))
         except Exception as e:
             error = tool_error(e)
@@ -186,7 +191,9 @@ def build(platform: Platform, access: Access) -> Server[Any]:
         uri = str(params.uri)
         if uri == HOSTS_URI:
             caller = await _resource_caller(ctx, Target(EVERY_NAMESPACE))
-            call = Call(caller=caller, client=platform.client, creating=platform.creating)
+            call = Call(
+                caller=caller, client=platform.client, creating=platform.creating, invokers=platform.invokers
+            )
             document: Any = (await hosts_list(None, call)).structured  # type: ignore[arg-type]
         else:
             match = _RUN_STATUS.fullmatch(uri)

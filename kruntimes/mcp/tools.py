@@ -38,10 +38,11 @@ from kruntimes.api.status import Endpoint
 from kruntimes.cli.output import host_document, reconcile_line
 from kruntimes.mcp.access import EVERY_NAMESPACE, FUNCTIONS, RUNS, Caller, Kind, Target
 from kruntimes.mcp.errors import INVALID_ARGUMENTS, ToolError
+from kruntimes.mcp.invokers import Invokers
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.events import RunEvent
 from kruntimes.sdk.functions import rolled_out
-from kruntimes.sdk.invoke import Invoker, endpoint_of
+from kruntimes.sdk.invoke import endpoint_of
 from kruntimes.sdk.results import FunctionObject, InvokeResult, RunObject
 from kruntimes.sdk.schedules import (
     MAX_INTERVAL,
@@ -269,6 +270,7 @@ class Call:
     caller: Caller
     client: Client  # the server's own credentials (invoke, reads)
     creating: Callable[[Caller], Awaitable[Client]]  # a client whose Runs record the caller
+    invokers: Invokers  # the gateway sessions of the callers' own tokens (HTTP)
 
 
 Handler = Callable[[Any, Call], Awaitable[Answer]]
@@ -467,12 +469,8 @@ async def _as_caller(
     gateway decides again, for the caller, as if they had called it themselves: this server's
     credentials never invoke for a remote caller."""
     assert call.caller.token is not None
-    # a session per call: the SDK's Invoker carries one token, and a caller's must not outlive its call
-    invoker = Invoker(call.client.config._replace(token=call.caller.token))
-    try:
+    async with call.invokers.of(call.caller.token) as invoker:
         return await invoker.send(endpoint, data, invocation_id=invocation_id, timeout=timeout)
-    finally:
-        await invoker.close()
 
 
 async def invoke(args: InvokeInput, call: Call) -> Answer:
