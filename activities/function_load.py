@@ -2,11 +2,14 @@
 samples the Function's load, feeds kruntimes.decisions.autoscale, and returns the decision as soon
 as the replicas wanted differ from those the workflow has.
 
-The load is what the hosts report, not what the invoke path sees: for each Ready replica, its
-host's FunctionStatus (invocations in flight plus those waiting their turn there), asked over
-mutual TLS with a bounded timeout; plus, for each gateway, the invocations it holds waiting for a
-replica (every replica full, or none Ready: scale from zero), which no host can report. The
-gateways' own in-flight counts are not added: those invocations are the hosts' in flight.
+The load is, first, what the hosts report: for each Ready replica, its host's FunctionStatus
+(invocations in flight plus those waiting their turn there), asked over mutual TLS with a bounded
+timeout. Each gateway adds the invocations it holds waiting for a replica (every replica full, or
+none Ready: scale from zero), which no host can report. A gateway's in-flight count (dispatched,
+not answered yet) covers the same invocations as the hosts' plus their way to and from the host:
+a host counts a call only while its handler runs, so under a steady load of short calls the hosts'
+sum is below the concurrency the callers see (by the share of each call spent on the way). The
+load is the larger of the hosts' sum and the gateways' in flight, plus the gateways' waiting.
 
 Why ask the hosts and not the worker's host watches: a watch holds a host's stream in whichever
 worker process its HostWorkflow's activity runs, keeps no per-registration counts (it asks for
@@ -49,15 +52,16 @@ RPC_TIMEOUT_S = 2.0
 MAX_REPORTED = 1_000_000
 
 
-class GatewayWaiting(Protocol):
-    """The invocations each gateway holds waiting for one of a Function's replicas."""
+class GatewayLoads(Protocol):
+    """A Function's invocations over every gateway: (dispatched and not answered, waiting for a
+    replica)."""
 
-    async def waiting(self, function_uid: str) -> int: ...
+    async def loads(self, function_uid: str) -> tuple[int, int]: ...
 
     async def close(self) -> None: ...
 
 
-class GrpcGatewayWaiting:
+class GrpcGatewayLoads:
     """Each gateway's GatewayLoad.FunctionLoads, at the heartbeat addresses the worker gives its
     hosts. A gateway that does not answer in time, or does not know the call (an older one),
     counts 0."""
@@ -72,7 +76,7 @@ class GrpcGatewayWaiting:
             channel = self._channels[address] = gateway_channel(address)
         return hb_grpc.GatewayLoadStub(channel)
 
-    async def _one(self, address: str, function_uid: str) -> int:
+    async def _one(self, address: str, function_uid: str) -> tuple[int, int]:
         try:
             answer = await self._stub(address).FunctionLoads(
                 hb.FunctionLoadsRequest(function_uids=[function_uid]), timeout=RPC_TIMEOUT_S
@@ -80,14 +84,16 @@ class GrpcGatewayWaiting:
         except grpc.aio.AioRpcError as err:
             if err.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 log.debug("gateway %s: FunctionLoads %s", address, err.code().name)
-            return 0
-        return sum(
-            min(load.waiting, MAX_REPORTED) for load in answer.loads if load.function_uid == function_uid
+            return 0, 0
+        mine = [load for load in answer.loads if load.function_uid == function_uid]
+        return (
+            sum(min(load.in_flight, MAX_REPORTED) for load in mine),
+            sum(min(load.waiting, MAX_REPORTED) for load in mine),
         )
 
-    async def waiting(self, function_uid: str) -> int:
+    async def loads(self, function_uid: str) -> tuple[int, int]:
         counts = await asyncio.gather(*(self._one(a, function_uid) for a in self.addresses))
-        return sum(counts)
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
@@ -190,20 +196,21 @@ class FunctionLoadActivities:
             with contextlib.suppress(Exception):
                 window = ScaleWindow.model_validate(details[0])
         scaler = Autoscaler.restore(settings_of(input), snapshot_of(window))
-        hosts, gateways = HostLoads(), GrpcGatewayWaiting(self.gateways)
+        hosts, gateways = HostLoads(), GrpcGatewayLoads(self.gateways)
         meter = _Meter(input)
         decision: Decision | None = None
         ends = time.monotonic() + input.maxSeconds
         try:
             while time.monotonic() < ends:
                 started = time.monotonic()
-                host_load, waiting = await asyncio.gather(
-                    hosts.load(input.replicas), gateways.waiting(input.functionUid)
+                host_load, (in_flight, waiting) = await asyncio.gather(
+                    hosts.load(input.replicas), gateways.loads(input.functionUid)
                 )
+                load = max(host_load, in_flight) + waiting
                 now = time.time()
-                scaler.record(now, float(host_load + waiting))
+                scaler.record(now, float(load))
                 decision = scaler.decide(now, current=input.current, ready=len(input.replicas))
-                meter.sampled(host_load + waiting)
+                meter.sampled(load)
                 activity.heartbeat(window_of(scaler.snapshot()).model_dump(mode="json"))
                 if decision.changed:
                     meter.decided(decision)

@@ -27,6 +27,19 @@ uid, as the control plane signs a replica's), both returning at once, concurrenc
 host; one client calls them in turn (the order swapped every call) and the p50 of each is set
 against the other: target Function ≤ 1.1 × Run (issue #43).
 
+Two more cases run on the whole embedded platform (`krt up --detach` in a new state directory:
+Temporal, the worker and its autoscaler, the gateway, two process hosts), through the Functions'
+URLs with real HTTPS clients (`--scaling-only` runs them alone, `--no-scaling` leaves them out):
+
+  step    a Function (min 1, max 16, concurrency 1 per replica, targetConcurrency 1, a handler
+          sleeping 50 ms), one client for the warm-up, then 16: zero non-200 answers, and the
+          throughput from 3 s after the step on, against 16 / 50 ms: target ≥ 0.8×. The
+          autoscaler's windows are Knative's defaults unless `--stable-window` says otherwise.
+  zero    a Function with min 0 left idle until it has no replica, then one invocation: the
+          time to its 200 answer against creating a Run, waiting for it to be Ready and invoking
+          it once (the same handler, answering at once), three rounds of each, the medians
+          compared: target ≤ 1.3×, no error answer.
+
 Prints the machine (CPUs, model, load), a table and a final JSON line {"bench": "functions", ...}.
 """
 
@@ -52,10 +65,13 @@ import aiohttp
 from _benchlib import BenchError
 from _pki import CONTROL_PLANE, BenchPKI
 
+from kruntimes.api.function import Function
+from kruntimes.api.run import Run
 from kruntimes.pki.assignments import SignedAssignment
 from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
+from kruntimes.sdk.client import Client
 
 NAMESPACE = "default"
 TOKEN = "bench-token-" + uuid.uuid4().hex
@@ -233,6 +249,13 @@ async def wait_for_route(session: aiohttp.ClientSession, url: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    code = 0 if args.scaling_only else await run_gateway_cases(args)
+    if not args.no_scaling:
+        code = max(code, await scaling(args))
+    return code
+
+
+async def run_gateway_cases(args: argparse.Namespace) -> int:
     servers: list[lib.Server] = []
     with tempfile.TemporaryDirectory(prefix="krt-bench-fn-") as root:
         tmp = Path(root)
@@ -379,11 +402,200 @@ async def measure(tmp: Path, servers: list[lib.Server], args: argparse.Namespace
     return 0 if all(r["met"] for r in results.values()) and url_case["met"] else 1
 
 
+# --- the step and zero cases: the whole embedded platform ----------------------------------------
+
+SCALING_RUNTIMES = "runtimes:\n  - {name: python, adapter: python, runs: 10, minHosts: 2, maxHosts: 2}\n"
+STEP_SOURCE = "import time\n\ndef handle(payload):\n    time.sleep(0.05)\n    return {'ok': True}\n"
+ZERO_SOURCE = "def handle(payload):\n    return {'ok': True}\n"
+STEP_CLIENTS = 16
+STEP_SETTLE_S = 3.0  # the throughput is counted from this long after the step
+STEP_TARGET = 0.8
+ZERO_TARGET = 1.3
+ZERO_ROUNDS = 3
+
+
+def _spec(source: str, **spec: object) -> dict[str, object]:
+    return {
+        "runtime": "python",
+        "handler": "main:handle",
+        "source": {"inline": [{"name": "main.py", "content": source}]},
+        "mode": {"function": {"concurrency": 1}},
+        **spec,
+    }
+
+
+def _function(name: str, source: str, scale: dict[str, int]) -> Function:
+    return Function.from_dict(
+        {
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Function",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {**_spec(source), "scale": scale},
+        }
+    )
+
+
+async def _post(session: aiohttp.ClientSession, url: str, token: str) -> int:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    async with session.post(url, data=b"{}", headers=headers) as resp:
+        body = await resp.read()
+    return resp.status if resp.status != 200 or b'"status":"Succeeded"' in body else 599
+
+
+async def step_case(
+    krt: Client, session: aiohttp.ClientSession, token: str, args: argparse.Namespace
+) -> dict[str, object]:
+    scale = {"min": 1, "max": STEP_CLIENTS, "targetConcurrency": 1, "stableWindowSeconds": args.stable_window}
+    await krt.functions.apply(_function("step", STEP_SOURCE, scale))
+    ready = await krt.functions.wait_ready("step", timeout=120)
+    assert ready.status.endpoint is not None
+    url = ready.status.endpoint.url
+    lib.note(f"step: one client for {args.warmup:g} s ...")
+    answers: list[float] = []
+    refused: Counter[int] = Counter()
+    stop_at = time.monotonic() + args.warmup
+
+    async def caller() -> None:
+        while time.monotonic() < stop_at:
+            status = await _post(session, url, token)
+            if status == 200:
+                answers.append(time.monotonic())
+            else:
+                refused[status] += 1
+
+    await caller()
+    answers.clear()
+    phase_s = STEP_SETTLE_S + args.seconds
+    lib.note(f"step: {STEP_CLIENTS} clients for {phase_s:g} s ...")
+    step_at = time.monotonic()
+    stop_at = step_at + phase_s
+    all_ready_after: float | None = None
+
+    async def watch() -> None:
+        nonlocal all_ready_after
+        while time.monotonic() < stop_at and all_ready_after is None:
+            status = await krt.functions.status("step")
+            if status.replicas.ready >= STEP_CLIENTS:
+                all_ready_after = time.monotonic() - step_at
+            await asyncio.sleep(0.25)
+
+    await asyncio.gather(watch(), *(caller() for _ in range(STEP_CLIENTS)))
+    counted = [t for t in answers if t >= step_at + STEP_SETTLE_S]
+    rps = len(counted) / args.seconds
+    ideal = STEP_CLIENTS / 0.05
+    last = (await krt.functions.status("step")).lastScale
+    await krt.functions.delete("step", timeout=120)
+    return {
+        "clients": STEP_CLIENTS,
+        "stable_window_s": args.stable_window,
+        "rps_after_settle": round(rps, 1),
+        "ideal_rps": ideal,
+        "ratio": round(rps / ideal, 3),
+        "target": STEP_TARGET,
+        "non_200": dict(refused),
+        "all_ready_after_s": None if all_ready_after is None else round(all_ready_after, 2),
+        "last_scale": None if last is None else last.message,
+        "met": rps / ideal >= STEP_TARGET and not refused,
+    }
+
+
+async def zero_case(krt: Client, session: aiohttp.ClientSession, token: str) -> dict[str, object]:
+    lib.note("zero: a Run created, Ready and invoked once (the reference) ...")
+    run = Run.from_dict(
+        {
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": "zero-ref", "namespace": NAMESPACE},
+            "spec": _spec(ZERO_SOURCE),
+        }
+    )
+    references: list[float] = []
+    statuses: Counter[int] = Counter()
+    early: Counter[int] = Counter()
+    for i in range(ZERO_ROUNDS):
+        named = run._replace(metadata=run.metadata._replace(name=f"zero-ref-{i}"))
+        started = time.monotonic()
+        await krt.create(named)
+        ready = await krt.wait(named.metadata.name, timeout=120)
+        assert ready.status.endpoint is not None
+        # until the first 200: a Run Ready in Temporal a moment before its route reaches the gateway
+        # answers 404 meanwhile (counted apart: the Function's first call must be 200 outright)
+        while (status := await _post(session, ready.status.endpoint.url, token)) != 200:
+            early[status] += 1
+            if time.monotonic() - started > 60:
+                raise BenchError(f"the Run's first invocation answered {status} for 60 s")
+            await asyncio.sleep(0.01)
+        references.append(time.monotonic() - started)
+        await krt.delete(named.metadata.name)
+    scale = {"min": 0, "max": 2, "stableWindowSeconds": 6, "scaleDownDelaySeconds": 0}
+    await krt.functions.apply(_function("zero", ZERO_SOURCE, scale))
+    ready_fn = await krt.functions.wait_ready("zero", timeout=120)
+    assert ready_fn.status.endpoint is not None
+    firsts: list[float] = []
+    for i in range(ZERO_ROUNDS):
+        lib.note(f"zero: round {i + 1}, waiting for the Function to idle to no replica ...")
+        deadline = time.monotonic() + 120
+        while (await krt.functions.status("zero")).replicas.total > 0:
+            if time.monotonic() > deadline:
+                raise BenchError("the Function did not scale to zero within 120 s")
+            await asyncio.sleep(0.25)
+        started = time.monotonic()
+        statuses[await _post(session, ready_fn.status.endpoint.url, token)] += 1
+        firsts.append(time.monotonic() - started)
+    await krt.functions.delete("zero", timeout=120)
+    first_s, reference_s = quantile(firsts, 0.5), quantile(references, 0.5)
+    ratio = first_s / reference_s
+    return {
+        "rounds": ZERO_ROUNDS,
+        "first_answer_s": [round(t, 3) for t in firsts],
+        "reference_s": [round(t, 3) for t in references],
+        "answers": dict(statuses),
+        "reference_early_answers": dict(early),
+        "ratio_of_medians": round(ratio, 3),
+        "target": ZERO_TARGET,
+        "met": ratio <= ZERO_TARGET and set(statuses) == {200},
+    }
+
+
+async def scaling(args: argparse.Namespace) -> int:
+    lib.note("starting the embedded platform (krt up --detach) ...")
+    async with lib.embedded_platform(prefix="krt-bench-fn-scale-", runtimes=SCALING_RUNTIMES) as (_, config):
+        token = config.token or ""
+        client_ssl = ssl.create_default_context(cafile=config.caFile)
+        connector = aiohttp.TCPConnector(limit=STEP_CLIENTS * 2, ssl=client_ssl, keepalive_timeout=120)
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with (
+            Client(config) as krt,
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+        ):
+            step = await step_case(krt, session, token, args)
+            zero = await zero_case(krt, session, token)
+    print(f"machine: {json.dumps(machine())}")
+    print(
+        f"step   {step['clients']} clients: {step['rps_after_settle']} rps from {STEP_SETTLE_S:g} s "
+        f"after the step / {step['ideal_rps']} = {step['ratio']} (target ≥ {STEP_TARGET}) "
+        f"{'met' if step['met'] else 'NOT met'}; non-200 {step['non_200'] or 0}; "
+        f"{STEP_CLIENTS} replicas Ready after {step['all_ready_after_s']} s"
+    )
+    print(
+        f"zero   first answer {zero['first_answer_s']} s / create+Ready+invoke {zero['reference_s']} s: "
+        f"medians {zero['ratio_of_medians']} (target ≤ {ZERO_TARGET}) {'met' if zero['met'] else 'NOT met'};"
+        f" answers {zero['answers']}"
+    )
+    print(json.dumps({"bench": "functions", "machine": machine(), "step": step, "zero": zero}))
+    return 0 if step["met"] and zero["met"] else 1
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="the measured phase of each case")
     parser.add_argument("--warmup", type=float, default=2.0, help="the warm-up of each case")
     parser.add_argument("--url-calls", type=int, default=400, help="calls of each URL in the url case")
+    parser.add_argument("--no-scaling", action="store_true", help="leave out the step and zero cases")
+    parser.add_argument("--scaling-only", action="store_true", help="only the step and zero cases")
+    parser.add_argument(
+        "--stable-window", type=int, default=60, help="the step case's scale.stableWindowSeconds (6..3600)"
+    )
     return parser.parse_args()
 
 
