@@ -67,6 +67,16 @@ def test_the_queue_places_a_tenant_up_to_its_runs_per_host_and_others_beyond():
     assert placed == ["a0", "a1", "s0"]
 
 
+def test_the_index_counts_several_runs_of_a_tenant_and_takes_them_off_one_at_a_time():
+    h1 = host("h1", capacity=4)
+    index = ReservationIndex([reservation(f"a{i}", h1, tenant="a") for i in range(3)])
+    assert (index.tenant_load, index.by_tenant) == ({("h1", "h1-uid", "a"): 3}, {"a": 3})
+    index.remove("a0")
+    assert (index.tenant_load, index.by_tenant) == ({("h1", "h1-uid", "a"): 2}, {"a": 2})
+    index.remove("a1")
+    assert (index.tenant_load, index.by_tenant) == ({("h1", "h1-uid", "a"): 1}, {"a": 1})
+
+
 def test_the_index_counts_each_tenants_runs_per_host_and_forgets_released_ones():
     h1 = host("h1")
     index = ReservationIndex([reservation("a0", h1, tenant="a"), reservation("s0", h1)])
@@ -228,3 +238,25 @@ def test_the_smaller_of_a_tenants_queue_limit_and_share_is_the_one_named():
         10,
         "queueShare 0.1 of 100 (10 Runs)",
     )
+
+
+def test_capacity_on_its_way_goes_first_to_the_tenant_holding_fewer_slots():
+    h1 = host("h1", capacity=2)
+    index = ReservationIndex([reservation(f"run-a{i}", h1, tenant="a") for i in range(2)])
+    queue = [request("a0", tenant="a", tenancy=TenantPolicy()), request("s0")]
+    pending = [scale_out(slots=1)]
+    fair = uncovered(
+        queue=queue, hosts=[h1], pending_scale_outs=pending, runtime=RUNTIME, index=index, fair=True
+    )
+    assert fair == ("a0",)
+    fifo = uncovered(queue=queue, hosts=[h1], pending_scale_outs=pending, runtime=RUNTIME, index=index)
+    assert fifo == ("s0",)
+
+
+def test_a_queued_run_of_a_tenant_the_platform_does_not_know_is_covered_by_nothing():
+    queue = [request("x0", tenant="x"), request("s0")]
+    assert queue[0].policy is None
+    left = uncovered(
+        queue=queue, hosts=[], pending_scale_outs=[scale_out(slots=2)], runtime=RUNTIME, fair=True
+    )
+    assert left == ("x0",)
