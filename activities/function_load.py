@@ -17,7 +17,7 @@ losses only), and the replicas of one Function are spread over hosts watched by 
 one FunctionStatus per Ready replica per second costs each host a lookup.
 
 The activity lives at most `maxSeconds` (the workflow then starts the next with its current
-replicas), heartbeats its memory each sample (a retried attempt, on any worker, goes on from it),
+replicas), heartbeats its memory twice a second (a retried attempt, on any worker, goes on from it),
 and when cancelled (the workflow's replicas changed) returns that memory with nothing changed:
 the workflow waits for the cancellation to complete, so the window survives a restart.
 """
@@ -45,6 +45,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SAMPLE_EVERY_S = 1.0
+HEARTBEAT_EVERY_S = 0.5
 # One host's or gateway's answer: a sample waits for none longer (an unanswered one counts 0).
 RPC_TIMEOUT_S = 2.0
 # A host's report is bounded by its own limits (concurrency <= 1000, queue <= 10,000 per
@@ -200,6 +201,8 @@ class FunctionLoadActivities:
         meter = _Meter(input)
         decision: Decision | None = None
         ends = time.monotonic() + input.maxSeconds
+        memory: list[object] = [window.model_dump(mode="json") if window is not None else None]
+        beating = asyncio.create_task(_heartbeats(memory))
         try:
             while time.monotonic() < ends:
                 started = time.monotonic()
@@ -211,7 +214,7 @@ class FunctionLoadActivities:
                 scaler.record(now, float(load))
                 decision = scaler.decide(now, current=input.current, ready=len(input.replicas))
                 meter.sampled(load)
-                activity.heartbeat(window_of(scaler.snapshot()).model_dump(mode="json"))
+                memory[0] = window_of(scaler.snapshot()).model_dump(mode="json")
                 if decision.changed:
                     meter.decided(decision)
                     activity.logger.info(
@@ -225,10 +228,20 @@ class FunctionLoadActivities:
                 return result_of(None, input.current, scaler)
             raise
         finally:
+            beating.cancel()
             await asyncio.shield(asyncio.gather(hosts.close(), gateways.close(), return_exceptions=True))
         if decision is None or not decision.changed:
             return result_of(None, input.current, scaler)
         return result_of(decision, input.current, scaler)
+
+
+async def _heartbeats(memory: list[object]) -> None:
+    """Heartbeat the latest memory every HEARTBEAT_EVERY_S, whatever a sample's RPCs take: the
+    workflow's heartbeat timeout is short, so its cancellation arrives soon (the SDK throttles
+    heartbeats to 0.8 of that timeout, and a cancellation comes with a heartbeat's answer)."""
+    while True:
+        activity.heartbeat(memory[0])
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
 
 
 class _Meter:

@@ -126,7 +126,7 @@ PATCH_AUTOSCALE = "function-autoscale"
 AUTOSCALE_LIFE_S = 300.0
 AUTOSCALE_TIMEOUT = timedelta(seconds=AUTOSCALE_LIFE_S + 60)
 # Its heartbeat: how soon a lost worker's activity is retried, and a cancellation reaches it.
-AUTOSCALE_HEARTBEAT = timedelta(seconds=5)
+AUTOSCALE_HEARTBEAT = timedelta(seconds=2)
 AUTOSCALE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 # After an autoscaling activity failed for good (its retries are unlimited: a cancelled or timed
 # out one), the next starts after this, so a broken one never loops hot.
