@@ -45,6 +45,9 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SAMPLE_EVERY_S = 1.0
+LOAD = "kruntimes_function_load"
+DECISIONS = "kruntimes_function_scale_decisions"
+WANTED = "kruntimes_function_replicas_wanted"
 HEARTBEAT_EVERY_S = 0.5
 # One host's or gateway's answer: a sample waits for none longer (an unanswered one counts 0).
 RPC_TIMEOUT_S = 2.0
@@ -245,18 +248,20 @@ async def _heartbeats(memory: list[object]) -> None:
 
 
 class _Meter:
-    """The autoscaler's metrics, through the worker's own (the SDK's Prometheus endpoint): labels
-    are the Function's namespace and name, the direction and the reason; never a uid."""
+    """The autoscaler's metrics, through the Temporal runtime's meter (the worker's Prometheus
+    endpoint, `--metrics-address`, as the host providers' are): labels are the Function's
+    namespace and name, the direction and the reason; never a uid."""
 
     def __init__(self, input: AutoscaleInput) -> None:
         meter = activity.metric_meter().with_additional_attributes(
-            {"namespace": input.namespace, "function": input.name}
+            {"function_namespace": input.namespace, "function": input.name}
         )
-        self._load = meter.create_gauge("krt_function_load", "invocations in flight and waiting")
+        self._load = meter.create_gauge(LOAD, "A Function's invocations in flight and waiting, last sampled.")
         self._decisions = meter.create_counter(
-            "krt_function_scale_decisions", "autoscaler decisions that changed the replicas wanted"
+            DECISIONS,
+            "Autoscaler decisions that changed a Function's replicas wanted, by direction and reason.",
         )
-        self._wanted = meter.create_gauge("krt_function_replicas_wanted", "replicas the autoscaler wants")
+        self._wanted = meter.create_gauge(WANTED, "The replicas the autoscaler last wanted for a Function.")
 
     def sampled(self, load: int) -> None:
         self._load.set(load)
