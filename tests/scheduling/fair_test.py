@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kruntimes.decisions.scheduling.admission import admit, fair_order, next_from_queue, uncovered
 from kruntimes.decisions.scheduling.model import QueueGlobally, RequestScaleOut, TenantPolicy
 
-from .builders import RUNTIME, host, request, reservation, scale_out
+from .builders import RUNTIME, decide, host, request, reservation, scale_out
 
 WEIGHTS = {"a": TenantPolicy(), "b": TenantPolicy(queueShare=0.5), "c": TenantPolicy(queueShare=0.25)}
 
@@ -137,3 +137,41 @@ def test_a_tenant_the_platform_does_not_know_takes_turns_with_weight_one():
     unknown = [request(f"x{i}", tenant="x") for i in range(2)]
     assert all(r.policy is None for r in unknown)
     assert uids(fair_order([*unknown, request("s0")])) == ["x0", "s0", "x1"]
+
+
+def test_admission_is_fifo_unless_asked_to_be_fair():
+    # the pool asks for fair order behind its patch; a caller that does not gets FIFO
+    late = decide(request("s0"), queue=queued("aaaa"), pending=[scale_out(slots=2)], max_queue=100)
+    assert isinstance(late, RequestScaleOut)
+
+
+def test_a_run_behind_its_own_tenants_backlog_asks_for_capacity_of_its_own():
+    common = {
+        "hosts": [],
+        "reservations": (),
+        "queue": queued("aaaa"),
+        "pending_scale_outs": [scale_out(slots=1)],
+        "runtime": RUNTIME,
+        "max_queue": 100,
+        "max_hosts": 4,
+        "fair": True,
+    }
+    last = request("a4", tenant="a", tenancy=WEIGHTS["a"])
+    assert isinstance(admit(request=last, **common), RequestScaleOut)  # type: ignore[arg-type]
+
+
+def test_a_new_run_of_a_tenant_holding_fewer_slots_goes_ahead_for_capacity_on_its_way():
+    h1 = host("h1", capacity=2)
+    held = [reservation(f"run-a{i}", h1, tenant="a") for i in range(2)]
+    common = {
+        "hosts": [h1],
+        "reservations": held,
+        "queue": queued("a"),
+        "pending_scale_outs": [scale_out(slots=1)],
+        "runtime": RUNTIME,
+        "max_queue": 100,
+        "max_hosts": 4,
+    }
+    # a holds both slots of h1: s0 comes before a0 in fair order, and the slot on its way covers it
+    assert admit(request=request("s0"), fair=True, **common) == QueueGlobally(position=1)  # type: ignore[arg-type]
+    assert isinstance(admit(request=request("s0"), fair=False, **common), RequestScaleOut)  # type: ignore[arg-type]
