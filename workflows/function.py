@@ -42,6 +42,7 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
+    FailureError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
@@ -92,6 +93,7 @@ with workflow.unsafe.imports_passed_through():
         QUERY_REPLICAS,
         QUERY_STATUS,
         SIGNAL_FUNCTION_WAKE,
+        SIGNAL_REJECTED,
         UPDATE_APPLY,
         UPDATE_DELETE,
         UPDATE_ROLLBACK,
@@ -99,6 +101,7 @@ with workflow.unsafe.imports_passed_through():
         function_invoke_url,
         run_workflow_id,
     )
+    from kruntimes.contracts.pool import admit_signal, runtime_unknown
     from kruntimes.contracts.run import RunInput
     from kruntimes.decisions.autoscale import MAX_CARRIED_WANTED
     from kruntimes.decisions.functionlife import phase_of, plan, start_backoff
@@ -132,6 +135,13 @@ AUTOSCALE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_int
 # out one), the next starts after this, so a broken one never loops hot.
 AUTOSCALE_PAUSE = timedelta(seconds=10)
 WOKEN = "woken: an invocation waits at a gateway"
+# The Function admits each replica it starts to the replica's pool itself, right after the start
+# (RunInput.starterAdmits, as the SDK does for a Run): the pool decides while the replica's first
+# task runs and hands it the answer in-process, one signal and task fewer on the way to Ready
+# (scale from zero waits for it). Histories recorded before it let each replica ask the pool.
+PATCH_REPLICA_ADMITS = "function-replica-admits"
+REPLICA_ADMIT_TIMEOUT = timedelta(seconds=30)
+REPLICA_ADMIT_RETRY = RetryPolicy(maximum_attempts=3)
 
 
 def _clamp(wanted: int, scale: ScaleSpec) -> int:
@@ -178,6 +188,7 @@ class FunctionWorkflow:
         self._window: ScaleWindow | None = state.scaleWindow
         self._last_scale: ScaleEvent | None = state.lastScale
         self._autoscale = False  # PATCH_AUTOSCALE taken
+        self._admits = False  # PATCH_REPLICA_ADMITS taken
         self._scaler: asyncio.Task[None] | None = None
         self._held: tuple[float, int] | None = None  # a manual scale the autoscaler has not seen
         self._wakes = 0  # wakes taken by this run: an autoscaler started before one forgets its window
@@ -350,6 +361,7 @@ class FunctionWorkflow:
             workflow.upsert_search_attributes(missing)
         self._indexed_phase = FunctionPhase.Pending.value
         self._autoscale = workflow.patched(PATCH_AUTOSCALE)
+        self._admits = workflow.patched(PATCH_REPLICA_ADMITS)
         if self._autoscale:
             self._scaler = asyncio.create_task(self._autoscale_loop())
         while not self._deleting:
@@ -553,7 +565,7 @@ class FunctionWorkflow:
         try:
             handle = await workflow.start_child_workflow(
                 "RunWorkflow",
-                RunInput(run=run, statusMemo=True, replicaOf=replica_of),
+                RunInput(run=run, statusMemo=True, replicaOf=replica_of, starterAdmits=self._admits),
                 id=run_workflow_id(fn.metadata.namespace, name),
                 task_queue=info.task_queue,
                 result_type=RunStatus,
@@ -570,6 +582,30 @@ class FunctionWorkflow:
             return
         self._set(uid, runId=handle.first_execution_run_id or "")
         self._watches.append(asyncio.create_task(self._watch(handle, uid)))
+        if self._admits:
+            await self._admit(run, handle.id, handle.first_execution_run_id)
+
+    async def _admit(self, run: Run, workflow_id: str, run_id: str | None) -> None:
+        """The replica's admission to its pool, as the SDK sends a Run's (kruntimes.sdk.starting):
+        a runtime without a pool rejects it at once. Not sent: the replica asks the pool itself
+        once its admission grace is over."""
+        try:
+            delivered = await workflow.execute_local_activity(
+                "admit_run",
+                admit_signal(run, workflow_id=workflow_id, at=workflow.now(), handoff=True),
+                result_type=bool,
+                start_to_close_timeout=REPLICA_ADMIT_TIMEOUT,
+                retry_policy=REPLICA_ADMIT_RETRY,
+                summary=summaries.summary(f"admit {run.metadata.name} to pool/{run.spec.runtime}"),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("the admission of %s was not sent: %s", workflow_id, err)
+            return
+        if not delivered:
+            with contextlib.suppress(FailureError):  # it finds out itself after its grace
+                await workflow.get_external_workflow_handle(workflow_id, run_id=run_id).signal(
+                    SIGNAL_REJECTED, runtime_unknown(run)
+                )
 
     async def _watch(self, handle: Any, uid: str) -> None:
         """A replica whose workflow closed without telling its end (terminated) ends here too."""

@@ -205,3 +205,18 @@ async def test_a_broken_template_is_started_again_only_after_a_backoff_and_says_
         assert "ended Failed before Ready (HandlerLoadFailed" in failure.message, failure.message
         said = await handle.execute_update(UPDATE_DELETE, result_type=str)
         assert said.startswith(f"deleted {handle.id}")
+
+
+async def test_a_replica_of_a_runtime_without_a_pool_fails_saying_so(platform_factory) -> None:  # type: ignore[no-untyped-def]
+    """The Function admits its replicas to their pool itself: a runtime with none rejects the
+    replica (RuntimeUnknown), which the Function's ReplicaFailure condition names."""
+    async with platform_factory() as platform:
+        handle = await start_function(platform, function_manifest("nopool", runtime="absent-runtime"))
+
+        async def rejected() -> bool:
+            failure = (await function_status(handle)).condition("ReplicaFailure")
+            return failure is not None and "RuntimeUnknown" in failure.message
+
+        await platform.eventually(rejected, timeout=60, what="the replica rejected: RuntimeUnknown")
+        said = await handle.execute_update(UPDATE_DELETE, result_type=str)
+        assert said.startswith(f"deleted {handle.id}")
