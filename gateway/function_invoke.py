@@ -69,6 +69,11 @@ log = logging.getLogger("kruntimes.gateway.invoke")
 
 MAX_WAITING_PER_FUNCTION = 1_000
 MAX_WAITING = 10_000
+# A replica an invocation could not be delivered to (its host refused the connection, is gone or
+# not the one routed) takes no new invocation for this long: with fewest-in-flight picking, a dead
+# replica answering at once would otherwise draw every invocation until its route expires.
+SUSPECT_S = 2.0
+MAX_SUSPECTS = 10_000
 # A fresh gateway has not heard every host yet: a Function it has not seen is not yet "not found".
 DEFAULT_WARMUP_S = 10.0
 # where the access log finds the replica an invocation went to
@@ -131,6 +136,8 @@ class Balancer:
         self._waiting = 0
         self._turns = itertools.count()  # ties go in turn
         self._appeared: set[str] = set()  # functions with a new ready route, served soon
+        # (replica run uid, host uid) → until when it takes nothing new (SUSPECT_S)
+        self._suspects: dict[tuple[str, str], float] = {}
         routes.on_function_route = self._route_appeared
         # scale from zero: which Functions exist (Temporal visibility) and who asks their workflow
         # for a replica; None: no Temporal, a Function without a Ready replica is 503 at once
@@ -183,8 +190,11 @@ class Balancer:
         None if no Ready replica has room. `avoid`: a replica run uid not to choose."""
         least: list[Route] = []
         fewest = 0
+        now = time.monotonic() if self._suspects else 0.0
         for route in self.routes.function_routes(function_uid):
             if not route.ready or route.namespace != namespace or route.run_uid == avoid:
+                continue
+            if self._suspects and self._suspects.get((route.run_uid, route.host_uid), 0.0) > now:
                 continue
             n = self._in_flight.get(route.run_uid, 0)
             if n >= route.concurrency:
@@ -223,6 +233,25 @@ class Balancer:
             self.metrics.function_in_flight.dec()
         if route.function_uid in self._waiters:
             self._serve(route.function_uid)
+
+    def suspect(self, route: Route) -> None:
+        """An invocation could not be delivered to `route`: it takes nothing new for SUSPECT_S
+        (a newer incarnation of its host, or the Run moved elsewhere, is another key), and the
+        Function's waiters are served again once that has passed."""
+        now = time.monotonic()
+        if len(self._suspects) >= MAX_SUSPECTS:
+            self._suspects = {k: t for k, t in self._suspects.items() if t > now}
+            if len(self._suspects) >= MAX_SUSPECTS:
+                return
+        self._suspects[(route.run_uid, route.host_uid)] = now + SUSPECT_S
+        asyncio.get_running_loop().call_later(SUSPECT_S, self._unsuspect, route, route.function_uid)
+
+    def _unsuspect(self, route: Route, function_uid: str) -> None:
+        key = (route.run_uid, route.host_uid)
+        if self._suspects.get(key, 0.0) <= time.monotonic():
+            self._suspects.pop(key, None)
+        if function_uid in self._waiters:
+            self._serve(function_uid)
 
     def _serve(self, function_uid: str) -> None:
         """Hand the slots free now to the Function's waiters, first first."""
@@ -415,26 +444,31 @@ class FunctionInvokeHandler(InvokeHandler):
         route = await self.balancer.acquire(
             function_uid, namespace, timeout_s=timeout_s, lost=_lost(request), wake=wake
         )
+        held: Route | None = route  # the slot this invocation holds, released once it ends
         try:
             request[REPLICA] = route.run_uid
             remaining = max(0.001, timeout_s - (time.monotonic() - started))
             try:
                 answer = await self._dispatch(route, inv, payload, remaining)
-            except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: one other replica
-                other = self.balancer.choose(function_uid, namespace, avoid=route.run_uid)
-                if other is None:
-                    raise undelivered from None
+            except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: once more
                 log.info(
                     "invoke not delivered; another replica tried",
                     extra={"run_uid": route.run_uid, "reason": str(undelivered.reason)},
                 )
+                self.balancer.suspect(route)
                 self.balancer.release(route)
-                route = other
+                held = None
+                remaining = max(0.001, timeout_s - (time.monotonic() - started))
+                # the same wait as the first: a replica with room now, or the first one freed
+                held = route = await self.balancer.acquire(
+                    function_uid, namespace, timeout_s=remaining, lost=_lost(request), wake=wake
+                )
                 request[REPLICA] = route.run_uid
                 remaining = max(0.001, timeout_s - (time.monotonic() - started))
                 answer = await self._dispatch(route, inv, payload, remaining)
         finally:
-            self.balancer.release(route)
+            if held is not None:
+                self.balancer.release(held)
         return self._answer(answer, inv)
 
 

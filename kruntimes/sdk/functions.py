@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import contextlib
 import time
 import uuid
@@ -110,6 +111,9 @@ def ready(status: FunctionStatus) -> bool:
     )
 
 
+MAX_ENDPOINTS_KEPT = 1024  # Functions whose endpoints one client remembers
+
+
 class Functions:
     """The Function operations of one platform, over the Run operations' Temporal connection
     (`runs`: its config, creator and errors) and the client's invoke session (`invoker`)."""
@@ -117,6 +121,10 @@ class Functions:
     def __init__(self, runs: Runs, invoker: Invoker) -> None:
         self._runs = runs
         self._invoker = invoker
+        # (namespace, name) → the Function's endpoint, once known: invoking needs no query (and
+        # so no worker) after the first; a 404 from the gateway (the Function re-created with
+        # another uid) forgets it
+        self._endpoints: collections.OrderedDict[tuple[str, str], Endpoint] = collections.OrderedDict()
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -514,8 +522,28 @@ class Functions:
         retried. ``target``: its name, or a Function from `get`/`apply`. The answers and errors
         are a Run's (kruntimes.Client.invoke): Busy when every replica is full and the gateway's
         queue too, NotReady when no replica is Ready, FunctionNotFound for another uid."""
-        endpoint = await self.endpoint(target, namespace)
-        return await self._invoker.send(endpoint, data, invocation_id=invocation_id, timeout=timeout)
+        key: tuple[str, str]
+        if isinstance(target, Function):
+            key = (target.metadata.namespace, target.metadata.name)
+        else:
+            _check_name(target, namespace)
+            key = (namespace, target)
+        cached = self._endpoints.get(key)
+        endpoint = cached or await self.endpoint(target, namespace)
+        try:
+            answer = await self._invoker.send(endpoint, data, invocation_id=invocation_id, timeout=timeout)
+        except FunctionNotFound:
+            self._endpoints.pop(key, None)
+            if cached is None:
+                raise
+            # the gateway knows no Function at the remembered uid (it never ran there): ask again
+            endpoint = await self.endpoint(target, namespace)
+            answer = await self._invoker.send(endpoint, data, invocation_id=invocation_id, timeout=timeout)
+        self._endpoints[key] = endpoint
+        self._endpoints.move_to_end(key)
+        while len(self._endpoints) > MAX_ENDPOINTS_KEPT:
+            self._endpoints.popitem(last=False)
+        return answer
 
 
 # --- what apply sends ---------------------------------------------------------------------------

@@ -63,6 +63,8 @@ class SupervisedWorkers:
         return taken
 
     async def __aenter__(self) -> SupervisedWorkers:
+        self._stop.clear()  # entered again after an exit: a test stopped the workers for a while
+        self._up.clear()
         self._task = asyncio.create_task(self._supervise())
         up = asyncio.ensure_future(self._up.wait())
         try:
