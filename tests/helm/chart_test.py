@@ -239,6 +239,7 @@ def test_the_runtime_schema_has_the_fields_of_the_runtimes_file() -> None:
     from kruntimes.config.runtimes import (
         KubernetesPodTemplate,
         KubernetesRuntime,
+        ProviderCircuitConfig,
         RuntimeConfig,
         TenantConfig,
     )
@@ -252,6 +253,17 @@ def test_the_runtime_schema_has_the_fields_of_the_runtimes_file() -> None:
     )
     tenant = json_schema()["properties"]["tenants"]["items"]
     assert set(tenant["properties"]) == set(TenantConfig.model_fields)
+    circuit = json_schema()["properties"]["providerCircuit"]
+    assert set(circuit["properties"]) == set(ProviderCircuitConfig.model_fields)
+
+
+def test_the_provider_circuit_reaches_the_workers_runtimes_file_only_when_set() -> None:
+    values = {"providerCircuit": {"failures": 2, "openSeconds": 7.5}}
+    docs, notes = render(values)
+    config = parse_config(yaml.safe_load(runtimes_file(Rendered("circuit", values, docs, notes))))
+    assert (config.providerCircuit.failures, config.providerCircuit.openSeconds) == (2, 7.5)
+    docs, notes = render({})
+    assert "providerCircuit" not in yaml.safe_load(runtimes_file(Rendered("none", {}, docs, notes)))
 
 
 # --- coherence with the code: the worker ------------------------------------------------------------
