@@ -8,6 +8,10 @@ assignment names the Function's uid), and the `Balancer` picks one.
 
 Balancing, as this gateway counts (each gateway counts its own invocations; a host still refuses
 past its own concurrency and queue, 429 as for a Run):
+- a Function with a traffic split (two revisions, as the known-Functions view read it from its
+  workflow's KrtTraffic): first a revision, at random by its percent, among the revisions with a
+  Ready replica with room; one without any takes nothing and the other takes it (a split never
+  refuses an invocation); then, within that revision, as below;
 - the Ready replica of the Function in the request's namespace with the fewest invocations in
   flight from this gateway, ties in turn; never one already at its concurrency while another has
   room;
@@ -39,6 +43,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -123,8 +128,11 @@ class Balancer:
         max_waiting_per_function: int = MAX_WAITING_PER_FUNCTION,
         max_waiting: int = MAX_WAITING,
         warmup_s: float = DEFAULT_WARMUP_S,
+        rng: random.Random | None = None,
     ) -> None:
         self.routes = routes
+        # the traffic split's draw: not a secret, only a share (seeded in tests)
+        self.rng = rng or random.Random()
         # until then a Function never seen may live on a host not heard yet: 503, not 404
         self.warm_until = time.monotonic() + warmup_s
         self.metrics = metrics
@@ -185,26 +193,50 @@ class Balancer:
         """Whether the Function has a Ready replica in `namespace`."""
         return any(r.ready and r.namespace == namespace for r in self.routes.function_routes(function_uid))
 
+    def split(self, function_uid: str, namespace: str) -> tuple[tuple[int, int], ...]:
+        """The Function's traffic split as the known-Functions view read it: (revision, percent)."""
+        known = self.known(function_uid, namespace)
+        return known.traffic if known is not None else ()
+
+    def _pick_revision(self, split: tuple[tuple[int, int], ...], candidates: list[Route]) -> int | None:
+        """A revision of the split, at random by its percent, among those `candidates` serve
+        (None: neither does, any candidate goes)."""
+        served = {r.revision for r in candidates}
+        shares = [(revision, percent) for revision, percent in split if revision in served and percent > 0]
+        total = sum(percent for _, percent in shares)
+        if not total:
+            return None
+        draw = self.rng.random() * total
+        for revision, percent in shares:
+            draw -= percent
+            if draw < 0:
+                return revision
+        return shares[-1][0]
+
     def choose(self, function_uid: str, namespace: str, *, avoid: str = "") -> Route | None:
         """The Ready replica with room and the fewest in flight (ties in turn), its slot taken;
-        None if no Ready replica has room. `avoid`: a replica run uid not to choose."""
-        least: list[Route] = []
-        fewest = 0
+        None if no Ready replica has room. With a traffic split, a revision is drawn first (among
+        those with such a replica) and the replica is of it. `avoid`: a replica run uid not to
+        choose."""
+        candidates: list[Route] = []
         now = time.monotonic() if self._suspects else 0.0
         for route in self.routes.function_routes(function_uid):
             if not route.ready or route.namespace != namespace or route.run_uid == avoid:
                 continue
             if self._suspects and self._suspects.get((route.run_uid, route.host_uid), 0.0) > now:
                 continue
-            n = self._in_flight.get(route.run_uid, 0)
-            if n >= route.concurrency:
+            if self._in_flight.get(route.run_uid, 0) >= route.concurrency:
                 continue
-            if not least or n < fewest:
-                least, fewest = [route], n
-            elif n == fewest:
-                least.append(route)
-        if not least:
+            candidates.append(route)
+        if not candidates:
             return None
+        split = self.split(function_uid, namespace) if self.functions is not None else ()
+        if split:
+            revision = self._pick_revision(split, candidates)
+            if revision is not None:
+                candidates = [r for r in candidates if r.revision == revision]
+        fewest = min(self._in_flight.get(r.run_uid, 0) for r in candidates)
+        least = [r for r in candidates if self._in_flight.get(r.run_uid, 0) == fewest]
         if len(least) > 1:
             least.sort(key=lambda r: r.run_uid)  # a stable order for the turns
             route = least[next(self._turns) % len(least)]

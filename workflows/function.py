@@ -10,6 +10,9 @@ exists. It is the Function's status, and it keeps the Function's replicas:
     autoscaling (scale.max > scale.min): the `autoscale_function` activity samples the load and
           returns a decision ─▶ `wanted` changes as the `scale` update would (status.lastScale)
     wake (a gateway holds an invocation, no replica) ─▶ one replica at once, from zero
+    spec.traffic naming the previous revision (a canary) ─▶ its replicas are kept (its share of
+          `wanted`, at least one) instead of deleted, and the split is indexed (KrtTraffic) for
+          the gateways
 
 Replicas are children with parent close policy ABANDON (a continue-as-new must not end them);
 each tells this workflow its phase by signal (`replica_phase`), which is how the workflow knows
@@ -57,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         ReplicaCounts,
         ScaleEvent,
         ScaleSpec,
+        TrafficTarget,
     )
     from kruntimes.api.ids import RunUid
     from kruntimes.api.phases import TERMINAL_PHASES, RunPhase
@@ -104,7 +108,7 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.contracts.pool import admit_signal, runtime_unknown
     from kruntimes.contracts.run import RunInput
     from kruntimes.decisions.autoscale import MAX_CARRIED_WANTED
-    from kruntimes.decisions.functionlife import phase_of, plan, start_backoff
+    from kruntimes.decisions.functionlife import older_replicas, phase_of, plan, start_backoff
     from kruntimes.wire import function_summaries, search, search_typed, summaries
 
 # How long a rollout waits for the new revision's replicas to be Ready before its Progressing
@@ -142,6 +146,9 @@ WOKEN = "woken: an invocation waits at a gateway"
 PATCH_REPLICA_ADMITS = "function-replica-admits"
 REPLICA_ADMIT_TIMEOUT = timedelta(seconds=30)
 REPLICA_ADMIT_RETRY = RetryPolicy(maximum_attempts=3)
+# Traffic splits (spec.traffic): an older revision the split names keeps replicas, and the split
+# is indexed (KrtTraffic, KrtTrafficSince). Histories recorded before it know no split.
+PATCH_TRAFFIC = "function-traffic"
 
 
 def _clamp(wanted: int, scale: ScaleSpec) -> int:
@@ -189,6 +196,8 @@ class FunctionWorkflow:
         self._last_scale: ScaleEvent | None = state.lastScale
         self._autoscale = False  # PATCH_AUTOSCALE taken
         self._admits = False  # PATCH_REPLICA_ADMITS taken
+        self._splits = False  # PATCH_TRAFFIC taken
+        self._indexed_traffic = ""
         self._scaler: asyncio.Task[None] | None = None
         self._held: tuple[float, int] | None = None  # a manual scale the autoscaler has not seen
         self._wakes = 0  # wakes taken by this run: an autoscaler started before one forgets its window
@@ -270,6 +279,7 @@ class FunctionWorkflow:
 
     @apply.validator
     def _apply_allowed(self, fn: Function) -> None:
+        self._traffic_allowed(fn.spec)
         meta = fn.metadata
         if (meta.namespace, meta.name) != (self._fn.metadata.namespace, self._fn.metadata.name):
             raise ApplicationError(
@@ -310,7 +320,7 @@ class FunctionWorkflow:
     def rollback(self) -> ApplyResult:
         """The previous revision's template again, as a new revision (rolled out like any)."""
         previous, current = self._revisions[-2], self._revisions[-1]
-        spec = previous.spec._replace(scale=current.spec.scale)
+        spec = previous.spec._replace(scale=current.spec.scale, traffic=None)  # all to it
         self._fn = self._fn._replace(spec=spec)
         revision = self._new_revision(spec)
         return ApplyResult(
@@ -338,6 +348,32 @@ class FunctionWorkflow:
         await workflow.wait_condition(lambda: self._ended)
         return summaries.summary(f"deleted {workflow.info().workflow_id}: {self._status.message}")
 
+    def _traffic_allowed(self, spec: FunctionSpec) -> None:
+        """A split may name only the revisions the Function keeps after this apply: the current
+        (0, `latest`) and the previous one."""
+        if spec.traffic is None:
+            return
+        if not self._splits:
+            raise ApplicationError(
+                "apply: this Function's workflow predates traffic splits; apply it without "
+                "spec.traffic, or delete and create it again",
+                type="InvalidFunction",
+                non_retryable=True,
+            )
+        current = self._revisions[-1]
+        if spec.same_template(current.spec):
+            kept = [r.revision for r in self._revisions]
+        else:
+            kept = [current.revision, current.revision + 1]
+        named = sorted({t.revision for t in spec.traffic if t.revision} - set(kept))
+        if named:
+            raise ApplicationError(
+                f"apply: spec.traffic names revision {', '.join(map(str, named))}; a split may name "
+                f"only the revisions the Function keeps: {' and '.join(map(str, kept))} (0: the latest)",
+                type="InvalidFunction",
+                non_retryable=True,
+            )
+
     def _not_deleting(self, what: str) -> None:
         if self._deleting:
             raise ApplicationError(
@@ -362,6 +398,7 @@ class FunctionWorkflow:
         self._indexed_phase = FunctionPhase.Pending.value
         self._autoscale = workflow.patched(PATCH_AUTOSCALE)
         self._admits = workflow.patched(PATCH_REPLICA_ADMITS)
+        self._splits = workflow.patched(PATCH_TRAFFIC)
         if self._autoscale:
             self._scaler = asyncio.create_task(self._autoscale_loop())
         while not self._deleting:
@@ -515,23 +552,41 @@ class FunctionWorkflow:
             self._last_failure = f"replica {replica.name} ended {replica.phase.value} before Ready ({said})"
         self._replicas = kept
 
+    def _split(self) -> dict[int, int]:
+        """The traffic split in force (revision → percent) over the revisions kept; {}: none."""
+        if not self._splits:
+            return {}
+        current = self._revisions[-1]
+        split = current.spec.split(current.revision)
+        kept = {r.revision for r in self._revisions}
+        return split if set(split) <= kept else {}
+
     async def _converge(self) -> None:
         """Start and delete replicas as functionlife.plan says."""
         current = self._revisions[-1]
+        older = {
+            revision: older_replicas(self._wanted, percent)
+            for revision, percent in self._split().items()
+            if revision != current.revision
+        }
         decided = plan(
             revision=current.revision,
             wanted=self._wanted,
             replicas=self._replicas,
             now=workflow.now(),
             retry_at=self._retry_at,
+            older=older,
         )
         if decided.rolled_out:
             self._observed = current.revision
             self._rollout_since = None
         doomed = set(decided.delete)
         self._replicas = [r._replace(deleting=True) if r.runUid in doomed else r for r in self._replicas]
-        if decided.start:
-            await asyncio.gather(*(self._start_replica(current) for _ in range(decided.start)))
+        starts = [current] * decided.start
+        for number, count in decided.start_older:
+            starts += [r for r in self._revisions if r.revision == number] * count
+        if starts:
+            await asyncio.gather(*(self._start_replica(revision) for revision in starts))
         await self._send_deletes()
 
     async def _start_replica(self, revision: Revision) -> None:
@@ -741,6 +796,7 @@ class FunctionWorkflow:
             conditions=self._status.conditions,
             message=message,
             lastScale=self._last_scale,
+            traffic=[TrafficTarget(revision=r, percent=p) for r, p in sorted(self._split().items())],
         )
         status = status.with_condition(
             _condition(FunctionConditionType.Ready, phase is FunctionPhase.Ready, phase.value, message, now)
@@ -764,7 +820,24 @@ class FunctionWorkflow:
         if indexed != self._indexed_phase:
             workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(indexed)])
             self._indexed_phase = indexed
+        if self._splits:
+            self._index_traffic()
         workflow.set_current_details(function_summaries.function_current(status))
+
+    def _index_traffic(self) -> None:
+        """KrtTraffic (the split the gateways honour) and KrtTrafficSince, when the split changed."""
+        split = {} if self._deleting else self._split()
+        value = search.traffic_value(split)
+        if value == self._indexed_traffic:
+            return
+        key = search_typed.KRT_TRAFFIC
+        workflow.upsert_search_attributes(
+            [
+                key.value_set(value) if value else key.value_unset(),
+                search_typed.KRT_TRAFFIC_SINCE.value_set(workflow.now()),
+            ]
+        )
+        self._indexed_traffic = value
 
     def _message(self, phase: FunctionPhase, ready: int) -> str:
         current = self._revisions[-1].revision

@@ -61,10 +61,27 @@ class ScaleSpec(ApiModel):
         return self
 
 
+# The revision a traffic target names for "the current one, whichever it is".
+LATEST_REVISION = 0
+# Revisions a split may name: the current one and the previous (the templates a Function keeps).
+MAX_TRAFFIC_TARGETS = 2
+
+
+class TrafficTarget(ApiModel):
+    """A share of the Function's invocations for one revision: `revision: 0` is the current one
+    (latest), any other number a revision the Function keeps (the current or the previous)."""
+
+    revision: StrictInt = Field(ge=0)
+    percent: StrictInt = Field(ge=0, le=100)
+
+
 class FunctionSpec(RunSpec):
-    """A function-mode Run's spec (the replicas' template) and how many replicas serve it."""
+    """A function-mode Run's spec (the replicas' template), how many replicas serve it, and how
+    the gateways split its invocations between two revisions (`traffic`; unset: all to the
+    current revision, the older one's replicas deleted once it is rolled out)."""
 
     scale: ScaleSpec = Field(default_factory=ScaleSpec)
+    traffic: list[TrafficTarget] | None = Field(default=None, min_length=1, max_length=MAX_TRAFFIC_TARGETS)
 
     @model_validator(mode="after")
     def _serves_invocations(self) -> Self:
@@ -72,12 +89,36 @@ class FunctionSpec(RunSpec):
             raise ValueError("spec.mode: a Function serves invocations: mode.function, not mode.task")
         return self
 
+    @model_validator(mode="after")
+    def _traffic_adds_up(self) -> Self:
+        if self.traffic is None:
+            return self
+        revisions = [t.revision for t in self.traffic]
+        if len(set(revisions)) != len(revisions):
+            raise ValueError(f"spec.traffic: each revision at most once, not {revisions}")
+        total = sum(t.percent for t in self.traffic)
+        if total != 100:
+            raise ValueError(f"spec.traffic: the percents must add up to 100, not {total}")
+        return self
+
+    def split(self, current: int) -> dict[int, int]:
+        """`traffic` with `latest` (0) as the `current` revision's number: revision → percent ({}:
+        every invocation to the current revision). Two targets naming the same revision add up."""
+        if self.traffic is None:
+            return {}
+        shares: dict[int, int] = {}
+        for target in self.traffic:
+            revision = current if target.revision == LATEST_REVISION else target.revision
+            shares[revision] = shares.get(revision, 0) + target.percent
+        return {} if shares == {current: 100} else shares
+
     def template(self) -> RunSpec:
         """The spec every replica Run of this revision is created with (the spec without `scale`)."""
         return RunSpec.model_validate({name: getattr(self, name) for name in RunSpec.model_fields})
 
     def same_template(self, other: FunctionSpec) -> bool:
-        """Whether `other` makes the same replicas (a change of `scale` alone is no new revision)."""
+        """Whether `other` makes the same replicas (a change of `scale` or `traffic` alone is no
+        new revision)."""
         return self.template() == other.template()
 
     @property
@@ -140,6 +181,8 @@ class FunctionStatus(ApiModel):
     message: StatusMessage = ""
     # The last change of `replicas.wanted` the Function made itself (the autoscaler, a wake).
     lastScale: ScaleEvent | None = None
+    # The split the gateways honour, `latest` resolved to a number (empty: all to `revision`).
+    traffic: list[TrafficTarget] = Field(default_factory=list, max_length=MAX_TRAFFIC_TARGETS)
 
     @field_validator("conditions")
     @classmethod

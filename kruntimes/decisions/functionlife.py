@@ -3,7 +3,8 @@
 - which replicas to start and which to delete (`plan`): keep `wanted` replicas of the current
   revision; delete the older revisions' only once `wanted` of the current one are Ready (a
   rollout never takes away what serves before its replacement serves); delete a surplus of the
-  current revision, the ones not Ready and the newest first;
+  current revision, the ones not Ready and the newest first; an older revision a traffic split
+  names keeps as many as the split gives it (`older`, `older_replicas`);
 - how long to wait before starting a replica again after replicas ended before ever being
   Ready (`start_backoff`): a broken template does not start Runs in a hot loop;
 - the Function's phase (`phase_of`).
@@ -13,7 +14,7 @@ Nothing here reads a clock or does I/O: the workflow passes `workflow.now()` in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -40,6 +41,25 @@ class Plan:
     delete: tuple[str, ...]  # run uids of replicas to delete
     # The current revision has `wanted` Ready replicas: the rollout to it is done.
     rolled_out: bool
+    # (older revision, replicas of it to start now) for the older revisions a split keeps
+    start_older: tuple[tuple[int, int], ...] = ()
+
+
+def older_replicas(wanted: int, percent: int) -> int:
+    """Replicas an older revision a traffic split gives `percent` keeps: its share of `wanted`
+    (rounded), at least one while its percent is above 0 and the Function has any replica."""
+    if percent <= 0 or wanted <= 0:
+        return 0
+    return max(1, round(wanted * percent / 100))
+
+
+def _surplus(replicas: Sequence[Replica], keep: int) -> list[str]:
+    # Keep the Ready ones, the oldest first: the surplus is the not-Ready, then the newest.
+    if len(replicas) <= keep:
+        return []
+    order = {r.runUid: i for i, r in enumerate(replicas)}
+    kept = sorted(replicas, key=lambda r: (r.phase is not RunPhase.Ready, order[r.runUid]))
+    return [r.runUid for r in kept[keep:]]
 
 
 def _live(replicas: Sequence[Replica]) -> list[Replica]:
@@ -51,27 +71,37 @@ def ended(replica: Replica) -> bool:
 
 
 def plan(
-    *, revision: int, wanted: int, replicas: Sequence[Replica], now: datetime, retry_at: datetime | None
+    *,
+    revision: int,
+    wanted: int,
+    replicas: Sequence[Replica],
+    now: datetime,
+    retry_at: datetime | None,
+    older: Mapping[int, int] | None = None,
 ) -> Plan:
     """What to start and delete for `wanted` replicas of `revision` (`replicas`: every replica
-    the Function keeps, in the order started; `retry_at`: no start before it)."""
+    the Function keeps, in the order started; `retry_at`: no start before it; `older`: older
+    revisions a traffic split keeps → their replicas, kept rather than deleted once rolled out)."""
     if wanted < 0:
         raise ValueError(f"wanted replicas cannot be negative: {wanted}")
+    older = {r: n for r, n in (older or {}).items() if r != revision}
     live = _live(replicas)
     current = [r for r in live if r.revision == revision]
     ready = [r for r in current if r.phase is RunPhase.Ready]
     rolled_out = len(ready) >= wanted
-    delete: list[str] = []
-    if len(current) > wanted:
-        # Keep the Ready ones, the oldest first: the surplus is the not-Ready, then the newest.
-        order = {r.runUid: i for i, r in enumerate(current)}
-        keep = sorted(current, key=lambda r: (r.phase is not RunPhase.Ready, order[r.runUid]))
-        delete += [r.runUid for r in keep[wanted:]]
+    delete = _surplus(current, wanted)
     if rolled_out:
-        delete += [r.runUid for r in live if r.revision != revision]
+        delete += [r.runUid for r in live if r.revision != revision and r.revision not in older]
     may_start = retry_at is None or now >= retry_at
     start = max(wanted - len(current), 0) if may_start else 0
-    return Plan(start=start, delete=tuple(delete), rolled_out=rolled_out)
+    start_older: list[tuple[int, int]] = []
+    for rev, keep in sorted(older.items()):
+        theirs = [r for r in live if r.revision == rev]
+        if rolled_out:  # before, whatever of it serves keeps serving
+            delete += _surplus(theirs, keep)
+        if may_start and len(theirs) < keep:
+            start_older.append((rev, keep - len(theirs)))
+    return Plan(start=start, delete=tuple(delete), rolled_out=rolled_out, start_older=tuple(start_older))
 
 
 def phase_of(*, wanted: int, replicas: Sequence[Replica], deleting: bool, ever_ready: bool) -> FunctionPhase:

@@ -12,6 +12,10 @@ replicas drain) shows as such from the next full listing only: asking for that p
 would list every deleted Function visibility still keeps (closed ones keep their attributes for
 the namespace's retention), every refresh; until then an invocation of it is held and its
 workflow, which ignores the signal, woken for nothing. A full listing mends the rest, as for Runs.
+
+A Function's traffic split (KrtTraffic) is read with it: a changed split is asked for by
+`KrtTrafficSince >= T` alone (its own index: only the Functions whose split changed), so the
+gateway honours a new split within a refresh or two, never asking Temporal on the invoke path.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class KnownFunction:
     namespace: str
     name: str
     phase: str
+    # (revision, percent) of its traffic split; (): every invocation to whichever replica has room
+    traffic: tuple[tuple[int, int], ...] = ()
 
     @property
     def workflow_id(self) -> str:
@@ -55,6 +61,7 @@ class KnownFunctions(KnownView[KnownFunction]):
             f"{FUNCTIONS} AND ExecutionStatus='Completed' AND CloseTime >= '{at}'",
             f"{FUNCTIONS} AND ExecutionStatus='Terminated' AND CloseTime >= '{at}'",
             f"{RUNNING} AND StartTime >= '{at}'",
+            f"{search.TRAFFIC_SINCE} >= '{at}'",  # last: a changed split is the newest entry
         )
 
     def parse(self, execution: Execution) -> tuple[str, KnownFunction] | None:
@@ -65,5 +72,8 @@ class KnownFunctions(KnownView[KnownFunction]):
             return None
         # the few namespaces and phases are kept once (interned), not once a Function
         return uid, KnownFunction(
-            namespace=sys.intern(namespace), name=name, phase=sys.intern(attrs.get(search.PHASE, ""))
+            namespace=sys.intern(namespace),
+            name=name,
+            phase=sys.intern(attrs.get(search.PHASE, "")),
+            traffic=search.parse_traffic(attrs.get(search.TRAFFIC, "")),
         )

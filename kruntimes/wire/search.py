@@ -2,9 +2,9 @@
 writes them (the dev server registers them, the starter sets them at the start, the workflow
 upserts them, the SDK and the gateway's known-Runs view read them).
 
-SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace (these are 8)
-and 3 Datetime ones (KrtPhaseSince is one). Search attributes are indexes in plain text: never put
-a secret in one.
+SQL visibility (the dev server's) allows 10 custom Keyword attributes per namespace (these are 9)
+and 3 Datetime ones (KrtPhaseSince and KrtTrafficSince are two). Search attributes are indexes
+in plain text: never put a secret in one.
 
 KrtPhaseSince is when the Run's workflow last indexed its phase (its workflow time), upserted with
 every phase: `KrtPhaseSince >= T` lists the Runs whose phase changed since T from the attribute's
@@ -20,6 +20,11 @@ KrtFunction is a Function's uid, on its FunctionWorkflow and on the RunWorkflows
 (set when the Function's workflow starts them): `KrtFunction='<uid>'` lists a Function's
 replicas. A FunctionWorkflow carries KrtNamespace and KrtPhase (the Function's phase) too, and
 never KrtPhaseSince: the known-Runs view lists Runs only.
+
+KrtTraffic is a Function's traffic split as its workflow resolved it, `<revision>:<percent>`
+joined by commas in revision order (`3:80,4:20`; unset: every invocation to the current
+revision), and KrtTrafficSince when it last changed (upserted with it): the gateway's
+known-Functions view asks for `KrtTrafficSince >= T` to learn a changed split from that index alone.
 
 A finished Run's workflow closes; its RetentionWorkflow (running until the Run's
 ttlSecondsAfterFinished is out) carries the Run's attributes with its final phase, so the Runs
@@ -45,11 +50,17 @@ RUN_UID = "KrtRunUid"
 HOST = "KrtHost"
 PHASE_SINCE = "KrtPhaseSince"
 FUNCTION = "KrtFunction"
+TRAFFIC = "KrtTraffic"
+TRAFFIC_SINCE = "KrtTrafficSince"
 
 # name → Temporal indexed value type, as `temporal operator search-attribute create` takes it
 DEFINITIONS: dict[str, str] = {
-    **{name: "Keyword" for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST, FUNCTION)},
+    **{
+        name: "Keyword"
+        for name in (PHASE, RUNTIME, NAMESPACE, MODE, TENANT, RUN_UID, HOST, FUNCTION, TRAFFIC)
+    },
     PHASE_SINCE: "Datetime",
+    TRAFFIC_SINCE: "Datetime",
 }
 
 DELETED = "Deleted"  # the KrtPhase of a deleted Run (not a RunPhase: the Run no longer exists)
@@ -85,3 +96,27 @@ def listed(*, namespace: str | None = None, phase: RunPhase | None = None, run_u
     if run_uid is not None:
         query += f" AND {RUN_UID}='{run_uid}'"
     return query
+
+
+MAX_TRAFFIC_CHARS = 64  # two `revision:percent` pairs, with room
+
+
+def traffic_value(split: dict[int, int]) -> str:
+    """KrtTraffic's value for a split (revision → percent): `3:80,4:20`, revisions in order."""
+    return ",".join(f"{revision}:{percent}" for revision, percent in sorted(split.items()))
+
+
+def parse_traffic(value: str) -> tuple[tuple[int, int], ...]:
+    """A KrtTraffic value's (revision, percent) pairs; () for an empty, malformed or
+    out-of-bounds one (every invocation then goes to whichever replica has room)."""
+    if not value or len(value) > MAX_TRAFFIC_CHARS:
+        return ()
+    pairs: list[tuple[int, int]] = []
+    for item in value.split(","):
+        revision, sep, percent = item.partition(":")
+        if not sep or not revision.isdigit() or not percent.isdigit():
+            return ()
+        pairs.append((int(revision), int(percent)))
+    if len(pairs) > 2 or sum(p for _, p in pairs) != 100 or len({r for r, _ in pairs}) != len(pairs):
+        return ()
+    return tuple(pairs)

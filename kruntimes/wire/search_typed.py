@@ -18,6 +18,8 @@ from kruntimes.wire.search import (
     RUN_UID,
     RUNTIME,
     TENANT,
+    TRAFFIC,
+    TRAFFIC_SINCE,
 )
 
 KRT_PHASE = SearchAttributeKey.for_keyword(PHASE)
@@ -29,6 +31,8 @@ KRT_RUN_UID = SearchAttributeKey.for_keyword(RUN_UID)
 KRT_HOST = SearchAttributeKey.for_keyword(HOST)
 KRT_PHASE_SINCE = SearchAttributeKey.for_datetime(PHASE_SINCE)
 KRT_FUNCTION = SearchAttributeKey.for_keyword(FUNCTION)
+KRT_TRAFFIC = SearchAttributeKey.for_keyword(TRAFFIC)
+KRT_TRAFFIC_SINCE = SearchAttributeKey.for_datetime(TRAFFIC_SINCE)
 
 
 def run_values(run: Run, *, phase: RunPhase = RunPhase.Pending) -> list[tuple[SearchAttributeKey[str], str]]:

@@ -1,6 +1,7 @@
 """The gateway's known-Functions view (scale from zero's "does this Function exist, and what is its
 workflow"): after one full listing, narrow refreshes read the Functions started and ended, a
-Function whose workflow continued as new stays known, and a full listing shows one being deleted. Real dev server (the session's);
+Function whose workflow continued as new stays known, and a full listing shows one being deleted;
+a changed traffic split (KrtTraffic) shows in a narrow refresh. Real dev server (the session's);
 stand-in FunctionWorkflows carrying the search attributes the platform's do, read as the gateway
 reads them, over gRPC without the SDK."""
 
@@ -39,6 +40,16 @@ class _StandIn:
     @workflow.signal
     def delete(self) -> None:  # as the platform's indexes a Function being deleted
         workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(search.DELETED)])
+
+    @workflow.signal
+    def split(self, value: str) -> None:  # as the platform's indexes a changed traffic split
+        traffic = search_typed.KRT_TRAFFIC
+        workflow.upsert_search_attributes(
+            [
+                traffic.value_set(value) if value else traffic.value_unset(),
+                search_typed.KRT_TRAFFIC_SINCE.value_set(workflow.now()),
+            ]
+        )
 
     @workflow.signal
     def renew(self) -> None:
@@ -123,3 +134,26 @@ async def test_functions_started_renewed_deleted_and_ended_show_in_narrow_refres
     await shows(lambda: first[1][0] not in view.entries, "the deleted Function gone")
     for name in ("0", "later"):  # nothing left running on the worker's queue
         await client.get_workflow_handle(function_workflow_id("default", f"fn-{tag}-{name}")).signal("end")  # type: ignore[arg-type]
+
+
+async def test_a_changed_traffic_split_shows_in_a_narrow_refresh(
+    temporal: tuple[Client, str, Visibility],
+) -> None:
+    client, queue, visibility = temporal
+    uid, handle = await _start(client, queue, f"fn-{uuid.uuid4().hex[:6]}-split")
+    view = KnownFunctions(visibility, full_refresh_s=3600, margin=timedelta(seconds=1), lookback_every=1)
+
+    async def shows(check: object, what: str) -> None:
+        async def refreshed() -> bool:
+            await view.refresh()
+            return bool(check())  # type: ignore[operator]
+
+        await eventually(refreshed, within=30, every=0.1, what=f"the view to show {what}")
+
+    await shows(lambda: getattr(view.get(uid), "traffic", None) == (), "the Function without a split")
+    await shows(lambda: view.listed == 0, "a narrow refresh with nothing changed")
+    await handle.signal("split", "3:90,4:10")
+    await shows(lambda: getattr(view.get(uid), "traffic", None) == ((3, 90), (4, 10)), "the split")
+    await handle.signal("split", "")
+    await shows(lambda: getattr(view.get(uid), "traffic", None) == (), "the split removed")
+    await handle.signal("end")

@@ -392,3 +392,71 @@ async def test_the_balancer_keeps_its_bounds_over_the_real_route_cache(pki: Test
     balancer.release(taken)
     balancer.release(with_b)
     assert balancer.in_flight(a) == balancer.in_flight(b) == 0 and balancer.waiting() == 0
+
+
+async def test_the_balancer_honours_a_traffic_split_and_never_refuses_for_it(pki: TestPKI) -> None:
+    """A Function split 80/20 between revisions 1 and 2 (as the known-Functions view reads its
+    KrtTraffic): each invocation draws a revision by its percent (seeded here), then the fewest in
+    flight within it; a revision without a Ready replica with room takes nothing and the other
+    takes the invocation; a split naming no revision with a replica changes nothing."""
+    from kruntimes.temporal.known_functions import KnownFunction, KnownFunctions
+
+    cache = RouteCache(verifier=Verifier([pki.signer.public_key]))
+    balancer = Balancer(cache, warmup_s=0, rng=random.Random(43))
+    old, new_a, new_b = (str(uuid.uuid4()) for _ in range(3))
+    await cache.apply(
+        snapshot(
+            "h-0",
+            "u-0",
+            replica(pki, old, host_id="h-0", host_uid="u-0", revision=1, concurrency=1),
+            replica(pki, new_a, host_id="h-0", host_uid="u-0", revision=2, concurrency=1),
+            replica(pki, new_b, host_id="h-0", host_uid="u-0", revision=2, concurrency=1),
+        ),
+        peer=peer("h-0"),
+    )
+    view = KnownFunctions(None)
+    balancer.functions = view
+
+    def known(traffic: tuple[tuple[int, int], ...], namespace: str = "default") -> None:
+        view.entries[FUNCTION] = KnownFunction(
+            namespace=namespace, name="web", phase="Ready", traffic=traffic
+        )
+
+    def picks(n: int) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _ in range(n):
+            route = balancer.choose(FUNCTION, "default")
+            assert route is not None
+            counts[route.run_uid] = counts.get(route.run_uid, 0) + 1
+            balancer.release(route)
+        return counts
+
+    known(((1, 80), (2, 20)))
+    n = 10_000
+    counts = picks(n)
+    share = (counts.get(new_a, 0) + counts.get(new_b, 0)) / n
+    assert abs(share - 0.2) <= 4.5 * (0.2 * 0.8 / n) ** 0.5, counts  # a binomial bound
+    assert abs(counts[new_a] - counts[new_b]) <= 1, counts  # within revision 2, in turn
+
+    held = balancer.choose(FUNCTION, "default")  # revision 1's only replica taken...
+    while held is not None and held.run_uid != old:
+        balancer.release(held)
+        held = balancer.choose(FUNCTION, "default")
+    assert held is not None
+    assert set(picks(200)) <= {new_a, new_b}  # ...revision 2 takes every invocation meanwhile
+    balancer.release(held)
+
+    known(((1, 0), (2, 100)))
+    a, b = balancer.choose(FUNCTION, "default"), balancer.choose(FUNCTION, "default")
+    assert a is not None and b is not None and {a.run_uid, b.run_uid} == {new_a, new_b}
+    third = balancer.choose(FUNCTION, "default")  # revision 2 full: 0% is still not a refusal
+    assert third is not None and third.run_uid == old
+    assert balancer.choose(FUNCTION, "default") is None  # every replica full
+    for route in (a, b, third):
+        balancer.release(route)
+
+    for ignored in (((7, 50), (8, 50)), ()):  # no revision of it has a replica, or no split
+        known(ignored)
+        assert picks(300) == {old: 100, new_a: 100, new_b: 100}
+    known(((1, 100),), namespace="elsewhere")  # another namespace's view of the uid: not this split
+    assert picks(300) == {old: 100, new_a: 100, new_b: 100}
