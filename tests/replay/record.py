@@ -14,7 +14,9 @@ other tenant's Run; `fair`: one tenant's backlog and another tenant's Run placed
 `functions`: a Function rolled out, scaled, rolled back and deleted, one of a broken template,
 one whose replica was terminated, and a Run refused as a replica; `function_continue`, recorded
 alone: a Function continuing as new; `autoscale`: a Function its autoscaler scales up under load
-and down after it, one scaled to zero and woken from zero by a storm of `wake` signals);
+and down after it, one scaled to zero and woken from zero by a storm of `wake` signals;
+`traffic`: a canary split between two revisions, its older replica killed and replaced, then all
+traffic to the latest and deleted);
 naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). When to record again, and what to keep:
@@ -40,6 +42,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 
 from kruntimes.activities.hosts import ProcessProvider
 from kruntimes.activities.hosts.process import list_records, stop_all
+from kruntimes.api.function import TrafficTarget
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.config.runtimes import parse_config
@@ -918,6 +921,35 @@ async def failed(handle: WorkflowHandle[Any, Any], timeout: float = 60.0) -> Non
     raise AssertionError(f"{handle.id} did not fail")
 
 
+async def traffic_scenarios(p: Platform) -> None:
+    py = p.runtime("python")
+
+    # A canary: revision 2 applied with 50% of the traffic, revision 1 keeping its replica (one
+    # terminated from outside is replaced by another of revision 1); then all to the latest:
+    # revision 1's replica deleted; then the Function deleted.
+    fn = function_manifest("canary", runtime=py, scale={"min": 1, "max": 1}, env={"V": "1"})
+    h = await start_function(p, fn)
+    await function_rolled_out(p, h, revision=1, ready=1)
+    split = [TrafficTarget(revision=1, percent=50), TrafficTarget(revision=0, percent=50)]
+    canary = fn._replace(spec=fn.spec._replace(env={"V": "2"}, traffic=split))
+    await h.execute_update(UPDATE_APPLY, canary, result_type=ApplyResult)
+
+    async def both(older: str = "") -> bool:
+        ready = [r for r in await replicas_of(h) if r.phase == "Ready"]
+        return sorted(r.revision for r in ready) == [1, 2] and older not in {r.name for r in ready}
+
+    await eventually(both, "a Ready replica of revisions 1 and 2")
+    assert [(t.revision, t.percent) for t in (await function_status(h)).traffic] == [(1, 50), (2, 50)]
+    [older] = [r for r in await replicas_of(h) if r.revision == 1]
+    await p.client.get_workflow_handle(run_workflow_id("default", older.name)).terminate("gone")  # type: ignore[arg-type]
+    await eventually(lambda: both(older.name), "revision 1's replica replaced")
+    latest = canary._replace(spec=canary.spec._replace(traffic=[TrafficTarget(revision=0, percent=100)]))
+    await h.execute_update(UPDATE_APPLY, latest, result_type=ApplyResult)
+    await function_rolled_out(p, h, revision=2, ready=1)
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_split_deleted")
+
+
 GROUPS = {
     "runs": scenarios,
     "hosts": host_scenarios,
@@ -933,6 +965,7 @@ GROUPS = {
     "functions": function_scenarios,
     "function_continue": function_continue_scenarios,
     "autoscale": autoscale_scenarios,
+    "traffic": traffic_scenarios,
 }
 ALONE = {"scale", "apart", "function_continue"}  # their server continues workflows as new early
 

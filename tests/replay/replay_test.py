@@ -147,6 +147,31 @@ def test_the_autoscaler_paths_of_a_function_have_recorded_histories() -> None:
     assert len(started) == 2, "the first replica, then exactly one for the five wakes"
 
 
+def test_a_canary_split_of_a_function_has_a_recorded_history() -> None:
+    """A Function split between two revisions whose older replica was replaced, then all traffic
+    to the latest, deleted (record.py traffic): three replicas started (revision 1, revision 2,
+    revision 1 again), the split indexed for the gateways and unset again."""
+    path = HISTORIES / "function_split_deleted.json"
+    events = json.loads(path.read_text())["events"]
+    started = [
+        e["startChildWorkflowExecutionInitiatedEventAttributes"]["workflowId"]
+        for e in events
+        if e.get("eventType") == "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED"
+    ]
+    assert [w.rsplit("-", 2)[-2] for w in started] == ["r1", "r2", "r1"]
+    traffic = [
+        e["upsertWorkflowSearchAttributesEventAttributes"]["searchAttributes"]["indexedFields"]["KrtTraffic"]
+        for e in events
+        if "KrtTraffic"
+        in e.get("upsertWorkflowSearchAttributesEventAttributes", {})
+        .get("searchAttributes", {})
+        .get("indexedFields", {})
+    ]
+    values = [base64.b64decode(t["data"]).decode() if t.get("data") else "" for t in traffic]
+    assert values == ['"1:50,2:50"', ""]
+    assert _result(path) is not None, "function_split_deleted completed"
+
+
 def test_the_pool_handover_has_recorded_histories() -> None:
     """A pool that handed its hosts' slots over and continued as new, the run that read them back,
     and a HostWorkflow that was handed them (tests/replay/record.py scale)."""
