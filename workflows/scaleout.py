@@ -74,6 +74,7 @@ class ScaleOutWorkflow:
                 adapter=input.adapter,
                 provider=request.provider,
                 tenant=request.tenant,
+                tenantGroup=request.tenantGroup,
                 stateDir=input.stateDir,
                 gateways=input.gateways,
                 heartbeatIntervalSeconds=input.heartbeatIntervalSeconds,

@@ -1,15 +1,16 @@
 """Host pods as data: the pod the kubernetes provider builds for a host, and what a pod's status
 says about that host. Pure functions on the JSON form of pods (no Kubernetes client here).
 
-A host pod is the runtime's pod template merged with what the platform requires, which always
-wins: its labels (``app.kubernetes.io/name``, ``app.kubernetes.io/managed-by: kruntimes``,
-``kruntimes.io/runtime``, ``kruntimes.io/host-id``, ``kruntimes.io/tenant`` for a tenant's own
-capacity, ``kruntimes.io/control-plane`` for selecting), its annotations (the owning control
-plane's id, the template hash), one container ``host`` running ``krt host`` with its identity from
-the downward API (pod name, namespace, uid, IP), ``restartPolicy: Never`` (a host that exits is a
-lost host: a restarted container would come back under the same uid without its registrations),
-no service account token unless the template asks, and no service links. The host reads its role
-bindings from ``ROLE_BINDINGS_FILE``, which the template mounts (the chart does).
+A host pod is the runtime's pod template merged with what the platform requires, which always wins:
+its labels (``app.kubernetes.io/name``, ``app.kubernetes.io/managed-by: kruntimes``,
+``kruntimes.io/runtime``, ``kruntimes.io/host-id``, ``kruntimes.io/tenant`` and
+``kruntimes.io/tenant-group`` for a tenant's own capacity, ``kruntimes.io/control-plane`` for
+selecting), its annotations (the owning control plane's id, the template hash), one container
+``host`` running ``krt host`` with its identity from the downward API (pod name, namespace, uid,
+IP), ``restartPolicy: Never`` (a host that exits is a lost host: a restarted container would come
+back under the same uid without its registrations), no service account token unless the template
+asks, and no service links. The host reads its role bindings from ``ROLE_BINDINGS_FILE``, which the
+template mounts (the chart does).
 
 The pod's name is ``{hostId}-{8 hex}``, the hex naming (control plane, runtime): two control planes
 on one namespace never share a pod name.
@@ -49,6 +50,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_RUNTIME = "kruntimes.io/runtime"
 LABEL_HOST_ID = "kruntimes.io/host-id"
 LABEL_TENANT = "kruntimes.io/tenant"
+LABEL_TENANT_GROUP = "kruntimes.io/tenant-group"
 LABEL_CONTROL_PLANE = "kruntimes.io/control-plane"
 ANNOTATION_CONTROL_PLANE = "kruntimes.io/control-plane"
 ANNOTATION_TEMPLATE_HASH = "kruntimes.io/template-hash"
@@ -180,6 +182,8 @@ def _platform_labels(spec: HostSpec, *, control_plane: str) -> dict[str, str]:
     }
     if spec.tenant is not None:
         labels[LABEL_TENANT] = spec.tenant
+    if spec.tenantGroup is not None:
+        labels[LABEL_TENANT_GROUP] = spec.tenantGroup
     return labels
 
 

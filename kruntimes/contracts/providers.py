@@ -17,7 +17,7 @@ from kruntimes.api.names import validate_dns1123_label
 from kruntimes.config.egress import MAX_ALLOW
 from kruntimes.config.runtimes import OUTBOUND, NetworkMode, ResourceLimits, RuntimeConfig
 from kruntimes.decisions.scheduling.failures import ProviderName
-from kruntimes.decisions.scheduling.model import HostUidField, RuntimeField, TenantName
+from kruntimes.decisions.scheduling.model import GroupName, HostUidField, RuntimeField, TenantName
 
 
 def _host_id(value: str) -> str:
@@ -76,6 +76,8 @@ class HostSpec(ApiModel):
     adapter: Annotated[str, Field(min_length=1)]
     provider: ProviderName
     tenant: TenantName | None = None
+    # The owner's tenant group: the host is every member's (a label of its pod, as its tenant).
+    tenantGroup: GroupName | None = None
     # Where the process provider keeps records, logs and the host's workspaces.
     stateDir: Annotated[str, Field(min_length=1)]
     # The endpoint the attach provider adopts.

@@ -97,6 +97,21 @@ def test_the_platform_decides_identity_labels_restarts_and_the_token() -> None:
     assert container["securityContext"] == FULL.containerSecurityContext
 
 
+@pytest.mark.parametrize(
+    ("tenant", "group", "labels"),
+    [
+        (None, None, {}),
+        ("team-a", None, {"kruntimes.io/tenant": "team-a"}),
+        ("team-a", "grp", {"kruntimes.io/tenant": "team-a", "kruntimes.io/tenant-group": "grp"}),
+    ],
+)
+def test_a_tenants_host_pod_is_labelled_with_its_tenant_and_tenant_group(tenant, group, labels) -> None:
+    pod = pods.build_pod(spec(tenant=tenant, tenantGroup=group), runtime(), control_plane="cp-a")
+    mine = {k: v for k, v in pod["metadata"]["labels"].items() if k.startswith("kruntimes.io/tenant")}
+    assert mine == labels
+    assert pods.schema_problems(pod) == []
+
+
 def test_each_uid_slot_is_a_range_of_its_own_past_the_default_one() -> None:
     ranges = [UidRange.parse(pods.uid_range(slot)) for slot in (0, 1, pods.UID_SLOTS - 1)]
     assert [r.count for r in ranges] == [pods.UID_SLOT_SIZE] * 3

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from kruntimes.api.phases import RunPhase
 from kruntimes.contracts.names import SIGNAL_CANCEL
+from kruntimes.contracts.providers import HostSpec
 from kruntimes.decisions.scheduling.model import TenancyMode
+from tests.support.waiting import eventually
 from tests.workflows.conftest import Platform, run_manifest
 
 GROUP_OF_TWO = {
@@ -37,6 +39,28 @@ async def test_a_host_scaled_out_for_one_tenant_of_a_group_takes_the_groups_othe
             ("first", "grp", TenancyMode.Dedicated)
         ]
         assert not pool.queue and not pool.scaleOuts
+        specs = await eventually(
+            lambda: _created_specs(platform),
+            until=lambda found: len(found) == 1,
+            what="the create_host input",
+        )
+        # the provider is told the group too (a Kubernetes host pod is labelled with it)
+        assert [(s.tenant, s.tenantGroup) for s in specs] == [("first", "grp")]
+
+
+async def _created_specs(platform: Platform) -> list[HostSpec]:
+    """What each ScaleOutWorkflow of the platform asked its provider to create."""
+    specs: list[HostSpec] = []
+    query = f"WorkflowType='ScaleOutWorkflow' AND TaskQueue='{platform.settings.run_task_queue}'"
+    async for execution in platform.client.list_workflows(query):
+        async for event in platform.client.get_workflow_handle(execution.id).fetch_history_events():
+            scheduled = event.activity_task_scheduled_event_attributes
+            if event.HasField("activity_task_scheduled_event_attributes") and (
+                scheduled.activity_type.name == "create_host"
+            ):
+                [spec] = await platform.client.data_converter.decode(scheduled.input.payloads, [HostSpec])
+                specs.append(spec)
+    return specs
 
 
 BURST_AND_STEADY = {
