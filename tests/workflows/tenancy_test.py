@@ -42,6 +42,7 @@ async def test_a_host_scaled_out_for_one_tenant_of_a_group_takes_the_groups_othe
         specs = await eventually(
             lambda: _created_specs(platform),
             until=lambda found: len(found) == 1,
+            every=0.2,
             what="the create_host input",
         )
         # the provider is told the group too (a Kubernetes host pod is labelled with it)
