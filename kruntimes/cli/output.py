@@ -417,6 +417,11 @@ def describe_function(description: FunctionDescription, *, now: datetime | None 
         ("Phase", status.phase.value),
         ("Message", status.message or NONE),
         ("Revision", f"{status.revision}{observed}"),
+        (
+            "Traffic",
+            ", ".join(f"{t.percent}% to revision {t.revision}" for t in status.traffic)
+            or "all to the latest",
+        ),
         ("Replicas", f"{replicas.wanted} wanted, {replicas.ready} ready, {replicas.total} in all"),
         ("Endpoint", status.endpoint.url if status.endpoint is not None else NONE),
     ]

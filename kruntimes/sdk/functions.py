@@ -89,14 +89,15 @@ class FunctionDescription:
 
 def rolled_out(status: FunctionStatus) -> bool:
     """Whether the Function's current revision is rolled out: every wanted replica of it Ready,
-    and no replica of an older one left (kubectl's `rollout status` done)."""
+    and no replica of an older one left but those a traffic split keeps (kubectl's `rollout
+    status` done)."""
     replicas = status.replicas
     return (
         status.phase is FunctionPhase.Ready
         and status.revision > 0
         and status.observedRevision == status.revision
         and replicas.ready >= replicas.wanted
-        and replicas.total <= replicas.wanted
+        and (replicas.total <= replicas.wanted or bool(status.traffic))
     )
 
 

@@ -8,8 +8,12 @@ import collections
 import contextlib
 from typing import Any
 
+import pytest
+
 from kruntimes.api.function import Function
-from kruntimes.sdk.client import Client, FunctionNotFound
+from kruntimes.cli.output import describe_function
+from kruntimes.sdk.client import Client, FunctionNotFound, KruntimesError
+from kruntimes.sdk.functions import rolled_out
 from tests.sdk.stack import Platform, manifest, unique
 from tests.support.waiting import eventually
 
@@ -31,6 +35,10 @@ async def test_a_canary_split_is_honoured_within_statistical_bounds(krt: Client,
     try:
         uid = (await krt.functions.apply(function(name, "1"))).function.uid
         await krt.functions.wait_ready(name, timeout=90)
+        other = [{"revision": 5, "percent": 50}, {"revision": 0, "percent": 50}]
+        with pytest.raises(KruntimesError) as refused:  # a revision the Function does not keep
+            await krt.functions.apply(function(name, "1", traffic=other))
+        assert "may name only the revisions the Function keeps: 1" in str(refused.value)
         split = [{"revision": 1, "percent": 80}, {"revision": 0, "percent": 20}]  # 0: the latest
         applied = await krt.functions.apply(function(name, "2", traffic=split))
         assert applied.action == "configured"
@@ -45,6 +53,13 @@ async def test_a_canary_split_is_honoured_within_statistical_bounds(krt: Client,
         status = await krt.functions.status(name)
         assert status.revision == 2
         assert [(t.revision, t.percent) for t in status.traffic] == [(1, 80), (2, 20)]
+        done = await krt.functions.rollout_status(name, timeout=60)  # the kept replica is no leftover
+        assert rolled_out(done) and done.replicas.total == 2
+        described = describe_function(await krt.functions.describe(name))
+        traffic = [
+            line.split(":", 1)[1].strip() for line in described.splitlines() if line.startswith("Traffic:")
+        ]
+        assert traffic == ["80% to revision 1, 20% to revision 2"]
         gateway = platform.gateway.known_functions  # the view the gateway reads in the background
 
         def gateway_knows() -> bool:
