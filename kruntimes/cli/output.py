@@ -15,7 +15,7 @@ from kruntimes.api.run import API_VERSION
 from kruntimes.api.status import ConditionType, RunStatus
 
 if TYPE_CHECKING:
-    from kruntimes.api.function import FunctionStatus
+    from kruntimes.api.function import FunctionStatus, ScaleEvent
     from kruntimes.api.spec import RunSpec
     from kruntimes.contracts.reconcile import ReconcileReport
     from kruntimes.sdk.events import RunEvent
@@ -423,6 +423,7 @@ def describe_function(description: FunctionDescription, *, now: datetime | None 
             or "all to the latest",
         ),
         ("Replicas", f"{replicas.wanted} wanted, {replicas.ready} ready, {replicas.total} in all"),
+        ("Last Scale", _last_scale(status.lastScale, now=now)),
         ("Endpoint", status.endpoint.url if status.endpoint is not None else NONE),
     ]
     text = _fields(lines) + _conditions(status.conditions, now=now)
@@ -433,6 +434,14 @@ def describe_function(description: FunctionDescription, *, now: datetime | None 
     else:
         text += f"  {NONE}\n"
     return text
+
+
+def _last_scale(event: ScaleEvent | None, *, now: datetime | None) -> str:
+    """The Function's own last change of its replicas wanted: from, to, why, when."""
+    if event is None:
+        return NONE
+    why = f"{event.reason}: {event.message}" if event.message else event.reason
+    return f"{event.previous} -> {event.wanted} ({why or 'no reason given'}) at {_when(event.at, now=now)}"
 
 
 def _indent(text: str) -> str:

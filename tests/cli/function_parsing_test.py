@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kruntimes.api.function import Function, FunctionPhase, FunctionStatus, ReplicaCounts
+from kruntimes.api.function import Function, FunctionPhase, FunctionStatus, ReplicaCounts, ScaleEvent
 from kruntimes.api.run import Run
 from kruntimes.api.status import Condition, ConditionStatus, Endpoint, EndpointProtocol
 from kruntimes.cli import main as cli
@@ -248,3 +248,11 @@ def test_get_lists_a_row_and_describe_shows_replicas_revision_endpoint_condition
     assert replica_rows[0] == ["RUN", "REVISION", "PHASE", "UID"]
     assert replica_rows[1][:3] == ["web-r2-aaaaa", "2", "Deleting"]
     assert replica_rows[2][:3] == ["web-r3-bbbbb", "3", "Ready"]
+    assert fields["Last Scale"].strip() == "<none>"
+
+
+def test_describe_shows_the_functions_last_scale_from_to_why_and_when() -> None:
+    event = ScaleEvent(previous=1, wanted=4, reason="load jumped: panic window", message="load 3.9", at=NOW)
+    text = describe_function(FunctionDescription(_function(_status(lastScale=event)), []), now=NOW)
+    [line] = [ln for ln in text.splitlines() if ln.startswith("Last Scale:")]
+    assert line.split(":", 1)[1].strip().startswith("1 -> 4 (load jumped: panic window: load 3.9) at ")
