@@ -88,8 +88,11 @@ def _access(authorizer: Authorizer) -> TokenAccess:
     async def authorize(header: str | None, target: Target) -> tuple[str, str]:
         try:
             token = bearer_token(header)
-            resource = Resource(namespace=target.namespace, name=target.name, run_uid="", kind=target.kind)
-            principal = await authorizer.authorize(token, resource)
+            first, *more = target.verbs or ("get",)
+            # each verb on the exact object (in a cluster, an access review for each)
+            principal = await authorizer.authorize(token, _resource(target, first))
+            for verb in more:
+                await authorizer.authorize(token, _resource(target, verb))
         except Forbidden as e:
             if target.namespace == EVERY_NAMESPACE:
                 raise errors.forbidden(
@@ -99,12 +102,16 @@ def _access(authorizer: Authorizer) -> TokenAccess:
             if target.name:
                 raise errors.forbidden(
                     f"not allowed on {target.kind} {target.namespace}/{target.name} (a binding to "
-                    f"namespace {target.namespace!r}; in a cluster, get on {target.kind}.kruntimes.io)"
+                    f"namespace {target.namespace!r}; in a cluster, {' and '.join(target.verbs)} on "
+                    f"{target.kind}.kruntimes.io)"
                 ) from e
             raise errors.forbidden(f"not bound to namespace {target.namespace!r}") from e
         except AuthError as e:
             raise errors.ToolError(type(e).__name__, str(e)) from e
         return principal.user, token
+
+    def _resource(target: Target, verb: str) -> Resource:
+        return Resource(namespace=target.namespace, name=target.name, run_uid="", kind=target.kind, verb=verb)
 
     return TokenAccess(authorize)
 

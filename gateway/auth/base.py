@@ -40,6 +40,10 @@ class Resource:
     name: str
     run_uid: str
     kind: str = RUNS  # the Kubernetes resource (group kruntimes.io) a review asks about
+    # what the caller would do to it, as a Kubernetes verb: `get` is an invocation; the MCP
+    # server's tools ask for what they do (create, update, delete, list). Token-file bindings
+    # grant a namespace whole, so only a cluster's access review tells the verbs apart.
+    verb: str = "get"
 
 
 class Decision(enum.Enum):

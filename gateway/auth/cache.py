@@ -43,9 +43,14 @@ class _Outcome:
 
 
 def cache_key(token: str, resource: Resource) -> str:
-    parts = (token, resource.namespace, resource.name, resource.run_uid)
-    # a Function's decision is its own (a Run's key is as it always was)
-    material = "\0".join(parts if resource.kind == RUNS else (*parts, resource.kind))
+    parts: tuple[str, ...] = (token, resource.namespace, resource.name, resource.run_uid)
+    # a Function's decision is its own, and so is each verb's (a Run invocation's key is as it
+    # always was)
+    if resource.kind != RUNS or resource.verb != "get":
+        parts = (*parts, resource.kind)
+    if resource.verb != "get":
+        parts = (*parts, resource.verb)
+    material = "\0".join(parts)
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -1,7 +1,8 @@
 """Kubernetes mode: ask the API server, with the caller's own token, whether they may `get` the Run.
 
-One SelfSubjectAccessReview per decision (verb get, group kruntimes.io, resource runs, the exact
-namespace and name). The gateway's own credentials are never used: a review made with them would
+One SelfSubjectAccessReview per decision (the resource's verb: get for an invocation, what an MCP
+tool does for the tool; group kruntimes.io; resource runs or functions; the exact namespace and
+name). The gateway's own credentials are never used: a review made with them would
 answer for the gateway, not the caller. Library errors are wrapped here and never leak.
 """
 
@@ -23,8 +24,6 @@ from kruntimes.gateway.auth.base import (
 )
 
 RUNS_GROUP = "kruntimes.io"
-RUNS_RESOURCE = "runs"
-INVOKE_VERB = "get"
 
 # A review says "allowed", not who the caller is.
 KUBERNETES_PRINCIPAL = Principal(user="(kubernetes)", uid="", groups=())
@@ -36,7 +35,7 @@ def access_review(resource: Resource) -> k8s.V1SelfSubjectAccessReview:
         kind="SelfSubjectAccessReview",
         spec=k8s.V1SelfSubjectAccessReviewSpec(
             resource_attributes=k8s.V1ResourceAttributes(
-                verb=INVOKE_VERB,
+                verb=resource.verb,
                 group=RUNS_GROUP,
                 resource=resource.kind,
                 namespace=resource.namespace,
@@ -100,7 +99,7 @@ class KubernetesAuthorizer:
         status = review.status
         if status is None or status.allowed is not True:
             raise Forbidden(
-                f"the caller may not {INVOKE_VERB} {RUNS_RESOURCE}.{RUNS_GROUP} "
+                f"the caller may not {resource.verb} {resource.kind}.{RUNS_GROUP} "
                 f"{resource.namespace}/{resource.name}"
             )
         return KUBERNETES_PRINCIPAL

@@ -34,6 +34,8 @@ class Target:
     namespace: str
     name: str = ""
     kind: Kind = RUNS
+    # what the tool does to it, as a Kubernetes verb (a cluster's access review asks for each)
+    verbs: tuple[str, ...] = ("get",)
 
 
 @dataclass(frozen=True)

@@ -299,20 +299,38 @@ class Tool:
         )
 
 
+# What each namespace tool does to its Run or Function, as Kubernetes verbs: in a cluster the
+# caller needs each on the exact object (an apply creates or changes: both). Any other tool reads
+# (`get`; a listing `list`).
+VERBS: dict[str, tuple[str, ...]] = {
+    "run_list": ("list",),
+    "run_create": ("create",),
+    "run_cancel": ("update",),
+    "run_delete": ("delete",),
+    "functions_list": ("list",),
+    "functions_apply": ("create", "update"),
+    "functions_scale": ("update",),
+    "functions_rollback": ("update",),
+    "functions_delete": ("delete",),
+}
+
+
 def target_of(tool: Tool, args: Any) -> Target:
     """What a call acts on, for the access check: every namespace for an admin tool; else the
     Run or Function the input names (its namespace as a whole for a listing; every namespace for
-    a listing of all)."""
+    a listing of all), with what the tool does to it (VERBS)."""
     if tool.scope == "admin":
         return Target(EVERY_NAMESPACE)
+    verbs = VERBS.get(tool.name, ("get",))
     if isinstance(args, RunCreateInput | FunctionApplyInput):
         if args.manifest is not None:
-            return Target(args.manifest.metadata.namespace, args.manifest.metadata.name, tool.kind)
-        return Target(args.namespace or "default", args.name or "", tool.kind)
+            meta = args.manifest.metadata
+            return Target(meta.namespace, meta.name, tool.kind, verbs)
+        return Target(args.namespace or "default", args.name or "", tool.kind, verbs)
     namespace = getattr(args, "namespace", None)
     if namespace is None:
-        return Target(EVERY_NAMESPACE, "", tool.kind)
-    return Target(str(namespace), str(getattr(args, "name", "")), tool.kind)
+        return Target(EVERY_NAMESPACE, "", tool.kind, verbs)
+    return Target(str(namespace), str(getattr(args, "name", "")), tool.kind, verbs)
 
 
 def _run(run: RunObject) -> dict[str, Any]:

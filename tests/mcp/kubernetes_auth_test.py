@@ -30,10 +30,11 @@ NAMESPACE = "team-k"
 
 
 class FakeRBAC:
-    """token -> the (resource, namespace, name) that caller may `get` in group kruntimes.io; name
-    "" grants every object of the namespace (a rule without resourceNames). Other tokens: 401."""
+    """token -> the (verb, resource, namespace, name) that caller may do in group kruntimes.io;
+    name "" grants every object of the namespace (a rule without resourceNames). Other tokens:
+    401."""
 
-    def __init__(self, grants: dict[str, set[tuple[str, str, str]]]) -> None:
+    def __init__(self, grants: dict[str, set[tuple[str, str, str, str]]]) -> None:
         self.grants = grants
 
     def __call__(self, request: Request) -> Response:
@@ -41,11 +42,9 @@ class FakeRBAC:
         if token not in self.grants:
             return Response(status=401, payload={"kind": "Status", "code": 401, "reason": "Unauthorized"})
         a = request.data["spec"]["resourceAttributes"]
-        asked = (a.get("resource"), a.get("namespace"), a.get("name") or "")
+        asked = (a.get("verb"), a.get("resource"), a.get("namespace"), a.get("name") or "")
         granted = self.grants[token]
-        allowed = (a.get("verb"), a.get("group")) == ("get", "kruntimes.io") and (
-            asked in granted or (asked[0], asked[1], "") in granted
-        )
+        allowed = a.get("group") == "kruntimes.io" and (asked in granted or (*asked[:3], "") in granted)
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
@@ -59,7 +58,16 @@ class FakeRBAC:
 async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refused_on_another_of_its_namespace(
     platform: Platform, kmock: KubernetesScaffold, tmp_path: Path
 ) -> None:
-    kmock[SSAR] << FakeRBAC({TOKEN: {("runs", NAMESPACE, "granted"), ("functions", NAMESPACE, "fn-granted")}})
+    kmock[SSAR] << FakeRBAC(
+        {
+            TOKEN: {
+                ("get", "runs", NAMESPACE, "granted"),
+                ("delete", "runs", NAMESPACE, "granted"),
+                ("get", "runs", NAMESPACE, "read-only"),
+                ("get", "functions", NAMESPACE, "fn-granted"),
+            }
+        }
+    )
     auth = ["--auth", "kubernetes", "--kubernetes-api", str(kmock.url)]
     async with krt_mcp_listen(platform, tmp_path, auth) as server:
         async with server.session(TOKEN) as mcp:
@@ -70,6 +78,13 @@ async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refus
                 other = refusal(await mcp.call_tool(tool, {"name": "other", "namespace": NAMESPACE}))
                 assert other["reason"] == "Forbidden", (tool, other)
                 assert f"runs {NAMESPACE}/other" in other["message"]
+            # a mutating tool asks for what it does: `get` on a Run is not leave to delete it
+            readonly = refusal(
+                await mcp.call_tool("run_delete", {"name": "read-only", "namespace": NAMESPACE})
+            )
+            assert readonly["reason"] == "Forbidden" and "delete on runs.kruntimes.io" in readonly["message"]
+            got = refusal(await mcp.call_tool("run_get", {"name": "read-only", "namespace": NAMESPACE}))
+            assert got["reason"] == "RunNotFound", got
             # a listing needs the namespace as a whole; one Run's grant is not that
             listing = refusal(await mcp.call_tool("run_list", {"namespace": NAMESPACE}))
             assert listing["reason"] == "Forbidden"
@@ -89,9 +104,10 @@ async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refus
         assert answer.status_code == 401 and answer.json()["reason"] == "Unauthenticated"
         log = server.log.read_text()
     reviews = [request.data["spec"]["resourceAttributes"] for request in kmock[SSAR]]
-    for name, resource in (("granted", "runs"), ("other", "runs"), ("fn-granted", "functions")):
+    asked = [("get", "granted", "runs"), ("delete", "granted", "runs"), ("get", "other", "runs")]
+    for verb, name, resource in [*asked, ("delete", "read-only", "runs"), ("get", "fn-granted", "functions")]:
         exact = {
-            "verb": "get",
+            "verb": verb,
             "group": "kruntimes.io",
             "resource": resource,
             "namespace": NAMESPACE,
