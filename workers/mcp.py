@@ -134,6 +134,7 @@ async def _http(args: argparse.Namespace, config: clientconfig.ClientConfig) -> 
     if args.auth == "embedded":
         args.token_file = args.token_file or state / "tokens.csv"
         args.role_bindings = args.role_bindings or state / "rolebindings.yaml"
+    args.kubernetes_identify = True  # in a cluster, the audit and creators name the caller
     checker = auth.authorizer_from(args)
     access = _access(checker)
     platform = Platform(Client(config, creator_kind="mcp"))

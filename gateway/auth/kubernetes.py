@@ -14,6 +14,7 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from kruntimes.api.names import validate_subject
 from kruntimes.gateway.auth.base import (
     AuthUnavailable,
     Forbidden,
@@ -25,6 +26,7 @@ from kruntimes.gateway.auth.base import (
 
 RUNS_GROUP = "kruntimes.io"
 
+MAX_GROUPS = 64  # of a caller's groups kept in its principal
 # A review says "allowed", not who the caller is.
 KUBERNETES_PRINCIPAL = Principal(user="(kubernetes)", uid="", groups=())
 
@@ -53,13 +55,18 @@ class KubernetesAuthorizer:
         ca_file: str | None = None,
         verify_ssl: bool = True,
         timeout_s: float = 5.0,
+        identify: bool = False,
     ) -> None:
+        """`identify`: after an allowed review, ask who the caller is (a SelfSubjectReview, one
+        more call per decision) so the principal names them: the MCP server's audit and the
+        creator of what a caller creates. The gateway's invocations do without."""
         if ca_file is not None:
             ssl.create_default_context(cafile=ca_file)  # an unreadable CA fails here, at start
         self._configuration = k8s.Configuration(host=host.rstrip("/"))
         self._configuration.ssl_ca_cert = ca_file
         self._configuration.verify_ssl = verify_ssl
         self._timeout_s = timeout_s
+        self._identify = identify
         self._api_client: k8s.ApiClient | None = None
         self._closed = False
 
@@ -76,6 +83,30 @@ class KubernetesAuthorizer:
             )
             self._api_client = api_client
         return k8s.AuthorizationV1Api(self._api_client)
+
+    async def _who(self, caller: dict[str, str]) -> Principal:
+        """The caller's user name and groups as the API server authenticated them; the anonymous
+        principal when it cannot say (a server before SelfSubjectReview, a name no audit may
+        carry)."""
+        self._api()  # the shared client
+        api = k8s.AuthenticationV1Api(self._api_client)
+        try:
+            review, _, _ = await api.create_self_subject_review_with_http_info(
+                k8s.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview"),
+                _request_auth=caller,
+                _request_timeout=self._timeout_s,
+            )
+        except (ApiException, aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            return KUBERNETES_PRINCIPAL
+        info = review.status.user_info if review.status is not None else None
+        if info is None or not isinstance(info.username, str):
+            return KUBERNETES_PRINCIPAL
+        try:
+            user = validate_subject(info.username, field="user")
+        except ValueError:
+            return KUBERNETES_PRINCIPAL
+        groups = tuple(g for g in (info.groups or ())[:MAX_GROUPS] if isinstance(g, str) and len(g) <= 256)
+        return Principal(user=user, uid=str(info.uid or "")[:128], groups=groups)
 
     async def authorize(self, token: str, resource: Resource) -> Principal:
         check_token(token)
@@ -102,6 +133,8 @@ class KubernetesAuthorizer:
                 f"the caller may not {resource.verb} {resource.kind}.{RUNS_GROUP} "
                 f"{resource.namespace}/{resource.name}"
             )
+        if self._identify:
+            return await self._who(caller)
         return KUBERNETES_PRINCIPAL
 
     async def close(self) -> None:

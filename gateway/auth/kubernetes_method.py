@@ -22,4 +22,6 @@ class KubernetesMethod:
         from kruntimes.gateway.auth.kubernetes import KubernetesAuthorizer  # its client only when used
 
         ca = str(args.kubernetes_ca) if args.kubernetes_ca else None
-        return KubernetesAuthorizer(args.kubernetes_api, ca_file=ca)
+        # who the caller is, for a server that records it (krt mcp sets it); the gateway does not
+        identify = bool(getattr(args, "kubernetes_identify", False))
+        return KubernetesAuthorizer(args.kubernetes_api, ca_file=ca, identify=identify)

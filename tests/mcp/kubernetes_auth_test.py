@@ -19,12 +19,14 @@ import pytest
 # kmock exports Response but leaves it out of __all__.
 from kmock import KubernetesScaffold, Request, Response  # type: ignore[attr-defined]
 
-from tests.mcp.conftest import krt_mcp_listen, refusal
-from tests.sdk.stack import Platform
+from tests.mcp.conftest import krt_mcp_listen, refusal, structured
+from tests.sdk.stack import Platform, manifest
 
 pytestmark = pytest.mark.kmock(cls=KubernetesScaffold, strict=True)
 
 SSAR = "post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+SSR = "post /apis/authentication.k8s.io/v1/selfsubjectreviews"
+USER = "erin@example.org"
 TOKEN = "krt-mcp-k8s-erin"
 NAMESPACE = "team-k"
 
@@ -55,6 +57,20 @@ class FakeRBAC:
         return Response(status=201, payload=review)
 
 
+def who_am_i(request: Request) -> Response:
+    """A SelfSubjectReview: who the API server takes the caller's token for."""
+    token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    if token != TOKEN:
+        return Response(status=401, payload={"kind": "Status", "code": 401, "reason": "Unauthorized"})
+    user = {"username": USER, "uid": "u-1", "groups": ["team-k", "system:authenticated"]}
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "SelfSubjectReview",
+        "status": {"userInfo": user},
+    }
+    return Response(status=201, payload=review)
+
+
 async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refused_on_another_of_its_namespace(
     platform: Platform, kmock: KubernetesScaffold, tmp_path: Path
 ) -> None:
@@ -65,9 +81,12 @@ async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refus
                 ("delete", "runs", NAMESPACE, "granted"),
                 ("get", "runs", NAMESPACE, "read-only"),
                 ("get", "functions", NAMESPACE, "fn-granted"),
+                ("create", "runs", NAMESPACE, "made"),
+                ("delete", "runs", NAMESPACE, "made"),
             }
         }
     )
+    kmock[SSR] << who_am_i
     auth = ["--auth", "kubernetes", "--kubernetes-api", str(kmock.url)]
     async with krt_mcp_listen(platform, tmp_path, auth) as server:
         async with server.session(TOKEN) as mcp:
@@ -85,6 +104,12 @@ async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refus
             assert readonly["reason"] == "Forbidden" and "delete on runs.kruntimes.io" in readonly["message"]
             got = refusal(await mcp.call_tool("run_get", {"name": "read-only", "namespace": NAMESPACE}))
             assert got["reason"] == "RunNotFound", got
+            # who the caller is comes from the API server: the audit and the Run's creator name them
+            made = manifest("made")
+            made["metadata"]["namespace"] = NAMESPACE
+            created = structured(await mcp.call_tool("run_create", {"manifest": made}))
+            assert created["metadata"]["creator"] == {"kind": "mcp", "subject": USER}
+            structured(await mcp.call_tool("run_delete", {"name": "made", "namespace": NAMESPACE}))
             # a listing needs the namespace as a whole; one Run's grant is not that
             listing = refusal(await mcp.call_tool("run_list", {"namespace": NAMESPACE}))
             assert listing["reason"] == "Forbidden"
@@ -117,3 +142,4 @@ async def test_in_a_cluster_a_tool_is_allowed_on_the_exact_run_granted_and_refus
     callers = {request.headers["Authorization"] for request in kmock[SSAR]}
     assert callers == {f"Bearer {TOKEN}", "Bearer not-a-kubernetes-token"}, "each review is the caller's own"
     assert TOKEN not in log
+    assert f"run_create by mcp:{USER}" in log and f"run_delete by mcp:{USER}" in log
