@@ -1,11 +1,13 @@
 """The pool's answer handed to a Run waiting for it in the same worker process.
 
 With the embedded platform the pool and the Runs are served by one worker process. A Run started
-by the SDK (its starter sent the admission) waits, in a local activity of its first workflow
-task, up to a fraction of a second for the pool's answer; the pool's signal_runs activity hands
-the answer over in memory before it sends the signal. The same activity then registers attempt 1
-on the assigned host, so the Run is Ready at the end of its first task instead of after a second
-task woken by the signal: one workflow task and one local activity fewer on the path to Ready.
+by the SDK or a Function's replica (its starter, or its Function's workflow, sent the admission)
+waits, in a local activity of its first workflow task, up to a fraction of a second for the pool's
+answer; the pool's signal_runs activity hands the answer over in memory before it sends the
+signal. The same activity then registers attempt 1 on the assigned host (a replica's naming its
+Function, as its own registration would), so the Run is Ready at the end of its first task
+instead of after a second task woken by the signal: one workflow task and one local activity
+fewer on the path to Ready.
 
 The activity holds the Run's workflow task open, so it ends before its own start-to-close
 timeout, whatever the pool or the host do: the wait for the answer is bounded by the request,
@@ -267,7 +269,11 @@ class HandoffActivities:
             return Handoff(assignment=assignment, registerError=f"{REGISTER_SLOW}: no time left to register")
         try:
             registration = await asyncio.wait_for(
-                self.register(register_input(assignment, run, run_uid=request.runUid, attempt=1)),
+                self.register(
+                    register_input(
+                        assignment, run, run_uid=request.runUid, attempt=1, replica_of=request.replicaOf
+                    )
+                ),
                 timeout=left,
             )
         except TimeoutError:

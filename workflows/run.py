@@ -370,9 +370,8 @@ class RunWorkflow:
                     runUid=self.uid,
                     runtime=self.run_.spec.runtime,
                     timeoutSeconds=wait.total_seconds(),
-                    run=self.run_
-                    if self.run_.spec.mode.kind == "function" and not self._replica_of
-                    else None,
+                    run=self.run_ if self.run_.spec.mode.kind == "function" else None,
+                    replicaOf=self._replica_of,
                 ),
                 result_type=Handoff,
                 # Not schedule-to-close: the activity bounds itself from its own start, and one

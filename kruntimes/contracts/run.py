@@ -200,13 +200,15 @@ class SignalBatch(ApiModel):
 
 class AwaitAssignmentInput(ApiModel):
     """A Run waiting, within its first workflow task, for its pool's answer in this process;
-    with `run`, the activity also registers attempt 1 on the assigned host."""
+    with `run`, the activity also registers attempt 1 on the assigned host (a replica's with its
+    `replicaOf`, which its signed assignment names)."""
 
     workflowId: str
     runUid: RunUid
     runtime: RuntimeName
     timeoutSeconds: float
     run: Run | None = None
+    replicaOf: ReplicaOf | None = None
 
 
 class SignalResult(ApiModel):

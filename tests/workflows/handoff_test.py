@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from kruntimes.activities.handoff import REGISTER_SLOW, HandoffActivities, Mailbox, pools_polled_only_by
 from kruntimes.api.phases import RunPhase
+from kruntimes.contracts.function import ReplicaOf
 from kruntimes.contracts.hostcalls import RegisterInput, RegisterResult
 from kruntimes.contracts.names import POOL_TASK_QUEUE
 from kruntimes.contracts.run import AwaitAssignmentInput
@@ -48,7 +49,7 @@ class Registrations:
         return RegisterResult(registrationId="reg-1", hostUid="host-uid", created=True)
 
 
-def _request(with_run: bool) -> AwaitAssignmentInput:
+def _request(with_run: bool, replica_of: ReplicaOf | None = None) -> AwaitAssignmentInput:
     run = run_manifest("handed", runtime="py")
     return AwaitAssignmentInput(
         workflowId="run/default/a",
@@ -56,11 +57,16 @@ def _request(with_run: bool) -> AwaitAssignmentInput:
         runtime="py",
         timeoutSeconds=5,
         run=run if with_run else None,
+        replicaOf=replica_of,
     )
 
 
 async def _handed(
-    registrations: Registrations, *, with_run: bool = True, limit: timedelta = timedelta(seconds=30)
+    registrations: Registrations,
+    *,
+    with_run: bool = True,
+    limit: timedelta = timedelta(seconds=30),
+    replica_of: ReplicaOf | None = None,
 ) -> object:
     """The activity run as the Run runs it (start-to-close `limit`), its answer delivered."""
     mailbox = Mailbox()
@@ -68,7 +74,7 @@ async def _handed(
     activities = HandoffActivities(mailbox, register=registrations)
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, is_local=True, start_to_close_timeout=limit)
-    waiting = asyncio.ensure_future(env.run(activities.await_assignment, _request(with_run)))
+    waiting = asyncio.ensure_future(env.run(activities.await_assignment, _request(with_run, replica_of)))
     await until_waiting(mailbox, "run/default/a")
     assert mailbox.deliver("run/default/a", assignment())
     return await waiting
@@ -81,6 +87,18 @@ async def test_the_handed_over_assignment_comes_with_attempt_one_registered_on_i
     assert handoff.registration == RegisterResult(registrationId="reg-1", hostUid="host-uid", created=True)  # type: ignore[attr-defined]
     [call] = registrations.calls
     assert (call.address, call.attempt, call.runUid, call.adapter) == ("127.0.0.1:1", 1, "uid-1", "python")
+    assert call.replicaOf is None
+
+
+async def test_a_replicas_attempt_one_is_registered_as_its_functions_replica() -> None:
+    """A Function's replica is registered in-process too, and its registration names the
+    Function (its signed assignment is what the gateway routes the Function's traffic by)."""
+    registrations = Registrations()
+    replica_of = ReplicaOf(functionUid=str(uuid.uuid4()), functionName="echo", revision=3)
+    handoff = await _handed(registrations, replica_of=replica_of)
+    assert handoff.registration is not None  # type: ignore[attr-defined]
+    [call] = registrations.calls
+    assert call.replicaOf == replica_of
 
 
 async def test_a_failed_registration_is_reported_not_raised_so_the_run_registers_again() -> None:
