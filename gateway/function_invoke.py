@@ -481,7 +481,7 @@ class FunctionInvokeHandler(InvokeHandler):
             request[REPLICA] = route.run_uid
             remaining = max(0.001, timeout_s - (time.monotonic() - started))
             try:
-                answer = await self._dispatch(route, inv, payload, remaining)
+                answer = await self._dispatch(route, inv, payload, remaining, lost=_lost(request))
             except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: once more
                 log.info(
                     "invoke not delivered; another replica tried",
@@ -497,7 +497,7 @@ class FunctionInvokeHandler(InvokeHandler):
                 )
                 request[REPLICA] = route.run_uid
                 remaining = max(0.001, timeout_s - (time.monotonic() - started))
-                answer = await self._dispatch(route, inv, payload, remaining)
+                answer = await self._dispatch(route, inv, payload, remaining, lost=_lost(request))
         finally:
             if held is not None:
                 self.balancer.release(held)

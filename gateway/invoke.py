@@ -44,8 +44,8 @@ from kruntimes.gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
-from kruntimes.gateway.listener import HttpLimits, receive_body, send_continue
-from kruntimes.gateway.raw import RawError, RawUpstreams
+from kruntimes.gateway.listener import GatewayProtocol, HttpLimits, receive_body, send_continue
+from kruntimes.gateway.raw import CallerGone, RawError, RawUpstreams
 from kruntimes.gateway.routes import Route, RouteCache
 from kruntimes.pki import Identity, PeerTLS
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -286,7 +286,7 @@ class InvokeHandler:
             if not current.ready:
                 raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
             route = current
-        answer = await self._dispatch(route, inv, payload, timeout_s)
+        answer = await self._dispatch(route, inv, payload, timeout_s, lost=caller_lost(request))
         return self._answer(answer, inv)
 
     async def _miss(self, token: str, namespace: str, runtime: str, run_uid: str) -> None:
@@ -319,8 +319,16 @@ class InvokeHandler:
         raise RunNotReady(f"the Run is {known.phase or 'starting'}", reason=R.RUN_NOT_READY, retry_after=2)
 
     async def _dispatch(
-        self, route: Route, inv: str, payload: bytes, timeout_s: float
+        self,
+        route: Route,
+        inv: str,
+        payload: bytes,
+        timeout_s: float,
+        *,
+        lost: asyncio.Future[None] | None = None,
     ) -> pb.InvokeFunctionResponse:
+        """The host's answer. `lost` (the caller's connection, `caller_lost`) done before it: the
+        host is told to withdraw the invocation if it still waits its turn, and ClientAborted."""
         request = pb.InvokeFunctionRequest(
             registration_id=route.registration_id,
             invocation_id=inv,
@@ -333,7 +341,9 @@ class InvokeHandler:
                 route.invoke_address, runtime=route.runtime, host_id=route.host_id
             )
             try:
-                return await client.invoke(request, timeout=timeout_s + RPC_MARGIN_S)
+                return await client.invoke(request, timeout=timeout_s + RPC_MARGIN_S, lost=lost)
+            except CallerGone:
+                raise ClientAborted() from None
             except RawError as raw:
                 if not raw.sent:
                     log.warning(
@@ -383,4 +393,11 @@ class InvokeHandler:
         )
 
 
-__all__ = ["INVOCATION_ID", "InvokeHandler", "Upstreams"]
+def caller_lost(request: web.Request) -> asyncio.Future[None]:
+    """Done once the caller hung up (the gateway's listener tells; another never does)."""
+    if isinstance(request.protocol, GatewayProtocol):
+        return request.protocol.lost()
+    return asyncio.get_running_loop().create_future()
+
+
+__all__ = ["INVOCATION_ID", "InvokeHandler", "Upstreams", "caller_lost"]

@@ -14,6 +14,10 @@ Every failure says whether the request was sent (`RawError.sent`):
 - sent: the connection broke after the request was written (`UNAVAILABLE`: the function may have
   run, and nothing is retried), no answer came within the timeout (`DEADLINE_EXCEEDED`), or the
   host answered an error (its gRPC status name and krt reason, mapped like gRPC errors).
+
+A request whose caller hung up (`lost`) before its answer raises `CallerGone`: the gateway stops
+waiting and sends the host a cancel frame for it, so an invocation still waiting its turn in the
+host's queue is withdrawn and never runs for nobody (one already running runs to its end).
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ class RawError(Exception):
         self.reason = reason
         self.message = message
         self.sent = sent
+
+
+class CallerGone(Exception):
+    """The caller hung up before the answer; the host was told to withdraw the request."""
 
 
 class NotSent(ConnectionError):
@@ -115,9 +123,9 @@ class _Connection(asyncio.Protocol):
             if not future.done():
                 future.set_exception(ConnectionError(f"the invoke connection broke: {exc or 'closed'}"))
 
-    def send(self, body: bytes) -> asyncio.Future[bytes]:
-        """The future of the answer to `body` (at most frames.MAX_REQUEST_BODY bytes); NotSent if
-        the connection can no longer take a request."""
+    def send(self, body: bytes) -> tuple[int, asyncio.Future[bytes]]:
+        """The request id of `body` (at most frames.MAX_REQUEST_BODY bytes) and the future of its
+        answer; NotSent if the connection can no longer take a request."""
         transport = self.transport
         if self.closed or transport is None or transport.is_closing() or not self.accepted.done():
             raise NotSent("the invoke connection is closed")
@@ -126,7 +134,18 @@ class _Connection(asyncio.Protocol):
         self.pending[request_id] = future
         transport.write(frames.encode_request(request_id, body))
         future.add_done_callback(lambda _: self._answered(request_id))
-        return future
+        return request_id, future
+
+    def cancel(self, request_id: int) -> None:
+        """Stop waiting for request `request_id` (from `send`) and tell the host to withdraw it
+        (frames.CONTROL_CANCEL); its late answer, if any, is dropped. Nothing if it is answered."""
+        future = self.pending.get(request_id)
+        if future is None or future.done():
+            return
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frames.encode_cancel(request_id))
+        future.set_exception(CallerGone())
 
     def _answered(self, request_id: int) -> None:
         self.pending.pop(request_id, None)
@@ -190,7 +209,14 @@ class RawClient:
                     connection.retired = True
             return connection
 
-    async def invoke(self, request: pb.InvokeFunctionRequest, timeout: float) -> pb.InvokeFunctionResponse:
+    async def invoke(
+        self,
+        request: pb.InvokeFunctionRequest,
+        timeout: float,
+        *,
+        lost: asyncio.Future[None] | None = None,
+    ) -> pb.InvokeFunctionResponse:
+        """The host's answer; CallerGone once `lost` is done (the caller hung up) before it."""
         body = request.SerializeToString()
         if len(body) > frames.MAX_REQUEST_BODY:
             raise RawError(
@@ -202,9 +228,12 @@ class RawClient:
                 connection = self._connection
                 if connection is None or connection.closed:
                     connection = await self._connect()
-                pending = connection.send(body)
+                request_id, pending = connection.send(body)
                 sent = True
-                answer = await pending  # a timeout cancels it: a late answer is dropped
+                if lost is None:
+                    answer = await pending  # a timeout cancels it: a late answer is dropped
+                else:
+                    answer = await self._unless_lost(connection, request_id, pending, lost)
         except TimeoutError:
             if not sent:
                 raise RawError(
@@ -219,6 +248,21 @@ class RawClient:
             return pb.InvokeFunctionResponse.FromString(answer)
         except DecodeError:
             raise RawError(grpc.StatusCode.INTERNAL, "", "malformed InvokeFunctionResponse") from None
+
+    @staticmethod
+    async def _unless_lost(
+        connection: _Connection, request_id: int, pending: asyncio.Future[bytes], lost: asyncio.Future[None]
+    ) -> bytes:
+        def hung_up(_: asyncio.Future[None]) -> None:
+            connection.cancel(request_id)
+
+        if lost.done():
+            hung_up(lost)
+        lost.add_done_callback(hung_up)
+        try:
+            return await pending
+        finally:
+            lost.remove_done_callback(hung_up)
 
     def close(self) -> None:
         """Drop the connection now: aborted, not shut down gracefully (a TLS close waits for the

@@ -13,7 +13,11 @@ so a request costs no thread hop. A frame length outside the request bounds clos
 connection (the framing can no longer be trusted); other connections are unaffected. A
 connection with `MAX_IN_FLIGHT` requests running stops reading until some finish. A connection
 that closes cancels what it still waits for: an invocation queued for its turn leaves the queue
-and never runs (as a cancelled gRPC call's does); one already running runs to its end.
+and never runs (as a cancelled gRPC call's does); one already running runs to its end. A cancel
+frame (kruntimes.wire.frames, sent when the gateway's caller hung up) does the same for one
+request of this connection: withdrawn if it still waits its turn (no answer then), else ignored —
+a running handler is not interrupted, as its effects may already be half done (the host kills a
+handler only at its own timeout). An id this connection did not send, or that is over, is ignored.
 
 The port is TLS with the host's platform certificate and requires a client certificate of the
 platform CA naming a gateway (kruntimes.pki), signed by a CA of the host's current `ca.crt` (a CA
@@ -71,6 +75,8 @@ class _Connection(asyncio.Protocol):
         self.in_flight = 0
         self.paused = False
         self.pending: set[asyncio.Future[Outcome]] = set()
+        self.requests: dict[int, asyncio.Future[Outcome]] = {}  # by request id: what a cancel names
+        self.silenced: set[asyncio.Future[Outcome]] = set()  # withdrawn: their _done answers nothing
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -111,6 +117,9 @@ class _Connection(asyncio.Protocol):
             transport.pause_reading()
 
     def _request(self, request_id: int, body: bytes) -> None:
+        if request_id == frames.CONTROL_ID:
+            self._control(body)
+            return
         try:
             request = pb.InvokeFunctionRequest.FromString(body)
         except DecodeError:
@@ -124,17 +133,23 @@ class _Connection(asyncio.Protocol):
             return
         self.in_flight += 1
         self.pending.add(pending)
+        self.requests[request_id] = pending
         pending.add_done_callback(functools.partial(self._done, request_id, invocation_id))
 
     def _done(self, request_id: int, invocation_id: str, pending: asyncio.Future[Outcome]) -> None:
         self.in_flight -= 1
         self.pending.discard(pending)
+        if self.requests.get(request_id) is pending:
+            del self.requests[request_id]
         transport = self.transport
         assert transport is not None
         if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and not transport.is_closing():
             self.paused = False
             transport.resume_reading()
         if pending.cancelled():
+            if pending in self.silenced:  # its gateway stopped waiting: nobody reads an answer
+                self.silenced.discard(pending)
+                return
             error = _error(HostReason.HOST_UNAVAILABLE, "the host is stopping")
             self._write(request_id, frames.KIND_ERROR, error)
         elif (exc := pending.exception()) is not None:
@@ -142,6 +157,16 @@ class _Connection(asyncio.Protocol):
         else:
             response = invoke_response(invocation_id, pending.result())
             self._write(request_id, frames.KIND_RESPONSE, response.SerializeToString())
+
+    def _control(self, body: bytes) -> None:
+        """A control frame: a cancel withdraws its request if it still waits its turn; anything
+        else (another kind, an id unknown here, a request running or over) is ignored."""
+        request_id = frames.decode_cancel(body)
+        pending = self.requests.get(request_id) if request_id is not None else None
+        if pending is None:
+            return
+        if self.registry.withdraw(pending):  # its _done (a callback soon) writes nothing
+            self.silenced.add(pending)
 
     def _write(self, request_id: int, kind: int, body: bytes) -> None:
         transport = self.transport

@@ -183,6 +183,7 @@ class Registry:
         self._by_uid: dict[str, Registration] = {}
         self._uid_locks: dict[str, threading.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # invocations that left the hot path
+        self._waiting_results: set[asyncio.Future[Outcome]] = set()  # queued, not started: withdrawable
         self._closed = False
         self._fenced = False  # fence(): no registration is taken any more
         self.lanes = lanes  # per-call functions run their calls in lanes (where they can)
@@ -440,10 +441,20 @@ class Registry:
                 raise
         else:
             waiting = functools.partial(self._queued, reg, turn, time.monotonic())
+            self._waiting_results.add(result)
             self._background(waiting(invocation_id, payload, timeout_s, result))
             # its caller went away (gRPC cancel, the invoke connection closed): it leaves the queue
             result.add_done_callback(lambda _: turn.cancel())
         return result
+
+    def withdraw(self, result: asyncio.Future[Outcome]) -> bool:
+        """Withdraw the invocation `result` (from `invoke`) if it has not started: it never runs and
+        its place is free at once (True). One that started is left to run to its end (False): it
+        is not interrupted, since a handler stopped midway may leave its effects half done."""
+        if result not in self._waiting_results or result.done():
+            return False
+        result.cancel()  # its done callback takes it out of the queue (or gives back its place)
+        return True
 
     def _start(
         self,
@@ -478,6 +489,8 @@ class Registry:
         except BaseException as exc:  # QueueTimeout, the registration gone, the host stopping
             fail(result, exc)
             return
+        finally:
+            self._waiting_results.discard(result)  # started (below) or over: no longer withdrawn
         reg.last_activity = _now()
         if result.done():  # its caller stopped waiting while it waited: it need not run
             self._release(reg)

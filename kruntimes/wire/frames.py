@@ -15,6 +15,19 @@ Answers (host → gateway, with the request's id): the payload is one kind byte,
                     "message": "<gRPC details>"}: what the gRPC InvokeFunction would have answered
 so an answer frame's length is at least 5 (`MIN_ANSWER_LENGTH`: the id and the kind).
 
+A control frame (gateway → host) is a request frame with request id 0 (`CONTROL_ID`, never a
+request's); its payload is one control kind byte, then that kind's body:
+    CONTROL_CANCEL  u32 request id: the gateway's caller hung up, so the gateway stopped waiting
+                    for that request's answer. The host withdraws the invocation if it still
+                    waits its turn (it never runs; its queue place is free at once) and ignores
+                    the cancel otherwise (running, answered, or an id it does not know on this
+                    connection). A withdrawn request gets no answer.
+The id is scoped by the connection: a gateway can only cancel what it sent on it. A host that
+does not know control frames reads one as a malformed request (the kind byte 0 is no valid
+protobuf tag) and answers an error with id 0, which the gateway ignores after the accept: the
+frame is ignorable, so a newer gateway works with an older host (its invocations then still run).
+A host ignores a control kind it does not know, so kinds may be added the same way.
+
 The host's first frame on a connection is the accept frame (`encode_accepted`): request id 0
 (`ACCEPTED_ID`), KIND_RESPONSE, no body, sent once the TLS peer was checked. A request written
 before it arrives could be refused unseen, so the gateway writes none until then, and a
@@ -48,8 +61,11 @@ KIND_RESPONSE = 0
 KIND_ERROR = 1
 ACCEPTED_ID = 0  # the request id of the accept frame; never a request's
 MAX_REQUEST_ID = 0xFFFFFFFF
+CONTROL_ID = 0  # the request id of a control frame (gateway → host); never a request's
+CONTROL_CANCEL = 0  # a control kind: withdraw a request still waiting its turn
 
 _REQUEST = struct.Struct(">II")  # length, request id
+_CANCEL = struct.Struct(">BI")  # control kind, the request id it cancels
 _ANSWER = struct.Struct(">IIB")  # length, request id, kind
 _LENGTH_FIELD = 4  # the u32 length, before what it counts
 _ID = 4  # the u32 request id, counted by the length
@@ -69,6 +85,22 @@ def encode_request(request_id: int, body: bytes) -> bytes:
     if length > MAX_LENGTH:
         raise FrameError(length, direction="request")
     return _REQUEST.pack(length, request_id) + body
+
+
+def encode_cancel(request_id: int) -> bytes:
+    """The control frame that cancels request `request_id` (1..MAX_REQUEST_ID) on its connection."""
+    if not 0 < request_id <= MAX_REQUEST_ID:
+        raise ValueError(f"request id {request_id} is outside [1, {MAX_REQUEST_ID}]")
+    return encode_request(CONTROL_ID, _CANCEL.pack(CONTROL_CANCEL, request_id))
+
+
+def decode_cancel(body: bytes) -> int | None:
+    """The request id a control frame's body cancels; None for any other or malformed control
+    (ignored: a later gateway may send kinds this host does not know)."""
+    if len(body) != _CANCEL.size or body[0] != CONTROL_CANCEL:
+        return None
+    request_id: int = _CANCEL.unpack(body)[1]
+    return request_id if request_id != CONTROL_ID else None
 
 
 def encode_answer(request_id: int, kind: int, body: bytes) -> bytes:

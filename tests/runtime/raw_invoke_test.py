@@ -141,7 +141,7 @@ def test_errors_carry_the_grpc_code_reason_and_details(host: Host, conn: Conn) -
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, invocation_id="x" * 200),
         pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=b"x" * (MAX_PAYLOAD_BYTES + 1)),
     ]
-    for i, request in enumerate(requests):
+    for i, request in enumerate(requests, 1):  # requests use ids from 1: 0 is a control frame's
         conn.send(i, request)
         request_id, payload = conn.recv()
         assert request_id == i
@@ -182,7 +182,7 @@ def test_many_requests_in_flight_on_one_connection_one_per_function(
         rendezvous.listen(8)
         rendezvous.settimeout(60)  # a bound, not a timing: four arrive at once or never
         payload = json.dumps({"path": str(path)}).encode()
-        for i, reg in enumerate(regs):
+        for i, reg in enumerate(regs, 1):
             conn.send(i, pb.InvokeFunctionRequest(registration_id=reg.registration_id, payload=payload))
         # a second request for a busy function is refused at once, not queued
         conn.send(10, pb.InvokeFunctionRequest(registration_id=regs[0].registration_id, payload=b"{}"))
@@ -203,7 +203,7 @@ def test_many_requests_in_flight_on_one_connection_one_per_function(
             waiter.sendall(b"g")
             waiter.close()
     answers = dict(conn.recv() for _ in regs)
-    assert sorted(answers) == [0, 1, 2, 3]
+    assert sorted(answers) == [1, 2, 3, 4]
     for answer_payload in answers.values():
         answer = decode(answer_payload)
         assert isinstance(answer, pb.InvokeFunctionResponse)
@@ -459,7 +459,11 @@ class _FakeUpstreams:
                 return self
 
             async def invoke(
-                self, request: pb.InvokeFunctionRequest, timeout: float
+                self,
+                request: pb.InvokeFunctionRequest,
+                timeout: float,
+                *,
+                lost: asyncio.Future[None] | None = None,
             ) -> pb.InvokeFunctionResponse:
                 if outer.failure == NOT_SENT:
                     raise RawError(grpc.StatusCode.UNAVAILABLE, "", "refused", sent=False)
