@@ -150,6 +150,16 @@ class SignalActivities:
             raise
         return True
 
+    @activity.defn(name="admit_run_early")
+    async def admit_run_early(self, admit: AdmitSignal) -> bool:
+        """An admission sent before its Run's workflow is started (a Function's replica): only
+        while the pool's answer will wait for the Run's first task here (the pools' and the Runs'
+        tasks both run only in this process: Mailbox.park), never to be signalled to a Run that
+        does not exist yet. True when sent; False when not (the starter admits after the start)."""
+        if not (admit.handoff and self.mailbox.pools_local and self.mailbox.runs_local):
+            return False
+        return await self.admit_run(admit)
+
     @activity.defn(name="host_slots")
     async def host_slots(self, ask: HostSlotsInput) -> HostSlots:
         """The slots a HostWorkflow keeps of its host (closed workflows answer too); none when

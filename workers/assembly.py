@@ -244,6 +244,7 @@ async def _running_workers(
         watch.watch_host,
         reconciler.reconcile,
         signals.admit_run,
+        signals.admit_run_early,
         handoff.await_assignment,
         RetentionActivities(client).delete_execution,
         FunctionActivities(client).delete_replica,

@@ -98,14 +98,16 @@ with workflow.unsafe.imports_passed_through():
         QUERY_STATUS,
         SIGNAL_FUNCTION_WAKE,
         SIGNAL_REJECTED,
+        SIGNAL_RELEASE,
         UPDATE_APPLY,
         UPDATE_DELETE,
         UPDATE_ROLLBACK,
         UPDATE_SCALE,
         function_invoke_url,
+        pool_workflow_id,
         run_workflow_id,
     )
-    from kruntimes.contracts.pool import admit_signal, runtime_unknown
+    from kruntimes.contracts.pool import ReleaseSignal, admit_signal, runtime_unknown
     from kruntimes.contracts.run import RunInput
     from kruntimes.decisions.autoscale import MAX_CARRIED_WANTED
     from kruntimes.decisions.functionlife import older_replicas, phase_of, plan, start_backoff
@@ -146,6 +148,12 @@ WOKEN = "woken: an invocation waits at a gateway"
 PATCH_REPLICA_ADMITS = "function-replica-admits"
 REPLICA_ADMIT_TIMEOUT = timedelta(seconds=30)
 REPLICA_ADMIT_RETRY = RetryPolicy(maximum_attempts=3)
+# The admission goes before the replica's start, in the task that decides the start, when the
+# worker says the pool's answer will wait in its mailbox for the replica's first task
+# (`admit_run_early`): the pool decides while the replica starts, instead of after a task woken by
+# the start's confirmation. Elsewhere it says so and the admission follows the start, as before.
+PATCH_ADMIT_EARLY = "function-admit-early"
+REPLICA_ADMIT_EARLY_RETRY = RetryPolicy(maximum_attempts=1)
 # Traffic splits (spec.traffic): an older revision the split names keeps replicas, and the split
 # is indexed (KrtTraffic, KrtTrafficSince). Histories recorded before it know no split.
 PATCH_TRAFFIC = "function-traffic"
@@ -196,6 +204,7 @@ class FunctionWorkflow:
         self._last_scale: ScaleEvent | None = state.lastScale
         self._autoscale = False  # PATCH_AUTOSCALE taken
         self._admits = False  # PATCH_REPLICA_ADMITS taken
+        self._admits_early = False  # PATCH_ADMIT_EARLY taken
         self._splits = False  # PATCH_TRAFFIC taken
         self._indexed_traffic = ""
         self._scaler: asyncio.Task[None] | None = None
@@ -398,6 +407,7 @@ class FunctionWorkflow:
         self._indexed_phase = FunctionPhase.Pending.value
         self._autoscale = workflow.patched(PATCH_AUTOSCALE)
         self._admits = workflow.patched(PATCH_REPLICA_ADMITS)
+        self._admits_early = self._admits and workflow.patched(PATCH_ADMIT_EARLY)
         self._splits = workflow.patched(PATCH_TRAFFIC)
         if self._autoscale:
             self._scaler = asyncio.create_task(self._autoscale_loop())
@@ -617,11 +627,13 @@ class FunctionWorkflow:
         replica_of = ReplicaOf(
             functionUid=self._uid, functionName=fn.metadata.name, revision=revision.revision
         )
+        workflow_id = run_workflow_id(fn.metadata.namespace, name)
+        early = self._admits_early and await self._admit_early(run, workflow_id)
         try:
             handle = await workflow.start_child_workflow(
                 "RunWorkflow",
                 RunInput(run=run, statusMemo=True, replicaOf=replica_of, starterAdmits=self._admits),
-                id=run_workflow_id(fn.metadata.namespace, name),
+                id=workflow_id,
                 task_queue=info.task_queue,
                 result_type=RunStatus,
                 parent_close_policy=ParentClosePolicy.ABANDON,
@@ -634,11 +646,34 @@ class FunctionWorkflow:
             )
         except WorkflowAlreadyStartedError:  # its name taken: it counts as a failure
             self._set(uid, phase=RunPhase.Failed, reason="StartFailed", message=f"{name} exists already")
+            if early:  # the pool holds a slot for a replica that never ran: free it
+                with contextlib.suppress(FailureError):
+                    await workflow.get_external_workflow_handle(pool_workflow_id(run.spec.runtime)).signal(
+                        SIGNAL_RELEASE, ReleaseSignal(runUid=uid)
+                    )
             return
         self._set(uid, runId=handle.first_execution_run_id or "")
         self._watches.append(asyncio.create_task(self._watch(handle, uid)))
-        if self._admits:
+        if self._admits and not early:
             await self._admit(run, handle.id, handle.first_execution_run_id)
+
+    async def _admit_early(self, run: Run, workflow_id: str) -> bool:
+        """The replica's admission sent before its start, if the worker says the pool's answer
+        will wait for the replica's first task in its mailbox (kruntimes.activities.handoff);
+        False when it was not sent: it follows the start then."""
+        try:
+            sent: bool = await workflow.execute_local_activity(
+                "admit_run_early",
+                admit_signal(run, workflow_id=workflow_id, at=workflow.now(), handoff=True),
+                result_type=bool,
+                start_to_close_timeout=REPLICA_ADMIT_TIMEOUT,
+                retry_policy=REPLICA_ADMIT_EARLY_RETRY,
+                summary=summaries.summary(f"admit {run.metadata.name} to pool/{run.spec.runtime} first"),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("the early admission of %s was not sent: %s", workflow_id, err)
+            return False
+        return sent
 
     async def _admit(self, run: Run, workflow_id: str, run_id: str | None) -> None:
         """The replica's admission to its pool, as the SDK sends a Run's (kruntimes.sdk.starting):

@@ -147,6 +147,22 @@ def test_the_autoscaler_paths_of_a_function_have_recorded_histories() -> None:
     assert len(started) == 2, "the first replica, then exactly one for the five wakes"
 
 
+def test_a_function_admitting_its_replicas_before_their_start_has_a_recorded_history() -> None:
+    """A woken Function that sent each replica's admission before the replica's start, in the
+    task that started it (patch function-admit-early), and none after it."""
+    events = json.loads((HISTORIES / "function_woken_admit_early.json").read_text())["events"]
+    steps = []
+    for e in events:
+        if e.get("eventType") == "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED":
+            steps.append("start")
+        elif e.get("eventType") == "EVENT_TYPE_MARKER_RECORDED":
+            data = e["markerRecordedEventAttributes"]["details"].get("data", {}).get("payloads", [])
+            kind = json.loads(base64.b64decode(data[0]["data"])).get("activity_type") if data else None
+            if kind in ("admit_run", "admit_run_early"):
+                steps.append(kind)
+    assert steps == ["admit_run_early", "start", "admit_run_early", "start"], steps
+
+
 def test_a_canary_split_of_a_function_has_a_recorded_history() -> None:
     """A Function split between two revisions whose older replica was replaced, then all traffic
     to the latest, deleted (record.py traffic): three replicas started (revision 1, revision 2,

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
+
+from temporalio.api.enums.v1 import EventType
 
 from kruntimes.api.function import Function, FunctionStatus
 from kruntimes.contracts.names import SIGNAL_FUNCTION_WAKE, function_workflow_id
@@ -132,3 +135,40 @@ async def test_a_function_with_min_zero_idles_to_zero_wakes_once_and_answers_fro
         assert result.outputs == {"ok": {"from": "zero"}}
         status = await _status(krt, name)
         assert status.lastScale is not None and status.lastScale.previous == 0 and status.replicas.wanted >= 1
+        await _admitted_before_started(platform, handle)
+
+
+def _local_activities(events: list[Any]) -> list[tuple[int, str]]:
+    """(event id, activity type) of each local activity the history recorded."""
+    found = []
+    for ev in events:
+        if ev.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        if ev.marker_recorded_event_attributes.marker_name != "core_local_activity":
+            continue
+        details = ev.marker_recorded_event_attributes.details
+        found.append((ev.event_id, json.loads(details["data"].payloads[0].data)["activity_type"]))
+    return found
+
+
+async def _admitted_before_started(platform: Platform, handle: Any) -> None:
+    """The last replica woken was admitted to its pool in the task that started it, before the
+    start (the worker's mailbox holds the pool's answer for it: this platform's pool and Runs
+    are served by one process), not after a task woken by the start; it took the answer
+    unsignalled."""
+    events = [ev async for ev in handle.fetch_history_events()]
+    starts = [
+        ev for ev in events if ev.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    ]
+    started = starts[-1]
+    replica = started.start_child_workflow_execution_initiated_event_attributes.workflow_id
+    admissions = [(i, kind) for i, kind in _local_activities(events) if kind.startswith("admit_run")]
+    # sent early (an early one not sent is followed by the usual admission after the start)
+    assert [kind for i, kind in admissions if i < started.event_id][-1:] == ["admit_run_early"], admissions
+    assert not [i for i, kind in admissions if kind == "admit_run" and i > started.event_id], admissions
+    signals = [
+        ev.workflow_execution_signaled_event_attributes.signal_name
+        async for ev in platform.temporal.get_workflow_handle(replica).fetch_history_events()
+        if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert "assigned" not in signals, signals

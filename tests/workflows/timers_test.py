@@ -304,6 +304,36 @@ async def test_an_admission_sent_twice_takes_one_slot(env: WorkflowEnvironment) 
         assert fake.registered == {run.metadata.uid: 1}
 
 
+async def test_an_admission_before_its_runs_start_is_sent_only_where_the_answer_waits_for_the_run(
+    env: WorkflowEnvironment,
+) -> None:
+    """`admit_run_early` (a Function's replica admitted before its start): with the pools' or the
+    Runs' tasks elsewhere the pool's answer would be signalled to a Run not started yet, so it
+    is not sent (the admission follows the start); with both here it is, and the pool gets it."""
+    async with _workers(env, FakeHosts()) as queues:
+        await _start_pool(env.client, "py-early", queues)
+        pool_handle = env.client.get_workflow_handle(pool_workflow_id("py-early"))
+        run = run_manifest(f"early-{uuid.uuid4().hex[:6]}", runtime="py-early")
+        early = admit_signal(
+            run, workflow_id=run_workflow_id("default", run.metadata.name), at=datetime.now(UTC), handoff=True
+        )
+        for pools_local, runs_local in ((False, True), (True, False)):
+            mailbox = Mailbox()
+            mailbox.pools_local, mailbox.runs_local = pools_local, runs_local
+            assert not await ActivityEnvironment().run(
+                SignalActivities(env.client, mailbox).admit_run_early, early
+            )
+        mailbox = Mailbox()
+        mailbox.pools_local = mailbox.runs_local = True
+        assert await ActivityEnvironment().run(SignalActivities(env.client, mailbox).admit_run_early, early)
+
+        async def admitted() -> bool:
+            return "admit" in await _signal_names(env.client, pool_handle.id)
+
+        await eventually(admitted, within=10, what="the early admission in the pool's history")
+        assert (await _signal_names(env.client, pool_handle.id)).count("admit") == 1  # the local one only
+
+
 async def test_an_assignment_handed_over_in_process_is_not_also_signalled(env: WorkflowEnvironment) -> None:
     """signal_runs skips the signal for a Run that took its answer from the mailbox; the others
     are signalled (here: to workflows that do not exist, which the result reports)."""
