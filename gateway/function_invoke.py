@@ -33,8 +33,9 @@ past its own concurrency and queue, 429 as for a Run):
   existence in another namespace is not told.
 
 Nothing is retried after dispatch. An invocation that was not delivered (503: the connection was
-refused, the route went away, the host refused the fence or cannot serve) tries one other replica
-with room, once; the time it waited counts against its timeout.
+refused, the route went away, the host refused the fence or cannot serve) goes to another
+replica, waiting as a new one would, up to MAX_UNDELIVERED_TRIES replicas in all; a replica that
+refused one takes nothing new for SUSPECT_S. The time it waited counts against its timeout.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ MAX_WAITING = 10_000
 # not the one routed) takes no new invocation for this long: with fewest-in-flight picking, a dead
 # replica answering at once would otherwise draw every invocation until its route expires.
 SUSPECT_S = 2.0
+# Replicas an invocation that was not delivered tries in all (a rollout may retire several at
+# once, each still routed until its host's next beat): each refusal is before dispatch, so safe.
+MAX_UNDELIVERED_TRIES = 3
 MAX_SUSPECTS = 10_000
 # A fresh gateway has not heard every host yet: a Function it has not seen is not yet "not found".
 DEFAULT_WARMUP_S = 10.0
@@ -478,26 +482,27 @@ class FunctionInvokeHandler(InvokeHandler):
         )
         held: Route | None = route  # the slot this invocation holds, released once it ends
         try:
-            request[REPLICA] = route.run_uid
-            remaining = max(0.001, timeout_s - (time.monotonic() - started))
-            try:
-                answer = await self._dispatch(route, inv, payload, remaining, lost=_lost(request))
-            except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: once more
-                log.info(
-                    "invoke not delivered; another replica tried",
-                    extra={"run_uid": route.run_uid, "reason": str(undelivered.reason)},
-                )
-                self.balancer.suspect(route)
-                self.balancer.release(route)
-                held = None
-                remaining = max(0.001, timeout_s - (time.monotonic() - started))
-                # the same wait as the first: a replica with room now, or the first one freed
-                held = route = await self.balancer.acquire(
-                    function_uid, namespace, timeout_s=remaining, lost=_lost(request), wake=wake
-                )
+            for tries_left in range(MAX_UNDELIVERED_TRIES - 1, -1, -1):
                 request[REPLICA] = route.run_uid
                 remaining = max(0.001, timeout_s - (time.monotonic() - started))
-                answer = await self._dispatch(route, inv, payload, remaining, lost=_lost(request))
+                try:
+                    answer = await self._dispatch(route, inv, payload, remaining, lost=_lost(request))
+                    break
+                except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: another
+                    if not tries_left:
+                        raise
+                    log.info(
+                        "invoke not delivered; another replica tried",
+                        extra={"run_uid": route.run_uid, "reason": str(undelivered.reason)},
+                    )
+                    self.balancer.suspect(route)
+                    self.balancer.release(route)
+                    held = None
+                    remaining = max(0.001, timeout_s - (time.monotonic() - started))
+                    # the same wait as the first: a replica with room now, or the first one freed
+                    held = route = await self.balancer.acquire(
+                        function_uid, namespace, timeout_s=remaining, lost=_lost(request), wake=wake
+                    )
         finally:
             if held is not None:
                 self.balancer.release(held)
