@@ -66,6 +66,11 @@ CONNECT_TIMEOUT_S = 5.0
 _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 2000)]
 _NOT_DELIVERED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
+# A route miss for a Run uid the gateway never heard of waits this long for the route (a Run
+# Ready a moment before its host's beat arrives), polled; at most this many such waits at once.
+ROUTE_GRACE_S = 1.5
+ROUTE_POLL_S = 0.05
+MAX_ROUTE_WAITERS = 256
 
 
 class NotConnected(Exception):
@@ -260,6 +265,7 @@ class InvokeHandler:
         self.authorizer = authorizer
         self.upstreams = upstreams
         self.limits = limits or HttpLimits()
+        self._route_waiters = 0  # route misses waiting out ROUTE_GRACE_S now
 
     async def __call__(self, request: web.Request) -> web.Response:
         inv = invocation_id(request)
@@ -269,6 +275,8 @@ class InvokeHandler:
         run_uid = request.match_info["uid"]
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         route = self.routes.route(run_uid)  # routes hold only validated uids
+        if route is None and is_run_uid(run_uid) and self.known.get(run_uid) is None:
+            route = await self._route_soon(run_uid)
         if route is None or route.namespace != namespace or route.runtime != runtime:
             await self._miss(token, namespace, runtime, run_uid)
         assert route is not None
@@ -288,6 +296,26 @@ class InvokeHandler:
             route = current
         answer = await self._dispatch(route, inv, payload, timeout_s, lost=caller_lost(request))
         return self._answer(answer, inv)
+
+    async def _route_soon(self, run_uid: str) -> Route | None:
+        """A Run this gateway never heard of may be one just made Ready whose host's beat is on
+        its way (the worker learns of the registration by the same host's answer): its route,
+        if it arrives within ROUTE_GRACE_S, else None. At most MAX_ROUTE_WAITERS wait at once;
+        past them a miss is answered at once, so junk uids cannot hold the gateway's sockets."""
+        if self._route_waiters >= MAX_ROUTE_WAITERS:
+            return None
+        self._route_waiters += 1
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ROUTE_GRACE_S
+            while loop.time() < deadline:
+                await asyncio.sleep(ROUTE_POLL_S)
+                route = self.routes.route(run_uid)
+                if route is not None:
+                    return route
+            return None
+        finally:
+            self._route_waiters -= 1
 
     async def _miss(self, token: str, namespace: str, runtime: str, run_uid: str) -> None:
         """No route: 503 for a Run that exists and will (or did) have one, else 404."""

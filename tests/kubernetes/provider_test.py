@@ -193,7 +193,9 @@ async def test_gone_is_proven_only_by_the_pods_own_record(env) -> None:
     assert await provider.verdict(**args) is False
     process = env.kubelet.process(env.pods()[0]["metadata"]["name"])
     process.kill()  # the container died: phase Failed (restartPolicy Never)
-    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    await eventually(
+        lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it", within=30
+    )
     assert await provider.verdict(**args) is True
     assert await provider.verdict(**{**args, "host_uid": "00000000-0000-4000-8000-000000000000"}) is True
 
@@ -246,7 +248,9 @@ async def test_a_fence_deletes_a_pod_whose_host_died_and_proves_it_gone(env) -> 
     provider = env.provider(deleteGraceSeconds=30)
     host = await provider.create(spec())
     env.kubelet.process(env.pods()[0]["metadata"]["name"]).kill()
-    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    await eventually(
+        lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it", within=30
+    )
     assert await provider.gone(host), "a pod that ended is proven unable to serve"
     fenced = await provider.fence(host)
     assert fenced.fenced and "deleted with no grace and gone" in fenced.how, fenced.how
@@ -259,7 +263,9 @@ async def test_a_fence_of_an_older_incarnation_leaves_the_newer_pod_alone(env) -
     provider = env.provider()
     old = await provider.create(spec())
     env.kubelet.process(env.pods()[0]["metadata"]["name"]).kill()
-    await eventually(lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it")
+    await eventually(
+        lambda: env.pods()[0]["status"]["phase"] == "Failed", what="the kubelet reports it", within=30
+    )
     new = await provider.create(spec())
     assert new.hostUid != old.hostUid
     assert (await provider.fence(old)).fenced
