@@ -375,31 +375,35 @@ async def run_get(args: RunRef, call: Call) -> Answer:
     return Answer(_run(run), _line(run))
 
 
-async def run_create(args: RunCreateInput, call: Call) -> Answer:
+def _from_fields(args: RunCreateInput | FunctionApplyInput, *, what: str, kind: str) -> dict[str, Any]:
+    """The manifest a create or apply call names by its fields (name, namespace, labels, spec);
+    a whole manifest given with any of them is refused."""
     if args.manifest is not None:
         given = [f for f in ("name", "namespace", "spec") if getattr(args, f) is not None] + (
             ["labels"] if args.labels else []
         )
-        if given:
-            raise ToolError(INVALID_ARGUMENTS, f"manifest takes the whole Run; drop {', '.join(given)}")
+        raise ToolError(INVALID_ARGUMENTS, f"manifest takes the whole {what}; drop {', '.join(given)}")
+    missing = [f for f in ("name", "spec") if getattr(args, f) is None]
+    if missing or args.spec is None:
+        raise ToolError(INVALID_ARGUMENTS, f"{' and '.join(missing)} required (or a whole manifest)")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"name": args.name, "namespace": args.namespace or "default", "labels": args.labels},
+        "spec": args.spec.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def _manifest_only(args: RunCreateInput | FunctionApplyInput) -> bool:
+    """None of the fields that would build a manifest (a whole one is given instead)."""
+    return all(getattr(args, f) is None for f in ("name", "namespace", "spec")) and not args.labels
+
+
+async def run_create(args: RunCreateInput, call: Call) -> Answer:
+    if args.manifest is not None and _manifest_only(args):
         run = args.manifest
     else:
-        missing = [f for f in ("name", "spec") if getattr(args, f) is None]
-        if missing:
-            raise ToolError(INVALID_ARGUMENTS, f"{' and '.join(missing)} required (or a whole manifest)")
-        assert args.spec is not None and args.name is not None
-        run = Run.from_dict(
-            {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "metadata": {
-                    "name": args.name,
-                    "namespace": args.namespace or "default",
-                    "labels": args.labels,
-                },
-                "spec": args.spec.model_dump(mode="json", exclude_none=True),
-            }
-        )
+        run = Run.from_dict(_from_fields(args, what="Run", kind=KIND))
     client = await call.creating(call.caller)
     _record(call, "run_create", f"run/{run.metadata.name} -n {run.metadata.namespace}")
     created = await client.create(run)
@@ -530,30 +534,10 @@ def _status_line(name: str, status: FunctionStatus) -> str:
 
 
 async def functions_apply(args: FunctionApplyInput, call: Call) -> Answer:
-    if args.manifest is not None:
-        given = [f for f in ("name", "namespace", "spec") if getattr(args, f) is not None] + (
-            ["labels"] if args.labels else []
-        )
-        if given:
-            raise ToolError(INVALID_ARGUMENTS, f"manifest takes the whole Function; drop {', '.join(given)}")
+    if args.manifest is not None and _manifest_only(args):
         function = args.manifest
     else:
-        missing = [f for f in ("name", "spec") if getattr(args, f) is None]
-        if missing:
-            raise ToolError(INVALID_ARGUMENTS, f"{' and '.join(missing)} required (or a whole manifest)")
-        assert args.spec is not None and args.name is not None
-        function = Function.from_dict(
-            {
-                "apiVersion": API_VERSION,
-                "kind": FUNCTION_KIND,
-                "metadata": {
-                    "name": args.name,
-                    "namespace": args.namespace or "default",
-                    "labels": args.labels,
-                },
-                "spec": args.spec.model_dump(mode="json", exclude_none=True),
-            }
-        )
+        function = Function.from_dict(_from_fields(args, what="Function", kind=FUNCTION_KIND))
     name, namespace = function.metadata.name, function.metadata.namespace
     client = await call.creating(call.caller)  # the Function records the caller as its creator
     _record(call, "functions_apply", f"function/{name} -n {namespace}")
