@@ -117,6 +117,7 @@ class InvocationPolicy(ApiModel):
     retentionSeconds: StrictInt = Field(default=DEFAULT_RETENTION_SECONDS, ge=60, le=MAX_RETENTION_SECONDS)
     callbackUrl: str | None = Field(default=None, max_length=MAX_CALLBACK_URL_CHARS)
     callbackSecretName: str | None = None  # the Secret whose key signs callbacks (HMAC-SHA256)
+    creator: str = ""  # the target's metadata.creator: whose right to use that Secret is checked
     reason: str = ""  # why not exists / not ready, in the platform's words
 
 
@@ -185,3 +186,14 @@ class InvocationStatus(ApiModel):
     error: InvocationError | None = None  # why Failed or Unknown (a platform reason)
     retried: Literal["", "notRun", "unknownOutcome", "failure"] = ""  # why the last retry was made
     callback: CallbackState | None = None
+
+
+class CallbackRequest(ApiModel):
+    """ACTIVITY_CALLBACK's argument: one delivery of the status to the callback URL."""
+
+    url: str = Field(max_length=MAX_CALLBACK_URL_CHARS)
+    namespace: str
+    secretName: str | None = None  # None: the delivery is unsigned
+    creator: str = ""
+    status: InvocationStatus
+    attempt: StrictInt = Field(ge=1)
