@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'kruntimes/rpc/v1/gateway_dispatch.proto\x12\x10kruntimes.rpc.v1\"\xb1\x01\n\x18\x41ttemptInvocationRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0btarget_kind\x18\x02 \x01(\t\x12\x12\n\ntarget_uid\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x07 \x01(\r\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\"b\n\x19\x41ttemptInvocationResponse\x12\x13\n\x0bhttp_status\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x12\n\ndispatched\x18\x04 \x01(\x08\x32\x7f\n\x0fGatewayDispatch\x12l\n\x11\x41ttemptInvocation\x12*.kruntimes.rpc.v1.AttemptInvocationRequest\x1a+.kruntimes.rpc.v1.AttemptInvocationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'kruntimes/rpc/v1/gateway_dispatch.proto\x12\x10kruntimes.rpc.v1\"\xc8\x01\n\x18\x41ttemptInvocationRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0btarget_kind\x18\x02 \x01(\t\x12\x12\n\ntarget_uid\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\x12\x15\n\rinvocation_id\x18\x05 \x01(\t\x12\x0c\n\x04\x62ody\x18\x06 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x07 \x01(\r\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12\x15\n\rshare_percent\x18\t \x01(\r\"b\n\x19\x41ttemptInvocationResponse\x12\x13\n\x0bhttp_status\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x12\n\ndispatched\x18\x04 \x01(\x08\x32\x7f\n\x0fGatewayDispatch\x12l\n\x11\x41ttemptInvocation\x12*.kruntimes.rpc.v1.AttemptInvocationRequest\x1a+.kruntimes.rpc.v1.AttemptInvocationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kruntimes.rpc.v1.gateway_di
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ATTEMPTINVOCATIONREQUEST']._serialized_start=62
-  _globals['_ATTEMPTINVOCATIONREQUEST']._serialized_end=239
-  _globals['_ATTEMPTINVOCATIONRESPONSE']._serialized_start=241
-  _globals['_ATTEMPTINVOCATIONRESPONSE']._serialized_end=339
-  _globals['_GATEWAYDISPATCH']._serialized_start=341
-  _globals['_GATEWAYDISPATCH']._serialized_end=468
+  _globals['_ATTEMPTINVOCATIONREQUEST']._serialized_end=262
+  _globals['_ATTEMPTINVOCATIONRESPONSE']._serialized_start=264
+  _globals['_ATTEMPTINVOCATIONRESPONSE']._serialized_end=362
+  _globals['_GATEWAYDISPATCH']._serialized_start=364
+  _globals['_GATEWAYDISPATCH']._serialized_end=491
 # @@protoc_insertion_point(module_scope)

@@ -36,6 +36,7 @@ class AttemptInvocationRequest(_message.Message):
     BODY_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    SHARE_PERCENT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     target_kind: _builtins.str
     """"Run" or "Function" """
@@ -51,6 +52,10 @@ class AttemptInvocationRequest(_message.Message):
     """0: the gateway's default invoke timeout"""
     attempt: _builtins.int
     """1 for the first"""
+    share_percent: _builtins.int
+    """the percent of the target's concurrency its async attempts may hold at once (its spec's
+    asyncInvocations.share); 0: 50
+    """
     def __init__(
         self,
         *,
@@ -62,10 +67,11 @@ class AttemptInvocationRequest(_message.Message):
         body: _builtins.bytes = ...,
         timeout_ms: _builtins.int = ...,
         attempt: _builtins.int = ...,
+        share_percent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "body", b"body", "invocation_id", b"invocation_id", "namespace", b"namespace", "runtime", b"runtime", "target_kind", b"target_kind", "target_uid", b"target_uid", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "body", b"body", "invocation_id", b"invocation_id", "namespace", b"namespace", "runtime", b"runtime", "share_percent", b"share_percent", "target_kind", b"target_kind", "target_uid", b"target_uid", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
