@@ -258,7 +258,7 @@ def stalling_python(directory: Path) -> Path:
 
 async def wait_for(path: Path) -> int:
     written = await eventually(
-        lambda: path.read_text().strip(), within=10, every=0.05, ignoring=(FileNotFoundError,), what=f"{path}"
+        lambda: path.read_text().strip(), every=0.05, ignoring=(FileNotFoundError,), what=f"{path}"
     )
     return int(written)
 

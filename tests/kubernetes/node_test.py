@@ -144,7 +144,7 @@ async def test_a_secret_volume_is_written_and_updated_as_the_kubelets_atomic_wri
     assert link.read_bytes() == b"one" and (volume / first / "key").stat().st_mode & 0o777 == 0o400
 
     await _api(env, "PATCH", "secrets/atomic-secret", {"data": {"key": base64.b64encode(b"two").decode()}})
-    await eventually(lambda: link.read_bytes() == b"two", within=10, what="the volume follows the Secret")
+    await eventually(lambda: link.read_bytes() == b"two", what="the volume follows the Secret")
     assert data.readlink() != first and not (volume / first).exists(), "swapped at once, the old one removed"
     await _api(env, "DELETE", "pods/atomic", {"gracePeriodSeconds": 0})
 

@@ -31,7 +31,7 @@ from tests.support.waiting import eventually
 NAME, PORT = "gateways.krt.test", 9443
 TARGET = f"dns+all://{NAME}:{PORT}"
 INTERVAL_S = 1.0  # the shortest resolve interval allowed
-WAIT_S = 15.0
+WAIT_S = 30.0
 
 
 class Dns:

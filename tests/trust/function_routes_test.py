@@ -375,13 +375,13 @@ async def test_the_balancer_keeps_its_bounds_over_the_real_route_cache(pki: Test
 
     first = asyncio.create_task(balancer.acquire(FUNCTION, "default", timeout_s=30, lost=never))
     second = asyncio.create_task(balancer.acquire(OTHER_FUNCTION, "default", timeout_s=30, lost=never))
-    await eventually(lambda: balancer.waiting() == 2, within=5, what="two waiting")
+    await eventually(lambda: balancer.waiting() == 2, what="two waiting")
     with pytest.raises(Busy) as full:  # the global bound, though this Function's is not reached
         await balancer.acquire(FUNCTION, "default", timeout_s=30, lost=never)
     assert full.value.reason is R.REPLICAS_FULL
 
     second.cancel()  # a waiter that goes away leaves the queue
-    await eventually(lambda: balancer.waiting() == 1, within=5, what="the cancelled wait gone")
+    await eventually(lambda: balancer.waiting() == 1, what="the cancelled wait gone")
     with pytest.raises(Busy) as timed_out:
         await balancer.acquire(FUNCTION, "default", timeout_s=0.05, lost=never)
     assert timed_out.value.reason is R.QUEUE_TIMEOUT

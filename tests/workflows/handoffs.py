@@ -8,7 +8,7 @@ from kruntimes.contracts.platform_info import PlatformInfo
 from kruntimes.contracts.run import Assignment
 from tests.support.waiting import eventually
 
-WAIT_BOUND_S = 10.0
+WAIT_BOUND_S = 30.0
 
 
 def assignment(run_uid: str = "uid-1") -> Assignment:

@@ -330,7 +330,7 @@ async def test_an_admission_before_its_runs_start_is_sent_only_where_the_answer_
         async def admitted() -> bool:
             return "admit" in await _signal_names(env.client, pool_handle.id)
 
-        await eventually(admitted, within=10, what="the early admission in the pool's history")
+        await eventually(admitted, what="the early admission in the pool's history")
         assert (await _signal_names(env.client, pool_handle.id)).count("admit") == 1  # the local one only
 
 
