@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kruntimes.api.limits import MAX_PAYLOAD_BYTES
+from kruntimes.config.secret_files import FileSecrets
 from kruntimes.pki import Identity, IdentityError, PeerAuthorization, PeerTLS
 from kruntimes.pki.assignments import Verifier
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -46,7 +47,6 @@ from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.registry import DEFAULT_KRM_CONCURRENCY, Registry
 from kruntimes.runtime.sandbox.policy import InForce, SandboxSettings
 from kruntimes.runtime.secret_access import BINDINGS_FILE, BindingsFile, SecretAccess
-from kruntimes.runtime.secret_files import FileSecrets
 from kruntimes.runtime.service import (
     ALLOWED_ROLES,
     DEFAULT_ROLES,
@@ -90,7 +90,7 @@ class HostOptions:
     # where a Run's source.path may point; none: only inline sources (the state directory and
     # the hidden directories are refused wherever the roots are)
     allowed_source_roots: tuple[str, ...] = ()
-    # the secrets a Run's envFrom names (runtime/secret_files.py); None: `{state_dir}/secrets`
+    # the secrets a Run's envFrom names (kruntimes/config/secret_files.py); None: `{state_dir}/secrets`
     secrets_dir: Path | None = None
     # who may use which namespace's secrets (kruntimes.config.bindings, `use-secrets`), read again
     # when it changes; None: `{state_dir}/rolebindings.yaml`. Missing: no Run gets a secret.

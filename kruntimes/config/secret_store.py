@@ -86,7 +86,7 @@ def names(state_dir: Path, *, namespace: str) -> list[tuple[str, list[str]]]:
         return []
     found = []
     for entry in sorted(directory.iterdir()):
-        # a linked secret directory is refused when read (runtime/secret_files.py): not listed either
+        # a linked secret directory is refused when read (config/secret_files.py): not listed either
         if entry.is_dir() and not entry.is_symlink() and not entry.name.startswith("."):
             found.append((entry.name, sorted(p.name for p in entry.iterdir() if not p.name.startswith("."))))
     return found
