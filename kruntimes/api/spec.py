@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, JsonValue, field_validator, model_validator
 
@@ -74,6 +75,81 @@ class Metadata(ApiModel):
     creator: Creator | None = None
 
 
+# spec.mode.function.asyncInvocations (docs/async-invocations.md, issue #44): its bounds.
+MAX_ASYNC_ATTEMPTS = 100
+DEFAULT_ASYNC_ATTEMPTS = 5
+DEFAULT_ASYNC_SHARE_PERCENT = 50
+MAX_ASYNC_BACKLOG = 100_000
+DEFAULT_ASYNC_BACKLOG = 10_000
+MIN_ASYNC_RETENTION_SECONDS = 60
+MAX_ASYNC_RETENTION_SECONDS = 7 * 24 * 3600
+DEFAULT_ASYNC_RETENTION_SECONDS = 24 * 3600
+MAX_CALLBACK_URL_CHARS = 2048
+
+
+def validate_callback_url(value: str, *, field: str = "callback.url") -> str:
+    """An https URL with a host, no user or password (a credential would ride in history and
+    logs), no fragment, no whitespace or control characters, at most MAX_CALLBACK_URL_CHARS."""
+    if not 1 <= len(value) <= MAX_CALLBACK_URL_CHARS:
+        raise ValueError(f"{field}: 1..{MAX_CALLBACK_URL_CHARS} characters, got {len(value)}")
+    if not value.isascii() or any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"{field}: printable ASCII without spaces (percent-encode the rest)")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"{field}: not a URL: {e}") from None
+    if parts.scheme != "https":
+        raise ValueError(f"{field}: https only, not {parts.scheme or 'no scheme'!r:.20}")
+    if not parts.hostname:
+        raise ValueError(f"{field}: names no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"{field}: must not carry a user or password (sign with callback.secretName)")
+    if parts.fragment or value.endswith("#"):
+        raise ValueError(f"{field}: must not carry a fragment")
+    if port == 0:
+        raise ValueError(f"{field}: port 0")
+    return value
+
+
+CallbackUrl = Annotated[str, AfterValidator(validate_callback_url)]
+
+
+class AsyncRetry(ApiModel):
+    """When an async invocation is attempted again (docs/async-invocations.md, "States and
+    retries"): one that provably did not run always is, within ``maxAttempts`` (a Run's; a
+    Function keeps them while it exists); one whose outcome is lost only with
+    ``onUnknownOutcome`` (the handler is idempotent); a handler error only with ``onFailure``."""
+
+    onUnknownOutcome: StrictBool = False
+    onFailure: StrictBool = False
+    maxAttempts: StrictInt = Field(default=DEFAULT_ASYNC_ATTEMPTS, ge=1, le=MAX_ASYNC_ATTEMPTS)
+
+
+class AsyncCallback(ApiModel):
+    """Where an ended invocation's status is POSTed (https only), signed with HMAC-SHA256 keyed
+    by the Secret ``secretName`` of the target's namespace when one is named."""
+
+    url: CallbackUrl
+    secretName: Annotated[str, _label("callback.secretName")] | None = None
+
+
+class AsyncInvocations(ApiModel):
+    """How the target takes async invocations: their retries, the ``share`` (percent) of its
+    concurrency they may hold at once, how many may wait (``backlog``; 429 past it), how long an
+    ended one's id and result are kept (``retentionSeconds``), and an optional callback."""
+
+    retry: AsyncRetry = Field(default_factory=AsyncRetry)
+    share: StrictInt = Field(default=DEFAULT_ASYNC_SHARE_PERCENT, ge=1, le=100)
+    backlog: StrictInt = Field(default=DEFAULT_ASYNC_BACKLOG, ge=1, le=MAX_ASYNC_BACKLOG)
+    retentionSeconds: StrictInt = Field(
+        default=DEFAULT_ASYNC_RETENTION_SECONDS,
+        ge=MIN_ASYNC_RETENTION_SECONDS,
+        le=MAX_ASYNC_RETENTION_SECONDS,
+    )
+    callback: AsyncCallback | None = None
+
+
 class FunctionMode(ApiModel):
     """How long the function may stay idle, and how many invocations it takes: up to
     ``concurrency`` run at once (unset: 1; a krm runtime's: the host's --krm-concurrency), up to
@@ -87,6 +163,13 @@ class FunctionMode(ApiModel):
     queueTimeoutSeconds: StrictFloat | None = Field(
         default=None, gt=0, le=MAX_INVOKE_TIMEOUT_SECONDS, allow_inf_nan=False
     )
+    # Unset: async invocations take the defaults of AsyncInvocations (docs/async-invocations.md).
+    asyncInvocations: AsyncInvocations | None = None
+
+    @property
+    def async_invocations(self) -> AsyncInvocations:
+        """The async invocations' policy, the defaults when none is named."""
+        return self.asyncInvocations if self.asyncInvocations is not None else AsyncInvocations()
 
     @model_validator(mode="after")
     def _queue_timeout_needs_a_queue(self) -> Self:

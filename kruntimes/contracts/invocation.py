@@ -20,7 +20,17 @@ from pydantic import AfterValidator, AwareDatetime, Field
 
 from kruntimes.api._base import ApiModel, StatusMessage, StrictBool, StrictFloat, StrictInt
 from kruntimes.api.ids import RunUid
-from kruntimes.api.names import validate_invocation_id
+from kruntimes.api.names import validate_dns1123_label, validate_invocation_id
+from kruntimes.api.spec import (
+    DEFAULT_ASYNC_ATTEMPTS,
+    DEFAULT_ASYNC_RETENTION_SECONDS,
+    MAX_ASYNC_ATTEMPTS,
+    MAX_ASYNC_RETENTION_SECONDS,
+    MIN_ASYNC_RETENTION_SECONDS,
+    AsyncRetry,
+    CallbackUrl,
+)
+from kruntimes.api.spec import MAX_CALLBACK_URL_CHARS as MAX_CALLBACK_URL_CHARS
 
 INVOCATION_WORKFLOW = "InvocationWorkflow"
 QUERY_INVOCATION = "invocation"  # → InvocationStatus
@@ -35,13 +45,12 @@ ACTIVITY_ATTEMPT = "attempt_invocation"
 ACTIVITY_TARGET = "invocation_target"  # → InvocationPolicy, from the Run's or Function's spec
 ACTIVITY_CALLBACK = "deliver_callback"  # → CallbackOutcome
 
-MAX_ATTEMPTS = 100  # the bound of asyncInvocations.retry.maxAttempts
-DEFAULT_MAX_ATTEMPTS = 5
+MAX_ATTEMPTS = MAX_ASYNC_ATTEMPTS  # the bound of asyncInvocations.retry.maxAttempts
+DEFAULT_MAX_ATTEMPTS = DEFAULT_ASYNC_ATTEMPTS
 MAX_ATTEMPTS_KEPT = 20  # attempts the status lists (the first and the last ones)
 MAX_CALLBACK_FAILURES_KEPT = 5
-DEFAULT_RETENTION_SECONDS = 24 * 3600
-MAX_RETENTION_SECONDS = 7 * 24 * 3600
-MAX_CALLBACK_URL_CHARS = 2048
+DEFAULT_RETENTION_SECONDS = DEFAULT_ASYNC_RETENTION_SECONDS
+MAX_RETENTION_SECONDS = MAX_ASYNC_RETENTION_SECONDS
 MAX_RESULT_BYTES = 1024 * 1024 + 64 * 1024  # a sync answer's body: outputs, stdout and stderr bounded
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -66,6 +75,10 @@ def _invocation_id(value: str) -> str:
     return validate_invocation_id(value)
 
 
+def _secret_name(value: str) -> str:
+    return validate_dns1123_label(value, field="callback.secretName")
+
+
 def _sha256(value: str) -> str:
     if not _SHA256_HEX.fullmatch(value):
         raise ValueError("bodySha256: 64 lowercase hex digits")
@@ -74,6 +87,7 @@ def _sha256(value: str) -> str:
 
 InvocationId = Annotated[str, AfterValidator(_invocation_id)]
 Sha256Hex = Annotated[str, AfterValidator(_sha256)]
+SecretName = Annotated[str, AfterValidator(_secret_name)]
 
 
 def invocation_workflow_id(namespace: str, target_uid: str, invocation_id: str) -> str:
@@ -97,15 +111,13 @@ class InvocationInput(ApiModel):
     timeoutSeconds: StrictFloat | None = Field(default=None, gt=0, le=900)  # X-Kruntime-Timeout
     acceptedAt: AwareDatetime
     caller: str = Field(default="", max_length=256)  # who submitted it (a user name, never a token)
-    callbackUrl: str | None = Field(default=None, max_length=MAX_CALLBACK_URL_CHARS)  # per request
+    callbackUrl: CallbackUrl | None = None  # per request (https only)
+    # The status so far when the workflow continued as new (a Function's long wait): None at the start.
+    carried: InvocationStatus | None = None
 
 
-class Retry(ApiModel):
-    """spec.mode.function.asyncInvocations.retry of the target."""
-
-    onUnknownOutcome: StrictBool = False  # the handler is idempotent: an outcome lost may run again
-    onFailure: StrictBool = False  # a handler error is retried (within maxAttempts)
-    maxAttempts: StrictInt = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=MAX_ATTEMPTS)
+# spec.mode.function.asyncInvocations.retry of the target (kruntimes.api.spec.AsyncRetry).
+Retry = AsyncRetry
 
 
 class InvocationPolicy(ApiModel):
@@ -114,9 +126,11 @@ class InvocationPolicy(ApiModel):
     exists: StrictBool  # False: the target is gone (a Run ended or deleted, a Function deleted)
     ready: StrictBool = False  # a Run: Ready now; a Function: it exists (it keeps invocations)
     retry: Retry = Retry()
-    retentionSeconds: StrictInt = Field(default=DEFAULT_RETENTION_SECONDS, ge=60, le=MAX_RETENTION_SECONDS)
-    callbackUrl: str | None = Field(default=None, max_length=MAX_CALLBACK_URL_CHARS)
-    callbackSecretName: str | None = None  # the Secret whose key signs callbacks (HMAC-SHA256)
+    retentionSeconds: StrictInt = Field(
+        default=DEFAULT_RETENTION_SECONDS, ge=MIN_ASYNC_RETENTION_SECONDS, le=MAX_RETENTION_SECONDS
+    )
+    callbackUrl: CallbackUrl | None = None
+    callbackSecretName: SecretName | None = None  # the Secret whose key signs callbacks (HMAC-SHA256)
     creator: str = ""  # the target's metadata.creator: whose right to use that Secret is checked
     reason: str = ""  # why not exists / not ready, in the platform's words
 
@@ -193,7 +207,10 @@ class CallbackRequest(ApiModel):
 
     url: str = Field(max_length=MAX_CALLBACK_URL_CHARS)
     namespace: str
-    secretName: str | None = None  # None: the delivery is unsigned
+    secretName: SecretName | None = None  # None: the delivery is unsigned
     creator: str = ""
     status: InvocationStatus
     attempt: StrictInt = Field(ge=1)
+
+
+InvocationInput.model_rebuild()
