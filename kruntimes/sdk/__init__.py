@@ -2,7 +2,7 @@
 
     errors    the error tree every SDK call raises from
     results   what the calls return: RunObject, Applied, FunctionObject, FunctionApplied, HostView,
-              InvokeResult
+              InvokeResult, AsyncInvocation, Invocation
     runs      the Run operations over Temporal: create, apply, get, status, list, wait, cancel,
               delete, hosts
     functions the Function operations (Client.functions): apply, get, list, describe, delete,
@@ -10,6 +10,8 @@
     watch     the history watcher `wait` sleeps on between status queries
     invoke    the HTTPS invoke client: a target to its endpoint, one POST, the answer to a result
               or a typed error
+    invocations  async invocations (Client.invoke_async, Client.invocations): submit, get, wait,
+              list, resubmit, each one request of the gateway's invocation API
 
 Apps (and the SDK's tests) import the SDK's names from `kruntimes` or `kruntimes.sdk.client`; these
 modules and the CLI import each from the module that defines it. `import kruntimes` loads none

@@ -10,6 +10,9 @@
         await krt.functions.wait_ready(fn.function.name)
         answer = await krt.functions.invoke(fn.function.name, {"name": "x"})
 
+        accepted = await krt.invoke_async(run, {"name": "x"}, invocation_id="order-42")  # 202: recorded
+        done = await krt.invocations.wait(accepted, timeout=120)  # Succeeded | Failed | Unknown
+
 The control plane is Temporal (a Run is the RunWorkflow `run/{namespace}/{name}`), so an app may
 equally start RunWorkflow with the plain Temporal SDK; this client adds the conventions (uids,
 absolute source paths, the Run's creator from the config's `identity`, typed errors) and the
@@ -18,7 +21,8 @@ invoke path, which never touches Temporal. A Run started without a creator gets 
 `Client` is the SDK's one facade; this module also exports the SDK's errors (their tree is drawn
 in kruntimes.sdk.errors) and results (kruntimes.sdk.results). The Run operations live in
 kruntimes.sdk.runs, the Function operations (`Client.functions`) in kruntimes.sdk.functions, the
-invoke client in kruntimes.sdk.invoke.
+invoke client in kruntimes.sdk.invoke, async invocations (`Client.invocations`) in
+kruntimes.sdk.invocations.
 """
 
 from __future__ import annotations
@@ -38,12 +42,16 @@ from kruntimes.contracts.reconcile import ReconcileReport
 from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
+    AsyncBacklogFull,
+    AsyncUnavailable,
     Busy,
     ConfigError,
     FunctionConflict,
     FunctionNotFound,
     HostNotFound,
+    InvocationConflict,
     InvocationFailed,
+    InvocationNotFound,
     InvokeError,
     KruntimesError,
     NotReady,
@@ -60,9 +68,19 @@ from kruntimes.sdk.errors import (
 from kruntimes.sdk.events import RunEvent
 from kruntimes.sdk.functions import Functions
 from kruntimes.sdk.hosts import Hosts
+from kruntimes.sdk.invocations import Invocations, InvocationTarget
 from kruntimes.sdk.invoke import Invoker, InvokeTarget, endpoint_of
 from kruntimes.sdk.queues import ACTIONS, Queues, QueueView
-from kruntimes.sdk.results import Applied, FunctionApplied, FunctionObject, HostView, InvokeResult, RunObject
+from kruntimes.sdk.results import (
+    Applied,
+    AsyncInvocation,
+    FunctionApplied,
+    FunctionObject,
+    HostView,
+    Invocation,
+    InvokeResult,
+    RunObject,
+)
 from kruntimes.sdk.runs import Runs, StatusCallback
 from kruntimes.sdk.schedules import Schedules
 from kruntimes.sdk.watch import POLL_INTERVAL_S
@@ -73,6 +91,9 @@ if TYPE_CHECKING:
 # The one list of the SDK's names: kruntimes exports them (and Run) from it, on first use.
 __all__ = [
     "Applied",
+    "AsyncBacklogFull",
+    "AsyncInvocation",
+    "AsyncUnavailable",
     "Busy",
     "Client",
     "ConfigError",
@@ -82,7 +103,10 @@ __all__ = [
     "FunctionObject",
     "HostNotFound",
     "HostView",
+    "Invocation",
+    "InvocationConflict",
     "InvocationFailed",
+    "InvocationNotFound",
     "InvokeError",
     "InvokeResult",
     "KruntimesError",
@@ -121,6 +145,8 @@ class Client:
         self._invoker = Invoker(self.config)
         # Functions: apply, get, list, describe, delete, rollback, scale, wait_ready, rollout_status, invoke
         self.functions = Functions(self._runs, self._invoker)
+        # Async invocations: get, wait, list, resubmit (invoke_async submits)
+        self.invocations = Invocations(self._runs, self.functions, self._invoker)
 
     @classmethod
     def from_config(cls, config: ClientConfig | None = None, *, creator_kind: CreatorKind = "sdk") -> Client:
@@ -299,3 +325,27 @@ class Client:
         """
         endpoint = await endpoint_of(target, namespace=namespace, runs=self._runs)
         return await self._invoker.send(endpoint, data, invocation_id=invocation_id, timeout=timeout)
+
+    async def invoke_async(
+        self,
+        target: InvocationTarget,
+        data: Any = None,
+        *,
+        namespace: str = "default",
+        function: bool = False,
+        invocation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncInvocation:
+        """Submit an async invocation of a function Run or a Function; answered once the platform
+        recorded it (202), before it runs (docs/async-invocations.md).
+
+        ``target`` is what ``invoke`` takes, or a Function (a Function's name with
+        ``function=True``). The invocation id (a uuid4 when None) names it within its target: the
+        same id with the same body again answers the same invocation and never runs it again;
+        with another body InvocationConflict. AsyncBacklogFull and AsyncUnavailable recorded
+        nothing: submit again with the same id. ``timeout`` bounds each attempt, as a sync
+        invoke's. Then ``invocations.get`` or ``invocations.wait`` the answer's location.
+        """
+        return await self.invocations.submit(
+            target, data, namespace=namespace, function=function, invocation_id=invocation_id, timeout=timeout
+        )

@@ -7,7 +7,8 @@
      ├── RunAlreadyExists   create: a Run of that name is running
      ├── RuntimeNotFound    create, schedule create: no runtime of that name is served; .runtimes
      ├── SpecConflict       apply: a running Run of that name has another spec (spec is immutable)
-     ├── WaitTimeout        wait/delete, functions.wait_ready: the wanted phase did not come in time
+     ├── WaitTimeout        wait/delete, functions.wait_ready: the wanted phase did not come in time;
+     │                      invocations.wait: the invocation did not end in time
      ├── RunFailed          wait: the Run ended (Failed, Timeout, Cancelled) instead; .phase .message
      ├── FunctionConflict   functions.apply: a Function of that name exists with another uid, or
      │                      the Function refused the change (rollback with no earlier revision)
@@ -17,9 +18,16 @@
      └── InvokeError        an invocation was refused or failed; .status .reason .invocation_id
           ├── Busy               429: the function (or its host) runs as many invocations as it takes, or
           │                      one waited its turn too long; it did not run; .retry_after
+          │    └── AsyncBacklogFull   invoke_async: the target's or namespace's Queued invocations are
+          │                           at their bound; nothing was recorded; .retry_after
           ├── FunctionNotFound   404: no such function (unknown, finished, or not a function Run);
           │                      also no Function object of that name (.namespace .name set)
           ├── NotReady           503: known but not ready now; .retry_after
+          │    └── AsyncUnavailable   invoke_async, invocations: Temporal could not record or read it;
+          │                           nothing was recorded: safe to submit again with the same id
+          ├── InvocationConflict 409: invoke_async: the same invocation id with another body
+          ├── InvocationNotFound 404: invocations: no invocation of that id (never submitted, or
+          │                      forgotten after its target's retention)
           ├── Unauthorized       401/403: the token is missing, unknown, or not allowed here
           ├── PayloadRejected    400/413: bad invocation id, timeout, JSON, or a body over 1 MiB
           ├── OutcomeUnknown     500/502/504, or the connection broke after sending: the function
@@ -175,6 +183,22 @@ class FunctionNotFound(InvokeError):
 
 
 class NotReady(_RetryLater):
+    pass
+
+
+class AsyncBacklogFull(Busy):
+    pass
+
+
+class AsyncUnavailable(NotReady):
+    pass
+
+
+class InvocationConflict(InvokeError):
+    pass
+
+
+class InvocationNotFound(InvokeError):
     pass
 
 

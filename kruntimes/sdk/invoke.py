@@ -16,10 +16,14 @@ from kruntimes.api.run import Run
 from kruntimes.api.status import Endpoint, RunStatus
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import (
+    AsyncBacklogFull,
+    AsyncUnavailable,
     Busy,
     ConfigError,
     FunctionNotFound,
+    InvocationConflict,
     InvocationFailed,
+    InvocationNotFound,
     InvokeError,
     NotReady,
     OutcomeUnknown,
@@ -37,6 +41,10 @@ if TYPE_CHECKING:
 
 # How long past the invocation timeout the SDK waits for the gateway's own answer (504).
 ANSWER_MARGIN_S = 15.0
+# The async invocation API answers from Temporal, never after the function: a read waits this long.
+READ_S = 30.0
+# A status holds at most one sync answer (MAX_RESULT_BYTES); a page of a list, several summaries.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
 
 InvokeTarget = str | Run | RunStatus | Endpoint
 
@@ -153,6 +161,61 @@ class Invoker:
                 invocation_id=inv,
             ) from e
 
+    async def exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        inv: str = "",
+        read_s: float = READ_S,
+    ) -> tuple[int, Any, bytes]:
+        """One request of the async invocation API (accept, read, list, resubmit) with the token:
+        its status, headers and body (at most MAX_ANSWER_BYTES). Each is safe to send again (an
+        accept by its id), so a connection lost after sending is ConfigError, not OutcomeUnknown."""
+        import aiohttp
+        import yarl
+
+        sent = {**(headers or {})}
+        if self.config.token:
+            sent[wire.AUTHORIZATION] = f"Bearer {self.config.token}"
+        endpoint = Endpoint.model_validate(
+            {"protocol": "HTTPS" if url.startswith("https://") else "HTTP", "url": url}
+        )
+        ssl_context = self._ssl_context(endpoint) if url.startswith("https://") else None
+        client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=read_s)
+        try:
+            async with self._http().request(
+                method,
+                yarl.URL(url, encoded=True),  # the invocation id is percent-encoded already
+                data=body,
+                headers=sent,
+                ssl=ssl_context or True,
+                timeout=client_timeout,
+            ) as response:
+                raw = await response.content.read(MAX_ANSWER_BYTES + 1)
+                if len(raw) > MAX_ANSWER_BYTES:
+                    raise InvokeError(
+                        response.status,
+                        "AnswerTooLarge",
+                        f"the gateway's answer is over {MAX_ANSWER_BYTES} bytes",
+                        invocation_id=inv,
+                    )
+                return response.status, response.headers, raw
+        except aiohttp.ClientConnectorCertificateError as e:
+            raise ConfigError(
+                f"the gateway's certificate at {_origin(url)} is not trusted: set caFile (KRT_CA_FILE) "
+                "to the platform CA"
+            ) from e
+        except aiohttp.ClientConnectorError as e:
+            raise ConfigError(f"cannot reach the gateway at {_origin(url)}: is `krt up` running?") from e
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise ConfigError(
+                f"the connection to the gateway at {_origin(url)} broke ({type(e).__name__}); "
+                "sending it again is safe"
+            ) from e
+
     def _http(self) -> aiohttp.ClientSession:
         import aiohttp
 
@@ -202,12 +265,32 @@ def parse_answer(status: int, headers: Any, raw: bytes, inv: str) -> InvokeResul
         if not result.ok:
             raise InvocationFailed(result)
         return result
+    raise refusal(status, headers, body, inv)
+
+
+# The async invocation API's own reasons (docs/async-invocations.md), each a subclass of the
+# error its status maps to for a sync invoke.
+_ASYNC_REASONS: dict[tuple[int, str], type[InvokeError]] = {
+    (409, "InvocationConflict"): InvocationConflict,
+    (429, "AsyncBacklogFull"): AsyncBacklogFull,
+    (503, "AsyncUnavailable"): AsyncUnavailable,
+    (404, "InvocationNotFound"): InvocationNotFound,
+}
+
+
+def refusal(status: int, headers: Any, body: dict[str, Any], inv: str) -> InvokeError:
+    """The typed error of an answer that is no result: its reason and message from the body,
+    Retry-After for 429 and 503."""
     reason = str(body.get("reason") or f"HTTP{status}")
     message = str(body.get("message") or "")
-    if status == 429:
-        raise Busy(status, reason, message, invocation_id=inv, retry_after=_retry_after(headers))
-    if status == 503:
-        raise NotReady(status, reason, message, invocation_id=inv, retry_after=_retry_after(headers))
+    special = _ASYNC_REASONS.get((status, reason))
+    if status in (429, 503):
+        retrying: type[Busy | NotReady] = Busy if status == 429 else NotReady
+        if special is not None and issubclass(special, Busy | NotReady):
+            retrying = special
+        return retrying(status, reason, message, invocation_id=inv, retry_after=_retry_after(headers))
+    if special is not None:
+        return special(status, reason, message, invocation_id=inv)
     kind: type[InvokeError] = {
         400: PayloadRejected,
         401: Unauthorized,
@@ -218,7 +301,7 @@ def parse_answer(status: int, headers: Any, raw: bytes, inv: str) -> InvokeResul
         502: OutcomeUnknown,
         504: OutcomeUnknown,
     }.get(status, InvokeError)
-    raise kind(status, reason, message, invocation_id=inv)
+    return kind(status, reason, message, invocation_id=inv)
 
 
 def _origin(url: str) -> str:

@@ -1,6 +1,6 @@
 """What the SDK's calls return: a Run as the platform holds it, apply's outcome, a Function as
-the platform holds it and its apply's outcome, a pool host's view, and the answer of an
-invocation that ran."""
+the platform holds it and its apply's outcome, a pool host's view, the answer of an
+invocation that ran, and an async invocation: its acceptance and its status."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kruntimes.api.function import Function, FunctionStatus
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
+from kruntimes.contracts.invocation import TERMINAL_STATES, InvocationState, InvocationStatus
 from kruntimes.decisions.scheduling.model import Host
 
 
@@ -138,3 +139,42 @@ class InvokeResult(BaseModel):
 class HostView:
     host: Host
     used: int  # run slots reserved on it
+
+
+class AsyncInvocation(BaseModel):
+    """An async invocation the gateway accepted (202): recorded, to run once per id."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    invocationId: str
+    state: InvocationState
+    location: str  # the invocation's URL (absolute): `client.invocations.get(location)`
+
+
+class Invocation(InvocationStatus):
+    """An async invocation's status as the gateway answers it (GET …/invocations/{id}); fields
+    the SDK does not know yet are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    @property
+    def done(self) -> bool:
+        """Succeeded, Failed or Unknown: it changes no more."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def ok(self) -> bool:
+        return self.state is InvocationState.Succeeded
+
+    def answer(self) -> InvokeResult | None:
+        """The last attempt's answer (what a sync invoke returns), when one ran and parses."""
+        if not self.result:
+            return None
+        try:
+            return InvokeResult.model_validate_json(self.result)
+        except ValueError:
+            return None
+
+    def document(self) -> dict[str, Any]:
+        """The status as `krt invocation get -o json` prints it."""
+        return self.model_dump(mode="json", exclude_none=True)

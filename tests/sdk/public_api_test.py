@@ -23,15 +23,28 @@ ERROR_TREE = {
     "RunFailed": "KruntimesError",
     "InvokeError": "KruntimesError",
     "Busy": "InvokeError",
+    "AsyncBacklogFull": "Busy",
     "FunctionNotFound": "InvokeError",
     "NotReady": "InvokeError",
+    "AsyncUnavailable": "NotReady",
+    "InvocationConflict": "InvokeError",
+    "InvocationNotFound": "InvokeError",
     "Unauthorized": "InvokeError",
     "PayloadRejected": "InvokeError",
     "OutcomeUnknown": "InvokeError",
     "InvocationFailed": "InvokeError",
 }
 ERRORS = set(ERROR_TREE)
-RESULTS = {"Applied", "FunctionApplied", "FunctionObject", "HostView", "InvokeResult", "RunObject"}
+RESULTS = {
+    "Applied",
+    "AsyncInvocation",
+    "FunctionApplied",
+    "FunctionObject",
+    "HostView",
+    "Invocation",
+    "InvokeResult",
+    "RunObject",
+}
 
 
 def test_kruntimes_exports_the_client_its_errors_and_results_and_run() -> None:
