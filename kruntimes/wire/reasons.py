@@ -255,6 +255,14 @@ class GatewayReason(StrEnum):
     # the router's answers (aiohttp's, made JSON)
     NOT_FOUND = ("NotFound", 404, "no such path", None, False)
     METHOD_NOT_ALLOWED = ("MethodNotAllowed", 405, "the path does not take this method", None, False)
+    # an async attempt's answer only (GatewayDispatch.AttemptInvocation), never an HTTP one
+    ASYNC_SHARE_FULL = (
+        "AsyncShareFull",
+        429,
+        "an async attempt: the target's async attempts hold their share of its concurrency; it did not run",
+        1,
+        False,
+    )
     # never answered: the caller closed the connection before the answer (metrics and logs only)
     CLIENT_CLOSED_REQUEST = (
         "ClientClosedRequest",
