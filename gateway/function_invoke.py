@@ -47,13 +47,22 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from kruntimes.api.names import is_run_uid
+from kruntimes.gateway.answers import answer_body
 from kruntimes.gateway.auth import FUNCTIONS, Authorizer, Forbidden, Resource, bearer_token
-from kruntimes.gateway.errors import Busy, ClientAborted, NotFound, OwnerUnavailable, RunNotReady
+from kruntimes.gateway.errors import (
+    Busy,
+    ClientAborted,
+    GatewayError,
+    NotFound,
+    OwnerUnavailable,
+    RunNotReady,
+)
 from kruntimes.gateway.invoke import (
     INVOCATION_ID,
     InvokeHandler,
@@ -196,6 +205,15 @@ class Balancer:
     def ready(self, function_uid: str, namespace: str) -> bool:
         """Whether the Function has a Ready replica in `namespace`."""
         return any(r.ready and r.namespace == namespace for r in self.routes.function_routes(function_uid))
+
+    def capacity(self, function_uid: str, namespace: str) -> int:
+        """The concurrency of the Function's Ready replicas in `namespace` together (what an async
+        attempt's share is of: gateway/dispatch.py)."""
+        return sum(
+            r.concurrency
+            for r in self.routes.function_routes(function_uid)
+            if r.ready and r.namespace == namespace
+        )
 
     def split(self, function_uid: str, namespace: str) -> tuple[tuple[int, int], ...]:
         """The Function's traffic split as the known-Functions view read it: (revision, percent)."""
@@ -453,20 +471,18 @@ class FunctionInvokeHandler(InvokeHandler):
         namespace = request.match_info["namespace"]
         function_uid = request.match_info["uid"]
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
-        seen = self.routes.seen_function(function_uid) if is_run_uid(function_uid) else None
-        if seen is not None and seen.namespace != namespace:
-            seen = None
-        known = self.balancer.known(function_uid, namespace) if is_run_uid(function_uid) else None
+        seen, known = self.lookup(function_uid, namespace)
         if seen is None and known is None:
             unknown = Resource(namespace=namespace, name="", run_uid="", kind=FUNCTIONS)
-            if is_run_uid(function_uid) and time.monotonic() < self.balancer.warm_until:
+            error = self.unknown(function_uid)
+            if not isinstance(error, NotFound):
                 await self.authorizer.authorize(token, unknown)
-                raise RunNotReady("the gateway is starting", reason=R.NO_READY_REPLICA, retry_after=1)
+                raise error
             # Authenticate first: a caller without a valid token learns nothing (401 either way);
             # a valid one gets the same 404 whether or not the uid lives in another namespace.
             with contextlib.suppress(Forbidden):
                 await self.authorizer.authorize(token, unknown)
-            raise NotFound("no such Function in this namespace", reason=R.FUNCTION_NOT_FOUND)
+            raise error
         name = known.name if known is not None else seen.name if seen is not None else ""
         await self.authorizer.authorize(
             token, Resource(namespace=namespace, name=name, run_uid=function_uid, kind=FUNCTIONS)
@@ -476,17 +492,60 @@ class FunctionInvokeHandler(InvokeHandler):
         if not wake and not self.balancer.ready(function_uid, namespace):  # refused before the body
             raise _no_replica()
         payload = await read_body(request, self.limits)
+
+        def replica(run_uid: str) -> None:
+            request[REPLICA] = run_uid
+
+        body = await self.deliver_function(
+            function_uid, namespace, inv, payload, timeout_s, lost=_lost(request), wake=wake, replica=replica
+        )
+        return self._answer(body, inv)
+
+    def lookup(self, function_uid: str, namespace: str) -> tuple[SeenFunction | None, KnownFunction | None]:
+        """The Function in `namespace` as its routes saw it and as the known-Functions view lists
+        it (both None: `unknown` says what to answer)."""
+        if not is_run_uid(function_uid):
+            return None, None
+        seen = self.routes.seen_function(function_uid)
+        if seen is not None and seen.namespace != namespace:
+            seen = None
+        return seen, self.balancer.known(function_uid, namespace)
+
+    def unknown(self, function_uid: str) -> GatewayError:
+        """A Function neither seen nor known here: 503 while the gateway may not have heard every
+        host yet, else 404."""
+        if is_run_uid(function_uid) and time.monotonic() < self.balancer.warm_until:
+            return RunNotReady("the gateway is starting", reason=R.NO_READY_REPLICA, retry_after=1)
+        return NotFound("no such Function in this namespace", reason=R.FUNCTION_NOT_FOUND)
+
+    async def deliver_function(
+        self,
+        function_uid: str,
+        namespace: str,
+        inv: str,
+        payload: bytes,
+        timeout_s: float,
+        *,
+        lost: asyncio.Future[None],
+        wake: str,
+        replica: Callable[[str], None] | None = None,
+    ) -> bytes:
+        """One invocation of the Function on the replica the balancer gives it (waiting, or
+        waking the Function, as `acquire` says), as the sync invoke and an async attempt
+        (gateway/dispatch.py) both run it: the 200 body, or the GatewayError it is answered
+        with. `replica` is told each replica it is sent to."""
         started = time.monotonic()
         route = await self.balancer.acquire(
-            function_uid, namespace, timeout_s=timeout_s, lost=_lost(request), wake=wake
+            function_uid, namespace, timeout_s=timeout_s, lost=lost, wake=wake
         )
         held: Route | None = route  # the slot this invocation holds, released once it ends
         try:
             for tries_left in range(MAX_UNDELIVERED_TRIES - 1, -1, -1):
-                request[REPLICA] = route.run_uid
+                if replica is not None:
+                    replica(route.run_uid)
                 remaining = max(0.001, timeout_s - (time.monotonic() - started))
                 try:
-                    answer = await self._dispatch(route, inv, payload, remaining, lost=_lost(request))
+                    answer = await self._dispatch(route, inv, payload, remaining, lost=lost)
                     break
                 except (OwnerUnavailable, RunNotReady) as undelivered:  # it did not run: another
                     if not tries_left:
@@ -501,12 +560,12 @@ class FunctionInvokeHandler(InvokeHandler):
                     remaining = max(0.001, timeout_s - (time.monotonic() - started))
                     # the same wait as the first: a replica with room now, or the first one freed
                     held = route = await self.balancer.acquire(
-                        function_uid, namespace, timeout_s=remaining, lost=_lost(request), wake=wake
+                        function_uid, namespace, timeout_s=remaining, lost=lost, wake=wake
                     )
         finally:
             if held is not None:
                 self.balancer.release(held)
-        return self._answer(answer, inv)
+        return answer_body(answer, inv)
 
 
 __all__ = ["REPLICA", "Balancer", "FunctionInvokeHandler"]

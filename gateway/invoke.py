@@ -209,6 +209,11 @@ async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
         if isinstance(exc, RequestPayloadError):
             raise BadRequest("the body's framing is broken", reason=R.MALFORMED_REQUEST) from None
         raise
+    return check_json(data)
+
+
+def check_json(data: bytes) -> bytes:
+    """`data` if it is empty or one JSON document, else 400 MalformedJSON."""
     if data:
         try:
             json.loads(data)
@@ -274,10 +279,8 @@ class InvokeHandler:
         runtime = request.match_info["runtime"]
         run_uid = request.match_info["uid"]
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
-        route = self.routes.route(run_uid)  # routes hold only validated uids
-        if route is None and is_run_uid(run_uid) and self.known.get(run_uid) is None:
-            route = await self._route_soon(run_uid)
-        if route is None or route.namespace != namespace or route.runtime != runtime:
+        route = await self.find_route(namespace, runtime, run_uid)
+        if route is None:
             await self._miss(token, namespace, runtime, run_uid)
         assert route is not None
         await self.authorizer.authorize(
@@ -287,15 +290,40 @@ class InvokeHandler:
             raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
         timeout_s = requested_timeout_s(request)
         payload = await read_body(request, self.limits)
-        current = self.routes.route(run_uid)  # the body took time: is the route still there?
+        body = await self.deliver(route, inv, payload, timeout_s, lost=caller_lost(request))
+        return self._answer(body, inv)
+
+    async def find_route(self, namespace: str, runtime: str, run_uid: str) -> Route | None:
+        """The Run's route in `namespace` and `runtime` (None: `missing` says why), after the
+        grace a Run uid never heard of gets."""
+        route = self.routes.route(run_uid)  # routes hold only validated uids
+        if route is None and is_run_uid(run_uid) and self.known.get(run_uid) is None:
+            route = await self._route_soon(run_uid)
+        if route is None or route.namespace != namespace or route.runtime != runtime:
+            return None
+        return route
+
+    async def deliver(
+        self,
+        route: Route,
+        inv: str,
+        payload: bytes,
+        timeout_s: float,
+        *,
+        lost: asyncio.Future[None] | None = None,
+    ) -> bytes:
+        """One invocation of the Run of `route` (found before the body was read), as the sync
+        invoke and an async attempt (gateway/dispatch.py) both run it: the 200 body, or the
+        GatewayError it is answered with."""
+        current = self.routes.route(route.run_uid)  # the body took time: is the route still there?
         if current is not route:
-            if current is None or current.namespace != namespace or current.runtime != runtime:
+            if current is None or current.namespace != route.namespace or current.runtime != route.runtime:
                 raise OwnerUnavailable("the Run's owner went away before the request was sent")
             if not current.ready:
                 raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
             route = current
-        answer = await self._dispatch(route, inv, payload, timeout_s, lost=caller_lost(request))
-        return self._answer(answer, inv)
+        answer = await self._dispatch(route, inv, payload, timeout_s, lost=lost)
+        return answer_body(answer, inv)
 
     async def _route_soon(self, run_uid: str) -> Route | None:
         """A Run this gateway never heard of may be one just made Ready whose host's beat is on
@@ -319,14 +347,25 @@ class InvokeHandler:
 
     async def _miss(self, token: str, namespace: str, runtime: str, run_uid: str) -> None:
         """No route: 503 for a Run that exists and will (or did) have one, else 404."""
-        if not is_run_uid(run_uid):  # not a Run uid: nothing to look up, never a path or a key
+        error, name = self.missing(namespace, runtime, run_uid)
+        resource = Resource(namespace=namespace, name=name, run_uid=run_uid if is_run_uid(run_uid) else "")
+        if isinstance(error, NotFound):
+            # Authenticate first: a caller without a valid token learns nothing about which uids
+            # exist (401 either way). A valid token that may not see this namespace gets the 404.
             with contextlib.suppress(Forbidden):
-                await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=""))
-            raise NotFound("no such function in this namespace and runtime")
+                await self.authorizer.authorize(token, resource)
+        else:
+            await self.authorizer.authorize(token, resource)
+        raise error
+
+    def missing(self, namespace: str, runtime: str, run_uid: str) -> tuple[GatewayError, str]:
+        """Why a Run has no route here, and its name if known: 503 for a Run that exists and will
+        (or did) have one, else 404."""
+        if not is_run_uid(run_uid):  # not a Run uid: nothing to look up, never a path or a key
+            return NotFound("no such function in this namespace and runtime"), ""
         if not self.known.refreshed and self.known.client is not None:
             # Just started: no heartbeat and no list of Runs yet, so nothing is known to be absent.
-            await self.authorizer.authorize(token, Resource(namespace=namespace, name="", run_uid=run_uid))
-            raise RunNotReady("the gateway is starting", reason=R.RUN_NOT_READY, retry_after=1)
+            return RunNotReady("the gateway is starting", reason=R.RUN_NOT_READY, retry_after=1), ""
         known = self.known.get(run_uid)
         if (
             known is None
@@ -334,17 +373,9 @@ class InvokeHandler:
             or known.runtime != runtime
             or known.phase in _TERMINAL
         ):
-            # Authenticate first: a caller without a valid token learns nothing about which uids
-            # exist (401 either way). A valid token that may not see this namespace gets the 404.
-            with contextlib.suppress(Forbidden):
-                await self.authorizer.authorize(
-                    token, Resource(namespace=namespace, name="", run_uid=run_uid)
-                )
-            raise NotFound("no such function in this namespace and runtime")
-        await self.authorizer.authorize(
-            token, Resource(namespace=namespace, name=known.name, run_uid=run_uid)
-        )
-        raise RunNotReady(f"the Run is {known.phase or 'starting'}", reason=R.RUN_NOT_READY, retry_after=2)
+            return NotFound("no such function in this namespace and runtime"), ""
+        phase = known.phase or "starting"
+        return RunNotReady(f"the Run is {phase}", reason=R.RUN_NOT_READY, retry_after=2), known.name
 
     async def _dispatch(
         self,
@@ -412,10 +443,10 @@ class InvokeHandler:
             "the owner failed after dispatch; the function may have run", reason=R.OWNER_UNREACHABLE
         )
 
-    def _answer(self, answer: pb.InvokeFunctionResponse, inv: str) -> web.Response:
-        """The gateway's own answer, rebuilt from the owner's (gateway/answers.py)."""
+    def _answer(self, body: bytes, inv: str) -> web.Response:
+        """The gateway's own answer (`deliver`'s body, rebuilt from the owner's: gateway/answers.py)."""
         return web.Response(
-            body=answer_body(answer, inv),
+            body=body,
             content_type="application/json",
             headers={headers.INVOCATION_ID: inv},
         )
@@ -428,4 +459,4 @@ def caller_lost(request: web.Request) -> asyncio.Future[None]:
     return asyncio.get_running_loop().create_future()
 
 
-__all__ = ["INVOCATION_ID", "InvokeHandler", "Upstreams", "caller_lost"]
+__all__ = ["INVOCATION_ID", "InvokeHandler", "Upstreams", "caller_lost", "check_json"]
