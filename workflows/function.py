@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         FUNCTION_LABEL,
         FUNCTION_STATUS_MEMO,
         MAX_REVISIONS_KEPT,
+        QUERY_FUNCTION,
         REVISION_LABEL,
         SIGNAL_REPLICA_PHASE,
         ApplyResult,
@@ -222,6 +223,12 @@ class FunctionWorkflow:
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> FunctionStatus:
         return self._status
+
+    @workflow.query(name=QUERY_FUNCTION)
+    def function(self) -> Function:
+        """The Function as `krt function get -o yaml` shows it: the manifest last applied, with
+        the current revision's spec (a rollback's), and its status."""
+        return self._fn._replace(spec=self._revisions[-1].spec, status=self._status)
 
     @workflow.query(name=QUERY_REPLICAS)
     def replicas(self) -> list[ReplicaView]:

@@ -38,6 +38,8 @@ FUNCTION_LABEL = "kruntimes.io/function"
 REVISION_LABEL = "kruntimes.io/revision"
 # A replica's phase, from the replica's RunWorkflow to its Function's workflow.
 SIGNAL_REPLICA_PHASE = "replica_phase"
+# The Function's query: its manifest (the current revision's spec) with its status (a Function).
+QUERY_FUNCTION = "function"
 # The memo the FunctionWorkflow writes its status to (a FunctionStatus), as a Run writes its own.
 FUNCTION_STATUS_MEMO = "krtStatus"
 # What a FunctionConflict adds: why a uid that differs is not the same Function.

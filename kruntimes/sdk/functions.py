@@ -1,9 +1,10 @@
 """The Function operations: apply, get, list, describe, delete, rollback, scale, wait_ready,
 rollout_status and invoke. A Function is the FunctionWorkflow `function/{namespace}/{name}`: it
-runs until the Function is deleted, its status is its `status` query (and the memo it writes),
-its replicas its `replicas` query, and a change is one of its Updates (`apply`, `rollback`,
-`scale`, `delete`). Invoking never touches Temporal but to read the endpoint: one POST to the
-Function's URL at the gateway, which picks a replica.
+runs until the Function is deleted, its manifest with its status is its `function` query (the
+status alone its `status` query and the memo it writes), its replicas its `replicas` query, and a
+change is one of its Updates (`apply`, `rollback`, `scale`, `delete`). Invoking never touches
+Temporal but to read the endpoint: one POST to the Function's URL at the gateway, which picks a
+replica.
 
     async with Client.from_config() as krt:
         applied = await krt.functions.apply(Function.from_yaml(text))   # created | configured | unchanged
@@ -35,6 +36,8 @@ from kruntimes.api.names import validate_dns1123_label
 from kruntimes.api.spec import Creator
 from kruntimes.api.status import Endpoint
 from kruntimes.contracts.function import (
+    FUNCTION_STATUS_MEMO,
+    QUERY_FUNCTION,
     ApplyResult,
     FunctionInput,
     ReplicaView,
@@ -71,6 +74,8 @@ if TYPE_CHECKING:
 
 WORKFLOW_TYPE = "FunctionWorkflow"
 QUERY_TIMEOUT = timedelta(seconds=10)
+# What a worker answers to a query its code does not have (an older worker: its history is read).
+UNKNOWN_QUERY = "expected but not found"
 MAX_WAIT_S = 600.0  # a wait or delete without a timeout still ends after this long
 LIST_PAGE_SIZE = 100
 _LIST_CONCURRENCY = 16
@@ -209,9 +214,14 @@ class Functions:
                     )
                 if uid:
                     function = function._replace(metadata=function.metadata._replace(uid=uid))
-                held = await self._manifest(handle, description, namespace=namespace, name=name)
+                held = await self._function(handle, description, namespace=namespace, name=name)
                 if held.spec == function.spec and held.metadata.labels == function.metadata.labels:
-                    return FunctionApplied(await self.get(name, namespace), "unchanged")  # nothing to send
+                    return FunctionApplied(  # nothing to send
+                        FunctionObject.of(
+                            held, held.status or FunctionStatus(), created=description.start_time
+                        ),
+                        "unchanged",
+                    )
                 this = (await self._runs.temporal()).get_workflow_handle(handle.id, run_id=description.run_id)
                 try:
                     await self._update(
@@ -272,9 +282,10 @@ class Functions:
     async def get(self, name: str, namespace: str = "default") -> FunctionObject:
         """The Function as it is: its manifest (the current revision's spec) and its status."""
         handle, description = await self._running(name, namespace)
-        status = await self._status(handle, namespace=namespace, name=name)
-        function = await self._manifest(handle, description, namespace=namespace, name=name)
-        return FunctionObject.of(function, status, created=description.start_time)
+        function = await self._function(handle, description, namespace=namespace, name=name)
+        return FunctionObject.of(
+            function, function.status or FunctionStatus(), created=description.start_time
+        )
 
     async def status(self, name: str, namespace: str = "default") -> FunctionStatus:
         """The Function's status only (one query)."""
@@ -330,10 +341,35 @@ class Functions:
         found = await asyncio.gather(*(one(ns, n) for ns, n in names))
         return sorted((f for f in found if f is not None), key=lambda f: (f.namespace, f.name))
 
+    async def _function(self, handle: Any, description: Any, *, namespace: str, name: str) -> Function:
+        """The Function as its workflow holds it now, with its status: its `function` query (one
+        call). A workflow that cannot answer it (closed, or run by a worker older than the query)
+        is read from its history and its memo instead."""
+        from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
+
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            client = await self._runs.temporal()
+            this = client.get_workflow_handle(handle.id, run_id=description.run_id)
+            try:
+                function: Function = await self._rpc(
+                    this.query(QUERY_FUNCTION, result_type=Function, rpc_timeout=QUERY_TIMEOUT),
+                    namespace=namespace,
+                    name=name,
+                )
+                return function
+            except WorkflowQueryFailedError as e:
+                if UNKNOWN_QUERY not in str(e):
+                    raise KruntimesError(f"function {name!r} in namespace {namespace!r}: {e}") from e
+        function = await self._manifest(handle, description, namespace=namespace, name=name)
+        status = await _memo_status(description)
+        if status is None:
+            status = await self._status(handle, namespace=namespace, name=name)
+        return function._replace(status=status)
+
     async def _manifest(self, handle: Any, description: Any, *, namespace: str, name: str) -> Function:
-        """The Function as its workflow holds it now: the manifest it was last applied with
-        (the started input, then each accepted `apply` Update), with the current revision's spec
-        when a rollback made it."""
+        """The Function as its workflow's history says it is now: the manifest it was last
+        applied with (the started input, then each accepted `apply` Update), with the current
+        revision's spec when a rollback made it."""
         client = await self._runs.temporal()
         this = client.get_workflow_handle(handle.id, run_id=description.run_id)
         function: Function = await self._rpc(
@@ -619,6 +655,14 @@ def _check_name(name: str, namespace: str) -> None:
         validate_dns1123_label(namespace, field="namespace")
     except ValueError as e:
         raise FunctionNotFound.named(namespace, name) from e
+
+
+async def _memo_status(description: Any) -> FunctionStatus | None:
+    """The status the workflow last wrote to its memo, if it wrote one."""
+    with contextlib.suppress(KeyError):
+        status: FunctionStatus = await description.memo_value(FUNCTION_STATUS_MEMO, type_hint=FunctionStatus)
+        return status
+    return None
 
 
 def _first_attr(description: Any, key: str) -> str:

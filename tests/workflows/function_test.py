@@ -13,12 +13,13 @@ import pytest
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from kruntimes.api.function import FunctionPhase, FunctionStatus
+from kruntimes.api.function import Function, FunctionPhase, FunctionStatus
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.status import RunStatus
 from kruntimes.contracts.function import (
     FUNCTION_LABEL,
     FUNCTION_STATUS_MEMO,
+    QUERY_FUNCTION,
     REVISION_LABEL,
     ApplyResult,
     ReplicaOf,
@@ -34,6 +35,7 @@ from kruntimes.contracts.names import (
     run_workflow_id,
 )
 from kruntimes.contracts.run import RunInput
+from kruntimes.sdk.functions import _current_manifest
 from kruntimes.temporal.devserver import DevServer
 from tests.workflows.conftest import UNLOADABLE, run_manifest, temporal_list
 from tests.workflows.functions import (
@@ -128,6 +130,15 @@ async def test_a_function_keeps_its_replicas_rolls_out_scales_rolls_back_and_is_
         first_run = platform.client.get_workflow_handle(run_workflow_id("default", third[0].name))  # type: ignore[arg-type]
         run_input = await _input_of(first_run)
         assert run_input.run.spec.env == {"V": "1"}
+        # its `function` query: the manifest with the rollback's spec and the status, the same
+        # Function as the SDK's reading of its history (what a closed workflow falls back to)
+        queried = await handle.query(QUERY_FUNCTION, result_type=Function)
+        assert queried.spec.env == {"V": "1"} and queried.spec.scale.max == 4
+        assert queried.metadata.uid == fn.metadata.uid
+        assert queried.status == await function_status(handle)
+        assert queried._replace(status=None) == await _current_manifest(
+            handle, platform.client.data_converter
+        )
         assert run_input.run.metadata.labels == {FUNCTION_LABEL: "echo", REVISION_LABEL: "3"}
         assert run_input.replicaOf == ReplicaOf(
             functionUid=fn.metadata.uid or "", functionName="echo", revision=3
