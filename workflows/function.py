@@ -111,7 +111,13 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.contracts.pool import ReleaseSignal, admit_signal, runtime_unknown
     from kruntimes.contracts.run import RunInput
     from kruntimes.decisions.autoscale import MAX_CARRIED_WANTED
-    from kruntimes.decisions.functionlife import older_replicas, phase_of, plan, start_backoff
+    from kruntimes.decisions.functionlife import (
+        older_replicas,
+        phase_of,
+        plan,
+        split_wanted,
+        start_backoff,
+    )
     from kruntimes.wire import function_summaries, search, search_typed, summaries
 
 # How long a rollout waits for the new revision's replicas to be Ready before its Progressing
@@ -158,6 +164,11 @@ REPLICA_ADMIT_EARLY_RETRY = RetryPolicy(maximum_attempts=1)
 # Traffic splits (spec.traffic): an older revision the split names keeps replicas, and the split
 # is indexed (KrtTraffic, KrtTrafficSince). Histories recorded before it know no split.
 PATCH_TRAFFIC = "function-traffic"
+# A split divides the replicas wanted between its revisions (functionlife.split_wanted): a canary
+# takes its percent of them instead of adding them to the current revision's `wanted`, and
+# `replicas.ready` counts the Ready replicas of every revision the split serves. Histories
+# recorded before it keep `wanted` of the current revision beside the older one's share.
+PATCH_SPLIT_WANTED = "function-split-wanted"
 
 
 def _clamp(wanted: int, scale: ScaleSpec) -> int:
@@ -207,6 +218,7 @@ class FunctionWorkflow:
         self._admits = False  # PATCH_REPLICA_ADMITS taken
         self._admits_early = False  # PATCH_ADMIT_EARLY taken
         self._splits = False  # PATCH_TRAFFIC taken
+        self._split_wanted = False  # PATCH_SPLIT_WANTED taken
         self._indexed_traffic = ""
         self._scaler: asyncio.Task[None] | None = None
         self._held: tuple[float, int] | None = None  # a manual scale the autoscaler has not seen
@@ -416,6 +428,7 @@ class FunctionWorkflow:
         self._admits = workflow.patched(PATCH_REPLICA_ADMITS)
         self._admits_early = self._admits and workflow.patched(PATCH_ADMIT_EARLY)
         self._splits = workflow.patched(PATCH_TRAFFIC)
+        self._split_wanted = self._splits and workflow.patched(PATCH_SPLIT_WANTED)
         if self._autoscale:
             self._scaler = asyncio.create_task(self._autoscale_loop())
         while not self._deleting:
@@ -578,17 +591,26 @@ class FunctionWorkflow:
         kept = {r.revision for r in self._revisions}
         return split if set(split) <= kept else {}
 
+    def _shares(self) -> dict[int, int]:
+        """Replicas wanted of each revision: the current one's and those a split keeps."""
+        current = self._revisions[-1]
+        split = self._split()
+        if not split:
+            return {current.revision: self._wanted}
+        if self._split_wanted:
+            shares = split_wanted(self._wanted, split, maximum=current.spec.scale.max)
+            return {current.revision: 0, **shares}
+        older = {r: older_replicas(self._wanted, p) for r, p in split.items() if r != current.revision}
+        return {**older, current.revision: self._wanted}
+
     async def _converge(self) -> None:
         """Start and delete replicas as functionlife.plan says."""
         current = self._revisions[-1]
-        older = {
-            revision: older_replicas(self._wanted, percent)
-            for revision, percent in self._split().items()
-            if revision != current.revision
-        }
+        shares = self._shares()
+        older = {revision: n for revision, n in shares.items() if revision != current.revision}
         decided = plan(
             revision=current.revision,
-            wanted=self._wanted,
+            wanted=shares[current.revision],
             replicas=self._replicas,
             now=workflow.now(),
             retry_at=self._retry_at,
@@ -826,7 +848,9 @@ class FunctionWorkflow:
         )
         self._ever_ready = self._ever_ready or phase is FunctionPhase.Ready
         live = [r for r in self._replicas if not r.deleting]
-        ready = sum(1 for r in live if r.revision == current and r.phase is RunPhase.Ready)
+        # with a divided split, every revision it serves counts: the current one has only its share
+        serving = (set(self._split()) if self._split_wanted else set()) or {current}
+        ready = sum(1 for r in live if r.revision in serving and r.phase is RunPhase.Ready)
         if not message:
             message = self._message(phase, ready)
         status = FunctionStatus(
@@ -882,10 +906,9 @@ class FunctionWorkflow:
         self._indexed_traffic = value
 
     def _message(self, phase: FunctionPhase, ready: int) -> str:
-        current = self._revisions[-1].revision
         if phase is FunctionPhase.Deleting:
             return f"deleting {len(self._replicas)} replicas"
-        said = f"{ready} of {self._wanted} replicas of revision {current} Ready"
+        said = f"{ready} of {self._wanted} replicas of {self._serving()} Ready"
         if self._rollout_since is not None and self._observed:
             said += f"; revision {self._observed} serves until then"
         if self._failures:
@@ -904,7 +927,7 @@ class FunctionWorkflow:
                 FunctionConditionType.Progressing,
                 False,
                 "ProgressDeadlineExceeded",
-                f"revision {current}: {ready} of {self._wanted} replicas Ready after "
+                f"{self._serving()}: {ready} of {self._wanted} replicas Ready after "
                 f"{ROLLOUT_BOUND.total_seconds():g} s; the older replicas keep serving",
                 now,
             )
@@ -912,9 +935,16 @@ class FunctionWorkflow:
             FunctionConditionType.Progressing,
             True,
             "RollingOut",
-            f"revision {current}: {ready} of {self._wanted} replicas Ready",
+            f"{self._serving()}: {ready} of {self._wanted} replicas Ready",
             now,
         )
+
+    def _serving(self) -> str:
+        """The revisions `replicas.ready` counts, as the status messages name them."""
+        split = sorted(self._split()) if self._split_wanted else []
+        if len(split) < 2:
+            return f"revision {self._revisions[-1].revision}"
+        return f"revisions {' and '.join(map(str, split))}"
 
     def _failure_message(self, now: datetime) -> str:
         said = f"{self._failures} replicas in a row ended before Ready; the last: {self._last_failure}"

@@ -5,6 +5,8 @@
   rollout never takes away what serves before its replacement serves); delete a surplus of the
   current revision, the ones not Ready and the newest first; an older revision a traffic split
   names keeps as many as the split gives it (`older`, `older_replicas`);
+- how a traffic split divides the replicas wanted between its revisions (`split_wanted`): a
+  canary takes its percent of them instead of adding to them;
 - how long to wait before starting a replica again after replicas ended before ever being
   Ready (`start_backoff`): a broken template does not start Runs in a hot loop;
 - the Function's phase (`phase_of`).
@@ -51,6 +53,35 @@ def older_replicas(wanted: int, percent: int) -> int:
     if percent <= 0 or wanted <= 0:
         return 0
     return max(1, round(wanted * percent / 100))
+
+
+def split_wanted(wanted: int, split: Mapping[int, int], *, maximum: int) -> dict[int, int]:
+    """The replicas each revision of a traffic split (revision → percent) keeps out of `wanted`:
+    its percent of them, the largest remainders rounded up (ties: the newer revision) so that
+    they add up to `wanted`; at least one for each revision whose percent is above 0 while
+    `wanted` is, taken back from the revision with the most (never below one). So the total is
+    `wanted` (at most `maximum`), but for the one replica each revision of a split needs to be
+    honoured at all (`wanted` 1 with two revisions: 2)."""
+    if wanted < 0:
+        raise ValueError(f"wanted replicas cannot be negative: {wanted}")
+    shares = {revision: wanted * percent // 100 for revision, percent in split.items()}
+    if wanted == 0 or not split:
+        return shares
+    order = sorted(split, key=lambda r: (-(wanted * split[r] % 100), -r))
+    left = wanted - sum(shares.values())
+    for i in range(max(left, 0)):
+        shares[order[i % len(order)]] += 1
+    for revision in sorted(split, reverse=True):
+        if split[revision] > 0 and shares[revision] == 0:
+            shares[revision] = 1
+    floor = sum(1 for percent in split.values() if percent > 0)
+    total = max(min(wanted, maximum), floor)
+    while sum(shares.values()) > total:
+        donor = max(shares, key=lambda r: (shares[r], -split[r], -r))
+        if shares[donor] <= 1:
+            break
+        shares[donor] -= 1
+    return shares
 
 
 def _surplus(replicas: Sequence[Replica], keep: int) -> list[str]:

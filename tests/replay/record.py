@@ -16,7 +16,8 @@ one whose replica was terminated, and a Run refused as a replica; `function_cont
 alone: a Function continuing as new; `autoscale`: a Function its autoscaler scales up under load
 and down after it, one scaled to zero and woken from zero by a storm of `wake` signals;
 `traffic`: a canary split between two revisions, its older replica killed and replaced, then all
-traffic to the latest and deleted);
+traffic to the latest and deleted; `split_wanted`: a canary dividing the replicas wanted between
+its revisions);
 naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). When to record again, and what to keep:
@@ -950,6 +951,33 @@ async def traffic_scenarios(p: Platform) -> None:
     await write_closed(h, "function_split_deleted")
 
 
+async def split_wanted_scenarios(p: Platform) -> None:
+    # A canary dividing the replicas wanted (patch function-split-wanted): 4 of revision 1, then
+    # revision 2 with 25% of the traffic: 1 of revision 2 and 3 of revision 1 (one deleted), not
+    # 4 + 1; then all to the latest: 4 of revision 2, revision 1's deleted; then the Function.
+    fn = function_manifest("divided", runtime=p.runtime("python"), scale={"min": 4, "max": 4}, env={"V": "1"})
+    h = await start_function(p, fn)
+    await function_rolled_out(p, h, revision=1, ready=4)
+    split = [TrafficTarget(revision=1, percent=75), TrafficTarget(revision=0, percent=25)]
+    canary = fn._replace(spec=fn.spec._replace(env={"V": "2"}, traffic=split))
+    await h.execute_update(UPDATE_APPLY, canary, result_type=ApplyResult)
+
+    async def divided() -> bool:
+        replicas = await replicas_of(h)
+        return (
+            sorted(r.revision for r in replicas if r.phase == "Ready") == [1, 1, 1, 2] and len(replicas) == 4
+        )
+
+    await eventually(divided, "3 Ready replicas of revision 1 and 1 of revision 2, no other")
+    status = await function_status(h)
+    assert (status.replicas.wanted, status.replicas.ready, status.observedRevision) == (4, 4, 2), status
+    latest = canary._replace(spec=canary.spec._replace(traffic=None))
+    await h.execute_update(UPDATE_APPLY, latest, result_type=ApplyResult)
+    await function_rolled_out(p, h, revision=2, ready=4)
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_split_divided_deleted")
+
+
 GROUPS = {
     "runs": scenarios,
     "hosts": host_scenarios,
@@ -966,6 +994,7 @@ GROUPS = {
     "function_continue": function_continue_scenarios,
     "autoscale": autoscale_scenarios,
     "traffic": traffic_scenarios,
+    "split_wanted": split_wanted_scenarios,
 }
 ALONE = {"scale", "apart", "function_continue"}  # their server continues workflows as new early
 

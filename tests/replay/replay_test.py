@@ -188,6 +188,22 @@ def test_a_canary_split_of_a_function_has_a_recorded_history() -> None:
     assert _result(path) is not None, "function_split_deleted completed"
 
 
+def test_a_split_dividing_the_replicas_wanted_has_a_recorded_history() -> None:
+    """A canary that divides the replicas wanted (record.py split_wanted, patch
+    function-split-wanted): 4 of revision 1, then 1 of revision 2 (3 of revision 1 kept, one
+    deleted), then 3 more of revision 2 once all traffic went to it."""
+    path = HISTORIES / "function_split_divided_deleted.json"
+    events = json.loads(path.read_text())["events"]
+    started = [
+        e["startChildWorkflowExecutionInitiatedEventAttributes"]["workflowId"]
+        for e in events
+        if e.get("eventType") == "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED"
+    ]
+    assert [w.rsplit("-", 2)[-2] for w in started] == ["r1"] * 4 + ["r2"] * 4
+    assert ("function-split-wanted", False) in patch_markers(path)
+    assert _result(path) is not None, "function_split_divided_deleted completed"
+
+
 def test_the_pool_handover_has_recorded_histories() -> None:
     """A pool that handed its hosts' slots over and continued as new, the run that read them back,
     and a HostWorkflow that was handed them (tests/replay/record.py scale)."""

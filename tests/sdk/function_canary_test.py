@@ -1,6 +1,7 @@
 """A canary (#43 item 6): a Function's invocations split 80/20 between its revisions 1 and 2
 (`spec.traffic`) through the real gateway, within a binomial bound; both revisions keep replicas
-while the split holds, and once all traffic goes to the latest the older replicas are deleted."""
+while the split holds, dividing the replicas wanted between them, and once all traffic goes to
+the latest the older replicas are deleted."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ BOUND = 4.5 * (CANARY * (1 - CANARY) / INVOCATIONS) ** 0.5
 
 
 def function(name: str, version: str, **spec: Any) -> Function:
-    document = manifest(name, source=VERSIONED, env={"VERSION": version}, scale={"min": 1, "max": 1}, **spec)
+    document = manifest(name, source=VERSIONED, env={"VERSION": version}, scale={"min": 2, "max": 2}, **spec)
     return Function.from_dict({**document, "kind": "Function"})
 
 
@@ -54,7 +55,9 @@ async def test_a_canary_split_is_honoured_within_statistical_bounds(krt: Client,
         assert status.revision == 2
         assert [(t.revision, t.percent) for t in status.traffic] == [(1, 80), (2, 20)]
         done = await krt.functions.rollout_status(name, timeout=60)  # the kept replica is no leftover
-        assert rolled_out(done) and done.replicas.total == 2
+        # the split divides the 2 wanted (one each), the canary adds none
+        assert rolled_out(done) and (done.replicas.wanted, done.replicas.total) == (2, 2)
+        assert sorted(r.revision for r in await krt.functions.replicas(name)) == [1, 2]
         described = describe_function(await krt.functions.describe(name))
         traffic = [
             line.split(":", 1)[1].strip() for line in described.splitlines() if line.startswith("Traffic:")
@@ -82,7 +85,7 @@ async def test_a_canary_split_is_honoured_within_statistical_bounds(krt: Client,
 
         async def old_ones_gone() -> bool:
             replicas = await krt.functions.replicas(name)
-            return {r.revision for r in replicas} == {2} and len(replicas) == 1
+            return {r.revision for r in replicas} == {2} and len(replicas) == 2
 
         await eventually(old_ones_gone, within=60, every=0.2, what="revision 1's replica deleted")
         assert (await krt.functions.status(name)).traffic == []

@@ -12,7 +12,7 @@ from kruntimes.api.function import FunctionPhase
 from kruntimes.api.ids import RunUid
 from kruntimes.api.phases import RunPhase
 from kruntimes.contracts.function import Replica
-from kruntimes.decisions.functionlife import MAX_BACKOFF_S, phase_of, plan, start_backoff
+from kruntimes.decisions.functionlife import MAX_BACKOFF_S, phase_of, plan, split_wanted, start_backoff
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -85,3 +85,44 @@ def test_the_backoff_doubles_and_is_bounded() -> None:
 )
 def test_the_phase(replicas: list[Replica], ever_ready: bool, deleting: bool, phase: FunctionPhase) -> None:
     assert phase_of(wanted=2, replicas=replicas, deleting=deleting, ever_ready=ever_ready) is phase
+
+
+@pytest.mark.parametrize(
+    ("wanted", "split", "maximum", "shares"),
+    [
+        (10, {4: 10, 3: 90}, 10, {4: 1, 3: 9}),  # the canary takes its percent, no more replicas
+        (4, {4: 10, 3: 90}, 10, {4: 1, 3: 3}),  # 0.4 rounds down, but a revision with traffic keeps one
+        (2, {4: 90, 3: 10}, 10, {4: 1, 3: 1}),
+        (3, {4: 50, 3: 50}, 10, {4: 2, 3: 1}),  # a tie of remainders: the newer revision
+        (7, {4: 70, 3: 30}, 7, {4: 5, 3: 2}),  # 4.9 and 2.1: the largest remainder rounds up
+        (1, {4: 10, 3: 90}, 5, {4: 1, 3: 1}),  # one each, however few are wanted: a split needs both
+        (0, {4: 10, 3: 90}, 5, {4: 0, 3: 0}),  # scaled to zero: none
+        (5, {4: 0, 3: 100}, 5, {4: 0, 3: 5}),  # a revision given 0 % keeps none
+        (5, {}, 5, {}),
+    ],
+)
+def test_a_split_divides_the_replicas_wanted(
+    wanted: int, split: dict[int, int], maximum: int, shares: dict[int, int]
+) -> None:
+    assert split_wanted(wanted, split, maximum=maximum) == shares
+
+
+def test_a_split_adds_up_to_wanted_for_every_count_and_percent() -> None:
+    for maximum in (2, 7, 100):
+        for wanted in range(maximum + 1):
+            for percent in range(101):
+                split = {2: percent, 1: 100 - percent}
+                shares = split_wanted(wanted, split, maximum=maximum)
+                floor = sum(1 for p in split.values() if p > 0) if wanted else 0
+                assert sum(shares.values()) == max(wanted, floor) <= max(maximum, floor), (wanted, split)
+                assert all(shares[r] >= 1 for r, p in split.items() if p > 0 and wanted), (wanted, split)
+                assert all(
+                    abs(shares[r] - wanted * p / 100) < 1
+                    for r, p in split.items()
+                    if 0 < p < 100 and wanted >= 2
+                ), (wanted, split)
+
+
+def test_a_negative_wanted_is_refused() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        split_wanted(-1, {1: 100}, maximum=3)
