@@ -24,12 +24,15 @@ from kruntimes.cli.components import name_what_is_missing
 from kruntimes.cli.output import (
     RUN_COLUMNS,
     Progress,
+    accepted_line,
     describe,
     describe_function,
     function_list_document,
     functions_table,
     host_document,
     hosts_table,
+    invocation_list_document,
+    invocations_table,
     reconcile_line,
     render,
     rollout_line,
@@ -43,7 +46,7 @@ from kruntimes.sdk import config as clientconfig
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.config import ClientConfig
 from kruntimes.sdk.errors import ConfigError, InvocationFailed, RunFailed, RunNotFound
-from kruntimes.sdk.results import FunctionObject, InvokeResult, RunObject
+from kruntimes.sdk.results import AsyncInvocation, FunctionObject, Invocation, InvokeResult, RunObject
 
 GROUP = "run.kruntimes.io"
 FUNCTION_GROUP = "function.kruntimes.io"
@@ -533,6 +536,13 @@ async def run_delete(args: argparse.Namespace, client: Client, io: Io) -> int:
 
 async def invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
     data = read_data(args.data, stdin=io.stdin)
+    if args.async_:
+        return await _submit(args, client, io, data, args.target, function=args.function)
+    if args.function:
+        answer = client.functions.invoke(
+            args.target, data, namespace=_ns(args), invocation_id=args.invocation_id, timeout=args.timeout
+        )
+        return await _print_answer(args, io, answer)
     return await _print_answer(
         args,
         io,
@@ -554,6 +564,95 @@ async def _print_answer(args: argparse.Namespace, io: Io, answer: Awaitable[Invo
         io.print(json.dumps(result.outputs, ensure_ascii=False))
     else:
         io.print(render(result.model_dump(mode="json"), args.output))
+    return 0
+
+
+# --- async invocations ----------------------------------------------------------------------------
+
+
+async def _submit(
+    args: argparse.Namespace, client: Client, io: Io, data: bytes | None, target: str, *, function: bool
+) -> int:
+    """`krt invoke --async`: the invocation's id and location once it is recorded."""
+    accepted = await client.invoke_async(
+        target,
+        data,
+        namespace=_ns(args),
+        function=function,
+        invocation_id=args.invocation_id,
+        timeout=args.timeout,
+    )
+    _print_accepted(io, accepted, args.output)
+    return 0
+
+
+def _print_accepted(io: Io, accepted: AsyncInvocation, output: str | None) -> None:
+    if output is None:
+        io.print(accepted_line(accepted))
+    else:
+        io.print(render(accepted.model_dump(mode="json"), output))
+
+
+def _invocation_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The SDK's arguments naming one invocation: a target and an id, or a location URL alone."""
+    is_url = args.target.startswith(("https://", "http://"))
+    if args.id is None and not (is_url and "/invocations/" in args.target):
+        raise UsageError("ID is required (or give the invocation's location URL as NAME)")
+    return {"invocation_id": args.id, "namespace": _ns(args), "function": args.function}
+
+
+def _print_invocations(io: Io, invocations: list[Invocation], output: str, *, single: bool) -> None:
+    if output in ("table", "wide"):
+        io.print(invocations_table(invocations, wide=output == "wide"))
+    elif single and len(invocations) == 1:
+        io.print(render(invocations[0].document(), output))
+    else:
+        io.print(render(invocation_list_document(invocations), output))
+
+
+async def invocation_get(args: argparse.Namespace, client: Client, io: Io) -> int:
+    invocation = await client.invocations.get(args.target, **_invocation_of(args))
+    _print_invocations(io, [invocation], args.output, single=True)
+    return 0
+
+
+async def invocation_list(args: argparse.Namespace, client: Client, io: Io) -> int:
+    found = [
+        i
+        async for i in client.invocations.list(
+            args.target,
+            state=args.state,
+            namespace=_ns(args),
+            function=args.function,
+            limit=args.limit,
+            page_size=min(args.limit, 100),
+        )
+    ]
+    if args.output in ("table", "wide") and not found:
+        which = f"{args.state} invocations" if args.state else "invocations"
+        io.note(f"No {which} found for {args.target}.")
+        return 0
+    _print_invocations(io, found, args.output, single=False)
+    return 0
+
+
+async def invocation_wait(args: argparse.Namespace, client: Client, io: Io) -> int:
+    """Until the invocation ends: 0 if it Succeeded, 1 if it Failed or its outcome is Unknown."""
+    invocation = await client.invocations.wait(args.target, timeout=args.timeout, **_invocation_of(args))
+    if args.output is None:
+        error = invocation.error
+        why = (
+            f": {error.reason}" + (f": {error.message}" if error.message else "") if error is not None else ""
+        )
+        io.print(f"invocation/{invocation.invocationId} {invocation.state.value}{why}")
+    else:
+        _print_invocations(io, [invocation], args.output, single=True)
+    return 0 if invocation.ok else 1
+
+
+async def invocation_resubmit(args: argparse.Namespace, client: Client, io: Io) -> int:
+    accepted = await client.invocations.resubmit(args.target, new_id=args.new_id, **_invocation_of(args))
+    _print_accepted(io, accepted, args.output)
     return 0
 
 
@@ -779,6 +878,8 @@ async def function_delete(args: argparse.Namespace, client: Client, io: Io) -> i
 
 async def function_invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
     data = read_data(args.data, stdin=io.stdin)
+    if args.async_:
+        return await _submit(args, client, io, data, args.name, function=True)
     answer = client.functions.invoke(
         args.name, data, namespace=_ns(args), invocation_id=args.invocation_id, timeout=args.timeout
     )
@@ -831,6 +932,10 @@ COMMANDS: dict[tuple[str, str | None], Command] = {
     ("run", "cancel"): run_cancel,
     ("run", "delete"): run_delete,
     ("invoke", None): invoke,
+    ("invocation", "get"): invocation_get,
+    ("invocation", "list"): invocation_list,
+    ("invocation", "wait"): invocation_wait,
+    ("invocation", "resubmit"): invocation_resubmit,
     ("function", "apply"): apply,
     ("function", "get"): function_get,
     ("function", "list"): function_list,

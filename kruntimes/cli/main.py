@@ -2,7 +2,8 @@
 
     krt apply -f run.yaml                 krt run create NAME --runtime R --source DIR --handler H
     krt run create -f run.yaml            krt run get|list [-o wide] [--watch]
-    krt run describe|wait|cancel|delete   krt invoke NAME --data JSON|@file
+    krt run describe|wait|cancel|delete   krt invoke NAME --data JSON|@file [--async [--id ID]]
+    krt invocation get|wait|resubmit NAME ID | list NAME [--state Failed]   (async invocations)
     krt hosts list|drain|delete|reconcile krt config view -o json
     krt queue list|pause|resume|drain RUNTIME [-m MESSAGE]
     krt ui [--open]                       (a one-time login link to the embedded Temporal UI)
@@ -94,6 +95,10 @@ def explain(exc: BaseException) -> tuple[int, str]:
                 FAILED,
                 f"{exc}; `krt run get {_where(run.metadata.namespace, run.metadata.name)} -o yaml` shows why",
             )
+        case c.InvocationNotFound():
+            return NOT_FOUND, _invoke_message(exc)
+        case c.WaitTimeout() if str(exc).startswith("invocation "):
+            return FAILED, f"{exc}; wait longer, or `krt invocation get NAME ID` shows where it is"
         case c.WaitTimeout() if str(exc).startswith("function "):
             return FAILED, f"{exc}; wait longer or see `krt function describe NAME`"
         case c.WaitTimeout():
@@ -115,8 +120,16 @@ def _invoke_message(exc: BaseException) -> str:
     where = f"invocation {exc.invocation_id}: " if exc.invocation_id else ""
     text = f"{where}{exc}"
     match exc:
+        case c.AsyncBacklogFull() | c.AsyncUnavailable():
+            return (
+                f"{text}; nothing was recorded: submit it again with the same --id in {exc.retry_after:g} s"
+            )
         case c.Busy() | c.NotReady():
             return f"{text}; retry in {exc.retry_after:g} s"
+        case c.InvocationConflict():
+            return f"{text}; an invocation of this id with another body was accepted: pick another --id"
+        case c.InvocationNotFound():
+            return f"{text}; never submitted, or forgotten after its retention (`krt invocation list NAME`)"
         case c.Unauthorized():
             return f"{text}; check the token (KRT_TOKEN, or client.json written by `krt up`)"
         case c.OutcomeUnknown():

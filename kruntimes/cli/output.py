@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from kruntimes.contracts.reconcile import ReconcileReport
     from kruntimes.sdk.events import RunEvent
     from kruntimes.sdk.functions import FunctionDescription
-    from kruntimes.sdk.results import FunctionObject, HostView, RunObject
+    from kruntimes.sdk.results import AsyncInvocation, FunctionObject, HostView, Invocation, RunObject
     from kruntimes.sdk.schedules import ScheduleView
 
 RUN_COLUMNS = ("NAME", "NAMESPACE", "RUNTIME", "MODE", "PHASE", "REASON", "ATTEMPT", "HOST", "AGE")
@@ -446,3 +446,47 @@ def _last_scale(event: ScaleEvent | None, *, now: datetime | None) -> str:
 
 def _indent(text: str) -> str:
     return "".join(f"  {line}\n" for line in text.splitlines())
+
+
+INVOCATION_COLUMNS = ("ID", "STATE", "ATTEMPTS", "REASON", "AGE")
+# -o wide adds these: when it ran and ended, when its id is forgotten, why it was last retried.
+INVOCATION_WIDE_COLUMNS = ("STARTED", "ENDED", "EXPIRES", "RETRIED")
+
+
+def invocation_row(invocation: Invocation, *, now: datetime | None = None, wide: bool = False) -> list[str]:
+    error = invocation.error
+    row = [
+        invocation.invocationId,
+        invocation.state.value,
+        str(invocation.attemptCount),
+        error.reason if error is not None else NONE,
+        age(invocation.acceptedAt, now=now),
+    ]
+    if wide:
+        row += [
+            _stamp(invocation.startedAt),
+            _stamp(invocation.endedAt),
+            _stamp(invocation.expiresAt),
+            invocation.retried or NONE,
+        ]
+    return row
+
+
+def _stamp(at: datetime | None) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else NONE
+
+
+def invocations_table(
+    invocations: Sequence[Invocation], *, now: datetime | None = None, wide: bool = False
+) -> str:
+    columns = INVOCATION_COLUMNS + INVOCATION_WIDE_COLUMNS if wide else INVOCATION_COLUMNS
+    return table(columns, [invocation_row(i, now=now, wide=wide) for i in invocations])
+
+
+def invocation_list_document(invocations: Sequence[Invocation]) -> dict[str, Any]:
+    return {"kind": "InvocationList", "items": [i.document() for i in invocations]}
+
+
+def accepted_line(accepted: AsyncInvocation) -> str:
+    """`krt invoke --async`'s answer: the id and where to read the invocation."""
+    return f"invocation/{accepted.invocationId} accepted ({accepted.state.value}): {accepted.location}"

@@ -211,11 +211,16 @@ def build() -> Parser:
 
     _functions(commands)
 
-    invoke = commands.add_parser("invoke", help="invoke a Ready function Run once through the gateway")
+    invoke = commands.add_parser(
+        "invoke", help="invoke a Ready function Run (or with --function a Function) once through the gateway"
+    )
     invoke.add_argument("target", metavar="NAME", help="the Run's name, or its invoke URL")
     _invoke_flags(invoke)
+    invoke.add_argument("--function", action="store_true", help="NAME is a Function's, not a Run's")
     _namespace(invoke)
     _output(invoke, default=None, choices=("json", "yaml"))
+
+    _invocations(commands)
 
     hosts = commands.add_parser("hosts", help="list, drain and delete the runtime hosts; collect orphans")
     host_verbs = hosts.add_subparsers(dest="verb", metavar="<verb>", required=True)
@@ -334,8 +339,69 @@ def build() -> Parser:
 
 def _invoke_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", "-d", metavar="JSON|@FILE", help="the JSON payload, @file, or @- for stdin")
-    parser.add_argument("--invocation-id", metavar="ID", help="the id echoed back (default: a new uuid)")
+    parser.add_argument(
+        "--invocation-id",
+        "--id",
+        metavar="ID",
+        help="the id echoed back (default: a new uuid); with --async it runs once per id",
+    )
     parser.add_argument("--timeout", type=float, metavar="S", help="the invocation timeout in seconds")
+    parser.add_argument(
+        "--async",
+        dest="async_",
+        action="store_true",
+        help="answer once the invocation is recorded (202), before it runs: print its id and location "
+        "(`krt invocation get|wait` it)",
+    )
+
+
+INVOCATION_STATES = ("Queued", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def _invocation_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "target", metavar="NAME", help="the Run's name (a Function's with --function), or its invoke URL"
+    )
+    parser.add_argument("--function", action="store_true", help="NAME is a Function's, not a Run's")
+    _namespace(parser, what="Run's or Function")
+
+
+def _invocations(commands: argparse._SubParsersAction[Parser]) -> None:
+    """`krt invocation get|list|wait|resubmit`: a Run's or a Function's async invocations."""
+    invocation = commands.add_parser(
+        "invocation", help="get, list, wait for and resubmit async invocations (krt invoke --async)"
+    )
+    verbs = invocation.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    get = verbs.add_parser("get", help="show one invocation: its state, attempts, result or error")
+    _invocation_target(get)
+    get.add_argument("id", metavar="ID", nargs="?", help="the invocation id (not with a location URL)")
+    _output(get, choices=TABLES)
+
+    listing = verbs.add_parser("list", help="list a target's invocations still remembered, newest first")
+    _invocation_target(listing)
+    listing.add_argument(
+        "--state", choices=INVOCATION_STATES, help="only these (Failed, Unknown: the dead letters)"
+    )
+    listing.add_argument(
+        "--limit", type=_page_size, default=100, metavar="N", help="list at most N (1..1000; default 100)"
+    )
+    _output(listing, choices=TABLES)
+
+    wait = verbs.add_parser(
+        "wait", help="wait until an invocation ends; exit 0 if it Succeeded, 1 if it Failed or is Unknown"
+    )
+    _invocation_target(wait)
+    wait.add_argument("id", metavar="ID", nargs="?", help="the invocation id (not with a location URL)")
+    wait.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds")
+    _output(wait, default=None, choices=TABLES)
+
+    resubmit = verbs.add_parser(
+        "resubmit", help="submit an invocation's body again under a new id (a failed one, say)"
+    )
+    _invocation_target(resubmit)
+    resubmit.add_argument("id", metavar="ID", nargs="?", help="the invocation id (not with a location URL)")
+    resubmit.add_argument("--new-id", metavar="ID", help="the new invocation's id (default: a new uuid)")
+    _output(resubmit, default=None, choices=("json", "yaml"))
 
 
 def _delete_flags(parser: argparse.ArgumentParser, *, listed: str) -> None:
