@@ -13,6 +13,7 @@ the `kruntimes.mcp.audit` log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -42,6 +43,7 @@ from kruntimes.mcp.invokers import Invokers
 from kruntimes.sdk.client import Client
 from kruntimes.sdk.events import RunEvent
 from kruntimes.sdk.functions import rolled_out
+from kruntimes.sdk.invocations import Invocations
 from kruntimes.sdk.invoke import endpoint_of
 from kruntimes.sdk.results import FunctionObject, InvokeResult, RunObject
 from kruntimes.sdk.schedules import (
@@ -115,6 +117,21 @@ class InvokeInput(RunRef):
     data: Any = Field(default=None, description="the JSON payload the handler is called with")
     invocationId: Annotated[str, AfterValidator(validate_invocation_id)] | None = None
     timeoutSeconds: float | None = Field(default=None, gt=0, le=MAX_INVOKE_TIMEOUT_SECONDS)
+
+
+class InvokeAsyncInput(InvokeInput):
+    function: bool = Field(default=False, description="name is a Function's (default: a Run's)")
+
+
+class InvocationGetInput(RunRef):
+    invocationId: Annotated[str, AfterValidator(validate_invocation_id)]
+    function: bool = Field(default=False, description="name is a Function's (default: a Run's)")
+    waitSeconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WAIT_S,
+        description="wait up to this long for it to end (default: answer now)",
+    )
 
 
 class NoInput(_Input):
@@ -322,6 +339,8 @@ def target_of(tool: Tool, args: Any) -> Target:
     if tool.scope == "admin":
         return Target(EVERY_NAMESPACE)
     verbs = VERBS.get(tool.name, ("get",))
+    if getattr(args, "function", False):  # an invocation tool's target is a Function
+        return Target(str(args.namespace), str(args.name), FUNCTIONS, verbs)
     if isinstance(args, RunCreateInput | FunctionApplyInput):
         if args.manifest is not None:
             meta = args.manifest.metadata
@@ -511,6 +530,46 @@ async def invoke(args: InvokeInput, call: Call) -> Answer:
     return _answered(
         await _as_caller(call, endpoint, data, invocation_id=args.invocationId, timeout=args.timeoutSeconds)
     )
+
+
+async def _invocations(call: Call, stack: contextlib.AsyncExitStack) -> Invocations:
+    """The invocation calls as this caller makes them: stdio, the config's token (as `krt invoke
+    --async`); HTTP, the caller's own token, so the gateway decides again for them."""
+    if call.caller.token is None:
+        return call.client.invocations
+    invoker = await stack.enter_async_context(call.invokers.of(call.caller.token))
+    return call.client.invocations.through(invoker)
+
+
+async def invoke_async(args: InvokeAsyncInput, call: Call) -> Answer:
+    data = _payload(args.data)
+    async with contextlib.AsyncExitStack() as stack:
+        invocations = await _invocations(call, stack)
+        accepted = await invocations.submit(
+            args.name,
+            data,
+            namespace=args.namespace,
+            function=args.function,
+            invocation_id=args.invocationId,
+            timeout=args.timeoutSeconds,
+        )
+    return Answer(
+        accepted.model_dump(mode="json"),
+        f"invocation {accepted.invocationId} accepted ({accepted.state.value}); "
+        "invocation_get reads it by that id",
+    )
+
+
+async def invocation_get(args: InvocationGetInput, call: Call) -> Answer:
+    async with contextlib.AsyncExitStack() as stack:
+        invocations = await _invocations(call, stack)
+        kwargs: dict[str, Any] = {"namespace": args.namespace, "function": args.function}
+        if args.waitSeconds is None:
+            status = await invocations.get(args.name, args.invocationId, **kwargs)
+        else:
+            status = await invocations.wait(args.name, args.invocationId, timeout=args.waitSeconds, **kwargs)
+    error = f": {status.error.reason}" if status.error is not None else ""
+    return Answer(status.document(), f"invocation {status.invocationId} {status.state.value}{error}")
 
 
 # -- Functions -----------------------------------------------------------------------------------
@@ -826,6 +885,24 @@ TOOLS: tuple[Tool, ...] = (
         "Invoke a Ready function Run once through the gateway and return its answer; never retried.",
         InvokeInput,
         invoke,
+        False,
+        "namespace",
+    ),
+    Tool(
+        "invoke_async",
+        "Submit an async invocation of a function Run (or with function: a Function): answered once it "
+        "is recorded, before it runs; it runs once per invocationId. Read it with invocation_get.",
+        InvokeAsyncInput,
+        invoke_async,
+        False,
+        "namespace",
+    ),
+    Tool(
+        "invocation_get",
+        "An async invocation's state (Queued, Running, Succeeded, Failed, Unknown), attempts, result or "
+        "error; optionally wait up to waitSeconds for it to end.",
+        InvocationGetInput,
+        invocation_get,
         False,
         "namespace",
     ),

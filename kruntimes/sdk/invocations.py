@@ -176,6 +176,11 @@ class Invocations:
         self._functions = functions
         self._invoker = invoker
 
+    def through(self, invoker: Invoker) -> Invocations:
+        """The same calls sent through another HTTPS session (another caller's token): targets are
+        still looked up with this client's credentials."""
+        return Invocations(self._runs, self._functions, invoker)
+
     # -- where ---------------------------------------------------------------------------------------
 
     async def endpoint(

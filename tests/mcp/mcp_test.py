@@ -32,6 +32,8 @@ TOOLS = {
     "run_delete",
     "run_history",
     "invoke",
+    "invoke_async",
+    "invocation_get",
     "functions_apply",
     "functions_get",
     "functions_list",
