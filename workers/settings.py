@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from kruntimes.activities.callbacks import CallbackPolicy
 from kruntimes.activities.hosts.base import ProviderSetup
 from kruntimes.config.runtimes import PlatformConfig
 from kruntimes.contracts.names import POOL_TASK_QUEUE, TASK_QUEUE
@@ -69,6 +70,8 @@ class WorkerSettings:
     # The owner annotated on this control plane's hosts (default: Temporal namespace and pool
     # task queue); two control planes sharing a backend (a Kubernetes namespace) need different ones.
     control_plane_id: str | None = None
+    # Async invocations' callbacks: the hosts let through to internal addresses, the CA file trusted.
+    callbacks: CallbackPolicy = field(default_factory=CallbackPolicy)
 
     @property
     def control_plane(self) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from kruntimes.activities.callbacks import AllowedHost, CallbackPolicy, trust
 from kruntimes.activities.hosts.base import ProviderConfigError
 from kruntimes.activities.hosts.registry import PROVIDERS, check_providers
 from kruntimes.cli.main import leave
@@ -132,6 +133,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"{DEFAULT_WORKFLOW_CACHE}; 0 keeps none: every task replays its workflow's history)",
     )
     parser.add_argument(
+        "--callback-allow",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="an async invocation's callback URL host (and port) let through although it resolves to "
+        "a loopback, private, link-local or this machine's address (repeatable; default none)",
+    )
+    parser.add_argument(
+        "--callback-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA certificates (PEM) callbacks' receivers are trusted by, beside the system's",
+    )
+    parser.add_argument(
         "--sandbox",
         action="store_true",
         help="run workflow code in the Temporal SDK's sandbox (slower; for developing workflows)",
@@ -173,6 +188,7 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
             if (options := kind.options_from(args)) is not None
         },
         control_plane_id=args.control_plane_id,
+        callbacks=_callbacks(args.callback_allow, args.callback_ca),
     )
     try:
         check_providers(provider_setup(settings))
@@ -183,6 +199,15 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         # tasks to the Runs' worker and the other way round.
         raise SystemExit("krt worker: --task-queue and --pool-task-queue must differ")
     return settings
+
+
+def _callbacks(allow: list[str], ca_file: Path | None) -> CallbackPolicy:
+    try:
+        policy = CallbackPolicy(allow=tuple(AllowedHost.parse(a) for a in allow), ca_file=ca_file)
+        trust(ca_file)  # a CA file that cannot be loaded is found at start, not at a callback
+    except ValueError as e:
+        raise SystemExit(f"krt worker: {e}") from e
+    return policy
 
 
 def _queues(text: str) -> frozenset[str]:
