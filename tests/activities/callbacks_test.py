@@ -552,3 +552,21 @@ def test_the_activity_is_registered_under_the_contracts_name(state: Path) -> Non
         CallbackActivities.in_state_dir(CallbackPolicy(), state).deliver_callback
     )
     assert defined is not None and defined.name == ACTIVITY_CALLBACK
+
+
+def test_krt_worker_takes_its_callback_flags_into_its_settings_and_refuses_bad_ones(
+    tmp_path: Path, certs: Certs
+) -> None:
+    from kruntimes.workers.worker import parse_args, settings_from
+
+    base = ["--state-dir", str(tmp_path), "--peer-tls", "/pki/cp", "--assignment-key", "/pki/a.key"]
+    flags = ["--callback-allow", "hooks.internal", "--callback-allow", "10.0.0.5:8443"]
+    settings = settings_from(parse_args([*base, *flags, "--callback-ca", str(certs.ca)]))
+    assert settings.callbacks == CallbackPolicy(
+        allow=(AllowedHost("hooks.internal"), AllowedHost("10.0.0.5", 8443)), ca_file=certs.ca
+    )
+    assert settings_from(parse_args(base)).callbacks == CallbackPolicy()
+    with pytest.raises(SystemExit, match="--callback-allow 'hooks/x'"):
+        settings_from(parse_args([*base, "--callback-allow", "hooks/x"]))
+    with pytest.raises(SystemExit, match="--callback-ca"):
+        settings_from(parse_args([*base, "--callback-ca", str(tmp_path / "missing.pem")]))
