@@ -1,11 +1,12 @@
 """The gateway's heartbeat endpoint (gRPC RouteHeartbeat), feeding the route cache, and on the
-same server the load its Functions have here (GatewayLoad.FunctionLoads, for the autoscaler).
+same server the load its Functions have here (GatewayLoad.FunctionLoads, for the autoscaler) and
+the attempts of async invocations (GatewayDispatch.AttemptInvocation, gateway/dispatch.py).
 
 Mutual TLS with the gateway's platform certificate: only hosts of the platform CA may send beats
 (kruntimes.pki.PeerAuthorization), and each beat only about the host its certificate names
 (gateway/routes.py checks that, and the assignment of every registration). A beat that is not
 the sender's to make ends its stream with PERMISSION_DENIED. Only the control plane's identity
-may read the loads: at most MAX_LOAD_UIDS Functions a call, each answered from the balancer's
+may run attempts and read the loads: at most MAX_LOAD_UIDS Functions a call, each answered from the balancer's
 counters (no route walk), so a call costs what it asks.
 
 It runs on the gateway's event loop (grpc.aio), so applying a heartbeat needs no locks.
@@ -21,22 +22,27 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kruntimes.api.names import is_run_uid
+from kruntimes.gateway.dispatch import DispatchService
 from kruntimes.gateway.function_invoke import Balancer
+from kruntimes.gateway.invoke import Upstreams
 from kruntimes.gateway.routes import DeltaWithoutBase, HeartbeatRefused, RouteCache
 from kruntimes.pki import ANY_ROLE, PeerAuthorization, PeerTLS, Role, peer_identity
+from kruntimes.rpc.v1 import gateway_dispatch_pb2_grpc as gd_grpc
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
 from kruntimes.rpc.v1 import heartbeat_pb2_grpc as hb_grpc
+from kruntimes.temporal.known_runs import KnownRuns
 
 log = logging.getLogger(__name__)
 
 MAX_HEARTBEAT_BYTES = 64 * 1024 * 1024  # a snapshot of a very full host
 SWEEP_INTERVAL_S = 1.0
 MAX_LOAD_UIDS = 1000  # Functions one FunctionLoads call may ask about
-# only hosts send heartbeats; only the control plane reads loads; any platform identity may ask
-# for health; nothing else is served
+# only hosts send heartbeats; only the control plane reads loads and runs async attempts; any
+# platform identity may ask for health; nothing else is served
 ALLOWED_ROLES = {
     "/kruntimes.rpc.v1.RouteHeartbeat/Heartbeats": frozenset({Role.HOST}),
     "/kruntimes.rpc.v1.GatewayLoad/FunctionLoads": frozenset({Role.CONTROL_PLANE}),
+    "/kruntimes.rpc.v1.GatewayDispatch/AttemptInvocation": frozenset({Role.CONTROL_PLANE}),
     "/grpc.health.v1.Health/Check": ANY_ROLE,
     "/grpc.health.v1.Health/Watch": ANY_ROLE,
 }
@@ -115,13 +121,28 @@ class LoadService(hb_grpc.GatewayLoadServicer):
 
 class HeartbeatServer:
     def __init__(
-        self, routes: RouteCache, listen: str, *, tls: PeerTLS, balancer: Balancer | None = None
+        self,
+        routes: RouteCache,
+        listen: str,
+        *,
+        tls: PeerTLS,
+        balancer: Balancer | None = None,
+        known: KnownRuns | None = None,
+        upstreams: Upstreams | None = None,
     ) -> None:
+        """`known`, `upstreams`: the gateway's, which async attempts share with its sync invokes
+        (None: a view that knows no Run, and upstreams of the server's own)."""
         self.routes = routes
         self.listen = listen
         self.tls = tls
         self.service = HeartbeatService(routes)
-        self.loads = LoadService(balancer or Balancer(routes))
+        balancer = balancer or Balancer(routes)
+        self.loads = LoadService(balancer)
+        self._own_upstreams = upstreams is None
+        self.upstreams = upstreams or Upstreams(tls=tls)
+        self.dispatch = DispatchService(
+            routes=routes, known=known or KnownRuns(None), upstreams=self.upstreams, balancer=balancer
+        )
         self.server: grpc.aio.Server | None = None
         self.address = ""
         self._sweeper: asyncio.Task[None] | None = None
@@ -138,6 +159,7 @@ class HeartbeatServer:
         )
         hb_grpc.add_RouteHeartbeatServicer_to_server(self.service, server)
         hb_grpc.add_GatewayLoadServicer_to_server(self.loads, server)
+        gd_grpc.add_GatewayDispatchServicer_to_server(self.dispatch, server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         port = server.add_secure_port(self.listen, self.tls.server_credentials())
@@ -162,3 +184,5 @@ class HeartbeatServer:
             self._sweeper.cancel()
         if self.server is not None:
             await self.server.stop(1.0)
+        if self._own_upstreams:
+            await self.upstreams.close()

@@ -74,6 +74,20 @@ class GatewayMetrics:
             ["result"],
             registry=self.registry,
         )
+        # Async invocations' attempts (gateway/dispatch.py): by target kind and answer, no per-target label
+        self.async_attempts = Counter(
+            "krt_gateway_async_attempts_total",
+            "Attempts of async invocations this gateway ran for the control plane, by target kind "
+            "(Run, Function) and the status and reason a sync invoke would have been answered "
+            "(429 AsyncShareFull: the target's async share was held)",
+            ["kind", "status", "reason"],
+            registry=self.registry,
+        )
+        self.async_in_flight = Gauge(
+            "krt_gateway_async_attempts_in_flight",
+            "Attempts of async invocations this gateway runs now (waiting for a replica included)",
+            registry=self.registry,
+        )
         self.functions = Gauge(
             "krt_gateway_functions", "Functions with at least one replica route", registry=self.registry
         )

@@ -106,7 +106,12 @@ class Gateway:
         if self.waker is not None:
             self.balancer.use_temporal(self.known_functions, self.waker)
         self.heartbeats = HeartbeatServer(
-            self.routes, options.heartbeat_listen, tls=options.peer_tls, balancer=self.balancer
+            self.routes,
+            options.heartbeat_listen,
+            tls=options.peer_tls,
+            balancer=self.balancer,
+            known=self.known,  # async attempts (gateway/dispatch.py) share the sync invoke's view
+            upstreams=self.upstreams,
         )
         self.runner: web.AppRunner | None = None
         self.listener: Listener | None = None
