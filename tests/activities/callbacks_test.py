@@ -402,6 +402,20 @@ async def test_a_redirect_is_not_followed_and_its_target_sees_nothing(
     assert connects == ["127.0.0.1"]
 
 
+async def test_a_proxy_named_by_the_environment_is_not_used(
+    receivers: list[Receiver], state: Path, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy would connect for the worker to what the worker's checks refused."""
+    receiver, proxy = receivers
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    outcome = await _deliver(_activities(state, certs, "127.0.0.1"), _request(receiver.url()))
+    assert outcome.delivered, outcome
+    assert proxy.connections == 0
+
+
 async def test_a_receiver_whose_certificate_is_not_trusted_is_a_failure(
     receiver: Receiver, state: Path, tmp_path: Path
 ) -> None:
