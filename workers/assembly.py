@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -23,6 +24,7 @@ from temporalio.worker import (
     Worker,
 )
 
+from kruntimes.activities.callbacks import CallbackActivities
 from kruntimes.activities.function_load import FunctionLoadActivities
 from kruntimes.activities.functions import FunctionActivities
 from kruntimes.activities.handoff import HandoffActivities, Mailbox, Register, watch_pool_pollers
@@ -249,6 +251,7 @@ async def _running_workers(
         RetentionActivities(client).delete_execution,
         FunctionActivities(client).delete_replica,
         FunctionLoadActivities(gateways=settings.platform.gatewayHeartbeats).autoscale_function,
+        CallbackActivities.in_state_dir(settings.callbacks, _state_dir(settings)).deliver_callback,
     ]
     tuning = worker_tuning(settings.sandboxed)
     running = RunningWorkers(known=reconciler.known)
@@ -304,6 +307,10 @@ async def _running_workers(
             t.cancel()  # a worker that did not stop in time is left: the process exits anyway
         await _bounded(asyncio.gather(*tasks, return_exceptions=True), "end once cancelled")
         await hosts.close()
+
+
+def _state_dir(settings: WorkerSettings) -> Path | None:
+    return Path(settings.platform.stateDir) if settings.platform.stateDir else None
 
 
 async def _bounded(stopping: Awaitable[Any], what: str) -> None:
