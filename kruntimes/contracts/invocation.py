@@ -24,6 +24,7 @@ from kruntimes.api.names import validate_dns1123_label, validate_invocation_id
 from kruntimes.api.spec import (
     DEFAULT_ASYNC_ATTEMPTS,
     DEFAULT_ASYNC_RETENTION_SECONDS,
+    DEFAULT_ASYNC_SHARE_PERCENT,
     MAX_ASYNC_ATTEMPTS,
     MAX_ASYNC_RETENTION_SECONDS,
     MIN_ASYNC_RETENTION_SECONDS,
@@ -114,6 +115,7 @@ class InvocationInput(ApiModel):
     callbackUrl: CallbackUrl | None = None  # per request (https only)
     # The status so far when the workflow continued as new (a Function's long wait): None at the start.
     carried: InvocationStatus | None = None
+    carriedRan: StrictInt = Field(default=0, ge=0)  # of the carried attempts, those dispatched
 
 
 # spec.mode.function.asyncInvocations.retry of the target (kruntimes.api.spec.AsyncRetry).
@@ -132,6 +134,7 @@ class InvocationPolicy(ApiModel):
     callbackUrl: CallbackUrl | None = None
     callbackSecretName: SecretName | None = None  # the Secret whose key signs callbacks (HMAC-SHA256)
     creator: str = ""  # the target's metadata.creator: whose right to use that Secret is checked
+    share: StrictInt = Field(default=DEFAULT_ASYNC_SHARE_PERCENT, ge=1, le=100)  # asyncInvocations.share
     reason: str = ""  # why not exists / not ready, in the platform's words
 
 
@@ -142,7 +145,8 @@ class AttemptRequest(ApiModel):
     invocationId: InvocationId
     body: str = Field(max_length=1024 * 1024)
     timeoutSeconds: StrictFloat | None = Field(default=None, gt=0, le=900)
-    attempt: StrictInt = Field(ge=1, le=MAX_ATTEMPTS)
+    attempt: StrictInt = Field(ge=1)  # a Function's attempts that did not run are not bounded by maxAttempts
+    share: StrictInt = Field(default=DEFAULT_ASYNC_SHARE_PERCENT, ge=1, le=100)  # the target's async share
 
 
 class AttemptOutcome(ApiModel):

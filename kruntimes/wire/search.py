@@ -85,6 +85,22 @@ def functions_listed(*, namespace: str | None = None, function_uid: str | None =
     return query
 
 
+# An async invocation's workflow (InvocationWorkflow, issue #44) carries KrtNamespace, KrtPhase (its
+# state: Queued, Running, Succeeded, Failed, Unknown) and its target's uid as KrtRunUid (a Run) or
+# KrtFunction (a Function); it runs until its retention is out, so the ids remembered are the open ones.
+INVOCATIONS_LISTED = "WorkflowType='InvocationWorkflow' AND ExecutionStatus='Running'"
+
+
+def invocations_listed(*, namespace: str, target_kind: str, target_uid: str, state: str | None = None) -> str:
+    """The visibility query of a target's remembered invocations (validated names, a uid and an
+    InvocationState only: they are put in the query as they are)."""
+    attribute = FUNCTION if target_kind == "Function" else RUN_UID
+    query = f"{INVOCATIONS_LISTED} AND {NAMESPACE}='{namespace}' AND {attribute}='{target_uid}'"
+    if state is not None:
+        query += f" AND {PHASE}='{state}'"
+    return query
+
+
 def listed(*, namespace: str | None = None, phase: RunPhase | None = None, run_uid: str | None = None) -> str:
     """The visibility query of the existing Runs; the values must be validated names (DNS
     labels, a uid) or a RunPhase: they are put in the query as they are."""

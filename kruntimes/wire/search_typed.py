@@ -83,3 +83,20 @@ def replica_at_start(run: Run, *, function_uid: str) -> TypedSearchAttributes:
             SearchAttributePair(KRT_FUNCTION, function_uid),
         ]
     )
+
+
+def invocation_values(
+    *, namespace: str, target_kind: str, target_uid: str, state: str
+) -> list[tuple[SearchAttributeKey[str], str]]:
+    """An InvocationWorkflow's search attributes: its namespace, its state as KrtPhase, and its
+    target's uid as KrtRunUid (a Run) or KrtFunction (a Function)."""
+    target = KRT_FUNCTION if target_kind == "Function" else KRT_RUN_UID
+    return [(KRT_NAMESPACE, namespace), (KRT_PHASE, state), (target, target_uid)]
+
+
+def invocation_at_start(*, namespace: str, target_kind: str, target_uid: str) -> TypedSearchAttributes:
+    """What a starter of an InvocationWorkflow sets (KrtPhase Queued; the workflow upserts the rest)."""
+    values = invocation_values(
+        namespace=namespace, target_kind=target_kind, target_uid=target_uid, state="Queued"
+    )
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in values])

@@ -1,0 +1,335 @@
+"""InvocationWorkflow (invocation/{namespace}/{target uid}/{invocation id}): one async invocation
+(issue #44; docs/async-invocations.md), from Queued to Succeeded, Failed or Unknown, then kept for
+the target's retention.
+
+Each round reads the target (`invocation_target`: its policy, whether it exists and is Ready): a
+target that is gone fails the invocation (TargetGone), one not Ready yet is waited for without an
+attempt. An attempt is one `attempt_invocation` activity with the activity's retries off: the
+workflow alone decides what follows (kruntimes.decisions.invocations), so an attempt that may
+have run is never repeated behind its back. The status is upserted to the memo INVOCATION_STATUS_MEMO
+at each change and answered by QUERY_INVOCATION; KrtPhase indexes the state.
+
+Once ended, the status is POSTed to the callback URL (the request's, else the target's) by
+`deliver_callback`, each delivery one activity, at most MAX_CALLBACK_DELIVERIES with backoff; the
+last failures stay on the status. Then the workflow stays open until expiresAt (endedAt + the
+retention: a durable timer), so the id is remembered and its status read, and completes with it.
+
+History: a Run's attempts are at most retry.maxAttempts (<= 100), but a Function keeps an
+invocation that did not run while it exists, and a Run not Ready yet is waited for: a long wait
+continues as new with the status carried (InvocationInput.carried) once the history is long.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS
+    from kruntimes.contracts.invocation import (
+        ACTIVITY_ATTEMPT,
+        ACTIVITY_CALLBACK,
+        ACTIVITY_TARGET,
+        INVOCATION_STATUS_MEMO,
+        INVOCATION_WORKFLOW,
+        MAX_ATTEMPTS_KEPT,
+        MAX_CALLBACK_FAILURES_KEPT,
+        QUERY_INVOCATION,
+        Attempt,
+        AttemptOutcome,
+        AttemptRequest,
+        CallbackOutcome,
+        CallbackRequest,
+        CallbackState,
+        InvocationError,
+        InvocationInput,
+        InvocationPolicy,
+        InvocationState,
+        InvocationStatus,
+        Target,
+    )
+    from kruntimes.decisions.invocations import Next, backoff_seconds, decide, next_without_attempt
+    from kruntimes.wire import search_typed, summaries
+    from kruntimes.wire.invocation_summaries import target_text
+    from kruntimes.workflows.common import failure_text, failure_type
+
+# Reading the target is a read: retried by Temporal a few times, then counted by the workflow.
+TARGET_TIMEOUT = timedelta(seconds=30)
+TARGET_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10), maximum_attempts=5
+)
+MAX_TARGET_READ_FAILURES = 20  # rounds in a row without an answer: Failed TargetUnreadable
+# An attempt is never retried by Temporal: its outcome is the workflow's to judge.
+NO_RETRY = RetryPolicy(maximum_attempts=1)
+# Beyond the invocation's own timeout: the gateway's hold for a replica counts within that
+# timeout, so the margin covers the gateway's dispatch and the answer's way back.
+ATTEMPT_MARGIN = timedelta(seconds=60)
+ATTEMPT_HEARTBEAT = timedelta(seconds=30)  # the activity beats while it waits: a lost worker is seen
+ATTEMPT_LOST = "AttemptLost"  # the attempt's activity failed or timed out: it may have run
+CALLBACK_TIMEOUT = timedelta(seconds=60)
+MAX_CALLBACK_DELIVERIES = 10
+TARGET_UNREADABLE = "TargetUnreadable"
+# A wait this long in one run continues as new (well under Temporal's own limits).
+CONTINUE_AFTER_EVENTS = 2_000
+
+
+def _keep(attempts: list[Attempt]) -> list[Attempt]:
+    """The first half and the last half of MAX_ATTEMPTS_KEPT attempts."""
+    if len(attempts) <= MAX_ATTEMPTS_KEPT:
+        return attempts
+    half = MAX_ATTEMPTS_KEPT // 2
+    return [*attempts[:half], *attempts[-(MAX_ATTEMPTS_KEPT - half) :]]
+
+
+def _current(status: InvocationStatus) -> str:
+    """The Temporal UI's current details: state, attempts, target, why retried, the error."""
+    target = status.target
+    attempts = status.attemptCount
+    lines = [
+        f"**{status.state.value}** · {attempts} attempt{'s' if attempts != 1 else ''} · "
+        + target_text(kind=target.kind.value, namespace=target.namespace, name=target.name, uid=target.uid)
+    ]
+    if status.retried:
+        lines.append(f"last retried: {status.retried}")
+    if status.error is not None:
+        lines.append(f"{status.error.reason}: {status.error.message}")
+    if status.callback is not None:
+        delivered = "delivered" if status.callback.delivered else "not delivered"
+        lines.append(f"callback {delivered} after {status.callback.attempts} deliveries")
+    if status.expiresAt is not None:
+        lines.append(f"kept until {status.expiresAt.isoformat()}")
+    return summaries.details("\n\n".join(lines))
+
+
+@workflow.defn(name=INVOCATION_WORKFLOW)
+class InvocationWorkflow:
+    @workflow.init
+    def __init__(self, input: InvocationInput) -> None:
+        self._input = input
+        self._status = input.carried or InvocationStatus(
+            invocationId=input.invocationId,
+            target=input.target,
+            state=InvocationState.Queued,
+            acceptedAt=input.acceptedAt,
+        )
+        self._memo: InvocationStatus | None = None
+        self._indexed = ""
+        self._ran = input.carriedRan
+
+    @workflow.query(name=QUERY_INVOCATION)
+    def invocation(self) -> InvocationStatus:
+        return self._status
+
+    @workflow.run
+    async def run(self, input: InvocationInput) -> InvocationStatus:
+        self._index_target()
+        self._publish(self._status)
+        policy, ended = await self._attempts(input)
+        ended = await self._deliver(input, policy, ended)
+        if ended.expiresAt is not None:
+            left = (ended.expiresAt - workflow.now()).total_seconds()
+            if left > 0:
+                await workflow.sleep(
+                    left, summary=summaries.summary(f"retention {policy.retentionSeconds} s")
+                )
+        return ended
+
+    # -- attempts --------------------------------------------------------------------------------
+
+    async def _attempts(self, input: InvocationInput) -> tuple[InvocationPolicy, InvocationStatus]:
+        """Read, attempt, decide, until the invocation ends: the last policy read, the final status."""
+        target = input.target
+        waited = 0
+        unread = 0
+        while True:
+            policy = await self._read_target(target)
+            if policy is None:
+                unread += 1
+                if unread >= MAX_TARGET_READ_FAILURES:
+                    error = InvocationError(
+                        reason=TARGET_UNREADABLE,
+                        message=f"the {target.kind.value} could not be read {unread} times",
+                    )
+                    return InvocationPolicy(exists=False), self._end(
+                        InvocationState.Failed, error, policy=None
+                    )
+                await self._wait(backoff_seconds(unread), why="read the target again")
+                continue
+            unread = 0
+            if not policy.exists or not policy.ready:
+                step = next_without_attempt(policy=policy, kind=target.kind, waited=waited)
+                if step.ends:
+                    return policy, self._end(step.state, step.error, policy=policy)
+                waited += 1
+                await self._wait(step.retry_in_s, why=f"the {target.kind.value} is not Ready")
+                continue
+            waited = 0
+            step = await self._attempt(input, policy)
+            if step.ends:
+                return policy, self._end(step.state, step.error, policy=policy)
+            self._publish(self._status._replace(state=InvocationState.Queued, retried=step.retried))
+            await self._wait(step.retry_in_s, why=f"backoff after attempt {self._status.attemptCount}")
+
+    async def _read_target(self, target: Target) -> InvocationPolicy | None:
+        try:
+            policy: InvocationPolicy = await workflow.execute_activity(
+                ACTIVITY_TARGET,
+                target,
+                result_type=InvocationPolicy,
+                start_to_close_timeout=TARGET_TIMEOUT,
+                retry_policy=TARGET_RETRY,
+                summary=summaries.summary(
+                    f"read {target.kind.value} {target.namespace}/{target.name or target.uid}"
+                ),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("reading the target failed: %s", failure_type(err))
+            return None
+        return policy
+
+    async def _attempt(self, input: InvocationInput, policy: InvocationPolicy) -> Next:
+        now = workflow.now()
+        n = self._status.attemptCount + 1
+        started = Attempt(n=n, startedAt=now)
+        self._publish(
+            self._status._replace(
+                state=InvocationState.Running,
+                startedAt=self._status.startedAt or now,
+                attempts=_keep([*self._status.attempts, started]),
+                attemptCount=n,
+            )
+        )
+        timeout = input.timeoutSeconds or float(DEFAULT_INVOKE_TIMEOUT_SECONDS)
+        request = AttemptRequest(
+            target=input.target,
+            invocationId=input.invocationId,
+            body=input.body,
+            timeoutSeconds=input.timeoutSeconds,
+            attempt=n,
+            share=policy.share,
+        )
+        try:
+            outcome: AttemptOutcome = await workflow.execute_activity(
+                ACTIVITY_ATTEMPT,
+                request,
+                result_type=AttemptOutcome,
+                start_to_close_timeout=timedelta(seconds=timeout) + ATTEMPT_MARGIN,
+                heartbeat_timeout=ATTEMPT_HEARTBEAT,
+                retry_policy=NO_RETRY,
+                summary=summaries.summary(f"attempt {n} of {input.invocationId}"),
+            )
+        except ActivityError as err:  # a worker lost mid-attempt, a timeout: it may have run
+            outcome = AttemptOutcome(httpStatus=0, reason=ATTEMPT_LOST, dispatched=True)
+            workflow.logger.warning("attempt %d lost: %s", n, failure_type(err))
+        if outcome.dispatched:
+            self._ran += 1
+        ended = started._replace(
+            endedAt=workflow.now(),
+            httpStatus=outcome.httpStatus,
+            reason=outcome.reason,
+            dispatched=outcome.dispatched,
+        )
+        attempts = [*self._status.attempts[:-1], ended]
+        result = outcome.body if outcome.httpStatus == 200 else self._status.result
+        self._status = self._status._replace(attempts=attempts, result=result)
+        return decide(outcome, policy=policy, kind=input.target.kind, attempts=n, ran=self._ran)
+
+    async def _wait(self, seconds: float, *, why: str) -> None:
+        await workflow.sleep(seconds, summary=summaries.summary(f"{why}: {seconds:g} s"))
+        info = workflow.info()
+        if info.is_continue_as_new_suggested() or info.get_current_history_length() > CONTINUE_AFTER_EVENTS:
+            workflow.continue_as_new(
+                self._input._replace(carried=self._status, carriedRan=self._ran),
+            )
+
+    def _end(
+        self, state: InvocationState, error: InvocationError | None, *, policy: InvocationPolicy | None
+    ) -> InvocationStatus:
+        now = workflow.now()
+        retention = (policy or InvocationPolicy(exists=False)).retentionSeconds
+        ended = self._status._replace(
+            state=state, error=error, endedAt=now, expiresAt=now + timedelta(seconds=retention)
+        )
+        self._publish(ended)
+        return ended
+
+    # -- the callback ----------------------------------------------------------------------------
+
+    async def _deliver(
+        self, input: InvocationInput, policy: InvocationPolicy, ended: InvocationStatus
+    ) -> InvocationStatus:
+        url = input.callbackUrl or policy.callbackUrl
+        if url is None:
+            return ended
+        if ended.callback is not None and ended.callback.delivered:
+            return ended
+        state = ended.callback or CallbackState(url=url)
+        while state.attempts < MAX_CALLBACK_DELIVERIES and not state.delivered:
+            n = state.attempts + 1
+            request = CallbackRequest(
+                url=url,
+                namespace=input.target.namespace,
+                secretName=policy.callbackSecretName,
+                creator=policy.creator,
+                status=self._status._replace(callback=None),
+                attempt=n,
+            )
+            final = False
+            try:
+                outcome: CallbackOutcome = await workflow.execute_activity(
+                    ACTIVITY_CALLBACK,
+                    request,
+                    result_type=CallbackOutcome,
+                    start_to_close_timeout=CALLBACK_TIMEOUT,
+                    retry_policy=NO_RETRY,
+                    summary=summaries.summary(f"callback {n} of {input.invocationId}"),
+                )
+            except ActivityError as err:
+                cause = err.cause
+                final = isinstance(cause, ApplicationError) and cause.non_retryable
+                outcome = CallbackOutcome(
+                    delivered=False, message=f"{failure_type(err)}: {failure_text(err)}"
+                )
+            failures = state.failures
+            if not outcome.delivered:
+                reason = f"HTTP{outcome.httpStatus}" if outcome.httpStatus else "NotDelivered"
+                failure = InvocationError(reason=reason, message=outcome.message)
+                failures = [*failures, failure][-MAX_CALLBACK_FAILURES_KEPT:]
+            state = state._replace(delivered=outcome.delivered, attempts=n, failures=failures)
+            self._publish(self._status._replace(callback=state))
+            if final or state.delivered or n >= MAX_CALLBACK_DELIVERIES:
+                break
+            seconds = backoff_seconds(n)
+            await workflow.sleep(seconds, summary=summaries.summary(f"callback again in {seconds:g} s"))
+        return self._status
+
+    # -- what others read ------------------------------------------------------------------------
+
+    def _index_target(self) -> None:
+        """The attributes a starter sets, upserted when missing (a start without them: the SDK)."""
+        target = self._input.target
+        wanted = search_typed.invocation_values(
+            namespace=target.namespace,
+            target_kind=target.kind.value,
+            target_uid=target.uid,
+            state=self._status.state.value,
+        )
+        present = workflow.info().typed_search_attributes
+        missing = [key.value_set(value) for key, value in wanted if present.get(key) != value]
+        if missing:
+            workflow.upsert_search_attributes(missing)
+        self._indexed = self._status.state.value
+
+    def _publish(self, status: InvocationStatus) -> None:
+        """The status: kept for the query, written to the memo when changed, its state indexed."""
+        self._status = status
+        if status != self._memo:
+            workflow.upsert_memo({INVOCATION_STATUS_MEMO: status})
+            self._memo = status
+        if status.state.value != self._indexed:
+            workflow.upsert_search_attributes([search_typed.KRT_PHASE.value_set(status.state.value)])
+            self._indexed = status.state.value
+        workflow.set_current_details(_current(status))
