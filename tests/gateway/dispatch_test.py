@@ -26,10 +26,15 @@ from kruntimes.gateway.server import Gateway
 from kruntimes.pki import PeerTLS, Role
 from kruntimes.rpc.v1 import gateway_dispatch_pb2 as gd
 from kruntimes.rpc.v1 import gateway_dispatch_pb2_grpc as gd_grpc
+from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire.headers import INVOCATION_ID
 from tests.gateway.conftest import HostProcess, Hosts, invoke, lines, recording, wait_for
-from tests.gateway.function_invoke_test import Calls, fresh, ran_on, replicate
+from tests.gateway.function_invoke_test import HELD, Calls, fresh, ran_on, replica_assignment, replicate
+from tests.gateway.scale_from_zero_test import Cold, Temporal, wakes
+from tests.gateway.scale_from_zero_test import cold as cold  # the fixtures, shared
+from tests.gateway.scale_from_zero_test import temporal as temporal
 from tests.support.pki import GATEWAY, TestPKI
+from tests.support.waiting import eventually
 
 # Writes its tag, then holds until its gate file exists (if it names one); fails if asked to.
 GATED = """
@@ -294,3 +299,51 @@ async def test_async_attempts_hold_their_share_and_sync_invocations_keep_the_res
     )
     assert "krt_gateway_async_attempts_in_flight 0.0" in text
     assert fn.uid not in text
+
+
+async def test_an_attempt_on_a_function_without_a_ready_replica_wakes_it_and_runs_on_the_first(
+    gateway: Gateway,
+    main_host: HostProcess,
+    records_dir: Path,
+    temporal: Temporal,
+    cold: Cold,
+    worker: gd_grpc.GatewayDispatchAsyncStub,
+) -> None:
+    """Held as a sync invoke is, while the gateway signals the Function's workflow for a replica;
+    a Function with none Ready has an async share of one, the attempt that wakes it."""
+    path = fresh(records_dir)
+
+    def held(n: int) -> dict[str, object]:
+        return {"dir": str(path), "n": n, "gate": f"go-{n}"}
+
+    call = asyncio.create_task(attempt(worker, cold.uid, held(0), kind="Function"))
+    replica: str | None = None
+    try:
+        await eventually(lambda: gateway.balancer.waiting(cold.uid) == 1, within=WAIT_S, what="held")
+        refused(await attempt(worker, cold.uid, held(1), kind="Function"), 429, "AsyncShareFull")
+
+        async def woken() -> bool:
+            return len(await wakes(cold.handle)) == 1
+
+        await eventually(woken, within=WAIT_S, what="the wake signal in the workflow's history")
+        run_uid = str(uuid.uuid4())
+        name = f"{cold.name}-r1-{run_uid[:5]}"
+        registered = await main_host.register(
+            gateway,
+            HELD,
+            uid=run_uid,
+            name=name,
+            env={"REPLICA": name},
+            assignment=replica_assignment(main_host, run_uid=run_uid, name=name, function_uid=cold.uid),
+        )
+        replica = registered.registration_id
+        await eventually(lambda: ran_on(path, 0) == name, within=WAIT_S, what="the held attempt running")
+        (path / "go-0").touch()
+        assert succeeded(await call).outputs == {"n": 0, "replica": name}
+        assert ran_on(path, 1) == "", "the attempt past the share never ran"
+    finally:
+        (path / "go-0").touch()
+        await asyncio.gather(call, return_exceptions=True)
+        if replica is not None:
+            await main_host.stub.UnregisterFunction(pb.UnregisterFunctionRequest(registration_id=replica))
+            await wait_for(lambda: not gateway.routes.function_routes(cold.uid), "the replica's route gone")
