@@ -33,7 +33,7 @@ from tests.gateway.function_invoke_test import HELD, Calls, fresh, ran_on, repli
 from tests.gateway.scale_from_zero_test import Cold, Temporal, wakes
 from tests.gateway.scale_from_zero_test import cold as cold  # the fixtures, shared
 from tests.gateway.scale_from_zero_test import temporal as temporal
-from tests.support.pki import GATEWAY, TestPKI
+from tests.support.pki import CONTROL_PLANE, GATEWAY, TestPKI
 from tests.support.waiting import eventually
 
 # Writes its tag, then holds until its gate file exists (if it names one); fails if asked to.
@@ -121,6 +121,7 @@ async def test_only_the_control_planes_identity_may_run_an_attempt(
     records_dir: Path,
     pki: TestPKI,
     worker: gd_grpc.GatewayDispatchAsyncStub,
+    tmp_path: Path,
 ) -> None:
     path, fn = await recording(main_host, gateway, records_dir, GATED)
     request = gd.AttemptInvocationRequest(
@@ -138,10 +139,12 @@ async def test_only_the_control_planes_identity_may_run_an_attempt(
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await gd_grpc.GatewayDispatchStub(channel).AttemptInvocation(request, timeout=WAIT_S)
         assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED, tls.identity
-    async with channel_as(gateway, None) as channel:  # no client certificate: no handshake
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await gd_grpc.GatewayDispatchStub(channel).AttemptInvocation(request, timeout=WAIT_S)
-    assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+    # no client certificate, or the control plane's identity from another CA: no handshake
+    for tls_or_none in (None, pki.impostor(TestPKI.create(tmp_path / "other-ca"), CONTROL_PLANE)):
+        async with channel_as(gateway, tls_or_none) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await gd_grpc.GatewayDispatchStub(channel).AttemptInvocation(request, timeout=WAIT_S)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
     assert lines(path) == []
     # the same request as the control plane runs
     assert succeeded(await worker.AttemptInvocation(request, timeout=WAIT_S)).invocationId == "inv-intruder"
@@ -228,6 +231,13 @@ async def test_a_busy_run_is_429_not_dispatched_and_never_runs(
     finally:
         gate.touch()
     (await first).expect(200)
+    dispatch = gateway.heartbeats.dispatch
+    bound, dispatch.max_in_flight = dispatch.max_in_flight, 0  # the gateway's own bound, over every target
+    try:
+        body = refused(await attempt(worker, fn.uid, {"tag": "bounded"}), 429, "AsyncShareFull")
+        assert "as many async attempts as it may" in body.message
+    finally:
+        dispatch.max_in_flight = bound
     succeeded(await attempt(worker, fn.uid, {"tag": "again"}))
     assert lines(path) == ["first", "again"]
 
