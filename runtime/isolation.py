@@ -199,6 +199,7 @@ class FunctionIsolation:
         self._network = network_namespaces and self.settings.network is Network.NONE
         if self.settings.isolation is Isolation.UID and not namespaces:
             _share_scratch()  # functions of other uids share /tmp: none may delete another's files
+            _close_ancestors(work_root)  # nor rename the host's state aside: they share its mounts
         network = self._start_egress()
         if self.settings.isolation is Isolation.UID:
             scrub = self.rules.scrub if self.rules is not None else None
@@ -448,6 +449,14 @@ def _share_scratch() -> None:
         log.info("shared scratch directories made sticky", extra={"directories": changed})
     for problem in problems:
         log.warning("functions share %s, not sticky: one may delete what another left there", problem)
+
+
+def _close_ancestors(work_root: Path) -> None:
+    changed, problems = shared_tmp.close_ancestors(work_root)
+    if changed:
+        log.info("state directory's ancestors closed to other users' writes", extra={"directories": changed})
+    for problem in problems:
+        log.warning("functions may rename the host's state aside through %s", problem)
 
 
 def _private_parents(hidden: tuple[str, ...]) -> list[str]:

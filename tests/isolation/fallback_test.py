@@ -14,6 +14,7 @@ import pytest
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.isolation import FunctionIsolation
+from kruntimes.runtime.sandbox import shared_tmp
 from kruntimes.runtime.sandbox.policy import Isolation, IsolationUnavailable, Network, SandboxSettings
 from tests.support.pki import TestPKI
 from tests.support.runtime_hosts import loopback_host
@@ -114,3 +115,17 @@ def test_an_explicit_same_user_host_runs_functions_as_itself_and_reports_it(
             assert seccomp_mode == "2" and "no syscall filter" not in info.isolation.summary, "and filtered"
     finally:
         host.stop(grace_s=1)
+
+
+def test_without_mount_namespaces_no_ancestor_of_the_state_lets_others_rename_it(tmp_path: Path) -> None:
+    """A pod's emptyDir root is 0777: a function sharing the host's mounts could rename the state
+    directory aside and put its own there. Sticky directories (/tmp) need nothing."""
+    volume, sticky = tmp_path / "volume", tmp_path / "volume" / "sticky"
+    work = sticky / "state" / "work"
+    work.mkdir(parents=True)
+    volume.chmod(0o777)
+    sticky.chmod(0o1777)
+    changed, problems = shared_tmp.close_ancestors(work)
+    assert (changed, problems) == ([str(volume)], [])
+    assert [oct(d.stat().st_mode & 0o7777) for d in (volume, sticky)] == [oct(0o775), oct(0o1777)]
+    assert shared_tmp.close_ancestors(work) == ([], []), "once is enough"

@@ -149,6 +149,10 @@ def test_a_function_cannot_delete_what_another_left_in_the_shared_tmp(
     ready, tmp = host
     assert "shared mounts" in ready["isolation"] and "own uid per function" in ready["isolation"]
     assert oct(tmp.stat().st_mode & 0o7777) == oct(0o1777), "the host made the pod's /tmp sticky"
+    state = (
+        tmp.parent / "state"
+    )  # the state volume's root, 0777 as an emptyDir: no function renames the state aside
+    assert oct(state.stat().st_mode & 0o7777) == oct(0o775), "the host closed it to others' writes"
     with (
         pki.channel(ready["address"], as_=pki.control_plane) as control,
         pki.channel(ready["address"], as_=pki.gateway) as gateway,
