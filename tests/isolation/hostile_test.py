@@ -21,6 +21,7 @@ from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.runtime.limits import ProcessLimits
 from kruntimes.runtime.sandbox import seccomp
 from kruntimes.runtime.sandbox.identity import present, processes_of
+from tests.isolation import probes
 from tests.isolation.conftest import (
     ATTACKER,
     FILE_LIMIT,
@@ -37,42 +38,15 @@ from tests.support.waiting import wait_until
 
 isolation_needed = needing(os.geteuid() == 0, "needs root: see tests/isolation/fallback_test.py")
 
-READ = """
-import os
-found = {}
-for path in PATHS:
-    try:
-        with open(path, "rb") as f:
-            found[path] = f.read(4096).decode(errors="replace")
-    except OSError as exc:
-        found[path] = type(exc).__name__
-result = found
-"""
-
 
 def _read(attacker: Function, paths: list[str]) -> dict[str, str]:
-    return attacker.run(f"PATHS = {paths!r}\n" + READ)  # type: ignore[no-any-return]
+    return attacker.run(probes.read(paths))  # type: ignore[no-any-return]
 
 
 def test_a_function_runs_as_its_own_unprivileged_uid_without_capabilities(
     attacker: Function, victim: Function
 ) -> None:
-    seen = attacker.run(
-        """
-import os
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-try:
-    os.setuid(0)
-    regained = True
-except OSError:
-    regained = False
-result = {
-    "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
-    "caps": [status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")],
-    "no_new_privs": status["NoNewPrivs"].strip(), "regained": regained,
-}
-"""
-    )
+    seen = attacker.run(probes.IDENTITY)
     assert seen["uid"] == attacker.uid and seen["uid"] != 0 and seen["uid"] != victim.uid
     assert seen["gid"] == attacker.uid and seen["groups"] == []
     assert seen["caps"] == ["0000000000000000"] * 4
@@ -86,9 +60,7 @@ def test_the_state_directory_and_its_secrets_are_out_of_reach(
     found = _read(attacker, [*paths, str(target.state_dir)])
     for path in paths:
         assert found[path] in ("FileNotFoundError", "PermissionError"), path
-    listing = attacker.run(
-        f"import os\ntry:\n    result = os.listdir({str(target.state_dir)!r})\nexcept OSError as e:\n    result = type(e).__name__"
-    )
+    listing = attacker.run(probes.listdir(str(target.state_dir)))
     assert listing in ("FileNotFoundError", "PermissionError", [])
 
 
@@ -131,20 +103,9 @@ def test_signals_to_the_host_the_zygote_and_another_function_fail(
     zygote = target.runtime.spawner.zygote_pid
     assert zygote is not None
     pids = [os.getpid(), zygote, *victim.pids, 1]
-    outcome = attacker.run(
-        f"""
-import os, signal
-outcome = {{}}
-for pid in {pids!r}:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        outcome[str(pid)] = "sent"
-    except OSError as exc:
-        outcome[str(pid)] = type(exc).__name__
-result = outcome
-"""
-    )
-    assert all(value != "sent" for pid, value in outcome.items() if pid != "1"), outcome
+    outcome = attacker.run(probes.signal(pids))
+    assert all(value[0] != "sent" for pid, value in outcome.items() if pid != "1"), outcome
+    assert all(value[1] != "attached" for value in outcome.values()), outcome
     assert zygote == target.runtime.spawner.zygote_pid and os.path.exists(f"/proc/{zygote}")
 
 
@@ -318,19 +279,7 @@ def test_in_network_none_no_port_of_the_machine_is_reachable(
     ports = [int(target.runtime.address.rsplit(":", 1)[1]), target.listener.getsockname()[1]]
     if target.runtime.invoke_address:
         ports.append(int(target.runtime.invoke_address.rsplit(":", 1)[1]))
-    outcome = attacker.run(
-        f"""
-import socket
-outcome = {{}}
-for port in {ports!r}:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        outcome[port] = "connected"
-    except OSError as exc:
-        outcome[port] = type(exc).__name__
-result = {{str(k): v for k, v in outcome.items()}}
-"""
-    )
+    outcome = attacker.run(probes.connect([("127.0.0.1", port) for port in ports]))
     assert all(value != "connected" for value in outcome.values()), outcome
 
 
@@ -454,20 +403,6 @@ def world_writable() -> Iterator[Path]:
         shutil.rmtree(made)
 
 
-WRITE = """
-import errno
-found = {}
-for path in PATHS:
-    try:
-        with open(path, "w") as f:
-            f.write("left by a function")
-        found[path] = "written"
-    except OSError as exc:
-        found[path] = errno.errorcode.get(exc.errno, str(exc.errno))
-result = found
-"""
-
-
 def test_a_function_writes_nowhere_on_the_host_but_its_workspace_tmp_and_dev_shm(
     attacker: Function, world_writable: Path
 ) -> None:
@@ -475,7 +410,7 @@ def test_a_function_writes_nowhere_on_the_host_but_its_workspace_tmp_and_dev_shm
     # what another tenant's function would read, what would fill the host's disk.
     host_paths = [str(world_writable / "left"), "/var/tmp/krt-left-by-a-function", "/run/lock/krt-left"]
     own = [str(attacker.workdir / "mine"), "/tmp/mine", "/dev/shm/mine"]
-    seen = attacker.run(f"PATHS = {host_paths + own!r}\n" + WRITE)
+    seen = attacker.run(probes.write(host_paths + own))
     assert seen[str(world_writable / "left")] == "EROFS", seen
     assert all(seen[path] != "written" for path in host_paths), seen
     assert not any(os.path.lexists(path) for path in host_paths), "nothing reached the host"
@@ -490,22 +425,13 @@ def _shm_keys(table: str) -> set[int]:
 
 def test_system_v_shared_memory_is_the_functions_own(attacker: Function, target: HostUnderAttack) -> None:
     key = 0x6B7274  # what a second tenant's function would look the segment up by
-    made = attacker.run(
-        f"""
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-shmid = libc.shmget({key}, 4096, 0o1000 | 0o666)  # IPC_CREAT, readable and writable by anyone
-result = [shmid, open("/proc/sysvipc/shm").read()]
-"""
-    )
-    assert made[0] >= 0 and key in _shm_keys(made[1]), "the function made its segment"
+    made = attacker.run(probes.shm(key, create=True))
+    assert made[0] >= 0 and key in made[1], "the function made its segment"
     assert key not in _shm_keys(Path("/proc/sysvipc/shm").read_text()), "the host's IPC is not its"
     other = target.register(ATTACKER)
     try:
-        found = other.run(
-            f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nresult = libc.shmget({key}, 0, 0)"
-        )
-        assert found == -1, "another function cannot attach it"
+        found = other.run(probes.shm(key, create=False))
+        assert found[0] == -1 and key not in found[1], "another function cannot attach it"
     finally:
         target.stub.UnregisterFunction(
             pb.UnregisterFunctionRequest(registration_id=other.registration_id, grace_ms=100), timeout=30
