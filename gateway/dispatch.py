@@ -16,6 +16,11 @@ concurrency (a Run's, or its Ready replicas' together), counted from an attempt'
 that wakes it). Past it an attempt is 429 AsyncShareFull and never runs, so sync traffic always
 keeps the rest. Each gateway counts its own, as the balancer does.
 
+A worker whose call ends before the answer (it hung up, or its deadline passed) is a sync caller
+that hangs up: the attempt leaves the balancer's wait or the host's queue (the invoke port's cancel
+frame) and never runs for nobody; one already running runs to its end. It is counted as 499
+ClientClosedRequest.
+
 Bounds: the body at most MAX_PAYLOAD_BYTES (413) and JSON (400), the invocation id and the timeout
 as a sync invoke's (400; 0 ms: the default timeout), the uid canonical (else 404, as a sync invoke
 answers); a namespace, kind, runtime, share or attempt no sync request could carry is
@@ -147,7 +152,21 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
             raise AssertionError("unreachable: abort raises")
         started = time.perf_counter()
-        outcome = await self.attempt(request)
+        try:
+            outcome = await self.attempt(request)
+        except asyncio.CancelledError:  # the worker's call ended first: counted, never answered
+            closed = R.CLIENT_CLOSED_REQUEST
+            self._observe(request, Outcome(closed.status, str(closed), b"", True), started)
+            raise
+        self._observe(request, outcome, started)
+        return gd.AttemptInvocationResponse(
+            http_status=outcome.status,
+            reason=outcome.reason,
+            body=outcome.body,
+            dispatched=outcome.dispatched,
+        )
+
+    def _observe(self, request: gd.AttemptInvocationRequest, outcome: Outcome, started: float) -> None:
         if self.metrics is not None:
             self.metrics.async_attempts.labels(request.target_kind, str(outcome.status), outcome.reason).inc()
         level = logging.INFO if outcome.status < 500 else logging.WARNING
@@ -166,12 +185,6 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
                     "ms": round((time.perf_counter() - started) * 1000, 3),
                 },
             )
-        return gd.AttemptInvocationResponse(
-            http_status=outcome.status,
-            reason=outcome.reason,
-            body=outcome.body,
-            dispatched=outcome.dispatched,
-        )
 
     async def attempt(self, request: gd.AttemptInvocationRequest) -> Outcome:
         """One attempt (its request well-formed: `_malformed` says nothing), as a sync invoke runs it."""
@@ -180,11 +193,19 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
         except ValueError as exc:
             return error_outcome(BadRequest(str(exc), reason=R.INVALID_INVOCATION_ID), "")
         share = request.share_percent or DEFAULT_SHARE_PERCENT
+        # Done once the worker's call ends first (it hung up, or its deadline passed): the attempt
+        # is withdrawn as a sync caller's that hangs up (out of the host's queue or the balancer's
+        # wait, never run for nobody), in its own task, since the call's task is cancelled.
+        lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        run = self._run if request.target_kind == RUN else self._function
+        task = asyncio.ensure_future(run(request, inv, share, lost))
+        task.add_done_callback(_retrieved)
         try:
-            if request.target_kind == RUN:
-                body = await self._run(request, inv, share)
-            else:
-                body = await self._function(request, inv, share)
+            body = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not lost.done():
+                lost.set_result(None)
+            raise
         except GatewayError as error:
             return error_outcome(error, inv)
         except _ShareFull as full:
@@ -196,7 +217,9 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
             return error_outcome(GatewayError("internal error"), inv)
         return Outcome(200, "", body, True)
 
-    async def _run(self, request: gd.AttemptInvocationRequest, inv: str, share: int) -> bytes:
+    async def _run(
+        self, request: gd.AttemptInvocationRequest, inv: str, share: int, lost: asyncio.Future[None]
+    ) -> bytes:
         namespace, runtime, uid = request.namespace, request.runtime, request.target_uid
         route = await self.runs.find_route(namespace, runtime, uid)
         if route is None:
@@ -206,9 +229,11 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
         timeout_s = timeout_of(request.timeout_ms)
         payload = payload_of(request.body)
         with self._hold(uid, share_limit(route.concurrency, share)):
-            return await self.runs.deliver(route, inv, payload, timeout_s)
+            return await self.runs.deliver(route, inv, payload, timeout_s, lost=lost)
 
-    async def _function(self, request: gd.AttemptInvocationRequest, inv: str, share: int) -> bytes:
+    async def _function(
+        self, request: gd.AttemptInvocationRequest, inv: str, share: int, lost: asyncio.Future[None]
+    ) -> bytes:
         namespace, uid = request.namespace, request.target_uid
         seen, known = self.functions.lookup(uid, namespace)
         if seen is None and known is None:
@@ -217,9 +242,8 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
         payload = payload_of(request.body)
         wake = self.balancer.wake_target(uid, namespace, seen)
         with self._hold(uid, share_limit(self.balancer.capacity(uid, namespace), share)):
-            never: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # no caller hangs up
             return await self.functions.deliver_function(
-                uid, namespace, inv, payload, timeout_s, lost=never, wake=wake
+                uid, namespace, inv, payload, timeout_s, lost=lost, wake=wake
             )
 
     @contextlib.contextmanager
@@ -271,6 +295,12 @@ def _malformed(request: gd.AttemptInvocationRequest) -> str:
     if request.attempt < 1:
         return "attempt must be at least 1"
     return ""
+
+
+def _retrieved(task: asyncio.Future[bytes]) -> None:
+    """An attempt whose caller went away ends on its own (ClientAborted): nobody awaits it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _logged_id(value: str) -> str:

@@ -79,7 +79,8 @@ class GatewayMetrics:
             "krt_gateway_async_attempts_total",
             "Attempts of async invocations this gateway ran for the control plane, by target kind "
             "(Run, Function) and the status and reason a sync invoke would have been answered "
-            "(429 AsyncShareFull: the target's async share was held)",
+            "(429 AsyncShareFull: the target's async share was held; 499 ClientClosedRequest: the worker's "
+            "call ended first)",
             ["kind", "status", "reason"],
             registry=self.registry,
         )

@@ -30,6 +30,7 @@ from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire.headers import INVOCATION_ID
 from tests.gateway.conftest import HostProcess, Hosts, invoke, lines, recording, wait_for
 from tests.gateway.function_invoke_test import HELD, Calls, fresh, ran_on, replica_assignment, replicate
+from tests.gateway.queue_test import status
 from tests.gateway.scale_from_zero_test import Cold, Temporal, wakes
 from tests.gateway.scale_from_zero_test import cold as cold  # the fixtures, shared
 from tests.gateway.scale_from_zero_test import temporal as temporal
@@ -240,6 +241,37 @@ async def test_a_busy_run_is_429_not_dispatched_and_never_runs(
         dispatch.max_in_flight = bound
     succeeded(await attempt(worker, fn.uid, {"tag": "again"}))
     assert lines(path) == ["first", "again"]
+
+
+async def test_a_worker_that_hangs_up_while_its_attempt_is_queued_on_the_host_withdraws_it(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    main_host: HostProcess,
+    records_dir: Path,
+    worker: gd_grpc.GatewayDispatchAsyncStub,
+) -> None:
+    """As a sync caller that hangs up: out of the host's queue at once, and it never runs."""
+    path = fresh(records_dir)
+    record = {"TEST_RECORD": str(path / "ran")}
+    fn = await main_host.register(gateway, GATED, concurrency=1, queue=1, env=record)
+    first = asyncio.create_task(invoke(client, gateway, fn.uid, {"tag": "first", "gate": str(path / "go")}))
+    try:
+        await wait_for(lambda: lines(path / "ran") == ["first"], "the sync invocation running")
+        queued = asyncio.create_task(attempt(worker, fn.uid, {"tag": "async"}, share=100))
+        await eventually(lambda: status(fn), within=WAIT_S, until=lambda s: s.waiting == 1)
+        queued.cancel()  # the worker's call ends: gRPC cancels it at the gateway
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        await eventually(lambda: status(fn), within=WAIT_S, until=lambda s: s.waiting == 0)
+        assert not first.done()
+    finally:
+        (path / "go").touch()
+    (await first).expect(200)
+    succeeded(await attempt(worker, fn.uid, {"tag": "next"}))
+    assert lines(path / "ran") == ["first", "next"], "the withdrawn attempt never ran"
+    await eventually(
+        lambda: gateway.heartbeats.dispatch.held(fn.uid) == 0, within=WAIT_S, what="its place freed"
+    )
 
 
 async def test_a_host_killed_mid_call_is_502_and_dispatched(
