@@ -33,6 +33,7 @@ from kruntimes.activities.host_watch import HostWatchActivities, signal_ready_wi
 from kruntimes.activities.hosts._rpc import use_peer_tls
 from kruntimes.activities.hosts.base import HostManager
 from kruntimes.activities.hosts.registry import started_providers
+from kruntimes.activities.invocations import InvocationAttempts, InvocationTargets
 from kruntimes.activities.reconcile import ReconcileActivities
 from kruntimes.activities.retention import RetentionActivities
 from kruntimes.activities.runtime_host import RuntimeHostActivities
@@ -45,6 +46,7 @@ from kruntimes.workers.tuning import worker_tuning
 from kruntimes.workflows.cleanup import CleanupWorkflow
 from kruntimes.workflows.function import FunctionWorkflow
 from kruntimes.workflows.host import HostWorkflow
+from kruntimes.workflows.invocation import InvocationWorkflow
 from kruntimes.workflows.pool import RuntimePoolWorkflow
 from kruntimes.workflows.reconcile import ReconcileWorkflow
 from kruntimes.workflows.retention import RetentionWorkflow
@@ -61,6 +63,7 @@ RUN_WORKFLOWS = [
     RetentionWorkflow,
     ScheduledRunWorkflow,
     FunctionWorkflow,
+    InvocationWorkflow,
 ]
 POOL_WORKFLOWS = [RuntimePoolWorkflow]
 
@@ -252,6 +255,8 @@ async def _running_workers(
         FunctionActivities(client).delete_replica,
         FunctionLoadActivities(gateways=settings.platform.gatewayHeartbeats).autoscale_function,
         CallbackActivities.in_state_dir(settings.callbacks, _state_dir(settings)).deliver_callback,
+        InvocationTargets(client).invocation_target,
+        InvocationAttempts(settings.platform.gatewayHeartbeats).attempt_invocation,
     ]
     tuning = worker_tuning(settings.sandboxed)
     running = RunningWorkers(known=reconciler.known)
