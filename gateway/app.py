@@ -2,6 +2,10 @@
 `observe` middleware), metrics, and JSON access logs (runtime, run uid, invocation id — never
 tokens).
 
+An invoke with `Prefer: respond-async` (RFC 7240; other preferences are ignored) is an async
+invocation (gateway/async_invoke.py), as are the `…/invocations` paths under a Run's and a
+Function's URL.
+
 Every error answer is an `ErrorBody` (gateway/bodies.py) with the status of its reason
 (kruntimes.wire.reasons.GatewayReason): a GatewayError as it says; the router's own refusals
 (an unknown path, a method the path does not take) as JSON too; and any other exception, a bug of
@@ -24,6 +28,13 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kruntimes.gateway.async_invoke import (
+    DEFAULT_MAX_BACKLOG,
+    DEFAULT_MAX_TARGET_BACKLOG,
+    FUNCTION,
+    RUN,
+    AsyncInvocations,
+)
 from kruntimes.gateway.auth import Authorizer
 from kruntimes.gateway.errors import BodyTimeout, ClientAborted, GatewayError
 from kruntimes.gateway.function_invoke import DEFAULT_WARMUP_S, REPLICA, Balancer, FunctionInvokeHandler
@@ -32,19 +43,48 @@ from kruntimes.gateway.listener import GatewayProtocol, HttpLimits
 from kruntimes.gateway.metrics import GatewayMetrics
 from kruntimes.gateway.replies import error_answer, gateway_error_answer, router_reason
 from kruntimes.gateway.routes import RouteCache
+from kruntimes.gateway.visibility import Visibility
 from kruntimes.temporal.known_runs import KnownRuns
+from kruntimes.wire import headers
 from kruntimes.wire.reasons import GatewayReason
 
 # the OpenAPI document, generated from gateway/bodies.py's models by `make openapi`
 OPENAPI = Path(__file__).with_name("openapi.json")
 
-__all__ = ["GatewayState", "build_app", "error_answer", "gateway_error_answer", "router_reason"]
+__all__ = [
+    "ASYNC_INVOCATIONS",
+    "GatewayState",
+    "build_app",
+    "error_answer",
+    "gateway_error_answer",
+    "prefers_async",
+    "router_reason",
+]
 
 log = logging.getLogger("gateway")
 
-INVOKE_PATH = r"/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid:[^/:]+}:invoke"
-FUNCTION_INVOKE_PATH = r"/v1/namespaces/{namespace}/functions/{uid:[^/:]+}:invoke"
-_INVOKES = frozenset({"invoke", "function_invoke"})
+RUN_PATH = r"/v1/namespaces/{namespace}/runtimes/{runtime}/functions/{uid:[^/:]+}"
+FUNCTION_PATH = r"/v1/namespaces/{namespace}/functions/{uid:[^/:]+}"
+INVOKE_PATH = RUN_PATH + ":invoke"
+FUNCTION_INVOKE_PATH = FUNCTION_PATH + ":invoke"
+# an invocation id: anything but "/" once aiohttp decoded it (the id's own rules are checked after)
+_INVOCATION = r"/invocations/{id:[^/]+}"
+_INVOKES = frozenset(
+    {
+        "invoke",
+        "function_invoke",
+        "invocations",
+        "invocation",
+        "invocation_resubmit",
+        "function_invocations",
+        "function_invocation",
+        "function_invocation_resubmit",
+    }
+)
+# where the access log finds that an invoke was async
+ASYNC = web.RequestKey("async_invoke", bool)
+# the async handlers (tests reach the Temporal channel through it)
+ASYNC_INVOCATIONS = web.AppKey("async_invocations", AsyncInvocations)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CLOSED = GatewayReason.CLIENT_CLOSED_REQUEST
 
@@ -60,6 +100,21 @@ class GatewayState:
     limits: HttpLimits = HttpLimits()
     balancer: Balancer | None = None  # a Function's replicas (one is made when none is given)
     function_warmup_s: float = DEFAULT_WARMUP_S
+    # async invocations: Temporal (None: each is 503 AsyncUnavailable) and the backlog's bounds
+    temporal: Visibility | None = None
+    max_async_target_backlog: int = DEFAULT_MAX_TARGET_BACKLOG
+    max_async_backlog: int = DEFAULT_MAX_BACKLOG
+
+
+def prefers_async(request: web.Request) -> bool:
+    """Whether a `Prefer` header asks for `respond-async` (RFC 7240: comma-separated
+    preferences, each a token with an optional value and parameters; case-insensitive)."""
+    for value in request.headers.getall(headers.PREFER, ()):
+        for preference in value.split(","):
+            token = preference.split(";", 1)[0].split("=", 1)[0].strip()
+            if token.lower() == headers.RESPOND_ASYNC:
+                return True
+    return False
 
 
 def _route_label(request: web.Request) -> str:
@@ -118,6 +173,7 @@ def build_app(state: GatewayState) -> web.Application:
                         **logged_target(request),
                         **({"run_uid": request.get(REPLICA, "")} if route == "function_invoke" else {}),
                         "invocation_id": request.get(INVOCATION_ID, ""),
+                        **({"async": True} if request.get(ASYNC) else {}),
                         "ms": round((time.perf_counter() - started) * 1000, 3),
                     },
                 )
@@ -165,12 +221,43 @@ def build_app(state: GatewayState) -> web.Application:
         balancer=state.balancer or Balancer(state.routes, metrics, warmup_s=state.function_warmup_s),
         limits=state.limits,
     )
+    async_invocations = AsyncInvocations(
+        runs=invoke,
+        functions=function_invoke,
+        authorizer=state.authorizer,
+        temporal=state.temporal,
+        limits=state.limits,
+        max_target_backlog=state.max_async_target_backlog,
+        max_backlog=state.max_async_backlog,
+    )
     app = web.Application(middlewares=[observe], client_max_size=1024 * 1024 + 1)
-    # the bound coroutine method: aiohttp deprecates handlers that are not coroutine functions
-    app.router.add_post(INVOKE_PATH, invoke.__call__, name="invoke")
-    app.router.add_post(FUNCTION_INVOKE_PATH, function_invoke.__call__, name="function_invoke")
+    app[ASYNC_INVOCATIONS] = async_invocations
+    for kind, base, sync, prefix in (
+        # the bound coroutine method: aiohttp deprecates handlers that are not coroutine functions
+        (RUN, RUN_PATH, invoke.__call__, ""),
+        (FUNCTION, FUNCTION_PATH, function_invoke.__call__, "function_"),
+    ):
+        handlers = async_invocations.handlers(kind)
+        app.router.add_post(base + ":invoke", _either(sync, handlers["accept"]), name=f"{prefix}invoke")
+        app.router.add_get(base + "/invocations", handlers["list"], name=f"{prefix}invocations")
+        app.router.add_get(base + _INVOCATION, handlers["get"], name=f"{prefix}invocation")
+        app.router.add_post(
+            base + _INVOCATION + ":resubmit", handlers["resubmit"], name=f"{prefix}invocation_resubmit"
+        )
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")
     app.router.add_get("/metrics", prometheus, name="metrics")
     app.router.add_get("/openapi.json", spec, name="openapi")
     return app
+
+
+def _either(sync: Handler, async_: Handler) -> Handler:
+    """An invoke route: `async_` when the request prefers respond-async, else `sync`."""
+
+    async def invoke(request: web.Request) -> web.StreamResponse:
+        if prefers_async(request):
+            request[ASYNC] = True
+            return await async_(request)
+        return await sync(request)
+
+    return invoke

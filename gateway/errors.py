@@ -9,14 +9,17 @@ GatewayError                    500  InternalError        (also any exception no
  │    ├── Unauthenticated       401  Unauthenticated
  │    ├── Forbidden             403  Forbidden
  │    └── AuthUnavailable       503  AuthorizationUnavailable  (+ Retry-After)
- ├── NotFound                   404  RunNotFound | FunctionNotFound
+ ├── NotFound                   404  RunNotFound | FunctionNotFound | InvocationNotFound
+ ├── Conflict                   409  InvocationConflict (an async invocation's id with another body)
  ├── BodyTimeout                408  RequestBodyTimeout  (the connection is closed after it)
  ├── PayloadTooLarge            413  PayloadTooLarge
  ├── Busy                       429  FunctionBusy | QueueTimeout | HostBusy | ReplicasFull  (+ Retry-After):
  │                                   did not run
+ ├── BacklogFull                429  AsyncBacklogFull  (+ Retry-After): nothing recorded
  ├── UpstreamFailed             502  OwnerUnreachable | FunctionProcessExited | MalformedOwnerAnswer
  ├── RunNotReady                503  RunNotReady | RouteStale | NoReadyReplica  (+ Retry-After)
  ├── OwnerUnavailable           503  OwnerUnavailable  (+ Retry-After): not delivered, did not run
+ ├── AsyncUnavailable           503  AsyncUnavailable  (+ Retry-After): Temporal could not record it
  └── UpstreamTimeout            504  InvocationTimeout | OwnerTimeout
 
 A class names the reasons it may carry (the first is its default); they all share one status. A
@@ -89,7 +92,11 @@ class AuthUnavailable(AuthError):
 
 
 class NotFound(GatewayError):
-    reasons = (R.RUN_NOT_FOUND, R.FUNCTION_NOT_FOUND)
+    reasons = (R.RUN_NOT_FOUND, R.FUNCTION_NOT_FOUND, R.INVOCATION_NOT_FOUND)
+
+
+class Conflict(GatewayError):
+    reasons = (R.INVOCATION_CONFLICT,)
 
 
 class BodyTimeout(GatewayError):
@@ -102,6 +109,10 @@ class PayloadTooLarge(GatewayError):
 
 class Busy(GatewayError):
     reasons = (R.FUNCTION_BUSY, R.QUEUE_TIMEOUT, R.HOST_BUSY, R.REPLICAS_FULL)
+
+
+class BacklogFull(GatewayError):
+    reasons = (R.ASYNC_BACKLOG_FULL,)
 
 
 class UpstreamFailed(GatewayError):
@@ -118,6 +129,12 @@ class OwnerUnavailable(GatewayError):
     reasons = (R.OWNER_UNAVAILABLE,)
 
 
+class AsyncUnavailable(GatewayError):
+    """Temporal could not record (or read) an async invocation: nothing was recorded."""
+
+    reasons = (R.ASYNC_UNAVAILABLE,)
+
+
 class UpstreamTimeout(GatewayError):
     reasons = (R.OWNER_TIMEOUT, R.INVOCATION_TIMEOUT)
 
@@ -127,12 +144,15 @@ class ClientAborted(Exception):
 
 
 __all__ = [
+    "AsyncUnavailable",
     "AuthError",
     "AuthUnavailable",
+    "BacklogFull",
     "BadRequest",
     "BodyTimeout",
     "Busy",
     "ClientAborted",
+    "Conflict",
     "Forbidden",
     "GatewayError",
     "NotFound",

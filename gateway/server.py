@@ -20,7 +20,8 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from kruntimes.gateway.app import GatewayState, build_app
+from kruntimes.gateway.app import ASYNC_INVOCATIONS, GatewayState, build_app
+from kruntimes.gateway.async_invoke import DEFAULT_MAX_BACKLOG, DEFAULT_MAX_TARGET_BACKLOG, AsyncInvocations
 from kruntimes.gateway.auth import Authorizer
 from kruntimes.gateway.function_invoke import DEFAULT_WARMUP_S, Balancer
 from kruntimes.gateway.heartbeats import HeartbeatServer
@@ -76,6 +77,9 @@ class GatewayOptions:
     invoke_tls: bool = True
     # how long a Function this gateway never saw answers 503, not 404 (hosts not heard from yet)
     function_warmup_s: float = DEFAULT_WARMUP_S
+    # async invocations' backlog bounds: Queued invocations of one target, of one namespace
+    max_async_target_backlog: int = DEFAULT_MAX_TARGET_BACKLOG
+    max_async_backlog: int = DEFAULT_MAX_BACKLOG
 
 
 class GatewayConfigError(Exception):
@@ -115,6 +119,7 @@ class Gateway:
         )
         self.runner: web.AppRunner | None = None
         self.listener: Listener | None = None
+        self.async_invocations: AsyncInvocations | None = None  # once started
         self.url = ""
 
     async def start(self) -> str:
@@ -130,9 +135,14 @@ class Gateway:
             ready=lambda: self.heartbeats.server is not None,
             limits=self.options.limits,
             balancer=self.balancer,
+            temporal=self.options.temporal,
+            max_async_target_backlog=self.options.max_async_target_backlog,
+            max_async_backlog=self.options.max_async_backlog,
         )
         self.balancer.warm_until = time.monotonic() + self.options.function_warmup_s
-        self.runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False, logger=http_log)
+        app = build_app(state)
+        self.async_invocations = app[ASYNC_INVOCATIONS]
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=http_log)
         await self.runner.setup()
         assert self.runner.server is not None
         self.listener = Listener(

@@ -1,14 +1,20 @@
 """Temporal for the gateway, over gRPC, without the Temporal SDK.
 
-The gateway reads one thing from Temporal: which Runs and Functions exist
-(kruntimes/temporal/known_runs.py, known_functions.py); and sends one: a Function's `wake` signal
-when it holds an invocation of a Function without a Ready replica (gateway/wake.py). The SDK's
-client would cost the gateway process tens of megabytes (its API modules and its core runtime) for
-those two calls, so the gateway makes them itself: WorkflowService.ListWorkflowExecutions and
-SignalWorkflowExecution by their method paths, with messages that carry the fields it reads or
-sets (proto/kruntimes/rpc/v1/visibility.proto, workflow_signal.proto), over a gRPC channel with the
-TLS, mTLS or API key of the same settings every process takes (kruntimes.temporal.settings). Every
-call has a deadline; an API key goes in the call's metadata only, never in an error or a log line.
+The gateway reads which Runs and Functions exist (kruntimes/temporal/known_runs.py,
+known_functions.py); sends a Function's `wake` signal when it holds an invocation of a Function
+without a Ready replica (gateway/wake.py); and starts, reads, counts and lists the
+InvocationWorkflows of async invocations (gateway/async_invoke.py). The SDK's client would cost
+the gateway process tens of megabytes (its API modules and its core runtime) for those calls, so
+the gateway makes them itself: WorkflowService's methods by their paths, with messages that carry
+the fields it reads or sets (proto/kruntimes/rpc/v1/visibility.proto, workflow_signal.proto,
+workflow_start.proto), over a gRPC channel with the TLS, mTLS or API key of the same settings
+every process takes (kruntimes.temporal.settings). Every call has a deadline; an API key goes in
+the call's metadata only, never in an error or a log line.
+
+Payloads the gateway writes (an invocation's input, its digest memo) are sealed with the platform's
+payload codec keys (`--codec-keys`, kruntimes.temporal.sealing: the same keys and format as the
+workers' EncryptionCodec), and those it reads (the status memo, the input of a resubmit) opened
+with them; without keys, as the workers without them, payloads are plain.
 """
 
 from __future__ import annotations
@@ -19,11 +25,20 @@ import grpc
 
 from kruntimes.rpc.v1 import visibility_pb2 as pb
 from kruntimes.rpc.v1 import workflow_signal_pb2 as signal_pb
+from kruntimes.rpc.v1 import workflow_start_pb2 as start_pb
 from kruntimes.temporal.known_runs import Execution, keyword
+from kruntimes.temporal.sealing import ENCODING, KEY_ID, CodecError, Keyring, Sealer
 from kruntimes.temporal.settings import TemporalSettings
 
 METHOD = "/temporal.api.workflowservice.v1.WorkflowService/ListWorkflowExecutions"
 SIGNAL_METHOD = "/temporal.api.workflowservice.v1.WorkflowService/SignalWorkflowExecution"
+_SERVICE = "/temporal.api.workflowservice.v1.WorkflowService/"
+START_METHOD = _SERVICE + "StartWorkflowExecution"
+DESCRIBE_METHOD = _SERVICE + "DescribeWorkflowExecution"
+COUNT_METHOD = _SERVICE + "CountWorkflowExecutions"
+HISTORY_METHOD = _SERVICE + "GetWorkflowExecutionHistory"
+# a start, a describe, a count, a history page: short calls; the caller waits on them
+WORKFLOW_CALL_TIMEOUT_S = 10.0
 SIGNAL_TIMEOUT_S = 10.0
 IDENTITY = "krt-gateway"  # the signal's sender, as the workflow's history shows it
 PAGE_SIZE = 1000
@@ -34,6 +49,22 @@ MAX_ERROR_CHARS = 300
 
 class VisibilityError(Exception):
     """Temporal could not be asked (unreachable, refused, or the query was refused)."""
+
+
+class CallError(VisibilityError):
+    """A WorkflowService call failed: `code` is its gRPC status code's name (UNAVAILABLE,
+    NOT_FOUND, INVALID_ARGUMENT, ...), `unreachable` when Temporal could not answer at all."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def unreachable(self) -> bool:
+        return self.code in _UNREACHABLE
+
+
+_UNREACHABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED", "UNKNOWN"})
 
 
 class SignalError(VisibilityError):
@@ -65,6 +96,8 @@ class Visibility:
                 self._channel = grpc.aio.secure_channel(settings.address, credentials, options=options)
             else:
                 self._channel = grpc.aio.insecure_channel(settings.address, options=options)
+            # the platform's payload codec keys (CodecError, a ValueError, when unusable)
+            self.sealer = Sealer(Keyring.load(settings.codecKeys)) if settings.codecKeys else None
         except (OSError, ValueError) as e:
             raise VisibilityError(str(e)[:MAX_ERROR_CHARS]) from None
         self._metadata: tuple[tuple[str, str], ...] = (("temporal-namespace", settings.namespace),)
@@ -81,6 +114,120 @@ class Visibility:
             request_serializer=signal_pb.SignalWorkflowExecutionRequest.SerializeToString,
             response_deserializer=signal_pb.SignalWorkflowExecutionResponse.FromString,
         )
+
+        self._start = self._channel.unary_unary(
+            START_METHOD,
+            request_serializer=start_pb.StartWorkflowExecutionRequest.SerializeToString,
+            response_deserializer=start_pb.StartWorkflowExecutionResponse.FromString,
+        )
+        self._describe = self._channel.unary_unary(
+            DESCRIBE_METHOD,
+            request_serializer=start_pb.DescribeWorkflowExecutionRequest.SerializeToString,
+            response_deserializer=start_pb.DescribeWorkflowExecutionResponse.FromString,
+        )
+        self._count = self._channel.unary_unary(
+            COUNT_METHOD,
+            request_serializer=start_pb.CountWorkflowExecutionsRequest.SerializeToString,
+            response_deserializer=start_pb.CountWorkflowExecutionsResponse.FromString,
+        )
+        self._list_recorded = self._channel.unary_unary(
+            METHOD,
+            request_serializer=pb.ListWorkflowExecutionsRequest.SerializeToString,
+            response_deserializer=start_pb.ListRecordedExecutionsResponse.FromString,
+        )
+        self._history = self._channel.unary_unary(
+            HISTORY_METHOD,
+            request_serializer=start_pb.GetWorkflowExecutionHistoryRequest.SerializeToString,
+            response_deserializer=start_pb.GetWorkflowExecutionHistoryResponse.FromString,
+        )
+
+    # -- payloads ---------------------------------------------------------------------------------
+
+    def seal(self, payload: pb.VisiblePayload) -> pb.VisiblePayload:
+        """`payload` as the workers' codec stores it (encrypted; as it is without keys)."""
+        if self.sealer is None:
+            return payload
+        metadata, data = self.sealer.seal(payload.SerializeToString())
+        return pb.VisiblePayload(metadata=metadata, data=data)
+
+    def open(self, payload: pb.VisiblePayload) -> pb.VisiblePayload:
+        """A stored payload as it was before the codec (one not encrypted as it is); CodecError
+        when it does not decrypt with the keys here."""
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload
+        if self.sealer is None:
+            raise CodecError("the payload is encrypted and the gateway has no codec keys (--codec-keys)")
+        return pb.VisiblePayload.FromString(self.sealer.open(payload.metadata.get(KEY_ID, b""), payload.data))
+
+    # -- workflows --------------------------------------------------------------------------------
+
+    async def _call(self, method: grpc.aio.UnaryUnaryMultiCallable, request: object) -> object:  # type: ignore[type-arg]
+        try:
+            return await method(request, timeout=WORKFLOW_CALL_TIMEOUT_S, metadata=self._metadata)
+        except grpc.aio.AioRpcError as e:
+            details = (e.details() or "")[:MAX_ERROR_CHARS]
+            raise CallError(f"{e.code().name}: {details}", code=e.code().name) from None
+
+    async def start_workflow(
+        self, request: start_pb.StartWorkflowExecutionRequest
+    ) -> start_pb.StartWorkflowExecutionResponse:
+        """StartWorkflowExecution in this namespace (the request's namespace and identity are
+        set here); CallError if Temporal refused it or could not be asked."""
+        request.namespace = self.namespace
+        request.identity = IDENTITY
+        answer = await self._call(self._start, request)
+        assert isinstance(answer, start_pb.StartWorkflowExecutionResponse)
+        return answer
+
+    async def describe(self, workflow_id: str) -> start_pb.RecordedExecution | None:
+        """The current execution of `workflow_id` (its memo and search attributes), None when
+        there is none; CallError otherwise."""
+        request = start_pb.DescribeWorkflowExecutionRequest(
+            namespace=self.namespace, execution=pb.VisibleExecutionId(workflow_id=workflow_id)
+        )
+        try:
+            answer = await self._call(self._describe, request)
+        except CallError as e:
+            if e.code == "NOT_FOUND":
+                return None
+            raise
+        assert isinstance(answer, start_pb.DescribeWorkflowExecutionResponse)
+        return answer.workflow_execution_info
+
+    async def count(self, query: str) -> int:
+        """How many executions `query` matches (CountWorkflowExecutions)."""
+        request = start_pb.CountWorkflowExecutionsRequest(namespace=self.namespace, query=query)
+        answer = await self._call(self._count, request)
+        assert isinstance(answer, start_pb.CountWorkflowExecutionsResponse)
+        return int(answer.count)
+
+    async def list_recorded(
+        self, query: str, token: bytes, *, page_size: int
+    ) -> start_pb.ListRecordedExecutionsResponse:
+        """One page of the executions `query` matches, with their memos."""
+        request = pb.ListWorkflowExecutionsRequest(
+            namespace=self.namespace, page_size=page_size, next_page_token=token, query=query
+        )
+        answer = await self._call(self._list_recorded, request)
+        assert isinstance(answer, start_pb.ListRecordedExecutionsResponse)
+        return answer
+
+    async def first_event(self, workflow_id: str) -> start_pb.RecordedEvent | None:
+        """The first event (WorkflowExecutionStarted: its input) of the current execution of
+        `workflow_id`; None when there is no such workflow."""
+        request = start_pb.GetWorkflowExecutionHistoryRequest(
+            namespace=self.namespace,
+            execution=pb.VisibleExecutionId(workflow_id=workflow_id),
+            maximum_page_size=1,
+        )
+        try:
+            answer = await self._call(self._history, request)
+        except CallError as e:
+            if e.code == "NOT_FOUND":
+                return None
+            raise
+        assert isinstance(answer, start_pb.GetWorkflowExecutionHistoryResponse)
+        return answer.history.events[0] if answer.history.events else None
 
     async def signal(self, workflow_id: str, name: str, *, request_id: str) -> None:
         """Signal the current run of `workflow_id` with `name` and no argument; `request_id`

@@ -2,11 +2,13 @@
 
 Temporal is optional here: with `--temporal-address` (or KRT_TEMPORAL_ADDRESS) the gateway keeps
 the known-Runs view (a route-cache miss for a Run that exists answers 503, not 404), connecting
-with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal.connect). It only lists
+with the shared --temporal-* flags (TLS, mTLS, API key file; kruntimes.temporal.connect). It lists
 RunWorkflows and FunctionWorkflows, and signals a FunctionWorkflow `wake` in the background when it
-holds an invocation of a Function without a Ready replica (scale from zero); the invoke path never
-awaits Temporal. How invokes are authorized is the auth method
-`--auth` names, with its own flags (kruntimes.gateway.auth.methods).
+holds an invocation of a Function without a Ready replica (scale from zero); the sync invoke path
+never awaits Temporal. Async invocations (`Prefer: respond-async`, gateway/async_invoke.py) start
+and read InvocationWorkflows there, their payloads sealed with the workers' codec keys
+(`--codec-keys`, or KRT_CODEC_KEYS); without Temporal they are answered 503. How invokes are
+authorized is the auth method `--auth` names, with its own flags (kruntimes.gateway.auth.methods).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from kruntimes.gateway.async_invoke import DEFAULT_MAX_BACKLOG, DEFAULT_MAX_TARGET_BACKLOG
 from kruntimes.gateway.auth import methods as auth
 from kruntimes.gateway.auth.base import AuthConfigError, Authorizer
 from kruntimes.gateway.listener import HttpLimits
@@ -66,11 +69,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             metavar=flag.metavar,
             help=f"{flag.help} (default %(default)s)",
         )
+    backlog = p.add_argument_group("async invocations (Prefer: respond-async)")
+    backlog.add_argument(
+        "--max-async-target-backlog",
+        type=_positive,
+        default=DEFAULT_MAX_TARGET_BACKLOG,
+        metavar="N",
+        help="Queued async invocations of one Run or Function at most; past it 429 AsyncBacklogFull "
+        "(default %(default)s)",
+    )
+    backlog.add_argument(
+        "--max-async-backlog",
+        type=_positive,
+        default=DEFAULT_MAX_BACKLOG,
+        metavar="N",
+        help="Queued async invocations of one namespace at most; past it 429 AsyncBacklogFull "
+        "(default %(default)s)",
+    )
     auth.add_arguments(p)
     temporal.add_arguments(p)
     # no Temporal unless an address is given: the known-Runs view is optional
     p.set_defaults(temporal_address=None)
     return p.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
 
 
 class _LimitFlag(NamedTuple):
@@ -195,6 +222,8 @@ async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
             peer_tls=peer_tls,
             assignments=assignments,
             invoke_tls=invoke_tls,
+            max_async_target_backlog=args.max_async_target_backlog,
+            max_async_backlog=args.max_async_backlog,
         )
     )
     url = await gateway.start()

@@ -8,3 +8,9 @@ INVOCATION_ID = "X-Kruntime-Invocation-ID"
 TIMEOUT = "X-Kruntime-Timeout"
 RETRY_AFTER = "Retry-After"
 AUTHORIZATION = "Authorization"
+# RFC 7240: `Prefer: respond-async` asks for an async invocation (202), confirmed by
+# `Preference-Applied: respond-async`; its resource is at `Location`.
+PREFER = "Prefer"
+PREFERENCE_APPLIED = "Preference-Applied"
+RESPOND_ASYNC = "respond-async"
+LOCATION = "Location"

@@ -184,6 +184,18 @@ class GatewayReason(StrEnum):
         404,
         "a Function's URL: no replica of a Function of this uid in this namespace was ever seen",
     )
+    INVOCATION_NOT_FOUND = (
+        "InvocationNotFound",
+        404,
+        "an async invocation's URL: no invocation of this id for this target (never submitted, or "
+        "forgotten after its retention)",
+    )
+    INVOCATION_CONFLICT = (
+        "InvocationConflict",
+        409,
+        "an async invocation of this id was accepted with another body (SHA-256 compared) within "
+        "its retention; the function was not run again",
+    )
     PAYLOAD_TOO_LARGE = ("PayloadTooLarge", 413, "the body is over 1 MiB (refused before it is read whole)")
     REQUEST_BODY_TIMEOUT = (
         "RequestBodyTimeout",
@@ -215,6 +227,13 @@ class GatewayReason(StrEnum):
         "a Function's URL: every Ready replica runs as many invocations as its concurrency and the "
         "gateway's wait for the Function is full; it did not run",
         1,
+    )
+    ASYNC_BACKLOG_FULL = (
+        "AsyncBacklogFull",
+        429,
+        "an async invocation: the target's or the namespace's Queued invocations are at their bound; "
+        "nothing was recorded",
+        5,
     )
     INTERNAL_ERROR = ("InternalError", 500, "a bug in the gateway (logged); the function may have run")
     OWNER_UNREACHABLE = ("OwnerUnreachable", 502, "the owner failed after dispatch; never retried")
@@ -249,6 +268,13 @@ class GatewayReason(StrEnum):
         503,
         "the authorization decision could not be made (never an allow)",
         1,
+    )
+    ASYNC_UNAVAILABLE = (
+        "AsyncUnavailable",
+        503,
+        "an async invocation: Temporal could not record (or read) it; nothing was recorded, safe to "
+        "retry with the same id",
+        2,
     )
     INVOCATION_TIMEOUT = ("InvocationTimeout", 504, "the function did not finish within its timeout")
     OWNER_TIMEOUT = ("OwnerTimeout", 504, "the owner did not answer in time; the function may have run")

@@ -181,7 +181,9 @@ async def running_stack(
                 authorizer=CachingAuthorizer(
                     EmbeddedAuthorizer(TokenFile(token_file), RoleBindings.from_yaml(BINDINGS))
                 ),
-                temporal=await Visibility.connect(TemporalSettings(address=server.address)),
+                temporal=await Visibility.connect(
+                    TemporalSettings(address=server.address, codecKeys=codec_keys)
+                ),
                 known_refresh_s=0.5,
                 peer_tls=pki.gateway,
                 assignments=pki.verifier(),

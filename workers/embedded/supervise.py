@@ -403,6 +403,9 @@ def _gateway_argv(
         "--role-bindings",
         str(layout.bindings),
         *_temporal_flags(temporal),
+        # async invocations: the gateway seals their input and reads their memos as the worker does
+        "--codec-keys",
+        str(layout.codec_keys),
         "--ready-file",
         str(layout.gateway_ready),
     ]
