@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_ATTEMPTS_KEPT,
         MAX_CALLBACK_FAILURES_KEPT,
         QUERY_INVOCATION,
+        TERMINAL_STATES,
         Attempt,
         AttemptOutcome,
         AttemptRequest,
@@ -72,8 +73,10 @@ ATTEMPT_LOST = "AttemptLost"  # the attempt's activity failed or timed out: it m
 CALLBACK_TIMEOUT = timedelta(seconds=60)
 MAX_CALLBACK_DELIVERIES = 10
 TARGET_UNREADABLE = "TargetUnreadable"
-# A wait this long in one run continues as new (well under Temporal's own limits).
+# A run this long continues as new (well under Temporal's own limits: bodies and results of up
+# to a MiB ride in every attempt's and callback's input).
 CONTINUE_AFTER_EVENTS = 2_000
+CONTINUE_AFTER_BYTES = 8 * 1024 * 1024
 
 
 def _keep(attempts: list[Attempt]) -> list[Attempt]:
@@ -127,7 +130,10 @@ class InvocationWorkflow:
     async def run(self, input: InvocationInput) -> InvocationStatus:
         self._index_target()
         self._publish(self._status)
-        policy, ended = await self._attempts(input)
+        if self._status.state in TERMINAL_STATES:  # continued as new while delivering its callback
+            policy, ended = input.carriedPolicy or InvocationPolicy(exists=False), self._status
+        else:
+            policy, ended = await self._attempts(input)
         ended = await self._deliver(input, policy, ended)
         if ended.expiresAt is not None:
             left = (ended.expiresAt - workflow.now()).total_seconds()
@@ -237,13 +243,17 @@ class InvocationWorkflow:
         self._status = self._status._replace(attempts=attempts, result=result)
         return decide(outcome, policy=policy, kind=input.target.kind, attempts=n, ran=self._ran)
 
-    async def _wait(self, seconds: float, *, why: str) -> None:
+    async def _wait(self, seconds: float, *, why: str, policy: InvocationPolicy | None = None) -> None:
+        """Sleep, then continue as new if the history is long (`policy`: the ended invocation's)."""
         await workflow.sleep(seconds, summary=summaries.summary(f"{why}: {seconds:g} s"))
         info = workflow.info()
-        if info.is_continue_as_new_suggested() or info.get_current_history_length() > CONTINUE_AFTER_EVENTS:
-            workflow.continue_as_new(
-                self._input._replace(carried=self._status, carriedRan=self._ran),
-            )
+        if (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() > CONTINUE_AFTER_EVENTS
+            or info.get_current_history_size() > CONTINUE_AFTER_BYTES
+        ):
+            carried = self._input._replace(carried=self._status, carriedRan=self._ran, carriedPolicy=policy)
+            workflow.continue_as_new(carried)
 
     def _end(
         self, state: InvocationState, error: InvocationError | None, *, policy: InvocationPolicy | None
@@ -263,8 +273,6 @@ class InvocationWorkflow:
     ) -> InvocationStatus:
         url = input.callbackUrl or policy.callbackUrl
         if url is None:
-            return ended
-        if ended.callback is not None and ended.callback.delivered:
             return ended
         state = ended.callback or CallbackState(url=url)
         while state.attempts < MAX_CALLBACK_DELIVERIES and not state.delivered:
@@ -302,8 +310,7 @@ class InvocationWorkflow:
             self._publish(self._status._replace(callback=state))
             if final or state.delivered or n >= MAX_CALLBACK_DELIVERIES:
                 break
-            seconds = backoff_seconds(n)
-            await workflow.sleep(seconds, summary=summaries.summary(f"callback again in {seconds:g} s"))
+            await self._wait(backoff_seconds(n), why="callback again", policy=policy)
         return self._status
 
     # -- what others read ------------------------------------------------------------------------

@@ -384,3 +384,23 @@ async def test_a_long_wait_continues_as_new_with_its_status_carried(
     assert (await memo_status(env.client.get_workflow_handle(handle.id))) == ended
     assert (await latest.memo_value("krtDigest", type_hint=str)) == input.bodySha256, "the memo carried over"
     assert latest.typed_search_attributes.get(search_typed.KRT_FUNCTION) == input.target.uid
+
+
+async def test_a_callback_of_a_large_result_continues_as_new_and_keeps_counting(
+    env: WorkflowEnvironment, worker: tuple[StandIns, str]
+) -> None:
+    standins, queue = worker
+    input = new_input(callback="https://hooks.example.com/in")
+    script = standins.script(input.target.uid)
+    script.targets = [ready(retentionSeconds=HOUR, callbackSecretName="hook-key")]
+    script.attempts = [answered(stdout={"data": "x" * 900_000, "truncated": False, "totalBytes": 900_000})]
+    script.callbacks = [CallbackOutcome(delivered=False, httpStatus=502)]
+    handle = await start(env.client, queue, input)
+    ended = await handle.result()
+    assert ended.callback is not None and ended.callback.attempts == MAX_CALLBACK_DELIVERIES
+    assert [r.attempt for r in script.asked_callbacks] == list(range(1, MAX_CALLBACK_DELIVERIES + 1))
+    assert {r.secretName for r in script.asked_callbacks} == {"hook-key"}, "the policy carried over"
+    assert ended.expiresAt == (ended.endedAt or ended.acceptedAt) + timedelta(seconds=HOUR)
+    latest = await env.client.get_workflow_handle(handle.id).describe()
+    assert latest.run_id != handle.first_execution_run_id, "it continued as new"
+    assert len(script.asked_attempts) == 1, "never attempted again"
