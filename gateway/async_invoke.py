@@ -21,9 +21,9 @@ conflict policy USE_EXISTING (a running one of that id is kept, never a second),
 ALLOW_DUPLICATE (an id forgotten after its retention may be used again), its input (the
 InvocationInput as the workers' pydantic converter reads it) and the body's SHA-256 in the memo
 sealed with the platform's codec keys, the search attributes KrtNamespace, KrtPhase=Queued and
-KrtRunUid (with KrtRuntime) or KrtFunction, and a request id derived from the workflow id and the
-digest (a start sent again is applied once). A running workflow of that id with the same digest is
-the same invocation (202, the same Location); with another, 409 InvocationConflict. 202 only once
+KrtRunUid (with KrtRuntime) or KrtFunction. A running workflow of that id with the same digest is
+the same invocation (202, the same Location, its state now); with another, 409
+InvocationConflict. 202 only once
 the start returned; Temporal not answering is 503 AsyncUnavailable (nothing recorded, the same id
 may be sent again).
 
@@ -109,8 +109,6 @@ NORMAL_QUEUE = 1  # temporal.api.enums.v1.TaskQueueKind
 RUNNING = 1  # temporal.api.enums.v1.WorkflowExecutionStatus
 STARTED_EVENT = 1  # temporal.api.enums.v1.EventType.WORKFLOW_EXECUTION_STARTED
 JSON_PLAIN = b"json/plain"
-# the namespace of the start's request ids (uuid5 of the workflow id and the body's digest)
-_REQUEST_IDS = uuid.UUID("6f1c1f9e-1d0b-4a36-9b47-2f1c44a7e8b2")
 RUN, FUNCTION = "Run", "Function"  # kruntimes.contracts.invocation.TargetKind
 
 
@@ -554,7 +552,11 @@ class AsyncInvocations:
             workflow_type=start_pb.WorkflowTypeName(name=names.INVOCATION_WORKFLOW),
             task_queue=start_pb.TaskQueueName(name=names.TASK_QUEUE, kind=NORMAL_QUEUE),
             input=start_pb.PayloadList(payloads=[temporal.seal(_json_payload(data))]),
-            request_id=str(uuid.uuid5(_REQUEST_IDS, f"{workflow_id}\n{digest}")),
+            # a fresh one: Temporal answers a request id it saw on the id's current run (closed
+            # too) with that run, so one derived from the id and body would make an id forgotten
+            # after its retention "accepted" again without a run; USE_EXISTING keeps a start
+            # sent again (a lost answer) to the one running, and its digest says whether it is it
+            request_id=str(uuid.uuid4()),
             workflow_id_reuse_policy=ALLOW_DUPLICATE,
             workflow_id_conflict_policy=USE_EXISTING,
             memo=start_pb.RecordedMemo(

@@ -28,6 +28,7 @@ from kruntimes.api.run import Run
 from kruntimes.contracts.invocation import (
     INVOCATION_DIGEST_MEMO,
     INVOCATION_WORKFLOW,
+    TERMINAL_STATES,
     InvocationInput,
     InvocationState,
     invocation_workflow_id,
@@ -39,12 +40,21 @@ from kruntimes.sdk.client import Client, RunObject
 from kruntimes.temporal.codec import ENCODING
 from kruntimes.temporal.settings import TemporalSettings
 from kruntimes.wire import headers, search_typed
+from tests.gateway.conftest import LogCapture
 from tests.sdk.stack import OTHER_TOKEN, TOKEN, Platform, manifest, unique
 from tests.support.ports import refusing_port
 from tests.support.waiting import eventually
 
 ASYNC = {headers.PREFER: "respond-async"}
 STATES = {s.value for s in InvocationState}
+TERMINAL = {s.value for s in TERMINAL_STATES}
+# Appends a line to p['log'] for each call: the test counts what the function saw.
+COUNTING = (
+    "def handle(p):\n"
+    "    with open(p['log'], 'a') as f:\n"
+    "        f.write('called\\n')\n"
+    "    return {'n': p['n']}\n"
+)
 
 
 @pytest.fixture
@@ -210,8 +220,45 @@ async def test_an_async_invoke_is_recorded_once_per_id_read_back_listed_and_resu
     assert (status, doc["reason"]) == (404, "InvocationNotFound")
 
 
+async def test_an_accepted_invocation_runs_once_and_its_answer_is_read_back(
+    platform: Platform, http: aiohttp.ClientSession
+) -> None:
+    async with Client(platform.config) as krt:
+        name = unique("async-e2e")
+        await krt.create(Run.from_dict(manifest(name, source=COUNTING)))
+        run = await krt.wait(name, timeout=60)
+    exchange = platform.shared / unique("calls")  # a directory the function sees too
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    calls = exchange / "calls"
+    invoke, collection = urls(run)
+    inv = f"e2e/{uuid.uuid4().hex[:6]} ?#"
+    body = json.dumps({"log": str(calls), "n": 5}).encode()
+    sent = {**ASYNC, headers.INVOCATION_ID: inv}
+    answers = await asyncio.gather(*(call(http, "POST", invoke, body=body, sent=sent) for _ in range(5)))
+    assert {(status, doc["location"]) for status, _, doc in answers} == {(202, answers[0][2]["location"])}
+    one = f"{collection}/{urllib.parse.quote(inv, safe='')}"
+
+    async def status() -> dict[str, Any]:
+        code, _, doc = await call(http, "GET", one)
+        assert code == 200, doc
+        assert isinstance(doc, dict)
+        return doc
+
+    done = await eventually(
+        status, within=60, what="the invocation ended", until=lambda d: d["state"] in TERMINAL
+    )
+    assert done["state"] == "Succeeded", done
+    assert done["attemptCount"] == 1 and done["endedAt"] and done["expiresAt"], done
+    answer = json.loads(done["result"])
+    assert (answer["status"], answer["outputs"], answer["invocationId"]) == ("Succeeded", {"n": 5}, inv)
+    assert calls.read_text().splitlines() == ["called"], "five submissions of one id ran it once"
+    code, _, doc = await call(http, "POST", invoke, body=body, sent=sent)
+    assert (code, doc["state"]) == (202, "Succeeded"), "the same id again: the invocation that ran"
+
+
 async def test_a_caller_who_may_not_get_the_run_never_sees_its_invocations(
-    platform: Platform, http: aiohttp.ClientSession, run: RunObject
+    platform: Platform, http: aiohttp.ClientSession, run: RunObject, log_capture: LogCapture
 ) -> None:
     invoke, collection = urls(run)
     inv = f"secret-{uuid.uuid4().hex[:6]}"
@@ -235,6 +282,8 @@ async def test_a_caller_who_may_not_get_the_run_never_sees_its_invocations(
     other = one.replace("/namespaces/default/", "/namespaces/other/")
     status, _, doc = await call(http, "GET", other)
     assert (status, doc["reason"]) == (404, "InvocationNotFound")
+    leaked = [t for t in (TOKEN, OTHER_TOKEN) if any(t in line for line in log_capture.lines)]
+    assert not leaked, "a token in the gateway's log records"
 
 
 async def test_the_backlog_bounds_refuse_past_them_and_record_nothing(
