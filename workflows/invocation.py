@@ -322,6 +322,7 @@ class InvocationWorkflow:
             namespace=target.namespace,
             target_kind=target.kind.value,
             target_uid=target.uid,
+            runtime=target.runtime,
             state=self._status.state.value,
         )
         present = workflow.info().typed_search_attributes

@@ -86,17 +86,22 @@ def replica_at_start(run: Run, *, function_uid: str) -> TypedSearchAttributes:
 
 
 def invocation_values(
-    *, namespace: str, target_kind: str, target_uid: str, state: str
+    *, namespace: str, target_kind: str, target_uid: str, runtime: str = "", state: str
 ) -> list[tuple[SearchAttributeKey[str], str]]:
-    """An InvocationWorkflow's search attributes: its namespace, its state as KrtPhase, and its
-    target's uid as KrtRunUid (a Run) or KrtFunction (a Function)."""
-    target = KRT_FUNCTION if target_kind == "Function" else KRT_RUN_UID
-    return [(KRT_NAMESPACE, namespace), (KRT_PHASE, state), (target, target_uid)]
+    """An InvocationWorkflow's search attributes (as the gateway sets them): its namespace, its
+    state as KrtPhase, its target's uid as KrtRunUid and its runtime as KrtRuntime (a Run) or its
+    uid as KrtFunction (a Function)."""
+    if target_kind == "Function":
+        return [(KRT_NAMESPACE, namespace), (KRT_PHASE, state), (KRT_FUNCTION, target_uid)]
+    values = [(KRT_NAMESPACE, namespace), (KRT_PHASE, state), (KRT_RUN_UID, target_uid)]
+    return values + ([(KRT_RUNTIME, runtime)] if runtime else [])
 
 
-def invocation_at_start(*, namespace: str, target_kind: str, target_uid: str) -> TypedSearchAttributes:
+def invocation_at_start(
+    *, namespace: str, target_kind: str, target_uid: str, runtime: str = ""
+) -> TypedSearchAttributes:
     """What a starter of an InvocationWorkflow sets (KrtPhase Queued; the workflow upserts the rest)."""
     values = invocation_values(
-        namespace=namespace, target_kind=target_kind, target_uid=target_uid, state="Queued"
+        namespace=namespace, target_kind=target_kind, target_uid=target_uid, runtime=runtime, state="Queued"
     )
     return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in values])

@@ -69,6 +69,17 @@ async def timers(handle: WorkflowHandle[Any, Any]) -> list[float]:
     return seconds
 
 
+async def upserted(handle: WorkflowHandle[Any, Any]) -> list[set[str]]:
+    """The names of the search attributes of each upsert, in order."""
+    names = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            names.append(
+                set(event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+            )
+    return names
+
+
 async def memo_status(handle: WorkflowHandle[Any, Any]) -> InvocationStatus:
     described = await handle.describe()
     status = await described.memo_value(INVOCATION_STATUS_MEMO, type_hint=InvocationStatus)
@@ -104,6 +115,10 @@ async def test_a_success_is_kept_for_the_retention_then_completes_with_its_statu
     assert attributes.get(search_typed.KRT_PHASE) == "Succeeded"
     assert attributes.get(search_typed.KRT_RUN_UID) == input.target.uid
     assert attributes.get(search_typed.KRT_NAMESPACE) == "demo"
+    assert attributes.get(search_typed.KRT_RUNTIME) == "python"
+    assert await upserted(handle) == [{"KrtPhase"}, {"KrtPhase"}], (
+        "Running, Succeeded: the rest was set at the start"
+    )
 
 
 async def test_it_answers_its_query_while_kept_and_is_open_until_expires(

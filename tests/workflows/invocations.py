@@ -188,7 +188,10 @@ async def start(
     extra: dict[str, Any] = {}
     if as_gateway:
         extra["search_attributes"] = search_typed.invocation_at_start(
-            namespace=target.namespace, target_kind=target.kind.value, target_uid=target.uid
+            namespace=target.namespace,
+            target_kind=target.kind.value,
+            target_uid=target.uid,
+            runtime=target.runtime,
         )
         extra["static_summary"] = invocation_summaries.invocation_summary(
             kind=target.kind.value,
