@@ -533,6 +533,9 @@ def test_the_gateway_args_parse_with_krt_gateway(chart: Rendered) -> None:
         assert mounted(container, str(path)), f"{chart.case}: {path} is on no volume"
     known = gateway_main.temporal_settings(args, env={})
     assert (known is not None) == chart.values.get("gateway", {}).get("knownRuns", True)
+    if known is not None:  # async invocations: sealed with the workers' codec keys, from the Secret
+        assert known.codecKeys and mounted(container, f"{known.codecKeys}/key"), chart.case
+        assert (args.max_async_target_backlog, args.max_async_backlog) == (10_000, 100_000)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert args.listen == f"0.0.0.0:{ports['https']}"
     assert args.heartbeat_listen == f"0.0.0.0:{ports['heartbeat']}"
