@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import ssl
+import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
@@ -281,6 +282,18 @@ async def test_a_caller_who_may_not_get_the_run_never_sees_its_invocations(
     # another namespace's URL of the same uid: nothing there, whoever asks
     other = one.replace("/namespaces/default/", "/namespaces/other/")
     status, _, doc = await call(http, "GET", other)
+    assert (status, doc["reason"]) == (404, "InvocationNotFound")
+    # the Run's uid at a Function's URL: neither its invocations nor a Function to invoke
+    function = f"{platform.config.gatewayUrl}/v1/namespaces/default/functions/{run.metadata.uid}"
+    status, _, doc = await call(http, "GET", f"{function}/invocations/{inv}")
+    assert (status, doc["reason"]) == (404, "InvocationNotFound")
+    balancer = platform.gateway.balancer  # a fresh gateway answers a Function it never saw 503
+    await eventually(lambda: time.monotonic() >= balancer.warm_until, what="the gateway past its warm-up")
+    status, _, doc = await call(http, "POST", f"{function}:invoke", body=b"{}", sent=ASYNC)
+    assert (status, doc["reason"]) == (404, "FunctionNotFound")
+    status, _, doc = await call(
+        http, "GET", f"{function.replace(run.metadata.uid or '', 'not-a-uid')}/invocations"
+    )
     assert (status, doc["reason"]) == (404, "InvocationNotFound")
     leaked = [t for t in (TOKEN, OTHER_TOKEN) if any(t in line for line in log_capture.lines)]
     assert not leaked, "a token in the gateway's log records"
