@@ -29,7 +29,8 @@ against the other: target Function ≤ 1.1 × Run (issue #43).
 
 Two more cases run on the whole embedded platform (`krt up --detach` in a new state directory:
 Temporal, the worker and its autoscaler, the gateway, two process hosts), through the Functions'
-URLs with real HTTPS clients (`--scaling-only` runs them alone, `--no-scaling` leaves them out):
+URLs with real HTTPS clients (`--scaling-only` runs them alone, `--zero-only` the zero case alone,
+`--no-scaling` leaves them out):
 
   step    a Function (min 1, max 16, concurrency 1 per replica, targetConcurrency 1, a handler
           sleeping 50 ms), one client for the warm-up, then 16: zero non-200 answers, and the
@@ -61,12 +62,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _benchlib as lib
+import _history
 import aiohttp
 from _benchlib import BenchError
 from _pki import CONTROL_PLANE, BenchPKI
 
 from kruntimes.api.function import Function
+from kruntimes.api.ids import Namespace
 from kruntimes.api.run import Run
+from kruntimes.contracts.names import function_workflow_id, pool_workflow_id, run_workflow_id
 from kruntimes.pki.assignments import SignedAssignment
 from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
@@ -249,7 +253,7 @@ async def wait_for_route(session: aiohttp.ClientSession, url: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    code = 0 if args.scaling_only else await run_gateway_cases(args)
+    code = 0 if args.scaling_only or args.zero_only else await run_gateway_cases(args)
     if not args.no_scaling:
         code = max(code, await scaling(args))
     return code
@@ -499,7 +503,32 @@ async def step_case(
     }
 
 
-async def zero_case(krt: Client, session: aiohttp.ClientSession, token: str) -> dict[str, object]:
+async def zero_timeline(
+    krt: Client, workflow_id: str, *, t0_wall: float, end_wall: float, title: str
+) -> list[_history.Step]:
+    """Every event of `workflow_id` (a Run, or a Function and the replicas it started), the pool's
+    and the client's between the request and its answer, printed (`--zero-timeline`)."""
+    client = await krt.temporal()
+    lo, hi = t0_wall - 0.001, end_wall + 0.001
+    events = await _history.fetch_events(client, workflow_id)
+    window = [ev for ev in events if lo <= _history.wall(ev) <= hi]
+    who = "function" if workflow_id.startswith("function/") else "run"
+    steps = _history.history_steps(window, who)
+    for child in _history._child_ids(window, "RunWorkflow"):
+        replica = await _history.fetch_events(client, child)
+        steps += [st for st in _history.history_steps(replica, "replica") if st.wall <= hi]
+    pool = await _history.fetch_chain(client, pool_workflow_id("python"), lo)
+    steps += [st for st in _history.history_steps(pool, "pool") if st.wall <= hi]
+    steps.append(_history.Step(t0_wall, "client", "request sent"))
+    steps.append(_history.Step(end_wall, "client", "200 answered"))
+    steps.sort(key=lambda st: st.wall)
+    _history.print_timeline(title, steps)
+    return steps
+
+
+async def zero_case(
+    krt: Client, session: aiohttp.ClientSession, token: str, *, rounds: int = 3, timeline: bool = False
+) -> dict[str, object]:
     lib.note("zero: a Run created, Ready and invoked once (the reference) ...")
     run = Run.from_dict(
         {
@@ -512,9 +541,9 @@ async def zero_case(krt: Client, session: aiohttp.ClientSession, token: str) -> 
     references: list[float] = []
     statuses: Counter[int] = Counter()
     early: Counter[int] = Counter()
-    for i in range(ZERO_ROUNDS):
+    for i in range(rounds):
         named = run._replace(metadata=run.metadata._replace(name=f"zero-ref-{i}"))
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         await krt.create(named)
         ready = await krt.wait(named.metadata.name, timeout=120)
         assert ready.status.endpoint is not None
@@ -526,27 +555,43 @@ async def zero_case(krt: Client, session: aiohttp.ClientSession, token: str) -> 
                 raise BenchError(f"the Run's first invocation answered {status} for 60 s")
             await asyncio.sleep(0.01)
         references.append(time.monotonic() - started)
+        if timeline:
+            await zero_timeline(
+                krt,
+                run_workflow_id(Namespace(NAMESPACE), named.metadata.name),
+                t0_wall=started_wall,
+                end_wall=time.time(),
+                title=f"reference {i + 1}: create -> first 200",
+            )
         await krt.delete(named.metadata.name)
     scale = {"min": 0, "max": 2, "stableWindowSeconds": 6, "scaleDownDelaySeconds": 0}
     await krt.functions.apply(_function("zero", ZERO_SOURCE, scale))
     ready_fn = await krt.functions.wait_ready("zero", timeout=120)
     assert ready_fn.status.endpoint is not None
     firsts: list[float] = []
-    for i in range(ZERO_ROUNDS):
+    for i in range(rounds):
         lib.note(f"zero: round {i + 1}, waiting for the Function to idle to no replica ...")
         deadline = time.monotonic() + 120
         while (await krt.functions.status("zero")).replicas.total > 0:
             if time.monotonic() > deadline:
                 raise BenchError("the Function did not scale to zero within 120 s")
             await asyncio.sleep(0.25)
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         statuses[await _post(session, ready_fn.status.endpoint.url, token)] += 1
         firsts.append(time.monotonic() - started)
+        if timeline:
+            await zero_timeline(
+                krt,
+                function_workflow_id(Namespace(NAMESPACE), "zero"),
+                t0_wall=started_wall,
+                end_wall=time.time(),
+                title=f"scale from zero {i + 1}: request -> 200",
+            )
     await krt.functions.delete("zero", timeout=120)
     first_s, reference_s = quantile(firsts, 0.5), quantile(references, 0.5)
     ratio = first_s / reference_s
     return {
-        "rounds": ZERO_ROUNDS,
+        "rounds": rounds,
         "first_answer_s": [round(t, 3) for t in firsts],
         "reference_s": [round(t, 3) for t in references],
         "answers": dict(statuses),
@@ -568,22 +613,23 @@ async def scaling(args: argparse.Namespace) -> int:
             Client(config) as krt,
             aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
         ):
-            step = await step_case(krt, session, token, args)
-            zero = await zero_case(krt, session, token)
+            step = None if args.zero_only else await step_case(krt, session, token, args)
+            zero = await zero_case(krt, session, token, rounds=args.zero_rounds, timeline=args.zero_timeline)
     print(f"machine: {json.dumps(machine())}")
-    print(
-        f"step   {step['clients']} clients: {step['rps_after_settle']} rps from {STEP_SETTLE_S:g} s "
-        f"after the step / {step['ideal_rps']} = {step['ratio']} (target ≥ {STEP_TARGET}) "
-        f"{'met' if step['met'] else 'NOT met'}; non-200 {step['non_200'] or 0}; "
-        f"{STEP_CLIENTS} replicas Ready after {step['all_ready_after_s']} s"
-    )
+    if step is not None:
+        print(
+            f"step   {step['clients']} clients: {step['rps_after_settle']} rps from {STEP_SETTLE_S:g} s "
+            f"after the step / {step['ideal_rps']} = {step['ratio']} (target ≥ {STEP_TARGET}) "
+            f"{'met' if step['met'] else 'NOT met'}; non-200 {step['non_200'] or 0}; "
+            f"{STEP_CLIENTS} replicas Ready after {step['all_ready_after_s']} s"
+        )
     print(
         f"zero   first answer {zero['first_answer_s']} s / create+Ready+invoke {zero['reference_s']} s: "
         f"medians {zero['ratio_of_medians']} (target ≤ {ZERO_TARGET}) {'met' if zero['met'] else 'NOT met'};"
         f" answers {zero['answers']}"
     )
     print(json.dumps({"bench": "functions", "machine": machine(), "step": step, "zero": zero}))
-    return 0 if step["met"] and zero["met"] else 1
+    return 0 if (step is None or step["met"]) and zero["met"] else 1
 
 
 def parse_args() -> argparse.Namespace:
@@ -593,6 +639,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--url-calls", type=int, default=400, help="calls of each URL in the url case")
     parser.add_argument("--no-scaling", action="store_true", help="leave out the step and zero cases")
     parser.add_argument("--scaling-only", action="store_true", help="only the step and zero cases")
+    parser.add_argument("--zero-only", action="store_true", help="only the zero case (scale from zero)")
+    parser.add_argument("--zero-rounds", type=int, default=ZERO_ROUNDS, help="rounds of the zero case")
+    parser.add_argument(
+        "--zero-timeline", action="store_true", help="print each zero round's events (Temporal histories)"
+    )
     parser.add_argument(
         "--stable-window", type=int, default=60, help="the step case's scale.stableWindowSeconds (6..3600)"
     )
