@@ -52,7 +52,13 @@ with workflow.unsafe.imports_passed_through():
         InvocationStatus,
         Target,
     )
-    from kruntimes.decisions.invocations import Next, backoff_seconds, decide, next_without_attempt
+    from kruntimes.decisions.invocations import (
+        Next,
+        backoff_seconds,
+        decide,
+        next_without_attempt,
+        waits_its_turn,
+    )
     from kruntimes.wire import search_typed, summaries
     from kruntimes.wire.invocation_summaries import target_text
     from kruntimes.workflows.common import failure_text, failure_type
@@ -121,6 +127,7 @@ class InvocationWorkflow:
         self._memo: InvocationStatus | None = None
         self._indexed = ""
         self._ran = input.carriedRan
+        self._turns = input.carriedTurns
 
     @workflow.query(name=QUERY_INVOCATION)
     def invocation(self) -> InvocationStatus:
@@ -232,6 +239,8 @@ class InvocationWorkflow:
             workflow.logger.warning("attempt %d lost: %s", n, failure_type(err))
         if outcome.dispatched:
             self._ran += 1
+        if waits_its_turn(outcome):
+            self._turns += 1
         ended = started._replace(
             endedAt=workflow.now(),
             httpStatus=outcome.httpStatus,
@@ -241,7 +250,14 @@ class InvocationWorkflow:
         attempts = [*self._status.attempts[:-1], ended]
         result = outcome.body if outcome.httpStatus == 200 else self._status.result
         self._status = self._status._replace(attempts=attempts, result=result)
-        return decide(outcome, policy=policy, kind=input.target.kind, attempts=n, ran=self._ran)
+        return decide(
+            outcome,
+            policy=policy,
+            kind=input.target.kind,
+            attempts=n,
+            ran=self._ran,
+            waited_turns=self._turns,
+        )
 
     async def _wait(self, seconds: float, *, why: str, policy: InvocationPolicy | None = None) -> None:
         """Sleep, then continue as new if the history is long (`policy`: the ended invocation's)."""
@@ -252,7 +268,9 @@ class InvocationWorkflow:
             or info.get_current_history_length() > CONTINUE_AFTER_EVENTS
             or info.get_current_history_size() > CONTINUE_AFTER_BYTES
         ):
-            carried = self._input._replace(carried=self._status, carriedRan=self._ran, carriedPolicy=policy)
+            carried = self._input._replace(
+                carried=self._status, carriedRan=self._ran, carriedTurns=self._turns, carriedPolicy=policy
+            )
             workflow.continue_as_new(carried)
 
     def _end(

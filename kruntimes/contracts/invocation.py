@@ -116,6 +116,7 @@ class InvocationInput(ApiModel):
     # The status so far when the workflow continued as new (a Function's long wait): None at the start.
     carried: InvocationStatus | None = None
     carriedRan: StrictInt = Field(default=0, ge=0)  # of the carried attempts, those dispatched
+    carriedTurns: StrictInt = Field(default=0, ge=0)  # and those refused AsyncShareFull
     # An ended invocation continued as new while it delivers its callback: the target's policy it ended with.
     carriedPolicy: InvocationPolicy | None = None
 

@@ -22,6 +22,7 @@ from kruntimes.contracts.invocation import (
     InvocationState,
     TargetKind,
 )
+from kruntimes.wire.reasons import GatewayReason
 
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
@@ -30,6 +31,7 @@ TARGET_GONE = "TargetGone"
 NOT_RUN = "NotRun"  # a Run's attempts ran out while none of them ran
 OUTCOME_UNKNOWN = "OutcomeUnknown"  # an attempt that may have run, with no reason of the gateway's
 GATEWAY_UNREACHABLE = "GatewayUnreachable"  # the attempt reached no gateway (httpStatus 0)
+ASYNC_SHARE_FULL = GatewayReason.ASYNC_SHARE_FULL.value
 ANSWER_STATUSES = frozenset({"Succeeded", "HandlerError", "InvalidOutput"})
 
 Retried = Literal["", "notRun", "unknownOutcome", "failure"]
@@ -105,6 +107,11 @@ def classify(outcome: AttemptOutcome) -> AttemptKind:
     return AttemptKind.Unknown
 
 
+def waits_its_turn(outcome: AttemptOutcome) -> bool:
+    """Refused by the target's async share (AsyncShareFull): not run, and not counted for a Run."""
+    return outcome.httpStatus == 429 and not outcome.dispatched and outcome.reason == ASYNC_SHARE_FULL
+
+
 def backoff_seconds(attempts: int) -> float:
     """The wait after `attempts` attempts (1 s after the first, doubling, at most 60 s)."""
     if attempts <= 1:
@@ -123,13 +130,17 @@ def decide(
     kind: TargetKind,
     attempts: int,
     ran: int,
+    waited_turns: int = 0,
 ) -> Next:
-    """What follows attempt number `attempts` (`ran` of them were dispatched, this one included).
+    """What follows attempt number `attempts` (`ran` of them were dispatched, `waited_turns` were
+    refused AsyncShareFull; this one included).
 
-    A Run's attempts are bounded by `retry.maxAttempts` whatever they came to; a Function keeps
-    an invocation that did not run while it exists, and bounds only the attempts that ran."""
+    A Run's attempts are bounded by `retry.maxAttempts` whatever they came to, except those the
+    target's async share refused (waiting its turn behind other async invocations is no failure
+    to run: the backlog bounds those); a Function keeps an invocation that did not run while it
+    exists, and bounds only the attempts that ran."""
     retry = policy.retry
-    counted = attempts if kind is TargetKind.Run else ran
+    counted = attempts - waited_turns if kind is TargetKind.Run else ran
     more = counted < retry.maxAttempts
     wait = backoff_seconds(attempts)
     match classify(outcome):
@@ -152,7 +163,7 @@ def decide(
                 ),
             )
         case AttemptKind.NotRun:
-            if kind is TargetKind.Function or attempts < retry.maxAttempts:
+            if kind is TargetKind.Function or more or waits_its_turn(outcome):
                 return Next(InvocationState.Queued, retried="notRun", retry_in_s=wait)
             last = outcome.reason or (GATEWAY_UNREACHABLE if outcome.httpStatus == 0 else NOT_RUN)
             return Next(

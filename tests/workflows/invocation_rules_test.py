@@ -177,3 +177,15 @@ def test_a_gone_target_fails_before_an_attempt_and_one_not_ready_is_waited_for()
     waiting = next_without_attempt(policy=InvocationPolicy(exists=True, ready=False), kind=RUN, waited=3)
     assert (waiting.state, waiting.retry_in_s, waiting.ends) == (Q, 8.0, False)
     assert gone.ends
+
+
+def test_a_run_waiting_its_turn_for_the_async_share_is_not_counted() -> None:
+    share_full = refused(429, "AsyncShareFull")
+    bounded = policy(maxAttempts=2)
+    step = decide(share_full, policy=bounded, kind=RUN, attempts=40, ran=0, waited_turns=40)
+    assert (step.state, step.retried, step.retry_in_s) == (Q, "notRun", 60.0)
+    busy = refused(429, "FunctionBusy")
+    assert decide(busy, policy=bounded, kind=RUN, attempts=41, ran=0, waited_turns=40).state is Q
+    assert decide(busy, policy=bounded, kind=RUN, attempts=42, ran=0, waited_turns=40).state is F
+    dispatched = refused(429, "AsyncShareFull", dispatched=True)  # outside the contract: may have run
+    assert decide(dispatched, policy=bounded, kind=RUN, attempts=1, ran=1).state is U

@@ -419,3 +419,21 @@ async def test_a_callback_of_a_large_result_continues_as_new_and_keeps_counting(
     latest = await env.client.get_workflow_handle(handle.id).describe()
     assert latest.run_id != handle.first_execution_run_id, "it continued as new"
     assert len(script.asked_attempts) == 1, "never attempted again"
+
+
+async def test_a_run_waiting_its_turn_behind_other_async_invocations_is_not_failed(
+    env: WorkflowEnvironment, worker: tuple[StandIns, str]
+) -> None:
+    standins, queue = worker
+    waiting, exhausted = new_input(), new_input()
+    for input in (waiting, exhausted):
+        standins.script(input.target.uid).targets = [ready(retry={"maxAttempts": 2})]
+    standins.script(waiting.target.uid).attempts = [refused(429, "AsyncShareFull")] * 6 + [answered()]
+    standins.script(exhausted.target.uid).attempts = [
+        refused(429, "AsyncShareFull"),
+        refused(429, "HostBusy"),
+    ]
+    ended = await (await start(env.client, queue, waiting)).result()
+    assert (ended.state, ended.attemptCount) == (InvocationState.Succeeded, 7)
+    failed = await (await start(env.client, queue, exhausted)).result()
+    assert (failed.state, failed.attemptCount) == (InvocationState.Failed, 3), "two counted, one turn waited"
