@@ -93,6 +93,9 @@ DEFAULT_MAX_BACKLOG = 100_000  # Queued invocations of one namespace (`--max-asy
 # A backlog's count is read again after this long; accepts meanwhile are counted here.
 BACKLOG_CACHE_S = 1.0
 MAX_BACKLOG_KEYS = 10_000  # counts cached at most (targets and namespaces); the oldest go first
+# Async requests one gateway serves at once (each holds Temporal calls of up to 10 s); past it,
+# 503 AsyncUnavailable at once rather than a queue of calls on Temporal.
+MAX_IN_FLIGHT = 1_024
 MAX_LIST = 1_000
 DEFAULT_LIST = 100
 # Executions asked of Temporal a page: each carries its status memo (a result of up to about a
@@ -309,6 +312,8 @@ class AsyncInvocations:
         self.temporal = temporal
         self.limits = limits or HttpLimits()
         self.backlog = Backlog(per_target=max_target_backlog, per_namespace=max_backlog)
+        self.max_in_flight = MAX_IN_FLIGHT
+        self._in_flight = 0
 
     def _temporal(self) -> Visibility:
         if self.temporal is None:
@@ -318,21 +323,27 @@ class AsyncInvocations:
     # -- the handlers (aiohttp) -------------------------------------------------------------------
 
     def handlers(self, kind: str) -> dict[str, Callable[[web.Request], Awaitable[web.Response]]]:
-        """The handlers of a Run's (RUN) or a Function's (FUNCTION) URLs, by operation."""
+        """The handlers of a Run's (RUN) or a Function's (FUNCTION) URLs, by operation, each
+        within the gateway's bound of async requests in flight."""
+        operations = {"accept": self.accept, "get": self.get, "list": self.list, "resubmit": self.resubmit}
+        return {name: self._bounded(operation, kind) for name, operation in operations.items()}
 
-        async def accept(request: web.Request) -> web.Response:
-            return await self.accept(request, kind)
+    def _bounded(
+        self, operation: Callable[[web.Request, str], Awaitable[web.Response]], kind: str
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            if self._in_flight >= self.max_in_flight:
+                raise AsyncUnavailable(
+                    "the gateway serves as many async requests at once as it may; nothing was "
+                    "recorded, retry later"
+                )
+            self._in_flight += 1
+            try:
+                return await operation(request, kind)
+            finally:
+                self._in_flight -= 1
 
-        async def get(request: web.Request) -> web.Response:
-            return await self.get(request, kind)
-
-        async def listing(request: web.Request) -> web.Response:
-            return await self.list(request, kind)
-
-        async def resubmit(request: web.Request) -> web.Response:
-            return await self.resubmit(request, kind)
-
-        return {"accept": accept, "get": get, "list": listing, "resubmit": resubmit}
+        return handler
 
     async def accept(self, request: web.Request, kind: str) -> web.Response:
         inv = invocation_id(request)

@@ -381,7 +381,7 @@ async def test_temporal_unreachable_is_503_and_records_nothing(
     uid = run.metadata.uid
     assert uid is not None
     inv = f"down-{uuid.uuid4().hex[:6]}"
-    saved = invocations.temporal
+    saved, saved_bound = invocations.temporal, invocations.max_in_flight
     with refusing_port() as port:
         invocations.temporal = Visibility(TemporalSettings(address=f"127.0.0.1:{port}"))
         invocations.backlog._counts.clear()
@@ -397,6 +397,12 @@ async def test_temporal_unreachable_is_503_and_records_nothing(
             invocations.temporal = saved
             invocations.backlog._counts.clear()
     assert not await recorded(platform, uid, inv)
+    invocations.max_in_flight = 0  # as many async requests in flight as it may: refused at once
+    try:
+        status, _, doc = await call(http, "GET", f"{collection}/{inv}")
+        assert (status, doc["reason"]) == (503, "AsyncUnavailable")
+    finally:
+        invocations.max_in_flight = saved_bound
     invocations.temporal = None  # a gateway without Temporal at all
     try:
         status, _, doc = await call(
