@@ -53,8 +53,6 @@ if TYPE_CHECKING:
     from kruntimes.sdk.invoke import Invoker
     from kruntimes.sdk.runs import Runs
 
-PREFER = "Prefer"
-RESPOND_ASYNC = "respond-async"
 INVOKE_SUFFIX = ":invoke"
 INVOCATIONS = "/invocations"
 MAX_WAIT_S = 3600.0  # a wait without a timeout still ends after this long
@@ -111,7 +109,7 @@ def parse_accepted(status: int, headers: Any, raw: bytes, *, url: str, inv: str)
     body = _body(raw)
     inv = str(body.get("invocationId") or headers.get(wire.INVOCATION_ID) or inv)
     if status == 202:
-        location = str(body.get("location") or headers.get("Location") or "")
+        location = str(body.get("location") or headers.get(wire.LOCATION) or "")
         if not location:
             raise InvokeError(
                 202, "MalformedAnswer", "the gateway's 202 names no location", invocation_id=inv
@@ -301,7 +299,11 @@ class Invocations:
                 f"the body is {len(body)} bytes, larger than {MAX_PAYLOAD_BYTES}",
                 invocation_id=inv,
             )
-        headers = {wire.INVOCATION_ID: inv, "Content-Type": "application/json", PREFER: RESPOND_ASYNC}
+        headers = {
+            wire.INVOCATION_ID: inv,
+            "Content-Type": "application/json",
+            wire.PREFER: wire.RESPOND_ASYNC,
+        }
         if timeout is not None:
             headers[wire.TIMEOUT] = f"{timeout:g}"
         url = await self.endpoint(target, namespace=namespace, function=function, submit=True)
