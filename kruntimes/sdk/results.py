@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kruntimes.api.function import Function, FunctionStatus
 from kruntimes.api.run import Run
 from kruntimes.api.status import RunStatus
-from kruntimes.contracts.invocation import TERMINAL_STATES, InvocationState, InvocationStatus
+from kruntimes.contracts.invocation import TERMINAL_STATES, InvocationState
 from kruntimes.decisions.scheduling.model import Host
 
 
@@ -151,11 +151,59 @@ class AsyncInvocation(BaseModel):
     location: str  # the invocation's URL (absolute): `client.invocations.get(location)`
 
 
-class Invocation(InvocationStatus):
-    """An async invocation's status as the gateway answers it (GET …/invocations/{id}); fields
-    the SDK does not know yet are ignored."""
+class _Read(BaseModel):
+    """A part of an answer the SDK reads: what it does not know yet (a newer gateway's field) is
+    ignored, not refused."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class InvocationTargetRef(_Read):
+    kind: str  # Run | Function
+    namespace: str
+    name: str = ""  # "" when the gateway knew only the uid
+    uid: str
+    runtime: str = ""  # a Run's; "" for a Function
+
+
+class InvocationAttempt(_Read):
+    n: int
+    startedAt: datetime
+    endedAt: datetime | None = None
+    httpStatus: int = 0
+    reason: str = ""
+    dispatched: bool = False  # False: the function provably did not run in this attempt
+
+
+class InvocationReason(_Read):
+    reason: str
+    message: str = ""
+
+
+class InvocationCallback(_Read):
+    url: str
+    delivered: bool = False
+    attempts: int = 0
+    failures: list[InvocationReason] = Field(default_factory=list)  # the last ones
+
+
+class Invocation(_Read):
+    """An async invocation's status as the gateway answers it (GET …/invocations/{id};
+    kruntimes.contracts.invocation.InvocationStatus)."""
+
+    invocationId: str
+    target: InvocationTargetRef
+    state: InvocationState
+    acceptedAt: datetime
+    startedAt: datetime | None = None  # its first attempt's dispatch
+    endedAt: datetime | None = None
+    expiresAt: datetime | None = None  # when its id and result are forgotten
+    attempts: list[InvocationAttempt] = Field(default_factory=list)  # the first and the last ones
+    attemptCount: int = 0  # every attempt made
+    result: str | None = None  # the last attempt's sync answer (JSON); `answer()` parses it
+    error: InvocationReason | None = None  # why Failed or Unknown
+    retried: str = ""  # why the last retry was made: notRun, unknownOutcome, failure
+    callback: InvocationCallback | None = None
 
     @property
     def done(self) -> bool:

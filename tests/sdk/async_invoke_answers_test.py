@@ -40,6 +40,10 @@ def _status(inv: str, state: str) -> dict[str, Any]:
         "state": state,
         "acceptedAt": "2026-01-01T00:00:00Z",
         "attemptCount": 1 if done else 0,
+        # fields a newer gateway adds, at the top and inside: read past, not refused
+        "attempts": [{"n": 1, "startedAt": "2026-01-01T00:00:01Z", "httpStatus": 200, "queuedMs": 3}]
+        if done
+        else [],
         "result": json.dumps({**ANSWER, "invocationId": inv}) if state == "Succeeded" else None,
         "error": {"reason": "HandlerError", "message": "boom"} if state == "Failed" else None,
         "somethingNew": "ignored",  # a field a newer gateway adds
@@ -150,6 +154,7 @@ async def test_wait_reads_until_the_invocation_ends_and_returns_its_answer(
     gateway.running = 3
     done = await krt.invocations.wait(_invoke_url(gateway), "order-1", timeout=30)
     assert gateway.reads == 4 and done.ok and done.done
+    assert [a.httpStatus for a in done.attempts] == [200]
     answer = done.answer()
     assert answer is not None and answer.outputs == {"n": 1} and answer.invocationId == "order-1"
 

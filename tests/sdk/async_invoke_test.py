@@ -138,5 +138,5 @@ async def test_a_function_takes_async_invocations_by_its_name(krt: Client, platf
         done = await krt.invocations.wait(name, accepted.invocationId, function=True, timeout=60)
         answer = done.answer()
         assert done.ok and answer is not None and answer.outputs == {"n": 3}
-        assert done.target.kind.value == "Function"
+        assert done.target.kind == "Function"
         assert _calls(log) == 1
