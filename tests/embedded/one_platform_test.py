@@ -23,6 +23,11 @@ def test_a_killed_supervisor_leaves_one_platform_that_down_ends_and_up_restores_
 ) -> None:
     created = json.loads(embedded.ok("run", "create", "hello", *HELLO, "--wait", "-o", "json").stdout)
     url = created["status"]["endpoint"]["url"]
+    # an async invocation through `krt up`'s gateway, which records it sealed with the platform's
+    # codec keys for its worker to read and run
+    embedded.ok("invoke", "hello", "--async", "--id", "up-async-1", "-d", '{"name": "async"}')
+    waited = embedded.ok("invocation", "wait", "hello", "up-async-1", "--timeout", "60", "-o", "json")
+    assert json.loads(waited.stdout)["state"] == "Succeeded", waited.stdout
     ports = json.loads((embedded.state / "platform.json").read_text())
     stop_command = f"`KRT_STATE_DIR={embedded.state} krt down`"
 
