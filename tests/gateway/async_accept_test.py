@@ -256,6 +256,21 @@ async def test_an_accepted_invocation_runs_once_and_its_answer_is_read_back(
     assert calls.read_text().splitlines() == ["called"], "five submissions of one id ran it once"
     code, _, doc = await call(http, "POST", invoke, body=body, sent=sent)
     assert (code, doc["state"]) == (202, "Succeeded"), "the same id again: the invocation that ran"
+    # RFC 7240: among other preferences, any case, with parameters; none of it: a sync invoke
+    fresh = {headers.INVOCATION_ID: f"pref-{uuid.uuid4().hex[:6]}"}
+    for prefer in ("wait=5, Respond-Async; x=1", "return=minimal,respond-async"):
+        code, answer_headers, doc = await call(
+            http, "POST", invoke, body=body, sent={**fresh, "Prefer": prefer}
+        )
+        assert code == 202 and answer_headers[headers.PREFERENCE_APPLIED] == "respond-async", (prefer, doc)
+    code, answer_headers, doc = await call(
+        http, "POST", invoke, body=body, sent={"Prefer": "return=minimal, respond-asynchronously"}
+    )
+    assert code == 200 and doc["outputs"] == {"n": 5}, doc
+    assert headers.PREFERENCE_APPLIED not in answer_headers
+    await eventually(
+        lambda: len(calls.read_text().splitlines()) == 3, what="the sync call and the other id ran"
+    )
 
 
 async def test_a_caller_who_may_not_get_the_run_never_sees_its_invocations(
