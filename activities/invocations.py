@@ -181,7 +181,9 @@ class InvocationTargets:
             )
             described = await self._listed(query)
         if described is None:
-            return InvocationPolicy(exists=False, reason=f"no Run of uid {target.uid} in {target.namespace}")
+            return InvocationPolicy(
+                exists=False, found=False, reason=f"no Run of uid {target.uid} in {target.namespace}"
+            )
         run = await self._run_manifest(described)
         phase = _first(described, search_typed.KRT_PHASE)
         function = run.spec.mode.function
@@ -248,7 +250,9 @@ class InvocationTargets:
         phase = _first(described, search_typed.KRT_PHASE) if described is not None else ""
         gone = (FunctionPhase.Deleting.value, FunctionPhase.Deleted.value, search.DELETED)
         if described is None or described.status != WorkflowExecutionStatus.RUNNING or phase in gone:
-            why = f"the Function is {phase}" if phase in gone else "no such Function"
+            if described is None:
+                return InvocationPolicy(exists=False, found=False, reason="no such Function")
+            why = f"the Function is {phase}" if phase in gone else "the Function's workflow is closed"
             return InvocationPolicy(exists=False, reason=why)
         handle = self.client.get_workflow_handle(described.id, run_id=described.run_id)
         fn: Function = await self._rpc(

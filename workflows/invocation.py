@@ -79,6 +79,9 @@ ATTEMPT_LOST = "AttemptLost"  # the attempt's activity failed or timed out: it m
 CALLBACK_TIMEOUT = timedelta(seconds=60)
 MAX_CALLBACK_DELIVERIES = 10
 TARGET_UNREADABLE = "TargetUnreadable"
+# A target not found by its uid this soon after the accept is waited for (visibility lags a target
+# just created); past it, not found is gone.
+UNLISTED_GRACE_S = 30.0
 # A run this long continues as new (well under Temporal's own limits: bodies and results of up
 # to a MiB ride in every attempt's and callback's input).
 CONTINUE_AFTER_EVENTS = 2_000
@@ -172,6 +175,8 @@ class InvocationWorkflow:
                 await self._wait(backoff_seconds(unread), why="read the target again")
                 continue
             unread = 0
+            if not policy.exists and not policy.found and self._in_grace():
+                policy = policy._replace(exists=True, ready=False)  # not listed yet: visibility lags
             if not policy.exists or not policy.ready:
                 step = next_without_attempt(policy=policy, kind=target.kind, waited=waited)
                 if step.ends:
@@ -185,6 +190,9 @@ class InvocationWorkflow:
                 return policy, self._end(step.state, step.error, policy=policy)
             self._publish(self._status._replace(state=InvocationState.Queued, retried=step.retried))
             await self._wait(step.retry_in_s, why=f"backoff after attempt {self._status.attemptCount}")
+
+    def _in_grace(self) -> bool:
+        return (workflow.now() - self._input.acceptedAt).total_seconds() < UNLISTED_GRACE_S
 
     async def _read_target(self, target: Target) -> InvocationPolicy | None:
         try:

@@ -139,6 +139,9 @@ class InvocationPolicy(ApiModel):
     creator: str = ""  # the target's metadata.creator: whose right to use that Secret is checked
     share: StrictInt = Field(default=DEFAULT_ASYNC_SHARE_PERCENT, ge=1, le=100)  # asyncInvocations.share
     reason: str = ""  # why not exists / not ready, in the platform's words
+    # False: no execution of the target was found (by its uid, through visibility, which lags a
+    # target just created): the workflow waits a grace period before it takes that as gone.
+    found: StrictBool = True
 
 
 class AttemptRequest(ApiModel):

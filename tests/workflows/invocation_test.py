@@ -27,7 +27,7 @@ from kruntimes.contracts.invocation import (
     TargetKind,
 )
 from kruntimes.wire import search_typed
-from kruntimes.workflows.invocation import MAX_CALLBACK_DELIVERIES, MAX_TARGET_READ_FAILURES
+from kruntimes.workflows.invocation import MAX_CALLBACK_DELIVERIES, MAX_TARGET_READ_FAILURES, UNLISTED_GRACE_S
 from tests.workflows.invocations import (
     GONE,
     NOT_READY,
@@ -437,3 +437,21 @@ async def test_a_run_waiting_its_turn_behind_other_async_invocations_is_not_fail
     assert (ended.state, ended.attemptCount) == (InvocationState.Succeeded, 7)
     failed = await (await start(env.client, queue, exhausted)).result()
     assert (failed.state, failed.attemptCount) == (InvocationState.Failed, 3), "two counted, one turn waited"
+
+
+async def test_a_target_not_listed_yet_is_waited_for_a_grace_then_gone(
+    env: WorkflowEnvironment, worker: tuple[StandIns, str]
+) -> None:
+    standins, queue = worker
+    unlisted = InvocationPolicy(exists=False, found=False, reason="no Run of that uid")
+    now = await env.get_current_time()  # the test server's clock, skipped ahead by the tests before
+    late, missing = new_input()._replace(acceptedAt=now), new_input()._replace(acceptedAt=now)
+    standins.script(late.target.uid).targets = [unlisted, unlisted, ready()]
+    standins.script(missing.target.uid).targets = [unlisted]
+    ended = await (await start(env.client, queue, late)).result()
+    assert (ended.state, ended.attemptCount) == (InvocationState.Succeeded, 1)
+    gone = await (await start(env.client, queue, missing)).result()
+    assert (
+        gone.state is InvocationState.Failed and gone.error is not None and gone.error.reason == "TargetGone"
+    )
+    assert gone.endedAt is not None and (gone.endedAt - now).total_seconds() >= UNLISTED_GRACE_S
