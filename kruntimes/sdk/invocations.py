@@ -44,7 +44,7 @@ from kruntimes.sdk.errors import (
     PayloadRejected,
     WaitTimeout,
 )
-from kruntimes.sdk.invoke import refusal
+from kruntimes.sdk.invoke import refusal, unreachable
 from kruntimes.sdk.results import AsyncInvocation, Invocation
 from kruntimes.wire import headers as wire
 
@@ -336,24 +336,32 @@ class Invocations:
         """Read the invocation until it has ended (Succeeded, Failed or Unknown) and return that
         status; a Failed or Unknown one is returned too, not raised. Reads back off from
         FIRST_POLL_S to MAX_POLL_S; a read refused for now (429, 503) is read again after its
-        Retry-After. WaitTimeout after `timeout` seconds (MAX_WAIT_S when None)."""
+        Retry-After, and one the gateway did not answer (restarting, say) is read again too: the
+        invocation runs on without it. WaitTimeout after `timeout` seconds (MAX_WAIT_S when None)."""
         url, inv = await self._one(target, invocation_id, namespace=namespace, function=function)
         bound = min(timeout, MAX_WAIT_S) if timeout is not None else MAX_WAIT_S
         deadline = time.monotonic() + bound
-        pause, last = FIRST_POLL_S, None
+        pause, last, missed = FIRST_POLL_S, None, ""
         while True:
             try:
                 status, headers, raw = await self._invoker.exchange("GET", url, inv=inv)
-                last = parse_status(status, headers, raw, inv=inv)
+                last, missed = parse_status(status, headers, raw, inv=inv), ""
             except (Busy, NotReady) as e:  # AsyncUnavailable, a gateway shedding load: read again
-                pause = max(pause, min(e.retry_after, MAX_POLL_S))
+                pause, missed = max(pause, min(e.retry_after, MAX_POLL_S)), str(e)
+            except ConfigError as e:
+                if not unreachable(e):
+                    raise
+                missed = str(e)
             else:
                 if last.done:
                     return last
             left = deadline - time.monotonic()
             if left <= 0:
                 where = f"still {last.state.value}" if last is not None else "not read"
-                raise WaitTimeout(f"invocation {inv!r} is {where} after {bound:g} s")
+                raise WaitTimeout(
+                    f"invocation {inv!r} is {where} after {bound:g} s"
+                    + (f" (last read: {missed})" if missed else "")
+                )
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 1.5, MAX_POLL_S)
 

@@ -304,6 +304,17 @@ def refusal(status: int, headers: Any, body: dict[str, Any], inv: str) -> Invoke
     return kind(status, reason, message, invocation_id=inv)
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether an error of `Invoker.exchange` is the gateway not answering now (refused, reset,
+    cut off, silent), which a later read may find answering; not a certificate it does not trust."""
+    import aiohttp
+
+    cause = error.__cause__
+    return isinstance(cause, aiohttp.ClientError | TimeoutError) and not isinstance(
+        cause, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError
+    )
+
+
 def _origin(url: str) -> str:
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.split('/', 1)[0]}"

@@ -5,7 +5,10 @@ platform's own gateway answers the same calls in async_invoke_test.py."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import socket
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
@@ -20,6 +23,8 @@ from kruntimes.sdk.client import (
     AsyncInvocation,
     AsyncUnavailable,
     Client,
+    ConfigError,
+    Invocation,
     InvocationConflict,
     InvocationNotFound,
     WaitTimeout,
@@ -211,3 +216,47 @@ async def test_each_refusal_is_its_typed_error(krt: Client, gateway: Gateway) ->
     with pytest.raises(InvocationNotFound) as missing:
         await krt.invocations.get(_invoke_url(gateway), "never")
     assert missing.value.status == 404 and missing.value.invocation_id == "never"
+
+
+async def test_wait_reads_through_a_gateway_that_cuts_its_connections_until_it_answers() -> None:
+    """A gateway restarting: the first reads find the port cutting each connection unanswered;
+    then it serves on the same socket, and the wait ends with the invocation's status."""
+    loop = asyncio.get_running_loop()
+    served = Gateway(running=0)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", served.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        sock.setblocking(False)
+        served.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+        async def cut(connections: int) -> None:
+            for _ in range(connections):
+                conn, _ = await loop.sock_accept(sock)
+                conn.close()
+
+        async with Client(ClientConfig(gatewayUrl=served.url, token=TOKEN)) as krt:
+            cutting = asyncio.ensure_future(cut(3))
+            waiting: asyncio.Future[Invocation] | None = None
+            try:
+                with pytest.raises(ConfigError, match="broke"):  # a single read is not retried
+                    await krt.invocations.get(_invoke_url(served), "later")
+                waiting = asyncio.ensure_future(
+                    krt.invocations.wait(_invoke_url(served), "later", timeout=60)
+                )
+                await asyncio.wait_for(asyncio.shield(cutting), 30)  # two reads of the wait cut off
+                assert not waiting.done(), waiting
+                site = web.SockSite(runner, sock)
+                await site.start()
+                done = await waiting
+            finally:
+                for task in (cutting, waiting):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+                await runner.cleanup()
+    assert done.ok and served.reads == 1
