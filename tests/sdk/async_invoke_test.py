@@ -139,4 +139,6 @@ async def test_a_function_takes_async_invocations_by_its_name(krt: Client, platf
         answer = done.answer()
         assert done.ok and answer is not None and answer.outputs == {"n": 3}
         assert done.target.kind == "Function"
+        listed = [i.invocationId async for i in krt.invocations.list(name, function=True, state="Succeeded")]
+        assert listed == [accepted.invocationId]
         assert _calls(log) == 1
