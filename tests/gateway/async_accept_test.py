@@ -25,6 +25,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
+from kruntimes.api.function import Function
 from kruntimes.api.run import Run
 from kruntimes.contracts.invocation import (
     INVOCATION_DIGEST_MEMO,
@@ -271,6 +272,56 @@ async def test_an_accepted_invocation_runs_once_and_its_answer_is_read_back(
     await eventually(
         lambda: len(calls.read_text().splitlines()) == 3, what="the sync call and the other id ran"
     )
+
+
+async def test_a_functions_url_takes_async_invocations_run_on_its_replicas(
+    platform: Platform, http: aiohttp.ClientSession
+) -> None:
+    exchange = platform.shared / unique("fn-calls")
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    calls = exchange / "calls"
+    async with Client(platform.config) as krt:
+        name = unique("async-fn")
+        await krt.functions.apply(Function.from_dict({**manifest(name, source=COUNTING), "kind": "Function"}))
+        try:
+            function = await krt.functions.wait_ready(name, timeout=90)
+            assert function.status.endpoint is not None
+            invoke = function.status.endpoint.url
+            assert "/functions/" in invoke and "/runtimes/" not in invoke
+            collection = invoke.removesuffix(":invoke") + "/invocations"
+            uid = urllib.parse.urlsplit(invoke).path.split("/")[-1].removesuffix(":invoke")
+            inv = f"fn-{uuid.uuid4().hex[:6]}"
+            body = json.dumps({"log": str(calls), "n": 9}).encode()
+            status, _, doc = await call(
+                http, "POST", invoke, body=body, sent={**ASYNC, headers.INVOCATION_ID: inv}
+            )
+            assert status == 202 and doc["location"] == urllib.parse.urlsplit(f"{collection}/{inv}").path, doc
+            described = await handle_of(platform, uid, inv).describe()
+            assert described.typed_search_attributes.get(search_typed.KRT_FUNCTION) == uid
+            assert described.typed_search_attributes.get(search_typed.KRT_RUN_UID) is None
+
+            async def status_now() -> dict[str, Any]:
+                code, _, doc = await call(http, "GET", f"{collection}/{inv}")
+                assert code == 200, doc
+                assert isinstance(doc, dict)
+                return doc
+
+            done = await eventually(
+                status_now, within=60, what="the invocation ended", until=lambda d: d["state"] in TERMINAL
+            )
+            assert done["state"] == "Succeeded" and done["target"]["kind"] == "Function", done
+            assert json.loads(done["result"])["outputs"] == {"n": 9}
+            assert calls.read_text().splitlines() == ["called"]
+
+            async def succeeded() -> list[str]:
+                code, _, doc = await call(http, "GET", f"{collection}?state=Succeeded")
+                assert code == 200, doc
+                return [item["invocationId"] for item in doc["items"]]
+
+            await eventually(succeeded, what="listed as Succeeded", until=lambda ids: inv in ids)
+        finally:
+            await krt.functions.delete(name, timeout=120)
 
 
 async def test_a_caller_who_may_not_get_the_run_never_sees_its_invocations(
