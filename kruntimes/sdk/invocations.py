@@ -210,6 +210,9 @@ class Invocations:
                 )
             return target.endpoint.url
         if isinstance(target, str):
+            known = await self._runs.status(target, namespace)  # one query, as a sync invoke's
+            if known.endpoint is not None and not (submit and is_terminal(known.phase)):
+                return known.endpoint.url
             run: Run = await self._runs.get(target, namespace)
         elif target.status is None or target.status.endpoint is None:  # it may have one by now
             run = await self._runs.get(target.metadata.name, target.metadata.namespace)
