@@ -141,6 +141,12 @@ class Target:
     def uid_attribute(self) -> str:
         return search.FUNCTION if self.kind == FUNCTION else search.RUN_UID
 
+    def listed(self, state: str | None = None) -> str:
+        """The visibility query of its invocations still remembered (of one state)."""
+        return search.invocations_listed(
+            namespace=self.namespace, target_kind=self.kind, target_uid=self.uid, state=state
+        )
+
     def workflow_id(self, inv: str) -> str:
         return names.invocation_workflow_id(self.namespace, self.uid, inv)
 
@@ -233,13 +239,10 @@ class Backlog:
 
     @staticmethod
     def _query(namespace: str, target: Target | None) -> str:
-        query = (
-            f"WorkflowType='{names.INVOCATION_WORKFLOW}' AND ExecutionStatus='Running' "
-            f"AND {search.NAMESPACE}='{namespace}' AND {search.PHASE}='{names.QUEUED}'"
-        )
         if target is not None:
-            query += f" AND {target.uid_attribute}='{target.uid}'"
-        return query
+            return target.listed(names.QUEUED)
+        queued = f"{search.PHASE}='{names.QUEUED}'"
+        return f"{search.INVOCATIONS_LISTED} AND {search.NAMESPACE}='{namespace}' AND {queued}"
 
     async def admit(self, temporal: Visibility, target: Target) -> None:
         """Nothing when both backlogs have room; BacklogFull (429) or AsyncUnavailable (503)."""
@@ -380,14 +383,11 @@ class AsyncInvocations:
         target = await self._read_target(request, token, kind)
         state, limit, token_bytes = _list_query(request)
         temporal = self._temporal()
-        query = (
-            f"WorkflowType='{names.INVOCATION_WORKFLOW}' AND ExecutionStatus='Running' "
-            f"AND {search.NAMESPACE}='{target.namespace}' AND {target.uid_attribute}='{target.uid}'"
-        )
-        if state:
-            query += f" AND {search.PHASE}='{state}'"
+        query = target.listed(state or None)
         items: list[dict[str, Any]] = []
-        while len(items) < limit:
+        for _ in range(MAX_LIST // LIST_PAGE + 1):  # pages asked at most (each up to LIST_PAGE)
+            if len(items) >= limit:
+                break
             try:
                 page = await temporal.list_recorded(
                     query, token_bytes, page_size=min(LIST_PAGE, limit - len(items))
@@ -403,7 +403,7 @@ class AsyncInvocations:
                 if item is not None:
                     items.append(item)
             token_bytes = page.next_page_token
-            if not token_bytes:
+            if not token_bytes or not page.executions:  # the end, or an empty page: the caller goes on
                 break
         cont = base64.urlsafe_b64encode(token_bytes).decode() if token_bytes else ""
         return web.json_response({"items": items, "continue": cont})
