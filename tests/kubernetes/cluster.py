@@ -57,6 +57,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -76,7 +77,7 @@ POD_IP = "127.0.0.1"
 INIT_TIMEOUT_S = 60.0  # how long one init container may run
 NODE = "test-node"
 CONTAINER_RUNTIME = Path(__file__).with_name("container.py")
-PID_FILE_WAIT_S = 10.0
+PID_FILE_WAIT_S = 30.0  # a hang guard: a loaded node starts a contained process slowly
 SECRET_SYNC_S = 0.5  # how often a running pod's secret volumes follow their Secrets
 _HEALTH = "/grpc.health.v1.Health/Check"
 
@@ -460,13 +461,15 @@ class ContainerProcess:
             return self.parent.pid
         deadline = datetime.datetime.now() + datetime.timedelta(seconds=PID_FILE_WAIT_S)
         while not self.pid_file.exists():
-            if datetime.datetime.now() > deadline or self.parent.poll() is not None:
-                raise ProcessLookupError(f"no pid in {self.pid_file}")
-            os.sched_yield()
+            if self.parent.poll() is not None:
+                raise ProcessLookupError(f"no pid in {self.pid_file}: the container ended")
+            if datetime.datetime.now() > deadline:  # a signal silently lost would fail a test far from here
+                raise TimeoutError(f"no pid in {self.pid_file} within {PID_FILE_WAIT_S} s")
+            time.sleep(0.01)
         return int(self.pid_file.read_text())
 
     def send_signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError):  # the container has ended already
             os.kill(self.pid, sig)
 
     def kill(self) -> None:
