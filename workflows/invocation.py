@@ -22,6 +22,7 @@ continues as new with the status carried (InvocationInput.carried) once the hist
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -33,12 +34,12 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_ATTEMPT,
         ACTIVITY_CALLBACK,
         ACTIVITY_TARGET,
+        INVOCATION_DIGEST_MEMO,
         INVOCATION_STATUS_MEMO,
         INVOCATION_WORKFLOW,
         MAX_ATTEMPTS_KEPT,
         MAX_CALLBACK_FAILURES_KEPT,
         QUERY_INVOCATION,
-        TERMINAL_STATES,
         Attempt,
         AttemptOutcome,
         AttemptRequest,
@@ -82,8 +83,9 @@ TARGET_UNREADABLE = "TargetUnreadable"
 # A target not found by its uid this soon after the accept is waited for (visibility lags a target
 # just created); past it, not found is gone.
 UNLISTED_GRACE_S = 30.0
-# A run this long continues as new (well under Temporal's own limits: bodies and results of up
-# to a MiB ride in every attempt's and callback's input).
+# A run this long continues as new while it waits for an attempt (well under Temporal's limits: a
+# body of up to a MiB rides in every attempt's input). The callback's deliveries are bounded
+# (MAX_CALLBACK_DELIVERIES, each its status with the result) and never continue as new.
 CONTINUE_AFTER_EVENTS = 2_000
 CONTINUE_AFTER_BYTES = 8 * 1024 * 1024
 
@@ -139,11 +141,10 @@ class InvocationWorkflow:
     @workflow.run
     async def run(self, input: InvocationInput) -> InvocationStatus:
         self._index_target()
+        if input.carried is not None:
+            self._take_result_back()
         self._publish(self._status)
-        if self._status.state in TERMINAL_STATES:  # continued as new while delivering its callback
-            policy, ended = input.carriedPolicy or InvocationPolicy(exists=False), self._status
-        else:
-            policy, ended = await self._attempts(input)
+        policy, ended = await self._attempts(input)
         ended = await self._deliver(input, policy, ended)
         if ended.expiresAt is not None:
             left = (ended.expiresAt - workflow.now()).total_seconds()
@@ -152,6 +153,28 @@ class InvocationWorkflow:
                     left, summary=summaries.summary(f"retention {policy.retentionSeconds} s")
                 )
         return ended
+
+    def _carried_memo(self) -> dict[str, Any]:
+        """The memo the next run starts with, named in full (a server copies the start's memo, not
+        always what was upserted since): the status, and the body's digest the gateway set."""
+        memo: dict[str, Any] = {INVOCATION_STATUS_MEMO: self._status}
+        if INVOCATION_DIGEST_MEMO in workflow.info().raw_memo:
+            try:
+                memo[INVOCATION_DIGEST_MEMO] = workflow.memo_value(INVOCATION_DIGEST_MEMO, type_hint=str)
+            except Exception:  # not the gateway's digest: nothing to keep comparing bodies with
+                workflow.logger.warning("the digest memo is unreadable; not carried")
+        return memo
+
+    def _take_result_back(self) -> None:
+        """After a continue-as-new: the result the input left out, from the memo the run inherited."""
+        try:
+            kept = workflow.memo_value(INVOCATION_STATUS_MEMO, None, type_hint=InvocationStatus)
+        except Exception:  # a memo this code cannot read: the next answer sets a result again
+            return
+        if isinstance(kept, InvocationStatus) and kept.result is not None:
+            self._status = self._status._replace(result=kept.result)
+            if kept == self._status:
+                self._memo = kept  # what the memo holds already
 
     # -- attempts --------------------------------------------------------------------------------
 
@@ -267,8 +290,9 @@ class InvocationWorkflow:
             waited_turns=self._turns,
         )
 
-    async def _wait(self, seconds: float, *, why: str, policy: InvocationPolicy | None = None) -> None:
-        """Sleep, then continue as new if the history is long (`policy`: the ended invocation's)."""
+    async def _wait(self, seconds: float, *, why: str) -> None:
+        """Sleep, then continue as new if the history is long: the status carried without its
+        result (the memo keeps it), so the input stays one payload within Temporal's bound."""
         await workflow.sleep(seconds, summary=summaries.summary(f"{why}: {seconds:g} s"))
         info = workflow.info()
         if (
@@ -277,9 +301,9 @@ class InvocationWorkflow:
             or info.get_current_history_size() > CONTINUE_AFTER_BYTES
         ):
             carried = self._input._replace(
-                carried=self._status, carriedRan=self._ran, carriedTurns=self._turns, carriedPolicy=policy
+                carried=self._status._replace(result=None), carriedRan=self._ran, carriedTurns=self._turns
             )
-            workflow.continue_as_new(carried)
+            workflow.continue_as_new(carried, memo=self._carried_memo())
 
     def _end(
         self, state: InvocationState, error: InvocationError | None, *, policy: InvocationPolicy | None
@@ -336,7 +360,8 @@ class InvocationWorkflow:
             self._publish(self._status._replace(callback=state))
             if final or state.delivered or n >= MAX_CALLBACK_DELIVERIES:
                 break
-            await self._wait(backoff_seconds(n), why="callback again", policy=policy)
+            seconds = backoff_seconds(n)
+            await workflow.sleep(seconds, summary=summaries.summary(f"callback again: {seconds:g} s"))
         return self._status
 
     # -- what others read ------------------------------------------------------------------------

@@ -113,11 +113,11 @@ class InvocationInput(ApiModel):
     acceptedAt: AwareDatetime
     caller: str = Field(default="", max_length=256)  # who submitted it (a user name, never a token)
     callbackUrl: CallbackUrl | None = None  # per request (https only)
-    # The status so far when the workflow continued as new (a Function's long wait): None at the start.
+    # The status so far (its result left in the memo) when the workflow continued as new: None at first.
     carried: InvocationStatus | None = None
     carriedRan: StrictInt = Field(default=0, ge=0)  # of the carried attempts, those dispatched
     carriedTurns: StrictInt = Field(default=0, ge=0)  # and those refused AsyncShareFull
-    # An ended invocation continued as new while it delivers its callback: the target's policy it ended with.
+    # Unused (a callback phase no longer continues as new); kept so an input that names it decodes.
     carriedPolicy: InvocationPolicy | None = None
 
 

@@ -2,7 +2,7 @@
 
 One history per ending (Succeeded with its callback delivered, Failed by a handler error, Failed
 TargetGone after waiting for a Run not Ready, Unknown, and retried for each reason then
-Succeeded), on the time-skipping test server with the activities' stand-ins (the workflow's
+Succeeded, and the run after a continue-as-new ending Succeeded), on the time-skipping test server with the activities' stand-ins (the workflow's
 commands do not depend on what the activities do, only on what they answered: the history holds
 that). Each is recorded after its retention (60 s, skipped), so it ends with the completion.
 """
@@ -33,6 +33,7 @@ from tests.workflows.invocations import (
 HISTORIES = Path(__file__).parent / "histories"
 log = logging.getLogger("record")
 KEPT = 60  # the shortest retention
+LONG_WAIT = 97  # attempts that did not run: the run continues as new after 96 attempts, the next has 3
 
 
 async def main() -> None:
@@ -74,10 +75,20 @@ async def main() -> None:
             answered(),
         ]
 
+        continued = scenario("invocation_continued_ended", kind=TargetKind.Function)
+        continued.targets = [ready(retentionSeconds=KEPT, retry={"onFailure": True})]
+        continued.attempts = [
+            answered("HandlerError"),
+            *[refused(503, "NoReadyReplica")] * LONG_WAIT,
+            answered(),
+        ]
+
         handles = {name: await start(env.client, queue, input) for name, input in scenarios.items()}
         for name, handle in handles.items():
             ended = await handle.result()
-            history = await handle.fetch_history()
+            # the last run only (a continued one starts from the status carried)
+            latest = await env.client.get_workflow_handle(handle.id).describe()
+            history = await env.client.get_workflow_handle(handle.id, run_id=latest.run_id).fetch_history()
             text = json.dumps(json.loads(history.to_json()), indent=1) + "\n"
             (HISTORIES / f"{name}.json").write_text(text)
             log.info(

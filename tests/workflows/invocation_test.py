@@ -21,6 +21,7 @@ from kruntimes.contracts.invocation import (
     MAX_CALLBACK_FAILURES_KEPT,
     QUERY_INVOCATION,
     CallbackOutcome,
+    InvocationInput,
     InvocationPolicy,
     InvocationState,
     InvocationStatus,
@@ -401,7 +402,7 @@ async def test_a_long_wait_continues_as_new_with_its_status_carried(
     assert latest.typed_search_attributes.get(search_typed.KRT_FUNCTION) == input.target.uid
 
 
-async def test_a_callback_of_a_large_result_continues_as_new_and_keeps_counting(
+async def test_the_callbacks_of_a_large_result_are_bounded_in_one_run(
     env: WorkflowEnvironment, worker: tuple[StandIns, str]
 ) -> None:
     standins, queue = worker
@@ -414,10 +415,12 @@ async def test_a_callback_of_a_large_result_continues_as_new_and_keeps_counting(
     ended = await handle.result()
     assert ended.callback is not None and ended.callback.attempts == MAX_CALLBACK_DELIVERIES
     assert [r.attempt for r in script.asked_callbacks] == list(range(1, MAX_CALLBACK_DELIVERIES + 1))
-    assert {r.secretName for r in script.asked_callbacks} == {"hook-key"}, "the policy carried over"
+    assert all(r.status.result == ended.result for r in script.asked_callbacks), "each posts the whole status"
     assert ended.expiresAt == (ended.endedAt or ended.acceptedAt) + timedelta(seconds=HOUR)
     latest = await env.client.get_workflow_handle(handle.id).describe()
-    assert latest.run_id != handle.first_execution_run_id, "it continued as new"
+    assert latest.run_id == handle.first_execution_run_id, "no continue-as-new carrying a result"
+    history = await handle.fetch_history()
+    assert len(history.to_json()) < 40 * 1024 * 1024, "well within Temporal's 50 MB"
     assert len(script.asked_attempts) == 1, "never attempted again"
 
 
@@ -455,3 +458,29 @@ async def test_a_target_not_listed_yet_is_waited_for_a_grace_then_gone(
         gone.state is InvocationState.Failed and gone.error is not None and gone.error.reason == "TargetGone"
     )
     assert gone.endedAt is not None and (gone.endedAt - now).total_seconds() >= UNLISTED_GRACE_S
+
+
+async def test_a_continue_as_new_keeps_the_last_result_in_the_memo_not_the_input(
+    env: WorkflowEnvironment, worker: tuple[StandIns, str]
+) -> None:
+    standins, queue = worker
+    input = new_input(kind=TargetKind.Function)
+    script = standins.script(input.target.uid)
+    script.targets = [ready(retry={"onFailure": True, "maxAttempts": 3})]
+    failed = answered("HandlerError", error={"type": "KeyError", "message": "n"})
+    script.attempts = (
+        [failed]
+        + [refused(503, "NoReadyReplica")] * 200
+        + [refused(502, "OwnerUnreachable", dispatched=True)]
+    )
+    handle = await start(env.client, queue, input)
+    ended = await handle.result()
+    assert (ended.state, ended.attemptCount) == (InvocationState.Unknown, 202)
+    assert ended.result == failed.body, "the last answer that ran, carried over the continue-as-new"
+    described = await env.client.get_workflow_handle(handle.id).describe()
+    assert described.run_id != handle.first_execution_run_id
+    history = await env.client.get_workflow_handle(handle.id, run_id=described.run_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    [carried] = await env.client.data_converter.decode(started.input.payloads, [InvocationInput])
+    assert carried.carried is not None and carried.carried.result is None, "the input carries no result"
+    assert carried.carriedRan == 1
