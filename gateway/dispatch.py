@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -41,7 +42,6 @@ import grpc
 from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS, MAX_INVOKE_TIMEOUT_SECONDS, MAX_PAYLOAD_BYTES
 from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
 from kruntimes.gateway.auth import Authorizer, Principal, Resource
-from kruntimes.gateway.bodies import ErrorBody
 from kruntimes.gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge, RunNotReady
 from kruntimes.gateway.function_invoke import Balancer, FunctionInvokeHandler
 from kruntimes.gateway.invoke import InvokeHandler, Upstreams, check_json
@@ -85,10 +85,13 @@ class _NoCallers:
 
 def error_outcome(error: GatewayError, inv: str) -> Outcome:
     """What a sync caller is answered for `error`, and whether the function may have run."""
-    body = ErrorBody(reason=str(error.reason), message=error.message, invocationId=inv)
-    return Outcome(
-        error.status, str(error.reason), body.model_dump_json().encode(), error.status not in NOT_DISPATCHED
-    )
+    body = _error_body(str(error.reason), error.message, inv)
+    return Outcome(error.status, str(error.reason), body, error.status not in NOT_DISPATCHED)
+
+
+def _error_body(reason: str, message: str, inv: str) -> bytes:
+    """An ErrorBody's JSON (gateway/bodies.py), without its model: the gateway loads no pydantic."""
+    return json.dumps({"reason": reason, "message": message, "invocationId": inv}).encode()
 
 
 def share_limit(capacity: int, percent: int) -> int:
@@ -210,8 +213,7 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
             return error_outcome(error, inv)
         except _ShareFull as full:
             reason = R.ASYNC_SHARE_FULL
-            error_body = ErrorBody(reason=str(reason), message=str(full), invocationId=inv)
-            return Outcome(reason.status, str(reason), error_body.model_dump_json().encode(), False)
+            return Outcome(reason.status, str(reason), _error_body(str(reason), str(full), inv), False)
         except Exception:  # a bug of the gateway, as the HTTP middleware answers one: it may have run
             log.exception("async attempt failed", extra={"invocation_id": inv})
             return error_outcome(GatewayError("internal error"), inv)
