@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -140,6 +141,9 @@ async def test_it_answers_its_query_while_kept_and_is_open_until_expires(
             break
     assert status.state is InvocationState.Succeeded
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details.startswith("**Succeeded** · 1 attempt · Function demo/echo"), metadata
+    assert "kept until" in metadata.current_details
     await env.sleep(timedelta(hours=23))
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
     assert (await ended()) == status
