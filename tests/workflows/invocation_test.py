@@ -29,7 +29,13 @@ from kruntimes.contracts.invocation import (
     TargetKind,
 )
 from kruntimes.wire import search_typed
-from kruntimes.workflows.invocation import MAX_CALLBACK_DELIVERIES, MAX_TARGET_READ_FAILURES, UNLISTED_GRACE_S
+from kruntimes.workflows.invocation import (
+    ATTEMPT_HEARTBEAT,
+    ATTEMPT_MARGIN,
+    MAX_CALLBACK_DELIVERIES,
+    MAX_TARGET_READ_FAILURES,
+    UNLISTED_GRACE_S,
+)
 from tests.workflows.invocations import (
     GONE,
     NOT_READY,
@@ -111,6 +117,15 @@ async def test_a_success_is_kept_for_the_retention_then_completes_with_its_statu
         input.invocationId,
     )
     assert await timers(handle) == [HOUR]  # the retention, from its end
+    scheduled = {
+        e.activity_task_scheduled_event_attributes.activity_type.name: e.activity_task_scheduled_event_attributes
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    attempt_options = scheduled["attempt_invocation"]
+    assert attempt_options.retry_policy.maximum_attempts == 1, "Temporal never retries an attempt"
+    assert attempt_options.heartbeat_timeout.ToTimedelta() == ATTEMPT_HEARTBEAT, "a silent worker is seen"
+    assert attempt_options.start_to_close_timeout.ToTimedelta() == timedelta(seconds=30) + ATTEMPT_MARGIN
     assert await memo_status(handle) == ended
     described = await handle.describe()
     attributes = described.typed_search_attributes
