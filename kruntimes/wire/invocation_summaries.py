@@ -14,6 +14,6 @@ def target_text(*, kind: str, namespace: str, name: str, uid: str) -> str:
 
 
 def invocation_summary(*, kind: str, namespace: str, name: str, uid: str, invocation_id: str) -> Plain:
-    """`async invocation order-17 of Run demo/echo`: a starter's static summary."""
+    """`Run demo/echo: invocation order-17`: a starter's static summary (the gateway's words)."""
     target = target_text(kind=kind, namespace=namespace, name=name, uid=uid)
-    return summary(f"async invocation {invocation_id} of {target}")
+    return summary(f"{target}: invocation {invocation_id}")
