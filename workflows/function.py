@@ -10,9 +10,9 @@ exists. It is the Function's status, and it keeps the Function's replicas:
     autoscaling (scale.max > scale.min): the `autoscale_function` activity samples the load and
           returns a decision ─▶ `wanted` changes as the `scale` update would (status.lastScale)
     wake (a gateway holds an invocation, no replica) ─▶ one replica at once, from zero
-    spec.traffic naming the previous revision (a canary) ─▶ `wanted` is divided between the two
-          revisions by percent (at least one each), the older one's replicas kept instead of
-          deleted, and the split is indexed (KrtTraffic) for the gateways
+    spec.traffic naming the previous revision (a canary) ─▶ its replicas are kept (its share of
+          `wanted`, at least one) instead of deleted, and the split is indexed (KrtTraffic) for
+          the gateways
 
 Replicas are children with parent close policy ABANDON (a continue-as-new must not end them);
 each tells this workflow its phase by signal (`replica_phase`), which is how the workflow knows
@@ -97,7 +97,6 @@ with workflow.unsafe.imports_passed_through():
         FUNCTION_CONFLICT,
         QUERY_REPLICAS,
         QUERY_STATUS,
-        SIGNAL_ADMIT,
         SIGNAL_FUNCTION_WAKE,
         SIGNAL_REJECTED,
         SIGNAL_RELEASE,
@@ -161,13 +160,6 @@ REPLICA_ADMIT_RETRY = RetryPolicy(maximum_attempts=3)
 # (`admit_run_early`): the pool decides while the replica starts, instead of after a task woken by
 # the start's confirmation. Elsewhere it says so and the admission follows the start, as before.
 PATCH_ADMIT_EARLY = "function-admit-early"
-# Once an early admission was sent (the worker keeps the pool's answer for the replica's first
-# task), the next ones go as a signal command to the pool in the task that starts the replica,
-# beside the start: the task no longer waits for a local activity and the activation after it,
-# so the child starts one round trip sooner (scale from zero waits for it) and the server, not
-# this worker, delivers the admission as the child starts. Until one was sent (a new Function, a
-# worker that says its mailbox is not local), the local activity asks as before.
-PATCH_ADMIT_SIGNAL = "function-admit-signal"
 REPLICA_ADMIT_EARLY_RETRY = RetryPolicy(maximum_attempts=1)
 # Traffic splits (spec.traffic): an older revision the split names keeps replicas, and the split
 # is indexed (KrtTraffic, KrtTrafficSince). Histories recorded before it know no split.
@@ -225,9 +217,6 @@ class FunctionWorkflow:
         self._autoscale = False  # PATCH_AUTOSCALE taken
         self._admits = False  # PATCH_REPLICA_ADMITS taken
         self._admits_early = False  # PATCH_ADMIT_EARLY taken
-        self._admits_by_signal = False  # PATCH_ADMIT_SIGNAL taken
-        # an early admission was sent: the pool's answers wait in this worker's mailbox
-        self._mailbox_local = state.mailboxLocal
         self._splits = False  # PATCH_TRAFFIC taken
         self._split_wanted = False  # PATCH_SPLIT_WANTED taken
         self._indexed_traffic = ""
@@ -438,7 +427,6 @@ class FunctionWorkflow:
         self._autoscale = workflow.patched(PATCH_AUTOSCALE)
         self._admits = workflow.patched(PATCH_REPLICA_ADMITS)
         self._admits_early = self._admits and workflow.patched(PATCH_ADMIT_EARLY)
-        self._admits_by_signal = self._admits_early and workflow.patched(PATCH_ADMIT_SIGNAL)
         self._splits = workflow.patched(PATCH_TRAFFIC)
         self._split_wanted = self._splits and workflow.patched(PATCH_SPLIT_WANTED)
         if self._autoscale:
@@ -669,14 +657,7 @@ class FunctionWorkflow:
             functionUid=self._uid, functionName=fn.metadata.name, revision=revision.revision
         )
         workflow_id = run_workflow_id(fn.metadata.namespace, name)
-        by_signal = None
-        if self._admits_by_signal and self._mailbox_local:
-            pool = workflow.get_external_workflow_handle(pool_workflow_id(run.spec.runtime))
-            admission = admit_signal(run, workflow_id=workflow_id, at=workflow.now(), handoff=True)
-            by_signal = asyncio.create_task(pool.signal(SIGNAL_ADMIT, admission))  # with the start
-        early = by_signal is None and self._admits_early and await self._admit_early(run, workflow_id)
-        if early and self._admits_by_signal:
-            self._mailbox_local = True
+        early = self._admits_early and await self._admit_early(run, workflow_id)
         try:
             handle = await workflow.start_child_workflow(
                 "RunWorkflow",
@@ -694,7 +675,6 @@ class FunctionWorkflow:
             )
         except WorkflowAlreadyStartedError:  # its name taken: it counts as a failure
             self._set(uid, phase=RunPhase.Failed, reason="StartFailed", message=f"{name} exists already")
-            early = early or (by_signal is not None and await self._signalled(by_signal, workflow_id))
             if early:  # the pool holds a slot for a replica that never ran: free it
                 with contextlib.suppress(FailureError):
                     await workflow.get_external_workflow_handle(pool_workflow_id(run.spec.runtime)).signal(
@@ -703,20 +683,8 @@ class FunctionWorkflow:
             return
         self._set(uid, runId=handle.first_execution_run_id or "")
         self._watches.append(asyncio.create_task(self._watch(handle, uid)))
-        if by_signal is not None:
-            early = await self._signalled(by_signal, workflow_id)
         if self._admits and not early:
             await self._admit(run, handle.id, handle.first_execution_run_id)
-
-    async def _signalled(self, admission: asyncio.Task[None], workflow_id: str) -> bool:
-        """Whether the admission's signal command reached the pool (not: no such pool; the local
-        activity after the start finds out and rejects the replica)."""
-        try:
-            await admission
-        except FailureError as err:
-            workflow.logger.warning("the admission of %s was not signalled: %s", workflow_id, err)
-            return False
-        return True
 
     async def _admit_early(self, run: Run, workflow_id: str) -> bool:
         """The replica's admission sent before its start, if the worker says the pool's answer
@@ -853,7 +821,6 @@ class FunctionWorkflow:
             endpoint=self._endpoint,
             scaleWindow=self._window,
             lastScale=self._last_scale,
-            mailboxLocal=self._mailbox_local,
         )
 
     def _next_wake(self) -> float | None:

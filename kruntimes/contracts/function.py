@@ -224,9 +224,6 @@ class FunctionState(ApiModel):
     # The autoscaler's memory, as its last activity returned it, and its last change.
     scaleWindow: ScaleWindow | None = None
     lastScale: ScaleEvent | None = None
-    # An early admission of a replica was sent: the worker keeps the pool's answers for the
-    # replicas' first tasks (FunctionWorkflow sends the next ones as signals).
-    mailboxLocal: bool = False
 
 
 class FunctionInput(ApiModel):

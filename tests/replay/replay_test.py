@@ -163,26 +163,6 @@ def test_a_function_admitting_its_replicas_before_their_start_has_a_recorded_his
     assert steps == ["admit_run_early", "start", "admit_run_early", "start"], steps
 
 
-def test_a_function_signalling_its_replicas_admissions_has_a_recorded_history() -> None:
-    """A woken Function that, once an early admission was sent, sends the next replica's as a
-    signal command beside the replica's start, in the same task (patch function-admit-signal):
-    the first replica's admission by the local activity, the woken one's by signal."""
-    path = HISTORIES / "function_woken_admit_signal.json"
-    steps = []
-    for e in json.loads(path.read_text())["events"]:
-        if e.get("eventType") == "EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED":
-            steps.append("start")
-        elif e.get("eventType") == "EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED":
-            steps.append(e["signalExternalWorkflowExecutionInitiatedEventAttributes"]["signalName"])
-        elif e.get("eventType") == "EVENT_TYPE_MARKER_RECORDED":
-            data = e["markerRecordedEventAttributes"]["details"].get("data", {}).get("payloads", [])
-            kind = json.loads(base64.b64decode(data[0]["data"])).get("activity_type") if data else None
-            if kind in ("admit_run", "admit_run_early"):
-                steps.append(kind)
-    assert steps == ["admit_run_early", "start", "start", "admit"], steps
-    assert ("function-admit-signal", False) in patch_markers(path)
-
-
 def test_a_canary_split_of_a_function_has_a_recorded_history() -> None:
     """A Function split between two revisions whose older replica was replaced, then all traffic
     to the latest, deleted (record.py traffic): three replicas started (revision 1, revision 2,
