@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from datetime import timedelta
@@ -296,8 +297,13 @@ class InvocationAttempts:
             attempt=request.attempt,
             share_percent=request.share,
         )
+        # One budget for every gateway tried: the workflow's own timeout of the activity is longer.
+        ends = time.monotonic() + timeout + self.answer_margin_s
         for address in order:
-            outcome = await self._attempt_at(address, message, deadline_s=timeout + self.answer_margin_s)
+            left = ends - time.monotonic()
+            if left <= 0:
+                break
+            outcome = await self._attempt_at(address, message, deadline_s=left)
             if outcome is not None:
                 return outcome
         return AttemptOutcome(httpStatus=0, reason=GATEWAY_UNREACHABLE, dispatched=False)
@@ -309,7 +315,7 @@ class InvocationAttempts:
         channel = gateway_channel(address)
         beating = asyncio.create_task(_heartbeats())
         try:
-            if not await _connected(channel, self.connect_timeout_s):
+            if not await _connected(channel, min(self.connect_timeout_s, deadline_s)):
                 log.info("gateway %s not reached for an attempt", address)
                 return None
             stub = gd_grpc.GatewayDispatchStub(channel)

@@ -192,3 +192,26 @@ async def test_a_gateway_lost_mid_call_may_have_run_it(gateway: Served) -> None:
     await gateway.server.stop(grace=None)
     outcome = await asyncio.wait_for(running, HOLD_BOUND_S)
     assert (outcome.reason, outcome.dispatched) == (GATEWAY_LOST, True)
+
+
+async def test_gateways_that_never_finish_a_handshake_share_one_budget_and_get_nothing() -> None:
+    """Five addresses that accept and then say nothing: each connect waits its bound, all of them
+    within the attempt's one budget (timeout + margin), so not all five are even tried."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    servers = [await asyncio.start_server(silent, "127.0.0.1", 0) for _ in range(5)]
+    try:
+        addresses = [f"127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in servers]
+        activities = InvocationAttempts(addresses, answer_margin_s=0.4, connect_timeout_s=0.3)
+        outcome = await attempt(activities, request(timeout=0.2))
+        assert outcome == AttemptOutcome(httpStatus=0, reason=GATEWAY_UNREACHABLE, dispatched=False)
+        assert 1 <= len({w.get_extra_info("sockname") for w in accepted}) < len(servers)
+    finally:
+        for writer in accepted:
+            writer.close()
+        for server in servers:
+            server.close()
+            await server.wait_closed()
