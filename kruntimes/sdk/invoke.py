@@ -194,7 +194,7 @@ class Invoker:
                 ssl=ssl_context or True,
                 timeout=client_timeout,
             ) as response:
-                raw = await response.content.read(MAX_ANSWER_BYTES + 1)
+                raw = await _read_bounded(response.content, MAX_ANSWER_BYTES + 1)
                 if len(raw) > MAX_ANSWER_BYTES:
                     raise InvokeError(
                         response.status,
@@ -313,6 +313,20 @@ def unreachable(error: BaseException) -> bool:
     return isinstance(cause, aiohttp.ClientError | TimeoutError) and not isinstance(
         cause, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError
     )
+
+
+async def _read_bounded(content: Any, limit: int) -> bytes:
+    """The body until its end or `limit` bytes, whichever comes first: one `read(n)` returns only
+    what has arrived so far (a large answer comes in many pieces)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _origin(url: str) -> str:
