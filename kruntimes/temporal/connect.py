@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowQueryFailedError
@@ -57,6 +58,13 @@ __all__ = [  # the settings and flags are kruntimes.temporal.settings', named he
 ]
 
 POOL_SETTLE_S = 10.0  # how long a pool query waits out a read-back after continue-as-new
+
+# The SDK's loggers append the workflow's or activity's details to a line's format string, where a
+# caller's `%` (an async invocation's id, in its workflow id) breaks the line's formatting; the
+# same details stay on the record (`temporal_workflow`, `temporal_activity`), which the JSON lines
+# (kruntimes.system.logs) carry.
+workflow.logger.workflow_info_on_message = False
+activity.logger.activity_info_on_message = False
 
 
 class PayloadConverter(PydanticPayloadConverter):

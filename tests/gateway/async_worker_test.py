@@ -11,6 +11,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -113,3 +114,28 @@ async def test_a_waiting_invocation_of_a_deleted_run_fails_target_gone_and_the_o
     assert ran["attemptCount"] == 1, f"the one that ran was not run again: {ran}"
     assert ran["state"] != "Succeeded" or ran["result"], ran
     assert calls.read_text().splitlines() == ["first"], "the function ran the first invocation only, once"
+
+
+async def test_an_invocation_id_of_format_characters_and_slashes_runs_and_ends(
+    platform: Platform, http: aiohttp.ClientSession
+) -> None:
+    """An id is any printable ASCII: `%` (which a log line's format takes for its own) and `/` (the
+    workflow id's separator) are the caller's characters, never the platform's."""
+    name = unique("async-pct")
+    async with Client(platform.config) as krt:
+        await krt.create(Run.from_dict(manifest(name, source="def handle(p):\n    return {'n': p['n']}\n")))
+        run = await krt.wait(name, timeout=60)
+        assert run.status.endpoint is not None
+        invoke = run.status.endpoint.url
+        collection = invoke.removesuffix(":invoke") + "/invocations"
+        inv = f"pct%s%d%%-{uuid.uuid4().hex[:6]}/a b?c#"
+        await _post(http, invoke, inv, {"n": "1"})
+        ended = await eventually(
+            lambda: _get(http, f"{collection}/{quote(inv, safe='')}"),
+            until=lambda d: d["state"] in TERMINAL,
+            within=60,
+            what="the invocation ended",
+        )
+        assert (ended["state"], ended["invocationId"]) == ("Succeeded", inv), ended
+        assert json.loads(ended["result"])["outputs"] == {"n": "1"}, ended
+        await krt.delete(name, timeout=60)
