@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(PY) bench/kubernetes.py
 	$(PY) bench/gateway_memory.py
 	$(PY) bench/reconcile.py
+	$(PY) bench/async_invoke.py
 
 # Mutation testing of the pure decision code (docs/mutation.md); not part of `make test`. mutmut works
 # in a copy (mutants/), one module at a time, one worker at the lowest priority.

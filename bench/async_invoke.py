@@ -1,0 +1,329 @@
+"""Benchmark: async invocations (issue #44) on the embedded platform, against their peers in the
+same run.
+
+    .venv/bin/python bench/async_invoke.py                       (about two minutes)
+    .venv/bin/python bench/async_invoke.py --invocations 300 --duplicates 60     (a quick look)
+
+`krt up --detach` in a new state directory (Temporal dev server on SQLite, the worker, the HTTPS
+gateway, one process host). One function Run, concurrency 8 with `asyncInvocations.share: 100`,
+whose handler creates a file named by its invocation id (one per execution: the bench counts
+them) and sleeps 20 ms. Real HTTPS clients (aiohttp, one keep-alive session), ports picked at run
+time, traffic only to 127.0.0.1:
+
+  e2e     `--e2e` fresh async invocations (`Prefer: respond-async`), `--callers` at once: from
+          the first accept until the last of them is Succeeded (each read back through the
+          gateway), completions/s against `sync`.
+  sync    as many sync invokes of the same Run, 8 clients (its concurrency): its rate.
+  accept  `--invocations` async invocations and `--duplicates` submissions again of ids already
+          sent (the same body; half right after their original, so the two race, half in the
+          next round), in `--rounds` rounds, `--callers` at once: every answer must be 202 with
+          its id's one Location; latency p50/p99 and requests/s against
+  plain   a plain Temporal workflow start (the Python SDK's client of the platform, its codec; a
+          workflow type on a task queue nobody polls), as many a round, `--callers` at once,
+          before or after the round's accepts (swapped every round): goal accept ≥ 0.8× its
+          rate. Both run while the invocations accepted so far run (the worker and the dev
+          server busy with them); the plain starts make no such work of their own.
+
+Every id must have run exactly once (its files counted) and ended Succeeded; any other answer or
+count fails the bench. Prints the machine, a table and a final JSON line {"bench": "async_invoke"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import _benchlib as lib
+import aiohttp
+from _benchlib import BenchError
+
+from kruntimes.api.run import Run
+from kruntimes.sdk.client import Client
+from kruntimes.temporal.connect import connect
+
+ACCEPT_GOAL = 0.8
+SYNC_CLIENTS = 8
+CONCURRENCY = 8
+RUNTIMES = """\
+runtimes:
+  - {name: python, adapter: python, runs: 4, minHosts: 1, maxHosts: 1}
+"""
+SOURCE = """\
+import os, time
+
+def handle(payload, context):
+    open(os.path.join(os.environ["RECORDS"], context.invocation_id + "." + os.urandom(4).hex()), "x").close()
+    time.sleep(0.02)
+    return {"ok": True}
+"""
+PLAIN_QUEUE = "bench-async-nobody"  # no worker polls it: a start is all that is measured
+COMPLETION_BOUND_S = 600.0
+
+
+@dataclass
+class Timed:
+    latencies: list[float] = field(default_factory=list)
+    started: float = 0.0
+    ended: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return lib.ratio(len(self.latencies), self.ended - self.started)
+
+
+def machine() -> dict[str, object]:
+    return {
+        "cpus": os.cpu_count(),
+        "load": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+    }
+
+
+async def spread(calls: Sequence[object], callers: int, one: Callable[[object], Awaitable[None]]) -> Timed:
+    """Each of `calls` passed to `one` (an async callable), `callers` at once; each one's latency."""
+    timed = Timed()
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    for c in calls:
+        queue.put_nowait(c)
+
+    async def caller() -> None:
+        while not queue.empty():
+            item = queue.get_nowait()
+            t0 = time.perf_counter()
+            await one(item)
+            timed.latencies.append(time.perf_counter() - t0)
+
+    timed.started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    timed.ended = time.perf_counter()
+    return timed
+
+
+def ran(records: Path) -> Counter[str]:
+    return Counter(p.name.rpartition(".")[0] for p in records.iterdir())
+
+
+async def bench(args: argparse.Namespace) -> int:
+    records = Path(tempfile.mkdtemp(prefix="krt-bench-async-records-"))
+    try:
+        return await measure(args, records)
+    finally:
+        shutil.rmtree(records, ignore_errors=True)
+
+
+async def measure(args: argparse.Namespace, records: Path) -> int:
+    records.chmod(0o1777)  # the function writes here as its own uid
+    runtimes = RUNTIMES + f"sharedDirectories: [{records}]\n"
+    lib.note("starting the embedded platform (krt up --detach) ...")
+    async with lib.embedded_platform(prefix="krt-bench-async-", runtimes=runtimes) as (_, config):
+        token = config.token or ""
+        temporal = await connect(config.temporal_settings())
+        client_ssl = ssl.create_default_context(cafile=config.caFile)
+        connector = aiohttp.TCPConnector(limit=args.callers * 2, ssl=client_ssl, keepalive_timeout=120)
+        async with (
+            Client(config) as krt,
+            aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session,
+        ):
+            name = "abench"
+            await krt.create(
+                Run.new(
+                    name, runtime="python", handler="main:handle", inline={"main.py": SOURCE},
+                    env={"RECORDS": str(records)}, uid=str(uuid.uuid4()),
+                    mode={"function": {"concurrency": CONCURRENCY, "asyncInvocations": {"share": 100}}},
+                )
+            )  # fmt: skip
+            run = await krt.wait(name, timeout=120)
+            assert run.status is not None and run.status.endpoint is not None
+            url = run.status.endpoint.url
+            auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+            # warm-up: the function's processes, the gateway's route and Temporal's caches
+            for n in range(CONCURRENCY):
+                async with session.post(
+                    url, data=b"{}", headers={**auth, "X-Kruntime-Invocation-ID": f"warm-{n}"}
+                ) as r:
+                    if r.status != 200:
+                        raise BenchError(f"warm-up invoke: {r.status} {await r.text()}")
+
+            locations: dict[str, set[str]] = {}
+            statuses: Counter[int] = Counter()
+            body = json.dumps({"x": 1}).encode()
+
+            async def accept(inv: object) -> None:
+                headers = {**auth, "X-Kruntime-Invocation-ID": str(inv), "Prefer": "respond-async"}
+                async with session.post(url, data=body, headers=headers) as r:
+                    statuses[r.status] += 1
+                    if r.status == 202:
+                        locations.setdefault(str(inv), set()).add(r.headers.get("Location", ""))
+                    else:
+                        lib.note(f"accept {inv}: {r.status} {(await r.text())[:200]}")
+
+            async def plain(n: object) -> None:
+                await temporal.start_workflow(
+                    "BenchPlainStart", {"n": n}, id=f"bench-plain-{n}", task_queue=PLAIN_QUEUE
+                )
+
+            async def sync(n: object) -> None:
+                headers = {**auth, "X-Kruntime-Invocation-ID": f"sync-{n}"}
+                async with session.post(url, data=body, headers=headers) as r:
+                    statuses[-r.status] += 1  # negative: a sync answer's status
+                    await r.read()
+
+            async def all_succeeded(wanted: set[str]) -> None:
+                """Until each of `wanted` ran (its file) and is listed Succeeded by the gateway."""
+                deadline = time.monotonic() + COMPLETION_BOUND_S
+                while not wanted <= set(ran(records)):
+                    if time.monotonic() > deadline:
+                        raise BenchError(f"not every invocation ran within {COMPLETION_BOUND_S:g} s")
+                    await asyncio.sleep(0.05)
+                succeeded: set[str] = set()
+                while not wanted <= succeeded:
+                    async for inv in krt.invocations.list(run, state="Succeeded", limit=None, page_size=1000):
+                        succeeded.add(inv.invocationId)
+                    if not wanted <= succeeded:
+                        if time.monotonic() > deadline:
+                            raise BenchError(f"{len(wanted - succeeded)} did not end Succeeded")
+                        await asyncio.sleep(0.2)
+
+            # e2e: a burst of fresh invocations, from the first accept until the last Succeeded
+            e2e_ids = [f"e2e-{n:05d}-{uuid.uuid4().hex[:6]}" for n in range(args.e2e)]
+            lib.note(f"end to end: {args.e2e} async invocations ...")
+            first = time.perf_counter()
+            await spread(e2e_ids, args.callers, accept)
+            await all_succeeded(set(e2e_ids))
+            e2e_s = time.perf_counter() - first
+            lib.note(f"sync invokes: {args.e2e} ...")
+            sync_t = await spread(list(range(args.e2e)), SYNC_CLIENTS, sync)
+
+            # accept against plain starts, round by round (the order swapped every round), while
+            # the invocations accepted so far run
+            ids = [f"inv-{n:05d}-{uuid.uuid4().hex[:6]}" for n in range(args.invocations)]
+            dups = random.Random(7).sample(range(args.invocations), args.duplicates)
+            per = -(-args.invocations // args.rounds)
+            batches = [ids[rnd * per : (rnd + 1) * per] for rnd in range(args.rounds)]
+            for k, n in enumerate(dups):
+                rnd = n // per
+                if k % 2 == 0:  # right after its original: the two race
+                    batches[rnd].insert(
+                        min(len(batches[rnd]), batches[rnd].index(ids[n]) + 1 + k % 3), ids[n]
+                    )
+                else:  # in a later round (the last one's own at its end): a submission again
+                    batches[min(rnd + 1, args.rounds - 1)].append(ids[n])
+            acc, plains = Timed(), Timed()
+            acc_s = plain_s = 0.0
+            for rnd, batch in enumerate(batches):
+                lib.note(f"round {rnd + 1}/{args.rounds}: {len(batch)} accepts, {per} plain starts ...")
+                starts = list(range(rnd * per, rnd * per + per))
+                for kind in ("accept", "plain") if rnd % 2 == 0 else ("plain", "accept"):
+                    if kind == "accept":
+                        timed = await spread(batch, args.callers, accept)
+                        acc.latencies += timed.latencies
+                        acc_s += timed.ended - timed.started
+                    else:
+                        timed = await spread(starts, args.callers, plain)
+                        plains.latencies += timed.latencies
+                        plain_s += timed.ended - timed.started
+            lib.note("waiting for every invocation to complete ...")
+            await all_succeeded(set(ids))
+
+    counted = ran(records)
+    twice = sorted(inv for inv in [*ids, *e2e_ids] if counted[inv] != 1)
+    wrong_locations = sorted(inv for inv, seen in locations.items() if len(seen) != 1)
+    plain_lat = plains.latencies
+    plain_rate = lib.ratio(len(plain_lat), plain_s)
+    acc_rate = lib.ratio(len(acc.latencies), acc_s)
+    accept_ratio = lib.ratio(acc_rate, plain_rate)
+    e2e_rate = lib.ratio(args.e2e, e2e_s)
+    e2e_ratio = lib.ratio(e2e_rate, sync_t.rate)
+    met = accept_ratio >= ACCEPT_GOAL
+    bad = {k: v for k, v in statuses.items() if k not in (202, -200)}
+    print(f"machine: {json.dumps(machine())}")
+    rows = [
+        ["case", "requests", "p50 ms", "p99 ms", "per s", "ratio"],
+        ["plain start", str(len(plain_lat)), f"{lib.ms(lib.percentile(plain_lat, 50))}",
+         f"{lib.ms(lib.percentile(plain_lat, 99))}", lib.fmt(plain_rate, 1), "1"],
+        ["async accept", str(len(acc.latencies)), f"{lib.ms(lib.percentile(acc.latencies, 50))}",
+         f"{lib.ms(lib.percentile(acc.latencies, 99))}", lib.fmt(acc_rate, 1),
+         f"{lib.fmt(accept_ratio, 2)} of plain (goal ≥ {ACCEPT_GOAL}: {'met' if met else 'NOT met'})"],
+        ["sync invoke", str(len(sync_t.latencies)), f"{lib.ms(lib.percentile(sync_t.latencies, 50))}",
+         f"{lib.ms(lib.percentile(sync_t.latencies, 99))}", lib.fmt(sync_t.rate, 1), "1"],
+        ["async end to end", str(args.e2e), "-", "-", lib.fmt(e2e_rate, 1),
+         f"{lib.fmt(e2e_ratio, 2)} of sync"],
+    ]  # fmt: skip
+    for line in lib.table(rows):
+        print(line)
+    print(
+        f"ids {args.invocations}, duplicate submissions {args.duplicates}: each ran exactly once: "
+        f"{'yes' if not twice else f'NO ({len(twice)}, e.g. {twice[:3]})'}; one Location each: "
+        f"{'yes' if not wrong_locations else f'NO ({wrong_locations[:3]})'}; other answers: {bad or 'none'}"
+    )
+
+    def summary(timed: list[float], rate: float) -> dict[str, float]:
+        p50, p99 = lib.percentile(timed, 50), lib.percentile(timed, 99)
+        return {"p50_ms": lib.ms(p50), "p99_ms": lib.ms(p99), "per_s": round(rate, 1)}
+
+    lib.print_json_line(
+        {
+            "bench": "async_invoke",
+            "machine": machine(),
+            "invocations": args.invocations,
+            "duplicates": args.duplicates,
+            "e2e_invocations": args.e2e,
+            "callers": args.callers,
+            "plain": summary(plain_lat, plain_rate),
+            "accept": {
+                **summary(acc.latencies, acc_rate),
+                "ratio": accept_ratio,
+                "goal": ACCEPT_GOAL,
+                "met": met,
+            },
+            "sync": summary(sync_t.latencies, sync_t.rate),
+            "e2e": {"seconds": round(e2e_s, 2), "per_s": round(e2e_rate, 1), "ratio_to_sync": e2e_ratio},
+            "exactly_once": not twice,
+            "other_answers": {str(k): v for k, v in bad.items()},
+        }
+    )
+    return 0 if not twice and not wrong_locations and not bad else 1
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--invocations", type=int, default=1000, help="distinct invocation ids")
+    parser.add_argument("--duplicates", type=int, default=200, help="submissions again of ids already sent")
+    parser.add_argument("--callers", type=int, default=32, help="concurrent accepts (and plain starts)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of accepts against plain starts")
+    parser.add_argument("--e2e", type=int, default=300, help="async invocations of the end-to-end case")
+    args = parser.parse_args()
+    if not 0 <= args.duplicates <= args.invocations:
+        parser.error("--duplicates must be within 0..--invocations")
+    if not 1 <= args.rounds <= args.invocations or args.e2e < 1 or args.callers < 1:
+        parser.error("--rounds must be within 1..--invocations; --e2e and --callers at least 1")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    sys.exit(asyncio.run(bench(args)))
+
+
+if __name__ == "__main__":
+    main()
