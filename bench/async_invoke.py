@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import random
@@ -55,6 +56,7 @@ from _benchlib import BenchError
 from kruntimes.api.run import Run
 from kruntimes.sdk.client import Client
 from kruntimes.temporal.connect import connect
+from kruntimes.wire import search
 
 ACCEPT_GOAL = 0.8
 SYNC_CLIENTS = 8
@@ -226,6 +228,21 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                     batches[min(rnd + 1, args.rounds - 1)].append(ids[n])
             acc, plains = Timed(), Timed()
             acc_s = plain_s = 0.0
+            # a diagnostic: the gateway's backlog count (the same visibility query, each second
+            # one per target and one per namespace) timed while the rounds run
+            backlog_query = search.invocations_listed(
+                namespace="default", target_kind="Run", target_uid=run.uid, state="Queued"
+            )
+            counts: list[float] = []
+
+            async def count_backlog() -> None:
+                while True:
+                    t0 = time.perf_counter()
+                    await temporal.count_workflows(backlog_query)
+                    counts.append(time.perf_counter() - t0)
+                    await asyncio.sleep(0.5)
+
+            counting = asyncio.create_task(count_backlog())
             for rnd, batch in enumerate(batches):
                 lib.note(f"round {rnd + 1}/{args.rounds}: {len(batch)} accepts, {per} plain starts ...")
                 starts = list(range(rnd * per, rnd * per + per))
@@ -238,6 +255,9 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                         timed = await spread(starts, args.callers, plain)
                         plains.latencies += timed.latencies
                         plain_s += timed.ended - timed.started
+            counting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await counting
             lib.note("waiting for every invocation to complete ...")
             await all_succeeded(set(ids))
 
@@ -268,6 +288,10 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
     for line in lib.table(rows):
         print(line)
     print(
+        f"the backlog's visibility count while the rounds ran: p50 {lib.ms(lib.percentile(counts, 50))} ms, "
+        f"max {lib.ms(max(counts, default=math.nan))} ms ({len(counts)} counts)"
+    )
+    print(
         f"ids {args.invocations}, duplicate submissions {args.duplicates}: each ran exactly once: "
         f"{'yes' if not twice else f'NO ({len(twice)}, e.g. {twice[:3]})'}; one Location each: "
         f"{'yes' if not wrong_locations else f'NO ({wrong_locations[:3]})'}; other answers: {bad or 'none'}"
@@ -284,6 +308,10 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
             "invocations": args.invocations,
             "duplicates": args.duplicates,
             "e2e_invocations": args.e2e,
+            "backlog_count_ms": {
+                "p50": lib.ms(lib.percentile(counts, 50)),
+                "max": lib.ms(max(counts, default=math.nan)),
+            },
             "callers": args.callers,
             "plain": summary(plain_lat, plain_rate),
             "accept": {
