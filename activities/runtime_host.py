@@ -92,6 +92,10 @@ def function_config(run: Run, adapter: str) -> pb.FunctionConfig:
         config.queue = mode.queue or 0
         if mode.queue:
             config.queue_timeout_ms = round(mode.queue_timeout_seconds * 1000)
+        # the gateway enforces them from the host's heartbeats (docs/async-invocations.md)
+        policy = mode.async_invocations
+        config.async_backlog = policy.backlog
+        config.async_share = policy.share
     creator = run.metadata.creator
     if creator is not None:  # the host gives secrets only to a creator bound to use them
         config.creator.CopyFrom(pb.Creator(kind=creator.kind, subject=creator.subject))

@@ -36,8 +36,11 @@ A Function's replicas are Runs whose signed assignment names the Function's uid 
 cache keeps an index function uid → its replicas' routes, changed wherever the per-run routes are
 (so a snapshot, a delta, a host forgotten or leaving, a new incarnation, a route dropped each cost
 what they change), and `function_routes` answers the routes `route` would answer for each replica.
-The cache remembers the last MAX_FUNCTIONS_SEEN Functions it ever indexed (uid → namespace and
-name), so the invoke path tells a Function without a replica now (503) from one never seen (404).
+A route carries its registration's async backlog and share (the target's asyncInvocations; a
+Function's from its Ready replicas, `function_async_policy`), which the async accept and attempts
+enforce. The cache remembers the last MAX_FUNCTIONS_SEEN Functions it ever indexed (uid →
+namespace and name), so the invoke path tells a Function without a replica now (503) from one
+never seen (404).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from kruntimes.api.limits import MAX_ASYNC_BACKLOG
 from kruntimes.pki import Identity, Role
 from kruntimes.pki.assignments import AssignmentError, Verifier
 from kruntimes.rpc.v1 import heartbeat_pb2 as hb
@@ -68,6 +72,14 @@ VERIFY_BATCH = 64  # signature checks between two yields of the event loop
 MAX_FAILED_VERIFICATIONS = 64
 _HOST_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _READY = pb.REGISTRATION_PHASE_READY
+
+
+def _async_policy(r: pb.RegistrationState) -> tuple[int, int]:
+    """A registration's async backlog and share, held to their bounds (a value past one is the
+    host's bug: not said)."""
+    backlog = r.async_backlog if r.async_backlog <= MAX_ASYNC_BACKLOG else 0
+    share = r.async_share if r.async_share <= 100 else 0
+    return backlog, share
 
 
 def _interval_s(beat: hb.HostHeartbeat) -> float:
@@ -125,6 +137,10 @@ class Route:
     revision: int = 0
     concurrency: int = 1  # invocations the host runs at once for it (its RegistrationState)
     queue: int = 0  # invocations the host lets wait for it
+    # the target's asyncInvocations backlog and share as its registration says them (0: not said,
+    # a host older than them: the gateway's own bounds)
+    async_backlog: int = 0
+    async_share: int = 0
 
     @property
     def host(self) -> Identity:
@@ -245,10 +261,26 @@ class RouteCache:
                 and prev.invoke_address == invoke_address
             ):
                 ready, concurrency, queue = r.phase == _READY, max(1, r.concurrency), max(0, r.queue)
-                same = prev.ready is ready and prev.concurrency == concurrency and prev.queue == queue
+                backlog, share = _async_policy(r)
+                same = (
+                    prev.ready is ready
+                    and prev.concurrency == concurrency
+                    and prev.queue == queue
+                    and prev.async_backlog == backlog
+                    and prev.async_share == share
+                )
                 # keyed by the route's own uid string: the beat's copy is not kept as well
                 routes[prev.run_uid] = (
-                    prev if same else replace(prev, ready=ready, concurrency=concurrency, queue=queue)
+                    prev
+                    if same
+                    else replace(
+                        prev,
+                        ready=ready,
+                        concurrency=concurrency,
+                        queue=queue,
+                        async_backlog=backlog,
+                        async_share=share,
+                    )
                 )
                 unrouted.discard(r.run_uid)
             else:
@@ -292,6 +324,7 @@ class RouteCache:
             beat.host_uid,
         ) or (r.runtime != beat.runtime):
             return None
+        backlog, share = _async_policy(r)
         # The strings every route of a host shares are kept once (interned), not once a route.
         return Route(
             run_uid=a.run_uid,
@@ -310,6 +343,8 @@ class RouteCache:
             revision=a.revision,
             concurrency=max(1, r.concurrency),
             queue=max(0, r.queue),
+            async_backlog=backlog,
+            async_share=share,
         )
 
     def _commit(
@@ -456,6 +491,19 @@ class RouteCache:
             if route is not None and route.function_uid == function_uid:
                 found.append(route)
         return found
+
+    def function_async_policy(self, function_uid: str) -> tuple[int, int]:
+        """The Function's async backlog and share as its Ready replicas' registrations say them
+        (its template's; during a rollout, the latest revision's): (0, 0) when none says them."""
+        said = [
+            (route.revision, route.async_backlog, route.async_share)
+            for route in self.function_routes(function_uid)
+            if route.ready and (route.async_backlog or route.async_share)
+        ]
+        if not said:
+            return 0, 0
+        _, backlog, share = max(said)
+        return backlog, share
 
     def seen_function(self, function_uid: str) -> SeenFunction | None:
         """What the cache last saw of the Function (its namespace and name), if it ever indexed one

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from kruntimes.api.limits import MAX_ASYNC_BACKLOG
 from kruntimes.runtime import workspace
 from kruntimes.runtime.adapters.host import HostAdapter, RunOnce
 from kruntimes.runtime.adapters.registered import host_adapter
@@ -44,6 +45,7 @@ from kruntimes.runtime.errors import (
     HandlerLoadFailed,
     HandlerLoadInterrupted,
     HostUnavailable,
+    InvalidRequest,
     QueueTimeout,
     RegistrationConflict,
     StaleAttempt,
@@ -97,6 +99,25 @@ class FenceLike(Protocol):
     def host_uid(self) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class AsyncPolicy:
+    """The Run's asyncInvocations bounds the host only reports (in its heartbeats'
+    registrations) for the gateway to enforce: Queued invocations at most and the percent of its
+    concurrency their attempts may hold. 0: not said (the gateway's own bounds)."""
+
+    backlog: int = 0
+    share: int = 0
+
+    def validate(self) -> None:
+        if not 0 <= self.backlog <= MAX_ASYNC_BACKLOG:
+            raise InvalidRequest(f"async_backlog must be in [0, {MAX_ASYNC_BACKLOG}], got {self.backlog}")
+        if not 0 <= self.share <= 100:
+            raise InvalidRequest(f"async_share must be in [0, 100], got {self.share}")
+
+
+NO_ASYNC_POLICY = AsyncPolicy()
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -126,6 +147,7 @@ class Registration:
     # the one-shot processes of the invocations in flight (a per-call adapter's): their lanes' pids
     once_pids: set[int] = field(default_factory=set)
     lanes: Lanes | None = None  # where a per-call adapter's calls run, when they run in lanes
+    async_policy: AsyncPolicy = NO_ASYNC_POLICY  # reported in heartbeats, enforced by gateways
 
     @property
     def in_flight(self) -> int:
@@ -203,9 +225,11 @@ class Registry:
         *,
         assignment: bytes = b"",
         concurrency: Concurrency = DEFAULTS,
+        async_policy: AsyncPolicy = NO_ASYNC_POLICY,
     ) -> tuple[Registration, bool]:
         config.validate()
         concurrency.validate()
+        async_policy.validate()
         # what the registration takes at once is part of its config: another is another config
         digest = (
             f"{config.digest()}/{concurrency.concurrency}/{concurrency.queue}/{concurrency.queue_timeout_s:g}"
@@ -229,6 +253,7 @@ class Registry:
                 self._teardown(current, grace_s=0.0)  # a newer generation replaces it
             reg = self._create(run, config, digest, concurrency)
             reg.assignment = assignment
+            reg.async_policy = async_policy
             with self._lock:
                 if self._closed or self._fenced:
                     self._close_registration(reg)

@@ -45,7 +45,7 @@ from kruntimes.runtime.admission import Concurrency
 from kruntimes.runtime.capture import Capture
 from kruntimes.runtime.config import HandlerConfig, RunRef
 from kruntimes.runtime.outcome import Outcome, Status
-from kruntimes.runtime.registry import Registration, Registry, State
+from kruntimes.runtime.registry import AsyncPolicy, Registration, Registry, State
 from kruntimes.runtime.sandbox.policy import InForce
 from kruntimes.runtime.secret_access import RunCreator
 from kruntimes.runtime.tasks import Tasks
@@ -302,7 +302,11 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
             run = _run_ref(request.run)
             assignment = self._assigned(run, request.assignment)
             reg, created = self.registry.register(
-                run, _config(request.config), assignment=assignment, concurrency=_concurrency(request.config)
+                run,
+                _config(request.config),
+                assignment=assignment,
+                concurrency=_concurrency(request.config),
+                async_policy=AsyncPolicy(request.config.async_backlog, request.config.async_share),
             )
             return pb.RegisterFunctionResponse(
                 registration_id=reg.id,
@@ -449,6 +453,8 @@ def registration_state(reg: Registration) -> pb.RegistrationState:
         waiting=reg.waiting,
         concurrency=reg.gate.concurrency,
         queue=reg.gate.queue,
+        async_backlog=reg.async_policy.backlog,
+        async_share=reg.async_policy.share,
         last_activity=_timestamp(reg.last_activity),
     )
     if reg.assignment:

@@ -94,3 +94,8 @@ MAX_FUNCTION_REPLICAS = 100
 MAX_FUNCTION_NAME_CHARS = 45
 # spec.scale.scaleDownDelaySeconds.
 MAX_SCALE_DOWN_DELAY_SECONDS = 3600
+
+# spec.mode.function.asyncInvocations.backlog: Queued async invocations of one target at most
+# (here, not in spec.py: the gateway and the host bound the value a registration carries without
+# loading pydantic).
+MAX_ASYNC_BACKLOG = 100_000

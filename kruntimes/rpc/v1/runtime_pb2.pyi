@@ -221,6 +221,8 @@ class FunctionConfig(_message.Message):
     CONCURRENCY_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
     QUEUE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    ASYNC_BACKLOG_FIELD_NUMBER: _builtins.int
+    ASYNC_SHARE_FIELD_NUMBER: _builtins.int
     CREATOR_FIELD_NUMBER: _builtins.int
     adapter: _builtins.str
     """python | bash"""
@@ -235,6 +237,14 @@ class FunctionConfig(_message.Message):
     """
     queue: _builtins.int
     queue_timeout_ms: _builtins.int
+    async_backlog: _builtins.int
+    """The Run's spec.mode.function.asyncInvocations (a Function's replica: its template's): how
+    many of its async invocations may wait Queued (at most 100000) and the percent of its
+    concurrency their attempts may hold (at most 100). The host only reports them in its
+    heartbeats' registrations, where the gateway enforces them. 0: not said (the gateway's own
+    bounds).
+    """
+    async_share: _builtins.int
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -263,11 +273,13 @@ class FunctionConfig(_message.Message):
         concurrency: _builtins.int = ...,
         queue: _builtins.int = ...,
         queue_timeout_ms: _builtins.int = ...,
+        async_backlog: _builtins.int = ...,
+        async_share: _builtins.int = ...,
         creator: Global___Creator | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["creator", b"creator", "inline", b"inline", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "concurrency", b"concurrency", "creator", b"creator", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "queue", b"queue", "queue_timeout_ms", b"queue_timeout_ms", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "async_backlog", b"async_backlog", "async_share", b"async_share", "concurrency", b"concurrency", "creator", b"creator", "env", b"env", "env_from", b"env_from", "handler", b"handler", "inline", b"inline", "queue", b"queue", "queue_timeout_ms", b"queue_timeout_ms", "source", b"source", "source_path", b"source_path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["source_path", "inline"]  # noqa: Y015
     _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
@@ -994,6 +1006,8 @@ class RegistrationState(_message.Message):
     WAITING_FIELD_NUMBER: _builtins.int
     CONCURRENCY_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
+    ASYNC_BACKLOG_FIELD_NUMBER: _builtins.int
+    ASYNC_SHARE_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     run_uid: _builtins.str
     attempt: _builtins.int
@@ -1010,6 +1024,11 @@ class RegistrationState(_message.Message):
     """invocations it runs at once"""
     queue: _builtins.int
     """invocations it lets wait"""
+    async_backlog: _builtins.int
+    """its FunctionConfig's async_backlog and async_share, as registered (0: not said; a host older
+    than them says none)
+    """
+    async_share: _builtins.int
     @_builtins.property
     def last_activity(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1031,11 +1050,13 @@ class RegistrationState(_message.Message):
         waiting: _builtins.int = ...,
         concurrency: _builtins.int = ...,
         queue: _builtins.int = ...,
+        async_backlog: _builtins.int = ...,
+        async_share: _builtins.int = ...,
         assignment: Global___SignedAssignment | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "last_activity", b"last_activity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "attempt", b"attempt", "concurrency", b"concurrency", "in_flight", b"in_flight", "last_activity", b"last_activity", "name", b"name", "namespace", b"namespace", "phase", b"phase", "queue", b"queue", "registration_id", b"registration_id", "run_uid", b"run_uid", "runtime", b"runtime", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "async_backlog", b"async_backlog", "async_share", b"async_share", "attempt", b"attempt", "concurrency", b"concurrency", "in_flight", b"in_flight", "last_activity", b"last_activity", "name", b"name", "namespace", b"namespace", "phase", b"phase", "queue", b"queue", "registration_id", b"registration_id", "run_uid", b"run_uid", "runtime", b"runtime", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
