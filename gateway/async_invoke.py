@@ -14,8 +14,9 @@ gateway/function_invoke.py): the invocation id, the target's lookup and its 404 
 the authorization (`get` on the target), the body's bounds; a Run that exists but is not Ready yet
 is accepted (its workflow waits for it). Then the backlog: the Queued invocations of the target and
 of the namespace, counted by visibility (CountWorkflowExecutions, cached for BACKLOG_CACHE_S and
-counted up by this gateway's own accepts meanwhile), against `--max-async-target-backlog` and
-`--max-async-backlog` (429 AsyncBacklogFull). Then one InvocationWorkflow is started over the
+counted up by this gateway's own accepts meanwhile), against the target's bound (the smaller of
+its asyncInvocations.backlog, as its hosts' heartbeats carry it, and `--max-async-target-backlog`)
+and `--max-async-backlog` (429 AsyncBacklogFull). Then one InvocationWorkflow is started over the
 gateway's raw channel to Temporal (gateway/visibility.py): id `invocation/{ns}/{uid}/{id}`,
 conflict policy USE_EXISTING (a running one of that id is kept, never a second), reuse policy
 ALLOW_DUPLICATE (an id forgotten after its retention may be used again), its input (the
@@ -244,13 +245,14 @@ class Backlog:
         queued = f"{search.PHASE}='{names.QUEUED}'"
         return f"{search.INVOCATIONS_LISTED} AND {search.NAMESPACE}='{namespace}' AND {queued}"
 
-    async def admit(self, temporal: Visibility, target: Target) -> None:
-        """Nothing when both backlogs have room; BacklogFull (429) or AsyncUnavailable (503)."""
+    async def admit(self, temporal: Visibility, target: Target, own: int = 0) -> None:
+        """Nothing when both backlogs have room; BacklogFull (429) or AsyncUnavailable (503).
+        `own`: the target's asyncInvocations.backlog (0: not known, the gateway's bound alone)."""
+        bound = min(own, self.per_target) if own > 0 else self.per_target
         queued = await self._count(temporal, ("target", target.namespace, target.uid), target)
-        if queued >= self.per_target:
+        if queued >= bound:
             raise BacklogFull(
-                f"the target has {self.per_target} or more invocations waiting; nothing was recorded, "
-                "retry later"
+                f"the target has {bound} or more invocations waiting; nothing was recorded, retry later"
             )
         queued = await self._count(temporal, ("namespace", target.namespace), None, target.namespace)
         if queued >= self.per_namespace:
@@ -356,7 +358,8 @@ class AsyncInvocations:
         principal = await self.authorizer.authorize(token, target.resource)
         timeout_s = requested_timeout_s(request) if headers.TIMEOUT in request.headers else None
         temporal = self._temporal()
-        await self.backlog.admit(temporal, target)  # before the body: a refusal reads none of it
+        # before the body: a refusal reads none of it
+        await self.backlog.admit(temporal, target, self._own_backlog(target))
         payload = await read_body(request, self.limits)
         try:
             body = payload.decode("utf-8")
@@ -429,7 +432,7 @@ class AsyncInvocations:
         if recorded is None:
             raise GatewayError("the invocation's recorded input cannot be read")
         body, timeout_s, callback_url = recorded
-        await self.backlog.admit(temporal, target)
+        await self.backlog.admit(temporal, target, self._own_backlog(target))
         digest = hashlib.sha256(body.encode()).hexdigest()
         state = await self._start(
             temporal,
@@ -508,6 +511,14 @@ class AsyncInvocations:
         target = Target(kind, namespace, uid, name, runtime if kind == RUN else "")
         await self.authorizer.authorize(token, target.resource)
         return target
+
+    def _own_backlog(self, target: Target) -> int:
+        """The target's asyncInvocations.backlog as its hosts' heartbeats say it (a Run's route, a
+        Function's Ready replicas'); 0 when none says it (not Ready yet, or hosts older than it)."""
+        if target.kind == FUNCTION:
+            return self.functions.routes.function_async_policy(target.uid)[0]
+        route = self.runs.routes.route(target.uid)
+        return route.async_backlog if route is not None and route.namespace == target.namespace else 0
 
     @staticmethod
     def _path_id(request: web.Request) -> str:

@@ -10,7 +10,8 @@ answer's JSON, or the ErrorBody) — and `dispatched`: False only when the funct
 run (NOT_DISPATCHED: refused or not delivered), True for 200 and for 500, 502 and 504 (it may have
 run).
 
-The async share: one target's attempts in this gateway hold at most `share_percent` (0: 50) of its
+The async share: one target's attempts in this gateway hold at most its asyncInvocations.share (as
+its hosts' heartbeats carry it; from a host older than that, the request's `share_percent`, 0: 50) of its
 concurrency (a Run's, or its Ready replicas' together), counted from an attempt's start to its end
 (its wait at the balancer included), and at least one (a Function without a Ready replica: the one
 that wakes it). Past it an attempt is 429 AsyncShareFull and never runs, so sync traffic always
@@ -230,6 +231,7 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
             raise RunNotReady("the Run is registered but not ready", reason=R.RUN_NOT_READY)
         timeout_s = timeout_of(request.timeout_ms)
         payload = payload_of(request.body)
+        share = route.async_share or share  # the host's word for the spec first (an older one: the worker's)
         with self._hold(uid, share_limit(route.concurrency, share)):
             return await self.runs.deliver(route, inv, payload, timeout_s, lost=lost)
 
@@ -243,6 +245,7 @@ class DispatchService(gd_grpc.GatewayDispatchServicer):
         timeout_s = timeout_of(request.timeout_ms)
         payload = payload_of(request.body)
         wake = self.balancer.wake_target(uid, namespace, seen)
+        share = self.functions.routes.function_async_policy(uid)[1] or share  # as a Run's, above
         with self._hold(uid, share_limit(self.balancer.capacity(uid, namespace), share)):
             return await self.functions.deliver_function(
                 uid, namespace, inv, payload, timeout_s, lost=lost, wake=wake
