@@ -2,8 +2,9 @@
 server, the worker, the HTTPS gateway, real runtime hosts): what provably did not run is retried
 and runs once (429 from a busy Run; a refused connection to the host's invoke port), what may have
 run is not (a host SIGKILLed mid-call: Unknown) unless the target declares it may be
-(`retry.onUnknownOutcome`); a Run that ends fails the invocations waiting for it (TargetGone); the
-callback is delivered signed and delivered again after the receiver failed; sync invokes are
+(`retry.onUnknownOutcome`); a Run that ends fails the invocations waiting for it (TargetGone); past
+the target's `asyncInvocations.backlog` an invocation is 429 and not recorded; the callback is
+delivered signed and delivered again after the receiver failed; sync invokes are
 answered while async ones hold the target's share. The function appends its invocation id to a
 file for every call: "once" is what the function saw, not what the API says."""
 
@@ -30,7 +31,7 @@ from kruntimes.activities.hosts.process import list_records
 from kruntimes.api.run import Run
 from kruntimes.config import secret_store
 from kruntimes.sdk.callbacks import SIGNATURE_HEADER, verify
-from kruntimes.sdk.client import Client, Invocation, RunObject
+from kruntimes.sdk.client import AsyncBacklogFull, Client, Invocation, InvocationNotFound, RunObject
 from tests.activities.callbacks_test import Certs, certs  # noqa: F401 - the receiver's CA, a fixture
 from tests.sdk.stack import Platform, manifest, unique
 from tests.support.isolation import require_or_skip
@@ -236,29 +237,26 @@ async def test_a_run_that_ends_fails_the_invocations_waiting_for_it_target_gone(
     assert len(_calls(exchange.log)) == 1, "none of the waiting invocations ran"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#44: the gateway bounds a target's backlog by its own --max-async-target-backlog only, "
-    "not yet by the target's asyncInvocations.backlog (docs/async-invocations.md)",
-)
 async def test_past_the_targets_backlog_an_invocation_is_refused_429_async_backlog_full(
     krt: Client, exchange: Exchange
 ) -> None:
-    from kruntimes.sdk.client import AsyncBacklogFull
-
     run = await _run(krt, function={"concurrency": 1, "asyncInvocations": {"backlog": 2}})
     holding = asyncio.create_task(krt.invoke(run, exchange.gated(), timeout=60))
     await eventually(lambda: len(_calls(exchange.log)) == 1, what="the sync call running")
     queued = [await krt.invoke_async(run, exchange.body(n=n)) for n in range(2)]
+    refused = f"past-{uuid.uuid4().hex[:8]}"
     try:
         with pytest.raises(AsyncBacklogFull) as full:
-            await krt.invoke_async(run, exchange.body(n=3))
-        assert full.value.status == 429
+            await krt.invoke_async(run, exchange.body(n=3), invocation_id=refused)
+        assert full.value.status == 429 and full.value.retry_after > 0
+        with pytest.raises(InvocationNotFound):
+            await krt.invocations.get(run.metadata.name, refused)
     finally:
         exchange.open()
         await holding
-        for accepted in queued:
-            await krt.invocations.wait(accepted, timeout=WAIT_S)
+    ended = [await krt.invocations.wait(accepted, timeout=WAIT_S) for accepted in queued]
+    assert all(i.ok for i in ended), "the two within the backlog ran"
+    assert len(_calls(exchange.log)) == 3 and refused not in _calls(exchange.log)
 
 
 async def test_sync_invokes_are_answered_while_async_invocations_hold_their_share(
