@@ -7,7 +7,9 @@ AsyncBacklogFull with Retry-After and is not recorded, while a Run with a larger
 accepts; a Function's replicas carry their template's backlog the same way. The route cache
 (gateway/routes.py) keeps a registration's backlog and share as the host says them, follows a
 change without a new assignment, takes a value past its bound or an older host's silence for
-"not said" (the gateway's own bounds), and gives a Function its Ready replicas' latest revision's."""
+"not said" (the gateway's own bounds), and gives a Function its Ready replicas' latest revision's.
+An async attempt holds the share its route says, whatever larger share the worker's request claims;
+a host refuses a registration whose bounds are past theirs."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
 from kruntimes.api.function import Function
@@ -29,13 +32,18 @@ from kruntimes.api.limits import MAX_ASYNC_BACKLOG
 from kruntimes.api.run import Run
 from kruntimes.gateway.async_invoke import DEFAULT_MAX_TARGET_BACKLOG, AsyncInvocations
 from kruntimes.gateway.routes import RouteCache
+from kruntimes.gateway.server import Gateway
 from kruntimes.pki import Identity
 from kruntimes.pki.assignments import Verifier
+from kruntimes.rpc.v1 import gateway_dispatch_pb2_grpc as gd_grpc
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.sdk.client import Client
 from kruntimes.wire import headers
 from tests.gateway.async_accept_test import call, recorded
 from tests.gateway.async_worker_test import HOLDING
+from tests.gateway.conftest import REGISTERED, HostProcess, lines, wait_route
+from tests.gateway.dispatch_test import GATED, attempt, refused, succeeded
+from tests.gateway.dispatch_test import worker as worker  # the fixture, shared
 from tests.sdk.stack import Platform, manifest, unique
 from tests.support.beats import heartbeat, registration
 from tests.support.pki import TestPKI
@@ -232,3 +240,51 @@ async def test_a_function_takes_its_ready_replicas_latest_revisions_bounds(pki: 
     assert await routes.apply(snapshot("h-0", host_uid, *regs), peer=HOST) == 0
     assert routes.function_async_policy(function) == (6, 60), "Ready replicas only, the latest revision"
     assert routes.function_async_policy(str(uuid.uuid4())) == (0, 0)
+
+
+async def test_an_attempt_holds_its_routes_share_not_the_larger_one_its_request_claims(
+    gateway: Gateway,
+    main_host: HostProcess,
+    records_dir: Path,
+    worker: gd_grpc.GatewayDispatchAsyncStub,
+) -> None:
+    uid, record = str(uuid.uuid4()), records_dir / f"{uuid.uuid4().hex}.txt"
+    REGISTERED.append(uid)  # as every run uid the suite registers: no metric names it
+
+    def config(share: int, backlog: int = 4) -> pb.FunctionConfig:
+        return pb.FunctionConfig(
+            adapter="python",
+            handler="main:handle",
+            env={"TEST_RECORD": str(record)},
+            inline=pb.InlineSource(files=[pb.InlineFile(name="main.py", content=GATED.encode())]),
+            concurrency=2,
+            async_backlog=backlog,
+            async_share=share,
+        )
+
+    def register(config: pb.FunctionConfig) -> Any:
+        run = pb.RunRef(run_uid=uid, attempt=1, namespace="default", name="fn", runtime="python")
+        request = pb.RegisterFunctionRequest(run=run, assignment=main_host.signed(uid), config=config)
+        return main_host.stub.RegisterFunction(request, timeout=30)
+
+    for past in (config(101), config(50, MAX_ASYNC_BACKLOG + 1)):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await register(past)
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    await register(config(50))
+    await wait_route(gateway, uid, host_uid=main_host.host_uid)
+    route = gateway.routes.route(uid)
+    assert route is not None and (route.async_backlog, route.async_share) == (4, 50)
+    gate = records_dir / uuid.uuid4().hex
+    held = asyncio.ensure_future(attempt(worker, uid, {"tag": "held", "gate": str(gate)}, share=100))
+    try:
+        await eventually(
+            lambda: lines(record), until=lambda ran: ran == ["held"], what="the first attempt runs"
+        )
+        # 50 % of 2 is one place, though the request says 100 %
+        body = refused(await attempt(worker, uid, {"tag": "past"}, share=100), 429, "AsyncShareFull")
+        assert "share" in body.message
+    finally:
+        gate.touch()
+    succeeded(await held)
+    assert lines(record) == ["held"], "the attempt past the share never ran"
