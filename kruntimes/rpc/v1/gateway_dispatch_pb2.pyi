@@ -54,7 +54,8 @@ class AttemptInvocationRequest(_message.Message):
     """1 for the first"""
     share_percent: _builtins.int
     """the percent of the target's concurrency its async attempts may hold at once (its spec's
-    asyncInvocations.share); 0: 50
+    asyncInvocations.share); 0: 50. Used only when the target's routes carry none (its hosts'
+    heartbeats say RegistrationState.async_share, which wins)
     """
     def __init__(
         self,
