@@ -186,6 +186,8 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                     statuses[-r.status] += 1  # negative: a sync answer's status
                     await r.read()
 
+            attempts: dict[str, int] = {}  # each Succeeded invocation's attempts
+
             async def all_succeeded(wanted: set[str]) -> None:
                 """Until each of `wanted` ran (its file) and is listed Succeeded by the gateway."""
                 deadline = time.monotonic() + COMPLETION_BOUND_S
@@ -197,6 +199,7 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                 while not wanted <= succeeded:
                     async for inv in krt.invocations.list(run, state="Succeeded", limit=None, page_size=1000):
                         succeeded.add(inv.invocationId)
+                        attempts[inv.invocationId] = inv.attemptCount
                     if not wanted <= succeeded:
                         if time.monotonic() > deadline:
                             raise BenchError(f"{len(wanted - succeeded)} did not end Succeeded")
@@ -287,6 +290,8 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
     ]  # fmt: skip
     for line in lib.table(rows):
         print(line)
+    retried = sum(1 for n in attempts.values() if n > 1)
+    print(f"invocations attempted more than once (refused for load, then run): {retried} of {len(attempts)}")
     print(
         f"the backlog's visibility count while the rounds ran: p50 {lib.ms(lib.percentile(counts, 50))} ms, "
         f"max {lib.ms(max(counts, default=math.nan))} ms ({len(counts)} counts)"
@@ -323,6 +328,7 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
             "sync": summary(sync_t.latencies, sync_t.rate),
             "e2e": {"seconds": round(e2e_s, 2), "per_s": round(e2e_rate, 1), "ratio_to_sync": e2e_ratio},
             "exactly_once": not twice,
+            "attempted_more_than_once": retried,
             "other_answers": {str(k): v for k, v in bad.items()},
         }
     )
