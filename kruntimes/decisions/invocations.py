@@ -32,6 +32,7 @@ NOT_RUN = "NotRun"  # a Run's attempts ran out while none of them ran
 OUTCOME_UNKNOWN = "OutcomeUnknown"  # an attempt that may have run, with no reason of the gateway's
 GATEWAY_UNREACHABLE = "GatewayUnreachable"  # the attempt reached no gateway (httpStatus 0)
 ASYNC_SHARE_FULL = GatewayReason.ASYNC_SHARE_FULL.value
+RUN_NOT_READY = GatewayReason.RUN_NOT_READY.value
 ANSWER_STATUSES = frozenset({"Succeeded", "HandlerError", "InvalidOutput"})
 
 Retried = Literal["", "notRun", "unknownOutcome", "failure"]
@@ -108,8 +109,12 @@ def classify(outcome: AttemptOutcome) -> AttemptKind:
 
 
 def waits_its_turn(outcome: AttemptOutcome) -> bool:
-    """Refused by the target's async share (AsyncShareFull): not run, and not counted for a Run."""
-    return outcome.httpStatus == 429 and not outcome.dispatched and outcome.reason == ASYNC_SHARE_FULL
+    """Refused by the target's async share (AsyncShareFull), or by a Run the gateway holds not
+    Ready (RunNotReady: recovering, or draining before it ends, while its workflow still reads
+    Ready): not run, and not counted for a Run, whose next read of the target decides."""
+    if outcome.dispatched:
+        return False
+    return (outcome.httpStatus, outcome.reason) in ((429, ASYNC_SHARE_FULL), (503, RUN_NOT_READY))
 
 
 def backoff_seconds(attempts: int) -> float:

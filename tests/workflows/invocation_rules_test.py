@@ -23,6 +23,7 @@ from kruntimes.decisions.invocations import (
     classify,
     decide,
     next_without_attempt,
+    waits_its_turn,
 )
 
 RUN, FUNCTION = TargetKind.Run, TargetKind.Function
@@ -189,3 +190,12 @@ def test_a_run_waiting_its_turn_for_the_async_share_is_not_counted() -> None:
     assert decide(busy, policy=bounded, kind=RUN, attempts=42, ran=0, waited_turns=40).state is F
     dispatched = refused(429, "AsyncShareFull", dispatched=True)  # outside the contract: may have run
     assert decide(dispatched, policy=bounded, kind=RUN, attempts=1, ran=1).state is U
+
+
+def test_a_run_the_gateway_holds_not_ready_is_waited_for_without_counting() -> None:
+    """A draining Run still reads Ready to its workflow while the gateway answers RunNotReady: its
+    invocations must not run out of attempts (NotRun) before the Run ends (TargetGone)."""
+    not_ready = refused(503, "RunNotReady")
+    assert waits_its_turn(not_ready) and not waits_its_turn(refused(503, "OwnerUnavailable"))
+    step = decide(not_ready, policy=policy(maxAttempts=1), kind=RUN, attempts=9, ran=0, waited_turns=9)
+    assert (step.state, step.retried) == (Q, "notRun")
