@@ -82,6 +82,14 @@ async def test_an_invocation_is_accepted_runs_once_per_id_and_keeps_its_answer(
     with pytest.raises(InvocationNotFound):
         await krt.invocations.get(run, f"never-{uuid.uuid4().hex[:8]}")
     assert _calls(log) == 1
+    # a new id sent fifty times at once, every submission racing the first: one invocation, one run
+    burst_id = f"burst-{uuid.uuid4().hex[:8]}"
+    burst = await asyncio.gather(
+        *(krt.invoke_async(run, {**body, "n": 9}, invocation_id=burst_id) for _ in range(50))
+    )
+    assert len({a.location for a in burst}) == 1
+    assert (await krt.invocations.wait(burst[0], timeout=60)).state.value == "Succeeded"
+    assert _calls(log) == 2, "the fifty submissions of one id ran the function once"
 
 
 async def test_a_failed_invocation_is_listed_as_failed_and_resubmitted_under_a_new_id(
