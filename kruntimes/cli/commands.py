@@ -645,6 +645,9 @@ async def invocation_wait(args: argparse.Namespace, client: Client, io: Io) -> i
             f": {error.reason}" + (f": {error.message}" if error.message else "") if error is not None else ""
         )
         io.print(f"invocation/{invocation.invocationId} {invocation.state.value}{why}")
+        answer = invocation.answer()
+        if answer is not None and invocation.ok:  # its outputs, as `krt invoke` prints them
+            io.print(json.dumps(answer.outputs, ensure_ascii=False))
     else:
         _print_invocations(io, [invocation], args.output, single=True)
     return 0 if invocation.ok else 1

@@ -4,6 +4,8 @@ invocation that ran, and an async invocation: its acceptance and its status."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -224,5 +226,10 @@ class Invocation(_Read):
             return None
 
     def document(self) -> dict[str, Any]:
-        """The status as `krt invocation get -o json` prints it."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The status as `krt invocation get -o json` prints it: the result as the JSON object it
+        is (the API carries it as text), so that a reader sees its outputs, not an escaped string."""
+        doc = self.model_dump(mode="json", exclude_none=True)
+        if self.result:
+            with contextlib.suppress(ValueError):
+                doc["result"] = json.loads(self.result)
+        return doc

@@ -55,11 +55,13 @@ async def test_invoke_async_prints_the_id_and_location_then_wait_get_and_list_sh
 
     waited = await krt(platform, "invocation", "wait", name, inv, "--timeout", "60")
     assert waited.code == 0, waited.err
-    assert waited.out.strip() == f"invocation/{inv} Succeeded"
+    assert waited.out.splitlines() == [f"invocation/{inv} Succeeded", '{"n": 5}'], (
+        "its state, then its outputs"
+    )
     got = await krt(platform, "invocation", "get", name, inv, "-o", "json")
     assert got.code == 0, got.err
     status = json.loads(got.out)
-    assert status["state"] == "Succeeded" and json.loads(status["result"])["outputs"] == {"n": 5}
+    assert status["state"] == "Succeeded" and status["result"]["outputs"] == {"n": 5}
     by_location = await krt(platform, "invocation", "get", document["location"])
     assert by_location.code == 0, by_location.err
     header, row = by_location.out.splitlines()

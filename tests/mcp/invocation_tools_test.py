@@ -4,6 +4,8 @@ shared platform, the submission carries the caller's own token to the gateway.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kruntimes.mcp import tools
@@ -57,6 +59,6 @@ async def test_over_https_an_async_invocation_is_the_callers_and_is_read_until_i
                 {"name": name, "namespace": "team-b", "invocationId": "mcp-1", "waitSeconds": 60},
             )
         )
-        assert done["state"] == "Succeeded" and '"by":"mcp"' in done["result"].replace(" ", "")
+        assert done["state"] == "Succeeded" and '"by":"mcp"' in json.dumps(done["result"]).replace(" ", "")
         structured(await admin.call_tool("run_delete", {"name": name, "namespace": "team-b"}))
     assert CAROL_TOKEN not in mcp_http.log.read_text() and ADMIN_TOKEN not in mcp_http.log.read_text()
