@@ -127,9 +127,9 @@ def _invoke_message(exc: BaseException) -> str:
         case c.Busy() | c.NotReady():
             return f"{text}; retry in {exc.retry_after:g} s"
         case c.InvocationConflict():
-            return f"{text}; an invocation of this id with another body was accepted: pick another --id"
+            return f"{text}; with krt: another --id"
         case c.InvocationNotFound():
-            return f"{text}; never submitted, or forgotten after its retention (`krt invocation list NAME`)"
+            return f"{text}; `krt invocation list NAME` lists those kept"
         case c.Unauthorized():
             return f"{text}; check the token (KRT_TOKEN, or client.json written by `krt up`)"
         case c.OutcomeUnknown():

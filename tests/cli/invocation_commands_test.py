@@ -111,7 +111,7 @@ async def test_a_failed_invocation_waits_to_exit_1_is_listed_and_is_resubmitted(
 
 
 REFUSALS: list[tuple[BaseException, int, str]] = [
-    (kruntimes.InvocationConflict(409, "InvocationConflict", "x", invocation_id="i"), 1, "pick another --id"),
+    (kruntimes.InvocationConflict(409, "InvocationConflict", "x", invocation_id="i"), 1, "another --id"),
     (
         kruntimes.AsyncBacklogFull(429, "AsyncBacklogFull", "x", invocation_id="i", retry_after=7),
         1,
@@ -122,7 +122,11 @@ REFUSALS: list[tuple[BaseException, int, str]] = [
         1,
         "nothing was recorded",
     ),
-    (kruntimes.InvocationNotFound(404, "InvocationNotFound", "x", invocation_id="i"), 3, "retention"),
+    (
+        kruntimes.InvocationNotFound(404, "InvocationNotFound", "x", invocation_id="i"),
+        3,
+        "krt invocation list NAME",
+    ),
     (kruntimes.WaitTimeout("invocation 'i' is still Running after 5 s"), 1, "krt invocation get"),
 ]
 
