@@ -110,11 +110,30 @@ def prefers_async(request: web.Request) -> bool:
     """Whether a `Prefer` header asks for `respond-async` (RFC 7240: comma-separated
     preferences, each a token with an optional value and parameters; case-insensitive)."""
     for value in request.headers.getall(headers.PREFER, ()):
-        for preference in value.split(","):
+        for preference in _preferences(value):
             token = preference.split(";", 1)[0].split("=", 1)[0].strip()
             if token.lower() == headers.RESPOND_ASYNC:
                 return True
     return False
+
+
+def _preferences(value: str) -> list[str]:
+    """A Prefer value split at its commas outside quoted strings (one pass): `foo="a,
+    respond-async"` is one preference, not two."""
+    parts: list[str] = []
+    start, quoted, escaped = 0, False, False
+    for i, ch in enumerate(value):
+        if escaped:
+            escaped = False
+        elif quoted and ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            parts.append(value[start:i])
+            start = i + 1
+    parts.append(value[start:])
+    return parts
 
 
 def _route_label(request: web.Request) -> str:
