@@ -351,7 +351,7 @@ class AsyncInvocations:
         return handler
 
     async def accept(self, request: web.Request, kind: str) -> web.Response:
-        inv = invocation_id(request)
+        inv = _new_id(request)
         request[INVOCATION_ID] = inv
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         target = await self._existing_target(request, token, kind)
@@ -387,6 +387,8 @@ class AsyncInvocations:
         state, limit, token_bytes = _list_query(request)
         temporal = self._temporal()
         query = target.listed(state or None)
+        if target.kind == RUN:  # of the URL's runtime only, as a read of one checks (a checked label)
+            query += f" AND {search.RUNTIME}='{target.runtime}'"
         items: list[dict[str, Any]] = []
         for _ in range(MAX_LIST // LIST_PAGE + 1):  # pages asked at most (each up to LIST_PAGE)
             if len(items) >= limit:
@@ -416,7 +418,7 @@ class AsyncInvocations:
         with the body, timeout and callback of `{id}`, read from its workflow's first event."""
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         old = self._path_id(request)
-        inv = invocation_id(request)
+        inv = _new_id(request)
         request[INVOCATION_ID] = inv
         target = await self._existing_target(request, token, kind)
         principal = await self.authorizer.authorize(token, target.resource)
@@ -746,6 +748,17 @@ class AsyncInvocations:
             else None,
             callback_url if isinstance(callback_url, str) else None,
         )
+
+
+def _new_id(request: web.Request) -> str:
+    """A new invocation's id (the caller's, or generated): `.` and `..` are refused, since every
+    client that follows RFC 3986 removes them from the invocation's path, encoded or not."""
+    inv = invocation_id(request)
+    if inv in (".", ".."):
+        raise BadRequest(
+            "an invocation id of only dots cannot be a URL path segment", reason=R.INVALID_INVOCATION_ID
+        )
+    return inv
 
 
 def _list_query(request: web.Request) -> tuple[str, int, bytes]:
