@@ -23,6 +23,7 @@ import pytest
 
 from kruntimes.api.run import Run
 from kruntimes.gateway.async_invoke import AsyncInvocations
+from kruntimes.gateway.auth import Authorizer, Forbidden, Principal, Resource
 from kruntimes.gateway.listener import HttpLimits
 from kruntimes.sdk.client import Client, RunObject
 from kruntimes.wire import headers
@@ -441,3 +442,120 @@ async def test_a_continue_token_that_is_no_token_at_all_is_the_callers_400_not_5
         token = base64.urlsafe_b64encode(garbage).decode()
         status, _, doc = await call(http, "GET", f"{coll}?continue={token}")
         assert (status, doc["reason"]) == (400, "InvalidRequest"), (garbage, doc)
+
+
+class NamedGrants:
+    """A cluster's RBAC at the gateway's authorizer seam (tests/gateway_auth covers the real
+    SelfSubjectAccessReview): the platform's token authenticates, and `get` is granted on the
+    named targets only, as a Role with resourceNames grants it."""
+
+    def __init__(self, inner: Authorizer, granted: set[tuple[str, str, str]]) -> None:
+        self.inner = inner
+        self.granted = granted  # (kind, namespace, name)
+        self.asked: list[Resource] = []
+
+    async def authorize(self, token: str, resource: Resource) -> Principal:
+        principal = await self.inner.authorize(token, resource)
+        self.asked.append(resource)
+        if (resource.kind, resource.namespace, resource.name) not in self.granted:
+            raise Forbidden(f"may not get {resource.kind} {resource.namespace}/{resource.name or '*'}")
+        return principal
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_caller_granted_one_run_by_name_gets_nothing_of_another_runs_invocations(
+    platform: Platform, http: aiohttp.ClientSession, invocations: AsyncInvocations
+) -> None:
+    x, y = await _runs(platform, unique("rbac-x"), unique("rbac-y"), source="def handle(p):\n    return p\n")
+    assert x.metadata.uid is not None and y.metadata.uid is not None
+    invoke_x, coll_x = urls(x)
+    invoke_y, coll_y = urls(y)
+    theirs = f"y-{uuid.uuid4().hex[:6]}"
+    status, _, doc = await _accept(http, invoke_y, theirs)  # the namespace-wide token of the platform
+    assert status == 202, doc
+    saved = invocations.authorizer
+    grants = NamedGrants(saved, {("runs", "default", x.metadata.name)})
+    invocations.authorizer = grants
+    try:
+        mine = f"x-{uuid.uuid4().hex[:6]}"
+        status, _, doc = await _accept(http, invoke_x, mine)
+        assert status == 202, doc
+        assert (await call(http, "GET", f"{coll_x}/{mine}"))[0] == 200
+        assert (await call(http, "GET", coll_x))[0] == 200
+        fresh = f"stolen-{uuid.uuid4().hex[:6]}"
+        for method, url in (
+            ("POST", invoke_y),
+            ("GET", f"{coll_y}/{theirs}"),
+            ("GET", f"{coll_y}/never-{uuid.uuid4().hex[:6]}"),
+            ("GET", coll_y),
+            ("POST", f"{coll_y}/{theirs}:resubmit"),
+        ):
+            status, _, doc = await call(
+                http, method, url, body=b"{}", sent={**ASYNC, headers.INVOCATION_ID: fresh}
+            )
+            assert (status, doc["reason"]) == (403, "Forbidden"), (method, url, doc)
+            assert set(doc) == {"reason", "message", "invocationId"}, doc
+        # Y's invocation named at X's URL, which the caller may get: not X's, so not found
+        status, _, doc = await call(http, "GET", f"{coll_x}/{theirs}")
+        assert (status, doc["reason"]) == (404, "InvocationNotFound"), doc
+        status, _, doc = await call(
+            http, "POST", f"{coll_x}/{theirs}:resubmit", body=b"", sent={headers.INVOCATION_ID: fresh}
+        )
+        assert (status, doc["reason"]) == (404, "InvocationNotFound"), doc
+        # X's uid at a Function's URL is asked about as a Function, never as the Run X
+        status, _, doc = await call(
+            http,
+            "GET",
+            f"{platform.config.gatewayUrl}/v1/namespaces/default/functions/{x.metadata.uid}/invocations",
+        )
+        assert status in (403, 404), doc
+    finally:
+        invocations.authorizer = saved
+    assert not await recorded(platform, y.metadata.uid, fresh)
+    assert not await recorded(platform, x.metadata.uid, fresh)
+    names = {(r.kind, r.name) for r in grants.asked}
+    assert ("runs", y.metadata.name) in names, "Y's reads were asked about Y by name"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a body still arriving holds one of the gateway's async places (AsyncInvocations."
+    "max_in_flight, MAX_IN_FLIGHT = 1,024 gateway-wide, sized for Temporal calls of at most 10 s): "
+    "_bounded takes it before accept reads the body, which the rate rules let last minutes (a MiB "
+    "at 4 KiB/s), so one namespace's slow bodies refuse every other namespace's accepts 503 "
+    "AsyncUnavailable, and none of it is bounded per namespace or per caller",
+)
+async def test_slow_bodies_of_one_namespace_do_not_refuse_another_namespaces_accepts(
+    platform: Platform, http: aiohttp.ClientSession, invocations: AsyncInvocations
+) -> None:
+    (mine,) = await _runs(platform, unique("slow-a"), source="def handle(p):\n    return p\n")
+    namespace = unique("tenant")
+    (theirs,) = await _runs(
+        platform, unique("slow-b"), source="def handle(p):\n    return p\n", namespace=namespace
+    )
+    invoke_mine, _ = urls(mine)
+    invoke_theirs, _ = urls(theirs)
+    saved = invocations.max_in_flight
+    invocations.max_in_flight = 2  # the gateway's bound, scaled down to two slow callers
+    held: list[Connection] = []
+    try:
+        for _ in range(2):
+            conn = await Connection.open(platform.config.gatewayUrl, platform.tls.ca_cert)
+            held.append(conn)
+            head = {
+                headers.AUTHORIZATION: f"Bearer {TOKEN}",
+                **ASYNC,
+                headers.INVOCATION_ID: f"slow-{uuid.uuid4().hex[:6]}",
+            }
+            await conn.send(
+                request(_path(invoke_mine), headers=head, body=b'{"a": "', content_length=100_000)
+            )
+        await eventually(lambda: invocations._in_flight >= 2, what="both slow bodies being read")
+        status, _, doc = await _accept(http, invoke_theirs, f"fast-{uuid.uuid4().hex[:6]}")
+        assert status == 202, ("another namespace's accept refused behind slow bodies", doc)
+    finally:
+        invocations.max_in_flight = saved
+        for conn in held:
+            await conn.close()
