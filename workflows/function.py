@@ -169,6 +169,10 @@ PATCH_TRAFFIC = "function-traffic"
 # `replicas.ready` counts the Ready replicas of every revision the split serves. Histories
 # recorded before it keep `wanted` of the current revision beside the older one's share.
 PATCH_SPLIT_WANTED = "function-split-wanted"
+# A Function with no Ready replica whose last replicas ended before Ready is not Ready even at
+# zero replicas wanted (functionlife.phase_of `failing`). Histories recorded before it called such
+# a Function Ready once it scaled to zero.
+PATCH_ZERO_FAILING = "function-zero-failing-phase"
 
 
 def _clamp(wanted: int, scale: ScaleSpec) -> int:
@@ -843,8 +847,13 @@ class FunctionWorkflow:
     def _refresh(self, *, final: FunctionPhase | None = None, message: str = "") -> None:
         now = workflow.now()
         current = self._revisions[-1].revision
+        failing_at_zero = self._failures > 0 and workflow.patched(PATCH_ZERO_FAILING)
         phase = final or phase_of(
-            wanted=self._wanted, replicas=self._replicas, deleting=self._deleting, ever_ready=self._ever_ready
+            wanted=self._wanted,
+            replicas=self._replicas,
+            deleting=self._deleting,
+            ever_ready=self._ever_ready,
+            failing=failing_at_zero,
         )
         self._ever_ready = self._ever_ready or phase is FunctionPhase.Ready
         live = [r for r in self._replicas if not r.deleting]

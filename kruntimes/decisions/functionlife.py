@@ -135,14 +135,18 @@ def plan(
     return Plan(start=start, delete=tuple(delete), rolled_out=rolled_out, start_older=tuple(start_older))
 
 
-def phase_of(*, wanted: int, replicas: Sequence[Replica], deleting: bool, ever_ready: bool) -> FunctionPhase:
+def phase_of(
+    *, wanted: int, replicas: Sequence[Replica], deleting: bool, ever_ready: bool, failing: bool = False
+) -> FunctionPhase:
     """Deleting while its replicas go; Ready when `wanted` replicas are Ready (of any revision:
     during a rollout the old ones serve); when fewer are, Degraded once the Function was Ready
-    (`ever_ready`), else Pending (coming up)."""
+    (`ever_ready`), else Pending (coming up). A Function with no Ready replica whose last replicas
+    ended before Ready (`failing`) is not Ready even when none is wanted (scaled to zero): its
+    next invocation would wake a replica that fails as they did."""
     if deleting:
         return FunctionPhase.Deleting
     ready = sum(1 for r in _live(replicas) if r.phase is RunPhase.Ready)
-    if ready >= wanted:
+    if ready >= wanted and not (failing and ready == 0):
         return FunctionPhase.Ready
     if ever_ready:
         return FunctionPhase.Degraded

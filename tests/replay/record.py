@@ -17,7 +17,7 @@ alone: a Function continuing as new; `autoscale`: a Function its autoscaler scal
 and down after it, one scaled to zero and woken from zero by a storm of `wake` signals;
 `traffic`: a canary split between two revisions, its older replica killed and replaced, then all
 traffic to the latest and deleted; `split_wanted`: a canary dividing the replicas wanted between
-its revisions);
+its revisions; `zero_failing`: a Function of a broken template at zero replicas wanted, Pending);
 naming groups records
 only those, so the histories other groups recorded with earlier code stay (they are what shows
 that a change still replays what older code started). When to record again, and what to keep:
@@ -978,6 +978,34 @@ async def split_wanted_scenarios(p: Platform) -> None:
     await write_closed(h, "function_split_divided_deleted")
 
 
+async def zero_failing_scenarios(p: Platform) -> None:
+    # A Function of a broken template with min 0 (patch function-zero-failing-phase): its first
+    # replica fails before Ready, then it scales to zero wanted, and stays Pending (not Ready)
+    # with its ReplicaFailure condition; then deleted.
+    broken = function_manifest(
+        "zerobroken",
+        runtime=p.runtime("python"),
+        source=UNLOADABLE,
+        retryPolicy={"limit": 1},
+        scale={**QUICK_SCALE, "min": 0, "max": 1},
+    )
+    h = await start_function(p, broken)
+
+    async def at_zero_not_ready() -> bool:
+        status = await function_status(h)
+        failure = status.condition("ReplicaFailure")
+        return (
+            status.replicas.wanted == 0
+            and failure is not None
+            and failure.status == "True"
+            and status.phase.value == "Pending"
+        )
+
+    await eventually(at_zero_not_ready, "no replica wanted, the last failed, the Function Pending")
+    await h.execute_update(UPDATE_DELETE, result_type=str)
+    await write_closed(h, "function_zero_broken_deleted")
+
+
 GROUPS = {
     "runs": scenarios,
     "hosts": host_scenarios,
@@ -995,6 +1023,7 @@ GROUPS = {
     "autoscale": autoscale_scenarios,
     "traffic": traffic_scenarios,
     "split_wanted": split_wanted_scenarios,
+    "zero_failing": zero_failing_scenarios,
 }
 ALONE = {"scale", "apart", "function_continue"}  # their server continues workflows as new early
 

@@ -87,6 +87,19 @@ def test_the_phase(replicas: list[Replica], ever_ready: bool, deleting: bool, ph
     assert phase_of(wanted=2, replicas=replicas, deleting=deleting, ever_ready=ever_ready) is phase
 
 
+def test_a_function_at_zero_whose_last_replicas_failed_is_not_ready() -> None:
+    """At zero replicas wanted a Function is Ready (its next invocation wakes one), unless the
+    replicas it started last ended before Ready: then the wake would fail as they did."""
+    assert phase_of(wanted=0, replicas=[], deleting=False, ever_ready=False) is FunctionPhase.Ready
+    failing = {"wanted": 0, "replicas": [], "deleting": False, "failing": True}
+    assert phase_of(**failing, ever_ready=False) is FunctionPhase.Pending
+    assert phase_of(**failing, ever_ready=True) is FunctionPhase.Degraded
+    # a Ready replica serves whatever failed before it
+    assert phase_of(wanted=1, replicas=[replica(1)], deleting=False, ever_ready=True, failing=True) is (
+        FunctionPhase.Ready
+    )
+
+
 @pytest.mark.parametrize(
     ("wanted", "split", "maximum", "shares"),
     [
