@@ -8,6 +8,7 @@ URL's path nor its query; one namespace's full backlog refuses no other namespac
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import ssl
@@ -24,6 +25,8 @@ from kruntimes.gateway.async_invoke import DEFAULT_MAX_BACKLOG, AsyncInvocations
 from kruntimes.sdk.client import Client, RunObject
 from kruntimes.temporal.devserver import temporal_binary
 from kruntimes.wire import headers
+from tests.activities.callbacks_test import certs  # noqa: F401 - the receiver's CA, a fixture
+from tests.chaos.async_faults_test import HOOK_SECRET, IDENTITY, Receiver, callbacks_allowed, receiver  # noqa: F401
 from tests.gateway.async_accept_test import TERMINAL, call, urls
 from tests.gateway.conftest import LogCapture
 from tests.sdk.stack import OTHER_TOKEN, TOKEN, Platform, manifest, unique
@@ -235,3 +238,44 @@ async def test_the_status_names_the_callbacks_host_never_its_path_or_query(
         until=lambda d: d["callback"] is not None and d["callback"]["failures"],
     )
     assert secret not in json.dumps(done), done["callback"]
+
+
+async def test_the_callbacks_signing_key_is_never_in_the_status_the_history_or_a_log(
+    platform: Platform,
+    http: aiohttp.ClientSession,
+    receiver: Receiver,  # noqa: F811 - the imported fixture
+    callbacks_allowed: bytes,  # noqa: F811 - the imported fixture
+    log_capture: LogCapture,
+) -> None:
+    """A signed callback delivered (the worker allowed 127.0.0.1 and the Secret): its key, in
+    any spelling, nowhere but in the signature the receiver checks."""
+    receiver.failing = 0
+    url = f"https://127.0.0.1:{receiver.port}/hook"
+    policy = {"callback": {"url": url, "secretName": HOOK_SECRET}}
+    async with Client(platform.config.model_copy(update={"identity": IDENTITY})) as owner:
+        name = unique("sec-key")
+        await owner.create(
+            Run.from_dict(manifest(name, source=ECHO, mode={"function": {"asyncInvocations": policy}}))
+        )
+        run = await owner.wait(name, timeout=60)
+    uid = run.metadata.uid
+    assert uid is not None
+    invoke, coll = urls(run)
+    inv = f"key-{uuid.uuid4().hex[:6]}"
+    code, _, doc = await call(http, "POST", invoke, body=b"{}", sent={**ASYNC, headers.INVOCATION_ID: inv})
+    assert code == 202, doc
+    done = await eventually(
+        lambda: _status(http, f"{coll}/{inv}"),
+        within=60,
+        until=lambda d: d["callback"] is not None and d["callback"]["delivered"],
+        what="the signed callback delivered",
+    )
+    assert len(receiver.requests) == 1
+    history = await _history(platform, invocation_workflow_id("default", uid, inv))
+    key = callbacks_allowed
+    spellings = {key.decode(), key.hex(), base64.b64encode(key).decode()}
+    for spelling in spellings:
+        assert spelling not in json.dumps(done), "the key in the status"
+        assert spelling not in history, "the key in Temporal's history"
+        assert not [line for line in log_capture.lines if spelling in line], "the key in a log"
+        assert spelling.encode() not in receiver.requests[0][1], "the key in the callback's body"
