@@ -293,7 +293,8 @@ class InvocationAttempts:
             runtime=request.target.runtime,
             invocation_id=request.invocationId,
             body=request.body.encode(),
-            timeout_ms=round(request.timeoutSeconds * 1000) if request.timeoutSeconds else 0,
+            # at least 1 ms: 0 is the gateway's default timeout, never a sub-millisecond one
+            timeout_ms=max(1, round(request.timeoutSeconds * 1000)) if request.timeoutSeconds else 0,
             attempt=request.attempt,
             share_percent=request.share,
         )
