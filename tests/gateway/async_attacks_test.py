@@ -559,3 +559,32 @@ async def test_slow_bodies_of_one_namespace_do_not_refuse_another_namespaces_acc
         invocations.max_in_flight = saved
         for conn in held:
             await conn.close()
+
+
+async def test_an_async_timeout_under_a_millisecond_bounds_the_attempt_as_a_sync_invokes_does(
+    platform: Platform, http: aiohttp.ClientSession
+) -> None:
+    """`X-Kruntime-Timeout: 0.0004` is a valid timeout (0 < t ≤ 900): a sync invoke of a function
+    that sleeps a second does not succeed within it, and neither may its async attempt."""
+    sleepy = "import time\ndef handle(p):\n    time.sleep(1)\n    return {'slept': 1}\n"
+    (run,) = await _runs(platform, unique("atk-tmo"), source=sleepy)
+    invoke, coll = urls(run)
+    tiny = {headers.TIMEOUT: "0.0004"}
+    status, _, doc = await call(http, "POST", invoke, body=b"{}", sent=tiny)
+    assert status != 200, ("the sync invoke outlived its timeout", doc)
+    inv = f"tmo-{uuid.uuid4().hex[:6]}"
+    status, _, doc = await call(
+        http, "POST", invoke, body=b"{}", sent={**ASYNC, **tiny, headers.INVOCATION_ID: inv}
+    )
+    assert status == 202, doc
+
+    async def read() -> dict[str, Any]:
+        code, _, doc = await call(http, "GET", f"{coll}/{inv}")
+        assert code == 200, doc
+        assert isinstance(doc, dict)
+        return doc
+
+    done = await eventually(
+        read, within=60, until=lambda d: d["state"] in TERMINAL, what="the invocation ended"
+    )
+    assert done["state"] != "Succeeded", ("the async attempt ran with the default timeout instead", done)
