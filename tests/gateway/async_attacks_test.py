@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kruntimes.api.function import Function
 from kruntimes.api.run import Run
 from kruntimes.gateway.async_invoke import AsyncInvocations
 from kruntimes.gateway.auth import Authorizer, Forbidden, Principal, Resource
@@ -588,3 +589,42 @@ async def test_an_async_timeout_under_a_millisecond_bounds_the_attempt_as_a_sync
         read, within=60, until=lambda d: d["state"] in TERMINAL, what="the invocation ended"
     )
     assert done["state"] != "Succeeded", ("the async attempt ran with the default timeout instead", done)
+
+
+async def test_a_functions_uid_at_a_runs_url_reaches_none_of_its_invocations(
+    platform: Platform, http: aiohttp.ClientSession
+) -> None:
+    name = unique("atk-fn")
+    document = manifest(name, source="def handle(p):\n    return p\n")
+    async with Client(platform.config) as krt:
+        await krt.functions.apply(Function.from_dict({**document, "kind": "Function"}))
+        try:
+            function = await krt.functions.wait_ready(name, timeout=90)
+            assert function.status.endpoint is not None
+            invoke = function.status.endpoint.url
+            uid = _path(invoke).split("/")[-1].removesuffix(":invoke")
+            inv = f"fn-{uuid.uuid4().hex[:6]}"
+            status, _, doc = await _accept(http, invoke, inv)
+            assert status == 202, doc
+            as_run = f"{platform.config.gatewayUrl}/v1/namespaces/default/runtimes/python/functions/{uid}"
+            fresh = f"fn-steal-{uuid.uuid4().hex[:6]}"
+            status, _, doc = await call(http, "GET", f"{as_run}/invocations/{inv}")
+            assert (status, doc["reason"]) == (404, "InvocationNotFound"), doc
+            status, _, doc = await call(
+                http,
+                "POST",
+                f"{as_run}/invocations/{inv}:resubmit",
+                body=b"",
+                sent={headers.INVOCATION_ID: fresh},
+            )
+            assert status == 404, doc
+            status, _, doc = await call(http, "GET", f"{as_run}/invocations")
+            assert (status, doc["items"]) == (200, []), doc
+            status, _, doc = await _accept(http, f"{as_run}:invoke", fresh)
+            assert status == 404, doc
+            assert not await recorded(platform, uid, fresh)
+            # and its own URL still has it
+            status, _, doc = await call(http, "GET", f"{invoke.removesuffix(':invoke')}/invocations/{inv}")
+            assert (status, doc["invocationId"]) == (200, inv), doc
+        finally:
+            await krt.functions.delete(name, timeout=120)
