@@ -245,8 +245,9 @@ class Backlog:
         queued = f"{search.PHASE}='{names.QUEUED}'"
         return f"{search.INVOCATIONS_LISTED} AND {search.NAMESPACE}='{namespace}' AND {queued}"
 
-    async def admit(self, temporal: Visibility, target: Target, own: int = 0) -> None:
-        """Nothing when both backlogs have room; BacklogFull (429) or AsyncUnavailable (503).
+    async def admit(self, temporal: Visibility, target: Target, own: int = 0) -> tuple[_Count, ...]:
+        """A place in both backlogs, reserved until `release` (counted meanwhile, so requests at
+        once cannot all take the last one); BacklogFull (429) or AsyncUnavailable (503).
         `own`: the target's asyncInvocations.backlog (0: not known, the gateway's bound alone)."""
         bound = min(own, self.per_target) if own > 0 else self.per_target
         queued = await self._count(temporal, ("target", target.namespace, target.uid), target)
@@ -260,6 +261,17 @@ class Backlog:
                 f"the namespace has {self.per_namespace} or more invocations waiting; nothing was "
                 "recorded, retry later"
             )
+        keys = (("target", target.namespace, target.uid), ("namespace", target.namespace))
+        held = tuple(count for count in map(self._counts.get, keys) if count is not None)
+        for count in held:
+            count.added += 1
+        return held
+
+    @staticmethod
+    def release(held: tuple[_Count, ...]) -> None:
+        """The places `admit` reserved, given back (a start that recorded was counted by `accepted`)."""
+        for count in held:
+            count.added -= 1
 
     def accepted(self, target: Target) -> None:
         """An invocation of `target` was recorded here: counted until the next count."""
@@ -359,16 +371,21 @@ class AsyncInvocations:
         timeout_s = requested_timeout_s(request) if headers.TIMEOUT in request.headers else None
         temporal = self._temporal()
         # before the body: a refusal reads none of it
-        await self.backlog.admit(temporal, target, self._own_backlog(target))
-        payload = await read_body(request, self.limits)
+        held = await self.backlog.admit(temporal, target, self._own_backlog(target))
         try:
-            body = payload.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BadRequest("an async invocation's body must be UTF-8", reason=R.MALFORMED_JSON) from None
-        digest = hashlib.sha256(payload).hexdigest()
-        state = await self._start(
-            temporal, target, inv, digest=digest, body=body, timeout_s=timeout_s, principal=principal
-        )
+            payload = await read_body(request, self.limits)
+            try:
+                body = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest(
+                    "an async invocation's body must be UTF-8", reason=R.MALFORMED_JSON
+                ) from None
+            digest = hashlib.sha256(payload).hexdigest()
+            state = await self._start(
+                temporal, target, inv, digest=digest, body=body, timeout_s=timeout_s, principal=principal
+            )
+        finally:
+            self.backlog.release(held)
         return self._accepted(target, inv, state)
 
     async def get(self, request: web.Request, kind: str) -> web.Response:
@@ -434,18 +451,21 @@ class AsyncInvocations:
         if recorded is None:
             raise GatewayError("the invocation's recorded input cannot be read")
         body, timeout_s, callback_url = recorded
-        await self.backlog.admit(temporal, target, self._own_backlog(target))
+        held = await self.backlog.admit(temporal, target, self._own_backlog(target))
         digest = hashlib.sha256(body.encode()).hexdigest()
-        state = await self._start(
-            temporal,
-            target,
-            inv,
-            digest=digest,
-            body=body,
-            timeout_s=timeout_s,
-            principal=principal,
-            callback_url=callback_url,
-        )
+        try:
+            state = await self._start(
+                temporal,
+                target,
+                inv,
+                digest=digest,
+                body=body,
+                timeout_s=timeout_s,
+                principal=principal,
+                callback_url=callback_url,
+            )
+        finally:
+            self.backlog.release(held)
         return self._accepted(target, inv, state)
 
     # -- targets ----------------------------------------------------------------------------------
