@@ -628,3 +628,34 @@ async def test_a_functions_uid_at_a_runs_url_reaches_none_of_its_invocations(
             assert (status, doc["invocationId"]) == (200, inv), doc
         finally:
             await krt.functions.delete(name, timeout=120)
+
+
+async def test_a_burst_of_new_ids_at_one_gateway_never_passes_the_targets_backlog(
+    platform: Platform, http: aiohttp.ClientSession, invocations: AsyncInvocations
+) -> None:
+    """The bound is one gateway's own count (visibility's, then its accepts): six new ids sent at
+    once when there is room for one are one 202 and five 429, not six accepted."""
+    (run,) = await _runs(platform, unique("atk-burst"), source="def handle(p):\n    return p\n")
+    uid = run.metadata.uid
+    assert uid is not None
+    invoke, _ = urls(run)
+    backlog = invocations.backlog
+    saved = backlog.cache_s, backlog.per_target
+    backlog.cache_s = 3600.0  # counted once, then by this gateway's accepts
+    backlog._counts.clear()
+    try:
+        status, _, doc = await _accept(http, invoke, f"first-{uuid.uuid4().hex[:6]}")
+        assert status == 202, doc
+        held = backlog._counts[("target", "default", uid)]
+        backlog.per_target = held.count + held.added + 1  # room for one more
+        ids = [f"burst{n}-{uuid.uuid4().hex[:6]}" for n in range(6)]
+        # six kept-alive connections first, so the six requests arrive together
+        await asyncio.gather(*(call(http, "GET", f"{platform.config.gatewayUrl}/healthz") for _ in ids))
+        answers = await asyncio.gather(*(_accept(http, invoke, inv) for inv in ids))
+        codes = sorted(status for status, _, _ in answers)
+        assert codes == [202, 429, 429, 429, 429, 429], [(s, d) for s, _, d in answers]
+        taken = [inv for inv in ids if await recorded(platform, uid, inv)]
+        assert len(taken) == 1, taken
+    finally:
+        backlog.cache_s, backlog.per_target = saved
+        backlog._counts.clear()
