@@ -2,12 +2,13 @@
 (issue #44; docs/async-invocations.md), from Queued to Succeeded, Failed or Unknown, then kept for
 the target's retention.
 
-Each round reads the target (`invocation_target`: its policy, whether it exists and is Ready): a
-target that is gone fails the invocation (TargetGone), one not Ready yet is waited for without an
-attempt. An attempt is one `attempt_invocation` activity with the activity's retries off: the
+Each round reads the target (`invocation_target`, a local activity: its policy, whether it exists
+and is Ready): a target that is gone fails the invocation (TargetGone), one not Ready yet is waited
+for without an attempt. An attempt is one `attempt_invocation` activity with the activity's retries off: the
 workflow alone decides what follows (kruntimes.decisions.invocations), so an attempt that may
 have run is never repeated behind its back. The status is upserted to the memo INVOCATION_STATUS_MEMO
-at each change and answered by QUERY_INVOCATION; KrtPhase indexes the state.
+at each change (a fresh run's Queued excepted: the gateway reads a run without the memo as Queued)
+and answered by QUERY_INVOCATION; KrtPhase indexes the state.
 
 Once ended, the status is POSTed to the callback URL (the request's, else the target's) by
 `deliver_callback`, each delivery one activity, at most MAX_CALLBACK_DELIVERIES with backoff; the
@@ -27,6 +28,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from kruntimes.api.limits import DEFAULT_INVOKE_TIMEOUT_SECONDS
@@ -143,7 +145,9 @@ class InvocationWorkflow:
         self._index_target()
         if input.carried is not None:
             self._take_result_back()
-        self._publish(self._status)
+            self._publish(self._status)
+        else:  # Queued is what the gateway reads without a memo: the first write is Running's
+            workflow.set_current_details(_current(self._status))
         policy, ended = await self._attempts(input)
         ended = await self._deliver(input, policy, ended)
         if ended.expiresAt is not None:
@@ -219,7 +223,9 @@ class InvocationWorkflow:
 
     async def _read_target(self, target: Target) -> InvocationPolicy | None:
         try:
-            policy: InvocationPolicy = await workflow.execute_activity(
+            # local: its read rides in the workflow task that then schedules the attempt (one
+            # workflow task and one activity task fewer per round; its answer is a marker)
+            policy: InvocationPolicy = await workflow.execute_local_activity(
                 ACTIVITY_TARGET,
                 target,
                 result_type=InvocationPolicy,
@@ -229,7 +235,7 @@ class InvocationWorkflow:
                     f"read {target.kind.value} {target.namespace}/{target.name or target.uid}"
                 ),
             )
-        except ActivityError as err:
+        except (ActivityError, ApplicationError, ActivityTimeout) as err:  # a local one's surfaces bare
             workflow.logger.warning("reading the target failed: %s", failure_type(err))
             return None
         return policy
