@@ -110,6 +110,7 @@ class Invoker:
         inv = invocation_id or str(uuid.uuid4())
         headers = {wire.INVOCATION_ID: inv, "Content-Type": "application/json"}
         if self.config.token:
+            _token_may_go_to(endpoint.url, self.config.gatewayUrl)
             headers[wire.AUTHORIZATION] = f"Bearer {self.config.token}"
         if timeout is not None:
             headers[wire.TIMEOUT] = f"{timeout:g}"
@@ -179,6 +180,7 @@ class Invoker:
 
         sent = {**(headers or {})}
         if self.config.token:
+            _token_may_go_to(url, self.config.gatewayUrl)
             sent[wire.AUTHORIZATION] = f"Bearer {self.config.token}"
         endpoint = Endpoint.model_validate(
             {"protocol": "HTTPS" if url.startswith("https://") else "HTTP", "url": url}
@@ -329,9 +331,17 @@ async def _read_bounded(content: Any, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _token_may_go_to(url: str, gateway_url: str) -> None:
+    """A bearer token goes over HTTPS, or to the origin of the gateway the client is configured
+    with (an operator's choice): a URL pasted as `http://…` from elsewhere (a Location, a typo)
+    would send it in plain text to whoever listens there. ConfigError, before any connection."""
+    if not url.startswith("https://") and _origin(url) != _origin(gateway_url):
+        raise ConfigError(f"refusing to send the client's token to {_origin(url)}: not HTTPS")
+
+
 def _origin(url: str) -> str:
     scheme, _, rest = url.partition("://")
-    return f"{scheme}://{rest.split('/', 1)[0]}"
+    return f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"  # never a password in the URL
 
 
 def _retry_after(headers: Any) -> float:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+import kruntimes
 from kruntimes.sdk.client import Client
 from tests.sdk.stack import TOKEN
 
@@ -42,18 +43,13 @@ async def plain() -> AsyncIterator[Plain]:
         yield made
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Invocations.get/wait/resubmit take any string starting http:// as an invocation's URL "
-    "(kruntimes/sdk/invocations.py endpoint, _one) and Invoker.exchange (kruntimes/sdk/invoke.py) "
-    "adds the client's bearer token to it: a location pasted from elsewhere sends the token in "
-    "plain text to whoever listens there",
-)
 async def test_an_http_location_never_gets_the_clients_token(krt: Client, plain: Plain) -> None:
     location = (
         f"http://127.0.0.1:{plain.port}/v1/namespaces/default/runtimes/python/functions/"
         f"{uuid.uuid4()}/invocations/x"
     )
-    with contextlib.suppress(Exception):  # refused, or the listener's 404: either way, then look
+    with pytest.raises(kruntimes.ConfigError, match="not HTTPS"):  # refused before connecting
         await krt.invocations.get(location)
+    with pytest.raises(kruntimes.ConfigError, match="not HTTPS"):
+        await krt.invoke(location.removesuffix("/invocations/x") + ":invoke", {})
     assert not [head for head in plain.heads if TOKEN.encode() in head], "the token went out in plain text"
