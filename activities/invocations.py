@@ -278,6 +278,10 @@ class InvocationAttempts:
         self.gateways = list(gateways)
         self.answer_margin_s = answer_margin_s
         self.connect_timeout_s = connect_timeout_s
+        # One channel per gateway for every attempt: a TLS handshake per attempt cost the gateway
+        # and the worker more than the attempt itself. One that cannot connect is dropped, so the
+        # next attempt connects anew instead of waiting out gRPC's reconnect backoff.
+        self._channels: dict[str, grpc.aio.Channel] = {}
 
     @activity.defn(name=ACTIVITY_ATTEMPT)
     async def attempt_invocation(self, request: AttemptRequest) -> AttemptOutcome:
@@ -309,15 +313,29 @@ class InvocationAttempts:
                 return outcome
         return AttemptOutcome(httpStatus=0, reason=GATEWAY_UNREACHABLE, dispatched=False)
 
+    async def _forget(self, address: str, channel: grpc.aio.Channel) -> None:
+        if self._channels.get(address) is channel:
+            del self._channels[address]
+            await _close_quietly(channel)
+
+    async def close(self) -> None:
+        """Close every channel (the worker's stop)."""
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await _close_quietly(channel)
+
     async def _attempt_at(
         self, address: str, message: gd.AttemptInvocationRequest, *, deadline_s: float
     ) -> AttemptOutcome | None:
         """The gateway's answer; None when the call did not reach it (the next one is tried)."""
-        channel = gateway_channel(address)
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = gateway_channel(address)
         beating = asyncio.create_task(_heartbeats())
         try:
             if not await _connected(channel, min(self.connect_timeout_s, deadline_s)):
                 log.info("gateway %s not reached for an attempt", address)
+                await self._forget(address, channel)
                 return None
             stub = gd_grpc.GatewayDispatchStub(channel)
             try:
@@ -333,7 +351,6 @@ class InvocationAttempts:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
-            await channel.close()
         body = answer.body.decode("utf-8", errors="replace")
         if len(body) > MAX_RESULT_BYTES:  # a gateway bounds its answers: past that, not one to keep
             body = ""
@@ -343,6 +360,11 @@ class InvocationAttempts:
             body=body,
             dispatched=answer.dispatched,
         )
+
+
+async def _close_quietly(channel: grpc.aio.Channel) -> None:
+    with contextlib.suppress(Exception):
+        await channel.close()
 
 
 async def _connected(channel: grpc.aio.Channel, timeout_s: float) -> bool:
