@@ -407,7 +407,7 @@ class AsyncInvocations:
         if target.kind == RUN:  # of the URL's runtime only, as a read of one checks (a checked label)
             query += f" AND {search.RUNTIME}='{target.runtime}'"
         items: list[dict[str, Any]] = []
-        for _ in range(MAX_LIST // LIST_PAGE + 1):  # pages asked at most (each up to LIST_PAGE)
+        for asked in range(MAX_LIST // LIST_PAGE + 1):  # pages asked at most (each up to LIST_PAGE)
             if len(items) >= limit:
                 break
             try:
@@ -415,7 +415,10 @@ class AsyncInvocations:
                     query, token_bytes, page_size=min(LIST_PAGE, limit - len(items))
                 )
             except CallError as e:
-                if e.code == "INVALID_ARGUMENT" and token_bytes:
+                # a token of the caller's that Temporal cannot read (the dev server says UNKNOWN):
+                # the caller's mistake, never "retry later"
+                callers = asked == 0 and bool(token_bytes)
+                if callers and e.code in ("INVALID_ARGUMENT", "UNKNOWN"):
                     raise BadRequest(
                         "`continue` is not a token of this list", reason=R.INVALID_REQUEST
                     ) from None

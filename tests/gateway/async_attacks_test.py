@@ -426,14 +426,6 @@ async def test_a_body_too_large_too_slow_or_not_json_is_refused_and_records_noth
         assert not await recorded(platform, uid, inv), inv
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a `continue` that is no token Temporal made (base64 of bytes that are not its JSON page "
-    "token) is answered 503 AsyncUnavailable 'retry later' and logged as Temporal failing: the dev "
-    "server's visibility answers such a token UNKNOWN, which AsyncInvocations.list takes for "
-    "Temporal unreachable (only INVALID_ARGUMENT is the caller's 400); the caller's mistake, "
-    "retried, never succeeds",
-)
 async def test_a_continue_token_that_is_no_token_at_all_is_the_callers_400_not_503(
     platform: Platform, http: aiohttp.ClientSession
 ) -> None:
