@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from kruntimes.decisions.invocations import (
         Next,
         backoff_seconds,
+        callback_origin,
         decide,
         next_without_attempt,
         waits_its_turn,
@@ -330,7 +331,7 @@ class InvocationWorkflow:
         url = input.callbackUrl or policy.callbackUrl
         if url is None:
             return ended
-        state = ended.callback or CallbackState(url=url)
+        state = ended.callback or CallbackState(url=callback_origin(url))
         while state.attempts < MAX_CALLBACK_DELIVERIES and not state.delivered:
             n = state.attempts + 1
             request = CallbackRequest(

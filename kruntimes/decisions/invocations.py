@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
+from urllib.parse import urlsplit
 
 from kruntimes.contracts.invocation import (
     AttemptOutcome,
@@ -115,6 +116,17 @@ def waits_its_turn(outcome: AttemptOutcome) -> bool:
     if outcome.dispatched:
         return False
     return (outcome.httpStatus, outcome.reason) in ((429, ASYNC_SHARE_FULL), (503, RUN_NOT_READY))
+
+
+def callback_origin(url: str) -> str:
+    """What the status shows of a callback URL: its scheme, host and port. Its path, query and
+    userinfo are where a webhook's token rides, and the status goes to whoever may `get` the target."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme}://{host}{port}"
 
 
 def backoff_seconds(attempts: int) -> float:

@@ -215,13 +215,6 @@ async def test_a_callback_to_an_internal_address_is_refused_and_nothing_connects
     assert listener.connections == 0, "a callback connected to an internal address"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the status's callback.url is the target's callback URL whole (CallbackState.url, "
-    "kruntimes/contracts/invocation.py, set by workflows/invocation.py _deliver): its path and "
-    "query, where a webhook's token often rides (docs/async-invocations.md keeps them out of "
-    "messages and logs for that reason), go to every caller who may `get` the target",
-)
 async def test_the_status_names_the_callbacks_host_never_its_path_or_query(
     platform: Platform, http: aiohttp.ClientSession, listener: Listener
 ) -> None:

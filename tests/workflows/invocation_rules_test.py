@@ -20,6 +20,7 @@ from kruntimes.decisions.invocations import (
     AttemptKind,
     answer_error,
     backoff_seconds,
+    callback_origin,
     classify,
     decide,
     next_without_attempt,
@@ -199,3 +200,11 @@ def test_a_run_the_gateway_holds_not_ready_is_waited_for_without_counting() -> N
     assert waits_its_turn(not_ready) and not waits_its_turn(refused(503, "OwnerUnavailable"))
     step = decide(not_ready, policy=policy(maxAttempts=1), kind=RUN, attempts=9, ran=0, waited_turns=9)
     assert (step.state, step.retried) == (Q, "notRun")
+
+
+def test_the_status_shows_a_callbacks_origin_only() -> None:
+    assert (
+        callback_origin("https://u:pw@hooks.example:8443/t/SECRET?k=SECRET#f") == "https://hooks.example:8443"
+    )
+    assert callback_origin("https://hooks.example/x") == "https://hooks.example"
+    assert callback_origin("https://[::1]:9/x?y") == "https://[::1]:9"

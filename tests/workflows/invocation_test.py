@@ -343,7 +343,7 @@ async def test_the_callback_is_retried_until_delivered_and_its_failures_kept(
     ended = await handle.result()
     assert ended.callback is not None
     assert (ended.callback.url, ended.callback.delivered, ended.callback.attempts) == (
-        input.callbackUrl,
+        "https://hooks.example.com",  # its origin: a path or query may carry the hook's token
         True,
         3,
     )
