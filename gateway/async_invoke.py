@@ -49,7 +49,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -342,23 +342,32 @@ class AsyncInvocations:
     def handlers(self, kind: str) -> dict[str, Callable[[web.Request], Awaitable[web.Response]]]:
         """The handlers of a Run's (RUN) or a Function's (FUNCTION) URLs, by operation, each
         within the gateway's bound of async requests in flight."""
-        operations = {"accept": self.accept, "get": self.get, "list": self.list, "resubmit": self.resubmit}
-        return {name: self._bounded(operation, kind) for name, operation in operations.items()}
+        operations = {"get": self.get, "list": self.list, "resubmit": self.resubmit}
+        handlers = {name: self._bounded(operation, kind) for name, operation in operations.items()}
+        # an accept takes its place once its body is read: a body may take minutes to arrive (the
+        # rate rules allow it), and one caller's slow bodies must not hold every other's places
+        return {"accept": functools.partial(self.accept, kind=kind), **handlers}
+
+    @contextlib.contextmanager
+    def _place(self) -> Iterator[None]:
+        """One of the gateway's places for async requests talking to Temporal."""
+        if self._in_flight >= self.max_in_flight:
+            raise AsyncUnavailable(
+                "the gateway serves as many async requests at once as it may; nothing was recorded, "
+                "retry later"
+            )
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     def _bounded(
         self, operation: Callable[[web.Request, str], Awaitable[web.Response]], kind: str
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
-            if self._in_flight >= self.max_in_flight:
-                raise AsyncUnavailable(
-                    "the gateway serves as many async requests at once as it may; nothing was "
-                    "recorded, retry later"
-                )
-            self._in_flight += 1
-            try:
+            with self._place():
                 return await operation(request, kind)
-            finally:
-                self._in_flight -= 1
 
         return handler
 
@@ -371,7 +380,8 @@ class AsyncInvocations:
         timeout_s = requested_timeout_s(request) if headers.TIMEOUT in request.headers else None
         temporal = self._temporal()
         # before the body: a refusal reads none of it
-        held = await self.backlog.admit(temporal, target, self._own_backlog(target))
+        with self._place():
+            held = await self.backlog.admit(temporal, target, self._own_backlog(target))
         try:
             payload = await read_body(request, self.limits)
             try:
@@ -381,9 +391,10 @@ class AsyncInvocations:
                     "an async invocation's body must be UTF-8", reason=R.MALFORMED_JSON
                 ) from None
             digest = hashlib.sha256(payload).hexdigest()
-            state = await self._start(
-                temporal, target, inv, digest=digest, body=body, timeout_s=timeout_s, principal=principal
-            )
+            with self._place():
+                state = await self._start(
+                    temporal, target, inv, digest=digest, body=body, timeout_s=timeout_s, principal=principal
+                )
         finally:
             self.backlog.release(held)
         return self._accepted(target, inv, state)

@@ -512,14 +512,6 @@ async def test_a_caller_granted_one_run_by_name_gets_nothing_of_another_runs_inv
     assert ("runs", y.metadata.name) in names, "Y's reads were asked about Y by name"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a body still arriving holds one of the gateway's async places (AsyncInvocations."
-    "max_in_flight, MAX_IN_FLIGHT = 1,024 gateway-wide, sized for Temporal calls of at most 10 s): "
-    "_bounded takes it before accept reads the body, which the rate rules let last minutes (a MiB "
-    "at 4 KiB/s), so one namespace's slow bodies refuse every other namespace's accepts 503 "
-    "AsyncUnavailable, and none of it is bounded per namespace or per caller",
-)
 async def test_slow_bodies_of_one_namespace_do_not_refuse_another_namespaces_accepts(
     platform: Platform, http: aiohttp.ClientSession, invocations: AsyncInvocations
 ) -> None:
@@ -545,7 +537,13 @@ async def test_slow_bodies_of_one_namespace_do_not_refuse_another_namespaces_acc
             await conn.send(
                 request(_path(invoke_mine), headers=head, body=b'{"a": "', content_length=100_000)
             )
-        await eventually(lambda: invocations._in_flight >= 2, what="both slow bodies being read")
+        key = ("target", mine.metadata.namespace, mine.metadata.uid)
+
+        def reading() -> bool:  # past their admission, each holding its target's backlog place
+            held = invocations.backlog._counts.get(key)
+            return held is not None and held.added >= 2
+
+        await eventually(reading, what="both slow bodies being read")
         status, _, doc = await _accept(http, invoke_theirs, f"fast-{uuid.uuid4().hex[:6]}")
         assert status == 202, ("another namespace's accept refused behind slow bodies", doc)
     finally:
