@@ -77,7 +77,7 @@ POD_IP = "127.0.0.1"
 INIT_TIMEOUT_S = 60.0  # how long one init container may run
 NODE = "test-node"
 CONTAINER_RUNTIME = Path(__file__).with_name("container.py")
-PID_FILE_WAIT_S = 30.0  # a hang guard: a loaded node starts a contained process slowly
+PID_FILE_WAIT_S = 60.0  # a hang guard: a loaded node starts a contained process slowly
 SECRET_SYNC_S = 0.5  # how often a running pod's secret volumes follow their Secrets
 _HEALTH = "/grpc.health.v1.Health/Check"
 

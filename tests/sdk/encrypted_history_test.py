@@ -12,6 +12,7 @@ from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import Run
 from kruntimes.sdk.client import Client, RunFailed
 from tests.sdk.stack import Platform, history_json, manifest, unique
+from tests.support.waiting import eventually
 
 SECRET = "hunter2-db-password-7f3a"
 OUTPUT = "the-output-marker-91c2"
@@ -66,7 +67,12 @@ async def test_a_handlers_error_text_is_encrypted_in_history_as_its_env_is(
         await krt.wait(name)
     assert failed.value.run.status.phase is RunPhase.Failed
     assert SECRET in failed.value.run.status.message, "the SDK decodes the handler's words"
-    history = await history_json(platform, name)
+    # the Run is Failed in the task that indexes it; its workflow closes a task or two later
+    history = await eventually(
+        lambda: history_json(platform, name),
+        until=lambda text: "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED" in text,
+        what="the Run's workflow closed Failed",
+    )
     assert SECRET not in history
     if "function" in mode:
         assert "Encoded failure" in history, (
