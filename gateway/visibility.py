@@ -20,6 +20,7 @@ with them; without keys, as the workers without them, payloads are plain.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -103,42 +104,34 @@ class Visibility:
         self._metadata: tuple[tuple[str, str], ...] = (("temporal-namespace", settings.namespace),)
         if key is not None:
             self._metadata += (("authorization", f"Bearer {key}"),)
-        self._list = self._channel.unary_unary(
-            METHOD,
-            request_serializer=pb.ListWorkflowExecutionsRequest.SerializeToString,
-            response_deserializer=pb.ListWorkflowExecutionsResponse.FromString,
+        self._list = self._method(METHOD, pb.ListWorkflowExecutionsRequest, pb.ListWorkflowExecutionsResponse)
+        self._signal = self._method(
+            SIGNAL_METHOD, signal_pb.SignalWorkflowExecutionRequest, signal_pb.SignalWorkflowExecutionResponse
         )
-
-        self._signal = self._channel.unary_unary(
-            SIGNAL_METHOD,
-            request_serializer=signal_pb.SignalWorkflowExecutionRequest.SerializeToString,
-            response_deserializer=signal_pb.SignalWorkflowExecutionResponse.FromString,
+        self._start = self._method(
+            START_METHOD, start_pb.StartWorkflowExecutionRequest, start_pb.StartWorkflowExecutionResponse
         )
-
-        self._start = self._channel.unary_unary(
-            START_METHOD,
-            request_serializer=start_pb.StartWorkflowExecutionRequest.SerializeToString,
-            response_deserializer=start_pb.StartWorkflowExecutionResponse.FromString,
-        )
-        self._describe = self._channel.unary_unary(
+        self._describe = self._method(
             DESCRIBE_METHOD,
-            request_serializer=start_pb.DescribeWorkflowExecutionRequest.SerializeToString,
-            response_deserializer=start_pb.DescribeWorkflowExecutionResponse.FromString,
+            start_pb.DescribeWorkflowExecutionRequest,
+            start_pb.DescribeWorkflowExecutionResponse,
         )
-        self._count = self._channel.unary_unary(
-            COUNT_METHOD,
-            request_serializer=start_pb.CountWorkflowExecutionsRequest.SerializeToString,
-            response_deserializer=start_pb.CountWorkflowExecutionsResponse.FromString,
+        self._count = self._method(
+            COUNT_METHOD, start_pb.CountWorkflowExecutionsRequest, start_pb.CountWorkflowExecutionsResponse
         )
-        self._list_recorded = self._channel.unary_unary(
-            METHOD,
-            request_serializer=pb.ListWorkflowExecutionsRequest.SerializeToString,
-            response_deserializer=start_pb.ListRecordedExecutionsResponse.FromString,
+        self._list_recorded = self._method(
+            METHOD, pb.ListWorkflowExecutionsRequest, start_pb.ListRecordedExecutionsResponse
         )
-        self._history = self._channel.unary_unary(
+        self._history = self._method(
             HISTORY_METHOD,
-            request_serializer=start_pb.GetWorkflowExecutionHistoryRequest.SerializeToString,
-            response_deserializer=start_pb.GetWorkflowExecutionHistoryResponse.FromString,
+            start_pb.GetWorkflowExecutionHistoryRequest,
+            start_pb.GetWorkflowExecutionHistoryResponse,
+        )
+
+    def _method(self, path: str, request: Any, response: Any) -> Any:
+        """A unary method of WorkflowService, called by its path with our own messages."""
+        return self._channel.unary_unary(
+            path, request_serializer=request.SerializeToString, response_deserializer=response.FromString
         )
 
     # -- payloads ---------------------------------------------------------------------------------
