@@ -125,21 +125,21 @@ def _failed(exc: BaseException) -> None:
 
 
 def _seed(
-    base: child.SandboxSpec, planned: fsview.Plan, theirs: socket.socket, server: socket.socket
+    base: child.SandboxSpec,
+    planned: fsview.Plan,
+    theirs: socket.socket,
+    server: socket.socket,
+    work_nice: int | None,
 ) -> None:
     """Runs in a new seed (the zygote's child, PID 1 of a namespace of its own); never returns.
     Its function process waits on `theirs` for one assignment: {"spec", "grow": [[kind, path,
     options], ...], "writable": [path, ...]} with the function's descriptors (stdin, stdout,
-    stderr[, control]) and one per bind of `grow`, in order."""
+    stderr[, control]) and one per bind of `grow`, in order. The zygote lowered its priority
+    (`work_nice`: the one its function process takes back; None when it was not lowered)."""
     global _work_nice
+    _work_nice = work_nice
     code = 127
     try:
-        # niced only where it can come back (not in a pod's user namespace, whose root lacks
-        # the node's CAP_SYS_NICE): a function never runs at the seed's priority
-        if syscalls.may_raise_priority():
-            _work_nice = os.getpriority(os.PRIO_PROCESS, 0)
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, 0, SEED_NICE)
         os.setsid()
         _die_with_parent()
         server.close()
@@ -214,6 +214,9 @@ class Zygote:
         landlock.abi()  # asked once, here: every child makes its domain (child.drop)
         self.pids = child.PidSpace() if self.namespaces else None
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        # seeds wait niced only where they can come back (not in a pod's user namespace, whose
+        # root lacks the node's CAP_SYS_NICE): a function never runs at the seed's priority
+        self.seed_work_nice = self.nice if syscalls.may_raise_priority() else None
         self.generic: child.SandboxSpec | None = None  # the base of the generic seeds
         self.generic_count = 0
         self.waiting: list[_Seed] = []
@@ -308,7 +311,12 @@ class Zygote:
             return False
         if pid == 0:
             ours.close()
-            _seed(base, planned, theirs, self.sock)
+            _seed(base, planned, theirs, self.sock, self.seed_work_nice)
+        if self.seed_work_nice is not None:
+            # lowered here, before the seed can be handed out: set by the seed itself, it could
+            # land after `_at_work` raised it for its function and leave the function's init niced
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, pid, SEED_NICE)
         theirs.close()
         self.children.add(pid)
         self.waiting.append(_Seed(pid, ours, base, planned))
