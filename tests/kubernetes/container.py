@@ -448,10 +448,19 @@ def main() -> None:
         namespaces = f"/proc/{int(sandbox['pid'])}/ns"
         user = os.open(f"{namespaces}/user", os.O_RDONLY) if sandbox.get("users") else None
         pod = (user, os.open(f"{namespaces}/net", os.O_RDONLY))
+    # the pid file's directory, held open: the child shares this mount namespace, and its
+    # pivot_root moves this process's root too, so a path could name nothing by the time of the write
+    pid_dir = (
+        os.open(os.path.dirname(spec["pidFile"]), os.O_RDONLY | os.O_DIRECTORY)
+        if spec.get("pidFile")
+        else None
+    )
     unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
     pid = os.fork()  # PID 1 of the new PID namespace
     if pid == 0:
         try:
+            if pid_dir is not None:
+                os.close(pid_dir)
             child(spec, pod)
         except BaseException as e:  # the container's log says why it did not start
             print(f"container: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -459,10 +468,13 @@ def main() -> None:
     for fd in pod or ():
         if fd is not None:
             os.close(fd)
-    if spec.get("pidFile"):
-        with open(spec["pidFile"] + ".tmp", "w") as f:
-            f.write(str(pid))
-        os.rename(spec["pidFile"] + ".tmp", spec["pidFile"])
+    if pid_dir is not None:
+        name = os.path.basename(spec["pidFile"])
+        fd = os.open(name + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=pid_dir)
+        os.write(fd, str(pid).encode())
+        os.close(fd)
+        os.rename(name + ".tmp", name, src_dir_fd=pid_dir, dst_dir_fd=pid_dir)
+        os.close(pid_dir)
     stand_in(pid)
 
 
