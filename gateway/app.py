@@ -36,7 +36,8 @@ from kruntimes.gateway.async_invoke import (
     AsyncInvocations,
 )
 from kruntimes.gateway.auth import Authorizer
-from kruntimes.gateway.errors import BodyTimeout, ClientAborted, GatewayError
+from kruntimes.gateway.callback_origins import CallbackOrigins
+from kruntimes.gateway.errors import BadRequest, BodyTimeout, ClientAborted, GatewayError
 from kruntimes.gateway.function_invoke import DEFAULT_WARMUP_S, REPLICA, Balancer, FunctionInvokeHandler
 from kruntimes.gateway.invoke import INVOCATION_ID, InvokeHandler, Upstreams, logged_target
 from kruntimes.gateway.listener import GatewayProtocol, HttpLimits
@@ -104,6 +105,8 @@ class GatewayState:
     temporal: Visibility | None = None
     max_async_target_backlog: int = DEFAULT_MAX_TARGET_BACKLOG
     max_async_backlog: int = DEFAULT_MAX_BACKLOG
+    # the origins a per-request callback URL may name, per namespace (None: none anywhere)
+    callback_origins: CallbackOrigins | None = None
 
 
 def prefers_async(request: web.Request) -> bool:
@@ -248,6 +251,7 @@ def build_app(state: GatewayState) -> web.Application:
         limits=state.limits,
         max_target_backlog=state.max_async_target_backlog,
         max_backlog=state.max_async_backlog,
+        callback_origins=state.callback_origins,
     )
     app = web.Application(middlewares=[observe], client_max_size=1024 * 1024 + 1)
     app[ASYNC_INVOCATIONS] = async_invocations
@@ -277,6 +281,12 @@ def _either(sync: Handler, async_: Handler) -> Handler:
         if prefers_async(request):
             request[ASYNC] = True
             return await async_(request)
+        if headers.CALLBACK_URL in request.headers:  # a sync answer has nobody to call back
+            raise BadRequest(
+                f"{headers.CALLBACK_URL} is for an async invocation only (send Prefer: respond-async); "
+                "a sync invoke answers in its response",
+                reason=GatewayReason.INVALID_CALLBACK_URL,
+            )
         return await sync(request)
 
     return invoke

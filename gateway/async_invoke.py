@@ -59,10 +59,12 @@ from aiohttp import web
 
 from kruntimes.api.names import is_run_uid, validate_dns1123_label, validate_invocation_id
 from kruntimes.gateway.auth import FUNCTIONS, RUNS, Authorizer, Forbidden, Principal, Resource, bearer_token
+from kruntimes.gateway.callback_origins import CallbackOrigins, InvalidCallbackUrl, parse_callback_url
 from kruntimes.gateway.errors import (
     AsyncUnavailable,
     BacklogFull,
     BadRequest,
+    CallbackNotAllowed,
     Conflict,
     GatewayError,
     NotFound,
@@ -322,6 +324,7 @@ class AsyncInvocations:
         limits: HttpLimits | None = None,
         max_target_backlog: int = DEFAULT_MAX_TARGET_BACKLOG,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
+        callback_origins: CallbackOrigins | None = None,
     ) -> None:
         self.runs = runs
         self.functions = functions
@@ -331,6 +334,8 @@ class AsyncInvocations:
         self.backlog = Backlog(per_target=max_target_backlog, per_namespace=max_backlog)
         self.max_in_flight = MAX_IN_FLIGHT
         self._in_flight = 0
+        # the origins a per-request callback may name, per namespace (None: none anywhere)
+        self.callback_origins = callback_origins
 
     def _temporal(self) -> Visibility:
         if self.temporal is None:
@@ -374,9 +379,11 @@ class AsyncInvocations:
     async def accept(self, request: web.Request, kind: str) -> web.Response:
         inv = _new_id(request)
         request[INVOCATION_ID] = inv
+        callback = requested_callback(request)
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         target = await self._existing_target(request, token, kind)
         principal = await self.authorizer.authorize(token, target.resource)
+        callback_url = self._allowed_callback(target, callback)
         timeout_s = requested_timeout_s(request) if headers.TIMEOUT in request.headers else None
         temporal = self._temporal()
         # before the body: a refusal reads none of it
@@ -393,7 +400,14 @@ class AsyncInvocations:
             digest = hashlib.sha256(payload).hexdigest()
             with self._place():
                 state = await self._start(
-                    temporal, target, inv, digest=digest, body=body, timeout_s=timeout_s, principal=principal
+                    temporal,
+                    target,
+                    inv,
+                    digest=digest,
+                    body=body,
+                    timeout_s=timeout_s,
+                    principal=principal,
+                    callback_url=callback_url,
                 )
         finally:
             self.backlog.release(held)
@@ -548,6 +562,24 @@ class AsyncInvocations:
         await self.authorizer.authorize(token, target.resource)
         return target
 
+    def _allowed_callback(self, target: Target, callback: str | None) -> str | None:
+        """The request's callback URL (checked by `requested_callback`) if the target's namespace
+        may name its origin; CallbackNotAllowed (403, naming the origin only) otherwise."""
+        if callback is None:
+            return None
+        url = parse_callback_url(callback)  # checked already: cannot fail here
+        if self.callback_origins is None:
+            raise CallbackNotAllowed(
+                "this gateway takes no per-request callback URL: its operator has not allowed any "
+                "origin (krt gateway --callback-origins); use the target's asyncInvocations.callback"
+            )
+        if not self.callback_origins.allows(target.namespace, url):
+            raise CallbackNotAllowed(
+                f"the callback origin {url.origin} is not allowed for namespace {target.namespace} "
+                "(krt gateway --callback-origins)"
+            )
+        return url.url
+
     def _own_backlog(self, target: Target) -> int:
         """The target's asyncInvocations.backlog as its hosts' heartbeats say it (a Run's route, a
         Function's Ready replicas'); 0 when none says it (not Ready yet, or hosts older than it)."""
@@ -581,8 +613,10 @@ class AsyncInvocations:
         callback_url: str | None = None,
     ) -> str:
         """Record the invocation (its workflow started, or the running one of its id kept): its
-        state; Conflict when that one has another body, AsyncUnavailable when not recorded."""
+        state; Conflict when that one has another body or callback URL, AsyncUnavailable when not
+        recorded."""
         workflow_id = target.workflow_id(inv)
+        identity = request_identity(digest, callback_url)
         data = input_json(
             target,
             inv,
@@ -619,7 +653,7 @@ class AsyncInvocations:
             workflow_id_conflict_policy=USE_EXISTING,
             memo=start_pb.RecordedMemo(
                 fields={
-                    names.INVOCATION_DIGEST_MEMO: temporal.seal(_json_payload(json.dumps(digest).encode()))
+                    names.INVOCATION_DIGEST_MEMO: temporal.seal(_json_payload(json.dumps(identity).encode()))
                 }
             ),
             search_attributes=pb.VisibleSearchAttributes(indexed_fields=attributes),
@@ -640,10 +674,10 @@ class AsyncInvocations:
                 raise _unavailable(e, "read") from None
             if existing is None or existing.status != RUNNING:
                 continue
-            if self._digest(temporal, existing) != digest:
+            if self._digest(temporal, existing) != identity:
                 raise Conflict(
-                    "an invocation of this id was accepted with another body; it was not run again "
-                    "(use a new invocation id)"
+                    "an invocation of this id was accepted with another body or callback URL; it was "
+                    "not run again (use a new invocation id)"
                 )
             status = self._memo_json(temporal, existing, names.INVOCATION_STATUS_MEMO)
             state = status.get("state") if isinstance(status, dict) else None
@@ -784,6 +818,30 @@ class AsyncInvocations:
         )
 
 
+def request_identity(digest: str, callback_url: str | None) -> str:
+    """What tells one request of an invocation id from another (the digest memo): the body's
+    SHA-256 alone without a per-request callback (as before there was one), else the SHA-256 of
+    that digest and the URL, so the same id with another callback URL is 409 like another body."""
+    if callback_url is None:
+        return digest
+    return hashlib.sha256(f"{digest}\n{callback_url}".encode()).hexdigest()
+
+
+def requested_callback(request: web.Request) -> str | None:
+    """The request's X-Kruntime-Callback-URL, checked (400 InvalidCallbackURL, the message never
+    quoting the URL); None without one."""
+    values = request.headers.getall(headers.CALLBACK_URL, ())
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(f"one {headers.CALLBACK_URL} at most", reason=R.INVALID_CALLBACK_URL)
+    try:
+        parse_callback_url(values[0])
+    except InvalidCallbackUrl as e:
+        raise BadRequest(f"{headers.CALLBACK_URL}: {e}", reason=R.INVALID_CALLBACK_URL) from None
+    return values[0]
+
+
 def _new_id(request: web.Request) -> str:
     """A new invocation's id (the caller's, or generated): `.` and `..` are refused, since every
     client that follows RFC 3986 removes them from the invocation's path, encoded or not."""
@@ -825,4 +883,6 @@ __all__ = [
     "Backlog",
     "Target",
     "input_json",
+    "request_identity",
+    "requested_callback",
 ]

@@ -72,6 +72,7 @@ class BadRequest(GatewayError):
         R.MALFORMED_JSON,
         R.INVALID_TIMEOUT,
         R.MALFORMED_REQUEST,
+        R.INVALID_CALLBACK_URL,
     )
 
 
@@ -89,6 +90,13 @@ class Forbidden(AuthError):
 
 class AuthUnavailable(AuthError):
     reasons = (R.AUTHORIZATION_UNAVAILABLE,)
+
+
+class CallbackNotAllowed(GatewayError):
+    """A per-request callback URL whose origin the namespace may not name (not an AuthError: the
+    caller may invoke the target, just not call back there)."""
+
+    reasons = (R.CALLBACK_NOT_ALLOWED,)
 
 
 class NotFound(GatewayError):
@@ -151,6 +159,7 @@ __all__ = [
     "BadRequest",
     "BodyTimeout",
     "Busy",
+    "CallbackNotAllowed",
     "ClientAborted",
     "Conflict",
     "Forbidden",

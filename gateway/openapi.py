@@ -26,6 +26,7 @@ from kruntimes.api.limits import MAX_INVOCATION_ID_BYTES, MAX_INVOKE_TIMEOUT_SEC
 from kruntimes.contracts.invocation import InvocationStatus
 from kruntimes.gateway.async_invoke import DEFAULT_LIST, MAX_LIST
 from kruntimes.gateway.bodies import ErrorBody, InvokeAnswer
+from kruntimes.gateway.callback_origins import MAX_HEADER_BYTES
 from kruntimes.wire import headers
 from kruntimes.wire import invocations as names
 from kruntimes.wire.reasons import GatewayReason
@@ -197,6 +198,14 @@ def _async_invoke(operation: dict[str, Any]) -> dict[str, Any]:
                 "schema": {"type": "string"},
                 "description": f"`{headers.RESPOND_ASYNC}`: an async invocation, answered 202 once "
                 "recorded (RFC 7240; other preferences are ignored)",
+            },
+            {
+                "name": headers.CALLBACK_URL,
+                "in": "header",
+                "schema": {"type": "string", "maxLength": MAX_HEADER_BYTES},
+                "description": "an async invocation's own callback URL (https, no user), in place of "
+                "its target's; its origin must be one the gateway's --callback-origins allows the "
+                "namespace (403 CallbackNotAllowed); 400 InvalidCallbackURL on a sync invoke",
             },
         ],
         "responses": {

@@ -23,6 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from kruntimes.gateway.app import ASYNC_INVOCATIONS, GatewayState, build_app
 from kruntimes.gateway.async_invoke import DEFAULT_MAX_BACKLOG, DEFAULT_MAX_TARGET_BACKLOG, AsyncInvocations
 from kruntimes.gateway.auth import Authorizer
+from kruntimes.gateway.callback_origins import CallbackOrigins
 from kruntimes.gateway.function_invoke import DEFAULT_WARMUP_S, Balancer
 from kruntimes.gateway.heartbeats import HeartbeatServer
 from kruntimes.gateway.invoke import Upstreams
@@ -80,6 +81,8 @@ class GatewayOptions:
     # async invocations' backlog bounds: Queued invocations of one target, of one namespace
     max_async_target_backlog: int = DEFAULT_MAX_TARGET_BACKLOG
     max_async_backlog: int = DEFAULT_MAX_BACKLOG
+    # the origins a per-request callback URL may name, per namespace (None: none anywhere)
+    callback_origins: CallbackOrigins | None = None
 
 
 class GatewayConfigError(Exception):
@@ -138,6 +141,7 @@ class Gateway:
             temporal=self.options.temporal,
             max_async_target_backlog=self.options.max_async_target_backlog,
             max_async_backlog=self.options.max_async_backlog,
+            callback_origins=self.options.callback_origins,
         )
         self.balancer.warm_until = time.monotonic() + self.options.function_warmup_s
         app = build_app(state)

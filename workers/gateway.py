@@ -23,6 +23,7 @@ from typing import NamedTuple
 from kruntimes.gateway.async_invoke import DEFAULT_MAX_BACKLOG, DEFAULT_MAX_TARGET_BACKLOG
 from kruntimes.gateway.auth import methods as auth
 from kruntimes.gateway.auth.base import AuthConfigError, Authorizer
+from kruntimes.gateway.callback_origins import CallbackOrigins, OriginsError
 from kruntimes.gateway.listener import HttpLimits
 from kruntimes.gateway.server import Gateway, GatewayOptions
 from kruntimes.gateway.visibility import Visibility, VisibilityError
@@ -85,6 +86,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="Queued async invocations of one namespace at most; past it 429 AsyncBacklogFull "
         "(default %(default)s)",
+    )
+    backlog.add_argument(
+        "--callback-origins",
+        type=Path,
+        metavar="FILE",
+        help="YAML of the origins each namespace's per-request callback URLs (X-Kruntime-Callback-URL) "
+        "may name: `namespaces: {<namespace or *>: [https://host[:port], https://*.domain, ...]}`; "
+        "read at start (a malformed entry refuses it); without it every per-request callback is 403",
     )
     auth.add_arguments(p)
     temporal.add_arguments(p)
@@ -198,7 +207,18 @@ async def connect_temporal(settings: TemporalSettings | None) -> Visibility | No
         raise SystemExit(f"krt gateway: cannot connect to Temporal at {settings.address}: {e}") from None
 
 
+def callback_origins_from(args: argparse.Namespace) -> CallbackOrigins | None:
+    """The --callback-origins file, or None (no per-request callback allowed anywhere)."""
+    if args.callback_origins is None:
+        return None
+    try:
+        return CallbackOrigins.load(args.callback_origins)
+    except OriginsError as e:
+        raise SystemExit(f"krt gateway: --callback-origins {e}") from None
+
+
 async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
+    origins = callback_origins_from(args)  # first: a malformed file refuses the start at once
     try:
         peer_tls = PeerTLS(args.peer_tls, role=Role.GATEWAY)
         # The route cache recognises unchanged registrations itself: the verifier's own cache of
@@ -224,6 +244,7 @@ async def serve(args: argparse.Namespace, *, invoke_tls: bool = True) -> None:
             invoke_tls=invoke_tls,
             max_async_target_backlog=args.max_async_target_backlog,
             max_async_backlog=args.max_async_backlog,
+            callback_origins=origins,
         )
     )
     url = await gateway.start()

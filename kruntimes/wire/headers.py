@@ -14,3 +14,6 @@ PREFER = "Prefer"
 PREFERENCE_APPLIED = "Preference-Applied"
 RESPOND_ASYNC = "respond-async"
 LOCATION = "Location"
+# An async invocation's own callback URL (https, at most 2,048 bytes), within the origins the
+# gateway's --callback-origins allows the target's namespace; refused on a sync invoke.
+CALLBACK_URL = "X-Kruntime-Callback-URL"

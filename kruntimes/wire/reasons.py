@@ -176,8 +176,20 @@ class GatewayReason(StrEnum):
         400,
         "the HTTP request cannot be parsed (request line, a header, the body's framing); never echoed",
     )
+    INVALID_CALLBACK_URL = (
+        "InvalidCallbackURL",
+        400,
+        "X-Kruntime-Callback-URL is not an https URL with a host and no user (at most 2,048 bytes), or "
+        "was sent on a sync invoke; nothing was recorded",
+    )
     UNAUTHENTICATED = ("Unauthenticated", 401, "no, malformed, unknown or rejected bearer token")
     FORBIDDEN = ("Forbidden", 403, "the caller may not `get` this Run (or Function)")
+    CALLBACK_NOT_ALLOWED = (
+        "CallbackNotAllowed",
+        403,
+        "an async invocation's X-Kruntime-Callback-URL names an origin the gateway's --callback-origins "
+        "does not allow for the target's namespace; nothing was recorded",
+    )
     RUN_NOT_FOUND = ("RunNotFound", 404, "unknown uid, or not of this namespace and runtime")
     FUNCTION_NOT_FOUND = (
         "FunctionNotFound",

@@ -10,6 +10,9 @@
     rolebindings.yaml   who may invoke which namespace's Runs, and whose Runs may use which
                         namespace's secrets (kruntimes.config.bindings; hosts read it too)
     runtimes.yaml       the runtimes and their pools
+    callback-origins.yaml
+                        the origins each namespace's per-request callback URLs may name
+                        (`krt gateway --callback-origins`); none at first
     client.json         where the CLI and SDK find the platform (kruntimes.sdk.config), with
                         the owner's client certificate and the UI's login key (0600)
     temporal.toml       the `temporal` CLI's profiles for this platform (TEMPORAL_CONFIG_FILE):
@@ -110,6 +113,17 @@ bindings:
     users: [{ADMIN_USER}]
 """
 
+# The origins a per-request callback URL (X-Kruntime-Callback-URL) may name: none until you list
+# them (docs/async-invocations.md); read when the gateway starts.
+DEFAULT_CALLBACK_ORIGINS = """\
+# The origins each namespace's async invocations may name in X-Kruntime-Callback-URL (a
+# namespace, or "*" for every one): https://host[:port], https://*.domain[:port] (one label), or an
+# IP address. None allowed until listed; restart the platform (krt down; krt up) after a change.
+# namespaces:
+#   default: ["https://hooks.example.com"]
+namespaces: {}
+"""
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -145,6 +159,10 @@ class Layout:
     @property
     def runtimes(self) -> Path:
         return self.root / "runtimes.yaml"
+
+    @property
+    def callback_origins(self) -> Path:
+        return self.root / "callback-origins.yaml"
 
     @property
     def client(self) -> Path:
@@ -266,6 +284,8 @@ def prepare(layout: Layout) -> tuple[dict[str, int], str]:
     os.chmod(layout.bindings, os.stat(layout.bindings).st_mode & 0o755)
     if not layout.runtimes.exists():
         layout.runtimes.write_text(DEFAULT_RUNTIMES)
+    if not layout.callback_origins.exists():
+        layout.callback_origins.write_text(DEFAULT_CALLBACK_ORIGINS)
     return ports(layout), token
 
 

@@ -406,6 +406,9 @@ def _gateway_argv(
         # async invocations: the gateway seals their input and reads their memos as the worker does
         "--codec-keys",
         str(layout.codec_keys),
+        # per-request callback URLs: the origins each namespace may name (none at first)
+        "--callback-origins",
+        str(layout.callback_origins),
         "--ready-file",
         str(layout.gateway_ready),
     ]
