@@ -120,17 +120,27 @@ class Upstreams:
         task.add_done_callback(closed)
 
     async def invoke_grpc(
-        self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
+        self,
+        address: str,
+        host: Identity,
+        request: pb.InvokeFunctionRequest,
+        *,
+        timeout: float,
+        lost: asyncio.Future[None] | None = None,
     ) -> pb.InvokeFunctionResponse:
         """InvokeFunction on `host` at `address` over gRPC; NotConnected (nothing sent) when the
         channel does not connect (or was retired meanwhile), grpc.aio.AioRpcError for a failure
-        after it was sent."""
+        after it was sent. `lost` done (the caller hung up) before the answer: the call is
+        cancelled, which the host takes as the invoke port's cancel (the invocation withdrawn if it
+        still waits its turn, else left to run to its end), and CallerGone."""
         channel = self.channel(address, host)
         await connected(channel)
         try:
-            response: pb.InvokeFunctionResponse = await pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(
-                request, timeout=timeout
-            )
+            call = pb_grpc.FunctionRuntimeStub(channel).InvokeFunction(request, timeout=timeout)
+            if lost is None:
+                response: pb.InvokeFunctionResponse = await call
+            else:
+                response = await _unless_lost(call, lost)
         except grpc.aio.UsageError as exc:  # retired while it connected: nothing was sent
             raise NotConnected(str(exc)) from None
         return response
@@ -143,6 +153,29 @@ class Upstreams:
             await channel.close()
         for task in list(self._closing):
             task.cancel()
+
+
+async def _unless_lost(
+    call: grpc.aio.UnaryUnaryCall[pb.InvokeFunctionRequest, pb.InvokeFunctionResponse],
+    lost: asyncio.Future[None],
+) -> pb.InvokeFunctionResponse:
+    """`call`'s answer; CallerGone once `lost` is done before it (the call cancelled then)."""
+
+    def hung_up(_: asyncio.Future[None]) -> None:
+        call.cancel()
+
+    if lost.done():
+        call.cancel()
+    lost.add_done_callback(hung_up)
+    try:
+        return await call
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if lost.done() and (current is None or not current.cancelling()):  # not the gateway's own
+            raise CallerGone() from None
+        raise
+    finally:
+        lost.remove_done_callback(hung_up)
 
 
 async def connected(channel: grpc.aio.Channel, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -412,8 +445,10 @@ class InvokeHandler:
                 raise self._error(raw.code, raw.reason, raw.message, route) from None
         try:  # a host without an invoke port
             return await self.upstreams.invoke_grpc(
-                route.address, route.host, request, timeout=timeout_s + RPC_MARGIN_S
+                route.address, route.host, request, timeout=timeout_s + RPC_MARGIN_S, lost=lost
             )
+        except CallerGone:
+            raise ClientAborted() from None
         except NotConnected as exc:
             log.warning("invoke not delivered", extra={"run_uid": route.run_uid, "error": str(exc)})
             raise OwnerUnavailable("the Run's owner could not be reached; it did not run") from None

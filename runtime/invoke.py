@@ -12,12 +12,13 @@ loop, the one that serves gRPC too: the exchange with the function process runs 
 so a request costs no thread hop. A frame length outside the request bounds closes that
 connection (the framing can no longer be trusted); other connections are unaffected. A
 connection with `MAX_IN_FLIGHT` requests running stops reading until some finish. A connection
-that closes cancels what it still waits for: an invocation queued for its turn leaves the queue
-and never runs (as a cancelled gRPC call's does); one already running runs to its end. A cancel
-frame (kruntimes.wire.frames, sent when the gateway's caller hung up) does the same for one
-request of this connection: withdrawn if it still waits its turn (no answer then), else ignored —
-a running handler is not interrupted, as its effects may already be half done (the host kills a
-handler only at its own timeout). An id this connection did not send, or that is over, is ignored.
+that closes withdraws what it still waits for: an invocation queued for its turn leaves the queue
+and never runs; one already running runs to its end. A cancel frame (kruntimes.wire.frames, sent
+when the gateway's caller hung up or its deadline passed) does the same for one request of this
+connection: withdrawn if it still waits its turn (no answer then), else ignored — a running
+handler is not interrupted, as its effects may already be half done (the host kills a handler only
+at its own timeout). An id this connection did not send, or that is over, is ignored. All of these,
+and a cancelled gRPC InvokeFunction, withdraw through one function: `Registry.withdraw`.
 
 The port is TLS with the host's platform certificate and requires a client certificate of the
 platform CA naming a gateway (kruntimes.pki), signed by a CA of the host's current `ca.crt` (a CA
@@ -100,8 +101,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
         self.decoder.buffer.clear()
-        for pending in list(self.pending):  # nobody reads their answers any more
-            pending.cancel()
+        for pending in list(self.pending):  # nobody reads their answers: as a cancel frame each
+            self.registry.withdraw(pending)
 
     def data_received(self, data: bytes) -> None:
         transport = self.transport

@@ -468,14 +468,16 @@ class Registry:
             waiting = functools.partial(self._queued, reg, turn, time.monotonic())
             self._waiting_results.add(result)
             self._background(waiting(invocation_id, payload, timeout_s, result))
-            # its caller went away (gRPC cancel, the invoke connection closed): it leaves the queue
+            # withdrawn (`withdraw`: its caller went away) or failed: it leaves the queue
             result.add_done_callback(lambda _: turn.cancel())
         return result
 
     def withdraw(self, result: asyncio.Future[Outcome]) -> bool:
         """Withdraw the invocation `result` (from `invoke`) if it has not started: it never runs and
         its place is free at once (True). One that started is left to run to its end (False): it
-        is not interrupted, since a handler stopped midway may leave its effects half done."""
+        is not interrupted, since a handler stopped midway may leave its effects half done. What
+        every caller that stops waiting goes through: the invoke port's cancel frame and closed
+        connection, a cancelled or expired gRPC InvokeFunction (service.awaited)."""
         if result not in self._waiting_results or result.done():
             return False
         result.cancel()  # its done callback takes it out of the queue (or gives back its place)

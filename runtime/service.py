@@ -241,9 +241,21 @@ def invoke_response(invocation_id: str, outcome: Outcome) -> pb.InvokeFunctionRe
     )
 
 
+async def awaited(registry: Registry, pending: asyncio.Future[Outcome]) -> Outcome:
+    """The Outcome of `pending` (from `begin_invoke`) for a caller that may stop waiting: this task
+    cancelled (a gRPC call its gateway cancelled when its caller hung up, or past its deadline)
+    withdraws the invocation as the invoke port's cancel does (`Registry.withdraw`): it never runs
+    if it still waits its turn, else it runs to its end with nobody reading its answer."""
+    try:
+        return await asyncio.shield(pending)  # not cancelled with this task: withdraw decides
+    except asyncio.CancelledError:
+        registry.withdraw(pending)
+        raise
+
+
 async def invoke_function(registry: Registry, request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
     invocation_id, pending = begin_invoke(registry, request)
-    return invoke_response(invocation_id, await pending)
+    return invoke_response(invocation_id, await awaited(registry, pending))
 
 
 def status_code(exc: errors.RuntimeServerError) -> grpc.StatusCode:
@@ -341,7 +353,7 @@ class FunctionRuntimeService(pb_grpc.FunctionRuntimeServicer):
     ) -> pb.InvokeFunctionResponse:
         try:
             invocation_id, pending = begin_invoke(self.registry, request)
-            outcome = await pending
+            outcome = await awaited(self.registry, pending)
         except errors.RuntimeServerError as exc:
             await _abort(context, exc)
         return invoke_response(invocation_id, outcome)

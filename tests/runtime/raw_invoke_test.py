@@ -474,7 +474,13 @@ class _FakeUpstreams:
         self.raw = Raw()
 
     async def invoke_grpc(
-        self, address: str, host: Identity, request: pb.InvokeFunctionRequest, *, timeout: float
+        self,
+        address: str,
+        host: Identity,
+        request: pb.InvokeFunctionRequest,
+        *,
+        timeout: float,
+        lost: asyncio.Future[None] | None = None,
     ) -> pb.InvokeFunctionResponse:
         from kruntimes.gateway.invoke import NotConnected
 
