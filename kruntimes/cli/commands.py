@@ -536,6 +536,7 @@ async def run_delete(args: argparse.Namespace, client: Client, io: Io) -> int:
 
 async def invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
     data = read_data(args.data, stdin=io.stdin)
+    _callback_needs_async(args)
     if args.async_:
         return await _submit(args, client, io, data, args.target, function=args.function)
     if args.function:
@@ -581,9 +582,15 @@ async def _submit(
         function=function,
         invocation_id=args.invocation_id,
         timeout=args.timeout,
+        callback_url=args.callback,
     )
     _print_accepted(io, accepted, args.output)
     return 0
+
+
+def _callback_needs_async(args: argparse.Namespace) -> None:
+    if args.callback is not None and not args.async_:
+        raise UsageError("--callback is for an async invocation: add --async (a sync invoke answers itself)")
 
 
 def _print_accepted(io: Io, accepted: AsyncInvocation, output: str | None) -> None:
@@ -881,6 +888,7 @@ async def function_delete(args: argparse.Namespace, client: Client, io: Io) -> i
 
 async def function_invoke(args: argparse.Namespace, client: Client, io: Io) -> int:
     data = read_data(args.data, stdin=io.stdin)
+    _callback_needs_async(args)
     if args.async_:
         return await _submit(args, client, io, data, args.name, function=True)
     answer = client.functions.invoke(

@@ -130,6 +130,10 @@ def _invoke_message(exc: BaseException) -> str:
             return f"{text}; with krt: another --id"
         case c.InvocationNotFound():
             return f"{text}; `krt invocation list NAME` lists those kept"
+        case c.Unauthorized() if exc.reason == GatewayReason.CALLBACK_NOT_ALLOWED:
+            return (
+                f"{text}; the platform's operator lists the origins allowed (krt gateway --callback-origins)"
+            )
         case c.Unauthorized():
             return f"{text}; check the token (KRT_TOKEN, or client.json written by `krt up`)"
         case c.OutcomeUnknown():

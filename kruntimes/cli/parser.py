@@ -353,6 +353,12 @@ def _invoke_flags(parser: argparse.ArgumentParser) -> None:
         help="answer once the invocation is recorded (202), before it runs: print its id and location "
         "(`krt invocation get|wait` it)",
     )
+    parser.add_argument(
+        "--callback",
+        metavar="URL",
+        help="with --async: POST the invocation's status to this https URL when it ends, in place of "
+        "the target's callback (its origin must be one the gateway allows the namespace)",
+    )
 
 
 INVOCATION_STATES = ("Queued", "Running", "Succeeded", "Failed", "Unknown")

@@ -34,7 +34,7 @@ from kruntimes.api.limits import (
 from kruntimes.api.names import validate_dns1123_label, validate_invocation_id
 from kruntimes.api.phases import RunPhase
 from kruntimes.api.run import API_VERSION, KIND, Run
-from kruntimes.api.spec import RunSpec
+from kruntimes.api.spec import MAX_CALLBACK_URL_CHARS, RunSpec
 from kruntimes.api.status import Endpoint
 from kruntimes.cli.output import host_document, reconcile_line
 from kruntimes.mcp.access import EVERY_NAMESPACE, FUNCTIONS, RUNS, Caller, Kind, Target
@@ -121,6 +121,13 @@ class InvokeInput(RunRef):
 
 class InvokeAsyncInput(InvokeInput):
     function: bool = Field(default=False, description="name is a Function's (default: a Run's)")
+    callbackUrl: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CALLBACK_URL_CHARS,
+        description="https URL the status is POSTed to when it ends, in place of the target's callback "
+        "(an origin the gateway allows the namespace)",
+    )
 
 
 class InvocationGetInput(RunRef):
@@ -552,6 +559,7 @@ async def invoke_async(args: InvokeAsyncInput, call: Call) -> Answer:
             function=args.function,
             invocation_id=args.invocationId,
             timeout=args.timeoutSeconds,
+            callback_url=args.callbackUrl,
         )
     return Answer(
         accepted.model_dump(mode="json"),

@@ -335,6 +335,7 @@ class Client:
         function: bool = False,
         invocation_id: str | None = None,
         timeout: float | None = None,
+        callback_url: str | None = None,
     ) -> AsyncInvocation:
         """Submit an async invocation of a function Run or a Function; answered once the platform
         recorded it (202), before it runs (docs/async-invocations.md).

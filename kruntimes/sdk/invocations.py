@@ -32,6 +32,7 @@ from kruntimes.api.limits import MAX_PAYLOAD_BYTES
 from kruntimes.api.names import validate_invocation_id
 from kruntimes.api.phases import RunPhase, is_terminal
 from kruntimes.api.run import Run
+from kruntimes.api.spec import MAX_CALLBACK_URL_CHARS as MAX_CALLBACK_URL_BYTES
 from kruntimes.api.status import Endpoint, RunStatus
 from kruntimes.contracts.invocation import InvocationState
 from kruntimes.contracts.names import function_invoke_url, invoke_url
@@ -85,6 +86,25 @@ def _checked_id(invocation_id: str, *, flag: str = "invocation id") -> str:
         return validate_invocation_id(invocation_id)
     except ValueError as e:
         raise PayloadRejected(400, "InvalidInvocationId", f"{flag}: {e}", invocation_id="") from e
+
+
+def _check_callback_url(url: str, inv: str) -> None:
+    """What the SDK checks of a callback URL before sending it (the gateway checks the rest): a
+    header's bounds. The message never quotes the URL (its path or query may carry a token)."""
+    if not isinstance(url, str) or not url.isascii() or any(not c.isprintable() or c.isspace() for c in url):
+        raise PayloadRejected(
+            400,
+            "InvalidCallbackURL",
+            "the callback URL must be printable ASCII without spaces",
+            invocation_id=inv,
+        )
+    if not 1 <= len(url) <= MAX_CALLBACK_URL_BYTES:
+        raise PayloadRejected(
+            400,
+            "InvalidCallbackURL",
+            f"the callback URL must be 1..{MAX_CALLBACK_URL_BYTES} bytes",
+            invocation_id=inv,
+        )
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -283,12 +303,18 @@ class Invocations:
         function: bool = False,
         invocation_id: str | None = None,
         timeout: float | None = None,
+        callback_url: str | None = None,
     ) -> AsyncInvocation:
         """Submit one async invocation; answered once it is recorded. The same id with the same
-        body again answers the same invocation (it runs once); with another body InvocationConflict."""
+        body (and callback URL) again answers the same invocation (it runs once); with another
+        body or callback URL InvocationConflict. ``callback_url``: where its status is POSTed when
+        it ends, in place of the target's callback (an https URL whose origin the gateway allows
+        the namespace: else Unauthorized with the reason CallbackNotAllowed)."""
         if isinstance(target, AsyncInvocation):
             raise ConfigError("submit takes a Run or a Function, not an invocation")
         inv = _checked_id(invocation_id) if invocation_id is not None else str(uuid.uuid4())
+        if callback_url is not None:
+            _check_callback_url(callback_url, inv)
         if data is None:
             body = b""
         elif isinstance(data, bytes | bytearray):
@@ -309,6 +335,8 @@ class Invocations:
         }
         if timeout is not None:
             headers[wire.TIMEOUT] = f"{timeout:g}"
+        if callback_url is not None:
+            headers[wire.CALLBACK_URL] = callback_url
         url = await self.endpoint(target, namespace=namespace, function=function, submit=True)
         status, answered, raw = await self._invoker.exchange("POST", url, body=body, headers=headers, inv=inv)
         return parse_accepted(status, answered, raw, url=url, inv=inv)
