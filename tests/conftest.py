@@ -8,7 +8,7 @@ import pytest
 
 from kruntimes.activities.hosts._rpc import use_peer_tls
 from kruntimes.temporal.devserver import DevServer
-from tests.sdk.stack import Platform, delete_runs, shared_platform
+from tests.sdk.stack import Platform, delete_runs, failing_pool_tasks, shared_platform
 from tests.support.pki import TestPKI
 
 
@@ -48,6 +48,9 @@ async def platform(session_platform: Platform) -> AsyncIterator[Platform]:
     yield session_platform
     await delete_runs(session_platform)
     _no_worker_ended(session_platform, "during this test")
+    stuck = await failing_pool_tasks(session_platform)
+    if stuck:
+        pytest.fail("; ".join(stuck))
 
 
 def _no_worker_ended(platform: Platform, when: str) -> None:

@@ -107,6 +107,10 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_CONSECUTIVE_SCALE_OUT_FAILURES = 3
 PROBE_TIMEOUT = timedelta(seconds=20)
+# A probe that fails is no verdict, and the next look comes at the next interval: retried in the
+# local activity, its backoff would outgrow the SDK's local retry threshold and hold the pool's
+# loop in a timer (no admission meanwhile) for a minute and more.
+PROBE_RETRY = RetryPolicy(maximum_attempts=1)
 SIGNAL_TIMEOUT = timedelta(seconds=60)
 SLOTS_TIMEOUT = timedelta(seconds=30)
 # The continue-as-new comes in a task after the handover's: the server refuses it from a task
@@ -745,6 +749,7 @@ class RuntimePoolWorkflow:
                 ProbeInput(hosts=self.state.hosts, stateDir=self.config.platform.stateDir),
                 result_type=ProbeResult,
                 start_to_close_timeout=PROBE_TIMEOUT,
+                retry_policy=PROBE_RETRY,
                 summary=summaries.summary(f"probe {len(self.state.hosts)} hosts"),
             )
         except ActivityError:

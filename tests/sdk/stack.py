@@ -119,6 +119,35 @@ async def delete_runs(platform: Platform) -> None:
         await asyncio.gather(*(client.delete(r.metadata.name, r.metadata.namespace) for r in runs))
 
 
+async def failing_pool_tasks(platform: Platform) -> list[str]:
+    """For each runtime's pool whose workflow task is failing again and again (a pool so stuck
+    admits nothing): what failed and the run's last events, to tell from a test's output alone."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import WorkflowExecutionStatus
+
+    from kruntimes.sdk.client import Client
+
+    found: list[str] = []
+    async with Client(platform.config) as client:
+        temporal = await client.temporal()
+        query = "WorkflowType = 'RuntimePoolWorkflow' AND ExecutionStatus = 'Running'"
+        async for pool in temporal.list_workflows(query, limit=20):
+            handle = temporal.get_workflow_handle(pool.id, run_id=pool.run_id)
+            described = await handle.describe()
+            pending = described.raw_description.pending_workflow_task
+            if described.status != WorkflowExecutionStatus.RUNNING or pending.attempt < 3:
+                continue
+            events = [e async for e in handle.fetch_history_events()]
+            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
+            last = failed[-1].workflow_task_failed_event_attributes if failed else None
+            why = f"{last.cause}: {last.failure.message}" if last is not None else "timed out"
+            tail = " ".join(
+                f"{e.event_id}:{EventType.Name(e.event_type)[len('EVENT_TYPE_') :]}" for e in events[-60:]
+            )
+            found.append(f"{pool.id} task attempt {pending.attempt} fails ({why}); its last events: {tail}")
+    return found
+
+
 class _Shared:
     platform: Platform | None = None
     users = 0
