@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,18 @@ def normalize_host(host: str) -> str:
     if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
         raise ValueError("not a valid host name")
     return name
+
+
+def _ipv4_spelling(name: str) -> bool:
+    """Whether a name is an IPv4 address in another spelling (`127.1`, `0x7f000001`, `017.0.0.1`):
+    a resolver may take it for the address, so it is neither a name nor an address here."""
+    if name.rsplit(".", 1)[-1].isdigit():  # no top-level domain is all digits
+        return True
+    try:
+        socket.inet_aton(name)
+    except OSError:
+        return False
+    return True
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -141,8 +154,8 @@ class Origin:
             raise OriginsError(f"{where}: a wildcard is one leading `*.` label only")
         if wildcard and name.count(".") < 1:
             raise OriginsError(f"{where}: a wildcard covers a name of two labels or more")
-        if not wildcard and name.replace(".", "").isdigit():
-            raise OriginsError(f"{where}: not an IPv4 address in dotted decimal")
+        if _ipv4_spelling(name):
+            raise OriginsError(f"{where}: an IPv4 address is written in dotted decimal")
         return cls(host=name, port=effective, wildcard=wildcard)
 
     def matches(
@@ -234,7 +247,7 @@ def parse_callback_url(value: str) -> CallbackUrl:
             name = normalize_host(host)
         except ValueError as e:
             raise InvalidCallbackUrl(f"the callback URL's host is {e}") from None
-        if name.replace(".", "").isdigit():
+        if _ipv4_spelling(name):
             raise InvalidCallbackUrl("the callback URL's IPv4 host is not in dotted decimal")
         netloc = name
     if port is not None:

@@ -345,8 +345,17 @@ class Client:
         same id with the same body again answers the same invocation and never runs it again;
         with another body InvocationConflict. AsyncBacklogFull and AsyncUnavailable recorded
         nothing: submit again with the same id. ``timeout`` bounds each attempt, as a sync
-        invoke's. Then ``invocations.get`` or ``invocations.wait`` the answer's location.
+        invoke's. ``callback_url``: where its status is POSTed once it ends, in place of the
+        target's callback (https, an origin the gateway allows the namespace, else Unauthorized
+        with the reason CallbackNotAllowed; part of the id's identity, as the body is). Then
+        ``invocations.get`` or ``invocations.wait`` the answer's location.
         """
         return await self.invocations.submit(
-            target, data, namespace=namespace, function=function, invocation_id=invocation_id, timeout=timeout
+            target,
+            data,
+            namespace=namespace,
+            function=function,
+            invocation_id=invocation_id,
+            timeout=timeout,
+            callback_url=callback_url,
         )
