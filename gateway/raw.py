@@ -17,7 +17,9 @@ Every failure says whether the request was sent (`RawError.sent`):
 
 A request whose caller hung up (`lost`) before its answer raises `CallerGone`: the gateway stops
 waiting and sends the host a cancel frame for it, so an invocation still waiting its turn in the
-host's queue is withdrawn and never runs for nobody (one already running runs to its end).
+host's queue is withdrawn and never runs for nobody (one already running runs to its end). A
+request past its deadline gets the same cancel, as a gRPC call past its deadline is withdrawn at
+the host. A host without an invoke port gets both as a cancelled gRPC call (gateway/invoke.py).
 """
 
 from __future__ import annotations
@@ -142,10 +144,14 @@ class _Connection(asyncio.Protocol):
         future = self.pending.get(request_id)
         if future is None or future.done():
             return
+        self.withdraw(request_id)
+        future.set_exception(CallerGone())
+
+    def withdraw(self, request_id: int) -> None:
+        """Tell the host to withdraw request `request_id` (it ignores one it answered or runs)."""
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(frames.encode_cancel(request_id))
-        future.set_exception(CallerGone())
 
     def _answered(self, request_id: int) -> None:
         self.pending.pop(request_id, None)
@@ -222,23 +228,25 @@ class RawClient:
             raise RawError(
                 grpc.StatusCode.INVALID_ARGUMENT, HostReason.INVALID_REQUEST, "the request is too large"
             )
-        sent = False
+        sent: tuple[_Connection, int] | None = None
         try:
             async with asyncio.timeout(timeout):
                 connection = self._connection
                 if connection is None or connection.closed:
                     connection = await self._connect()
                 request_id, pending = connection.send(body)
-                sent = True
+                sent = (connection, request_id)
                 if lost is None:
                     answer = await pending  # a timeout cancels it: a late answer is dropped
                 else:
                     answer = await self._unless_lost(connection, request_id, pending, lost)
         except TimeoutError:
-            if not sent:
+            if sent is None:
                 raise RawError(
                     grpc.StatusCode.UNAVAILABLE, "", "no connection before the deadline", sent=False
                 ) from None
+            # as a gRPC deadline does at the host: withdrawn if it still waits its turn
+            sent[0].withdraw(sent[1])
             raise RawError(grpc.StatusCode.DEADLINE_EXCEEDED, "", "the host did not answer in time") from None
         except NotSent as exc:
             raise RawError(grpc.StatusCode.UNAVAILABLE, "", str(exc), sent=False) from None

@@ -11,22 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import ssl
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import grpc
 import pytest
 
+from kruntimes.api.limits import MAX_INVOKE_TIMEOUT_SECONDS
+from kruntimes.gateway.invoke import Upstreams
+from kruntimes.gateway.raw import RawError
+from kruntimes.gateway.routes import Route
 from kruntimes.gateway.server import Gateway
 from kruntimes.pki.local import TlsFiles
+from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.wire.headers import INVOCATION_ID
 from tests.gateway.conftest import Answer, Function, HostProcess, Hosts, LogCapture, invoke
 from tests.gateway.queue_test import fresh, status
+from tests.support.pki import TestPKI
 from tests.support.waiting import eventually
 
 BOUND_S = 60.0  # how long anything here may take at most; never what a test asserts
+DEADLINE_S = 1.0  # the gateway's deadline of a call in the deadline test (its own timeout is far longer)
 
 # Appends its n to `ran` when it starts and to `done` when it ends; holds until its gate exists.
 RECORDED = """
@@ -57,11 +66,20 @@ def recorded(path: Path, name: str) -> list[int]:
     return [int(line) for line in record.read_text().split()] if record.exists() else []
 
 
-async def registered(gateway: Gateway, host: HostProcess) -> Function:
+@pytest.fixture(scope="module")
+async def upstreams(pki: TestPKI) -> AsyncIterator[Upstreams]:
+    """The gateway's clients of hosts, as a gateway's certificate: for a call with a deadline of
+    its own."""
+    held = Upstreams(tls=pki.gateway)
+    yield held
+    await held.close()
+
+
+async def registered(gateway: Gateway, host: HostProcess, *, raw: bool = False) -> tuple[Function, Route]:
     fn = await host.register(gateway, RECORDED, concurrency=1, queue=1)
     route = gateway.routes.route(fn.uid)
-    assert route is not None and route.invoke_address == "", "the Run is reached over gRPC"
-    return fn
+    assert route is not None and bool(route.invoke_address) is raw, "the Run is reached as meant"
+    return fn, route
 
 
 def call(
@@ -100,7 +118,7 @@ async def test_a_caller_that_hangs_up_while_queued_on_a_grpc_host_never_runs_and
     gateway: Gateway, client: aiohttp.ClientSession, grpc_host: HostProcess, records_dir: Path, tls: TlsFiles
 ) -> None:
     path = fresh(records_dir)
-    fn = await registered(gateway, grpc_host)
+    fn, _ = await registered(gateway, grpc_host)
     first = call(client, gateway, fn, path, 0)
     await eventually(lambda: recorded(path, "ran") == [0], within=BOUND_S, what="the first running")
 
@@ -135,7 +153,7 @@ async def test_a_caller_that_hangs_up_while_its_invocation_runs_on_a_grpc_host_l
     log_capture: LogCapture,
 ) -> None:
     path = fresh(records_dir)
-    fn = await registered(gateway, grpc_host)
+    fn, _ = await registered(gateway, grpc_host)
     inv = str(uuid.uuid4())
     async with leaving_client(tls) as leaving:
         running = call(leaving, gateway, fn, path, 0, inv)
@@ -153,3 +171,73 @@ async def test_a_caller_that_hangs_up_while_its_invocation_runs_on_a_grpc_host_l
     (path / "go-1").touch()
     assert (await call(client, gateway, fn, path, 1)).expect(200).json["outputs"] == {"n": 1}
     assert recorded(path, "ran") == [0, 1] and recorded(path, "done") == [0, 1]
+
+
+async def past_its_deadline(
+    upstreams: Upstreams, route: Route, request: pb.InvokeFunctionRequest
+) -> grpc.StatusCode:
+    """`request` sent as the gateway sends it to `route`'s host, with a deadline of DEADLINE_S: the
+    status it ends with."""
+    if route.invoke_address:
+        client = upstreams.raw.client(route.invoke_address, runtime=route.runtime, host_id=route.host_id)
+        with pytest.raises(RawError) as raw:
+            await client.invoke(request, timeout=DEADLINE_S)
+        return raw.value.code
+    with pytest.raises(grpc.aio.AioRpcError) as rpc:
+        await upstreams.invoke_grpc(route.address, route.host, request, timeout=DEADLINE_S)
+    return rpc.value.code()
+
+
+async def test_a_call_past_the_gateways_deadline_while_queued_on_a_grpc_host_never_runs(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    grpc_host: HostProcess,
+    records_dir: Path,
+    upstreams: Upstreams,
+) -> None:
+    await deadline_while_queued(gateway, client, grpc_host, records_dir, upstreams, raw=False)
+
+
+async def test_a_call_past_the_gateways_deadline_while_queued_on_the_invoke_port_never_runs(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    main_host: HostProcess,
+    records_dir: Path,
+    upstreams: Upstreams,
+) -> None:
+    await deadline_while_queued(gateway, client, main_host, records_dir, upstreams, raw=True)
+
+
+async def deadline_while_queued(
+    gateway: Gateway,
+    client: aiohttp.ClientSession,
+    host: HostProcess,
+    records_dir: Path,
+    upstreams: Upstreams,
+    *,
+    raw: bool,
+) -> None:
+    """One call holds the Run's only place, the next one queued is past the gateway's deadline
+    (DEADLINE_EXCEEDED) long before its own timeout: it leaves the queue and never runs, alike on
+    both paths to a host."""
+    path = fresh(records_dir)
+    fn, route = await registered(gateway, host, raw=raw)
+    first = call(client, gateway, fn, path, 0)
+    await eventually(lambda: recorded(path, "ran") == [0], within=BOUND_S, what="the first running")
+
+    late = pb.InvokeFunctionRequest(
+        registration_id=route.registration_id,
+        payload=json.dumps({"dir": str(path), "n": 1, "gate": "go-1"}).encode(),
+        timeout_ms=MAX_INVOKE_TIMEOUT_SECONDS * 1000,  # its own timeout would hold it queued
+        fence=pb.Fence(run_uid=route.run_uid, attempt=route.attempt, host_uid=route.host_uid),
+    )
+    assert await past_its_deadline(upstreams, route, late) == grpc.StatusCode.DEADLINE_EXCEEDED
+    await eventually(lambda: status(fn), within=BOUND_S, until=lambda s: s.waiting == 0)
+    assert not first.done() and recorded(path, "ran") == [0]
+
+    (path / "go-0").touch()
+    (path / "go-1").touch()  # nothing holds on, should the late one run after all
+    assert (await first).expect(200).json["outputs"] == {"n": 0}
+    (path / "go-2").touch()
+    assert (await call(client, gateway, fn, path, 2)).expect(200).json["outputs"] == {"n": 2}
+    assert recorded(path, "ran") == [0, 2], "the withdrawn invocation never ran"
