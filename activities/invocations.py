@@ -14,7 +14,10 @@ sends: a gateway that cannot be reached (or refuses the call before it reads it)
 `dispatched=False` and the next one is tried; once the request may have been sent, a deadline or
 a lost connection is `dispatched=True` (its outcome is unknown). It heartbeats while it waits, so
 a worker lost mid-attempt is seen by the workflow (as an outcome lost, never retried behind its
-back).
+back). Asked to (`marksDispatch`), it sends only once the server holds ATTEMPT_SENT as its
+heartbeat's details: an attempt whose activity timed out without them provably never ran (a
+task started for a worker's poll whose answer never reached the worker, temporalio/temporal#11733),
+and the workflow tries again.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from kruntimes.contracts.function import QUERY_FUNCTION
 from kruntimes.contracts.invocation import (
     ACTIVITY_ATTEMPT,
     ACTIVITY_TARGET,
+    ATTEMPT_SENT,
     MAX_RESULT_BYTES,
     AttemptOutcome,
     AttemptRequest,
@@ -68,6 +72,7 @@ CONNECT_TIMEOUT_S = 5.0  # a gateway's TCP and TLS handshake
 # workflow's start-to-close timeout is longer still).
 ANSWER_MARGIN_S = 30.0
 HEARTBEAT_EVERY_S = 5.0
+HEARTBEAT_RPC_TIMEOUT = timedelta(seconds=5)  # one marking beat: well within the heartbeat timeout
 MAX_REASON_CHARS = 128
 MAX_CACHED_RUNS = 1024  # Run specs kept (immutable per execution)
 # A gateway that answers these refused the call before reading it: the attempt did not run there.
@@ -82,6 +87,9 @@ NOT_READ = frozenset(
 )
 GATEWAY_UNREACHABLE = "GatewayUnreachable"
 GATEWAY_LOST = "GatewayLost"
+# The server did not confirm ATTEMPT_SENT (the activity timed out meanwhile, or the server did not
+# answer): not sent, so not run.
+SENT_NOT_RECORDED = "SentNotRecorded"
 NO_GATEWAY = "NoGateway"
 _ENDED = frozenset(p.value for p in TERMINAL_PHASES)
 
@@ -304,13 +312,20 @@ class InvocationAttempts:
         )
         # One budget for every gateway tried: the workflow's own timeout of the activity is longer.
         ends = time.monotonic() + timeout + self.answer_margin_s
-        for address in order:
-            left = ends - time.monotonic()
-            if left <= 0:
-                break
-            outcome = await self._attempt_at(address, message, deadline_s=left)
-            if outcome is not None:
-                return outcome
+        beats = _Beats(marking=request.marksDispatch)
+        beating = asyncio.create_task(beats.run())
+        try:
+            for address in order:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    break
+                outcome = await self._attempt_at(address, message, beats, deadline_s=left)
+                if outcome is not None:
+                    return outcome
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
         return AttemptOutcome(httpStatus=0, reason=GATEWAY_UNREACHABLE, dispatched=False)
 
     async def _forget(self, address: str, channel: grpc.aio.Channel) -> None:
@@ -325,32 +340,28 @@ class InvocationAttempts:
             await _close_quietly(channel)
 
     async def _attempt_at(
-        self, address: str, message: gd.AttemptInvocationRequest, *, deadline_s: float
+        self, address: str, message: gd.AttemptInvocationRequest, beats: _Beats, *, deadline_s: float
     ) -> AttemptOutcome | None:
         """The gateway's answer; None when the call did not reach it (the next one is tried)."""
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = gateway_channel(address)
-        beating = asyncio.create_task(_heartbeats())
+        if not await _connected(channel, min(self.connect_timeout_s, deadline_s)):
+            log.info("gateway %s not reached for an attempt", address)
+            await self._forget(address, channel)
+            return None
+        if not await beats.sent():
+            return AttemptOutcome(httpStatus=0, reason=SENT_NOT_RECORDED, dispatched=False)
+        stub = gd_grpc.GatewayDispatchStub(channel)
         try:
-            if not await _connected(channel, min(self.connect_timeout_s, deadline_s)):
-                log.info("gateway %s not reached for an attempt", address)
-                await self._forget(address, channel)
+            answer = await stub.AttemptInvocation(message, timeout=deadline_s)
+        except grpc.aio.AioRpcError as err:
+            if err.code() in NOT_READ:
+                log.warning("gateway %s refused an attempt: %s", address, err.code().name)
                 return None
-            stub = gd_grpc.GatewayDispatchStub(channel)
-            try:
-                answer = await stub.AttemptInvocation(message, timeout=deadline_s)
-            except grpc.aio.AioRpcError as err:
-                if err.code() in NOT_READ:
-                    log.warning("gateway %s refused an attempt: %s", address, err.code().name)
-                    return None
-                # sent, and then the deadline or the connection was lost: it may have run
-                log.warning("gateway %s lost an attempt: %s", address, err.code().name)
-                return AttemptOutcome(httpStatus=0, reason=GATEWAY_LOST, dispatched=True)
-        finally:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
+            # sent, and then the deadline or the connection was lost: it may have run
+            log.warning("gateway %s lost an attempt: %s", address, err.code().name)
+            return AttemptOutcome(httpStatus=0, reason=GATEWAY_LOST, dispatched=True)
         body = answer.body.decode("utf-8", errors="replace")
         if len(body) > MAX_RESULT_BYTES:  # a gateway bounds its answers: past that, not one to keep
             body = ""
@@ -383,8 +394,56 @@ async def _connected(channel: grpc.aio.Channel, timeout_s: float) -> bool:
     return True
 
 
-async def _heartbeats() -> None:
-    """Beat while the attempt waits: the workflow's heartbeat timeout sees a worker lost."""
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
+class _Beats:
+    """The attempt's heartbeats, every HEARTBEAT_EVERY_S while it runs: the workflow's heartbeat
+    timeout sees a worker lost.
+
+    Marking, each beat is a RecordActivityTaskHeartbeat of the activity's own, awaited and one at
+    a time (the SDK's beats are neither awaited nor ordered with another call): once `sent()`
+    returned True the server holds ATTEMPT_SENT, and no beat without it can land after."""
+
+    def __init__(self, *, marking: bool) -> None:
+        self._details: tuple[str, ...] = ()
+        self._turn = asyncio.Lock()
+        # A beat without the mark that failed may still land on the server, after the mark too.
+        self._unsure = False
+        self._handle = (
+            activity.client().get_async_activity_handle(task_token=activity.info().task_token)
+            if marking
+            else None
+        )
+
+    async def run(self) -> None:
+        if self._handle is not None:  # marking: the mark is the first beat of most attempts
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+        while True:
+            await self._beat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+    async def _beat(self) -> None:
+        if self._handle is None:
+            activity.heartbeat()
+            return
+        async with self._turn:
+            try:
+                await self._handle.heartbeat(*self._details, rpc_timeout=HEARTBEAT_RPC_TIMEOUT)
+            except Exception as err:  # the next beat tries again; a timeout is the workflow's to see
+                self._unsure = self._unsure or not self._details
+                log.info("an attempt's heartbeat failed: %s", type(err).__name__)
+
+    async def sent(self) -> bool:
+        """Whether the server recorded ATTEMPT_SENT (at once when not marking): only then may the
+        request go out."""
+        if self._handle is None or self._details:
+            return True
+        async with self._turn:
+            if self._unsure:
+                log.warning("an attempt's heartbeat failed before its dispatch was recorded; not sent")
+                return False
+            try:
+                await self._handle.heartbeat(ATTEMPT_SENT, rpc_timeout=HEARTBEAT_RPC_TIMEOUT)
+            except Exception as err:  # timed out already, or not recorded: never sent
+                log.warning("an attempt's dispatch was not recorded: %s; not sent", type(err).__name__)
+                return False
+            self._details = (ATTEMPT_SENT,)
+        return True

@@ -52,8 +52,10 @@ from pathlib import Path
 import _benchlib as lib
 import aiohttp
 from _benchlib import BenchError
+from temporalio.client import Client as TemporalClient
 
 from kruntimes.api.run import Run
+from kruntimes.contracts.invocation import QUERY_INVOCATION, InvocationStatus, invocation_workflow_id
 from kruntimes.sdk.client import Client
 from kruntimes.temporal.connect import connect
 from kruntimes.wire import search
@@ -73,6 +75,7 @@ def handle(payload, context):
     time.sleep(0.02)
     return {"ok": True}
 """
+ATTEMPT_LOST = "AttemptLost"  # workflows/invocation.py's reason for an attempt whose activity was lost
 PLAIN_QUEUE = "bench-async-nobody"  # no worker polls it: a start is all that is measured
 COMPLETION_BOUND_S = 600.0
 
@@ -132,7 +135,7 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
     records.chmod(0o1777)  # the function writes here as its own uid
     runtimes = RUNTIMES + f"sharedDirectories: [{records}]\n"
     lib.note("starting the embedded platform (krt up --detach) ...")
-    async with lib.embedded_platform(prefix="krt-bench-async-", runtimes=runtimes) as (_, config):
+    async with lib.embedded_platform(prefix="krt-bench-async-", runtimes=runtimes) as (state, config):
         token = config.token or ""
         temporal = await connect(config.temporal_settings())
         client_ssl = ssl.create_default_context(cafile=config.caFile)
@@ -265,6 +268,10 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                 await counting
             lib.note("waiting for every invocation to complete ...")
             await all_succeeded(set(ids))
+            lost = await lost_attempts(temporal, run.uid, sorted(ended_not_ok), args.keep_histories)
+            if args.keep_histories is not None and ended_not_ok:  # the processes' logs beside them
+                for log in state.rglob("*.log"):
+                    shutil.copy(log, args.keep_histories / log.name)
 
     counted = ran(records)
     # exactly once: every Succeeded id ran once; one that ended otherwise ran at most once
@@ -306,6 +313,7 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
         f"{'yes' if not twice else f'NO ({len(twice)}, e.g. {twice[:3]})'}; one Location each: "
         f"{'yes' if not wrong_locations else f'NO ({wrong_locations[:3]})'}; other answers: {bad or 'none'}"
     )
+    print(f"attempts lost (their activity failed or timed out: {ATTEMPT_LOST}): {lost}")
     if ended_not_ok:
         never_ran = sorted(inv for inv in ended_not_ok if counted[inv] == 0)
         print(
@@ -341,10 +349,27 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
             "exactly_once": not twice,
             "ended_not_succeeded": len(ended_not_ok),
             "attempted_more_than_once": retried,
+            "attempts_lost": lost,
             "other_answers": {str(k): v for k, v in bad.items()},
         }
     )
     return 0 if not twice and not wrong_locations and not bad else 1
+
+
+async def lost_attempts(temporal: TemporalClient, uid: str, ended: list[str], keep: Path | None) -> int:
+    """The attempts of `ended` (the invocations that did not succeed) whose activity failed or
+    timed out (AttemptLost), from their statuses; with `keep`, each one's history is written there
+    (JSON, as `temporal workflow show --output json`) to read what became of its activity."""
+    lost = 0
+    for inv in ended:
+        handle = temporal.get_workflow_handle(invocation_workflow_id("default", uid, inv))
+        status = await handle.query(QUERY_INVOCATION, result_type=InvocationStatus)
+        lost += sum(1 for a in status.attempts if a.reason == ATTEMPT_LOST)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            history = await handle.fetch_history()
+            (keep / f"{inv}.json").write_text(history.to_json())
+    return lost
 
 
 def parse_args() -> argparse.Namespace:
@@ -354,6 +379,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--callers", type=int, default=32, help="concurrent accepts (and plain starts)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of accepts against plain starts")
     parser.add_argument("--e2e", type=int, default=300, help="async invocations of the end-to-end case")
+    parser.add_argument(
+        "--keep-histories", type=Path, default=None, help="write the histories of those not Succeeded here"
+    )
     args = parser.parse_args()
     if not 0 <= args.duplicates <= args.invocations:
         parser.error("--duplicates must be within 0..--invocations")

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_ATTEMPT,
         ACTIVITY_CALLBACK,
         ACTIVITY_TARGET,
+        ATTEMPT_SENT,
         INVOCATION_DIGEST_MEMO,
         INVOCATION_STATUS_MEMO,
         INVOCATION_WORKFLOW,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         Target,
     )
     from kruntimes.decisions.invocations import (
+        ATTEMPT_NOT_STARTED,
         Next,
         backoff_seconds,
         callback_origin,
@@ -80,6 +82,10 @@ NO_RETRY = RetryPolicy(maximum_attempts=1)
 ATTEMPT_MARGIN = timedelta(seconds=60)
 ATTEMPT_HEARTBEAT = timedelta(seconds=30)  # the activity beats while it waits: a lost worker is seen
 ATTEMPT_LOST = "AttemptLost"  # the attempt's activity failed or timed out: it may have run
+# The attempt's activity records that it sends before it does (AttemptRequest.marksDispatch), so an
+# activity that timed out without that record never ran: a task the server started for a poll
+# whose answer was lost (temporalio/temporal#11733) is tried again instead of ending Unknown.
+PATCH_ATTEMPT_NOT_SENT = "invocation-attempt-not-sent"
 CALLBACK_TIMEOUT = timedelta(seconds=60)
 MAX_CALLBACK_DELIVERIES = 10
 TARGET_UNREADABLE = "TargetUnreadable"
@@ -99,6 +105,13 @@ def _keep(attempts: list[Attempt]) -> list[Attempt]:
         return attempts
     half = MAX_ATTEMPTS_KEPT // 2
     return [*attempts[:half], *attempts[-(MAX_ATTEMPTS_KEPT - half) :]]
+
+
+def _never_sent(err: ActivityError) -> bool:
+    """An attempt's activity that timed out without recording ATTEMPT_SENT in its heartbeat: it
+    marks before it sends, so it never sent (a failure of its own may have come after sending)."""
+    cause = err.cause
+    return isinstance(cause, ActivityTimeout) and ATTEMPT_SENT not in list(cause.last_heartbeat_details)
 
 
 def _current(status: InvocationStatus) -> str:
@@ -136,6 +149,7 @@ class InvocationWorkflow:
         self._indexed = ""
         self._ran = input.carriedRan
         self._turns = input.carriedTurns
+        self._marks = False
 
     @workflow.query(name=QUERY_INVOCATION)
     def invocation(self) -> InvocationStatus:
@@ -143,6 +157,7 @@ class InvocationWorkflow:
 
     @workflow.run
     async def run(self, input: InvocationInput) -> InvocationStatus:
+        self._marks = workflow.patched(PATCH_ATTEMPT_NOT_SENT)
         self._index_target()
         if input.carried is not None:
             self._take_result_back()
@@ -261,6 +276,7 @@ class InvocationWorkflow:
             timeoutSeconds=input.timeoutSeconds,
             attempt=n,
             share=policy.share,
+            marksDispatch=self._marks,
         )
         try:
             outcome: AttemptOutcome = await workflow.execute_activity(
@@ -273,8 +289,12 @@ class InvocationWorkflow:
                 summary=summaries.summary(f"attempt {n} of {input.invocationId}"),
             )
         except ActivityError as err:  # a worker lost mid-attempt, a timeout: it may have run
-            outcome = AttemptOutcome(httpStatus=0, reason=ATTEMPT_LOST, dispatched=True)
-            workflow.logger.warning("attempt %d lost: %s", n, failure_type(err))
+            if self._marks and _never_sent(err):
+                outcome = AttemptOutcome(httpStatus=0, reason=ATTEMPT_NOT_STARTED, dispatched=False)
+                workflow.logger.warning("attempt %d timed out before it was sent: not run", n)
+            else:
+                outcome = AttemptOutcome(httpStatus=0, reason=ATTEMPT_LOST, dispatched=True)
+                workflow.logger.warning("attempt %d lost: %s", n, failure_type(err))
         if outcome.dispatched:
             self._ran += 1
         if waits_its_turn(outcome):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, Field
+from pydantic import AfterValidator, AwareDatetime, Field, SerializerFunctionWrapHandler, model_serializer
 
 from kruntimes.api._base import ApiModel, StatusMessage, StrictBool, StrictFloat, StrictInt
 from kruntimes.api.ids import RunUid
@@ -153,6 +153,21 @@ class AttemptRequest(ApiModel):
     timeoutSeconds: StrictFloat | None = Field(default=None, gt=0, le=900)
     attempt: StrictInt = Field(ge=1)  # a Function's attempts that did not run are not bounded by maxAttempts
     share: StrictInt = Field(default=DEFAULT_ASYNC_SHARE_PERCENT, ge=1, le=100)  # the target's async share
+    # True: the activity must record ATTEMPT_SENT in its heartbeat before it sends, so a timeout
+    # without it proves the attempt never ran (a worker too old for the field refuses the request).
+    marksDispatch: StrictBool = False
+
+    @model_serializer(mode="wrap")
+    def _unmarked_as_before(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Without the mark the request is the one a worker older than the field reads."""
+        data = handler(self)
+        if not self.marksDispatch and isinstance(data, dict):
+            data.pop("marksDispatch", None)
+        return data
+
+
+# The attempt's heartbeat detail, recorded by the server before the request may be sent.
+ATTEMPT_SENT = "sent"
 
 
 class AttemptOutcome(ApiModel):

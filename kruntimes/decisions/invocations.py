@@ -34,6 +34,9 @@ OUTCOME_UNKNOWN = "OutcomeUnknown"  # an attempt that may have run, with no reas
 GATEWAY_UNREACHABLE = "GatewayUnreachable"  # the attempt reached no gateway (httpStatus 0)
 ASYNC_SHARE_FULL = GatewayReason.ASYNC_SHARE_FULL.value
 RUN_NOT_READY = GatewayReason.RUN_NOT_READY.value
+# The attempt's activity timed out before it recorded that it sends (its task never reached a
+# worker's code): not run, and no fault of the target's.
+ATTEMPT_NOT_STARTED = "AttemptNotStarted"
 ANSWER_STATUSES = frozenset({"Succeeded", "HandlerError", "InvalidOutput"})
 
 Retried = Literal["", "notRun", "unknownOutcome", "failure"]
@@ -112,10 +115,15 @@ def classify(outcome: AttemptOutcome) -> AttemptKind:
 def waits_its_turn(outcome: AttemptOutcome) -> bool:
     """Refused by the target's async share (AsyncShareFull), or by a Run the gateway holds not
     Ready (RunNotReady: recovering, or draining before it ends, while its workflow still reads
-    Ready): not run, and not counted for a Run, whose next read of the target decides."""
+    Ready), or its activity never started (AttemptNotStarted): not run, and not counted for a
+    Run, whose next read of the target decides."""
     if outcome.dispatched:
         return False
-    return (outcome.httpStatus, outcome.reason) in ((429, ASYNC_SHARE_FULL), (503, RUN_NOT_READY))
+    return (outcome.httpStatus, outcome.reason) in (
+        (429, ASYNC_SHARE_FULL),
+        (503, RUN_NOT_READY),
+        (0, ATTEMPT_NOT_STARTED),
+    )
 
 
 def callback_origin(url: str) -> str:

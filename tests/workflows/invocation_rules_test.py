@@ -15,6 +15,7 @@ from kruntimes.contracts.invocation import (
     TargetKind,
 )
 from kruntimes.decisions.invocations import (
+    ATTEMPT_NOT_STARTED,
     NOT_RUN,
     TARGET_GONE,
     AttemptKind,
@@ -199,6 +200,16 @@ def test_a_run_the_gateway_holds_not_ready_is_waited_for_without_counting() -> N
     not_ready = refused(503, "RunNotReady")
     assert waits_its_turn(not_ready) and not waits_its_turn(refused(503, "OwnerUnavailable"))
     step = decide(not_ready, policy=policy(maxAttempts=1), kind=RUN, attempts=9, ran=0, waited_turns=9)
+    assert (step.state, step.retried) == (Q, "notRun")
+
+
+def test_an_attempt_whose_activity_never_started_is_retried_without_counting() -> None:
+    """Its task was lost before any code of ours ran (the workflow read no ATTEMPT_SENT): nothing
+    ran, and no fault of the target's."""
+    lost = refused(0, ATTEMPT_NOT_STARTED)
+    assert classify(lost) is AttemptKind.NotRun and waits_its_turn(lost)
+    assert not waits_its_turn(refused(0, ATTEMPT_NOT_STARTED, dispatched=True))
+    step = decide(lost, policy=policy(maxAttempts=1), kind=RUN, attempts=3, ran=0, waited_turns=3)
     assert (step.state, step.retried) == (Q, "notRun")
 
 

@@ -133,8 +133,8 @@ async def test_a_success_is_kept_for_the_retention_then_completes_with_its_statu
     assert attributes.get(search_typed.KRT_RUN_UID) == input.target.uid
     assert attributes.get(search_typed.KRT_NAMESPACE) == "demo"
     assert attributes.get(search_typed.KRT_RUNTIME) == "python"
-    assert await upserted(handle) == [{"KrtPhase"}, {"KrtPhase"}], (
-        "Running, Succeeded: the rest was set at the start"
+    assert await upserted(handle) == [{"TemporalChangeVersion"}, {"KrtPhase"}, {"KrtPhase"}], (
+        "the SDK's for the patch, then Running, Succeeded: the rest was set at the start"
     )
 
 
