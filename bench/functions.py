@@ -38,8 +38,8 @@ URLs with real HTTPS clients (`--scaling-only` runs them alone, `--zero-only` th
           autoscaler's windows are Knative's defaults unless `--stable-window` says otherwise.
   zero    a Function with min 0 left idle until it has no replica, then one invocation: the
           time to its 200 answer against creating a Run, waiting for it to be Ready and invoking
-          it once (the same handler, answering at once), three rounds of each, the medians
-          compared: target ≤ 1.3×, no error answer.
+          it once (the same handler, answering at once), seven rounds of each, interleaved
+          (the order swapped every round), the medians compared: target ≤ 1.3×, no error answer.
 
 Prints the machine (CPUs, model, load), a table and a final JSON line {"bench": "functions", ...}.
 """
@@ -415,7 +415,7 @@ STEP_CLIENTS = 16
 STEP_SETTLE_S = 3.0  # the throughput is counted from this long after the step
 STEP_TARGET = 0.8
 ZERO_TARGET = 1.3
-ZERO_ROUNDS = 3
+ZERO_ROUNDS = 7
 
 
 def _spec(source: str, **spec: object) -> dict[str, object]:
@@ -529,7 +529,11 @@ async def zero_timeline(
 async def zero_case(
     krt: Client, session: aiohttp.ClientSession, token: str, *, rounds: int = 3, timeline: bool = False
 ) -> dict[str, object]:
-    lib.note("zero: a Run created, Ready and invoked once (the reference) ...")
+    """Rounds of the two, interleaved (the order swapped every round), so a machine whose load
+    drifts during the bench weighs on both alike: a Run created, Ready and invoked once (the
+    reference), and the first answer of the Function idle at no replica. The reference Run is
+    deleted only after its round's zero answer, so that no deletion's work runs beside it."""
+    lib.note("zero: a Function (min 0); each round a reference Run and the first answer from zero ...")
     run = Run.from_dict(
         {
             "apiVersion": "kruntimes.io/v1alpha1",
@@ -541,7 +545,14 @@ async def zero_case(
     references: list[float] = []
     statuses: Counter[int] = Counter()
     early: Counter[int] = Counter()
-    for i in range(rounds):
+    scale = {"min": 0, "max": 2, "stableWindowSeconds": 6, "scaleDownDelaySeconds": 0}
+    await krt.functions.apply(_function("zero", ZERO_SOURCE, scale))
+    ready_fn = await krt.functions.wait_ready("zero", timeout=120)
+    assert ready_fn.status.endpoint is not None
+    function_url = ready_fn.status.endpoint.url
+    firsts: list[float] = []
+
+    async def reference(i: int) -> str:
         named = run._replace(metadata=run.metadata._replace(name=f"zero-ref-{i}"))
         started, started_wall = time.monotonic(), time.time()
         await krt.create(named)
@@ -563,21 +574,11 @@ async def zero_case(
                 end_wall=time.time(),
                 title=f"reference {i + 1}: create -> first 200",
             )
-        await krt.delete(named.metadata.name)
-    scale = {"min": 0, "max": 2, "stableWindowSeconds": 6, "scaleDownDelaySeconds": 0}
-    await krt.functions.apply(_function("zero", ZERO_SOURCE, scale))
-    ready_fn = await krt.functions.wait_ready("zero", timeout=120)
-    assert ready_fn.status.endpoint is not None
-    firsts: list[float] = []
-    for i in range(rounds):
-        lib.note(f"zero: round {i + 1}, waiting for the Function to idle to no replica ...")
-        deadline = time.monotonic() + 120
-        while (await krt.functions.status("zero")).replicas.total > 0:
-            if time.monotonic() > deadline:
-                raise BenchError("the Function did not scale to zero within 120 s")
-            await asyncio.sleep(0.25)
+        return named.metadata.name
+
+    async def from_zero(i: int) -> None:
         started, started_wall = time.monotonic(), time.time()
-        statuses[await _post(session, ready_fn.status.endpoint.url, token)] += 1
+        statuses[await _post(session, function_url, token)] += 1
         firsts.append(time.monotonic() - started)
         if timeline:
             await zero_timeline(
@@ -587,6 +588,21 @@ async def zero_case(
                 end_wall=time.time(),
                 title=f"scale from zero {i + 1}: request -> 200",
             )
+
+    for i in range(rounds):
+        lib.note(f"zero: round {i + 1}, waiting for the Function to idle to no replica ...")
+        deadline = time.monotonic() + 120
+        while (await krt.functions.status("zero")).replicas.total > 0:
+            if time.monotonic() > deadline:
+                raise BenchError("the Function did not scale to zero within 120 s")
+            await asyncio.sleep(0.25)
+        if i % 2 == 0:
+            name = await reference(i)
+            await from_zero(i)
+        else:
+            await from_zero(i)
+            name = await reference(i)
+        await krt.delete(name)
     await krt.functions.delete("zero", timeout=120)
     first_s, reference_s = quantile(firsts, 0.5), quantile(references, 0.5)
     ratio = first_s / reference_s
