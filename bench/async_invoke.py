@@ -75,7 +75,9 @@ def handle(payload, context):
     time.sleep(0.02)
     return {"ok": True}
 """
-ATTEMPT_LOST = "AttemptLost"  # workflows/invocation.py's reason for an attempt whose activity was lost
+# workflows/invocation.py's reasons for an attempt whose activity never answered: it may have run
+# (AttemptLost), or it timed out before it recorded that it sends (AttemptNotStarted: tried again)
+LOST_REASONS = ("AttemptLost", "AttemptNotStarted")
 PLAIN_QUEUE = "bench-async-nobody"  # no worker polls it: a start is all that is measured
 COMPLETION_BOUND_S = 600.0
 
@@ -191,6 +193,7 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
 
             attempts: dict[str, int] = {}  # each ended invocation's attempts
             ended_not_ok: dict[str, str] = {}  # id → Failed or Unknown
+            lost_ids: set[str] = set()  # those with an attempt whose activity never answered
 
             async def all_succeeded(wanted: set[str]) -> None:
                 """Until each of `wanted` ended (Succeeded, or Failed / Unknown: kept in `ended_not_ok`
@@ -203,6 +206,8 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                             if inv.invocationId in wanted:
                                 ended.add(inv.invocationId)
                                 attempts[inv.invocationId] = inv.attemptCount
+                                if any(a.reason in LOST_REASONS for a in inv.attempts):
+                                    lost_ids.add(inv.invocationId)
                                 if state != "Succeeded":
                                     ended_not_ok[inv.invocationId] = state
                     if not wanted <= ended:
@@ -268,8 +273,8 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                 await counting
             lib.note("waiting for every invocation to complete ...")
             await all_succeeded(set(ids))
-            lost = await lost_attempts(temporal, run.uid, sorted(ended_not_ok), args.keep_histories)
-            if args.keep_histories is not None and ended_not_ok:  # the processes' logs beside them
+            lost = await lost_attempts(temporal, run.uid, sorted(lost_ids), args.keep_histories)
+            if args.keep_histories is not None and lost_ids:  # the processes' logs beside them
                 for log in state.rglob("*.log"):
                     shutil.copy(log, args.keep_histories / log.name)
 
@@ -313,7 +318,7 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
         f"{'yes' if not twice else f'NO ({len(twice)}, e.g. {twice[:3]})'}; one Location each: "
         f"{'yes' if not wrong_locations else f'NO ({wrong_locations[:3]})'}; other answers: {bad or 'none'}"
     )
-    print(f"attempts lost (their activity failed or timed out: {ATTEMPT_LOST}): {lost}")
+    print(f"attempts whose activity never answered: {dict(lost) or 'none'}")
     if ended_not_ok:
         never_ran = sorted(inv for inv in ended_not_ok if counted[inv] == 0)
         print(
@@ -349,22 +354,24 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
             "exactly_once": not twice,
             "ended_not_succeeded": len(ended_not_ok),
             "attempted_more_than_once": retried,
-            "attempts_lost": lost,
+            "attempts_lost": dict(lost),
             "other_answers": {str(k): v for k, v in bad.items()},
         }
     )
     return 0 if not twice and not wrong_locations and not bad else 1
 
 
-async def lost_attempts(temporal: TemporalClient, uid: str, ended: list[str], keep: Path | None) -> int:
-    """The attempts of `ended` (the invocations that did not succeed) whose activity failed or
-    timed out (AttemptLost), from their statuses; with `keep`, each one's history is written there
-    (JSON, as `temporal workflow show --output json`) to read what became of its activity."""
-    lost = 0
-    for inv in ended:
+async def lost_attempts(
+    temporal: TemporalClient, uid: str, ids: list[str], keep: Path | None
+) -> Counter[str]:
+    """The attempts of `ids` whose activity never answered, by reason (LOST_REASONS), from their
+    statuses; with `keep`, each one's history is written there (JSON, as `temporal workflow show
+    --output json`) to read what became of its activity."""
+    lost: Counter[str] = Counter()
+    for inv in ids:
         handle = temporal.get_workflow_handle(invocation_workflow_id("default", uid, inv))
         status = await handle.query(QUERY_INVOCATION, result_type=InvocationStatus)
-        lost += sum(1 for a in status.attempts if a.reason == ATTEMPT_LOST)
+        lost.update(a.reason for a in status.attempts if a.reason in LOST_REASONS)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             history = await handle.fetch_history()
