@@ -34,9 +34,14 @@ from kruntimes.gateway.callback_origins import (
     OriginsError,
     parse_callback_url,
 )
+from kruntimes.pki.local import TlsFiles
 from kruntimes.sdk.callbacks import SIGNATURE_HEADER, verify
 from kruntimes.sdk.client import Client, InvocationConflict, RunObject
+from kruntimes.temporal.settings import TemporalSettings
 from kruntimes.wire import headers
+from kruntimes.workers import gateway as gateway_main
+from kruntimes.workers.embedded.layout import DEFAULT_CALLBACK_ORIGINS, Layout
+from kruntimes.workers.embedded.supervise import _gateway_argv
 from tests.activities.callbacks_test import certs  # noqa: F401 - the receiver's CA, a fixture
 from tests.chaos.async_faults_test import HOOK_SECRET, IDENTITY, Receiver, callbacks_allowed, receiver  # noqa: F401
 from tests.cli.conftest import krt, one_error_line
@@ -408,3 +413,20 @@ def test_the_recorded_url_is_normalized_and_the_header_bound_is_the_workflows() 
         with pytest.raises(InvalidCallbackUrl) as refused:
             parse_callback_url(bad)
         assert part not in str(refused.value)
+
+
+def test_the_embedded_platforms_gateway_reads_a_file_that_allows_none(tmp_path: Path) -> None:
+    """`krt up`'s gateway is started with the state directory's file, and what it writes there at
+    first loads and allows no origin anywhere."""
+    layout = Layout(tmp_path)
+    tls = TlsFiles(ca_cert=tmp_path / "ca.crt", cert=tmp_path / "tls.crt", key=tmp_path / "tls.key")
+    settings = TemporalSettings(tlsCa="ca", tlsCert="crt", tlsKey="key")
+    argv = _gateway_argv(layout, ports={"gateway": 1, "heartbeat": 2}, tls=tls, temporal=settings)
+    assert argv[1:3] == ["-m", "kruntimes.workers.gateway"]
+    args = gateway_main.parse_args(argv[3:])
+    assert args.callback_origins == layout.callback_origins
+    layout.callback_origins.write_text(DEFAULT_CALLBACK_ORIGINS)
+    loaded = gateway_main.callback_origins_from(args)
+    assert loaded is not None
+    for namespace in ("default", "team-a"):
+        assert not loaded.allows(namespace, parse_callback_url("https://hooks.example.com/h"))
