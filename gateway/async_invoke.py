@@ -461,6 +461,12 @@ class AsyncInvocations:
     async def resubmit(self, request: web.Request, kind: str) -> web.Response:
         """The dead-letter resubmit: a new invocation (the caller's new id, or a generated one)
         with the body, timeout and callback of `{id}`, read from its workflow's first event."""
+        if headers.CALLBACK_URL in request.headers:  # never silently another URL than the caller named
+            raise BadRequest(
+                f"a resubmit keeps the callback URL recorded with the invocation; {headers.CALLBACK_URL} "
+                "is for a new invocation (POST …:invoke)",
+                reason=R.INVALID_CALLBACK_URL,
+            )
         token = bearer_token(request.headers.get(headers.AUTHORIZATION))
         old = self._path_id(request)
         inv = _new_id(request)

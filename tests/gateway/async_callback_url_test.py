@@ -143,7 +143,7 @@ async def test_what_the_gateway_refuses_is_refused_before_anything_is_recorded_a
     run = await _run(platform, unique("cb-refused"))
     uid = run.metadata.uid
     assert uid is not None
-    invoke, _ = urls(run)
+    invoke, coll = urls(run)
     secret = f"hook-secret-{uuid.uuid4().hex}"
     tail = f"/hook/{secret}?token={secret}"
     origins.callback_origins = CallbackOrigins.from_yaml(
@@ -221,6 +221,16 @@ async def test_what_the_gateway_refuses_is_refused_before_anything_is_recorded_a
     )
     assert (code, doc["reason"]) == (400, "InvalidCallbackURL"), doc
     assert "async invocation only" in doc["message"] and secret not in doc["message"], doc
+    # a resubmit keeps the recorded URL: naming another is refused, not ignored
+    code, _, doc = await call(
+        http,
+        "POST",
+        f"{coll}/{inv}:resubmit",
+        body=b"",
+        sent={headers.CALLBACK_URL: f"https://a.example.org{tail}"},
+    )
+    assert (code, doc["reason"]) == (400, "InvalidCallbackURL"), doc
+    assert "resubmit keeps" in doc["message"] and secret not in doc["message"], doc
     assert not [line for line in log_capture.lines if secret in line], (
         "a refused URL's path or query in a log"
     )
