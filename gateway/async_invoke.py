@@ -20,8 +20,10 @@ and `--max-async-backlog` (429 AsyncBacklogFull). Then one InvocationWorkflow is
 gateway's raw channel to Temporal (gateway/visibility.py): id `invocation/{ns}/{uid}/{id}`,
 conflict policy USE_EXISTING (a running one of that id is kept, never a second), reuse policy
 ALLOW_DUPLICATE (an id forgotten after its retention may be used again), its input (the
-InvocationInput as the workers' pydantic converter reads it) and the body's SHA-256 in the memo
-sealed with the platform's codec keys, the search attributes KrtNamespace, KrtPhase=Queued and
+InvocationInput as the workers' pydantic converter reads it) and the request's digest in the memo
+(the body's SHA-256, or with a per-request callback URL that digest's and the URL's:
+`request_identity`; gateway/callback_origins.py checks the URL and its origin first) sealed with the
+platform's codec keys, the search attributes KrtNamespace, KrtPhase=Queued and
 KrtRunUid (with KrtRuntime) or KrtFunction. A running workflow of that id with the same digest is
 the same invocation (202, the same Location, its state now); with another, 409
 InvocationConflict. 202 only once
