@@ -27,7 +27,7 @@ uid, as the control plane signs a replica's), both returning at once, concurrenc
 host; one client calls them in turn (the order swapped every call) and the p50 of each is set
 against the other: target Function ≤ 1.1 × Run (issue #43).
 
-Two more cases run on the whole embedded platform (`krt up --detach` in a new state directory:
+Three more cases run on the whole embedded platform (`krt up --detach` in a new state directory:
 Temporal, the worker and its autoscaler, the gateway, two process hosts), through the Functions'
 URLs with real HTTPS clients (`--scaling-only` runs them alone, `--zero-only` the zero case alone,
 `--no-scaling` leaves them out):
@@ -36,6 +36,9 @@ URLs with real HTTPS clients (`--scaling-only` runs them alone, `--zero-only` th
           sleeping 50 ms), one client for the warm-up, then 16: zero non-200 answers, and the
           throughput from 3 s after the step on, against 16 / 50 ms: target ≥ 0.8×. The
           autoscaler's windows are Knative's defaults unless `--stable-window` says otherwise.
+  update  a Function (2 replicas, concurrency 4, a handler sleeping 50 ms that answers its
+          revision) under 8 clients, updated: zero non-200 answers and no old answer after the
+          rollout is done; the time from the apply to the last old answer and to the rollout done.
   zero    a Function with min 0 left idle until it has no replica, then one invocation: the
           time to its 200 answer against creating a Run, waiting for it to be Ready and invoking
           it once (the same handler, answering at once), seven rounds of each, interleaved
@@ -76,6 +79,7 @@ from kruntimes.pki.local import ensure_tls
 from kruntimes.rpc.v1 import runtime_pb2 as pb
 from kruntimes.rpc.v1 import runtime_pb2_grpc as pb_grpc
 from kruntimes.sdk.client import Client
+from kruntimes.sdk.functions import rolled_out
 
 NAMESPACE = "default"
 TOKEN = "bench-token-" + uuid.uuid4().hex
@@ -416,6 +420,12 @@ STEP_SETTLE_S = 3.0  # the throughput is counted from this long after the step
 STEP_TARGET = 0.8
 ZERO_TARGET = 1.3
 ZERO_ROUNDS = 7
+UPDATE_SOURCE = (
+    "import os, time\n\n"
+    "def handle(payload):\n    time.sleep(0.05)\n    return {'version': os.environ['VERSION']}\n"
+)
+UPDATE_CLIENTS = 8
+UPDATE_BOUND_S = 120.0  # the rollout's bound: past it the case fails
 
 
 def _spec(source: str, **spec: object) -> dict[str, object]:
@@ -618,6 +628,77 @@ async def zero_case(
     }
 
 
+async def update_case(
+    krt: Client, session: aiohttp.ClientSession, token: str, args: argparse.Namespace
+) -> dict[str, object]:
+    """A Function (2 replicas, concurrency 4, a handler sleeping 50 ms that answers its revision's
+    VERSION) under UPDATE_CLIENTS callers back to back, updated to a new VERSION: every non-200,
+    the time from the apply's return to the last answer of the old revision (all traffic on the new
+    one from then on) and to its rollout done."""
+
+    def function(version: str) -> Function:
+        spec = _spec(UPDATE_SOURCE, env={"VERSION": version})
+        spec["mode"] = {"function": {"concurrency": 4}}
+        return Function.from_dict(
+            {
+                "apiVersion": "kruntimes.io/v1alpha1",
+                "kind": "Function",
+                "metadata": {"name": "upd", "namespace": NAMESPACE},
+                "spec": {**spec, "scale": {"min": 2, "max": 2}},
+            }
+        )
+
+    await krt.functions.apply(function("1"))
+    ready = await krt.functions.wait_ready("upd", timeout=120)
+    assert ready.status.endpoint is not None
+    url = ready.status.endpoint.url
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    answers: list[tuple[float, str]] = []  # (when, the answering revision's VERSION)
+    refused: Counter[str] = Counter()
+    stop = asyncio.Event()
+
+    async def caller() -> None:
+        while not stop.is_set():
+            async with session.post(url, data=b"{}", headers=headers) as resp:
+                body = await resp.read()
+            if resp.status != 200:
+                refused[str(resp.status)] += 1
+                continue
+            answer = json.loads(body)
+            if answer.get("status") != "Succeeded":
+                refused[f"200 {answer.get('status')}"] += 1
+                continue
+            answers.append((time.monotonic(), str(answer["outputs"]["version"])))
+
+    callers = [asyncio.create_task(caller()) for _ in range(UPDATE_CLIENTS)]
+    try:
+        lib.note(f"update: {UPDATE_CLIENTS} clients for {args.warmup:g} s, then the update ...")
+        await asyncio.sleep(args.warmup)
+        await krt.functions.apply(function("2"))
+        applied = time.monotonic()
+        status = await krt.functions.rollout_status("upd", timeout=UPDATE_BOUND_S)
+        rolled = time.monotonic()
+        if not rolled_out(status):
+            raise BenchError(f"the update did not roll out within {UPDATE_BOUND_S:g} s: {status}")
+        await asyncio.sleep(args.warmup)  # and the load goes on: no old answer after the rollout
+    finally:
+        stop.set()
+        await asyncio.gather(*callers)
+    await krt.functions.delete("upd", timeout=120)
+    old = [t for t, v in answers if v == "1" and t >= applied]
+    last_old = max(old) if old else applied
+    late_old = sum(1 for t, v in answers if v == "1" and t > rolled)
+    return {
+        "clients": UPDATE_CLIENTS,
+        "answers": len(answers),
+        "non_200": dict(refused),
+        "all_traffic_new_after_s": round(last_old - applied, 3),
+        "rolled_out_after_s": round(rolled - applied, 3),
+        "old_answers_after_rollout": late_old,
+        "met": not refused and late_old == 0,
+    }
+
+
 async def scaling(args: argparse.Namespace) -> int:
     lib.note("starting the embedded platform (krt up --detach) ...")
     async with lib.embedded_platform(prefix="krt-bench-fn-scale-", runtimes=SCALING_RUNTIMES) as (_, config):
@@ -630,6 +711,7 @@ async def scaling(args: argparse.Namespace) -> int:
             aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
         ):
             step = None if args.zero_only else await step_case(krt, session, token, args)
+            update = None if args.zero_only else await update_case(krt, session, token, args)
             zero = await zero_case(krt, session, token, rounds=args.zero_rounds, timeline=args.zero_timeline)
     print(f"machine: {json.dumps(machine())}")
     if step is not None:
@@ -639,13 +721,22 @@ async def scaling(args: argparse.Namespace) -> int:
             f"{'met' if step['met'] else 'NOT met'}; non-200 {step['non_200'] or 0}; "
             f"{STEP_CLIENTS} replicas Ready after {step['all_ready_after_s']} s"
         )
+    if update is not None:
+        print(
+            f"update {update['clients']} clients: non-200 {update['non_200'] or 0}; all traffic on the new "
+            f"revision {update['all_traffic_new_after_s']} s after the apply, rolled out after "
+            f"{update['rolled_out_after_s']} s; old answers after it {update['old_answers_after_rollout']} "
+            f"{'met' if update['met'] else 'NOT met'}"
+        )
     print(
         f"zero   first answer {zero['first_answer_s']} s / create+Ready+invoke {zero['reference_s']} s: "
         f"medians {zero['ratio_of_medians']} (target ≤ {ZERO_TARGET}) {'met' if zero['met'] else 'NOT met'};"
         f" answers {zero['answers']}"
     )
-    print(json.dumps({"bench": "functions", "machine": machine(), "step": step, "zero": zero}))
-    return 0 if (step is None or step["met"]) and zero["met"] else 1
+    print(
+        json.dumps({"bench": "functions", "machine": machine(), "step": step, "update": update, "zero": zero})
+    )
+    return 0 if (step is None or step["met"]) and (update is None or update["met"]) and zero["met"] else 1
 
 
 def parse_args() -> argparse.Namespace:
