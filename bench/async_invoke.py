@@ -20,9 +20,14 @@ time, traffic only to 127.0.0.1:
           its id's one Location; latency p50/p99 and requests/s against
   plain   a plain Temporal workflow start (the Python SDK's client of the platform, its codec; a
           workflow type on a task queue nobody polls), as many a round, `--callers` at once,
-          before or after the round's accepts (swapped every round): goal accept ≥ 0.8× its
-          rate. Both run while the invocations accepted so far run (the worker and the dev
-          server busy with them); the plain starts make no such work of their own.
+          before or after the round's accepts (swapped every round). Both run while the
+          invocations accepted so far run (the worker and the dev server busy with them); the
+          plain starts make no such work of their own, so on a machine of few CPUs this
+          ratio is the accepts' share of CPUs their invocations also need.
+  alone   the accept path alone: `--alone-rounds` rounds of `--alone` accepts against as many
+          plain starts (swapped every round) with the platform's worker stopped (SIGSTOP, then
+          SIGCONT), so no accepted invocation runs meanwhile: goal accept ≥ 0.8× the plain
+          starts' rate (medians of the rounds), and each process's CPU per item (/proc).
 
 Every id must have run exactly once (its files counted) and ended Succeeded; any other answer or
 count fails the bench. Prints the machine, a table and a final JSON line {"bench": "async_invoke"}.
@@ -39,7 +44,10 @@ import os
 import platform
 import random
 import shutil
+import signal
 import ssl
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -273,6 +281,15 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
                 await counting
             lib.note("waiting for every invocation to complete ...")
             await all_succeeded(set(ids))
+
+            # the accept path alone: the same rounds with the platform's worker stopped, so that no
+            # accepted invocation runs beside them (each plain start makes no such work either);
+            # CPU per item of each process on the path from /proc
+            iso_ids = [f"iso-{n:05d}-{uuid.uuid4().hex[:6]}" for n in range(args.alone_rounds * args.alone)]
+            alone = await accept_path_alone(state, args, iso_ids, accept, plain)
+            lib.note("waiting for the accept path's invocations to complete ...")
+            await all_succeeded(set(iso_ids))
+            ids = [*ids, *iso_ids]
             lost = await lost_attempts(temporal, run.uid, sorted(lost_ids), args.keep_histories)
             if args.keep_histories is not None and lost_ids:  # the processes' logs beside them
                 for log in state.rglob("*.log"):
@@ -290,16 +307,22 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
     accept_ratio = lib.ratio(acc_rate, plain_rate)
     e2e_rate = lib.ratio(args.e2e, e2e_s)
     e2e_ratio = lib.ratio(e2e_rate, sync_t.rate)
-    met = accept_ratio >= ACCEPT_GOAL
+    alone_ratio = float(alone["ratio"])  # type: ignore[arg-type]
+    met = alone_ratio >= ACCEPT_GOAL
     bad = {k: v for k, v in statuses.items() if k not in (202, -200)}
     print(f"machine: {json.dumps(machine())}")
     rows = [
         ["case", "requests", "p50 ms", "p99 ms", "per s", "ratio"],
-        ["plain start", str(len(plain_lat)), f"{lib.ms(lib.percentile(plain_lat, 50))}",
+        ["plain start, invocations running", str(len(plain_lat)), f"{lib.ms(lib.percentile(plain_lat, 50))}",
          f"{lib.ms(lib.percentile(plain_lat, 99))}", lib.fmt(plain_rate, 1), "1"],
-        ["async accept", str(len(acc.latencies)), f"{lib.ms(lib.percentile(acc.latencies, 50))}",
-         f"{lib.ms(lib.percentile(acc.latencies, 99))}", lib.fmt(acc_rate, 1),
-         f"{lib.fmt(accept_ratio, 2)} of plain (goal ≥ {ACCEPT_GOAL}: {'met' if met else 'NOT met'})"],
+        ["async accept, invocations running", str(len(acc.latencies)),
+         f"{lib.ms(lib.percentile(acc.latencies, 50))}", f"{lib.ms(lib.percentile(acc.latencies, 99))}",
+         lib.fmt(acc_rate, 1), f"{lib.fmt(accept_ratio, 2)} of plain"],
+        ["plain start, worker stopped", str(args.alone * args.alone_rounds), "-", "-",
+         lib.fmt(float(alone["plain_per_s"]), 1), "1"],  # type: ignore[arg-type]
+        ["async accept, worker stopped", str(args.alone * args.alone_rounds), "-", "-",
+         lib.fmt(float(alone["accept_per_s"]), 1),  # type: ignore[arg-type]
+         f"{lib.fmt(alone_ratio, 2)} of plain (goal ≥ {ACCEPT_GOAL}: {'met' if met else 'NOT met'})"],
         ["sync invoke", str(len(sync_t.latencies)), f"{lib.ms(lib.percentile(sync_t.latencies, 50))}",
          f"{lib.ms(lib.percentile(sync_t.latencies, 99))}", lib.fmt(sync_t.rate, 1), "1"],
         ["async end to end", str(args.e2e), "-", "-", lib.fmt(e2e_rate, 1),
@@ -307,6 +330,9 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
     ]  # fmt: skip
     for line in lib.table(rows):
         print(line)
+    print(
+        f"CPU ms per item, the accept path alone (medians of rounds' rates above): {alone['cpu_ms_per_item']}"
+    )
     retried = sum(1 for n in attempts.values() if n > 1)
     print(f"invocations attempted more than once (refused for load, then run): {retried} of {len(attempts)}")
     print(
@@ -343,12 +369,8 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
             },
             "callers": args.callers,
             "plain": summary(plain_lat, plain_rate),
-            "accept": {
-                **summary(acc.latencies, acc_rate),
-                "ratio": accept_ratio,
-                "goal": ACCEPT_GOAL,
-                "met": met,
-            },
+            "accept": {**summary(acc.latencies, acc_rate), "ratio": accept_ratio},
+            "accept_path_alone": {**alone, "goal": ACCEPT_GOAL, "met": met},
             "sync": summary(sync_t.latencies, sync_t.rate),
             "e2e": {"seconds": round(e2e_s, 2), "per_s": round(e2e_rate, 1), "ratio_to_sync": e2e_ratio},
             "exactly_once": not twice,
@@ -379,12 +401,94 @@ async def lost_attempts(
     return lost
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU seconds (user and system) of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _platform_pids(state: Path, pattern: str) -> list[int]:
+    """The pids of this bench's platform's processes whose command line matches `pattern` and
+    names its state directory (processes this bench started with `krt up`, none other)."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"{pattern}.*{state}"], capture_output=True, text=True, check=False
+    )
+    return [int(p) for p in found.stdout.split()]
+
+
+async def accept_path_alone(
+    state: Path,
+    args: argparse.Namespace,
+    ids: list[str],
+    accept: Callable[[object], Awaitable[None]],
+    plain: Callable[[object], Awaitable[None]],
+) -> dict[str, object]:
+    """`--alone-rounds` rounds of `--alone` accepts against as many plain starts (the order swapped
+    every round) with the platform's worker stopped (SIGSTOP, SIGCONT after): the rates and each
+    process's CPU per item."""
+    workers = _platform_pids(state, "kruntimes.workers.worker")
+    if not workers:
+        raise BenchError("the platform's worker process was not found")
+    processes = {
+        "dev server": _platform_pids(state, "temporal server start-dev"),
+        "front": _platform_pids(state, "kruntimes.workers.temporal_front"),
+        "gateway": _platform_pids(state, "kruntimes.workers.gateway"),
+        "bench": [os.getpid()],
+    }
+    rates: dict[str, list[float]] = {"accept": [], "plain": []}
+    cpu: dict[str, dict[str, float]] = {
+        "accept": dict.fromkeys(processes, 0.0),
+        "plain": dict.fromkeys(processes, 0.0),
+    }
+    counted = {"accept": 0, "plain": 0}
+    lib.note(f"the accept path alone: {args.alone_rounds} rounds of {args.alone}, the worker stopped ...")
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        for rnd in range(args.alone_rounds):
+            batch = ids[rnd * args.alone : (rnd + 1) * args.alone]
+            starts = [f"alone-{rnd}-{n}" for n in range(args.alone)]
+            for kind in ("accept", "plain") if rnd % 2 == 0 else ("plain", "accept"):
+                before = {k: sum(_cpu_s(p) for p in v) for k, v in processes.items()}
+                timed = (
+                    await spread(batch, args.callers, accept)
+                    if kind == "accept"
+                    else await spread(starts, args.callers, plain)
+                )
+                for k, v in processes.items():
+                    cpu[kind][k] += sum(_cpu_s(p) for p in v) - before[k]
+                rates[kind].append(len(timed.latencies) / (timed.ended - timed.started))
+                counted[kind] += len(timed.latencies)
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+    accept_rate, plain_rate = statistics.median(rates["accept"]), statistics.median(rates["plain"])
+    per_item = {
+        kind: {k: round(v / max(counted[kind], 1) * 1000, 2) for k, v in cpu[kind].items()} for kind in cpu
+    }
+    return {
+        "rounds": args.alone_rounds,
+        "per_round": args.alone,
+        "accept_per_s": round(accept_rate, 1),
+        "plain_per_s": round(plain_rate, 1),
+        "ratio": round(accept_rate / plain_rate, 3),
+        "cpu_ms_per_item": per_item,
+    }
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--invocations", type=int, default=1000, help="distinct invocation ids")
     parser.add_argument("--duplicates", type=int, default=200, help="submissions again of ids already sent")
     parser.add_argument("--callers", type=int, default=32, help="concurrent accepts (and plain starts)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of accepts against plain starts")
+    parser.add_argument(
+        "--alone", type=int, default=300, help="accepts (and plain starts) a round, worker stopped"
+    )
+    parser.add_argument("--alone-rounds", type=int, default=4, help="rounds of the accept path alone")
     parser.add_argument("--e2e", type=int, default=300, help="async invocations of the end-to-end case")
     parser.add_argument(
         "--keep-histories", type=Path, default=None, help="write the histories of those not Succeeded here"
