@@ -318,9 +318,11 @@ async def measure(args: argparse.Namespace, records: Path) -> int:
         ["async accept, invocations running", str(len(acc.latencies)),
          f"{lib.ms(lib.percentile(acc.latencies, 50))}", f"{lib.ms(lib.percentile(acc.latencies, 99))}",
          lib.fmt(acc_rate, 1), f"{lib.fmt(accept_ratio, 2)} of plain"],
-        ["plain start, worker stopped", str(args.alone * args.alone_rounds), "-", "-",
+        ["plain start, worker stopped", str(args.alone * args.alone_rounds), f"{alone['plain_p50_ms']}",
+         f"{alone['plain_p99_ms']}",
          lib.fmt(float(alone["plain_per_s"]), 1), "1"],  # type: ignore[arg-type]
-        ["async accept, worker stopped", str(args.alone * args.alone_rounds), "-", "-",
+        ["async accept, worker stopped", str(args.alone * args.alone_rounds), f"{alone['accept_p50_ms']}",
+         f"{alone['accept_p99_ms']}",
          lib.fmt(float(alone["accept_per_s"]), 1),  # type: ignore[arg-type]
          f"{lib.fmt(alone_ratio, 2)} of plain (goal ≥ {ACCEPT_GOAL}: {'met' if met else 'NOT met'})"],
         ["sync invoke", str(len(sync_t.latencies)), f"{lib.ms(lib.percentile(sync_t.latencies, 50))}",
@@ -439,6 +441,7 @@ async def accept_path_alone(
         "bench": [os.getpid()],
     }
     rates: dict[str, list[float]] = {"accept": [], "plain": []}
+    latencies: dict[str, list[float]] = {"accept": [], "plain": []}
     cpu: dict[str, dict[str, float]] = {
         "accept": dict.fromkeys(processes, 0.0),
         "plain": dict.fromkeys(processes, 0.0),
@@ -461,6 +464,7 @@ async def accept_path_alone(
                 for k, v in processes.items():
                     cpu[kind][k] += sum(_cpu_s(p) for p in v) - before[k]
                 rates[kind].append(len(timed.latencies) / (timed.ended - timed.started))
+                latencies[kind] += timed.latencies
                 counted[kind] += len(timed.latencies)
     finally:
         for pid in workers:
@@ -474,6 +478,10 @@ async def accept_path_alone(
         "per_round": args.alone,
         "accept_per_s": round(accept_rate, 1),
         "plain_per_s": round(plain_rate, 1),
+        "accept_p50_ms": lib.ms(lib.percentile(latencies["accept"], 50)),
+        "accept_p99_ms": lib.ms(lib.percentile(latencies["accept"], 99)),
+        "plain_p50_ms": lib.ms(lib.percentile(latencies["plain"], 50)),
+        "plain_p99_ms": lib.ms(lib.percentile(latencies["plain"], 99)),
         "ratio": round(accept_rate / plain_rate, 3),
         "cpu_ms_per_item": per_item,
     }
