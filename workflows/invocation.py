@@ -149,6 +149,7 @@ class InvocationWorkflow:
         self._indexed = ""
         self._ran = input.carriedRan
         self._turns = input.carriedTurns
+        self._not_started = 0  # this run's attempts that never started (bounded, so never carried)
         self._marks = False
 
     @workflow.query(name=QUERY_INVOCATION)
@@ -297,8 +298,11 @@ class InvocationWorkflow:
                 workflow.logger.warning("attempt %d lost: %s", n, failure_type(err))
         if outcome.dispatched:
             self._ran += 1
-        if waits_its_turn(outcome):
+        not_started_before = self._not_started
+        if waits_its_turn(outcome, not_started_before):
             self._turns += 1
+        if outcome.reason == ATTEMPT_NOT_STARTED:
+            self._not_started += 1
         ended = started._replace(
             endedAt=workflow.now(),
             httpStatus=outcome.httpStatus,
@@ -315,6 +319,7 @@ class InvocationWorkflow:
             attempts=n,
             ran=self._ran,
             waited_turns=self._turns,
+            not_started_before=not_started_before,
         )
 
     async def _wait(self, seconds: float, *, why: str) -> None:

@@ -37,6 +37,9 @@ RUN_NOT_READY = GatewayReason.RUN_NOT_READY.value
 # The attempt's activity timed out before it recorded that it sends (its task never reached a
 # worker's code): not run, and no fault of the target's.
 ATTEMPT_NOT_STARTED = "AttemptNotStarted"
+# Attempts whose activity never started, left uncounted for a Run (a server that loses every task
+# would otherwise retry forever): past these, each counts toward retry.maxAttempts.
+MAX_UNCOUNTED_NOT_STARTED = 10
 ANSWER_STATUSES = frozenset({"Succeeded", "HandlerError", "InvalidOutput"})
 
 Retried = Literal["", "notRun", "unknownOutcome", "failure"]
@@ -112,12 +115,15 @@ def classify(outcome: AttemptOutcome) -> AttemptKind:
     return AttemptKind.Unknown
 
 
-def waits_its_turn(outcome: AttemptOutcome) -> bool:
+def waits_its_turn(outcome: AttemptOutcome, not_started_before: int = 0) -> bool:
     """Refused by the target's async share (AsyncShareFull), or by a Run the gateway holds not
     Ready (RunNotReady: recovering, or draining before it ends, while its workflow still reads
-    Ready), or its activity never started (AttemptNotStarted): not run, and not counted for a
-    Run, whose next read of the target decides."""
+    Ready), or its activity never started (AttemptNotStarted, the first
+    MAX_UNCOUNTED_NOT_STARTED of them: `not_started_before` came before it): not run, and not
+    counted for a Run, whose next read of the target decides."""
     if outcome.dispatched:
+        return False
+    if outcome.reason == ATTEMPT_NOT_STARTED and not_started_before >= MAX_UNCOUNTED_NOT_STARTED:
         return False
     return (outcome.httpStatus, outcome.reason) in (
         (429, ASYNC_SHARE_FULL),
@@ -156,9 +162,11 @@ def decide(
     attempts: int,
     ran: int,
     waited_turns: int = 0,
+    not_started_before: int = 0,
 ) -> Next:
     """What follows attempt number `attempts` (`ran` of them were dispatched, `waited_turns` were
-    refused AsyncShareFull; this one included).
+    not counted, waits_its_turn; this one included; `not_started_before` attempts before it never
+    started).
 
     A Run's attempts are bounded by `retry.maxAttempts` whatever they came to, except those the
     target's async share refused (waiting its turn behind other async invocations is no failure
@@ -188,7 +196,7 @@ def decide(
                 ),
             )
         case AttemptKind.NotRun:
-            if kind is TargetKind.Function or more or waits_its_turn(outcome):
+            if kind is TargetKind.Function or more or waits_its_turn(outcome, not_started_before):
                 return Next(InvocationState.Queued, retried="notRun", retry_in_s=wait)
             last = outcome.reason or (GATEWAY_UNREACHABLE if outcome.httpStatus == 0 else NOT_RUN)
             return Next(

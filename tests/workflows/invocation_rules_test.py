@@ -16,6 +16,7 @@ from kruntimes.contracts.invocation import (
 )
 from kruntimes.decisions.invocations import (
     ATTEMPT_NOT_STARTED,
+    MAX_UNCOUNTED_NOT_STARTED,
     NOT_RUN,
     TARGET_GONE,
     AttemptKind,
@@ -211,6 +212,26 @@ def test_an_attempt_whose_activity_never_started_is_retried_without_counting() -
     assert not waits_its_turn(refused(0, ATTEMPT_NOT_STARTED, dispatched=True))
     step = decide(lost, policy=policy(maxAttempts=1), kind=RUN, attempts=3, ran=0, waited_turns=3)
     assert (step.state, step.retried) == (Q, "notRun")
+
+
+def test_attempts_whose_activity_never_started_count_once_past_a_bound() -> None:
+    """A server that loses every task must not keep a Run's invocation retrying forever: past
+    MAX_UNCOUNTED_NOT_STARTED such attempts, each counts, and retry.maxAttempts ends it NotRun."""
+    lost = refused(0, ATTEMPT_NOT_STARTED)
+    bound = MAX_UNCOUNTED_NOT_STARTED
+    assert waits_its_turn(lost, bound - 1) and not waits_its_turn(lost, bound)
+    assert waits_its_turn(refused(503, "RunNotReady"), bound), "only the never-started ones are bounded"
+    turns = sum(waits_its_turn(lost, n) for n in range(bound + 3))
+    step = decide(
+        lost,
+        policy=policy(maxAttempts=3),
+        kind=RUN,
+        attempts=bound + 3,
+        ran=0,
+        waited_turns=turns,
+        not_started_before=bound + 2,
+    )
+    assert step.state is F and step.error is not None and "not run in" in step.error.message
 
 
 def test_the_status_shows_a_callbacks_origin_only() -> None:
