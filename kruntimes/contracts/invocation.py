@@ -4,8 +4,9 @@ on — the gateway that starts it, the worker that runs it, the gateway that ser
 
 One workflow per invocation: its id is `invocation_workflow_id(namespace, target uid, invocation
 id)`, so a second submission of the same id finds the first (the gateway starts it with the
-conflict policy USE_EXISTING) and never runs the function again. The body's SHA-256 rides in the
-memo INVOCATION_DIGEST_MEMO: the same id with another body is 409. The workflow stays open for the
+conflict policy USE_EXISTING) and never runs the function again. The request's digest (the body's
+SHA-256, with its per-request callback URL when it has one) rides in the memo
+INVOCATION_DIGEST_MEMO: the same id with another body or callback URL is 409. The workflow stays open for the
 target's retention after it ends, answering QUERY_INVOCATION and keeping INVOCATION_STATUS_MEMO, so
 the id is remembered that long; then it completes.
 """
@@ -38,7 +39,8 @@ QUERY_INVOCATION = "invocation"  # → InvocationStatus
 # The memo the workflow writes its status to (an InvocationStatus) at each state change, so the
 # gateway answers GET from DescribeWorkflowExecution without a worker.
 INVOCATION_STATUS_MEMO = "krtStatus"
-# The memo the gateway sets at the start: the body's SHA-256 (hex), encrypted as every payload.
+# The memo the gateway sets at the start: the request's digest (the body's SHA-256 hex, with the
+# per-request callback URL when there is one), encrypted as every payload.
 INVOCATION_DIGEST_MEMO = "krtDigest"
 # The activity the worker runs for one attempt (activities/invocations.py); it calls the
 # gateway's GatewayDispatch.AttemptInvocation (proto/kruntimes/rpc/v1/gateway_dispatch.proto).

@@ -9,7 +9,7 @@ from __future__ import annotations
 INVOCATION_WORKFLOW = "InvocationWorkflow"
 TASK_QUEUE = "kruntimes"  # kruntimes.contracts.names.TASK_QUEUE: the worker's main queue
 INVOCATION_STATUS_MEMO = "krtStatus"  # the workflow's status (an InvocationStatus, JSON)
-INVOCATION_DIGEST_MEMO = "krtDigest"  # the body's SHA-256 (hex), set by the gateway at the start
+INVOCATION_DIGEST_MEMO = "krtDigest"  # the request's digest (body, callback URL), set at the start
 QUEUED = "Queued"
 # kruntimes.contracts.invocation.InvocationState, in its order
 STATES = ("Queued", "Running", "Succeeded", "Failed", "Unknown")
