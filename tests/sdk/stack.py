@@ -120,8 +120,9 @@ async def delete_runs(platform: Platform) -> None:
 
 
 async def failing_pool_tasks(platform: Platform) -> list[str]:
-    """For each runtime's pool whose workflow task is failing again and again (a pool so stuck
-    admits nothing): what failed and the run's last events, to tell from a test's output alone."""
+    """For each runtime's pool whose workflow task fails again and again (a pool so stuck admits
+    nothing; not one whose tasks time out on a starved machine): what failed and the run's last
+    events, to tell from a test's output alone."""
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import WorkflowExecutionStatus
 
@@ -138,9 +139,16 @@ async def failing_pool_tasks(platform: Platform) -> list[str]:
             if described.status != WorkflowExecutionStatus.RUNNING or pending.attempt < 3:
                 continue
             events = [e async for e in handle.fetch_history_events()]
-            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
-            last = failed[-1].workflow_task_failed_event_attributes if failed else None
-            why = f"{last.cause}: {last.failure.message}" if last is not None else "timed out"
+            ended = [
+                e
+                for e in events
+                if e.HasField("workflow_task_failed_event_attributes")
+                or e.HasField("workflow_task_timed_out_event_attributes")
+            ]
+            if not ended or not ended[-1].HasField("workflow_task_failed_event_attributes"):
+                continue  # tasks timed out on a starved machine: slow, not broken (it goes on after)
+            last = ended[-1].workflow_task_failed_event_attributes
+            why = f"{last.cause}: {last.failure.message}"
             tail = " ".join(
                 f"{e.event_id}:{EventType.Name(e.event_type)[len('EVENT_TYPE_') :]}" for e in events[-60:]
             )
