@@ -399,11 +399,13 @@ class AsyncInvocations:
                 raise BadRequest(
                     "an async invocation's body must be UTF-8", reason=R.MALFORMED_JSON
                 ) from None
+            digest = hashlib.sha256(payload).hexdigest()
             with self._place():
                 state = await self._start(
                     temporal,
                     target,
                     inv,
+                    digest=digest,
                     body=body,
                     timeout_s=timeout_s,
                     principal=principal,
@@ -486,11 +488,13 @@ class AsyncInvocations:
             raise GatewayError("the invocation's recorded input cannot be read")
         body, timeout_s, callback_url = recorded
         held = await self.backlog.admit(temporal, target, self._own_backlog(target))
+        digest = hashlib.sha256(body.encode()).hexdigest()
         try:
             state = await self._start(
                 temporal,
                 target,
                 inv,
+                digest=digest,
                 body=body,
                 timeout_s=timeout_s,
                 principal=principal,
@@ -610,6 +614,7 @@ class AsyncInvocations:
         target: Target,
         inv: str,
         *,
+        digest: str,
         body: str,
         timeout_s: float | None,
         principal: Principal,
@@ -619,7 +624,6 @@ class AsyncInvocations:
         state; Conflict when that one has another body or callback URL, AsyncUnavailable when not
         recorded."""
         workflow_id = target.workflow_id(inv)
-        digest = hashlib.sha256(body.encode()).hexdigest()
         identity = request_identity(digest, callback_url)
         data = input_json(
             target,
